@@ -1,0 +1,5 @@
+//! Compile a discovered agent folder into a checked [`Manifest`].
+
+pub mod manifest;
+
+pub use manifest::*;

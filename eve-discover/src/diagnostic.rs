@@ -1,0 +1,171 @@
+//! Diagnostics: the data every stage of `eve build` reports problems with.
+//!
+//! A diagnostic is data first (code, severity, file, position, message, help); renderers for people
+//! (source snippets) and machines (JSON) are built on top of it elsewhere. It lives in the lowest crate
+//! so discovery and compilation share one type.
+
+use serde::Serialize;
+
+/// How bad a diagnostic is. Errors fail the build; warnings are printed and the build goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The build fails.
+    Error,
+    /// Printed; the build still succeeds.
+    Warning,
+}
+
+macro_rules! codes {
+    ($( $(#[$doc:meta])* $variant:ident = $code:literal, $sev:ident, $title:literal; )*) => {
+        /// Every diagnostic code `eve build` can emit. Codes are stable: scripts may match on them.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Code {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl Code {
+            /// All codes, in order (for documentation and tests).
+            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
+
+            /// The stable code string, such as `E020`.
+            pub fn as_str(self) -> &'static str {
+                match self { $(Code::$variant => $code,)* }
+            }
+
+            /// The default severity of this code.
+            pub fn severity(self) -> Severity {
+                match self { $(Code::$variant => Severity::$sev,)* }
+            }
+
+            /// A short title naming the class of problem.
+            pub fn title(self) -> &'static str {
+                match self { $(Code::$variant => $title,)* }
+            }
+        }
+    };
+}
+
+codes! {
+    /// The root agent has no `instructions.md`.
+    MissingInstructions = "E001", Error, "missing instructions";
+    /// A file or folder could not be read.
+    Unreadable = "E002", Error, "unreadable file";
+    /// A file that must be text is not valid UTF-8.
+    NotUtf8 = "E003", Error, "file is not UTF-8";
+    /// A symlink points outside the agent folder (or nowhere).
+    SymlinkEscape = "E004", Error, "symlink leaves the agent folder";
+    /// A name does not match `^[a-zA-Z][a-zA-Z0-9_-]{0,63}$`.
+    InvalidName = "E005", Error, "invalid name";
+    /// A name is reserved by eve (`eve`, `eve__*`, `load_skill`, built-in tools).
+    ReservedName = "E006", Error, "reserved name";
+    /// Two things claim the same name.
+    NameCollision = "E007", Error, "name collision";
+    /// Folders nest deeper than eve follows.
+    TooDeep = "E008", Error, "folder nesting too deep";
+    /// YAML (a file or front matter) does not parse.
+    YamlSyntax = "E010", Error, "YAML syntax error";
+    /// A field has the wrong type or an invalid value.
+    InvalidField = "E011", Error, "invalid field";
+    /// A required field is missing.
+    MissingField = "E012", Error, "missing field";
+    /// Front matter is opened but never closed.
+    UnterminatedFrontMatter = "E013", Error, "unterminated front matter";
+    /// A tool input schema is not a valid JSON Schema, or not an object schema.
+    InvalidSchema = "E020", Error, "invalid JSON Schema";
+    /// A YAML tool has neither or both of `run:` and `http:`.
+    ToolRunner = "E021", Error, "tool has no single runner";
+    /// A script is neither executable nor of a type eve knows an interpreter for.
+    NotRunnable = "E022", Error, "script cannot be run";
+    /// A cron expression does not parse.
+    InvalidCron = "E030", Error, "invalid cron expression";
+    /// A time zone name is unknown.
+    InvalidTimezone = "E031", Error, "unknown time zone";
+    /// A subagent has no `description` in its `agent.yaml`.
+    MissingDescription = "E040", Error, "subagent without description";
+    /// A hook names an event eve does not emit.
+    UnknownEvent = "E050", Error, "unknown hook event";
+    /// A connection is neither stdio (`command`) nor HTTP (`url`), or both.
+    InvalidConnection = "E060", Error, "invalid connection";
+    /// A channel is of an unknown kind or lacks what its kind needs.
+    InvalidChannel = "E070", Error, "invalid channel";
+    /// A file or folder eve does not understand.
+    UnknownEntry = "W001", Warning, "unknown file or folder";
+    /// A field eve does not know (probably a typo).
+    UnknownField = "W002", Warning, "unknown field";
+    /// Instructions are empty.
+    EmptyInstructions = "W003", Warning, "empty instructions";
+    /// A tool or skill has no description, so the model cannot know when to use it.
+    MissingToolDescription = "W004", Warning, "no description";
+}
+
+impl Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One problem found in an agent folder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    /// Stable code, such as `E020`.
+    pub code: Code,
+    /// Error or warning.
+    pub severity: Severity,
+    /// The file (or folder) concerned, relative to the project; `None` for the folder as a whole.
+    pub file: Option<String>,
+    /// 1-based line, when known.
+    pub line: Option<u32>,
+    /// 1-based column, when known.
+    pub column: Option<u32>,
+    /// What is wrong.
+    pub message: String,
+    /// What to do about it.
+    pub help: Option<String>,
+}
+
+impl Diagnostic {
+    /// A diagnostic with the code's default severity and no position.
+    pub fn new(code: Code, file: impl Into<Option<String>>, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            severity: code.severity(),
+            file: file.into(),
+            line: None,
+            column: None,
+            message: message.into(),
+            help: None,
+        }
+    }
+
+    /// Sets the 1-based line and column.
+    #[must_use]
+    pub fn at(mut self, line: u32, column: u32) -> Self {
+        self.line = Some(line);
+        self.column = Some(column);
+        self
+    }
+
+    /// Sets the help text.
+    #[must_use]
+    pub fn help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    /// True for errors.
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+/// Counts errors in a list of diagnostics.
+pub fn error_count(diags: &[Diagnostic]) -> usize {
+    diags.iter().filter(|d| d.is_error()).count()
+}

@@ -1,0 +1,3 @@
+//! The eve runtime.
+
+pub mod model;
