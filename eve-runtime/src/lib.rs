@@ -1,3 +1,4 @@
 //! The eve runtime.
 
 pub mod model;
+pub mod tools;

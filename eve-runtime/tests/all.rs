@@ -1,0 +1,5 @@
+//! Integration tests of eve-runtime: one binary, one module per area.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod model;
+mod tools;

@@ -1,0 +1,1 @@
+//! Model client tests against scripted HTTP servers on loopback.
