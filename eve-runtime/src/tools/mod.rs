@@ -1,1 +1,206 @@
-//! Tool execution.
+//! Tool execution: runs one tool call and reports what happened.
+//!
+//! The engine decides *whether* a call runs (validation, approval, journal, circuit breakers); this
+//! module only decides *how*. It owns the tool protocol of the design (§3): a script or `run:` tool is
+//! a child process in its own process group, cwd = the session workspace, the input JSON on stdin, a
+//! cleared environment plus an allowlist, a timeout and a cancellation that kill the whole group, and
+//! an output cap that is said out loud. HTTP tools render their templates and make one request. The
+//! built-in `bash`, `read_file` and `write_file` tools live in [`builtin`].
+//!
+//! Every failure (a spawn error, a timeout, a non-zero exit, an unset `${VAR}`) becomes a
+//! [`ToolResult`] with `ok: false` and a sentence the model can act on; nothing here panics.
+
+pub mod builtin;
+mod error;
+mod http;
+mod process;
+mod template;
+mod validate;
+mod workspace;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use eve_compile::{Runner, Tool};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+pub use builtin::{builtin_tools, is_builtin, run_builtin};
+pub use error::ToolError;
+pub use validate::Validators;
+pub use workspace::prepare_workspace;
+
+/// How tool processes look up environment variables: `${VAR}` references and the `env:` allowlist
+/// read through this, never through the process environment directly, so tests and embedders decide.
+pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// An [`EnvLookup`] reading the environment of the eve process itself.
+pub fn process_env() -> EnvLookup {
+    Arc::new(|name: &str| std::env::var(name).ok())
+}
+
+/// Everything a tool call needs to know about where and on whose behalf it runs.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// Session the call belongs to (`EVE_SESSION_ID`).
+    pub session_id: String,
+    /// The model's call id (`EVE_CALL_ID`).
+    pub call_id: String,
+    /// Stable across retries of the same call (`EVE_IDEMPOTENCY_KEY`, and the `Idempotency-Key`
+    /// header of HTTP tools that write).
+    pub idempotency_key: String,
+    /// The session workspace: the tool's cwd, created when missing (`EVE_WORKSPACE`).
+    pub workspace: PathBuf,
+    /// Folder holding the agent's files; scripts live at `agent_dir.join(runner.path)`
+    /// (`EVE_AGENT_DIR`).
+    pub agent_dir: PathBuf,
+    /// Lookup for `${VAR}` references and the `env:` allowlist.
+    pub env: EnvLookup,
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("session_id", &self.session_id)
+            .field("call_id", &self.call_id)
+            .field("idempotency_key", &self.idempotency_key)
+            .field("workspace", &self.workspace)
+            .field("agent_dir", &self.agent_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolContext {
+    /// Looks a variable up: the `EVE_*` variables of this call first, then [`ToolContext::env`].
+    pub fn lookup(&self, name: &str) -> Option<String> {
+        match name {
+            "EVE_SESSION_ID" => Some(self.session_id.clone()),
+            "EVE_CALL_ID" => Some(self.call_id.clone()),
+            "EVE_IDEMPOTENCY_KEY" => Some(self.idempotency_key.clone()),
+            "EVE_WORKSPACE" => Some(self.workspace.to_string_lossy().into_owned()),
+            "EVE_AGENT_DIR" => Some(self.agent_dir.to_string_lossy().into_owned()),
+            _ => (self.env)(name),
+        }
+    }
+}
+
+/// The outcome of one tool call, as journaled and as shown to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// Whether the tool succeeded (exit 0, HTTP 2xx).
+    pub ok: bool,
+    /// JSON when the output parsed as JSON, else a string (trailing newlines trimmed; a note
+    /// `[output truncated at N bytes]` appended when capped).
+    pub output: serde_json::Value,
+    /// Whether the output was cut at the tool's cap.
+    pub truncated: bool,
+    /// Exit code of a process tool that exited normally.
+    pub exit_code: Option<i32>,
+    /// Wall-clock duration of the call.
+    pub duration_ms: u64,
+    /// Why the call failed, when `!ok`: exit code and stderr tail, HTTP status and body tail, timeout,
+    /// cancellation, spawn failure, invalid input.
+    pub error: Option<String>,
+}
+
+impl ToolResult {
+    /// A failed call that produced no output.
+    pub fn failure(error: impl Into<String>, duration: Duration) -> Self {
+        Self {
+            ok: false,
+            output: serde_json::Value::Null,
+            truncated: false,
+            exit_code: None,
+            duration_ms: millis(duration),
+            error: Some(error.into()),
+        }
+    }
+
+    /// A successful call with the given output.
+    pub fn success(output: serde_json::Value, duration: Duration) -> Self {
+        Self {
+            ok: true,
+            output,
+            truncated: false,
+            exit_code: None,
+            duration_ms: millis(duration),
+            error: None,
+        }
+    }
+}
+
+/// `argv` marking a tool definition from [`builtin_tools`]: [`run_tool`] hands such a tool to
+/// [`run_builtin`].
+pub const BUILTIN_ARGV: &str = "<builtin>";
+
+/// Runs one tool call. Does **not** validate `input` (see [`Validators`] and [`run_validated`]).
+///
+/// Built-in tools (as returned by [`builtin_tools`]) are dispatched to [`run_builtin`].
+pub async fn run_tool(
+    tool: &Tool,
+    input: &serde_json::Value,
+    ctx: &ToolContext,
+    cancel: CancellationToken,
+) -> ToolResult {
+    match &tool.runner {
+        Runner::Command { argv } if is_builtin(&tool.name) && argv.as_slice() == [BUILTIN_ARGV] => {
+            run_builtin(&tool.name, input, ctx, cancel).await
+        }
+        Runner::Script { .. } | Runner::Command { .. } => {
+            process::run_process_tool(tool, input, ctx, cancel).await
+        }
+        Runner::Http(request) => http::run_http_tool(tool, request, input, ctx, cancel).await,
+    }
+}
+
+/// Validates `input` against the tool's schema and runs it only when valid; an invalid input is a
+/// failed result whose error lists every violation with its path.
+pub async fn run_validated(
+    validators: &Validators,
+    tool: &Tool,
+    input: &serde_json::Value,
+    ctx: &ToolContext,
+    cancel: CancellationToken,
+) -> ToolResult {
+    let start = Instant::now();
+    match validators.validate(&tool.name, input) {
+        Ok(()) => run_tool(tool, input, ctx, cancel).await,
+        Err(errors) => ToolResult::failure(
+            format!(
+                "invalid input for `{}`:\n{}",
+                tool.name,
+                errors
+                    .iter()
+                    .map(|e| format!("- {e}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ),
+            start.elapsed(),
+        ),
+    }
+}
+
+/// Milliseconds of a duration, saturating.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The timeout of a tool, with 0 read as the default.
+fn effective_timeout(timeout_ms: u64) -> Duration {
+    if timeout_ms == 0 {
+        Duration::from_millis(eve_compile::DEFAULT_TIMEOUT_MS)
+    } else {
+        Duration::from_millis(timeout_ms)
+    }
+}
+
+/// The output cap of a tool in bytes, with 0 read as the default.
+fn effective_limit(output_limit: u64) -> usize {
+    let limit = if output_limit == 0 {
+        eve_compile::DEFAULT_OUTPUT_LIMIT
+    } else {
+        output_limit
+    };
+    usize::try_from(limit).unwrap_or(usize::MAX)
+}

@@ -1,0 +1,327 @@
+//! The built-in tools: `bash`, `read_file` and `write_file`.
+//!
+//! They give an agent a working directory without writing a single tool (`default_tools` in
+//! `agent.yaml`). The file tools are confined to the session workspace: absolute paths, `..` above
+//! it and symlinks leading out are refused. `bash` runs with the workspace as cwd through the same
+//! process machinery as script tools (process group, timeout, cancellation, output cap, allowlisted
+//! environment); it is a shell, so it is not a sandbox.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use eve_compile::{Approval, DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_MS, Effect, Runner, Tool};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use super::error::ToolError;
+use super::process::{
+    OutputMode, ProcessSpec, capture_text, run_process, tool_env, truncation_note,
+};
+use super::workspace::resolve_in_workspace;
+use super::{BUILTIN_ARGV, ToolContext, ToolResult, effective_limit};
+
+/// Name of the shell tool.
+pub const BASH: &str = "bash";
+/// Name of the file reading tool.
+pub const READ_FILE: &str = "read_file";
+/// Name of the file writing tool.
+pub const WRITE_FILE: &str = "write_file";
+
+/// Longest timeout a `bash` call may ask for: 10 minutes.
+const MAX_BASH_TIMEOUT_MS: u64 = 600_000;
+/// Lines `read_file` returns when no `limit` is given.
+const DEFAULT_READ_LINES: u64 = 2000;
+
+/// Whether `name` is a built-in tool.
+pub fn is_builtin(name: &str) -> bool {
+    matches!(name, BASH | READ_FILE | WRITE_FILE)
+}
+
+/// The definitions of the built-in tools, as the model sees them. Their runner is
+/// `Command { argv: ["<builtin>"] }`; [`super::run_tool`] recognises it.
+pub fn builtin_tools() -> Vec<Tool> {
+    vec![
+        builtin(
+            BASH,
+            "Run a bash command in the session workspace (the current directory) and return its \
+             output (stdout, then stderr). A non-zero exit status is an error. Processes it starts \
+             are killed when the command finishes or times out.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "description": "The command line, run with `bash -c`."},
+                    "timeout_ms": {
+                        "type": "integer", "minimum": 1, "maximum": MAX_BASH_TIMEOUT_MS,
+                        "description": format!("Time limit in milliseconds (default {DEFAULT_TIMEOUT_MS}).")
+                    }
+                },
+                "required": ["command"],
+                "additionalProperties": false
+            }),
+            Effect::Write,
+        ),
+        builtin(
+            READ_FILE,
+            "Read a text file from the session workspace. Paths are relative to the workspace. \
+             Returns up to `limit` lines starting at line `offset` (1-based); when more lines \
+             follow, the output ends with the offset to continue from.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "File path relative to the workspace."},
+                    "offset": {"type": "integer", "minimum": 1, "description": "First line to read, 1-based (default 1)."},
+                    "limit": {"type": "integer", "minimum": 1, "description": format!("Number of lines to read (default {DEFAULT_READ_LINES}).")}
+                },
+                "required": ["path"],
+                "additionalProperties": false
+            }),
+            Effect::Read,
+        ),
+        builtin(
+            WRITE_FILE,
+            "Write a text file in the session workspace, replacing it if it exists and creating \
+             parent folders as needed. Paths are relative to the workspace.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "File path relative to the workspace."},
+                    "content": {"type": "string", "description": "The complete new content of the file."}
+                },
+                "required": ["path", "content"],
+                "additionalProperties": false
+            }),
+            Effect::Idempotent,
+        ),
+    ]
+}
+
+/// One built-in tool definition.
+fn builtin(name: &str, description: &str, input_schema: Value, effect: Effect) -> Tool {
+    Tool {
+        name: name.to_owned(),
+        source: BUILTIN_ARGV.to_owned(),
+        description: description.to_owned(),
+        schema_hash: schema_hash(&input_schema),
+        input_schema,
+        approval: Approval::Never,
+        effect,
+        timeout_ms: DEFAULT_TIMEOUT_MS,
+        output_limit: DEFAULT_OUTPUT_LIMIT,
+        deferred: false,
+        env: Vec::new(),
+        dynamic: Vec::new(),
+        runner: Runner::Command {
+            argv: vec![BUILTIN_ARGV.to_owned()],
+        },
+    }
+}
+
+/// SHA-256 (hex) of a schema serialised with sorted keys.
+fn schema_hash(schema: &Value) -> String {
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                Value::Object(
+                    entries
+                        .into_iter()
+                        .map(|(k, v)| (k.clone(), sorted(v)))
+                        .collect(),
+                )
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    hex::encode(Sha256::digest(sorted(schema).to_string().as_bytes()))
+}
+
+#[derive(Deserialize)]
+struct BashInput {
+    command: String,
+    timeout_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct ReadInput {
+    path: String,
+    offset: Option<u64>,
+    limit: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct WriteInput {
+    path: String,
+    content: String,
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(input: &Value) -> Result<T, ToolError> {
+    T::deserialize(input).map_err(|e| ToolError::InvalidInput(e.to_string()))
+}
+
+/// Runs a built-in tool. An unknown name is a failed result.
+pub async fn run_builtin(
+    name: &str,
+    input: &Value,
+    ctx: &ToolContext,
+    cancel: CancellationToken,
+) -> ToolResult {
+    let start = Instant::now();
+    let result = match name {
+        BASH => match parse::<BashInput>(input) {
+            Ok(input) => return run_bash(input, ctx, cancel).await,
+            Err(e) => Err(e),
+        },
+        READ_FILE => match parse::<ReadInput>(input) {
+            Ok(input) => blocking(ctx, cancel, move |workspace| read_file(workspace, input)).await,
+            Err(e) => Err(e),
+        },
+        WRITE_FILE => match parse::<WriteInput>(input) {
+            Ok(input) => blocking(ctx, cancel, move |workspace| write_file(workspace, input)).await,
+            Err(e) => Err(e),
+        },
+        other => Err(ToolError::InvalidInput(format!(
+            "`{other}` is not a built-in tool"
+        ))),
+    };
+    match result {
+        Ok((output, truncated)) => ToolResult {
+            truncated,
+            ..ToolResult::success(output, start.elapsed())
+        },
+        Err(e) => ToolResult::failure(e.to_string(), start.elapsed()),
+    }
+}
+
+/// Runs file work off the async threads, unless the call is cancelled first.
+async fn blocking<F>(
+    ctx: &ToolContext,
+    cancel: CancellationToken,
+    work: F,
+) -> Result<(Value, bool), ToolError>
+where
+    F: FnOnce(&Path) -> Result<(Value, bool), ToolError> + Send + 'static,
+{
+    let workspace = ctx.workspace.clone();
+    let task = tokio::task::spawn_blocking(move || work(&workspace));
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(ToolError::Cancelled),
+        joined = task => joined.map_err(|e| ToolError::Internal(e.to_string()))?,
+    }
+}
+
+async fn run_bash(input: BashInput, ctx: &ToolContext, cancel: CancellationToken) -> ToolResult {
+    let timeout_ms = input
+        .timeout_ms
+        .unwrap_or(DEFAULT_TIMEOUT_MS)
+        .clamp(1, MAX_BASH_TIMEOUT_MS);
+    let spec = ProcessSpec {
+        argv: vec!["bash".to_owned(), "-c".to_owned(), input.command],
+        stdin: None,
+        env: tool_env(ctx, &[]),
+        cwd: ctx.workspace.clone(),
+        timeout: Duration::from_millis(timeout_ms),
+        output_limit: effective_limit(DEFAULT_OUTPUT_LIMIT),
+        mode: OutputMode::Shell,
+    };
+    run_process(spec, cancel).await
+}
+
+fn read_file(workspace: &Path, input: ReadInput) -> Result<(Value, bool), ToolError> {
+    let path = resolve_in_workspace(workspace, &input.path)?;
+    let io_err = |source| ToolError::Io {
+        action: "could not read",
+        path: input.path.clone(),
+        source,
+    };
+    let meta = std::fs::metadata(&path).map_err(io_err)?;
+    if meta.is_dir() {
+        return Err(ToolError::InvalidInput(format!(
+            "`{}` is a directory, not a file",
+            input.path
+        )));
+    }
+    let offset = input.offset.unwrap_or(1).max(1);
+    let limit = input.limit.unwrap_or(DEFAULT_READ_LINES).max(1);
+    let cap = effective_limit(DEFAULT_OUTPUT_LIMIT);
+    let mut reader = BufReader::new(std::fs::File::open(&path).map_err(io_err)?);
+    let mut line_no: u64 = 0;
+    let mut taken: u64 = 0;
+    let mut out = Vec::new();
+    let mut line = Vec::new();
+    let mut truncated = false;
+    loop {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line).map_err(io_err)?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        if line_no < offset {
+            continue;
+        }
+        if taken == limit {
+            break;
+        }
+        let room = cap.saturating_sub(out.len());
+        if line.len() > room {
+            out.extend_from_slice(line.get(..room).unwrap_or_default());
+            truncated = true;
+            break;
+        }
+        out.extend_from_slice(&line);
+        taken += 1;
+    }
+    let more =
+        !truncated && taken == limit && line_no > offset.saturating_add(limit).saturating_sub(1);
+    let mut text = capture_text(&out, truncated);
+    if truncated {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&truncation_note(cap));
+    } else if more {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "[more lines follow: continue with offset={}]",
+            offset.saturating_add(limit)
+        ));
+    } else if taken == 0 && offset > 1 {
+        text = format!("[the file has {line_no} lines; offset {offset} is past its end]");
+    }
+    Ok((Value::String(text), truncated))
+}
+
+fn write_file(workspace: &Path, input: WriteInput) -> Result<(Value, bool), ToolError> {
+    let path = resolve_in_workspace(workspace, &input.path)?;
+    let io_err = |source| ToolError::Io {
+        action: "could not write",
+        path: input.path.clone(),
+        source,
+    };
+    if path.is_dir() {
+        return Err(ToolError::InvalidInput(format!(
+            "`{}` is a directory, not a file",
+            input.path
+        )));
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(io_err)?;
+    }
+    std::fs::write(&path, input.content.as_bytes()).map_err(io_err)?;
+    Ok((
+        Value::String(format!(
+            "wrote {} bytes to {}",
+            input.content.len(),
+            input.path
+        )),
+        false,
+    ))
+}
