@@ -1,5 +1,20 @@
-//! Compile a discovered agent folder into a checked [`Manifest`].
+//! Compile a discovered agent folder into a checked [`Manifest`], and write build artifacts.
+//!
+//! `eve build` = [`eve_discover::discover`] + [`compile::compile`] + [`build::write`]. This crate is
+//! pure Rust over files (no async, no network) so builds take milliseconds.
 
+pub mod build;
+pub mod compile;
+mod fields;
+pub mod frontmatter;
 pub mod manifest;
+pub mod project;
+pub mod render;
+pub mod schema;
+pub mod yaml;
 
+pub use compile::{Options, Output, compile};
+pub use fields::parse_duration_ms;
 pub use manifest::*;
+
+pub use project::Project;

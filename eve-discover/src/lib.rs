@@ -107,14 +107,19 @@ impl AgentDir {
         usize::from(self.config.is_some())
             + usize::from(self.instructions.is_some())
             + self.tools.len()
-            + self.skills.iter().map(|s| 1 + s.assets.len()).sum::<usize>()
+            + self
+                .skills
+                .iter()
+                .map(|s| 1 + s.assets.len())
+                .sum::<usize>()
             + self.schedules.len()
             + self.hooks.len()
             + self.connections.len()
             + self.channels.len()
-            + self.sandbox.as_ref().map_or(0, |s| {
-                usize::from(s.config.is_some()) + s.workspace.len()
-            })
+            + self
+                .sandbox
+                .as_ref()
+                .map_or(0, |s| usize::from(s.config.is_some()) + s.workspace.len())
             + self
                 .subagents
                 .iter()
@@ -182,8 +187,12 @@ impl Walker<'_> {
             Ok(e) => e,
             Err(e) => {
                 self.push(
-                    Diagnostic::new(Code::Unreadable, dir_label(dir), format!("cannot read folder: {e}"))
-                        .help("check the folder's permissions"),
+                    Diagnostic::new(
+                        Code::Unreadable,
+                        dir_label(dir),
+                        format!("cannot read folder: {e}"),
+                    )
+                    .help("check the folder's permissions"),
                 );
                 return Vec::new();
             }
@@ -196,8 +205,9 @@ impl Walker<'_> {
             let path = join(dir, &e.name);
             if !e.name_is_utf8 {
                 self.push(
-                    Diagnostic::new(Code::NotUtf8, path, "file name is not valid UTF-8")
-                        .help("rename it using UTF-8 characters, or prefix it with `_` to ignore it"),
+                    Diagnostic::new(Code::NotUtf8, path, "file name is not valid UTF-8").help(
+                        "rename it using UTF-8 characters, or prefix it with `_` to ignore it",
+                    ),
                 );
                 continue;
             }
@@ -550,13 +560,22 @@ mod tests {
         assert!(d.diagnostics.is_empty(), "{:?}", d.diagnostics);
         let a = &d.agent;
         let tools: Vec<_> = a.tools.iter().map(|t| (t.name.as_str(), t.yaml)).collect();
-        assert_eq!(tools, [("gh-issues", false), ("search", true), ("weather", false)]);
+        assert_eq!(
+            tools,
+            [("gh-issues", false), ("search", true), ("weather", false)]
+        );
         assert_eq!(a.skills[1].name, "pkg");
         assert_eq!(a.skills[1].assets, ["skills/pkg/ref/data.csv"]);
-        assert_eq!(a.subagents[0].agent.tools[0].file.path, "subagents/helper/tools/t.yaml");
+        assert_eq!(
+            a.subagents[0].agent.tools[0].file.path,
+            "subagents/helper/tools/t.yaml"
+        );
         assert_eq!(a.schedules[0].name, "daily");
         assert_eq!(a.hooks[0].name, "audit");
-        assert_eq!(a.sandbox.as_ref().map(|s| s.workspace.clone()), Some(vec!["sandbox/workspace/notes/a.txt".to_owned()]));
+        assert_eq!(
+            a.sandbox.as_ref().map(|s| s.workspace.clone()),
+            Some(vec!["sandbox/workspace/notes/a.txt".to_owned()])
+        );
     }
 
     #[test]
@@ -569,11 +588,21 @@ mod tests {
             .file("tools/bin.py", vec![0xff, 0xfe])
             .escaping_link("tools/link.py");
         let d = discover(&src);
-        let codes: Vec<_> = d.diagnostics.iter().map(|d| (d.code.as_str(), d.file.clone().unwrap_or_default())).collect();
+        let codes: Vec<_> = d
+            .diagnostics
+            .iter()
+            .map(|d| (d.code.as_str(), d.file.clone().unwrap_or_default()))
+            .collect();
         assert!(codes.contains(&("W001", "notes.txt".into())), "{codes:?}");
         assert!(codes.contains(&("W001", "widgets".into())), "{codes:?}");
         assert!(codes.contains(&("E012", "skills/pkg".into())), "{codes:?}");
-        assert!(codes.contains(&("E003", "tools/bin.py".into())), "{codes:?}");
-        assert!(codes.contains(&("E004", "tools/link.py".into())), "{codes:?}");
+        assert!(
+            codes.contains(&("E003", "tools/bin.py".into())),
+            "{codes:?}"
+        );
+        assert!(
+            codes.contains(&("E004", "tools/link.py".into())),
+            "{codes:?}"
+        );
     }
 }

@@ -1,0 +1,148 @@
+//! Command-line interface definition: every `eve` subcommand and flag, and nothing else.
+//!
+//! Behaviour lives in `commands/` (one file per command) and in the library crates.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// eve: durable AI agents from a folder.
+///
+/// An agent is a folder: `agent/instructions.md` is the prompt; `tools/`, `skills/`, `subagents/`,
+/// `schedules/`, `hooks/`, `connections/`, `channels/` and `sandbox/` hold the rest.
+#[derive(Debug, Parser)]
+#[command(name = "eve", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the project and its agent folder are.
+#[derive(Debug, Clone, Args)]
+pub struct ProjectArgs {
+    /// Project folder (holds `agent/` and `.eve/`). Defaults to the current folder.
+    #[arg(
+        long,
+        short = 'C',
+        global = true,
+        value_name = "DIR",
+        env = "EVE_PROJECT"
+    )]
+    pub project: Option<PathBuf>,
+    /// Agent folder, if not `<project>/agent`.
+    #[arg(long, global = true, value_name = "DIR", env = "EVE_AGENT_DIR")]
+    pub agent: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Scaffold a new agent project from a template.
+    Init(InitArgs),
+    /// Show what is in the agent folder: tools, skills, subagents, schedules, connections, channels.
+    Info(InfoArgs),
+    /// Discover and compile the agent into `.eve/builds/<hash>/` and point `.eve/current` at it.
+    Build(BuildArgs),
+    /// Run one prompt against the agent and stream the reply.
+    Run(RunArgs),
+    /// List, inspect and answer sessions in the local store.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Folder to create (default: the current folder).
+    pub dir: Option<PathBuf>,
+    /// Template to scaffold from.
+    #[arg(long, short, default_value = "default")]
+    pub template: String,
+    /// List the available templates and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Write into a folder that is not empty (existing files are kept unless they clash).
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Print JSON (the manifest and diagnostics) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Print the diagnostics and build summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// The prompt. Omit it with `--session` to resume that session's unfinished turn.
+    pub prompt: Option<String>,
+    /// Continue this session instead of starting a new one.
+    #[arg(long, short)]
+    pub session: Option<String>,
+    /// Approve every tool call that asks for approval.
+    #[arg(long, short)]
+    pub yes: bool,
+    /// Print events as JSON lines instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// List sessions, newest first.
+    List(SessionsListArgs),
+    /// Show one session: its messages, tool calls and pending approvals.
+    Show(SessionsShowArgs),
+    /// Approve a pending tool call.
+    Approve(SessionsAnswerArgs),
+    /// Deny a pending tool call.
+    Deny(SessionsAnswerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SessionsListArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Only sessions started by this schedule.
+    #[arg(long)]
+    pub schedule: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SessionsShowArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Session id.
+    pub id: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SessionsAnswerArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Session id.
+    pub session: String,
+    /// Input request id (default: the session's only pending request).
+    pub request: Option<String>,
+    /// Reason, passed to the model.
+    #[arg(long, short)]
+    pub reason: Option<String>,
+}

@@ -1,0 +1,261 @@
+//! `eve info`: what the agent folder holds, as text or JSON. Exits 1 when there are errors.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use eve_compile::render::{Style, render_all};
+use eve_compile::{Agent, Runner, Transport, build};
+use serde_json::json;
+
+use crate::cli::InfoArgs;
+use crate::project::{locate, source_reader};
+use crate::render::{paint, stderr_color, stdout_color};
+
+pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
+    let project = locate(&args.project)?;
+    let out = build::check(&project)?;
+    let errors = out.error_count();
+    let code = if errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    };
+    if args.json {
+        let report = json!({
+            "ok": errors == 0,
+            "project": project.root,
+            "agent_dir": project.agent_dir,
+            "current_build": build::current_hash(&project.state_dir),
+            "manifest": out.manifest,
+            "diagnostics": out.diagnostics,
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(code);
+    }
+    let color = stdout_color();
+    let mut text = String::new();
+    describe(&mut text, &out.manifest.agent, 0, color);
+    print!("{text}");
+    if !out.diagnostics.is_empty() {
+        eprintln!();
+        eprintln!(
+            "{}",
+            render_all(
+                &out.diagnostics,
+                &source_reader(&project),
+                Style {
+                    color: stderr_color()
+                }
+            )
+        );
+    }
+    Ok(code)
+}
+
+fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
+    let ind = "  ".repeat(depth);
+    let h = |s: &str| paint(color, "1", s);
+    let dim = |s: &str| paint(color, "2", s);
+    let _ = writeln!(out, "{ind}{} {}", h("agent"), agent.name);
+    if let Some(d) = &agent.description {
+        let _ = writeln!(out, "{ind}  {}", dim(d));
+    }
+    let model = agent
+        .config
+        .model
+        .as_deref()
+        .unwrap_or("mock/echo (default)");
+    let _ = writeln!(out, "{ind}  model: {model}");
+    let first_line = agent.instructions.lines().next().unwrap_or("");
+    let _ = writeln!(
+        out,
+        "{ind}  instructions: {}",
+        dim(&truncate(first_line, 70))
+    );
+    if !agent.tools.is_empty() {
+        let _ = writeln!(out, "{ind}  {} ({})", h("tools"), agent.tools.len());
+        for t in &agent.tools {
+            let kind = match &t.runner {
+                Runner::Script { .. } => "script",
+                Runner::Command { .. } => "command",
+                Runner::Http(_) => "http",
+            };
+            let mut flags = vec![
+                kind.to_owned(),
+                format!("effect {:?}", t.effect).to_lowercase(),
+            ];
+            if t.approval != eve_compile::Approval::Never {
+                flags.push(format!("approval {:?}", t.approval).to_lowercase());
+            }
+            if t.deferred {
+                flags.push("deferred".to_owned());
+            }
+            if !t.dynamic.is_empty() {
+                flags.push("dynamic".to_owned());
+            }
+            let _ = writeln!(
+                out,
+                "{ind}    {}  {}",
+                paint(color, "36", &t.name),
+                dim(&format!("[{}]", flags.join(", ")))
+            );
+            if !t.description.is_empty() {
+                let _ = writeln!(out, "{ind}      {}", truncate(&t.description, 80));
+            }
+            let _ = writeln!(out, "{ind}      input: {}", schema_summary(&t.input_schema));
+        }
+    }
+    if !agent.skills.is_empty() {
+        let _ = writeln!(out, "{ind}  {} ({})", h("skills"), agent.skills.len());
+        for s in &agent.skills {
+            let extra = if s.files.is_empty() {
+                String::new()
+            } else {
+                format!(" (+{} files)", s.files.len())
+            };
+            let _ = writeln!(
+                out,
+                "{ind}    {}{}  {}",
+                paint(color, "36", &s.name),
+                extra,
+                dim(&truncate(&s.description, 70))
+            );
+        }
+    }
+    if !agent.schedules.is_empty() {
+        let now = chrono::Utc::now();
+        let _ = writeln!(out, "{ind}  {} ({})", h("schedules"), agent.schedules.len());
+        for s in &agent.schedules {
+            let next = eve_compile::compile::next_fire(s, now)
+                .map(|t| {
+                    format!(
+                        "next {} ({} UTC)",
+                        in_words(t - now),
+                        t.format("%Y-%m-%d %H:%M")
+                    )
+                })
+                .unwrap_or_else(|| "never fires".to_owned());
+            let _ = writeln!(
+                out,
+                "{ind}    {}  \"{}\" {}  {}",
+                paint(color, "36", &s.name),
+                s.cron,
+                s.timezone,
+                dim(&next)
+            );
+        }
+    }
+    if !agent.hooks.is_empty() {
+        let _ = writeln!(out, "{ind}  {} ({})", h("hooks"), agent.hooks.len());
+        for hk in &agent.hooks {
+            let _ = writeln!(
+                out,
+                "{ind}    {}  on {}",
+                paint(color, "36", &hk.name),
+                hk.events.join(", ")
+            );
+        }
+    }
+    if !agent.connections.is_empty() {
+        let _ = writeln!(
+            out,
+            "{ind}  {} ({})",
+            h("connections"),
+            agent.connections.len()
+        );
+        for c in &agent.connections {
+            let how = match &c.transport {
+                Transport::Stdio { command, args, .. } => {
+                    format!("stdio: {command} {}", args.join(" "))
+                }
+                Transport::Http { url, .. } => format!("http: {url}"),
+            };
+            let _ = writeln!(
+                out,
+                "{ind}    {}  {}  tools as {}__*",
+                paint(color, "36", &c.name),
+                dim(how.trim()),
+                c.name
+            );
+        }
+    }
+    if !agent.channels.is_empty() {
+        let _ = writeln!(out, "{ind}  {} ({})", h("channels"), agent.channels.len());
+        for c in &agent.channels {
+            let _ = writeln!(
+                out,
+                "{ind}    {}  {}",
+                paint(color, "36", &c.name),
+                format!("{:?}", c.kind).to_lowercase()
+            );
+        }
+    }
+    if !agent.subagents.is_empty() {
+        let _ = writeln!(out, "{ind}  {} ({})", h("subagents"), agent.subagents.len());
+        for s in &agent.subagents {
+            describe(out, s, depth + 2, color);
+        }
+    }
+}
+
+fn schema_summary(schema: &serde_json::Value) -> String {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(|r| r.as_array())
+        .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let Some(props) = schema.get("properties").and_then(|p| p.as_object()) else {
+        return "{}".to_owned();
+    };
+    if props.is_empty() {
+        return "{}".to_owned();
+    }
+    let fields: Vec<String> = props
+        .iter()
+        .map(|(k, v)| {
+            let ty = v.get("type").map_or_else(
+                || "any".to_owned(),
+                |t| t.as_str().map_or_else(|| t.to_string(), str::to_owned),
+            );
+            let opt = if required.contains(&k.as_str()) {
+                ""
+            } else {
+                "?"
+            };
+            format!("{k}{opt}: {ty}")
+        })
+        .collect();
+    format!("{{ {} }}", fields.join(", "))
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() > n {
+        format!("{}…", s.chars().take(n).collect::<String>())
+    } else {
+        s.to_owned()
+    }
+}
+
+/// `in 3 h 20 min`, `in 45 s`, `in 2 days`.
+fn in_words(d: chrono::TimeDelta) -> String {
+    let s = d.num_seconds().max(0);
+    if s < 60 {
+        format!("in {s} s")
+    } else if s < 3600 {
+        format!("in {} min", s / 60)
+    } else if s < 86_400 {
+        let m = (s % 3600) / 60;
+        if m == 0 {
+            format!("in {} h", s / 3600)
+        } else {
+            format!("in {} h {m} min", s / 3600)
+        }
+    } else {
+        let days = s / 86_400;
+        if days == 1 {
+            "in 1 day".to_owned()
+        } else {
+            format!("in {days} days")
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! One module per command. Each returns the process exit code.
+
+mod build;
+mod info;
+mod init;
+mod run;
+mod sessions;
+
+use std::process::ExitCode;
+
+use crate::cli::{Command, SessionsCommand};
+
+/// Runs a parsed command.
+pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Init(args) => init::run(args),
+        Command::Info(args) => info::run(args),
+        Command::Build(args) => build::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Sessions(cmd) => match cmd {
+            SessionsCommand::List(args) => sessions::list(args),
+            SessionsCommand::Show(args) => sessions::show(args),
+            SessionsCommand::Approve(args) => sessions::answer(args, true),
+            SessionsCommand::Deny(args) => sessions::answer(args, false),
+        },
+    }
+}

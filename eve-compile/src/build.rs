@@ -1,0 +1,318 @@
+//! Build artifacts: `.eve/builds/<hash>/{manifest.json, diagnostics.json, files/…}` and `.eve/current`.
+//!
+//! A build is immutable and content-addressed: the hash covers the manifest and every file the
+//! runtime needs, so the same agent folder always gives the same hash and a session pinned to a
+//! build can always find it again. `.eve/current` is a symlink swapped atomically (rename), so a
+//! reader sees the old build or the new one, never half of either.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use eve_discover::{Diagnostic, FsSource};
+
+use crate::compile::{Options, Output, compile};
+use crate::manifest::Manifest;
+use crate::project::Project;
+
+/// Why a build could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The agent folder cannot be opened.
+    #[error("cannot open the agent folder {path}: {source}")]
+    AgentDir {
+        /// Folder.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// Writing or reading `.eve/` failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// A manifest on disk does not parse.
+    #[error("the build at {path} is unreadable: {source}")]
+    BadManifest {
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        source: serde_json::Error,
+    },
+    /// There is no current build.
+    #[error("no build yet in {0}: run `eve build` first")]
+    NoBuild(PathBuf),
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BuildError + 'a {
+    move |source| BuildError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What `eve build` did.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// Compiler output: manifest, diagnostics, file list.
+    pub output: Output,
+    /// Content hash, when the build succeeded and was written.
+    pub hash: Option<String>,
+    /// Build folder, when written.
+    pub dir: Option<PathBuf>,
+    /// Whether the build folder already existed (nothing changed since a previous build).
+    pub reused: bool,
+    /// Time spent.
+    pub elapsed: Duration,
+}
+
+/// Discovers and compiles the project's agent folder.
+pub fn check(project: &Project) -> Result<Output, BuildError> {
+    let source = FsSource::new(&project.agent_dir).map_err(|source| BuildError::AgentDir {
+        path: project.agent_dir.clone(),
+        source,
+    })?;
+    let discovery = eve_discover::discover(&source);
+    Ok(compile(
+        &discovery,
+        &Options {
+            name: project.name(),
+            file_prefix: project.display_prefix(),
+        },
+    ))
+}
+
+/// `eve build`: check, then write the artifact and point `.eve/current` at it when there are no errors.
+pub fn build(project: &Project) -> Result<Built, BuildError> {
+    let start = Instant::now();
+    let output = check(project)?;
+    if output.error_count() > 0 {
+        return Ok(Built {
+            output,
+            hash: None,
+            dir: None,
+            reused: false,
+            elapsed: start.elapsed(),
+        });
+    }
+    let (hash, dir, reused) = write(project, &output)?;
+    Ok(Built {
+        output,
+        hash: Some(hash),
+        dir: Some(dir),
+        reused,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// The content hash of a compiled build: manifest bytes plus each runtime file's path and bytes.
+pub fn content_hash(
+    manifest_json: &[u8],
+    agent_dir: &Path,
+    files: &[String],
+) -> Result<String, BuildError> {
+    let mut h = Sha256::new();
+    h.update(b"eve-build-v1\0");
+    h.update((manifest_json.len() as u64).to_le_bytes());
+    h.update(manifest_json);
+    for f in files {
+        let path = agent_dir.join(f);
+        let bytes = std::fs::read(&path).map_err(io("cannot read", &path))?;
+        h.update((f.len() as u64).to_le_bytes());
+        h.update(f.as_bytes());
+        h.update([u8::from(is_executable(&path))]);
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(&bytes);
+    }
+    let digest = hex::encode(h.finalize());
+    Ok(digest[..16].to_owned())
+}
+
+/// Writes a successful build and points `.eve/current` at it. Returns (hash, folder, reused).
+pub fn write(project: &Project, output: &Output) -> Result<(String, PathBuf, bool), BuildError> {
+    let manifest_json = to_json(&output.manifest);
+    let hash = content_hash(manifest_json.as_bytes(), &project.agent_dir, &output.files)?;
+    let builds = project.builds_dir();
+    std::fs::create_dir_all(&builds).map_err(io("cannot create", &builds))?;
+    let dir = builds.join(&hash);
+    let reused = dir.join("manifest.json").is_file();
+    if !reused {
+        let tmp = builds.join(format!(".tmp-{hash}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(tmp.join("files")).map_err(io("cannot create", &tmp))?;
+        for f in &output.files {
+            let from = project.agent_dir.join(f);
+            let to = tmp.join("files").join(f);
+            if let Some(parent) = to.parent() {
+                std::fs::create_dir_all(parent).map_err(io("cannot create", parent))?;
+            }
+            std::fs::copy(&from, &to).map_err(io("cannot copy", &from))?;
+        }
+        write_file(&tmp.join("manifest.json"), manifest_json.as_bytes())?;
+        write_file(
+            &tmp.join("diagnostics.json"),
+            diagnostics_json(&output.diagnostics).as_bytes(),
+        )?;
+        match std::fs::rename(&tmp, &dir) {
+            Ok(()) => {}
+            // Another process wrote the same build first: identical content, keep theirs.
+            Err(_) if dir.join("manifest.json").is_file() => {
+                let _ = std::fs::remove_dir_all(&tmp);
+            }
+            Err(e) => return Err(io("cannot move build into", &dir)(e)),
+        }
+    }
+    point_current(project, &hash)?;
+    Ok((hash, dir, reused))
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
+    let mut f = std::fs::File::create(path).map_err(io("cannot create", path))?;
+    f.write_all(bytes).map_err(io("cannot write", path))?;
+    f.sync_all().map_err(io("cannot sync", path))
+}
+
+/// Atomically points `.eve/current` at `builds/<hash>`.
+pub fn point_current(project: &Project, hash: &str) -> Result<(), BuildError> {
+    let current = project.state_dir.join("current");
+    let tmp = project
+        .state_dir
+        .join(format!(".current-{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    symlink(Path::new("builds").join(hash), &tmp).map_err(io("cannot create link", &tmp))?;
+    std::fs::rename(&tmp, &current).map_err(io("cannot update", &current))
+}
+
+#[cfg(unix)]
+fn symlink(target: PathBuf, link: &Path) -> std::io::Result<()> {
+    std::os::unix::fs::symlink(target, link)
+}
+
+#[cfg(not(unix))]
+fn symlink(target: PathBuf, link: &Path) -> std::io::Result<()> {
+    std::fs::write(link, target.to_string_lossy().as_bytes())
+}
+
+#[cfg(unix)]
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(not(unix))]
+fn is_executable(_: &Path) -> bool {
+    false
+}
+
+/// The manifest as written to `manifest.json`.
+pub fn to_json(manifest: &Manifest) -> String {
+    let mut s = serde_json::to_string_pretty(manifest).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// Diagnostics as written to `diagnostics.json` and printed by `--json`.
+pub fn diagnostics_json(diags: &[Diagnostic]) -> String {
+    let mut s = serde_json::to_string_pretty(diags).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// A build loaded from disk.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// Content hash.
+    pub hash: String,
+    /// Build folder.
+    pub dir: PathBuf,
+    /// The manifest.
+    pub manifest: Manifest,
+}
+
+impl Loaded {
+    /// Folder holding the agent's runtime files (`files/`), the base for tool script paths.
+    pub fn files_dir(&self) -> PathBuf {
+        self.dir.join("files")
+    }
+}
+
+/// Loads the build with `hash`.
+pub fn load(state_dir: &Path, hash: &str) -> Result<Loaded, BuildError> {
+    let dir = state_dir.join("builds").join(hash);
+    let path = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&path).map_err(io("cannot read", &path))?;
+    let manifest =
+        serde_json::from_str(&text).map_err(|source| BuildError::BadManifest { path, source })?;
+    Ok(Loaded {
+        hash: hash.to_owned(),
+        dir,
+        manifest,
+    })
+}
+
+/// The hash `.eve/current` points at, if any.
+pub fn current_hash(state_dir: &Path) -> Option<String> {
+    let link = state_dir.join("current");
+    let target = std::fs::read_link(&link)
+        .ok()
+        .or_else(|| std::fs::read_to_string(&link).ok().map(PathBuf::from))?;
+    target.file_name()?.to_str().map(str::to_owned)
+}
+
+/// Loads the build `.eve/current` points at.
+pub fn load_current(state_dir: &Path) -> Result<Loaded, BuildError> {
+    let hash =
+        current_hash(state_dir).ok_or_else(|| BuildError::NoBuild(state_dir.to_path_buf()))?;
+    load(state_dir, &hash)
+}
+
+/// Counts of what a manifest holds, for summaries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counts {
+    /// Tools (all agents).
+    pub tools: usize,
+    /// Skills.
+    pub skills: usize,
+    /// Subagents (all levels).
+    pub subagents: usize,
+    /// Schedules.
+    pub schedules: usize,
+    /// Hooks.
+    pub hooks: usize,
+    /// Connections.
+    pub connections: usize,
+    /// Channels.
+    pub channels: usize,
+}
+
+/// Counts everything in an agent tree.
+pub fn counts(agent: &crate::manifest::Agent) -> Counts {
+    let mut c = Counts {
+        tools: agent.tools.len(),
+        skills: agent.skills.len(),
+        subagents: agent.subagents.len(),
+        schedules: agent.schedules.len(),
+        hooks: agent.hooks.len(),
+        connections: agent.connections.len(),
+        channels: agent.channels.len(),
+    };
+    for s in &agent.subagents {
+        let sc = counts(s);
+        c.tools += sc.tools;
+        c.skills += sc.skills;
+        c.subagents += sc.subagents;
+        c.schedules += sc.schedules;
+        c.hooks += sc.hooks;
+        c.connections += sc.connections;
+        c.channels += sc.channels;
+    }
+    c
+}

@@ -1,1 +1,0 @@
-//! Tool execution tests with real processes.
