@@ -299,7 +299,7 @@ impl Compiler {
     fn agent(&mut self, dir: &AgentDir, name: &str, root: bool) -> Agent {
         let (config, description) = self.config(dir, root);
         let instructions = self.instructions(dir);
-        let tools = self.tools(dir, &config);
+        let tools = self.tools(dir);
         let skills = self.skills(&dir.skills);
         let mut subagents = Vec::new();
         for sub in &dir.subagents {
@@ -323,7 +323,7 @@ impl Compiler {
             .filter_map(|c| self.channel(c))
             .collect();
         let sandbox = self.sandbox(dir);
-        self.collisions(dir, &tools, &subagents, &connections);
+        self.collisions(dir, &subagents, &connections);
         Agent {
             name: name.to_owned(),
             path: dir.path.clone(),
@@ -535,8 +535,7 @@ impl Compiler {
         })
     }
 
-    fn tools(&mut self, dir: &AgentDir, config: &AgentConfig) -> Vec<Tool> {
-        let _ = config;
+    fn tools(&mut self, dir: &AgentDir) -> Vec<Tool> {
         let mut tools: Vec<Tool> = dir.tools.iter().filter_map(|t| self.tool(t)).collect();
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools
@@ -1266,13 +1265,7 @@ impl Compiler {
     }
 
     /// Tool names must be unique across tools, subagents, built-ins and connection prefixes.
-    fn collisions(
-        &mut self,
-        dir: &AgentDir,
-        tools: &[Tool],
-        subagents: &[Agent],
-        connections: &[Connection],
-    ) {
+    fn collisions(&mut self, dir: &AgentDir, subagents: &[Agent], connections: &[Connection]) {
         let mut owners: BTreeMap<String, String> = BTreeMap::new();
         let mut claim = |this: &mut Self, name: &str, owner: String| {
             if let Some(prev) = owners.get(name) {
@@ -1295,12 +1288,12 @@ impl Compiler {
         for s in subagents {
             claim(self, &s.name, format!("{}/", s.path));
         }
-        for t in tools.iter().chain(std::iter::empty()) {
+        for t in &dir.tools {
             if RESERVED_TOOL_NAMES.contains(&t.name.as_str()) || t.name.starts_with("eve__") {
                 self.push(
                     Diagnostic::new(
                         Code::ReservedName,
-                        t.source.clone(),
+                        t.file.path.clone(),
                         format!("`{}` is reserved by eve", t.name),
                     )
                     .help(format!(

@@ -1,0 +1,4 @@
+//! Integration tests of eve-compile: one binary, one module per area.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod schema;
