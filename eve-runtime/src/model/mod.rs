@@ -4,8 +4,24 @@
 //! prompt, history, tool specs) and receives streamed [`ModelEvent`]s plus the assembled
 //! [`ModelResponse`]. Clients are hand-written on reqwest so retries, timeouts and stream parsing are
 //! ours to test.
+//!
+//! [`ModelSettings`] says which provider and model to use; [`client`] turns it into a client.
+//! Protocols: [`openai`] (OpenAI and every compatible server), [`anthropic`], and [`mock`], the
+//! deterministic offline provider.
+
+pub mod anthropic;
+pub mod env;
+pub mod mock;
+pub mod openai;
+pub mod sse;
+mod transport;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+pub use transport::parse_retry_after;
 
 /// A tool as the model sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -216,4 +232,302 @@ pub trait ModelClient: Send + Sync {
 
     /// The model's context window in tokens, if the provider says.
     async fn context_window(&self, model: &str) -> Option<u64>;
+}
+
+/// A model provider as named in `provider/model` strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    /// OpenAI's API.
+    OpenAi,
+    /// Any OpenAI-compatible server; needs a base URL.
+    OpenAiCompatible,
+    /// Anthropic's Messages API.
+    Anthropic,
+    /// DeepSeek (OpenAI protocol).
+    DeepSeek,
+    /// Ollama (OpenAI protocol, local).
+    Ollama,
+    /// vLLM (OpenAI protocol, local).
+    Vllm,
+    /// llama.cpp's `llama-server` (OpenAI protocol, local).
+    LlamaCpp,
+    /// The deterministic offline mock.
+    Mock,
+}
+
+/// The wire protocol a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// OpenAI Chat Completions.
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+    /// No network: [`mock::MockClient`].
+    Mock,
+}
+
+impl Provider {
+    /// Every provider, in the order error messages list them.
+    pub const ALL: [Provider; 8] = [
+        Provider::OpenAi,
+        Provider::OpenAiCompatible,
+        Provider::Anthropic,
+        Provider::Mock,
+        Provider::DeepSeek,
+        Provider::Ollama,
+        Provider::Vllm,
+        Provider::LlamaCpp,
+    ];
+
+    /// Parses a provider name (case-insensitive; a few spellings accepted).
+    pub fn parse(name: &str) -> Option<Provider> {
+        Some(match name.trim().to_ascii_lowercase().as_str() {
+            "openai" => Provider::OpenAi,
+            "openai-compatible" | "openai_compatible" | "openai-compat" => {
+                Provider::OpenAiCompatible
+            }
+            "anthropic" => Provider::Anthropic,
+            "deepseek" => Provider::DeepSeek,
+            "ollama" => Provider::Ollama,
+            "vllm" => Provider::Vllm,
+            "llamacpp" | "llama.cpp" | "llama-cpp" | "llama_cpp" => Provider::LlamaCpp,
+            "mock" => Provider::Mock,
+            _ => return None,
+        })
+    }
+
+    /// The canonical name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::OpenAi => "openai",
+            Provider::OpenAiCompatible => "openai-compatible",
+            Provider::Anthropic => "anthropic",
+            Provider::DeepSeek => "deepseek",
+            Provider::Ollama => "ollama",
+            Provider::Vllm => "vllm",
+            Provider::LlamaCpp => "llamacpp",
+            Provider::Mock => "mock",
+        }
+    }
+
+    /// The protocol it speaks.
+    pub fn protocol(self) -> Protocol {
+        match self {
+            Provider::Anthropic => Protocol::Anthropic,
+            Provider::Mock => Protocol::Mock,
+            _ => Protocol::OpenAi,
+        }
+    }
+
+    /// The base URL used when none is configured.
+    pub fn default_base_url(self) -> Option<&'static str> {
+        match self {
+            Provider::OpenAi => Some("https://api.openai.com/v1"),
+            Provider::Anthropic => Some("https://api.anthropic.com"),
+            Provider::DeepSeek => Some("https://api.deepseek.com"),
+            Provider::Ollama => Some("http://localhost:11434/v1"),
+            Provider::Vllm => Some("http://localhost:8000/v1"),
+            Provider::LlamaCpp => Some("http://localhost:8080/v1"),
+            Provider::OpenAiCompatible | Provider::Mock => None,
+        }
+    }
+
+    /// The provider's usual API-key variable, if it has one.
+    pub fn api_key_env(self) -> Option<&'static str> {
+        match self {
+            Provider::OpenAi => Some(env::OPENAI_API_KEY),
+            Provider::Anthropic => Some(env::ANTHROPIC_API_KEY),
+            Provider::DeepSeek => Some(env::DEEPSEEK_API_KEY),
+            _ => None,
+        }
+    }
+
+    /// Whether its hosted API refuses calls without a key (local servers do not need one).
+    pub fn requires_api_key(self) -> bool {
+        matches!(
+            self,
+            Provider::OpenAi | Provider::Anthropic | Provider::DeepSeek
+        )
+    }
+
+    fn known_list() -> String {
+        Provider::ALL
+            .iter()
+            .map(|p| format!("`{}`", p.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl std::fmt::Display for Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Everything needed to build a model client, resolved once before a command runs.
+#[derive(Clone, PartialEq)]
+pub struct ModelSettings {
+    /// Which provider.
+    pub provider: Provider,
+    /// Model name as the provider knows it (without the `provider/` prefix).
+    pub model: String,
+    /// API base URL override (else the provider's default).
+    pub base_url: Option<String>,
+    /// API key, if any.
+    pub api_key: Option<String>,
+    /// Connect and first-byte timeout of one attempt.
+    pub timeout: Duration,
+    /// Longest silence allowed between two chunks of a streamed body.
+    pub idle_timeout: Duration,
+    /// Retries after the first attempt (for 408/409/429/5xx/529 and connection failures).
+    pub max_retries: u32,
+    /// First backoff delay; doubles on every retry, with jitter.
+    pub backoff_base: Duration,
+    /// Largest backoff delay.
+    pub backoff_max: Duration,
+    /// Largest delay a server's `Retry-After` can impose.
+    pub retry_after_cap: Duration,
+    /// Context window to report instead of asking the provider (`agent.yaml` `context_window`).
+    pub context_window: Option<u64>,
+    /// The `mock` provider's script (`EVE_MOCK_SCRIPT`): a path, or inline JSON.
+    pub mock_script: Option<String>,
+}
+
+impl std::fmt::Debug for ModelSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelSettings")
+            .field("provider", &self.provider)
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_retries", &self.max_retries)
+            .field("backoff_base", &self.backoff_base)
+            .field("backoff_max", &self.backoff_max)
+            .field("retry_after_cap", &self.retry_after_cap)
+            .field("context_window", &self.context_window)
+            .field("mock_script", &self.mock_script)
+            .finish()
+    }
+}
+
+/// The model used when neither `EVE_MODEL` nor `agent.yaml` names one.
+pub const DEFAULT_MODEL: &str = "mock/echo";
+
+impl ModelSettings {
+    /// Settings for `provider/model` with default timeouts and retries, no key, no base URL.
+    pub fn new(provider: Provider, model: impl Into<String>) -> Self {
+        Self {
+            provider,
+            model: model.into(),
+            base_url: None,
+            api_key: None,
+            timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(300),
+            max_retries: 4,
+            backoff_base: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(30),
+            retry_after_cap: Duration::from_secs(60),
+            context_window: None,
+            mock_script: None,
+        }
+    }
+
+    /// Parses `provider/name` (the name may itself contain `/`). A bare `mock` means `mock/echo`.
+    pub fn from_model_string(value: &str) -> Result<Self, ModelError> {
+        let value = value.trim();
+        if value.eq_ignore_ascii_case("mock") {
+            return Ok(Self::new(Provider::Mock, "echo"));
+        }
+        let Some((provider_name, model)) = value.split_once('/') else {
+            return Err(ModelError::Config(format!(
+                "model `{value}` must be written `provider/name` (for example `openai/gpt-4.1`); \
+                 known providers: {}",
+                Provider::known_list()
+            )));
+        };
+        let provider = Provider::parse(provider_name).ok_or_else(|| {
+            ModelError::Config(format!(
+                "unknown model provider `{provider_name}` in `{value}`; known providers: {}",
+                Provider::known_list()
+            ))
+        })?;
+        let model = model.trim();
+        if model.is_empty() {
+            return Err(ModelError::Config(format!(
+                "model `{value}` has no model name after `{provider_name}/`"
+            )));
+        }
+        Ok(Self::new(provider, model))
+    }
+
+    /// Resolves settings from the environment and `agent.yaml`: model = `EVE_MODEL` >
+    /// `agent_model` > [`DEFAULT_MODEL`]; base URL = `EVE_BASE_URL`; key = `EVE_API_KEY` > the
+    /// provider's own variable; the mock's script = `EVE_MOCK_SCRIPT`. Empty variables count as
+    /// unset. `env` looks a variable up (`|k| std::env::var(k).ok()` in production).
+    pub fn resolve(
+        agent_model: Option<&str>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ModelError> {
+        let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+        let model = var(env::EVE_MODEL)
+            .or_else(|| {
+                agent_model
+                    .map(str::to_owned)
+                    .filter(|m| !m.trim().is_empty())
+            })
+            .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
+        let mut settings = Self::from_model_string(&model)?;
+        settings.base_url = var(env::EVE_BASE_URL).map(|u| u.trim().to_owned());
+        settings.api_key = var(env::EVE_API_KEY)
+            .or_else(|| settings.provider.api_key_env().and_then(var))
+            .map(|k| k.trim().to_owned());
+        settings.mock_script = var(env::EVE_MOCK_SCRIPT);
+        Ok(settings)
+    }
+
+    /// The base URL requests go to: the override, else the provider's default.
+    pub fn effective_base_url(&self) -> Option<String> {
+        self.base_url
+            .clone()
+            .or_else(|| self.provider.default_base_url().map(str::to_owned))
+    }
+
+    /// Checks what a client needs: a base URL for `openai-compatible`, an API key for hosted
+    /// providers (unless the base URL is overridden, e.g. a local proxy).
+    pub fn validate(&self) -> Result<(), ModelError> {
+        if self.provider == Provider::OpenAiCompatible && self.base_url.is_none() {
+            return Err(ModelError::Config(format!(
+                "provider `openai-compatible` needs the server's base URL: set {} \
+                 (for example http://localhost:8000/v1)",
+                env::EVE_BASE_URL
+            )));
+        }
+        let has_key = self.api_key.as_deref().is_some_and(|k| !k.is_empty());
+        if self.provider.requires_api_key() && self.base_url.is_none() && !has_key {
+            let own = self.provider.api_key_env().unwrap_or(env::EVE_API_KEY);
+            return Err(ModelError::Config(format!(
+                "model `{}/{}` needs an API key: set {own} (or {})",
+                self.provider,
+                self.model,
+                env::EVE_API_KEY
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Builds the client for `settings` (after [`ModelSettings::validate`]).
+pub fn client(settings: &ModelSettings) -> Result<Arc<dyn ModelClient>, ModelError> {
+    settings.validate()?;
+    Ok(match settings.provider.protocol() {
+        Protocol::OpenAi => Arc::new(openai::OpenAiClient::new(settings)?),
+        Protocol::Anthropic => Arc::new(anthropic::AnthropicClient::new(settings)?),
+        Protocol::Mock => Arc::new(
+            mock::MockClient::new(&settings.model, settings.mock_script.as_deref())?
+                .with_context_window(settings.context_window),
+        ),
+    })
 }

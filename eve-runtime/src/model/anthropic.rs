@@ -1,0 +1,562 @@
+//! Anthropic Messages API, streamed.
+//!
+//! `POST {base}/v1/messages` with `stream: true`, `x-api-key` and `anthropic-version: 2023-06-01`.
+//! The history is mapped to Anthropic's shape: the system prompt goes in `system`; assistant turns
+//! carry `thinking` (with its signature, which the API verifies), `text` and `tool_use` blocks; tool
+//! results travel as `tool_result` blocks in a user message, consecutive results (and a user
+//! message right after them) merged into one user turn, since the API wants turns to alternate.
+//!
+//! The [`StreamDecoder`] follows the event protocol: `message_start` (input usage),
+//! `content_block_start/delta/stop` (`text_delta`, `input_json_delta`, `thinking_delta`,
+//! `signature_delta`), `message_delta` (stop reason, output usage), `message_stop`, `ping`, and
+//! `error` events, which become [`ModelError`]s with the matching HTTP status (an `overloaded_error`
+//! is a retryable 529). Unknown events and block types are skipped, as the API's versioning policy
+//! asks. The decoder is public so tests can feed it recorded streams split at every byte offset.
+//!
+//! Limits: several thinking blocks in one response are joined and keep the last signature;
+//! `redacted_thinking` blocks are not round-tripped.
+
+use serde_json::{Value, json};
+
+use super::sse::{SseEvent, SseParser};
+use super::transport::{self, Call, Decoder};
+use super::{
+    FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse,
+    ModelSettings, Reasoning, ToolCall, Usage,
+};
+
+/// The API version header value this client speaks.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+/// Output cap sent when the request sets none (`max_tokens` is mandatory for this API).
+pub const DEFAULT_MAX_TOKENS: u32 = 8192;
+
+/// A client for the Anthropic Messages API.
+#[derive(Debug, Clone)]
+pub struct AnthropicClient {
+    http: reqwest::Client,
+    settings: ModelSettings,
+    base_url: String,
+}
+
+impl AnthropicClient {
+    /// Builds a client from settings.
+    pub fn new(settings: &ModelSettings) -> Result<Self, ModelError> {
+        let base_url = settings
+            .effective_base_url()
+            .unwrap_or_else(|| "https://api.anthropic.com".to_owned());
+        Ok(Self {
+            http: transport::http_client(settings)?,
+            settings: settings.clone(),
+            base_url: base_url.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// The endpoint: `{base}/v1/messages`, or `{base}/messages` when the base already ends in `/v1`.
+    pub fn messages_url(&self) -> String {
+        if self.base_url.ends_with("/v1") {
+            format!("{}/messages", self.base_url)
+        } else {
+            format!("{}/v1/messages", self.base_url)
+        }
+    }
+}
+
+/// Thinking budget for a reasoning effort: `low`, `medium`, `high`, or a number of tokens.
+fn thinking_budget(effort: &str) -> Option<u32> {
+    match effort.trim().to_ascii_lowercase().as_str() {
+        "" | "none" | "off" | "false" | "disabled" => None,
+        "minimal" | "low" => Some(1024),
+        "medium" => Some(4096),
+        "high" => Some(16384),
+        "max" | "xhigh" => Some(32000),
+        other => other
+            .parse::<u32>()
+            .ok()
+            .map(|n| n.max(1024))
+            .or(Some(4096)),
+    }
+}
+
+/// The JSON body of a streamed Messages request.
+pub fn request_body(request: &ModelRequest) -> Value {
+    let mut max_tokens = request.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    let budget = request.reasoning.as_deref().and_then(thinking_budget);
+    let mut body = json!({
+        "model": request.model,
+        "messages": messages_json(&request.messages),
+        "stream": true,
+    });
+    if let Some(budget) = budget {
+        if max_tokens <= budget {
+            max_tokens = budget.saturating_add(DEFAULT_MAX_TOKENS);
+        }
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+    }
+    body["max_tokens"] = json!(max_tokens);
+    if !request.system.is_empty() {
+        body["system"] = json!(request.system);
+    }
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({
+                    "name": tool.name,
+                    "description": tool.description,
+                    "input_schema": tool.input_schema,
+                })
+            })
+            .collect();
+        body["tools"] = Value::Array(tools);
+    }
+    body
+}
+
+fn messages_json(messages: &[Message]) -> Vec<Value> {
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for message in messages {
+        let (role, blocks) = match message {
+            Message::User { content } => {
+                let blocks = if content.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![json!({"type": "text", "text": content})]
+                };
+                ("user", blocks)
+            }
+            Message::Assistant {
+                content,
+                reasoning,
+                tool_calls,
+            } => {
+                let mut blocks = Vec::new();
+                if let Some(Reasoning {
+                    text,
+                    signature: Some(signature),
+                }) = reasoning
+                {
+                    blocks.push(
+                        json!({"type": "thinking", "thinking": text, "signature": signature}),
+                    );
+                }
+                if !content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": content}));
+                }
+                for call in tool_calls {
+                    let input = match &call.input {
+                        Value::Object(_) => call.input.clone(),
+                        other => json!({"input": other}),
+                    };
+                    blocks.push(json!({
+                        "type": "tool_use", "id": call.id, "name": call.name, "input": input,
+                    }));
+                }
+                ("assistant", blocks)
+            }
+            Message::Tool {
+                call_id,
+                content,
+                is_error,
+                ..
+            } => {
+                let mut block =
+                    json!({"type": "tool_result", "tool_use_id": call_id, "content": content});
+                if *is_error {
+                    block["is_error"] = json!(true);
+                }
+                ("user", vec![block])
+            }
+        };
+        if blocks.is_empty() {
+            continue;
+        }
+        match turns.last_mut() {
+            Some((last_role, last_blocks)) if *last_role == role => last_blocks.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    }
+    turns
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect()
+}
+
+#[async_trait::async_trait]
+impl ModelClient for AnthropicClient {
+    async fn stream(
+        &self,
+        request: &ModelRequest,
+        on_event: &mut (dyn FnMut(ModelEvent) + Send),
+    ) -> Result<ModelResponse, ModelError> {
+        let body = request_body(request);
+        let mut headers = vec![("anthropic-version", ANTHROPIC_VERSION.to_owned())];
+        if let Some(key) = self.settings.api_key.as_deref().filter(|k| !k.is_empty()) {
+            headers.push(("x-api-key", key.to_owned()));
+        }
+        let call = Call {
+            url: self.messages_url(),
+            headers,
+            body: serde_json::to_vec(&body)
+                .map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))?,
+            model: &request.model,
+            base_url: &self.base_url,
+        };
+        transport::stream_with_retries(
+            &self.http,
+            &self.settings,
+            &call,
+            StreamDecoder::new,
+            on_event,
+        )
+        .await
+    }
+
+    async fn context_window(&self, _model: &str) -> Option<u64> {
+        self.settings.context_window
+    }
+}
+
+#[derive(Debug)]
+enum BlockKind {
+    Text,
+    Thinking,
+    Tool {
+        id: String,
+        name: String,
+        json: String,
+    },
+    Other,
+}
+
+#[derive(Debug)]
+struct Block {
+    index: u64,
+    kind: BlockKind,
+}
+
+/// Incremental decoder of a Messages SSE body.
+#[derive(Debug, Default)]
+pub struct StreamDecoder {
+    sse: SseParser,
+    pending: Vec<SseEvent>,
+    blocks: Vec<Block>,
+    text: String,
+    reasoning: String,
+    signature: Option<String>,
+    usage: Usage,
+    cache_creation: u64,
+    stop_reason: Option<FinishReason>,
+    stopped: bool,
+}
+
+impl StreamDecoder {
+    /// A decoder at the start of a stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds body bytes; completed events are appended to `out`.
+    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<ModelEvent>) -> Result<(), ModelError> {
+        let mut pending = std::mem::take(&mut self.pending);
+        self.sse.push(bytes, &mut pending);
+        let result = self.drain(&mut pending, out);
+        self.pending = pending;
+        result
+    }
+
+    /// Whether `message_stop` was received.
+    pub fn is_done(&self) -> bool {
+        self.stopped
+    }
+
+    /// Ends the stream and assembles the response.
+    pub fn finish(&mut self, out: &mut Vec<ModelEvent>) -> Result<ModelResponse, ModelError> {
+        let mut pending = std::mem::take(&mut self.pending);
+        if !self.stopped {
+            self.sse.finish(&mut pending);
+        }
+        self.drain(&mut pending, out)?;
+        if !self.stopped && self.stop_reason.is_none() {
+            return Err(ModelError::Malformed(
+                "the stream ended before the response was complete (no message_stop)".to_owned(),
+            ));
+        }
+        let tool_calls: Vec<ToolCall> = self
+            .blocks
+            .iter()
+            .filter_map(|block| match &block.kind {
+                BlockKind::Tool { id, name, json } => Some(ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: super::openai::parse_arguments(json),
+                }),
+                _ => None,
+            })
+            .collect();
+        let mut finish_reason = self.stop_reason.unwrap_or_default();
+        if !tool_calls.is_empty() && finish_reason == FinishReason::Stop {
+            finish_reason = FinishReason::ToolCalls;
+        }
+        let reasoning =
+            (!self.reasoning.is_empty() || self.signature.is_some()).then(|| Reasoning {
+                text: self.reasoning.clone(),
+                signature: self.signature.clone(),
+            });
+        let mut usage = self.usage;
+        usage.input_tokens = usage
+            .input_tokens
+            .saturating_add(usage.cache_read_tokens)
+            .saturating_add(self.cache_creation);
+        Ok(ModelResponse {
+            content: self.text.clone(),
+            reasoning,
+            tool_calls,
+            usage,
+            finish_reason,
+        })
+    }
+
+    fn drain(
+        &mut self,
+        pending: &mut Vec<SseEvent>,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        for event in pending.drain(..) {
+            if self.stopped {
+                continue;
+            }
+            self.on_event(&event, out)?;
+        }
+        Ok(())
+    }
+
+    fn on_event(&mut self, event: &SseEvent, out: &mut Vec<ModelEvent>) -> Result<(), ModelError> {
+        let data = event.data.trim();
+        if data.is_empty() {
+            return Ok(());
+        }
+        let value: Value = serde_json::from_str(data).map_err(|e| {
+            ModelError::Malformed(format!(
+                "a `{}` event is not JSON ({e}): {}",
+                event.event,
+                transport::quote(data.as_bytes())
+            ))
+        })?;
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(&event.event);
+        match kind {
+            "message_start" => {
+                if let Some(usage) = value.pointer("/message/usage") {
+                    self.read_usage(usage);
+                }
+            }
+            "content_block_start" => self.on_block_start(&value, out),
+            "content_block_delta" => self.on_block_delta(&value, out)?,
+            "message_delta" => {
+                if let Some(reason) = value.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    self.stop_reason = Some(map_stop_reason(reason));
+                }
+                if let Some(usage) = value.get("usage") {
+                    self.read_usage(usage);
+                }
+            }
+            "message_stop" => self.stopped = true,
+            "error" => return Err(error_event(&value)),
+            // ping, content_block_stop, and event types added after this client was written.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn read_usage(&mut self, usage: &Value) {
+        let number = |key: &str| usage.get(key).and_then(Value::as_u64);
+        if let Some(n) = number("input_tokens") {
+            self.usage.input_tokens = n;
+        }
+        if let Some(n) = number("output_tokens") {
+            self.usage.output_tokens = n;
+        }
+        if let Some(n) = number("cache_read_input_tokens") {
+            self.usage.cache_read_tokens = n;
+        }
+        if let Some(n) = number("cache_creation_input_tokens") {
+            self.cache_creation = n;
+        }
+    }
+
+    fn on_block_start(&mut self, value: &Value, out: &mut Vec<ModelEvent>) {
+        let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let block = value.get("content_block").unwrap_or(&Value::Null);
+        let text_of = |key: &str| {
+            block
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let kind = match block.get("type").and_then(Value::as_str).unwrap_or("") {
+            "text" => {
+                let text = text_of("text");
+                self.push_text(text, out);
+                BlockKind::Text
+            }
+            "thinking" => {
+                let text = text_of("thinking");
+                self.push_thinking(text, out);
+                if let Some(signature) = block.get("signature").and_then(Value::as_str)
+                    && !signature.is_empty()
+                {
+                    self.signature = Some(signature.to_owned());
+                }
+                BlockKind::Thinking
+            }
+            "tool_use" | "server_tool_use" => {
+                let id = Some(text_of("id"))
+                    .filter(|id| !id.is_empty())
+                    .unwrap_or_else(|| format!("toolu_{index}"));
+                let name = text_of("name");
+                let json = match block.get("input") {
+                    Some(Value::Object(map)) if !map.is_empty() => {
+                        Value::Object(map.clone()).to_string()
+                    }
+                    _ => String::new(),
+                };
+                out.push(ModelEvent::ToolCallStart {
+                    id: id.clone(),
+                    name: name.clone(),
+                });
+                if !json.is_empty() {
+                    out.push(ModelEvent::ToolCallDelta {
+                        id: id.clone(),
+                        delta: json.clone(),
+                    });
+                }
+                BlockKind::Tool { id, name, json }
+            }
+            _ => BlockKind::Other,
+        };
+        self.blocks.retain(|b| b.index != index);
+        self.blocks.push(Block { index, kind });
+    }
+
+    fn on_block_delta(
+        &mut self,
+        value: &Value,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let delta = value.get("delta").unwrap_or(&Value::Null);
+        let field = |key: &str| {
+            delta
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        match delta.get("type").and_then(Value::as_str).unwrap_or("") {
+            "text_delta" => self.push_text(field("text"), out),
+            "thinking_delta" => self.push_thinking(field("thinking"), out),
+            "signature_delta" => {
+                let signature = field("signature");
+                if !signature.is_empty() {
+                    self.signature = Some(signature);
+                }
+            }
+            "input_json_delta" => {
+                let partial = field("partial_json");
+                let block = self.blocks.iter_mut().find(|b| b.index == index);
+                match block.map(|b| &mut b.kind) {
+                    Some(BlockKind::Tool { id, json, .. }) => {
+                        if !partial.is_empty() {
+                            json.push_str(&partial);
+                            out.push(ModelEvent::ToolCallDelta {
+                                id: id.clone(),
+                                delta: partial,
+                            });
+                        }
+                    }
+                    _ => {
+                        return Err(ModelError::Malformed(format!(
+                            "input_json_delta for content block {index}, which is not a tool_use block"
+                        )));
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn push_text(&mut self, text: String, out: &mut Vec<ModelEvent>) {
+        if !text.is_empty() {
+            self.text.push_str(&text);
+            out.push(ModelEvent::TextDelta { text });
+        }
+    }
+
+    fn push_thinking(&mut self, text: String, out: &mut Vec<ModelEvent>) {
+        if !text.is_empty() {
+            self.reasoning.push_str(&text);
+            out.push(ModelEvent::ReasoningDelta { text });
+        }
+    }
+}
+
+impl Decoder for StreamDecoder {
+    fn push(&mut self, bytes: &[u8], out: &mut Vec<ModelEvent>) -> Result<(), ModelError> {
+        StreamDecoder::push(self, bytes, out)
+    }
+    fn is_done(&self) -> bool {
+        self.stopped
+    }
+    fn sse_events(&self) -> usize {
+        self.sse.dispatched()
+    }
+    fn finish(&mut self, out: &mut Vec<ModelEvent>) -> Result<ModelResponse, ModelError> {
+        StreamDecoder::finish(self, out)
+    }
+}
+
+/// Maps an Anthropic `stop_reason`.
+pub fn map_stop_reason(reason: &str) -> FinishReason {
+    match reason {
+        "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "tool_use" => FinishReason::ToolCalls,
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "refusal" => FinishReason::ContentFilter,
+        _ => FinishReason::Other,
+    }
+}
+
+/// An `error` event: its `error.type` gives the HTTP status it stands for.
+fn error_event(value: &Value) -> ModelError {
+    let kind = value
+        .pointer("/error/type")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let status = match kind {
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "billing_error" => 402,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" => 429,
+        "timeout_error" => 504,
+        "overloaded_error" => 529,
+        _ => 500,
+    };
+    let message = value
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .map(|m| format!("{m} ({kind})"))
+        .unwrap_or_else(|| format!("the server sent an error event ({kind})"));
+    match status {
+        401 | 403 => ModelError::Auth { status, message },
+        _ => ModelError::Http { status, message },
+    }
+}
