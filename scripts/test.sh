@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: formatting, lints, then every test of the workspace.
+# Works offline once dependencies are fetched; installs nothing outside target/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test"
+cargo test --workspace --locked
+
+step "all tests passed"
