@@ -240,10 +240,15 @@ fn read_file(workspace: &Path, input: ReadInput) -> Result<(Value, bool), ToolEr
         source,
     };
     let meta = std::fs::metadata(&path).map_err(io_err)?;
-    if meta.is_dir() {
+    if !meta.is_file() {
         return Err(ToolError::InvalidInput(format!(
-            "`{}` is a directory, not a file",
-            input.path
+            "`{}` is {}, not a regular file",
+            input.path,
+            if meta.is_dir() {
+                "a directory"
+            } else {
+                "a special file"
+            }
         )));
     }
     let offset = input.offset.unwrap_or(1).max(1);
@@ -306,10 +311,17 @@ fn write_file(workspace: &Path, input: WriteInput) -> Result<(Value, bool), Tool
         path: input.path.clone(),
         source,
     };
-    if path.is_dir() {
+    if let Ok(meta) = std::fs::metadata(&path)
+        && !meta.is_file()
+    {
         return Err(ToolError::InvalidInput(format!(
-            "`{}` is a directory, not a file",
-            input.path
+            "`{}` is {}, not a regular file",
+            input.path,
+            if meta.is_dir() {
+                "a directory"
+            } else {
+                "a special file"
+            }
         )));
     }
     if let Some(parent) = path.parent() {

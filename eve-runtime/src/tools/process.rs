@@ -270,11 +270,18 @@ pub(crate) async fn run_process(spec: ProcessSpec, cancel: CancellationToken) ->
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(source) => {
-            let err = ToolError::Spawn {
+            let denied = source.kind() == std::io::ErrorKind::PermissionDenied;
+            let mut message = ToolError::Spawn {
                 program: program.clone(),
                 source,
-            };
-            return ToolResult::failure(err.to_string(), start.elapsed());
+            }
+            .to_string();
+            if denied {
+                message.push_str(
+                    ": make the file executable (chmod +x) or give the tool an interpreter",
+                );
+            }
+            return ToolResult::failure(message, start.elapsed());
         }
     };
     let pgid = child
@@ -448,7 +455,7 @@ fn render_output(out: &Capture, limit: usize, mode: OutputMode, err: &Capture) -
             }
             text.push_str("[stderr]\n");
             if err.truncated {
-                text.push_str("…");
+                text.push('…');
             }
             text.push_str(stderr);
         }
