@@ -2,3 +2,5 @@
 
 pub mod model;
 pub mod tools;
+pub mod engine;
+pub mod store;

@@ -1,0 +1,219 @@
+//! Loading builds by hash, so a session can stay pinned to the build it started on.
+//!
+//! `eve build` writes immutable, content-addressed builds under `.eve/builds/<hash>/` and points
+//! `.eve/current` at the newest. The runtime loads a build once (manifest, the tool table with the
+//! built-ins, validators, the system prompt) and keeps it by hash: an idle session moves to the
+//! current build at its next message, a busy one finishes its turn on its own.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use eve_compile::{Manifest, Tool};
+
+use super::error::{RuntimeError, RuntimeResult};
+use crate::model::ToolSpec;
+use crate::tools::{Validators, builtin_tools};
+
+/// Name of the built-in skill loader tool.
+pub const LOAD_SKILL: &str = "load_skill";
+
+/// A loaded build.
+#[derive(Debug)]
+pub struct LoadedBuild {
+    /// Content hash.
+    pub hash: String,
+    /// `.eve/builds/<hash>`.
+    pub dir: PathBuf,
+    /// The manifest.
+    pub manifest: Manifest,
+    /// Every tool the model may call: the agent's, then the built-ins (unless `default_tools: false`).
+    pub tools: Vec<Tool>,
+    /// Input validators of [`LoadedBuild::tools`], built once.
+    pub validators: Validators,
+    /// Tool specs sent to the model (with `load_skill` when the agent has skills).
+    pub specs: Vec<ToolSpec>,
+    /// The system prompt: instructions plus the skills block.
+    pub system_prompt: String,
+}
+
+impl LoadedBuild {
+    /// Builds the runtime view of a manifest.
+    pub fn new(hash: String, dir: PathBuf, manifest: Manifest) -> Self {
+        let agent = &manifest.agent;
+        let mut tools = agent.tools.clone();
+        if agent.config.default_tools {
+            for tool in builtin_tools() {
+                if !tools.iter().any(|t| t.name == tool.name) {
+                    tools.push(tool);
+                }
+            }
+        }
+        let validators = Validators::new(&tools);
+        let mut specs: Vec<ToolSpec> = tools
+            .iter()
+            .map(|t| ToolSpec {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                input_schema: t.input_schema.clone(),
+            })
+            .collect();
+        if !agent.skills.is_empty() {
+            specs.push(load_skill_spec());
+        }
+        let system_prompt = system_prompt(&manifest);
+        Self {
+            hash,
+            dir,
+            manifest,
+            tools,
+            validators,
+            specs,
+            system_prompt,
+        }
+    }
+
+    /// Folder holding the agent's files (`files/` of the build): scripts, seeds.
+    pub fn files_dir(&self) -> PathBuf {
+        self.dir.join("files")
+    }
+
+    /// A tool by name.
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}
+
+fn load_skill_spec() -> ToolSpec {
+    ToolSpec {
+        name: LOAD_SKILL.to_owned(),
+        description: "Load a skill by name: returns its full instructions. Load a skill before \
+                      following it."
+            .to_owned(),
+        input_schema: serde_json::json!({
+            "type": "object",
+            "properties": {"name": {"type": "string", "description": "The skill's name."}},
+            "required": ["name"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+/// Instructions, then a block listing the skills that are not deferred.
+pub fn system_prompt(manifest: &Manifest) -> String {
+    let agent = &manifest.agent;
+    let mut prompt = agent.instructions.trim_end().to_owned();
+    let listed: Vec<_> = agent.skills.iter().filter(|s| !s.deferred).collect();
+    if !listed.is_empty() {
+        prompt.push_str(
+            "\n\n## Skills\n\nSkills hold instructions for specific tasks. When one applies, load it \
+             with the `load_skill` tool (by name) and follow it.\n\n",
+        );
+        for skill in listed {
+            prompt.push_str(&format!("- {}: {}\n", skill.name, skill.description.trim()));
+        }
+    }
+    prompt
+}
+
+/// Builds on disk, loaded on demand and kept by hash.
+#[derive(Debug)]
+pub struct BuildStore {
+    state_dir: PathBuf,
+    loaded: Mutex<HashMap<String, Arc<LoadedBuild>>>,
+}
+
+impl BuildStore {
+    /// Builds under `<state_dir>/builds`.
+    pub fn new(state_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            state_dir: state_dir.into(),
+            loaded: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Hash of the build `.eve/current` points at.
+    pub fn current_hash(&self) -> RuntimeResult<String> {
+        current_hash(&self.state_dir)
+    }
+
+    /// The build with this hash.
+    pub fn get(&self, hash: &str) -> RuntimeResult<Arc<LoadedBuild>> {
+        if let Ok(cache) = self.loaded.lock() {
+            if let Some(build) = cache.get(hash) {
+                return Ok(build.clone());
+            }
+        }
+        let (hash, dir, manifest) = load_build(&self.state_dir, Some(hash))?;
+        let build = Arc::new(LoadedBuild::new(hash.clone(), dir, manifest));
+        if let Ok(mut cache) = self.loaded.lock() {
+            cache.insert(hash, build.clone());
+        }
+        Ok(build)
+    }
+
+    /// The current build.
+    pub fn current(&self) -> RuntimeResult<Arc<LoadedBuild>> {
+        let hash = self.current_hash()?;
+        self.get(&hash)
+    }
+}
+
+fn valid_hash(hash: &str) -> bool {
+    !hash.is_empty()
+        && hash
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+fn current_hash(state_dir: &Path) -> RuntimeResult<String> {
+    let link = state_dir.join("current");
+    let name = match std::fs::read_link(&link) {
+        Ok(target) => target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        Err(_) => std::fs::read_to_string(&link)
+            .map(|s| s.trim().to_owned())
+            .map_err(|e| RuntimeError::Build {
+                what: link.display().to_string(),
+                message: format!("{e}; run `eve build` first"),
+            })?,
+    };
+    if !valid_hash(&name) {
+        return Err(RuntimeError::Build {
+            what: link.display().to_string(),
+            message: format!("`{name}` is not a build hash; run `eve build` again"),
+        });
+    }
+    Ok(name)
+}
+
+/// Reads `<state_dir>/builds/<hash>/manifest.json` (the current build when `hash` is `None`).
+/// Returns the hash, the build folder and the manifest.
+pub fn load_build(
+    state_dir: &Path,
+    hash: Option<&str>,
+) -> RuntimeResult<(String, PathBuf, Manifest)> {
+    let hash = match hash {
+        Some(h) => h.to_owned(),
+        None => current_hash(state_dir)?,
+    };
+    if !valid_hash(&hash) {
+        return Err(RuntimeError::Build {
+            what: hash,
+            message: "not a build hash".to_owned(),
+        });
+    }
+    let dir = state_dir.join("builds").join(&hash);
+    let path = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| RuntimeError::Build {
+        what: hash.clone(),
+        message: format!("{}: {e}", path.display()),
+    })?;
+    let manifest: Manifest = serde_json::from_str(&text).map_err(|e| RuntimeError::Build {
+        what: hash.clone(),
+        message: format!("{}: {e}", path.display()),
+    })?;
+    Ok((hash, dir, manifest))
+}

@@ -1,0 +1,51 @@
+//! Errors of the session engine: what a caller of [`super::Runtime`] can get back.
+
+use crate::model::ModelError;
+use crate::store::StoreError;
+
+/// Why a runtime operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The model could not be set up.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// A value could not be encoded or decoded.
+    #[error("invalid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// No session with this id.
+    #[error("session `{0}` not found")]
+    SessionNotFound(String),
+    /// The session cannot do this now (for example a clear while a turn runs).
+    #[error("session `{id}` is {status}: {what} needs an idle session")]
+    SessionNotActive {
+        /// Session.
+        id: String,
+        /// Its status.
+        status: String,
+        /// What was asked.
+        what: String,
+    },
+    /// No pending input request matches.
+    #[error("{0}")]
+    NoSuchRequest(String),
+    /// The build could not be loaded.
+    #[error("cannot load build {what}: {message}")]
+    Build {
+        /// Which build.
+        what: String,
+        /// Why.
+        message: String,
+    },
+    /// The message is empty.
+    #[error("the message is empty")]
+    EmptyMessage,
+    /// Anything else, said plainly.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Result alias of the engine.
+pub type RuntimeResult<T> = Result<T, RuntimeError>;

@@ -1,0 +1,323 @@
+//! eve's events: names and data fields, as the reference product emits them.
+//!
+//! One constructor per event so the wire shape lives in one place. Field names follow the captured
+//! eve 0.80.1 streams (`sequence` is the turn number, `turnId` is `turn_<sequence>`, `stepIndex`
+//! counts model calls within the turn). Every event is stored with the state change it announces.
+
+use serde_json::{Value, json};
+
+use crate::store::{InputRequestRecord, ToolCallRecord, TurnRecord, UsageTotals};
+
+/// Session created (the first turn is about to start).
+pub const SESSION_STARTED: &str = "session.started";
+/// A turn began.
+pub const TURN_STARTED: &str = "turn.started";
+/// A user message entered the turn.
+pub const MESSAGE_RECEIVED: &str = "message.received";
+/// A model call began.
+pub const STEP_STARTED: &str = "step.started";
+/// Visible text arrived.
+pub const MESSAGE_APPENDED: &str = "message.appended";
+/// Reasoning text arrived.
+pub const REASONING_APPENDED: &str = "reasoning.appended";
+/// Tool-call argument text arrived.
+pub const ACTION_INPUT_APPENDED: &str = "action.input.appended";
+/// The model asked for actions (tool calls, skill loads).
+pub const ACTIONS_REQUESTED: &str = "actions.requested";
+/// An action finished.
+pub const ACTION_RESULT: &str = "action.result";
+/// The model's text for this step is complete.
+pub const MESSAGE_COMPLETED: &str = "message.completed";
+/// A step ended.
+pub const STEP_COMPLETED: &str = "step.completed";
+/// Input (approval) is needed.
+pub const INPUT_REQUESTED: &str = "input.requested";
+/// The turn is parked.
+pub const TURN_WAITING: &str = "turn.waiting";
+/// An approval was answered.
+pub const APPROVAL_SETTLED: &str = "approval.settled";
+/// Every pending input of the step is answered.
+pub const INPUT_RESOLVED: &str = "input.resolved";
+/// The turn finished.
+pub const TURN_COMPLETED: &str = "turn.completed";
+/// The turn stopped on an error or a limit.
+pub const TURN_FAILED: &str = "turn.failed";
+/// The turn was cancelled.
+pub const TURN_CANCELLED: &str = "turn.cancelled";
+/// The session waits for its next message.
+pub const SESSION_WAITING: &str = "session.waiting";
+/// Context was compacted into a summary checkpoint.
+pub const COMPACTION_COMPLETED: &str = "compaction.completed";
+/// Context was cleared.
+pub const CONTEXT_CLEARED: &str = "context.cleared";
+/// The session was reset.
+pub const SESSION_RESET: &str = "session.reset";
+
+fn turn_fields(turn: &TurnRecord) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    m.insert("sequence".into(), json!(turn.seq));
+    m.insert("turnId".into(), json!(turn.turn_id()));
+    m
+}
+
+fn step_fields(turn: &TurnRecord, step: u64) -> serde_json::Map<String, Value> {
+    let mut m = turn_fields(turn);
+    m.insert("stepIndex".into(), json!(step));
+    m
+}
+
+fn with(mut m: serde_json::Map<String, Value>, extra: Value) -> Value {
+    if let Value::Object(extra) = extra {
+        for (k, v) in extra {
+            m.insert(k, v);
+        }
+    }
+    Value::Object(m)
+}
+
+/// `session.started`.
+pub fn session_started(agent: &str, build_hash: &str) -> Value {
+    json!({
+        "runtime": {
+            "agentId": agent,
+            "agentName": agent,
+            "eveVersion": env!("CARGO_PKG_VERSION"),
+            "buildHash": build_hash,
+        }
+    })
+}
+
+/// `turn.started`.
+pub fn turn_started(turn: &TurnRecord) -> Value {
+    Value::Object(turn_fields(turn))
+}
+
+/// `message.received`.
+pub fn message_received(turn: &TurnRecord, text: &str) -> Value {
+    with(
+        turn_fields(turn),
+        json!({"message": text, "parts": [{"text": text, "type": "text"}]}),
+    )
+}
+
+/// `step.started`.
+pub fn step_started(turn: &TurnRecord, step: u64, model_id: &str) -> Value {
+    with(step_fields(turn, step), json!({"modelId": model_id}))
+}
+
+/// `message.appended`.
+pub fn message_appended(turn: &TurnRecord, step: u64, delta: &str) -> Value {
+    with(step_fields(turn, step), json!({"messageDelta": delta}))
+}
+
+/// `reasoning.appended`.
+pub fn reasoning_appended(turn: &TurnRecord, step: u64, delta: &str) -> Value {
+    with(step_fields(turn, step), json!({"reasoningDelta": delta}))
+}
+
+/// `action.input.appended`.
+pub fn action_input_appended(
+    turn: &TurnRecord,
+    step: u64,
+    call_id: &str,
+    tool: &str,
+    delta: &str,
+) -> Value {
+    with(
+        step_fields(turn, step),
+        json!({"callId": call_id, "inputTextDelta": delta, "toolName": tool}),
+    )
+}
+
+/// The action object of a call, as in `actions.requested` and `input.requested`.
+pub fn action(call: &ToolCallRecord) -> Value {
+    if call.kind == "load-skill" {
+        let name = call
+            .input
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        json!({"callId": call.call_id, "input": call.input, "kind": "load-skill", "name": name})
+    } else {
+        json!({"callId": call.call_id, "input": call.input, "kind": "tool-call",
+               "toolName": call.name})
+    }
+}
+
+/// `actions.requested`.
+pub fn actions_requested(turn: &TurnRecord, step: u64, calls: &[ToolCallRecord]) -> Value {
+    let actions: Vec<Value> = calls.iter().map(action).collect();
+    let mut presentation = serde_json::Map::new();
+    for call in calls.iter().filter(|c| c.kind == "load-skill") {
+        let name = call
+            .input
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        presentation.insert(
+            call.call_id.clone(),
+            json!({"label": format!("Load skill {name}")}),
+        );
+    }
+    let mut extra = json!({"actions": actions});
+    if !presentation.is_empty() {
+        extra["presentation"] = Value::Object(presentation);
+    }
+    with(step_fields(turn, step), extra)
+}
+
+/// `action.result`.
+pub fn action_result(turn: &TurnRecord, step: u64, call: &ToolCallRecord) -> Value {
+    let output = call.output.clone().unwrap_or(Value::Null);
+    let mut extra = if call.kind == "load-skill" {
+        let name = call
+            .input
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        json!({
+            "presentation": {call.call_id.clone(): {"label": format!("Loaded skill {name}")}},
+            "result": {"callId": call.call_id, "kind": "load-skill-result", "name": name,
+                       "output": output},
+        })
+    } else {
+        json!({"result": {"callId": call.call_id, "kind": "tool-result", "output": output,
+                          "toolName": call.name}})
+    };
+    if call.is_error {
+        extra["result"]["isError"] = json!(true);
+    }
+    extra["status"] = json!(call.status.as_str());
+    with(step_fields(turn, step), extra)
+}
+
+/// `message.completed`.
+pub fn message_completed(turn: &TurnRecord, step: u64, finish: &str, text: &str) -> Value {
+    with(
+        step_fields(turn, step),
+        json!({"finishReason": finish, "message": text}),
+    )
+}
+
+/// Usage of one step, as in `step.completed`.
+pub fn step_usage(input: u64, output: u64, cache_read: u64) -> Value {
+    json!({"inputTokens": input, "outputTokens": output, "cacheReadTokens": cache_read})
+}
+
+/// `step.completed`.
+pub fn step_completed(turn: &TurnRecord, step: u64, finish: &str, usage: Value) -> Value {
+    with(
+        step_fields(turn, step),
+        json!({"finishReason": finish, "usage": usage}),
+    )
+}
+
+/// The request object of `input.requested`.
+pub fn input_request(request: &InputRequestRecord) -> Value {
+    json!({
+        "action": request.action,
+        "allowFreeform": false,
+        "display": "confirmation",
+        "kind": request.kind,
+        "options": [{"id": "approve", "label": "Approve"}, {"id": "cancel", "label": "Cancel"}],
+        "prompt": request.prompt,
+        "requestId": request.id,
+    })
+}
+
+/// `input.requested`.
+pub fn input_requested(turn: &TurnRecord, step: u64, requests: &[InputRequestRecord]) -> Value {
+    let requests: Vec<Value> = requests.iter().map(input_request).collect();
+    with(step_fields(turn, step), json!({"requests": requests}))
+}
+
+/// `turn.waiting`.
+pub fn turn_waiting(turn: &TurnRecord, usage: &UsageTotals) -> Value {
+    with(turn_fields(turn), json!({"on": "input", "usage": usage}))
+}
+
+/// `approval.settled`.
+pub fn approval_settled(request: &InputRequestRecord, approved: bool) -> Value {
+    let mut data = json!({
+        "outcome": if approved { "approved" } else { "denied" },
+        "requestId": request.id,
+        "responderPrincipalId": "local",
+        "sequence": request.turn_seq,
+        "stepIndex": request.step_index,
+        "turnId": format!("turn_{}", request.turn_seq),
+    });
+    if let Some(reason) = &request.reason {
+        data["reason"] = json!(reason);
+    }
+    data
+}
+
+/// `input.resolved` for the given answered requests.
+pub fn input_resolved(requests: &[InputRequestRecord]) -> Value {
+    let first = requests.first();
+    let resolutions: Vec<Value> = requests
+        .iter()
+        .map(|r| {
+            let approved = r.status == crate::store::RequestStatus::Approved;
+            let mut response = json!({
+                "optionId": if approved { "approve" } else { "cancel" },
+                "requestId": r.id,
+            });
+            if let Some(reason) = &r.reason {
+                response["text"] = json!(reason);
+            }
+            json!({
+                "kind": r.kind,
+                "outcome": if approved { "approved" } else { "denied" },
+                "requestId": r.id,
+                "response": response,
+            })
+        })
+        .collect();
+    json!({
+        "resolutions": resolutions,
+        "sequence": first.map(|r| r.turn_seq).unwrap_or_default(),
+        "stepIndex": first.map(|r| r.step_index).unwrap_or_default(),
+        "turnId": format!("turn_{}", first.map(|r| r.turn_seq).unwrap_or_default()),
+    })
+}
+
+/// `turn.completed`.
+pub fn turn_completed(turn: &TurnRecord) -> Value {
+    Value::Object(turn_fields(turn))
+}
+
+/// `turn.failed`.
+pub fn turn_failed(turn: &TurnRecord, code: &str, message: &str, stop_reason: Option<&str>) -> Value {
+    let mut extra = json!({"error": {"code": code, "message": message}});
+    if let Some(reason) = stop_reason {
+        extra["stopReason"] = json!(reason);
+    }
+    with(turn_fields(turn), extra)
+}
+
+/// `turn.cancelled`.
+pub fn turn_cancelled(turn: &TurnRecord) -> Value {
+    Value::Object(turn_fields(turn))
+}
+
+/// `session.waiting`.
+pub fn session_waiting(session_id: &str, usage: &UsageTotals) -> Value {
+    json!({"continuationToken": session_id, "usage": usage, "wait": "next-user-message"})
+}
+
+/// `compaction.completed`.
+pub fn compaction_completed(session_id: &str, turn_seq: u64, step: u64, model_id: &str) -> Value {
+    json!({
+        "modelId": model_id,
+        "sequence": turn_seq,
+        "sessionId": session_id,
+        "stepIndex": step,
+        "turnId": format!("turn_{turn_seq}"),
+    })
+}
+
+/// `context.cleared` (and `session.reset`).
+pub fn context_cleared(session_id: &str, turn_seq: u64) -> Value {
+    json!({"sequence": turn_seq, "sessionId": session_id, "turnId": format!("turn_{turn_seq}")})
+}

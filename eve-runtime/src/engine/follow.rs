@@ -1,0 +1,130 @@
+//! Following a session's events: stored backlog first, then live, with no gap and no repeat.
+//!
+//! Live events come from this process's broadcast; when nothing arrives for a while (or the
+//! receiver lagged, or another process drives the session), the store is read again from the next
+//! expected index. Indexes are the source of truth, so the two paths cannot disagree.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+
+use super::{Runtime, RuntimeResult};
+use crate::store::StoredEvent;
+
+/// How long to wait for a live event before reading the store again.
+const POLL: Duration = Duration::from_millis(250);
+/// Events read from the store at once.
+const PAGE: usize = 512;
+
+/// An ordered stream of one session's events. See [`Runtime::follow`].
+pub struct EventFollower {
+    runtime: Runtime,
+    session: String,
+    next: u64,
+    live: broadcast::Receiver<StoredEvent>,
+    buffer: VecDeque<StoredEvent>,
+    caught_up: bool,
+}
+
+impl std::fmt::Debug for EventFollower {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventFollower")
+            .field("session", &self.session)
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventFollower {
+    pub(crate) fn new(runtime: Runtime, session: String, from: u64) -> Self {
+        let live = runtime.subscribe(&session);
+        Self {
+            runtime,
+            session,
+            next: from,
+            live,
+            buffer: VecDeque::new(),
+            caught_up: false,
+        }
+    }
+
+    /// Index of the next event this follower returns.
+    pub fn position(&self) -> u64 {
+        self.next
+    }
+
+    /// Events already available, without waiting (reads the store when the buffer is empty).
+    pub async fn try_next(&mut self) -> RuntimeResult<Option<StoredEvent>> {
+        if let Some(e) = self.take_buffered() {
+            return Ok(Some(e));
+        }
+        loop {
+            match self.live.try_recv() {
+                Ok(e) if e.index == self.next => {
+                    self.next += 1;
+                    return Ok(Some(e));
+                }
+                Ok(e) if e.index < self.next => continue,
+                _ => break,
+            }
+        }
+        self.fill().await?;
+        Ok(self.take_buffered())
+    }
+
+    /// The next event, waiting as long as it takes.
+    pub async fn next(&mut self) -> RuntimeResult<StoredEvent> {
+        loop {
+            if let Some(e) = self.take_buffered() {
+                return Ok(e);
+            }
+            if !self.caught_up {
+                self.fill().await?;
+                if !self.buffer.is_empty() {
+                    continue;
+                }
+                self.caught_up = true;
+            }
+            match tokio::time::timeout(POLL, self.live.recv()).await {
+                Ok(Ok(e)) if e.index == self.next => {
+                    self.next += 1;
+                    return Ok(e);
+                }
+                Ok(Ok(e)) if e.index < self.next => {}
+                Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) | Err(_) => {
+                    self.caught_up = false;
+                }
+                Ok(Err(broadcast::error::RecvError::Closed)) => {
+                    self.caught_up = false;
+                    tokio::time::sleep(POLL).await;
+                }
+            }
+        }
+    }
+
+    fn take_buffered(&mut self) -> Option<StoredEvent> {
+        while let Some(e) = self.buffer.pop_front() {
+            if e.index == self.next {
+                self.next += 1;
+                return Some(e);
+            }
+            if e.index > self.next {
+                self.buffer.clear();
+                return None;
+            }
+        }
+        None
+    }
+
+    async fn fill(&mut self) -> RuntimeResult<()> {
+        let events = self
+            .runtime
+            .inner
+            .store
+            .events(&self.session, self.next, PAGE)
+            .await?;
+        self.buffer.extend(events);
+        Ok(())
+    }
+}

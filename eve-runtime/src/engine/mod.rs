@@ -1,0 +1,719 @@
+//! The session engine: session ⊃ turn ⊃ step, durable at every step.
+//!
+//! [`Runtime`] is the handle everything else (the CLI, the HTTP server, channels, schedules) sits
+//! on. Accepting a message writes it to the session's inbox before anything else happens; a driver
+//! then takes the session's lease and runs turns from the store: call the model (streaming, each
+//! response journaled as a step), settle the tool calls it asked for (validated, approved, guarded
+//! by circuit breakers, run in parallel, each result journaled), and repeat until the model stops.
+//! Every state change is committed together with the events that announce it, so a process killed
+//! at any point resumes from the current state (the open turn and its calls), never by replaying
+//! history.
+
+mod build;
+mod driver;
+mod error;
+pub mod events;
+mod follow;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use eve_compile::Agent;
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+
+pub use build::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_prompt};
+pub use error::{RuntimeError, RuntimeResult};
+pub use follow::EventFollower;
+
+use crate::model::{ModelClient, ModelError};
+use crate::store::*;
+use crate::tools::{EnvLookup, process_env};
+
+/// A model ready to call, resolved for one agent.
+#[derive(Clone)]
+pub struct ResolvedModel {
+    /// The client.
+    pub client: Arc<dyn ModelClient>,
+    /// Model name as the provider knows it (no `provider/` prefix).
+    pub model: String,
+    /// `provider/model`, as shown in events.
+    pub model_id: String,
+    /// Context window from configuration, if known without asking the provider.
+    pub context_window: Option<u64>,
+    /// Price per million input and output tokens in US dollars, if known.
+    pub price_per_million: Option<(f64, f64)>,
+}
+
+impl std::fmt::Debug for ResolvedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResolvedModel")
+            .field("model_id", &self.model_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Resolves the model of an agent (settings precedence lives with the caller).
+pub trait ModelProvider: Send + Sync {
+    /// The model for this agent.
+    fn resolve(&self, agent: &Agent) -> Result<ResolvedModel, ModelError>;
+}
+
+/// Circuit breaker settings.
+#[derive(Debug, Clone, Copy)]
+pub struct BreakerPolicy {
+    /// Consecutive failures that open the breaker.
+    pub threshold: u32,
+    /// First open period.
+    pub base: Duration,
+    /// Longest open period.
+    pub max: Duration,
+}
+
+impl Default for BreakerPolicy {
+    fn default() -> Self {
+        Self {
+            threshold: 3,
+            base: Duration::from_secs(30),
+            max: Duration::from_secs(600),
+        }
+    }
+}
+
+/// How a [`Runtime`] is set up.
+pub struct RuntimeConfig {
+    /// The project's state folder (`<root>/.eve`): builds, sandboxes.
+    pub state_dir: PathBuf,
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// Model resolution.
+    pub models: Arc<dyn ModelProvider>,
+    /// Environment seen by tools (`${VAR}` and `env:` allowlists).
+    pub env: EnvLookup,
+    /// Start a driver in the background whenever work is accepted (a server); when `false` the
+    /// caller calls [`Runtime::drive`] (a one-shot CLI).
+    pub autostart: bool,
+    /// How long a session lease lasts without renewal.
+    pub lease_ttl: Duration,
+    /// Circuit breaker settings.
+    pub breaker: BreakerPolicy,
+}
+
+impl RuntimeConfig {
+    /// Defaults for a project whose state folder is `state_dir`, with the store at
+    /// `<state_dir>/eve.db`.
+    pub fn new(
+        state_dir: impl Into<PathBuf>,
+        models: Arc<dyn ModelProvider>,
+    ) -> RuntimeResult<Self> {
+        let state_dir = state_dir.into();
+        let store = SqliteStore::open(state_dir.join("eve.db"))?;
+        Ok(Self {
+            state_dir,
+            store: Arc::new(store),
+            models,
+            env: process_env(),
+            autostart: true,
+            lease_ttl: Duration::from_secs(15),
+            breaker: BreakerPolicy::default(),
+        })
+    }
+}
+
+/// How a drive ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DriveOutcome {
+    /// No work left: the session waits for its next message.
+    Idle,
+    /// The turn is parked on these input requests.
+    WaitingInput(Vec<InputRequestRecord>),
+    /// The last turn failed (an error or a limit).
+    Failed {
+        /// Stop reason or error code.
+        code: String,
+        /// What happened.
+        message: String,
+    },
+    /// The last turn was cancelled.
+    Cancelled,
+    /// Another live process holds the session's lease.
+    Busy {
+        /// Its pid.
+        pid: u32,
+    },
+}
+
+#[derive(Default)]
+struct Active {
+    cancel: CancellationToken,
+    dirty: bool,
+    done: Option<watch::Sender<bool>>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: RuntimeConfig,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) builds: BuildStore,
+    pub(crate) holder: String,
+    pub(crate) host: String,
+    channels: Mutex<HashMap<String, broadcast::Sender<StoredEvent>>>,
+    active: Mutex<HashMap<String, Active>>,
+    pub(crate) breakers: tokio::sync::Mutex<HashMap<String, BreakerRecord>>,
+}
+
+/// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("state_dir", &self.inner.config.state_dir)
+            .field("holder", &self.inner.holder)
+            .finish_non_exhaustive()
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// A new session id: `wrun_<ULID>`.
+pub fn new_session_id() -> String {
+    format!("wrun_{}", ulid::Ulid::new())
+}
+
+impl Runtime {
+    /// A runtime over `config`.
+    pub fn new(config: RuntimeConfig) -> Self {
+        let host = hostname();
+        let holder = format!("{host}:{}:{}", std::process::id(), ulid::Ulid::new());
+        Self {
+            inner: Arc::new(Inner {
+                store: config.store.clone(),
+                builds: BuildStore::new(config.state_dir.clone()),
+                config,
+                holder,
+                host,
+                channels: Mutex::new(HashMap::new()),
+                active: Mutex::new(HashMap::new()),
+                breakers: tokio::sync::Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The state folder.
+    pub fn state_dir(&self) -> &Path {
+        &self.inner.config.state_dir
+    }
+
+    /// The builds.
+    pub fn builds(&self) -> &BuildStore {
+        &self.inner.builds
+    }
+
+    /// Creates a session on the current build; with a first message, accepts it (it is in the
+    /// inbox when this returns) and starts the first turn.
+    pub async fn create_session(&self, first_message: Option<String>) -> RuntimeResult<String> {
+        self.create_session_with(first_message, None).await
+    }
+
+    /// Like [`Runtime::create_session`], recording the schedule that started it.
+    pub async fn create_session_with(
+        &self,
+        first_message: Option<String>,
+        schedule: Option<String>,
+    ) -> RuntimeResult<String> {
+        if first_message.as_deref().is_some_and(|m| m.trim().is_empty()) {
+            return Err(RuntimeError::EmptyMessage);
+        }
+        let build = self.inner.builds.current()?;
+        let id = new_session_id();
+        let now = now_ms();
+        let session = SessionRecord {
+            id: id.clone(),
+            status: SessionStatus::Idle,
+            build_hash: build.hash.clone(),
+            agent_name: build.manifest.agent.name.clone(),
+            parent_id: None,
+            parent_call_id: None,
+            schedule,
+            turn_count: 0,
+            event_count: 0,
+            message_count: 0,
+            context_start: 0,
+            usage: UsageTotals::default(),
+            cost_usd: 0.0,
+            loaded_skills: Vec::new(),
+            approved_tools: Vec::new(),
+            cancel_requested: false,
+            created_at: now,
+            updated_at: now,
+        };
+        let mut batch = Batch::durable();
+        batch.push(Op::InsertSession(session));
+        if let Some(text) = first_message.clone() {
+            batch.push(Op::InsertInbox(InboxRecord {
+                id: format!("msg_{}", ulid::Ulid::new()),
+                session_id: id.clone(),
+                text,
+                accepted_at: now,
+                consumed_turn: None,
+            }));
+        }
+        self.commit(batch).await?;
+        if first_message.is_some() {
+            self.kick(&id);
+        }
+        Ok(id)
+    }
+
+    /// Accepts a message: it is durably in the session's inbox when this returns. Returns its id.
+    pub async fn post_message(&self, session: &str, text: &str) -> RuntimeResult<String> {
+        if text.trim().is_empty() {
+            return Err(RuntimeError::EmptyMessage);
+        }
+        self.require_session(session).await?;
+        let id = format!("msg_{}", ulid::Ulid::new());
+        let mut batch = Batch::durable();
+        batch.push(Op::InsertInbox(InboxRecord {
+            id: id.clone(),
+            session_id: session.to_owned(),
+            text: text.to_owned(),
+            accepted_at: now_ms(),
+            consumed_turn: None,
+        }));
+        self.commit(batch).await?;
+        self.kick(session);
+        Ok(id)
+    }
+
+    /// Answers an input request (the session's only pending one when `request_id` is `None`).
+    /// Returns the request as answered.
+    pub async fn answer_input(
+        &self,
+        session: &str,
+        request_id: Option<&str>,
+        approve: bool,
+        reason: Option<String>,
+    ) -> RuntimeResult<InputRequestRecord> {
+        self.require_session(session).await?;
+        let pending = self.inner.store.input_requests(session, true).await?;
+        let mut request = match request_id {
+            Some(id) => pending
+                .iter()
+                .find(|r| r.id == id)
+                .cloned()
+                .ok_or_else(|| {
+                    RuntimeError::NoSuchRequest(format!(
+                        "session `{session}` has no pending input request `{id}`"
+                    ))
+                })?,
+            None => match pending.as_slice() {
+                [only] => only.clone(),
+                [] => {
+                    return Err(RuntimeError::NoSuchRequest(format!(
+                        "session `{session}` has no pending input request"
+                    )));
+                }
+                many => {
+                    let ids: Vec<&str> = many.iter().map(|r| r.id.as_str()).collect();
+                    return Err(RuntimeError::NoSuchRequest(format!(
+                        "session `{session}` has {} pending requests ({}); name one",
+                        many.len(),
+                        ids.join(", ")
+                    )));
+                }
+            },
+        };
+        request.status = if approve {
+            RequestStatus::Approved
+        } else {
+            RequestStatus::Denied
+        };
+        request.reason = reason.filter(|r| !r.trim().is_empty());
+        request.answered_at = Some(now_ms());
+        let mut batch = Batch::durable();
+        batch.push(Op::PutInputRequest(request.clone()));
+        let calls_now = self
+            .inner
+            .store
+            .tool_calls(session, request.turn_seq)
+            .await?;
+        if let Some(mut call) = calls_now
+            .iter()
+            .find(|c| c.call_id == request.call_id)
+            .cloned()
+        {
+            call.approval = if approve {
+                ApprovalState::Approved
+            } else {
+                ApprovalState::Denied
+            };
+            batch.push(Op::PutToolCall(call));
+        }
+        batch.event(
+            session,
+            events::APPROVAL_SETTLED,
+            events::approval_settled(&request, approve),
+        );
+        let still_pending = pending
+            .iter()
+            .any(|r| r.id != request.id && r.turn_seq == request.turn_seq);
+        if !still_pending {
+            // Resolutions of this wait: answered requests whose calls have not run yet.
+            let waiting_calls: Vec<&str> = calls_now
+                .iter()
+                .filter(|c| !c.status.is_terminal() && c.call_id != request.call_id)
+                .filter(|c| matches!(c.approval, ApprovalState::Approved | ApprovalState::Denied))
+                .map(|c| c.call_id.as_str())
+                .collect();
+            let mut answered: Vec<InputRequestRecord> = Vec::new();
+            if !waiting_calls.is_empty() {
+                for r in self.inner.store.input_requests(session, false).await? {
+                    if r.turn_seq == request.turn_seq
+                        && waiting_calls.contains(&r.call_id.as_str())
+                        && matches!(r.status, RequestStatus::Approved | RequestStatus::Denied)
+                    {
+                        answered.retain(|a| a.call_id != r.call_id);
+                        answered.push(r);
+                    }
+                }
+            }
+            answered.push(request.clone());
+            batch.event(session, events::INPUT_RESOLVED, events::input_resolved(&answered));
+        }
+        self.commit(batch).await?;
+        if !still_pending {
+            self.kick(session);
+        }
+        Ok(request)
+    }
+
+    /// Cancels the running or parked turn. Accepted messages stay in the inbox.
+    pub async fn cancel(&self, session: &str) -> RuntimeResult<()> {
+        let record = self.require_session(session).await?;
+        let mut batch = Batch::durable();
+        batch.push(Op::SetCancel {
+            session_id: session.to_owned(),
+            requested: true,
+        });
+        self.commit(batch).await?;
+        let in_process = self.cancel_token(session).map(|t| t.cancel()).is_some();
+        if !in_process && record.status != SessionStatus::Idle {
+            // Nobody here drives it: cancel it ourselves (takes the lease first).
+            self.kick_or_drive(session).await;
+        }
+        Ok(())
+    }
+
+    /// Compacts the context of an idle session now.
+    pub async fn compact(&self, session: &str) -> RuntimeResult<()> {
+        driver::manual_compact(self, session).await
+    }
+
+    /// Empties the context of an idle session (the history stays in the store).
+    pub async fn clear(&self, session: &str) -> RuntimeResult<()> {
+        let record = self.require_idle(session, "clear").await?;
+        let mut updated = record.clone();
+        updated.loaded_skills.clear();
+        let mut batch = Batch::new();
+        batch
+            .push(Op::ClearContext {
+                session_id: session.to_owned(),
+            })
+            .push(Op::UpdateSession(updated.clone()))
+            .event(
+                session,
+                events::CONTEXT_CLEARED,
+                events::context_cleared(session, record.turn_count),
+            )
+            .event(
+                session,
+                events::SESSION_WAITING,
+                events::session_waiting(session, &updated.usage),
+            );
+        self.commit(batch).await?;
+        Ok(())
+    }
+
+    /// Resets an idle session: empty context, no loaded skills, `once` approvals forgotten.
+    pub async fn reset(&self, session: &str) -> RuntimeResult<()> {
+        let record = self.require_idle(session, "reset").await?;
+        let mut updated = record.clone();
+        updated.loaded_skills.clear();
+        updated.approved_tools.clear();
+        let mut batch = Batch::new();
+        batch
+            .push(Op::ClearContext {
+                session_id: session.to_owned(),
+            })
+            .push(Op::UpdateSession(updated.clone()))
+            .event(
+                session,
+                events::SESSION_RESET,
+                events::context_cleared(session, record.turn_count),
+            )
+            .event(
+                session,
+                events::SESSION_WAITING,
+                events::session_waiting(session, &updated.usage),
+            );
+        self.commit(batch).await?;
+        Ok(())
+    }
+
+    /// Stored events from `from` on (at most `limit`, 0 = all).
+    pub async fn events(
+        &self,
+        session: &str,
+        from: u64,
+        limit: usize,
+    ) -> RuntimeResult<Vec<StoredEvent>> {
+        let limit = if limit == 0 { usize::MAX >> 1 } else { limit };
+        Ok(self.inner.store.events(session, from, limit).await?)
+    }
+
+    /// Live events of a session committed by this process from now on.
+    pub fn subscribe(&self, session: &str) -> broadcast::Receiver<StoredEvent> {
+        self.channel(session).subscribe()
+    }
+
+    /// Every event from `from` on, stored then live, without gaps or repeats; also sees events
+    /// committed by other processes (it polls the store when nothing arrives live).
+    pub fn follow(&self, session: &str, from: u64) -> EventFollower {
+        EventFollower::new(self.clone(), session.to_owned(), from)
+    }
+
+    /// One session.
+    pub async fn session(&self, id: &str) -> RuntimeResult<Option<SessionRecord>> {
+        Ok(self.inner.store.session(id).await?)
+    }
+
+    /// Sessions, newest first.
+    pub async fn sessions(&self, filter: &SessionFilter) -> RuntimeResult<Vec<SessionRecord>> {
+        Ok(self.inner.store.sessions(filter).await?)
+    }
+
+    /// Pending input requests of a session.
+    pub async fn pending_inputs(&self, session: &str) -> RuntimeResult<Vec<InputRequestRecord>> {
+        Ok(self.inner.store.input_requests(session, true).await?)
+    }
+
+    /// Starts a driver for every session with unfinished work (run once at start-up). Returns
+    /// their ids.
+    pub async fn resume_all(&self) -> RuntimeResult<Vec<String>> {
+        let ids = self.inner.store.sessions_with_work().await?;
+        for id in &ids {
+            self.spawn_driver(id);
+        }
+        Ok(ids)
+    }
+
+    /// Drives a session in this task until it has no work left or parks: finishes an unfinished
+    /// turn, then takes accepted messages one turn at a time. If a driver of this process is
+    /// already on it, waits for that one instead.
+    pub async fn drive(&self, session: &str) -> RuntimeResult<DriveOutcome> {
+        driver::drive(self, session).await
+    }
+
+    /// Waits until no driver of this process is working on the session.
+    pub async fn settled(&self, session: &str) {
+        let rx = {
+            let Ok(active) = self.inner.active.lock() else {
+                return;
+            };
+            match active.get(session).and_then(|a| a.done.as_ref()) {
+                Some(done) => done.subscribe(),
+                None => return,
+            }
+        };
+        let mut rx = rx;
+        while !*rx.borrow() {
+            if rx.changed().await.is_err() {
+                break;
+            }
+        }
+    }
+
+    // ---- internals -------------------------------------------------------------------------
+
+    pub(crate) async fn commit(&self, batch: Batch) -> RuntimeResult<Committed> {
+        let committed = self.inner.store.commit(batch).await?;
+        self.publish(&committed.events);
+        Ok(committed)
+    }
+
+    fn publish(&self, events: &[StoredEvent]) {
+        if events.is_empty() {
+            return;
+        }
+        let Ok(channels) = self.inner.channels.lock() else {
+            return;
+        };
+        for event in events {
+            if let Some(tx) = channels.get(&event.session_id) {
+                let _ = tx.send(event.clone());
+            }
+        }
+    }
+
+    fn channel(&self, session: &str) -> broadcast::Sender<StoredEvent> {
+        match self.inner.channels.lock() {
+            Ok(mut channels) => {
+                channels.retain(|_, tx| tx.receiver_count() > 0);
+                channels
+                    .entry(session.to_owned())
+                    .or_insert_with(|| broadcast::channel(1024).0)
+                    .clone()
+            }
+            Err(_) => broadcast::channel(1).0,
+        }
+    }
+
+    async fn require_session(&self, session: &str) -> RuntimeResult<SessionRecord> {
+        self.inner
+            .store
+            .session(session)
+            .await?
+            .ok_or_else(|| RuntimeError::SessionNotFound(session.to_owned()))
+    }
+
+    async fn require_idle(&self, session: &str, what: &str) -> RuntimeResult<SessionRecord> {
+        let record = self.require_session(session).await?;
+        if record.status != SessionStatus::Idle || self.is_active(session) {
+            return Err(RuntimeError::SessionNotActive {
+                id: session.to_owned(),
+                status: record.status.to_string(),
+                what: what.to_owned(),
+            });
+        }
+        Ok(record)
+    }
+
+    fn is_active(&self, session: &str) -> bool {
+        self.inner
+            .active
+            .lock()
+            .map(|a| a.contains_key(session))
+            .unwrap_or(false)
+    }
+
+    fn cancel_token(&self, session: &str) -> Option<CancellationToken> {
+        self.inner
+            .active
+            .lock()
+            .ok()
+            .and_then(|a| a.get(session).map(|x| x.cancel.clone()))
+    }
+
+    /// New work arrived: tell a running driver, or start one (when `autostart`).
+    fn kick(&self, session: &str) {
+        if self.mark_dirty(session) {
+            return;
+        }
+        if self.inner.config.autostart {
+            self.spawn_driver(session);
+        }
+    }
+
+    async fn kick_or_drive(&self, session: &str) {
+        if self.mark_dirty(session) {
+            return;
+        }
+        if self.inner.config.autostart {
+            self.spawn_driver(session);
+        } else if let Err(e) = self.drive(session).await {
+            tracing::warn!(session, error = %e, "cancelling the session failed");
+        }
+    }
+
+    /// Marks a running driver dirty; `false` when there is none.
+    fn mark_dirty(&self, session: &str) -> bool {
+        match self.inner.active.lock() {
+            Ok(mut active) => match active.get_mut(session) {
+                Some(a) => {
+                    a.dirty = true;
+                    true
+                }
+                None => false,
+            },
+            Err(_) => false,
+        }
+    }
+
+    fn spawn_driver(&self, session: &str) {
+        let rt = self.clone();
+        let session = session.to_owned();
+        tokio::spawn(async move {
+            if let Err(e) = rt.drive(&session).await {
+                tracing::warn!(session, error = %e, "session driver stopped");
+            }
+        });
+    }
+
+    /// Registers a driver; `None` when one is already running (it is marked dirty instead).
+    fn register(&self, session: &str) -> Option<CancellationToken> {
+        let mut active = self.inner.active.lock().ok()?;
+        if let Some(a) = active.get_mut(session) {
+            a.dirty = true;
+            return None;
+        }
+        let cancel = CancellationToken::new();
+        let (done, _) = watch::channel(false);
+        active.insert(
+            session.to_owned(),
+            Active {
+                cancel: cancel.clone(),
+                dirty: false,
+                done: Some(done),
+            },
+        );
+        Some(cancel)
+    }
+
+    /// Called when a driver found no work: unregisters unless new work arrived meanwhile (then
+    /// returns `true`: go again).
+    fn finish_or_continue(&self, session: &str) -> bool {
+        let Ok(mut active) = self.inner.active.lock() else {
+            return false;
+        };
+        if let Some(a) = active.get_mut(session) {
+            if a.dirty {
+                a.dirty = false;
+                return true;
+            }
+        }
+        if let Some(a) = active.remove(session) {
+            if let Some(done) = a.done {
+                let _ = done.send(true);
+            }
+        }
+        false
+    }
+
+    /// Unregisters a driver unconditionally (errors, lease lost).
+    fn unregister(&self, session: &str) {
+        if let Ok(mut active) = self.inner.active.lock() {
+            if let Some(a) = active.remove(session) {
+                if let Some(done) = a.done {
+                    let _ = done.send(true);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The durable store: every accepted message, model response, tool call, approval and event.
+//!
+//! The engine never keeps state that only lives in memory: it writes a [`Batch`] of operations (state
+//! changes plus the events that announce them) through [`Store::commit`], atomically, and a resumed
+//! process reads the current state back (session row, open turn, its calls) instead of replaying
+//! history. [`Store`] is the seam for other backends (PostgreSQL); [`SqliteStore`] is the embedded
+//! default at `.eve/eve.db`.
+
+mod records;
+mod schema;
+mod sqlite;
+
+pub use records::*;
+pub use sqlite::SqliteStore;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite reported an error.
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A JSON column could not be encoded or decoded.
+    #[error("stored JSON is invalid: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Opening the database folder failed.
+    #[error("cannot open the store: {0}")]
+    Io(#[from] std::io::Error),
+    /// The writer thread is gone (the store is shutting down).
+    #[error("the store's writer has stopped")]
+    WriterGone,
+    /// A transaction could not be committed; every write in it was rolled back.
+    #[error("commit failed: {0}")]
+    Commit(String),
+    /// The database was written by a newer eve.
+    #[error(
+        "the database schema version {found} is newer than this eve supports ({supported}); upgrade eve"
+    )]
+    TooNew {
+        /// Version found in the file.
+        found: i64,
+        /// Newest version this build knows.
+        supported: i64,
+    },
+    /// A row that must exist does not (for example an operation on an unknown session).
+    #[error("{0} not found")]
+    NotFound(String),
+    /// A value in the database is not one this version understands.
+    #[error("unexpected stored value: {0}")]
+    Corrupt(String),
+}
+
+/// Result alias of the store.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A durable store of sessions. Implementations must make [`Store::commit`] atomic: either every
+/// operation of the batch (and every event in it) is stored, or none is.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Applies a batch atomically; assigns message sequence numbers and event indexes.
+    async fn commit(&self, batch: Batch) -> StoreResult<Committed>;
+
+    /// One session.
+    async fn session(&self, id: &str) -> StoreResult<Option<SessionRecord>>;
+    /// Sessions, newest first.
+    async fn sessions(&self, filter: &SessionFilter) -> StoreResult<Vec<SessionRecord>>;
+    /// One turn.
+    async fn turn(&self, session: &str, seq: u64) -> StoreResult<Option<TurnRecord>>;
+    /// The session's latest turn, if any.
+    async fn last_turn(&self, session: &str) -> StoreResult<Option<TurnRecord>>;
+    /// Steps of one turn, in order.
+    async fn steps(&self, session: &str, turn: u64) -> StoreResult<Vec<StepRecord>>;
+    /// Tool calls of one turn, in the order the model asked for them.
+    async fn tool_calls(&self, session: &str, turn: u64) -> StoreResult<Vec<ToolCallRecord>>;
+    /// Input requests of a session (only pending ones when `pending_only`), oldest first.
+    async fn input_requests(
+        &self,
+        session: &str,
+        pending_only: bool,
+    ) -> StoreResult<Vec<InputRequestRecord>>;
+    /// One input request.
+    async fn input_request(&self, id: &str) -> StoreResult<Option<InputRequestRecord>>;
+    /// Accepted messages no turn has taken yet, oldest first.
+    async fn pending_inbox(&self, session: &str) -> StoreResult<Vec<InboxRecord>>;
+    /// The model context: messages from the session's context start (the last compaction
+    /// checkpoint or clear) on.
+    async fn context(&self, session: &str) -> StoreResult<Vec<MessageRecord>>;
+    /// Messages with `seq >= from`, at most `limit`.
+    async fn messages(&self, session: &str, from: u64, limit: usize)
+    -> StoreResult<Vec<MessageRecord>>;
+    /// Events with `index >= from`, at most `limit`.
+    async fn events(&self, session: &str, from: u64, limit: usize) -> StoreResult<Vec<StoredEvent>>;
+    /// A tool's circuit breaker, if it ever failed.
+    async fn breaker(&self, tool: &str) -> StoreResult<Option<BreakerRecord>>;
+    /// Sessions with work left: a turn that is running, a wait whose input is all answered, or an
+    /// accepted message not yet taken.
+    async fn sessions_with_work(&self) -> StoreResult<Vec<String>>;
+
+    /// Takes the lease of a session for `claim.holder`, if it is free, expired, held by a dead
+    /// process on this host, or already ours.
+    async fn acquire_lease(&self, claim: &LeaseClaim) -> StoreResult<LeaseOutcome>;
+    /// Extends our lease; `false` when it is no longer ours.
+    async fn renew_lease(&self, claim: &LeaseClaim) -> StoreResult<bool>;
+    /// Gives the lease up (only if it is ours).
+    async fn release_lease(&self, session: &str, holder: &str) -> StoreResult<()>;
+}

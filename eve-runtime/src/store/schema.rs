@@ -1,0 +1,145 @@
+//! Schema migrations, applied in order by `PRAGMA user_version`.
+//!
+//! Each entry moves the schema from version `i` to `i + 1` inside one transaction. Never edit a
+//! released entry: add a new one.
+
+/// Migrations; index `i` upgrades from version `i` to `i + 1`.
+pub const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    build_hash TEXT NOT NULL,
+    agent_name TEXT NOT NULL,
+    parent_id TEXT,
+    parent_call_id TEXT,
+    schedule TEXT,
+    turn_count INTEGER NOT NULL DEFAULT 0,
+    event_count INTEGER NOT NULL DEFAULT 0,
+    message_count INTEGER NOT NULL DEFAULT 0,
+    context_start INTEGER NOT NULL DEFAULT 0,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    loaded_skills TEXT NOT NULL DEFAULT '[]',
+    approved_tools TEXT NOT NULL DEFAULT '[]',
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE INDEX sessions_by_created ON sessions(created_at);
+CREATE INDEX sessions_by_schedule ON sessions(schedule, created_at) WHERE schedule IS NOT NULL;
+CREATE INDEX sessions_by_status ON sessions(status);
+
+CREATE TABLE inbox (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    accepted_at INTEGER NOT NULL,
+    consumed_turn INTEGER
+);
+CREATE INDEX inbox_pending ON inbox(session_id, accepted_at) WHERE consumed_turn IS NULL;
+
+CREATE TABLE messages (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    turn_seq INTEGER,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE turns (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    phase TEXT NOT NULL,
+    step_index INTEGER NOT NULL,
+    step_started INTEGER NOT NULL,
+    build_hash TEXT NOT NULL,
+    inbox_id TEXT,
+    started_at INTEGER NOT NULL,
+    ended_at INTEGER,
+    stop_reason TEXT,
+    usage TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE steps (
+    session_id TEXT NOT NULL,
+    turn_seq INTEGER NOT NULL,
+    step_index INTEGER NOT NULL,
+    model_id TEXT NOT NULL,
+    response TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (session_id, turn_seq, step_index)
+) WITHOUT ROWID;
+
+CREATE TABLE tool_calls (
+    session_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    turn_seq INTEGER NOT NULL,
+    step_index INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    input TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    effect TEXT NOT NULL,
+    status TEXT NOT NULL,
+    approval TEXT NOT NULL,
+    output TEXT,
+    is_error INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    started_at INTEGER,
+    ended_at INTEGER,
+    PRIMARY KEY (session_id, turn_seq, call_id)
+);
+CREATE INDEX tool_calls_by_turn ON tool_calls(session_id, turn_seq, step_index, position);
+
+CREATE TABLE input_requests (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    turn_seq INTEGER NOT NULL,
+    step_index INTEGER NOT NULL,
+    call_id TEXT NOT NULL,
+    tool_name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    prompt TEXT NOT NULL,
+    action TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    created_at INTEGER NOT NULL,
+    answered_at INTEGER
+);
+CREATE INDEX input_requests_by_session ON input_requests(session_id, status, created_at);
+
+CREATE TABLE events (
+    session_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    data TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (session_id, idx)
+) WITHOUT ROWID;
+
+CREATE TABLE breakers (
+    tool TEXT PRIMARY KEY,
+    consecutive_failures INTEGER NOT NULL,
+    open_until INTEGER NOT NULL,
+    backoff_ms INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+
+CREATE TABLE leases (
+    session_id TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    acquired_at INTEGER NOT NULL
+);
+"#];
