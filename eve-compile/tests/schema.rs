@@ -21,3 +21,19 @@ fn manifest_schema_is_up_to_date() {
         "docs/manifest.schema.json is stale: run `EVE_UPDATE_SCHEMA=1 cargo test -p eve-compile schema` and commit it"
     );
 }
+
+/// Every diagnostic code is documented in `docs/diagnostics.md`.
+#[test]
+fn every_code_is_documented() {
+    let doc = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/diagnostics.md"),
+    )
+    .unwrap();
+    for code in eve_discover::Code::ALL {
+        assert!(
+            doc.contains(&format!("| {} |", code.as_str())),
+            "docs/diagnostics.md does not document {}",
+            code.as_str()
+        );
+    }
+}

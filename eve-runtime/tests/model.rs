@@ -1,1 +1,0 @@
-//! Model client tests against scripted HTTP servers on loopback.
