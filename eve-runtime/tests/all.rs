@@ -3,3 +3,7 @@
 
 mod model;
 mod tools;
+mod engine;
+mod engine_resume;
+mod engine_store;
+mod engine_support;

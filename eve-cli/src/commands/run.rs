@@ -1,9 +1,314 @@
 //! `eve run`: one prompt, streamed, then exit.
+//!
+//! Builds the agent (like `cargo run`), accepts the prompt into a session (new, or `--session`),
+//! and drives it in this process: the reply streams to stdout, tool activity and reasoning to
+//! stderr. An approval is a y/n prompt on a terminal, automatic with `--yes`, and otherwise stops
+//! the run with [`EXIT_WAITING`] after saying how to answer. `--session ID` without a prompt
+//! resumes that session's unfinished turn (after a crash, or after an approval was answered).
 
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use eve_compile::Project;
+use eve_compile::build;
+use eve_compile::render::{Style, render_all};
+use eve_runtime::engine::{
+    DriveOutcome, Runtime, RuntimeConfig, SettingsModelProvider, events as ev,
+};
+use eve_runtime::store::{InputRequestRecord, StoredEvent};
+use eve_runtime::tools::process_env;
+use serde_json::Value;
 
 use crate::cli::RunArgs;
+use crate::project::{locate, source_reader};
+use crate::render::{paint, plural, stderr_color};
 
-pub fn run(_args: RunArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`eve run` is not available in this build")
+/// Exit code of a run that stopped at an approval nobody could answer.
+pub const EXIT_WAITING: u8 = 3;
+/// Exit code when another process is driving the session.
+pub const EXIT_BUSY: u8 = 4;
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    if args.prompt.is_none() && args.session.is_none() {
+        anyhow::bail!("give a prompt (`eve run \"hello\"`), or `--session ID` to resume a session");
+    }
+    let project = locate(&args.project)?;
+    if !build_agent(&project)? {
+        return Ok(ExitCode::FAILURE);
+    }
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    tokio.block_on(run_async(args, project))
+}
+
+/// Builds the agent; prints diagnostics and returns `false` when it has errors.
+pub fn build_agent(project: &Project) -> anyhow::Result<bool> {
+    let built = build::build(project)?;
+    if built.hash.is_some() {
+        return Ok(true);
+    }
+    let color = stderr_color();
+    eprintln!(
+        "{}",
+        render_all(
+            &built.output.diagnostics,
+            &source_reader(project),
+            Style { color }
+        )
+    );
+    eprintln!(
+        "{} the agent has {}; fix them and run again",
+        paint(color, "1;31", "error:"),
+        plural(built.output.error_count(), "error")
+    );
+    Ok(false)
+}
+
+/// A runtime for one command in this process (no background drivers).
+pub fn open_runtime(project: &Project) -> anyhow::Result<Runtime> {
+    let env = process_env();
+    let models = Arc::new(SettingsModelProvider::new(env.clone()));
+    let mut config = RuntimeConfig::new(&project.state_dir, models)
+        .with_context(|| format!("cannot open the store at {}", project.db_path().display()))?;
+    config.env = env;
+    config.autostart = false;
+    Ok(Runtime::new(config))
+}
+
+async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> {
+    let runtime = open_runtime(&project)?;
+    let color = stderr_color();
+    let (id, from) = match &args.session {
+        Some(id) => {
+            let session = runtime
+                .session(id)
+                .await?
+                .with_context(|| format!("no session `{id}` in {}", project.db_path().display()))?;
+            if let Some(prompt) = &args.prompt {
+                runtime.post_message(id, prompt).await?;
+            }
+            (id.clone(), session.event_count)
+        }
+        None => {
+            let prompt = args.prompt.clone().unwrap_or_default();
+            (runtime.create_session(Some(prompt)).await?, 0)
+        }
+    };
+    eprintln!("{}", paint(color, "2", &format!("session {id}")));
+    let mut printer = Printer::new(args.json);
+    let mut follower = runtime.follow(&id, from);
+    loop {
+        let drive = {
+            let runtime = runtime.clone();
+            let id = id.clone();
+            tokio::spawn(async move { runtime.drive(&id).await })
+        };
+        tokio::pin!(drive);
+        let outcome = loop {
+            tokio::select! {
+                event = follower.next() => printer.event(&event?),
+                done = &mut drive => break done.context("the session driver stopped")??,
+            }
+        };
+        while let Some(event) = follower.try_next().await? {
+            printer.event(&event);
+        }
+        printer.finish_line();
+        match outcome {
+            DriveOutcome::Idle => return Ok(ExitCode::SUCCESS),
+            DriveOutcome::Cancelled => {
+                eprintln!("{} the turn was cancelled", paint(color, "1;33", "warning:"));
+                return Ok(ExitCode::FAILURE);
+            }
+            DriveOutcome::Failed { code, message } => {
+                eprintln!("{} {message} ({code})", paint(color, "1;31", "error:"));
+                return Ok(ExitCode::FAILURE);
+            }
+            DriveOutcome::Busy { pid } => {
+                eprintln!(
+                    "{} session {id} is being driven by another eve process (pid {pid}); \
+                     try again when it is done",
+                    paint(color, "1;33", "warning:")
+                );
+                return Ok(ExitCode::from(EXIT_BUSY));
+            }
+            DriveOutcome::WaitingInput(requests) => {
+                if !answer_requests(&runtime, &id, &requests, args.yes, color).await? {
+                    return Ok(ExitCode::from(EXIT_WAITING));
+                }
+            }
+        }
+    }
+}
+
+/// Answers approvals with `--yes` or a terminal prompt; `false` when nobody can answer here.
+async fn answer_requests(
+    runtime: &Runtime,
+    id: &str,
+    requests: &[InputRequestRecord],
+    yes: bool,
+    color: bool,
+) -> anyhow::Result<bool> {
+    let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    if !yes && !interactive {
+        eprintln!(
+            "{} {} waiting for approval:",
+            paint(color, "1;33", "paused:"),
+            plural(requests.len(), "tool call")
+        );
+        for r in requests {
+            eprintln!("  {}  {} {}", r.id, r.tool_name, compact(&r.action["input"]));
+        }
+        eprintln!(
+            "answer with `eve sessions approve {id}{}` (or `deny`), then continue with \
+             `eve run --session {id}`",
+            if requests.len() > 1 { " <REQUEST>" } else { "" }
+        );
+        return Ok(false);
+    }
+    for r in requests {
+        let approve = if yes {
+            eprintln!(
+                "{} {} {}",
+                paint(color, "1;32", "approved:"),
+                r.tool_name,
+                compact(&r.action["input"])
+            );
+            true
+        } else {
+            let question = format!(
+                "{} {} {} [y/N] ",
+                paint(color, "1;33", "approve?"),
+                r.prompt,
+                compact(&r.action["input"])
+            );
+            tokio::task::spawn_blocking(move || ask(&question)).await??
+        };
+        runtime.answer_input(id, Some(&r.id), approve, None).await?;
+    }
+    Ok(true)
+}
+
+fn ask(question: &str) -> anyhow::Result<bool> {
+    let mut err = std::io::stderr();
+    write!(err, "{question}")?;
+    err.flush()?;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    Ok(matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
+}
+
+fn compact(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() > 120 {
+        let cut: String = text.chars().take(117).collect();
+        format!("{cut}...")
+    } else {
+        text
+    }
+}
+
+/// Renders events: text to stdout, the rest to stderr (or JSON lines with `--json`).
+struct Printer {
+    json: bool,
+    color: bool,
+    out_color: bool,
+    mid_line: bool,
+    reasoning: bool,
+}
+
+impl Printer {
+    fn new(json: bool) -> Self {
+        Self {
+            json,
+            color: stderr_color(),
+            out_color: crate::render::stdout_color(),
+            mid_line: false,
+            reasoning: false,
+        }
+    }
+
+    fn finish_line(&mut self) {
+        if self.mid_line {
+            println!();
+            self.mid_line = false;
+        }
+        if self.reasoning {
+            eprintln!();
+            self.reasoning = false;
+        }
+    }
+
+    fn event(&mut self, event: &StoredEvent) {
+        if self.json {
+            println!("{}", event.to_wire());
+            let _ = std::io::stdout().flush();
+            return;
+        }
+        let data = &event.data;
+        match event.kind.as_str() {
+            ev::MESSAGE_APPENDED => {
+                if self.reasoning {
+                    eprintln!();
+                    self.reasoning = false;
+                }
+                let delta = data["messageDelta"].as_str().unwrap_or_default();
+                print!("{delta}");
+                let _ = std::io::stdout().flush();
+                self.mid_line = !delta.ends_with('\n');
+            }
+            ev::REASONING_APPENDED => {
+                let delta = data["reasoningDelta"].as_str().unwrap_or_default();
+                eprint!("{}", paint(self.color, "2", delta));
+                self.reasoning = true;
+            }
+            ev::MESSAGE_COMPLETED => self.finish_line(),
+            ev::ACTIONS_REQUESTED => {
+                self.finish_line();
+                for action in data["actions"].as_array().into_iter().flatten() {
+                    let line = if action["kind"] == "load-skill" {
+                        format!("→ load skill {}", action["name"].as_str().unwrap_or_default())
+                    } else {
+                        format!(
+                            "→ {} {}",
+                            action["toolName"].as_str().unwrap_or_default(),
+                            compact(&action["input"])
+                        )
+                    };
+                    eprintln!("{}", paint(self.color, "36", &line));
+                }
+            }
+            ev::ACTION_RESULT => {
+                let result = &data["result"];
+                let name = result["toolName"]
+                    .as_str()
+                    .or_else(|| result["name"].as_str())
+                    .unwrap_or_default();
+                let status = data["status"].as_str().unwrap_or_default();
+                if status == "completed" {
+                    eprintln!("{}", paint(self.color, "32", &format!("← {name}: ok")));
+                } else {
+                    let output = match &result["output"] {
+                        Value::String(s) => s.lines().next().unwrap_or_default().to_owned(),
+                        other => compact(other),
+                    };
+                    eprintln!(
+                        "{}",
+                        paint(self.color, "31", &format!("← {name}: {status}: {output}"))
+                    );
+                }
+            }
+            ev::COMPACTION_COMPLETED => {
+                eprintln!("{}", paint(self.color, "2", "(context compacted)"));
+            }
+            ev::TURN_FAILED | ev::TURN_CANCELLED => self.finish_line(),
+            _ => {}
+        }
+        let _ = self.out_color;
+    }
 }

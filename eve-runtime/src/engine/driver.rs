@@ -884,6 +884,12 @@ impl<'a> TurnDriver<'a> {
         for call in calls {
             match self.decide(&call).await? {
                 Decision::Settle(status, output) => {
+                    if call.kind == "load-skill" && status == CallStatus::Completed {
+                        let name = call.input["name"].as_str().unwrap_or_default().to_owned();
+                        if !self.session.loaded_skills.contains(&name) {
+                            self.session.loaded_skills.push(name);
+                        }
+                    }
                     let (seq, message) = self.settle(turn, step, call, status, output, None).await?;
                     settled.push((seq, message));
                 }
@@ -1126,18 +1132,8 @@ impl<'a> TurnDriver<'a> {
             is_error: call.is_error,
         };
         let mut batch = Batch::new();
-        let mut session_update = None;
-        if call.kind == "load-skill" && status == CallStatus::Completed {
-            let name = call.input["name"].as_str().unwrap_or_default().to_owned();
-            let fresh = self.rt.inner.store.session(&self.session.id).await?;
-            if let Some(mut fresh) = fresh {
-                if !fresh.loaded_skills.contains(&name) {
-                    fresh.loaded_skills.push(name);
-                    fresh.status = self.session.status;
-                    session_update = Some(fresh);
-                }
-            }
-        }
+        let session_update = (call.kind == "load-skill" && status == CallStatus::Completed)
+            .then(|| self.session.clone());
         batch
             .push(Op::AppendMessage {
                 session_id: self.session.id.clone(),

@@ -14,6 +14,7 @@ mod driver;
 mod error;
 pub mod events;
 mod follow;
+mod models;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 pub use build::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_prompt};
 pub use error::{RuntimeError, RuntimeResult};
 pub use follow::EventFollower;
+pub use models::{FixedModelProvider, SettingsModelProvider};
 
 use crate::model::{ModelClient, ModelError};
 use crate::store::*;

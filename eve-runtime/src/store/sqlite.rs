@@ -578,8 +578,11 @@ fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
             }
             Op::PutInputRequest(r) => {
                 conn.prepare_cached(&format!(
-                    "INSERT OR REPLACE INTO input_requests ({REQUEST_COLS}) VALUES \
-                     (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)"
+                    "INSERT INTO input_requests ({REQUEST_COLS}) VALUES \
+                     (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13) \
+                     ON CONFLICT(id) DO UPDATE SET status=excluded.status, \
+                     reason=excluded.reason, answered_at=excluded.answered_at, \
+                     prompt=excluded.prompt, action=excluded.action"
                 ))?
                 .execute(params![
                     r.id,
@@ -780,7 +783,7 @@ impl Store for SqliteStore {
         self.read(move |conn| {
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {REQUEST_COLS} FROM input_requests \
-                 WHERE session_id=?1 AND (?2 = 0 OR status='pending') ORDER BY created_at, id"
+                 WHERE session_id=?1 AND (?2 = 0 OR status='pending') ORDER BY rowid"
             ))?;
             collect(
                 &mut stmt,
@@ -809,7 +812,7 @@ impl Store for SqliteStore {
         self.read(move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT id, session_id, text, accepted_at FROM inbox \
-                 WHERE session_id=?1 AND consumed_turn IS NULL ORDER BY accepted_at, id",
+                 WHERE session_id=?1 AND consumed_turn IS NULL ORDER BY rowid",
             )?;
             collect(&mut stmt, [session], |row| {
                 Ok(Ok(InboxRecord {

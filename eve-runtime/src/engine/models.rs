@@ -1,0 +1,77 @@
+//! The default [`ModelProvider`]: model settings from the environment and `agent.yaml`.
+//!
+//! Precedence is the model module's (`EVE_MODEL` > `agent.yaml` `model` > `mock/echo`); the
+//! context window comes from `agent.yaml` when set. Clients are built once per distinct settings
+//! and shared by every session using them.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use eve_compile::Agent;
+
+use super::{ModelProvider, ResolvedModel};
+use crate::model::{ModelError, ModelSettings, client};
+use crate::tools::EnvLookup;
+
+/// Resolves models with [`ModelSettings::resolve`].
+pub struct SettingsModelProvider {
+    env: EnvLookup,
+    cache: Mutex<HashMap<String, ResolvedModel>>,
+}
+
+impl std::fmt::Debug for SettingsModelProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SettingsModelProvider").finish_non_exhaustive()
+    }
+}
+
+impl SettingsModelProvider {
+    /// A provider reading variables through `env`.
+    pub fn new(env: EnvLookup) -> Self {
+        Self {
+            env,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The settings an agent resolves to.
+    pub fn settings(&self, agent: &Agent) -> Result<ModelSettings, ModelError> {
+        let env = self.env.clone();
+        let mut settings = ModelSettings::resolve(agent.config.model.as_deref(), &move |k| env(k))?;
+        settings.context_window = agent.config.context_window;
+        Ok(settings)
+    }
+}
+
+impl ModelProvider for SettingsModelProvider {
+    fn resolve(&self, agent: &Agent) -> Result<ResolvedModel, ModelError> {
+        let settings = self.settings(agent)?;
+        let key = format!("{settings:?}");
+        if let Ok(cache) = self.cache.lock() {
+            if let Some(found) = cache.get(&key) {
+                return Ok(found.clone());
+            }
+        }
+        let resolved = ResolvedModel {
+            client: client(&settings)?,
+            model: settings.model.clone(),
+            model_id: format!("{}/{}", settings.provider, settings.model),
+            context_window: settings.context_window,
+            price_per_million: None,
+        };
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.insert(key, resolved.clone());
+        }
+        Ok(resolved)
+    }
+}
+
+/// A provider that always answers with the same model (tests, embedding).
+#[derive(Debug, Clone)]
+pub struct FixedModelProvider(pub ResolvedModel);
+
+impl ModelProvider for FixedModelProvider {
+    fn resolve(&self, _agent: &Agent) -> Result<ResolvedModel, ModelError> {
+        Ok(self.0.clone())
+    }
+}

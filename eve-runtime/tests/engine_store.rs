@@ -1,0 +1,143 @@
+//! The SQLite store: migrations, atomic batches, event indexes, leases.
+
+use eve_runtime::store::*;
+use serde_json::json;
+
+fn session(id: &str) -> SessionRecord {
+    SessionRecord {
+        id: id.to_owned(),
+        status: SessionStatus::Idle,
+        build_hash: "h".into(),
+        agent_name: "a".into(),
+        parent_id: None,
+        parent_call_id: None,
+        schedule: Some("nightly".into()),
+        turn_count: 0,
+        event_count: 0,
+        message_count: 0,
+        context_start: 0,
+        usage: UsageTotals::default(),
+        cost_usd: 0.0,
+        loaded_skills: vec![],
+        approved_tools: vec![],
+        cancel_requested: false,
+        created_at: now_ms(),
+        updated_at: now_ms(),
+    }
+}
+
+#[tokio::test]
+async fn opening_twice_migrates_once_and_keeps_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("eve.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let mut b = Batch::durable();
+    b.push(Op::InsertSession(session("wrun_1")));
+    store.commit(b).await.unwrap();
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(store.session("wrun_1").await.unwrap().is_some());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, 1);
+    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[tokio::test]
+async fn a_failing_batch_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("eve.db")).unwrap();
+    let mut b = Batch::new();
+    b.push(Op::InsertSession(session("wrun_1")));
+    store.commit(b).await.unwrap();
+    let mut b = Batch::new();
+    b.event("wrun_1", "turn.started", json!({}));
+    b.event("wrun_missing", "turn.started", json!({}));
+    assert!(store.commit(b).await.is_err());
+    assert!(store.events("wrun_1", 0, 10).await.unwrap().is_empty());
+    let s = store.session("wrun_1").await.unwrap().unwrap();
+    assert_eq!(s.event_count, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn event_indexes_are_dense_per_session_under_concurrency() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("eve.db")).unwrap();
+    for id in ["wrun_a", "wrun_b"] {
+        let mut b = Batch::new();
+        b.push(Op::InsertSession(session(id)));
+        store.commit(b).await.unwrap();
+    }
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let id = if i % 2 == 0 { "wrun_a" } else { "wrun_b" };
+            let mut b = Batch::new();
+            b.event(id, "x", json!({"i": i}));
+            store.commit(b).await.unwrap()
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for id in ["wrun_a", "wrun_b"] {
+        let events = store.events(id, 0, 1000).await.unwrap();
+        let idx: Vec<u64> = events.iter().map(|e| e.index).collect();
+        assert_eq!(idx, (0..100).collect::<Vec<u64>>());
+        assert_eq!(store.events(id, 98, 10).await.unwrap().len(), 2);
+    }
+    let listed = store
+        .sessions(&SessionFilter {
+            schedule: Some("nightly".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 2);
+}
+
+#[tokio::test]
+async fn a_lease_is_exclusive_until_its_holder_dies_or_it_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("eve.db")).unwrap();
+    let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let live = LeaseClaim {
+        session_id: "wrun_1".into(),
+        holder: "other".into(),
+        pid: child.id(),
+        host: "here".into(),
+        ttl_ms: 60_000,
+    };
+    assert_eq!(store.acquire_lease(&live).await.unwrap(), LeaseOutcome::Acquired);
+    let me = LeaseClaim {
+        holder: "me".into(),
+        pid: std::process::id(),
+        ..live.clone()
+    };
+    assert!(matches!(
+        store.acquire_lease(&me).await.unwrap(),
+        LeaseOutcome::HeldBy { .. }
+    ));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(store.acquire_lease(&me).await.unwrap(), LeaseOutcome::Acquired);
+    assert!(store.renew_lease(&me).await.unwrap());
+    assert!(!store.renew_lease(&live).await.unwrap());
+    // Another host's live-looking lease is respected until it expires.
+    let remote = LeaseClaim {
+        session_id: "wrun_2".into(),
+        holder: "remote".into(),
+        pid: 1,
+        host: "elsewhere".into(),
+        ttl_ms: -1,
+    };
+    store.acquire_lease(&remote).await.unwrap();
+    let me2 = LeaseClaim {
+        session_id: "wrun_2".into(),
+        ..me.clone()
+    };
+    assert_eq!(store.acquire_lease(&me2).await.unwrap(), LeaseOutcome::Acquired, "expired");
+    store.release_lease("wrun_2", "me").await.unwrap();
+}
