@@ -55,6 +55,9 @@ impl SseParser {
 
     /// Feeds a chunk and appends every event it completes to `out`.
     pub fn push(&mut self, mut chunk: &[u8], out: &mut Vec<SseEvent>) {
+        if chunk.is_empty() {
+            return;
+        }
         if !self.started {
             // Wait until we can tell whether the stream starts with a BOM.
             let mut probe = std::mem::take(&mut self.line);
