@@ -1,0 +1,655 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: eve (Rust) vs eve 0.80.1 (npm). Driven by bench/compare-eve.
+
+Measures build time and peak RSS (scaffold-sized agent, 200 tools + 50 skills), server cold
+start to a healthy /eve/v1/health and its RSS, and first-turn latency (POST a session with a
+message -> the stream shows `session.waiting`), against one scripted OpenAI-compatible server.
+Progress goes to stderr; the table to stdout (and bench/RESULTS.md unless --no-write).
+"""
+import argparse
+import datetime
+import http.client
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agents  # noqa: E402
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+MIB = 1024 * 1024
+
+
+def log(msg):
+    sys.stderr.write(f"[compare-eve] {msg}\n")
+    sys.stderr.flush()
+
+
+# ------------------------------------------------------------------ process-tree RSS
+
+
+def _proc_table():
+    """{pid: ppid} of every process."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        # comm may hold spaces and parens: the fields after the last ')' are fixed.
+        rest = data[data.rfind(b")") + 2:].split()
+        table[int(name)] = int(rest[1])
+    return table
+
+
+def tree_pids(root):
+    table = _proc_table()
+    children = {}
+    for pid, ppid in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        if pid in table or pid == root:
+            out.append(pid)
+        stack.extend(children.get(pid, ()))
+    return out
+
+
+def rss_of(pid):
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def tree_rss(root):
+    return sum(rss_of(p) for p in tree_pids(root))
+
+
+class Sampler(threading.Thread):
+    """Samples the summed RSS of a process tree every `interval` seconds; keeps the peak."""
+
+    def __init__(self, root, interval=0.005):
+        super().__init__(daemon=True)
+        self.root, self.interval = root, interval
+        self.peak = 0
+        self._halt = threading.Event()
+
+    def run(self):
+        while not self._halt.is_set():
+            self.peak = max(self.peak, tree_rss(self.root))
+            self._halt.wait(self.interval)
+
+    def stop(self):
+        self._halt.set()
+        self.join()
+        return self.peak
+
+
+def kill_tree(proc, grace=5.0):
+    """SIGTERM the process group (and any stray descendants), then SIGKILL after `grace`."""
+    if proc.poll() is not None:
+        return
+    pids = tree_pids(proc.pid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=grace)
+            # descendants that left the group may still be dying
+            deadline = time.time() + grace
+            while time.time() < deadline and any(os.path.exists(f"/proc/{p}") and rss_of(p)
+                                                 for p in pids):
+                time.sleep(0.05)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# ------------------------------------------------------------------ measurement primitives
+
+
+class Unavailable(Exception):
+    """A measurement that cannot be taken; its message becomes the table cell."""
+
+
+def run_measured(cmd, cwd, env, log_path, timeout=600):
+    """Runs cmd to completion; returns (wall seconds, peak tree RSS bytes)."""
+    with open(log_path, "ab") as out:
+        out.write(("\n$ " + " ".join(cmd) + "\n").encode())
+        out.flush()
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        sampler = Sampler(proc.pid)
+        sampler.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            wall = time.perf_counter() - t0
+            peak = sampler.stop()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    # ru_maxrss (KiB) is the largest single process of the tree; the sampler sums the tree.
+    peak = max(peak, usage.ru_maxrss * 1024)
+    if proc.returncode != 0:
+        raise Unavailable(f"exit {proc.returncode} (see {os.path.relpath(log_path)})")
+    return wall, peak
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(port, method, path, body=None, timeout=30):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        headers = {"accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["content-type"] = "application/json"
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read()
+        try:
+            return resp.status, json.loads(raw or b"null")
+        except ValueError:
+            return resp.status, raw.decode(errors="replace")
+    finally:
+        conn.close()
+
+
+def health_ok(port):
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        conn.request("GET", "/eve/v1/health")
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        if resp.status != 200:
+            return False
+        try:
+            return json.loads(body).get("ok") is True
+        except (ValueError, AttributeError):
+            return False
+    except OSError:
+        return False
+
+
+def one_turn(port, message, timeout=60):
+    """POST /eve/v1/session with a message, follow its NDJSON stream to `session.waiting`.
+
+    Returns (seconds from POST to the session.waiting line, event types seen)."""
+    t0 = time.perf_counter()
+    status, body = http_json(port, "POST", "/eve/v1/session", {"message": message})
+    if status != 202 or not isinstance(body, dict) or not body.get("sessionId"):
+        raise Unavailable(f"POST /eve/v1/session -> {status} {str(body)[:120]}")
+    sid = body["sessionId"]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    seen = []
+    try:
+        conn.request("GET", f"/eve/v1/session/{sid}/stream",
+                     headers={"accept": "application/x-ndjson"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise Unavailable(f"GET stream -> {resp.status} {resp.read()[:120]!r}")
+        while True:
+            line = resp.readline()
+            if not line:
+                raise Unavailable(f"stream ended before session.waiting (saw {seen[-3:]})")
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            kind = ev.get("type")
+            seen.append(kind)
+            if kind == "session.waiting":
+                return time.perf_counter() - t0, seen
+            if kind in ("turn.failed", "session.failed", "session.completed", "error"):
+                raise Unavailable(f"turn ended with {kind}: {json.dumps(ev.get('data'))[:160]}")
+    except socket.timeout:
+        raise Unavailable(f"no session.waiting within {timeout}s (saw {seen[-3:]})")
+    finally:
+        conn.close()
+
+
+def serve_once(cmd, cwd, env, port, log_path, turns=0, ready_timeout=180):
+    """Starts a server, waits for a healthy /health, optionally runs turns, stops it.
+
+    Returns dict: ready_s, rss_ready, peak_start, turn_first, turn_next (list), rss_after."""
+    res = {}
+    with open(log_path, "ab") as out:
+        out.write(("\n$ " + " ".join(cmd) + "\n").encode())
+        out.flush()
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        sampler = Sampler(proc.pid)
+        sampler.start()
+        try:
+            while True:
+                if health_ok(port):
+                    res["ready_s"] = time.perf_counter() - t0
+                    break
+                if proc.poll() is not None:
+                    raise Unavailable(f"exited {proc.returncode} before healthy "
+                                      f"(see {os.path.relpath(log_path)})")
+                if time.perf_counter() - t0 > ready_timeout:
+                    raise Unavailable(f"not healthy within {ready_timeout}s")
+                time.sleep(0.002)
+            res["rss_ready"] = tree_rss(proc.pid)
+            res["peak_start"] = max(sampler.peak, res["rss_ready"])
+            if turns:
+                try:
+                    res["turn_first"], res["events"] = one_turn(port, "What is the weather in Paris?")
+                    res["turn_next"] = [one_turn(port, "And in Rome?")[0] for _ in range(turns - 1)]
+                except Unavailable as e:
+                    res["turn_error"] = str(e)
+                time.sleep(0.3)  # let background work settle before the idle reading
+                res["rss_after"] = tree_rss(proc.pid)
+        finally:
+            sampler.stop()
+            kill_tree(proc)
+    return res
+
+
+# ------------------------------------------------------------------ the two products
+
+
+class Side:
+    def __init__(self, label):
+        self.label = label
+        self.results = {}  # metric -> value or Unavailable message
+
+
+def ours_commands(eve_bin, wanted=("build", "serve", "start", "dev", "run")):
+    """Which of our subcommands exist: `eve SUB --help` exits 0 only for a known one."""
+    found = set()
+    for sub in wanted:
+        try:
+            r = subprocess.run([eve_bin, sub, "--help"], capture_output=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if r.returncode == 0:
+            found.add(sub)
+    return found
+
+
+def subcommand_help(eve_bin, sub):
+    try:
+        return subprocess.run([eve_bin, sub, "--help"], capture_output=True, text=True,
+                              timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def fmt_time(s):
+    if s is None:
+        return "–"
+    if s < 1:
+        return f"{s * 1000:.1f} ms" if s < 0.1 else f"{s * 1000:.0f} ms"
+    return f"{s:.2f} s"
+
+
+def fmt_mem(b):
+    if b is None:
+        return "–"
+    if b >= 1024 * MIB:
+        return f"{b / 1024 / MIB:.2f} GiB"
+    return f"{b / MIB:.1f} MiB"
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repo", required=True)
+    ap.add_argument("--scratch", required=True)
+    ap.add_argument("--eve", required=True, help="our release binary")
+    ap.add_argument("--node-bin", required=True, help="folder holding Node 24's `node`")
+    ap.add_argument("--ref-modules", required=True, help="node_modules of eve 0.80.1")
+    ap.add_argument("--ref-deps", required=True, help="JSON of the npm dependencies")
+    ap.add_argument("--runs-ours", type=int, default=10)
+    ap.add_argument("--runs-ref", type=int, default=3)
+    ap.add_argument("--server-runs", type=int, default=3)
+    ap.add_argument("--turns", type=int, default=6, help="sessions per server run (1 cold + rest)")
+    ap.add_argument("--skip-ref", action="store_true")
+    ap.add_argument("--no-dev", action="store_true", help="skip the `eve dev` rows")
+    ap.add_argument("--no-write", action="store_true", help="do not write bench/RESULTS.md")
+    a = ap.parse_args()
+
+    scratch = a.scratch
+    logs = os.path.join(scratch, "logs")
+    os.makedirs(logs, exist_ok=True)
+    for f in os.listdir(logs):
+        os.remove(os.path.join(logs, f))
+    agents_root = os.path.join(scratch, "agents")
+    ref_deps = json.loads(a.ref_deps)
+
+    # --- the scripted model server
+    port_file = os.path.join(scratch, "model.port")
+    if os.path.exists(port_file):
+        os.remove(port_file)
+    model_log = open(os.path.join(logs, "model-server.log"), "ab")
+    model = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__),
+                                                           "model_server.py"),
+                              "--port", "0", "--port-file", port_file, "--log"],
+                             stdout=model_log, stderr=model_log, start_new_session=True)
+    for _ in range(500):
+        if os.path.exists(port_file):
+            break
+        time.sleep(0.01)
+    model_port = int(open(port_file).read())
+    base_url = f"http://127.0.0.1:{model_port}/v1"
+    log(f"scripted model server on {base_url}")
+
+    ours, ref = Side("eve (Rust)"), Side("eve 0.80.1 (npm)")
+    R = {"ours": ours.results, "ref": ref.results}
+
+    try:
+        # --- generate agents
+        projects = {}
+        for size in ("small", "large"):
+            p_ours = os.path.join(agents_root, f"ours-{size}")
+            p_ref = os.path.join(agents_root, f"ref-{size}")
+            os.makedirs(p_ours, exist_ok=True)
+            os.makedirs(p_ref, exist_ok=True)
+            agents.write_ours(p_ours, size)
+            agents.write_ref(p_ref, size, ref_deps)
+            nm = os.path.join(p_ref, "node_modules")
+            stamp = os.path.join(a.ref_modules, ".bench-stamp")
+            if not os.path.exists(os.path.join(nm, ".bench-stamp")) or \
+                    open(stamp).read() != open(os.path.join(nm, ".bench-stamp")).read():
+                subprocess.run(["rm", "-rf", nm], check=True)
+                # hard links: a full node_modules per project, at no copy cost
+                subprocess.run(["cp", "-al", a.ref_modules, nm], check=True)
+            projects[size] = (p_ours, p_ref)
+        log("generated agents: scaffold-sized (1 tool, 1 skill) and large (200 tools, 50 skills)")
+
+        env_ours = dict(os.environ, EVE_BASE_URL=base_url, EVE_API_KEY="bench",
+                        NO_COLOR="1", RUST_LOG=os.environ.get("RUST_LOG", "warn"))
+        env_ours.pop("EVE_MODEL", None)
+        env_ref = dict(os.environ, PATH=a.node_bin + os.pathsep + os.environ.get("PATH", ""),
+                       BENCH_MODEL_BASE_URL=base_url, EVE_TELEMETRY_DISABLED="1",
+                       NO_COLOR="1", CI="1")
+        ref_eve = [os.path.join(a.node_bin, "node"), "node_modules/eve/bin/eve.js"]
+        cmds = ours_commands(a.eve)
+        log(f"our binary offers: {' '.join(sorted(cmds)) or '(nothing?)'}")
+
+        def clean(project, names):
+            for n in names:
+                subprocess.run(["rm", "-rf", os.path.join(project, n)], check=True)
+
+        # --- builds
+        for size in ("small", "large"):
+            p_ours, p_ref = projects[size]
+            key_t, key_m = f"build_{size}_time", f"build_{size}_rss"
+            # ours: one untimed warm-up, then N clean builds (.eve removed each time)
+            try:
+                if "build" not in cmds:
+                    raise Unavailable("n/a: eve build not available")
+                lp = os.path.join(logs, f"ours-build-{size}.log")
+                clean(p_ours, [".eve"])
+                run_measured([a.eve, "build"], p_ours, env_ours, lp)
+                times, peaks = [], []
+                for _ in range(a.runs_ours):
+                    clean(p_ours, [".eve"])
+                    t, m = run_measured([a.eve, "build"], p_ours, env_ours, lp)
+                    times.append(t)
+                    peaks.append(m)
+                R["ours"][key_t], R["ours"][key_m] = median(times), max(peaks)
+                log(f"ours build {size}: median {fmt_time(median(times))}, "
+                    f"peak {fmt_mem(max(peaks))} ({a.runs_ours} runs)")
+            except Unavailable as e:
+                R["ours"][key_t] = R["ours"][key_m] = e
+                log(f"ours build {size}: {e}")
+            if a.skip_ref:
+                continue
+            try:
+                lp = os.path.join(logs, f"ref-build-{size}.log")
+                log(f"eve 0.80.1 build {size}: warm-up + {a.runs_ref} runs (seconds each)…")
+                clean(p_ref, [".eve", ".output"])
+                run_measured(ref_eve + ["build", "--skip-sandbox-prewarm"], p_ref, env_ref, lp)
+                times, peaks = [], []
+                for _ in range(a.runs_ref):
+                    clean(p_ref, [".eve", ".output"])
+                    t, m = run_measured(ref_eve + ["build", "--skip-sandbox-prewarm"], p_ref,
+                                        env_ref, lp)
+                    times.append(t)
+                    peaks.append(m)
+                    log(f"  {fmt_time(t)}, peak {fmt_mem(m)}")
+                R["ref"][key_t], R["ref"][key_m] = median(times), max(peaks)
+            except Unavailable as e:
+                R["ref"][key_t] = R["ref"][key_m] = e
+                log(f"eve 0.80.1 build {size}: {e}")
+
+        # --- servers: production (ours `eve serve`, theirs `eve start`) and dev
+        p_ours, p_ref = projects["small"]
+
+        def server_rows(prefix, side, runs, make_cmd, cwd, env, prepare):
+            out = R[side]
+            ready, rss_ready, peak, first, nxt, after, errs = [], [], [], [], [], [], []
+            try:
+                prepare()
+                for i in range(runs):
+                    port = free_port()
+                    cmd = make_cmd(port)
+                    lp = os.path.join(logs, f"{side}-{prefix}.log")
+                    r = serve_once(cmd, cwd, env, port, lp, turns=a.turns)
+                    ready.append(r["ready_s"])
+                    rss_ready.append(r["rss_ready"])
+                    peak.append(r["peak_start"])
+                    if "turn_error" in r:
+                        errs.append(r["turn_error"])
+                    else:
+                        first.append(r["turn_first"])
+                        nxt.extend(r["turn_next"])
+                    after.append(r["rss_after"])
+                    log(f"  {side} {prefix} run {i + 1}: healthy in {fmt_time(r['ready_s'])}, "
+                        f"RSS {fmt_mem(r['rss_ready'])}; first turn "
+                        f"{fmt_time(r.get('turn_first')) if 'turn_first' in r else r.get('turn_error')}")
+                out[f"{prefix}_ready"] = median(ready)
+                out[f"{prefix}_rss"] = median(rss_ready)
+                out[f"{prefix}_peak"] = max(peak)
+                out[f"{prefix}_rss_after"] = median(after)
+                if first:
+                    out[f"{prefix}_turn_first"] = median(first)
+                    out[f"{prefix}_turn_next"] = median(nxt) if nxt else None
+                else:
+                    out[f"{prefix}_turn_first"] = out[f"{prefix}_turn_next"] = \
+                        Unavailable(f"n/a: {errs[0]}")
+            except Unavailable as e:
+                for k in ("ready", "rss", "peak", "rss_after", "turn_first", "turn_next"):
+                    out[f"{prefix}_{k}"] = e
+                log(f"  {side} {prefix}: {e}")
+
+        # ours: eve serve
+        def ours_serve_prepare():
+            if "serve" not in cmds:
+                raise Unavailable("n/a: eve serve not available")
+            clean(p_ours, [".eve"])
+            subprocess.run([a.eve, "build"], cwd=p_ours, env=env_ours, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def ours_dev_prepare():
+            if "dev" not in cmds:
+                raise Unavailable("n/a: eve dev not available")
+            clean(p_ours, [".eve"])
+
+        def ours_server_cmd(sub):
+            def make(port):
+                return [a.eve, sub, "--host", "127.0.0.1", "--port", str(port)]
+            return make
+
+        def ref_server_cmd(sub, extra=()):
+            def make(port):
+                return ref_eve + [sub, *extra, "--host", "127.0.0.1", "--port", str(port)]
+            return make
+
+        def ref_start_prepare():
+            clean(p_ref, [".eve", ".output"])
+            run_measured(ref_eve + ["build", "--skip-sandbox-prewarm"], p_ref, env_ref,
+                         os.path.join(logs, "ref-serve.log"))
+
+        log("server cold start: our `eve serve`")
+        server_rows("serve", "ours", a.server_runs, ours_server_cmd("serve"), p_ours, env_ours,
+                    ours_serve_prepare)
+        if not a.skip_ref:
+            log("server cold start: eve 0.80.1 `eve start`")
+            server_rows("serve", "ref", a.server_runs, ref_server_cmd("start"), p_ref, env_ref,
+                        ref_start_prepare)
+        if not a.no_dev:
+            log("dev server cold start: our `eve dev`")
+            server_rows("dev", "ours", a.server_runs, ours_server_cmd("dev"), p_ours, env_ours,
+                        ours_dev_prepare)
+            if not a.skip_ref:
+                log("dev server cold start: eve 0.80.1 `eve dev --no-ui`")
+                server_rows("dev", "ref", a.server_runs, ref_server_cmd("dev", ["--no-ui"]),
+                            p_ref, env_ref, lambda: clean(p_ref, [".eve", ".output"]))
+    finally:
+        kill_tree(model)
+        model_log.close()
+
+    table = render(a, R)
+    print(table)
+    if not a.no_write:
+        write_results(a, table)
+
+
+ROWS = [
+    # key, label, kind, target ratio (None = no ratio target), absolute target for ours
+    ("build_small_time", "build, scaffold agent: wall time (median)", "time", 100, None),
+    ("build_small_rss", "build, scaffold agent: peak RSS", "mem", 10, None),
+    ("build_large_time", "build, 200 tools + 50 skills: wall time (median)", "time", 100, None),
+    ("build_large_rss", "build, 200 tools + 50 skills: peak RSS", "mem", 10, None),
+    ("serve_ready", "serve cold start → healthy `/health` (median)", "time", 20, None),
+    ("serve_rss", "serve RSS when healthy", "mem", 10, None),
+    ("serve_rss_after", "serve RSS after the turns", "mem", 10, None),
+    ("serve_turn_first", "first turn: POST → `session.waiting` (first session)", "time", None,
+     0.010),
+    ("serve_turn_next", "turn: POST → `session.waiting` (later sessions, median)", "time", None,
+     0.010),
+    ("dev_ready", "dev cold start → healthy `/health` (median)", "time", 20, None),
+    ("dev_rss", "dev RSS when healthy", "mem", 10, None),
+    ("dev_peak", "dev peak RSS during start", "mem", 10, None),
+    ("dev_turn_first", "dev first turn: POST → `session.waiting`", "time", None, None),
+]
+
+
+def render(a, R):
+    ours, ref = R["ours"], R["ref"]
+    lines = [
+        "| measurement | eve (Rust) | eve 0.80.1 (npm) | ratio | target | |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for key, label, kind, target, absolute in ROWS:
+        if a.no_dev and key.startswith("dev_"):
+            continue
+        fmt = fmt_time if kind == "time" else fmt_mem
+        o, r = ours.get(key), ref.get(key)
+        cell_o = str(o) if isinstance(o, Exception) else fmt(o)
+        cell_r = str(r) if isinstance(r, Exception) else fmt(r)
+        if a.skip_ref and r is None:
+            cell_r = "skipped"
+        ratio, verdict, tgt = "–", "", ""
+        num_o = o if isinstance(o, (int, float)) else None
+        num_r = r if isinstance(r, (int, float)) else None
+        if num_o and num_r:
+            ratio_v = num_r / num_o
+            ratio = f"{ratio_v:,.0f}×" if ratio_v >= 10 else f"{ratio_v:.1f}×"
+        if target:
+            tgt = f"≥ {target}× {'faster' if kind == 'time' else 'smaller'}"
+            if num_o and num_r:
+                verdict = "PASS" if num_r / num_o >= target else "FAIL"
+            else:
+                verdict = "n/a"
+        elif absolute:
+            tgt = f"< {fmt_time(absolute)} (ours)"
+            verdict = ("PASS" if num_o < absolute else "FAIL") if num_o is not None else "n/a"
+        lines.append(f"| {label} | {cell_o} | {cell_r} | {ratio} | {tgt} | {verdict} |")
+    return "\n".join(lines)
+
+
+def machine_info():
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "mem": mem, "cpu": cpu,
+            "kernel": platform.release(), "os": platform.platform()}
+
+
+def write_results(a, table):
+    m = machine_info()
+    rev = subprocess.run(["git", "-C", a.repo, "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True).stdout.strip() or "?"
+    node_v = subprocess.run([os.path.join(a.node_bin, "node"), "--version"], capture_output=True,
+                            text=True).stdout.strip()
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    text = f"""# Side-by-side: eve (Rust) vs eve 0.80.1 (npm)
+
+Written by `bench/compare-eve` (see `bench/README.md`, "Reference setup"). Do not edit by hand.
+
+- date: {now}
+- machine: {m['nproc']} CPUs ({m['cpu']}), {m['mem']} RAM, Linux {m['kernel']}
+- eve (Rust): commit {rev}, `target/release/eve`
+- eve 0.80.1 (npm): Node {node_v}, `eve build --skip-sandbox-prewarm`, `eve start`, `eve dev --no-ui`
+- runs: builds median of {a.runs_ours} (ours) / {a.runs_ref} (eve 0.80.1) clean builds after one
+  warm-up; servers median of {a.server_runs} cold starts, each followed by {a.turns} sessions
+- RSS: summed over the whole process tree (sampled from /proc every 5 ms; never below the
+  largest single process's `ru_maxrss`)
+- model: one scripted OpenAI-compatible server on loopback (streaming SSE, usage chunk): first
+  call `get_weather`, then a text reply. A turn = POST `/eve/v1/session` with a message →
+  the NDJSON stream shows `session.waiting`.
+
+{table}
+
+Ratios are eve 0.80.1 ÷ eve (Rust): how many times faster or smaller ours is.
+"""
+    path = os.path.join(a.repo, "bench", "RESULTS.md")
+    with open(path, "w") as f:
+        f.write(text)
+    log(f"wrote {os.path.relpath(path, a.repo)}")
+
+
+if __name__ == "__main__":
+    main()
