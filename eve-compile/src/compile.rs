@@ -49,6 +49,7 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
     let mut c = Compiler {
         diags: Vec::new(),
         files: BTreeSet::new(),
+        shown_prefix: options.file_prefix.clone(),
     };
     let agent = c.agent(&discovery.agent, &options.name, true);
     let mut diagnostics = discovery.diagnostics.clone();
@@ -158,8 +159,13 @@ const EFFECTS: &[(&str, Effect)] = &[
     ("idempotent", Effect::Idempotent),
     ("write", Effect::Write),
 ];
+/// Built-in tools whose approval `agent.yaml` `approvals:` can set.
+pub const BUILTIN_TOOLS: &[&str] = &["bash", "read_file", "write_file"];
 const DYNAMIC_EVENTS: &[&str] = &["session.started", "turn.started"];
 const HTTP_METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"];
+const SCHEMA_TYPES: &[&str] = &[
+    "array", "boolean", "integer", "null", "number", "object", "string",
+];
 const KNOWN_SCHEMA_DIALECTS: &[&str] = &[
     "http://json-schema.org/draft-04/schema#",
     "http://json-schema.org/draft-06/schema#",
@@ -171,6 +177,8 @@ const KNOWN_SCHEMA_DIALECTS: &[&str] = &[
 struct Compiler {
     diags: Vec<Diagnostic>,
     files: BTreeSet<String>,
+    /// Prefix of paths as people see them (`Options::file_prefix`), for paths quoted in messages.
+    shown_prefix: String,
 }
 
 /// A parsed YAML document or front matter, with its body.
@@ -291,7 +299,10 @@ impl Compiler {
                 path.to_owned(),
                 format!("`{name}` is not a valid {what} name"),
             )
-            .help("names start with a letter and use letters, digits, `_` and `-` (at most 64 characters); rename the file"),
+            .help(format!(
+                "names start with a letter and use letters, digits, `_` and `-` (at most 64 characters); rename the {}",
+                if path.ends_with('/') { "folder" } else { "file" }
+            )),
         );
         false
     }
@@ -303,7 +314,7 @@ impl Compiler {
         let skills = self.skills(&dir.skills);
         let mut subagents = Vec::new();
         for sub in &dir.subagents {
-            self.check_name(&sub.name, &sub.agent.path, "subagent");
+            self.check_name(&sub.name, &format!("{}/", sub.agent.path), "subagent");
             subagents.push(self.agent(&sub.agent, &sub.name, false));
         }
         let schedules = dir
@@ -349,6 +360,7 @@ impl Compiler {
             compaction: Compaction::default(),
             limits: Limits::default(),
             default_tools: true,
+            approvals: BTreeMap::new(),
             turn_policy: TurnPolicy::Queue,
         };
         let mut description = None;
@@ -365,6 +377,7 @@ impl Compiler {
                         "limits",
                         "default_tools",
                         "turn_policy",
+                        "approvals",
                         "description",
                         "name",
                     ],
@@ -429,10 +442,19 @@ impl Compiler {
                                 "`compaction` must be true, false or a mapping, found {}",
                                 crate::fields::kind(&other)
                             ),
-                            "",
+                            "write `compaction: false`, or a mapping with `enabled:` and `threshold:`",
                         );
                     }
                     None => {}
+                }
+                if parsed.doc.value.get("approvals").is_some() {
+                    let mut a = Fields::new(&file.path, &parsed.doc, "/approvals", &mut self.diags);
+                    for tool in BUILTIN_TOOLS {
+                        if let Some(policy) = a.choice(tool, APPROVALS) {
+                            config.approvals.insert((*tool).to_owned(), policy);
+                        }
+                    }
+                    a.unknown_keys(BUILTIN_TOOLS, "approvals (built-in tool names)");
                 }
                 if parsed.doc.value.get("limits").is_some() {
                     let mut l = Fields::new(&file.path, &parsed.doc, "/limits", &mut self.diags);
@@ -517,11 +539,15 @@ impl Compiler {
             None => match interpreter_for(ext) {
                 Some(i) => i.iter().map(|s| (*s).to_owned()).collect(),
                 None => {
+                    let what = match ext {
+                        Some(ext) => format!("for `.{ext}` files"),
+                        None => "for files without an extension".to_owned(),
+                    };
                     self.push(
                         Diagnostic::new(
                             Code::NotRunnable,
                             file.path.clone(),
-                            "script is not executable and eve knows no interpreter for its extension",
+                            format!("script is not executable, and eve knows no interpreter {what}"),
                         )
                         .help("make it executable with a `#!` line (chmod +x), or set `interpreter:` in its front matter"),
                     );
@@ -719,11 +745,31 @@ impl Compiler {
             } else {
                 format!("input{}", path.replace('/', "."))
             };
-            self.push(err(
-                format!("`{shown}` is not valid JSON Schema: {}", short(&e.to_string())),
-                pos(&pointer),
-                "see https://json-schema.org/understanding-json-schema for the allowed keywords and types",
-            ));
+            let bad_type = (path.ends_with("/type") || path.contains("/type/"))
+                .then(|| doc.value.pointer(&pointer).and_then(Value::as_str))
+                .flatten()
+                .filter(|t| !SCHEMA_TYPES.contains(t));
+            let d = match bad_type {
+                Some(t) => err(
+                    format!("`{shown}` is `{t}`, which is not a JSON Schema type"),
+                    pos(&pointer),
+                    &match crate::fields::closest(t, SCHEMA_TYPES) {
+                        Some(c) => {
+                            format!("did you mean `{c}`? types are: {}", SCHEMA_TYPES.join(", "))
+                        }
+                        None => format!("types are: {}", SCHEMA_TYPES.join(", ")),
+                    },
+                ),
+                None => err(
+                    format!(
+                        "`{shown}` is not valid JSON Schema: {}",
+                        short(&e.to_string())
+                    ),
+                    pos(&pointer),
+                    "see https://json-schema.org/understanding-json-schema for the allowed keywords and types",
+                ),
+            };
+            self.push(d);
             return None;
         }
         if let Err(e) = jsonschema::validator_for(&schema) {
@@ -773,7 +819,7 @@ impl Compiler {
                 Code::InvalidField,
                 "url",
                 format!("`url` is `{url}`; it must start with http:// or https://"),
-                "",
+                "write the full URL, such as `https://api.example.com/v1/{{input.city}}`",
             );
             return None;
         }
@@ -798,7 +844,10 @@ impl Compiler {
                     Diagnostic::new(
                         Code::NameCollision,
                         s.file.path.clone(),
-                        format!("skill `{}` is also defined by {}", s.name, prev.source),
+                        format!(
+                            "skill `{}` is also defined by {}{}",
+                            s.name, self.shown_prefix, prev.source
+                        ),
                     )
                     .help("keep one of them, or rename one file"),
                 );
@@ -1015,7 +1064,7 @@ impl Compiler {
                         Code::InvalidConnection,
                         "url",
                         format!("`url` is `{url}`; it must start with http:// or https://"),
-                        "",
+                        "an MCP server over HTTP is `url: https://…/mcp`; a local server is `command:` with `args:`",
                     );
                     return None;
                 }
@@ -1230,7 +1279,7 @@ impl Compiler {
                         "`auth` must be `none` or a mapping with `type:`, found {}",
                         crate::fields::kind(&other)
                     ),
-                    "",
+                    "write `auth: none`, or `auth:` with `type: bearer` and `tokens: [${API_TOKEN}]`",
                 );
                 None
             }
@@ -1273,7 +1322,10 @@ impl Compiler {
                     Diagnostic::new(
                         Code::NameCollision,
                         owner.clone(),
-                        format!("the name `{name}` is also taken by {prev}"),
+                        format!(
+                            "the name `{name}` is also taken by {}{prev}",
+                            this.shown_prefix
+                        ),
                     )
                     .help("tools, subagents and connection prefixes share one namespace: rename one of them"),
                 );
@@ -1328,7 +1380,10 @@ impl Compiler {
                                 t.name, c.name
                             ),
                         )
-                        .help("rename the tool"),
+                        .help(format!(
+                            "rename the tool: names starting with `{pfx}` belong to the tools of connection `{}`",
+                            c.name
+                        )),
                     );
                 }
             }
@@ -1356,11 +1411,39 @@ pub fn check_cron(expr: &str) -> Result<croner::Cron, String> {
     if !trimmed.starts_with('@') && fields != 5 {
         return Err(format!("expected 5 fields, found {fields}"));
     }
+    if !trimmed.starts_with('@') {
+        check_cron_ranges(trimmed)?;
+    }
     croner::parser::CronParser::builder()
         .seconds(croner::parser::Seconds::Disallowed)
         .build()
         .parse(trimmed)
         .map_err(|e| e.to_string())
+}
+
+/// Names the first number outside its field's range (croner only says "out of bounds").
+fn check_cron_ranges(expr: &str) -> Result<(), String> {
+    const FIELDS: [(&str, u32, u32); 5] = [
+        ("minute", 0, 59),
+        ("hour", 0, 23),
+        ("day-of-month", 1, 31),
+        ("month", 1, 12),
+        ("day-of-week", 0, 7),
+    ];
+    for (field, (what, lo, hi)) in expr.split_whitespace().zip(FIELDS) {
+        for part in field.split(',') {
+            // `a-b/step`: the step is a count, not a value of the field.
+            let values = part.split('/').next().unwrap_or(part);
+            for v in values.split('-') {
+                if let Ok(n) = v.parse::<u32>() {
+                    if n < lo || n > hi {
+                        return Err(format!("{what} `{n}` is out of range {lo}-{hi}"));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn prefix(path: &str) -> String {

@@ -164,7 +164,7 @@ impl<'a> Fields<'a> {
                     Code::InvalidField,
                     key,
                     format!("`{key}` must be true or false, found {}", kind(&other)),
-                    "",
+                    "write `true` or `false`, without quotes",
                 );
                 None
             }
@@ -183,7 +183,7 @@ impl<'a> Fields<'a> {
                         "`{key}` must be a non-negative integer, found {}",
                         kind(&other)
                     ),
-                    "",
+                    "write a whole number without quotes, such as `10`",
                 );
                 None
             }
@@ -199,7 +199,7 @@ impl<'a> Fields<'a> {
                     Code::InvalidField,
                     key,
                     format!("`{key}` must be a number, found {}", kind(&other)),
-                    "",
+                    "write a number without quotes, such as `0.5`",
                 );
                 None
             }
@@ -222,7 +222,7 @@ impl<'a> Fields<'a> {
             ),
             &match closest(&s, &names) {
                 Some(c) => format!("did you mean `{c}`?"),
-                None => String::new(),
+                None => format!("set `{key}:` to one of: {}", names.join(", ")),
             },
         );
         None
@@ -243,7 +243,7 @@ impl<'a> Fields<'a> {
                                 Code::InvalidField,
                                 &p,
                                 format!("items of `{key}` must be strings, found {}", kind(&other)),
-                                "",
+                                "quote the item, such as `\"on\"` or `\"42\"`",
                             );
                         }
                     }
@@ -255,7 +255,7 @@ impl<'a> Fields<'a> {
                     Code::InvalidField,
                     key,
                     format!("`{key}` must be a list of strings, found {}", kind(&other)),
-                    "",
+                    "write a list such as `[first, second]`",
                 );
                 None
             }
@@ -287,7 +287,7 @@ impl<'a> Fields<'a> {
                                     "values of `{key}` must be strings, found {}",
                                     kind(&other)
                                 ),
-                                "",
+                                "write each entry as `NAME: value` with a text value",
                             );
                         }
                     }
@@ -302,7 +302,7 @@ impl<'a> Fields<'a> {
                         "`{key}` must be a mapping of names to strings, found {}",
                         kind(&other)
                     ),
-                    "",
+                    "write one `NAME: value` line per entry, indented under the key",
                 );
                 None
             }

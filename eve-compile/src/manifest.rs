@@ -77,6 +77,10 @@ pub struct AgentConfig {
     pub limits: Limits,
     /// Whether the built-in `bash`, `read_file` and `write_file` tools are offered.
     pub default_tools: bool,
+    /// Approval policy of built-in tools by name (`approvals: {write_file: always}`); unlisted
+    /// built-ins need no approval.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub approvals: BTreeMap<String, Approval>,
     /// What a message arriving mid-turn does.
     pub turn_policy: TurnPolicy,
 }

@@ -241,12 +241,14 @@ impl Walker<'_> {
                 }),
                 Err(e) => {
                     let at = e.utf8_error().valid_up_to();
+                    let (line, column) = line_column(&e.as_bytes()[..at]);
                     self.push(
                         Diagnostic::new(
                             Code::NotUtf8,
                             path,
                             format!("file is not valid UTF-8 (first bad byte at offset {at})"),
                         )
+                        .at(line, column)
                         .help("save the file as UTF-8; binaries belong in a `_`-prefixed folder and are called from `run:`"),
                     );
                     None
@@ -314,7 +316,7 @@ impl Walker<'_> {
                 }
                 (EntryKind::Dir, "sandbox") => agent.sandbox = Some(self.sandbox(&path)),
                 (EntryKind::Dir, _) => self.unknown(
-                    path,
+                    dir_label(&path),
                     "unknown folder",
                     "agent folders are tools/, skills/, subagents/, schedules/, hooks/, connections/, channels/ and sandbox/",
                 ),
@@ -330,11 +332,14 @@ impl Walker<'_> {
 
     fn tools(&mut self, dir: &str, prefix: &str, depth: usize, out: &mut Vec<ToolFile>) {
         if depth > MAX_DEPTH {
-            self.push(Diagnostic::new(
-                Code::TooDeep,
-                dir_label(dir),
-                format!("tool folders nest deeper than {MAX_DEPTH} levels"),
-            ));
+            self.push(
+                Diagnostic::new(
+                    Code::TooDeep,
+                    dir_label(dir),
+                    format!("tool folders nest deeper than {MAX_DEPTH} levels; eve stops here"),
+                )
+                .help(TOO_DEEP_HELP),
+            );
             return;
         }
         for e in self.list(dir) {
@@ -384,7 +389,7 @@ impl Walker<'_> {
                         self.push(
                             Diagnostic::new(
                                 Code::MissingField,
-                                path,
+                                dir_label(&path),
                                 "packaged skill has no SKILL.md",
                             )
                             .help("add SKILL.md with front matter `description:` and the skill's body"),
@@ -422,11 +427,14 @@ impl Walker<'_> {
     /// Calls `f` with every file path under `dir` (recursively).
     fn files_under(&mut self, dir: &str, depth: usize, f: &mut dyn FnMut(&str)) {
         if depth > MAX_DEPTH {
-            self.push(Diagnostic::new(
-                Code::TooDeep,
-                dir_label(dir),
-                format!("folders nest deeper than {MAX_DEPTH} levels"),
-            ));
+            self.push(
+                Diagnostic::new(
+                    Code::TooDeep,
+                    dir_label(dir),
+                    format!("folders nest deeper than {MAX_DEPTH} levels; eve stops here"),
+                )
+                .help(TOO_DEEP_HELP),
+            );
             return;
         }
         for e in self.list(dir) {
@@ -441,11 +449,14 @@ impl Walker<'_> {
 
     fn subagents(&mut self, dir: &str, depth: usize, out: &mut Vec<Subagent>) {
         if depth >= MAX_DEPTH {
-            self.push(Diagnostic::new(
-                Code::TooDeep,
-                dir_label(dir),
-                format!("subagents nest deeper than {MAX_DEPTH} levels"),
-            ));
+            self.push(
+                Diagnostic::new(
+                    Code::TooDeep,
+                    dir_label(dir),
+                    format!("subagents nest deeper than {MAX_DEPTH} levels; eve stops here"),
+                )
+                .help(TOO_DEEP_HELP),
+            );
             return;
         }
         for e in self.list(dir) {
@@ -484,7 +495,12 @@ impl Walker<'_> {
                 } else {
                     help
                 };
-                self.unknown(path, what, help);
+                let shown = if e.kind == EntryKind::Dir {
+                    dir_label(&path)
+                } else {
+                    path
+                };
+                self.unknown(shown, what, help);
                 continue;
             }
             if let Some(file) = self.read_text(path, e.executable) {
@@ -511,7 +527,11 @@ impl Walker<'_> {
                     sandbox.workspace = files;
                 }
                 _ => self.unknown(
-                    path,
+                    if e.kind == EntryKind::Dir {
+                        dir_label(&path)
+                    } else {
+                        path
+                    },
                     "unknown sandbox entry",
                     "sandbox/ holds sandbox.yaml and workspace/",
                 ),
@@ -520,6 +540,20 @@ impl Walker<'_> {
         sandbox
     }
 }
+
+/// 1-based line and column (in characters) just after `valid`, a valid UTF-8 prefix.
+fn line_column(valid: &[u8]) -> (u32, u32) {
+    let text = std::str::from_utf8(valid).unwrap_or_default();
+    let line = text.matches('\n').count() + 1;
+    let column = text.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (
+        u32::try_from(line).unwrap_or(u32::MAX),
+        u32::try_from(column).unwrap_or(u32::MAX),
+    )
+}
+
+const TOO_DEEP_HELP: &str =
+    "flatten the folders, or look for a symlink that points back at one of its parent folders";
 
 fn dir_label(dir: &str) -> String {
     if dir.is_empty() {
@@ -594,8 +628,8 @@ mod tests {
             .map(|d| (d.code.as_str(), d.file.clone().unwrap_or_default()))
             .collect();
         assert!(codes.contains(&("W001", "notes.txt".into())), "{codes:?}");
-        assert!(codes.contains(&("W001", "widgets".into())), "{codes:?}");
-        assert!(codes.contains(&("E012", "skills/pkg".into())), "{codes:?}");
+        assert!(codes.contains(&("W001", "widgets/".into())), "{codes:?}");
+        assert!(codes.contains(&("E012", "skills/pkg/".into())), "{codes:?}");
         assert!(
             codes.contains(&("E003", "tools/bin.py".into())),
             "{codes:?}"
