@@ -44,6 +44,9 @@ pub enum Command {
     Build(BuildArgs),
     /// Run one prompt against the agent and stream the reply.
     Run(RunArgs),
+    /// Serve the session API (`/eve/v1`) from the current build until SIGTERM or Ctrl-C.
+    #[command(visible_alias = "start")]
+    Serve(ServeArgs),
     /// List, inspect and answer sessions in the local store.
     #[command(subcommand)]
     Sessions(SessionsCommand),
@@ -97,6 +100,18 @@ pub struct RunArgs {
     /// Print events as JSON lines instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Port to listen on (0 picks a free one; the address is printed).
+    #[arg(long, short, env = "PORT", default_value_t = 3000)]
+    pub port: u16,
+    /// Address to listen on. Without `auth:` in `agent/channels/eve.yaml` only loopback is allowed.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
 }
 
 #[derive(Debug, Subcommand)]

@@ -4,3 +4,4 @@ pub mod model;
 pub mod tools;
 pub mod engine;
 pub mod store;
+pub mod server;

@@ -4,6 +4,7 @@ mod build;
 mod info;
 mod init;
 mod run;
+mod serve;
 mod sessions;
 
 use std::process::ExitCode;
@@ -17,6 +18,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Info(args) => info::run(args),
         Command::Build(args) => build::run(args),
         Command::Run(args) => run::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Sessions(cmd) => match cmd {
             SessionsCommand::List(args) => sessions::list(args),
             SessionsCommand::Show(args) => sessions::show(args),

@@ -1,0 +1,152 @@
+//! `eve serve` (also `eve start`): the session API over the current build, until a signal.
+//!
+//! Start-up checks everything before a socket opens (a build exists, the channel's secrets are
+//! set, an unauthenticated API stays on loopback), then re-drives every session left mid-turn by
+//! a previous process, with no flag. SIGTERM or SIGINT stops accepting connections, ends open
+//! streams, gives in-flight turns a bounded time to reach their next checkpoint, and exits 0;
+//! whatever is still running then resumes on the next start.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use eve_compile::build;
+use eve_runtime::engine::{Runtime, RuntimeConfig, SettingsModelProvider};
+use eve_runtime::server::{self, ServerConfig};
+use eve_runtime::store::{SessionFilter, SessionStatus};
+use eve_runtime::tools::process_env;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::ServeArgs;
+use crate::project::locate;
+
+/// How long running turns get to reach a checkpoint after a shutdown signal.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let project = locate(&args.project)?;
+    let hash = build::current_hash(&project.state_dir).with_context(|| {
+        format!(
+            "no build in {}: run `eve build` first",
+            project.state_dir.display()
+        )
+    })?;
+    let loaded = build::load(&project.state_dir, &hash)?;
+    let agent = loaded.manifest.agent.name.clone();
+    let env = |name: &str| std::env::var(name).ok();
+    let config = ServerConfig::from_manifest(&loaded.manifest, &env)?;
+    config.check_host(&args.host)?;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("EVE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(serve(project, args, config, agent, hash))
+}
+
+async fn serve(
+    project: eve_compile::Project,
+    args: ServeArgs,
+    config: ServerConfig,
+    agent: String,
+    hash: String,
+) -> anyhow::Result<ExitCode> {
+    let env = process_env();
+    let models = Arc::new(SettingsModelProvider::new(env.clone()));
+    let mut runtime_config = RuntimeConfig::new(&project.state_dir, models)
+        .with_context(|| format!("cannot open the store at {}", project.db_path().display()))?;
+    runtime_config.env = env;
+    let runtime = Runtime::new(runtime_config);
+
+    let host = args.host.trim();
+    let addr = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{}", args.port)
+    } else {
+        format!("{host}:{}", args.port)
+    };
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener
+        .local_addr()
+        .context("cannot read the bound address")?;
+
+    let resumed = runtime
+        .resume_all()
+        .await
+        .context("cannot resume unfinished sessions")?;
+    if !resumed.is_empty() {
+        tracing::info!(count = resumed.len(), "resuming unfinished sessions");
+    }
+
+    let shutdown = config.shutdown.clone();
+    watch_signals(shutdown.clone())?;
+    let router = server::router(runtime.clone(), config);
+    eprintln!("eve serving {agent} (build {hash}) on http://{local}");
+    server::serve(listener, router, shutdown).await?;
+    drain(&runtime, DRAIN_DEADLINE).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Cancels `shutdown` on the first SIGTERM or SIGINT; a second one exits at once.
+fn watch_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        eprintln!("eve: shutting down (signal again to stop at once)");
+        shutdown.cancel();
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        std::process::exit(130);
+    });
+    Ok(())
+}
+
+/// Waits, at most `deadline`, for this process's drivers to finish the turns they are running.
+async fn drain(runtime: &Runtime, deadline: Duration) {
+    let filter = SessionFilter {
+        status: Some(SessionStatus::Running),
+        ..SessionFilter::default()
+    };
+    let running = match runtime.sessions(&filter).await {
+        Ok(sessions) => sessions,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list running sessions");
+            return;
+        }
+    };
+    let waits = running.iter().map(|s| runtime.settled(&s.id));
+    if tokio::time::timeout(deadline, wait_all(waits))
+        .await
+        .is_err()
+    {
+        eprintln!(
+            "eve: turns still running after {}s; they resume on the next start",
+            deadline.as_secs()
+        );
+    }
+}
+
+async fn wait_all<I>(futures: I)
+where
+    I: IntoIterator,
+    I::Item: std::future::Future<Output = ()>,
+{
+    for f in futures {
+        f.await;
+    }
+}

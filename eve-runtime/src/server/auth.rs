@@ -1,0 +1,325 @@
+//! Authentication of the session API, as `channels/eve.yaml` configures it.
+//!
+//! The manifest keeps secrets as `${VAR}` references; they are resolved once, when the server
+//! starts, into an [`Authenticator`]. Every comparison of a secret is constant-time (tokens and
+//! passwords are compared as SHA-256 digests, so not even their length leaks), and JWTs are
+//! HS256 only: the `alg` of the token never chooses the algorithm. Missing or wrong credentials
+//! are a 401; a verified identity that this API does not accept (a JWT for another issuer or
+//! audience) is a 403.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use eve_compile::Auth;
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::error::{ApiError, ServerError};
+
+/// Who made a request, once verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// The API has no authentication.
+    Anonymous,
+    /// A bearer token from the configured list (its position in the list).
+    Token(usize),
+    /// HTTP basic with the configured user.
+    User(String),
+    /// A verified JWT (its `sub`, if any).
+    Jwt(Option<String>),
+}
+
+/// Verified credentials of the session API, with secrets resolved.
+#[derive(Clone)]
+pub enum Authenticator {
+    /// No authentication.
+    None,
+    /// `Authorization: Bearer <token>`; SHA-256 digests of the accepted tokens.
+    Bearer(Vec<[u8; 32]>),
+    /// HTTP basic; SHA-256 digests of the user name and password.
+    Basic {
+        /// The user name (shown as the identity).
+        username: String,
+        /// Digest of the user name.
+        user_digest: [u8; 32],
+        /// Digest of the password.
+        password_digest: [u8; 32],
+    },
+    /// JWT signed with HS256.
+    Jwt {
+        /// The HMAC key.
+        secret: Vec<u8>,
+        /// Required `iss`.
+        issuer: Option<String>,
+        /// Required `aud` (the token's `aud` may be a string or a list holding it).
+        audience: Option<String>,
+    },
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::None => "Authenticator::None",
+            Self::Bearer(_) => "Authenticator::Bearer(<redacted>)",
+            Self::Basic { .. } => "Authenticator::Basic(<redacted>)",
+            Self::Jwt { .. } => "Authenticator::Jwt(<redacted>)",
+        })
+    }
+}
+
+fn digest(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.ct_eq(b).into()
+}
+
+/// Replaces every `${VAR}` in `text` through `env`; an unset or empty variable is an error naming
+/// `file` and `field`.
+pub fn resolve_refs(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    file: &str,
+    field: &str,
+) -> Result<String, ServerError> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let var = &after[..end];
+        let valid = !var.is_empty() && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            out.push_str("${");
+            rest = after;
+            continue;
+        }
+        match env(var).filter(|v| !v.is_empty()) {
+            Some(value) => out.push_str(&value),
+            None => {
+                return Err(ServerError::MissingSecret {
+                    file: file.to_owned(),
+                    field: field.to_owned(),
+                    var: var.to_owned(),
+                });
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+impl Authenticator {
+    /// Resolves the `auth` of a channel defined in `file`.
+    pub fn resolve(
+        auth: &Auth,
+        env: &dyn Fn(&str) -> Option<String>,
+        file: &str,
+    ) -> Result<Self, ServerError> {
+        Ok(match auth {
+            Auth::None => Self::None,
+            Auth::Bearer { tokens } => {
+                let mut digests = Vec::with_capacity(tokens.len());
+                for token in tokens {
+                    let value = resolve_refs(token, env, file, "auth.tokens")?;
+                    digests.push(digest(value.trim().as_bytes()));
+                }
+                Self::Bearer(digests)
+            }
+            Auth::Basic { username, password } => {
+                let username = resolve_refs(username, env, file, "auth.username")?;
+                let password = resolve_refs(password, env, file, "auth.password")?;
+                Self::Basic {
+                    user_digest: digest(username.as_bytes()),
+                    password_digest: digest(password.as_bytes()),
+                    username,
+                }
+            }
+            Auth::Jwt {
+                secret,
+                issuer,
+                audience,
+            } => {
+                let secret = resolve_refs(secret, env, file, "auth.secret")?;
+                let issuer = issuer
+                    .as_deref()
+                    .map(|i| resolve_refs(i, env, file, "auth.issuer"))
+                    .transpose()?;
+                let audience = audience
+                    .as_deref()
+                    .map(|a| resolve_refs(a, env, file, "auth.audience"))
+                    .transpose()?;
+                Self::Jwt {
+                    secret: secret.into_bytes(),
+                    issuer,
+                    audience,
+                }
+            }
+        })
+    }
+
+    /// Whether requests must carry credentials.
+    pub fn is_required(&self) -> bool {
+        !matches!(self, Self::None)
+    }
+
+    fn challenge(&self) -> &'static str {
+        match self {
+            Self::Basic { .. } => "Basic realm=\"eve\"",
+            _ => "Bearer",
+        }
+    }
+
+    /// Verifies the `Authorization` header of a request, at `now` (seconds since the epoch).
+    pub fn verify(&self, authorization: Option<&str>, now: i64) -> Result<Identity, ApiError> {
+        let unauthorized = || ApiError::Unauthorized {
+            challenge: self.challenge(),
+        };
+        if let Self::None = self {
+            return Ok(Identity::Anonymous);
+        }
+        let header = authorization.map(str::trim).ok_or_else(unauthorized)?;
+        let (scheme, credentials) = header.split_once(' ').ok_or_else(unauthorized)?;
+        let credentials = credentials.trim();
+        match self {
+            Self::None => Ok(Identity::Anonymous),
+            Self::Bearer(digests) => {
+                if !scheme.eq_ignore_ascii_case("bearer") || credentials.is_empty() {
+                    return Err(unauthorized());
+                }
+                let presented = digest(credentials.as_bytes());
+                // Compare with every token, so timing does not tell which one (or none) matched.
+                let mut found = None;
+                for (i, d) in digests.iter().enumerate() {
+                    if same(d, &presented) && found.is_none() {
+                        found = Some(i);
+                    }
+                }
+                found.map(Identity::Token).ok_or_else(unauthorized)
+            }
+            Self::Basic {
+                username,
+                user_digest,
+                password_digest,
+            } => {
+                if !scheme.eq_ignore_ascii_case("basic") {
+                    return Err(unauthorized());
+                }
+                let decoded = STANDARD.decode(credentials).map_err(|_| unauthorized())?;
+                let text = String::from_utf8(decoded).map_err(|_| unauthorized())?;
+                let (user, password) = text.split_once(':').ok_or_else(unauthorized)?;
+                let user_ok = same(user_digest, &digest(user.as_bytes()));
+                let password_ok = same(password_digest, &digest(password.as_bytes()));
+                if user_ok & password_ok {
+                    Ok(Identity::User(username.clone()))
+                } else {
+                    Err(unauthorized())
+                }
+            }
+            Self::Jwt {
+                secret,
+                issuer,
+                audience,
+            } => {
+                if !scheme.eq_ignore_ascii_case("bearer") {
+                    return Err(unauthorized());
+                }
+                let claims = verify_hs256(credentials, secret, now).ok_or_else(unauthorized)?;
+                if let Some(want) = issuer {
+                    if claims.get("iss").and_then(Value::as_str) != Some(want.as_str()) {
+                        return Err(ApiError::Forbidden(
+                            "This token's issuer is not accepted by this API.".to_owned(),
+                        ));
+                    }
+                }
+                if let Some(want) = audience {
+                    let ok = match claims.get("aud") {
+                        Some(Value::String(a)) => a == want,
+                        Some(Value::Array(list)) => {
+                            list.iter().any(|a| a.as_str() == Some(want.as_str()))
+                        }
+                        _ => false,
+                    };
+                    if !ok {
+                        return Err(ApiError::Forbidden(
+                            "This token's audience does not include this API.".to_owned(),
+                        ));
+                    }
+                }
+                Ok(Identity::Jwt(
+                    claims.get("sub").and_then(Value::as_str).map(str::to_owned),
+                ))
+            }
+        }
+    }
+}
+
+fn decode_segment(segment: &str) -> Option<Vec<u8>> {
+    URL_SAFE_NO_PAD.decode(segment.trim_end_matches('=')).ok()
+}
+
+/// Verifies an HS256 JWT: the header's `alg` must be `HS256`, the signature must match `secret`,
+/// `exp` (if present) must be in the future and `nbf` (if present) not. Returns the claims.
+pub fn verify_hs256(
+    token: &str,
+    secret: &[u8],
+    now: i64,
+) -> Option<serde_json::Map<String, Value>> {
+    let mut parts = token.split('.');
+    let (header_b64, payload_b64, signature_b64) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let header: Value = serde_json::from_slice(&decode_segment(header_b64)?).ok()?;
+    if header.get("alg").and_then(Value::as_str) != Some("HS256") {
+        return None;
+    }
+    let signature = decode_segment(signature_b64)?;
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).ok()?;
+    mac.update(header_b64.as_bytes());
+    mac.update(b".");
+    mac.update(payload_b64.as_bytes());
+    mac.verify_slice(&signature).ok()?;
+    let claims: Value = serde_json::from_slice(&decode_segment(payload_b64)?).ok()?;
+    let Value::Object(claims) = claims else {
+        return None;
+    };
+    let time = |name: &str| -> Result<Option<i64>, ()> {
+        match claims.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .or_else(|| v.as_f64().map(|f| f as i64))
+                .map(Some)
+                .ok_or(()),
+        }
+    };
+    let exp = time("exp").ok()?;
+    let nbf = time("nbf").ok()?;
+    if exp.is_some_and(|exp| now >= exp) || nbf.is_some_and(|nbf| now < nbf) {
+        return None;
+    }
+    Some(claims)
+}
+
+/// Signs `claims` as an HS256 JWT (for tests and tooling).
+pub fn sign_hs256(claims: &Value, secret: &[u8]) -> String {
+    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let payload = URL_SAFE_NO_PAD.encode(claims.to_string().as_bytes());
+    let signing_input = format!("{header}.{payload}");
+    let signature = match Hmac::<Sha256>::new_from_slice(secret) {
+        Ok(mut mac) => {
+            mac.update(signing_input.as_bytes());
+            URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+        }
+        Err(_) => String::new(),
+    };
+    format!("{signing_input}.{signature}")
+}

@@ -1,0 +1,229 @@
+//! Request bodies of the session routes, parsed by hand so every mistake gets a precise 400.
+//!
+//! A generic JSON extractor would answer a wrong type with a message about Rust types; a client of
+//! the session API needs to know which field is wrong and what to send instead. Unknown fields are
+//! ignored (eve's clients send a few this server does not use, such as `turnId` on cancel).
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+
+/// An answer to one input request: `{requestId, optionId: "approve"|"cancel", text?}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputResponse {
+    /// The request answered.
+    pub request_id: String,
+    /// `true` for `approve`, `false` for `cancel`.
+    pub approve: bool,
+    /// Free text passed on with the answer.
+    pub text: Option<String>,
+}
+
+/// What `POST /eve/v1/session/:id` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionInput {
+    /// A user message.
+    Message(String),
+    /// Answers to pending input requests.
+    InputResponses(Vec<InputResponse>),
+}
+
+/// The body bytes, or the right error for a body that could not be read (413 over the limit).
+pub fn bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge { limit }
+        } else {
+            ApiError::bad_request(
+                "invalid_body",
+                format!(
+                    "The request body could not be read: {}",
+                    rejection.body_text()
+                ),
+            )
+        }
+    })
+}
+
+/// Parses a JSON object body; an empty body is `None`.
+pub fn object(bytes: &[u8]) -> Result<Option<Map<String, Value>>, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_json",
+            format!("The request body is not valid JSON ({e})."),
+        )
+    })?;
+    match value {
+        Value::Object(map) => Ok(Some(map)),
+        other => Err(ApiError::bad_request(
+            "invalid_body",
+            format!(
+                "The request body must be a JSON object, found {}.",
+                kind(&other)
+            ),
+        )),
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A field, treating `null` as absent.
+fn field<'a>(map: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    map.get(name).filter(|v| !v.is_null())
+}
+
+/// `message`: a string, or a list of parts whose `text` parts are joined.
+pub fn message(value: &Value) -> Result<String, ApiError> {
+    match value {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(parts) => {
+            let mut text = Vec::new();
+            for part in parts {
+                let ok = part.get("type").and_then(Value::as_str) == Some("text");
+                match (ok, part.get("text").and_then(Value::as_str)) {
+                    (true, Some(t)) => text.push(t),
+                    _ => {
+                        return Err(ApiError::bad_request(
+                            "invalid_body",
+                            "`message` parts must be `{\"type\": \"text\", \"text\": \"…\"}`.",
+                        ));
+                    }
+                }
+            }
+            Ok(text.join("\n"))
+        }
+        other => Err(ApiError::bad_request(
+            "invalid_body",
+            format!("`message` must be a string, found {}.", kind(other)),
+        )),
+    }
+}
+
+/// The optional first message of `POST /eve/v1/session`.
+pub fn create(bytes: &[u8]) -> Result<Option<String>, ApiError> {
+    let Some(map) = object(bytes)? else {
+        return Ok(None);
+    };
+    if field(&map, "inputResponses").is_some() {
+        return Err(ApiError::bad_request(
+            "invalid_body",
+            "A new session has no input requests: send `message` only.",
+        ));
+    }
+    field(&map, "message").map(message).transpose()
+}
+
+/// The body of `POST /eve/v1/session/:id`: exactly one of `message` or `inputResponses`.
+pub fn session_input(bytes: &[u8]) -> Result<SessionInput, ApiError> {
+    let exactly_one = || {
+        ApiError::bad_request(
+            "invalid_body",
+            "Send exactly one of `message` (a string) or `inputResponses` \
+             (`[{\"requestId\", \"optionId\": \"approve\"|\"cancel\", \"text\"?}]`).",
+        )
+    };
+    let map = object(bytes)?.ok_or_else(exactly_one)?;
+    match (field(&map, "message"), field(&map, "inputResponses")) {
+        (Some(m), None) => Ok(SessionInput::Message(message(m)?)),
+        (None, Some(r)) => Ok(SessionInput::InputResponses(input_responses(r)?)),
+        _ => Err(exactly_one()),
+    }
+}
+
+/// `inputResponses`: a non-empty list of answers, each request named once.
+pub fn input_responses(value: &Value) -> Result<Vec<InputResponse>, ApiError> {
+    let bad = |m: String| ApiError::bad_request("invalid_body", m);
+    let Value::Array(items) = value else {
+        return Err(bad(format!(
+            "`inputResponses` must be an array, found {}.",
+            kind(value)
+        )));
+    };
+    if items.is_empty() {
+        return Err(bad(
+            "`inputResponses` is empty: answer at least one request.".into(),
+        ));
+    }
+    let mut out: Vec<InputResponse> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let Value::Object(obj) = item else {
+            return Err(bad(format!(
+                "`inputResponses[{i}]` must be an object, found {}.",
+                kind(item)
+            )));
+        };
+        let request_id = match field(obj, "requestId") {
+            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            _ => {
+                return Err(bad(format!(
+                    "`inputResponses[{i}].requestId` must be the `requestId` of a pending request."
+                )));
+            }
+        };
+        let approve = match field(obj, "optionId").and_then(Value::as_str) {
+            Some("approve") => true,
+            Some("cancel") => false,
+            _ => {
+                return Err(bad(format!(
+                    "`inputResponses[{i}].optionId` must be \"approve\" or \"cancel\"."
+                )));
+            }
+        };
+        let text = match field(obj, "text") {
+            None => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                return Err(bad(format!(
+                    "`inputResponses[{i}].text` must be a string, found {}.",
+                    kind(other)
+                )));
+            }
+        };
+        if out.iter().any(|r| r.request_id == request_id) {
+            return Err(bad(format!(
+                "`inputResponses` answers request `{request_id}` twice."
+            )));
+        }
+        out.push(InputResponse {
+            request_id,
+            approve,
+            text,
+        });
+    }
+    Ok(out)
+}
+
+/// The optional `turnId` of a cancel body.
+pub fn cancel(bytes: &[u8]) -> Result<Option<String>, ApiError> {
+    let Some(map) = object(bytes)? else {
+        return Ok(None);
+    };
+    match field(&map, "turnId") {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(ApiError::bad_request(
+            "invalid_body",
+            format!("`turnId` must be a string, found {}.", kind(other)),
+        )),
+    }
+}
+
+/// Checks that a control body (compact, clear, reset) is empty or a JSON object.
+pub fn control(bytes: &[u8]) -> Result<(), ApiError> {
+    object(bytes).map(|_| ())
+}

@@ -1,0 +1,187 @@
+//! Settings of the session API, resolved once before the server starts.
+//!
+//! They come from the `eve` channel of the manifest (`agent/channels/eve.yaml`: `auth`, `cors`,
+//! `max_body_bytes`) with `${VAR}` references resolved from the environment. Without that file
+//! the API has no authentication, so it may only listen on loopback: [`ServerConfig::check_host`]
+//! refuses anything else before a socket is opened.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use eve_compile::{ChannelKind, Manifest};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::auth::{Authenticator, resolve_refs};
+use super::error::ServerError;
+
+/// Default largest request body: 1 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// Name of the channel that configures the session API.
+pub const API_CHANNEL: &str = "eve";
+
+/// Which browser origins may call the API (CORS).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CorsOrigins {
+    /// Any origin (`origins: "*"`).
+    Any,
+    /// These origins exactly (`https://app.example.com`).
+    List(Vec<String>),
+}
+
+/// How the session API is served.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Credentials every route but `/health` requires.
+    pub auth: Authenticator,
+    /// Browser origins allowed by CORS; `None`: no CORS headers.
+    pub cors: Option<CorsOrigins>,
+    /// Largest request body in bytes.
+    pub body_limit: usize,
+    /// Interval of keep-alive comments on Server-Sent Event streams.
+    pub heartbeat: Duration,
+    /// Cancelled when the server shuts down: open streams end, new requests are refused.
+    pub shutdown: CancellationToken,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            auth: Authenticator::None,
+            cors: None,
+            body_limit: DEFAULT_BODY_LIMIT,
+            heartbeat: Duration::from_secs(15),
+            shutdown: CancellationToken::new(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Settings from the manifest's `eve` channel (defaults without one), resolving `${VAR}`
+    /// references through `env`.
+    pub fn from_manifest(
+        manifest: &Manifest,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ServerError> {
+        let mut config = Self::default();
+        let Some(channel) = manifest
+            .agent
+            .channels
+            .iter()
+            .find(|c| c.name == API_CHANNEL && c.kind == ChannelKind::Http)
+        else {
+            return Ok(config);
+        };
+        let file = channel.source.as_str();
+        config.auth = Authenticator::resolve(&channel.auth, env, file)?;
+        if let Some(cors) = channel.settings.get("cors") {
+            config.cors = Some(parse_cors(cors, env, file)?);
+        }
+        if let Some(limit) = channel.settings.get("max_body_bytes") {
+            config.body_limit = limit
+                .as_u64()
+                .filter(|n| *n > 0)
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| ServerError::InvalidSetting {
+                    file: file.to_owned(),
+                    message: format!(
+                        "`max_body_bytes` must be a positive number of bytes, found {limit}"
+                    ),
+                })?;
+        }
+        Ok(config)
+    }
+
+    /// Refuses a host other machines can reach when the API has no authentication.
+    pub fn check_host(&self, host: &str) -> Result<(), ServerError> {
+        if self.auth.is_required() || is_loopback_host(host) {
+            Ok(())
+        } else {
+            Err(ServerError::PublicWithoutAuth {
+                host: host.to_owned(),
+            })
+        }
+    }
+
+    /// Whether a browser origin is in the CORS list.
+    pub fn origin_allowed(&self, origin: &str) -> bool {
+        match &self.cors {
+            Some(CorsOrigins::Any) => true,
+            Some(CorsOrigins::List(list)) => list.iter().any(|o| o == origin),
+            None => false,
+        }
+    }
+}
+
+fn parse_cors(
+    value: &Value,
+    env: &dyn Fn(&str) -> Option<String>,
+    file: &str,
+) -> Result<CorsOrigins, ServerError> {
+    let invalid = |message: String| ServerError::InvalidSetting {
+        file: file.to_owned(),
+        message,
+    };
+    let origins = match value {
+        Value::Object(map) => map.get("origins").cloned().unwrap_or(Value::Null),
+        other => other.clone(),
+    };
+    let list: Vec<String> = match origins {
+        Value::String(s) => vec![s],
+        Value::Array(items) => items
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s),
+                other => Err(invalid(format!(
+                    "`cors.origins` must list strings, found {other}"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        other => {
+            return Err(invalid(format!(
+                "`cors` must be `{{origins: [\"https://app.example.com\"]}}` or `{{origins: \"*\"}}`, \
+                 found {other}"
+            )));
+        }
+    };
+    if list.iter().any(|o| o.trim() == "*") {
+        return Ok(CorsOrigins::Any);
+    }
+    let mut resolved = Vec::with_capacity(list.len());
+    for origin in list {
+        let origin = resolve_refs(origin.trim(), env, file, "cors.origins")?;
+        let origin = origin.trim_end_matches('/').to_owned();
+        let ok = (origin.starts_with("http://") || origin.starts_with("https://"))
+            && axum::http::HeaderValue::from_str(&origin).is_ok();
+        if !ok {
+            return Err(invalid(format!(
+                "`cors.origins` entry `{origin}` is not an origin: write it as \
+                 `https://host[:port]`"
+            )));
+        }
+        resolved.push(origin);
+    }
+    Ok(CorsOrigins::List(resolved))
+}
+
+/// Whether `host` (an IP address or `localhost`, optionally in brackets) is loopback.
+pub fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim().trim_start_matches('[').trim_end_matches(']');
+    if host.eq_ignore_ascii_case("localhost") || host.to_ascii_lowercase().ends_with(".localhost") {
+        return true;
+    }
+    host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The host part of a `Host` header or an origin's authority (`host`, `host:port`, `[v6]:port`).
+pub fn authority_host(authority: &str) -> &str {
+    let authority = authority.trim();
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) => host,
+        _ => authority,
+    }
+}

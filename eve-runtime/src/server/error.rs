@@ -1,0 +1,181 @@
+//! Errors of the HTTP server: typed, each knowing its status code and JSON body.
+//!
+//! [`ApiError`] is what a handler returns when a request cannot be served; it renders as eve's error
+//! body `{"code", "error", "ok": false}` (keys in eve's order) with the matching status, so no
+//! handler builds an error response by hand and no failure leaks as a bare 500 or a panic.
+//! [`ServerError`] is what can go wrong before the server answers anything: configuration,
+//! secrets, binding.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::engine::RuntimeError;
+
+/// A request that cannot be served, as the client sees it.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No session with this id (eve: `{"error":"Session not found.","ok":false}`).
+    #[error("Session not found.")]
+    SessionNotFound,
+    /// The session cannot do this in its current state.
+    #[error("{0}")]
+    SessionNotActive(String),
+    /// An answer names an input request that is not pending (answered, withdrawn or unknown).
+    #[error("{0}")]
+    RequestNotPending(String),
+    /// The body or query is not what the route takes.
+    #[error("{message}")]
+    BadRequest {
+        /// Machine-readable code (`invalid_json`, `invalid_body`, `invalid_query`, …).
+        code: &'static str,
+        /// What is wrong and what to send instead.
+        message: String,
+    },
+    /// No credentials, or credentials that do not verify.
+    #[error("Authorization is required for this route.")]
+    Unauthorized {
+        /// The `WWW-Authenticate` challenge to send.
+        challenge: &'static str,
+    },
+    /// Verified credentials (or a browser origin, or a host name) that may not use this route.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The body is larger than the configured limit.
+    #[error("The request body is larger than the limit of {limit} bytes.")]
+    PayloadTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// No such route.
+    #[error("No route for {0}.")]
+    RouteNotFound(String),
+    /// The route exists but not for this method.
+    #[error("Method not allowed.")]
+    MethodNotAllowed,
+    /// The agent cannot serve sessions now (no loadable build).
+    #[error("{0}")]
+    Unavailable(String),
+    /// Something failed on our side; details are logged, not sent.
+    #[error("Internal error.")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// A 400 with `code` and `message`.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::BadRequest {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::SessionNotFound | Self::RouteNotFound(_) => StatusCode::NOT_FOUND,
+            Self::SessionNotActive(_) | Self::RequestNotPending(_) => StatusCode::CONFLICT,
+            Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::SessionNotFound => "session_not_found",
+            Self::SessionNotActive(_) => "session_not_active",
+            Self::RequestNotPending(_) => "request_not_pending",
+            Self::BadRequest { code, .. } => code,
+            Self::Unauthorized { .. } => "unauthorized",
+            Self::Forbidden(_) => "forbidden",
+            Self::PayloadTooLarge { .. } => "payload_too_large",
+            Self::RouteNotFound(_) => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::Unavailable(_) => "unavailable",
+            Self::Internal(_) => "internal_error",
+        }
+    }
+
+    /// The JSON body: `{"code", "error", "ok": false}`.
+    pub fn body(&self) -> serde_json::Value {
+        json!({"code": self.code(), "error": self.to_string(), "ok": false})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let Self::Internal(detail) = &self {
+            tracing::error!(error = %detail, "request failed");
+        }
+        let mut response = (self.status(), axum::Json(self.body())).into_response();
+        if let Self::Unauthorized { challenge } = &self {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge),
+            );
+        }
+        response
+    }
+}
+
+impl From<RuntimeError> for ApiError {
+    fn from(e: RuntimeError) -> Self {
+        match e {
+            RuntimeError::SessionNotFound(_) => Self::SessionNotFound,
+            RuntimeError::SessionNotActive { .. } => Self::SessionNotActive(format!("{e}.")),
+            RuntimeError::NoSuchRequest(m) => Self::RequestNotPending(format!("{m}.")),
+            RuntimeError::EmptyMessage => {
+                Self::bad_request("empty_message", "`message` is empty: send some text.")
+            }
+            RuntimeError::Build { .. } => Self::Unavailable(format!("{e}.")),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A `${VAR}` in `channels/eve.yaml` names a variable that is not set.
+    #[error("{file}: `{field}` references ${{{var}}}, which is not set: export it before starting")]
+    MissingSecret {
+        /// Channel source file.
+        file: String,
+        /// Field holding the reference.
+        field: String,
+        /// Variable name.
+        var: String,
+    },
+    /// A setting of the channel is not usable.
+    #[error("{file}: {message}")]
+    InvalidSetting {
+        /// Channel source file.
+        file: String,
+        /// What is wrong and what to write instead.
+        message: String,
+    },
+    /// Serving without authentication on an address other machines can reach.
+    #[error(
+        "refusing to serve the session API on {host} without authentication: bind a loopback \
+         address (--host 127.0.0.1), or configure `auth:` (bearer, basic or jwt) in \
+         agent/channels/eve.yaml"
+    )]
+    PublicWithoutAuth {
+        /// The requested host.
+        host: String,
+    },
+    /// Binding or serving failed.
+    #[error("cannot serve on {addr}: {source}")]
+    Io {
+        /// Address.
+        addr: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,120 @@
+//! The HTTP server of the default `http` channel: eve's `/eve/v1` session API, plus the same
+//! stream as Server-Sent Events and an AI SDK UI message stream endpoint.
+//!
+//! The routes are wire-compatible with eve 0.80.1 (bodies, status codes, headers, the NDJSON
+//! envelope and event order), so eve's clients work unchanged; see `docs/api.md`. The server only
+//! translates: every route is one call on the [`Runtime`], which owns durability. It is built
+//! with axum; [`router`] gives the routes with their layers (authentication, body limit, CORS)
+//! and [`serve`] runs them on a listener until the configuration's shutdown token fires, then
+//! ends open streams and lets in-flight requests finish.
+
+mod auth;
+mod body;
+mod config;
+mod error;
+mod routes;
+mod stream;
+mod ui;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, HeaderValue, Method, header};
+use axum::routing::{get, post};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+pub use auth::{Authenticator, Identity, sign_hs256, verify_hs256};
+pub use config::{
+    API_CHANNEL, CorsOrigins, DEFAULT_BODY_LIMIT, ServerConfig, authority_host, is_loopback_host,
+};
+pub use error::{ApiError, ServerError};
+pub use stream::{STREAM_VERSION, is_rest_point};
+pub use ui::{UI_STREAM_VERSION, chat_session_id};
+
+use crate::engine::Runtime;
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+pub(crate) struct App {
+    pub(crate) runtime: Runtime,
+    pub(crate) config: Arc<ServerConfig>,
+}
+
+fn cors_layer(origins: &CorsOrigins) -> CorsLayer {
+    let allow = match origins {
+        CorsOrigins::Any => AllowOrigin::any(),
+        CorsOrigins::List(list) => AllowOrigin::list(
+            list.iter()
+                .filter_map(|o| HeaderValue::from_str(o).ok())
+                .collect::<Vec<_>>(),
+        ),
+    };
+    CorsLayer::new()
+        .allow_origin(allow)
+        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::ACCEPT,
+            HeaderName::from_static("last-event-id"),
+        ])
+        .expose_headers([
+            HeaderName::from_static("x-eve-session-id"),
+            HeaderName::from_static("x-eve-stream-format"),
+            HeaderName::from_static("x-eve-stream-version"),
+            HeaderName::from_static("x-eve-stream-tail-index"),
+            HeaderName::from_static("x-vercel-ai-ui-message-stream"),
+        ])
+        .max_age(Duration::from_secs(600))
+}
+
+/// The routes of the session API over `runtime`, with authentication, the body limit and CORS.
+pub fn router(runtime: Runtime, config: ServerConfig) -> Router {
+    let app = App {
+        runtime,
+        config: Arc::new(config),
+    };
+    let guarded = Router::new()
+        .route("/eve/v1/info", get(routes::info))
+        .route("/eve/v1/session", post(routes::create_session))
+        .route("/eve/v1/session/{id}", post(routes::post_session))
+        .route("/eve/v1/session/{id}/cancel", post(routes::cancel))
+        .route("/eve/v1/session/{id}/compact", post(routes::compact))
+        .route("/eve/v1/session/{id}/clear", post(routes::clear))
+        .route("/eve/v1/session/{id}/reset", post(routes::reset))
+        .route("/eve/v1/session/{id}/stream", get(routes::stream))
+        .route("/eve/v1/chat", post(routes::chat))
+        .route_layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            routes::guard,
+        ));
+    let mut router = Router::new()
+        .route("/eve/v1/health", get(routes::health))
+        .merge(guarded)
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(DefaultBodyLimit::max(app.config.body_limit));
+    if let Some(origins) = &app.config.cors {
+        router = router.layer(cors_layer(origins));
+    }
+    router.with_state(app)
+}
+
+/// Serves `router` on `listener` until `shutdown` fires; then stops accepting, lets open requests
+/// finish (streams end on the same token) and returns.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Result<(), ServerError> {
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+        .map_err(|source| ServerError::Io { addr, source })
+}

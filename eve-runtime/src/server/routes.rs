@@ -1,0 +1,388 @@
+//! Handlers of the `/eve/v1` routes: each turns a request into one [`Runtime`] call and an
+//! eve-shaped answer.
+//!
+//! Accepting work is durable before the answer: `202 accepted` means the message is in the
+//! session's inbox (or the answer is stored) and a driver has been told. Handlers never panic on
+//! input; every failure is an [`ApiError`].
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::App;
+use super::body::{self, InputResponse, SessionInput};
+use super::config::{authority_host, is_loopback_host};
+use super::error::ApiError;
+use super::stream::{self, EventCursor, Format};
+use super::ui::{self, ChatInput, UI_STREAM_VERSION, UiStream};
+use crate::engine::Runtime;
+use crate::store::SessionStatus;
+
+/// Longest session id looked up; longer ones cannot exist.
+const MAX_ID_LEN: usize = 128;
+
+fn accepted(session: &str) -> Response {
+    let mut response = (
+        StatusCode::ACCEPTED,
+        Json(json!({"ok": true, "sessionId": session, "status": "accepted"})),
+    )
+        .into_response();
+    if let Ok(v) = HeaderValue::from_str(session) {
+        response.headers_mut().insert("x-eve-session-id", v);
+    }
+    response
+}
+
+fn done(session: &str, status: &str) -> Response {
+    (
+        StatusCode::OK,
+        Json(json!({"ok": true, "sessionId": session, "status": status})),
+    )
+        .into_response()
+}
+
+fn check_id(id: &str) -> Result<(), ApiError> {
+    if id.is_empty() || id.len() > MAX_ID_LEN {
+        return Err(ApiError::SessionNotFound);
+    }
+    Ok(())
+}
+
+/// Authentication, and for an API without it, protection of a loopback server from browsers:
+/// a `Host` that is not a loopback name (DNS rebinding) or a foreign `Origin` is refused.
+pub async fn guard(State(app): State<App>, mut request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    if !app.config.auth.is_required() {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(authority_host);
+        if host.is_some_and(|h| !is_loopback_host(h)) {
+            return ApiError::Forbidden(
+                "This API has no authentication and only answers requests addressed to a \
+                 loopback host."
+                    .to_owned(),
+            )
+            .into_response();
+        }
+        if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
+            let host = origin.split_once("://").map_or("", |(_, rest)| rest);
+            let host = authority_host(host.split('/').next().unwrap_or_default());
+            if !is_loopback_host(host) && !app.config.origin_allowed(origin) {
+                return ApiError::Forbidden(format!(
+                    "Origin {origin} may not call this API: list it under `cors.origins` in \
+                     agent/channels/eve.yaml."
+                ))
+                .into_response();
+            }
+        }
+    }
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match app
+        .config
+        .auth
+        .verify(authorization, chrono::Utc::now().timestamp())
+    {
+        Ok(identity) => {
+            request.extensions_mut().insert(identity);
+            next.run(request).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /eve/v1/health`.
+pub async fn health(State(app): State<App>) -> Result<Response, ApiError> {
+    let hash = app.runtime.builds().current_hash()?;
+    Ok(Json(json!({"ok": true, "status": "ready", "workflowId": hash})).into_response())
+}
+
+/// `GET /eve/v1/info`.
+pub async fn info(State(app): State<App>) -> Result<Response, ApiError> {
+    let build = app.runtime.builds().current()?;
+    let agent = &build.manifest.agent;
+    let tools: Vec<Value> = build
+        .tools
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name, "description": t.description, "approval": t.approval,
+                "effect": t.effect, "inputSchema": t.input_schema, "source": t.source,
+            })
+        })
+        .collect();
+    let skills: Vec<Value> = agent
+        .skills
+        .iter()
+        .map(|s| json!({"name": s.name, "description": s.description, "deferred": s.deferred}))
+        .collect();
+    let subagents: Vec<Value> = agent
+        .subagents
+        .iter()
+        .map(|s| json!({"name": s.name, "description": s.description}))
+        .collect();
+    let schedules: Vec<Value> = agent
+        .schedules
+        .iter()
+        .map(|s| json!({"name": s.name, "cron": s.cron, "timezone": s.timezone}))
+        .collect();
+    let connections: Vec<Value> = agent
+        .connections
+        .iter()
+        .map(|c| json!({"name": c.name}))
+        .collect();
+    let channels: Vec<Value> = agent
+        .channels
+        .iter()
+        .map(|c| json!({"name": c.name, "kind": c.kind}))
+        .collect();
+    Ok(Json(json!({
+        "ok": true,
+        "agent": {
+            "name": agent.name,
+            "description": agent.description,
+            "model": agent.config.model,
+            "instructions": agent.instructions,
+            "turnPolicy": agent.config.turn_policy,
+        },
+        "build": {"hash": build.hash, "eveVersion": build.manifest.eve_version},
+        "eveVersion": env!("CARGO_PKG_VERSION"),
+        "tools": tools,
+        "skills": skills,
+        "subagents": subagents,
+        "schedules": schedules,
+        "connections": connections,
+        "channels": channels,
+        "stream": {"formats": ["ndjson", "sse"], "version": stream::STREAM_VERSION},
+    }))
+    .into_response())
+}
+
+/// `POST /eve/v1/session`: a new session, with an optional first message.
+pub async fn create_session(
+    State(app): State<App>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let bytes = body::bytes(body, app.config.body_limit)?;
+    let message = body::create(&bytes)?;
+    let id = app.runtime.create_session(message).await?;
+    Ok(accepted(&id))
+}
+
+async fn answer(runtime: &Runtime, id: &str, responses: &[InputResponse]) -> Result<(), ApiError> {
+    let pending = runtime.pending_inputs(id).await?;
+    if pending.is_empty() {
+        return Err(ApiError::SessionNotActive(format!(
+            "Session {id} is not waiting for input."
+        )));
+    }
+    if let Some(r) = responses
+        .iter()
+        .find(|r| !pending.iter().any(|p| p.id == r.request_id))
+    {
+        return Err(ApiError::RequestNotPending(format!(
+            "Input request {} is not pending in session {id}.",
+            r.request_id
+        )));
+    }
+    for r in responses {
+        runtime
+            .answer_input(id, Some(&r.request_id), r.approve, r.text.clone())
+            .await?;
+    }
+    Ok(())
+}
+
+/// `POST /eve/v1/session/:id`: a message or answers to input requests.
+pub async fn post_session(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    check_id(&id)?;
+    let bytes = body::bytes(body, app.config.body_limit)?;
+    match body::session_input(&bytes)? {
+        SessionInput::Message(text) => {
+            app.runtime.post_message(&id, &text).await?;
+        }
+        SessionInput::InputResponses(responses) => {
+            if app.runtime.session(&id).await?.is_none() {
+                return Err(ApiError::SessionNotFound);
+            }
+            answer(&app.runtime, &id, &responses).await?;
+        }
+    }
+    Ok(accepted(&id))
+}
+
+/// `POST /eve/v1/session/:id/cancel`: `202 accepted` when a turn is running or parked, else
+/// `200 no_active_turn`.
+pub async fn cancel(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    check_id(&id)?;
+    let bytes = body::bytes(body, app.config.body_limit)?;
+    let turn_id = body::cancel(&bytes)?;
+    let record = app
+        .runtime
+        .session(&id)
+        .await?
+        .ok_or(ApiError::SessionNotFound)?;
+    let no_active = || {
+        (
+            StatusCode::OK,
+            Json(json!({"ok": true, "status": "no_active_turn"})),
+        )
+            .into_response()
+    };
+    if record.status == SessionStatus::Idle {
+        return Ok(no_active());
+    }
+    if let Some(turn_id) = turn_id {
+        let current = app
+            .runtime
+            .store()
+            .last_turn(&id)
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        if current.is_none_or(|t| t.turn_id() != turn_id) {
+            return Ok(no_active());
+        }
+    }
+    app.runtime.cancel(&id).await?;
+    Ok(accepted(&id))
+}
+
+/// `POST /eve/v1/session/:id/compact`.
+pub async fn compact(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    check_id(&id)?;
+    body::control(&body::bytes(body, app.config.body_limit)?)?;
+    app.runtime.compact(&id).await?;
+    Ok(done(&id, "compacted"))
+}
+
+/// `POST /eve/v1/session/:id/clear`.
+pub async fn clear(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    check_id(&id)?;
+    body::control(&body::bytes(body, app.config.body_limit)?)?;
+    app.runtime.clear(&id).await?;
+    Ok(done(&id, "cleared"))
+}
+
+/// `POST /eve/v1/session/:id/reset`.
+pub async fn reset(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    check_id(&id)?;
+    body::control(&body::bytes(body, app.config.body_limit)?)?;
+    app.runtime.reset(&id).await?;
+    Ok(done(&id, "reset"))
+}
+
+/// `GET /eve/v1/session/:id/stream`.
+pub async fn stream(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    check_id(&id)?;
+    let query = stream::parse_query(query.as_deref())?;
+    stream::respond(
+        app.runtime.clone(),
+        id,
+        query,
+        &headers,
+        app.config.heartbeat,
+        app.config.shutdown.clone(),
+    )
+    .await
+}
+
+/// `POST /eve/v1/chat`: one turn as an AI SDK UI message stream.
+pub async fn chat(
+    State(app): State<App>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let bytes = body::bytes(body, app.config.body_limit)?;
+    let request = ui::parse_chat(&bytes)?;
+    let id = ui::chat_session_id(&request.chat_id);
+    if let ChatInput::Message(text) = &request.input {
+        if text.trim().is_empty() {
+            return Err(ApiError::bad_request(
+                "empty_message",
+                "The last message has no text.",
+            ));
+        }
+        ui::ensure_session(&app.runtime, &id).await?;
+    }
+    let record = app
+        .runtime
+        .session(&id)
+        .await?
+        .ok_or(ApiError::SessionNotFound)?;
+    let from = record.event_count;
+    match &request.input {
+        ChatInput::Message(text) => {
+            app.runtime.post_message(&id, text).await?;
+        }
+        ChatInput::InputResponses(responses) => answer(&app.runtime, &id, responses).await?,
+    }
+    let cursor = EventCursor::follow(
+        app.runtime.clone(),
+        id.clone(),
+        from,
+        app.config.shutdown.clone(),
+    );
+    let message_id = format!("msg_{}", ulid::Ulid::new());
+    let format = Format::Ui(Box::new(UiStream::new(message_id)));
+    let mut response = Response::new(Body::from_stream(stream::body_stream(
+        cursor,
+        format,
+        app.config.heartbeat,
+    )));
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    h.insert(
+        "x-vercel-ai-ui-message-stream",
+        HeaderValue::from_static(UI_STREAM_VERSION),
+    );
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        h.insert("x-eve-session-id", v);
+    }
+    Ok(response)
+}
+
+/// Unknown routes.
+pub async fn not_found(request: Request) -> ApiError {
+    ApiError::RouteNotFound(format!("{} {}", request.method(), request.uri().path()))
+}
+
+/// Known routes with another method.
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}

@@ -1,0 +1,420 @@
+//! `GET /eve/v1/session/:id/stream`: a session's events as NDJSON (eve's wire format) or as
+//! Server-Sent Events, bounded or following live.
+//!
+//! Both formats carry the same stored events in the same order with eve's envelope. A bounded read
+//! (`follow=false`) returns the events stored when the request arrived and ends; its last index is
+//! sent as `x-eve-stream-tail-index`. A follow sends the stored events from `startIndex`, then live
+//! ones, and ends once the session comes to rest: after a `session.waiting` or `turn.waiting`
+//! that is the newest stored event while the session has no work left (no accepted message, no
+//! answered input, no running turn). A follow that starts at rest waits for the next turn, so a
+//! reconnecting client never spins. Every open stream ends when the server shuts down.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use futures::Stream;
+use tokio_util::sync::CancellationToken;
+
+use super::error::ApiError;
+use super::ui::UiStream;
+use crate::engine::{EventFollower, Runtime, events as ev};
+use crate::store::{SessionStatus, StoredEvent};
+
+/// eve's stream format version, sent as `x-eve-stream-version`.
+pub const STREAM_VERSION: &str = "26";
+/// Events read from the store at once by a bounded read.
+const PAGE: u64 = 256;
+
+/// Events after which a session may be at rest.
+pub fn is_rest_point(kind: &str) -> bool {
+    matches!(
+        kind,
+        ev::SESSION_WAITING | ev::TURN_WAITING | "session.completed" | "session.failed"
+    )
+}
+
+/// Whether the session is at rest right after the event at `index`: it is the newest stored
+/// event and nothing is left to do until a client acts.
+pub async fn at_rest(runtime: &Runtime, session: &str, index: u64) -> bool {
+    let record = match runtime.session(session).await {
+        Ok(Some(r)) => r,
+        _ => return true,
+    };
+    if record.event_count > index + 1 || record.cancel_requested {
+        return false;
+    }
+    match record.status {
+        SessionStatus::Running => false,
+        SessionStatus::Waiting => runtime
+            .pending_inputs(session)
+            .await
+            .map(|p| !p.is_empty())
+            .unwrap_or(true),
+        SessionStatus::Idle => runtime
+            .store()
+            .pending_inbox(session)
+            .await
+            .map(|inbox| inbox.is_empty())
+            .unwrap_or(true),
+    }
+}
+
+/// What a cursor produced.
+pub enum Next {
+    /// An event.
+    Event(StoredEvent),
+    /// Nothing for a heartbeat interval.
+    Tick,
+    /// The stream is over.
+    End,
+}
+
+enum Mode {
+    Bounded {
+        next: u64,
+        end: u64,
+        buffer: VecDeque<StoredEvent>,
+    },
+    Follow(Box<EventFollower>),
+    Done,
+}
+
+/// Reads a session's events, bounded or following, ending at rest or on shutdown.
+pub struct EventCursor {
+    runtime: Runtime,
+    session: String,
+    mode: Mode,
+    shutdown: CancellationToken,
+}
+
+impl EventCursor {
+    /// Stored events with indexes in `start..end`, then the end.
+    pub fn bounded(
+        runtime: Runtime,
+        session: String,
+        start: u64,
+        end: u64,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            runtime,
+            session,
+            mode: Mode::Bounded {
+                next: start,
+                end,
+                buffer: VecDeque::new(),
+            },
+            shutdown,
+        }
+    }
+
+    /// Events from `start` on, stored then live, until the session is at rest.
+    pub fn follow(
+        runtime: Runtime,
+        session: String,
+        start: u64,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let follower = runtime.follow(&session, start);
+        Self {
+            runtime,
+            session,
+            mode: Mode::Follow(Box::new(follower)),
+            shutdown,
+        }
+    }
+
+    /// The next event; [`Next::Tick`] after `heartbeat` without one (when given).
+    pub async fn next(&mut self, heartbeat: Option<Duration>) -> Next {
+        match &mut self.mode {
+            Mode::Done => Next::End,
+            Mode::Bounded { next, end, buffer } => {
+                if buffer.is_empty() && *next < *end {
+                    let limit = usize::try_from((*end - *next).min(PAGE)).unwrap_or(256);
+                    match self.runtime.events(&self.session, *next, limit).await {
+                        Ok(events) => buffer.extend(events.into_iter().filter(|e| e.index < *end)),
+                        Err(e) => {
+                            tracing::warn!(session = %self.session, error = %e, "reading events failed");
+                        }
+                    }
+                }
+                match buffer.pop_front() {
+                    Some(event) => {
+                        *next = event.index + 1;
+                        Next::Event(event)
+                    }
+                    None => {
+                        self.mode = Mode::Done;
+                        Next::End
+                    }
+                }
+            }
+            Mode::Follow(follower) => {
+                let wait = heartbeat.unwrap_or(Duration::from_secs(3600));
+                let event = tokio::select! {
+                    () = self.shutdown.cancelled() => {
+                        self.mode = Mode::Done;
+                        return Next::End;
+                    }
+                    () = tokio::time::sleep(wait), if heartbeat.is_some() => return Next::Tick,
+                    result = follower.next() => result,
+                };
+                match event {
+                    Ok(event) => {
+                        if is_rest_point(&event.kind)
+                            && at_rest(&self.runtime, &self.session, event.index).await
+                        {
+                            self.mode = Mode::Done;
+                        }
+                        Next::Event(event)
+                    }
+                    Err(e) => {
+                        tracing::warn!(session = %self.session, error = %e, "following events failed");
+                        self.mode = Mode::Done;
+                        Next::End
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How events are written on the wire.
+pub enum Format {
+    /// eve's NDJSON: a blank line, then one envelope per line.
+    Ndjson,
+    /// Server-Sent Events: `id: <index>` and `data: <envelope>` per event.
+    Sse,
+    /// The AI SDK UI message stream.
+    Ui(Box<UiStream>),
+}
+
+impl Format {
+    fn prelude(&mut self, out: &mut VecDeque<Bytes>) {
+        match self {
+            Self::Ndjson => out.push_back(Bytes::from_static(b"\n")),
+            Self::Sse => out.push_back(Bytes::from_static(b"retry: 1000\n\n")),
+            Self::Ui(ui) => ui.start(out),
+        }
+    }
+
+    fn event(&mut self, event: &StoredEvent, out: &mut VecDeque<Bytes>) {
+        match self {
+            Self::Ndjson => {
+                let mut line = event.to_wire().to_string();
+                line.push('\n');
+                out.push_back(Bytes::from(line));
+            }
+            Self::Sse => out.push_back(Bytes::from(format!(
+                "id: {}\ndata: {}\n\n",
+                event.index,
+                event.to_wire()
+            ))),
+            Self::Ui(ui) => ui.event(event, out),
+        }
+    }
+
+    fn tick(&mut self, out: &mut VecDeque<Bytes>) {
+        if !matches!(self, Self::Ndjson) {
+            out.push_back(Bytes::from_static(b": keep-alive\n\n"));
+        }
+    }
+
+    fn end(&mut self, out: &mut VecDeque<Bytes>) {
+        if let Self::Ui(ui) = self {
+            ui.finish(out);
+        }
+    }
+
+    fn heartbeat(&self, interval: Duration) -> Option<Duration> {
+        match self {
+            Self::Ndjson => None,
+            Self::Sse | Self::Ui(_) => Some(interval),
+        }
+    }
+}
+
+struct BodyState {
+    cursor: EventCursor,
+    format: Format,
+    heartbeat: Option<Duration>,
+    out: VecDeque<Bytes>,
+    started: bool,
+    finished: bool,
+}
+
+/// The response body: the cursor's events in `format`.
+pub fn body_stream(
+    cursor: EventCursor,
+    format: Format,
+    heartbeat: Duration,
+) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
+    let state = BodyState {
+        heartbeat: format.heartbeat(heartbeat),
+        cursor,
+        format,
+        out: VecDeque::new(),
+        started: false,
+        finished: false,
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(chunk) = st.out.pop_front() {
+                return Some((Ok(chunk), st));
+            }
+            if st.finished {
+                return None;
+            }
+            if !st.started {
+                st.started = true;
+                st.format.prelude(&mut st.out);
+                continue;
+            }
+            match st.cursor.next(st.heartbeat).await {
+                Next::Event(event) => st.format.event(&event, &mut st.out),
+                Next::Tick => st.format.tick(&mut st.out),
+                Next::End => {
+                    st.format.end(&mut st.out);
+                    st.finished = true;
+                }
+            }
+        }
+    })
+}
+
+/// Query parameters of the stream route.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamQuery {
+    /// `startIndex`: absolute (≥ 0) or from the end (< 0).
+    pub start_index: i64,
+    /// `follow` (default `true`).
+    pub follow: bool,
+    /// `includeTailIndex`.
+    pub include_tail_index: bool,
+}
+
+fn flag(name: &str, value: &str) -> Result<bool, ApiError> {
+    match value.to_ascii_lowercase().as_str() {
+        "" | "1" | "true" | "yes" => Ok(true),
+        "0" | "false" | "no" => Ok(false),
+        _ => Err(ApiError::bad_request(
+            "invalid_query",
+            format!("`{name}` must be true or false (1 or 0), found `{value}`."),
+        )),
+    }
+}
+
+/// Parses the query string of the stream route.
+pub fn parse_query(query: Option<&str>) -> Result<StreamQuery, ApiError> {
+    let mut out = StreamQuery {
+        follow: true,
+        ..StreamQuery::default()
+    };
+    let Some(query) = query else {
+        return Ok(out);
+    };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_encoding::percent_decode_str(value)
+            .decode_utf8()
+            .map_err(|_| ApiError::bad_request("invalid_query", "The query is not UTF-8."))?;
+        match key {
+            "startIndex" => {
+                out.start_index = value.trim().parse().map_err(|_| {
+                    ApiError::bad_request(
+                        "invalid_query",
+                        format!("`startIndex` must be an integer, found `{value}`."),
+                    )
+                })?;
+            }
+            "follow" => out.follow = flag(key, &value)?,
+            "includeTailIndex" => out.include_tail_index = flag(key, &value)?,
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the client asked for Server-Sent Events.
+pub fn wants_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.to_ascii_lowercase().contains("text/event-stream"))
+}
+
+/// `Last-Event-ID`, when it is an event index.
+pub fn last_event_id(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Serves the stream of `session`.
+pub async fn respond(
+    runtime: Runtime,
+    session: String,
+    query: StreamQuery,
+    headers: &HeaderMap,
+    heartbeat: Duration,
+    shutdown: CancellationToken,
+) -> Result<Response, ApiError> {
+    let record = runtime
+        .session(&session)
+        .await?
+        .ok_or(ApiError::SessionNotFound)?;
+    let count = record.event_count;
+    let sse = wants_sse(headers);
+    let start = match (
+        sse.then(|| last_event_id(headers)).flatten(),
+        query.start_index,
+    ) {
+        (Some(last), _) => last.saturating_add(1),
+        (None, n) if n >= 0 => n.unsigned_abs(),
+        (None, n) => count.saturating_sub(n.unsigned_abs()),
+    };
+    let tail = i64::try_from(count).unwrap_or(i64::MAX) - 1;
+    let cursor = if query.follow {
+        EventCursor::follow(runtime, session.clone(), start, shutdown)
+    } else {
+        EventCursor::bounded(runtime, session.clone(), start, count, shutdown)
+    };
+    let format = if sse { Format::Sse } else { Format::Ndjson };
+    let mut response = Response::new(Body::from_stream(body_stream(cursor, format, heartbeat)));
+    *response.status_mut() = StatusCode::OK;
+    let h = response.headers_mut();
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store, no-transform"),
+    );
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(if sse {
+            "text/event-stream; charset=utf-8"
+        } else {
+            "application/x-ndjson; charset=utf-8"
+        }),
+    );
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    if let Ok(v) = HeaderValue::from_str(&session) {
+        h.insert("x-eve-session-id", v);
+    }
+    h.insert(
+        "x-eve-stream-format",
+        HeaderValue::from_static(if sse { "sse" } else { "ndjson" }),
+    );
+    if !query.follow || query.include_tail_index {
+        h.insert("x-eve-stream-tail-index", HeaderValue::from(tail));
+    }
+    h.insert(
+        "x-eve-stream-version",
+        HeaderValue::from_static(STREAM_VERSION),
+    );
+    Ok(response)
+}
