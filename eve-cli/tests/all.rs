@@ -1,0 +1,6 @@
+//! Integration tests of the `eve` binary: one test binary, one module per area.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod crash;
+mod run_cli;
+mod support_run;

@@ -1,0 +1,134 @@
+//! `eve run` and `eve sessions` on the real binary: streaming, approvals, exit codes.
+
+use serde_json::json;
+
+use crate::support_run::*;
+
+fn charge_tool() -> (&'static str, String) {
+    ("charge", logging_tool("# description: Charge a card.\n", ""))
+}
+
+fn refund_tool() -> (&'static str, String) {
+    (
+        "refund",
+        logging_tool("# description: Refund a charge.\n# approval: once\n", ""),
+    )
+}
+
+#[test]
+fn run_streams_the_reply_to_stdout_and_tool_activity_to_stderr() {
+    let p = RunProject::new(
+        &[charge_tool()],
+        json!([{"tool_calls": [{"name": "charge", "input": {"amount": 5}}]},
+               {"text": "Charged five."}]),
+    );
+    let out = p.run(&["run", "charge 5"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.stdout, "Charged five.\n");
+    assert!(out.stderr.contains("→ charge {\"amount\":5}"), "{}", out.stderr);
+    assert!(out.stderr.contains("← charge: ok"), "{}", out.stderr);
+    assert!(out.stderr.contains("session wrun_"), "{}", out.stderr);
+    assert_eq!(p.side_lines().len(), 2);
+}
+
+#[test]
+fn run_json_prints_eve_events_and_continues_a_session() {
+    let p = RunProject::new(&[], json!([{"text": "one"}, {"text": "two"}]));
+    let out = p.run(&["run", "--json", "first"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let kinds = out.kinds();
+    assert_eq!(kinds.first().unwrap(), "session.started");
+    assert_eq!(kinds.last().unwrap(), "session.waiting");
+    let id = p.session_id().unwrap();
+    let out = p.run(&["run", "--json", "--session", &id, "second"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let events = out.events();
+    assert_eq!(events[0]["type"], "turn.started");
+    assert_eq!(events[0]["data"]["turnId"], "turn_1");
+    assert!(events.iter().any(|e| e["data"]["message"] == "two"));
+    assert!(events[0]["meta"]["id"].as_str().unwrap().starts_with("evt_"));
+}
+
+#[test]
+fn a_non_interactive_run_stops_at_an_approval_and_says_how_to_answer() {
+    let p = RunProject::new(
+        &[refund_tool()],
+        json!([{"tool_calls": [{"name": "refund", "input": {"charge": "ch_1"}}]},
+               {"text": "Refunded."}]),
+    );
+    let out = p.run(&["run", "refund ch_1"]);
+    assert_eq!(out.code, Some(3), "{}", out.stderr);
+    let id = p.session_id().unwrap();
+    assert!(
+        out.stderr.contains(&format!("eve sessions approve {id}")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(&format!("eve run --session {id}")),
+        "{}",
+        out.stderr
+    );
+    assert!(p.side_lines().is_empty());
+
+    let list = p.run(&["sessions", "list", "--json"]);
+    let sessions: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    assert_eq!(sessions[0]["id"], id.as_str());
+    assert_eq!(sessions[0]["status"], "waiting");
+
+    let show = p.run(&["sessions", "show", &id, "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&show.stdout).unwrap();
+    assert_eq!(report["inputRequests"][0]["status"], "pending");
+
+    let approve = p.run(&["sessions", "approve", &id]);
+    assert_eq!(approve.code, Some(0), "{}", approve.stderr);
+    let out = p.run(&["run", "--session", &id]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.stdout, "Refunded.\n");
+    assert_eq!(p.side_lines().len(), 2);
+}
+
+#[test]
+fn yes_approves_and_deny_reaches_the_model() {
+    let p = RunProject::new(
+        &[refund_tool()],
+        json!([{"tool_calls": [{"name": "refund", "input": {}}]}, {"text": "ok"}]),
+    );
+    let out = p.run(&["run", "--yes", "refund"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(p.side_lines().len(), 2);
+
+    let p = RunProject::new(
+        &[refund_tool()],
+        json!([{"tool_calls": [{"name": "refund", "input": {}}]}, {"text": "not done"}]),
+    );
+    assert_eq!(p.run(&["run", "refund"]).code, Some(3));
+    let id = p.session_id().unwrap();
+    let deny = p.run(&["sessions", "deny", &id, "--reason", "not allowed"]);
+    assert_eq!(deny.code, Some(0), "{}", deny.stderr);
+    let out = p.run(&["run", "--session", &id]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("denied"), "{}", out.stderr);
+    assert!(p.side_lines().is_empty());
+    let statuses = p.strings("SELECT status FROM tool_calls");
+    assert_eq!(statuses, ["denied"]);
+}
+
+#[test]
+fn a_failed_turn_exits_non_zero() {
+    let p = RunProject::new(&[], json!([{"error": "the model is down"}]));
+    let out = p.run(&["run", "hi"]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("the model is down"), "{}", out.stderr);
+}
+
+#[test]
+fn run_without_prompt_or_session_is_a_usage_error() {
+    let p = RunProject::new(&[], json!([]));
+    let out = p.run(&["run"]);
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("--session"), "{}", out.stderr);
+    let out = p.run(&["run", "--session", "wrun_nope"]);
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("no session"), "{}", out.stderr);
+}
