@@ -237,7 +237,7 @@ async fn timeout_kills_the_whole_process_group() {
     let elapsed = start.elapsed();
     assert!(!r.ok);
     assert!(
-        elapsed < Duration::from_millis(300 + 700),
+        elapsed < Duration::from_millis(300 + 1200),
         "returned after {elapsed:?}"
     );
     assert!(elapsed >= Duration::from_millis(300));
@@ -290,7 +290,7 @@ async fn cancellation_kills_the_group_promptly() {
     let start = Instant::now();
     let r = run_tool(&t, &json!({}), &fx.ctx, cancel).await;
     assert!(
-        start.elapsed() < Duration::from_secs(1),
+        start.elapsed() < Duration::from_millis(1500),
         "{:?}",
         start.elapsed()
     );
