@@ -413,6 +413,13 @@ impl std::fmt::Debug for ModelSettings {
     }
 }
 
+impl Default for ModelSettings {
+    /// `mock/echo` with default timeouts and retries.
+    fn default() -> Self {
+        Self::new(Provider::Mock, "echo")
+    }
+}
+
 /// The model used when neither `EVE_MODEL` nor `agent.yaml` names one.
 pub const DEFAULT_MODEL: &str = "mock/echo";
 

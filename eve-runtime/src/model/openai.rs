@@ -62,14 +62,15 @@ impl OpenAiClient {
 /// The JSON body of a streamed Chat Completions request.
 ///
 /// OpenAI itself gets `max_completion_tokens` (its reasoning models refuse `max_tokens`); other
-/// servers get the widely supported `max_tokens`.
+/// servers get the widely supported `max_tokens`. Reasoning goes back (as `reasoning_content`)
+/// only to DeepSeek, which requires it after tool calls.
 pub fn request_body(provider: Provider, request: &ModelRequest) -> Value {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if !request.system.is_empty() {
         messages.push(json!({"role": "system", "content": request.system}));
     }
     for message in &request.messages {
-        messages.push(message_json(message));
+        messages.push(message_json(provider, message));
     }
     let mut body = json!({
         "model": request.model,
@@ -108,15 +109,22 @@ pub fn request_body(provider: Provider, request: &ModelRequest) -> Value {
     body
 }
 
-fn message_json(message: &Message) -> Value {
+fn message_json(provider: Provider, message: &Message) -> Value {
     match message {
         Message::User { content } => json!({"role": "user", "content": content}),
         Message::Assistant {
             content,
             tool_calls,
-            ..
+            reasoning,
         } => {
             let mut out = json!({"role": "assistant"});
+            // DeepSeek's thinking mode refuses a tool-calling history without its reasoning;
+            // other servers get none (OpenAI rejects unknown message fields).
+            if provider == Provider::DeepSeek
+                && let Some(reasoning) = reasoning.as_ref().filter(|r| !r.text.is_empty())
+            {
+                out["reasoning_content"] = json!(reasoning.text);
+            }
             out["content"] = if content.is_empty() && !tool_calls.is_empty() {
                 Value::Null
             } else {

@@ -322,7 +322,10 @@ async fn a_cut_stream_is_malformed() {
     .await;
     let (events, result) = run(&client(&server.url), &simple_request("hi")).await;
     assert_eq!(events, vec![text("Hal")]);
-    assert!(matches!(result, Err(ModelError::Malformed(_))), "{result:?}");
+    assert!(
+        matches!(result, Err(ModelError::Malformed(_))),
+        "{result:?}"
+    );
 }
 
 #[tokio::test]

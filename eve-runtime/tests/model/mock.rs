@@ -28,7 +28,9 @@ fn user(content: &str) -> Message {
 async fn echo_streams_the_last_user_message_word_by_word() {
     let mock = client(&ModelSettings::from_model_string("mock/echo").unwrap()).unwrap();
     let mut request = simple_request("first");
-    request.messages.extend([assistant("You said: first"), user("hello  there, world")]);
+    request
+        .messages
+        .extend([assistant("You said: first"), user("hello  there, world")]);
     let (events, result) = run(mock.as_ref(), &request).await;
     let response = result.unwrap();
     assert_eq!(
@@ -92,7 +94,10 @@ async fn echo_tool_input_defaults_to_an_object_and_keeps_broken_json() {
     let response = run(&mock, &simple_request("/tool clock")).await.1.unwrap();
     assert_eq!(response.tool_calls[0].name, "clock");
     assert_eq!(response.tool_calls[0].input, json!({}));
-    let response = run(&mock, &simple_request("/tool clock {oops")).await.1.unwrap();
+    let response = run(&mock, &simple_request("/tool clock {oops"))
+        .await
+        .1
+        .unwrap();
     assert_eq!(response.tool_calls[0].input, json!("{oops"));
     // Not a command: echoed.
     let response = run(&mock, &simple_request("/toolbox")).await.1.unwrap();
@@ -219,9 +224,15 @@ async fn bad_scripts_and_models_are_config_errors() {
         "{missing:?}"
     );
     let invalid = MockClient::new("echo", Some("[{\"txt\": 1}]")).unwrap_err();
-    assert!(matches!(&invalid, ModelError::Config(m) if m.contains("txt")), "{invalid:?}");
+    assert!(
+        matches!(&invalid, ModelError::Config(m) if m.contains("txt")),
+        "{invalid:?}"
+    );
     let unknown = MockClient::new("gpt-5", None).unwrap_err();
-    assert!(matches!(&unknown, ModelError::Config(m) if m.contains("mock/echo")), "{unknown:?}");
+    assert!(
+        matches!(&unknown, ModelError::Config(m) if m.contains("mock/echo")),
+        "{unknown:?}"
+    );
 }
 
 #[tokio::test]
@@ -233,11 +244,12 @@ async fn delay_ms_spaces_the_events() {
     .unwrap();
     let started = Instant::now();
     let mut stamps = Vec::new();
-    let response = eve_runtime::model::ModelClient::stream(&mock, &simple_request("x"), &mut |_| {
-        stamps.push(started.elapsed())
-    })
-    .await
-    .unwrap();
+    let response =
+        eve_runtime::model::ModelClient::stream(&mock, &simple_request("x"), &mut |_| {
+            stamps.push(started.elapsed())
+        })
+        .await
+        .unwrap();
     assert_eq!(response.content, "one two three");
     assert_eq!(stamps.len(), 3);
     assert!(stamps[0] >= Duration::from_millis(40), "{stamps:?}");

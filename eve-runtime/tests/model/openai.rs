@@ -214,6 +214,36 @@ async fn maps_history_tool_calls_and_results() {
     assert_eq!(body["max_tokens"], 500);
     assert_eq!(requests[1].body["max_completion_tokens"], 500);
     assert!(requests[1].body.get("max_tokens").is_none());
+    assert!(
+        requests[1].body["messages"][2]
+            .get("reasoning_content")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn deepseek_gets_its_reasoning_back() {
+    let server = TestServer::start(vec![Reply::sse(&[oa::finish("stop"), oa::done()])]).await;
+    let mut request = simple_request("q");
+    request.messages.push(Message::Assistant {
+        content: String::new(),
+        reasoning: Some(Reasoning {
+            text: "need a tool".into(),
+            signature: None,
+        }),
+        tool_calls: vec![ToolCall {
+            id: "call_1".into(),
+            name: "weather".into(),
+            input: json!({}),
+        }],
+    });
+    let settings = fast_settings(Provider::DeepSeek, &server.url);
+    run(&OpenAiClient::new(&settings).unwrap(), &request)
+        .await
+        .1
+        .unwrap();
+    let body = server.single_request().body;
+    assert_eq!(body["messages"][2]["reasoning_content"], "need a tool");
 }
 
 #[tokio::test]
@@ -240,7 +270,11 @@ async fn honours_retry_after_on_429() {
     let (_, result) = run(&client(&server.url), &simple_request("hi")).await;
     assert_eq!(result.unwrap().content, "after the wait");
     // The backoff is milliseconds; only the header explains a one-second wait.
-    assert!(started.elapsed() >= Duration::from_millis(950), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(950),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(server.requests().len(), 2);
 }
 
@@ -256,7 +290,11 @@ async fn caps_retry_after_and_reads_retry_after_ms() {
     settings.retry_after_cap = Duration::from_millis(100);
     settings.max_retries = 3;
     let started = Instant::now();
-    let (_, result) = run(&OpenAiClient::new(&settings).unwrap(), &simple_request("hi")).await;
+    let (_, result) = run(
+        &OpenAiClient::new(&settings).unwrap(),
+        &simple_request("hi"),
+    )
+    .await;
     assert_eq!(result.unwrap().content, "ok");
     let elapsed = started.elapsed();
     assert!(elapsed >= Duration::from_millis(190), "{elapsed:?}");
@@ -292,7 +330,10 @@ async fn a_stream_cut_midway_is_malformed_and_not_retried() {
     .await;
     let (events, result) = run(&client(&server.url), &simple_request("hi")).await;
     assert_eq!(events, vec![text("Hel"), text("lo")]);
-    assert!(matches!(result, Err(ModelError::Malformed(_))), "{result:?}");
+    assert!(
+        matches!(result, Err(ModelError::Malformed(_))),
+        "{result:?}"
+    );
     assert_eq!(server.requests().len(), 1, "events were out: no retry");
 }
 
@@ -372,8 +413,13 @@ async fn status_401_is_auth_and_404_is_unknown_model() {
 
 #[tokio::test]
 async fn plain_text_error_bodies_are_quoted() {
-    let server = TestServer::start(vec![Reply::raw(400, "text/plain", "bad request: no model")]).await;
-    match run(&client(&server.url), &simple_request("hi")).await.1.unwrap_err() {
+    let server =
+        TestServer::start(vec![Reply::raw(400, "text/plain", "bad request: no model")]).await;
+    match run(&client(&server.url), &simple_request("hi"))
+        .await
+        .1
+        .unwrap_err()
+    {
         ModelError::Http { status, message } => {
             assert_eq!(status, 400);
             assert_eq!(message, "bad request: no model");
@@ -384,7 +430,12 @@ async fn plain_text_error_bodies_are_quoted() {
 
 #[tokio::test]
 async fn a_garbage_body_is_malformed_and_quoted() {
-    let server = TestServer::start(vec![Reply::raw(200, "text/html", "<html>captive portal</html>")]).await;
+    let server = TestServer::start(vec![Reply::raw(
+        200,
+        "text/html",
+        "<html>captive portal</html>",
+    )])
+    .await;
     let error = run(&client(&server.url), &simple_request("hi"))
         .await
         .1
@@ -408,7 +459,10 @@ async fn a_garbage_chunk_is_malformed() {
     let (events, result) = run(&client(&server.url), &simple_request("hi")).await;
     assert_eq!(events, vec![text("a")]);
     let error = result.unwrap_err();
-    assert!(matches!(&error, ModelError::Malformed(m) if m.contains("not JSON")), "{error:?}");
+    assert!(
+        matches!(&error, ModelError::Malformed(m) if m.contains("not JSON")),
+        "{error:?}"
+    );
 }
 
 #[tokio::test]
@@ -418,7 +472,11 @@ async fn an_error_object_in_the_stream_is_an_error() {
         "data: {\"error\":{\"message\":\"context length exceeded\",\"code\":400}}\n\n".into(),
     ])])
     .await;
-    match run(&client(&server.url), &simple_request("hi")).await.1.unwrap_err() {
+    match run(&client(&server.url), &simple_request("hi"))
+        .await
+        .1
+        .unwrap_err()
+    {
         ModelError::Http { status, message } => {
             assert_eq!(status, 400);
             assert_eq!(message, "context length exceeded");
@@ -431,7 +489,10 @@ async fn an_error_object_in_the_stream_is_an_error() {
 async fn connection_refused_is_transport_after_retries() {
     let url = dead_url().await;
     let (_, result) = run(&client(&url), &simple_request("hi")).await;
-    assert!(matches!(result, Err(ModelError::Transport(_))), "{result:?}");
+    assert!(
+        matches!(result, Err(ModelError::Transport(_))),
+        "{result:?}"
+    );
 }
 
 #[tokio::test]
@@ -444,7 +505,11 @@ async fn a_slow_first_byte_times_out_and_is_retried() {
     .await;
     let mut settings = fast_settings(Provider::Vllm, &server.url);
     settings.timeout = Duration::from_millis(200);
-    let (events, result) = run(&OpenAiClient::new(&settings).unwrap(), &simple_request("hi")).await;
+    let (events, result) = run(
+        &OpenAiClient::new(&settings).unwrap(),
+        &simple_request("hi"),
+    )
+    .await;
     assert_eq!(result.unwrap().content, "on time");
     assert_eq!(events, vec![text("on time")]);
 }
@@ -460,9 +525,16 @@ async fn an_idle_stream_times_out() {
     let mut settings = fast_settings(Provider::Vllm, &server.url);
     settings.idle_timeout = Duration::from_millis(200);
     let started = Instant::now();
-    let (events, result) = run(&OpenAiClient::new(&settings).unwrap(), &simple_request("hi")).await;
+    let (events, result) = run(
+        &OpenAiClient::new(&settings).unwrap(),
+        &simple_request("hi"),
+    )
+    .await;
     assert_eq!(events, vec![text("a")]);
-    assert!(matches!(result, Err(ModelError::Transport(ref m)) if m.contains("stalled")), "{result:?}");
+    assert!(
+        matches!(result, Err(ModelError::Transport(ref m)) if m.contains("stalled")),
+        "{result:?}"
+    );
     assert_eq!(server.requests().len(), 2);
     assert!(started.elapsed() < Duration::from_secs(2));
 }
@@ -480,7 +552,7 @@ async fn network_chunking_does_not_change_the_result() {
     ]
     .concat();
     // Whole body, then 7-byte pieces (some cut inside UTF-8 characters) with pauses.
-    let whole = TestServer::start(vec![Reply::sse(&[body.clone()])]).await;
+    let whole = TestServer::start(vec![Reply::sse(std::slice::from_ref(&body))]).await;
     let (whole_events, whole_result) = run(&client(&whole.url), &simple_request("hi")).await;
     let mut reply = Reply::sse::<&str>(&[]).between_parts(Duration::from_millis(1));
     reply.parts = body.as_bytes().chunks(7).map(<[u8]>::to_vec).collect();
@@ -490,7 +562,10 @@ async fn network_chunking_does_not_change_the_result() {
     let whole_response = whole_result.unwrap();
     assert_eq!(whole_response, split_result.unwrap());
     assert_eq!(whole_response.content, "héllo 🌍");
-    assert_eq!(whole_response.tool_calls[0].input, json!({"city": "Zürich"}));
+    assert_eq!(
+        whole_response.tool_calls[0].input,
+        json!({"city": "Zürich"})
+    );
 }
 
 #[tokio::test]
@@ -525,5 +600,9 @@ async fn context_window_comes_from_models() {
     settings.context_window = Some(8000);
     let configured = OpenAiClient::new(&settings).unwrap();
     assert_eq!(configured.context_window("anything").await, Some(8000));
-    assert_eq!(server.requests().len(), 4, "a configured window asks nobody");
+    assert_eq!(
+        server.requests().len(),
+        4,
+        "a configured window asks nobody"
+    );
 }

@@ -38,7 +38,10 @@ impl Reply {
         Self {
             status: 200,
             headers: vec![("content-type".into(), "text/event-stream".into())],
-            parts: parts.iter().map(|p| p.as_ref().as_bytes().to_vec()).collect(),
+            parts: parts
+                .iter()
+                .map(|p| p.as_ref().as_bytes().to_vec())
+                .collect(),
             before_headers: Duration::ZERO,
             between_parts: Duration::ZERO,
             end: End::Chunked,
@@ -120,7 +123,10 @@ impl TestServer {
                     return;
                 };
                 let reply = replies.next().unwrap_or_else(|| {
-                    Reply::json(500, serde_json::json!({"error": {"message": "no more replies"}}))
+                    Reply::json(
+                        500,
+                        serde_json::json!({"error": {"message": "no more replies"}}),
+                    )
                 });
                 let recorded = recorded.clone();
                 tokio::spawn(async move {
@@ -164,7 +170,10 @@ async fn serve(
         500 => "Internal Server Error",
         _ => "Status",
     };
-    let mut head = format!("HTTP/1.1 {} {reason}\r\nconnection: close\r\n", reply.status);
+    let mut head = format!(
+        "HTTP/1.1 {} {reason}\r\nconnection: close\r\n",
+        reply.status
+    );
     for (name, value) in &reply.headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }

@@ -25,7 +25,10 @@ fn config_message(error: ModelError) -> String {
 #[test]
 fn model_strings_name_provider_and_model() {
     let s = ModelSettings::from_model_string("openai/gpt-4.1").unwrap();
-    assert_eq!((s.provider, s.model.as_str()), (Provider::OpenAi, "gpt-4.1"));
+    assert_eq!(
+        (s.provider, s.model.as_str()),
+        (Provider::OpenAi, "gpt-4.1")
+    );
     let s = ModelSettings::from_model_string("vllm/meta-llama/Llama-3.1-8B-Instruct").unwrap();
     assert_eq!(s.provider, Provider::Vllm);
     assert_eq!(s.model, "meta-llama/Llama-3.1-8B-Instruct");
@@ -72,8 +75,11 @@ fn resolve_applies_env_over_agent_yaml_over_default() {
     let s = ModelSettings::resolve(None, &env_of(&[])).unwrap();
     assert_eq!((s.provider, s.model.as_str()), (Provider::Mock, "echo"));
 
-    let s = ModelSettings::resolve(Some("anthropic/claude"), &env_of(&[(ANTHROPIC_API_KEY, "ak")]))
-        .unwrap();
+    let s = ModelSettings::resolve(
+        Some("anthropic/claude"),
+        &env_of(&[(ANTHROPIC_API_KEY, "ak")]),
+    )
+    .unwrap();
     assert_eq!(s.provider, Provider::Anthropic);
     assert_eq!(s.api_key.as_deref(), Some("ak"));
 
@@ -85,7 +91,10 @@ fn resolve_applies_env_over_agent_yaml_over_default() {
         (EVE_MOCK_SCRIPT, "[]"),
     ]);
     let s = ModelSettings::resolve(Some("anthropic/claude"), &env).unwrap();
-    assert_eq!((s.provider, s.model.as_str()), (Provider::OpenAi, "gpt-4.1-mini"));
+    assert_eq!(
+        (s.provider, s.model.as_str()),
+        (Provider::OpenAi, "gpt-4.1-mini")
+    );
     assert_eq!(s.api_key.as_deref(), Some("eve-key"));
     assert_eq!(s.base_url.as_deref(), Some("http://localhost:4000/v1"));
     assert_eq!(s.mock_script.as_deref(), Some("[]"));
@@ -143,7 +152,10 @@ fn retry_after_accepts_seconds_and_http_dates() {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
     let now = UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
     assert_eq!(parse_retry_after("7", now), Some(Duration::from_secs(7)));
-    assert_eq!(parse_retry_after(" 1.5 ", now), Some(Duration::from_millis(1500)));
+    assert_eq!(
+        parse_retry_after(" 1.5 ", now),
+        Some(Duration::from_millis(1500))
+    );
     assert_eq!(
         parse_retry_after("Sun, 06 Nov 1994 08:50:07 GMT", now),
         Some(Duration::from_secs(30))

@@ -75,7 +75,11 @@ fn decode_anthropic(chunks: &[&[u8]]) -> Decoded {
 fn check_every_offset(bytes: &[u8], decode: fn(&[&[u8]]) -> Decoded) -> Decoded {
     let expected = decode(&[bytes]);
     for i in 0..=bytes.len() {
-        assert_eq!(decode(&[&bytes[..i], &bytes[i..]]), expected, "split at {i}");
+        assert_eq!(
+            decode(&[&bytes[..i], &bytes[i..]]),
+            expected,
+            "split at {i}"
+        );
     }
     let singles: Vec<&[u8]> = bytes.chunks(1).collect();
     assert_eq!(decode(&singles), expected, "byte by byte");

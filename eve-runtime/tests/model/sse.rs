@@ -28,7 +28,9 @@ fn ev(event: &str, data: &str) -> SseEvent {
 #[test]
 fn line_endings_fields_and_comments() {
     assert_eq!(
-        parse("event: ping\ndata: {}\n\n: keep-alive comment\n\ndata:no-space\r\n\r\ndata:  two\r\rdata: a\ndata: b\n\n"),
+        parse(
+            "event: ping\ndata: {}\n\n: keep-alive comment\n\ndata:no-space\r\n\r\ndata:  two\r\rdata: a\ndata: b\n\n"
+        ),
         vec![
             ev("ping", "{}"),
             ev("message", "no-space"),
@@ -89,7 +91,11 @@ fn every_split_point_gives_the_same_events() {
     assert_eq!(expected.len(), 3);
     assert_eq!(expected[0].data, "héllo 🌍\nünïcödé");
     for i in 0..=bytes.len() {
-        assert_eq!(parse_chunks(&[&bytes[..i], &bytes[i..]]), expected, "split at {i}");
+        assert_eq!(
+            parse_chunks(&[&bytes[..i], &bytes[i..]]),
+            expected,
+            "split at {i}"
+        );
         for j in i..=bytes.len() {
             assert_eq!(
                 parse_chunks(&[&bytes[..i], &bytes[i..j], &bytes[j..]]),
