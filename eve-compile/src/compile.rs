@@ -1435,10 +1435,10 @@ fn check_cron_ranges(expr: &str) -> Result<(), String> {
             // `a-b/step`: the step is a count, not a value of the field.
             let values = part.split('/').next().unwrap_or(part);
             for v in values.split('-') {
-                if let Ok(n) = v.parse::<u32>() {
-                    if n < lo || n > hi {
-                        return Err(format!("{what} `{n}` is out of range {lo}-{hi}"));
-                    }
+                if let Ok(n) = v.parse::<u32>()
+                    && (n < lo || n > hi)
+                {
+                    return Err(format!("{what} `{n}` is out of range {lo}-{hi}"));
                 }
             }
         }

@@ -1,4 +1,6 @@
 //! Integration tests of eve-compile: one binary, one module per area.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod diagnostics;
 mod schema;
+mod support;
