@@ -75,28 +75,56 @@ def rss_of(pid):
         return 0
 
 
+def rss_hwm_of(pid):
+    """(VmRSS, VmHWM) in bytes; HWM is the kernel's exact peak RSS of that process so far."""
+    rss = hwm = 0
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("VmHWM:"):
+                    hwm = int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return rss, hwm
+
+
 def tree_rss(root):
     return sum(rss_of(p) for p in tree_pids(root))
 
 
 class Sampler(threading.Thread):
-    """Samples the summed RSS of a process tree every `interval` seconds; keeps the peak."""
+    """Samples the summed RSS of a process tree every `interval` seconds; keeps the peak of the
+    sum and the largest per-process high-water mark (VmHWM) seen. With `skip_root`, the root
+    (a measuring wrapper such as /usr/bin/time) is not counted."""
 
-    def __init__(self, root, interval=0.005):
+    def __init__(self, root, interval=0.003, skip_root=False):
         super().__init__(daemon=True)
-        self.root, self.interval = root, interval
+        self.root, self.interval, self.skip_root = root, interval, skip_root
         self.peak = 0
+        self.hwm = 0
         self._halt = threading.Event()
+
+    def sample(self):
+        total = 0
+        for pid in tree_pids(self.root):
+            if self.skip_root and pid == self.root:
+                continue
+            rss, hwm = rss_hwm_of(pid)
+            total += rss
+            self.hwm = max(self.hwm, hwm)
+        self.peak = max(self.peak, total)
 
     def run(self):
         while not self._halt.is_set():
-            self.peak = max(self.peak, tree_rss(self.root))
+            self.sample()
             self._halt.wait(self.interval)
 
     def stop(self):
         self._halt.set()
         self.join()
-        return self.peak
+        return max(self.peak, self.hwm)
 
 
 def kill_tree(proc, grace=5.0):
@@ -133,24 +161,41 @@ class Unavailable(Exception):
     """A measurement that cannot be taken; its message becomes the table cell."""
 
 
+TIME_BIN = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
+
+
 def run_measured(cmd, cwd, env, log_path, timeout=600):
-    """Runs cmd to completion; returns (wall seconds, peak tree RSS bytes)."""
+    """Runs cmd to completion; returns (wall seconds, peak RSS bytes of its process tree).
+
+    Peak = max(summed tree RSS sampled from /proc, the largest single-process VmHWM seen,
+    GNU time's %M when /usr/bin/time exists). A process forked straight from this Python
+    inherits Python's RSS in its ru_maxrss, so /usr/bin/time (a small launcher) is used
+    for the exact single-process peak, and the sampler skips that launcher."""
     with open(log_path, "ab") as out:
         out.write(("\n$ " + " ".join(cmd) + "\n").encode())
         out.flush()
+        time_file = log_path + ".maxrss"
+        full = [TIME_BIN, "-f", "%M", "-o", time_file, *cmd] if TIME_BIN else cmd
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(full, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        sampler = Sampler(proc.pid)
+        sampler = Sampler(proc.pid, skip_root=bool(TIME_BIN))
         sampler.start()
         try:
-            _, status, usage = os.wait4(proc.pid, 0)
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc)
+            raise Unavailable(f"timed out after {timeout}s")
         finally:
             wall = time.perf_counter() - t0
             peak = sampler.stop()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    # ru_maxrss (KiB) is the largest single process of the tree; the sampler sums the tree.
-    peak = max(peak, usage.ru_maxrss * 1024)
+    if TIME_BIN:
+        try:
+            with open(time_file) as f:
+                last = f.read().strip().splitlines()[-1]
+            peak = max(peak, int(last) * 1024)
+        except (OSError, ValueError, IndexError):
+            pass
     if proc.returncode != 0:
         raise Unavailable(f"exit {proc.returncode} (see {os.path.relpath(log_path)})")
     return wall, peak
@@ -198,17 +243,31 @@ def health_ok(port):
         return False
 
 
+def parse_at(at):
+    try:
+        return datetime.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    except (AttributeError, ValueError):
+        return None
+
+
+def tool_span(stamps):
+    """Seconds from `actions.requested` to `action.result` by the server's own clock (ms)."""
+    a, b = parse_at(stamps.get("actions.requested")), parse_at(stamps.get("action.result"))
+    return b - a if a is not None and b is not None else None
+
+
 def one_turn(port, message, timeout=60):
     """POST /eve/v1/session with a message, follow its NDJSON stream to `session.waiting`.
 
-    Returns (seconds from POST to the session.waiting line, event types seen)."""
+    Returns (seconds from POST to the session.waiting line, event types seen, seconds the
+    tool call took by the events' own timestamps)."""
     t0 = time.perf_counter()
     status, body = http_json(port, "POST", "/eve/v1/session", {"message": message})
     if status != 202 or not isinstance(body, dict) or not body.get("sessionId"):
         raise Unavailable(f"POST /eve/v1/session -> {status} {str(body)[:120]}")
     sid = body["sessionId"]
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    seen = []
+    seen, stamps = [], {}
     try:
         conn.request("GET", f"/eve/v1/session/{sid}/stream",
                      headers={"accept": "application/x-ndjson"})
@@ -228,8 +287,10 @@ def one_turn(port, message, timeout=60):
                 continue
             kind = ev.get("type")
             seen.append(kind)
+            if kind in ("actions.requested", "action.result") and kind not in stamps:
+                stamps[kind] = (ev.get("meta") or {}).get("at")
             if kind == "session.waiting":
-                return time.perf_counter() - t0, seen
+                return time.perf_counter() - t0, seen, tool_span(stamps)
             if kind in ("turn.failed", "session.failed", "session.completed", "error"):
                 raise Unavailable(f"turn ended with {kind}: {json.dumps(ev.get('data'))[:160]}")
     except socket.timeout:
@@ -266,8 +327,14 @@ def serve_once(cmd, cwd, env, port, log_path, turns=0, ready_timeout=180):
             res["peak_start"] = max(sampler.peak, res["rss_ready"])
             if turns:
                 try:
-                    res["turn_first"], res["events"] = one_turn(port, "What is the weather in Paris?")
-                    res["turn_next"] = [one_turn(port, "And in Rome?")[0] for _ in range(turns - 1)]
+                    res["turn_first"], res["events"], span = one_turn(
+                        port, "What is the weather in Paris?")
+                    res["tool_spans"] = [span]
+                    res["turn_next"] = []
+                    for _ in range(turns - 1):
+                        t, _, span = one_turn(port, "And in Rome?")
+                        res["turn_next"].append(t)
+                        res["tool_spans"].append(span)
                 except Unavailable as e:
                     res["turn_error"] = str(e)
                 time.sleep(0.3)  # let background work settle before the idle reading
@@ -345,6 +412,7 @@ def main():
     ap.add_argument("--no-write", action="store_true", help="do not write bench/RESULTS.md")
     a = ap.parse_args()
 
+    a.load_start = os.getloadavg()
     scratch = a.scratch
     logs = os.path.join(scratch, "logs")
     os.makedirs(logs, exist_ok=True)
@@ -456,6 +524,7 @@ def main():
         def server_rows(prefix, side, runs, make_cmd, cwd, env, prepare):
             out = R[side]
             ready, rss_ready, peak, first, nxt, after, errs = [], [], [], [], [], [], []
+            spans = []
             try:
                 prepare()
                 for i in range(runs):
@@ -471,6 +540,7 @@ def main():
                     else:
                         first.append(r["turn_first"])
                         nxt.extend(r["turn_next"])
+                        spans.extend(x for x in r["tool_spans"] if x is not None)
                     after.append(r["rss_after"])
                     log(f"  {side} {prefix} run {i + 1}: healthy in {fmt_time(r['ready_s'])}, "
                         f"RSS {fmt_mem(r['rss_ready'])}; first turn "
@@ -482,11 +552,13 @@ def main():
                 if first:
                     out[f"{prefix}_turn_first"] = median(first)
                     out[f"{prefix}_turn_next"] = median(nxt) if nxt else None
+                    out[f"{prefix}_tool_span"] = median(spans) if spans else None
                 else:
                     out[f"{prefix}_turn_first"] = out[f"{prefix}_turn_next"] = \
-                        Unavailable(f"n/a: {errs[0]}")
+                        out[f"{prefix}_tool_span"] = Unavailable(f"n/a: {errs[0]}")
             except Unavailable as e:
-                for k in ("ready", "rss", "peak", "rss_after", "turn_first", "turn_next"):
+                for k in ("ready", "rss", "peak", "rss_after", "turn_first", "turn_next",
+                          "tool_span"):
                     out[f"{prefix}_{k}"] = e
                 log(f"  {side} {prefix}: {e}")
 
@@ -539,7 +611,9 @@ def main():
 
     table = render(a, R)
     print(table)
-    if not a.no_write:
+    if a.skip_ref or a.no_dev:
+        log("partial run (--skip-ref/--no-dev): bench/RESULTS.md left as it is")
+    elif not a.no_write:
         write_results(a, table)
 
 
@@ -556,6 +630,8 @@ ROWS = [
      0.010),
     ("serve_turn_next", "turn: POST → `session.waiting` (later sessions, median)", "time", None,
      0.010),
+    ("serve_tool_span", "… of which the tool call (`actions.requested` → `action.result`)",
+     "time", None, None),
     ("dev_ready", "dev cold start → healthy `/health` (median)", "time", 20, None),
     ("dev_rss", "dev RSS when healthy", "mem", 10, None),
     ("dev_peak", "dev peak RSS during start", "mem", 10, None),
@@ -618,6 +694,10 @@ def machine_info():
             "kernel": platform.release(), "os": platform.platform()}
 
 
+def fmt_load(avg):
+    return " / ".join(f"{x:.2f}" for x in avg)
+
+
 def write_results(a, table):
     m = machine_info()
     rev = subprocess.run(["git", "-C", a.repo, "rev-parse", "--short", "HEAD"],
@@ -631,12 +711,14 @@ Written by `bench/compare-eve` (see `bench/README.md`, "Reference setup"). Do no
 
 - date: {now}
 - machine: {m['nproc']} CPUs ({m['cpu']}), {m['mem']} RAM, Linux {m['kernel']}
+- load average (1/5/15 min) at start {fmt_load(a.load_start)}, at end {fmt_load(os.getloadavg())}
+  (other work on the machine makes both sides slower; ours, being short, shows it more)
 - eve (Rust): commit {rev}, `target/release/eve`
 - eve 0.80.1 (npm): Node {node_v}, `eve build --skip-sandbox-prewarm`, `eve start`, `eve dev --no-ui`
 - runs: builds median of {a.runs_ours} (ours) / {a.runs_ref} (eve 0.80.1) clean builds after one
   warm-up; servers median of {a.server_runs} cold starts, each followed by {a.turns} sessions
-- RSS: summed over the whole process tree (sampled from /proc every 5 ms; never below the
-  largest single process's `ru_maxrss`)
+- RSS: summed over the whole process tree (sampled from /proc every 3 ms; a build's peak is
+  never below the largest single process's kernel high-water mark, `VmHWM` / GNU time `%M`)
 - model: one scripted OpenAI-compatible server on loopback (streaming SSE, usage chunk): first
   call `get_weather`, then a text reply. A turn = POST `/eve/v1/session` with a message →
   the NDJSON stream shows `session.waiting`.

@@ -14,6 +14,8 @@ Every request is logged as one JSON line to stderr when --log is given.
 """
 import argparse
 import json
+import os
+import socket
 import sys
 import threading
 import time
@@ -67,6 +69,12 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "stub-model/1"
     log_requests = False
+
+    def setup(self):
+        super().setup()
+        # Streamed chunks are small writes: without TCP_NODELAY, Nagle + the client's delayed
+        # ACK add ~40 ms to every model call.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, fmt, *args):  # silence default access log
         pass
@@ -125,6 +133,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.server.log:
             sys.stderr.write(json.dumps({"req": n, "messages": len(body.get("messages") or []),
                                          "tools": len(body.get("tools") or []),
+                                         "tool_names": [(t.get("function") or {}).get("name")
+                                                        for t in (body.get("tools") or [])][:12],
                                          "stream": bool(body.get("stream")), "plan": p[0]}) + "\n")
         if not body.get("stream"):
             if p[0] == "tool":
@@ -187,7 +197,6 @@ def main():
     if a.port_file:
         with open(a.port_file + ".tmp", "w") as f:
             f.write(str(port))
-        import os
         os.replace(a.port_file + ".tmp", a.port_file)
     sys.stderr.write(f"stub model on http://{a.host}:{port}/v1\n")
     sys.stderr.flush()
