@@ -1,6 +1,8 @@
 //! Integration tests of eve-compile: one binary, one module per area.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod artifacts;
 mod diagnostics;
+mod mistakes;
 mod schema;
 mod support;

@@ -1,0 +1,107 @@
+//! All problems of a folder are reported in one build: compilation never stops at the first one.
+
+use std::collections::BTreeSet;
+
+use eve_discover::Code;
+
+use crate::support::TestAgent;
+
+const TOOL_OK: &str = "description: Search.\ninput:\n  type: object\nrun: [echo]\n";
+
+/// Five different mistakes in five files: no instructions, a bad schema type, a bad cron, a
+/// subagent without description, an invalid tool name. Plus two more for good measure.
+fn five_mistakes() -> TestAgent {
+    TestAgent::new()
+        .file("agent.yaml", "model: mock/echo\n")
+        .file(
+            "tools/weather.yaml",
+            "description: Weather.\ninput:\n  type: object\n  properties:\n    city: {type: objekt}\nrun: [echo]\n",
+        )
+        .file(
+            "schedules/daily.md",
+            "---\ncron: \"0 25 * * *\"\n---\nSummarise.\n",
+        )
+        .file("subagents/helper/instructions.md", "Help.\n")
+        .file("tools/2fast.yaml", TOOL_OK)
+        .exec(
+            "hooks/audit.sh",
+            "#!/bin/sh\n# ---\n# events: [turn.finished]\n# ---\n",
+        )
+        .file(
+            "connections/github.yaml",
+            "command: github-mcp\nurl: https://example.com/mcp\n",
+        )
+}
+
+#[test]
+fn five_mistakes_give_at_least_five_diagnostics_in_one_build() {
+    let disk = five_mistakes().on_disk();
+    let built = disk.build();
+    let diags = &built.output.diagnostics;
+    let codes: BTreeSet<Code> = diags
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| d.code)
+        .collect();
+    for expected in [
+        Code::MissingInstructions,
+        Code::InvalidSchema,
+        Code::InvalidCron,
+        Code::MissingDescription,
+        Code::InvalidName,
+        Code::UnknownEvent,
+        Code::InvalidConnection,
+    ] {
+        assert!(
+            codes.contains(&expected),
+            "{expected} missing from {codes:?}"
+        );
+    }
+    assert!(built.output.error_count() >= 5);
+    let files: BTreeSet<&str> = diags.iter().filter_map(|d| d.file.as_deref()).collect();
+    assert!(files.len() >= 5, "{files:?}");
+    // A failed build writes nothing and leaves no current build behind.
+    assert!(built.hash.is_none());
+    assert!(!disk.project.state_dir.join("current").exists());
+}
+
+#[test]
+fn several_mistakes_in_one_file_are_all_reported() {
+    let checked = TestAgent::minimal()
+        .file(
+            "tools/search.yaml",
+            "description: Search.\ninput:\n  type: object\napproval: sometimes\neffect: 3\ntimeout: soon\ndeferred: maybe\nretries: 3\nrun: [echo]\n",
+        )
+        .on_disk()
+        .check();
+    let lines: Vec<(Code, Option<u32>)> = checked
+        .diagnostics()
+        .iter()
+        .map(|d| (d.code, d.line))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            (Code::InvalidField, Some(4)),
+            (Code::InvalidField, Some(5)),
+            (Code::InvalidField, Some(6)),
+            (Code::InvalidField, Some(7)),
+            (Code::UnknownField, Some(8)),
+        ],
+        "{}",
+        checked.rendered
+    );
+}
+
+#[test]
+fn diagnostics_are_sorted_by_file_and_line() {
+    let checked = five_mistakes().on_disk().check();
+    let keys: Vec<_> = checked
+        .diagnostics()
+        .iter()
+        .map(|d| (d.file.clone(), d.line, d.column))
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+}
