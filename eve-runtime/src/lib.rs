@@ -4,4 +4,5 @@ pub mod model;
 pub mod tools;
 pub mod engine;
 pub mod store;
+pub mod mcp;
 pub mod server;

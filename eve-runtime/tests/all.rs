@@ -3,6 +3,7 @@
 
 mod model;
 mod tools;
+mod mcp;
 mod engine;
 mod engine_resume;
 mod engine_store;

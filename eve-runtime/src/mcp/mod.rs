@@ -1,0 +1,458 @@
+//! MCP connections: the tools of MCP servers (`connections/NAME.yaml`) as eve tools named
+//! `NAME__tool`.
+//!
+//! [`McpManager`] is the runtime's one handle on every connection. Servers start lazily on first use
+//! and are supervised (see [`Supervision`]): a start timeout on `initialize`, a wall-clock timeout per
+//! call, restart with exponential backoff when a server dies or stops answering, and a circuit
+//! breaker after too many restarts, whose message says why and when the server is tried again.
+//! Results are mapped onto [`ToolResult`] (structured content first, text joined, binary content
+//! summarised, `isError` → `ok: false`).
+//!
+//! rmcp changes often, so it is used only inside this module (`transport` builds its clients,
+//! `result` reads its results as JSON); nothing of rmcp appears in this module's API.
+//!
+//! When connections offer many tools, sending every schema each step wastes context: above
+//! [`CATALOGUE_THRESHOLD`] tools the engine offers the two [`catalogue_tools`] instead, backed by
+//! [`McpManager::search`] and [`McpManager::call_catalogue`].
+
+mod connection;
+mod error;
+mod result;
+mod transport;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use eve_compile::{Approval, Connection};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::model::ToolSpec;
+use crate::tools::{EnvLookup, ToolResult};
+use connection::{Shared, Supervisor};
+
+pub use error::McpError;
+
+/// Name of the catalogue tool that searches MCP tools.
+pub const SEARCH_TOOLS: &str = "search_tools";
+/// Name of the catalogue tool that calls an MCP tool by name.
+pub const CALL_TOOL: &str = "call_tool";
+/// Above this many MCP tools, the engine should offer [`catalogue_tools`] instead of every schema.
+pub const CATALOGUE_THRESHOLD: usize = 40;
+/// Results of `search_tools` when the model gives no `limit`.
+pub const DEFAULT_SEARCH_LIMIT: usize = 10;
+/// Most results `search_tools` returns.
+pub const MAX_SEARCH_LIMIT: usize = 50;
+
+/// Whether `mcp_tool_count` MCP tools are enough to offer the catalogue instead of their schemas.
+pub fn use_catalogue(mcp_tool_count: usize) -> bool {
+    mcp_tool_count > CATALOGUE_THRESHOLD
+}
+
+/// A tool of an MCP server, as the model sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct McpTool {
+    /// `NAME__tool`: the connection name, two underscores, the server's tool name (characters other
+    /// than `[A-Za-z0-9_-]` replaced by `_`).
+    pub name: String,
+    /// Connection name.
+    pub connection: String,
+    /// The tool's name on the server.
+    pub remote_name: String,
+    /// Description from the server (empty when it gave none).
+    pub description: String,
+    /// JSON Schema of the input, from the server (`type: object` added when missing).
+    pub input_schema: Value,
+    /// The connection's approval setting.
+    pub approval: Approval,
+}
+
+impl McpTool {
+    /// The tool as a model tool definition.
+    pub fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            input_schema: self.input_schema.clone(),
+        }
+    }
+}
+
+/// Timeouts and restart limits of supervised servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Supervision {
+    /// Longest wait for a server to start and finish `initialize`.
+    pub start_timeout: Duration,
+    /// Restarts allowed within `restart_window` before the circuit opens.
+    pub max_restarts: usize,
+    /// Sliding window in which restarts are counted; the circuit stays open until the oldest
+    /// counted restart leaves it.
+    pub restart_window: Duration,
+    /// Backoff before the first restart; doubled for each restart already in the window.
+    pub backoff_base: Duration,
+    /// Longest backoff.
+    pub backoff_max: Duration,
+    /// After a call times out, how long a ping may take before the server counts as unresponsive
+    /// and is killed.
+    pub liveness_timeout: Duration,
+}
+
+impl Default for Supervision {
+    fn default() -> Self {
+        Self {
+            start_timeout: Duration::from_secs(10),
+            max_restarts: 5,
+            restart_window: Duration::from_secs(60),
+            backoff_base: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(10),
+            liveness_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Where a connection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectionState {
+    /// Not used yet.
+    NotStarted,
+    /// Being started right now.
+    Starting,
+    /// A server instance is up.
+    Running,
+    /// The server exited or failed to start; it is (re)started on next use.
+    Stopped,
+    /// Too many restarts: calls fail fast until `retry_at`.
+    CircuitOpen,
+    /// [`McpManager::shutdown`] was called.
+    ShutDown,
+}
+
+/// What an operator wants to know about a connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConnectionStatus {
+    /// Connection name.
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: String,
+    /// Where it stands.
+    pub state: ConnectionState,
+    /// Tools offered (after filters) when last listed.
+    pub tools: Option<usize>,
+    /// Process (group) id of a running stdio server.
+    pub pid: Option<u32>,
+    /// Restarts within the restart window.
+    pub restarts: usize,
+    /// The last start failure or exit, as a sentence.
+    pub last_error: Option<String>,
+    /// When an open circuit lets the server be tried again (RFC 3339, UTC).
+    pub retry_at: Option<String>,
+}
+
+/// Every MCP connection of a runtime. Cheap to clone; clones share the servers.
+#[derive(Clone)]
+pub struct McpManager {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    supervisors: Vec<Arc<Supervisor>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for supervisor in &self.supervisors {
+            supervisor.kill_now();
+        }
+    }
+}
+
+impl std::fmt::Debug for McpManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpManager")
+            .field(
+                "connections",
+                &self
+                    .inner
+                    .supervisors
+                    .iter()
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl McpManager {
+    /// A manager for `connections` with the default [`Supervision`]. Nothing starts until used.
+    /// `env` resolves `${VAR}` references; stdio servers run with `workdir` as their cwd (relative
+    /// commands such as `./server.py` are resolved against it).
+    pub fn new(connections: &[Connection], env: EnvLookup, workdir: PathBuf) -> Self {
+        Self::with_supervision(connections, env, workdir, Supervision::default())
+    }
+
+    /// Like [`McpManager::new`], with explicit timeouts and restart limits.
+    pub fn with_supervision(
+        connections: &[Connection],
+        env: EnvLookup,
+        workdir: PathBuf,
+        supervision: Supervision,
+    ) -> Self {
+        let shared = Arc::new(Shared {
+            env,
+            workdir,
+            supervision,
+        });
+        let supervisors = connections
+            .iter()
+            .map(|c| Arc::new(Supervisor::new(c.clone(), shared.clone())))
+            .collect();
+        Self {
+            inner: Arc::new(Inner { supervisors }),
+        }
+    }
+
+    /// Every connection's tools (filtered by `tools.allow`/`tools.block`), starting servers as
+    /// needed, concurrently. A server that fails to start contributes no tools (its error is in
+    /// [`McpManager::status`]); one that is restarting contributes the tools it last listed.
+    pub async fn tools(&self) -> Vec<McpTool> {
+        let lists =
+            futures::future::join_all(self.inner.supervisors.iter().map(|s| s.tools())).await;
+        lists.into_iter().flatten().collect()
+    }
+
+    /// The tool named `name` (`NAME__tool`), if a connection offers it (lists tools as needed).
+    pub async fn tool(&self, name: &str) -> Option<McpTool> {
+        let supervisor = self.supervisor_for(name)?;
+        supervisor
+            .tools()
+            .await
+            .into_iter()
+            .find(|t| t.name == name)
+    }
+
+    /// Calls the MCP tool `name` (`NAME__tool`) with `input` (a JSON object). Never panics: every
+    /// failure (unknown tool, start failure, open circuit, timeout, server error, `isError`) is a
+    /// result with `ok: false` and a sentence saying why.
+    pub async fn call(&self, name: &str, input: Value, cancel: CancellationToken) -> ToolResult {
+        match self.supervisor_for(name) {
+            Some(supervisor) => supervisor.call(name, input, cancel).await,
+            None => ToolResult::failure(
+                format!(
+                    "no MCP connection offers `{name}`: MCP tools are named `CONNECTION__tool`; connections: {}",
+                    self.connection_names()
+                ),
+                Duration::ZERO,
+            ),
+        }
+    }
+
+    /// The connection owning the `NAME__` prefix of `name` (the longest match wins).
+    fn supervisor_for(&self, name: &str) -> Option<&Arc<Supervisor>> {
+        self.inner
+            .supervisors
+            .iter()
+            .filter(|s| {
+                name.strip_prefix(s.name())
+                    .is_some_and(|rest| rest.starts_with("__") && rest.len() > 2)
+            })
+            .max_by_key(|s| s.name().len())
+    }
+
+    fn connection_names(&self) -> String {
+        if self.inner.supervisors.is_empty() {
+            return "(none)".to_owned();
+        }
+        self.inner
+            .supervisors
+            .iter()
+            .map(|s| format!("`{}`", s.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// A snapshot of every connection.
+    pub async fn status(&self) -> Vec<ConnectionStatus> {
+        self.inner.supervisors.iter().map(|s| s.status()).collect()
+    }
+
+    /// Stops every server (a stdio server's whole process group is killed). Later calls fail.
+    pub async fn shutdown(&self) {
+        futures::future::join_all(self.inner.supervisors.iter().map(|s| s.shutdown())).await;
+    }
+
+    /// MCP tools matching `query`, best first, at most `limit`: each word of the query is looked for
+    /// in the tool's name (weighs most) and description; an empty query lists tools by name.
+    pub async fn search(&self, query: &str, limit: usize) -> Vec<McpTool> {
+        let tools = self.tools().await;
+        rank(tools, query, limit)
+    }
+
+    /// Runs a catalogue tool ([`SEARCH_TOOLS`] or [`CALL_TOOL`]); `None` when `name` is neither.
+    /// `call_tool` runs the named MCP tool as [`McpManager::call`] does: the engine applies that
+    /// tool's approval (see [`McpManager::tool`]) before calling this.
+    pub async fn call_catalogue(
+        &self,
+        name: &str,
+        input: Value,
+        cancel: CancellationToken,
+    ) -> Option<ToolResult> {
+        let start = std::time::Instant::now();
+        match name {
+            SEARCH_TOOLS => {
+                let Some(query) = input.get("query").and_then(Value::as_str) else {
+                    return Some(ToolResult::failure(
+                        "invalid input for `search_tools`: `query` (a string) is required",
+                        start.elapsed(),
+                    ));
+                };
+                let limit = input
+                    .get("limit")
+                    .and_then(Value::as_u64)
+                    .and_then(|l| usize::try_from(l).ok())
+                    .unwrap_or(DEFAULT_SEARCH_LIMIT)
+                    .clamp(1, MAX_SEARCH_LIMIT);
+                let found = self.search(query, limit).await;
+                let tools: Vec<Value> = found
+                    .iter()
+                    .map(|t| {
+                        json!({
+                            "name": t.name,
+                            "description": t.description,
+                            "input_schema": t.input_schema,
+                        })
+                    })
+                    .collect();
+                Some(ToolResult::success(
+                    json!({ "tools": tools }),
+                    start.elapsed(),
+                ))
+            }
+            CALL_TOOL => {
+                let Some(target) = input.get("name").and_then(Value::as_str) else {
+                    return Some(ToolResult::failure(
+                        "invalid input for `call_tool`: `name` (a tool name from `search_tools`) is required",
+                        start.elapsed(),
+                    ));
+                };
+                let args = input.get("input").cloned().unwrap_or_else(|| json!({}));
+                Some(self.call(target, args, cancel).await)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The two catalogue tools offered instead of every MCP schema when there are many.
+pub fn catalogue_tools() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec {
+            name: SEARCH_TOOLS.to_owned(),
+            description: "Search the tools of the connected MCP servers. Returns matching tool \
+                          names, descriptions and input schemas; call one with `call_tool`."
+                .to_owned(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "Words to look for in tool names and descriptions (empty lists tools)."},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT,
+                              "description": format!("Most results (default {DEFAULT_SEARCH_LIMIT}).")}
+                },
+                "required": ["query"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSpec {
+            name: CALL_TOOL.to_owned(),
+            description: "Call an MCP tool found with `search_tools`, by its full name, with an \
+                          input matching its schema."
+                .to_owned(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "description": "Full tool name, `CONNECTION__tool`."},
+                    "input": {"type": "object", "description": "The tool's input."}
+                },
+                "required": ["name"],
+                "additionalProperties": false
+            }),
+        },
+    ]
+}
+
+/// Orders tools by how well they match `query` and keeps the best `limit` (ties by name).
+fn rank(tools: Vec<McpTool>, query: &str, limit: usize) -> Vec<McpTool> {
+    let words: Vec<String> = query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    let whole = query.trim().to_lowercase();
+    let mut scored: Vec<(u32, McpTool)> = tools
+        .into_iter()
+        .filter_map(|tool| {
+            if words.is_empty() {
+                return Some((0, tool));
+            }
+            let name = tool.name.to_lowercase();
+            let description = tool.description.to_lowercase();
+            let mut score = 0;
+            if name == whole || tool.remote_name.to_lowercase() == whole {
+                score += 100;
+            }
+            for word in &words {
+                if name.contains(word.as_str()) {
+                    score += 3;
+                }
+                if description.contains(word.as_str()) {
+                    score += 1;
+                }
+            }
+            (score > 0).then_some((score, tool))
+        })
+        .collect();
+    scored.sort_by(|(a, ta), (b, tb)| b.cmp(a).then_with(|| ta.name.cmp(&tb.name)));
+    scored.into_iter().take(limit).map(|(_, t)| t).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str, description: &str) -> McpTool {
+        McpTool {
+            name: format!("gh__{name}"),
+            connection: "gh".into(),
+            remote_name: name.into(),
+            description: description.into(),
+            input_schema: json!({"type": "object"}),
+            approval: Approval::Never,
+        }
+    }
+
+    #[test]
+    fn ranks_names_above_descriptions() {
+        let tools = vec![
+            tool("list_issues", "List issues of a repository"),
+            tool("create_issue", "Open a new issue"),
+            tool("get_file", "Read a file; mentions issue once"),
+        ];
+        let names: Vec<_> = rank(tools.clone(), "create issue", 10)
+            .into_iter()
+            .map(|t| t.remote_name)
+            .collect();
+        assert_eq!(names, ["create_issue", "list_issues", "get_file"]);
+        assert_eq!(rank(tools.clone(), "zebra", 10).len(), 0);
+        assert_eq!(rank(tools, "", 2).len(), 2);
+    }
+
+    #[test]
+    fn threshold() {
+        assert!(!use_catalogue(CATALOGUE_THRESHOLD));
+        assert!(use_catalogue(CATALOGUE_THRESHOLD + 1));
+        let names: Vec<_> = catalogue_tools().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, [SEARCH_TOOLS, CALL_TOOL]);
+    }
+}

@@ -1,0 +1,370 @@
+//! Turns a connection's configuration into a running rmcp client: a supervised child process for
+//! stdio servers, a Streamable HTTP session for URL servers.
+//!
+//! This is the one place that knows how rmcp builds transports, so an rmcp upgrade touches this file
+//! and [`super::result`] only. `${VAR}` references (command, args, env values, url, header values) are
+//! resolved here, at start time, from the manager's environment lookup; an unset variable fails the
+//! start of that connection alone. A stdio server runs in its own process group so that killing it
+//! also kills whatever it spawned; its stderr is kept as a short tail for error messages.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use eve_compile::{Connection, Transport};
+use process_wrap::tokio::{CommandWrap, ProcessGroup};
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::ServiceExt;
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::ChildStderr;
+
+use super::EnvLookup;
+use super::error::{McpError, stderr_suffix};
+
+/// Variables passed from the eve process to every stdio server (besides the connection's `env`).
+const PASSTHROUGH_ENV: &[&str] = &["PATH", "HOME", "LANG", "TZ", "USER", "TMPDIR"];
+/// Lines of stderr kept per server.
+const STDERR_LINES: usize = 20;
+/// Characters kept per stderr line.
+const STDERR_LINE_CHARS: usize = 400;
+/// Pause before the one retry of a failed HTTP connect.
+const HTTP_RETRY_DELAY: Duration = Duration::from_millis(250);
+
+/// A started MCP client and what is needed to stop it for good.
+pub(crate) struct Started {
+    /// The rmcp client.
+    pub service: RunningService<RoleClient, ClientConfig>,
+    /// Process group of a stdio server (its leader's pid).
+    pub pgid: Option<u32>,
+    /// The server's stderr tail (stdio only).
+    pub stderr: Option<Arc<StderrTail>>,
+}
+
+/// The last lines a stdio server wrote to stderr.
+#[derive(Debug, Default)]
+pub(crate) struct StderrTail {
+    lines: Mutex<VecDeque<String>>,
+}
+
+impl StderrTail {
+    /// Appends one line, forgetting the oldest beyond the limit.
+    fn push(&self, line: &str) {
+        let mut kept: String = line.chars().take(STDERR_LINE_CHARS).collect();
+        if kept.len() < line.len() {
+            kept.push('…');
+        }
+        let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        if lines.len() == STDERR_LINES {
+            lines.pop_front();
+        }
+        lines.push_back(kept);
+    }
+
+    /// The kept lines joined with ` | `.
+    pub(crate) fn text(&self) -> String {
+        let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        lines
+            .iter()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+}
+
+/// Reads a server's stderr into its tail until EOF; each line is also traced at debug level.
+fn collect_stderr(
+    connection: String,
+    stderr: ChildStderr,
+    tail: Arc<StderrTail>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::debug!(connection = %connection, "mcp server stderr: {line}");
+            tail.push(&line);
+        }
+    })
+}
+
+/// Sends SIGKILL to a whole process group; errors (already gone) are ignored.
+pub(crate) fn kill_group(pgid: u32) {
+    if let Ok(raw) = i32::try_from(pgid)
+        && raw > 1
+    {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(raw),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// What eve says about itself in `initialize`.
+fn client_config() -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("eve", env!("CARGO_PKG_VERSION")),
+    )
+}
+
+/// Starts the client of one connection: spawn (or connect) and `initialize`, within `start_timeout`.
+pub(crate) async fn start(
+    connection: &Connection,
+    env: &EnvLookup,
+    workdir: &Path,
+    start_timeout: Duration,
+) -> Result<Started, McpError> {
+    match &connection.transport {
+        Transport::Stdio {
+            command,
+            args,
+            env: vars,
+        } => start_stdio(connection, command, args, vars, env, workdir, start_timeout).await,
+        Transport::Http { url, headers } => {
+            start_http(connection, url, headers, env, start_timeout).await
+        }
+    }
+}
+
+/// Spawns a stdio server in its own process group and runs the handshake.
+async fn start_stdio(
+    connection: &Connection,
+    command: &str,
+    args: &[String],
+    vars: &std::collections::BTreeMap<String, String>,
+    env: &EnvLookup,
+    workdir: &Path,
+    start_timeout: Duration,
+) -> Result<Started, McpError> {
+    let name = connection.name.as_str();
+    let program = expand_env(command, env, name, "command")?;
+    let args = args
+        .iter()
+        .enumerate()
+        .map(|(i, arg)| expand_env(arg, env, name, &format!("args[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut cmd = tokio::process::Command::new(resolve_program(&program, workdir));
+    cmd.args(&args).current_dir(workdir).env_clear();
+    for var in PASSTHROUGH_ENV {
+        if let Some(value) = env(var) {
+            cmd.env(var, value);
+        }
+    }
+    for (key, value) in vars {
+        cmd.env(key, expand_env(value, env, name, &format!("env {key}"))?);
+    }
+    let mut wrapped = CommandWrap::from(cmd);
+    wrapped.wrap(ProcessGroup::leader());
+    let (process, stderr) = TokioChildProcess::builder(wrapped)
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| McpError::Spawn {
+            connection: name.to_owned(),
+            program: program.clone(),
+            reason: e.to_string(),
+        })?;
+    let pgid = process.id();
+    let tail = Arc::new(StderrTail::default());
+    let reader = stderr.map(|s| collect_stderr(name.to_owned(), s, tail.clone()));
+
+    let outcome = tokio::time::timeout(start_timeout, client_config().serve(process)).await;
+    let failure = match outcome {
+        Ok(Ok(service)) => {
+            return Ok(Started {
+                service,
+                pgid,
+                stderr: Some(tail),
+            });
+        }
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => None,
+    };
+    // The handshake failed: make sure nothing of the server is left, then say what stderr said.
+    if let Some(pgid) = pgid {
+        kill_group(pgid);
+    }
+    if let Some(reader) = reader {
+        let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
+    }
+    let stderr = stderr_suffix(&tail.text());
+    Err(match failure {
+        Some(reason) => McpError::Initialize {
+            connection: name.to_owned(),
+            reason,
+            stderr,
+        },
+        None => McpError::StartTimeout {
+            connection: name.to_owned(),
+            seconds: start_timeout.as_secs().max(1),
+            stderr,
+        },
+    })
+}
+
+/// A program path with a `/` is taken relative to the working directory of the server.
+fn resolve_program(program: &str, workdir: &Path) -> PathBuf {
+    let path = Path::new(program);
+    if program.contains('/') && path.is_relative() {
+        workdir.join(path)
+    } else {
+        path.to_path_buf()
+    }
+}
+
+/// Connects to a Streamable HTTP server and runs the handshake; a failure is retried once.
+async fn start_http(
+    connection: &Connection,
+    url: &str,
+    headers: &std::collections::BTreeMap<String, String>,
+    env: &EnvLookup,
+    start_timeout: Duration,
+) -> Result<Started, McpError> {
+    let name = connection.name.as_str();
+    let url = expand_env(url, env, name, "url")?;
+    let parsed = reqwest::Url::parse(&url).map_err(|e| McpError::Config {
+        connection: name.to_owned(),
+        reason: format!("`url` is not a valid URL ({e}): give an absolute http(s) URL"),
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(McpError::Config {
+            connection: name.to_owned(),
+            reason: format!("`url` must be http or https, not `{}`", parsed.scheme()),
+        });
+    }
+    let mut map = HashMap::new();
+    for (key, value) in headers {
+        let value = expand_env(value, env, name, &format!("header {key}"))?;
+        let header = HeaderName::from_bytes(key.as_bytes()).map_err(|e| McpError::Config {
+            connection: name.to_owned(),
+            reason: format!("header name `{key}` is invalid: {e}"),
+        })?;
+        let value = HeaderValue::from_str(&value).map_err(|e| McpError::Config {
+            connection: name.to_owned(),
+            reason: format!("the value of header `{key}` is invalid: {e}"),
+        })?;
+        map.insert(header, value);
+    }
+    let mut last = String::new();
+    for attempt in 0..2 {
+        if attempt > 0 {
+            tokio::time::sleep(HTTP_RETRY_DELAY).await;
+        }
+        let config =
+            StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map.clone());
+        let transport = StreamableHttpClientTransport::from_config(config);
+        match tokio::time::timeout(start_timeout, client_config().serve(transport)).await {
+            Ok(Ok(service)) => {
+                return Ok(Started {
+                    service,
+                    pgid: None,
+                    stderr: None,
+                });
+            }
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => {
+                return Err(McpError::StartTimeout {
+                    connection: name.to_owned(),
+                    seconds: start_timeout.as_secs().max(1),
+                    stderr: String::new(),
+                });
+            }
+        }
+    }
+    Err(McpError::Initialize {
+        connection: name.to_owned(),
+        reason: format!("{last} (url {url}, tried twice)"),
+        stderr: String::new(),
+    })
+}
+
+/// Whether `name` is a valid environment variable name.
+fn is_var_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Resolves `${VAR}` references in `text` (`$${` is a literal `${`); an unset variable is an error
+/// naming the connection and `place`.
+pub(crate) fn expand_env(
+    text: &str,
+    lookup: &EnvLookup,
+    connection: &str,
+    place: &str,
+) -> Result<String, McpError> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(pos) = rest.find('$') {
+        out.push_str(&rest[..pos]);
+        let tail = &rest[pos..];
+        if let Some(after) = tail.strip_prefix("$${") {
+            out.push_str("${");
+            rest = after;
+            continue;
+        }
+        if let Some(after) = tail.strip_prefix("${")
+            && let Some(end) = after.find('}')
+            && is_var_name(&after[..end])
+        {
+            let name = &after[..end];
+            match lookup(name) {
+                Some(value) => out.push_str(&value),
+                None => {
+                    return Err(McpError::UnsetVar {
+                        connection: connection.to_owned(),
+                        name: name.to_owned(),
+                        place: place.to_owned(),
+                    });
+                }
+            }
+            rest = &after[end + 1..];
+            continue;
+        }
+        out.push('$');
+        rest = &tail[1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup() -> EnvLookup {
+        Arc::new(|name: &str| (name == "TOKEN").then(|| "t0k".to_owned()))
+    }
+
+    #[test]
+    fn expands_set_variables_and_escapes() {
+        let env = lookup();
+        assert_eq!(
+            expand_env("Bearer ${TOKEN}", &env, "c", "header A").ok(),
+            Some("Bearer t0k".to_owned())
+        );
+        assert_eq!(
+            expand_env("$${TOKEN} ${x:-y} $", &env, "c", "x").ok(),
+            Some("${TOKEN} ${x:-y} $".to_owned())
+        );
+    }
+
+    #[test]
+    fn unset_variable_names_connection_and_place() {
+        let env = lookup();
+        let err = expand_env("${MISSING}", &env, "gh", "header Authorization")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("connection `gh`"), "{err}");
+        assert!(
+            err.contains("`${MISSING}` in header Authorization is not set"),
+            "{err}"
+        );
+    }
+}
