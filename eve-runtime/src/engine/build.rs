@@ -139,10 +139,10 @@ impl BuildStore {
 
     /// The build with this hash.
     pub fn get(&self, hash: &str) -> RuntimeResult<Arc<LoadedBuild>> {
-        if let Ok(cache) = self.loaded.lock() {
-            if let Some(build) = cache.get(hash) {
-                return Ok(build.clone());
-            }
+        if let Ok(cache) = self.loaded.lock()
+            && let Some(build) = cache.get(hash)
+        {
+            return Ok(build.clone());
         }
         let (hash, dir, manifest) = load_build(&self.state_dir, Some(hash))?;
         let build = Arc::new(LoadedBuild::new(hash.clone(), dir, manifest));

@@ -115,9 +115,14 @@ async fn outcome_from_store(rt: &Runtime, session: &str) -> RuntimeResult<DriveO
     Ok(match turn.status {
         TurnStatus::Waiting => DriveOutcome::WaitingInput(pending_for_turn(rt, &turn).await?),
         TurnStatus::Failed => {
-            let code = turn.stop_reason.clone().unwrap_or_else(|| "failed".to_owned());
+            let code = turn
+                .stop_reason
+                .clone()
+                .unwrap_or_else(|| "failed".to_owned());
             DriveOutcome::Failed {
-                message: failure_message(rt, session).await.unwrap_or_else(|| code.clone()),
+                message: failure_message(rt, session)
+                    .await
+                    .unwrap_or_else(|| code.clone()),
                 code,
             }
         }
@@ -206,7 +211,11 @@ async fn run_available(
 }
 
 /// Takes an accepted message into a new turn. An idle session moves to the newest build here.
-async fn start_turn(rt: &Runtime, mut record: SessionRecord, message: InboxRecord) -> RuntimeResult<()> {
+async fn start_turn(
+    rt: &Runtime,
+    mut record: SessionRecord,
+    message: InboxRecord,
+) -> RuntimeResult<()> {
     let build = match rt.inner.builds.current() {
         Ok(b) => b,
         Err(e) => {
@@ -344,10 +353,10 @@ impl<'a> TurnDriver<'a> {
         loop {
             match turn.phase {
                 TurnPhase::Model => {
-                    if !turn.step_started {
-                        if let Some(end) = self.before_step(&mut turn).await? {
-                            return Ok(end);
-                        }
+                    if !turn.step_started
+                        && let Some(end) = self.before_step(&mut turn).await?
+                    {
+                        return Ok(end);
                     }
                     match self.call_model(&turn).await {
                         Ok(response) => {
@@ -448,27 +457,27 @@ impl<'a> TurnDriver<'a> {
                 ),
             ));
         }
-        if let Some(max) = limits.max_tokens {
-            if self.session.usage.total() >= max {
-                return Some((
-                    "max_tokens",
-                    format!(
-                        "the session used {} tokens, its limit is {max} (limits.max_tokens)",
-                        self.session.usage.total()
-                    ),
-                ));
-            }
+        if let Some(max) = limits.max_tokens
+            && self.session.usage.total() >= max
+        {
+            return Some((
+                "max_tokens",
+                format!(
+                    "the session used {} tokens, its limit is {max} (limits.max_tokens)",
+                    self.session.usage.total()
+                ),
+            ));
         }
-        if let Some(max) = limits.max_cost_usd {
-            if self.session.cost_usd >= max {
-                return Some((
-                    "max_cost_usd",
-                    format!(
-                        "the session cost ${:.4}, its limit is ${max} (limits.max_cost_usd)",
-                        self.session.cost_usd
-                    ),
-                ));
-            }
+        if let Some(max) = limits.max_cost_usd
+            && self.session.cost_usd >= max
+        {
+            return Some((
+                "max_cost_usd",
+                format!(
+                    "the session cost ${:.4}, its limit is ${max} (limits.max_cost_usd)",
+                    self.session.cost_usd
+                ),
+            ));
         }
         if let Some(max) = limits.max_turn_seconds {
             let elapsed = now_ms().saturating_sub(turn.started_at);
@@ -560,9 +569,10 @@ impl<'a> TurnDriver<'a> {
             let mut names: Vec<(String, String)> = Vec::new();
             while let Some(event) = rx.recv().await {
                 let (kind, data) = match event {
-                    ModelEvent::TextDelta { text } => {
-                        (ev::MESSAGE_APPENDED, ev::message_appended(turn, step, &text))
-                    }
+                    ModelEvent::TextDelta { text } => (
+                        ev::MESSAGE_APPENDED,
+                        ev::message_appended(turn, step, &text),
+                    ),
                     ModelEvent::ReasoningDelta { text } => (
                         ev::REASONING_APPENDED,
                         ev::reasoning_appended(turn, step, &text),
@@ -577,6 +587,10 @@ impl<'a> TurnDriver<'a> {
                             .find(|(i, _)| *i == id)
                             .map(|(_, n)| n.clone())
                             .unwrap_or_default();
+                        if name == LOAD_SKILL {
+                            // As eve: internal actions do not publish their input stream.
+                            continue;
+                        }
                         (
                             ev::ACTION_INPUT_APPENDED,
                             ev::action_input_appended(turn, step, &id, &name, &delta),
@@ -785,7 +799,10 @@ impl<'a> TurnDriver<'a> {
                 let reason = self.denial_reason(call).await?;
                 let text = match reason {
                     Some(r) => format!("The user denied this call of `{}`. Reason: {r}", call.name),
-                    None => format!("The user denied this call of `{}`. It did not run.", call.name),
+                    None => format!(
+                        "The user denied this call of `{}`. It did not run.",
+                        call.name
+                    ),
                 };
                 return Ok(Decision::Settle(CallStatus::Denied, json!(text)));
             }
@@ -890,7 +907,8 @@ impl<'a> TurnDriver<'a> {
                             self.session.loaded_skills.push(name);
                         }
                     }
-                    let (seq, message) = self.settle(turn, step, call, status, output, None).await?;
+                    let (seq, message) =
+                        self.settle(turn, step, call, status, output, None).await?;
                     settled.push((seq, message));
                 }
                 Decision::Run => {
@@ -1099,7 +1117,10 @@ impl<'a> TurnDriver<'a> {
         let (status, output) = if result.ok {
             (CallStatus::Completed, result.output.clone())
         } else {
-            let error = result.error.clone().unwrap_or_else(|| "the tool failed".to_owned());
+            let error = result
+                .error
+                .clone()
+                .unwrap_or_else(|| "the tool failed".to_owned());
             let text = match &result.output {
                 Value::Null => error,
                 Value::String(s) if s.is_empty() => error,
@@ -1142,7 +1163,11 @@ impl<'a> TurnDriver<'a> {
                 body: serde_json::to_value(&message)?,
             })
             .push(Op::PutToolCall(call.clone()))
-            .event(self.id(), ev::ACTION_RESULT, ev::action_result(turn, step, &call));
+            .event(
+                self.id(),
+                ev::ACTION_RESULT,
+                ev::action_result(turn, step, &call),
+            );
         if let Some(b) = breaker {
             batch.push(Op::PutBreaker(b));
         }
@@ -1173,12 +1198,7 @@ impl<'a> TurnDriver<'a> {
             None => {
                 let w = match config.context_window.or(self.model.context_window) {
                     Some(w) => Some(w),
-                    None => {
-                        self.model
-                            .client
-                            .context_window(&self.model.model)
-                            .await
-                    }
+                    None => self.model.client.context_window(&self.model.model).await,
                 };
                 self.window = Some(w);
                 w
@@ -1195,7 +1215,14 @@ impl<'a> TurnDriver<'a> {
         if (estimate as f64) < threshold * window as f64 {
             return Ok(());
         }
-        compact(self.rt, &self.session.id, &self.build, &self.model, Some(turn)).await?;
+        compact(
+            self.rt,
+            &self.session.id,
+            &self.build,
+            &self.model,
+            Some(turn),
+        )
+        .await?;
         self.context = None;
         self.refresh_session().await?;
         Ok(())
@@ -1221,8 +1248,14 @@ impl<'a> TurnDriver<'a> {
 
     async fn end_cancelled(&mut self, turn: TurnRecord) -> RuntimeResult<TurnEnd> {
         let data = ev::turn_cancelled(&turn);
-        self.end_turn(turn, TurnStatus::Cancelled, "cancelled", ev::TURN_CANCELLED, data)
-            .await
+        self.end_turn(
+            turn,
+            TurnStatus::Cancelled,
+            "cancelled",
+            ev::TURN_CANCELLED,
+            data,
+        )
+        .await
     }
 
     /// Ends a turn early: unsettled calls get a result (so the context stays well-formed), pending
@@ -1471,10 +1504,10 @@ impl Runtime {
     /// A fresh cancellation token for a driver that handled a cancel.
     pub(super) fn renew_cancel(&self, session: &str) -> CancellationToken {
         let token = CancellationToken::new();
-        if let Ok(mut active) = self.inner.active.lock() {
-            if let Some(a) = active.get_mut(session) {
-                a.cancel = token.clone();
-            }
+        if let Ok(mut active) = self.inner.active.lock()
+            && let Some(a) = active.get_mut(session)
+        {
+            a.cancel = token.clone();
         }
         token
     }

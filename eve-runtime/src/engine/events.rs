@@ -288,7 +288,12 @@ pub fn turn_completed(turn: &TurnRecord) -> Value {
 }
 
 /// `turn.failed`.
-pub fn turn_failed(turn: &TurnRecord, code: &str, message: &str, stop_reason: Option<&str>) -> Value {
+pub fn turn_failed(
+    turn: &TurnRecord,
+    code: &str,
+    message: &str,
+    stop_reason: Option<&str>,
+) -> Value {
     let mut extra = json!({"error": {"code": code, "message": message}});
     if let Some(reason) = stop_reason {
         extra["stopReason"] = json!(reason);

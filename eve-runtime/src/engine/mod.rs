@@ -240,7 +240,10 @@ impl Runtime {
         first_message: Option<String>,
         schedule: Option<String>,
     ) -> RuntimeResult<String> {
-        if first_message.as_deref().is_some_and(|m| m.trim().is_empty()) {
+        if first_message
+            .as_deref()
+            .is_some_and(|m| m.trim().is_empty())
+        {
             return Err(RuntimeError::EmptyMessage);
         }
         let build = self.inner.builds.current()?;
@@ -397,7 +400,11 @@ impl Runtime {
                 }
             }
             answered.push(request.clone());
-            batch.event(session, events::INPUT_RESOLVED, events::input_resolved(&answered));
+            batch.event(
+                session,
+                events::INPUT_RESOLVED,
+                events::input_resolved(&answered),
+            );
         }
         self.commit(batch).await?;
         if !still_pending {
@@ -694,28 +701,27 @@ impl Runtime {
         let Ok(mut active) = self.inner.active.lock() else {
             return false;
         };
-        if let Some(a) = active.get_mut(session) {
-            if a.dirty {
-                a.dirty = false;
-                return true;
-            }
+        if let Some(a) = active.get_mut(session)
+            && a.dirty
+        {
+            a.dirty = false;
+            return true;
         }
-        if let Some(a) = active.remove(session) {
-            if let Some(done) = a.done {
-                let _ = done.send(true);
-            }
+        if let Some(a) = active.remove(session)
+            && let Some(done) = a.done
+        {
+            let _ = done.send(true);
         }
         false
     }
 
     /// Unregisters a driver unconditionally (errors, lease lost).
     fn unregister(&self, session: &str) {
-        if let Ok(mut active) = self.inner.active.lock() {
-            if let Some(a) = active.remove(session) {
-                if let Some(done) = a.done {
-                    let _ = done.send(true);
-                }
-            }
+        if let Ok(mut active) = self.inner.active.lock()
+            && let Some(a) = active.remove(session)
+            && let Some(done) = a.done
+        {
+            let _ = done.send(true);
         }
     }
 }

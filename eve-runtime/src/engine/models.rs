@@ -21,7 +21,8 @@ pub struct SettingsModelProvider {
 
 impl std::fmt::Debug for SettingsModelProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SettingsModelProvider").finish_non_exhaustive()
+        f.debug_struct("SettingsModelProvider")
+            .finish_non_exhaustive()
     }
 }
 
@@ -47,10 +48,10 @@ impl ModelProvider for SettingsModelProvider {
     fn resolve(&self, agent: &Agent) -> Result<ResolvedModel, ModelError> {
         let settings = self.settings(agent)?;
         let key = format!("{settings:?}");
-        if let Ok(cache) = self.cache.lock() {
-            if let Some(found) = cache.get(&key) {
-                return Ok(found.clone());
-            }
+        if let Ok(cache) = self.cache.lock()
+            && let Some(found) = cache.get(&key)
+        {
+            return Ok(found.clone());
         }
         let resolved = ResolvedModel {
             client: client(&settings)?,

@@ -85,10 +85,15 @@ pub trait Store: Send + Sync + 'static {
     /// checkpoint or clear) on.
     async fn context(&self, session: &str) -> StoreResult<Vec<MessageRecord>>;
     /// Messages with `seq >= from`, at most `limit`.
-    async fn messages(&self, session: &str, from: u64, limit: usize)
-    -> StoreResult<Vec<MessageRecord>>;
+    async fn messages(
+        &self,
+        session: &str,
+        from: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<MessageRecord>>;
     /// Events with `index >= from`, at most `limit`.
-    async fn events(&self, session: &str, from: u64, limit: usize) -> StoreResult<Vec<StoredEvent>>;
+    async fn events(&self, session: &str, from: u64, limit: usize)
+    -> StoreResult<Vec<StoredEvent>>;
     /// A tool's circuit breaker, if it ever failed.
     async fn breaker(&self, tool: &str) -> StoreResult<Option<BreakerRecord>>;
     /// Sessions with work left: a turn that is running, a wait whose input is all answered, or an

@@ -82,9 +82,17 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
             supported,
         });
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(version).unwrap_or(0)) {
+    for (i, sql) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(version).unwrap_or(0))
+    {
         tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", i64::try_from(i + 1).unwrap_or(i64::MAX))?;
+        tx.pragma_update(
+            None,
+            "user_version",
+            i64::try_from(i + 1).unwrap_or(i64::MAX),
+        )?;
     }
     tx.commit()?;
     Ok(())
@@ -94,10 +102,10 @@ impl SqliteStore {
     /// Opens (creating and migrating as needed) the database at `path`.
     pub fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
         let path = path.as_ref().to_path_buf();
-        if let Some(parent) = path.parent() {
-            if !parent.as_os_str().is_empty() {
-                std::fs::create_dir_all(parent)?;
-            }
+        if let Some(parent) = path.parent()
+            && !parent.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(parent)?;
         }
         let mut conn = open_connection(&path)?;
         migrate(&mut conn)?;
@@ -132,7 +140,11 @@ impl SqliteStore {
             reply,
         };
         {
-            let guard = self.inner.writer.lock().map_err(|_| StoreError::WriterGone)?;
+            let guard = self
+                .inner
+                .writer
+                .lock()
+                .map_err(|_| StoreError::WriterGone)?;
             let sender = guard.as_ref().ok_or(StoreError::WriterGone)?;
             sender.send(request).map_err(|_| StoreError::WriterGone)?;
         }
@@ -157,10 +169,10 @@ impl SqliteStore {
                 None => open_connection(&inner.path)?,
             };
             let result = job(&conn);
-            if let Ok(mut readers) = inner.readers.lock() {
-                if readers.len() < READERS_KEPT {
-                    readers.push(conn);
-                }
+            if let Ok(mut readers) = inner.readers.lock()
+                && readers.len() < READERS_KEPT
+            {
+                readers.push(conn);
             }
             result
         })
@@ -496,10 +508,9 @@ fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                          context_start=CASE WHEN ?2 THEN message_count ELSE context_start END \
                          WHERE id=?1 RETURNING message_count-1",
                     )?
-                    .query_row(
-                        params![session_id, kind == MESSAGE_KIND_CHECKPOINT],
-                        |r| r.get(0),
-                    )
+                    .query_row(params![session_id, kind == MESSAGE_KIND_CHECKPOINT], |r| {
+                        r.get(0)
+                    })
                     .optional()?
                     .ok_or_else(|| StoreError::NotFound(format!("session {session_id}")))?;
                 conn.prepare_cached(
@@ -861,7 +872,12 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn events(&self, session: &str, from: u64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
+    async fn events(
+        &self,
+        session: &str,
+        from: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<StoredEvent>> {
         let session = session.to_owned();
         self.read(move |conn| {
             let mut stmt = conn.prepare_cached(
