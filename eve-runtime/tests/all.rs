@@ -8,3 +8,8 @@ mod engine;
 mod engine_resume;
 mod engine_store;
 mod engine_support;
+mod server_auth;
+mod server_capture;
+mod server_routes;
+mod server_stream;
+mod server_support;

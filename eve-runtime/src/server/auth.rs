@@ -232,12 +232,12 @@ impl Authenticator {
                     return Err(unauthorized());
                 }
                 let claims = verify_hs256(credentials, secret, now).ok_or_else(unauthorized)?;
-                if let Some(want) = issuer {
-                    if claims.get("iss").and_then(Value::as_str) != Some(want.as_str()) {
-                        return Err(ApiError::Forbidden(
-                            "This token's issuer is not accepted by this API.".to_owned(),
-                        ));
-                    }
+                if let Some(want) = issuer
+                    && claims.get("iss").and_then(Value::as_str) != Some(want.as_str())
+                {
+                    return Err(ApiError::Forbidden(
+                        "This token's issuer is not accepted by this API.".to_owned(),
+                    ));
                 }
                 if let Some(want) = audience {
                     let ok = match claims.get("aud") {
