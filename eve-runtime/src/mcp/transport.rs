@@ -226,7 +226,9 @@ async fn start_http(
     start_timeout: Duration,
 ) -> Result<Started, McpError> {
     let name = connection.name.as_str();
-    let url = expand_env(url, env, name, "url")?;
+    // Messages show `template` (as configured): the expanded URL may carry a secret.
+    let template = url;
+    let url = expand_env(template, env, name, "url")?;
     let parsed = reqwest::Url::parse(&url).map_err(|e| McpError::Config {
         connection: name.to_owned(),
         reason: format!("`url` is not a valid URL ({e}): give an absolute http(s) URL"),
@@ -278,7 +280,7 @@ async fn start_http(
     }
     Err(McpError::Initialize {
         connection: name.to_owned(),
-        reason: format!("{last} (url {url}, tried twice)"),
+        reason: format!("{last} (url `{template}`, tried twice)"),
         stderr: String::new(),
     })
 }

@@ -452,7 +452,8 @@ async fn streamable_http_server_lists_and_calls_with_a_header_from_env() {
         tools.iter().all(|t| t.connection == "web"),
         "a rejected connection contributes nothing"
     );
-    assert!(mcp.status().await[1].last_error.is_some());
+    let rejected = mcp.status().await[1].last_error.clone().unwrap();
+    assert!(rejected.contains("401"), "{rejected}");
 
     let add = call(&mcp, "web__add", json!({"a": 20, "b": 22})).await;
     assert_eq!(add.output, json!({"result": 42}), "{add:?}");
