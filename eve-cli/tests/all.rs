@@ -4,3 +4,4 @@
 mod crash;
 mod run_cli;
 mod support_run;
+mod serve;

@@ -1,0 +1,368 @@
+//! `eve serve` as a user runs it: the real binary on `127.0.0.1:0`, killed with SIGKILL and
+//! restarted, stopped with SIGTERM. The approval flow across a hard restart must match eve's
+//! captures (stream3 + stream4); unfinished turns resume on start with no request; start-up
+//! refuses to run without a build or on a public address without authentication.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+#[path = "../../eve-runtime/tests/server_capture.rs"]
+mod capture;
+
+const EVE: &str = env!("CARGO_BIN_EXE_eve");
+
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent");
+    std::fs::create_dir_all(agent.join("tools")).unwrap();
+    std::fs::write(agent.join("instructions.md"), "You are a test agent.\n").unwrap();
+    std::fs::write(agent.join("agent.yaml"), "default_tools: false\n").unwrap();
+    let tools = [
+        (
+            "refund_charge",
+            "# description: Refund a charge.\n# approval: always\n# env: [REFUND_LOG]\n",
+            "input=$(cat)\necho \"$input\" >> \"$REFUND_LOG\"\necho '{\"refunded\":true}'\n",
+        ),
+        (
+            "slow",
+            "# description: Takes a while.\n# effect: read\n",
+            "cat >/dev/null\nsleep 1\necho '{\"slow\":\"done\"}'\n",
+        ),
+    ];
+    for (name, front, body) in tools {
+        let path = agent.join("tools").join(format!("{name}.sh"));
+        std::fs::write(&path, format!("#!/bin/sh\n# ---\n{front}# ---\n{body}")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    dir
+}
+
+fn eve(root: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(EVE);
+    cmd.args(args)
+        .current_dir(root)
+        .env_remove("EVE_PROJECT")
+        .env_remove("EVE_AGENT_DIR")
+        .env_remove("EVE_MOCK_SCRIPT")
+        .env_remove("EVE_BASE_URL")
+        .env_remove("PORT")
+        .env("EVE_MODEL", "mock/echo")
+        .env("REFUND_LOG", root.join("refunds.log"))
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn build(root: &Path) {
+    let out = eve(root, &["build"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A running `eve serve`.
+struct Server {
+    child: Child,
+    port: u16,
+    banner: String,
+}
+
+impl Server {
+    /// Starts `eve ARGS` and waits for its `eve serving … on http://…` line.
+    fn start(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut cmd = eve(root, args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = rx.recv_timeout(left).unwrap_or_else(|_| {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("eve serve did not start")
+            });
+            if let Some(rest) = line.strip_prefix("eve serving ") {
+                let port = rest.rsplit(':').next().unwrap().trim().parse().unwrap();
+                return Self {
+                    child,
+                    port,
+                    banner: line,
+                };
+            }
+        }
+    }
+
+    fn request(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
+        http(self.port, method, path, body)
+    }
+
+    fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let (status, text) = self.request("POST", path, Some(&body));
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    /// A stream read that ends by itself (bounded, or a follow that reaches rest).
+    fn stream(&self, session: &str, query: &str) -> Vec<Value> {
+        let (status, text) = self.request(
+            "GET",
+            &format!("/eve/v1/session/{session}/stream{query}"),
+            None,
+        );
+        assert_eq!(status, 200, "{text}");
+        assert!(text.starts_with('\n'));
+        capture::parse_ndjson(&text)
+    }
+
+    fn count(&self, session: &str) -> u64 {
+        self.stream(session, "?follow=false").len() as u64
+    }
+
+    fn sigkill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM; returns the exit code.
+    fn sigterm(mut self) -> Option<i32> {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("eve serve did not exit after SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A blocking HTTP/1.1 request with `Connection: close`; returns status and decoded body.
+fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let body = body.map(Value::to_string).unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut payload = raw[split + 4..].to_vec();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut out = Vec::new();
+        let mut rest = payload.as_slice();
+        loop {
+            let line_end = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).unwrap().trim(), 16)
+                    .unwrap();
+            rest = &rest[line_end + 2..];
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[..size]);
+            rest = &rest[size + 2..];
+        }
+        payload = out;
+    }
+    (status, String::from_utf8(payload).unwrap())
+}
+
+fn assert_matches(ours: &[Value], name: &str) {
+    if let Err(e) = capture::compare(ours, &capture::capture(name)) {
+        panic!(
+            "{name} does not match:\n{e}\nours: {:?}",
+            capture::types(ours)
+        );
+    }
+}
+
+#[test]
+fn approval_answered_after_sigkill_and_restart_matches_the_captures() {
+    let dir = project();
+    let root = dir.path();
+    build(root);
+    let server = Server::start(root, &["serve", "--port", "0"], &[]);
+    assert!(server.banner.contains("(build "), "{}", server.banner);
+    let (status, body) = server.post("/eve/v1/session", json!({"message": "hello"}));
+    assert_eq!(status, 202);
+    let id = body["sessionId"].as_str().unwrap().to_owned();
+    let first = server.stream(&id, "?startIndex=0");
+    assert_eq!(first.last().unwrap()["type"], "session.waiting");
+
+    let before = server.count(&id);
+    let (status, _) = server.post(
+        &format!("/eve/v1/session/{id}"),
+        json!({"message": "/tool refund_charge {\"chargeId\": \"ch_1\", \"amount\": 5}"}),
+    );
+    assert_eq!(status, 202);
+    let parked = server.stream(&id, &format!("?startIndex={}", before - 1));
+    assert_matches(&parked, "stream3.ndjson");
+    let request_id = parked
+        .iter()
+        .find(|e| e["type"] == "input.requested")
+        .unwrap()["data"]["requests"][0]["requestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // A hard kill while the turn waits; a new process (the `start` alias, port from PORT).
+    server.sigkill();
+    let server = Server::start(root, &["start"], &[("PORT", "0")]);
+    let (status, health) = server.request("GET", "/eve/v1/health", None);
+    assert_eq!(status, 200, "{health}");
+    let before = server.count(&id);
+    let (status, body) = server.post(
+        &format!("/eve/v1/session/{id}"),
+        json!({"inputResponses": [{"requestId": request_id, "optionId": "approve"}]}),
+    );
+    assert_eq!(status, 202, "{body}");
+    let resumed = server.stream(&id, &format!("?startIndex={}", before - 1));
+    assert_matches(&resumed, "stream4.ndjson");
+    let refunds = std::fs::read_to_string(root.join("refunds.log")).unwrap_or_default();
+    assert_eq!(
+        refunds.lines().count(),
+        1,
+        "the approved tool ran once: {refunds}"
+    );
+
+    assert_eq!(server.sigterm(), Some(0));
+}
+
+#[test]
+fn unfinished_turns_resume_on_start() {
+    let dir = project();
+    let root = dir.path();
+    build(root);
+    let server = Server::start(root, &["serve", "--port", "0"], &[]);
+    let (_, body) = server.post("/eve/v1/session", json!({"message": "/tool slow {}"}));
+    let id = body["sessionId"].as_str().unwrap().to_owned();
+    // Wait until the slow call is running, then kill the process under it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server
+        .stream(&id, "?follow=false")
+        .iter()
+        .any(|e| e["type"] == "actions.requested")
+    {
+        assert!(Instant::now() < deadline, "the call never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.sigkill();
+
+    // No request touches the session: the restart alone finishes the turn.
+    let server = Server::start(root, &["serve", "--port", "0"], &[]);
+    let events = server.stream(&id, "?startIndex=0");
+    let kinds = capture::types(&events);
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("session.waiting"),
+        "{kinds:?}"
+    );
+    assert!(kinds.iter().any(|k| k == "turn.completed"), "{kinds:?}");
+    let result = events
+        .iter()
+        .rfind(|e| e["type"] == "action.result")
+        .unwrap();
+    assert_eq!(result["data"]["result"]["output"]["slow"], "done");
+    assert_eq!(server.sigterm(), Some(0));
+}
+
+#[test]
+fn start_up_checks() {
+    let dir = project();
+    let root = dir.path();
+    let out = eve(root, &["serve", "--port", "0"]).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("run `eve build`"), "{stderr}");
+
+    build(root);
+    let out = eve(root, &["serve", "--port", "0", "--host", "0.0.0.0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("without authentication") && stderr.contains("channels/eve.yaml"),
+        "{stderr}"
+    );
+
+    // With a bearer token configured, any address is allowed; a missing secret is named.
+    std::fs::create_dir_all(root.join("agent/channels")).unwrap();
+    std::fs::write(
+        root.join("agent/channels/eve.yaml"),
+        "auth:\n  type: bearer\n  tokens: [\"${EVE_SERVE_TEST_TOKEN}\"]\n",
+    )
+    .unwrap();
+    build(root);
+    let out = eve(root, &["serve", "--port", "0", "--host", "0.0.0.0"])
+        .env_remove("EVE_SERVE_TEST_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("EVE_SERVE_TEST_TOKEN"), "{stderr}");
+    let server = Server::start(
+        root,
+        &["serve", "--port", "0", "--host", "0.0.0.0"],
+        &[("EVE_SERVE_TEST_TOKEN", "secret-token")],
+    );
+    let (status, body) = server.request("GET", "/eve/v1/health", None);
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = server.request("GET", "/eve/v1/info", None);
+    assert_eq!(status, 401);
+    assert_eq!(server.sigterm(), Some(0));
+}
