@@ -167,13 +167,7 @@ impl Supervisor {
                 }
                 st.client = None;
                 client.stop();
-                st.last_error = Some(
-                    McpError::Exited {
-                        connection: self.config.name.clone(),
-                        stderr: stderr_suffix(&client.stderr_text()),
-                    }
-                    .to_string(),
-                );
+                st.last_error = Some(self.gone(&client).to_string());
                 st.last_failure = Some(Instant::now());
             }
             let now = Instant::now();
@@ -255,19 +249,27 @@ impl Supervisor {
         }
     }
 
+    /// Why an instance that is no longer alive is gone.
+    fn gone(&self, client: &Client) -> McpError {
+        if self.is_http() {
+            McpError::Disconnected {
+                connection: self.config.name.clone(),
+            }
+        } else {
+            McpError::Exited {
+                connection: self.config.name.clone(),
+                stderr: stderr_suffix(&client.stderr_text()),
+            }
+        }
+    }
+
     /// Forgets a dead (or unresponsive) instance, killing it; returns why it is gone.
     async fn mark_dead(&self, client: &Client, reason: Option<String>) -> String {
         if client.pgid.is_some() {
             // Let the stderr reader catch the last words of a crashing server.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let message = reason.unwrap_or_else(|| {
-            McpError::Exited {
-                connection: self.config.name.clone(),
-                stderr: stderr_suffix(&client.stderr_text()),
-            }
-            .to_string()
-        });
+        let message = reason.unwrap_or_else(|| self.gone(client).to_string());
         client.stop();
         let mut st = self.state.lock().await;
         if st
@@ -332,7 +334,12 @@ impl Supervisor {
                 self.state.lock().await.tools = Some((client.generation, tools.clone()));
                 return Ok(tools);
             }
-            Ok(Err(e)) if client.alive() => format!("listing its tools failed: {e}"),
+            Ok(Err(e)) if client.alive() => {
+                format!(
+                    "listing its tools failed: {}",
+                    transport::tidy(&e.to_string())
+                )
+            }
             Ok(Err(_)) => self.mark_dead(&client, None).await,
             Err(_) if self.responsive(&client).await => "listing its tools timed out".to_owned(),
             Err(_) => {
@@ -461,15 +468,17 @@ impl Supervisor {
                     let why = self.mark_dead(&client, None).await;
                     if self.is_http() && !retried {
                         retried = true;
-                        tracing::info!(connection = %self.config.name, "retrying MCP call after a connection error: {e}");
+                        let reason = transport::tidy(&e.to_string());
+                        tracing::info!(connection = %self.config.name, "retrying an MCP call after a connection error: {reason}");
                         continue;
                     }
                     return fail(format!("`{name}` failed: {why}"));
                 }
                 Ok(Err(e)) => {
                     return fail(format!(
-                        "`{name}` failed: the MCP server `{}` answered with an error: {e}",
-                        self.config.name
+                        "`{name}` failed: the MCP server `{}` answered with an error: {}",
+                        self.config.name,
+                        transport::tidy(&e.to_string())
                     ));
                 }
                 Err(_) => {

@@ -67,6 +67,14 @@ pub enum McpError {
         /// `; stderr: …` with the tail of the server's stderr, or empty.
         stderr: String,
     },
+    /// The session with an HTTP server broke.
+    #[error(
+        "lost the connection to the MCP server `{connection}`; it is reconnected on the next call"
+    )]
+    Disconnected {
+        /// Connection name.
+        connection: String,
+    },
     /// The server is waiting out a restart backoff (only when the caller does not wait).
     #[error(
         "the MCP server `{connection}` is restarting (next attempt in {retry_in_ms} ms); last error: {last_error}"

@@ -182,7 +182,7 @@ async fn start_stdio(
                 stderr: Some(tail),
             });
         }
-        Ok(Err(e)) => Some(e.to_string()),
+        Ok(Err(e)) => Some(tidy(&e.to_string())),
         Err(_) => None,
     };
     // The handshake failed: make sure nothing of the server is left, then say what stderr said.
@@ -268,7 +268,7 @@ async fn start_http(
                     stderr: None,
                 });
             }
-            Ok(Err(e)) => last = e.to_string(),
+            Ok(Err(e)) => last = tidy(&e.to_string()),
             Err(_) => {
                 return Err(McpError::StartTimeout {
                     connection: name.to_owned(),
@@ -283,6 +283,42 @@ async fn start_http(
         reason: format!("{last} (url `{template}`, tried twice)"),
         stderr: String::new(),
     })
+}
+
+/// An rmcp error message without the Rust type names it embeds (`Transport [rmcp::…<…>] error`).
+pub(crate) fn tidy(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(open) = rest.find(" [") {
+        let after = &rest[open + 2..];
+        let Some(close) = closing_bracket(after) else {
+            break;
+        };
+        let inner = &after[..close];
+        out.push_str(&rest[..open]);
+        if !inner.contains("::") {
+            out.push_str(" [");
+            out.push_str(inner);
+            out.push(']');
+        }
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Index of the `]` closing a bracket opened just before `text`, allowing nested brackets.
+fn closing_bracket(text: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, c) in text.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' if depth == 0 => return Some(i),
+            ']' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Whether `name` is a valid environment variable name.
@@ -354,6 +390,15 @@ mod tests {
             expand_env("$${TOKEN} ${x:-y} $", &env, "c", "x").ok(),
             Some("${TOKEN} ${x:-y} $".to_owned())
         );
+    }
+
+    #[test]
+    fn tidies_type_names_out_of_rmcp_messages() {
+        assert_eq!(
+            tidy("Send message error Transport [rmcp::a::W<rmcp::b::C<x::y>>] error: HTTP 401 [x]"),
+            "Send message error Transport error: HTTP 401 [x]"
+        );
+        assert_eq!(tidy("no brackets ["), "no brackets [");
     }
 
     #[test]

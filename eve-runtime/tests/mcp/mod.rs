@@ -238,6 +238,12 @@ async fn calls_tools_and_maps_results() {
         "{message}"
     );
 
+    let wrong_type = call(&mcp, "t__add", json!({"a": "two", "b": 3})).await;
+    assert!(
+        !wrong_type.ok,
+        "arguments the server rejects fail the call: {wrong_type:?}"
+    );
+
     let bad_input = call(&mcp, "t__echo", json!([1])).await;
     assert!(error(&bad_input).contains("expected a JSON object"));
 
@@ -322,6 +328,21 @@ async fn timeouts_cancel_the_call_and_restart_a_server_that_stopped_responding()
         "a responsive server is kept"
     );
 
+    let cancel = CancellationToken::new();
+    let canceller = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        canceller.cancel();
+    });
+    let started = Instant::now();
+    let cancelled = mcp.call("t__sleep", json!({"seconds": 30}), cancel).await;
+    assert!(error(&cancelled).contains("was cancelled"));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "cancellation does not wait for the call"
+    );
+    assert_eq!(pid(&mcp, "t__pid").await, first);
+
     let frozen = call(&mcp, "t__freeze", json!({})).await;
     let message = error(&frozen);
     assert!(message.contains("stopped responding"), "{message}");
@@ -365,7 +386,7 @@ async fn repeated_start_failures_open_the_circuit() {
     let result = call(&mcp, "broken__echo", json!({})).await;
     let message = error(&result);
     assert!(
-        started.elapsed() < Duration::from_millis(500),
+        started.elapsed() < Duration::from_secs(1),
         "an open circuit fails fast"
     );
     assert!(message.contains("is unavailable"), "{message}");
@@ -493,6 +514,23 @@ async fn catalogue_searches_and_calls_tools() {
         result.output["tools"][0]["input_schema"]["properties"]["text"]["type"],
         "string"
     );
+
+    // Clones share the servers, and calls can run on any task.
+    let clone = mcp.clone();
+    let spawned = tokio::spawn(async move {
+        clone
+            .call(
+                "t__echo",
+                json!({"text": "from a task"}),
+                CancellationToken::new(),
+            )
+            .await
+    });
+    assert_eq!(
+        spawned.await.unwrap().output,
+        json!({"result": "from a task"})
+    );
+    assert_eq!(mcp.status().await[0].restarts, 0);
 
     let result = mcp
         .call_catalogue(
