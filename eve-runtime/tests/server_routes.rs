@@ -111,6 +111,14 @@ async fn unknown_sessions_and_routes() {
     let response = server.stream_response(id, "").await;
     assert_eq!(response.status(), 404);
     assert_eq!(response.json::<Value>().await.unwrap(), not_found);
+    let (status, body) = server
+        .post("/eve/v1/session/%FF%FE/cancel", json!({}))
+        .await;
+    assert_eq!(
+        (status, &body),
+        (404, &not_found),
+        "an id that is not UTF-8"
+    );
     let long = "x".repeat(5000);
     let (status, _) = server
         .post(&format!("/eve/v1/session/{long}"), json!({"message": "x"}))
@@ -374,5 +382,53 @@ async fn concurrent_posts_to_one_session_all_land() {
             _ => {}
         }
     }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn random_and_mutated_bodies_never_fail_the_server() {
+    use rand::{Rng, SeedableRng};
+    let server = TestServer::start(AgentDir::standard()).await;
+    let id = server.create("hello").await;
+    server.until_rest(&id, 0).await;
+    let seeds: [&[u8]; 4] = [
+        br#"{"message": "hi there"}"#,
+        br#"{"inputResponses": [{"requestId": "apr_1", "optionId": "approve", "text": "ok"}]}"#,
+        br#"{"id": "c", "messages": [{"role": "user", "parts": [{"type": "text", "text": "x"}]}]}"#,
+        br#"{"turnId": "turn_0"}"#,
+    ];
+    let paths = [
+        format!("/eve/v1/session/{id}"),
+        "/eve/v1/session".to_owned(),
+        format!("/eve/v1/session/{id}/cancel"),
+        format!("/eve/v1/session/{id}/clear"),
+        "/eve/v1/chat".to_owned(),
+    ];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for i in 0..150 {
+        let mut body = seeds[i % seeds.len()].to_vec();
+        match i % 3 {
+            0 => {
+                for _ in 0..rng.random_range(1..4) {
+                    let at = rng.random_range(0..body.len());
+                    body[at] = rng.random();
+                }
+            }
+            1 => body.truncate(rng.random_range(0..body.len())),
+            _ => body = (0..rng.random_range(0..64)).map(|_| rng.random()).collect(),
+        }
+        let path = &paths[i % paths.len()];
+        let (status, reply) = server.post_raw(path, body.clone()).await;
+        assert!(
+            [200, 202, 400, 404, 409].contains(&status),
+            "{path} {:?} -> {status} {reply}",
+            String::from_utf8_lossy(&body)
+        );
+        if status >= 400 {
+            assert_eq!(reply["ok"], false, "{reply}");
+        }
+    }
+    let (status, _) = server.get("/eve/v1/health").await;
+    assert_eq!(status, 200);
     server.stop().await;
 }

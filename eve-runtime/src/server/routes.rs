@@ -8,7 +8,8 @@
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::{FromRequestParts, Path, RawQuery, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -46,11 +47,22 @@ fn done(session: &str, status: &str) -> Response {
         .into_response()
 }
 
-fn check_id(id: &str) -> Result<(), ApiError> {
-    if id.is_empty() || id.len() > MAX_ID_LEN {
-        return Err(ApiError::SessionNotFound);
+/// The `:id` of a session route; an id that cannot name a session (not UTF-8 after decoding, empty,
+/// too long) is a 404 like any unknown id.
+pub struct SessionId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for SessionId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::SessionNotFound)?;
+        if id.is_empty() || id.len() > MAX_ID_LEN {
+            return Err(ApiError::SessionNotFound);
+        }
+        Ok(Self(id))
     }
-    Ok(())
 }
 
 /// Authentication, and for an API without it, protection of a loopback server from browsers:
@@ -203,10 +215,9 @@ async fn answer(runtime: &Runtime, id: &str, responses: &[InputResponse]) -> Res
 /// `POST /eve/v1/session/:id`: a message or answers to input requests.
 pub async fn post_session(
     State(app): State<App>,
-    Path(id): Path<String>,
+    SessionId(id): SessionId,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    check_id(&id)?;
     let bytes = body::bytes(body, app.config.body_limit)?;
     match body::session_input(&bytes)? {
         SessionInput::Message(text) => {
@@ -226,10 +237,9 @@ pub async fn post_session(
 /// `200 no_active_turn`.
 pub async fn cancel(
     State(app): State<App>,
-    Path(id): Path<String>,
+    SessionId(id): SessionId,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    check_id(&id)?;
     let bytes = body::bytes(body, app.config.body_limit)?;
     let turn_id = body::cancel(&bytes)?;
     let record = app
@@ -265,10 +275,9 @@ pub async fn cancel(
 /// `POST /eve/v1/session/:id/compact`.
 pub async fn compact(
     State(app): State<App>,
-    Path(id): Path<String>,
+    SessionId(id): SessionId,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    check_id(&id)?;
     body::control(&body::bytes(body, app.config.body_limit)?)?;
     app.runtime.compact(&id).await?;
     Ok(done(&id, "compacted"))
@@ -277,10 +286,9 @@ pub async fn compact(
 /// `POST /eve/v1/session/:id/clear`.
 pub async fn clear(
     State(app): State<App>,
-    Path(id): Path<String>,
+    SessionId(id): SessionId,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    check_id(&id)?;
     body::control(&body::bytes(body, app.config.body_limit)?)?;
     app.runtime.clear(&id).await?;
     Ok(done(&id, "cleared"))
@@ -289,10 +297,9 @@ pub async fn clear(
 /// `POST /eve/v1/session/:id/reset`.
 pub async fn reset(
     State(app): State<App>,
-    Path(id): Path<String>,
+    SessionId(id): SessionId,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    check_id(&id)?;
     body::control(&body::bytes(body, app.config.body_limit)?)?;
     app.runtime.reset(&id).await?;
     Ok(done(&id, "reset"))
@@ -301,11 +308,10 @@ pub async fn reset(
 /// `GET /eve/v1/session/:id/stream`.
 pub async fn stream(
     State(app): State<App>,
-    Path(id): Path<String>,
+    SessionId(id): SessionId,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    check_id(&id)?;
     let query = stream::parse_query(query.as_deref())?;
     stream::respond(
         app.runtime.clone(),
