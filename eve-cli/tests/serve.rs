@@ -317,7 +317,15 @@ fn unfinished_turns_resume_on_start() {
         .rfind(|e| e["type"] == "action.result")
         .unwrap();
     assert_eq!(result["data"]["result"]["output"]["slow"], "done");
+
+    // SIGTERM with a follow open: the stream ends and the process exits 0.
+    let port = server.port;
+    let path = format!("/eve/v1/session/{id}/stream?startIndex={}", events.len());
+    let follower = std::thread::spawn(move || http(port, "GET", &path, None));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!follower.is_finished(), "a follow at rest waits");
     assert_eq!(server.sigterm(), Some(0));
+    assert_eq!(follower.join().unwrap(), (200, "\n".to_owned()));
 }
 
 #[test]

@@ -22,6 +22,8 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::ServeArgs;
 use crate::project::locate;
 
+/// How long open connections get to finish after a shutdown signal.
+const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
 /// How long running turns get to reach a checkpoint after a shutdown signal.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -91,7 +93,19 @@ async fn serve(
     watch_signals(shutdown.clone())?;
     let router = server::router(runtime.clone(), config);
     eprintln!("eve serving {agent} (build {hash}) on http://{local}");
-    server::serve(listener, router, shutdown).await?;
+    let serving = server::serve(listener, router, shutdown.clone());
+    tokio::pin!(serving);
+    let closing = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(CLOSE_DEADLINE).await;
+    };
+    tokio::select! {
+        result = &mut serving => result?,
+        () = closing => eprintln!(
+            "eve: closing connections still open {}s after the signal",
+            CLOSE_DEADLINE.as_secs()
+        ),
+    }
     drain(&runtime, DRAIN_DEADLINE).await;
     Ok(ExitCode::SUCCESS)
 }
