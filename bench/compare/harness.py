@@ -36,9 +36,26 @@ def log(msg):
 # ------------------------------------------------------------------ process-tree RSS
 
 
-def _proc_table():
-    """{pid: ppid} of every process."""
-    table = {}
+def _children(pid):
+    """Direct children of pid, from /proc/PID/task/*/children (a child hangs off the thread
+    that forked it). Cheap: reads only the tree, not all of /proc."""
+    out = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def _children_by_scan():
+    """{ppid: [pid]} from every /proc/PID/stat (fallback where the children files are missing)."""
+    children = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -49,21 +66,27 @@ def _proc_table():
             continue
         # comm may hold spaces and parens: the fields after the last ')' are fixed.
         rest = data[data.rfind(b")") + 2:].split()
-        table[int(name)] = int(rest[1])
-    return table
+        children.setdefault(int(rest[1]), []).append(int(name))
+    return children
+
+
+HAVE_CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
 
 def tree_pids(root):
-    table = _proc_table()
-    children = {}
-    for pid, ppid in table.items():
-        children.setdefault(ppid, []).append(pid)
-    out, stack = [], [root]
+    if HAVE_CHILDREN_FILES:
+        get = _children
+    else:
+        table = _children_by_scan()
+        get = lambda pid: table.get(pid, ())  # noqa: E731
+    out, stack, seen = [], [root], set()
     while stack:
         pid = stack.pop()
-        if pid in table or pid == root:
-            out.append(pid)
-        stack.extend(children.get(pid, ()))
+        if pid in seen:
+            continue
+        seen.add(pid)
+        out.append(pid)
+        stack.extend(get(pid))
     return out
 
 
@@ -99,7 +122,7 @@ class Sampler(threading.Thread):
     sum and the largest per-process high-water mark (VmHWM) seen. With `skip_root`, the root
     (a measuring wrapper such as /usr/bin/time) is not counted."""
 
-    def __init__(self, root, interval=0.003, skip_root=False):
+    def __init__(self, root, interval=0.005, skip_root=False):
         super().__init__(daemon=True)
         self.root, self.interval, self.skip_root = root, interval, skip_root
         self.peak = 0
@@ -164,13 +187,15 @@ class Unavailable(Exception):
 TIME_BIN = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
 
 
-def run_measured(cmd, cwd, env, log_path, timeout=600):
-    """Runs cmd to completion; returns (wall seconds, peak RSS bytes of its process tree).
+def run_measured(cmd, cwd, env, log_path, timeout=600, sample=False):
+    """Runs cmd to completion; returns (wall seconds, peak RSS bytes).
 
-    Peak = max(summed tree RSS sampled from /proc, the largest single-process VmHWM seen,
-    GNU time's %M when /usr/bin/time exists). A process forked straight from this Python
-    inherits Python's RSS in its ru_maxrss, so /usr/bin/time (a small launcher) is used
-    for the exact single-process peak, and the sampler skips that launcher."""
+    Without `sample`, nothing runs beside the command (the wall time is clean) and the peak is
+    GNU time's %M when /usr/bin/time exists (the exact peak of the largest single process;
+    a process forked straight from this Python would inherit Python's RSS in its ru_maxrss,
+    so a small launcher is needed), else None. With `sample`, a thread also sums the RSS of the
+    whole process tree from /proc every few ms and keeps the largest per-process VmHWM; that
+    perturbs the wall time on a small machine, so sampled runs are not timed runs."""
     with open(log_path, "ab") as out:
         out.write(("\n$ " + " ".join(cmd) + "\n").encode())
         out.flush()
@@ -179,8 +204,9 @@ def run_measured(cmd, cwd, env, log_path, timeout=600):
         t0 = time.perf_counter()
         proc = subprocess.Popen(full, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        sampler = Sampler(proc.pid, skip_root=bool(TIME_BIN))
-        sampler.start()
+        sampler = Sampler(proc.pid, interval=0.005, skip_root=bool(TIME_BIN)) if sample else None
+        if sampler:
+            sampler.start()
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -188,17 +214,31 @@ def run_measured(cmd, cwd, env, log_path, timeout=600):
             raise Unavailable(f"timed out after {timeout}s")
         finally:
             wall = time.perf_counter() - t0
-            peak = sampler.stop()
+            peak = sampler.stop() if sampler else None
     if TIME_BIN:
         try:
             with open(time_file) as f:
                 last = f.read().strip().splitlines()[-1]
-            peak = max(peak, int(last) * 1024)
+            peak = max(peak or 0, int(last) * 1024)
         except (OSError, ValueError, IndexError):
             pass
     if proc.returncode != 0:
         raise Unavailable(f"exit {proc.returncode} (see {os.path.relpath(log_path)})")
     return wall, peak
+
+
+def measure_builds(cmd, cwd, env, log_path, runs, clean):
+    """One untimed warm-up run that samples the process tree's RSS, then `runs` clean timed
+    runs. Returns (median wall, peak RSS over all runs, [walls])."""
+    clean()
+    _, peak = run_measured(cmd, cwd, env, log_path, sample=True)
+    walls = []
+    for _ in range(runs):
+        clean()
+        t, m = run_measured(cmd, cwd, env, log_path)
+        walls.append(t)
+        peak = max(peak or 0, m or 0)
+    return median(walls), peak, walls
 
 
 def free_port():
@@ -310,7 +350,8 @@ def serve_once(cmd, cwd, env, port, log_path, turns=0, ready_timeout=180):
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        sampler = Sampler(proc.pid)
+        # a slow sampler (cheap tree walk): it must not steal the CPU the start-up needs
+        sampler = Sampler(proc.pid, interval=0.05)
         sampler.start()
         try:
             while True:
@@ -320,9 +361,11 @@ def serve_once(cmd, cwd, env, port, log_path, turns=0, ready_timeout=180):
                 if proc.poll() is not None:
                     raise Unavailable(f"exited {proc.returncode} before healthy "
                                       f"(see {os.path.relpath(log_path)})")
-                if time.perf_counter() - t0 > ready_timeout:
+                elapsed = time.perf_counter() - t0
+                if elapsed > ready_timeout:
                     raise Unavailable(f"not healthy within {ready_timeout}s")
-                time.sleep(0.002)
+                # poll every 1 ms for the first 200 ms, then every 10 ms
+                time.sleep(0.001 if elapsed < 0.2 else 0.01)
             res["rss_ready"] = tree_rss(proc.pid)
             res["peak_start"] = max(sampler.peak, res["rss_ready"])
             if turns:
@@ -479,41 +522,31 @@ def main():
         for size in ("small", "large"):
             p_ours, p_ref = projects[size]
             key_t, key_m = f"build_{size}_time", f"build_{size}_rss"
-            # ours: one untimed warm-up, then N clean builds (.eve removed each time)
+            # one warm-up (sampled for the tree's RSS), then N clean timed builds
             try:
                 if "build" not in cmds:
                     raise Unavailable("n/a: eve build not available")
-                lp = os.path.join(logs, f"ours-build-{size}.log")
-                clean(p_ours, [".eve"])
-                run_measured([a.eve, "build"], p_ours, env_ours, lp)
-                times, peaks = [], []
-                for _ in range(a.runs_ours):
-                    clean(p_ours, [".eve"])
-                    t, m = run_measured([a.eve, "build"], p_ours, env_ours, lp)
-                    times.append(t)
-                    peaks.append(m)
-                R["ours"][key_t], R["ours"][key_m] = median(times), max(peaks)
-                log(f"ours build {size}: median {fmt_time(median(times))}, "
-                    f"peak {fmt_mem(max(peaks))} ({a.runs_ours} runs)")
+                wall, peak, _ = measure_builds(
+                    [a.eve, "build"], p_ours, env_ours,
+                    os.path.join(logs, f"ours-build-{size}.log"), a.runs_ours,
+                    lambda: clean(p_ours, [".eve"]))
+                R["ours"][key_t], R["ours"][key_m] = wall, peak
+                log(f"ours build {size}: median {fmt_time(wall)}, peak {fmt_mem(peak)} "
+                    f"({a.runs_ours} runs)")
             except Unavailable as e:
                 R["ours"][key_t] = R["ours"][key_m] = e
                 log(f"ours build {size}: {e}")
             if a.skip_ref:
                 continue
             try:
-                lp = os.path.join(logs, f"ref-build-{size}.log")
                 log(f"eve 0.80.1 build {size}: warm-up + {a.runs_ref} runs (seconds each)…")
-                clean(p_ref, [".eve", ".output"])
-                run_measured(ref_eve + ["build", "--skip-sandbox-prewarm"], p_ref, env_ref, lp)
-                times, peaks = [], []
-                for _ in range(a.runs_ref):
-                    clean(p_ref, [".eve", ".output"])
-                    t, m = run_measured(ref_eve + ["build", "--skip-sandbox-prewarm"], p_ref,
-                                        env_ref, lp)
-                    times.append(t)
-                    peaks.append(m)
-                    log(f"  {fmt_time(t)}, peak {fmt_mem(m)}")
-                R["ref"][key_t], R["ref"][key_m] = median(times), max(peaks)
+                wall, peak, walls = measure_builds(
+                    ref_eve + ["build", "--skip-sandbox-prewarm"], p_ref, env_ref,
+                    os.path.join(logs, f"ref-build-{size}.log"), a.runs_ref,
+                    lambda: clean(p_ref, [".eve", ".output"]))
+                R["ref"][key_t], R["ref"][key_m] = wall, peak
+                log(f"eve 0.80.1 build {size}: median {fmt_time(wall)} "
+                    f"({', '.join(fmt_time(w) for w in walls)}), peak {fmt_mem(peak)}")
             except Unavailable as e:
                 R["ref"][key_t] = R["ref"][key_m] = e
                 log(f"eve 0.80.1 build {size}: {e}")
@@ -715,10 +748,13 @@ Written by `bench/compare-eve` (see `bench/README.md`, "Reference setup"). Do no
   (other work on the machine makes both sides slower; ours, being short, shows it more)
 - eve (Rust): commit {rev}, `target/release/eve`
 - eve 0.80.1 (npm): Node {node_v}, `eve build --skip-sandbox-prewarm`, `eve start`, `eve dev --no-ui`
-- runs: builds median of {a.runs_ours} (ours) / {a.runs_ref} (eve 0.80.1) clean builds after one
-  warm-up; servers median of {a.server_runs} cold starts, each followed by {a.turns} sessions
-- RSS: summed over the whole process tree (sampled from /proc every 3 ms; a build's peak is
-  never below the largest single process's kernel high-water mark, `VmHWM` / GNU time `%M`)
+- runs: builds median of {a.runs_ours} (ours) / {a.runs_ref} (eve 0.80.1) clean builds (`.eve/`,
+  `.output/` removed) after one warm-up; servers median of {a.server_runs} cold starts, each
+  followed by {a.turns} sessions one after the other
+- RSS: summed over the whole process tree, sampled from /proc (builds: every 5 ms in the
+  warm-up run, which is not timed; servers: every 50 ms, plus a reading when healthy and one
+  after the turns); a build's peak is never below the largest single process's kernel
+  high-water mark (`VmHWM`, GNU time `%M` in every timed run)
 - model: one scripted OpenAI-compatible server on loopback (streaming SSE, usage chunk): first
   call `get_weather`, then a text reply. A turn = POST `/eve/v1/session` with a message →
   the NDJSON stream shows `session.waiting`.
