@@ -554,13 +554,15 @@ def main():
         # --- servers: production (ours `eve serve`, theirs `eve start`) and dev
         p_ours, p_ref = projects["small"]
 
-        def server_rows(prefix, side, runs, make_cmd, cwd, env, prepare):
+        def server_rows(prefix, side, runs, make_cmd, cwd, env, prepare, before_each=None):
             out = R[side]
             ready, rss_ready, peak, first, nxt, after, errs = [], [], [], [], [], [], []
             spans = []
             try:
                 prepare()
                 for i in range(runs):
+                    if before_each:
+                        before_each()
                     port = free_port()
                     cmd = make_cmd(port)
                     lp = os.path.join(logs, f"{side}-{prefix}.log")
@@ -633,11 +635,12 @@ def main():
         if not a.no_dev:
             log("dev server cold start: our `eve dev`")
             server_rows("dev", "ours", a.server_runs, ours_server_cmd("dev"), p_ours, env_ours,
-                        ours_dev_prepare)
+                        ours_dev_prepare, lambda: clean(p_ours, [".eve"]))
             if not a.skip_ref:
                 log("dev server cold start: eve 0.80.1 `eve dev --no-ui`")
                 server_rows("dev", "ref", a.server_runs, ref_server_cmd("dev", ["--no-ui"]),
-                            p_ref, env_ref, lambda: clean(p_ref, [".eve", ".output"]))
+                            p_ref, env_ref, lambda: None,
+                            lambda: clean(p_ref, [".eve", ".output"]))
     finally:
         kill_tree(model)
         model_log.close()
@@ -735,6 +738,12 @@ def write_results(a, table):
     m = machine_info()
     rev = subprocess.run(["git", "-C", a.repo, "rev-parse", "--short", "HEAD"],
                          capture_output=True, text=True).stdout.strip() or "?"
+    dirty = subprocess.run(["git", "-C", a.repo, "status", "--porcelain", "--untracked-files=no",
+                            "--", "Cargo.toml", "Cargo.lock", "eve-discover", "eve-compile",
+                            "eve-runtime", "eve-cli", "templates"],
+                           capture_output=True, text=True).stdout.strip()
+    if dirty:
+        rev += " plus uncommitted changes in the work tree"
     node_v = subprocess.run([os.path.join(a.node_bin, "node"), "--version"], capture_output=True,
                             text=True).stdout.strip()
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
