@@ -6,3 +6,4 @@ pub mod engine;
 pub mod store;
 pub mod mcp;
 pub mod server;
+pub mod schedule;

@@ -13,3 +13,4 @@ mod server_capture;
 mod server_routes;
 mod server_stream;
 mod server_support;
+mod schedule;

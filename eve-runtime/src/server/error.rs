@@ -50,6 +50,9 @@ pub enum ApiError {
     /// No such route.
     #[error("No route for {0}.")]
     RouteNotFound(String),
+    /// No schedule with this name in the current build (dev route).
+    #[error("Schedule {0} not found.")]
+    ScheduleNotFound(String),
     /// The route exists but not for this method.
     #[error("Method not allowed.")]
     MethodNotAllowed,
@@ -73,7 +76,9 @@ impl ApiError {
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::SessionNotFound | Self::RouteNotFound(_) => StatusCode::NOT_FOUND,
+            Self::SessionNotFound | Self::RouteNotFound(_) | Self::ScheduleNotFound(_) => {
+                StatusCode::NOT_FOUND
+            }
             Self::SessionNotActive(_) | Self::RequestNotPending(_) => StatusCode::CONFLICT,
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
@@ -96,6 +101,7 @@ impl ApiError {
             Self::Forbidden(_) => "forbidden",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::RouteNotFound(_) => "not_found",
+            Self::ScheduleNotFound(_) => "schedule_not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal_error",

@@ -11,7 +11,9 @@
 mod auth;
 mod body;
 mod config;
+mod dev;
 mod error;
+mod reload;
 mod routes;
 mod stream;
 mod ui;
@@ -30,16 +32,28 @@ pub use config::{
     API_CHANNEL, CorsOrigins, DEFAULT_BODY_LIMIT, ServerConfig, authority_host, is_loopback_host,
 };
 pub use error::{ApiError, ServerError};
-pub use stream::{STREAM_VERSION, is_rest_point};
+pub use reload::ReloadableRouter;
+pub use stream::{EventCursor, Next, STREAM_VERSION, at_rest, is_rest_point};
 pub use ui::{UI_STREAM_VERSION, chat_session_id};
 
 use crate::engine::Runtime;
+use crate::schedule::Scheduler;
 
 /// Shared state of the handlers.
 #[derive(Clone)]
 pub(crate) struct App {
     pub(crate) runtime: Runtime,
     pub(crate) config: Arc<ServerConfig>,
+    /// Dev mode: the scheduler the dev routes fire.
+    pub(crate) scheduler: Option<Scheduler>,
+}
+
+/// What else a router serves besides the session API.
+#[derive(Debug, Clone, Default)]
+pub struct RouterOptions {
+    /// Dev mode (`eve dev`): adds `POST /eve/v1/dev/schedules/:id`, which fires a schedule of
+    /// this scheduler once. Without it that route is a 404.
+    pub dev: Option<Scheduler>,
 }
 
 fn cors_layer(origins: &CorsOrigins) -> CorsLayer {
@@ -72,11 +86,22 @@ fn cors_layer(origins: &CorsOrigins) -> CorsLayer {
 
 /// The routes of the session API over `runtime`, with authentication, the body limit and CORS.
 pub fn router(runtime: Runtime, config: ServerConfig) -> Router {
+    router_with(runtime, config, RouterOptions::default())
+}
+
+/// Like [`router`], with the dev routes when `options.dev` is set.
+pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOptions) -> Router {
+    let dev = options.dev.is_some();
     let app = App {
         runtime,
         config: Arc::new(config),
+        scheduler: options.dev,
     };
-    let guarded = Router::new()
+    let mut guarded = Router::new();
+    if dev {
+        guarded = guarded.route("/eve/v1/dev/schedules/{id}", post(dev::fire_schedule));
+    }
+    let guarded = guarded
         .route("/eve/v1/info", get(routes::info))
         .route("/eve/v1/session", post(routes::create_session))
         .route("/eve/v1/session/{id}", post(routes::post_session))

@@ -7,10 +7,12 @@
 //! default at `.eve/eve.db`.
 
 mod records;
+mod schedules;
 mod schema;
 mod sqlite;
 
 pub use records::*;
+pub use schedules::*;
 pub use sqlite::SqliteStore;
 
 /// Why a store operation failed.
@@ -107,4 +109,22 @@ pub trait Store: Send + Sync + 'static {
     async fn renew_lease(&self, claim: &LeaseClaim) -> StoreResult<bool>;
     /// Gives the lease up (only if it is ours).
     async fn release_lease(&self, session: &str, holder: &str) -> StoreResult<()>;
+
+    /// Stored state of every schedule ever seen.
+    async fn schedule_states(&self) -> StoreResult<Vec<ScheduleState>>;
+    /// Fires of one schedule, newest first (at most `limit`, 0 = all); only those in `status`
+    /// when given.
+    async fn schedule_fires(
+        &self,
+        schedule: &str,
+        status: Option<FireStatus>,
+        limit: usize,
+    ) -> StoreResult<Vec<ScheduleFire>>;
+    /// Applies `claim` and `batch` (the session a fire starts) in one durable transaction, if
+    /// every condition of the claim holds; `None` (and nothing written) when one does not.
+    async fn claim_schedule(
+        &self,
+        claim: ScheduleClaim,
+        batch: Batch,
+    ) -> StoreResult<Option<Committed>>;
 }

@@ -4,7 +4,8 @@
 //! released entry: add a new one.
 
 /// Migrations; index `i` upgrades from version `i` to `i + 1`.
-pub const MIGRATIONS: &[&str] = &[r#"
+pub const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE sessions (
     id TEXT PRIMARY KEY,
     status TEXT NOT NULL,
@@ -142,4 +143,29 @@ CREATE TABLE leases (
     expires_at INTEGER NOT NULL,
     acquired_at INTEGER NOT NULL
 );
-"#];
+"#,
+    // 1 → 2: schedules. One row per schedule holds its next fire time, which a scheduler claims by
+    // compare-and-set in the transaction that creates the fire's session; one row per fire says
+    // what became of it (started, skipped, missed, queued).
+    r#"
+CREATE TABLE schedules (
+    name TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    next_fire_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+
+CREATE TABLE schedule_fires (
+    schedule TEXT NOT NULL,
+    fire_at INTEGER NOT NULL,
+    trigger TEXT NOT NULL,
+    status TEXT NOT NULL,
+    session_id TEXT,
+    detail TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (schedule, fire_at, trigger)
+);
+CREATE INDEX schedule_fires_queued ON schedule_fires(schedule, fire_at) WHERE status = 'queued';
+"#,
+];

@@ -24,6 +24,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::records::*;
+use super::schedules::*;
 use super::schema::MIGRATIONS;
 use super::{Store, StoreError, StoreResult};
 
@@ -1010,6 +1011,152 @@ impl Store for SqliteStore {
         })
         .await
     }
+
+    async fn schedule_states(&self) -> StoreResult<Vec<ScheduleState>> {
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT name, spec, next_fire_at, updated_at FROM schedules ORDER BY name",
+            )?;
+            collect(&mut stmt, [], |row| {
+                Ok(Ok(ScheduleState {
+                    name: row.get(0)?,
+                    spec: row.get(1)?,
+                    next_fire_at: row.get(2)?,
+                    updated_at: row.get(3)?,
+                }))
+            })
+        })
+        .await
+    }
+
+    async fn schedule_fires(
+        &self,
+        schedule: &str,
+        status: Option<FireStatus>,
+        limit: usize,
+    ) -> StoreResult<Vec<ScheduleFire>> {
+        let schedule = schedule.to_owned();
+        self.read(move |conn| {
+            let limit = if limit == 0 {
+                -1
+            } else {
+                i64::try_from(limit).unwrap_or(-1)
+            };
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {FIRE_COLS} FROM schedule_fires WHERE schedule=?1 \
+                 AND (?2 IS NULL OR status=?2) ORDER BY fire_at DESC, created_at DESC LIMIT ?3"
+            ))?;
+            collect(
+                &mut stmt,
+                params![schedule, status.map(FireStatus::as_str), limit],
+                fire_from_row,
+            )
+        })
+        .await
+    }
+
+    async fn claim_schedule(
+        &self,
+        claim: ScheduleClaim,
+        batch: Batch,
+    ) -> StoreResult<Option<Committed>> {
+        self.write(true, move |conn| {
+            if !claim_holds(conn, &claim)? {
+                return Ok(None);
+            }
+            let now = now_ms();
+            if let Some((next, spec)) = &claim.next {
+                conn.prepare_cached(
+                    "INSERT INTO schedules (name, spec, next_fire_at, updated_at) \
+                     VALUES (?1,?2,?3,?4) ON CONFLICT(name) DO UPDATE SET \
+                     spec=excluded.spec, next_fire_at=excluded.next_fire_at, \
+                     updated_at=excluded.updated_at",
+                )?
+                .execute(params![claim.schedule, spec, next, now])?;
+            }
+            for write in &claim.fires {
+                let fire = match write {
+                    FireWrite::Insert(f) | FireWrite::Promote { to: f, .. } => f,
+                };
+                conn.prepare_cached(&format!(
+                    "INSERT OR REPLACE INTO schedule_fires ({FIRE_COLS}) \
+                     VALUES (?1,?2,?3,?4,?5,?6,?7,?8)"
+                ))?
+                .execute(params![
+                    fire.schedule,
+                    fire.fire_at,
+                    fire.trigger.as_str(),
+                    fire.status.as_str(),
+                    fire.session_id,
+                    fire.detail,
+                    fire.created_at,
+                    now
+                ])?;
+            }
+            apply(conn, batch).map(Some)
+        })
+        .await
+    }
+}
+
+const FIRE_COLS: &str =
+    "schedule, fire_at, trigger, status, session_id, detail, created_at, updated_at";
+
+fn fire_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<ScheduleFire>> {
+    let trigger: String = row.get(2)?;
+    let status: String = row.get(3)?;
+    let build = || -> StoreResult<ScheduleFire> {
+        Ok(ScheduleFire {
+            schedule: row.get(0)?,
+            fire_at: row.get(1)?,
+            trigger: parse_enum(&trigger, FireTrigger::parse)?,
+            status: parse_enum(&status, FireStatus::parse)?,
+            session_id: row.get(4)?,
+            detail: row.get(5)?,
+            created_at: row.get(6)?,
+            updated_at: row.get(7)?,
+        })
+    };
+    Ok(build())
+}
+
+/// Whether every condition of a claim holds (checked before anything is written).
+fn claim_holds(conn: &Connection, claim: &ScheduleClaim) -> StoreResult<bool> {
+    let stored: Option<i64> = conn
+        .prepare_cached("SELECT next_fire_at FROM schedules WHERE name=?1")?
+        .query_row([&claim.schedule], |r| r.get(0))
+        .optional()?;
+    let state_ok = match claim.expect {
+        StateExpect::Any => true,
+        StateExpect::Absent => stored.is_none(),
+        StateExpect::Next(t) => stored == Some(t),
+    };
+    if !state_ok {
+        return Ok(false);
+    }
+    for write in &claim.fires {
+        let (fire, wanted) = match write {
+            FireWrite::Insert(f) => (f, None),
+            FireWrite::Promote { from, to } => (to, Some(*from)),
+        };
+        let status: Option<String> = conn
+            .prepare_cached(
+                "SELECT status FROM schedule_fires WHERE schedule=?1 AND fire_at=?2 AND trigger=?3",
+            )?
+            .query_row(
+                params![fire.schedule, fire.fire_at, fire.trigger.as_str()],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let ok = match wanted {
+            None => status.is_none(),
+            Some(from) => status.as_deref() == Some(from.as_str()),
+        };
+        if !ok {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 fn message_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<MessageRecord>> {
