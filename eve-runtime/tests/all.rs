@@ -14,3 +14,4 @@ mod server_routes;
 mod server_stream;
 mod server_support;
 mod schedule;
+mod channels;

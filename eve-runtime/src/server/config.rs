@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{Authenticator, resolve_refs};
+use super::channels::Channels;
 use super::error::ServerError;
 
 /// Default largest request body: 1 MiB.
@@ -43,6 +44,8 @@ pub struct ServerConfig {
     pub heartbeat: Duration,
     /// Cancelled when the server shuts down: open streams end, new requests are refused.
     pub shutdown: CancellationToken,
+    /// Platform channels (`slack`, `discord`, `telegram`, `webhook`), secrets resolved.
+    pub channels: Channels,
 }
 
 impl Default for ServerConfig {
@@ -53,18 +56,22 @@ impl Default for ServerConfig {
             body_limit: DEFAULT_BODY_LIMIT,
             heartbeat: Duration::from_secs(15),
             shutdown: CancellationToken::new(),
+            channels: Channels::default(),
         }
     }
 }
 
 impl ServerConfig {
-    /// Settings from the manifest's `eve` channel (defaults without one), resolving `${VAR}`
-    /// references through `env`.
+    /// Settings from the manifest's `eve` channel (defaults without one) and its platform
+    /// channels, resolving `${VAR}` references through `env`.
     pub fn from_manifest(
         manifest: &Manifest,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ServerError> {
-        let mut config = Self::default();
+        let mut config = Self {
+            channels: Channels::resolve(manifest, env)?,
+            ..Self::default()
+        };
         let Some(channel) = manifest
             .agent
             .channels

@@ -10,6 +10,7 @@
 
 mod auth;
 mod body;
+mod channels;
 mod config;
 mod dev;
 mod error;
@@ -28,6 +29,7 @@ use axum::routing::{get, post};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 pub use auth::{Authenticator, Identity, sign_hs256, verify_hs256};
+pub use channels::{ChannelError, Channels, REPLAY_WINDOW_SECS, session_id as channel_session_id};
 pub use config::{
     API_CHANNEL, CorsOrigins, DEFAULT_BODY_LIMIT, ServerConfig, authority_host, is_loopback_host,
 };
@@ -117,6 +119,7 @@ pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOption
         ));
     let mut router = Router::new()
         .route("/eve/v1/health", get(routes::health))
+        .route("/eve/v1/channels/{name}", post(channels::handle))
         .merge(guarded)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)

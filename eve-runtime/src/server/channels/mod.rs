@@ -1,0 +1,266 @@
+//! Platform channels: Slack, Discord, Telegram and signed webhooks, each at
+//! `POST /eve/v1/channels/:name`, one route per `agent/channels/NAME.yaml`.
+//!
+//! A platform calls eve, not the other way round, so these routes do not use the session API's
+//! credentials: every request proves where it comes from with the platform's own signature
+//! (HMAC-SHA256 for Slack and webhooks, Ed25519 for Discord, a shared secret header for
+//! Telegram), checked in constant time before the body is even parsed. A verified message is
+//! accepted durably (in the inbox of the conversation's session) before the platform gets its
+//! quick acknowledgement; the turn then runs in the background and its answer goes back through
+//! the platform's API, at a base URL that tests point at a local fake.
+//!
+//! Each conversation (a Slack thread, a Discord channel, a Telegram chat or topic, a webhook
+//! `session_key`) maps to one session whose id is derived from the channel name and the
+//! conversation key ([`session_id`]): no mapping table to keep consistent, nothing to lose in a
+//! crash, the same answer in every process sharing the store.
+//!
+//! Secrets are resolved from the environment once, when the server starts ([`Channels::resolve`]);
+//! an unset variable stops the start with a message naming it.
+
+mod discord;
+mod error;
+mod outbound;
+mod session;
+mod signature;
+mod slack;
+mod telegram;
+mod webhook;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use eve_compile::{Channel, ChannelKind, Manifest};
+use serde_json::Value;
+
+pub use error::ChannelError;
+pub use session::session_id;
+
+use super::App;
+use super::auth::resolve_refs;
+use super::body;
+use super::error::ServerError;
+use outbound::Outbound;
+use signature::Seen;
+
+/// How far a signed timestamp may be from now, in seconds (Slack's replay window).
+pub const REPLAY_WINDOW_SECS: i64 = 5 * 60;
+
+/// One resolved platform channel.
+enum Platform {
+    Slack(slack::Slack),
+    Discord(discord::Discord),
+    Telegram(telegram::Telegram),
+    Webhook(webhook::Webhook),
+}
+
+/// A platform channel with its secrets resolved and its per-process state.
+struct Resolved {
+    /// Channel name (the file name).
+    name: String,
+    platform: Platform,
+    /// Deliveries already accepted (event ids, update ids), against platform retries.
+    seen: Seen,
+}
+
+/// The platform channels of an agent, secrets resolved. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Channels {
+    by_name: Arc<BTreeMap<String, Arc<Resolved>>>,
+    outbound: Option<Outbound>,
+}
+
+impl std::fmt::Debug for Channels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channels")
+            .field("names", &self.by_name.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads and resolves the settings of one channel file.
+struct Settings<'a> {
+    channel: &'a Channel,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Settings<'_> {
+    fn file(&self) -> &str {
+        &self.channel.source
+    }
+
+    fn invalid(&self, message: String) -> ServerError {
+        ServerError::InvalidSetting {
+            file: self.file().to_owned(),
+            message,
+        }
+    }
+
+    /// A string setting with `${VAR}`s resolved; `None` when absent or null.
+    fn optional(&self, key: &str) -> Result<Option<String>, ServerError> {
+        match self.channel.settings.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => resolve_refs(s.trim(), self.env, self.file(), key)
+                .map(|v| Some(v.trim().to_owned())),
+            Some(Value::Number(n)) => Ok(Some(n.to_string())),
+            Some(other) => Err(self.invalid(format!("`{key}` must be a string, found {other}"))),
+        }
+    }
+
+    /// A required string setting with `${VAR}`s resolved.
+    fn required(&self, key: &str) -> Result<String, ServerError> {
+        match self.optional(key)? {
+            Some(v) if !v.is_empty() => Ok(v),
+            _ => Err(self.invalid(format!(
+                "`{key}` is required: add `{key}: ${{ENV_VAR}}` and export the variable"
+            ))),
+        }
+    }
+
+    /// The platform API's base URL: `api_base_url`, else `default`; no trailing slash.
+    fn api_base_url(&self, default: &str) -> Result<String, ServerError> {
+        let url = self
+            .optional("api_base_url")?
+            .unwrap_or_else(|| default.to_owned());
+        let url = url.trim_end_matches('/').to_owned();
+        match reqwest::Url::parse(&url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(url),
+            _ => Err(self.invalid(format!(
+                "`api_base_url` `{url}` is not an http(s) URL: write it as `https://host[/path]`"
+            ))),
+        }
+    }
+
+    /// A positive number of seconds; `None` when absent.
+    fn seconds(&self, key: &str) -> Result<Option<i64>, ServerError> {
+        match self.channel.settings.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_i64().filter(|n| *n > 0).map(Some).ok_or_else(|| {
+                self.invalid(format!(
+                    "`{key}` must be a positive number of seconds, found {v}"
+                ))
+            }),
+        }
+    }
+}
+
+impl Channels {
+    /// Resolves every platform channel of `manifest` (`slack`, `discord`, `telegram`, `webhook`),
+    /// reading `${VAR}` references through `env`. An unset variable or an unusable setting is an
+    /// error naming the file and the field.
+    pub fn resolve(
+        manifest: &Manifest,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ServerError> {
+        let mut by_name = BTreeMap::new();
+        for channel in &manifest.agent.channels {
+            let settings = Settings { channel, env };
+            let platform = match channel.kind {
+                ChannelKind::Http => continue,
+                ChannelKind::Slack => Platform::Slack(slack::Slack::resolve(&settings)?),
+                ChannelKind::Discord => Platform::Discord(discord::Discord::resolve(&settings)?),
+                ChannelKind::Telegram => {
+                    Platform::Telegram(telegram::Telegram::resolve(&settings)?)
+                }
+                ChannelKind::Webhook => Platform::Webhook(webhook::Webhook::resolve(&settings)?),
+            };
+            by_name.insert(
+                channel.name.clone(),
+                Arc::new(Resolved {
+                    name: channel.name.clone(),
+                    platform,
+                    seen: Seen::default(),
+                }),
+            );
+        }
+        let outbound = if by_name.is_empty() {
+            None
+        } else {
+            Some(Outbound::new().map_err(|e| ServerError::InvalidSetting {
+                file: "channels/".to_owned(),
+                message: format!("cannot create the HTTP client for platform replies: {e}"),
+            })?)
+        };
+        Ok(Self {
+            by_name: Arc::new(by_name),
+            outbound,
+        })
+    }
+
+    /// Names of the platform channels, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.keys().map(String::as_str)
+    }
+
+    /// Whether there is no platform channel.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+}
+
+/// What a platform handler needs besides the request.
+struct Ctx<'a> {
+    app: &'a App,
+    channel: &'a Resolved,
+    outbound: &'a Outbound,
+}
+
+/// `POST /eve/v1/channels/:name`: the channel's kind decides the handler.
+pub(crate) async fn handle(
+    State(app): State<App>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let channels = &app.config.channels;
+    let (Some(channel), Some(outbound)) = (channels.by_name.get(&name), &channels.outbound) else {
+        return ChannelError::NotFound(name).into_response();
+    };
+    let bytes = match body::bytes(body, app.config.body_limit) {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let ctx = Ctx {
+        app: &app,
+        channel,
+        outbound,
+    };
+    let now = chrono::Utc::now().timestamp();
+    let result = match &channel.platform {
+        Platform::Slack(p) => p.handle(&ctx, &headers, &bytes, now).await,
+        Platform::Discord(p) => p.handle(&ctx, &headers, &bytes, now).await,
+        Platform::Telegram(p) => p.handle(&ctx, &headers, &bytes).await,
+        Platform::Webhook(p) => p.handle(&ctx, &headers, &bytes, now).await,
+    };
+    match result {
+        Ok(response) => response,
+        Err(e) => {
+            if let ChannelError::Unauthorized(reason) = &e {
+                tracing::debug!(channel = %channel.name, %reason, "channel request refused");
+            }
+            e.into_response()
+        }
+    }
+}
+
+/// A header as text; `None` when absent or not visible ASCII.
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+}
+
+/// Parses a JSON body (after its signature was checked).
+fn json_body(bytes: &[u8]) -> Result<Value, ChannelError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        ChannelError::bad_request(
+            "invalid_json",
+            format!("The request body is not valid JSON ({e})."),
+        )
+    })
+}

@@ -1,0 +1,171 @@
+//! Telegram, as a bot webhook.
+//!
+//! Telegram sends the `secret_token` given to `setWebhook` in the
+//! `X-Telegram-Bot-Api-Secret-Token` header of every update; it is compared in constant time. A
+//! `message` with `text` (from a person, not a bot) is accepted into the session of its chat (and
+//! forum topic, `message_thread_id`, when there is one) and acknowledged at once; the answer is
+//! sent with `sendMessage` as a reply to the message. An update Telegram delivers again is
+//! recognised by its `update_id`.
+
+use axum::Json;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::error::ChannelError;
+use super::outbound::{Call, Outbound, json_bytes};
+use super::session::{self, Outgoing, Reply};
+use super::signature::same_secret;
+use super::{Ctx, Settings, header, json_body};
+use crate::server::ServerError;
+
+/// Telegram's Bot API.
+const DEFAULT_API: &str = "https://api.telegram.org";
+/// Longest text of one message; longer answers are sent in several.
+const MAX_TEXT: usize = 4_096;
+
+/// A resolved Telegram channel.
+pub struct Telegram {
+    bot_token: String,
+    secret_token: String,
+    api_base_url: String,
+}
+
+impl Telegram {
+    /// Resolves `bot_token`, `secret_token` and `api_base_url`.
+    pub(super) fn resolve(settings: &Settings<'_>) -> Result<Self, ServerError> {
+        Ok(Self {
+            bot_token: settings.required("bot_token")?,
+            secret_token: settings.required("secret_token")?,
+            api_base_url: settings.api_base_url(DEFAULT_API)?,
+        })
+    }
+
+    /// Handles one update.
+    pub(super) async fn handle(
+        &self,
+        ctx: &Ctx<'_>,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<Response, ChannelError> {
+        let presented = header(headers, "x-telegram-bot-api-secret-token")
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                ChannelError::unauthorized(
+                    "The `X-Telegram-Bot-Api-Secret-Token` header is missing.",
+                )
+            })?;
+        if !same_secret(self.secret_token.as_bytes(), presented.as_bytes()) {
+            return Err(ChannelError::unauthorized(
+                "The `X-Telegram-Bot-Api-Secret-Token` header does not match the channel's \
+                 `secret_token`.",
+            ));
+        }
+        let update = json_body(body)?;
+        let Some(message) = update.get("message").filter(|m| m.is_object()) else {
+            return Ok(ignored("not a message"));
+        };
+        let text = message.get("text").and_then(Value::as_str).unwrap_or("");
+        let chat_id = message
+            .pointer("/chat/id")
+            .filter(|v| v.is_i64() || v.is_string());
+        let from_bot = message.pointer("/from/is_bot").and_then(Value::as_bool) == Some(true);
+        let (Some(chat_id), false) = (chat_id, from_bot) else {
+            return Ok(ignored("not a message for the agent"));
+        };
+        if text.trim().is_empty() {
+            return Ok(ignored("no text"));
+        }
+        let thread = message.get("message_thread_id").and_then(Value::as_i64);
+        let message_id = message.get("message_id").and_then(Value::as_i64);
+        let update_id = update
+            .get("update_id")
+            .map(Value::to_string)
+            .unwrap_or_default();
+        let seen = &ctx.channel.seen;
+        if !update_id.is_empty() && !seen.claim(&update_id) {
+            return Ok(ignored("already accepted"));
+        }
+        let chat = chat_id
+            .as_str()
+            .map_or_else(|| chat_id.to_string(), str::to_owned);
+        let key = match thread {
+            Some(t) => format!("{chat}:{t}"),
+            None => chat,
+        };
+        let session = session::session_id("telegram", &ctx.channel.name, &key);
+        let runtime = &ctx.app.runtime;
+        let accepted = match session::accept(runtime, &session, text.trim()).await {
+            Ok(a) => a,
+            Err(e) => {
+                seen.release(&update_id);
+                return Err(e.into());
+            }
+        };
+        session::spawn_reply(
+            runtime.clone(),
+            accepted.clone(),
+            ctx.app.config.shutdown.clone(),
+            TelegramReply {
+                outbound: ctx.outbound.clone(),
+                url: format!("{}/bot{}/sendMessage", self.api_base_url, self.bot_token),
+                chat_id: chat_id.clone(),
+                thread,
+                reply_to: message_id,
+            },
+        );
+        Ok(Json(json!({"ok": true, "sessionId": accepted.session})).into_response())
+    }
+}
+
+fn ignored(why: &str) -> Response {
+    Json(json!({"ok": true, "ignored": why})).into_response()
+}
+
+/// Splits `text` into pieces of at most `max` characters.
+fn pieces(text: &str, max: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return vec![String::new()];
+    }
+    chars
+        .chunks(max.max(1))
+        .map(|c| c.iter().collect())
+        .collect()
+}
+
+/// Replies with `sendMessage`.
+struct TelegramReply {
+    outbound: Outbound,
+    url: String,
+    chat_id: Value,
+    thread: Option<i64>,
+    reply_to: Option<i64>,
+}
+
+#[async_trait::async_trait]
+impl Reply for TelegramReply {
+    async fn send(&mut self, message: Outgoing) {
+        for piece in pieces(&message.text(), MAX_TEXT) {
+            let mut body = json!({"chat_id": self.chat_id, "text": piece});
+            if let Some(id) = self.reply_to {
+                body["reply_to_message_id"] = json!(id);
+            }
+            if let Some(thread) = self.thread {
+                body["message_thread_id"] = json!(thread);
+            }
+            let call = Call {
+                method: Method::POST,
+                url: self.url.clone(),
+                authorization: None,
+                headers: Vec::new(),
+                body: json_bytes(&body),
+                what: "telegram sendMessage",
+            };
+            if self.outbound.send(&call).await.is_err() {
+                return;
+            }
+        }
+    }
+}

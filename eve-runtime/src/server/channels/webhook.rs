@@ -1,0 +1,219 @@
+//! A generic signed webhook: any system that can compute an HMAC can start turns.
+//!
+//! `X-Eve-Signature: sha256=<hex>` is the HMAC-SHA256 of the raw body keyed with `secret`. With
+//! `replay_window_seconds` set, requests must also carry `X-Eve-Timestamp` (Unix seconds, within
+//! the window) and the signature covers `{timestamp}.{raw body}`, so a captured request cannot be
+//! replayed later. The body is `{"message": "…", "session_key"?: "…"}`, or any other JSON, which
+//! is given to the agent as the message (pretty-printed). Requests with the same `session_key`
+//! share one session; without one each request starts a new session. The answer is `202
+//! {"ok": true, "sessionId", "status": "accepted"}` once the message is durably accepted. With
+//! `reply_url` set, what happens to the turn (approval needed, the answer, a failure) is POSTed
+//! there as JSON, signed the same way.
+
+use axum::Json;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::error::ChannelError;
+use super::outbound::{Call, Outbound, json_bytes};
+use super::session::{self, Outgoing, Reply};
+use super::signature::{check_timestamp, hmac_sha256, verify_hmac_hex};
+use super::{Ctx, Settings, header, json_body};
+use crate::server::ServerError;
+use crate::server::body;
+
+/// Longest `session_key`.
+const MAX_KEY: usize = 512;
+
+/// A resolved webhook channel.
+pub struct Webhook {
+    secret: String,
+    replay_window: Option<i64>,
+    reply_url: Option<String>,
+}
+
+impl Webhook {
+    /// Resolves `secret`, `replay_window_seconds` and `reply_url`.
+    pub(super) fn resolve(settings: &Settings<'_>) -> Result<Self, ServerError> {
+        let reply_url = match settings.optional("reply_url")? {
+            None => None,
+            Some(url) if url.is_empty() => None,
+            Some(url) => match reqwest::Url::parse(&url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => Some(url),
+                _ => {
+                    return Err(
+                        settings.invalid(format!("`reply_url` `{url}` is not an http(s) URL"))
+                    );
+                }
+            },
+        };
+        Ok(Self {
+            secret: settings.required("secret")?,
+            replay_window: settings.seconds("replay_window_seconds")?,
+            reply_url,
+        })
+    }
+
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), ChannelError> {
+        let signature = header(headers, "x-eve-signature")
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                ChannelError::unauthorized("The `X-Eve-Signature` header is missing.")
+            })?;
+        let hex = signature.strip_prefix("sha256=").ok_or_else(|| {
+            ChannelError::unauthorized(
+                "The `X-Eve-Signature` header must be `sha256=<hex HMAC-SHA256>`.",
+            )
+        })?;
+        let ok = match self.replay_window {
+            Some(window) => {
+                let ts = check_timestamp(
+                    header(headers, "x-eve-timestamp"),
+                    now,
+                    window,
+                    "X-Eve-Timestamp",
+                )?;
+                let prefix = format!("{ts}.");
+                verify_hmac_hex(self.secret.as_bytes(), &[prefix.as_bytes(), body], hex)
+            }
+            None => verify_hmac_hex(self.secret.as_bytes(), &[body], hex),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(ChannelError::unauthorized(
+                "The webhook signature does not match: sign the raw body with the channel's \
+                 `secret`.",
+            ))
+        }
+    }
+
+    /// Handles one delivery.
+    pub(super) async fn handle(
+        &self,
+        ctx: &Ctx<'_>,
+        headers: &HeaderMap,
+        bytes: &[u8],
+        now: i64,
+    ) -> Result<Response, ChannelError> {
+        self.verify(headers, bytes, now)?;
+        let payload = json_body(bytes)?;
+        let (text, key) = message(&payload)?;
+        let runtime = &ctx.app.runtime;
+        let accepted = match &key {
+            Some(key) => {
+                let id = session::session_id("webhook", &ctx.channel.name, key);
+                session::accept(runtime, &id, &text).await?
+            }
+            None => session::accept_new(runtime, &text).await?,
+        };
+        if let Some(url) = &self.reply_url {
+            session::spawn_reply(
+                runtime.clone(),
+                accepted.clone(),
+                ctx.app.config.shutdown.clone(),
+                WebhookReply {
+                    outbound: ctx.outbound.clone(),
+                    url: url.clone(),
+                    secret: self.secret.clone(),
+                    timestamped: self.replay_window.is_some(),
+                    session: accepted.session.clone(),
+                    key,
+                },
+            );
+        }
+        Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({"ok": true, "sessionId": accepted.session, "status": "accepted"})),
+        )
+            .into_response())
+    }
+}
+
+/// The message and the optional session key of a body.
+fn message(payload: &Value) -> Result<(String, Option<String>), ChannelError> {
+    let Value::Object(map) = payload else {
+        return Ok((pretty(payload), None));
+    };
+    let key = match map.get("session_key") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(k)) if !k.trim().is_empty() && k.len() <= MAX_KEY => Some(k.clone()),
+        Some(_) => {
+            return Err(ChannelError::bad_request(
+                "invalid_body",
+                format!("`session_key` must be a non-empty string of at most {MAX_KEY} bytes."),
+            ));
+        }
+    };
+    let text = match map.get("message") {
+        None | Some(Value::Null) => pretty(payload),
+        Some(m) => body::message(m)?,
+    };
+    Ok((text, key))
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+}
+
+/// POSTs the turn's news to `reply_url`, signed.
+struct WebhookReply {
+    outbound: Outbound,
+    url: String,
+    secret: String,
+    timestamped: bool,
+    session: String,
+    key: Option<String>,
+}
+
+#[async_trait::async_trait]
+impl Reply for WebhookReply {
+    async fn send(&mut self, message: Outgoing) {
+        let text = message.text();
+        let mut body = match &message {
+            Outgoing::Approval { pending, .. } => {
+                let requests: Vec<Value> = pending
+                    .iter()
+                    .map(|p| {
+                        json!({"requestId": p.request_id, "toolName": p.tool, "prompt": p.prompt})
+                    })
+                    .collect();
+                json!({"type": "input.requested", "requests": requests})
+            }
+            Outgoing::Answer(_) => json!({"type": "turn.completed"}),
+            Outgoing::Failed(error) => json!({"type": "turn.failed", "error": error}),
+            Outgoing::Cancelled => json!({"type": "turn.cancelled"}),
+        };
+        body["sessionId"] = json!(self.session);
+        if let Some(key) = &self.key {
+            body["sessionKey"] = json!(key);
+        }
+        body["text"] = json!(text);
+        let bytes = json_bytes(&body);
+        let mut headers = Vec::new();
+        let signature = if self.timestamped {
+            let ts = chrono::Utc::now().timestamp().to_string();
+            let prefix = format!("{ts}.");
+            let sig = hmac_sha256(self.secret.as_bytes(), &[prefix.as_bytes(), &bytes]);
+            headers.push(("x-eve-timestamp", ts));
+            sig
+        } else {
+            hmac_sha256(self.secret.as_bytes(), &[&bytes])
+        };
+        headers.push((
+            "x-eve-signature",
+            format!("sha256={}", hex::encode(signature)),
+        ));
+        let call = Call {
+            method: Method::POST,
+            url: self.url.clone(),
+            authorization: None,
+            headers,
+            body: bytes,
+            what: "webhook reply",
+        };
+        let _ = self.outbound.send(&call).await;
+    }
+}
