@@ -69,7 +69,7 @@ async fn unknown_channels_and_methods() {
     );
     let (_agent, root) = agent(&[("hooks", yaml)]);
     let server = Served::start(&root, &[("S", "s")]).await;
-    for name in ["nope", "eve", "HOOKS"] {
+    for name in ["nope", "eve", "HOOKS", "%FF%FE"] {
         let (status, body) = server.post(name, &[], "{}").await;
         assert_eq!(status, 404, "{name}: {body}");
         assert_eq!(body["ok"], false);

@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -212,10 +212,12 @@ struct Ctx<'a> {
 /// `POST /eve/v1/channels/:name`: the channel's kind decides the handler.
 pub(crate) async fn handle(
     State(app): State<App>,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    // A name that does not decode cannot name a channel.
+    let name = name.map(|Path(n)| n).unwrap_or_default();
     let channels = &app.config.channels;
     let (Some(channel), Some(outbound)) = (channels.by_name.get(&name), &channels.outbound) else {
         return ChannelError::NotFound(name).into_response();
