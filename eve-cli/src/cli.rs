@@ -47,6 +47,10 @@ pub enum Command {
     /// Serve the session API (`/eve/v1`) from the current build until SIGTERM or Ctrl-C.
     #[command(visible_alias = "start")]
     Serve(ServeArgs),
+    /// Build, serve, and rebuild on every change to the agent folder (dev mode).
+    Dev(DevArgs),
+    /// Talk to the agent in the terminal (in this process, or with a server via `--url`).
+    Chat(ChatArgs),
     /// List, inspect and answer sessions in the local store.
     #[command(subcommand)]
     Sessions(SessionsCommand),
@@ -112,6 +116,33 @@ pub struct ServeArgs {
     /// Address to listen on. Without `auth:` in `agent/channels/eve.yaml` only loopback is allowed.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Port to listen on (0 picks a free one; the address is printed).
+    #[arg(long, short, env = "PORT", default_value_t = 3000)]
+    pub port: u16,
+    /// Address to listen on. Without `auth:` in `agent/channels/eve.yaml` only loopback is allowed.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Talk to a running server (`http://127.0.0.1:3000`) instead of running the agent here.
+    #[arg(long, env = "EVE_URL")]
+    pub url: Option<String>,
+    /// Bearer token for `--url` (sent as `Authorization: Bearer TOKEN`).
+    #[arg(long, env = "EVE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Continue this session instead of starting a new one.
+    #[arg(long, short)]
+    pub session: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

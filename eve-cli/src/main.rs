@@ -4,6 +4,7 @@ mod cli;
 mod commands;
 mod project;
 mod render;
+mod term;
 
 use std::process::ExitCode;
 

@@ -1,6 +1,8 @@
 //! One module per command. Each returns the process exit code.
 
 mod build;
+mod chat;
+mod dev;
 mod info;
 mod init;
 mod run;
@@ -19,6 +21,8 @@ pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Build(args) => build::run(args),
         Command::Run(args) => run::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Dev(args) => dev::run(args),
+        Command::Chat(args) => chat::run(args),
         Command::Sessions(cmd) => match cmd {
             SessionsCommand::List(args) => sessions::list(args),
             SessionsCommand::Show(args) => sessions::show(args),

@@ -6,7 +6,7 @@
 //! the run with [`EXIT_WAITING`] after saying how to answer. `--session ID` without a prompt
 //! resumes that session's unfinished turn (after a crash, or after an approval was answered).
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -14,16 +14,14 @@ use anyhow::Context;
 use eve_compile::Project;
 use eve_compile::build;
 use eve_compile::render::{Style, render_all};
-use eve_runtime::engine::{
-    DriveOutcome, Runtime, RuntimeConfig, SettingsModelProvider, events as ev,
-};
-use eve_runtime::store::{InputRequestRecord, StoredEvent};
+use eve_runtime::engine::{DriveOutcome, Runtime, RuntimeConfig, SettingsModelProvider};
+use eve_runtime::store::InputRequestRecord;
 use eve_runtime::tools::process_env;
-use serde_json::Value;
 
 use crate::cli::RunArgs;
 use crate::project::{locate, source_reader};
 use crate::render::{paint, plural, stderr_color};
+use crate::term::{Printer, ask, compact};
 
 /// Exit code of a run that stopped at an approval nobody could answer.
 pub const EXIT_WAITING: u8 = 3;
@@ -122,7 +120,10 @@ async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> 
         match outcome {
             DriveOutcome::Idle => return Ok(ExitCode::SUCCESS),
             DriveOutcome::Cancelled => {
-                eprintln!("{} the turn was cancelled", paint(color, "1;33", "warning:"));
+                eprintln!(
+                    "{} the turn was cancelled",
+                    paint(color, "1;33", "warning:")
+                );
                 return Ok(ExitCode::FAILURE);
             }
             DriveOutcome::Failed { code, message } => {
@@ -162,7 +163,12 @@ async fn answer_requests(
             plural(requests.len(), "tool call")
         );
         for r in requests {
-            eprintln!("  {}  {} {}", r.id, r.tool_name, compact(&r.action["input"]));
+            eprintln!(
+                "  {}  {} {}",
+                r.id,
+                r.tool_name,
+                compact(&r.action["input"])
+            );
         }
         eprintln!(
             "answer with `eve sessions approve {id}{}` (or `deny`), then continue with \
@@ -192,123 +198,4 @@ async fn answer_requests(
         runtime.answer_input(id, Some(&r.id), approve, None).await?;
     }
     Ok(true)
-}
-
-fn ask(question: &str) -> anyhow::Result<bool> {
-    let mut err = std::io::stderr();
-    write!(err, "{question}")?;
-    err.flush()?;
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line)?;
-    Ok(matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
-}
-
-fn compact(value: &Value) -> String {
-    let text = value.to_string();
-    if text.chars().count() > 120 {
-        let cut: String = text.chars().take(117).collect();
-        format!("{cut}...")
-    } else {
-        text
-    }
-}
-
-/// Renders events: text to stdout, the rest to stderr (or JSON lines with `--json`).
-struct Printer {
-    json: bool,
-    color: bool,
-    out_color: bool,
-    mid_line: bool,
-    reasoning: bool,
-}
-
-impl Printer {
-    fn new(json: bool) -> Self {
-        Self {
-            json,
-            color: stderr_color(),
-            out_color: crate::render::stdout_color(),
-            mid_line: false,
-            reasoning: false,
-        }
-    }
-
-    fn finish_line(&mut self) {
-        if self.mid_line {
-            println!();
-            self.mid_line = false;
-        }
-        if self.reasoning {
-            eprintln!();
-            self.reasoning = false;
-        }
-    }
-
-    fn event(&mut self, event: &StoredEvent) {
-        if self.json {
-            println!("{}", event.to_wire());
-            let _ = std::io::stdout().flush();
-            return;
-        }
-        let data = &event.data;
-        match event.kind.as_str() {
-            ev::MESSAGE_APPENDED => {
-                if self.reasoning {
-                    eprintln!();
-                    self.reasoning = false;
-                }
-                let delta = data["messageDelta"].as_str().unwrap_or_default();
-                print!("{delta}");
-                let _ = std::io::stdout().flush();
-                self.mid_line = !delta.ends_with('\n');
-            }
-            ev::REASONING_APPENDED => {
-                let delta = data["reasoningDelta"].as_str().unwrap_or_default();
-                eprint!("{}", paint(self.color, "2", delta));
-                self.reasoning = true;
-            }
-            ev::MESSAGE_COMPLETED => self.finish_line(),
-            ev::ACTIONS_REQUESTED => {
-                self.finish_line();
-                for action in data["actions"].as_array().into_iter().flatten() {
-                    let line = if action["kind"] == "load-skill" {
-                        format!("→ load skill {}", action["name"].as_str().unwrap_or_default())
-                    } else {
-                        format!(
-                            "→ {} {}",
-                            action["toolName"].as_str().unwrap_or_default(),
-                            compact(&action["input"])
-                        )
-                    };
-                    eprintln!("{}", paint(self.color, "36", &line));
-                }
-            }
-            ev::ACTION_RESULT => {
-                let result = &data["result"];
-                let name = result["toolName"]
-                    .as_str()
-                    .or_else(|| result["name"].as_str())
-                    .unwrap_or_default();
-                let status = data["status"].as_str().unwrap_or_default();
-                if status == "completed" {
-                    eprintln!("{}", paint(self.color, "32", &format!("← {name}: ok")));
-                } else {
-                    let output = match &result["output"] {
-                        Value::String(s) => s.lines().next().unwrap_or_default().to_owned(),
-                        other => compact(other),
-                    };
-                    eprintln!(
-                        "{}",
-                        paint(self.color, "31", &format!("← {name}: {status}: {output}"))
-                    );
-                }
-            }
-            ev::COMPACTION_COMPLETED => {
-                eprintln!("{}", paint(self.color, "2", "(context compacted)"));
-            }
-            ev::TURN_FAILED | ev::TURN_CANCELLED => self.finish_line(),
-            _ => {}
-        }
-        let _ = self.out_color;
-    }
 }

@@ -2,8 +2,8 @@
 //!
 //! Start-up checks everything before a socket opens (a build exists, the channel's secrets are
 //! set, an unauthenticated API stays on loopback), then re-drives every session left mid-turn by
-//! a previous process, with no flag. SIGTERM or SIGINT stops accepting connections, ends open
-//! streams, gives in-flight turns a bounded time to reach their next checkpoint, and exits 0;
+//! a previous process, with no flag, and fires the build's schedules. SIGTERM or SIGINT stops
+//! accepting connections, ends open streams, gives in-flight turns a bounded time to reach their next checkpoint, and exits 0;
 //! whatever is still running then resumes on the next start.
 
 use std::process::ExitCode;
@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use eve_compile::build;
 use eve_runtime::engine::{Runtime, RuntimeConfig, SettingsModelProvider};
+use eve_runtime::schedule::{Scheduler, clock_from_env};
 use eve_runtime::server::{self, ServerConfig};
 use eve_runtime::store::{SessionFilter, SessionStatus};
 use eve_runtime::tools::process_env;
@@ -23,9 +24,9 @@ use crate::cli::ServeArgs;
 use crate::project::locate;
 
 /// How long open connections get to finish after a shutdown signal.
-const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
 /// How long running turns get to reach a checkpoint after a shutdown signal.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
@@ -61,6 +62,7 @@ async fn serve(
     agent: String,
     hash: String,
 ) -> anyhow::Result<ExitCode> {
+    let clock = clock_from_env()?;
     let env = process_env();
     let models = Arc::new(SettingsModelProvider::new(env.clone()));
     let mut runtime_config = RuntimeConfig::new(&project.state_dir, models)
@@ -91,6 +93,7 @@ async fn serve(
 
     let shutdown = config.shutdown.clone();
     watch_signals(shutdown.clone())?;
+    tokio::spawn(Scheduler::new(runtime.clone(), clock).run(shutdown.clone()));
     let router = server::router(runtime.clone(), config);
     eprintln!("eve serving {agent} (build {hash}) on http://{local}");
     let serving = server::serve(listener, router, shutdown.clone());
@@ -111,7 +114,7 @@ async fn serve(
 }
 
 /// Cancels `shutdown` on the first SIGTERM or SIGINT; a second one exits at once.
-fn watch_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
+pub(crate) fn watch_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
     tokio::spawn(async move {
@@ -131,7 +134,7 @@ fn watch_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
 }
 
 /// Waits, at most `deadline`, for this process's drivers to finish the turns they are running.
-async fn drain(runtime: &Runtime, deadline: Duration) {
+pub(crate) async fn drain(runtime: &Runtime, deadline: Duration) {
     let filter = SessionFilter {
         status: Some(SessionStatus::Running),
         ..SessionFilter::default()

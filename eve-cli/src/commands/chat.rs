@@ -1,0 +1,683 @@
+//! `eve chat`: an interactive terminal client.
+//!
+//! By default the agent runs in this process (built first, like `eve run`, on the project's store);
+//! with `--url` it talks to a running `eve serve`/`eve dev` over the session API (`--token` for
+//! bearer auth). Either way the reply streams to stdout, reasoning is dimmed, each tool call is one
+//! line on stderr, and an approval is a y/n question. Lines starting with a slash command
+//! (`/new`, `/compact`, `/clear`, `/cancel`, `/exit`, `/help`) act on the session; any other line,
+//! `/tool …` included, is a message. Ctrl-C cancels the running turn; at the prompt, a second
+//! Ctrl-C exits. Without a terminal, lines are read from stdin as they come (scripts, tests).
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use std::sync::Arc;
+
+use eve_runtime::engine::{Runtime, RuntimeConfig, SettingsModelProvider, events as ev};
+use eve_runtime::server::{self, EventCursor, Next};
+use eve_runtime::tools::process_env;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::run::build_agent;
+use crate::cli::ChatArgs;
+use crate::project::locate;
+use crate::render::{paint, stderr_color};
+use crate::term::{Printer, compact, is_yes};
+
+const HELP: &str = "\
+/new      start a new session
+/compact  compact the session's context now
+/clear    empty the session's context (its history stays in the store)
+/cancel   cancel the running or parked turn
+/exit     leave (also /quit, Ctrl-D, or Ctrl-C twice at the prompt)
+/help     this list
+Anything else is sent to the agent. Ctrl-C cancels a running turn.";
+
+pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
+    let local = match &args.url {
+        Some(_) => None,
+        None => {
+            let project = locate(&args.project)?;
+            if !build_agent(&project)? {
+                return Ok(ExitCode::FAILURE);
+            }
+            Some(project)
+        }
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(async move {
+            let backend = match local {
+                Some(project) => Backend::Local(open_local(&project)?),
+                None => Backend::Remote(Remote::new(
+                    args.url.as_deref().unwrap_or_default(),
+                    args.token.clone(),
+                )?),
+            };
+            Chat::new(backend).run(args.session).await
+        })
+}
+
+/// The project's runtime in this process, with drivers in the background as in a server, so
+/// the prompt stays responsive and Ctrl-C only cancels.
+fn open_local(project: &eve_compile::Project) -> anyhow::Result<Runtime> {
+    let env = process_env();
+    let models = Arc::new(SettingsModelProvider::new(env.clone()));
+    let mut config = RuntimeConfig::new(&project.state_dir, models)
+        .with_context(|| format!("cannot open the store at {}", project.db_path().display()))?;
+    config.env = env;
+    config.autostart = true;
+    Ok(Runtime::new(config))
+}
+
+/// A client of the session API.
+struct Remote {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl Remote {
+    fn new(url: &str, token: Option<String>) -> anyhow::Result<Self> {
+        let base = url.trim().trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            anyhow::bail!("--url must start with http:// or https://, found `{url}`");
+        }
+        let http = reqwest::Client::builder()
+            .build()
+            .context("cannot set up the HTTP client")?;
+        Ok(Self { http, base, token })
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    /// POSTs `body`; returns the JSON answer, or the server's error as an error.
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        let response = self
+            .request(reqwest::Method::POST, path)
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {}", self.base))?;
+        let status = response.status();
+        let value: Value = response.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            let message = value["error"].as_str().unwrap_or("request failed");
+            anyhow::bail!("{message} (HTTP {})", status.as_u16());
+        }
+        Ok(value)
+    }
+
+    /// `GET …/stream` with `query`; the response, checked.
+    async fn stream(&self, session: &str, query: &str) -> anyhow::Result<reqwest::Response> {
+        let response = self
+            .request(
+                reqwest::Method::GET,
+                &format!("/eve/v1/session/{session}/stream?{query}"),
+            )
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {}", self.base))?;
+        let status = response.status();
+        if !status.is_success() {
+            let value: Value = response.json().await.unwrap_or(Value::Null);
+            let message = value["error"].as_str().unwrap_or("request failed");
+            anyhow::bail!("{message} (HTTP {})", status.as_u16());
+        }
+        Ok(response)
+    }
+}
+
+/// Where the session lives.
+enum Backend {
+    Local(Runtime),
+    Remote(Remote),
+}
+
+/// A stream of wire events (`{type, data, meta}`) that ends when the session is at rest.
+enum Follow {
+    Local(Box<EventCursor>),
+    Remote {
+        body: futures::stream::BoxStream<'static, reqwest::Result<Vec<u8>>>,
+        buffer: Vec<u8>,
+        done: bool,
+    },
+}
+
+impl Follow {
+    async fn next(&mut self) -> anyhow::Result<Option<Value>> {
+        match self {
+            Self::Local(cursor) => match cursor.next(None).await {
+                Next::Event(event) => Ok(Some(event.to_wire())),
+                Next::Tick => Ok(Some(Value::Null)),
+                Next::End => Ok(None),
+            },
+            Self::Remote { body, buffer, done } => loop {
+                if let Some(pos) = buffer.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buffer.drain(..=pos).collect();
+                    let text = String::from_utf8_lossy(&line);
+                    if text.trim().is_empty() {
+                        continue;
+                    }
+                    return Ok(Some(serde_json::from_str(text.trim()).with_context(
+                        || format!("the server sent a line that is not JSON: {}", text.trim()),
+                    )?));
+                }
+                if *done {
+                    return Ok(None);
+                }
+                match body.next().await {
+                    Some(chunk) => buffer.extend_from_slice(&chunk.context("the stream broke")?),
+                    None => {
+                        *done = true;
+                        buffer.push(b'\n');
+                    }
+                }
+            },
+        }
+    }
+}
+
+impl Backend {
+    async fn create(&self) -> anyhow::Result<String> {
+        match self {
+            Self::Local(rt) => Ok(rt.create_session(None).await?),
+            Self::Remote(r) => {
+                let answer = r.post("/eve/v1/session", json!({})).await?;
+                answer["sessionId"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .context("the server did not return a session id")
+            }
+        }
+    }
+
+    /// Every stored event of a session.
+    async fn history(&self, session: &str) -> anyhow::Result<Vec<Value>> {
+        match self {
+            Self::Local(rt) => {
+                if rt.session(session).await?.is_none() {
+                    anyhow::bail!("no session `{session}` in {}", rt.state_dir().display());
+                }
+                Ok(rt
+                    .events(session, 0, 0)
+                    .await?
+                    .iter()
+                    .map(|e| e.to_wire())
+                    .collect())
+            }
+            Self::Remote(r) => {
+                let response = r.stream(session, "startIndex=0&follow=false").await?;
+                let text = response.text().await.context("cannot read the stream")?;
+                Ok(text
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .filter_map(|l| serde_json::from_str(l).ok())
+                    .collect())
+            }
+        }
+    }
+
+    /// Index of the session's next event.
+    async fn tail(&self, session: &str) -> anyhow::Result<u64> {
+        match self {
+            Self::Local(rt) => Ok(rt
+                .session(session)
+                .await?
+                .map(|s| s.event_count)
+                .unwrap_or(0)),
+            Self::Remote(r) => {
+                let response = r.stream(session, "startIndex=-1&follow=false").await?;
+                let tail: i64 = response
+                    .headers()
+                    .get("x-eve-stream-tail-index")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(-1);
+                Ok(u64::try_from(tail + 1).unwrap_or(0))
+            }
+        }
+    }
+
+    async fn follow(&self, session: &str, from: u64) -> anyhow::Result<Follow> {
+        match self {
+            Self::Local(rt) => Ok(Follow::Local(Box::new(EventCursor::follow(
+                rt.clone(),
+                session.to_owned(),
+                from,
+                CancellationToken::new(),
+            )))),
+            Self::Remote(r) => {
+                let response = r.stream(session, &format!("startIndex={from}")).await?;
+                let body = response
+                    .bytes_stream()
+                    .map(|chunk| chunk.map(|b| b.to_vec()))
+                    .boxed();
+                Ok(Follow::Remote {
+                    body,
+                    buffer: Vec::new(),
+                    done: false,
+                })
+            }
+        }
+    }
+
+    async fn send(&self, session: &str, text: &str) -> anyhow::Result<()> {
+        match self {
+            Self::Local(rt) => {
+                rt.post_message(session, text).await?;
+            }
+            Self::Remote(r) => {
+                r.post(
+                    &format!("/eve/v1/session/{session}"),
+                    json!({"message": text}),
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn answer(&self, session: &str, request: &str, approve: bool) -> anyhow::Result<()> {
+        match self {
+            Self::Local(rt) => {
+                rt.answer_input(session, Some(request), approve, None)
+                    .await?;
+            }
+            Self::Remote(r) => {
+                let option = if approve { "approve" } else { "cancel" };
+                r.post(
+                    &format!("/eve/v1/session/{session}"),
+                    json!({"inputResponses": [{"requestId": request, "optionId": option}]}),
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Cancels the turn; `false` when there was none.
+    async fn cancel(&self, session: &str) -> anyhow::Result<bool> {
+        match self {
+            Self::Local(rt) => {
+                let idle = rt.session(session).await?.is_none_or(|s| {
+                    s.status == eve_runtime::store::SessionStatus::Idle && !s.cancel_requested
+                });
+                if idle {
+                    return Ok(false);
+                }
+                rt.cancel(session).await?;
+                Ok(true)
+            }
+            Self::Remote(r) => {
+                let answer = r
+                    .post(&format!("/eve/v1/session/{session}/cancel"), json!({}))
+                    .await?;
+                Ok(answer["status"] != "no_active_turn")
+            }
+        }
+    }
+
+    async fn control(&self, session: &str, what: &str) -> anyhow::Result<()> {
+        match self {
+            Self::Local(rt) => match what {
+                "compact" => rt.compact(session).await?,
+                _ => rt.clear(session).await?,
+            },
+            Self::Remote(r) => {
+                r.post(&format!("/eve/v1/session/{session}/{what}"), json!({}))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for in-process drivers to finish (local only).
+    async fn settle(&self, session: &str) {
+        if let Self::Local(rt) = self {
+            rt.settled(session).await;
+        }
+    }
+}
+
+/// An input request seen on the stream and not yet answered.
+#[derive(Debug, Clone)]
+struct Request {
+    id: String,
+    prompt: String,
+    input: Value,
+}
+
+/// Requests of `input.requested` events that no later `approval.settled` answered.
+fn unanswered(events: &[Value]) -> Vec<Request> {
+    let mut open: Vec<Request> = Vec::new();
+    for event in events {
+        match event["type"].as_str().unwrap_or_default() {
+            ev::INPUT_REQUESTED => {
+                for r in event["data"]["requests"].as_array().into_iter().flatten() {
+                    let Some(id) = r["requestId"].as_str() else {
+                        continue;
+                    };
+                    open.retain(|o| o.id != id);
+                    open.push(Request {
+                        id: id.to_owned(),
+                        prompt: r["prompt"].as_str().unwrap_or("Approve?").to_owned(),
+                        input: r["action"]["input"].clone(),
+                    });
+                }
+            }
+            ev::APPROVAL_SETTLED => {
+                let id = event["data"]["requestId"].as_str().unwrap_or_default();
+                open.retain(|o| o.id != id);
+            }
+            ev::TURN_CANCELLED | ev::TURN_FAILED | ev::TURN_COMPLETED => open.clear(),
+            _ => {}
+        }
+    }
+    open
+}
+
+/// What the user typed, or pressed.
+enum Input {
+    Line(String),
+    Interrupt,
+    Eof,
+}
+
+struct Chat {
+    backend: Backend,
+    session: Option<String>,
+    printer: Printer,
+    color: bool,
+    interactive: bool,
+    lines: mpsc::UnboundedReceiver<String>,
+    interrupts: mpsc::UnboundedReceiver<()>,
+}
+
+impl Chat {
+    fn new(backend: Backend) -> Self {
+        let (line_tx, lines) = mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            let stdin = std::io::stdin();
+            let mut line = String::new();
+            loop {
+                line.clear();
+                match stdin.read_line(&mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let text = line.trim_end_matches(['\n', '\r']).to_owned();
+                        if line_tx.send(text).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        let (int_tx, interrupts) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while tokio::signal::ctrl_c().await.is_ok() {
+                if int_tx.send(()).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            backend,
+            session: None,
+            printer: Printer::new(false),
+            color: stderr_color(),
+            interactive: std::io::stdin().is_terminal(),
+            lines,
+            interrupts,
+        }
+    }
+
+    fn note(&self, text: &str) {
+        eprintln!("{}", paint(self.color, "2", text));
+    }
+
+    fn error(&self, e: &anyhow::Error) {
+        eprintln!("{} {e:#}", paint(self.color, "1;31", "error:"));
+    }
+
+    async fn input(&mut self, prompt: &str) -> Input {
+        if self.interactive {
+            use std::io::Write;
+            eprint!("{prompt}");
+            let _ = std::io::stderr().flush();
+        }
+        tokio::select! {
+            line = self.lines.recv() => match line {
+                Some(line) => Input::Line(line),
+                None => Input::Eof,
+            },
+            Some(()) = self.interrupts.recv() => Input::Interrupt,
+        }
+    }
+
+    async fn run(mut self, resume: Option<String>) -> anyhow::Result<ExitCode> {
+        if let Some(id) = resume {
+            let history = self.backend.history(&id).await?;
+            self.note(&format!("session {id} ({} events)", history.len()));
+            self.session = Some(id.clone());
+            if let Backend::Local(rt) = &self.backend {
+                // Finish whatever the session had left (an unfinished turn, an answered wait).
+                let rt = rt.clone();
+                let id = id.clone();
+                tokio::spawn(async move { rt.drive(&id).await });
+            }
+            // A parked turn asks its questions; an unfinished one is followed to its end.
+            let tail = history.len() as u64;
+            let pending = unanswered(&history);
+            let resting = history
+                .last()
+                .is_none_or(|e| server::is_rest_point(e["type"].as_str().unwrap_or_default()));
+            if !pending.is_empty() {
+                if !self.approve(&id, &pending).await? {
+                    return Ok(self.leave());
+                }
+                self.follow_turn(&id, Some(tail)).await?;
+            } else if !resting {
+                self.follow_turn(&id, Some(tail)).await?;
+            }
+        } else if self.interactive {
+            self.note("eve chat: type a message, /help for commands, Ctrl-D to leave");
+        }
+        let mut armed = false;
+        loop {
+            let prompt = paint(self.color, "1", "you> ");
+            let line = match self.input(&prompt).await {
+                Input::Eof => break,
+                Input::Interrupt => {
+                    if armed {
+                        eprintln!();
+                        break;
+                    }
+                    armed = true;
+                    eprintln!();
+                    self.note("(press Ctrl-C again, or type /exit, to leave)");
+                    continue;
+                }
+                Input::Line(line) => line,
+            };
+            armed = false;
+            let text = line.trim();
+            if text.is_empty() {
+                continue;
+            }
+            match text.split_whitespace().next().unwrap_or_default() {
+                "/exit" | "/quit" => break,
+                "/help" => eprintln!("{HELP}"),
+                "/new" => {
+                    self.session = None;
+                    self.note("(new session: it starts with your next message)");
+                }
+                "/cancel" => match self.session.clone() {
+                    None => self.note("(no session yet)"),
+                    Some(id) => match self.backend.cancel(&id).await {
+                        Ok(true) => {
+                            self.note("(cancelling the turn)");
+                            if let Err(e) = self.follow_turn(&id, None).await {
+                                self.error(&e);
+                            }
+                        }
+                        Ok(false) => self.note("(no turn to cancel)"),
+                        Err(e) => self.error(&e),
+                    },
+                },
+                cmd @ ("/compact" | "/clear") => match self.session.clone() {
+                    None => self.note("(no session yet)"),
+                    Some(id) => {
+                        let what = &cmd[1..];
+                        match self.backend.control(&id, what).await {
+                            Ok(()) => self.note(if what == "compact" {
+                                "(context compacted)"
+                            } else {
+                                "(context cleared)"
+                            }),
+                            Err(e) => self.error(&e),
+                        }
+                    }
+                },
+                _ => {
+                    if let Err(e) = self.message(text).await {
+                        self.error(&e);
+                    }
+                }
+            }
+        }
+        Ok(self.leave())
+    }
+
+    /// Says how to come back; the exit code.
+    fn leave(&mut self) -> ExitCode {
+        self.printer.finish_line();
+        if let Some(id) = &self.session {
+            self.note(&format!("continue with: eve chat --session {id}"));
+        }
+        ExitCode::SUCCESS
+    }
+
+    /// Sends a message (creating the session on the first one) and follows the turn.
+    async fn message(&mut self, text: &str) -> anyhow::Result<()> {
+        let id = match self.session.clone() {
+            Some(id) => id,
+            None => {
+                let id = self.backend.create().await?;
+                self.note(&format!("session {id}"));
+                self.session = Some(id.clone());
+                id
+            }
+        };
+        let from = self.backend.tail(&id).await?;
+        self.backend.send(&id, text).await?;
+        self.follow_turn(&id, Some(from)).await
+    }
+
+    /// Follows the session from `from` (its tail when `None`) until it rests, answering
+    /// approvals on the way; Ctrl-C cancels the turn.
+    async fn follow_turn(&mut self, id: &str, from: Option<u64>) -> anyhow::Result<()> {
+        let mut from = match from {
+            Some(from) => from,
+            None => self.backend.tail(id).await?,
+        };
+        loop {
+            let mut follow = self.backend.follow(id, from).await?;
+            let mut seen: Vec<Value> = Vec::new();
+            loop {
+                let event = tokio::select! {
+                    event = follow.next() => event?,
+                    Some(()) = self.interrupts.recv() => {
+                        self.printer.finish_line();
+                        match self.backend.cancel(id).await {
+                            Ok(true) => self.note("(cancelling the turn)"),
+                            Ok(false) => {}
+                            Err(e) => self.error(&e),
+                        }
+                        continue;
+                    }
+                };
+                let Some(event) = event else { break };
+                if event.is_null() {
+                    continue;
+                }
+                self.printer.wire(&event);
+                self.report(&event);
+                seen.push(event);
+            }
+            self.printer.finish_line();
+            from += seen.len() as u64;
+            let parked = seen.last().is_some_and(|e| e["type"] == ev::TURN_WAITING);
+            let pending = unanswered(&seen);
+            if !parked || pending.is_empty() {
+                self.backend.settle(id).await;
+                return Ok(());
+            }
+            if !self.approve(id, &pending).await? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Notices for events the printer leaves out.
+    fn report(&self, event: &Value) {
+        match event["type"].as_str().unwrap_or_default() {
+            ev::TURN_FAILED => {
+                let error = &event["data"]["error"];
+                eprintln!(
+                    "{} {} ({})",
+                    paint(self.color, "1;31", "turn failed:"),
+                    error["message"].as_str().unwrap_or("unknown error"),
+                    error["code"].as_str().unwrap_or("error")
+                );
+            }
+            ev::TURN_CANCELLED => self.note("(turn cancelled)"),
+            ev::CONTEXT_CLEARED => {}
+            _ => {}
+        }
+    }
+
+    /// Asks about each request; `false` when stdin ended before an answer.
+    async fn approve(&mut self, id: &str, requests: &[Request]) -> anyhow::Result<bool> {
+        for r in requests {
+            let question = format!(
+                "{} {} {} [y/N] ",
+                paint(self.color, "1;33", "approve?"),
+                r.prompt,
+                compact(&r.input)
+            );
+            if !self.interactive {
+                eprintln!("{question}");
+            }
+            let approve = match self.input(&question).await {
+                Input::Line(answer) => is_yes(&answer),
+                Input::Interrupt => {
+                    eprintln!();
+                    false
+                }
+                Input::Eof => {
+                    self.note(&format!(
+                        "(no answer: the turn stays parked; answer with `eve sessions approve {id} {}`)",
+                        r.id
+                    ));
+                    return Ok(false);
+                }
+            };
+            self.backend.answer(id, &r.id, approve).await?;
+        }
+        Ok(true)
+    }
+}

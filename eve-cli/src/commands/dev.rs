@@ -1,0 +1,315 @@
+//! `eve dev`: build, serve, and rebuild on every change to the agent folder.
+//!
+//! The server is `eve serve`'s, in dev mode (it also answers `POST /eve/v1/dev/schedules/:id`).
+//! A watcher (notify, debounced) reports changes under the agent folder; each batch rebuilds in
+//! place. A good build is written and `.eve/current` is swapped to it atomically: `/info`, new
+//! sessions and idle sessions' next messages use it at once, while a turn already running finishes
+//! on the build it started on. The channel settings (auth, CORS, body limit) are reloaded with it.
+//! A build with errors changes nothing: the last good build keeps serving and the diagnostics are
+//! printed as `eve build` prints them. Every rebuild prints one line.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use eve_compile::Project;
+use eve_compile::build::{self, Built};
+use eve_compile::render::{Style, render_all};
+use eve_runtime::engine::{Runtime, RuntimeConfig, SettingsModelProvider};
+use eve_runtime::schedule::{Scheduler, clock_from_env};
+use eve_runtime::server::{self, ReloadableRouter, RouterOptions, ServerConfig};
+use eve_runtime::tools::process_env;
+use notify_debouncer_full::notify::event::{AccessKind, AccessMode};
+use notify_debouncer_full::notify::{EventKind, RecursiveMode};
+use notify_debouncer_full::{DebounceEventResult, new_debouncer};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::serve::{CLOSE_DEADLINE, DRAIN_DEADLINE, drain, watch_signals};
+use crate::cli::DevArgs;
+use crate::project::{locate, source_reader};
+use crate::render::{duration, paint, plural, stderr_color};
+
+/// How long the watcher waits for a burst of changes (an editor's save, a `git checkout`) to end.
+const DEBOUNCE: Duration = Duration::from_millis(50);
+
+pub fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
+    let project = locate(&args.project)?;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("EVE_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,eve_runtime::schedule=info")
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(dev(project, args))
+}
+
+/// What a rebuild led to.
+enum Outcome {
+    /// A good build, now current.
+    Good { hash: String, changed: bool },
+    /// Errors: nothing changed.
+    Failed,
+}
+
+/// Builds and prints the one-line result (after the diagnostics, if any).
+fn rebuild(project: &Project, serving: Option<&str>, first: bool) -> anyhow::Result<Outcome> {
+    let built: Built = build::build(project)?;
+    let color = stderr_color();
+    let out = &built.output;
+    if !out.diagnostics.is_empty() {
+        eprintln!(
+            "{}",
+            render_all(&out.diagnostics, &source_reader(project), Style { color })
+        );
+    }
+    let errors = out.error_count();
+    let Some(hash) = built.hash.clone() else {
+        let still = match serving {
+            Some(hash) => format!("still serving {hash}"),
+            None => "nothing to serve yet: fix them and save".to_owned(),
+        };
+        eprintln!(
+            "{} {} ({still})",
+            paint(color, "1;31", "build failed:"),
+            plural(errors, "error")
+        );
+        return Ok(Outcome::Failed);
+    };
+    let warnings = out.diagnostics.len() - errors;
+    let counts = build::counts(&out.manifest.agent);
+    let mut parts = vec![plural(counts.tools, "tool"), plural(counts.skills, "skill")];
+    for (n, w) in [
+        (counts.subagents, "subagent"),
+        (counts.schedules, "schedule"),
+        (counts.hooks, "hook"),
+        (counts.connections, "connection"),
+        (counts.channels, "channel"),
+    ] {
+        if n > 0 {
+            parts.push(plural(n, w));
+        }
+    }
+    if warnings > 0 {
+        parts.push(plural(warnings, "warning"));
+    }
+    let changed = serving != Some(hash.as_str());
+    let verb = if first { "built" } else { "rebuilt" };
+    let what = if changed {
+        format!("serving {hash} ({})", parts.join(", "))
+    } else {
+        format!("unchanged ({hash})")
+    };
+    eprintln!(
+        "{} in {}: {what}",
+        paint(color, "1;32", verb),
+        duration(built.elapsed)
+    );
+    Ok(Outcome::Good { hash, changed })
+}
+
+/// Whether a changed path can matter to a build (editor droppings and `.eve/` do not).
+fn relevant(path: &Path, state_dir: &Path) -> bool {
+    if path.starts_with(state_dir) {
+        return false;
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    !(name.starts_with('.')
+        || name.ends_with('~')
+        || name.ends_with(".swp")
+        || name.ends_with(".swx"))
+}
+
+/// Whether an event kind is a change (reads and opens are not: the build itself causes them).
+fn is_change(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
+/// The running watcher: dropping it stops the notifications.
+type Watcher = notify_debouncer_full::Debouncer<
+    notify_debouncer_full::notify::RecommendedWatcher,
+    notify_debouncer_full::RecommendedCache,
+>;
+
+/// Watches `dir` recursively; each debounced batch of relevant changes arrives as one message.
+fn watch(
+    dir: &Path,
+    state_dir: PathBuf,
+) -> anyhow::Result<(Watcher, mpsc::UnboundedReceiver<Vec<PathBuf>>)> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
+        let paths: Vec<PathBuf> = match result {
+            Ok(events) => events
+                .into_iter()
+                .filter(|e| is_change(&e.event.kind))
+                .flat_map(|e| e.event.paths)
+                .filter(|p| relevant(p, &state_dir))
+                .collect(),
+            // The watcher lost track (an overflow): rebuild to be safe.
+            Err(_) => vec![PathBuf::new()],
+        };
+        if !paths.is_empty() {
+            let _ = tx.send(paths);
+        }
+    })
+    .context("cannot watch the agent folder")?;
+    debouncer
+        .watch(dir, RecursiveMode::Recursive)
+        .with_context(|| format!("cannot watch {}", dir.display()))?;
+    Ok((debouncer, rx))
+}
+
+/// The session API's settings for a build's manifest, checked against the host.
+fn server_config(
+    state_dir: &Path,
+    hash: &str,
+    host: &str,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<ServerConfig> {
+    let loaded = build::load(state_dir, hash)?;
+    let env = |name: &str| std::env::var(name).ok();
+    let mut config = ServerConfig::from_manifest(&loaded.manifest, &env)?;
+    config.check_host(host)?;
+    config.shutdown = shutdown.clone();
+    Ok(config)
+}
+
+async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
+    let clock = clock_from_env()?;
+    let color = stderr_color();
+    let (_watcher, mut changes) = watch(&project.agent_dir, project.state_dir.clone())?;
+    let shutdown = CancellationToken::new();
+    watch_signals(shutdown.clone())?;
+
+    // A first good build (or the last one from before) to serve.
+    let previous = build::current_hash(&project.state_dir);
+    let mut serving = match rebuild(&project, previous.as_deref(), true)? {
+        Outcome::Good { hash, .. } => hash,
+        Outcome::Failed => match previous {
+            Some(hash) => hash,
+            None => loop {
+                let batch = tokio::select! {
+                    () = shutdown.cancelled() => return Ok(ExitCode::SUCCESS),
+                    batch = changes.recv() => batch,
+                };
+                if batch.is_none() {
+                    anyhow::bail!("the agent folder watcher stopped");
+                }
+                while changes.try_recv().is_ok() {}
+                if let Outcome::Good { hash, .. } = rebuild(&project, None, false)? {
+                    break hash;
+                }
+            },
+        },
+    };
+
+    let config = server_config(&project.state_dir, &serving, &args.host, &shutdown)?;
+    let env = process_env();
+    let models = Arc::new(SettingsModelProvider::new(env.clone()));
+    let mut runtime_config = RuntimeConfig::new(&project.state_dir, models)
+        .with_context(|| format!("cannot open the store at {}", project.db_path().display()))?;
+    runtime_config.env = env;
+    let runtime = Runtime::new(runtime_config);
+
+    let host = args.host.trim();
+    let addr = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{}", args.port)
+    } else {
+        format!("{host}:{}", args.port)
+    };
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener
+        .local_addr()
+        .context("cannot read the bound address")?;
+    runtime
+        .resume_all()
+        .await
+        .context("cannot resume unfinished sessions")?;
+
+    let scheduler = Scheduler::new(runtime.clone(), clock);
+    tokio::spawn(scheduler.clone().run(shutdown.clone()));
+    let options = RouterOptions {
+        dev: Some(scheduler.clone()),
+    };
+    let routes = ReloadableRouter::new(server::router_with(
+        runtime.clone(),
+        config,
+        options.clone(),
+    ));
+    let agent = build::load(&project.state_dir, &serving)
+        .map(|l| l.manifest.agent.name)
+        .unwrap_or_default();
+    eprintln!("eve serving {agent} (build {serving}) on http://{local}");
+    eprintln!(
+        "{} watching {} for changes",
+        paint(color, "2", "eve dev:"),
+        project.display_prefix().trim_end_matches('/').to_owned() + "/"
+    );
+    let serve = server::serve(listener, routes.router(), shutdown.clone());
+    tokio::pin!(serve);
+    loop {
+        tokio::select! {
+            result = &mut serve => {
+                result?;
+                break;
+            }
+            batch = changes.recv() => {
+                if batch.is_none() {
+                    anyhow::bail!("the agent folder watcher stopped");
+                }
+                while changes.try_recv().is_ok() {}
+                let (for_build, current) = (project.clone(), serving.clone());
+                let outcome = tokio::task::spawn_blocking(move || {
+                    rebuild(&for_build, Some(&current), false)
+                })
+                .await
+                .context("the rebuild stopped")??;
+                if let Outcome::Good { hash, changed: true } = outcome {
+                    match server_config(&project.state_dir, &hash, &args.host, &shutdown) {
+                        Ok(config) => routes.replace(server::router_with(
+                            runtime.clone(),
+                            config,
+                            options.clone(),
+                        )),
+                        Err(e) => eprintln!(
+                            "{} {e:#} (the session API keeps its previous settings)",
+                            paint(color, "1;33", "warning:")
+                        ),
+                    }
+                    serving = hash;
+                    scheduler.wake();
+                }
+            }
+            () = shutdown.cancelled() => {
+                let closing = tokio::time::sleep(CLOSE_DEADLINE);
+                tokio::select! {
+                    result = &mut serve => result?,
+                    () = closing => eprintln!(
+                        "eve: closing connections still open {}s after the signal",
+                        CLOSE_DEADLINE.as_secs()
+                    ),
+                }
+                break;
+            }
+        }
+    }
+    drain(&runtime, DRAIN_DEADLINE).await;
+    Ok(ExitCode::SUCCESS)
+}
