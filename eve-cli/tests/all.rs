@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod crash;
+mod examples;
 mod run_cli;
 mod support_run;
 mod serve;
