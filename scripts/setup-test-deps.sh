@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond cargo: a Python venv with the `mcp` package, used by the
-# MCP connection tests to run real MCP servers (stdio and Streamable HTTP).
-# Idempotent: does nothing when the venv already has the pinned version. Installs nothing outside
-# target/. Prints the venv's python on stdout; the tests find it there (or via EVE_TEST_PYTHON).
+# MCP connection tests to run real MCP servers (stdio and Streamable HTTP), and the npm `ai`
+# package (the AI SDK, pinned by eve-cli/tests/fixtures/ai-sdk/package-lock.json) in
+# target/test-node, used by the AI SDK client test against `eve serve`.
+# Idempotent: does nothing when the venv already has the pinned version and target/test-node
+# matches the lock file. Installs nothing outside target/. Prints the venv's python on stdout; the
+# tests find it there (or via EVE_TEST_PYTHON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +24,21 @@ if ! have; then
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==$MCP_VERSION"
     have || { echo "error: mcp==$MCP_VERSION did not install into $VENV" >&2; exit 1; }
+fi
+
+# The AI SDK (npm `ai`) for the client test: `npm ci` from the committed lock file.
+NODE_DIR="target/test-node"
+AI_FIXTURE="eve-cli/tests/fixtures/ai-sdk"
+if command -v npm >/dev/null 2>&1; then
+    if ! cmp -s "$AI_FIXTURE/package-lock.json" "$NODE_DIR/package-lock.json" ||
+        [ ! -f "$NODE_DIR/node_modules/ai/package.json" ]; then
+        printf 'setting up %s (npm ai, from %s)\n' "$NODE_DIR" "$AI_FIXTURE/package-lock.json" >&2
+        mkdir -p "$NODE_DIR"
+        cp "$AI_FIXTURE/package.json" "$AI_FIXTURE/package-lock.json" "$NODE_DIR/"
+        (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error >&2)
+    fi
+else
+    echo "warning: npm not found: the AI SDK client test will fail until it is installed" >&2
 fi
 
 printf '%s\n' "$(cd "$VENV" && pwd)/bin/python"

@@ -6,3 +6,8 @@ mod examples;
 mod run_cli;
 mod support_run;
 mod serve;
+mod support_dev;
+mod dev;
+mod chat;
+mod schedules;
+mod ai_sdk;

@@ -1,0 +1,174 @@
+//! `eve chat` driven through piped stdin: a message, a tool call whose approval is answered on
+//! stdin, `/new`, `/compact`, `/clear`, `/cancel`, `/exit`; in-process, and against a real
+//! `eve serve` with a bearer token; `--session` continues a session and answers its parked approval.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::support_dev::{Project, Server};
+use super::support_run::wait_output;
+
+const TOKEN: &str = "s3cret-token";
+
+fn project() -> Project {
+    let project = Project::new();
+    project.tool(
+        "greet",
+        "description: Greet someone.\napproval: always\nenv: [GREET_LOG]",
+        "input=$(cat)\necho \"$input\" >> \"$GREET_LOG\"\necho '{\"hello\":\"world\"}'\n",
+    );
+    project
+}
+
+/// Runs `cmd` with `input` on stdin; returns (code, stdout, stderr).
+fn chat(project: &Project, mut cmd: Command, input: &str) -> (Option<i32>, String, String) {
+    cmd.env("GREET_LOG", project.path("greet.log"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = wait_output(child, Duration::from_secs(30));
+    (out.code, out.stdout, out.stderr)
+}
+
+fn greet_calls(project: &Project) -> Vec<String> {
+    std::fs::read_to_string(project.path("greet.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn session_lines(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("session "))
+        .map(|l| l.split_whitespace().next().unwrap().to_owned())
+        .collect()
+}
+
+const SCRIPT: &str = "hello there\n\
+                      /tool greet {\"name\": \"Ada\"}\n\
+                      y\n\
+                      /tool greet {\"name\": \"Bob\"}\n\
+                      n\n\
+                      /compact\n\
+                      /clear\n\
+                      /cancel\n\
+                      /new\n\
+                      second session\n\
+                      /exit\n\
+                      never sent\n";
+
+fn check_transcript(project: &Project, code: Option<i32>, stdout: &str, stderr: &str) {
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("You said: hello there\n"), "{stdout}");
+    assert!(
+        stdout.contains("greet returned: {\"hello\":\"world\"}"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("You said: second session\n"), "{stdout}");
+    assert!(!stdout.contains("never sent"), "{stdout}");
+    // One line per tool call, the approval question, the results.
+    assert!(stderr.contains("→ greet {\"name\":\"Ada\"}"), "{stderr}");
+    assert!(stderr.contains("→ greet {\"name\":\"Bob\"}"), "{stderr}");
+    assert_eq!(stderr.matches("approve? ").count(), 2, "{stderr}");
+    assert!(stderr.contains("← greet: ok"), "{stderr}");
+    assert!(stderr.contains("← greet: denied"), "{stderr}");
+    assert!(stderr.contains("(context compacted)"), "{stderr}");
+    assert!(stderr.contains("(context cleared)"), "{stderr}");
+    assert!(stderr.contains("(no turn to cancel)"), "{stderr}");
+    // Approved once, denied once: the tool ran once.
+    assert_eq!(greet_calls(project), ["{\"name\":\"Ada\"}"]);
+    // `/new` started a second session.
+    let sessions = session_lines(stderr);
+    assert_eq!(sessions.len(), 2, "{stderr}");
+    assert_ne!(sessions[0], sessions[1]);
+    assert!(
+        stderr.contains(&format!(
+            "continue with: eve chat --session {}",
+            sessions[1]
+        )),
+        "{stderr}"
+    );
+    assert_eq!(project.count("SELECT COUNT(*) FROM sessions"), 2);
+    let first_turns = project.count(&format!(
+        "SELECT turn_count FROM sessions WHERE id='{}'",
+        sessions[0]
+    ));
+    assert_eq!(first_turns, 3);
+}
+
+#[test]
+fn chat_in_process_through_piped_stdin() {
+    let project = project();
+    let (code, stdout, stderr) = chat(&project, project.eve(&["chat"]), SCRIPT);
+    check_transcript(&project, code, &stdout, &stderr);
+}
+
+#[test]
+fn chat_against_a_server_with_a_token() {
+    let project = project();
+    project.file(
+        "channels/eve.yaml",
+        "auth:\n  type: bearer\n  tokens: [\"${CHAT_TOKEN}\"]\n",
+    );
+    project.build();
+    let mut serve = project.eve(&["serve", "--port", "0"]);
+    serve
+        .env("CHAT_TOKEN", TOKEN)
+        .env("GREET_LOG", project.path("greet.log"));
+    let server = Server::start(serve);
+    let url = format!("http://127.0.0.1:{}", server.port);
+
+    // Without the token: refused, said plainly, and the chat goes on.
+    let (code, _, stderr) = chat(
+        &project,
+        project.eve(&["chat", "--url", &url]),
+        "hello\n/exit\n",
+    );
+    assert_eq!(code, Some(0));
+    assert!(stderr.contains("error:"), "{stderr}");
+    assert!(stderr.contains("HTTP 401"), "{stderr}");
+
+    let (code, stdout, stderr) = chat(
+        &project,
+        project.eve(&["chat", "--url", &url, "--token", TOKEN]),
+        SCRIPT,
+    );
+    check_transcript(&project, code, &stdout, &stderr);
+}
+
+#[test]
+fn chat_continues_a_session_and_answers_its_parked_approval() {
+    let project = project();
+    // A first chat leaves the approval unanswered (stdin ends at the question).
+    let (code, _, stderr) = chat(&project, project.eve(&["chat"]), "/tool greet {}\n");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("(no answer: the turn stays parked"),
+        "{stderr}"
+    );
+    let id = session_lines(&stderr).remove(0);
+    assert!(greet_calls(&project).is_empty());
+
+    let (code, stdout, stderr) = chat(
+        &project,
+        project.eve(&["chat", "--session", &id]),
+        "y\nagain\n",
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("approve? "), "{stderr}");
+    assert!(stderr.contains("← greet: ok"), "{stderr}");
+    assert!(stdout.contains("greet returned: "), "{stdout}");
+    assert!(stdout.contains("You said: again"), "{stdout}");
+    assert_eq!(greet_calls(&project), ["{}"]);
+    assert_eq!(project.count("SELECT COUNT(*) FROM sessions"), 1);
+}
