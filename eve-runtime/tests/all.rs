@@ -5,6 +5,7 @@ mod model;
 mod tools;
 mod mcp;
 mod engine;
+mod engine_bench;
 mod engine_resume;
 mod engine_store;
 mod engine_support;

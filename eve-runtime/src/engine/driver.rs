@@ -7,6 +7,15 @@
 //! commit carrying its events, so a driver started on any stored state — after a crash, on another
 //! process — knows what to do next from that row and the turn's tool calls alone.
 
+#[path = "dynamic.rs"]
+mod dynamic;
+#[path = "hooks.rs"]
+pub(super) mod hooks;
+#[path = "subagents.rs"]
+pub(super) mod subagents;
+#[path = "targets.rs"]
+mod targets;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,18 +151,21 @@ async fn failure_message(rt: &Runtime, session: &str) -> Option<String> {
         .and_then(|e| e.data["error"]["message"].as_str().map(str::to_owned))
 }
 
+/// Pending requests of a turn: its own, and those of the subagent sessions its calls wait on.
 async fn pending_for_turn(
     rt: &Runtime,
     turn: &TurnRecord,
 ) -> RuntimeResult<Vec<InputRequestRecord>> {
-    Ok(rt
+    let mut pending: Vec<InputRequestRecord> = rt
         .inner
         .store
         .input_requests(&turn.session_id, true)
         .await?
         .into_iter()
         .filter(|r| r.turn_seq == turn.seq)
-        .collect())
+        .collect();
+    pending.extend(subagents::descendant_pending(rt, &turn.session_id).await?);
+    Ok(pending)
 }
 
 /// Runs turns until there is nothing to do or a turn parks.
@@ -173,7 +185,7 @@ async fn run_available(
             .clone()
             .filter(|t| matches!(t.status, TurnStatus::Running | TurnStatus::Waiting));
         if let Some(turn) = open {
-            let build = rt.inner.builds.get(&turn.build_hash)?;
+            let build = rt.session_build(&turn.build_hash, &record).await?;
             let cancel_now = record.cancel_requested;
             let mut driver = TurnDriver::new(rt, record, build, cancel.clone())?;
             let end = if cancel_now {
@@ -216,11 +228,17 @@ async fn start_turn(
     mut record: SessionRecord,
     message: InboxRecord,
 ) -> RuntimeResult<()> {
-    let build = match rt.inner.builds.current() {
+    let path = rt.agent_path(&record).await?;
+    let build = match rt
+        .inner
+        .builds
+        .current_hash()
+        .and_then(|hash| rt.inner.builds.agent(&hash, &path))
+    {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!(error = %e, "cannot load the current build; staying on the pinned one");
-            rt.inner.builds.get(&record.build_hash)?
+            rt.inner.builds.agent(&record.build_hash, &path)?
         }
     };
     let first = record.turn_count == 0;
@@ -323,6 +341,16 @@ struct TurnDriver<'a> {
     context: Option<Vec<Message>>,
     last_tokens: u64,
     window: Option<Option<u64>>,
+    /// Calls the last journaled response asked for (saves re-reading them to settle).
+    fresh_calls: Option<Vec<ToolCallRecord>>,
+    /// Call ids used in this turn so far (loaded once).
+    call_ids: Option<HashSet<String>>,
+    /// Usage of the step the model just answered, for `step.completed`.
+    last_usage: Option<(u64, Value)>,
+    /// MCP and dynamic tools of this turn run (loaded on first need).
+    extra: Option<targets::Extra>,
+    /// What a subagent's turn may spend, passed down by its parent.
+    budget: Option<Budget>,
 }
 
 impl<'a> TurnDriver<'a> {
@@ -341,7 +369,12 @@ impl<'a> TurnDriver<'a> {
             cancel,
             context: None,
             last_tokens: 0,
+            fresh_calls: None,
+            call_ids: None,
+            last_usage: None,
             window: None,
+            extra: None,
+            budget: None,
         })
     }
 
@@ -350,6 +383,17 @@ impl<'a> TurnDriver<'a> {
     }
 
     async fn run(&mut self, mut turn: TurnRecord) -> RuntimeResult<TurnEnd> {
+        if self.session.parent_id.is_some()
+            && let Some(inbox) = &turn.inbox_id
+        {
+            self.budget = self
+                .rt
+                .inner
+                .store
+                .subagent_call_by_inbox(inbox)
+                .await?
+                .map(|w| w.budget);
+        }
         loop {
             match turn.phase {
                 TurnPhase::Model => {
@@ -423,11 +467,17 @@ impl<'a> TurnDriver<'a> {
         if self.session.cancel_requested || self.cancel.is_cancelled() {
             return self.end_cancelled(turn.clone()).await.map(Some);
         }
-        if let Some((reason, message)) = self.limit_hit(turn) {
+        if let Some((reason, message)) = match self.limit_hit(turn) {
+            Some(hit) => Some(hit),
+            None => self.budget_hit().await?,
+        } {
             return self
                 .end_failed(turn.clone(), "limit_exceeded", &message, Some(reason))
                 .await
                 .map(Some);
+        }
+        if turn.step_index == 0 {
+            self.resolve_dynamic(turn).await?;
         }
         if turn.step_index > 0
             && self.build.manifest.agent.config.turn_policy == eve_compile::TurnPolicy::Steer
@@ -492,9 +542,25 @@ impl<'a> TurnDriver<'a> {
     }
 
     fn deadline(&self, turn: &TurnRecord) -> Option<tokio::time::Instant> {
-        let max = self.build.manifest.agent.config.limits.max_turn_seconds?;
-        let elapsed = u64::try_from(now_ms().saturating_sub(turn.started_at)).unwrap_or(0);
-        let left = max.saturating_mul(1000).saturating_sub(elapsed);
+        let own = self
+            .build
+            .manifest
+            .agent
+            .config
+            .limits
+            .max_turn_seconds
+            .map(|max| {
+                let elapsed = u64::try_from(now_ms().saturating_sub(turn.started_at)).unwrap_or(0);
+                max.saturating_mul(1000).saturating_sub(elapsed)
+            });
+        let inherited = self
+            .budget
+            .and_then(|b| b.deadline_ms)
+            .map(|d| u64::try_from(d.saturating_sub(now_ms())).unwrap_or(0));
+        let left = match (own, inherited) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
         Some(tokio::time::Instant::now() + Duration::from_millis(left))
     }
 
@@ -542,6 +608,9 @@ impl<'a> TurnDriver<'a> {
     }
 
     async fn call_model(&mut self, turn: &TurnRecord) -> Result<ModelResponse, CallError> {
+        if let Err(e) = self.ensure_extra().await {
+            return Err(CallError::Model(e.to_string()));
+        }
         let messages = match self.context().await {
             Ok(c) => c.clone(),
             Err(e) => return Err(CallError::Model(e.to_string())),
@@ -550,7 +619,7 @@ impl<'a> TurnDriver<'a> {
             model: self.model.model.clone(),
             system: self.build.system_prompt.clone(),
             messages,
-            tools: self.build.specs.clone(),
+            tools: self.offered_specs(),
             reasoning: self.build.manifest.agent.config.reasoning.clone(),
             max_output_tokens: None,
         };
@@ -567,38 +636,48 @@ impl<'a> TurnDriver<'a> {
         let step = turn.step_index;
         let consume = async {
             let mut names: Vec<(String, String)> = Vec::new();
-            while let Some(event) = rx.recv().await {
-                let (kind, data) = match event {
-                    ModelEvent::TextDelta { text } => (
-                        ev::MESSAGE_APPENDED,
-                        ev::message_appended(turn, step, &text),
-                    ),
-                    ModelEvent::ReasoningDelta { text } => (
-                        ev::REASONING_APPENDED,
-                        ev::reasoning_appended(turn, step, &text),
-                    ),
-                    ModelEvent::ToolCallStart { id, name } => {
-                        names.push((id, name));
-                        continue;
-                    }
-                    ModelEvent::ToolCallDelta { id, delta } => {
-                        let name = names
-                            .iter()
-                            .find(|(i, _)| *i == id)
-                            .map(|(_, n)| n.clone())
-                            .unwrap_or_default();
-                        if name == LOAD_SKILL {
-                            // As eve: internal actions do not publish their input stream.
+            while let Some(first) = rx.recv().await {
+                // Whatever else is already queued goes into the same commit.
+                let mut queued = vec![first];
+                while let Ok(more) = rx.try_recv() {
+                    queued.push(more);
+                }
+                let mut batch = Batch::new();
+                for event in queued {
+                    let (kind, data) = match event {
+                        ModelEvent::TextDelta { text } => (
+                            ev::MESSAGE_APPENDED,
+                            ev::message_appended(turn, step, &text),
+                        ),
+                        ModelEvent::ReasoningDelta { text } => (
+                            ev::REASONING_APPENDED,
+                            ev::reasoning_appended(turn, step, &text),
+                        ),
+                        ModelEvent::ToolCallStart { id, name } => {
+                            names.push((id, name));
                             continue;
                         }
-                        (
-                            ev::ACTION_INPUT_APPENDED,
-                            ev::action_input_appended(turn, step, &id, &name, &delta),
-                        )
-                    }
-                };
-                let mut batch = Batch::new();
-                batch.event(&session, kind, data);
+                        ModelEvent::ToolCallDelta { id, delta } => {
+                            let name = names
+                                .iter()
+                                .find(|(i, _)| *i == id)
+                                .map(|(_, n)| n.clone())
+                                .unwrap_or_default();
+                            if name == LOAD_SKILL {
+                                // As eve: internal actions do not publish their input stream.
+                                continue;
+                            }
+                            (
+                                ev::ACTION_INPUT_APPENDED,
+                                ev::action_input_appended(turn, step, &id, &name, &delta),
+                            )
+                        }
+                    };
+                    batch.event(&session, kind, data);
+                }
+                if batch.is_empty() {
+                    continue;
+                }
                 if let Err(e) = rt.commit(batch).await {
                     tracing::warn!(error = %e, "cannot store a stream event");
                 }
@@ -623,8 +702,18 @@ impl<'a> TurnDriver<'a> {
     ) -> RuntimeResult<bool> {
         let step = turn.step_index;
         let finish = finish_str(&response);
-        let existing = self.rt.inner.store.tool_calls(self.id(), turn.seq).await?;
-        let mut used: HashSet<String> = existing.into_iter().map(|c| c.call_id).collect();
+        let mut used = match self.call_ids.take() {
+            Some(ids) => ids,
+            None => self
+                .rt
+                .inner
+                .store
+                .tool_calls(self.id(), turn.seq)
+                .await?
+                .into_iter()
+                .map(|c| c.call_id)
+                .collect(),
+        };
         let mut calls = Vec::new();
         let mut assistant_calls = Vec::new();
         for (position, call) in response.tool_calls.iter().enumerate() {
@@ -634,8 +723,8 @@ impl<'a> TurnDriver<'a> {
             }
             used.insert(call_id.clone());
             let is_skill = call.name == LOAD_SKILL;
-            let effect = match self.build.tool(&call.name) {
-                Some(tool) => effect_str(tool.effect),
+            let effect = match self.target(&call.name, &call.input) {
+                Some(target) => effect_str(target.policy.effect),
                 None => "read",
             };
             calls.push(ToolCallRecord {
@@ -713,6 +802,7 @@ impl<'a> TurnDriver<'a> {
             usage.output_tokens,
             usage.cache_read_tokens,
         );
+        let step_usage_kept = step_usage.clone();
         let done = calls.is_empty();
         if done {
             turn.phase = TurnPhase::Done;
@@ -742,6 +832,9 @@ impl<'a> TurnDriver<'a> {
         batch
             .push(Op::PutTurn(turn.clone()))
             .push(Op::UpdateSession(self.session.clone()));
+        self.call_ids = Some(used);
+        self.last_usage = Some((step, step_usage_kept));
+        self.fresh_calls = (!done).then(|| calls.clone());
         self.rt.commit(batch).await?;
         if let Some(context) = self.context.as_mut() {
             context.push(assistant);
@@ -785,7 +878,7 @@ impl<'a> TurnDriver<'a> {
                 }
             });
         }
-        let Some(tool) = self.build.tool(&call.name).cloned() else {
+        let Some(tool) = self.target(&call.name, &call.input).map(|t| t.policy) else {
             return Ok(Decision::Settle(
                 CallStatus::Failed,
                 json!(format!(
@@ -830,7 +923,7 @@ impl<'a> TurnDriver<'a> {
                 )),
             ));
         }
-        if let Err(errors) = self.build.validators.validate(&call.name, &call.input) {
+        if let Err(errors) = self.validate_input(&call.name, &call.input) {
             return Ok(Decision::Settle(
                 CallStatus::Failed,
                 json!(format!(
@@ -884,20 +977,27 @@ impl<'a> TurnDriver<'a> {
 
     /// Settles every unsettled call of the turn. Returns `Some` when the turn parks or ends.
     async fn settle_calls(&mut self, turn: &mut TurnRecord) -> RuntimeResult<Option<TurnEnd>> {
-        let calls: Vec<ToolCallRecord> = self
-            .rt
-            .inner
-            .store
-            .tool_calls(self.id(), turn.seq)
-            .await?
-            .into_iter()
-            .filter(|c| !c.status.is_terminal())
-            .collect();
+        self.ensure_extra().await?;
+        let calls: Vec<ToolCallRecord> = match self.fresh_calls.take() {
+            Some(calls) => calls,
+            None => self
+                .rt
+                .inner
+                .store
+                .tool_calls(self.id(), turn.seq)
+                .await?
+                .into_iter()
+                .filter(|c| !c.status.is_terminal())
+                .collect(),
+        };
         let step = turn.step_index;
         let mut to_run = Vec::new();
         let mut asks: Vec<(ToolCallRecord, String)> = Vec::new();
         let mut settled: Vec<(u64, Message)> = Vec::new();
         let mut once_approved = Vec::new();
+        // A subagent call whose child parked on input stays running; the turn parks on the
+        // child's requests.
+        let mut parked = false;
         for call in calls {
             match self.decide(&call).await? {
                 Decision::Settle(status, output) => {
@@ -914,9 +1014,8 @@ impl<'a> TurnDriver<'a> {
                 Decision::Run => {
                     if call.approval == ApprovalState::Approved
                         && self
-                            .build
-                            .tool(&call.name)
-                            .is_some_and(|t| t.approval == Approval::Once)
+                            .target(&call.name, &call.input)
+                            .is_some_and(|t| t.policy.approval == Approval::Once)
                         && !self.session.approved_tools.contains(&call.name)
                     {
                         once_approved.push(call.name.clone());
@@ -944,7 +1043,10 @@ impl<'a> TurnDriver<'a> {
                 .map(|call| self.run_call(turn, step, call, workspace.clone()));
             let results = futures::future::join_all(futures).await;
             for result in results {
-                settled.push(result?);
+                match result? {
+                    Some(done) => settled.push(done),
+                    None => parked = true,
+                }
             }
         }
         settled.sort_by_key(|(seq, _)| *seq);
@@ -979,11 +1081,18 @@ impl<'a> TurnDriver<'a> {
             self.rt.commit(batch).await?;
         }
         let pending = pending_for_turn(self.rt, turn).await?;
+        if parked && pending.is_empty() {
+            // The child's request was answered meanwhile: settle the call again.
+            return Ok(None);
+        }
         let mut batch = Batch::new();
         let was_tools = turn.phase == TurnPhase::Tools;
         if was_tools {
             let finish = "tool-calls";
-            let usage = self.step_usage(turn).await?;
+            let usage = match self.last_usage.take() {
+                Some((index, usage)) if index == step => usage,
+                _ => self.step_usage(turn).await?,
+            };
             batch.event(
                 self.id(),
                 ev::STEP_COMPLETED,
@@ -1062,8 +1171,8 @@ impl<'a> TurnDriver<'a> {
         step: u64,
         mut call: ToolCallRecord,
         workspace: std::path::PathBuf,
-    ) -> RuntimeResult<(u64, Message)> {
-        let Some(tool) = self.build.tool(&call.name).cloned() else {
+    ) -> RuntimeResult<Option<(u64, Message)>> {
+        let Some(resolved) = self.target(&call.name, &call.input) else {
             return self
                 .settle(
                     turn,
@@ -1073,8 +1182,26 @@ impl<'a> TurnDriver<'a> {
                     json!("unknown tool"),
                     None,
                 )
-                .await;
+                .await
+                .map(Some);
         };
+        // `tool.before` hooks see a call once, before it first runs (an interrupted call that is
+        // picked up again was already allowed, with its journaled input).
+        if call.status == CallStatus::Pending {
+            match self.tool_before(&call, &workspace).await {
+                hooks::Verdict::Allow(input) => call.input = input,
+                hooks::Verdict::Deny(reason) => {
+                    return self
+                        .settle(turn, step, call, CallStatus::Denied, json!(reason), None)
+                        .await
+                        .map(Some);
+                }
+            }
+        }
+        let tool = resolved.policy;
+        if let targets::Target::Subagent(sub) = &resolved.target {
+            return self.run_subagent(turn, step, call, sub).await;
+        }
         call.status = CallStatus::Running;
         call.attempts = call.attempts.saturating_add(1);
         call.started_at = Some(now_ms());
@@ -1095,8 +1222,37 @@ impl<'a> TurnDriver<'a> {
         };
         let token = self.cancel.child_token();
         let input = call.input.clone();
-        let run = run_tool(&tool, &input, &ctx, token.clone());
-        tokio::pin!(run);
+        let run: std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send + '_>> =
+            match &resolved.target {
+                targets::Target::Build(tool) => Box::pin(run_tool(tool, &input, &ctx, token.clone())),
+                targets::Target::Mcp(manager) => {
+                    Box::pin(manager.call(&call.name, input.clone(), token.clone()))
+                }
+                targets::Target::Catalogue(manager) => {
+                    let (manager, name, input, token) =
+                        (manager.clone(), call.name.clone(), input.clone(), token.clone());
+                    Box::pin(async move {
+                        manager
+                            .call_catalogue(&name, input, token)
+                            .await
+                            .unwrap_or_else(|| {
+                                ToolResult::failure("not a catalogue tool", Duration::ZERO)
+                            })
+                    })
+                }
+                targets::Target::Dynamic(record, provider) => Box::pin(dynamic::run_dynamic(
+                    self.rt,
+                    record,
+                    provider,
+                    &input,
+                    ctx.clone(),
+                    token.clone(),
+                )),
+                targets::Target::Subagent(_) => Box::pin(async {
+                    ToolResult::failure("a subagent call cannot run as a tool", Duration::ZERO)
+                }),
+            };
+        let mut run = run;
         let deadline = self.deadline(turn);
         let result: ToolResult = tokio::select! {
             r = &mut run => r,
@@ -1112,7 +1268,8 @@ impl<'a> TurnDriver<'a> {
                     json!("The turn was cancelled while this call ran; its outcome is unknown."),
                     None,
                 )
-                .await;
+                .await
+                .map(Some);
         }
         let (status, output) = if result.ok {
             (CallStatus::Completed, result.output.clone())
@@ -1129,7 +1286,9 @@ impl<'a> TurnDriver<'a> {
             (CallStatus::Failed, json!(text))
         };
         let breaker = self.rt.breaker_update(&tool.name, result.ok).await?;
-        self.settle(turn, step, call, status, output, breaker).await
+        self.settle(turn, step, call, status, output, breaker)
+            .await
+            .map(Some)
     }
 
     /// Records a call's result, its message and its `action.result` in one commit.
@@ -1269,8 +1428,13 @@ impl<'a> TurnDriver<'a> {
         data: Value,
     ) -> RuntimeResult<TurnEnd> {
         let store = self.rt.inner.store.clone();
+        self.cancel_children(&turn).await?;
         let calls = store.tool_calls(self.id(), turn.seq).await?;
-        let requests = pending_for_turn(self.rt, &turn).await?;
+        let requests: Vec<InputRequestRecord> = pending_for_turn(self.rt, &turn)
+            .await?
+            .into_iter()
+            .filter(|r| r.session_id == turn.session_id)
+            .collect();
         let mut batch = Batch::new();
         for mut call in calls.into_iter().filter(|c| !c.status.is_terminal()) {
             let text = format!("This call did not run: the turn stopped ({reason}).");

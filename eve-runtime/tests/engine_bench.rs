@@ -1,0 +1,227 @@
+//! Runtime benchmarks, run by `bench/runtime.sh` in release mode (ignored in the normal suite):
+//! per-step overhead with the mock model and a no-op action, and resume time against history size.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use eve_compile::{Approval, Effect};
+use eve_runtime::engine::{
+    BreakerPolicy, DriveOutcome, FixedModelProvider, ResolvedModel, Runtime, RuntimeConfig,
+};
+use eve_runtime::model::Message;
+use eve_runtime::model::mock::{MockClient, load_script};
+use eve_runtime::store::*;
+use serde_json::json;
+
+use crate::engine_support::*;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn runtime_with_client(p: &TestProject, client: MockClient) -> Runtime {
+    let model = ResolvedModel {
+        client: Arc::new(client),
+        model: "bench".into(),
+        model_id: "mock/bench".into(),
+        context_window: None,
+        price_per_million: None,
+    };
+    let store = SqliteStore::open(p.state_dir.join("eve.db")).unwrap();
+    Runtime::new(RuntimeConfig {
+        state_dir: p.state_dir.clone(),
+        store: Arc::new(store),
+        models: Arc::new(FixedModelProvider(model)),
+        env: Arc::new(|_: &str| None),
+        autostart: false,
+        lease_ttl: Duration::from_secs(15),
+        breaker: BreakerPolicy::default(),
+    })
+}
+
+/// Runs `sessions` sessions one after the other, each one turn of `steps` steps, and times every
+/// step after the first from consecutive `step.completed` events as they are committed.
+async fn step_times(rt: &Runtime, sessions: usize, steps: usize) -> Vec<Duration> {
+    let mut out = Vec::new();
+    for _ in 0..sessions {
+        let id = rt.create_session(None).await.unwrap();
+        let mut live = rt.subscribe(&id);
+        let collector = tokio::spawn(async move {
+            let mut marks = Vec::new();
+            while let Ok(e) = live.recv().await {
+                if e.kind == "step.completed" {
+                    marks.push(Instant::now());
+                }
+                if e.kind == "session.waiting" {
+                    break;
+                }
+            }
+            marks
+        });
+        rt.post_message(&id, "go").await.unwrap();
+        assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
+        let marks = collector.await.unwrap();
+        assert_eq!(marks.len(), steps);
+        out.extend(marks.windows(2).map(|w| w[1] - w[0]));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run bench/runtime.sh"]
+async fn bench_step_overhead() {
+    const SESSIONS: usize = 100;
+    const STEPS: usize = 5;
+    for (label, tool, files) in [
+        ("in-process no-op action (load_skill)", "load_skill", vec![]),
+        (
+            "no-op script tool (`true`, incl. process spawn)",
+            "noop",
+            vec![("tools/noop.sh".to_owned(), "true\n".to_owned())],
+        ),
+    ] {
+        let p = TestProject::new();
+        let mut a = agent();
+        a.config.limits.max_steps_per_turn = 100_000;
+        a.config.compaction.enabled = false;
+        a.skills.push(skill("s", "x"));
+        let mut noop = script_tool("noop", Effect::Read, Approval::Never);
+        noop.env.clear();
+        a.tools.push(noop);
+        p.write_build(&a, &files);
+        let input = if tool == "load_skill" {
+            json!({"name": "s"})
+        } else {
+            json!({})
+        };
+        let mut script: Vec<_> = (0..STEPS - 1)
+            .map(|_| json!({"tool_calls": [{"name": tool, "input": input}],
+                            "usage": {"input_tokens": 1, "output_tokens": 1}}))
+            .collect();
+        script.push(json!({"text": "done", "usage": {"input_tokens": 1, "output_tokens": 1}}));
+        let steps = load_script(&json!(script).to_string()).unwrap();
+        let rt = runtime_with_client(&p, MockClient::from_steps(steps));
+        let mut times = step_times(&rt, SESSIONS, STEPS).await;
+        times.sort();
+        println!(
+            "per-step, {label}: p50 {}  p99 {}  ({} steps; model call, journal and checkpoint commits included)",
+            ms(percentile(&times, 0.5)),
+            ms(percentile(&times, 0.99)),
+            times.len()
+        );
+    }
+}
+
+/// Builds a session with at least `events` events of ordinary turns (with compaction keeping the
+/// context bounded, as it does in a long-lived session), then leaves a turn open as a crash would.
+async fn history(p: &TestProject, events: u64) -> String {
+    let rt = runtime_with_client(p, MockClient::new("echo", None).unwrap());
+    let id = rt.create_session(None).await.unwrap();
+    let mut n = 0;
+    while rt.session(&id).await.unwrap().unwrap().event_count < events {
+        n += 1;
+        rt.post_message(&id, &format!("message number {n} with a few words"))
+            .await
+            .unwrap();
+        rt.drive(&id).await.unwrap();
+    }
+    // An open turn, killed right after `step.started`.
+    let session = rt.session(&id).await.unwrap().unwrap();
+    let turn = TurnRecord {
+        session_id: id.clone(),
+        seq: session.turn_count,
+        status: TurnStatus::Running,
+        phase: TurnPhase::Model,
+        step_index: 0,
+        step_started: true,
+        build_hash: session.build_hash.clone(),
+        inbox_id: None,
+        started_at: now_ms(),
+        ended_at: None,
+        stop_reason: None,
+        usage: UsageTotals::default(),
+    };
+    let mut updated = session.clone();
+    updated.status = SessionStatus::Running;
+    updated.turn_count += 1;
+    let mut batch = Batch::new();
+    batch
+        .push(Op::UpdateSession(updated))
+        .push(Op::PutTurn(turn))
+        .push(Op::AppendMessage {
+            session_id: id.clone(),
+            turn_seq: Some(session.turn_count),
+            kind: MESSAGE_KIND_MESSAGE.into(),
+            body: serde_json::to_value(Message::User {
+                content: "the last one".into(),
+            })
+            .unwrap(),
+        });
+    rt.store().commit(batch).await.unwrap();
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run bench/runtime.sh"]
+async fn bench_resume_time() {
+    let mut baseline = None;
+    for events in [100u64, 1_000, 10_000] {
+        let p = TestProject::new();
+        let mut a = agent();
+        a.config.context_window = Some(2_000);
+        a.config.compaction.threshold = 0.5;
+        p.write_build(&a, &[]);
+        let id = history(&p, events).await;
+        let mut load = Vec::new();
+        let mut finish = Vec::new();
+        for _ in 0..5 {
+            // Load: a fresh store handle reads what resume needs (session, open turn, its calls,
+            // pending input, the bounded context).
+            let store = SqliteStore::open(p.state_dir.join("eve.db")).unwrap();
+            let t = Instant::now();
+            let s = store.session(&id).await.unwrap().unwrap();
+            let turn = store.last_turn(&id).await.unwrap().unwrap();
+            let _ = store.tool_calls(&id, turn.seq).await.unwrap();
+            let _ = store.input_requests(&id, true).await.unwrap();
+            let ctx = store.context(&id).await.unwrap();
+            load.push(t.elapsed());
+            assert!(s.event_count >= events && !ctx.is_empty());
+        }
+        // Finish: a new runtime drives the open turn to completion (one mock step).
+        let p2_state = p.state_dir.clone();
+        let backup = p2_state.join("eve.db.bak");
+        {
+            let conn = rusqlite::Connection::open(p2_state.join("eve.db")).unwrap();
+            conn.execute("VACUUM INTO ?1", [backup.to_string_lossy()])
+                .unwrap();
+        }
+        for _ in 0..5 {
+            std::fs::copy(&backup, p2_state.join("eve.db")).unwrap();
+            let _ = std::fs::remove_file(p2_state.join("eve.db-wal"));
+            let _ = std::fs::remove_file(p2_state.join("eve.db-shm"));
+            let t = Instant::now();
+            let rt = runtime_with_client(&p, MockClient::new("echo", None).unwrap());
+            assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
+            finish.push(t.elapsed());
+        }
+        load.sort();
+        finish.sort();
+        if std::env::var_os("EVE_BENCH_VERBOSE").is_some() {
+            println!("  samples: load {load:?} finish {finish:?}");
+        }
+        let load50 = percentile(&load, 0.5);
+        let finish50 = percentile(&finish, 0.5);
+        let base = *baseline.get_or_insert(finish50);
+        println!(
+            "resume after {events:>6} events: load state {}  open store + finish the turn {}  ({:.2}x the 100-event time)",
+            ms(load50),
+            ms(finish50),
+            finish50.as_secs_f64() / base.as_secs_f64()
+        );
+    }
+}
