@@ -31,15 +31,20 @@ async fn opening_twice_migrates_once_and_keeps_data() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("eve.db");
     let store = SqliteStore::open(&path).unwrap();
+    let version_of = |path: &std::path::Path| -> i64 {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap()
+    };
+    let first = version_of(&path);
+    assert!(first >= 1);
     let mut b = Batch::durable();
     b.push(Op::InsertSession(session("wrun_1")));
     store.commit(b).await.unwrap();
     drop(store);
     let store = SqliteStore::open(&path).unwrap();
     assert!(store.session("wrun_1").await.unwrap().is_some());
+    assert_eq!(version_of(&path), first, "a second open migrates nothing");
     let conn = rusqlite::Connection::open(&path).unwrap();
-    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-    assert_eq!(version, 1);
     let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
     assert_eq!(mode, "wal");
 }
