@@ -1,0 +1,461 @@
+#!/usr/bin/env python3
+"""Server benchmarks of eve: cold start of `eve serve` and `eve dev`, the first turn, and many
+concurrent sessions. Driven by bench/serve.sh (which builds the release binary); prints a table
+with each result's ratio to its target (below 1.00 meets it).
+
+Everything runs on loopback against the real binary with the `mock/echo` model; the client is
+plain Python (asyncio, raw HTTP/1.1) so nothing needs installing. Measurements:
+
+- cold start: spawn → first `200` from `GET /eve/v1/health` (polled every 0.5 ms); RSS when
+  healthy and the kernel's peak (`VmHWM`). `eve dev` starts from a clean `.eve/` (it builds).
+- first turn: `POST /eve/v1/session` with a message → `session.waiting` on the NDJSON stream of
+  `GET /eve/v1/session/:id/stream` (opened right after the 202).
+- N concurrent sessions: N sessions that each ran a turn and keep a client's follow stream open
+  (as `useChat` and `eve chat` do between turns), with background traffic spread over them; turns
+  measured one at a time on fresh sessions. Added latency = p99 with the N sessions − p99 alone.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MIB = 1024 * 1024
+TARGETS = {
+    "cold_ms": 100.0,
+    "cold_rss_mib": 30.0,
+    "turn_ms": 10.0,
+    "rss_1000_mib": 200.0,
+    "added_p99_ms": 20.0,
+}
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def proc_kib(pid, field):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def make_project(root):
+    agent = os.path.join(root, "agent")
+    os.makedirs(os.path.join(agent, "tools"), exist_ok=True)
+    with open(os.path.join(agent, "instructions.md"), "w") as f:
+        f.write("You are a benchmark agent.\n")
+    with open(os.path.join(agent, "agent.yaml"), "w") as f:
+        f.write("default_tools: false\n")
+    tool = os.path.join(agent, "tools", "get_weather.sh")
+    with open(tool, "w") as f:
+        f.write(
+            "#!/bin/sh\n# ---\n# description: Get the weather for a city.\n# effect: read\n"
+            "# input:\n#   type: object\n#   properties:\n#     city: {type: string}\n# ---\n"
+            "cat >/dev/null\necho '{\"sky\":\"clear\"}'\n"
+        )
+    os.chmod(tool, 0o755)
+
+
+def env():
+    e = dict(os.environ)
+    for k in ("EVE_PROJECT", "EVE_AGENT_DIR", "EVE_MOCK_SCRIPT", "EVE_BASE_URL", "PORT",
+              "EVE_SCHEDULE_CLOCK", "EVE_LOG"):
+        e.pop(k, None)
+    e["EVE_MODEL"] = "mock/echo"
+    e["NO_COLOR"] = "1"
+    return e
+
+
+# ---- blocking HTTP (cold start, single turns) ---------------------------------------------------
+
+def http_once(port, method, path, body=None, timeout=5.0):
+    """One request with Connection: close; returns (status, body bytes)."""
+    data = b"" if body is None else json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(
+            f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        raw = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            raw += chunk
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ")[1])
+    return status, payload
+
+
+def wait_healthy(port, proc, limit=20.0):
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit:
+        if proc.poll() is not None:
+            raise RuntimeError(f"eve exited with {proc.returncode}")
+        try:
+            status, body = http_once(port, "GET", "/eve/v1/health", timeout=1.0)
+            if status == 200 and b'"ok":true' in body:
+                return
+        except OSError:
+            pass
+        time.sleep(0.0005)
+    raise RuntimeError("eve did not become healthy")
+
+
+def start_server(eve, root, sub, port):
+    cmd = [eve, sub, "--host", "127.0.0.1", "--port", str(port)]
+    return subprocess.Popen(cmd, cwd=root, env=env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_server(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def cold_start(eve, root, sub, runs):
+    """Median time to healthy, RSS when healthy, peak RSS; plus the first turn after each start."""
+    times, rss, peak, first_turns = [], [], [], []
+    for _ in range(runs):
+        if sub == "dev":
+            shutil.rmtree(os.path.join(root, ".eve"), ignore_errors=True)
+        else:
+            db = os.path.join(root, ".eve", "eve.db")
+            for suffix in ("", "-wal", "-shm"):
+                try:
+                    os.remove(db + suffix)
+                except FileNotFoundError:
+                    pass
+        port = free_port()
+        t0 = time.perf_counter()
+        proc = start_server(eve, root, sub, port)
+        try:
+            wait_healthy(port, proc)
+            times.append(time.perf_counter() - t0)
+            rss.append(proc_kib(proc.pid, "VmRSS"))
+            peak.append(proc_kib(proc.pid, "VmHWM"))
+            first_turns.append(turn_blocking(port))
+        finally:
+            stop_server(proc)
+    return {
+        "ready_s": statistics.median(times),
+        "rss": statistics.median(rss),
+        "peak": max(peak),
+        "first_turn_s": statistics.median(first_turns),
+    }
+
+
+def turn_blocking(port, message="hello"):
+    """POST a new session with a message, follow its stream to `session.waiting`; seconds."""
+    t0 = time.perf_counter()
+    status, body = http_once(port, "POST", "/eve/v1/session", {"message": message})
+    if status != 202:
+        raise RuntimeError(f"POST /session: {status} {body[:200]!r}")
+    sid = json.loads(body)["sessionId"]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(
+            f"GET /eve/v1/session/{sid}/stream?startIndex=0 HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{port}\r\n"
+            f"Connection: close\r\n\r\n".encode()
+        )
+        buf = b""
+        while b'"session.waiting"' not in buf:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise RuntimeError("stream ended before session.waiting")
+            buf += chunk
+    return time.perf_counter() - t0
+
+
+# ---- asyncio HTTP (concurrency) -----------------------------------------------------------------
+
+async def request(port, method, path, body=None):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    data = b"" if body is None else json.dumps(body).encode()
+    writer.write(
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data
+    )
+    await writer.drain()
+    raw = await reader.read()
+    writer.close()
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), payload
+
+
+async def open_stream(port, sid, start):
+    """Opens a follow stream; returns (reader, writer) positioned after the headers."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        f"GET /eve/v1/session/{sid}/stream?startIndex={start} HTTP/1.1\r\n"
+        f"Host: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode()
+    )
+    await writer.drain()
+    await reader.readuntil(b"\r\n\r\n")
+    return reader, writer
+
+
+async def read_until(reader, needle):
+    buf = b""
+    while needle not in buf:
+        chunk = await reader.read(65536)
+        if not chunk:
+            return False
+        buf += chunk
+    return True
+
+
+async def run_turn(port, message):
+    t0 = time.perf_counter()
+    status, body = await request(port, "POST", "/eve/v1/session", {"message": message})
+    if status != 202:
+        raise RuntimeError(f"POST /session: {status}")
+    sid = json.loads(body)["sessionId"]
+    reader, writer = await open_stream(port, sid, 0)
+    ok = await read_until(reader, b'"session.waiting"')
+    writer.close()
+    if not ok:
+        raise RuntimeError("stream ended early")
+    return time.perf_counter() - t0, sid
+
+
+async def measure(port, turns):
+    lat = []
+    for i in range(turns):
+        dt, _ = await run_turn(port, f"measured {i}")
+        lat.append(dt)
+    return lat
+
+
+def p(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+class Background:
+    """N sessions, each with a client's follow stream open; `rate` turns per second over them."""
+
+    def __init__(self, port, n, rate):
+        self.port, self.n, self.rate = port, n, rate
+        self.sessions = []
+        self.tasks = []
+        self.stop = asyncio.Event()
+        self.turns = 0
+
+    async def setup(self):
+        sem = asyncio.Semaphore(32)
+
+        async def one(i):
+            async with sem:
+                _, sid = await run_turn(self.port, f"background {i}")
+                self.sessions.append(sid)
+
+        await asyncio.gather(*(one(i) for i in range(self.n)))
+        for sid in self.sessions:
+            self.tasks.append(asyncio.create_task(self.client(sid)))
+        # Let every stream open.
+        await asyncio.sleep(0.5)
+        if self.rate > 0:
+            self.tasks.append(asyncio.create_task(self.traffic()))
+
+    async def client(self, sid):
+        """Follows the session like a connected UI: reopen after each turn comes to rest."""
+        while not self.stop.is_set():
+            reader, writer = await open_stream(self.port, sid, await self.tail(sid))
+            try:
+                waiting = asyncio.create_task(read_until(reader, b'"session.waiting"'))
+                stopping = asyncio.create_task(self.stop.wait())
+                await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
+                stopping.cancel()
+            finally:
+                writer.close()
+
+    async def tail(self, sid):
+        """Index of the session's next event (from `x-eve-stream-tail-index`)."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        writer.write(
+            f"GET /eve/v1/session/{sid}/stream?startIndex=-1&follow=false HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{self.port}\r\nConnection: close\r\n\r\n".encode()
+        )
+        await writer.drain()
+        raw = await reader.read()
+        writer.close()
+        for line in raw.partition(b"\r\n\r\n")[0].split(b"\r\n"):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"x-eve-stream-tail-index":
+                return int(value) + 1
+        raise RuntimeError("no x-eve-stream-tail-index")
+
+    async def traffic(self):
+        interval = 1.0 / self.rate
+        nxt = time.perf_counter()
+        while not self.stop.is_set():
+            sid = random.choice(self.sessions)
+            asyncio.create_task(
+                request(self.port, "POST", f"/eve/v1/session/{sid}", {"message": "tick"}))
+            self.turns += 1
+            nxt += interval
+            await asyncio.sleep(max(0.0, nxt - time.perf_counter()))
+
+    async def close(self):
+        self.stop.set()
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def concurrency(eve, root, counts, turns, rate):
+    results = {}
+    for n in counts:
+        db = os.path.join(root, ".eve", "eve.db")
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.remove(db + suffix)
+            except FileNotFoundError:
+                pass
+        port = free_port()
+        proc = start_server(eve, root, "serve", port)
+        try:
+            wait_healthy(port, proc)
+            await measure(port, 20)  # warm-up
+            alone = await measure(port, turns)
+            bg = Background(port, n, rate)
+            t0 = time.perf_counter()
+            await bg.setup()
+            setup_s = time.perf_counter() - t0
+            loaded = await measure(port, turns)
+            rss = proc_kib(proc.pid, "VmRSS")
+            peak = proc_kib(proc.pid, "VmHWM")
+            cpu_idle = idle_cpu(proc.pid, 1.0) if rate == 0 else None
+            await bg.close()
+            results[n] = {
+                "alone_p50": p(alone, 0.5), "alone_p99": p(alone, 0.99),
+                "loaded_p50": p(loaded, 0.5), "loaded_p99": p(loaded, 0.99),
+                "rss": rss, "peak": peak, "setup_s": setup_s, "cpu_idle": cpu_idle,
+                "background_turns": bg.turns,
+            }
+        finally:
+            stop_server(proc)
+    return results
+
+
+def idle_cpu(pid, seconds):
+    """CPU share the server uses over `seconds` (1.0 = one core)."""
+    def ticks():
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    hz = os.sysconf("SC_CLK_TCK")
+    a = ticks()
+    time.sleep(seconds)
+    return (ticks() - a) / hz / seconds
+
+
+def fmt_ms(s):
+    return f"{s * 1000:.1f} ms"
+
+
+def fmt_mib(b):
+    return "–" if b is None else f"{b / MIB:.1f} MiB"
+
+
+def row(rows, name, value, shown, target, unit):
+    ratio = "" if target is None else f"{value / target:.2f}"
+    tgt = "" if target is None else f"< {target:g} {unit}"
+    rows.append((name, shown, tgt, ratio))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--eve", required=True, help="the eve binary to measure")
+    ap.add_argument("--runs", type=int, default=10, help="cold starts per server (median)")
+    ap.add_argument("--turns", type=int, default=100, help="measured turns per load level")
+    ap.add_argument("--sessions", default="100,1000", help="concurrent session counts")
+    ap.add_argument("--rate", type=float, default=20.0,
+                    help="background turns per second spread over the sessions")
+    a = ap.parse_args()
+    eve = os.path.abspath(a.eve)
+    root = tempfile.mkdtemp(prefix="eve-bench-serve-")
+    try:
+        make_project(root)
+        subprocess.run([eve, "build"], cwd=root, env=env(), check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log(f"cold start: eve serve x{a.runs}")
+        serve = cold_start(eve, root, "serve", a.runs)
+        log(f"cold start: eve dev x{a.runs} (clean .eve/, so each start builds)")
+        dev = cold_start(eve, root, "dev", a.runs)
+        subprocess.run([eve, "build"], cwd=root, env=env(), check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        counts = [int(x) for x in a.sessions.split(",") if x.strip()]
+        log(f"concurrent sessions: {counts}, {a.turns} measured turns each, "
+            f"{a.rate:g} background turns/s")
+        conc = asyncio.run(concurrency(eve, root, counts, a.turns, a.rate))
+        log("idle streams only (no background traffic): CPU of the server")
+        idle = asyncio.run(concurrency(eve, root, [max(counts)], 20, 0.0))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    rows = []
+    for name, r in (("serve", serve), ("dev", dev)):
+        row(rows, f"{name}: cold start → healthy /health (median)", r["ready_s"] * 1000,
+            fmt_ms(r["ready_s"]), TARGETS["cold_ms"], "ms")
+        row(rows, f"{name}: RSS when healthy", r["rss"] / MIB, fmt_mib(r["rss"]),
+            TARGETS["cold_rss_mib"], "MiB")
+        row(rows, f"{name}: peak RSS (VmHWM) during start", r["peak"] / MIB, fmt_mib(r["peak"]),
+            TARGETS["cold_rss_mib"], "MiB")
+        row(rows, f"{name}: first turn after a cold start: POST → session.waiting",
+            r["first_turn_s"] * 1000, fmt_ms(r["first_turn_s"]), TARGETS["turn_ms"], "ms")
+    for n, r in conc.items():
+        row(rows, f"{n} sessions: turn p50 / p99 alone", r["alone_p99"] * 1000,
+            f"{fmt_ms(r['alone_p50'])} / {fmt_ms(r['alone_p99'])}", TARGETS["turn_ms"], "ms")
+        row(rows, f"{n} sessions: turn p50 / p99 with them", r["loaded_p99"] * 1000,
+            f"{fmt_ms(r['loaded_p50'])} / {fmt_ms(r['loaded_p99'])}", None, "")
+        added = max(0.0, r["loaded_p99"] - r["alone_p99"])
+        row(rows, f"{n} sessions: added p99 latency", added * 1000, fmt_ms(added),
+            TARGETS["added_p99_ms"], "ms")
+        row(rows, f"{n} sessions: RSS (streams open)", r["rss"] / MIB, fmt_mib(r["rss"]),
+            TARGETS["rss_1000_mib"], "MiB")
+        row(rows, f"{n} sessions: setup (each ran a turn, 32 at a time)", 0,
+            f"{r['setup_s']:.2f} s", None, "")
+    for n, r in idle.items():
+        row(rows, f"{n} idle open streams: server CPU", 0,
+            f"{r['cpu_idle'] * 100:.1f} % of a core", None, "")
+    w = max(len(r[0]) for r in rows)
+    print(f"{'measure':<{w}}  {'ours':>20}  {'target':>12}  {'ratio':>6}")
+    for name, shown, tgt, ratio in rows:
+        print(f"{name:<{w}}  {shown:>20}  {tgt:>12}  {ratio:>6}")
+    print("(ratio = ours ÷ target; below 1.00 meets the target)")
+
+
+if __name__ == "__main__":
+    main()
