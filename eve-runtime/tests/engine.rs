@@ -612,3 +612,74 @@ async fn many_sessions_driven_at_once_never_see_a_locked_database() {
         assert_eq!(t.await.unwrap(), DriveOutcome::Idle);
     }
 }
+
+#[tokio::test]
+async fn cancel_stops_a_running_turn_and_kills_its_tool() {
+    let p = TestProject::new();
+    let mut a = agent();
+    a.tools.push(script_tool("slow", Effect::Read, Approval::Never));
+    p.write_build(&a, &[logging_script("slow", "sleep 5")]);
+    let rt = p.runtime(json!([call("slow", json!({})), {"text": "never"}]));
+    let id = rt.create_session(Some("go".into())).await.unwrap();
+    let task = {
+        let rt = rt.clone();
+        let id = id.clone();
+        tokio::spawn(async move { rt.drive(&id).await.unwrap() })
+    };
+    for _ in 0..400 {
+        if p.side_lines().iter().any(|l| l.starts_with("start")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let started = Instant::now();
+    rt.cancel(&id).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(3), task)
+        .await
+        .expect("cancel is prompt")
+        .unwrap();
+    assert_eq!(outcome, DriveOutcome::Cancelled);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let calls = rt.store().tool_calls(&id, 0).await.unwrap();
+    assert_eq!(calls[0].status, CallStatus::Cancelled);
+    let kinds = kinds(&all_events(&rt, &id).await);
+    assert!(kinds.ends_with(&["turn.cancelled".to_owned(), "session.waiting".to_owned()]));
+    assert!(!rt.session(&id).await.unwrap().unwrap().cancel_requested);
+}
+
+#[tokio::test]
+async fn steer_folds_a_message_into_the_running_turn() {
+    let p = TestProject::new();
+    let mut a = agent();
+    a.config.turn_policy = eve_compile::TurnPolicy::Steer;
+    a.tools.push(script_tool("slow", Effect::Read, Approval::Never));
+    p.write_build(&a, &[logging_script("slow", "sleep 0.3")]);
+    let rt = p.runtime(json!([call("slow", json!({})), {"text": "done"}]));
+    let id = rt.create_session(Some("first".into())).await.unwrap();
+    let task = {
+        let rt = rt.clone();
+        let id = id.clone();
+        tokio::spawn(async move { rt.drive(&id).await.unwrap() })
+    };
+    for _ in 0..400 {
+        if p.side_lines().iter().any(|l| l.starts_with("start")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    rt.post_message(&id, "also this").await.unwrap();
+    assert_eq!(task.await.unwrap(), DriveOutcome::Idle);
+    let events = all_events(&rt, &id).await;
+    let received: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e.kind == "message.received")
+        .map(|e| {
+            (
+                e.data["message"].as_str().unwrap(),
+                e.data["turnId"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(received, [("first", "turn_0"), ("also this", "turn_0")]);
+    assert_eq!(rt.session(&id).await.unwrap().unwrap().turn_count, 1);
+}
