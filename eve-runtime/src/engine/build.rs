@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use eve_compile::{Manifest, Tool};
+use eve_compile::{Agent, Manifest, Tool};
 
 use super::error::{RuntimeError, RuntimeResult};
 use crate::model::ToolSpec;
@@ -35,13 +35,22 @@ pub struct LoadedBuild {
     pub specs: Vec<ToolSpec>,
     /// The system prompt: instructions plus the skills block.
     pub system_prompt: String,
+    /// Dynamic tool scripts (`dynamic:` set): run at session and turn start to define tools; not
+    /// offered themselves.
+    pub providers: Vec<Tool>,
+    /// Whether this agent or one of its subagents has observe hooks.
+    pub observe_hooks: bool,
 }
 
 impl LoadedBuild {
     /// Builds the runtime view of a manifest.
     pub fn new(hash: String, dir: PathBuf, manifest: Manifest) -> Self {
         let agent = &manifest.agent;
-        let mut tools = agent.tools.clone();
+        let (providers, mut tools): (Vec<Tool>, Vec<Tool>) = agent
+            .tools
+            .iter()
+            .cloned()
+            .partition(|t| !t.dynamic.is_empty());
         if agent.config.default_tools {
             for tool in builtin_tools() {
                 if !tools.iter().any(|t| t.name == tool.name) {
@@ -49,7 +58,7 @@ impl LoadedBuild {
                 }
             }
         }
-        let validators = Validators::new(&tools);
+        let mut validators = Validators::new(&tools);
         let mut specs: Vec<ToolSpec> = tools
             .iter()
             .map(|t| ToolSpec {
@@ -58,6 +67,12 @@ impl LoadedBuild {
                 input_schema: t.input_schema.clone(),
             })
             .collect();
+        for sub in &agent.subagents {
+            let spec = super::driver::subagents::tool_spec(sub);
+            validators.insert(&spec.name, &spec.input_schema);
+            specs.push(spec);
+        }
+        let observe_hooks = super::driver::hooks::has_observe_hooks(agent);
         if !agent.skills.is_empty() {
             specs.push(load_skill_spec());
         }
@@ -70,7 +85,30 @@ impl LoadedBuild {
             validators,
             specs,
             system_prompt,
+            providers,
+            observe_hooks,
         }
+    }
+
+    /// The view of this build for the agent at `path` (`""`: the root; a subagent's manifest
+    /// `path` otherwise): its instructions, tools, subagents, hooks and connections.
+    pub fn for_agent(&self, path: &str) -> Option<LoadedBuild> {
+        fn find<'a>(agent: &'a Agent, path: &str) -> Option<&'a Agent> {
+            if agent.path == path {
+                return Some(agent);
+            }
+            agent.subagents.iter().find_map(|a| find(a, path))
+        }
+        let agent = find(&self.manifest.agent, path)?;
+        let manifest = Manifest {
+            agent: agent.clone(),
+            ..self.manifest.clone()
+        };
+        Some(LoadedBuild::new(
+            self.hash.clone(),
+            self.dir.clone(),
+            manifest,
+        ))
     }
 
     /// Folder holding the agent's files (`files/` of the build): scripts, seeds.
@@ -121,6 +159,8 @@ pub fn system_prompt(manifest: &Manifest) -> String {
 pub struct BuildStore {
     state_dir: PathBuf,
     loaded: Mutex<HashMap<String, Arc<LoadedBuild>>>,
+    hooks_seen: std::sync::atomic::AtomicBool,
+    subagents_seen: std::sync::atomic::AtomicBool,
 }
 
 impl BuildStore {
@@ -129,6 +169,8 @@ impl BuildStore {
         Self {
             state_dir: state_dir.into(),
             loaded: Mutex::new(HashMap::new()),
+            hooks_seen: std::sync::atomic::AtomicBool::new(false),
+            subagents_seen: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -146,6 +188,14 @@ impl BuildStore {
         }
         let (hash, dir, manifest) = load_build(&self.state_dir, Some(hash))?;
         let build = Arc::new(LoadedBuild::new(hash.clone(), dir, manifest));
+        if build.observe_hooks {
+            self.hooks_seen
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if !build.manifest.agent.subagents.is_empty() {
+            self.subagents_seen
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         if let Ok(mut cache) = self.loaded.lock() {
             cache.insert(hash, build.clone());
         }
@@ -156,6 +206,41 @@ impl BuildStore {
     pub fn current(&self) -> RuntimeResult<Arc<LoadedBuild>> {
         let hash = self.current_hash()?;
         self.get(&hash)
+    }
+
+    /// The view of build `hash` for the agent at `path` (`""` is the root agent).
+    pub fn agent(&self, hash: &str, path: &str) -> RuntimeResult<Arc<LoadedBuild>> {
+        let root = self.get(hash)?;
+        if path.is_empty() {
+            return Ok(root);
+        }
+        let key = format!("{hash}#{path}");
+        if let Ok(cache) = self.loaded.lock()
+            && let Some(build) = cache.get(&key)
+        {
+            return Ok(build.clone());
+        }
+        let view = Arc::new(root.for_agent(path).ok_or_else(|| RuntimeError::Build {
+            what: hash.to_owned(),
+            message: format!("the build has no subagent at `{path}`"),
+        })?);
+        if let Ok(mut cache) = self.loaded.lock() {
+            cache.insert(key, view.clone());
+        }
+        Ok(view)
+    }
+
+    /// Whether any build loaded so far has subagents (lets approval routing and the wait for
+    /// children's requests skip their queries when none does).
+    pub fn subagents_seen(&self) -> bool {
+        self.subagents_seen
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether any build loaded so far has observe hooks (lets event delivery skip all work when
+    /// no agent uses them).
+    pub fn observe_hooks_seen(&self) -> bool {
+        self.hooks_seen.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

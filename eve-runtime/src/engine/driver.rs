@@ -1224,13 +1224,25 @@ impl<'a> TurnDriver<'a> {
         let input = call.input.clone();
         let run: std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send + '_>> =
             match &resolved.target {
-                targets::Target::Build(tool) => Box::pin(run_tool(tool, &input, &ctx, token.clone())),
+                targets::Target::Build(tool) => {
+                    Box::pin(run_tool(tool, &input, &ctx, token.clone()))
+                }
                 targets::Target::Mcp(manager) => {
-                    Box::pin(manager.call(&call.name, input.clone(), token.clone()))
+                    let (manager, name, input, token) = (
+                        manager.clone(),
+                        call.name.clone(),
+                        input.clone(),
+                        token.clone(),
+                    );
+                    Box::pin(async move { manager.call(&name, input, token).await })
                 }
                 targets::Target::Catalogue(manager) => {
-                    let (manager, name, input, token) =
-                        (manager.clone(), call.name.clone(), input.clone(), token.clone());
+                    let (manager, name, input, token) = (
+                        manager.clone(),
+                        call.name.clone(),
+                        input.clone(),
+                        token.clone(),
+                    );
                     Box::pin(async move {
                         manager
                             .call_catalogue(&name, input, token)

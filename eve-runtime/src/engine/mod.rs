@@ -163,6 +163,10 @@ pub(crate) struct Inner {
     channels: Mutex<HashMap<String, broadcast::Sender<StoredEvent>>>,
     active: Mutex<HashMap<String, Active>>,
     pub(crate) breakers: tokio::sync::Mutex<HashMap<String, BreakerRecord>>,
+    /// MCP managers by the JSON of their connections.
+    pub(crate) mcp: Mutex<HashMap<String, crate::mcp::McpManager>>,
+    /// Sessions with a running observe-hook delivery (`true`: more events arrived meanwhile).
+    pub(crate) hook_workers: Mutex<HashMap<String, bool>>,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -189,6 +193,11 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
+/// Live events kept per followed session for receivers that fall behind; one that falls further
+/// behind reads the store instead (see [`EventFollower`]). Small, because every session with an
+/// open stream holds one such buffer.
+const LIVE_BUFFER: usize = 128;
+
 /// A new session id: `wrun_<ULID>`.
 pub fn new_session_id() -> String {
     format!("wrun_{}", ulid::Ulid::new())
@@ -209,6 +218,8 @@ impl Runtime {
                 channels: Mutex::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
                 breakers: tokio::sync::Mutex::new(HashMap::new()),
+                mcp: Mutex::new(HashMap::new()),
+                hook_workers: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -318,6 +329,13 @@ impl Runtime {
     ) -> RuntimeResult<InputRequestRecord> {
         self.require_session(session).await?;
         let pending = self.inner.store.input_requests(session, true).await?;
+        // A request of a subagent's session, answered on an ancestor (the root's stream shows it).
+        if let Some(answered) = self
+            .answer_for_descendant(session, request_id, &pending, approve, reason.clone())
+            .await?
+        {
+            return Ok(answered);
+        }
         let mut request = match request_id {
             Some(id) => pending
                 .iter()
@@ -518,9 +536,9 @@ impl Runtime {
         Ok(self.inner.store.sessions(filter).await?)
     }
 
-    /// Pending input requests of a session.
+    /// Pending input requests of a session, and of its subagents' sessions (answerable here).
     pub async fn pending_inputs(&self, session: &str) -> RuntimeResult<Vec<InputRequestRecord>> {
-        Ok(self.inner.store.input_requests(session, true).await?)
+        self.pending_in_tree(session).await
     }
 
     /// Starts a driver for every session with unfinished work (run once at start-up). Returns
@@ -530,6 +548,7 @@ impl Runtime {
         for id in &ids {
             self.spawn_driver(id);
         }
+        self.resume_hooks().await?;
         Ok(ids)
     }
 
@@ -564,6 +583,7 @@ impl Runtime {
     pub(crate) async fn commit(&self, batch: Batch) -> RuntimeResult<Committed> {
         let committed = self.inner.store.commit(batch).await?;
         self.publish(&committed.events);
+        self.notify_hooks(&committed.events);
         Ok(committed)
     }
 
@@ -587,7 +607,7 @@ impl Runtime {
                 channels.retain(|_, tx| tx.receiver_count() > 0);
                 channels
                     .entry(session.to_owned())
-                    .or_insert_with(|| broadcast::channel(1024).0)
+                    .or_insert_with(|| broadcast::channel(LIVE_BUFFER).0)
                     .clone()
             }
             Err(_) => broadcast::channel(1).0,

@@ -384,6 +384,11 @@ impl Supervisor {
                 description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
                 input_schema: Value::Object(schema),
                 approval: self.config.approval,
+                read_only: tool
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.read_only_hint)
+                    .unwrap_or(false),
             });
         }
         out

@@ -67,6 +67,9 @@ pub struct McpTool {
     pub input_schema: Value,
     /// The connection's approval setting.
     pub approval: Approval,
+    /// The server marks the tool read-only (annotation `readOnlyHint`): the engine journals its
+    /// calls with effect `read` (re-run after an interruption) instead of `write`.
+    pub read_only: bool,
 }
 
 impl McpTool {
@@ -429,6 +432,7 @@ mod tests {
             description: description.into(),
             input_schema: json!({"type": "object"}),
             approval: Approval::Never,
+            read_only: false,
         }
     }
 

@@ -6,11 +6,13 @@
 //! history. [`Store`] is the seam for other backends (PostgreSQL); [`SqliteStore`] is the embedded
 //! default at `.eve/eve.db`.
 
+mod composition;
 mod records;
 mod schedules;
 mod schema;
 mod sqlite;
 
+pub use composition::{Budget, CompositionOp, DynamicToolRecord, SubagentCall, SubagentLink};
 pub use records::*;
 pub use schedules::*;
 pub use sqlite::SqliteStore;
@@ -127,4 +129,36 @@ pub trait Store: Send + Sync + 'static {
         claim: ScheduleClaim,
         batch: Batch,
     ) -> StoreResult<Option<Committed>>;
+
+    /// The link of a child (subagent) session; `None` for a root session.
+    async fn subagent_link(&self, session: &str) -> StoreResult<Option<SubagentLink>>;
+    /// The child session a continuation token (`<parent>:<call>`) names.
+    async fn subagent_by_token(
+        &self,
+        parent: &str,
+        call_id: &str,
+    ) -> StoreResult<Option<SubagentLink>>;
+    /// The child turn a parent call waits on.
+    async fn subagent_call(
+        &self,
+        parent: &str,
+        turn: u64,
+        call_id: &str,
+    ) -> StoreResult<Option<SubagentCall>>;
+    /// The parent call that sent the inbox message `inbox_id` to a child.
+    async fn subagent_call_by_inbox(&self, inbox_id: &str) -> StoreResult<Option<SubagentCall>>;
+    /// The turn that took an inbox message (`Some(None)`: not taken yet; `None`: no such message).
+    async fn inbox_turn(&self, inbox_id: &str) -> StoreResult<Option<Option<u64>>>;
+    /// Pending input requests of every session below `session`.
+    async fn descendant_requests(&self, session: &str) -> StoreResult<Vec<InputRequestRecord>>;
+    /// Token totals and cost of every session below `session`.
+    async fn descendant_usage(&self, session: &str) -> StoreResult<(UsageTotals, f64)>;
+    /// Dynamic tools journaled with a session.
+    async fn dynamic_tools(&self, session: &str) -> StoreResult<Vec<DynamicToolRecord>>;
+    /// Whether dynamic tools were resolved for a turn.
+    async fn dynamic_resolved(&self, session: &str, turn: u64) -> StoreResult<bool>;
+    /// Delivery cursors of a session's observe hooks: `(hook, next event index)`.
+    async fn hook_cursors(&self, session: &str) -> StoreResult<Vec<(String, u64)>>;
+    /// Sessions whose events some observe hook may not have acknowledged yet.
+    async fn sessions_behind_hooks(&self) -> StoreResult<Vec<String>>;
 }

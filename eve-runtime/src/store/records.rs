@@ -496,6 +496,8 @@ pub enum Op {
     PutInputRequest(InputRequestRecord),
     /// Inserts or replaces a breaker.
     PutBreaker(BreakerRecord),
+    /// Subagent links and waits, dynamic tools, hook cursors.
+    Composition(super::composition::CompositionOp),
     /// Appends an event.
     Event {
         /// Session.

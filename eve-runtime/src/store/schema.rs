@@ -168,4 +168,62 @@ CREATE TABLE schedule_fires (
 );
 CREATE INDEX schedule_fires_queued ON schedule_fires(schedule, fire_at) WHERE status = 'queued';
 "#,
+    // 2 → 3: composition. Subagent sessions (a child's link to the parent call that created it, the
+    // agent it runs, its root) and the parent calls waiting on a child's turn (with the budget passed
+    // down); dynamic tool definitions resolved for a session (with the build their script lives in);
+    // delivery cursors of observe hooks.
+    r#"
+CREATE TABLE subagent_sessions (
+    session_id TEXT PRIMARY KEY,
+    parent_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    root_id TEXT NOT NULL,
+    agent_path TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX subagent_sessions_by_token ON subagent_sessions(parent_id, call_id);
+CREATE INDEX subagent_sessions_by_root ON subagent_sessions(root_id);
+
+CREATE TABLE subagent_calls (
+    parent_id TEXT NOT NULL,
+    turn_seq INTEGER NOT NULL,
+    call_id TEXT NOT NULL,
+    child_id TEXT NOT NULL,
+    inbox_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    budget TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (parent_id, turn_seq, call_id)
+);
+CREATE INDEX subagent_calls_by_inbox ON subagent_calls(inbox_id);
+
+CREATE TABLE dynamic_tools (
+    session_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    description TEXT NOT NULL,
+    input_schema TEXT NOT NULL,
+    provider_tool TEXT NOT NULL,
+    build_hash TEXT NOT NULL,
+    turn_seq INTEGER NOT NULL,
+    resolved_at INTEGER NOT NULL,
+    PRIMARY KEY (session_id, name)
+);
+
+CREATE TABLE dynamic_resolutions (
+    session_id TEXT NOT NULL,
+    turn_seq INTEGER NOT NULL,
+    detail TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (session_id, turn_seq)
+);
+
+CREATE TABLE hook_cursors (
+    session_id TEXT NOT NULL,
+    hook TEXT NOT NULL,
+    delivered INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (session_id, hook)
+);
+"#,
 ];

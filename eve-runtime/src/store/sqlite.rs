@@ -23,10 +23,11 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use super::composition;
 use super::records::*;
 use super::schedules::*;
 use super::schema::MIGRATIONS;
-use super::{Store, StoreError, StoreResult};
+use super::{DynamicToolRecord, Store, StoreError, StoreResult, SubagentCall, SubagentLink};
 
 /// How long a connection waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -626,6 +627,7 @@ fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                     now
                 ])?;
             }
+            Op::Composition(op) => composition::apply(conn, op, now)?,
             Op::Event {
                 session_id,
                 kind,
@@ -1096,6 +1098,81 @@ impl Store for SqliteStore {
             apply(conn, batch).map(Some)
         })
         .await
+    }
+
+    async fn subagent_link(&self, session: &str) -> StoreResult<Option<SubagentLink>> {
+        let session = session.to_owned();
+        self.read(move |conn| composition::link(conn, &session))
+            .await
+    }
+
+    async fn subagent_by_token(
+        &self,
+        parent: &str,
+        call_id: &str,
+    ) -> StoreResult<Option<SubagentLink>> {
+        let (parent, call_id) = (parent.to_owned(), call_id.to_owned());
+        self.read(move |conn| composition::link_by_token(conn, &parent, &call_id))
+            .await
+    }
+
+    async fn subagent_call(
+        &self,
+        parent: &str,
+        turn: u64,
+        call_id: &str,
+    ) -> StoreResult<Option<SubagentCall>> {
+        let (parent, call_id) = (parent.to_owned(), call_id.to_owned());
+        self.read(move |conn| composition::subagent_call(conn, &parent, turn, &call_id))
+            .await
+    }
+
+    async fn subagent_call_by_inbox(&self, inbox_id: &str) -> StoreResult<Option<SubagentCall>> {
+        let inbox_id = inbox_id.to_owned();
+        self.read(move |conn| composition::subagent_call_by_inbox(conn, &inbox_id))
+            .await
+    }
+
+    async fn inbox_turn(&self, inbox_id: &str) -> StoreResult<Option<Option<u64>>> {
+        let inbox_id = inbox_id.to_owned();
+        self.read(move |conn| composition::inbox_turn(conn, &inbox_id))
+            .await
+    }
+
+    async fn descendant_requests(&self, session: &str) -> StoreResult<Vec<InputRequestRecord>> {
+        let session = session.to_owned();
+        self.read(move |conn| {
+            composition::descendant_requests(conn, &session, REQUEST_COLS, request_from_row)
+        })
+        .await
+    }
+
+    async fn descendant_usage(&self, session: &str) -> StoreResult<(UsageTotals, f64)> {
+        let session = session.to_owned();
+        self.read(move |conn| composition::descendant_usage(conn, &session))
+            .await
+    }
+
+    async fn dynamic_tools(&self, session: &str) -> StoreResult<Vec<DynamicToolRecord>> {
+        let session = session.to_owned();
+        self.read(move |conn| composition::dynamic_tools(conn, &session))
+            .await
+    }
+
+    async fn dynamic_resolved(&self, session: &str, turn: u64) -> StoreResult<bool> {
+        let session = session.to_owned();
+        self.read(move |conn| composition::dynamic_resolved(conn, &session, turn))
+            .await
+    }
+
+    async fn hook_cursors(&self, session: &str) -> StoreResult<Vec<(String, u64)>> {
+        let session = session.to_owned();
+        self.read(move |conn| composition::hook_cursors(conn, &session))
+            .await
+    }
+
+    async fn sessions_behind_hooks(&self) -> StoreResult<Vec<String>> {
+        self.read(composition::sessions_behind_hooks).await
     }
 }
 
