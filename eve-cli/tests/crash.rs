@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-
 use crate::support_run::*;
 
 fn iterations() -> usize {
@@ -111,9 +110,7 @@ fn restart_and_check(p: &RunProject, point: &str, i: usize, expect: Option<&str>
         }
     }
     // The model was told what happened: every call has a result message after restart.
-    let results = p.count(
-        "SELECT count(*) FROM messages WHERE body LIKE '%\"role\":\"tool\"%'",
-    );
+    let results = p.count("SELECT count(*) FROM messages WHERE body LIKE '%\"role\":\"tool\"%'");
     assert_eq!(results as usize, calls.len(), "{point}#{i}");
 }
 

@@ -5,7 +5,10 @@ use serde_json::json;
 use crate::support_run::*;
 
 fn charge_tool() -> (&'static str, String) {
-    ("charge", logging_tool("# description: Charge a card.\n", ""))
+    (
+        "charge",
+        logging_tool("# description: Charge a card.\n", ""),
+    )
 }
 
 fn refund_tool() -> (&'static str, String) {
@@ -25,7 +28,11 @@ fn run_streams_the_reply_to_stdout_and_tool_activity_to_stderr() {
     let out = p.run(&["run", "charge 5"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(out.stdout, "Charged five.\n");
-    assert!(out.stderr.contains("→ charge {\"amount\":5}"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("→ charge {\"amount\":5}"),
+        "{}",
+        out.stderr
+    );
     assert!(out.stderr.contains("← charge: ok"), "{}", out.stderr);
     assert!(out.stderr.contains("session wrun_"), "{}", out.stderr);
     assert_eq!(p.side_lines().len(), 2);
@@ -46,7 +53,12 @@ fn run_json_prints_eve_events_and_continues_a_session() {
     assert_eq!(events[0]["type"], "turn.started");
     assert_eq!(events[0]["data"]["turnId"], "turn_1");
     assert!(events.iter().any(|e| e["data"]["message"] == "two"));
-    assert!(events[0]["meta"]["id"].as_str().unwrap().starts_with("evt_"));
+    assert!(
+        events[0]["meta"]["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("evt_")
+    );
 }
 
 #[test]

@@ -101,7 +101,11 @@ impl RunProject {
             return None;
         }
         self.db()
-            .query_row("SELECT id FROM sessions ORDER BY created_at LIMIT 1", [], |r| r.get(0))
+            .query_row(
+                "SELECT id FROM sessions ORDER BY created_at LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
             .ok()
     }
 

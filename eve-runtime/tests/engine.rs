@@ -18,7 +18,8 @@ fn call(name: &str, input: serde_json::Value) -> serde_json::Value {
 async fn a_tool_call_and_a_reply_emit_eves_events_in_order() {
     let p = TestProject::new();
     let mut a = agent();
-    a.tools.push(script_tool("get_weather", Effect::Read, Approval::Never));
+    a.tools
+        .push(script_tool("get_weather", Effect::Read, Approval::Never));
     p.write_build(&a, &[logging_script("get_weather", "")]);
     let rt = p.runtime(json!([
         call("get_weather", json!({"city": "Paris"})),
@@ -57,19 +58,33 @@ async fn a_tool_call_and_a_reply_emit_eves_events_in_order() {
     assert_eq!(wire["data"]["stepIndex"], 0);
     assert_eq!(wire["data"]["actions"][0]["kind"], "tool-call");
     assert_eq!(wire["data"]["actions"][0]["toolName"], "get_weather");
-    assert_eq!(wire["data"]["actions"][0]["input"], json!({"city": "Paris"}));
+    assert_eq!(
+        wire["data"]["actions"][0]["input"],
+        json!({"city": "Paris"})
+    );
     assert!(wire["meta"]["at"].as_str().unwrap().ends_with('Z'));
     let result = &events[6].data;
     assert_eq!(result["status"], "completed");
     assert_eq!(result["result"]["kind"], "tool-result");
-    assert_eq!(result["result"]["output"]["input"], json!({"city": "Paris"}));
-    let completed = events.iter().find(|e| e.kind == "message.completed").unwrap();
+    assert_eq!(
+        result["result"]["output"]["input"],
+        json!({"city": "Paris"})
+    );
+    let completed = events
+        .iter()
+        .find(|e| e.kind == "message.completed")
+        .unwrap();
     assert_eq!(completed.data["message"], "It is sunny in Paris.");
     assert_eq!(completed.data["finishReason"], "stop");
     let waiting = events.last().unwrap();
     assert_eq!(waiting.data["continuationToken"], id.as_str());
     assert_eq!(waiting.data["wait"], "next-user-message");
-    assert_eq!(p.side_lines().len(), 2, "the tool ran once: {:?}", p.side_lines());
+    assert_eq!(
+        p.side_lines().len(),
+        2,
+        "the tool ran once: {:?}",
+        p.side_lines()
+    );
     let session = rt.session(&id).await.unwrap().unwrap();
     assert_eq!(session.status, SessionStatus::Idle);
     assert!(id.starts_with("wrun_"));
@@ -79,7 +94,8 @@ async fn a_tool_call_and_a_reply_emit_eves_events_in_order() {
 async fn approval_once_asks_the_first_time_only_and_survives_a_new_runtime() {
     let p = TestProject::new();
     let mut a = agent();
-    a.tools.push(script_tool("refund", Effect::Write, Approval::Once));
+    a.tools
+        .push(script_tool("refund", Effect::Write, Approval::Once));
     p.write_build(&a, &[logging_script("refund", "")]);
     let script = json!([
         call("refund", json!({"charge": "ch_1"})),
@@ -97,7 +113,12 @@ async fn approval_once_asks_the_first_time_only_and_survives_a_new_runtime() {
     let events = all_events(&rt, &id).await;
     assert_eq!(
         kinds(&events)[events.len() - 4..],
-        ["actions.requested", "step.completed", "input.requested", "turn.waiting"]
+        [
+            "actions.requested",
+            "step.completed",
+            "input.requested",
+            "turn.waiting"
+        ]
     );
     let req = &events[events.len() - 2].data["requests"][0];
     assert_eq!(req["kind"], "tool-approval");
@@ -130,9 +151,16 @@ async fn approval_once_asks_the_first_time_only_and_survives_a_new_runtime() {
             "session.waiting"
         ]
     );
-    let settled = events.iter().find(|e| e.kind == "approval.settled").unwrap();
+    let settled = events
+        .iter()
+        .find(|e| e.kind == "approval.settled")
+        .unwrap();
     assert_eq!(settled.data["outcome"], "approved");
-    let step = events.iter().rev().find(|e| e.kind == "step.started").unwrap();
+    let step = events
+        .iter()
+        .rev()
+        .find(|e| e.kind == "step.started")
+        .unwrap();
     assert_eq!(step.data["stepIndex"], 1);
 
     // Second call of the same tool in the session: approved already.
@@ -145,9 +173,14 @@ async fn approval_once_asks_the_first_time_only_and_survives_a_new_runtime() {
 async fn approval_always_asks_every_time_and_never_does_not_ask() {
     let p = TestProject::new();
     let mut a = agent();
-    a.tools.push(script_tool("deploy", Effect::Write, Approval::Always));
-    a.tools.push(script_tool("lookup", Effect::Read, Approval::Never));
-    p.write_build(&a, &[logging_script("deploy", ""), logging_script("lookup", "")]);
+    a.tools
+        .push(script_tool("deploy", Effect::Write, Approval::Always));
+    a.tools
+        .push(script_tool("lookup", Effect::Read, Approval::Never));
+    p.write_build(
+        &a,
+        &[logging_script("deploy", ""), logging_script("lookup", "")],
+    );
     let rt = p.runtime(json!([
         call("deploy", json!({})),
         call("lookup", json!({})),
@@ -184,9 +217,11 @@ async fn approval_always_asks_every_time_and_never_does_not_ask() {
 async fn a_denied_call_reaches_the_model_as_denied_with_the_reason() {
     let p = TestProject::new();
     let mut a = agent();
-    a.tools.push(script_tool("refund", Effect::Write, Approval::Always));
+    a.tools
+        .push(script_tool("refund", Effect::Write, Approval::Always));
     p.write_build(&a, &[logging_script("refund", "")]);
-    let rt = p.runtime(json!([call("refund", json!({"charge": "ch_1"})), {"text": "OK, not refunded."}]));
+    let rt = p
+        .runtime(json!([call("refund", json!({"charge": "ch_1"})), {"text": "OK, not refunded."}]));
     let (id, _) = run_prompt(&rt, "refund").await;
     rt.answer_input(&id, None, false, Some("too large".to_owned()))
         .await
@@ -198,18 +233,23 @@ async fn a_denied_call_reaches_the_model_as_denied_with_the_reason() {
     let context = rt.store().context(&id).await.unwrap();
     let tool_message = context
         .iter()
-        .find_map(|m| match serde_json::from_value::<Message>(m.body.clone()).ok()? {
-            Message::Tool {
-                content, is_error, ..
-            } => Some((content, is_error)),
-            _ => None,
-        })
+        .find_map(
+            |m| match serde_json::from_value::<Message>(m.body.clone()).ok()? {
+                Message::Tool {
+                    content, is_error, ..
+                } => Some((content, is_error)),
+                _ => None,
+            },
+        )
         .unwrap();
     assert!(tool_message.1);
     assert!(tool_message.0.contains("denied"), "{}", tool_message.0);
     assert!(tool_message.0.contains("too large"), "{}", tool_message.0);
     let events = all_events(&rt, &id).await;
-    let settled = events.iter().find(|e| e.kind == "approval.settled").unwrap();
+    let settled = events
+        .iter()
+        .find(|e| e.kind == "approval.settled")
+        .unwrap();
     assert_eq!(settled.data["outcome"], "denied");
     let result = events.iter().find(|e| e.kind == "action.result").unwrap();
     assert_eq!(result.data["status"], "denied");
@@ -233,7 +273,13 @@ async fn invalid_input_is_an_error_result_and_nothing_runs() {
     assert!(p.side_lines().is_empty());
     let calls = rt.store().tool_calls(&id, 0).await.unwrap();
     assert_eq!(calls[0].status, CallStatus::Failed);
-    let output = calls[0].output.as_ref().unwrap().as_str().unwrap().to_owned();
+    let output = calls[0]
+        .output
+        .as_ref()
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(output.contains("Invalid input"), "{output}");
     assert!(output.contains("city"), "{output}");
 }
@@ -242,7 +288,8 @@ async fn invalid_input_is_an_error_result_and_nothing_runs() {
 async fn the_breaker_opens_after_three_failures_and_the_model_is_told() {
     let p = TestProject::new();
     let mut a = agent();
-    a.tools.push(script_tool("flaky", Effect::Read, Approval::Never));
+    a.tools
+        .push(script_tool("flaky", Effect::Read, Approval::Never));
     p.write_build(&a, &[logging_script("flaky", "echo boom >&2; exit 3")]);
     let rt = p.runtime(json!([
         call("flaky", json!({})),
@@ -275,7 +322,8 @@ async fn the_step_limit_stops_the_turn_with_a_stop_reason() {
     let p = TestProject::new();
     let mut a = agent();
     a.config.limits.max_steps_per_turn = 2;
-    a.tools.push(script_tool("noop", Effect::Read, Approval::Never));
+    a.tools
+        .push(script_tool("noop", Effect::Read, Approval::Never));
     p.write_build(&a, &[("tools/noop.sh".to_owned(), "echo ok\n".to_owned())]);
     let rt = p.runtime(json!([
         call("noop", json!({})),
@@ -325,13 +373,17 @@ async fn the_token_limit_stops_the_next_turn() {
 async fn load_skill_returns_the_body_with_eves_action_kinds() {
     let p = TestProject::new();
     let mut a = agent();
-    a.skills.push(skill("release", "# Release checklist\n\n1. Bump.\n"));
+    a.skills
+        .push(skill("release", "# Release checklist\n\n1. Bump.\n"));
     p.write_build(&a, &[]);
     let rt = p.runtime(json!([call("load_skill", json!({"name": "release"})), {"text": "done"}]));
     let (id, outcome) = run_prompt(&rt, "load the release skill").await;
     assert_eq!(outcome, DriveOutcome::Idle);
     let events = all_events(&rt, &id).await;
-    let requested = events.iter().find(|e| e.kind == "actions.requested").unwrap();
+    let requested = events
+        .iter()
+        .find(|e| e.kind == "actions.requested")
+        .unwrap();
     assert_eq!(requested.data["actions"][0]["kind"], "load-skill");
     assert_eq!(requested.data["actions"][0]["name"], "release");
     let call_id = requested.data["actions"][0]["callId"].as_str().unwrap();
@@ -371,7 +423,8 @@ async fn the_system_prompt_lists_skills_that_are_not_deferred() {
 async fn calls_of_one_step_run_in_parallel() {
     let p = TestProject::new();
     let mut a = agent();
-    a.tools.push(script_tool("slow", Effect::Read, Approval::Never));
+    a.tools
+        .push(script_tool("slow", Effect::Read, Approval::Never));
     p.write_build(&a, &[logging_script("slow", "sleep 0.4")]);
     let rt = p.runtime(json!([
         {"tool_calls": [{"name": "slow", "input": {"n": 1}}, {"name": "slow", "input": {"n": 2}},
@@ -422,7 +475,10 @@ async fn compaction_replaces_old_context_and_pins_loaded_skills() {
     let context = rt.store().context(&id).await.unwrap();
     assert_eq!(context[0].kind, "checkpoint");
     assert_eq!(context[0].body["skills"][0]["name"], "style");
-    assert_eq!(context[0].body["skills"][0]["body"], "Always answer in haiku.");
+    assert_eq!(
+        context[0].body["skills"][0]["body"],
+        "Always answer in haiku."
+    );
     // The current turn's message is kept verbatim after the checkpoint.
     let second: Message = serde_json::from_value(context[1].body.clone()).unwrap();
     assert_eq!(
@@ -465,7 +521,8 @@ async fn manual_compact_clear_and_reset_emit_their_events() {
 async fn a_parked_turn_can_be_cancelled() {
     let p = TestProject::new();
     let mut a = agent();
-    a.tools.push(script_tool("deploy", Effect::Write, Approval::Always));
+    a.tools
+        .push(script_tool("deploy", Effect::Write, Approval::Always));
     p.write_build(&a, &[logging_script("deploy", "")]);
     let rt = p.runtime(json!([call("deploy", json!({})), {"text": "next"}]));
     let (id, _) = run_prompt(&rt, "deploy").await;
@@ -486,12 +543,17 @@ async fn a_parked_turn_can_be_cancelled() {
 async fn an_idle_session_moves_to_the_newest_build_a_busy_one_finishes_on_its_own() {
     let p = TestProject::new();
     let mut a = agent();
-    a.tools.push(script_tool("which", Effect::Read, Approval::Always));
+    a.tools
+        .push(script_tool("which", Effect::Read, Approval::Always));
     let old = p.write_build(
         &a,
-        &[("tools/which.sh".into(), "echo \"old\" >> \"$SIDE_FILE\"\n".into())],
+        &[(
+            "tools/which.sh".into(),
+            "echo \"old\" >> \"$SIDE_FILE\"\n".into(),
+        )],
     );
-    let script = json!([call("which", json!({})), {"text": "a"}, call("which", json!({})), {"text": "b"}]);
+    let script =
+        json!([call("which", json!({})), {"text": "a"}, call("which", json!({})), {"text": "b"}]);
     let rt = p.runtime(script);
     let (id, outcome) = run_prompt(&rt, "which?").await;
     assert!(matches!(outcome, DriveOutcome::WaitingInput(_)));
@@ -499,7 +561,10 @@ async fn an_idle_session_moves_to_the_newest_build_a_busy_one_finishes_on_its_ow
     a.instructions = "You are the new agent.".into();
     let new = p.write_build(
         &a,
-        &[("tools/which.sh".into(), "echo \"new\" >> \"$SIDE_FILE\"\n".into())],
+        &[(
+            "tools/which.sh".into(),
+            "echo \"new\" >> \"$SIDE_FILE\"\n".into(),
+        )],
     );
     assert_ne!(old, new);
     rt.answer_input(&id, None, true, None).await.unwrap();
@@ -597,7 +662,8 @@ async fn follow_streams_stored_then_live_events_without_gaps() {
 async fn many_sessions_driven_at_once_never_see_a_locked_database() {
     let p = TestProject::new();
     let mut a = agent();
-    a.tools.push(script_tool("noop", Effect::Read, Approval::Never));
+    a.tools
+        .push(script_tool("noop", Effect::Read, Approval::Never));
     p.write_build(&a, &[("tools/noop.sh".to_owned(), "echo ok\n".to_owned())]);
     let rt = p.runtime(json!([call("noop", json!({})), {"text": "done"}]));
     let mut tasks = Vec::new();
@@ -617,7 +683,8 @@ async fn many_sessions_driven_at_once_never_see_a_locked_database() {
 async fn cancel_stops_a_running_turn_and_kills_its_tool() {
     let p = TestProject::new();
     let mut a = agent();
-    a.tools.push(script_tool("slow", Effect::Read, Approval::Never));
+    a.tools
+        .push(script_tool("slow", Effect::Read, Approval::Never));
     p.write_build(&a, &[logging_script("slow", "sleep 5")]);
     let rt = p.runtime(json!([call("slow", json!({})), {"text": "never"}]));
     let id = rt.create_session(Some("go".into())).await.unwrap();
@@ -652,7 +719,8 @@ async fn steer_folds_a_message_into_the_running_turn() {
     let p = TestProject::new();
     let mut a = agent();
     a.config.turn_policy = eve_compile::TurnPolicy::Steer;
-    a.tools.push(script_tool("slow", Effect::Read, Approval::Never));
+    a.tools
+        .push(script_tool("slow", Effect::Read, Approval::Never));
     p.write_build(&a, &[logging_script("slow", "sleep 0.3")]);
     let rt = p.runtime(json!([call("slow", json!({})), {"text": "done"}]));
     let id = rt.create_session(Some("first".into())).await.unwrap();

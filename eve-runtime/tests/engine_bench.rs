@@ -100,8 +100,10 @@ async fn bench_step_overhead() {
             json!({})
         };
         let mut script: Vec<_> = (0..STEPS - 1)
-            .map(|_| json!({"tool_calls": [{"name": tool, "input": input}],
-                            "usage": {"input_tokens": 1, "output_tokens": 1}}))
+            .map(|_| {
+                json!({"tool_calls": [{"name": tool, "input": input}],
+                            "usage": {"input_tokens": 1, "output_tokens": 1}})
+            })
             .collect();
         script.push(json!({"text": "done", "usage": {"input_tokens": 1, "output_tokens": 1}}));
         let steps = load_script(&json!(script).to_string()).unwrap();

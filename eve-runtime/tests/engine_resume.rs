@@ -31,10 +31,12 @@ async fn drive_and_abort(rt: &Runtime, id: &str, until: impl Fn() -> bool) {
 
 fn tool_messages(rows: &[eve_runtime::store::MessageRecord]) -> Vec<String> {
     rows.iter()
-        .filter_map(|m| match serde_json::from_value::<Message>(m.body.clone()).ok()? {
-            Message::Tool { content, .. } => Some(content),
-            _ => None,
-        })
+        .filter_map(
+            |m| match serde_json::from_value::<Message>(m.body.clone()).ok()? {
+                Message::Tool { content, .. } => Some(content),
+                _ => None,
+            },
+        )
         .collect()
 }
 
@@ -42,17 +44,25 @@ fn tool_messages(rows: &[eve_runtime::store::MessageRecord]) -> Vec<String> {
 async fn an_interrupted_write_call_is_not_rerun_and_the_model_is_told() {
     let p = TestProject::new();
     let mut a = agent();
-    a.tools.push(script_tool("charge", Effect::Write, Approval::Never));
+    a.tools
+        .push(script_tool("charge", Effect::Write, Approval::Never));
     p.write_build(&a, &[logging_script("charge", "sleep 0.5")]);
     let script = json!([{"tool_calls": [{"name": "charge", "input": {}}]}, {"text": "checked"}]);
     let rt = p.runtime(script.clone());
     let id = rt.create_session(Some("charge it".into())).await.unwrap();
-    drive_and_abort(&rt, &id, || p.side_lines().iter().any(|l| l.starts_with("start"))).await;
+    drive_and_abort(&rt, &id, || {
+        p.side_lines().iter().any(|l| l.starts_with("start"))
+    })
+    .await;
     drop(rt);
     let rt = p.runtime(script);
     assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let starts = p.side_lines().iter().filter(|l| l.starts_with("start")).count();
+    let starts = p
+        .side_lines()
+        .iter()
+        .filter(|l| l.starts_with("start"))
+        .count();
     assert_eq!(starts, 1, "never silently re-run: {:?}", p.side_lines());
     let calls = rt.store().tool_calls(&id, 0).await.unwrap();
     assert_eq!(calls[0].status, CallStatus::Interrupted);
@@ -67,12 +77,16 @@ async fn an_interrupted_write_call_is_not_rerun_and_the_model_is_told() {
 async fn an_interrupted_read_call_is_rerun_with_the_same_idempotency_key() {
     let p = TestProject::new();
     let mut a = agent();
-    a.tools.push(script_tool("fetch", Effect::Read, Approval::Never));
+    a.tools
+        .push(script_tool("fetch", Effect::Read, Approval::Never));
     p.write_build(&a, &[logging_script("fetch", "sleep 0.3")]);
     let script = json!([{"tool_calls": [{"name": "fetch", "input": {}}]}, {"text": "ok"}]);
     let rt = p.runtime(script.clone());
     let id = rt.create_session(Some("fetch".into())).await.unwrap();
-    drive_and_abort(&rt, &id, || p.side_lines().iter().any(|l| l.starts_with("start"))).await;
+    drive_and_abort(&rt, &id, || {
+        p.side_lines().iter().any(|l| l.starts_with("start"))
+    })
+    .await;
     drop(rt);
     let rt = p.runtime(script);
     assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
@@ -93,24 +107,36 @@ async fn an_interrupted_read_call_is_rerun_with_the_same_idempotency_key() {
 async fn an_interrupted_write_call_that_needs_approval_is_asked_again() {
     let p = TestProject::new();
     let mut a = agent();
-    a.tools.push(script_tool("wire", Effect::Write, Approval::Always));
+    a.tools
+        .push(script_tool("wire", Effect::Write, Approval::Always));
     p.write_build(&a, &[logging_script("wire", "sleep 0.5")]);
     let script = json!([{"tool_calls": [{"name": "wire", "input": {}}]}, {"text": "ok"}]);
     let rt = p.runtime(script.clone());
     let (id, _) = run_prompt(&rt, "wire").await;
     rt.answer_input(&id, None, true, None).await.unwrap();
-    drive_and_abort(&rt, &id, || p.side_lines().iter().any(|l| l.starts_with("start"))).await;
+    drive_and_abort(&rt, &id, || {
+        p.side_lines().iter().any(|l| l.starts_with("start"))
+    })
+    .await;
     drop(rt);
     let rt = p.runtime(script);
     let outcome = rt.drive(&id).await.unwrap();
     let DriveOutcome::WaitingInput(requests) = outcome else {
         panic!("asked again expected, got {outcome:?}");
     };
-    assert!(requests[0].prompt.contains("interrupted"), "{}", requests[0].prompt);
+    assert!(
+        requests[0].prompt.contains("interrupted"),
+        "{}",
+        requests[0].prompt
+    );
     rt.answer_input(&id, None, true, None).await.unwrap();
     assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let starts = p.side_lines().iter().filter(|l| l.starts_with("start")).count();
+    let starts = p
+        .side_lines()
+        .iter()
+        .filter(|l| l.starts_with("start"))
+        .count();
     assert_eq!(starts, 2, "re-run only because a person approved it again");
 }
 
@@ -175,7 +201,13 @@ async fn resume_all_restarts_every_session_with_work() {
     for id in &ids {
         rt.settled(id).await;
         for _ in 0..200 {
-            if rt.store().last_turn(id).await.unwrap().is_some_and(|t| t.status == TurnStatus::Completed) {
+            if rt
+                .store()
+                .last_turn(id)
+                .await
+                .unwrap()
+                .is_some_and(|t| t.status == TurnStatus::Completed)
+            {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -33,7 +33,8 @@ async fn opening_twice_migrates_once_and_keeps_data() {
     let store = SqliteStore::open(&path).unwrap();
     let version_of = |path: &std::path::Path| -> i64 {
         let conn = rusqlite::Connection::open(path).unwrap();
-        conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap()
+        conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap()
     };
     let first = version_of(&path);
     assert!(first >= 1);
@@ -45,7 +46,9 @@ async fn opening_twice_migrates_once_and_keeps_data() {
     assert!(store.session("wrun_1").await.unwrap().is_some());
     assert_eq!(version_of(&path), first, "a second open migrates nothing");
     let conn = rusqlite::Connection::open(&path).unwrap();
-    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(mode, "wal");
 }
 
@@ -107,7 +110,10 @@ async fn event_indexes_are_dense_per_session_under_concurrency() {
 async fn a_lease_is_exclusive_until_its_holder_dies_or_it_expires() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("eve.db")).unwrap();
-    let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
     let live = LeaseClaim {
         session_id: "wrun_1".into(),
         holder: "other".into(),
@@ -115,7 +121,10 @@ async fn a_lease_is_exclusive_until_its_holder_dies_or_it_expires() {
         host: "here".into(),
         ttl_ms: 60_000,
     };
-    assert_eq!(store.acquire_lease(&live).await.unwrap(), LeaseOutcome::Acquired);
+    assert_eq!(
+        store.acquire_lease(&live).await.unwrap(),
+        LeaseOutcome::Acquired
+    );
     let me = LeaseClaim {
         holder: "me".into(),
         pid: std::process::id(),
@@ -127,7 +136,10 @@ async fn a_lease_is_exclusive_until_its_holder_dies_or_it_expires() {
     ));
     child.kill().unwrap();
     child.wait().unwrap();
-    assert_eq!(store.acquire_lease(&me).await.unwrap(), LeaseOutcome::Acquired);
+    assert_eq!(
+        store.acquire_lease(&me).await.unwrap(),
+        LeaseOutcome::Acquired
+    );
     assert!(store.renew_lease(&me).await.unwrap());
     assert!(!store.renew_lease(&live).await.unwrap());
     // Another host's live-looking lease is respected until it expires.
@@ -143,6 +155,10 @@ async fn a_lease_is_exclusive_until_its_holder_dies_or_it_expires() {
         session_id: "wrun_2".into(),
         ..me.clone()
     };
-    assert_eq!(store.acquire_lease(&me2).await.unwrap(), LeaseOutcome::Acquired, "expired");
+    assert_eq!(
+        store.acquire_lease(&me2).await.unwrap(),
+        LeaseOutcome::Acquired,
+        "expired"
+    );
     store.release_lease("wrun_2", "me").await.unwrap();
 }

@@ -62,7 +62,10 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
         paint(
             color,
             "1",
-            &format!("{:<31} {:<8} {:>5}  {:<24} SCHEDULE", "ID", "STATUS", "TURNS", "UPDATED")
+            &format!(
+                "{:<31} {:<8} {:>5}  {:<24} SCHEDULE",
+                "ID", "STATUS", "TURNS", "UPDATED"
+            )
         )
     );
     for s in &sessions {
@@ -96,7 +99,11 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
         Ok(Some((session, messages, calls, requests)))
     })??;
     let Some((session, messages, calls, requests)) = loaded else {
-        anyhow::bail!("no session `{}` in {}", args.id, project.db_path().display());
+        anyhow::bail!(
+            "no session `{}` in {}",
+            args.id,
+            project.db_path().display()
+        );
     };
     if args.json {
         let report = json!({
