@@ -11,3 +11,4 @@ mod dev;
 mod chat;
 mod schedules;
 mod ai_sdk;
+mod build_cli;
