@@ -1369,7 +1369,7 @@ impl<'a> TurnDriver<'a> {
             None => {
                 let w = match config.context_window.or(self.model.context_window) {
                     Some(w) => Some(w),
-                    None => self.model.client.context_window(&self.model.model).await,
+                    None => provider_window(&self.model).await,
                 };
                 self.window = Some(w);
                 w
@@ -1498,6 +1498,23 @@ impl<'a> TurnDriver<'a> {
         self.context = None;
         Ok(TurnEnd::Finished)
     }
+}
+
+/// Context windows the providers reported, by client: asked once per process, not once per turn.
+static WINDOWS: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, u64>>> =
+    std::sync::OnceLock::new();
+
+async fn provider_window(model: &ResolvedModel) -> Option<u64> {
+    let key = format!("{}@{:p}", model.model_id, Arc::as_ptr(&model.client));
+    let cache = WINDOWS.get_or_init(Default::default);
+    if let Some(w) = cache.lock().ok().and_then(|c| c.get(&key).copied()) {
+        return Some(w);
+    }
+    let window = model.client.context_window(&model.model).await?;
+    if let Ok(mut c) = cache.lock() {
+        c.insert(key, window);
+    }
+    Some(window)
 }
 
 async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
