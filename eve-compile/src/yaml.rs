@@ -56,6 +56,10 @@ pub struct SyntaxError {
     pub column: Option<u32>,
 }
 
+/// How deep YAML may nest. Deeper documents are an error, not a stack overflow: parsing recurses
+/// once per level, and a small thread stack (2 MiB) holds about 60 levels in a debug build.
+pub const MAX_DEPTH: usize = 40;
+
 /// Parses YAML. `line_offset` is added to every line (for front matter inside a larger file);
 /// `column_offset` to every column (for front matter inside comment prefixes).
 pub fn parse(text: &str, line_offset: u32, column_offset: u32) -> Result<Doc, SyntaxError> {
@@ -65,7 +69,10 @@ pub fn parse(text: &str, line_offset: u32, column_offset: u32) -> Result<Doc, Sy
             ..Doc::default()
         });
     }
-    let options = serde_saphyr::options! { with_snippet: false };
+    let options = serde_saphyr::options! {
+        with_snippet: false,
+        budget: serde_saphyr::budget! { max_depth: MAX_DEPTH },
+    };
     let node: Spanned<Node> = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
         let loc = e.location();
         SyntaxError {
@@ -87,6 +94,12 @@ fn clamp(v: u64) -> u32 {
 fn clean_message(msg: &str) -> String {
     let first = msg.lines().next().unwrap_or(msg).trim();
     let first = first.strip_prefix("error:").unwrap_or(first).trim();
+    if first.contains("Depth {") || first.contains("recursion limit") {
+        return format!("the document nests deeper than {MAX_DEPTH} levels");
+    }
+    if let Some(what) = first.strip_prefix("budget breached:") {
+        return format!("the document exceeds eve's YAML limits ({})", what.trim());
+    }
     match first.find(" at line ") {
         Some(i) => first[..i].to_owned(),
         None => first.to_owned(),

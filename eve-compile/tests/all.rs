@@ -3,6 +3,7 @@
 
 mod artifacts;
 mod diagnostics;
+mod hostile;
 mod mistakes;
 mod schema;
 mod support;

@@ -127,6 +127,8 @@ diagnostic_tests! {
         => minimal().symlink("tools/passwd.py", "/etc/passwd").on_disk().check();
     e004_dangling_symlink: SymlinkEscape, "agent/skills/gone.md", None
         => minimal().symlink("skills/gone.md", "missing.md").on_disk().check();
+    e004_symlink_loop: SymlinkEscape, "agent/tools/again", None
+        => minimal().file("tools/t.yaml", "description: T.\nrun: [echo]\n").symlink("tools/again", ".").on_disk().check();
     e005_invalid_tool_name: InvalidName, "agent/tools/2fast.yaml", None
         => minimal().file("tools/2fast.yaml", TOOL_OK).on_disk().check();
     e005_unicode_skill_name: InvalidName, "agent/skills/météo.md", None

@@ -53,7 +53,7 @@ codes! {
     Unreadable = "E002", Error, "unreadable file";
     /// A file that must be text is not valid UTF-8.
     NotUtf8 = "E003", Error, "file is not UTF-8";
-    /// A symlink points outside the agent folder (or nowhere).
+    /// A symlink points outside the agent folder, nowhere, or back at a folder containing it.
     SymlinkEscape = "E004", Error, "symlink leaves the agent folder";
     /// A name does not match `^[a-zA-Z][a-zA-Z0-9_-]{0,63}$`.
     InvalidName = "E005", Error, "invalid name";

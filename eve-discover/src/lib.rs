@@ -220,6 +220,14 @@ impl Walker<'_> {
                     )
                     .help("copy the target into the agent folder, or point the link inside it"),
                 ),
+                EntryKind::Loop => self.push(
+                    Diagnostic::new(
+                        Code::SymlinkEscape,
+                        path,
+                        "symlink points back at a folder that contains it, so it would be walked forever",
+                    )
+                    .help("remove the link, or point it at a file or a folder that is not one of its parents"),
+                ),
                 EntryKind::Other => self.push(
                     Diagnostic::new(Code::UnknownEntry, path, "not a regular file or folder")
                         .help("remove it, or prefix its name with `_` to ignore it"),

@@ -16,6 +16,9 @@ pub enum EntryKind {
     Dir,
     /// A symlink that points outside the root, or to nothing.
     Escaping,
+    /// A symlink to a folder that contains it (directly or through other links): following it
+    /// would never end.
+    Loop,
     /// A socket, FIFO, device or anything else.
     Other,
 }
@@ -78,13 +81,16 @@ impl FsSource {
         }
     }
 
-    fn classify(&self, path: &Path, meta: &std::fs::Metadata) -> (EntryKind, bool) {
+    fn classify(&self, dir: &str, path: &Path, meta: &std::fs::Metadata) -> (EntryKind, bool) {
         let ft = meta.file_type();
         if ft.is_symlink() {
             // Resolve fully; a link is acceptable only if it lands inside the root.
             match path.canonicalize() {
                 Ok(target) if target.starts_with(&self.canonical_root) => {
                     match std::fs::metadata(&target) {
+                        Ok(m) if m.is_dir() && self.on_walked_path(dir, &target) => {
+                            (EntryKind::Loop, false)
+                        }
                         Ok(m) if m.is_dir() => (EntryKind::Dir, false),
                         Ok(m) if m.is_file() => (EntryKind::File, is_exec(&m)),
                         _ => (EntryKind::Other, false),
@@ -98,6 +104,24 @@ impl FsSource {
             (EntryKind::File, is_exec(meta))
         } else {
             (EntryKind::Other, false)
+        }
+    }
+}
+
+impl FsSource {
+    /// Whether `target` is the folder `dir` or one of the folders walked to reach it (its
+    /// path prefixes, resolved): a link there leads back to where the walk already is.
+    fn on_walked_path(&self, dir: &str, target: &Path) -> bool {
+        let mut prefix = dir;
+        loop {
+            if self.path(prefix).canonicalize().is_ok_and(|p| p == target) {
+                return true;
+            }
+            match prefix.rfind('/') {
+                Some(i) => prefix = &prefix[..i],
+                None if prefix.is_empty() => return false,
+                None => prefix = "",
+            }
         }
     }
 }
@@ -125,7 +149,7 @@ impl Source for FsSource {
             };
             let path = entry.path();
             let (kind, executable) = match std::fs::symlink_metadata(&path) {
-                Ok(meta) => self.classify(&path, &meta),
+                Ok(meta) => self.classify(rel, &path, &meta),
                 Err(_) => (EntryKind::Other, false),
             };
             out.push(DirEntry {
