@@ -751,3 +751,27 @@ async fn steer_folds_a_message_into_the_running_turn() {
     assert_eq!(received, [("first", "turn_0"), ("also this", "turn_0")]);
     assert_eq!(rt.session(&id).await.unwrap().unwrap().turn_count, 1);
 }
+
+#[tokio::test]
+async fn the_wall_clock_limit_stops_a_long_tool_and_the_turn() {
+    let p = TestProject::new();
+    let mut a = agent();
+    a.config.limits.max_turn_seconds = Some(1);
+    a.tools
+        .push(script_tool("slow", Effect::Read, Approval::Never));
+    p.write_build(&a, &[logging_script("slow", "sleep 10")]);
+    let rt = p.runtime(json!([call("slow", json!({})), {"text": "never"}]));
+    let started = Instant::now();
+    let (id, outcome) = run_prompt(&rt, "go").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(&outcome, DriveOutcome::Failed { code, .. } if code == "max_turn_seconds"),
+        "{outcome:?}"
+    );
+    let calls = rt.store().tool_calls(&id, 0).await.unwrap();
+    assert_eq!(calls[0].status, CallStatus::Failed);
+}
