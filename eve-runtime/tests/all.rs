@@ -16,3 +16,4 @@ mod server_stream;
 mod server_support;
 mod schedule;
 mod channels;
+mod composition;

@@ -47,14 +47,32 @@ impl SettingsModelProvider {
 impl ModelProvider for SettingsModelProvider {
     fn resolve(&self, agent: &Agent) -> Result<ResolvedModel, ModelError> {
         let settings = self.settings(agent)?;
-        let key = format!("{settings:?}");
+        let mock = settings.provider.protocol() == crate::model::Protocol::Mock;
+        let key = if mock {
+            // A per-agent mock script plays each agent's own steps.
+            format!("{settings:?}#{}", agent.path)
+        } else {
+            format!("{settings:?}")
+        };
         if let Ok(cache) = self.cache.lock()
             && let Some(found) = cache.get(&key)
         {
             return Ok(found.clone());
         }
+        let model_client: std::sync::Arc<dyn crate::model::ModelClient> = if mock {
+            std::sync::Arc::new(
+                crate::model::mock::MockClient::new(
+                    &settings.model,
+                    settings.mock_script.as_deref(),
+                )?
+                .with_context_window(settings.context_window)
+                .for_agent(&agent.name, &agent.path),
+            )
+        } else {
+            client(&settings)?
+        };
         let resolved = ResolvedModel {
-            client: client(&settings)?,
+            client: model_client,
             model: settings.model.clone(),
             model_id: format!("{}/{}", settings.provider, settings.model),
             context_window: settings.context_window,

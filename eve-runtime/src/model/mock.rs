@@ -27,10 +27,17 @@
 //! makes the call fail with an HTTP 500 error carrying that message, before any event. Past the
 //! end of the script the mock replies with empty text and finishes with `stop`.
 //!
+//! **Per-agent scripts**: a script may also be a JSON object mapping agents to step arrays,
+//! `{"<agent path or name>": [steps], "*": [steps]}`, so a parent and its subagents each play their
+//! own steps. An agent plays the array under its manifest path (`subagents/researcher`), else under
+//! its name (`researcher`; the root agent's path is `""`), else under `*`, else nothing (empty
+//! text). The engine resolves a mock per agent ([`MockClient::for_agent`]).
+//!
 //! **Usage** is deterministic: input tokens = characters of the request (system prompt, messages,
 //! tool calls and specs) / 4, output tokens = characters produced / 4, both rounded up, unless the
 //! step gives `usage`.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,6 +114,60 @@ fn empty_object() -> Value {
 enum Mode {
     Echo,
     Script(Arc<Vec<Step>>),
+    /// Steps per agent; the agent's path and name once known.
+    PerAgent(Arc<BTreeMap<String, Vec<Step>>>, Option<(String, String)>),
+}
+
+/// A parsed mock script: one array of steps, or arrays per agent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Script {
+    /// The same steps for every agent.
+    Steps(Vec<Step>),
+    /// Steps by agent path or name (`*`: any other agent).
+    PerAgent(BTreeMap<String, Vec<Step>>),
+}
+
+impl Script {
+    fn into_mode(self) -> Mode {
+        match self {
+            Self::Steps(steps) => Mode::Script(Arc::new(steps)),
+            Self::PerAgent(map) => Mode::PerAgent(Arc::new(map), None),
+        }
+    }
+}
+
+/// Parses a script that may be per agent: inline JSON when it starts with `[` or `{`, else the
+/// path of a JSON file holding either form.
+pub fn load_any_script(source: &str) -> Result<Script, ModelError> {
+    let trimmed = source.trim();
+    let (text, origin) = if trimmed.starts_with('[') || trimmed.starts_with('{') {
+        (trimmed.to_owned(), "inline mock script".to_owned())
+    } else {
+        let text = std::fs::read_to_string(trimmed).map_err(|e| {
+            ModelError::Config(format!("cannot read the mock script `{trimmed}`: {e}"))
+        })?;
+        (text, format!("mock script `{trimmed}`"))
+    };
+    if text.trim_start().starts_with('{') {
+        return serde_json::from_str(&text)
+            .map(Script::PerAgent)
+            .map_err(|e| {
+                ModelError::Config(format!(
+                    "{origin} is not a JSON object of step arrays by agent ({e}); write \
+                 {{\"<agent path or name>\": [steps], \"*\": [steps]}}"
+                ))
+            });
+    }
+    if trimmed.starts_with('[') {
+        return load_script(trimmed).map(Script::Steps);
+    }
+    serde_json::from_str(&text).map(Script::Steps).map_err(|e| {
+        ModelError::Config(format!(
+            "{origin} is not a JSON array of steps ({e}); a step is \
+             {{\"text\"?, \"reasoning\"?, \"tool_calls\"?: [{{\"name\", \"input\"?, \"id\"?}}], \
+             \"delay_ms\"?, \"usage\"?, \"finish\"?, \"error\"?}}"
+        ))
+    })
 }
 
 /// The mock provider.
@@ -121,9 +182,9 @@ impl MockClient {
     /// value, which turns `echo` into a scripted mock.
     pub fn new(model: &str, script: Option<&str>) -> Result<Self, ModelError> {
         let mode = if let Some(path) = model.strip_prefix("script:") {
-            Mode::Script(Arc::new(load_script(path)?))
+            load_any_script(path)?.into_mode()
         } else if let Some(source) = script.filter(|s| !s.trim().is_empty()) {
-            Mode::Script(Arc::new(load_script(source)?))
+            load_any_script(source)?.into_mode()
         } else if model.is_empty() || model == "echo" {
             Mode::Echo
         } else {
@@ -144,6 +205,23 @@ impl MockClient {
         self
     }
 
+    /// The mock as the agent at manifest `path` named `name` sees it: with a per-agent script,
+    /// it plays that agent's steps. Other mocks are unchanged.
+    pub fn for_agent(mut self, name: &str, path: &str) -> Self {
+        if let Mode::PerAgent(map, _) = self.mode {
+            self.mode = Mode::PerAgent(map, Some((path.to_owned(), name.to_owned())));
+        }
+        self
+    }
+
+    /// A mock playing per-agent steps (see [`MockClient::for_agent`]).
+    pub fn from_script(script: Script) -> Self {
+        Self {
+            mode: script.into_mode(),
+            context_window: None,
+        }
+    }
+
     /// A mock playing the given steps.
     pub fn from_steps(steps: Vec<Step>) -> Self {
         Self {
@@ -158,6 +236,15 @@ impl MockClient {
         match &self.mode {
             Mode::Echo => echo_step(&request.messages, k),
             Mode::Script(steps) => steps.get(k).cloned().unwrap_or_default(),
+            Mode::PerAgent(map, agent) => {
+                let steps = agent
+                    .as_ref()
+                    .and_then(|(path, name)| map.get(path).or_else(|| map.get(name)))
+                    .or_else(|| map.get("*"));
+                steps
+                    .and_then(|steps| steps.get(k).cloned())
+                    .unwrap_or_default()
+            }
         }
     }
 }
