@@ -12,3 +12,4 @@ mod chat;
 mod schedules;
 mod ai_sdk;
 mod build_cli;
+mod docs;
