@@ -13,3 +13,4 @@ mod schedules;
 mod ai_sdk;
 mod build_cli;
 mod docs;
+mod subagents;
