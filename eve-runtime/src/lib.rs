@@ -1,9 +1,9 @@
 //! The eve runtime.
 
-pub mod model;
-pub mod tools;
 pub mod engine;
-pub mod store;
 pub mod mcp;
-pub mod server;
+pub mod model;
 pub mod schedule;
+pub mod server;
+pub mod store;
+pub mod tools;

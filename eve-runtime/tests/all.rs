@@ -1,19 +1,19 @@
 //! Integration tests of eve-runtime: one binary, one module per area.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod model;
-mod tools;
-mod mcp;
+mod channels;
+mod composition;
 mod engine;
 mod engine_bench;
 mod engine_resume;
 mod engine_store;
 mod engine_support;
+mod mcp;
+mod model;
+mod schedule;
 mod server_auth;
 mod server_capture;
 mod server_routes;
 mod server_stream;
 mod server_support;
-mod schedule;
-mod channels;
-mod composition;
+mod tools;
