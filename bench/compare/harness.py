@@ -443,6 +443,7 @@ def main():
     ap.add_argument("--repo", required=True)
     ap.add_argument("--scratch", required=True)
     ap.add_argument("--eve", required=True, help="our release binary")
+    ap.add_argument("--eve-rev", default="", help="what the binary was built from, if known")
     ap.add_argument("--node-bin", required=True, help="folder holding Node 24's `node`")
     ap.add_argument("--ref-modules", required=True, help="node_modules of eve 0.80.1")
     ap.add_argument("--ref-deps", required=True, help="JSON of the npm dependencies")
@@ -734,8 +735,9 @@ def fmt_load(avg):
     return " / ".join(f"{x:.2f}" for x in avg)
 
 
-def write_results(a, table):
-    m = machine_info()
+def describe_build(a):
+    if a.eve_rev:
+        return a.eve_rev
     rev = subprocess.run(["git", "-C", a.repo, "rev-parse", "--short", "HEAD"],
                          capture_output=True, text=True).stdout.strip() or "?"
     dirty = subprocess.run(["git", "-C", a.repo, "status", "--porcelain", "--untracked-files=no",
@@ -744,6 +746,12 @@ def write_results(a, table):
                            capture_output=True, text=True).stdout.strip()
     if dirty:
         rev += " plus uncommitted changes in the work tree"
+    return rev
+
+
+def write_results(a, table):
+    m = machine_info()
+    rev = describe_build(a)
     node_v = subprocess.run([os.path.join(a.node_bin, "node"), "--version"], capture_output=True,
                             text=True).stdout.strip()
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -755,7 +763,7 @@ Written by `bench/compare-eve` (see `bench/README.md`, "Reference setup"). Do no
 - machine: {m['nproc']} CPUs ({m['cpu']}), {m['mem']} RAM, Linux {m['kernel']}
 - load average (1/5/15 min) at start {fmt_load(a.load_start)}, at end {fmt_load(os.getloadavg())}
   (other work on the machine makes both sides slower; ours, being short, shows it more)
-- eve (Rust): commit {rev}, `target/release/eve`
+- eve (Rust): commit {rev}, binary `{os.path.relpath(a.eve, a.repo)}`
 - eve 0.80.1 (npm): Node {node_v}, `eve build --skip-sandbox-prewarm`, `eve start`, `eve dev --no-ui`
 - runs: builds median of {a.runs_ours} (ours) / {a.runs_ref} (eve 0.80.1) clean builds (`.eve/`,
   `.output/` removed) after one warm-up; servers median of {a.server_runs} cold starts, each
