@@ -21,6 +21,9 @@ use super::TurnDriver;
 use crate::store::*;
 use crate::tools::{ToolContext, ToolResult, run_tool};
 
+/// A definition a provider printed: name, description, input schema.
+type Definition = (String, String, Value);
+
 /// Longest name of a tool.
 const MAX_NAME: usize = 64;
 
@@ -35,9 +38,7 @@ fn valid_name(name: &str) -> bool {
 
 /// Reads a provider's output: `{NAME: {description, input_schema}}`. Returns the definitions and
 /// a sentence per one that was skipped.
-pub(super) fn parse_definitions(
-    output: &Value,
-) -> Result<(Vec<(String, String, Value)>, Vec<String>), String> {
+pub(super) fn parse_definitions(output: &Value) -> Result<(Vec<Definition>, Vec<String>), String> {
     let Value::Object(map) = output else {
         return Err(format!(
             "expected a JSON object `{{\"NAME\": {{\"description\", \"input_schema\"}}}}`, got {}",
@@ -146,7 +147,7 @@ impl TurnDriver<'_> {
             if provider.dynamic.iter().any(|e| e == "turn.started") {
                 events.push("turn.started");
             }
-            let mut defined: Vec<(String, String, Value)> = Vec::new();
+            let mut defined: Vec<Definition> = Vec::new();
             let mut ok = false;
             for event in events {
                 let ctx = ToolContext {

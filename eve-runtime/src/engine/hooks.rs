@@ -332,18 +332,16 @@ impl Runtime {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
     fn result(ok: bool, output: Value) -> ToolResult {
-        let mut r = if ok {
-            ToolResult::success(output, Duration::ZERO)
-        } else {
-            ToolResult::failure("exited with code 3", Duration::ZERO)
-        };
-        if !ok {
-            r.output = output;
+        if ok {
+            return ToolResult::success(output, Duration::ZERO);
         }
+        let mut r = ToolResult::failure("exited with code 3", Duration::ZERO);
+        r.output = output;
         r
     }
 
