@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::support_dev::{Project, Server, eventually};
+use super::support_dev::{Project, Server, eventually, http};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -33,7 +33,9 @@ fn project() -> Project {
 #[test]
 fn edits_are_served_without_a_restart_and_a_broken_build_keeps_the_last_good_one() {
     let project = project();
-    let mut dev = Server::start(project.eve(&["dev", "--port", "0"]));
+    let mut cmd = project.eve(&["dev", "--port", "0"]);
+    cmd.env("DEV_TOKEN", "t0ken");
+    let mut dev = Server::start(cmd);
     let first = dev.wait_line(WAIT, |l| l.starts_with("built in "));
     let (status, info) = dev.get("/eve/v1/info");
     assert_eq!(status, 200);
@@ -103,6 +105,19 @@ fn edits_are_served_without_a_restart_and_a_broken_build_keeps_the_last_good_one
         l.starts_with("rebuilt in ") && l.contains(&hash2)
     });
     assert!(line.ends_with(&format!("unchanged ({hash2})")), "{line}");
+
+    // Auth added to the channel: the API's settings reload with the build.
+    let mark = dev.stderr().len();
+    project.file(
+        "channels/eve.yaml",
+        "auth:\n  type: bearer\n  tokens: [\"${DEV_TOKEN}\"]\n",
+    );
+    dev.wait_line_after(mark, WAIT, |l| l.starts_with("rebuilt in "));
+    let (status, _) = http(dev.port, "GET", "/eve/v1/info", None, None);
+    assert_eq!(status, 401);
+    let (status, _) = http(dev.port, "GET", "/eve/v1/info", None, Some("t0ken"));
+    assert_eq!(status, 200);
+    assert_eq!(dev.get("/eve/v1/health").0, 200, "/health stays public");
     assert_eq!(dev.stop(), Some(0));
 }
 
