@@ -139,7 +139,8 @@ pub fn content_hash(
 /// Writes a successful build and points `.eve/current` at it. Returns (hash, folder, reused).
 pub fn write(project: &Project, output: &Output) -> Result<(String, PathBuf, bool), BuildError> {
     let manifest_json = to_json(&output.manifest);
-    let hash = content_hash(manifest_json.as_bytes(), &project.agent_dir, &output.files)?;
+    let files = runtime_files(&project.agent_dir, &output.files);
+    let hash = content_hash(manifest_json.as_bytes(), &project.agent_dir, &files)?;
     let builds = project.builds_dir();
     std::fs::create_dir_all(&builds).map_err(io("cannot create", &builds))?;
     let dir = builds.join(&hash);
@@ -148,7 +149,7 @@ pub fn write(project: &Project, output: &Output) -> Result<(String, PathBuf, boo
         let tmp = builds.join(format!(".tmp-{hash}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(tmp.join("files")).map_err(io("cannot create", &tmp))?;
-        for f in &output.files {
+        for f in &files {
             let from = project.agent_dir.join(f);
             let to = tmp.join("files").join(f);
             if let Some(parent) = to.parent() {
@@ -172,6 +173,52 @@ pub fn write(project: &Project, output: &Output) -> Result<(String, PathBuf, boo
     }
     point_current(project, &hash)?;
     Ok((hash, dir, reused))
+}
+
+/// The files a build carries: the compiler's list (scripts, skill files, workspace seeds) plus
+/// everything under `_`-prefixed entries of the agent folder, which discovery ignores but which
+/// `run:` commands, MCP servers and scripts use at run time (`_bin/`, `_lib/`, `_data.json`).
+/// Dot-files and symlinks are never carried.
+pub fn runtime_files(agent_dir: &Path, compiled: &[String]) -> Vec<String> {
+    let mut files: std::collections::BTreeSet<String> = compiled.iter().cloned().collect();
+    fn walk(
+        dir: &Path,
+        rel: &str,
+        under_private: bool,
+        depth: usize,
+        out: &mut std::collections::BTreeSet<String>,
+    ) {
+        if depth > eve_discover::MAX_DEPTH {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if name.starts_with('.') || kind.is_symlink() {
+                continue;
+            }
+            let path = if rel.is_empty() {
+                name.clone()
+            } else {
+                format!("{rel}/{name}")
+            };
+            let private = under_private || name.starts_with('_');
+            if kind.is_dir() {
+                walk(&entry.path(), &path, private, depth + 1, out);
+            } else if kind.is_file() && private {
+                out.insert(path);
+            }
+        }
+    }
+    walk(agent_dir, "", false, 0, &mut files);
+    files.into_iter().collect()
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {

@@ -232,6 +232,12 @@ impl MockClient {
 
     /// The step the mock plays for `request`, as a pure function of its history.
     pub fn step_for(&self, request: &ModelRequest) -> Step {
+        let mut step = self.pick_step(request);
+        fill_task_ids(&mut step, &request.messages);
+        step
+    }
+
+    fn pick_step(&self, request: &ModelRequest) -> Step {
         let k = assistant_count(&request.messages);
         match &self.mode {
             Mode::Echo => echo_step(&request.messages, k),
@@ -246,6 +252,50 @@ impl MockClient {
                     .unwrap_or_default()
             }
         }
+    }
+}
+
+/// The placeholder a script writes where a subagent continuation token belongs:
+/// `{{last_task_id}}` (the latest tool result carrying a `task_id`) or `{{task_id:NAME}}` (the
+/// latest result of the tool `NAME` carrying one).
+pub const LAST_TASK_ID: &str = "{{last_task_id}}";
+
+/// Replaces task-id placeholders in the step's tool inputs with `task_id`s found in the history's
+/// tool results, so a script can continue a subagent whose token it cannot know in advance.
+fn fill_task_ids(step: &mut Step, messages: &[Message]) {
+    let task_id_of = |wanted: Option<&str>| {
+        messages.iter().rev().find_map(|m| match m {
+            Message::Tool { name, content, .. } if wanted.is_none_or(|w| w == name) => {
+                serde_json::from_str::<Value>(content)
+                    .ok()?
+                    .get("task_id")?
+                    .as_str()
+                    .map(str::to_owned)
+            }
+            _ => None,
+        })
+    };
+    fn walk(v: &mut Value, lookup: &dyn Fn(Option<&str>) -> Option<String>) {
+        match v {
+            Value::String(s) => {
+                let wanted = if s == LAST_TASK_ID {
+                    Some(None)
+                } else {
+                    s.strip_prefix("{{task_id:")
+                        .and_then(|r| r.strip_suffix("}}"))
+                        .map(Some)
+                };
+                if let Some(found) = wanted.and_then(|w| lookup(w)) {
+                    *s = found;
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|i| walk(i, lookup)),
+            Value::Object(map) => map.values_mut().for_each(|i| walk(i, lookup)),
+            _ => {}
+        }
+    }
+    for call in &mut step.tool_calls {
+        walk(&mut call.input, &task_id_of);
     }
 }
 
