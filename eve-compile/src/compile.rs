@@ -365,8 +365,8 @@ impl Compiler {
         };
         let mut description = None;
         let config_path = format!("{}agent.yaml", prefix(&dir.path));
-        if let Some(file) = &dir.config {
-            if let Some(parsed) = self.yaml_file(file) {
+        if let Some(file) = &dir.config
+            && let Some(parsed) = self.yaml_file(file) {
                 let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
                 f.unknown_keys(
                     &[
@@ -384,8 +384,8 @@ impl Compiler {
                     "agent.yaml",
                 );
                 config.model = f.string("model");
-                if let Some(m) = &config.model {
-                    if !m.contains('/') {
+                if let Some(m) = &config.model
+                    && !m.contains('/') {
                         f.report(
                             Code::InvalidField,
                             "model",
@@ -393,7 +393,6 @@ impl Compiler {
                             "for example `openai/gpt-4.1`, `anthropic/claude-sonnet-4-5` or `mock/echo`",
                         );
                     }
-                }
                 config.reasoning = f
                     .choice(
                         "reasoning",
@@ -476,7 +475,6 @@ impl Compiler {
                     config.limits.max_turn_seconds = l.u64("max_turn_seconds");
                 }
             }
-        }
         if !root && description.as_deref().is_none_or(|d| d.trim().is_empty()) {
             self.push(
                 Diagnostic::new(
@@ -910,8 +908,8 @@ impl Compiler {
             "add front matter `cron: \"0 9 * * *\"` (minute hour day-of-month month day-of-week)",
         );
         let mut ok = cron.is_some();
-        if let Some(expr) = &cron {
-            if let Err(why) = check_cron(expr) {
+        if let Some(expr) = &cron
+            && let Err(why) = check_cron(expr) {
                 f.report(
                     Code::InvalidCron,
                     "cron",
@@ -920,7 +918,6 @@ impl Compiler {
                 );
                 ok = false;
             }
-        }
         let timezone = f.string("timezone").unwrap_or_else(|| "UTC".to_owned());
         if timezone.parse::<chrono_tz::Tz>().is_err() {
             f.report(
@@ -1295,8 +1292,8 @@ impl Compiler {
             self.files.insert(file.clone());
         }
         sandbox.workspace = sb.workspace.clone();
-        if let Some(file) = &sb.config {
-            if let Some(parsed) = self.yaml_file(file) {
+        if let Some(file) = &sb.config
+            && let Some(parsed) = self.yaml_file(file) {
                 let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
                 f.unknown_keys(&["provider", "timeout", "output_limit"], "sandbox");
                 if let Some(p) = f.choice("provider", &[("local", "local")]) {
@@ -1309,7 +1306,6 @@ impl Compiler {
                     sandbox.output_limit = o;
                 }
             }
-        }
         sandbox
     }
 

@@ -65,18 +65,17 @@ pub fn script(text: &str) -> Result<Option<FrontMatter>, Unterminated> {
     let mut lines = text.lines().enumerate().peekable();
     // Skip a shebang, a `"use strict"`-free preamble of blank lines, and encoding cookies.
     let mut open: Option<(usize, &str, usize)> = None;
-    while let Some((i, line)) = lines.next() {
+    for (i, line) in lines.by_ref() {
         let t = line.trim();
         if t.is_empty() || (i == 0 && t.starts_with("#!")) || t.starts_with("# -*-") {
             continue;
         }
         for prefix in COMMENT_PREFIXES {
-            if let Some(rest) = t.strip_prefix(prefix) {
-                if rest.trim() == "---" {
+            if let Some(rest) = t.strip_prefix(prefix)
+                && rest.trim() == "---" {
                     let indent = line.len() - line.trim_start().len();
                     open = Some((i, prefix, indent));
                 }
-            }
         }
         break;
     }
