@@ -23,7 +23,8 @@
 //! commands tagged `bash`, `console` or `shell`, a `$ ` prompt line in a block of another language.
 //! `eve …` commands in inline code are checked like `needs-key` blocks (when the word after `eve`
 //! is not a subcommand, the span is taken for output, such as `eve serving …`). `eve` commands in
-//! every `sh` block are checked that way too, before anything runs.
+//! every `sh` block are checked that way too, before anything runs. Relative links must point at
+//! files that exist, and `#anchors` at headings that exist.
 //!
 //! The two first commands of the README build and test eve itself (`cargo install`, the CI
 //! script); running them here would be circular, so the test checks what they name instead.
@@ -61,8 +62,11 @@ const OTHER_SHELLS: &[&str] = &[
     "bat",
 ];
 
+/// A check that stands in for running a command.
+type Check = fn(&Path) -> Result<(), String>;
+
 /// Commands that build or test eve itself, with the check that stands in for running them.
-const SELF_COMMANDS: &[(&str, fn(&Path) -> Result<(), String>)] = &[
+const SELF_COMMANDS: &[(&str, Check)] = &[
     ("cargo install --locked --path eve-cli", check_install),
     ("./scripts/test.sh", check_ci_script),
 ];
@@ -138,6 +142,10 @@ struct Markdown {
     spans: Vec<(usize, String)>,
     /// Fences that were opened and never closed.
     unclosed: Option<usize>,
+    /// Link targets outside blocks (`[text](target)`), with their line.
+    links: Vec<(usize, String)>,
+    /// Anchors of the headings (`## Effects and resume` → `effects-and-resume`).
+    anchors: BTreeSet<String>,
 }
 
 fn parse_markdown(text: &str) -> Markdown {
@@ -175,6 +183,10 @@ fn parse_markdown(text: &str) -> Markdown {
             continue;
         }
         spans(line, i + 1, &mut md.spans);
+        links(line, i + 1, &mut md.links);
+        if trimmed.starts_with('#') {
+            md.anchors.insert(anchor(trimmed.trim_start_matches('#')));
+        }
     }
     if let Some((start, ..)) = open {
         md.unclosed = Some(start);
@@ -216,6 +228,32 @@ fn spans(line: &str, number: usize, out: &mut Vec<(usize, String)>) {
             None => i = start,
         }
     }
+}
+
+/// Targets of the Markdown links of one line.
+fn links(line: &str, number: usize, out: &mut Vec<(usize, String)>) {
+    let mut rest = line;
+    while let Some(at) = rest.find("](") {
+        let after = &rest[at + 2..];
+        let Some(end) = after.find(')') else { break };
+        let target = after[..end].split_whitespace().next().unwrap_or("");
+        out.push((number, target.to_owned()));
+        rest = &after[end..];
+    }
+}
+
+/// The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
 }
 
 /// How the test proves a block.
@@ -946,6 +984,37 @@ fn check_document(repo: &Path, doc: &Path, cli: &Cli) -> (Vec<String>, usize) {
         }
     }
 
+    // Relative links point at files that exist, and anchors at headings that exist.
+    for (line, target) in &md.links {
+        if target.contains("://") || target.starts_with("mailto:") || target.is_empty() {
+            continue;
+        }
+        let (file, fragment) = target.split_once('#').unwrap_or((target, ""));
+        let base = repo.join(doc).parent().unwrap().to_path_buf();
+        let path = if file.is_empty() {
+            repo.join(doc)
+        } else {
+            base.join(file)
+        };
+        if !path.exists() {
+            fail(*line, format!("link to `{target}`: no such file"));
+            continue;
+        }
+        if !fragment.is_empty() && path.extension().is_some_and(|e| e == "md") {
+            let anchors = if file.is_empty() {
+                md.anchors.clone()
+            } else {
+                parse_markdown(&std::fs::read_to_string(&path).unwrap_or_default()).anchors
+            };
+            if !anchors.contains(fragment) {
+                fail(
+                    *line,
+                    format!("link to `{target}`: no heading `#{fragment}` there"),
+                );
+            }
+        }
+    }
+
     // Every block: a known tag, and static checks before anything runs.
     let mut kinds = Vec::new();
     for block in &md.blocks {
@@ -1010,11 +1079,12 @@ fn check_document(repo: &Path, doc: &Path, cli: &Cli) -> (Vec<String>, usize) {
     let mut ran = 0;
     let mut last: Option<Outcome> = None;
     for (block, kind) in md.blocks.iter().zip(&kinds) {
-        if matches!(kind, Kind::Run(_)) && session.server.is_some() {
-            if let Err(e) = session.stop_server() {
-                failures.push(format!("{name}:{e}"));
-                break;
-            }
+        if matches!(kind, Kind::Run(_))
+            && session.server.is_some()
+            && let Err(e) = session.stop_server()
+        {
+            failures.push(format!("{name}:{e}"));
+            break;
         }
         match kind {
             Kind::Other | Kind::Static => last = None,
@@ -1223,6 +1293,17 @@ fn the_convention_checks_hold() {
     assert!(check("eve init [DIR] [--template T]", true).unwrap());
     assert!(!check("eve serving demo", true).unwrap());
     assert!(check("eve init [--tempalte T]", true).is_err());
+
+    // Links and anchors.
+    let md = parse_markdown(
+        "## `run:` tools\n## Results: output and exit status\nSee [x](a.md#b) and [y](#c).\n",
+    );
+    assert!(md.anchors.contains("run-tools"));
+    assert!(md.anchors.contains("results-output-and-exit-status"));
+    assert_eq!(
+        md.links,
+        vec![(3, "a.md#b".to_owned()), (3, "#c".to_owned())]
+    );
 
     // Server lines.
     assert_eq!(server_command("eve serve"), "eve serve --port 0");
