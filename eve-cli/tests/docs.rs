@@ -959,11 +959,21 @@ fn report(outcome: &Outcome, body: &str) -> String {
     )
 }
 
-/// Checks and runs one document; returns its failures.
+/// Checks and runs one document; returns its failures and how many blocks ran.
 fn check_document(repo: &Path, doc: &Path, cli: &Cli) -> (Vec<String>, usize) {
-    let name = doc.display().to_string();
     let text = std::fs::read_to_string(repo.join(doc)).unwrap();
     let md = parse_markdown(&text);
+    let (failures, kinds) = static_checks(repo, doc, &md, cli);
+    if !failures.is_empty() {
+        return (failures, 0);
+    }
+    run_blocks(repo, &doc.display().to_string(), &md, &kinds)
+}
+
+/// Everything checked without running: tags, links, `eve` commands and flags, shell syntax.
+/// Returns the failures and the kind of each block.
+fn static_checks(repo: &Path, doc: &Path, md: &Markdown, cli: &Cli) -> (Vec<String>, Vec<Kind>) {
+    let name = doc.display().to_string();
     let mut failures = Vec::new();
     let mut fail =
         |line: usize, message: String| failures.push(format!("{name}:{line}: {message}"));
@@ -1070,15 +1080,16 @@ fn check_document(repo: &Path, doc: &Path, cli: &Cli) -> (Vec<String>, usize) {
         }
         kinds.push(kind);
     }
-    if !failures.is_empty() {
-        return (failures, 0);
-    }
+    (failures, kinds)
+}
 
-    // Run the run and server blocks in order, in one session.
+/// Runs the run and server blocks of a document in order, in one session.
+fn run_blocks(repo: &Path, name: &str, md: &Markdown, kinds: &[Kind]) -> (Vec<String>, usize) {
+    let mut failures = Vec::new();
     let mut session = Session::new(repo);
     let mut ran = 0;
     let mut last: Option<Outcome> = None;
-    for (block, kind) in md.blocks.iter().zip(&kinds) {
+    for (block, kind) in md.blocks.iter().zip(kinds) {
         if matches!(kind, Kind::Run(_))
             && session.server.is_some()
             && let Err(e) = session.stop_server()
