@@ -60,6 +60,14 @@ pub struct SyntaxError {
 /// once per level, and a small thread stack (2 MiB) holds about 60 levels in a debug build.
 pub const MAX_DEPTH: usize = 40;
 
+/// How many values one YAML document may hold, aliases counted each time they are used: a few
+/// lines of nested aliases can otherwise expand to millions of values (seconds and gigabytes).
+/// The largest tool schema seen in practice holds a few thousand.
+pub const MAX_NODES: usize = 20_000;
+
+/// How many alias uses (`*name`) one YAML document may hold.
+pub const MAX_ALIASES: usize = 1_000;
+
 /// Parses YAML. `line_offset` is added to every line (for front matter inside a larger file);
 /// `column_offset` to every column (for front matter inside comment prefixes).
 pub fn parse(text: &str, line_offset: u32, column_offset: u32) -> Result<Doc, SyntaxError> {
@@ -71,7 +79,11 @@ pub fn parse(text: &str, line_offset: u32, column_offset: u32) -> Result<Doc, Sy
     }
     let options = serde_saphyr::options! {
         with_snippet: false,
-        budget: serde_saphyr::budget! { max_depth: MAX_DEPTH },
+        budget: serde_saphyr::budget! {
+            max_depth: MAX_DEPTH,
+            max_nodes: MAX_NODES,
+            max_aliases: MAX_ALIASES,
+        },
     };
     let node: Spanned<Node> = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
         let loc = e.location();
@@ -94,14 +106,23 @@ fn clamp(v: u64) -> u32 {
 fn clean_message(msg: &str) -> String {
     let first = msg.lines().next().unwrap_or(msg).trim();
     let first = first.strip_prefix("error:").unwrap_or(first).trim();
+    let first = match first.find(" at line ") {
+        Some(i) => &first[..i],
+        None => first,
+    };
     if first.contains("Depth {") || first.contains("recursion limit") {
         return format!("the document nests deeper than {MAX_DEPTH} levels");
     }
-    if let Some(what) = first.strip_prefix("budget breached:") {
-        return format!("the document exceeds eve's YAML limits ({})", what.trim());
+    if first.contains("Nodes {") {
+        return format!(
+            "the document holds more than {MAX_NODES} values (an alias counts every time it is used)"
+        );
     }
-    match first.find(" at line ") {
-        Some(i) => first[..i].to_owned(),
+    if first.contains("Aliases {") || first.contains("AliasAnchorRatio") {
+        return format!("the document uses aliases (`*name`) more than {MAX_ALIASES} times");
+    }
+    match first.strip_prefix("budget breached:") {
+        Some(what) => format!("the document exceeds eve's YAML limits ({})", what.trim()),
         None => first.to_owned(),
     }
 }

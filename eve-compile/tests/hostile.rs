@@ -405,10 +405,10 @@ fn write_tree(agent: &Path, nodes: &[Node], sockets: &mut Vec<std::os::unix::net
                 full.push(seg);
             }
         }
-        if let Some(parent) = full.parent() {
-            if std::fs::create_dir_all(parent).is_err() {
-                continue;
-            }
+        if let Some(parent) = full.parent()
+            && std::fs::create_dir_all(parent).is_err()
+        {
+            continue;
         }
         let _ = match &n.kind {
             Kind::File { executable } => {
@@ -563,6 +563,31 @@ fn rendering_handles_any_position() {
             },
         )
         .unwrap();
+}
+
+/// Nested aliases that would expand to millions of values are refused, quickly.
+#[test]
+fn alias_bombs_are_refused_quickly() {
+    let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x]\n");
+    for l in 1..9 {
+        let uses = vec![format!("*a{}", l - 1); 8].join(", ");
+        text.push_str(&format!("a{l}: &a{l} [{uses}]\n"));
+    }
+    let start = Instant::now();
+    let checked = TestAgent::minimal().file("agent.yaml", text).check_mem();
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        start.elapsed()
+    );
+    let d = &checked.diagnostics()[0];
+    assert_eq!(
+        d.code,
+        eve_discover::Code::YamlSyntax,
+        "{}",
+        checked.rendered
+    );
+    assert!(d.message.contains("more than"), "{}", d.message);
 }
 
 /// Deep YAML nesting in a tool file is reported, not a stack overflow.
