@@ -117,6 +117,12 @@ fn a_changed_script_changes_the_hash() {
     .unwrap();
     assert_ne!(after_mode, hash(&disk));
 
+    // So is a `_`-prefixed helper that a `run:` tool calls.
+    let after_asset = hash(&disk);
+    std::fs::write(disk.path("tools/_bin/search.py"), "print('other')\n").unwrap();
+    assert_ne!(after_asset, hash(&disk));
+    std::fs::write(disk.path("tools/_bin/search.py"), "print('results')\n").unwrap();
+
     // Going back gives the old build again.
     std::fs::write(disk.path("skills/pdf/reference/forms.md"), "Form fields.\n").unwrap();
     set_executable(&disk.path("tools/weather.py"), true).unwrap();
@@ -181,6 +187,7 @@ fn the_build_folder_holds_what_the_runtime_needs() {
             "diagnostics.json",
             "files/sandbox/workspace/notes/todo.txt",
             "files/skills/pdf/reference/forms.md",
+            "files/tools/_bin/search.py",
             "files/tools/weather.py",
             "manifest.json",
         ]
