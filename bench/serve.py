@@ -264,8 +264,9 @@ def p(xs, q):
 class Background:
     """N sessions, each with a client's follow stream open; `rate` turns per second over them."""
 
-    def __init__(self, port, n, rate):
-        self.port, self.n, self.rate = port, n, rate
+    def __init__(self, port, n, rate, pid):
+        self.port, self.n, self.rate, self.pid = port, n, rate, pid
+        self.rss_before_streams = None
         self.sessions = []
         self.tasks = []
         self.stop = asyncio.Event()
@@ -280,6 +281,7 @@ class Background:
                 self.sessions.append(sid)
 
         await asyncio.gather(*(one(i) for i in range(self.n)))
+        self.rss_before_streams = proc_kib(self.pid, "VmRSS")
         for sid in self.sessions:
             self.tasks.append(asyncio.create_task(self.client(sid)))
         # Let every stream open.
@@ -349,19 +351,24 @@ async def concurrency(eve, root, counts, turns, rate):
             wait_healthy(port, proc)
             await measure(port, 20)  # warm-up
             alone = await measure(port, turns)
-            bg = Background(port, n, rate)
+            bg = Background(port, n, rate, proc.pid)
             t0 = time.perf_counter()
             await bg.setup()
             setup_s = time.perf_counter() - t0
             loaded = await measure(port, turns)
             rss = proc_kib(proc.pid, "VmRSS")
             peak = proc_kib(proc.pid, "VmHWM")
-            cpu_idle = idle_cpu(proc.pid, 1.0) if rate == 0 else None
+            cpu_idle = None
+            if rate == 0:
+                # Idle followers back off to one store read every 5 s within about 10 s.
+                await asyncio.sleep(10.0)
+                cpu_idle = idle_cpu(proc.pid, 2.0)
             await bg.close()
             results[n] = {
                 "alone_p50": p(alone, 0.5), "alone_p99": p(alone, 0.99),
                 "loaded_p50": p(loaded, 0.5), "loaded_p99": p(loaded, 0.99),
                 "rss": rss, "peak": peak, "setup_s": setup_s, "cpu_idle": cpu_idle,
+                "rss_no_streams": bg.rss_before_streams,
                 "background_turns": bg.turns,
             }
         finally:
@@ -445,6 +452,8 @@ def main():
             TARGETS["added_p99_ms"], "ms")
         row(rows, f"{n} sessions: RSS (streams open)", r["rss"] / MIB, fmt_mib(r["rss"]),
             TARGETS["rss_1000_mib"], "MiB")
+        row(rows, f"{n} sessions: RSS before their streams opened", 0,
+            fmt_mib(r["rss_no_streams"]), None, "")
         row(rows, f"{n} sessions: setup (each ran a turn, 32 at a time)", 0,
             f"{r['setup_s']:.2f} s", None, "")
     for n, r in idle.items():

@@ -2,7 +2,9 @@
 //!
 //! Live events come from this process's broadcast; when nothing arrives for a while (or the
 //! receiver lagged, or another process drives the session), the store is read again from the next
-//! expected index. Indexes are the source of truth, so the two paths cannot disagree.
+//! expected index. Indexes are the source of truth, so the two paths cannot disagree. An idle
+//! follower backs off: each store read that finds nothing doubles its wait, up to [`POLL_MAX`],
+//! so a thousand open streams on quiet sessions cost almost nothing; any event resets it.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -14,6 +16,9 @@ use crate::store::StoredEvent;
 
 /// How long to wait for a live event before reading the store again.
 const POLL: Duration = Duration::from_millis(250);
+/// Longest wait of an idle follower between two reads of the store (events committed by another
+/// process show up within it).
+const POLL_MAX: Duration = Duration::from_secs(5);
 /// Events read from the store at once.
 const PAGE: usize = 512;
 
@@ -25,6 +30,7 @@ pub struct EventFollower {
     live: broadcast::Receiver<StoredEvent>,
     buffer: VecDeque<StoredEvent>,
     caught_up: bool,
+    poll: Duration,
 }
 
 impl std::fmt::Debug for EventFollower {
@@ -46,6 +52,7 @@ impl EventFollower {
             live,
             buffer: VecDeque::new(),
             caught_up: false,
+            poll: POLL,
         }
     }
 
@@ -82,18 +89,26 @@ impl EventFollower {
             if !self.caught_up {
                 self.fill().await?;
                 if !self.buffer.is_empty() {
+                    self.poll = POLL;
                     continue;
                 }
                 self.caught_up = true;
             }
-            match tokio::time::timeout(POLL, self.live.recv()).await {
+            match tokio::time::timeout(self.poll, self.live.recv()).await {
                 Ok(Ok(e)) if e.index == self.next => {
                     self.next += 1;
+                    self.poll = POLL;
                     return Ok(e);
                 }
                 Ok(Ok(e)) if e.index < self.next => {}
-                Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) | Err(_) => {
+                Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) => {
                     self.caught_up = false;
+                    self.poll = POLL;
+                }
+                Err(_) => {
+                    // Nothing live for a while: read the store, and wait longer next time.
+                    self.caught_up = false;
+                    self.poll = (self.poll * 2).min(POLL_MAX);
                 }
                 Ok(Err(broadcast::error::RecvError::Closed)) => {
                     self.caught_up = false;
