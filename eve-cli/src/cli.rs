@@ -30,7 +30,7 @@ pub struct ProjectArgs {
     )]
     pub project: Option<PathBuf>,
     /// Agent folder, if not `<project>/agent`.
-    #[arg(long, global = true, value_name = "DIR", env = "EVE_AGENT_DIR")]
+    #[arg(long, global = true, value_name = "DIR", env = "EVE_AGENT")]
     pub agent: Option<PathBuf>,
 }
 

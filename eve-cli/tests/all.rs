@@ -14,3 +14,4 @@ mod serve;
 mod subagents;
 mod support_dev;
 mod support_run;
+mod templates;

@@ -37,7 +37,7 @@ fn eve(dir: &Path, args: &[&str], env: &[(String, String)]) -> std::process::Out
     cmd.args(args)
         .current_dir(dir)
         .env_remove("EVE_PROJECT")
-        .env_remove("EVE_AGENT_DIR")
+        .env_remove("EVE_AGENT")
         .env_remove("EVE_BASE_URL")
         .env_remove("EVE_API_KEY")
         .env_remove("EVE_MOCK_SCRIPT")

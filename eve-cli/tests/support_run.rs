@@ -59,7 +59,7 @@ impl RunProject {
         cmd.args(args)
             .current_dir(self.root())
             .env_remove("EVE_PROJECT")
-            .env_remove("EVE_AGENT_DIR")
+            .env_remove("EVE_AGENT")
             .env_remove("EVE_BASE_URL")
             .env_remove("EVE_API_KEY")
             .env("EVE_MODEL", "mock/echo")

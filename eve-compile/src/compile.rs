@@ -310,7 +310,8 @@ impl Compiler {
     fn agent(&mut self, dir: &AgentDir, name: &str, root: bool) -> Agent {
         let (config, description) = self.config(dir, root);
         let instructions = self.instructions(dir);
-        let tools = self.tools(dir);
+        let sandbox = self.sandbox(dir);
+        let tools = self.tools(dir, &sandbox);
         let skills = self.skills(&dir.skills);
         let mut subagents = Vec::new();
         for sub in &dir.subagents {
@@ -333,7 +334,6 @@ impl Compiler {
             .iter()
             .filter_map(|c| self.channel(c))
             .collect();
-        let sandbox = self.sandbox(dir);
         self.collisions(dir, &subagents, &connections);
         Agent {
             name: name.to_owned(),
@@ -559,13 +559,13 @@ impl Compiler {
         })
     }
 
-    fn tools(&mut self, dir: &AgentDir) -> Vec<Tool> {
-        let mut tools: Vec<Tool> = dir.tools.iter().filter_map(|t| self.tool(t)).collect();
+    fn tools(&mut self, dir: &AgentDir, sandbox: &Sandbox) -> Vec<Tool> {
+        let mut tools: Vec<Tool> = dir.tools.iter().filter_map(|t| self.tool(t, sandbox)).collect();
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools
     }
 
-    fn tool(&mut self, t: &ToolFile) -> Option<Tool> {
+    fn tool(&mut self, t: &ToolFile, sandbox: &Sandbox) -> Option<Tool> {
         let name_ok = self.check_name(&t.name, &t.file.path, "tool");
         let parsed = if t.yaml {
             self.yaml_file(&t.file)?
@@ -596,8 +596,8 @@ impl Compiler {
         }
         let approval = f.choice("approval", APPROVALS).unwrap_or_default();
         let effect = f.choice("effect", EFFECTS).unwrap_or_default();
-        let timeout_ms = f.duration_ms("timeout").unwrap_or(DEFAULT_TIMEOUT_MS);
-        let output_limit = f.u64("output_limit").unwrap_or(DEFAULT_OUTPUT_LIMIT);
+        let timeout_ms = f.duration_ms("timeout").unwrap_or(sandbox.timeout_ms);
+        let output_limit = f.u64("output_limit").unwrap_or(sandbox.output_limit);
         let deferred = f.bool("deferred").unwrap_or(false);
         let env = f.string_list("env").unwrap_or_default();
         let dynamic = f.string_list("dynamic").unwrap_or_default();

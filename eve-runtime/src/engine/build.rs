@@ -52,7 +52,10 @@ impl LoadedBuild {
             .cloned()
             .partition(|t| !t.dynamic.is_empty());
         if agent.config.default_tools {
-            for tool in builtin_tools() {
+            for mut tool in builtin_tools() {
+                if let Some(approval) = agent.config.approvals.get(&tool.name) {
+                    tool.approval = *approval;
+                }
                 if !tools.iter().any(|t| t.name == tool.name) {
                     tools.push(tool);
                 }

@@ -1,0 +1,136 @@
+//! Every template scaffolds, builds and runs one turn with the mock model; template promises hold
+//! (the `coding` template asks before every write).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const EVE: &str = env!("CARGO_BIN_EXE_eve");
+
+fn eve(dir: &Path, args: &[&str]) -> Output {
+    Command::new(EVE)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("EVE_PROJECT")
+        .env_remove("EVE_AGENT")
+        .env_remove("EVE_MOCK_SCRIPT")
+        .env("EVE_MODEL", "mock/echo")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+fn templates() -> Vec<String> {
+    let out = Command::new(EVE).args(["init", "--list"]).output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn every_template_inits_builds_and_runs() {
+    let names = templates();
+    for want in ["default", "coding", "support", "scheduled"] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "template {want} missing: {names:?}"
+        );
+    }
+    for name in names {
+        let tmp = tempfile::tempdir().unwrap();
+        let init = eve(tmp.path(), &["init", "proj", "--template", &name]);
+        assert!(
+            init.status.success(),
+            "init {name}: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let dir = tmp.path().join("proj");
+        let build = eve(&dir, &["build"]);
+        assert!(
+            build.status.success(),
+            "build {name}: {}",
+            String::from_utf8_lossy(&build.stderr)
+        );
+        let run = eve(&dir, &["run", "hello"]);
+        assert!(
+            run.status.success(),
+            "run {name}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&run.stdout).contains("You said: hello"),
+            "run {name}"
+        );
+    }
+}
+
+#[test]
+fn coding_template_asks_before_writing() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(
+        eve(tmp.path(), &["init", "proj", "--template", "coding"])
+            .status
+            .success()
+    );
+    let dir = tmp.path().join("proj");
+    let run = eve(
+        &dir,
+        &[
+            "run",
+            r#"/tool write_file {"path": "a.txt", "content": "x"}"#,
+        ],
+    );
+    assert_eq!(
+        run.status.code(),
+        Some(3),
+        "a non-interactive run stops at the approval"
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("eve sessions approve"),
+        "says how to answer: {stderr}"
+    );
+    let written: Vec<_> = walk(&dir.join(".eve/sandboxes"))
+        .into_iter()
+        .filter(|p| p.ends_with("a.txt"))
+        .collect();
+    assert!(
+        written.is_empty(),
+        "nothing was written before approval: {written:?}"
+    );
+
+    let run = eve(
+        &dir,
+        &[
+            "run",
+            "--yes",
+            r#"/tool write_file {"path": "b.txt", "content": "x"}"#,
+        ],
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        walk(&dir.join(".eve/sandboxes"))
+            .iter()
+            .any(|p| p.ends_with("b.txt"))
+    );
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
