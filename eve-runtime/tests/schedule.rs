@@ -400,3 +400,36 @@ async fn the_dev_route_fires_a_schedule_once_and_only_in_dev_mode() {
     rt.settled(&id).await;
     stop.cancel();
 }
+
+#[tokio::test]
+async fn a_frequent_cron_down_for_months_runs_the_latest_fire_once() {
+    let agent = agent("cron: \"* * * * *\"\ntimezone: UTC\ncatch_up: latest");
+    let clock = Arc::new(ManualClock::new(
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 30).unwrap(),
+    ));
+    let rt = runtime(&agent, false);
+    let s = scheduler(&rt, &clock);
+    s.tick().await.unwrap();
+    let back = Utc.with_ymd_and_hms(2026, 7, 1, 0, 0, 30).unwrap();
+    clock.set(back);
+    let fires = s.tick().await.unwrap().fires;
+    assert_eq!(fires.len(), 2, "{fires:?}");
+    assert_eq!(fires[0].status, FireStatus::Missed);
+    assert!(
+        fires[0]
+            .detail
+            .as_deref()
+            .unwrap()
+            .starts_with("more than "),
+        "{:?}",
+        fires[0].detail
+    );
+    assert_eq!(fires[1].status, FireStatus::Started);
+    assert_eq!(
+        fires[1].fire_at,
+        Utc.with_ymd_and_hms(2026, 7, 1, 0, 0, 0)
+            .unwrap()
+            .timestamp_millis()
+    );
+    assert!(s.tick().await.unwrap().fires.is_empty());
+}

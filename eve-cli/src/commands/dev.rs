@@ -44,6 +44,7 @@ pub fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             }),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(stderr_color())
         .try_init();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -116,19 +117,28 @@ fn rebuild(project: &Project, serving: Option<&str>, first: bool) -> anyhow::Res
     Ok(Outcome::Good { hash, changed })
 }
 
-/// Whether a changed path can matter to a build (editor droppings and `.eve/` do not).
-fn relevant(path: &Path, state_dir: &Path) -> bool {
+/// Whether a changed path can matter to a build: not `.eve/`, not under a dot folder (`.git/`),
+/// not a dotfile or an editor's backup or swap file.
+fn relevant(path: &Path, agent_dir: &Path, state_dir: &Path) -> bool {
     if path.starts_with(state_dir) {
+        return false;
+    }
+    // Only the part inside the agent folder counts: the folder itself may live under a dot
+    // folder (`~/.config/…`).
+    let inside = path
+        .strip_prefix(agent_dir)
+        .unwrap_or_else(|_| Path::new(path.file_name().unwrap_or_default()));
+    if inside
+        .components()
+        .any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
+    {
         return false;
     }
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy())
         .unwrap_or_default();
-    !(name.starts_with('.')
-        || name.ends_with('~')
-        || name.ends_with(".swp")
-        || name.ends_with(".swx"))
+    !(name.ends_with('~') || name.ends_with(".swp") || name.ends_with(".swx"))
 }
 
 /// Whether an event kind is a change (reads and opens are not: the build itself causes them).
@@ -152,13 +162,14 @@ fn watch(
     state_dir: PathBuf,
 ) -> anyhow::Result<(Watcher, mpsc::UnboundedReceiver<Vec<PathBuf>>)> {
     let (tx, rx) = mpsc::unbounded_channel();
+    let agent_dir = dir.to_path_buf();
     let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
         let paths: Vec<PathBuf> = match result {
             Ok(events) => events
                 .into_iter()
                 .filter(|e| is_change(&e.event.kind))
                 .flat_map(|e| e.event.paths)
-                .filter(|p| relevant(p, &state_dir))
+                .filter(|p| relevant(p, &agent_dir, &state_dir))
                 .collect(),
             // The watcher lost track (an overflow): rebuild to be safe.
             Err(_) => vec![PathBuf::new()],

@@ -47,7 +47,7 @@ pub const DEFAULT_QUEUE_LIMIT: usize = 100;
 /// Stored next fire time of a schedule that never fires again.
 const NEVER: i64 = i64::MAX;
 /// Most occurrences counted when looking for the latest missed fire.
-const MAX_SCAN: usize = 100_000;
+const MAX_SCAN: usize = 10_000;
 /// Poll interval while a queued fire waits for the previous session.
 const QUEUE_POLL: Duration = Duration::from_millis(100);
 
@@ -281,41 +281,32 @@ impl Scheduler {
         }
 
         // Due: find the latest occurrence not after now; every earlier one was missed.
-        let mut latest = due;
-        let mut missed: Vec<i64> = Vec::new();
-        for _ in 0..MAX_SCAN {
-            let Some(cursor) = to_time(latest) else { break };
-            let following = next_after(schedule, cursor);
-            if following == NEVER || following > now_ms {
-                break;
-            }
-            missed.push(latest);
-            latest = following;
-        }
+        let mut scan = scan_due(schedule, due, now);
+        let latest = scan.latest;
         let late = Duration::from_millis(u64::try_from(now_ms - latest).unwrap_or(0));
         let run = late <= self.inner.config.grace || schedule.catch_up == CatchUp::Latest;
         if !run {
-            missed.push(latest);
+            scan.pass_over(latest);
         }
         let mut fires = Vec::new();
-        if let (Some(first), Some(last)) = (missed.first(), missed.last()) {
-            let detail = if missed.len() == 1 {
+        if let (Some(first), Some(last)) = (scan.first, scan.last) {
+            let detail = if scan.missed == 1 {
                 format!(
-                    "due at {} while eve was not running (catch_up: {})",
-                    crate::store::rfc3339(*first),
-                    catch_up_name(schedule.catch_up)
+                    "due at {} while eve was not running",
+                    crate::store::rfc3339(first)
                 )
             } else {
                 format!(
-                    "{} fires from {} to {} fell due while eve was not running",
-                    missed.len(),
-                    crate::store::rfc3339(*first),
-                    crate::store::rfc3339(*last)
+                    "{}{} fires from {} to {} fell due while eve was not running",
+                    if scan.approximate { "more than " } else { "" },
+                    scan.missed,
+                    crate::store::rfc3339(first),
+                    crate::store::rfc3339(last)
                 )
             };
             fires.push(FireWrite::Insert(fire_row(
                 name,
-                *first,
+                first,
                 FireTrigger::Cron,
                 FireStatus::Missed,
                 None,
@@ -606,11 +597,57 @@ impl Scheduler {
     }
 }
 
-fn catch_up_name(c: CatchUp) -> &'static str {
-    match c {
-        CatchUp::None => "none",
-        CatchUp::Latest => "latest",
+/// Occurrences of a schedule that fell due: the latest not after now, and those passed over.
+#[derive(Debug, Clone, Copy)]
+struct Scan {
+    latest: i64,
+    missed: u64,
+    first: Option<i64>,
+    last: Option<i64>,
+    approximate: bool,
+}
+
+impl Scan {
+    fn pass_over(&mut self, at: i64) {
+        self.missed += 1;
+        self.first.get_or_insert(at);
+        self.last = Some(at);
     }
+}
+
+/// From the stored due time `due`, walks the occurrences up to `now`. A frequent cron that was
+/// down for long walks at most [`MAX_SCAN`] occurrences, then jumps to the last day.
+fn scan_due(schedule: &Schedule, due: i64, now: DateTime<Utc>) -> Scan {
+    let now_ms = now.timestamp_millis();
+    let mut scan = Scan {
+        latest: due,
+        missed: 0,
+        first: None,
+        last: None,
+        approximate: false,
+    };
+    let mut steps = 0;
+    while steps < 2 * MAX_SCAN {
+        let Some(cursor) = to_time(scan.latest) else {
+            break;
+        };
+        let following = next_after(schedule, cursor);
+        if following == NEVER || following > now_ms {
+            break;
+        }
+        scan.pass_over(scan.latest);
+        scan.latest = following;
+        steps += 1;
+        if steps == MAX_SCAN {
+            let jump = next_after(schedule, now - chrono::TimeDelta::days(1));
+            if jump != NEVER && jump > scan.latest && jump <= now_ms {
+                scan.pass_over(scan.latest);
+                scan.latest = jump;
+                scan.approximate = true;
+            }
+        }
+    }
+    scan
 }
 
 fn log_fire(fire: &ScheduleFire) {
