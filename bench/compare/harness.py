@@ -28,8 +28,11 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 MIB = 1024 * 1024
 
 
+T_START = time.monotonic()
+
+
 def log(msg):
-    sys.stderr.write(f"[compare-eve] {msg}\n")
+    sys.stderr.write(f"[compare-eve {time.monotonic() - T_START:6.1f}s] {msg}\n")
     sys.stderr.flush()
 
 
