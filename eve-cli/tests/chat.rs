@@ -172,3 +172,111 @@ fn chat_continues_a_session_and_answers_its_parked_approval() {
     assert_eq!(greet_calls(&project), ["{}"]);
     assert_eq!(project.count("SELECT COUNT(*) FROM sessions"), 1);
 }
+
+#[test]
+fn ctrl_c_cancels_the_running_turn_and_a_second_one_at_the_prompt_exits() {
+    use std::io::{BufRead, BufReader};
+    let project = project();
+    project.tool(
+        "slow",
+        "description: Takes a while.\neffect: read",
+        "cat >/dev/null\nsleep 20\necho '{}'\n",
+    );
+    let mut child = project
+        .eve(&["chat"])
+        .env("GREET_LOG", project.path("greet.log"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // stdout and stderr lines, in the order they arrive.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out_tx = tx.clone();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = out_tx.send(line);
+        }
+    });
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let wait_for = |needle: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no line containing {needle:?}"));
+            if line.contains(needle) {
+                return line;
+            }
+        }
+    };
+    let interrupt = |pid: u32| {
+        let status = Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    stdin.write_all(b"/tool slow {}\n").unwrap();
+    wait_for("→ slow");
+    let started = std::time::Instant::now();
+    interrupt(child.id());
+    wait_for("(turn cancelled)");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the 20 s tool was cut short"
+    );
+    // Still running: the next line is a message.
+    stdin.write_all(b"still here\n").unwrap();
+    wait_for("You said: still here");
+    // At the prompt (a signal that lands while the turn is still ending cancels nothing), the
+    // first Ctrl-C only warns.
+    let mut warned = false;
+    for _ in 0..10 {
+        interrupt(child.id());
+        let until = std::time::Instant::now() + Duration::from_millis(500);
+        while let Ok(line) =
+            rx.recv_timeout(until.saturating_duration_since(std::time::Instant::now()))
+        {
+            warned |= line.contains("press Ctrl-C again");
+        }
+        if warned {
+            break;
+        }
+    }
+    assert!(warned, "no warning at the prompt");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "one Ctrl-C does not exit"
+    );
+    interrupt(child.id());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "eve chat did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    let texts: Vec<String> = {
+        let db = project.db();
+        let mut stmt = db.prepare("SELECT status FROM turns ORDER BY seq").unwrap();
+        stmt.query_map([], |r| r.get::<_, String>(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(texts, ["cancelled", "completed"]);
+}
