@@ -443,13 +443,13 @@ def main():
         row(rows, f"{name}: first turn after a cold start: POST → session.waiting",
             r["first_turn_s"] * 1000, fmt_ms(r["first_turn_s"]), TARGETS["turn_ms"], "ms")
     for n, r in conc.items():
-        row(rows, f"{n} sessions: turn p50 / p99 alone", r["alone_p99"] * 1000,
+        row(rows, f"{n} sessions: turn p50 / p99 alone", r["alone_p50"] * 1000,
             f"{fmt_ms(r['alone_p50'])} / {fmt_ms(r['alone_p99'])}", TARGETS["turn_ms"], "ms")
         row(rows, f"{n} sessions: turn p50 / p99 with them", r["loaded_p99"] * 1000,
             f"{fmt_ms(r['loaded_p50'])} / {fmt_ms(r['loaded_p99'])}", None, "")
-        added = max(0.0, r["loaded_p99"] - r["alone_p99"])
-        row(rows, f"{n} sessions: added p99 latency", added * 1000, fmt_ms(added),
-            TARGETS["added_p99_ms"], "ms")
+        added = r["loaded_p99"] - r["alone_p99"]
+        row(rows, f"{n} sessions: added p99 latency (with − alone)", max(0.0, added) * 1000,
+            fmt_ms(added), TARGETS["added_p99_ms"], "ms")
         row(rows, f"{n} sessions: RSS (streams open)", r["rss"] / MIB, fmt_mib(r["rss"]),
             TARGETS["rss_1000_mib"], "MiB")
         row(rows, f"{n} sessions: RSS before their streams opened", 0,
@@ -463,7 +463,7 @@ def main():
     print(f"{'measure':<{w}}  {'ours':>20}  {'target':>12}  {'ratio':>6}")
     for name, shown, tgt, ratio in rows:
         print(f"{name:<{w}}  {shown:>20}  {tgt:>12}  {ratio:>6}")
-    print("(ratio = ours ÷ target; below 1.00 meets the target)")
+    print("(ratio = ours ÷ target; below 1.00 meets the target; turn rows compare the median)")
 
 
 if __name__ == "__main__":
