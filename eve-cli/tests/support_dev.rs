@@ -68,7 +68,7 @@ impl Project {
         cmd.args(args)
             .current_dir(self.root())
             .env_remove("EVE_PROJECT")
-            .env_remove("EVE_AGENT_DIR")
+            .env_remove("EVE_AGENT")
             .env_remove("EVE_MOCK_SCRIPT")
             .env_remove("EVE_BASE_URL")
             .env_remove("EVE_URL")
