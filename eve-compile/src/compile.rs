@@ -366,115 +366,116 @@ impl Compiler {
         let mut description = None;
         let config_path = format!("{}agent.yaml", prefix(&dir.path));
         if let Some(file) = &dir.config
-            && let Some(parsed) = self.yaml_file(file) {
-                let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
-                f.unknown_keys(
-                    &[
-                        "model",
-                        "reasoning",
-                        "context_window",
-                        "compaction",
-                        "limits",
-                        "default_tools",
-                        "turn_policy",
-                        "approvals",
-                        "description",
-                        "name",
-                    ],
-                    "agent.yaml",
+            && let Some(parsed) = self.yaml_file(file)
+        {
+            let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
+            f.unknown_keys(
+                &[
+                    "model",
+                    "reasoning",
+                    "context_window",
+                    "compaction",
+                    "limits",
+                    "default_tools",
+                    "turn_policy",
+                    "approvals",
+                    "description",
+                    "name",
+                ],
+                "agent.yaml",
+            );
+            config.model = f.string("model");
+            if let Some(m) = &config.model
+                && !m.contains('/')
+            {
+                f.report(
+                    Code::InvalidField,
+                    "model",
+                    format!("`model` is `{m}`; expected `provider/name`"),
+                    "for example `openai/gpt-4.1`, `anthropic/claude-sonnet-4-5` or `mock/echo`",
                 );
-                config.model = f.string("model");
-                if let Some(m) = &config.model
-                    && !m.contains('/') {
-                        f.report(
-                            Code::InvalidField,
-                            "model",
-                            format!("`model` is `{m}`; expected `provider/name`"),
-                            "for example `openai/gpt-4.1`, `anthropic/claude-sonnet-4-5` or `mock/echo`",
-                        );
-                    }
-                config.reasoning = f
-                    .choice(
-                        "reasoning",
-                        &[("low", "low"), ("medium", "medium"), ("high", "high")],
-                    )
-                    .map(str::to_owned);
-                config.context_window = f.u64("context_window");
-                config.default_tools = f.bool("default_tools").unwrap_or(true);
-                config.turn_policy = f
-                    .choice(
-                        "turn_policy",
-                        &[("queue", TurnPolicy::Queue), ("steer", TurnPolicy::Steer)],
-                    )
-                    .unwrap_or_default();
-                description = f.string("description");
-                match f.raw("compaction").cloned() {
-                    Some(Value::Bool(b)) => config.compaction.enabled = b,
-                    Some(Value::Object(_)) => {
-                        let mut c =
-                            Fields::new(&file.path, &parsed.doc, "/compaction", &mut self.diags);
-                        c.unknown_keys(&["enabled", "threshold"], "compaction");
-                        if let Some(b) = c.bool("enabled") {
-                            config.compaction.enabled = b;
-                        }
-                        if let Some(t) = c.f64("threshold") {
-                            if t > 0.0 && t <= 1.0 {
-                                config.compaction.threshold = t;
-                            } else {
-                                c.report(
-                                    Code::InvalidField,
-                                    "threshold",
-                                    format!(
-                                        "`threshold` is {t}; it is a fraction of the context window"
-                                    ),
-                                    "use a number above 0 and at most 1, such as 0.8",
-                                );
-                            }
-                        }
-                    }
-                    Some(other) => {
-                        let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
-                        f.report(
-                            Code::InvalidField,
-                            "compaction",
-                            format!(
-                                "`compaction` must be true, false or a mapping, found {}",
-                                crate::fields::kind(&other)
-                            ),
-                            "write `compaction: false`, or a mapping with `enabled:` and `threshold:`",
-                        );
-                    }
-                    None => {}
-                }
-                if parsed.doc.value.get("approvals").is_some() {
-                    let mut a = Fields::new(&file.path, &parsed.doc, "/approvals", &mut self.diags);
-                    for tool in BUILTIN_TOOLS {
-                        if let Some(policy) = a.choice(tool, APPROVALS) {
-                            config.approvals.insert((*tool).to_owned(), policy);
-                        }
-                    }
-                    a.unknown_keys(BUILTIN_TOOLS, "approvals (built-in tool names)");
-                }
-                if parsed.doc.value.get("limits").is_some() {
-                    let mut l = Fields::new(&file.path, &parsed.doc, "/limits", &mut self.diags);
-                    l.unknown_keys(
-                        &[
-                            "max_steps_per_turn",
-                            "max_tokens",
-                            "max_cost_usd",
-                            "max_turn_seconds",
-                        ],
-                        "limits",
-                    );
-                    if let Some(n) = l.u64("max_steps_per_turn") {
-                        config.limits.max_steps_per_turn =
-                            u32::try_from(n).unwrap_or(u32::MAX).max(1);
-                    }
-                    config.limits.max_tokens = l.u64("max_tokens");
-                    config.limits.max_cost_usd = l.f64("max_cost_usd");
-                    config.limits.max_turn_seconds = l.u64("max_turn_seconds");
-                }
             }
+            config.reasoning = f
+                .choice(
+                    "reasoning",
+                    &[("low", "low"), ("medium", "medium"), ("high", "high")],
+                )
+                .map(str::to_owned);
+            config.context_window = f.u64("context_window");
+            config.default_tools = f.bool("default_tools").unwrap_or(true);
+            config.turn_policy = f
+                .choice(
+                    "turn_policy",
+                    &[("queue", TurnPolicy::Queue), ("steer", TurnPolicy::Steer)],
+                )
+                .unwrap_or_default();
+            description = f.string("description");
+            match f.raw("compaction").cloned() {
+                Some(Value::Bool(b)) => config.compaction.enabled = b,
+                Some(Value::Object(_)) => {
+                    let mut c =
+                        Fields::new(&file.path, &parsed.doc, "/compaction", &mut self.diags);
+                    c.unknown_keys(&["enabled", "threshold"], "compaction");
+                    if let Some(b) = c.bool("enabled") {
+                        config.compaction.enabled = b;
+                    }
+                    if let Some(t) = c.f64("threshold") {
+                        if t > 0.0 && t <= 1.0 {
+                            config.compaction.threshold = t;
+                        } else {
+                            c.report(
+                                Code::InvalidField,
+                                "threshold",
+                                format!(
+                                    "`threshold` is {t}; it is a fraction of the context window"
+                                ),
+                                "use a number above 0 and at most 1, such as 0.8",
+                            );
+                        }
+                    }
+                }
+                Some(other) => {
+                    let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
+                    f.report(
+                        Code::InvalidField,
+                        "compaction",
+                        format!(
+                            "`compaction` must be true, false or a mapping, found {}",
+                            crate::fields::kind(&other)
+                        ),
+                        "write `compaction: false`, or a mapping with `enabled:` and `threshold:`",
+                    );
+                }
+                None => {}
+            }
+            if parsed.doc.value.get("approvals").is_some() {
+                let mut a = Fields::new(&file.path, &parsed.doc, "/approvals", &mut self.diags);
+                for tool in BUILTIN_TOOLS {
+                    if let Some(policy) = a.choice(tool, APPROVALS) {
+                        config.approvals.insert((*tool).to_owned(), policy);
+                    }
+                }
+                a.unknown_keys(BUILTIN_TOOLS, "approvals (built-in tool names)");
+            }
+            if parsed.doc.value.get("limits").is_some() {
+                let mut l = Fields::new(&file.path, &parsed.doc, "/limits", &mut self.diags);
+                l.unknown_keys(
+                    &[
+                        "max_steps_per_turn",
+                        "max_tokens",
+                        "max_cost_usd",
+                        "max_turn_seconds",
+                    ],
+                    "limits",
+                );
+                if let Some(n) = l.u64("max_steps_per_turn") {
+                    config.limits.max_steps_per_turn = u32::try_from(n).unwrap_or(u32::MAX).max(1);
+                }
+                config.limits.max_tokens = l.u64("max_tokens");
+                config.limits.max_cost_usd = l.f64("max_cost_usd");
+                config.limits.max_turn_seconds = l.u64("max_turn_seconds");
+            }
+        }
         if !root && description.as_deref().is_none_or(|d| d.trim().is_empty()) {
             self.push(
                 Diagnostic::new(
@@ -560,7 +561,11 @@ impl Compiler {
     }
 
     fn tools(&mut self, dir: &AgentDir, sandbox: &Sandbox) -> Vec<Tool> {
-        let mut tools: Vec<Tool> = dir.tools.iter().filter_map(|t| self.tool(t, sandbox)).collect();
+        let mut tools: Vec<Tool> = dir
+            .tools
+            .iter()
+            .filter_map(|t| self.tool(t, sandbox))
+            .collect();
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools
     }
@@ -909,15 +914,16 @@ impl Compiler {
         );
         let mut ok = cron.is_some();
         if let Some(expr) = &cron
-            && let Err(why) = check_cron(expr) {
-                f.report(
+            && let Err(why) = check_cron(expr)
+        {
+            f.report(
                     Code::InvalidCron,
                     "cron",
                     format!("invalid cron expression \"{expr}\": {why}"),
                     "use five fields: minute hour day-of-month month day-of-week, e.g. \"*/15 * * * *\"",
                 );
-                ok = false;
-            }
+            ok = false;
+        }
         let timezone = f.string("timezone").unwrap_or_else(|| "UTC".to_owned());
         if timezone.parse::<chrono_tz::Tz>().is_err() {
             f.report(
@@ -1293,19 +1299,20 @@ impl Compiler {
         }
         sandbox.workspace = sb.workspace.clone();
         if let Some(file) = &sb.config
-            && let Some(parsed) = self.yaml_file(file) {
-                let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
-                f.unknown_keys(&["provider", "timeout", "output_limit"], "sandbox");
-                if let Some(p) = f.choice("provider", &[("local", "local")]) {
-                    sandbox.provider = p.to_owned();
-                }
-                if let Some(t) = f.duration_ms("timeout") {
-                    sandbox.timeout_ms = t;
-                }
-                if let Some(o) = f.u64("output_limit") {
-                    sandbox.output_limit = o;
-                }
+            && let Some(parsed) = self.yaml_file(file)
+        {
+            let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
+            f.unknown_keys(&["provider", "timeout", "output_limit"], "sandbox");
+            if let Some(p) = f.choice("provider", &[("local", "local")]) {
+                sandbox.provider = p.to_owned();
             }
+            if let Some(t) = f.duration_ms("timeout") {
+                sandbox.timeout_ms = t;
+            }
+            if let Some(o) = f.u64("output_limit") {
+                sandbox.output_limit = o;
+            }
+        }
         sandbox
     }
 

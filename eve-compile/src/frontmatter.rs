@@ -72,10 +72,11 @@ pub fn script(text: &str) -> Result<Option<FrontMatter>, Unterminated> {
         }
         for prefix in COMMENT_PREFIXES {
             if let Some(rest) = t.strip_prefix(prefix)
-                && rest.trim() == "---" {
-                    let indent = line.len() - line.trim_start().len();
-                    open = Some((i, prefix, indent));
-                }
+                && rest.trim() == "---"
+            {
+                let indent = line.len() - line.trim_start().len();
+                open = Some((i, prefix, indent));
+            }
         }
         break;
     }

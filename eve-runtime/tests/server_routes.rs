@@ -354,7 +354,20 @@ async fn concurrent_posts_to_one_session_all_land() {
         assert_eq!(task.await.unwrap(), 202);
     }
     reader.await.unwrap();
-    let events = server.until_rest(&id, 0).await;
+    // A live stream ends when the session comes to rest; between two queued turns it may rest for
+    // a moment before the driver takes the next accepted message, so read until every turn is in.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let events = loop {
+        let events = server.until_rest(&id, 0).await;
+        let done = events
+            .iter()
+            .filter(|e| e["type"] == "turn.completed")
+            .count();
+        if done > n || std::time::Instant::now() > deadline {
+            break events;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     let mut seen: HashMap<String, usize> = HashMap::new();
     for e in events.iter().filter(|e| e["type"] == "message.received") {
         *seen

@@ -285,7 +285,7 @@ fn fill_task_ids(step: &mut Step, messages: &[Message]) {
                         .and_then(|r| r.strip_suffix("}}"))
                         .map(Some)
                 };
-                if let Some(found) = wanted.and_then(|w| lookup(w)) {
+                if let Some(found) = wanted.and_then(lookup) {
                     *s = found;
                 }
             }
