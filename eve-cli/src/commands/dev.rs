@@ -249,6 +249,7 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
     let local = listener
         .local_addr()
         .context("cannot read the bound address")?;
+    runtime.warm_up().await;
     runtime
         .resume_all()
         .await

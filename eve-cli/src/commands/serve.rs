@@ -83,6 +83,7 @@ async fn serve(
         .local_addr()
         .context("cannot read the bound address")?;
 
+    runtime.warm_up().await;
     let resumed = runtime
         .resume_all()
         .await
@@ -156,6 +157,8 @@ pub(crate) async fn drain(runtime: &Runtime, deadline: Duration) {
             deadline.as_secs()
         );
     }
+    // Stop the MCP servers this process started (their whole process groups).
+    runtime.shutdown().await;
 }
 
 async fn wait_all<I>(futures: I)

@@ -239,6 +239,20 @@ impl Runtime {
         &self.inner.builds
     }
 
+    /// Does the work a first turn would otherwise pay for: loads the current build (tool table,
+    /// compiled validators, system prompt) and builds the model client of its root agent. Servers
+    /// call it before they answer `/health`. Failures are left for the first turn to report.
+    pub async fn warm_up(&self) {
+        let Ok(build) = self.inner.builds.current() else {
+            return;
+        };
+        let models = self.inner.config.models.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let _ = models.resolve(&build.manifest.agent);
+        })
+        .await;
+    }
+
     /// Creates a session on the current build; with a first message, accepts it (it is in the
     /// inbox when this returns) and starts the first turn.
     pub async fn create_session(&self, first_message: Option<String>) -> RuntimeResult<String> {
