@@ -119,28 +119,98 @@ pub fn content_hash(
     agent_dir: &Path,
     files: &[String],
 ) -> Result<String, BuildError> {
+    Ok(hash_of(manifest_json, &read_files(agent_dir, files)?))
+}
+
+/// A runtime file read once, for hashing and then writing into the build.
+struct FileData<'a> {
+    rel: &'a str,
+    bytes: Vec<u8>,
+    /// Permission bits of the source (execute bits are part of what runs).
+    mode: u32,
+}
+
+fn read_files<'a>(agent_dir: &Path, files: &'a [String]) -> Result<Vec<FileData<'a>>, BuildError> {
+    files
+        .iter()
+        .map(|rel| {
+            let path = agent_dir.join(rel);
+            let mut file = std::fs::File::open(&path).map_err(io("cannot read", &path))?;
+            let meta = file.metadata().map_err(io("cannot read", &path))?;
+            let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+            std::io::Read::read_to_end(&mut file, &mut bytes).map_err(io("cannot read", &path))?;
+            Ok(FileData {
+                rel,
+                bytes,
+                mode: mode_of(&meta),
+            })
+        })
+        .collect()
+}
+
+fn hash_of(manifest_json: &[u8], files: &[FileData<'_>]) -> String {
     let mut h = Sha256::new();
     h.update(b"eve-build-v1\0");
     h.update((manifest_json.len() as u64).to_le_bytes());
     h.update(manifest_json);
     for f in files {
-        let path = agent_dir.join(f);
-        let bytes = std::fs::read(&path).map_err(io("cannot read", &path))?;
-        h.update((f.len() as u64).to_le_bytes());
-        h.update(f.as_bytes());
-        h.update([u8::from(is_executable(&path))]);
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(&bytes);
+        h.update((f.rel.len() as u64).to_le_bytes());
+        h.update(f.rel.as_bytes());
+        h.update([u8::from(f.mode & 0o111 != 0)]);
+        h.update((f.bytes.len() as u64).to_le_bytes());
+        h.update(&f.bytes);
     }
     let digest = hex::encode(h.finalize());
-    Ok(digest[..16].to_owned())
+    digest[..16].to_owned()
+}
+
+/// Writes the runtime files under `dest`: folders first, then the files on a few threads
+/// (creating many small files is most of a clean build's time).
+fn write_files(dest: &Path, files: &[FileData<'_>]) -> Result<(), BuildError> {
+    let mut dirs = std::collections::BTreeSet::new();
+    for f in files {
+        if let Some(parent) = Path::new(f.rel).parent()
+            && !parent.as_os_str().is_empty()
+        {
+            dirs.insert(parent);
+        }
+    }
+    for d in dirs {
+        let path = dest.join(d);
+        std::fs::create_dir_all(&path).map_err(io("cannot create", &path))?;
+    }
+    let write_one = |f: &FileData<'_>| -> Result<(), BuildError> {
+        let path = dest.join(f.rel);
+        let mut out = std::fs::File::create(&path).map_err(io("cannot create", &path))?;
+        out.write_all(&f.bytes).map_err(io("cannot write", &path))?;
+        set_mode(&out, f.mode).map_err(io("cannot set permissions of", &path))
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(files.len() / 64)
+        .clamp(1, 4);
+    if threads == 1 {
+        return files.iter().try_for_each(write_one);
+    }
+    let chunk = files.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .map(|part| s.spawn(|| part.iter().try_for_each(write_one)))
+            .collect();
+        // Scoped threads are all joined when the scope ends, even after an early error here.
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+    })
 }
 
 /// Writes a successful build and points `.eve/current` at it. Returns (hash, folder, reused).
 pub fn write(project: &Project, output: &Output) -> Result<(String, PathBuf, bool), BuildError> {
     let manifest_json = to_json(&output.manifest);
     let files = runtime_files(&project.agent_dir, &output.files);
-    let hash = content_hash(manifest_json.as_bytes(), &project.agent_dir, &files)?;
+    let data = read_files(&project.agent_dir, &files)?;
+    let hash = hash_of(manifest_json.as_bytes(), &data);
     let builds = project.builds_dir();
     std::fs::create_dir_all(&builds).map_err(io("cannot create", &builds))?;
     let dir = builds.join(&hash);
@@ -149,14 +219,7 @@ pub fn write(project: &Project, output: &Output) -> Result<(String, PathBuf, boo
         let tmp = builds.join(format!(".tmp-{hash}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(tmp.join("files")).map_err(io("cannot create", &tmp))?;
-        for f in &files {
-            let from = project.agent_dir.join(f);
-            let to = tmp.join("files").join(f);
-            if let Some(parent) = to.parent() {
-                std::fs::create_dir_all(parent).map_err(io("cannot create", parent))?;
-            }
-            std::fs::copy(&from, &to).map_err(io("cannot copy", &from))?;
-        }
+        write_files(&tmp.join("files"), &data)?;
         write_file(&tmp.join("manifest.json"), manifest_json.as_bytes())?;
         write_file(
             &tmp.join("diagnostics.json"),
@@ -249,14 +312,25 @@ fn symlink(target: PathBuf, link: &Path) -> std::io::Result<()> {
 }
 
 #[cfg(unix)]
-fn is_executable(path: &Path) -> bool {
+fn mode_of(meta: &std::fs::Metadata) -> u32 {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+    meta.permissions().mode() & 0o7777
 }
 
 #[cfg(not(unix))]
-fn is_executable(_: &Path) -> bool {
-    false
+fn mode_of(_: &std::fs::Metadata) -> u32 {
+    0o644
+}
+
+#[cfg(unix)]
+fn set_mode(file: &std::fs::File, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
+}
+
+#[cfg(not(unix))]
+fn set_mode(_: &std::fs::File, _: u32) -> std::io::Result<()> {
+    Ok(())
 }
 
 /// The manifest as written to `manifest.json`.

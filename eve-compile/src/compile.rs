@@ -561,13 +561,57 @@ impl Compiler {
     }
 
     fn tools(&mut self, dir: &AgentDir, sandbox: &Sandbox) -> Vec<Tool> {
-        let mut tools: Vec<Tool> = dir
-            .tools
-            .iter()
-            .filter_map(|t| self.tool(t, sandbox))
-            .collect();
+        let mut tools = self.parallel(&dir.tools, |c, t| c.tool(t, sandbox));
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools
+    }
+
+    /// Compiles independent items (tools) on a few threads when there are many: parsing YAML and
+    /// checking schemas is most of a large build. Each thread has its own diagnostics and file
+    /// list, merged back in input order, so the result does not depend on the thread count.
+    fn parallel<T: Sync, R: Send>(
+        &mut self,
+        items: &[T],
+        f: impl Fn(&mut Compiler, &T) -> Option<R> + Sync,
+    ) -> Vec<R> {
+        const MIN_PER_THREAD: usize = 64;
+        let threads = std::thread::available_parallelism()
+            .map_or(1, std::num::NonZero::get)
+            .min(items.len() / MIN_PER_THREAD)
+            .clamp(1, 8);
+        if threads == 1 {
+            return items.iter().filter_map(|t| f(self, t)).collect();
+        }
+        let chunk = items.len().div_ceil(threads);
+        let prefix = self.shown_prefix.clone();
+        let parts: Vec<(Vec<R>, Compiler)> = std::thread::scope(|s| {
+            let handles: Vec<_> = items
+                .chunks(chunk)
+                .map(|part| {
+                    let (f, prefix) = (&f, &prefix);
+                    s.spawn(move || {
+                        let mut c = Compiler {
+                            diags: Vec::new(),
+                            files: BTreeSet::new(),
+                            shown_prefix: prefix.clone(),
+                        };
+                        let out: Vec<R> = part.iter().filter_map(|t| f(&mut c, t)).collect();
+                        (out, c)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        });
+        let mut out = Vec::with_capacity(items.len());
+        for (results, c) in parts {
+            out.extend(results);
+            self.diags.extend(c.diags);
+            self.files.extend(c.files);
+        }
+        out
     }
 
     fn tool(&mut self, t: &ToolFile, sandbox: &Sandbox) -> Option<Tool> {
@@ -740,7 +784,14 @@ impl Compiler {
                 return None;
             }
         }
-        if let Err(e) = jsonschema::meta::validate(&schema) {
+        // Building a validator meta-validates the schema too; only when it fails is the schema
+        // meta-validated on its own, to tell a wrong keyword from a bad pattern or reference.
+        let built = jsonschema::validator_for(&schema);
+        let meta = match &built {
+            Ok(_) => Ok(()),
+            Err(_) => jsonschema::meta::validate(&schema),
+        };
+        if let Err(e) = meta {
             let path = e.instance_path().as_str().to_owned();
             let pointer = format!("/input{path}");
             let shown = if path.is_empty() {
@@ -775,7 +826,7 @@ impl Compiler {
             self.push(d);
             return None;
         }
-        if let Err(e) = jsonschema::validator_for(&schema) {
+        if let Err(e) = built {
             self.push(err(
                 format!(
                     "`input` cannot be compiled as a JSON Schema: {}",

@@ -115,6 +115,8 @@ diagnostic_tests! {
         => TestAgent::new().file("agent.yaml", "model: mock/echo\n").on_disk().check();
     e001_subagent_missing_instructions: MissingInstructions, "agent/subagents/helper/instructions.md", None
         => minimal().file("subagents/helper/agent.yaml", "description: Helps.\n").on_disk().check();
+    e001_instructions_is_a_folder: MissingInstructions, "agent/instructions.md", None
+        => TestAgent::new().dir("instructions.md").on_disk().check();
     e002_unreadable_file: Unreadable, "agent/tools/report.py", None
         => unreadable("tools/report.py");
     e002_unreadable_folder: Unreadable, "agent/skills/", None

@@ -105,3 +105,55 @@ fn diagnostics_are_sorted_by_file_and_line() {
     sorted.sort();
     assert_eq!(keys, sorted);
 }
+
+/// Large folders are compiled on several threads: the result must be what compiling each tool
+/// on its own gives, in the same order, whatever the thread count.
+#[test]
+fn many_tools_compile_as_each_alone() {
+    let tool = |i: usize| -> (String, String) {
+        let path = format!("tools/t{i:03}.yaml");
+        let text = match i % 5 {
+            0 => "description: Fine.\ninput:\n  type: object\nrun: [echo]\n".to_owned(),
+            1 => "description: Bad type.\ninput:\n  type: objekt\nrun: [echo]\n".to_owned(),
+            2 => "description: No runner.\n".to_owned(),
+            3 => format!("description: Typo.\nefect: read\nrun: [echo, \"{i}\"]\n"),
+            _ => "description: [unclosed\n".to_owned(),
+        };
+        (path, text)
+    };
+    let mut all = TestAgent::minimal();
+    for i in 0..300 {
+        let (path, text) = tool(i);
+        all = all.file(&path, text);
+    }
+    let together = all.check_mem();
+    let mut alone = Vec::new();
+    for i in 0..300 {
+        let (path, text) = tool(i);
+        alone.extend(
+            TestAgent::minimal()
+                .file(&path, text)
+                .check_mem()
+                .diagnostics()
+                .to_vec(),
+        );
+    }
+    assert_eq!(together.diagnostics(), &alone[..]);
+    let names: Vec<&str> = together
+        .output
+        .manifest
+        .agent
+        .tools
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    let expected: Vec<String> = (0..300)
+        .filter(|i| i % 5 == 0 || i % 5 == 3)
+        .map(|i| format!("t{i:03}"))
+        .collect();
+    assert_eq!(names, expected);
+    // And twice in a row gives the same manifest and diagnostics.
+    let again = all.check_mem();
+    assert_eq!(again.output.manifest, together.output.manifest);
+    assert_eq!(again.diagnostics(), together.diagnostics());
+}

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use eve_compile::build::{self, Built};
 use eve_compile::render::{Style, render_all};
 use eve_compile::{Options, Output, Project, compile};
-use eve_discover::{Diagnostic, DirEntry, FsSource, MemSource, Source, discover};
+use eve_discover::{Diagnostic, DirEntry, MemSource, Source, discover};
 
 /// Name of the project folder every test agent lives in (and so the root agent's name).
 pub const PROJECT: &str = "demo";
@@ -286,9 +286,4 @@ pub fn insta_settings() -> insta::Settings {
     s.add_filter(r"/tmp/\.tmp[A-Za-z0-9]+", "[TMP]");
     s.add_filter(r"/tmp/[A-Za-z0-9._-]+", "[TMP]");
     s
-}
-
-/// Opens a real folder as a source (for sources built by hand in tests).
-pub fn fs_source(dir: &Path) -> FsSource {
-    FsSource::new(dir).unwrap()
 }

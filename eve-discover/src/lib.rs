@@ -323,6 +323,14 @@ impl Walker<'_> {
                         self.flat(&path, &["yaml", "yml"], "a channel is `channels/NAME.yaml`");
                 }
                 (EntryKind::Dir, "sandbox") => agent.sandbox = Some(self.sandbox(&path)),
+                (EntryKind::Dir, "agent.yaml" | "agent.yml" | "instructions.md") => self.push(
+                    Diagnostic::new(
+                        Code::UnknownEntry,
+                        dir_label(&path),
+                        format!("`{}` is a folder; eve expects a file here", e.name),
+                    )
+                    .help("replace the folder with a file of that name"),
+                ),
                 (EntryKind::Dir, _) => self.unknown(
                     dir_label(&path),
                     "unknown folder",
