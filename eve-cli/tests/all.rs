@@ -8,6 +8,7 @@ mod crash;
 mod dev;
 mod docs;
 mod examples;
+mod limits;
 mod run_cli;
 mod schedules;
 mod serve;

@@ -465,6 +465,7 @@ impl Compiler {
                         "max_tokens",
                         "max_cost_usd",
                         "max_turn_seconds",
+                        "price_per_million",
                     ],
                     "limits",
                 );
@@ -474,6 +475,32 @@ impl Compiler {
                 config.limits.max_tokens = l.u64("max_tokens");
                 config.limits.max_cost_usd = l.f64("max_cost_usd");
                 config.limits.max_turn_seconds = l.u64("max_turn_seconds");
+                if parsed
+                    .doc
+                    .value
+                    .pointer("/limits/price_per_million")
+                    .is_some()
+                {
+                    let mut p = Fields::new(
+                        &file.path,
+                        &parsed.doc,
+                        "/limits/price_per_million",
+                        &mut self.diags,
+                    );
+                    p.unknown_keys(&["input", "output"], "price_per_million");
+                    match (p.f64("input"), p.f64("output")) {
+                        (Some(input), Some(output)) if input >= 0.0 && output >= 0.0 => {
+                            config.limits.price_per_million = Some(Price { input, output });
+                        }
+                        _ => p.report_at(
+                            Code::InvalidField,
+                            "/limits/price_per_million",
+                            "`price_per_million` needs non-negative `input` and `output` prices"
+                                .to_owned(),
+                            "for example `price_per_million: {input: 2.0, output: 8.0}` (US dollars per million tokens)",
+                        ),
+                    }
+                }
             }
         }
         if !root && description.as_deref().is_none_or(|d| d.trim().is_empty()) {

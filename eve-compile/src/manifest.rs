@@ -119,6 +119,19 @@ pub struct Limits {
     /// Wall-clock seconds per turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_turn_seconds: Option<u64>,
+    /// Model prices in US dollars per million tokens, `(input, output)`, for `max_cost_usd`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_per_million: Option<Price>,
+}
+
+/// Model prices in US dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// Per million input (prompt) tokens.
+    pub input: f64,
+    /// Per million output (completion) tokens.
+    pub output: f64,
 }
 
 impl Default for Limits {
@@ -128,6 +141,7 @@ impl Default for Limits {
             max_tokens: None,
             max_cost_usd: None,
             max_turn_seconds: None,
+            price_per_million: None,
         }
     }
 }

@@ -76,7 +76,11 @@ impl ModelProvider for SettingsModelProvider {
             model: settings.model.clone(),
             model_id: format!("{}/{}", settings.provider, settings.model),
             context_window: settings.context_window,
-            price_per_million: None,
+            price_per_million: agent
+                .config
+                .limits
+                .price_per_million
+                .map(|p| (p.input, p.output)),
         };
         if let Ok(mut cache) = self.cache.lock() {
             cache.insert(key, resolved.clone());
