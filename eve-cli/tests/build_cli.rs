@@ -11,7 +11,7 @@ fn eve(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_eve"));
     cmd.current_dir(dir)
         .env_remove("EVE_PROJECT")
-        .env_remove("EVE_AGENT_DIR")
+        .env_remove("EVE_AGENT")
         .env_remove("EVE_MODEL")
         .env("NO_COLOR", "1");
     cmd
