@@ -54,12 +54,26 @@ pub async fn at_rest(runtime: &Runtime, session: &str, index: u64) -> bool {
             .await
             .map(|p| !p.is_empty())
             .unwrap_or(true),
-        SessionStatus::Idle => runtime
-            .store()
-            .pending_inbox(session)
-            .await
-            .map(|inbox| inbox.is_empty())
-            .unwrap_or(true),
+        SessionStatus::Idle => {
+            let empty = runtime
+                .store()
+                .pending_inbox(session)
+                .await
+                .map(|inbox| inbox.is_empty())
+                .unwrap_or(true);
+            if !empty {
+                return false;
+            }
+            // The record and the inbox are two reads: a turn that started between them took the
+            // message out of the inbox in the same commit that stored its first events, so a
+            // second look at the record tells a real rest from a turn just begun.
+            match runtime.session(session).await {
+                Ok(Some(again)) => {
+                    again.event_count == record.event_count && again.status == SessionStatus::Idle
+                }
+                _ => true,
+            }
+        }
     }
 }
 
