@@ -105,7 +105,9 @@ fn restart_and_check(p: &RunProject, point: &str, i: usize, expect: Option<&str>
                 (1, 1),
                 "{point}#{i}: completed call {call} ran exactly once: {lines:?}"
             ),
-            "interrupted" => assert_eq!(ran, 1, "{point}#{i}: {lines:?}"),
+            // Outcome unknown: the kill may land after the call was journaled as running and
+            // before the tool wrote anything, or after it started.
+            "interrupted" => assert!(ran <= 1, "{point}#{i}: {lines:?}"),
             other => panic!("{point}#{i}: call {call} ended {other}"),
         }
     }
@@ -211,6 +213,8 @@ fn killed_right_after_the_message_is_accepted() {
                 saw(seen, "turn.started")
             }
         },
-        |_| Some("completed"),
+        // The kill is aimed at the start of the turn, but on a loaded machine the process may get
+        // as far as starting the write call: then it is interrupted, never re-run.
+        |_| None,
     );
 }
