@@ -322,12 +322,6 @@ fn closing_bracket(text: &str) -> Option<usize> {
 }
 
 /// Whether `name` is a valid environment variable name.
-fn is_var_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 /// Resolves `${VAR}` references in `text` (`$${` is a literal `${`); an unset variable is an error
 /// naming the connection and `place`.
 pub(crate) fn expand_env(
@@ -336,39 +330,13 @@ pub(crate) fn expand_env(
     connection: &str,
     place: &str,
 ) -> Result<String, McpError> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(pos) = rest.find('$') {
-        out.push_str(&rest[..pos]);
-        let tail = &rest[pos..];
-        if let Some(after) = tail.strip_prefix("$${") {
-            out.push_str("${");
-            rest = after;
-            continue;
+    crate::tools::template::expand_vars(text, &|name| lookup(name)).map_err(|name| {
+        McpError::UnsetVar {
+            connection: connection.to_owned(),
+            name,
+            place: place.to_owned(),
         }
-        if let Some(after) = tail.strip_prefix("${")
-            && let Some(end) = after.find('}')
-            && is_var_name(&after[..end])
-        {
-            let name = &after[..end];
-            match lookup(name) {
-                Some(value) => out.push_str(&value),
-                None => {
-                    return Err(McpError::UnsetVar {
-                        connection: connection.to_owned(),
-                        name: name.to_owned(),
-                        place: place.to_owned(),
-                    });
-                }
-            }
-            rest = &after[end + 1..];
-            continue;
-        }
-        out.push('$');
-        rest = &tail[1..];
-    }
-    out.push_str(rest);
-    Ok(out)
+    })
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ pub mod builtin;
 mod error;
 mod http;
 mod process;
-mod template;
+pub(crate) mod template;
 mod validate;
 mod workspace;
 

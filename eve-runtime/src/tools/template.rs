@@ -33,6 +33,18 @@ pub(crate) fn expand_env(
     lookup: &dyn Fn(&str) -> Option<String>,
     place: &str,
 ) -> Result<String, ToolError> {
+    expand_vars(text, lookup).map_err(|name| ToolError::UnsetVar {
+        name,
+        place: place.to_owned(),
+    })
+}
+
+/// Resolves `${VAR}` references in `text` (`$${` is a literal `${`; `$` before anything else is
+/// kept); the error is the name of the first unset variable. Shared by tools and MCP connections.
+pub(crate) fn expand_vars(
+    text: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(pos) = rest.find('$') {
@@ -48,15 +60,7 @@ pub(crate) fn expand_env(
             && is_var_name(&after[..end])
         {
             let name = &after[..end];
-            match lookup(name) {
-                Some(value) => out.push_str(&value),
-                None => {
-                    return Err(ToolError::UnsetVar {
-                        name: name.to_owned(),
-                        place: place.to_owned(),
-                    });
-                }
-            }
+            out.push_str(&lookup(name).ok_or_else(|| name.to_owned())?);
             rest = &after[end + 1..];
             continue;
         }
