@@ -165,8 +165,14 @@ fn hash_of(manifest_json: &[u8], files: &[FileData<'_>]) -> String {
 }
 
 /// Writes the runtime files under `dest`: folders first, then the files on a few threads
-/// (creating many small files is most of a clean build's time).
-fn write_files(dest: &Path, files: &[FileData<'_>]) -> Result<(), BuildError> {
+/// (creating many small files is most of a clean build's time). A file identical to the one in
+/// `previous` (the current build's `files/`: same bytes, same mode) is hard-linked instead: both
+/// builds are immutable, and a rebuild after one edit then creates one file, not thousands.
+fn write_files(
+    dest: &Path,
+    files: &[FileData<'_>],
+    previous: Option<&Path>,
+) -> Result<(), BuildError> {
     let mut dirs = std::collections::BTreeSet::new();
     for f in files {
         if let Some(parent) = Path::new(f.rel).parent()
@@ -181,6 +187,12 @@ fn write_files(dest: &Path, files: &[FileData<'_>]) -> Result<(), BuildError> {
     }
     let write_one = |f: &FileData<'_>| -> Result<(), BuildError> {
         let path = dest.join(f.rel);
+        if let Some(old) = previous.map(|p| p.join(f.rel))
+            && unchanged(&old, f)
+            && std::fs::hard_link(&old, &path).is_ok()
+        {
+            return Ok(());
+        }
         let mut out = std::fs::File::create(&path).map_err(io("cannot create", &path))?;
         out.write_all(&f.bytes).map_err(io("cannot write", &path))?;
         set_mode(&out, f.mode).map_err(io("cannot set permissions of", &path))
@@ -205,6 +217,17 @@ fn write_files(dest: &Path, files: &[FileData<'_>]) -> Result<(), BuildError> {
     })
 }
 
+/// Whether `old` (a file of an earlier build) has exactly the content and mode of `f`.
+fn unchanged(old: &Path, f: &FileData<'_>) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(old) else {
+        return false;
+    };
+    meta.is_file()
+        && meta.len() == f.bytes.len() as u64
+        && mode_of(&meta) == f.mode
+        && std::fs::read(old).is_ok_and(|bytes| bytes == f.bytes)
+}
+
 /// Writes a successful build and points `.eve/current` at it. Returns (hash, folder, reused).
 pub fn write(project: &Project, output: &Output) -> Result<(String, PathBuf, bool), BuildError> {
     let manifest_json = to_json(&output.manifest);
@@ -219,7 +242,8 @@ pub fn write(project: &Project, output: &Output) -> Result<(String, PathBuf, boo
         let tmp = builds.join(format!(".tmp-{hash}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(tmp.join("files")).map_err(io("cannot create", &tmp))?;
-        write_files(&tmp.join("files"), &data)?;
+        let previous = current_hash(&project.state_dir).map(|h| builds.join(h).join("files"));
+        write_files(&tmp.join("files"), &data, previous.as_deref())?;
         write_file(&tmp.join("manifest.json"), manifest_json.as_bytes())?;
         write_file(
             &tmp.join("diagnostics.json"),

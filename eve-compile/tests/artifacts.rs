@@ -265,3 +265,52 @@ fn a_secret_written_in_a_channel_fails_the_build_and_is_not_written() {
     let manifest = build::to_json(&built.output.manifest);
     assert!(!manifest.contains("xoxb-literal-token-value"));
 }
+
+/// A rebuild after one edit shares the unchanged files with the previous build (hard links) and
+/// writes only the changed one; no build file is ever linked to the agent folder's own file.
+#[test]
+fn a_rebuild_shares_unchanged_files_with_the_previous_build() {
+    use std::os::unix::fs::MetadataExt;
+    let disk = agent().on_disk();
+    let first = disk.build().dir.unwrap();
+    std::fs::write(
+        disk.path("tools/weather.py"),
+        SCRIPT.replace("sunny", "rainy"),
+    )
+    .unwrap();
+    let second = disk.build().dir.unwrap();
+    assert_ne!(first, second);
+    let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+    for rel in [
+        "skills/pdf/reference/forms.md",
+        "sandbox/workspace/notes/todo.txt",
+        "tools/_bin/search.py",
+    ] {
+        let (a, b) = (
+            first.join("files").join(rel),
+            second.join("files").join(rel),
+        );
+        assert_eq!(ino(&a), ino(&b), "{rel} is not shared");
+        assert_ne!(
+            ino(&b),
+            ino(&disk.path(rel)),
+            "{rel} is linked to the agent folder"
+        );
+    }
+    let (a, b) = (
+        first.join("files/tools/weather.py"),
+        second.join("files/tools/weather.py"),
+    );
+    assert_ne!(ino(&a), ino(&b));
+    assert!(
+        std::fs::read_to_string(&a).unwrap().contains("sunny"),
+        "the old build changed"
+    );
+    assert!(std::fs::read_to_string(&b).unwrap().contains("rainy"));
+    // Editing the agent folder afterwards changes no build.
+    std::fs::write(disk.path("skills/pdf/reference/forms.md"), "Edited.\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(second.join("files/skills/pdf/reference/forms.md")).unwrap(),
+        "Form fields.\n"
+    );
+}
