@@ -10,17 +10,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use eve_compile::Project;
 use eve_compile::build::{self, Built};
 use eve_compile::render::{Style, render_all};
-use eve_runtime::engine::{Runtime, RuntimeConfig, SettingsModelProvider};
 use eve_runtime::schedule::{Scheduler, clock_from_env};
 use eve_runtime::server::{self, ReloadableRouter, RouterOptions, ServerConfig};
-use eve_runtime::tools::process_env;
 use notify_debouncer_full::notify::event::{AccessKind, AccessMode};
 use notify_debouncer_full::notify::{EventKind, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, new_debouncer};
@@ -230,26 +227,7 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
     };
 
     let config = server_config(&project.state_dir, &serving, &args.host, &shutdown)?;
-    let env = process_env();
-    let models = Arc::new(SettingsModelProvider::new(env.clone()));
-    let mut runtime_config = RuntimeConfig::new(&project.state_dir, models)
-        .with_context(|| format!("cannot open the store at {}", project.db_path().display()))?;
-    runtime_config.env = env;
-    let runtime = Runtime::new(runtime_config);
-
-    let host = args.host.trim();
-    let addr = if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{}", args.port)
-    } else {
-        format!("{host}:{}", args.port)
-    };
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
-    let local = listener
-        .local_addr()
-        .context("cannot read the bound address")?;
-    runtime.warm_up().await;
+    let (runtime, listener, local) = super::serve::start(&project, &args.host, args.port).await?;
     runtime
         .resume_all()
         .await

@@ -63,27 +63,8 @@ async fn serve(
     hash: String,
 ) -> anyhow::Result<ExitCode> {
     let clock = clock_from_env()?;
-    let env = process_env();
-    let models = Arc::new(SettingsModelProvider::new(env.clone()));
-    let mut runtime_config = RuntimeConfig::new(&project.state_dir, models)
-        .with_context(|| format!("cannot open the store at {}", project.db_path().display()))?;
-    runtime_config.env = env;
-    let runtime = Runtime::new(runtime_config);
+    let (runtime, listener, local) = start(&project, &args.host, args.port).await?;
 
-    let host = args.host.trim();
-    let addr = if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{}", args.port)
-    } else {
-        format!("{host}:{}", args.port)
-    };
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
-    let local = listener
-        .local_addr()
-        .context("cannot read the bound address")?;
-
-    runtime.warm_up().await;
     let resumed = runtime
         .resume_all()
         .await
@@ -112,6 +93,35 @@ async fn serve(
     }
     drain(&runtime, DRAIN_DEADLINE).await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Opens the store and runtime, binds `host:port`, and warms the current build: what `eve serve`
+/// and `eve dev` share before they serve.
+pub(crate) async fn start(
+    project: &eve_compile::Project,
+    host: &str,
+    port: u16,
+) -> anyhow::Result<(Runtime, tokio::net::TcpListener, std::net::SocketAddr)> {
+    let env = process_env();
+    let models = Arc::new(SettingsModelProvider::new(env.clone()));
+    let mut runtime_config = RuntimeConfig::new(&project.state_dir, models)
+        .with_context(|| format!("cannot open the store at {}", project.db_path().display()))?;
+    runtime_config.env = env;
+    let runtime = Runtime::new(runtime_config);
+    let host = host.trim();
+    let addr = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener
+        .local_addr()
+        .context("cannot read the bound address")?;
+    runtime.warm_up().await;
+    Ok((runtime, listener, local))
 }
 
 /// Cancels `shutdown` on the first SIGTERM or SIGINT; a second one exits at once.

@@ -274,26 +274,13 @@ impl Runtime {
         let build = self.inner.builds.current()?;
         let id = new_session_id();
         let now = now_ms();
-        let session = SessionRecord {
-            id: id.clone(),
-            status: SessionStatus::Idle,
-            build_hash: build.hash.clone(),
-            agent_name: build.manifest.agent.name.clone(),
-            parent_id: None,
-            parent_call_id: None,
+        let session = SessionRecord::new(
+            id.clone(),
+            build.hash.clone(),
+            build.manifest.agent.name.clone(),
             schedule,
-            turn_count: 0,
-            event_count: 0,
-            message_count: 0,
-            context_start: 0,
-            usage: UsageTotals::default(),
-            cost_usd: 0.0,
-            loaded_skills: Vec::new(),
-            approved_tools: Vec::new(),
-            cancel_requested: false,
-            created_at: now,
-            updated_at: now,
-        };
+            now,
+        );
         let mut batch = Batch::durable();
         batch.push(Op::InsertSession(session));
         if let Some(text) = first_message.clone() {

@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use super::body::{self, InputResponse};
 use super::error::ApiError;
 use crate::engine::{Runtime, events as ev};
-use crate::store::{Batch, Op, SessionRecord, SessionStatus, StoredEvent, UsageTotals, now_ms};
+use crate::store::{Batch, Op, SessionRecord, StoredEvent, now_ms};
 
 /// Value of the `x-vercel-ai-ui-message-stream` response header.
 pub const UI_STREAM_VERSION: &str = "v1";
@@ -120,26 +120,13 @@ pub async fn ensure_session(runtime: &Runtime, id: &str) -> Result<(), ApiError>
     }
     let build = runtime.builds().current()?;
     let now = now_ms();
-    let record = SessionRecord {
-        id: id.to_owned(),
-        status: SessionStatus::Idle,
-        build_hash: build.hash.clone(),
-        agent_name: build.manifest.agent.name.clone(),
-        parent_id: None,
-        parent_call_id: None,
-        schedule: None,
-        turn_count: 0,
-        event_count: 0,
-        message_count: 0,
-        context_start: 0,
-        usage: UsageTotals::default(),
-        cost_usd: 0.0,
-        loaded_skills: Vec::new(),
-        approved_tools: Vec::new(),
-        cancel_requested: false,
-        created_at: now,
-        updated_at: now,
-    };
+    let record = SessionRecord::new(
+        id.to_owned(),
+        build.hash.clone(),
+        build.manifest.agent.name.clone(),
+        None,
+        now,
+    );
     let mut batch = Batch::durable();
     batch.push(Op::InsertSession(record));
     if let Err(e) = runtime.store().commit(batch).await {

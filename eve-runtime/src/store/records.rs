@@ -205,6 +205,38 @@ pub struct SessionRecord {
     pub updated_at: i64,
 }
 
+impl SessionRecord {
+    /// A new idle session on a build, with nothing in it yet.
+    pub fn new(
+        id: String,
+        build_hash: String,
+        agent_name: String,
+        schedule: Option<String>,
+        now: i64,
+    ) -> Self {
+        Self {
+            id,
+            status: SessionStatus::Idle,
+            build_hash,
+            agent_name,
+            parent_id: None,
+            parent_call_id: None,
+            schedule,
+            turn_count: 0,
+            event_count: 0,
+            message_count: 0,
+            context_start: 0,
+            usage: UsageTotals::default(),
+            cost_usd: 0.0,
+            loaded_skills: Vec::new(),
+            approved_tools: Vec::new(),
+            cancel_requested: false,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+}
+
 /// Which sessions to list.
 #[derive(Debug, Clone, Default)]
 pub struct SessionFilter {
