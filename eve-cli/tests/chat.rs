@@ -193,26 +193,32 @@ fn ctrl_c_cancels_the_running_turn_and_a_second_one_at_the_prompt_exits() {
     let mut stdin = child.stdin.take().unwrap();
     // stdout and stderr lines, in the order they arrive.
     let (tx, rx) = std::sync::mpsc::channel();
-    let out_tx = tx.clone();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = out_tx.send(line);
-        }
-    });
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    // Everything seen, for the failure messages.
+    let transcript = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    for (name, pipe) in [
+        (
+            "out",
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        ),
+        ("err", Box::new(child.stderr.take().unwrap())),
+    ] {
+        let tx = tx.clone();
+        let transcript = transcript.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                transcript.lock().unwrap().push(format!("{name}: {line}"));
+                let _ = tx.send(line);
+            }
+        });
+    }
+    let seen = || transcript.lock().unwrap().join("\n");
     let wait_for = |needle: &str| {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let line = rx
                 .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no line containing {needle:?}"));
+                .unwrap_or_else(|_| panic!("no line containing {needle:?} in:\n{}", seen()));
             if line.contains(needle) {
                 return line;
             }
@@ -252,7 +258,31 @@ fn ctrl_c_cancels_the_running_turn_and_a_second_one_at_the_prompt_exits() {
             break;
         }
     }
-    assert!(warned, "no warning at the prompt");
+    if !warned {
+        let db = project.db();
+        let mut stmt = db
+            .prepare("SELECT idx, type FROM events ORDER BY idx")
+            .unwrap();
+        let events: Vec<String> = stmt
+            .query_map([], |r| {
+                Ok(format!(
+                    "{} {}",
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?
+                ))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let session: String = db
+            .query_row("SELECT status || ' cancel=' || cancel_requested || ' count=' || event_count FROM sessions", [], |r| r.get(0))
+            .unwrap();
+        panic!(
+            "no warning at the prompt in:\n{}\nsession: {session}\nevents:\n{}",
+            seen(),
+            events.join("\n")
+        );
+    }
     assert!(
         child.try_wait().unwrap().is_none(),
         "one Ctrl-C does not exit"

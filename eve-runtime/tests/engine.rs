@@ -775,3 +775,42 @@ async fn the_wall_clock_limit_stops_a_long_tool_and_the_turn() {
     let calls = rt.store().tool_calls(&id, 0).await.unwrap();
     assert_eq!(calls[0].status, CallStatus::Failed);
 }
+
+/// A caller that gives up on `EventCursor::next` midway (a `select!` that took another branch)
+/// loses no event: the session's last event still comes, and ends the stream.
+#[tokio::test]
+async fn a_cursor_dropped_midway_loses_no_event() {
+    use eve_runtime::server::{EventCursor, Next};
+    use tokio_util::sync::CancellationToken;
+    let p = TestProject::new();
+    p.write_build(&agent(), &[]);
+    let rt = p.runtime(json!([{"text": "done"}]));
+    let (id, _) = run_prompt(&rt, "hi").await;
+    let last = all_events(&rt, &id).await.len() as u64 - 1;
+    // Give up after more and more time, so that some attempts stop inside the rest check that
+    // follows reading the event.
+    let mut interrupted = 0;
+    for attempt in 0..400u64 {
+        let mut cursor =
+            EventCursor::follow(rt.clone(), id.clone(), last, CancellationToken::new());
+        let early = Duration::from_micros(attempt * 5);
+        match tokio::time::timeout(early, cursor.next(None)).await {
+            Ok(Next::Event(e)) => {
+                assert_eq!(e.index, last);
+                continue;
+            }
+            Ok(_) => panic!("the cursor ended before the last event"),
+            Err(_) => interrupted += 1,
+        }
+        match tokio::time::timeout(Duration::from_secs(5), cursor.next(None)).await {
+            Ok(Next::Event(e)) => assert_eq!(e.index, last, "attempt {attempt}"),
+            Ok(_) => panic!("attempt {attempt}: the cursor ended without the last event"),
+            Err(_) => panic!("attempt {attempt}: the last event was lost"),
+        }
+        assert!(
+            matches!(cursor.next(None).await, Next::End),
+            "the rest point ends the stream"
+        );
+    }
+    assert!(interrupted > 0, "no attempt was cut short");
+}

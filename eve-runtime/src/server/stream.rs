@@ -93,7 +93,12 @@ enum Mode {
         end: u64,
         buffer: VecDeque<StoredEvent>,
     },
-    Follow(Box<EventFollower>),
+    Follow {
+        follower: Box<EventFollower>,
+        /// An event taken from the follower and not yet returned: kept here while the rest
+        /// check runs, so a caller that drops [`EventCursor::next`] midway loses nothing.
+        pending: Option<StoredEvent>,
+    },
     Done,
 }
 
@@ -137,12 +142,16 @@ impl EventCursor {
         Self {
             runtime,
             session,
-            mode: Mode::Follow(Box::new(follower)),
+            mode: Mode::Follow {
+                follower: Box::new(follower),
+                pending: None,
+            },
             shutdown,
         }
     }
 
-    /// The next event; [`Next::Tick`] after `heartbeat` without one (when given).
+    /// The next event; [`Next::Tick`] after `heartbeat` without one (when given). Cancel-safe:
+    /// dropping the future before it completes loses no event.
     pub async fn next(&mut self, heartbeat: Option<Duration>) -> Next {
         match &mut self.mode {
             Mode::Done => Next::End,
@@ -167,31 +176,38 @@ impl EventCursor {
                     }
                 }
             }
-            Mode::Follow(follower) => {
-                let wait = heartbeat.unwrap_or(Duration::from_secs(3600));
-                let event = tokio::select! {
-                    () = self.shutdown.cancelled() => {
-                        self.mode = Mode::Done;
-                        return Next::End;
-                    }
-                    () = tokio::time::sleep(wait), if heartbeat.is_some() => return Next::Tick,
-                    result = follower.next() => result,
-                };
-                match event {
-                    Ok(event) => {
-                        if is_rest_point(&event.kind)
-                            && at_rest(&self.runtime, &self.session, event.index).await
-                        {
+            Mode::Follow { follower, pending } => {
+                if pending.is_none() {
+                    let wait = heartbeat.unwrap_or(Duration::from_secs(3600));
+                    let event = tokio::select! {
+                        () = self.shutdown.cancelled() => {
                             self.mode = Mode::Done;
+                            return Next::End;
                         }
-                        Next::Event(event)
-                    }
-                    Err(e) => {
-                        tracing::warn!(session = %self.session, error = %e, "following events failed");
-                        self.mode = Mode::Done;
-                        Next::End
+                        () = tokio::time::sleep(wait), if heartbeat.is_some() => return Next::Tick,
+                        result = follower.next() => result,
+                    };
+                    match event {
+                        Ok(event) => *pending = Some(event),
+                        Err(e) => {
+                            tracing::warn!(session = %self.session, error = %e, "following events failed");
+                            self.mode = Mode::Done;
+                            return Next::End;
+                        }
                     }
                 }
+                let Some(event) = pending.as_ref() else {
+                    return Next::End;
+                };
+                let rest = is_rest_point(&event.kind)
+                    && at_rest(&self.runtime, &self.session, event.index).await;
+                let Some(event) = pending.take() else {
+                    return Next::End;
+                };
+                if rest {
+                    self.mode = Mode::Done;
+                }
+                Next::Event(event)
             }
         }
     }
