@@ -1,4 +1,6 @@
-//! Build artifacts: `.eve/builds/<hash>/{manifest.json, diagnostics.json, files/…}` and `.eve/current`.
+//! Build artifacts: `.eve/builds/<hash>/{manifest.json, diagnostics.json, files.pack}` and
+//! `.eve/current`. The runtime files (scripts, skill files, workspace seeds, `_`-prefixed files)
+//! travel in one pack, unpacked into `files/` when the runtime first needs them ([`crate::pack`]).
 //!
 //! A build is immutable and content-addressed: the hash covers the manifest and every file the
 //! runtime needs, so the same agent folder always gives the same hash and a session pinned to a
@@ -15,6 +17,7 @@ use eve_discover::{Diagnostic, FsSource};
 
 use crate::compile::{Options, Output, compile};
 use crate::manifest::Manifest;
+use crate::pack;
 use crate::project::Project;
 
 /// Why a build could not be written or read.
@@ -142,7 +145,7 @@ fn read_files<'a>(agent_dir: &Path, files: &'a [String]) -> Result<Vec<FileData<
             Ok(FileData {
                 rel,
                 bytes,
-                mode: mode_of(&meta),
+                mode: pack::mode_of(&meta),
             })
         })
         .collect()
@@ -164,70 +167,6 @@ fn hash_of(manifest_json: &[u8], files: &[FileData<'_>]) -> String {
     digest[..16].to_owned()
 }
 
-/// Writes the runtime files under `dest`: folders first, then the files on a few threads
-/// (creating many small files is most of a clean build's time). A file identical to the one in
-/// `previous` (the current build's `files/`: same bytes, same mode) is hard-linked instead: both
-/// builds are immutable, and a rebuild after one edit then creates one file, not thousands.
-fn write_files(
-    dest: &Path,
-    files: &[FileData<'_>],
-    previous: Option<&Path>,
-) -> Result<(), BuildError> {
-    let mut dirs = std::collections::BTreeSet::new();
-    for f in files {
-        if let Some(parent) = Path::new(f.rel).parent()
-            && !parent.as_os_str().is_empty()
-        {
-            dirs.insert(parent);
-        }
-    }
-    for d in dirs {
-        let path = dest.join(d);
-        std::fs::create_dir_all(&path).map_err(io("cannot create", &path))?;
-    }
-    let write_one = |f: &FileData<'_>| -> Result<(), BuildError> {
-        let path = dest.join(f.rel);
-        if let Some(old) = previous.map(|p| p.join(f.rel))
-            && unchanged(&old, f)
-            && std::fs::hard_link(&old, &path).is_ok()
-        {
-            return Ok(());
-        }
-        let mut out = std::fs::File::create(&path).map_err(io("cannot create", &path))?;
-        out.write_all(&f.bytes).map_err(io("cannot write", &path))?;
-        set_mode(&out, f.mode).map_err(io("cannot set permissions of", &path))
-    };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZero::get)
-        .min(files.len() / 64)
-        .clamp(1, 4);
-    if threads == 1 {
-        return files.iter().try_for_each(write_one);
-    }
-    let chunk = files.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = files
-            .chunks(chunk)
-            .map(|part| s.spawn(|| part.iter().try_for_each(write_one)))
-            .collect();
-        // Scoped threads are all joined when the scope ends, even after an early error here.
-        handles
-            .into_iter()
-            .try_for_each(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-    })
-}
-
-/// Whether `old` (a file of an earlier build) has exactly the content and mode of `f`.
-fn unchanged(old: &Path, f: &FileData<'_>) -> bool {
-    let Ok(meta) = std::fs::symlink_metadata(old) else {
-        return false;
-    };
-    meta.is_file()
-        && meta.len() == f.bytes.len() as u64
-        && mode_of(&meta) == f.mode
-        && std::fs::read(old).is_ok_and(|bytes| bytes == f.bytes)
-}
-
 /// Writes a successful build and points `.eve/current` at it. Returns (hash, folder, reused).
 pub fn write(project: &Project, output: &Output) -> Result<(String, PathBuf, bool), BuildError> {
     let manifest_json = to_json(&output.manifest);
@@ -241,9 +180,11 @@ pub fn write(project: &Project, output: &Output) -> Result<(String, PathBuf, boo
     if !reused {
         let tmp = builds.join(format!(".tmp-{hash}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(tmp.join("files")).map_err(io("cannot create", &tmp))?;
-        let previous = current_hash(&project.state_dir).map(|h| builds.join(h).join("files"));
-        write_files(&tmp.join("files"), &data, previous.as_deref())?;
+        std::fs::create_dir_all(&tmp).map_err(io("cannot create", &tmp))?;
+        if !data.is_empty() {
+            let pack = pack::encode(data.iter().map(|f| (f.rel, f.mode, f.bytes.as_slice())));
+            write_file(&tmp.join(pack::PACK), &pack)?;
+        }
         write_file(&tmp.join("manifest.json"), manifest_json.as_bytes())?;
         write_file(
             &tmp.join("diagnostics.json"),
@@ -335,28 +276,6 @@ fn symlink(target: PathBuf, link: &Path) -> std::io::Result<()> {
     std::fs::write(link, target.to_string_lossy().as_bytes())
 }
 
-#[cfg(unix)]
-fn mode_of(meta: &std::fs::Metadata) -> u32 {
-    use std::os::unix::fs::PermissionsExt;
-    meta.permissions().mode() & 0o7777
-}
-
-#[cfg(not(unix))]
-fn mode_of(_: &std::fs::Metadata) -> u32 {
-    0o644
-}
-
-#[cfg(unix)]
-fn set_mode(file: &std::fs::File, mode: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    file.set_permissions(std::fs::Permissions::from_mode(mode))
-}
-
-#[cfg(not(unix))]
-fn set_mode(_: &std::fs::File, _: u32) -> std::io::Result<()> {
-    Ok(())
-}
-
 /// The manifest as written to `manifest.json`.
 pub fn to_json(manifest: &Manifest) -> String {
     let mut s = serde_json::to_string_pretty(manifest).unwrap_or_default();
@@ -383,9 +302,10 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    /// Folder holding the agent's runtime files (`files/`), the base for tool script paths.
-    pub fn files_dir(&self) -> PathBuf {
-        self.dir.join("files")
+    /// Folder holding the agent's runtime files (`files/`), the base for tool script paths:
+    /// unpacked from the build's pack on first use.
+    pub fn files(&self) -> Result<PathBuf, pack::PackError> {
+        pack::unpack(&self.dir)
     }
 }
 

@@ -8,6 +8,7 @@ pub mod compile;
 mod fields;
 pub mod frontmatter;
 pub mod manifest;
+pub mod pack;
 pub mod project;
 pub mod render;
 pub mod schema;

@@ -181,16 +181,30 @@ fn the_build_folder_holds_what_the_runtime_needs() {
         current,
         Path::new("builds").join(built.hash.as_deref().unwrap())
     );
+    // The runtime files travel in one pack …
+    assert_eq!(
+        files_under(&dir),
+        ["diagnostics.json", "files.pack", "manifest.json"]
+    );
+    // … and are unpacked on first use, once.
+    let loaded = build::load_current(state).unwrap();
+    assert_eq!(loaded.files().unwrap(), dir.join("files"));
+    assert_eq!(loaded.files().unwrap(), dir.join("files"));
     assert_eq!(
         files_under(&dir),
         [
             "diagnostics.json",
+            "files.pack",
             "files/sandbox/workspace/notes/todo.txt",
             "files/skills/pdf/reference/forms.md",
             "files/tools/_bin/search.py",
             "files/tools/weather.py",
             "manifest.json",
         ]
+    );
+    assert_eq!(
+        std::fs::read(dir.join("files/tools/weather.py")).unwrap(),
+        std::fs::read(disk.path("tools/weather.py")).unwrap()
     );
     // The copied script is still executable.
     let mode = {
@@ -201,7 +215,6 @@ fn the_build_folder_holds_what_the_runtime_needs() {
             .mode()
     };
     assert_ne!(mode & 0o111, 0, "scripts keep their execute bit");
-    let loaded = build::load_current(state).unwrap();
     assert_eq!(loaded.hash, built.hash.unwrap());
     assert_eq!(loaded.manifest, built.output.manifest);
     let counts = build::counts(&loaded.manifest.agent);
@@ -266,13 +279,15 @@ fn a_secret_written_in_a_channel_fails_the_build_and_is_not_written() {
     assert!(!manifest.contains("xoxb-literal-token-value"));
 }
 
-/// A rebuild after one edit shares the unchanged files with the previous build (hard links) and
-/// writes only the changed one; no build file is ever linked to the agent folder's own file.
+/// Unpacking a rebuild after one edit shares the unchanged files with the build unpacked before
+/// (hard links) and writes only the changed one; no build file is ever linked to the agent
+/// folder's own file.
 #[test]
 fn a_rebuild_shares_unchanged_files_with_the_previous_build() {
     use std::os::unix::fs::MetadataExt;
     let disk = agent().on_disk();
     let first = disk.build().dir.unwrap();
+    eve_compile::pack::unpack(&first).unwrap();
     std::fs::write(
         disk.path("tools/weather.py"),
         SCRIPT.replace("sunny", "rainy"),
@@ -280,6 +295,7 @@ fn a_rebuild_shares_unchanged_files_with_the_previous_build() {
     .unwrap();
     let second = disk.build().dir.unwrap();
     assert_ne!(first, second);
+    eve_compile::pack::unpack(&second).unwrap();
     let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
     for rel in [
         "skills/pdf/reference/forms.md",
@@ -313,4 +329,43 @@ fn a_rebuild_shares_unchanged_files_with_the_previous_build() {
         std::fs::read_to_string(second.join("files/skills/pdf/reference/forms.md")).unwrap(),
         "Form fields.\n"
     );
+}
+
+/// Many callers at once unpack a build once; a damaged pack is a clear error, never a panic.
+#[test]
+fn unpacking_races_and_damage() {
+    let disk = agent().on_disk();
+    let dir = disk.build().dir.unwrap();
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| eve_compile::pack::unpack(&dir)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for r in results {
+        assert_eq!(r.unwrap(), dir.join("files"));
+    }
+    assert_eq!(
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter(|e| e
+                .as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with('.'))
+            .count(),
+        0,
+        "no staging folder is left behind"
+    );
+
+    std::fs::remove_dir_all(dir.join("files")).unwrap();
+    let pack = dir.join("files.pack");
+    let mut bytes = std::fs::read(&pack).unwrap();
+    bytes.truncate(bytes.len() - 3);
+    std::fs::write(&pack, bytes).unwrap();
+    let err = eve_compile::pack::unpack(&dir).unwrap_err().to_string();
+    assert!(err.contains("files.pack is damaged"), "{err}");
+    assert!(err.contains("eve build"), "{err}");
+    assert!(!dir.join("files").exists());
 }

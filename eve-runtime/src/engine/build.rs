@@ -114,9 +114,10 @@ impl LoadedBuild {
         ))
     }
 
-    /// Folder holding the agent's files (`files/` of the build): scripts, seeds.
-    pub fn files_dir(&self) -> PathBuf {
-        self.dir.join("files")
+    /// Folder holding the agent's files (`files/` of the build): scripts, seeds. Unpacked from
+    /// the build's pack the first time anything asks.
+    pub fn files(&self) -> RuntimeResult<PathBuf> {
+        unpack(&self.hash, &self.dir)
     }
 
     /// A tool by name.
@@ -279,6 +280,14 @@ fn current_hash(state_dir: &Path) -> RuntimeResult<String> {
 
 /// Reads `<state_dir>/builds/<hash>/manifest.json` (the current build when `hash` is `None`).
 /// Returns the hash, the build folder and the manifest.
+/// The unpacked files of build `hash` in `dir`.
+pub(crate) fn unpack(hash: &str, dir: &Path) -> RuntimeResult<PathBuf> {
+    eve_compile::pack::unpack(dir).map_err(|e| RuntimeError::Build {
+        what: hash.to_owned(),
+        message: e.to_string(),
+    })
+}
+
 pub fn load_build(
     state_dir: &Path,
     hash: Option<&str>,

@@ -1156,12 +1156,18 @@ impl<'a> TurnDriver<'a> {
             .state_dir
             .join("sandboxes")
             .join(&self.session.id);
-        prepare_workspace(
-            &dir,
-            &self.build.files_dir(),
-            &self.build.manifest.agent.sandbox.workspace,
-        )
-        .map_err(|e| RuntimeError::Other(format!("cannot prepare the session workspace: {e}")))?;
+        if dir.is_dir() {
+            return Ok(dir);
+        }
+        let seeds = &self.build.manifest.agent.sandbox.workspace;
+        let seed_root = if seeds.is_empty() {
+            std::path::PathBuf::new()
+        } else {
+            self.build.files()?
+        };
+        prepare_workspace(&dir, &seed_root, seeds).map_err(|e| {
+            RuntimeError::Other(format!("cannot prepare the session workspace: {e}"))
+        })?;
         Ok(dir)
     }
 
@@ -1212,12 +1218,32 @@ impl<'a> TurnDriver<'a> {
         };
         batch.push(Op::PutToolCall(call.clone()));
         self.rt.commit(batch).await?;
+        let files = match &resolved.target {
+            targets::Target::Build(tool) if crate::tools::needs_files(tool) => self.build.files(),
+            _ => Ok(self.build.dir.join(eve_compile::pack::FILES)),
+        };
+        let agent_dir = match files {
+            Ok(dir) => dir,
+            Err(e) => {
+                return self
+                    .settle(
+                        turn,
+                        step,
+                        call,
+                        CallStatus::Failed,
+                        json!(e.to_string()),
+                        None,
+                    )
+                    .await
+                    .map(Some);
+            }
+        };
         let ctx = ToolContext {
             session_id: self.session.id.clone(),
             call_id: call.call_id.clone(),
             idempotency_key: call.idempotency_key.clone(),
             workspace,
-            agent_dir: self.build.files_dir(),
+            agent_dir,
             env: self.rt.inner.config.env.clone(),
         };
         let token = self.cancel.child_token();

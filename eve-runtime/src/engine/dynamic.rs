@@ -96,13 +96,9 @@ fn truncate(text: &str) -> String {
 
 impl Runtime {
     /// Files of build `hash`: where the scripts of a dynamic tool resolved on it live.
-    pub(super) fn build_files(&self, hash: &str) -> PathBuf {
-        self.inner
-            .config
-            .state_dir
-            .join("builds")
-            .join(hash)
-            .join("files")
+    pub(super) fn build_files(&self, hash: &str) -> RuntimeResult<PathBuf> {
+        let dir = self.inner.config.state_dir.join("builds").join(hash);
+        crate::engine::build::unpack(hash, &dir)
     }
 }
 
@@ -115,7 +111,10 @@ pub(super) async fn run_dynamic(
     mut ctx: ToolContext,
     cancel: CancellationToken,
 ) -> ToolResult {
-    ctx.agent_dir = rt.build_files(&record.build_hash);
+    ctx.agent_dir = match rt.build_files(&record.build_hash) {
+        Ok(dir) => dir,
+        Err(e) => return ToolResult::failure(e.to_string(), std::time::Duration::ZERO),
+    };
     let payload = json!({"tool": record.name, "input": input});
     run_tool(provider, &payload, &ctx, cancel).await
 }
@@ -135,6 +134,7 @@ impl TurnDriver<'_> {
             return Ok(());
         }
         let workspace = self.workspace()?;
+        let agent_dir = self.build.files()?;
         let mut providers_done = Vec::new();
         let mut records = Vec::new();
         let mut detail = serde_json::Map::new();
@@ -159,7 +159,7 @@ impl TurnDriver<'_> {
                         &format!("dynamic:{}:{event}", provider.name),
                     ),
                     workspace: workspace.clone(),
-                    agent_dir: self.build.files_dir(),
+                    agent_dir: agent_dir.clone(),
                     env: self.rt.inner.config.env.clone(),
                 };
                 let input = json!({"event": event, "session_id": self.session.id});

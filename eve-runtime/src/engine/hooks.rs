@@ -132,13 +132,25 @@ impl TurnDriver<'_> {
             .filter(|h| h.events.iter().any(|e| e == TOOL_BEFORE))
             .collect();
         let mut input = call.input.clone();
+        if hooks.is_empty() {
+            return Verdict::Allow(input);
+        }
+        // Fail closed: hooks that cannot run deny the call.
+        let agent_dir = match self.build.files() {
+            Ok(dir) => dir,
+            Err(e) => {
+                return Verdict::Deny(format!(
+                    "the tool.before hooks cannot run, so the call is denied: {e}"
+                ));
+            }
+        };
         for hook in hooks {
             let ctx = ToolContext {
                 session_id: self.session.id.clone(),
                 call_id: call.call_id.clone(),
                 idempotency_key: call.idempotency_key.clone(),
                 workspace: workspace.to_path_buf(),
-                agent_dir: self.build.files_dir(),
+                agent_dir: agent_dir.clone(),
                 env: self.rt.inner.config.env.clone(),
             };
             let stdin = json!({
@@ -266,6 +278,7 @@ impl Runtime {
         }
         let cursors = store.hook_cursors(session).await?;
         let workspace = self.inner.config.state_dir.join("sandboxes").join(session);
+        let agent_dir = build.files()?;
         let mut all = true;
         for hook in hooks {
             let start = cursors
@@ -290,7 +303,7 @@ impl Runtime {
                             call_id: event.id.clone(),
                             idempotency_key: event.id.clone(),
                             workspace: workspace.clone(),
-                            agent_dir: build.files_dir(),
+                            agent_dir: agent_dir.clone(),
                             env: self.inner.config.env.clone(),
                         };
                         let result =

@@ -240,13 +240,21 @@ impl Runtime {
     }
 
     /// Does the work a first turn would otherwise pay for: loads the current build (tool table,
-    /// compiled validators, system prompt) and builds the model client of its root agent. Servers
-    /// call it before they answer `/health`. Failures are left for the first turn to report.
+    /// compiled validators, system prompt), builds the model client of its root agent and starts
+    /// unpacking the build's files in the background. Servers call it before they answer
+    /// `/health`. Failures are left for the first turn to report.
     pub async fn warm_up(&self) {
         let Ok(build) = self.inner.builds.current() else {
             return;
         };
         let models = self.inner.config.models.clone();
+        // Unpack the build's files in the background: the first tool call then finds them.
+        let unpacking = build.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = unpacking.files() {
+                tracing::warn!(error = %e, "cannot unpack the build's files");
+            }
+        });
         let _ = tokio::task::spawn_blocking(move || {
             let _ = models.resolve(&build.manifest.agent);
         })

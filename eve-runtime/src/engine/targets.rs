@@ -63,16 +63,20 @@ impl Runtime {
             return None;
         }
         let key = serde_json::to_string(connections).unwrap_or_default();
+        if let Some(manager) = self.inner.mcp.lock().ok()?.get(&key) {
+            return Some(manager.clone());
+        }
+        // Stdio servers run in the build's files (`_mcp/server.py`, …).
+        let workdir = build.files().unwrap_or_else(|e| {
+            tracing::error!(build = %build.hash, error = %e, "the MCP servers have no files to run in");
+            build.dir.join(eve_compile::pack::FILES)
+        });
         let mut managers = self.inner.mcp.lock().ok()?;
         Some(
             managers
                 .entry(key)
                 .or_insert_with(|| {
-                    McpManager::new(
-                        connections,
-                        self.inner.config.env.clone(),
-                        build.files_dir(),
-                    )
+                    McpManager::new(connections, self.inner.config.env.clone(), workdir)
                 })
                 .clone(),
         )

@@ -134,6 +134,16 @@ impl ToolResult {
 /// [`run_builtin`].
 pub const BUILTIN_ARGV: &str = "<builtin>";
 
+/// Whether running `tool` needs the build's files on disk (a script or a command, which may use
+/// `_`-prefixed helpers); built-ins and HTTP tools do not.
+pub fn needs_files(tool: &Tool) -> bool {
+    match &tool.runner {
+        Runner::Command { argv } => !(is_builtin(&tool.name) && argv.as_slice() == [BUILTIN_ARGV]),
+        Runner::Script { .. } => true,
+        Runner::Http(_) => false,
+    }
+}
+
 /// Runs one tool call. Does **not** validate `input` (see [`Validators`] and [`run_validated`]).
 ///
 /// Built-in tools (as returned by [`builtin_tools`]) are dispatched to [`run_builtin`].
