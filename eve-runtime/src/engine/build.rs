@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use eve_compile::{Agent, Manifest, Tool};
 
 use super::error::{RuntimeError, RuntimeResult};
+use crate::mcp::{CALL_TOOL, SEARCH_TOOLS};
 use crate::model::ToolSpec;
 use crate::tools::{Validators, builtin_tools};
 
@@ -31,9 +32,11 @@ pub struct LoadedBuild {
     pub tools: Vec<Tool>,
     /// Input validators of [`LoadedBuild::tools`], built once.
     pub validators: Validators,
-    /// Tool specs sent to the model (with `load_skill` when the agent has skills).
+    /// Tool specs sent to the model (with `load_skill` when the agent has skills). Deferred tools
+    /// are left out: the system prompt names them and `search_tools`/`call_tool` (added per turn
+    /// run, with the MCP catalogue) reach them.
     pub specs: Vec<ToolSpec>,
-    /// The system prompt: instructions plus the skills block.
+    /// The system prompt: instructions plus the skills and deferred tools blocks.
     pub system_prompt: String,
     /// Dynamic tool scripts (`dynamic:` set): run at session and turn start to define tools; not
     /// offered themselves.
@@ -64,6 +67,7 @@ impl LoadedBuild {
         let mut validators = Validators::new(&tools);
         let mut specs: Vec<ToolSpec> = tools
             .iter()
+            .filter(|t| !t.deferred)
             .map(|t| ToolSpec {
                 name: t.name.clone(),
                 description: t.description.clone(),
@@ -124,6 +128,11 @@ impl LoadedBuild {
     pub fn tool(&self, name: &str) -> Option<&Tool> {
         self.tools.iter().find(|t| t.name == name)
     }
+
+    /// The deferred tools: callable, but not offered; `search_tools` and `call_tool` reach them.
+    pub fn deferred_tools(&self) -> impl Iterator<Item = &Tool> {
+        self.tools.iter().filter(|t| t.deferred)
+    }
 }
 
 fn load_skill_spec() -> ToolSpec {
@@ -141,7 +150,8 @@ fn load_skill_spec() -> ToolSpec {
     }
 }
 
-/// Instructions, then a block listing the skills that are not deferred.
+/// Instructions, then a block listing the skills that are not deferred, then one naming the
+/// deferred tools (each with the first line of its description).
 pub fn system_prompt(manifest: &Manifest) -> String {
     let agent = &manifest.agent;
     let mut prompt = agent.instructions.trim_end().to_owned();
@@ -153,6 +163,28 @@ pub fn system_prompt(manifest: &Manifest) -> String {
         );
         for skill in listed {
             prompt.push_str(&format!("- {}: {}\n", skill.name, skill.description.trim()));
+        }
+    }
+    // Dynamic tool providers are never offered, deferred or not.
+    let deferred: Vec<_> = agent
+        .tools
+        .iter()
+        .filter(|t| t.deferred && t.dynamic.is_empty())
+        .collect();
+    if !deferred.is_empty() {
+        prompt.truncate(prompt.trim_end().len());
+        prompt.push_str(&format!(
+            "\n\n## More tools\n\nThese tools are available but not listed with the others. To use \
+             one, get its input schema with `{SEARCH_TOOLS}` (search for its name), then run it with \
+             `{CALL_TOOL}` (`name` and `input`).\n\n"
+        ));
+        for tool in deferred {
+            let summary = tool.description.trim().lines().next().unwrap_or("").trim();
+            if summary.is_empty() {
+                prompt.push_str(&format!("- {}\n", tool.name));
+            } else {
+                prompt.push_str(&format!("- {}: {summary}\n", tool.name));
+            }
         }
     }
     prompt

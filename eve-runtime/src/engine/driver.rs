@@ -1012,13 +1012,14 @@ impl<'a> TurnDriver<'a> {
                     settled.push((seq, message));
                 }
                 Decision::Run => {
+                    // Remembered under the policy's name: `call_tool` approves the tool it names.
                     if call.approval == ApprovalState::Approved
-                        && self
+                        && let Some(t) = self
                             .target(&call.name, &call.input)
-                            .is_some_and(|t| t.policy.approval == Approval::Once)
-                        && !self.session.approved_tools.contains(&call.name)
+                            .filter(|t| t.policy.approval == Approval::Once)
+                        && !self.session.approved_tools.contains(&t.policy.name)
                     {
-                        once_approved.push(call.name.clone());
+                        once_approved.push(t.policy.name);
                     }
                     to_run.push(call);
                 }
@@ -1194,8 +1195,14 @@ impl<'a> TurnDriver<'a> {
         // `tool.before` hooks see a call once, before it first runs (an interrupted call that is
         // picked up again was already allowed, with its journaled input).
         if call.status == CallStatus::Pending {
-            match self.tool_before(&call, &workspace).await {
-                hooks::Verdict::Allow(input) => call.input = input,
+            // A `call_tool` call is shown to the hooks as the call of the tool it names.
+            let verdict = self
+                .tool_before(&resolved.as_called(&call), &workspace)
+                .await;
+            match verdict {
+                hooks::Verdict::Allow(input) => {
+                    call.input = resolved.with_input(&call.input, input)
+                }
                 hooks::Verdict::Deny(reason) => {
                     return self
                         .settle(turn, step, call, CallStatus::Denied, json!(reason), None)
@@ -1204,7 +1211,7 @@ impl<'a> TurnDriver<'a> {
                 }
             }
         }
-        let tool = resolved.policy;
+        let tool = &resolved.policy;
         if let targets::Target::Subagent(sub) = &resolved.target {
             return self.run_subagent(turn, step, call, sub).await;
         }
@@ -1247,7 +1254,7 @@ impl<'a> TurnDriver<'a> {
             env: self.rt.inner.config.env.clone(),
         };
         let token = self.cancel.child_token();
-        let input = call.input.clone();
+        let input = resolved.run_input(&call.input);
         let run: std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send + '_>> =
             match &resolved.target {
                 targets::Target::Build(tool) => {

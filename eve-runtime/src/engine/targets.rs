@@ -1,23 +1,35 @@
-//! What a tool name stands for in a turn: a tool of the build, a subagent, an MCP tool (or the
-//! MCP catalogue), or a dynamic tool journaled with the session.
+//! What a tool name stands for in a turn: a tool of the build, a subagent, an MCP tool, the
+//! catalogue (`search_tools`/`call_tool`), or a dynamic tool journaled with the session.
 //!
 //! The build's tools and subagents are known from the manifest; MCP tools come from the agent's
 //! connections (listed once per turn run, servers started on first use) and dynamic tools from the
 //! store. Each target carries a *policy* — a tool definition whose `approval` and `effect` the
 //! engine applies exactly as for the build's own tools (approval, resume, circuit breakers).
+//!
+//! The catalogue is offered when the build has deferred tools (not offered, named in the system
+//! prompt) or when MCP connections offer too many tools to send every schema. `call_tool` naming a
+//! tool resolves to that tool: its policy, its breaker, its hooks and its input (`input.input`), so
+//! a call through the catalogue is the named tool's call in all but name.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use eve_compile::{Approval, Effect, Tool};
-use serde_json::Value;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use super::super::{Runtime, RuntimeResult};
 use super::TurnDriver;
 use super::subagents::{policy_tool, synthetic_tool};
-use crate::mcp::{CALL_TOOL, McpManager, McpTool, SEARCH_TOOLS, catalogue_tools, use_catalogue};
+use crate::mcp::{
+    CALL_TOOL, CatalogueEntry, Catalogued, McpManager, McpTool, SEARCH_TOOLS, catalogue_tools_for,
+    search_catalogue, use_catalogue,
+};
 use crate::model::ToolSpec;
-use crate::store::DynamicToolRecord;
-use crate::tools::Validators;
+use crate::store::{DynamicToolRecord, ToolCallRecord};
+use crate::tools::{ToolResult, Validators};
 
 /// What runs a call.
 #[derive(Clone)]
@@ -28,8 +40,8 @@ pub(super) enum Target {
     Subagent(eve_compile::Agent),
     /// An MCP tool.
     Mcp(McpManager),
-    /// `search_tools` / `call_tool` over the MCP tools.
-    Catalogue(McpManager),
+    /// `search_tools`, or `call_tool` naming a catalogued MCP tool (or no tool at all).
+    Catalogue(Catalogue),
     /// A dynamic tool and its provider script.
     Dynamic(Box<DynamicToolRecord>, Box<Tool>),
 }
@@ -41,6 +53,106 @@ pub(super) struct Resolved {
     pub policy: Tool,
     /// What runs.
     pub target: Target,
+    /// Called as `call_tool {name, input}`: the policy is the named tool's, whose input is
+    /// `input.input`.
+    pub via_call_tool: bool,
+}
+
+impl Resolved {
+    fn new(policy: Tool, target: Target) -> Self {
+        Self {
+            policy,
+            target,
+            via_call_tool: false,
+        }
+    }
+
+    /// The call as the named tool's own (what `tool.before` hooks see): a `call_tool` call becomes
+    /// a call of the tool it names, with its inner input.
+    pub(super) fn as_called<'a>(&self, call: &'a ToolCallRecord) -> Cow<'a, ToolCallRecord> {
+        if !self.via_call_tool {
+            return Cow::Borrowed(call);
+        }
+        let mut named = call.clone();
+        named.name = self.policy.name.clone();
+        named.input = inner_input(&call.input);
+        Cow::Owned(named)
+    }
+
+    /// The call's input with `input` (for the named tool, as a hook rewrote it) put back.
+    pub(super) fn with_input(&self, call_input: &Value, input: Value) -> Value {
+        if !self.via_call_tool {
+            return input;
+        }
+        let mut outer = call_input.clone();
+        if let Some(fields) = outer.as_object_mut() {
+            fields.insert("input".to_owned(), input);
+        }
+        outer
+    }
+
+    /// The input the target runs with: a build tool called through `call_tool` gets the inner
+    /// input; the catalogue itself takes the whole `call_tool` input.
+    pub(super) fn run_input(&self, call_input: &Value) -> Value {
+        match &self.target {
+            Target::Build(_) if self.via_call_tool => inner_input(call_input),
+            _ => call_input.clone(),
+        }
+    }
+}
+
+/// The input `call_tool` passes on (`{}` when it gives none).
+fn inner_input(call_input: &Value) -> Value {
+    call_input
+        .get("input")
+        .cloned()
+        .unwrap_or_else(|| json!({}))
+}
+
+/// What `search_tools` searches and `call_tool` reaches beyond the build's tools.
+#[derive(Clone)]
+pub(super) struct Catalogue {
+    /// The build's deferred tools.
+    deferred: Arc<Vec<CatalogueEntry>>,
+    /// The MCP connections, when their tools are catalogued rather than offered.
+    mcp: Option<McpManager>,
+}
+
+impl Catalogue {
+    /// Runs `search_tools`, or `call_tool` of a catalogued MCP tool; `None` when `name` is neither.
+    /// (`call_tool` of a build tool never comes here: it resolves to [`Target::Build`].)
+    pub(super) async fn call_catalogue(
+        &self,
+        name: &str,
+        input: Value,
+        cancel: CancellationToken,
+    ) -> Option<ToolResult> {
+        match name {
+            SEARCH_TOOLS => {
+                let mut entries = self.deferred.as_ref().clone();
+                if let Some(manager) = &self.mcp {
+                    entries.extend(manager.entries().await);
+                }
+                Some(search_catalogue(entries, &input))
+            }
+            CALL_TOOL => {
+                let named = input.get("name").and_then(Value::as_str).unwrap_or("");
+                match &self.mcp {
+                    Some(manager) if named.contains("__") => {
+                        manager.call_catalogue(name, input, cancel).await
+                    }
+                    _ => Some(ToolResult::failure(
+                        format!(
+                            "There is no tool named `{named}` to call: find tools and their \
+                             exact names with `{SEARCH_TOOLS}`."
+                        ),
+                        Duration::ZERO,
+                    )),
+                }
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Tools of a turn run beyond the build's: MCP and dynamic ones.
@@ -49,7 +161,7 @@ pub(super) struct Extra {
     specs: Vec<ToolSpec>,
     mcp: Option<McpManager>,
     mcp_tools: HashMap<String, McpTool>,
-    catalogue: bool,
+    catalogue: Option<Catalogue>,
     dynamic: HashMap<String, (DynamicToolRecord, Tool)>,
     validators: Option<Validators>,
 }
@@ -116,26 +228,48 @@ impl TurnDriver<'_> {
         }
         let mut extra = Extra::default();
         let mut validators: Vec<(String, Value)> = Vec::new();
+        let deferred: Vec<CatalogueEntry> = self
+            .build
+            .deferred_tools()
+            .map(|t| CatalogueEntry {
+                name: t.name.clone(),
+                alias: String::new(),
+                description: t.description.clone(),
+                input_schema: t.input_schema.clone(),
+            })
+            .collect();
+        let mut catalogue_mcp = None;
         if let Some(manager) = self.rt.mcp_manager(&self.build) {
             let tools = manager.tools().await;
-            extra.catalogue = use_catalogue(tools.len());
-            if extra.catalogue {
-                for spec in catalogue_tools() {
-                    validators.push((spec.name.clone(), spec.input_schema.clone()));
-                    extra.specs.push(spec);
-                }
+            let catalogued = use_catalogue(tools.len());
+            if catalogued {
+                catalogue_mcp = Some(manager.clone());
             }
             for tool in tools {
                 if self.build.tool(&tool.name).is_some() {
                     continue;
                 }
-                if !extra.catalogue {
+                if !catalogued {
                     validators.push((tool.name.clone(), tool.input_schema.clone()));
                     extra.specs.push(tool.spec());
                 }
                 extra.mcp_tools.insert(tool.name.clone(), tool);
             }
             extra.mcp = Some(manager);
+        }
+        if !deferred.is_empty() || catalogue_mcp.is_some() {
+            let what = Catalogued {
+                deferred: !deferred.is_empty(),
+                mcp: catalogue_mcp.is_some(),
+            };
+            for (i, spec) in catalogue_tools_for(what).into_iter().enumerate() {
+                validators.push((spec.name.clone(), spec.input_schema.clone()));
+                extra.specs.insert(i, spec);
+            }
+            extra.catalogue = Some(Catalogue {
+                deferred: Arc::new(deferred),
+                mcp: catalogue_mcp,
+            });
         }
         for record in self.rt.inner.store.dynamic_tools(self.id()).await? {
             if self.build.tool(&record.name).is_some()
@@ -184,47 +318,55 @@ impl TurnDriver<'_> {
     /// What `name` stands for (with `input` for `call_tool`, whose policy is the named tool's).
     pub(super) fn target(&self, name: &str, input: &Value) -> Option<Resolved> {
         if let Some(tool) = self.build.tool(name) {
-            return Some(Resolved {
-                policy: tool.clone(),
-                target: Target::Build(tool.clone()),
-            });
+            return Some(Resolved::new(tool.clone(), Target::Build(tool.clone())));
         }
         if let Some(sub) = self.build.manifest.agent.subagent(name) {
-            return Some(Resolved {
-                policy: policy_tool(sub),
-                target: Target::Subagent(sub.clone()),
-            });
+            return Some(Resolved::new(
+                policy_tool(sub),
+                Target::Subagent(sub.clone()),
+            ));
         }
         let extra = self.extra.as_ref()?;
         if let (Some(tool), Some(manager)) = (extra.mcp_tools.get(name), &extra.mcp) {
-            return Some(Resolved {
-                policy: mcp_policy(tool),
-                target: Target::Mcp(manager.clone()),
-            });
+            return Some(Resolved::new(
+                mcp_policy(tool),
+                Target::Mcp(manager.clone()),
+            ));
         }
-        if extra.catalogue
-            && let Some(manager) = &extra.mcp
-        {
+        if let Some(catalogue) = &extra.catalogue {
+            let catalogue_call = || {
+                Resolved::new(
+                    synthetic_tool(name, "", Value::Null, Approval::Never, Effect::Read),
+                    Target::Catalogue(catalogue.clone()),
+                )
+            };
             if name == SEARCH_TOOLS {
-                return Some(Resolved {
-                    policy: synthetic_tool(name, "", Value::Null, Approval::Never, Effect::Read),
-                    target: Target::Catalogue(manager.clone()),
-                });
+                return Some(catalogue_call());
             }
             if name == CALL_TOOL {
                 let named = input
                     .get("name")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                let mut policy = match extra.mcp_tools.get(named) {
-                    Some(tool) => mcp_policy(tool),
-                    None => synthetic_tool(name, "", Value::Null, Approval::Never, Effect::Read),
-                };
-                policy.name = name.to_owned();
-                return Some(Resolved {
-                    policy,
-                    target: Target::Catalogue(manager.clone()),
-                });
+                // A tool of the build (deferred, typically): run as if called by its name.
+                if let Some(tool) = self.build.tool(named) {
+                    return Some(Resolved {
+                        policy: tool.clone(),
+                        target: Target::Build(tool.clone()),
+                        via_call_tool: true,
+                    });
+                }
+                // A catalogued MCP tool: its connection's approval, its own breaker.
+                if catalogue.mcp.is_some()
+                    && let Some(tool) = extra.mcp_tools.get(named)
+                {
+                    return Some(Resolved {
+                        policy: mcp_policy(tool),
+                        target: Target::Catalogue(catalogue.clone()),
+                        via_call_tool: true,
+                    });
+                }
+                return Some(catalogue_call());
             }
         }
         if let Some((record, provider)) = extra.dynamic.get(name) {
@@ -233,23 +375,33 @@ impl TurnDriver<'_> {
             policy.description = record.description.clone();
             policy.input_schema = record.input_schema.clone();
             policy.dynamic = Vec::new();
-            return Some(Resolved {
+            return Some(Resolved::new(
                 policy,
-                target: Target::Dynamic(Box::new(record.clone()), Box::new(provider.clone())),
-            });
+                Target::Dynamic(Box::new(record.clone()), Box::new(provider.clone())),
+            ));
         }
         None
     }
 
-    /// Validates a call's input against the schema of whatever `name` stands for.
+    /// Validates a call's input against the schema of whatever `name` stands for; for `call_tool`
+    /// naming a build tool, the inner input against that tool's schema too.
     pub(super) fn validate_input(&self, name: &str, input: &Value) -> Result<(), Vec<String>> {
         if self.build.validators.contains(name) {
             return self.build.validators.validate(name, input);
         }
         match self.extra.as_ref().and_then(|e| e.validators.as_ref()) {
-            Some(v) if v.contains(name) => v.validate(name, input),
+            Some(v) if v.contains(name) => v.validate(name, input)?,
             // MCP tools behind `call_tool` are checked by their server.
-            _ => Ok(()),
+            _ => return Ok(()),
         }
+        let named = input.get("name").and_then(Value::as_str).unwrap_or("");
+        if name == CALL_TOOL && self.build.tool(named).is_some() {
+            return self
+                .build
+                .validators
+                .validate(named, &inner_input(input))
+                .map_err(|errors| errors.into_iter().map(|e| format!("{named} {e}")).collect());
+        }
+        Ok(())
     }
 }

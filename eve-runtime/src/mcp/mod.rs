@@ -13,7 +13,9 @@
 //!
 //! When connections offer many tools, sending every schema each step wastes context: above
 //! [`CATALOGUE_THRESHOLD`] tools the engine offers the two [`catalogue_tools`] instead, backed by
-//! [`McpManager::search`] and [`McpManager::call_catalogue`].
+//! [`McpManager::search`] and [`McpManager::call_catalogue`]. The same two tools reach an agent's
+//! deferred tools (`deferred: true`), which are named in the system prompt but not offered:
+//! [`search_catalogue`] ranks both kinds with one set of rules.
 
 mod connection;
 mod error;
@@ -35,9 +37,9 @@ use connection::{Shared, Supervisor};
 
 pub use error::McpError;
 
-/// Name of the catalogue tool that searches MCP tools.
+/// Name of the catalogue tool that searches tools not offered directly (deferred and MCP tools).
 pub const SEARCH_TOOLS: &str = "search_tools";
-/// Name of the catalogue tool that calls an MCP tool by name.
+/// Name of the catalogue tool that calls a tool found with [`SEARCH_TOOLS`] by name.
 pub const CALL_TOOL: &str = "call_tool";
 /// Above this many MCP tools, the engine should offer [`catalogue_tools`] instead of every schema.
 pub const CATALOGUE_THRESHOLD: usize = 40;
@@ -293,6 +295,15 @@ impl McpManager {
         rank(tools, query, limit)
     }
 
+    /// The catalogue entries of every connection's tools (see [`McpManager::tools`]).
+    pub async fn entries(&self) -> Vec<CatalogueEntry> {
+        self.tools()
+            .await
+            .iter()
+            .map(CatalogueEntry::from)
+            .collect()
+    }
+
     /// Runs a catalogue tool ([`SEARCH_TOOLS`] or [`CALL_TOOL`]); `None` when `name` is neither.
     /// `call_tool` runs the named MCP tool as [`McpManager::call`] does: the engine applies that
     /// tool's approval (see [`McpManager::tool`]) before calling this.
@@ -304,35 +315,7 @@ impl McpManager {
     ) -> Option<ToolResult> {
         let start = std::time::Instant::now();
         match name {
-            SEARCH_TOOLS => {
-                let Some(query) = input.get("query").and_then(Value::as_str) else {
-                    return Some(ToolResult::failure(
-                        "invalid input for `search_tools`: `query` (a string) is required",
-                        start.elapsed(),
-                    ));
-                };
-                let limit = input
-                    .get("limit")
-                    .and_then(Value::as_u64)
-                    .and_then(|l| usize::try_from(l).ok())
-                    .unwrap_or(DEFAULT_SEARCH_LIMIT)
-                    .clamp(1, MAX_SEARCH_LIMIT);
-                let found = self.search(query, limit).await;
-                let tools: Vec<Value> = found
-                    .iter()
-                    .map(|t| {
-                        json!({
-                            "name": t.name,
-                            "description": t.description,
-                            "input_schema": t.input_schema,
-                        })
-                    })
-                    .collect();
-                Some(ToolResult::success(
-                    json!({ "tools": tools }),
-                    start.elapsed(),
-                ))
-            }
+            SEARCH_TOOLS => Some(search_catalogue(self.entries().await, &input)),
             CALL_TOOL => {
                 let Some(target) = input.get("name").and_then(Value::as_str) else {
                     return Some(ToolResult::failure(
@@ -348,14 +331,101 @@ impl McpManager {
     }
 }
 
+/// A tool `search_tools` can find: a deferred tool of the agent or a catalogued MCP tool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CatalogueEntry {
+    /// The name `call_tool` takes.
+    pub name: String,
+    /// Another name an exact query matches (an MCP tool's name on its server); empty when none.
+    pub alias: String,
+    /// What the tool does.
+    pub description: String,
+    /// JSON Schema of the tool's input.
+    pub input_schema: Value,
+}
+
+impl From<&McpTool> for CatalogueEntry {
+    fn from(tool: &McpTool) -> Self {
+        Self {
+            name: tool.name.clone(),
+            alias: tool.remote_name.clone(),
+            description: tool.description.clone(),
+            input_schema: tool.input_schema.clone(),
+        }
+    }
+}
+
+/// Runs `search_tools` over `entries`: `{query, limit?}` in, `{tools: [{name, description,
+/// input_schema}]}` out, best first (see [`McpManager::search`] for the ranking).
+pub fn search_catalogue(entries: Vec<CatalogueEntry>, input: &Value) -> ToolResult {
+    let start = std::time::Instant::now();
+    let Some(query) = input.get("query").and_then(Value::as_str) else {
+        return ToolResult::failure(
+            "invalid input for `search_tools`: `query` (a string) is required",
+            start.elapsed(),
+        );
+    };
+    let limit = input
+        .get("limit")
+        .and_then(Value::as_u64)
+        .and_then(|l| usize::try_from(l).ok())
+        .unwrap_or(DEFAULT_SEARCH_LIMIT)
+        .clamp(1, MAX_SEARCH_LIMIT);
+    let tools: Vec<Value> = rank(entries, query, limit)
+        .into_iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "description": t.description,
+                "input_schema": t.input_schema,
+            })
+        })
+        .collect();
+    ToolResult::success(json!({ "tools": tools }), start.elapsed())
+}
+
+/// What `search_tools` searches, which the catalogue tools' descriptions say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Catalogued {
+    /// The agent's deferred tools.
+    pub deferred: bool,
+    /// The tools of its MCP connections.
+    pub mcp: bool,
+}
+
 /// The two catalogue tools offered instead of every MCP schema when there are many.
 pub fn catalogue_tools() -> Vec<ToolSpec> {
+    catalogue_tools_for(Catalogued {
+        deferred: false,
+        mcp: true,
+    })
+}
+
+/// The two catalogue tools, described for what they reach: deferred tools, MCP tools or both.
+pub fn catalogue_tools_for(what: Catalogued) -> Vec<ToolSpec> {
+    let (searched, name_hint) = match (what.deferred, what.mcp) {
+        (true, false) => (
+            "Search this agent's tools that are not offered directly (listed by name in the \
+             system prompt).",
+            "The tool's name, as `search_tools` gives it.",
+        ),
+        (true, true) => (
+            "Search the tools not offered directly: this agent's deferred tools (listed by name \
+             in the system prompt) and the tools of its MCP servers.",
+            "The tool's name, as `search_tools` gives it (MCP tools: `CONNECTION__tool`).",
+        ),
+        (false, _) => (
+            "Search the tools of the connected MCP servers.",
+            "Full tool name, `CONNECTION__tool`.",
+        ),
+    };
     vec![
         ToolSpec {
             name: SEARCH_TOOLS.to_owned(),
-            description: "Search the tools of the connected MCP servers. Returns matching tool \
-                          names, descriptions and input schemas; call one with `call_tool`."
-                .to_owned(),
+            description: format!(
+                "{searched} Returns matching tool names, descriptions and input schemas; call \
+                 one with `call_tool`."
+            ),
             input_schema: json!({
                 "type": "object",
                 "properties": {
@@ -369,13 +439,13 @@ pub fn catalogue_tools() -> Vec<ToolSpec> {
         },
         ToolSpec {
             name: CALL_TOOL.to_owned(),
-            description: "Call an MCP tool found with `search_tools`, by its full name, with an \
-                          input matching its schema."
+            description: "Call a tool found with `search_tools`, by its name, with an input \
+                          matching its schema."
                 .to_owned(),
             input_schema: json!({
                 "type": "object",
                 "properties": {
-                    "name": {"type": "string", "description": "Full tool name, `CONNECTION__tool`."},
+                    "name": {"type": "string", "description": name_hint},
                     "input": {"type": "object", "description": "The tool's input."}
                 },
                 "required": ["name"],
@@ -385,24 +455,57 @@ pub fn catalogue_tools() -> Vec<ToolSpec> {
     ]
 }
 
-/// Orders tools by how well they match `query` and keeps the best `limit` (ties by name).
-fn rank(tools: Vec<McpTool>, query: &str, limit: usize) -> Vec<McpTool> {
+/// What ranking looks at in a tool.
+trait Searchable {
+    fn name(&self) -> &str;
+    fn alias(&self) -> &str;
+    fn description(&self) -> &str;
+}
+
+impl Searchable for McpTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn alias(&self) -> &str {
+        &self.remote_name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+}
+
+impl Searchable for CatalogueEntry {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn alias(&self) -> &str {
+        &self.alias
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+}
+
+/// Orders tools by how well they match `query` and keeps the best `limit` (ties by name): each
+/// word of the query found in a name weighs 3, in a description 1; the whole query equal to the
+/// name (or alias) adds 100. An empty query lists tools by name.
+fn rank<T: Searchable>(tools: Vec<T>, query: &str, limit: usize) -> Vec<T> {
     let words: Vec<String> = query
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
         .collect();
     let whole = query.trim().to_lowercase();
-    let mut scored: Vec<(u32, McpTool)> = tools
+    let mut scored: Vec<(u32, T)> = tools
         .into_iter()
         .filter_map(|tool| {
             if words.is_empty() {
                 return Some((0, tool));
             }
-            let name = tool.name.to_lowercase();
-            let description = tool.description.to_lowercase();
+            let name = tool.name().to_lowercase();
+            let description = tool.description().to_lowercase();
             let mut score = 0;
-            if name == whole || tool.remote_name.to_lowercase() == whole {
+            if name == whole || (!tool.alias().is_empty() && tool.alias().to_lowercase() == whole) {
                 score += 100;
             }
             for word in &words {
@@ -416,7 +519,7 @@ fn rank(tools: Vec<McpTool>, query: &str, limit: usize) -> Vec<McpTool> {
             (score > 0).then_some((score, tool))
         })
         .collect();
-    scored.sort_by(|(a, ta), (b, tb)| b.cmp(a).then_with(|| ta.name.cmp(&tb.name)));
+    scored.sort_by(|(a, ta), (b, tb)| b.cmp(a).then_with(|| ta.name().cmp(tb.name())));
     scored.into_iter().take(limit).map(|(_, t)| t).collect()
 }
 
