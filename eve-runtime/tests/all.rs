@@ -3,6 +3,7 @@
 
 mod channels;
 mod composition;
+mod deferred;
 mod engine;
 mod engine_bench;
 mod engine_resume;

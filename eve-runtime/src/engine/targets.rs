@@ -400,7 +400,12 @@ impl TurnDriver<'_> {
                 .build
                 .validators
                 .validate(named, &inner_input(input))
-                .map_err(|errors| errors.into_iter().map(|e| format!("{named} {e}")).collect());
+                .map_err(|errors| {
+                    errors
+                        .into_iter()
+                        .map(|e| format!("`{named}` {e}"))
+                        .collect()
+                });
         }
         Ok(())
     }

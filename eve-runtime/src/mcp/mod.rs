@@ -556,6 +556,49 @@ mod tests {
     }
 
     #[test]
+    fn deferred_entries_rank_with_mcp_tools_by_the_same_rules() {
+        let mut entries: Vec<CatalogueEntry> = vec![
+            CatalogueEntry::from(&tool("send_mail", "Send an email")),
+            CatalogueEntry {
+                name: "notify".into(),
+                alias: String::new(),
+                description: "Send a notification".into(),
+                input_schema: json!({"type": "object", "required": ["to"]}),
+            },
+        ];
+        entries.push(CatalogueEntry::from(&tool("list_issues", "List issues")));
+        let result = search_catalogue(entries.clone(), &json!({"query": "notify"}));
+        assert_eq!(result.output["tools"][0]["name"], "notify");
+        assert_eq!(
+            result.output["tools"][0]["input_schema"]["required"],
+            json!(["to"])
+        );
+        assert_eq!(result.output["tools"].as_array().map(Vec::len), Some(1));
+        let result = search_catalogue(entries.clone(), &json!({"query": "send", "limit": 5}));
+        let names: Vec<_> = result.output["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| t["name"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(names, ["gh__send_mail", "notify"]);
+        assert!(!search_catalogue(entries, &json!({})).ok);
+    }
+
+    #[test]
+    fn catalogue_descriptions_say_what_is_searched() {
+        let describe = |deferred, mcp| {
+            catalogue_tools_for(Catalogued { deferred, mcp })[0]
+                .description
+                .clone()
+        };
+        assert!(!describe(true, false).contains("MCP"));
+        assert!(describe(true, true).contains("MCP"));
+        assert!(describe(true, true).contains("deferred"));
+        assert_eq!(describe(false, true), catalogue_tools()[0].description);
+    }
+
+    #[test]
     fn threshold() {
         assert!(!use_catalogue(CATALOGUE_THRESHOLD));
         assert!(use_catalogue(CATALOGUE_THRESHOLD + 1));
