@@ -374,3 +374,64 @@ fn start_up_checks() {
     assert_eq!(status, 401);
     assert_eq!(server.sigterm(), Some(0));
 }
+
+/// Work other processes leave in the store is picked up by a running server: an approval answered
+/// with `eve sessions approve` continues at once (and an open stream shows it), and `eve run` on a
+/// session the server is driving follows it to the end instead of giving up.
+#[test]
+fn a_server_continues_what_other_processes_answer_and_eve_run_follows_it() {
+    let dir = project();
+    let root = dir.path();
+    build(root);
+    let server = Server::start(root, &["serve", "--port", "0"], &[]);
+    let (status, body) = server.post(
+        "/eve/v1/session",
+        json!({"message": "/tool refund_charge {\"chargeId\": \"ch_9\", \"amount\": 1}"}),
+    );
+    assert_eq!(status, 202);
+    let id = body["sessionId"].as_str().unwrap().to_owned();
+    let parked = server.stream(&id, "?startIndex=0");
+    assert_eq!(parked.last().unwrap()["type"], "turn.waiting");
+    // A follow open on the server while another process answers.
+    let port = server.port;
+    let path = format!("/eve/v1/session/{id}/stream?startIndex={}", parked.len());
+    let follower = std::thread::spawn(move || http(port, "GET", &path, None));
+
+    let out = eve(root, &["sessions", "approve", &id]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, text) = follower.join().unwrap();
+    assert_eq!(status, 200);
+    let rest = capture::parse_ndjson(&text);
+    let kinds = capture::types(&rest);
+    assert!(kinds.iter().any(|k| k == "action.result"), "{kinds:?}");
+    assert_eq!(kinds.last().map(String::as_str), Some("session.waiting"));
+    let refunds = std::fs::read_to_string(root.join("refunds.log")).unwrap_or_default();
+    assert_eq!(refunds.lines().count(), 1, "{refunds}");
+
+    // The server drives a slow turn; `eve run --session` joins it and ends with it.
+    let (status, _) = server.post(
+        &format!("/eve/v1/session/{id}"),
+        json!({"message": "/tool slow {}"}),
+    );
+    assert_eq!(status, 202);
+    let out = eve(root, &["run", "--session", &id]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("being driven by another eve process") && stderr.contains("following it"),
+        "{stderr}"
+    );
+    let events = server.stream(&id, "?follow=false");
+    let results: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "action.result")
+        .collect();
+    assert_eq!(results.len(), 2, "the slow call ran once");
+    assert_eq!(results[1]["data"]["result"]["output"]["slow"], "done");
+    assert_eq!(events.last().unwrap()["type"], "session.waiting");
+    assert_eq!(server.sigterm(), Some(0));
+}

@@ -162,3 +162,27 @@ async fn a_lease_is_exclusive_until_its_holder_dies_or_it_expires() {
     );
     store.release_lease("wrun_2", "me").await.unwrap();
 }
+
+/// A store notices commits of other connections to its file (other processes), not its own.
+#[tokio::test]
+async fn commits_of_other_processes_are_noticed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("eve.db");
+    let ours = SqliteStore::open(&path).unwrap();
+    let theirs = SqliteStore::open(&path).unwrap();
+    let mut seen = ours.foreign_commits().unwrap();
+    seen.mark_unchanged();
+    let mut b = Batch::durable();
+    b.push(Op::InsertSession(session("wrun_ours")));
+    ours.commit(b).await.unwrap();
+    // Several watch intervals: our own commit is not reported.
+    let quiet = tokio::time::timeout(std::time::Duration::from_millis(700), seen.changed()).await;
+    assert!(quiet.is_err(), "our own commit was reported as foreign");
+    let mut b = Batch::durable();
+    b.push(Op::InsertSession(session("wrun_theirs")));
+    theirs.commit(b).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), seen.changed())
+        .await
+        .expect("another connection's commit is noticed")
+        .unwrap();
+}

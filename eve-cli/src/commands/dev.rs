@@ -232,6 +232,7 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
         .resume_all()
         .await
         .context("cannot resume unfinished sessions")?;
+    runtime.watch_store(shutdown.clone());
 
     let scheduler = Scheduler::new(runtime.clone(), clock);
     tokio::spawn(scheduler.clone().run(shutdown.clone()));

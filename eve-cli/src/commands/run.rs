@@ -9,6 +9,7 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use eve_compile::Project;
@@ -25,8 +26,6 @@ use crate::term::{Printer, ask, compact};
 
 /// Exit code of a run that stopped at an approval nobody could answer.
 pub const EXIT_WAITING: u8 = 3;
-/// Exit code when another process is driving the session.
-pub const EXIT_BUSY: u8 = 4;
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.prompt.is_none() && args.session.is_none() {
@@ -100,6 +99,9 @@ async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> 
     eprintln!("{}", paint(color, "2", &format!("session {id}")));
     let mut printer = Printer::new(args.json);
     let mut follower = runtime.follow(&id, from);
+    // Another process driving the session (an `eve serve`) is followed, and asked again after a
+    // while: its events print as they are stored, and the run ends where the session rests.
+    let mut elsewhere = Duration::ZERO;
     loop {
         let drive = {
             let runtime = runtime.clone();
@@ -131,12 +133,29 @@ async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> 
                 return Ok(ExitCode::FAILURE);
             }
             DriveOutcome::Busy { pid } => {
-                eprintln!(
-                    "{} session {id} is being driven by another eve process (pid {pid}); \
-                     try again when it is done",
-                    paint(color, "1;33", "warning:")
-                );
-                return Ok(ExitCode::from(EXIT_BUSY));
+                if elsewhere.is_zero() {
+                    eprintln!(
+                        "{}",
+                        paint(
+                            color,
+                            "2",
+                            &format!(
+                                "session {id} is being driven by another eve process (pid {pid}); \
+                                 following it"
+                            )
+                        )
+                    );
+                }
+                elsewhere =
+                    (elsewhere * 2).clamp(Duration::from_millis(100), Duration::from_secs(1));
+                let wait = tokio::time::sleep(elsewhere);
+                tokio::pin!(wait);
+                loop {
+                    tokio::select! {
+                        event = follower.next() => printer.event(&event?),
+                        () = &mut wait => break,
+                    }
+                }
             }
             DriveOutcome::WaitingInput(requests) => {
                 if !answer_requests(&runtime, &id, &requests, args.yes, color).await? {

@@ -75,6 +75,7 @@ async fn serve(
 
     let shutdown = config.shutdown.clone();
     watch_signals(shutdown.clone())?;
+    runtime.watch_store(shutdown.clone());
     tokio::spawn(Scheduler::new(runtime.clone(), clock).run(shutdown.clone()));
     let router = server::router(runtime.clone(), config);
     eprintln!("eve serving {agent} (build {hash}) on http://{local}");

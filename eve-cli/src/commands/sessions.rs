@@ -1,7 +1,8 @@
 //! `eve sessions`: list, show, approve, deny — straight from the project's store.
 //!
-//! Answers are durable writes; they do not drive the session (a server that holds it continues by
-//! itself; otherwise `eve run --session ID` continues the turn).
+//! Answers are durable writes; they do not drive the session: an `eve serve` or `eve dev` on the
+//! same project notices the answer and continues the turn by itself; without one,
+//! `eve run --session ID` continues it.
 
 use std::process::ExitCode;
 
@@ -194,7 +195,8 @@ pub fn answer(args: SessionsAnswerArgs, approve: bool) -> anyhow::Result<ExitCod
     ))??;
     let color = stderr_color();
     eprintln!(
-        "{} {} ({}); continue with `eve run --session {}`",
+        "{} {} ({}); a running `eve serve` or `eve dev` continues the turn, or continue it here \
+         with `eve run --session {}`",
         if approve {
             paint(color, "1;32", "approved")
         } else {

@@ -4,7 +4,9 @@
 //! receiver lagged, or another process drives the session), the store is read again from the next
 //! expected index. Indexes are the source of truth, so the two paths cannot disagree. An idle
 //! follower backs off: each store read that finds nothing doubles its wait, up to [`POLL_MAX`],
-//! so a thousand open streams on quiet sessions cost almost nothing; any event resets it.
+//! so a thousand open streams on quiet sessions cost almost nothing; any event resets it, and so
+//! does a commit of another process (the store reports those), so a session driven elsewhere
+//! streams without delay.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -31,6 +33,8 @@ pub struct EventFollower {
     buffer: VecDeque<StoredEvent>,
     caught_up: bool,
     poll: Duration,
+    /// Commits of other processes (a session another process drives): read the store at once.
+    foreign: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 impl std::fmt::Debug for EventFollower {
@@ -45,6 +49,7 @@ impl std::fmt::Debug for EventFollower {
 impl EventFollower {
     pub(crate) fn new(runtime: Runtime, session: String, from: u64) -> Self {
         let live = runtime.subscribe(&session);
+        let foreign = runtime.inner.store.foreign_commits();
         Self {
             runtime,
             session,
@@ -53,6 +58,7 @@ impl EventFollower {
             buffer: VecDeque::new(),
             caught_up: false,
             poll: POLL,
+            foreign,
         }
     }
 
@@ -94,7 +100,24 @@ impl EventFollower {
                 }
                 self.caught_up = true;
             }
-            match tokio::time::timeout(self.poll, self.live.recv()).await {
+            let foreign = async {
+                let changed = match self.foreign.as_mut() {
+                    Some(rx) => rx.changed().await.is_ok(),
+                    None => false,
+                };
+                if !changed {
+                    std::future::pending::<()>().await;
+                }
+            };
+            let received = tokio::select! {
+                r = tokio::time::timeout(self.poll, self.live.recv()) => r,
+                () = foreign => {
+                    self.caught_up = false;
+                    self.poll = POLL;
+                    continue;
+                }
+            };
+            match received {
                 Ok(Ok(e)) if e.index == self.next => {
                     self.next += 1;
                     self.poll = POLL;

@@ -197,6 +197,8 @@ fn hostname() -> String {
 /// behind reads the store instead (see [`EventFollower`]). Small, because every session with an
 /// open stream holds one such buffer.
 const LIVE_BUFFER: usize = 128;
+/// Shortest pause between two looks of [`Runtime::watch_store`].
+const WATCH_PAUSE: Duration = Duration::from_millis(250);
 
 /// A new session id: `wrun_<ULID>`.
 pub fn new_session_id() -> String {
@@ -559,6 +561,49 @@ impl Runtime {
         }
         self.resume_hooks().await?;
         Ok(ids)
+    }
+
+    /// Picks up, until `shutdown`, work that other processes leave in the shared store: an
+    /// approval answered by `eve sessions approve`, a message accepted by another process, a turn
+    /// whose driver died. Looks when the store reports another process's commit, and every
+    /// lease interval anyway (a dead process commits nothing). Sessions a live process holds are
+    /// left to it (their lease says so).
+    pub fn watch_store(&self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let rt = self.clone();
+        let mut foreign = self.inner.store.foreign_commits();
+        let every = self.inner.config.lease_ttl.max(Duration::from_secs(1));
+        tokio::spawn(async move {
+            loop {
+                let changed = async {
+                    match foreign.as_mut() {
+                        Some(rx) => {
+                            if rx.changed().await.is_err() {
+                                std::future::pending::<()>().await;
+                            }
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                };
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = changed => {}
+                    () = tokio::time::sleep(every) => {}
+                }
+                match rt.inner.store.sessions_with_work().await {
+                    Ok(ids) => {
+                        for id in ids.iter().filter(|id| !rt.is_active(id)) {
+                            rt.spawn_driver(id);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot look for sessions with work"),
+                }
+                // At most a few looks a second, however busy the other processes are.
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(WATCH_PAUSE) => {}
+                }
+            }
+        })
     }
 
     /// Drives a session in this task until it has no work left or parks: finishes an unfinished

@@ -104,6 +104,13 @@ pub trait Store: Send + Sync + 'static {
     /// accepted message not yet taken.
     async fn sessions_with_work(&self) -> StoreResult<Vec<String>>;
 
+    /// A counter bumped whenever another process is seen to commit to the store (an approval
+    /// answered by `eve sessions approve`, a message posted by `eve run`), for servers to pick up
+    /// work they did not start. `None` when the store cannot tell.
+    fn foreign_commits(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
     /// Takes the lease of a session for `claim.holder`, if it is free, expired, held by a dead
     /// process on this host, or already ours.
     async fn acquire_lease(&self, claim: &LeaseClaim) -> StoreResult<LeaseOutcome>;

@@ -35,6 +35,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 const GROUP_LIMIT: usize = 256;
 /// Reader connections kept open.
 const READERS_KEPT: usize = 8;
+/// How often an idle writer looks for commits of other processes.
+const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 
 type AnyBox = Box<dyn Any + Send>;
 type Job = Box<dyn FnOnce(&Connection) -> StoreResult<AnyBox> + Send>;
@@ -55,6 +57,8 @@ struct Inner {
     path: PathBuf,
     writer: Mutex<Option<mpsc::Sender<Request>>>,
     readers: Mutex<Vec<Connection>>,
+    /// Counts the times another process was seen to commit (see [`Store::foreign_commits`]).
+    foreign: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -112,14 +116,17 @@ impl SqliteStore {
         let mut conn = open_connection(&path)?;
         migrate(&mut conn)?;
         let (tx, rx) = mpsc::channel::<Request>();
+        let (foreign, _) = tokio::sync::watch::channel(0u64);
+        let seen = foreign.clone();
         std::thread::Builder::new()
             .name("eve-store-writer".to_owned())
-            .spawn(move || writer_loop(conn, rx))?;
+            .spawn(move || writer_loop(conn, rx, &seen))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
                 writer: Mutex::new(Some(tx)),
                 readers: Mutex::new(Vec::new()),
+                foreign,
             }),
         })
     }
@@ -190,9 +197,33 @@ impl SqliteStore {
     }
 }
 
-fn writer_loop(mut conn: Connection, rx: mpsc::Receiver<Request>) {
+/// The writer thread: commits queued requests in groups. Between groups (and every
+/// [`WATCH_INTERVAL`] when idle) it reads `PRAGMA data_version`, which changes on this connection
+/// only when another connection commits; as this is the process's only writing connection, a
+/// change means another process wrote, and `foreign` is bumped.
+fn writer_loop(
+    mut conn: Connection,
+    rx: mpsc::Receiver<Request>,
+    foreign: &tokio::sync::watch::Sender<u64>,
+) {
     let mut full_sync = false;
-    while let Ok(first) = rx.recv() {
+    let data_version = |conn: &Connection| {
+        conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
+            .ok()
+    };
+    let mut version = data_version(&conn);
+    loop {
+        let first = match rx.recv_timeout(WATCH_INTERVAL) {
+            Ok(first) => Some(first),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        let now = data_version(&conn);
+        if now != version {
+            version = now;
+            foreign.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        let Some(first) = first else { continue };
         let mut group = vec![first];
         while group.len() < GROUP_LIMIT {
             match rx.try_recv() {
@@ -928,6 +959,10 @@ impl Store for SqliteStore {
                 .optional()?)
         })
         .await
+    }
+
+    fn foreign_commits(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.inner.foreign.subscribe())
     }
 
     async fn sessions_with_work(&self) -> StoreResult<Vec<String>> {
