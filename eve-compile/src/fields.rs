@@ -18,7 +18,8 @@ pub struct Fields<'a> {
     pub doc: &'a Doc,
     /// JSON pointer of the mapping read (`""` for the document root).
     pub base: String,
-    map: Map<String, Value>,
+    /// The mapping read; `None` for an empty one.
+    map: Option<&'a Map<String, Value>>,
     diags: &'a mut Vec<Diagnostic>,
 }
 
@@ -26,22 +27,21 @@ impl<'a> Fields<'a> {
     /// Reads the mapping at `base`. A null or missing document is an empty mapping; anything else
     /// that is not a mapping is reported.
     pub fn new(file: &'a str, doc: &'a Doc, base: &str, diags: &'a mut Vec<Diagnostic>) -> Self {
-        let value = doc.value.pointer(base).cloned().unwrap_or(Value::Null);
-        let map = match value {
-            Value::Object(m) => m,
-            Value::Null => Map::new(),
+        let map = match doc.value.pointer(base).unwrap_or(&Value::Null) {
+            Value::Object(m) => Some(m),
+            Value::Null => None,
             other => {
                 let mut d = Diagnostic::new(
                     Code::InvalidField,
                     file.to_owned(),
-                    format!("expected a mapping of fields, found {}", kind(&other)),
+                    format!("expected a mapping of fields, found {}", kind(other)),
                 )
                 .help("write `key: value` lines");
                 if let Some((l, c)) = doc.position(base) {
                     d = d.at(l, c);
                 }
                 diags.push(d);
-                Map::new()
+                None
             }
         };
         Self {
@@ -83,19 +83,20 @@ impl<'a> Fields<'a> {
 
     /// Whether `key` is present (and not null).
     pub fn has(&self, key: &str) -> bool {
-        self.map.get(key).is_some_and(|v| !v.is_null())
+        self.raw(key).is_some()
     }
 
     /// The raw value of `key`.
     pub fn raw(&self, key: &str) -> Option<&Value> {
-        self.map.get(key).filter(|v| !v.is_null())
+        self.map?.get(key).filter(|v| !v.is_null())
     }
 
     /// Warns about keys not in `known`, suggesting the closest known key.
     pub fn unknown_keys(&mut self, known: &[&str], what: &str) {
         let unknown: Vec<String> = self
             .map
-            .keys()
+            .into_iter()
+            .flat_map(Map::keys)
             .filter(|k| !known.contains(&k.as_str()))
             .cloned()
             .collect();

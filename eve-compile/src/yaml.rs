@@ -5,20 +5,67 @@
 //! line even when they are found long after parsing.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 use serde_saphyr::Spanned;
+
+/// A line and column, 1-based, in the file.
+type Pos = (u32, u32);
 
 /// A parsed YAML document.
 #[derive(Debug, Clone, Default)]
 pub struct Doc {
     /// The document as JSON.
     pub value: Value,
-    /// JSON pointer (`/input/properties/city/type`) → (line, column), 1-based, in the file.
-    pub positions: HashMap<String, (u32, u32)>,
-    /// Positions of mapping keys (pointer of the value → position of its key).
-    pub key_positions: HashMap<String, (u32, u32)>,
+    /// Positions of the nodes, in document order; see [`Positions`].
+    positions: Positions,
+}
+
+/// Where each node of a document is: for every JSON pointer (`/input/properties/city/type`), the
+/// node's line and column and, for a mapping value, those of its key.
+///
+/// Parsing records one entry per node, with all pointers in one string, and nothing else: most
+/// documents are never asked for a position (only diagnostics are), so the lookup table is built
+/// on the first question.
+#[derive(Debug, Clone, Default)]
+struct Positions {
+    /// Every pointer, one after another.
+    pointers: String,
+    /// One per node in document order: where its pointer ends in `pointers` (it starts where the
+    /// previous one ends), its position, and its key's position for a mapping value.
+    nodes: Vec<(usize, Pos, Option<Pos>)>,
+    /// Pointer → (position, key position), later nodes overriding earlier ones (as a mapping's
+    /// repeated key does).
+    index: OnceLock<HashMap<String, (Pos, Option<Pos>)>>,
+}
+
+impl Positions {
+    fn push(&mut self, pointer: &str, pos: Pos, key: Option<Pos>) {
+        self.pointers.push_str(pointer);
+        self.nodes.push((self.pointers.len(), pos, key));
+    }
+
+    fn get(&self, pointer: &str) -> Option<&(Pos, Option<Pos>)> {
+        self.index
+            .get_or_init(|| {
+                let mut index: HashMap<String, (Pos, Option<Pos>)> =
+                    HashMap::with_capacity(self.nodes.len());
+                let mut start = 0;
+                for &(end, pos, key) in &self.nodes {
+                    let pointer = self.pointers.get(start..end).unwrap_or_default();
+                    start = end;
+                    let entry = index.entry(pointer.to_owned()).or_insert((pos, key));
+                    entry.0 = pos;
+                    if key.is_some() {
+                        entry.1 = key;
+                    }
+                }
+                index
+            })
+            .get(pointer)
+    }
 }
 
 impl Doc {
@@ -26,7 +73,7 @@ impl Doc {
     pub fn position(&self, pointer: &str) -> Option<(u32, u32)> {
         let mut p = pointer;
         loop {
-            if let Some(pos) = self.positions.get(p) {
+            if let Some((pos, _)) = self.positions.get(p) {
                 return Some(*pos);
             }
             match p.rfind('/') {
@@ -38,9 +85,9 @@ impl Doc {
 
     /// Position of the key naming the value at `pointer` (falls back to the value's position).
     pub fn key_position(&self, pointer: &str) -> Option<(u32, u32)> {
-        self.key_positions
+        self.positions
             .get(pointer)
-            .copied()
+            .and_then(|(_, key)| *key)
             .or_else(|| self.position(pointer))
     }
 }
@@ -72,10 +119,7 @@ pub const MAX_ALIASES: usize = 1_000;
 /// `column_offset` to every column (for front matter inside comment prefixes).
 pub fn parse(text: &str, line_offset: u32, column_offset: u32) -> Result<Doc, SyntaxError> {
     if text.trim().is_empty() {
-        return Ok(Doc {
-            value: Value::Null,
-            ..Doc::default()
-        });
+        return Ok(Doc::default());
     }
     let options = serde_saphyr::options! {
         with_snippet: false,
@@ -93,9 +137,16 @@ pub fn parse(text: &str, line_offset: u32, column_offset: u32) -> Result<Doc, Sy
             column: loc.map(|l| clamp(l.column()) + column_offset),
         }
     })?;
-    let mut doc = Doc::default();
-    doc.value = flatten(node, String::new(), &mut doc, line_offset, column_offset);
-    Ok(doc)
+    let mut positions = Positions::default();
+    let mut pointer = String::new();
+    let at = |l: &serde_saphyr::Location| {
+        (
+            clamp(l.line()) + line_offset,
+            clamp(l.column()) + column_offset,
+        )
+    };
+    let value = flatten(node, None, &mut pointer, &mut positions, &at);
+    Ok(Doc { value, positions })
 }
 
 fn clamp(v: u64) -> u32 {
@@ -127,12 +178,17 @@ fn clean_message(msg: &str) -> String {
     }
 }
 
-fn flatten(node: Spanned<Node>, pointer: String, doc: &mut Doc, lo: u32, co: u32) -> Value {
-    let pos = (
-        clamp(node.referenced.line()) + lo,
-        clamp(node.referenced.column()) + co,
-    );
-    doc.positions.insert(pointer.clone(), pos);
+/// Turns a node into JSON, recording its position (and `key`'s) under `pointer`, then its
+/// children's under `pointer/segment`. `pointer` is one buffer grown and shrunk along the walk.
+fn flatten(
+    node: Spanned<Node>,
+    key: Option<Pos>,
+    pointer: &mut String,
+    positions: &mut Positions,
+    at: &dyn Fn(&serde_saphyr::Location) -> Pos,
+) -> Value {
+    positions.push(pointer, at(&node.referenced), key);
+    let len = pointer.len();
     match node.value {
         Node::Null => Value::Null,
         Node::Bool(b) => Value::Bool(b),
@@ -144,24 +200,36 @@ fn flatten(node: Spanned<Node>, pointer: String, doc: &mut Doc, lo: u32, co: u32
             items
                 .into_iter()
                 .enumerate()
-                .map(|(i, item)| flatten(item, format!("{pointer}/{i}"), doc, lo, co))
+                .map(|(i, item)| {
+                    use std::fmt::Write;
+                    let _ = write!(pointer, "/{i}");
+                    let value = flatten(item, None, pointer, positions, at);
+                    pointer.truncate(len);
+                    value
+                })
                 .collect(),
         ),
         Node::Map(entries) => {
-            let mut map = Map::new();
+            let mut map = Map::with_capacity(entries.len());
             for (k, v) in entries {
-                let child = format!("{pointer}/{}", escape_pointer(&k.value.0));
-                doc.key_positions.insert(
-                    child.clone(),
-                    (
-                        clamp(k.referenced.line()) + lo,
-                        clamp(k.referenced.column()) + co,
-                    ),
-                );
-                let value = flatten(v, child, doc, lo, co);
+                pointer.push('/');
+                push_escaped(pointer, &k.value.0);
+                let value = flatten(v, Some(at(&k.referenced)), pointer, positions, at);
+                pointer.truncate(len);
                 map.insert(k.value.0, value);
             }
             Value::Object(map)
+        }
+    }
+}
+
+/// Appends one escaped JSON pointer segment (RFC 6901) to `pointer`.
+fn push_escaped(pointer: &mut String, segment: &str) {
+    for c in segment.chars() {
+        match c {
+            '~' => pointer.push_str("~0"),
+            '/' => pointer.push_str("~1"),
+            c => pointer.push(c),
         }
     }
 }

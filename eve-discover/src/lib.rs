@@ -240,7 +240,35 @@ impl Walker<'_> {
 
     /// Reads a text file; reports and returns `None` when it cannot.
     fn read_text(&mut self, path: String, executable: bool) -> Option<SourceFile> {
-        match self.source.read(&path) {
+        let bytes = self.source.read(&path);
+        self.decode(path, executable, bytes)
+    }
+
+    /// Reads the files a folder's entries will need, all at once (see [`Source::read_many`]).
+    /// The results are taken in the same order by [`Walker::next_text`].
+    fn prefetch(&self, paths: &[String]) -> std::vec::IntoIter<std::io::Result<Vec<u8>>> {
+        self.source.read_many(paths).into_iter()
+    }
+
+    /// Like [`Walker::read_text`], with the bytes from a prefetch (read now if there are none left).
+    fn next_text(
+        &mut self,
+        read: &mut std::vec::IntoIter<std::io::Result<Vec<u8>>>,
+        path: String,
+        executable: bool,
+    ) -> Option<SourceFile> {
+        let bytes = read.next().unwrap_or_else(|| self.source.read(&path));
+        self.decode(path, executable, bytes)
+    }
+
+    /// Turns a read's result into a text file; reports and returns `None` when it cannot.
+    fn decode(
+        &mut self,
+        path: String,
+        executable: bool,
+        bytes: std::io::Result<Vec<u8>>,
+    ) -> Option<SourceFile> {
+        match bytes {
             Ok(bytes) => match String::from_utf8(bytes) {
                 Ok(text) => Some(SourceFile {
                     path,
@@ -358,7 +386,16 @@ impl Walker<'_> {
             );
             return;
         }
-        for e in self.list(dir) {
+        let entries = self.list(dir);
+        let not_tool =
+            |e: &DirEntry| matches!(split_ext(&e.name).1, Some("md" | "txt" | "json" | "lock"));
+        let wanted: Vec<String> = entries
+            .iter()
+            .filter(|e| e.kind != EntryKind::Dir && !not_tool(e))
+            .map(|e| join(dir, &e.name))
+            .collect();
+        let mut read = self.prefetch(&wanted);
+        for e in entries {
             let path = join(dir, &e.name);
             if e.kind == EntryKind::Dir {
                 let sub = format!("{prefix}{}-", e.name);
@@ -367,14 +404,14 @@ impl Walker<'_> {
             }
             let (stem, ext) = split_ext(&e.name);
             match ext {
-                Some("md" | "txt" | "json" | "lock") => self.unknown(
+                _ if not_tool(&e) => self.unknown(
                     path,
                     "not a tool",
                     "a tool is `tools/NAME.yaml` or a script with front matter",
                 ),
                 _ => {
                     let yaml = matches!(ext, Some("yaml" | "yml"));
-                    if let Some(file) = self.read_text(path, e.executable) {
+                    if let Some(file) = self.next_text(&mut read, path, e.executable) {
                         out.push(ToolFile {
                             name: format!("{prefix}{stem}"),
                             file,
@@ -387,7 +424,17 @@ impl Walker<'_> {
     }
 
     fn skills(&mut self, dir: &str, out: &mut Vec<SkillFile>) {
-        for e in self.list(dir) {
+        let entries = self.list(dir);
+        // A packaged skill's SKILL.md is read ahead too; it is used only if the walk finds it.
+        let wanted: Vec<String> = entries
+            .iter()
+            .filter_map(|e| match e.kind {
+                EntryKind::Dir => Some(join(&join(dir, &e.name), "SKILL.md")),
+                _ => matches!(split_ext(&e.name).1, Some("md")).then(|| join(dir, &e.name)),
+            })
+            .collect();
+        let mut read = self.prefetch(&wanted);
+        for e in entries {
             let path = join(dir, &e.name);
             match e.kind {
                 EntryKind::Dir => {
@@ -410,9 +457,10 @@ impl Walker<'_> {
                             )
                             .help("add SKILL.md with front matter `description:` and the skill's body"),
                         );
+                        read.next();
                         continue;
                     }
-                    if let Some(file) = self.read_text(main, false) {
+                    if let Some(file) = self.next_text(&mut read, main, false) {
                         out.push(SkillFile {
                             name: e.name.clone(),
                             file,
@@ -422,7 +470,7 @@ impl Walker<'_> {
                 }
                 _ => match split_ext(&e.name) {
                     (stem, Some("md")) => {
-                        if let Some(file) = self.read_text(path, e.executable) {
+                        if let Some(file) = self.next_text(&mut read, path, e.executable) {
                             out.push(SkillFile {
                                 name: stem.to_owned(),
                                 file,
@@ -496,11 +544,21 @@ impl Walker<'_> {
     /// A flat slot folder: one file per item, named by its stem. `exts` empty = any extension.
     fn flat(&mut self, dir: &str, exts: &[&str], help: &str) -> Vec<Named> {
         let mut out = Vec::new();
-        for e in self.list(dir) {
+        let entries = self.list(dir);
+        let ext_ok = |e: &DirEntry| {
+            let ext = split_ext(&e.name).1;
+            exts.is_empty() || ext.is_some_and(|x| exts.contains(&x))
+        };
+        let wanted: Vec<String> = entries
+            .iter()
+            .filter(|e| e.kind != EntryKind::Dir && ext_ok(e))
+            .map(|e| join(dir, &e.name))
+            .collect();
+        let mut read = self.prefetch(&wanted);
+        for e in entries {
             let path = join(dir, &e.name);
-            let (stem, ext) = split_ext(&e.name);
-            let ext_ok = exts.is_empty() || ext.is_some_and(|x| exts.contains(&x));
-            if e.kind == EntryKind::Dir || !ext_ok {
+            let stem = split_ext(&e.name).0;
+            if e.kind == EntryKind::Dir || !ext_ok(&e) {
                 let what = if e.kind == EntryKind::Dir {
                     "unexpected folder"
                 } else {
@@ -519,7 +577,7 @@ impl Walker<'_> {
                 self.unknown(shown, what, help);
                 continue;
             }
-            if let Some(file) = self.read_text(path, e.executable) {
+            if let Some(file) = self.next_text(&mut read, path, e.executable) {
                 out.push(Named {
                     name: stem.to_owned(),
                     file,

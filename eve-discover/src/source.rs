@@ -42,6 +42,11 @@ pub trait Source {
     fn read_dir(&self, rel: &str) -> io::Result<Vec<DirEntry>>;
     /// Reads a file's bytes.
     fn read(&self, rel: &str) -> io::Result<Vec<u8>>;
+    /// Reads several files, one result per path in the same order. Sources where reading is slow
+    /// (the file system) read them concurrently; the default reads one after the other.
+    fn read_many(&self, rels: &[String]) -> Vec<io::Result<Vec<u8>>> {
+        rels.iter().map(|rel| self.read(rel)).collect()
+    }
 }
 
 /// A real folder on disk.
@@ -147,10 +152,14 @@ impl Source for FsSource {
                 Some(s) => (s.to_owned(), true),
                 None => (os_name.to_string_lossy().into_owned(), false),
             };
-            let path = entry.path();
-            let (kind, executable) = match std::fs::symlink_metadata(&path) {
-                Ok(meta) => self.classify(rel, &path, &meta),
-                Err(_) => (EntryKind::Other, false),
+            // The entry's type comes from the listing itself: folders need no `stat`, and files
+            // are stat'ed relative to the open folder rather than by their full path.
+            let (kind, executable) = match entry.file_type() {
+                Ok(ft) if ft.is_dir() => (EntryKind::Dir, false),
+                _ => match entry.metadata() {
+                    Ok(meta) => self.classify(rel, &entry.path(), &meta),
+                    Err(_) => (EntryKind::Other, false),
+                },
             };
             out.push(DirEntry {
                 name,
@@ -165,6 +174,32 @@ impl Source for FsSource {
 
     fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
         std::fs::read(self.path(rel))
+    }
+
+    /// Reads on a few threads when there are many files: a large agent is mostly small files, and
+    /// their open/read/close calls are most of discovery's time.
+    fn read_many(&self, rels: &[String]) -> Vec<io::Result<Vec<u8>>> {
+        const MIN_PER_THREAD: usize = 32;
+        let threads = std::thread::available_parallelism()
+            .map_or(1, std::num::NonZero::get)
+            .min(rels.len() / MIN_PER_THREAD)
+            .clamp(1, 4);
+        if threads == 1 {
+            return rels.iter().map(|rel| self.read(rel)).collect();
+        }
+        let chunk = rels.len().div_ceil(threads);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = rels
+                .chunks(chunk)
+                .map(|part| {
+                    s.spawn(move || part.iter().map(|rel| self.read(rel)).collect::<Vec<_>>())
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        })
     }
 }
 
