@@ -29,6 +29,7 @@ async fn health_info_and_create() {
         .collect();
     assert_eq!(tools, ["get_weather", "refund_charge", "slow"]);
     assert_eq!(info["tools"][1]["approval"], "always");
+    assert_eq!(info["tools"][1]["deferred"], false);
     assert_eq!(info["skills"][0]["name"], "release");
     assert_eq!(info["stream"]["version"], "26");
 

@@ -127,6 +127,7 @@ pub async fn info(State(app): State<App>) -> Result<Response, ApiError> {
             json!({
                 "name": t.name, "description": t.description, "approval": t.approval,
                 "effect": t.effect, "inputSchema": t.input_schema, "source": t.source,
+                "deferred": t.deferred,
             })
         })
         .collect();
