@@ -284,6 +284,13 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
                             paint(color, "1;33", "warning:")
                         ),
                     }
+                    // Ready the new build's files for its first tool call, off this loop.
+                    let dir = project.builds_dir().join(&hash);
+                    tokio::task::spawn_blocking(move || {
+                        if let Err(e) = eve_compile::pack::unpack(&dir) {
+                            tracing::warn!(error = %e, "cannot unpack the build's files");
+                        }
+                    });
                     serving = hash;
                     scheduler.wake();
                 }
