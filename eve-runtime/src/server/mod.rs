@@ -94,6 +94,7 @@ pub fn router(runtime: Runtime, config: ServerConfig) -> Router {
 /// Like [`router`], with the dev routes when `options.dev` is set.
 pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOptions) -> Router {
     let dev = options.dev.is_some();
+    config.channels.resume_replies(&runtime, &config.shutdown);
     let app = App {
         runtime,
         config: Arc::new(config),

@@ -6,12 +6,16 @@
 //! history. [`Store`] is the seam for other backends (PostgreSQL); [`SqliteStore`] is the embedded
 //! default at `.eve/eve.db`.
 
+mod channels;
 mod composition;
 mod records;
 mod schedules;
 mod schema;
 mod sqlite;
 
+pub use channels::{
+    CHANNEL_ROWS_KEPT_MS, ChannelAccept, ChannelDelivery, ChannelReplyRecord, ChannelReplyUpdate,
+};
 pub use composition::{Budget, CompositionOp, DynamicToolRecord, SubagentCall, SubagentLink};
 pub use records::*;
 pub use schedules::*;
@@ -168,4 +172,26 @@ pub trait Store: Send + Sync + 'static {
     async fn hook_cursors(&self, session: &str) -> StoreResult<Vec<(String, u64)>>;
     /// Sessions whose events some observe hook may not have acknowledged yet.
     async fn sessions_behind_hooks(&self) -> StoreResult<Vec<String>>;
+
+    /// Accepts a platform message: remembers its delivery id and writes the reply owed for it
+    /// with `batch` (the inbox message), in one durable transaction. `None`, and nothing written,
+    /// when the delivery was already accepted.
+    async fn accept_channel_message(
+        &self,
+        accept: ChannelAccept,
+        batch: Batch,
+    ) -> StoreResult<Option<Committed>>;
+    /// Replies owed to platforms (every reply when `pending_only` is false), oldest first.
+    async fn channel_replies(&self, pending_only: bool) -> StoreResult<Vec<ChannelReplyRecord>>;
+    /// One reply, by the inbox id of its message.
+    async fn channel_reply(&self, inbox_id: &str) -> StoreResult<Option<ChannelReplyRecord>>;
+    /// Takes, for the process `pid` on `host`, the owed replies whose process is gone (or is
+    /// this one); returns them.
+    async fn claim_channel_replies(
+        &self,
+        pid: u32,
+        host: &str,
+    ) -> StoreResult<Vec<ChannelReplyRecord>>;
+    /// Records a reply's progress (announced requests, done).
+    async fn update_channel_reply(&self, update: ChannelReplyUpdate) -> StoreResult<()>;
 }

@@ -226,4 +226,34 @@ CREATE TABLE hook_cursors (
     PRIMARY KEY (session_id, hook)
 );
 "#,
+    // 3 → 4: platform channels. Delivery ids already accepted (Slack `event_id`, Telegram
+    // `update_id`), written with the inbox message so a platform's retry after a restart is
+    // recognised; replies owed to a platform (where the answer goes, which approvals were
+    // announced), so a restarted server posts what a killed one could not.
+    r#"
+CREATE TABLE channel_deliveries (
+    channel TEXT NOT NULL,
+    delivery_id TEXT NOT NULL,
+    accepted_at INTEGER NOT NULL,
+    PRIMARY KEY (channel, delivery_id)
+) WITHOUT ROWID;
+CREATE INDEX channel_deliveries_by_age ON channel_deliveries(accepted_at);
+
+CREATE TABLE channel_replies (
+    inbox_id TEXT PRIMARY KEY,
+    channel TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    from_index INTEGER NOT NULL,
+    address TEXT NOT NULL,
+    announced TEXT NOT NULL DEFAULT '[]',
+    done INTEGER NOT NULL DEFAULT 0,
+    detail TEXT,
+    owner_pid INTEGER NOT NULL,
+    owner_host TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE INDEX channel_replies_owed ON channel_replies(created_at) WHERE done = 0;
+CREATE INDEX channel_replies_done ON channel_replies(updated_at) WHERE done = 1;
+"#,
 ];

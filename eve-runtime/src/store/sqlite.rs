@@ -23,11 +23,15 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use super::channels;
 use super::composition;
 use super::records::*;
 use super::schedules::*;
 use super::schema::MIGRATIONS;
-use super::{DynamicToolRecord, Store, StoreError, StoreResult, SubagentCall, SubagentLink};
+use super::{
+    ChannelAccept, ChannelReplyRecord, ChannelReplyUpdate, DynamicToolRecord, Store, StoreError,
+    StoreResult, SubagentCall, SubagentLink,
+};
 
 /// How long a connection waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -1208,6 +1212,54 @@ impl Store for SqliteStore {
 
     async fn sessions_behind_hooks(&self) -> StoreResult<Vec<String>> {
         self.read(composition::sessions_behind_hooks).await
+    }
+
+    async fn accept_channel_message(
+        &self,
+        accept: ChannelAccept,
+        batch: Batch,
+    ) -> StoreResult<Option<Committed>> {
+        self.write(true, move |conn| {
+            let now = now_ms();
+            if !channels::claim_delivery(conn, &accept, now)? {
+                return Ok(None);
+            }
+            let committed = apply(conn, batch)?;
+            channels::insert_reply(conn, &accept, now)?;
+            Ok(Some(committed))
+        })
+        .await
+    }
+
+    async fn channel_replies(&self, pending_only: bool) -> StoreResult<Vec<ChannelReplyRecord>> {
+        self.read(move |conn| channels::replies(conn, pending_only))
+            .await
+    }
+
+    async fn channel_reply(&self, inbox_id: &str) -> StoreResult<Option<ChannelReplyRecord>> {
+        let inbox_id = inbox_id.to_owned();
+        self.read(move |conn| channels::reply(conn, &inbox_id))
+            .await
+    }
+
+    async fn claim_channel_replies(
+        &self,
+        pid: u32,
+        host: &str,
+    ) -> StoreResult<Vec<ChannelReplyRecord>> {
+        let host = host.to_owned();
+        self.write(false, move |conn| {
+            channels::claim_replies(conn, pid, &host, &pid_alive, now_ms())
+        })
+        .await
+    }
+
+    async fn update_channel_reply(&self, update: ChannelReplyUpdate) -> StoreResult<()> {
+        let durable = update.done;
+        self.write(durable, move |conn| {
+            channels::update_reply(conn, &update, now_ms())
+        })
+        .await
     }
 }
 

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::error::ChannelError;
 use super::outbound::{Call, Outbound, json_bytes, truncate};
-use super::session::{self, Outgoing, Reply};
+use super::session::{self, Incoming, Outgoing, Reply};
 use super::signature::check_timestamp;
 use super::{Ctx, REPLAY_WINDOW_SECS, Settings, header, json_body};
 use crate::server::ServerError;
@@ -84,6 +84,32 @@ impl Discord {
             })
     }
 
+    fn reply(
+        &self,
+        outbound: &Outbound,
+        application_id: String,
+        token: String,
+        edited: bool,
+    ) -> DiscordReply {
+        DiscordReply {
+            outbound: outbound.clone(),
+            webhook: format!("{}/webhooks/{application_id}/{token}", self.api_base_url),
+            application_id,
+            token,
+            edited,
+        }
+    }
+
+    /// The reply of a command accepted before a restart, from its stored address.
+    pub(super) fn rebuild(&self, outbound: &Outbound, address: &Value) -> Option<DiscordReply> {
+        let s = |k: &str| address.get(k).and_then(Value::as_str).map(str::to_owned);
+        if s("kind").as_deref() != Some("discord") {
+            return None;
+        }
+        let edited = address.get("edited").and_then(Value::as_bool) == Some(true);
+        Some(self.reply(outbound, s("application_id")?, s("token")?, edited))
+    }
+
     /// Handles one interaction.
     pub(super) async fn handle(
         &self,
@@ -129,17 +155,28 @@ impl Discord {
         let key = format!("{guild}:{channel}");
         let session = session::session_id("discord", &ctx.channel.name, &key);
         let runtime = &ctx.app.runtime;
-        let accepted = session::accept(runtime, &session, &text).await?;
-        let webhook = format!("{}/webhooks/{application_id}/{token}", self.api_base_url);
+        let reply = self.reply(
+            ctx.outbound,
+            application_id.to_owned(),
+            token.to_owned(),
+            false,
+        );
+        // Discord does not redeliver interactions, but an interaction id is one delivery.
+        let incoming = Incoming {
+            delivery: s("/id"),
+            reply: Some(&reply),
+        };
+        let Some(accepted) =
+            session::accept(runtime, &ctx.channel.name, &session, &text, incoming).await?
+        else {
+            return Ok(Json(json!({"type": 5})).into_response());
+        };
         session::spawn_reply(
             runtime.clone(),
             accepted,
             ctx.app.config.shutdown.clone(),
-            DiscordReply {
-                outbound: ctx.outbound.clone(),
-                webhook,
-                edited: false,
-            },
+            Box::new(reply),
+            Vec::new(),
         );
         Ok(Json(json!({"type": 5})).into_response())
     }
@@ -182,9 +219,12 @@ fn command_text(data: &Value) -> String {
 }
 
 /// Edits the deferred response, then sends follow-ups.
-struct DiscordReply {
+pub(super) struct DiscordReply {
     outbound: Outbound,
     webhook: String,
+    application_id: String,
+    /// The interaction token (valid 15 minutes), part of the webhook URL.
+    token: String,
     edited: bool,
 }
 
@@ -216,5 +256,10 @@ impl Reply for DiscordReply {
         if self.outbound.send(&call).await.is_ok() {
             self.edited = true;
         }
+    }
+
+    fn address(&self) -> Value {
+        json!({"kind": "discord", "application_id": self.application_id, "token": self.token,
+               "edited": self.edited})
     }
 }

@@ -36,6 +36,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use eve_compile::{Channel, ChannelKind, Manifest};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 pub use error::ChannelError;
 pub use session::session_id;
@@ -44,6 +45,8 @@ use super::App;
 use super::auth::resolve_refs;
 use super::body;
 use super::error::ServerError;
+use crate::engine::Runtime;
+use crate::store::ChannelReplyRecord;
 use outbound::Outbound;
 use signature::Seen;
 
@@ -199,6 +202,54 @@ impl Channels {
     /// Whether there is no platform channel.
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
+    }
+
+    /// Resumes, in the background until `shutdown`, the replies owed to platforms for messages
+    /// a previous process accepted and could not answer (it was stopped or killed mid-turn): each
+    /// is rebuilt from its stored address and follows its turn from where it was accepted. The
+    /// reply of a channel whose file was removed (or whose kind changed) is closed with a
+    /// warning. Called when a server's routes are built; does nothing outside a Tokio runtime.
+    pub(crate) fn resume_replies(&self, runtime: &Runtime, shutdown: &CancellationToken) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (channels, runtime, shutdown) = (self.clone(), runtime.clone(), shutdown.clone());
+        handle.spawn(async move {
+            session::resume(&runtime, &shutdown, |record| channels.rebuild(record)).await;
+        });
+    }
+
+    /// The reply of `record`, rebuilt from its address with the channel's settings of now.
+    fn rebuild(&self, record: &ChannelReplyRecord) -> Result<Box<dyn session::Reply>, String> {
+        let (Some(channel), Some(outbound)) =
+            (self.by_name.get(&record.channel), self.outbound.as_ref())
+        else {
+            return Err(format!(
+                "the channel `{}` no longer exists (agent/channels/{}.yaml was removed)",
+                record.channel, record.channel
+            ));
+        };
+        let address = &record.address;
+        let reply: Option<Box<dyn session::Reply>> = match &channel.platform {
+            Platform::Slack(p) => p
+                .rebuild(outbound, address)
+                .map(|r| Box::new(r) as Box<dyn session::Reply>),
+            Platform::Discord(p) => p
+                .rebuild(outbound, address)
+                .map(|r| Box::new(r) as Box<dyn session::Reply>),
+            Platform::Telegram(p) => p
+                .rebuild(outbound, address)
+                .map(|r| Box::new(r) as Box<dyn session::Reply>),
+            Platform::Webhook(p) => p
+                .rebuild(outbound, &record.session_id, address)
+                .map(|r| Box::new(r) as Box<dyn session::Reply>),
+        };
+        reply.ok_or_else(|| {
+            format!(
+                "the channel `{}` can no longer send it (its kind or `reply_url` changed)",
+                record.channel
+            )
+        })
     }
 }
 

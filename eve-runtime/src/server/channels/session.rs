@@ -15,14 +15,30 @@
 //! accepted; the background task follows the session's events from there, recognises its own turn
 //! (the turn whose inbox message is ours: messages arriving while a turn runs queue behind it), and
 //! reports `input.requested` (approval needed) and the turn's end through a [`Reply`].
+//!
+//! **Durability.** The message, the platform's delivery id and the reply owed for it (the
+//! platform's reply address as JSON) are written in one durable commit, before the platform is
+//! acknowledged: a retry of an accepted delivery is recognised by the store, even after a restart,
+//! and a reply is owed until its final message is sent. The approvals announced are recorded as
+//! they are sent. A server that starts ([`resume`]) takes the replies whose process is gone,
+//! rebuilds each from its address and follows its turn from the recorded index, skipping the
+//! approvals already announced; a process follows each reply at most once.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::{Runtime, events};
+use crate::engine::{Runtime, RuntimeError, events};
 use crate::server::error::ApiError;
 use crate::server::ui::ensure_session;
+use crate::store::{
+    Batch, ChannelAccept, ChannelDelivery, ChannelReplyRecord, ChannelReplyUpdate, InboxRecord, Op,
+    now_ms,
+};
 
 /// The session id of conversation `key` on the channel `channel` of kind `kind`.
 pub fn session_id(kind: &str, channel: &str, key: &str) -> String {
@@ -45,9 +61,27 @@ pub struct Accepted {
     pub from: u64,
 }
 
-/// Accepts `text` into the session `session`, creating it on the current build when it does
-/// not exist. The message is in the inbox when this returns.
-pub async fn accept(runtime: &Runtime, session: &str, text: &str) -> Result<Accepted, ApiError> {
+/// What a platform message brings besides its text.
+#[derive(Clone, Copy, Default)]
+pub struct Incoming<'a> {
+    /// The platform's id of the delivery (Slack `event_id`, Telegram `update_id`): a delivery
+    /// already accepted is not accepted again.
+    pub delivery: Option<&'a str>,
+    /// The reply owed for the message, when there is somewhere to send it.
+    pub reply: Option<&'a dyn Reply>,
+}
+
+/// Accepts `text`, arrived on `channel`, into the session `session`, creating it on the current
+/// build when it does not exist. The message, its delivery id and the reply owed for it are
+/// stored in one durable commit when this returns; `None` when the delivery was already accepted
+/// (nothing is written).
+pub async fn accept(
+    runtime: &Runtime,
+    channel: &str,
+    session: &str,
+    text: &str,
+    incoming: Incoming<'_>,
+) -> Result<Option<Accepted>, ApiError> {
     if text.trim().is_empty() {
         return Err(ApiError::bad_request(
             "empty_message",
@@ -60,16 +94,62 @@ pub async fn accept(runtime: &Runtime, session: &str, text: &str) -> Result<Acce
         .await?
         .map(|s| s.event_count)
         .ok_or(ApiError::SessionNotFound)?;
-    let inbox_id = runtime.post_message(session, text).await?;
-    Ok(Accepted {
+    let inbox_id = format!("msg_{}", ulid::Ulid::new());
+    let now = now_ms();
+    let mut batch = Batch::durable();
+    batch.push(Op::InsertInbox(InboxRecord {
+        id: inbox_id.clone(),
+        session_id: session.to_owned(),
+        text: text.to_owned(),
+        accepted_at: now,
+        consumed_turn: None,
+    }));
+    let claim = ChannelAccept {
+        delivery: incoming
+            .delivery
+            .filter(|d| !d.is_empty())
+            .map(|d| ChannelDelivery {
+                channel: channel.to_owned(),
+                delivery_id: d.to_owned(),
+            }),
+        reply: incoming.reply.map(|reply| ChannelReplyRecord {
+            inbox_id: inbox_id.clone(),
+            channel: channel.to_owned(),
+            session_id: session.to_owned(),
+            from_index: from,
+            address: reply.address(),
+            announced: Vec::new(),
+            done: false,
+            detail: None,
+            owner_pid: std::process::id(),
+            owner_host: runtime.inner.host.clone(),
+            created_at: now,
+            updated_at: now,
+        }),
+    };
+    let committed = runtime
+        .store()
+        .accept_channel_message(claim, batch)
+        .await
+        .map_err(RuntimeError::from)?;
+    if committed.is_none() {
+        return Ok(None);
+    }
+    start_driver(runtime, session);
+    Ok(Some(Accepted {
         session: session.to_owned(),
         inbox_id,
         from,
-    })
+    }))
 }
 
 /// Accepts `text` as the first message of a new session.
-pub async fn accept_new(runtime: &Runtime, text: &str) -> Result<Accepted, ApiError> {
+pub async fn accept_new(
+    runtime: &Runtime,
+    channel: &str,
+    text: &str,
+    incoming: Incoming<'_>,
+) -> Result<Option<Accepted>, ApiError> {
     if text.trim().is_empty() {
         return Err(ApiError::bad_request(
             "empty_message",
@@ -77,7 +157,22 @@ pub async fn accept_new(runtime: &Runtime, text: &str) -> Result<Accepted, ApiEr
         ));
     }
     let session = runtime.create_session(None).await?;
-    accept(runtime, &session, text).await
+    accept(runtime, channel, &session, text, incoming).await
+}
+
+/// New work is in the session's inbox: drive it in the background (a running driver of this
+/// process takes it instead), as the runtime does for messages it accepts itself.
+fn start_driver(runtime: &Runtime, session: &str) {
+    if !runtime.inner.config.autostart {
+        return;
+    }
+    let runtime = runtime.clone();
+    let session = session.to_owned();
+    tokio::spawn(async move {
+        if let Err(e) = runtime.drive(&session).await {
+            tracing::warn!(session, error = %e, "session driver stopped");
+        }
+    });
 }
 
 /// A tool call waiting for approval.
@@ -142,30 +237,218 @@ impl Outgoing {
 
 /// Where a turn's news goes: one implementation per platform.
 #[async_trait::async_trait]
-pub trait Reply: Send + 'static {
-    /// Sends one message to the platform (failures are logged by the implementation).
+pub trait Reply: Send + Sync + 'static {
+    /// Sends one message to the platform (failures are logged by the implementation, after the
+    /// platform's retries).
     async fn send(&mut self, message: Outgoing);
+
+    /// Where the messages go and what the reply must remember between them (`{"kind": …}` and
+    /// the platform's reply address), stored with the accepted message: a restarted server
+    /// rebuilds the reply from it. Secrets of the channel file (bot tokens) are not in it.
+    fn address(&self) -> Value;
 }
 
-/// Follows the turn of `accepted` in the background and reports to `reply`; stops at
-/// `shutdown` (a turn that ends after a restart is not reported: its answer is in the session).
+/// Replies followed by this process: inbox id → (follower id, the shutdown token it stops at).
+type Following = Mutex<HashMap<String, (u64, CancellationToken)>>;
+
+fn following() -> &'static Following {
+    static FOLLOWING: OnceLock<Following> = OnceLock::new();
+    FOLLOWING.get_or_init(Following::default)
+}
+
+/// Whether a follower of this process, not shut down, already follows the reply to `inbox_id`
+/// (a router rebuilt by `eve dev` resumes while the previous one's followers still run).
+fn followed(inbox_id: &str) -> bool {
+    following()
+        .lock()
+        .map(|f| f.get(inbox_id).is_some_and(|(_, t)| !t.is_cancelled()))
+        .unwrap_or(false)
+}
+
+/// Registers a follower of `inbox_id`; it unregisters when dropped.
+struct Registered {
+    inbox_id: String,
+    id: u64,
+}
+
+impl Registered {
+    fn new(inbox_id: &str, shutdown: &CancellationToken) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut f) = following().lock() {
+            f.insert(inbox_id.to_owned(), (id, shutdown.clone()));
+        }
+        Self {
+            inbox_id: inbox_id.to_owned(),
+            id,
+        }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if let Ok(mut f) = following().lock()
+            && f.get(&self.inbox_id).is_some_and(|(id, _)| *id == self.id)
+        {
+            f.remove(&self.inbox_id);
+        }
+    }
+}
+
+/// Follows the turn of `accepted` in the background and reports to `reply`, skipping the input
+/// requests in `announced` (announced before a restart). Stops at `shutdown`: the reply stays
+/// owed in the store, and the next start reports the turn.
 pub fn spawn_reply(
     runtime: Runtime,
     accepted: Accepted,
     shutdown: CancellationToken,
-    mut reply: impl Reply,
+    reply: Box<dyn Reply>,
+    announced: Vec<String>,
 ) {
+    let registered = Registered::new(&accepted.inbox_id, &shutdown);
     tokio::spawn(async move {
+        let _registered = registered;
+        let mut progress = Progress {
+            reply,
+            announced,
+            runtime: &runtime,
+            inbox_id: &accepted.inbox_id,
+        };
         tokio::select! {
             () = shutdown.cancelled() => {}
-            () = follow_turn(&runtime, &accepted, &mut reply) => {}
+            () = follow_turn(&runtime, &accepted, &mut progress) => {}
         }
     });
 }
 
-async fn follow_turn(runtime: &Runtime, accepted: &Accepted, reply: &mut impl Reply) {
+/// Resumes the replies owed to platforms whose process is gone (run when a server starts):
+/// `rebuild` makes each reply again from its channel name, session and address, or says why it
+/// cannot (the channel file was removed: the reply is closed, with a warning).
+pub async fn resume(
+    runtime: &Runtime,
+    shutdown: &CancellationToken,
+    rebuild: impl Fn(&ChannelReplyRecord) -> Result<Box<dyn Reply>, String>,
+) {
+    let owed = match runtime
+        .store()
+        .claim_channel_replies(std::process::id(), &runtime.inner.host)
+        .await
+    {
+        Ok(owed) => owed,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the replies owed to platforms");
+            return;
+        }
+    };
+    for record in owed {
+        if followed(&record.inbox_id) {
+            continue;
+        }
+        match rebuild(&record) {
+            Ok(reply) => spawn_reply(
+                runtime.clone(),
+                Accepted {
+                    session: record.session_id.clone(),
+                    inbox_id: record.inbox_id.clone(),
+                    from: record.from_index,
+                },
+                shutdown.clone(),
+                reply,
+                record.announced,
+            ),
+            Err(why) => {
+                tracing::warn!(
+                    channel = %record.channel,
+                    session = %record.session_id,
+                    "the reply to a platform message is closed without an answer: {why}"
+                );
+                close(runtime, &record, why).await;
+            }
+        }
+    }
+}
+
+/// Marks a reply done without an answer.
+async fn close(runtime: &Runtime, record: &ChannelReplyRecord, why: String) {
+    let update = ChannelReplyUpdate {
+        inbox_id: record.inbox_id.clone(),
+        address: record.address.clone(),
+        announced: record.announced.clone(),
+        done: true,
+        detail: Some(why),
+    };
+    if let Err(e) = runtime.store().update_channel_reply(update).await {
+        tracing::warn!(session = %record.session_id, error = %e, "cannot close a platform reply");
+    }
+}
+
+/// A reply and what it has announced, recorded as it goes.
+struct Progress<'a> {
+    reply: Box<dyn Reply>,
+    announced: Vec<String>,
+    runtime: &'a Runtime,
+    inbox_id: &'a str,
+}
+
+impl Progress<'_> {
+    /// Sends `outgoing` (what was not announced yet), then records it.
+    async fn send(&mut self, outgoing: Outgoing) {
+        let done = outgoing.is_final();
+        let outgoing = match outgoing {
+            Outgoing::Approval { session, pending } => {
+                let fresh: Vec<Pending> = pending
+                    .into_iter()
+                    .filter(|p| !self.announced.contains(&p.request_id))
+                    .collect();
+                if fresh.is_empty() {
+                    return;
+                }
+                self.announced
+                    .extend(fresh.iter().map(|p| p.request_id.clone()));
+                Outgoing::Approval {
+                    session,
+                    pending: fresh,
+                }
+            }
+            other => other,
+        };
+        self.reply.send(outgoing).await;
+        self.record(done, None).await;
+    }
+
+    async fn record(&self, done: bool, detail: Option<String>) {
+        let update = ChannelReplyUpdate {
+            inbox_id: self.inbox_id.to_owned(),
+            address: self.reply.address(),
+            announced: self.announced.clone(),
+            done,
+            detail,
+        };
+        if let Err(e) = self.runtime.store().update_channel_reply(update).await {
+            tracing::warn!(inbox = self.inbox_id, error = %e, "cannot record a platform reply");
+        }
+    }
+}
+
+async fn follow_turn(runtime: &Runtime, accepted: &Accepted, progress: &mut Progress<'_>) {
+    // The turn that took the message, if one did already (a resumed reply).
+    let mut mine: Option<u64> = match runtime.store().inbox_turn(&accepted.inbox_id).await {
+        Ok(Some(turn)) => turn,
+        Ok(None) => {
+            progress
+                .record(
+                    true,
+                    Some("the message is no longer in the session".to_owned()),
+                )
+                .await;
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(session = %accepted.session, error = %e, "cannot read the message");
+            return;
+        }
+    };
     let mut follower = runtime.follow(&accepted.session, accepted.from);
-    let mut mine: Option<u64> = None;
     let mut answer = String::new();
     loop {
         let event = match follower.next().await {
@@ -222,7 +505,7 @@ async fn follow_turn(runtime: &Runtime, accepted: &Accepted, reply: &mut impl Re
             _ => continue,
         };
         let last = outgoing.is_final();
-        reply.send(outgoing).await;
+        progress.send(outgoing).await;
         if last {
             return;
         }

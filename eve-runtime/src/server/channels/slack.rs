@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::error::ChannelError;
 use super::outbound::{Call, Outbound, json_bytes, truncate};
-use super::session::{self, Outgoing, Reply};
+use super::session::{self, Incoming, Outgoing, Reply};
 use super::signature::{check_timestamp, verify_hmac_hex};
 use super::{Ctx, REPLAY_WINDOW_SECS, Settings, header, json_body};
 
@@ -78,6 +78,25 @@ impl Slack {
         }
     }
 
+    fn reply(&self, outbound: &Outbound, channel: String, thread_ts: String) -> SlackReply {
+        SlackReply {
+            outbound: outbound.clone(),
+            url: format!("{}/chat.postMessage", self.api_base_url),
+            bot_token: self.bot_token.clone(),
+            channel,
+            thread_ts,
+        }
+    }
+
+    /// The reply of a message accepted before a restart, from its stored address.
+    pub(super) fn rebuild(&self, outbound: &Outbound, address: &Value) -> Option<SlackReply> {
+        let s = |k: &str| address.get(k).and_then(Value::as_str).map(str::to_owned);
+        if s("kind").as_deref() != Some("slack") {
+            return None;
+        }
+        Some(self.reply(outbound, s("channel")?, s("thread_ts")?))
+    }
+
     /// Handles one Events API request.
     pub(super) async fn handle(
         &self,
@@ -126,8 +145,26 @@ impl Slack {
             return Ok(ignored("already accepted"));
         }
         let runtime = &ctx.app.runtime;
-        let accepted = match session::accept(runtime, &message.session, &message.text).await {
-            Ok(a) => a,
+        let reply = self.reply(ctx.outbound, message.channel, message.thread_ts);
+        let incoming = Incoming {
+            delivery: Some(event_id),
+            reply: Some(&reply),
+        };
+        let accepted = match session::accept(
+            runtime,
+            &ctx.channel.name,
+            &message.session,
+            &message.text,
+            incoming,
+        )
+        .await
+        {
+            Ok(Some(a)) => a,
+            Ok(None) => {
+                let retry = header(headers, "x-slack-retry-num").unwrap_or("0");
+                tracing::debug!(event_id, retry, "slack delivery accepted before a restart");
+                return Ok(ignored("already accepted"));
+            }
             Err(e) => {
                 seen.release(event_id);
                 return Err(e.into());
@@ -137,13 +174,8 @@ impl Slack {
             runtime.clone(),
             accepted.clone(),
             ctx.app.config.shutdown.clone(),
-            SlackReply {
-                outbound: ctx.outbound.clone(),
-                url: format!("{}/chat.postMessage", self.api_base_url),
-                bot_token: self.bot_token.clone(),
-                channel: message.channel,
-                thread_ts: message.thread_ts,
-            },
+            Box::new(reply),
+            Vec::new(),
         );
         Ok(Json(json!({"ok": true, "sessionId": accepted.session})).into_response())
     }
@@ -250,7 +282,7 @@ fn ignored(why: &str) -> Response {
 }
 
 /// Posts in the thread with `chat.postMessage`.
-struct SlackReply {
+pub(super) struct SlackReply {
     outbound: Outbound,
     url: String,
     bot_token: String,
@@ -280,5 +312,9 @@ impl Reply for SlackReply {
             let error = answer.get("error").and_then(Value::as_str).unwrap_or("?");
             tracing::warn!(channel = %self.channel, error, "slack chat.postMessage refused");
         }
+    }
+
+    fn address(&self) -> Value {
+        json!({"kind": "slack", "channel": self.channel, "thread_ts": self.thread_ts})
     }
 }

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::error::ChannelError;
 use super::outbound::{Call, Outbound, json_bytes};
-use super::session::{self, Outgoing, Reply};
+use super::session::{self, Incoming, Outgoing, Reply};
 use super::signature::same_secret;
 use super::{Ctx, Settings, header, json_body};
 use crate::server::ServerError;
@@ -40,6 +40,35 @@ impl Telegram {
             secret_token: settings.required("secret_token")?,
             api_base_url: settings.api_base_url(DEFAULT_API)?,
         })
+    }
+
+    fn reply(
+        &self,
+        outbound: &Outbound,
+        chat_id: Value,
+        thread: Option<i64>,
+        reply_to: Option<i64>,
+    ) -> TelegramReply {
+        TelegramReply {
+            outbound: outbound.clone(),
+            url: format!("{}/bot{}/sendMessage", self.api_base_url, self.bot_token),
+            chat_id,
+            thread,
+            reply_to,
+        }
+    }
+
+    /// The reply of a message accepted before a restart, from its stored address.
+    pub(super) fn rebuild(&self, outbound: &Outbound, address: &Value) -> Option<TelegramReply> {
+        if address.get("kind").and_then(Value::as_str) != Some("telegram") {
+            return None;
+        }
+        let chat_id = address
+            .get("chat_id")
+            .filter(|v| v.is_i64() || v.is_string())?
+            .clone();
+        let int = |k: &str| address.get(k).and_then(Value::as_i64);
+        Some(self.reply(outbound, chat_id, int("thread"), int("reply_to")))
     }
 
     /// Handles one update.
@@ -96,8 +125,22 @@ impl Telegram {
         };
         let session = session::session_id("telegram", &ctx.channel.name, &key);
         let runtime = &ctx.app.runtime;
-        let accepted = match session::accept(runtime, &session, text.trim()).await {
-            Ok(a) => a,
+        let reply = self.reply(ctx.outbound, chat_id.clone(), thread, message_id);
+        let incoming = Incoming {
+            delivery: Some(&update_id),
+            reply: Some(&reply),
+        };
+        let accepted = match session::accept(
+            runtime,
+            &ctx.channel.name,
+            &session,
+            text.trim(),
+            incoming,
+        )
+        .await
+        {
+            Ok(Some(a)) => a,
+            Ok(None) => return Ok(ignored("already accepted")),
             Err(e) => {
                 seen.release(&update_id);
                 return Err(e.into());
@@ -107,13 +150,8 @@ impl Telegram {
             runtime.clone(),
             accepted.clone(),
             ctx.app.config.shutdown.clone(),
-            TelegramReply {
-                outbound: ctx.outbound.clone(),
-                url: format!("{}/bot{}/sendMessage", self.api_base_url, self.bot_token),
-                chat_id: chat_id.clone(),
-                thread,
-                reply_to: message_id,
-            },
+            Box::new(reply),
+            Vec::new(),
         );
         Ok(Json(json!({"ok": true, "sessionId": accepted.session})).into_response())
     }
@@ -136,7 +174,7 @@ fn pieces(text: &str, max: usize) -> Vec<String> {
 }
 
 /// Replies with `sendMessage`.
-struct TelegramReply {
+pub(super) struct TelegramReply {
     outbound: Outbound,
     url: String,
     chat_id: Value,
@@ -167,5 +205,10 @@ impl Reply for TelegramReply {
                 return;
             }
         }
+    }
+
+    fn address(&self) -> Value {
+        json!({"kind": "telegram", "chat_id": self.chat_id, "thread": self.thread,
+               "reply_to": self.reply_to})
     }
 }

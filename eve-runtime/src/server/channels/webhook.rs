@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::error::ChannelError;
 use super::outbound::{Call, Outbound, json_bytes};
-use super::session::{self, Outgoing, Reply};
+use super::session::{self, Incoming, Outgoing, Reply};
 use super::signature::{check_timestamp, hmac_sha256, verify_hmac_hex};
 use super::{Ctx, Settings, header, json_body};
 use crate::server::ServerError;
@@ -90,6 +90,42 @@ impl Webhook {
         }
     }
 
+    fn reply(
+        &self,
+        outbound: &Outbound,
+        url: &str,
+        session: String,
+        key: Option<String>,
+    ) -> WebhookReply {
+        WebhookReply {
+            outbound: outbound.clone(),
+            url: url.to_owned(),
+            secret: self.secret.clone(),
+            timestamped: self.replay_window.is_some(),
+            session,
+            key,
+        }
+    }
+
+    /// The reply of a delivery accepted before a restart, to the `reply_url` configured now
+    /// (`None` when there is none any more).
+    pub(super) fn rebuild(
+        &self,
+        outbound: &Outbound,
+        session: &str,
+        address: &Value,
+    ) -> Option<WebhookReply> {
+        if address.get("kind").and_then(Value::as_str) != Some("webhook") {
+            return None;
+        }
+        let key = address
+            .get("key")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let url = self.reply_url.as_deref()?;
+        Some(self.reply(outbound, url, session.to_owned(), key))
+    }
+
     /// Handles one delivery.
     pub(super) async fn handle(
         &self,
@@ -102,26 +138,42 @@ impl Webhook {
         let payload = json_body(bytes)?;
         let (text, key) = message(&payload)?;
         let runtime = &ctx.app.runtime;
-        let accepted = match &key {
-            Some(key) => {
-                let id = session::session_id("webhook", &ctx.channel.name, key);
-                session::accept(runtime, &id, &text).await?
-            }
-            None => session::accept_new(runtime, &text).await?,
+        let name = &ctx.channel.name;
+        let session = match &key {
+            Some(key) => Some(session::session_id("webhook", name, key)),
+            None => None,
         };
-        if let Some(url) = &self.reply_url {
+        let reply = self.reply_url.as_ref().map(|url| {
+            self.reply(
+                ctx.outbound,
+                url,
+                session.clone().unwrap_or_default(),
+                key.clone(),
+            )
+        });
+        let incoming = Incoming {
+            delivery: None,
+            reply: reply.as_ref().map(|r| r as &dyn Reply),
+        };
+        let accepted = match &session {
+            Some(id) => session::accept(runtime, name, id, &text, incoming).await?,
+            None => session::accept_new(runtime, name, &text, incoming).await?,
+        };
+        // Without a delivery id nothing is refused as already accepted.
+        let Some(accepted) = accepted else {
+            return Err(ChannelError::bad_request(
+                "already_accepted",
+                "This delivery was already accepted.",
+            ));
+        };
+        if let Some(mut reply) = reply {
+            reply.session = accepted.session.clone();
             session::spawn_reply(
                 runtime.clone(),
                 accepted.clone(),
                 ctx.app.config.shutdown.clone(),
-                WebhookReply {
-                    outbound: ctx.outbound.clone(),
-                    url: url.clone(),
-                    secret: self.secret.clone(),
-                    timestamped: self.replay_window.is_some(),
-                    session: accepted.session.clone(),
-                    key,
-                },
+                Box::new(reply),
+                Vec::new(),
             );
         }
         Ok((
@@ -159,7 +211,7 @@ fn pretty(value: &Value) -> String {
 }
 
 /// POSTs the turn's news to `reply_url`, signed.
-struct WebhookReply {
+pub(super) struct WebhookReply {
     outbound: Outbound,
     url: String,
     secret: String,
@@ -215,5 +267,9 @@ impl Reply for WebhookReply {
             what: "webhook reply",
         };
         let _ = self.outbound.send(&call).await;
+    }
+
+    fn address(&self) -> Value {
+        json!({"kind": "webhook", "key": self.key})
     }
 }
