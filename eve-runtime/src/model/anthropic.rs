@@ -2,19 +2,25 @@
 //!
 //! `POST {base}/v1/messages` with `stream: true`, `x-api-key` and `anthropic-version: 2023-06-01`.
 //! The history is mapped to Anthropic's shape: the system prompt goes in `system`; assistant turns
-//! carry `thinking` (with its signature, which the API verifies), `text` and `tool_use` blocks; tool
-//! results travel as `tool_result` blocks in a user message, consecutive results (and a user
-//! message right after them) merged into one user turn, since the API wants turns to alternate.
+//! carry their reasoning blocks first, then `text` and `tool_use` blocks; tool results travel as
+//! `tool_result` blocks in a user message, consecutive results (and a user message right after them)
+//! merged into one user turn, since the API wants turns to alternate.
+//!
+//! Extended thinking with tools: the API verifies the previous assistant turn's `thinking` blocks
+//! (each by its own `signature`) and `redacted_thinking` blocks (opaque `data`) and refuses a
+//! follow-up whose blocks were changed, merged, dropped or reordered. So every block of a response
+//! is kept, in order, in [`Reasoning::blocks`](super::Reasoning) and sent back verbatim; the joined
+//! text is only for display. Without interleaved thinking (a beta this client does not request) the
+//! API puts all thinking before the text and tool calls, so "first" is their original place. A
+//! message stored before blocks were kept (one text, the last signature) goes back as one block.
 //!
 //! The [`StreamDecoder`] follows the event protocol: `message_start` (input usage),
 //! `content_block_start/delta/stop` (`text_delta`, `input_json_delta`, `thinking_delta`,
-//! `signature_delta`), `message_delta` (stop reason, output usage), `message_stop`, `ping`, and
-//! `error` events, which become [`ModelError`]s with the matching HTTP status (an `overloaded_error`
-//! is a retryable 529). Unknown events and block types are skipped, as the API's versioning policy
-//! asks. The decoder is public so tests can feed it recorded streams split at every byte offset.
-//!
-//! Limits: several thinking blocks in one response are joined and keep the last signature;
-//! `redacted_thinking` blocks are not round-tripped.
+//! `signature_delta`; `redacted_thinking` blocks arrive whole in their start event),
+//! `message_delta` (stop reason, output usage), `message_stop`, `ping`, and `error` events, which
+//! become [`ModelError`]s with the matching HTTP status (an `overloaded_error` is a retryable 529).
+//! Unknown events and block types are skipped, as the API's versioning policy asks. The decoder is
+//! public so tests can feed it recorded streams split at every byte offset.
 
 use serde_json::{Value, json};
 
@@ -22,7 +28,7 @@ use super::sse::{SseEvent, SseParser};
 use super::transport::{self, Call, Decoder};
 use super::{
     FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse,
-    ModelSettings, Reasoning, ToolCall, Usage,
+    ModelSettings, Reasoning, ThinkingBlock, ToolCall, Usage,
 };
 
 /// The API version header value this client speaks.
@@ -130,16 +136,7 @@ fn messages_json(messages: &[Message]) -> Vec<Value> {
                 reasoning,
                 tool_calls,
             } => {
-                let mut blocks = Vec::new();
-                if let Some(Reasoning {
-                    text,
-                    signature: Some(signature),
-                }) = reasoning
-                {
-                    blocks.push(
-                        json!({"type": "thinking", "thinking": text, "signature": signature}),
-                    );
-                }
+                let mut blocks = reasoning.as_ref().map(thinking_json).unwrap_or_default();
                 if !content.is_empty() {
                     blocks.push(json!({"type": "text", "text": content}));
                 }
@@ -182,6 +179,34 @@ fn messages_json(messages: &[Message]) -> Vec<Value> {
         .collect()
 }
 
+/// The reasoning blocks an assistant message sends back: every kept block, verbatim and in order;
+/// for a message in the older format, its text as one block if it has a signature. Thinking
+/// without a signature is not sent: the API would refuse it.
+fn thinking_json(reasoning: &Reasoning) -> Vec<Value> {
+    if reasoning.blocks.is_empty() {
+        return match &reasoning.signature {
+            Some(signature) => vec![json!({
+                "type": "thinking", "thinking": reasoning.text, "signature": signature,
+            })],
+            None => Vec::new(),
+        };
+    }
+    reasoning
+        .blocks
+        .iter()
+        .filter_map(|block| match block {
+            ThinkingBlock::Thinking {
+                thinking,
+                signature,
+            } => (!signature.is_empty())
+                .then(|| json!({"type": "thinking", "thinking": thinking, "signature": signature})),
+            ThinkingBlock::RedactedThinking { data } => {
+                Some(json!({"type": "redacted_thinking", "data": data}))
+            }
+        })
+        .collect()
+}
+
 #[async_trait::async_trait]
 impl ModelClient for AnthropicClient {
     async fn stream(
@@ -220,7 +245,8 @@ impl ModelClient for AnthropicClient {
 #[derive(Debug)]
 enum BlockKind {
     Text,
-    Thinking,
+    /// Position in the decoder's `thinking` list (which also holds redacted blocks).
+    Thinking(usize),
     Tool {
         id: String,
         name: String,
@@ -242,8 +268,12 @@ pub struct StreamDecoder {
     pending: Vec<SseEvent>,
     blocks: Vec<Block>,
     text: String,
+    /// Reasoning blocks in arrival order, thinking and redacted.
+    thinking: Vec<ThinkingBlock>,
+    /// Displayed reasoning: the thinking text, a blank line between blocks.
     reasoning: String,
-    signature: Option<String>,
+    /// A thinking block began after earlier reasoning text: its first text starts a new paragraph.
+    reasoning_break: bool,
     usage: Usage,
     cache_creation: u64,
     stop_reason: Option<FinishReason>,
@@ -298,10 +328,17 @@ impl StreamDecoder {
         if !tool_calls.is_empty() && finish_reason == FinishReason::Stop {
             finish_reason = FinishReason::ToolCalls;
         }
+        let signature = self.thinking.iter().rev().find_map(|block| match block {
+            ThinkingBlock::Thinking { signature, .. } if !signature.is_empty() => {
+                Some(signature.clone())
+            }
+            _ => None,
+        });
         let reasoning =
-            (!self.reasoning.is_empty() || self.signature.is_some()).then(|| Reasoning {
+            (!self.reasoning.is_empty() || !self.thinking.is_empty()).then(|| Reasoning {
                 text: self.reasoning.clone(),
-                signature: self.signature.clone(),
+                signature,
+                blocks: self.thinking.clone(),
             });
         let mut usage = self.usage;
         usage.input_tokens = usage
@@ -404,14 +441,16 @@ impl StreamDecoder {
                 BlockKind::Text
             }
             "thinking" => {
-                let text = text_of("thinking");
-                self.push_thinking(text, out);
-                if let Some(signature) = block.get("signature").and_then(Value::as_str)
-                    && !signature.is_empty()
-                {
-                    self.signature = Some(signature.to_owned());
-                }
-                BlockKind::Thinking
+                let slot = self.start_thinking(text_of("signature"));
+                self.push_thinking(slot, text_of("thinking"), out);
+                BlockKind::Thinking(slot)
+            }
+            "redacted_thinking" => {
+                let slot = self.thinking.len();
+                self.thinking.push(ThinkingBlock::RedactedThinking {
+                    data: text_of("data"),
+                });
+                BlockKind::Thinking(slot)
             }
             "tool_use" | "server_tool_use" => {
                 let id = Some(text_of("id"))
@@ -458,11 +497,15 @@ impl StreamDecoder {
         };
         match delta.get("type").and_then(Value::as_str).unwrap_or("") {
             "text_delta" => self.push_text(field("text"), out),
-            "thinking_delta" => self.push_thinking(field("thinking"), out),
+            "thinking_delta" => {
+                let slot = self.thinking_slot(index)?;
+                self.push_thinking(slot, field("thinking"), out);
+            }
             "signature_delta" => {
-                let signature = field("signature");
-                if !signature.is_empty() {
-                    self.signature = Some(signature);
+                let slot = self.thinking_slot(index)?;
+                if let Some(ThinkingBlock::Thinking { signature, .. }) = self.thinking.get_mut(slot)
+                {
+                    signature.push_str(&field("signature"));
                 }
             }
             "input_json_delta" => {
@@ -497,11 +540,56 @@ impl StreamDecoder {
         }
     }
 
-    fn push_thinking(&mut self, text: String, out: &mut Vec<ModelEvent>) {
-        if !text.is_empty() {
-            self.reasoning.push_str(&text);
-            out.push(ModelEvent::ReasoningDelta { text });
+    /// The thinking block a delta for content block `index` belongs to. A delta whose block was
+    /// never started starts one (lenient, as the decoder was before blocks were kept); a delta for
+    /// a text or tool block is malformed.
+    fn thinking_slot(&mut self, index: u64) -> Result<usize, ModelError> {
+        match self
+            .blocks
+            .iter()
+            .find(|b| b.index == index)
+            .map(|b| &b.kind)
+        {
+            Some(BlockKind::Thinking(slot)) => Ok(*slot),
+            None => {
+                let slot = self.start_thinking(String::new());
+                self.blocks.push(Block {
+                    index,
+                    kind: BlockKind::Thinking(slot),
+                });
+                Ok(slot)
+            }
+            Some(_) => Err(ModelError::Malformed(format!(
+                "a thinking delta for content block {index}, which is not a thinking block"
+            ))),
         }
+    }
+
+    /// Opens a new thinking block; its text will start a new paragraph of the displayed reasoning.
+    fn start_thinking(&mut self, signature: String) -> usize {
+        self.thinking.push(ThinkingBlock::Thinking {
+            thinking: String::new(),
+            signature,
+        });
+        self.reasoning_break = !self.reasoning.is_empty();
+        self.thinking.len() - 1
+    }
+
+    /// Appends thinking text to block `slot` and to the displayed reasoning.
+    fn push_thinking(&mut self, slot: usize, text: String, out: &mut Vec<ModelEvent>) {
+        if text.is_empty() {
+            return;
+        }
+        if let Some(ThinkingBlock::Thinking { thinking, .. }) = self.thinking.get_mut(slot) {
+            thinking.push_str(&text);
+        }
+        let text = if std::mem::take(&mut self.reasoning_break) {
+            format!("\n\n{text}")
+        } else {
+            text
+        };
+        self.reasoning.push_str(&text);
+        out.push(ModelEvent::ReasoningDelta { text });
     }
 }
 

@@ -523,6 +523,7 @@ impl ModelClient for MockClient {
             reasoning: (!reasoning.is_empty()).then_some(Reasoning {
                 text: reasoning,
                 signature: None,
+                blocks: Vec::new(),
             }),
             tool_calls,
             usage,

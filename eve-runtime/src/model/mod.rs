@@ -45,14 +45,45 @@ pub struct ToolCall {
     pub input: serde_json::Value,
 }
 
-/// Reasoning the model produced (Anthropic thinking blocks carry a signature that must be sent back).
+/// Reasoning the model produced.
+///
+/// `text` is what people see (the `reasoning.appended` events, the UI). Anthropic's extended
+/// thinking also needs its blocks back, unchanged and in order, when a turn continues after tool
+/// use: those are kept in `blocks`. Messages stored before `blocks` existed hold only `text` and
+/// the last block's `signature`, and are sent back as one thinking block, as they always were.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Reasoning {
-    /// Reasoning text.
+    /// Reasoning text: the thinking blocks' text joined by a blank line; redacted blocks add nothing.
     pub text: String,
-    /// Provider signature, when the provider requires it to be round-tripped.
+    /// Provider signature, when the provider requires it to be round-tripped. With `blocks`, the
+    /// last thinking block's signature (what versions that kept no blocks read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
+    /// The provider's reasoning blocks as they came, to be sent back verbatim (Anthropic). Empty for
+    /// other providers and for messages stored in the older format.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<ThinkingBlock>,
+}
+
+/// One reasoning block that must go back to the provider exactly as it came. Serialised in
+/// Anthropic's own shape: `{"type": "thinking", "thinking", "signature"}` or
+/// `{"type": "redacted_thinking", "data"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ThinkingBlock {
+    /// Visible thinking with the signature the provider verifies.
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+        /// The provider's signature of it.
+        #[serde(default)]
+        signature: String,
+    },
+    /// Thinking the provider encrypted; `data` is opaque and never shown.
+    RedactedThinking {
+        /// The encrypted content.
+        data: String,
+    },
 }
 
 /// One message of the conversation history.

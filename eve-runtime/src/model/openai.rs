@@ -323,6 +323,7 @@ impl StreamDecoder {
             reasoning: (!self.reasoning.is_empty()).then(|| Reasoning {
                 text: self.reasoning.clone(),
                 signature: None,
+                blocks: Vec::new(),
             }),
             tool_calls,
             usage: self.usage,

@@ -1,8 +1,10 @@
 //! Anthropic Messages over real HTTP.
 
 use eve_runtime::model::anthropic::AnthropicClient;
+use eve_runtime::model::anthropic::request_body;
 use eve_runtime::model::{
-    FinishReason, Message, ModelClient, ModelError, Provider, Reasoning, ToolCall, Usage,
+    FinishReason, Message, ModelClient, ModelError, Provider, Reasoning, ThinkingBlock, ToolCall,
+    Usage,
 };
 use serde_json::json;
 
@@ -147,6 +149,10 @@ async fn thinking_comes_back_with_its_signature() {
         Some(Reasoning {
             text: "The user greets me.".into(),
             signature: Some("EqQBCgIYAhIM1gbcDa9GJwZA2b3h".into()),
+            blocks: vec![ThinkingBlock::Thinking {
+                thinking: "The user greets me.".into(),
+                signature: "EqQBCgIYAhIM1gbcDa9GJwZA2b3h".into(),
+            }],
         })
     );
     let body = server.single_request().body;
@@ -175,6 +181,7 @@ async fn history_maps_thinking_tool_use_and_merged_tool_results() {
             reasoning: Some(Reasoning {
                 text: "two calls".into(),
                 signature: Some("sig-1".into()),
+                blocks: vec![],
             }),
             tool_calls: vec![
                 ToolCall {
@@ -227,6 +234,179 @@ async fn history_maps_thinking_tool_use_and_merged_tool_results() {
                  "is_error": true},
                 {"type": "text", "text": "and tomorrow?"},
             ]},
+        ])
+    );
+}
+
+/// What a real model with extended thinking and tools can send: two thinking blocks with their
+/// own signatures and a redacted one between them, then text and a tool call.
+const REDACTED: &str = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP";
+
+fn thinking_then_tool_use() -> Reply {
+    Reply::sse(&[
+        an::message_start(40, 0),
+        an::thinking_start(0),
+        an::thinking_delta(0, "Paris is "),
+        an::thinking_delta(0, "the city."),
+        an::signature_delta(0, "sig-A"),
+        an::block_stop(0),
+        an::redacted_thinking_start(1, REDACTED),
+        an::block_stop(1),
+        an::thinking_start(2),
+        an::thinking_delta(2, "Use the weather tool."),
+        an::signature_delta(2, "sig-B"),
+        an::block_stop(2),
+        an::text_start(3),
+        an::text_delta(3, "Checking."),
+        an::block_stop(3),
+        an::tool_start(4, "toolu_w", "weather"),
+        an::json_delta(4, "{\"city\": \"Paris\"}"),
+        an::block_stop(4),
+        an::message_delta("tool_use", 60),
+        an::message_stop(),
+    ])
+}
+
+fn expected_blocks() -> Vec<ThinkingBlock> {
+    vec![
+        ThinkingBlock::Thinking {
+            thinking: "Paris is the city.".into(),
+            signature: "sig-A".into(),
+        },
+        ThinkingBlock::RedactedThinking {
+            data: REDACTED.into(),
+        },
+        ThinkingBlock::Thinking {
+            thinking: "Use the weather tool.".into(),
+            signature: "sig-B".into(),
+        },
+    ]
+}
+
+#[tokio::test]
+async fn every_thinking_block_goes_back_exactly_and_in_order_before_tool_use() {
+    let server = TestServer::start(vec![
+        thinking_then_tool_use(),
+        Reply::sse(&[
+            an::message_start(80, 0),
+            an::text_start(0),
+            an::text_delta(0, "Sunny."),
+            an::block_stop(0),
+            an::message_delta("end_turn", 3),
+            an::message_stop(),
+        ]),
+    ])
+    .await;
+    let client = client(&server.url);
+    let mut request = simple_request("weather in Paris?");
+    request.reasoning = Some("low".into());
+    let (events, result) = run(&client, &request).await;
+    let response = result.unwrap();
+
+    // Shown: the thinking text, a paragraph per block; the redacted block shows nothing.
+    assert_eq!(
+        events,
+        vec![
+            reasoning("Paris is "),
+            reasoning("the city."),
+            reasoning("\n\nUse the weather tool."),
+            text("Checking."),
+            call_start("toolu_w", "weather"),
+            call_delta("toolu_w", "{\"city\": \"Paris\"}"),
+        ]
+    );
+    assert_eq!(
+        response.reasoning,
+        Some(Reasoning {
+            text: "Paris is the city.\n\nUse the weather tool.".into(),
+            signature: Some("sig-B".into()),
+            blocks: expected_blocks(),
+        })
+    );
+    assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+
+    // The turn continues as the engine does it: the assistant message goes through the store's
+    // JSON, then the tool result follows.
+    let assistant = Message::Assistant {
+        content: response.content.clone(),
+        reasoning: response.reasoning.clone(),
+        tool_calls: response.tool_calls.clone(),
+    };
+    let stored = serde_json::to_value(&assistant).unwrap();
+    assert_eq!(
+        stored["reasoning"]["blocks"],
+        json!([
+            {"type": "thinking", "thinking": "Paris is the city.", "signature": "sig-A"},
+            {"type": "redacted_thinking", "data": REDACTED},
+            {"type": "thinking", "thinking": "Use the weather tool.", "signature": "sig-B"},
+        ])
+    );
+    let loaded: Message = serde_json::from_value(stored).unwrap();
+    assert_eq!(loaded, assistant);
+    request.messages.extend([
+        loaded,
+        Message::Tool {
+            call_id: "toolu_w".into(),
+            name: "weather".into(),
+            content: "21C".into(),
+            is_error: false,
+        },
+    ]);
+    let (_, result) = run(&client, &request).await;
+    assert_eq!(result.unwrap().content, "Sunny.");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[1].body["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "weather in Paris?"}]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Paris is the city.", "signature": "sig-A"},
+                {"type": "redacted_thinking", "data": REDACTED},
+                {"type": "thinking", "thinking": "Use the weather tool.", "signature": "sig-B"},
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_w", "name": "weather", "input": {"city": "Paris"}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_w", "content": "21C"},
+            ]},
+        ])
+    );
+    assert!(!response.reasoning.unwrap().text.contains(REDACTED));
+}
+
+#[test]
+fn a_message_stored_in_the_old_format_loads_serialises_and_maps_as_before() {
+    // As versions that kept one joined text and the last signature wrote it.
+    let stored = json!({
+        "role": "assistant",
+        "content": "Checking.",
+        "reasoning": {"text": "one joined text", "signature": "sig-last"},
+        "tool_calls": [{"id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}}],
+    });
+    let message: Message = serde_json::from_value(stored.clone()).unwrap();
+    let Message::Assistant { reasoning, .. } = &message else {
+        panic!("not an assistant message: {message:?}");
+    };
+    assert_eq!(
+        reasoning,
+        &Some(Reasoning {
+            text: "one joined text".into(),
+            signature: Some("sig-last".into()),
+            blocks: vec![],
+        })
+    );
+    assert_eq!(serde_json::to_value(&message).unwrap(), stored);
+
+    let mut request = simple_request("weather in Oslo?");
+    request.messages.push(message);
+    assert_eq!(
+        request_body(&request)["messages"][1]["content"],
+        json!([
+            {"type": "thinking", "thinking": "one joined text", "signature": "sig-last"},
+            {"type": "text", "text": "Checking."},
+            {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}},
         ])
     );
 }

@@ -159,7 +159,8 @@ async fn a_script_plays_the_step_chosen_by_history() {
         first.reasoning,
         Some(Reasoning {
             text: "plan it".into(),
-            signature: None
+            signature: None,
+            blocks: vec![],
         })
     );
     assert_eq!(first.tool_calls.len(), 2);

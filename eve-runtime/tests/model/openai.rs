@@ -47,7 +47,8 @@ async fn streams_text_reasoning_and_usage_and_sends_the_request() {
         response.reasoning,
         Some(Reasoning {
             text: "Let me think.".into(),
-            signature: None
+            signature: None,
+            blocks: vec![],
         })
     );
     assert_eq!(
@@ -155,6 +156,7 @@ async fn maps_history_tool_calls_and_results() {
             reasoning: Some(Reasoning {
                 text: "hidden".into(),
                 signature: None,
+                blocks: vec![],
             }),
             tool_calls: vec![
                 ToolCall {
@@ -230,6 +232,7 @@ async fn deepseek_gets_its_reasoning_back() {
         reasoning: Some(Reasoning {
             text: "need a tool".into(),
             signature: None,
+            blocks: vec![],
         }),
         tool_calls: vec![ToolCall {
             id: "call_1".into(),

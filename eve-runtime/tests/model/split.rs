@@ -1,6 +1,6 @@
 //! Recorded streams split at every byte offset decode to the same events and response.
 
-use eve_runtime::model::{ModelEvent, ModelResponse, anthropic, openai};
+use eve_runtime::model::{ModelEvent, ModelResponse, ThinkingBlock, anthropic, openai};
 use proptest::prelude::*;
 
 use super::wire::{an, oa};
@@ -45,6 +45,30 @@ fn anthropic_stream() -> String {
         an::json_delta(3, "{}"),
         an::block_stop(3),
         an::message_delta("tool_use", 77),
+        an::message_stop(),
+    ]
+    .concat()
+}
+
+/// Extended thinking with tools: thinking, redacted thinking, thinking, then a tool call.
+fn anthropic_thinking_stream() -> String {
+    [
+        an::message_start(30, 0),
+        an::thinking_start(0),
+        an::thinking_delta(0, "Erst das Wétter, "),
+        an::thinking_delta(0, "dann 東京."),
+        an::signature_delta(0, "c2lnLUE="),
+        an::block_stop(0),
+        an::redacted_thinking_start(1, "RW5jcnlwdGVk+/=="),
+        an::block_stop(1),
+        an::thinking_start(2),
+        an::thinking_delta(2, "Tool 🌦."),
+        an::signature_delta(2, "c2lnLUI="),
+        an::block_stop(2),
+        an::tool_start(3, "toolu_01", "weather"),
+        an::json_delta(3, "{\"city\": \"東京\"}"),
+        an::block_stop(3),
+        an::message_delta("tool_use", 50),
         an::message_stop(),
     ]
     .concat()
@@ -124,6 +148,34 @@ fn anthropic_stream_survives_every_split() {
     assert_eq!(events.len(), 2 + 1 + 3 + 2);
 }
 
+#[test]
+fn anthropic_thinking_blocks_survive_every_split() {
+    let stream = anthropic_thinking_stream();
+    let (events, response) = check_every_offset(stream.as_bytes(), decode_anthropic);
+    let reasoning = response.reasoning.unwrap();
+    assert_eq!(reasoning.text, "Erst das Wétter, dann 東京.\n\nTool 🌦.");
+    assert_eq!(reasoning.signature.as_deref(), Some("c2lnLUI="));
+    assert_eq!(
+        reasoning.blocks,
+        vec![
+            ThinkingBlock::Thinking {
+                thinking: "Erst das Wétter, dann 東京.".into(),
+                signature: "c2lnLUE=".into(),
+            },
+            ThinkingBlock::RedactedThinking {
+                data: "RW5jcnlwdGVk+/==".into(),
+            },
+            ThinkingBlock::Thinking {
+                thinking: "Tool 🌦.".into(),
+                signature: "c2lnLUI=".into(),
+            },
+        ]
+    );
+    assert_eq!(response.tool_calls[0].input["city"], "東京");
+    // 3 reasoning, 1 start, 1 argument delta.
+    assert_eq!(events.len(), 5);
+}
+
 fn cut_at(bytes: &[u8], mut cuts: Vec<usize>) -> Vec<&[u8]> {
     cuts.iter_mut().for_each(|c| *c %= bytes.len() + 1);
     cuts.sort_unstable();
@@ -145,6 +197,9 @@ proptest! {
         prop_assert_eq!(decode_openai(&cut_at(openai.as_bytes(), cuts.clone())), expected);
         let anthropic = anthropic_stream();
         let expected = decode_anthropic(&[anthropic.as_bytes()]);
-        prop_assert_eq!(decode_anthropic(&cut_at(anthropic.as_bytes(), cuts)), expected);
+        prop_assert_eq!(decode_anthropic(&cut_at(anthropic.as_bytes(), cuts.clone())), expected);
+        let thinking = anthropic_thinking_stream();
+        let expected = decode_anthropic(&[thinking.as_bytes()]);
+        prop_assert_eq!(decode_anthropic(&cut_at(thinking.as_bytes(), cuts)), expected);
     }
 }

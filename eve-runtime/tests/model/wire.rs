@@ -144,6 +144,15 @@ pub mod an {
         )
     }
 
+    /// A `redacted_thinking` block: it arrives whole in its start event, with no deltas.
+    pub fn redacted_thinking_start(index: u64, data: &str) -> String {
+        event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index,
+                   "content_block": {"type": "redacted_thinking", "data": data}}),
+        )
+    }
+
     pub fn tool_start(index: u64, id: &str, name: &str) -> String {
         event(
             "content_block_start",
