@@ -232,7 +232,7 @@ pub(super) fn claim_replies(
     Ok(taken)
 }
 
-/// Records a reply's progress.
+/// Records a reply's progress (a reply done stays done).
 pub(super) fn update_reply(
     conn: &Connection,
     update: &ChannelReplyUpdate,
@@ -240,7 +240,7 @@ pub(super) fn update_reply(
 ) -> StoreResult<()> {
     conn.prepare_cached(
         "UPDATE channel_replies SET address=?2, announced=?3, done=?4, detail=?5, updated_at=?6 \
-         WHERE inbox_id=?1",
+         WHERE inbox_id=?1 AND done=0",
     )?
     .execute(params![
         update.inbox_id,

@@ -4,7 +4,9 @@
 mod config;
 mod discord;
 mod hostile;
+mod restart;
 mod slack;
+mod store;
 mod telegram;
 mod webhook;
 

@@ -296,8 +296,8 @@ impl Drop for Registered {
 }
 
 /// Follows the turn of `accepted` in the background and reports to `reply`, skipping the input
-/// requests in `announced` (announced before a restart). Stops at `shutdown`: the reply stays
-/// owed in the store, and the next start reports the turn.
+/// requests in `announced` (announced before a restart). Stops at `shutdown` (after finishing a
+/// message being sent): the reply stays owed in the store, and the next start reports the turn.
 pub fn spawn_reply(
     runtime: Runtime,
     accepted: Accepted,
@@ -314,10 +314,7 @@ pub fn spawn_reply(
             runtime: &runtime,
             inbox_id: &accepted.inbox_id,
         };
-        tokio::select! {
-            () = shutdown.cancelled() => {}
-            () = follow_turn(&runtime, &accepted, &mut progress) => {}
-        }
+        follow_turn(&runtime, &accepted, &shutdown, &mut progress).await;
     });
 }
 
@@ -430,7 +427,14 @@ impl Progress<'_> {
     }
 }
 
-async fn follow_turn(runtime: &Runtime, accepted: &Accepted, progress: &mut Progress<'_>) {
+/// Follows the turn until its end is reported, or until `shutdown` while it waits for news (a
+/// message being sent is finished and recorded first, so a restart does not send it again).
+async fn follow_turn(
+    runtime: &Runtime,
+    accepted: &Accepted,
+    shutdown: &CancellationToken,
+    progress: &mut Progress<'_>,
+) {
     // The turn that took the message, if one did already (a resumed reply).
     let mut mine: Option<u64> = match runtime.store().inbox_turn(&accepted.inbox_id).await {
         Ok(Some(turn)) => turn,
@@ -451,7 +455,11 @@ async fn follow_turn(runtime: &Runtime, accepted: &Accepted, progress: &mut Prog
     let mut follower = runtime.follow(&accepted.session, accepted.from);
     let mut answer = String::new();
     loop {
-        let event = match follower.next().await {
+        let next = tokio::select! {
+            () = shutdown.cancelled() => return,
+            next = follower.next() => next,
+        };
+        let event = match next {
             Ok(e) => e,
             Err(e) => {
                 tracing::warn!(session = %accepted.session, error = %e, "cannot follow the turn");
