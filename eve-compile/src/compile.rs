@@ -658,7 +658,7 @@ impl Compiler {
 
     fn tool(&mut self, t: &ToolFile, sandbox: &Sandbox) -> Option<Tool> {
         let name_ok = self.check_name(&t.name, &t.file.path, "tool");
-        let parsed = if t.yaml {
+        let mut parsed = if t.yaml {
             self.yaml_file(&t.file)?
         } else {
             self.script_file(
@@ -707,16 +707,15 @@ impl Compiler {
         } else {
             f.string_list("interpreter")
         };
-        let input_raw = f.raw("input").cloned();
+        let has_input = f.raw("input").is_some();
         let has_run = f.has("run");
         let has_http = f.has("http");
         let run_raw = f.raw("run").cloned();
         drop(f);
 
-        let input_schema = match input_raw {
-            None => serde_json::json!({"type": "object", "properties": {}}),
-            Some(schema) => self.input_schema(file, &parsed.doc, schema)?,
-        };
+        if has_input {
+            self.input_schema(file, &parsed.doc)?;
+        }
         let runner = if t.yaml {
             match (has_run, has_http) {
                 (true, false) => {
@@ -774,6 +773,11 @@ impl Compiler {
         if !name_ok {
             return None;
         }
+        // The checked schema moves out of the document: nothing reads it there any more.
+        let input_schema = match parsed.doc.value.get_mut("input") {
+            Some(schema) if has_input => schema.take(),
+            _ => serde_json::json!({"type": "object", "properties": {}}),
+        };
         Some(Tool {
             name: t.name.clone(),
             source: file.path.clone(),
@@ -792,7 +796,8 @@ impl Compiler {
     }
 
     /// Checks a tool's `input` schema: an object schema that is valid JSON Schema.
-    fn input_schema(&mut self, file: &SourceFile, doc: &Doc, schema: Value) -> Option<Value> {
+    fn input_schema(&mut self, file: &SourceFile, doc: &Doc) -> Option<()> {
+        let schema = doc.value.get("input")?;
         let pos = |p: &str| doc.position(p);
         let err = |msg: String, at: Option<(u32, u32)>, help: &str| {
             let mut d =
@@ -802,11 +807,11 @@ impl Compiler {
             }
             d
         };
-        let Value::Object(map) = &schema else {
+        let Value::Object(map) = schema else {
             self.push(err(
                 format!(
                     "`input` is not a JSON Schema object: found {}",
-                    crate::fields::kind(&schema)
+                    crate::fields::kind(schema)
                 ),
                 pos("/input"),
                 "write `input:` as a schema mapping with `type: object` and `properties:`",
@@ -828,10 +833,10 @@ impl Compiler {
         }
         // Building a validator meta-validates the schema too; only when it fails is the schema
         // meta-validated on its own, to tell a wrong keyword from a bad pattern or reference.
-        let built = jsonschema::validator_for(&schema);
+        let built = jsonschema::validator_for(schema);
         let meta = match &built {
             Ok(_) => Ok(()),
-            Err(_) => jsonschema::meta::validate(&schema),
+            Err(_) => jsonschema::meta::validate(schema),
         };
         if let Err(e) = meta {
             let path = e.instance_path().as_str().to_owned();
@@ -887,7 +892,7 @@ impl Compiler {
             ));
             return None;
         }
-        Some(schema)
+        Some(())
     }
 
     fn http(&mut self, file: &SourceFile, doc: &Doc) -> Option<HttpRequest> {
