@@ -139,10 +139,9 @@ impl Webhook {
         let (text, key) = message(&payload)?;
         let runtime = &ctx.app.runtime;
         let name = &ctx.channel.name;
-        let session = match &key {
-            Some(key) => Some(session::session_id("webhook", name, key)),
-            None => None,
-        };
+        let session = key
+            .as_ref()
+            .map(|key| session::session_id("webhook", name, key));
         let reply = self.reply_url.as_ref().map(|url| {
             self.reply(
                 ctx.outbound,
