@@ -609,14 +609,16 @@ impl Compiler {
     }
 
     /// Compiles independent items (tools) on a few threads when there are many: parsing YAML and
-    /// checking schemas is most of a large build. Each thread has its own diagnostics and file
-    /// list, merged back in input order, so the result does not depend on the thread count.
+    /// checking schemas is most of a large build. Threads take small batches in turn (items differ
+    /// in cost, so fixed halves would leave one thread idle); each batch has its own diagnostics and
+    /// file list, merged back in input order, so the result does not depend on the thread count.
     fn parallel<T: Sync, R: Send>(
         &mut self,
         items: &[T],
         f: impl Fn(&mut Compiler, &T) -> Option<R> + Sync,
     ) -> Vec<R> {
         const MIN_PER_THREAD: usize = 64;
+        const BATCH: usize = 16;
         let threads = std::thread::available_parallelism()
             .map_or(1, std::num::NonZero::get)
             .min(items.len() / MIN_PER_THREAD)
@@ -624,31 +626,36 @@ impl Compiler {
         if threads == 1 {
             return items.iter().filter_map(|t| f(self, t)).collect();
         }
-        let chunk = items.len().div_ceil(threads);
+        let batches: Vec<&[T]> = items.chunks(BATCH).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
         let prefix = self.shown_prefix.clone();
-        let parts: Vec<(Vec<R>, Compiler)> = std::thread::scope(|s| {
-            let handles: Vec<_> = items
-                .chunks(chunk)
-                .map(|part| {
-                    let (f, prefix) = (&f, &prefix);
-                    s.spawn(move || {
-                        let mut c = Compiler {
-                            diags: Vec::new(),
-                            files: BTreeSet::new(),
-                            shown_prefix: prefix.clone(),
-                        };
-                        let out: Vec<R> = part.iter().filter_map(|t| f(&mut c, t)).collect();
-                        (out, c)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-                .collect()
+        let work = || {
+            let mut done = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(batch) = batches.get(i) else {
+                    return done;
+                };
+                let mut c = Compiler {
+                    diags: Vec::new(),
+                    files: BTreeSet::new(),
+                    shown_prefix: prefix.clone(),
+                };
+                let out: Vec<R> = batch.iter().filter_map(|t| f(&mut c, t)).collect();
+                done.push((i, out, c));
+            }
+        };
+        let mut parts: Vec<(usize, Vec<R>, Compiler)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+            let mut parts = work();
+            for h in handles {
+                parts.extend(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+            }
+            parts
         });
+        parts.sort_unstable_by_key(|(i, _, _)| *i);
         let mut out = Vec::with_capacity(items.len());
-        for (results, c) in parts {
+        for (_, results, c) in parts {
             out.extend(results);
             self.diags.extend(c.diags);
             self.files.extend(c.files);
