@@ -424,31 +424,54 @@ impl Walker<'_> {
     }
 
     fn skills(&mut self, dir: &str, out: &mut Vec<SkillFile>) {
+        // First every packaged skill's folder is listed (its diagnostics kept aside), so that only
+        // a SKILL.md the listing found as a file is read, together with the flat skills.
+        struct Packaged {
+            assets: Vec<String>,
+            has_main: bool,
+            diagnostics: Vec<Diagnostic>,
+        }
         let entries = self.list(dir);
-        // A packaged skill's SKILL.md is read ahead too; it is used only if the walk finds it.
-        let wanted: Vec<String> = entries
-            .iter()
-            .filter_map(|e| match e.kind {
-                EntryKind::Dir => Some(join(&join(dir, &e.name), "SKILL.md")),
-                _ => matches!(split_ext(&e.name).1, Some("md")).then(|| join(dir, &e.name)),
-            })
-            .collect();
+        let mut packaged = Vec::new();
+        let mut wanted = Vec::new();
+        for e in &entries {
+            let path = join(dir, &e.name);
+            if e.kind == EntryKind::Dir {
+                let main = join(&path, "SKILL.md");
+                let mut assets = Vec::new();
+                let mut has_main = false;
+                let outer = std::mem::take(&mut self.diagnostics);
+                self.files_under(&path, 0, &mut |p: &str| {
+                    if p == main {
+                        has_main = true;
+                    } else {
+                        assets.push(p.to_owned());
+                    }
+                });
+                let diagnostics = std::mem::replace(&mut self.diagnostics, outer);
+                if has_main {
+                    wanted.push(main);
+                }
+                packaged.push(Packaged {
+                    assets,
+                    has_main,
+                    diagnostics,
+                });
+            } else if split_ext(&e.name).1 == Some("md") {
+                wanted.push(path);
+            }
+        }
         let mut read = self.prefetch(&wanted);
+        let mut packaged = packaged.into_iter();
         for e in entries {
             let path = join(dir, &e.name);
             match e.kind {
                 EntryKind::Dir => {
-                    let main = join(&path, "SKILL.md");
-                    let mut assets = Vec::new();
-                    let mut has_main = false;
-                    self.files_under(&path, 0, &mut |p: &str| {
-                        if p == main {
-                            has_main = true;
-                        } else {
-                            assets.push(p.to_owned());
-                        }
-                    });
-                    if !has_main {
+                    let Some(p) = packaged.next() else {
+                        continue;
+                    };
+                    self.diagnostics.extend(p.diagnostics);
+                    if !p.has_main {
                         self.push(
                             Diagnostic::new(
                                 Code::MissingField,
@@ -457,14 +480,14 @@ impl Walker<'_> {
                             )
                             .help("add SKILL.md with front matter `description:` and the skill's body"),
                         );
-                        read.next();
                         continue;
                     }
+                    let main = join(&path, "SKILL.md");
                     if let Some(file) = self.next_text(&mut read, main, false) {
                         out.push(SkillFile {
                             name: e.name.clone(),
                             file,
-                            assets,
+                            assets: p.assets,
                         });
                     }
                 }
@@ -711,6 +734,59 @@ mod tests {
         assert!(
             codes.contains(&("E004", "tools/link.py".into())),
             "{codes:?}"
+        );
+    }
+
+    /// Files are read ahead on several threads, but only those the listing found to be files: a
+    /// FIFO named like a skill's SKILL.md or a tool is reported, never opened (it would block).
+    #[cfg(unix)]
+    #[test]
+    fn reads_only_what_the_listing_found_as_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["tools", "skills/fifo", "skills/pkg"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for i in 0..100 {
+            std::fs::write(root.join(format!("tools/t{i:03}.yaml")), "description: t\n").unwrap();
+            std::fs::write(
+                root.join(format!("skills/s{i:03}.md")),
+                "---\ndescription: s\n---\n",
+            )
+            .unwrap();
+        }
+        std::fs::write(
+            root.join("skills/pkg/SKILL.md"),
+            "---\ndescription: p\n---\n",
+        )
+        .unwrap();
+        let made = ["skills/fifo/SKILL.md", "tools/t050x.sh"].iter().all(|f| {
+            std::process::Command::new("mkfifo")
+                .arg(root.join(f))
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        if !made {
+            return;
+        }
+        let d = discover(&FsSource::new(root).unwrap());
+        let a = &d.agent;
+        assert_eq!(a.tools.len(), 100);
+        assert_eq!(a.tools[50].file.text, "description: t\n");
+        assert_eq!(a.skills.len(), 101);
+        assert!(a.skills.iter().any(|s| s.name == "pkg"));
+        let found: Vec<_> = d
+            .diagnostics
+            .iter()
+            .map(|d| (d.code.as_str(), d.file.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("W001", "skills/fifo/SKILL.md".to_owned()),
+                ("E012", "skills/fifo/".to_owned()),
+                ("W001", "tools/t050x.sh".to_owned()),
+            ]
         );
     }
 }
