@@ -1,4 +1,4 @@
-//! Signature checks shared by the platforms, and the memory of deliveries already accepted.
+//! Signature checks shared by the platforms, and this process's memory of deliveries accepted.
 //!
 //! Every comparison involving a secret is constant-time: HMACs through [`Mac::verify_slice`],
 //! shared tokens as SHA-256 digests (so not even their length leaks). Timestamps are checked
@@ -77,8 +77,10 @@ const SEEN_TTL: Duration = Duration::from_secs(60 * 60);
 /// At most this many delivery ids are remembered per channel.
 const SEEN_MAX: usize = 10_000;
 
-/// Delivery ids (Slack `event_id`, Telegram `update_id`) accepted recently by this process, so a
-/// platform's retry of a delivery that was in fact accepted does not start a second turn.
+/// Delivery ids (Slack `event_id`, Telegram `update_id`) accepted recently by this process: the
+/// fast path against a platform's retry arriving while the first delivery is still being
+/// accepted. The store decides (it remembers every accepted delivery id with its message, across
+/// restarts); this only spares it the work.
 #[derive(Default)]
 pub struct Seen {
     inner: Mutex<SeenInner>,
