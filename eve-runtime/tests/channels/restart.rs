@@ -6,49 +6,14 @@
 use std::time::Duration;
 
 use eve_runtime::store::ChannelReplyRecord;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{Fake, Served, agent, hmac_hex, now};
+use super::slack::{self, channel, send, signed, vars};
+use super::{Fake, Served, agent, now};
 
-const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
-const TOKEN: &str = "xoxb-test-token";
-const BOT: &str = "UBOT";
-
-fn vars() -> [(&'static str, &'static str); 2] {
-    [("SLACK_SIGNING_SECRET", SECRET), ("SLACK_BOT_TOKEN", TOKEN)]
-}
-
-fn channel(fake: &Fake) -> String {
-    format!(
-        "kind: slack\nsigning_secret: ${{SLACK_SIGNING_SECRET}}\nbot_token: ${{SLACK_BOT_TOKEN}}\n\
-         api_base_url: {}/api\n",
-        fake.base
-    )
-}
-
-fn signed(body: &str) -> Vec<(&'static str, String)> {
-    let ts = now();
-    let base = format!("v0:{ts}:");
-    let sig = hmac_hex(SECRET, &[base.as_bytes(), body.as_bytes()]);
-    vec![
-        ("x-slack-request-timestamp", ts.to_string()),
-        ("x-slack-signature", format!("v0={sig}")),
-    ]
-}
-
+/// An app mention starting thread `ts` in channel `C1`, delivered as `event_id`.
 fn mention(event_id: &str, text: &str, ts: &str) -> String {
-    json!({
-        "token": "legacy", "team_id": "T1", "api_app_id": "A1", "type": "event_callback",
-        "event_id": event_id, "event_time": now(),
-        "event": {"type": "app_mention", "user": "U1", "text": format!("<@{BOT}> {text}"),
-                  "ts": ts, "channel": "C1", "event_ts": ts},
-        "authorizations": [{"team_id": "T1", "user_id": BOT, "is_bot": true}],
-    })
-    .to_string()
-}
-
-async fn send(server: &Served, body: &str) -> (u16, Value) {
-    server.post("slack", &signed(body), body).await
+    slack::callback(event_id, slack::mention(text, "C1", ts, None))
 }
 
 /// Every reply the store holds.
@@ -166,7 +131,7 @@ async fn a_retry_of_a_delivery_accepted_before_a_restart_is_not_accepted_again()
 
     // A new process knows nothing in memory: the store recognises the event id.
     let server = Served::start(&root, &vars()).await;
-    let mut headers = signed(&body);
+    let mut headers = signed(&body, slack::SECRET, now());
     headers.push(("x-slack-retry-num", "1".to_owned()));
     headers.push(("x-slack-retry-reason", "http_timeout".to_owned()));
     let (status, retry) = server.post("slack", &headers, body.clone()).await;

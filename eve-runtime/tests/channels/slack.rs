@@ -5,15 +5,15 @@ use serde_json::{Value, json};
 
 use super::{Fake, Served, agent, assert_unauthorized, hmac_hex, now};
 
-const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
-const TOKEN: &str = "xoxb-test-token";
-const BOT: &str = "UBOT";
+pub(super) const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+pub(super) const TOKEN: &str = "xoxb-test-token";
+pub(super) const BOT: &str = "UBOT";
 
-fn vars() -> [(&'static str, &'static str); 2] {
+pub(super) fn vars() -> [(&'static str, &'static str); 2] {
     [("SLACK_SIGNING_SECRET", SECRET), ("SLACK_BOT_TOKEN", TOKEN)]
 }
 
-fn channel(fake: &Fake) -> String {
+pub(super) fn channel(fake: &Fake) -> String {
     format!(
         "kind: slack\nsigning_secret: ${{SLACK_SIGNING_SECRET}}\nbot_token: ${{SLACK_BOT_TOKEN}}\n\
          api_base_url: {}/api\n",
@@ -22,7 +22,7 @@ fn channel(fake: &Fake) -> String {
 }
 
 /// Slack's headers for `body` signed with `secret` at `ts`.
-fn signed(body: &str, secret: &str, ts: i64) -> Vec<(&'static str, String)> {
+pub(super) fn signed(body: &str, secret: &str, ts: i64) -> Vec<(&'static str, String)> {
     let base = format!("v0:{ts}:");
     let sig = hmac_hex(secret, &[base.as_bytes(), body.as_bytes()]);
     vec![
@@ -31,7 +31,7 @@ fn signed(body: &str, secret: &str, ts: i64) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn callback(event_id: &str, event: Value) -> String {
+pub(super) fn callback(event_id: &str, event: Value) -> String {
     json!({
         "token": "legacy", "team_id": "T1", "api_app_id": "A1", "type": "event_callback",
         "event_id": event_id, "event_time": now(), "event": event,
@@ -40,7 +40,7 @@ fn callback(event_id: &str, event: Value) -> String {
     .to_string()
 }
 
-fn mention(text: &str, channel: &str, ts: &str, thread_ts: Option<&str>) -> Value {
+pub(super) fn mention(text: &str, channel: &str, ts: &str, thread_ts: Option<&str>) -> Value {
     let mut e = json!({"type": "app_mention", "user": "U1", "text": format!("<@{BOT}> {text}"),
                        "ts": ts, "channel": channel, "event_ts": ts});
     if let Some(t) = thread_ts {
@@ -49,7 +49,7 @@ fn mention(text: &str, channel: &str, ts: &str, thread_ts: Option<&str>) -> Valu
     e
 }
 
-async fn send(server: &Served, body: &str) -> (u16, Value) {
+pub(super) async fn send(server: &Served, body: &str) -> (u16, Value) {
     server
         .post("slack", &signed(body, SECRET, now()), body)
         .await
