@@ -294,13 +294,7 @@ impl Runtime {
         let mut batch = Batch::durable();
         batch.push(Op::InsertSession(session));
         if let Some(text) = first_message.clone() {
-            batch.push(Op::InsertInbox(InboxRecord {
-                id: format!("msg_{}", ulid::Ulid::new()),
-                session_id: id.clone(),
-                text,
-                accepted_at: now,
-                consumed_turn: None,
-            }));
+            batch.push(Op::InsertInbox(InboxRecord::new(&id, &text, now)));
         }
         self.commit(batch).await?;
         if first_message.is_some() {
@@ -315,15 +309,10 @@ impl Runtime {
             return Err(RuntimeError::EmptyMessage);
         }
         self.require_session(session).await?;
-        let id = format!("msg_{}", ulid::Ulid::new());
+        let message = InboxRecord::new(session, text, now_ms());
+        let id = message.id.clone();
         let mut batch = Batch::durable();
-        batch.push(Op::InsertInbox(InboxRecord {
-            id: id.clone(),
-            session_id: session.to_owned(),
-            text: text.to_owned(),
-            accepted_at: now_ms(),
-            consumed_turn: None,
-        }));
+        batch.push(Op::InsertInbox(message));
         self.commit(batch).await?;
         self.kick(session);
         Ok(id)

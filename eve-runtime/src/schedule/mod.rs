@@ -572,13 +572,7 @@ impl Scheduler {
             created_at: now,
             updated_at: now,
         }));
-        batch.push(Op::InsertInbox(InboxRecord {
-            id: format!("msg_{}", ulid::Ulid::new()),
-            session_id: id.clone(),
-            text,
-            accepted_at: now,
-            consumed_turn: None,
-        }));
+        batch.push(Op::InsertInbox(InboxRecord::new(&id, &text, now)));
         Ok((id, batch))
     }
 

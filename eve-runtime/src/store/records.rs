@@ -386,6 +386,19 @@ pub struct InboxRecord {
     pub consumed_turn: Option<u64>,
 }
 
+impl InboxRecord {
+    /// A message accepted into `session` at `at`, with a new `msg_<ULID>` id, not yet taken.
+    pub fn new(session: &str, text: &str, at: i64) -> Self {
+        Self {
+            id: format!("msg_{}", ulid::Ulid::new()),
+            session_id: session.to_owned(),
+            text: text.to_owned(),
+            accepted_at: at,
+            consumed_turn: None,
+        }
+    }
+}
+
 /// What kind of message row this is.
 pub const MESSAGE_KIND_MESSAGE: &str = "message";
 /// A compaction checkpoint: the context starts here.

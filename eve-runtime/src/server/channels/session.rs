@@ -94,16 +94,11 @@ pub async fn accept(
         .await?
         .map(|s| s.event_count)
         .ok_or(ApiError::SessionNotFound)?;
-    let inbox_id = format!("msg_{}", ulid::Ulid::new());
     let now = now_ms();
+    let message = InboxRecord::new(session, text, now);
+    let inbox_id = message.id.clone();
     let mut batch = Batch::durable();
-    batch.push(Op::InsertInbox(InboxRecord {
-        id: inbox_id.clone(),
-        session_id: session.to_owned(),
-        text: text.to_owned(),
-        accepted_at: now,
-        consumed_turn: None,
-    }));
+    batch.push(Op::InsertInbox(message));
     let claim = ChannelAccept {
         delivery: incoming
             .delivery
