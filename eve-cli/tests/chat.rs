@@ -243,46 +243,13 @@ fn ctrl_c_cancels_the_running_turn_and_a_second_one_at_the_prompt_exits() {
     // Still running: the next line is a message.
     stdin.write_all(b"still here\n").unwrap();
     wait_for("You said: still here");
-    // At the prompt (a signal that lands while the turn is still ending cancels nothing), the
-    // first Ctrl-C only warns.
-    let mut warned = false;
-    for _ in 0..10 {
-        interrupt(child.id());
-        let until = std::time::Instant::now() + Duration::from_millis(500);
-        while let Ok(line) =
-            rx.recv_timeout(until.saturating_duration_since(std::time::Instant::now()))
-        {
-            warned |= line.contains("press Ctrl-C again");
-        }
-        if warned {
-            break;
-        }
-    }
-    if !warned {
-        let db = project.db();
-        let mut stmt = db
-            .prepare("SELECT idx, type FROM events ORDER BY idx")
-            .unwrap();
-        let events: Vec<String> = stmt
-            .query_map([], |r| {
-                Ok(format!(
-                    "{} {}",
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?
-                ))
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        let session: String = db
-            .query_row("SELECT status || ' cancel=' || cancel_requested || ' count=' || event_count FROM sessions", [], |r| r.get(0))
-            .unwrap();
-        panic!(
-            "no warning at the prompt in:\n{}\nsession: {session}\nevents:\n{}",
-            seen(),
-            events.join("\n")
-        );
-    }
+    // At the prompt the first Ctrl-C only warns. The chat reads lines one at a time, so once the
+    // answer to `/help` is out the turn has ended and the chat waits at the prompt (a signal that
+    // lands while a turn is still ending cancels nothing, and would not warn).
+    stdin.write_all(b"/help\n").unwrap();
+    wait_for("/help     this list");
+    interrupt(child.id());
+    wait_for("press Ctrl-C again");
     assert!(
         child.try_wait().unwrap().is_none(),
         "one Ctrl-C does not exit"

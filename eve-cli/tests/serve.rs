@@ -34,6 +34,12 @@ fn project() -> tempfile::TempDir {
             "# description: Takes a while.\n# effect: read\n",
             "cat >/dev/null\nsleep 1\necho '{\"slow\":\"done\"}'\n",
         ),
+        (
+            "gated",
+            "# description: Runs until the test opens the gate.\n# effect: read\n# env: [GATE_FILE]\n",
+            "cat >/dev/null\nn=0\nwhile [ ! -e \"$GATE_FILE\" ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done\n\
+             echo '{\"gated\":\"done\"}'\n",
+        ),
     ];
     for (name, front, body) in tools {
         let path = agent.join("tools").join(format!("{name}.sh"));
@@ -55,6 +61,7 @@ fn eve(root: &Path, args: &[&str]) -> Command {
         .env_remove("PORT")
         .env("EVE_MODEL", "mock/echo")
         .env("REFUND_LOG", root.join("refunds.log"))
+        .env("GATE_FILE", root.join("gate"))
         .env("NO_COLOR", "1")
         .stdin(Stdio::null());
     cmd
@@ -180,6 +187,11 @@ impl Drop for Server {
 
 /// A blocking HTTP/1.1 request with `Connection: close`; returns status and decoded body.
 fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
+    response(send(port, method, path, body), Vec::new())
+}
+
+/// Sends a request with `Connection: close`; the response is left to read.
+fn send(port: u16, method: &str, path: &str, body: Option<&Value>) -> TcpStream {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
@@ -192,7 +204,30 @@ fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, Stri
         body.len()
     )
     .unwrap();
+    stream
+}
+
+/// Opens a follow and waits until it is open: the server answered with its head and the
+/// stream's first byte. Returns the connection and what was read of it.
+fn open_follow(port: u16, path: &str) -> (TcpStream, Vec<u8>) {
+    let mut stream = send(port, "GET", path, None);
     let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    while raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .is_none_or(|split| raw.len() <= split + 4)
+    {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream closed before it opened: {raw:?}");
+        raw.extend_from_slice(&buf[..n]);
+    }
+    (stream, raw)
+}
+
+/// Reads a response to its end (`raw` is what was already read of it); returns status and
+/// decoded body.
+fn response(mut stream: TcpStream, mut raw: Vec<u8>) -> (u16, String) {
     stream.read_to_end(&mut raw).unwrap();
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
     let head = String::from_utf8_lossy(&raw[..split]).to_string();
@@ -321,7 +356,8 @@ fn unfinished_turns_resume_on_start() {
     // SIGTERM with a follow open: the stream ends and the process exits 0.
     let port = server.port;
     let path = format!("/eve/v1/session/{id}/stream?startIndex={}", events.len());
-    let follower = std::thread::spawn(move || http(port, "GET", &path, None));
+    let (stream, opened) = open_follow(port, &path);
+    let follower = std::thread::spawn(move || response(stream, opened));
     std::thread::sleep(Duration::from_millis(300));
     assert!(!follower.is_finished(), "a follow at rest waits");
     assert_eq!(server.sigterm(), Some(0));
@@ -395,7 +431,8 @@ fn a_server_continues_what_other_processes_answer_and_eve_run_follows_it() {
     // A follow open on the server while another process answers.
     let port = server.port;
     let path = format!("/eve/v1/session/{id}/stream?startIndex={}", parked.len());
-    let follower = std::thread::spawn(move || http(port, "GET", &path, None));
+    let (stream, opened) = open_follow(port, &path);
+    let follower = std::thread::spawn(move || response(stream, opened));
 
     let out = eve(root, &["sessions", "approve", &id]).output().unwrap();
     assert!(
@@ -412,26 +449,60 @@ fn a_server_continues_what_other_processes_answer_and_eve_run_follows_it() {
     let refunds = std::fs::read_to_string(root.join("refunds.log")).unwrap_or_default();
     assert_eq!(refunds.lines().count(), 1, "{refunds}");
 
-    // The server drives a slow turn; `eve run --session` joins it and ends with it.
+    // The server drives a turn whose call runs until the gate opens; `eve run --session` joins
+    // it and ends with it.
     let (status, _) = server.post(
         &format!("/eve/v1/session/{id}"),
-        json!({"message": "/tool slow {}"}),
+        json!({"message": "/tool gated {}"}),
     );
     assert_eq!(status, 202);
-    let out = eve(root, &["run", "--session", &id]).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(
-        stderr.contains("being driven by another eve process") && stderr.contains("following it"),
-        "{stderr}"
-    );
+    let mut run = eve(root, &["run", "--session", &id])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stderr = run.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            all.push_str(&line);
+            all.push('\n');
+            let _ = tx.send(line);
+        }
+        all
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains("being driven by another eve process") => {
+                assert!(line.contains("following it"), "{line}");
+                break;
+            }
+            Ok(_) => {}
+            Err(_) => {
+                let _ = run.kill();
+                let _ = run.wait();
+                std::fs::write(root.join("gate"), "").unwrap();
+                panic!(
+                    "eve run did not follow the turn:\n{}",
+                    reader.join().unwrap()
+                );
+            }
+        }
+    }
+    std::fs::write(root.join("gate"), "").unwrap();
+    let status = run.wait().unwrap();
+    let stderr = reader.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
     let events = server.stream(&id, "?follow=false");
     let results: Vec<&Value> = events
         .iter()
         .filter(|e| e["type"] == "action.result")
         .collect();
-    assert_eq!(results.len(), 2, "the slow call ran once");
-    assert_eq!(results[1]["data"]["result"]["output"]["slow"], "done");
+    assert_eq!(results.len(), 2, "the gated call ran once");
+    assert_eq!(results[1]["data"]["result"]["output"]["gated"], "done");
     assert_eq!(events.last().unwrap()["type"], "session.waiting");
     assert_eq!(server.sigterm(), Some(0));
 }
