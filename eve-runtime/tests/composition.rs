@@ -496,8 +496,11 @@ fn observed(p: &TestProject) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Waits until `ok` holds, for up to 20 s (a loaded machine runs hook processes slowly); the
+/// asserts that follow say what is missing.
 async fn wait_until(mut ok: impl FnMut() -> bool) {
-    for _ in 0..500 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
         if ok() {
             return;
         }

@@ -18,13 +18,7 @@ async fn drive_and_abort(rt: &Runtime, id: &str, until: impl Fn() -> bool) {
         let id = id.to_owned();
         tokio::spawn(async move { rt.drive(&id).await })
     };
-    for _ in 0..500 {
-        if until() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(until(), "the kill point was never reached");
+    eventually("the kill point was reached", &until).await;
     task.abort();
     let _ = task.await;
 }
@@ -200,16 +194,15 @@ async fn resume_all_restarts_every_session_with_work() {
     assert_eq!(found.len(), 3);
     for id in &ids {
         rt.settled(id).await;
-        for _ in 0..200 {
-            if rt
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline
+            && !rt
                 .store()
                 .last_turn(id)
                 .await
                 .unwrap()
                 .is_some_and(|t| t.status == TurnStatus::Completed)
-            {
-                break;
-            }
+        {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let turn = rt.store().last_turn(id).await.unwrap().unwrap();

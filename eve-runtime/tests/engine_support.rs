@@ -213,3 +213,16 @@ pub async fn run_prompt(rt: &Runtime, text: &str) -> (String, DriveOutcome) {
     let outcome = rt.drive(&id).await.unwrap();
     (id, outcome)
 }
+
+/// Waits until `ok` holds, checking every few milliseconds; panics naming `what` after a
+/// deadline generous enough for a loaded machine.
+pub async fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

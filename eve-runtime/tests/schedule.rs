@@ -319,11 +319,24 @@ async fn the_scheduler_loop_fires_and_drives_the_session() {
     let s = scheduler(&rt, &clock);
     let stop = tokio_util::sync::CancellationToken::new();
     let task = tokio::spawn(s.clone().run(stop.clone()));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The loop's first tick records the schedule's next fire; only then does the clock move.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while rt.store().schedule_states().await.unwrap().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the loop never recorded the schedule"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        rt.store().schedule_states().await.unwrap()[0].next_fire_at,
+        at(15, 1, 0).timestamp_millis()
+    );
     clock.set(at(15, 1, 0));
     s.wake();
     let mut session = None;
-    for _ in 0..200 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
         if let Some(id) = scheduled_sessions(&rt).await.first() {
             let record = rt.session(id).await.unwrap().unwrap();
             if record.turn_count == 1 && rt.store().pending_inbox(id).await.unwrap().is_empty() {

@@ -334,7 +334,7 @@ async fn server_sent_events_resume_from_last_event_id() {
     assert_eq!(resumed.len(), all.len() - 11);
 
     // A live SSE follow resumed at the tail sends keep-alives, then the next turn.
-    let response = server
+    let mut response = server
         .http
         .get(server.url(&format!("/eve/v1/session/{id}/stream")))
         .header("accept", "text/event-stream")
@@ -342,8 +342,16 @@ async fn server_sent_events_resume_from_last_event_id() {
         .send()
         .await
         .unwrap();
-    let reader = tokio::spawn(async move { response.text().await.unwrap() });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut head = String::new();
+    while !head.contains(": keep-alive") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk())
+            .await
+            .expect("a keep-alive while the follow waits")
+            .unwrap()
+            .expect("the follow ended at rest");
+        head.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let reader = tokio::spawn(async move { head + &response.text().await.unwrap() });
     server
         .post(
             &format!("/eve/v1/session/{id}"),

@@ -125,7 +125,7 @@ fn running(pid: u32) -> bool {
 }
 
 async fn eventually_gone(pid: u32) -> bool {
-    for _ in 0..40 {
+    for _ in 0..200 {
         if !running(pid) {
             return true;
         }
@@ -321,7 +321,10 @@ async fn timeouts_cancel_the_call_and_restart_a_server_that_stopped_responding()
     let message = error(&slow);
     assert!(message.contains("timed out after 500 ms"), "{message}");
     assert!(message.contains("still responding"), "{message}");
-    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "not the 30 s sleep"
+    );
     assert_eq!(
         pid(&mcp, "t__pid").await,
         first,
@@ -338,7 +341,7 @@ async fn timeouts_cancel_the_call_and_restart_a_server_that_stopped_responding()
     let cancelled = mcp.call("t__sleep", json!({"seconds": 30}), cancel).await;
     assert!(error(&cancelled).contains("was cancelled"));
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(10),
         "cancellation does not wait for the call"
     );
     assert_eq!(pid(&mcp, "t__pid").await, first);

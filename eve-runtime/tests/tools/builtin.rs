@@ -215,14 +215,17 @@ async fn bash_runs_in_the_workspace() {
         CancellationToken::new(),
     )
     .await;
-    assert!(start.elapsed() < Duration::from_millis(1500));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "not the 1000 s sleep"
+    );
     assert!(r.error.unwrap().contains("timed out after 200 ms"));
     let pid: i32 = std::fs::read_to_string(fx.ws_file("s.pid"))
         .unwrap()
         .trim()
         .parse()
         .unwrap();
-    assert!(dies_within(pid, Duration::from_secs(1)).await);
+    assert!(dies_within(pid, Duration::from_secs(10)).await);
 }
 
 #[tokio::test]

@@ -194,7 +194,10 @@ async fn response_cap_timeout_and_unset_secrets() {
     t.timeout_ms = 200;
     let start = Instant::now();
     let r = run_tool(&t, &json!({}), &fx.ctx, CancellationToken::new()).await;
-    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "not the 30 s reply"
+    );
     assert!(!r.ok);
     assert!(r.error.unwrap().contains("timed out after 200 ms"));
 
