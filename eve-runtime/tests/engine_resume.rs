@@ -148,11 +148,16 @@ async fn a_driver_killed_mid_stream_redoes_the_step_once() {
         let id = id.clone();
         tokio::spawn(async move { rt.drive(&id).await })
     };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let events = store.events(&sid, 0, 1000).await.unwrap();
         if events.iter().any(|e| e.kind == "message.appended") {
             break;
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the model stream never started"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     task.abort();
