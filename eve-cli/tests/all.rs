@@ -3,6 +3,7 @@
 
 mod ai_sdk;
 mod build_cli;
+mod channels;
 mod chat;
 mod crash;
 mod dev;
