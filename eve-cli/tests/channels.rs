@@ -6,15 +6,15 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-const EVE: &str = env!("CARGO_BIN_EXE_eve");
+use super::serve::{Server, build};
+
 const SECRET: &str = "e2e-signing-secret-0123456789abcdef";
 
 /// Requests Slack's Web API received: (path, JSON body).
@@ -104,103 +104,52 @@ fn project(api_port: u16) -> tempfile::TempDir {
     dir
 }
 
-fn eve(root: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(EVE);
-    cmd.args(args)
-        .current_dir(root)
-        .env_remove("EVE_PROJECT")
-        .env_remove("EVE_AGENT_DIR")
-        .env_remove("EVE_MOCK_SCRIPT")
-        .env_remove("EVE_BASE_URL")
-        .env_remove("PORT")
-        .env("EVE_MODEL", "mock/echo")
-        .env("SLACK_SIGNING_SECRET", SECRET)
-        .env("SLACK_BOT_TOKEN", "xoxb-e2e")
-        .env("GATE_DIR", root)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    cmd
+/// The Slack secrets and the gate folder, for `eve serve`.
+fn env(root: &Path) -> [(&'static str, String); 3] {
+    [
+        ("SLACK_SIGNING_SECRET", SECRET.to_owned()),
+        ("SLACK_BOT_TOKEN", "xoxb-e2e".to_owned()),
+        ("GATE_DIR", root.display().to_string()),
+    ]
 }
 
-/// A running `eve serve`, killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
+fn serve(root: &Path) -> Server {
+    let env = env(root);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Server::start(root, &["serve", "--port", "0"], &env)
 }
 
-impl Server {
-    fn start(root: &Path) -> Self {
-        let mut child = eve(root, &["serve", "--port", "0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = rx.recv_timeout(left).unwrap_or_else(|_| {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("eve serve did not start")
-            });
-            if let Some(rest) = line.strip_prefix("eve serving ") {
-                let port = rest.rsplit(':').next().unwrap().trim().parse().unwrap();
-                return Self { child, port };
-            }
-        }
-    }
-
-    /// Posts a Slack event signed now; status and JSON body.
-    fn slack(&self, body: &str, retry: bool) -> (u16, Value) {
-        let ts = chrono::Utc::now().timestamp();
-        let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-        mac.update(format!("v0:{ts}:{body}").as_bytes());
-        let signature = hex::encode(mac.finalize().into_bytes());
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        let retry = if retry {
-            "X-Slack-Retry-Num: 1\r\nX-Slack-Retry-Reason: http_timeout\r\n"
-        } else {
-            ""
-        };
-        write!(
-            stream,
-            "POST /eve/v1/channels/slack HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
-             Content-Type: application/json\r\nX-Slack-Request-Timestamp: {ts}\r\n\
-             X-Slack-Signature: v0={signature}\r\n{retry}Content-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
+/// Posts a Slack event signed now to the server on `port`; status and JSON body.
+fn slack(port: u16, body: &str, retry: bool) -> (u16, Value) {
+    let ts = chrono::Utc::now().timestamp();
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(format!("v0:{ts}:{body}").as_bytes());
+    let signature = hex::encode(mac.finalize().into_bytes());
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
-        let mut raw = String::new();
-        stream.read_to_string(&mut raw).unwrap();
-        let status = raw.split(' ').nth(1).unwrap().parse().unwrap();
-        let json = raw
-            .split_once("\r\n\r\n")
-            .and_then(|(_, b)| serde_json::from_str(b).ok())
-            .unwrap_or(Value::Null);
-        (status, json)
-    }
-
-    fn sigkill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    let retry = if retry {
+        "X-Slack-Retry-Num: 1\r\nX-Slack-Retry-Reason: http_timeout\r\n"
+    } else {
+        ""
+    };
+    write!(
+        stream,
+        "POST /eve/v1/channels/slack HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nX-Slack-Request-Timestamp: {ts}\r\n\
+         X-Slack-Signature: v0={signature}\r\n{retry}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let status = raw.split(' ').nth(1).unwrap().parse().unwrap();
+    let json = raw
+        .split_once("\r\n\r\n")
+        .and_then(|(_, b)| serde_json::from_str(b).ok())
+        .unwrap_or(Value::Null);
+    (status, json)
 }
 
 fn mention(event_id: &str, text: &str) -> String {
@@ -227,12 +176,7 @@ fn a_slack_answer_owed_by_a_killed_server_is_posted_once_by_the_next() {
     let (api_port, posts) = fake_slack();
     let dir = project(api_port);
     let root = dir.path();
-    let out = eve(root, &["build"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    build(root);
     let runs = || {
         std::fs::read_to_string(root.join("runs"))
             .unwrap_or_default()
@@ -240,16 +184,16 @@ fn a_slack_answer_owed_by_a_killed_server_is_posted_once_by_the_next() {
             .count()
     };
 
-    let server = Server::start(root);
+    let server = serve(root);
     let event = mention("EvKill1", "/tool gated {}");
-    let (status, body) = server.slack(&event, false);
+    let (status, body) = slack(server.port, &event, false);
     assert_eq!(status, 200, "{body}");
     wait_until("the tool runs", || runs() == 1);
     server.sigkill();
     assert!(posts.lock().unwrap().is_empty(), "nothing was posted yet");
 
     // The next process finishes the turn (the `read` tool runs again) and owes the answer.
-    let server = Server::start(root);
+    let server = serve(root);
     wait_until("the interrupted call runs again", || runs() == 2);
     std::fs::write(root.join("open"), "").unwrap();
     wait_until("the answer is posted", || !posts.lock().unwrap().is_empty());
@@ -264,7 +208,7 @@ fn a_slack_answer_owed_by_a_killed_server_is_posted_once_by_the_next() {
     }
 
     // Slack retries the event the killed process accepted: recognised, not a second turn.
-    let (status, body) = server.slack(&event, true);
+    let (status, body) = slack(server.port, &event, true);
     assert_eq!(status, 200, "{body}");
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(

@@ -50,7 +50,7 @@ fn project() -> tempfile::TempDir {
     dir
 }
 
-fn eve(root: &Path, args: &[&str]) -> Command {
+pub(crate) fn eve(root: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(EVE);
     cmd.args(args)
         .current_dir(root)
@@ -67,7 +67,7 @@ fn eve(root: &Path, args: &[&str]) -> Command {
     cmd
 }
 
-fn build(root: &Path) {
+pub(crate) fn build(root: &Path) {
     let out = eve(root, &["build"]).output().unwrap();
     assert!(
         out.status.success(),
@@ -77,15 +77,15 @@ fn build(root: &Path) {
 }
 
 /// A running `eve serve`.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     banner: String,
 }
 
 impl Server {
     /// Starts `eve ARGS` and waits for its `eve serving … on http://…` line.
-    fn start(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+    pub(crate) fn start(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut cmd = eve(root, args);
         for (k, v) in env {
             cmd.env(k, v);
@@ -149,7 +149,7 @@ impl Server {
         self.stream(session, "?follow=false").len() as u64
     }
 
-    fn sigkill(mut self) {
+    pub(crate) fn sigkill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }

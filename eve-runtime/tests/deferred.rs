@@ -2,17 +2,14 @@
 //! `call_tool` runs them as a direct call would (approval, validation, hooks, side effects).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use eve_compile::{Approval, Effect, Hook, Runner, Tool};
-use eve_runtime::engine::{
-    BreakerPolicy, DriveOutcome, FixedModelProvider, ResolvedModel, Runtime, RuntimeConfig,
-};
+use eve_runtime::engine::{DriveOutcome, Runtime};
 use eve_runtime::model::mock::{MockClient, load_script};
 use eve_runtime::model::{
     ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse, ToolSpec,
 };
-use eve_runtime::store::{CallStatus, SqliteStore, Store};
+use eve_runtime::store::CallStatus;
 use serde_json::{Value, json};
 
 use crate::engine_support::*;
@@ -46,27 +43,7 @@ fn recording_runtime(p: &TestProject, steps: Value) -> (Runtime, Arc<Mutex<Vec<M
         mock: MockClient::from_steps(load_script(&steps.to_string()).unwrap()),
         requests: requests.clone(),
     };
-    let model = ResolvedModel {
-        client: Arc::new(client),
-        model: "script".to_owned(),
-        model_id: "mock/script".to_owned(),
-        context_window: None,
-        price_per_million: None,
-    };
-    let side = p.side_file.clone();
-    let config = RuntimeConfig {
-        state_dir: p.state_dir.clone(),
-        store: Arc::new(SqliteStore::open(p.state_dir.join("eve.db")).unwrap()) as Arc<dyn Store>,
-        models: Arc::new(FixedModelProvider(model)),
-        env: Arc::new(move |name: &str| match name {
-            "SIDE_FILE" => Some(side.to_string_lossy().into_owned()),
-            other => std::env::var(other).ok(),
-        }),
-        autostart: false,
-        lease_ttl: Duration::from_secs(15),
-        breaker: BreakerPolicy::default(),
-    };
-    (Runtime::new(config), requests)
+    (p.runtime_on(Arc::new(client), None), requests)
 }
 
 fn call(name: &str, input: Value) -> Value {

@@ -84,8 +84,20 @@ impl TestProject {
     /// Like [`TestProject::runtime`], with a context window reported by the model.
     pub fn runtime_with(&self, steps: Value, window: Option<u64>) -> Runtime {
         let steps = load_script(&steps.to_string()).unwrap();
+        self.runtime_on(
+            Arc::new(MockClient::from_steps(steps).with_context_window(window)),
+            window,
+        )
+    }
+
+    /// A runtime on this project whose model is `client`.
+    pub fn runtime_on(
+        &self,
+        client: Arc<dyn eve_runtime::model::ModelClient>,
+        window: Option<u64>,
+    ) -> Runtime {
         let model = ResolvedModel {
-            client: Arc::new(MockClient::from_steps(steps).with_context_window(window)),
+            client,
             model: "script".to_owned(),
             model_id: "mock/script".to_owned(),
             context_window: window,

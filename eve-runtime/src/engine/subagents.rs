@@ -402,24 +402,15 @@ impl TurnDriver<'_> {
                 let task_id = link.task_id();
                 batch
                     .push(Op::InsertSession(SessionRecord {
-                        id: child.clone(),
-                        status: SessionStatus::Idle,
-                        build_hash: self.build.hash.clone(),
-                        agent_name: sub.name.clone(),
                         parent_id: Some(self.id().to_owned()),
                         parent_call_id: Some(call.call_id.clone()),
-                        schedule: None,
-                        turn_count: 0,
-                        event_count: 0,
-                        message_count: 0,
-                        context_start: 0,
-                        usage: UsageTotals::default(),
-                        cost_usd: 0.0,
-                        loaded_skills: Vec::new(),
-                        approved_tools: Vec::new(),
-                        cancel_requested: false,
-                        created_at: now,
-                        updated_at: now,
+                        ..SessionRecord::new(
+                            child.clone(),
+                            self.build.hash.clone(),
+                            sub.name.clone(),
+                            None,
+                            now,
+                        )
                     }))
                     .push(Op::Composition(CompositionOp::InsertLink(link)));
                 (child, task_id)

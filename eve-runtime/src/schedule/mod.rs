@@ -34,8 +34,7 @@ pub use clock::{Clock, EVE_SCHEDULE_CLOCK, ManualClock, ScaledClock, SystemClock
 use crate::engine::{Runtime, RuntimeError, new_session_id};
 use crate::store::{
     Batch, FireStatus, FireTrigger, FireWrite, InboxRecord, Op, ScheduleClaim, ScheduleFire,
-    ScheduleState, SessionFilter, SessionRecord, SessionStatus, StateExpect, StoreError,
-    UsageTotals, now_ms,
+    ScheduleState, SessionFilter, SessionRecord, SessionStatus, StateExpect, StoreError, now_ms,
 };
 
 /// How late a fire may be claimed and still count as on time (a restart, a slow start).
@@ -552,26 +551,13 @@ impl Scheduler {
             schedule.prompt.clone()
         };
         let mut batch = Batch::durable();
-        batch.push(Op::InsertSession(SessionRecord {
-            id: id.clone(),
-            status: SessionStatus::Idle,
-            build_hash: build.hash.clone(),
-            agent_name: build.manifest.agent.name.clone(),
-            parent_id: None,
-            parent_call_id: None,
-            schedule: Some(schedule.name.clone()),
-            turn_count: 0,
-            event_count: 0,
-            message_count: 0,
-            context_start: 0,
-            usage: UsageTotals::default(),
-            cost_usd: 0.0,
-            loaded_skills: Vec::new(),
-            approved_tools: Vec::new(),
-            cancel_requested: false,
-            created_at: now,
-            updated_at: now,
-        }));
+        batch.push(Op::InsertSession(SessionRecord::new(
+            id.clone(),
+            build.hash.clone(),
+            build.manifest.agent.name.clone(),
+            Some(schedule.name.clone()),
+            now,
+        )));
         batch.push(Op::InsertInbox(InboxRecord::new(&id, &text, now)));
         Ok((id, batch))
     }
