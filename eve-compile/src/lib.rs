@@ -5,8 +5,10 @@
 
 pub mod build;
 pub mod compile;
+pub mod cron;
 mod fields;
 pub mod frontmatter;
+pub mod hash;
 pub mod manifest;
 pub mod pack;
 pub mod project;

@@ -3,6 +3,7 @@
 
 mod artifacts;
 mod diagnostics;
+mod hash;
 mod hostile;
 mod mistakes;
 mod schema;

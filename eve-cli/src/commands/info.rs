@@ -126,7 +126,7 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
         let now = chrono::Utc::now();
         let _ = writeln!(out, "{ind}  {} ({})", h("schedules"), agent.schedules.len());
         for s in &agent.schedules {
-            let next = eve_compile::compile::next_fire(s, now)
+            let next = eve_compile::cron::next_fire(s, now)
                 .map(|t| {
                     format!(
                         "next {} ({} UTC)",

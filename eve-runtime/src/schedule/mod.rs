@@ -132,7 +132,7 @@ pub fn spec_of(schedule: &Schedule) -> String {
 }
 
 fn next_after(schedule: &Schedule, after: DateTime<Utc>) -> i64 {
-    eve_compile::compile::next_fire(schedule, after).map_or(NEVER, |t| t.timestamp_millis())
+    eve_compile::cron::next_fire(schedule, after).map_or(NEVER, |t| t.timestamp_millis())
 }
 
 fn fire_row(

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use eve_compile::{Approval, DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_MS, Effect, Runner, Tool};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use super::error::ToolError;
@@ -104,7 +103,7 @@ fn builtin(name: &str, description: &str, input_schema: Value, effect: Effect) -
         name: name.to_owned(),
         source: BUILTIN_ARGV.to_owned(),
         description: description.to_owned(),
-        schema_hash: schema_hash(&input_schema),
+        schema_hash: eve_compile::hash::json_hash(&input_schema),
         input_schema,
         approval: Approval::Never,
         effect,
@@ -117,27 +116,6 @@ fn builtin(name: &str, description: &str, input_schema: Value, effect: Effect) -
             argv: vec![BUILTIN_ARGV.to_owned()],
         },
     }
-}
-
-/// SHA-256 (hex) of a schema serialised with sorted keys.
-fn schema_hash(schema: &Value) -> String {
-    fn sorted(value: &Value) -> Value {
-        match value {
-            Value::Object(map) => {
-                let mut entries: Vec<_> = map.iter().collect();
-                entries.sort_by(|a, b| a.0.cmp(b.0));
-                Value::Object(
-                    entries
-                        .into_iter()
-                        .map(|(k, v)| (k.clone(), sorted(v)))
-                        .collect(),
-                )
-            }
-            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
-            other => other.clone(),
-        }
-    }
-    hex::encode(Sha256::digest(sorted(schema).to_string().as_bytes()))
 }
 
 #[derive(Deserialize)]

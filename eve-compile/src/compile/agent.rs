@@ -1,0 +1,270 @@
+//! An agent folder as a whole: `agent.yaml` (model, limits, compaction, approvals of built-ins),
+//! `instructions.md`, and the walk that compiles each of its parts and its subagents in turn.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use eve_discover::{AgentDir, Code, Diagnostic};
+
+use super::{APPROVALS, Compiler};
+use crate::fields::Fields;
+use crate::manifest::*;
+
+/// Built-in tools whose approval `agent.yaml` `approvals:` can set.
+pub const BUILTIN_TOOLS: &[&str] = &["bash", "read_file", "write_file"];
+
+impl Compiler {
+    pub(super) fn agent(&mut self, dir: &AgentDir, name: &str, root: bool) -> Agent {
+        let (config, description) = self.config(dir, root);
+        let instructions = self.instructions(dir);
+        let sandbox = self.sandbox(dir);
+        let tools = self.tools(dir, &sandbox);
+        let skills = self.skills(&dir.skills);
+        let mut subagents = Vec::new();
+        for sub in &dir.subagents {
+            self.check_name(&sub.name, &format!("{}/", sub.agent.path), "subagent");
+            subagents.push(self.agent(&sub.agent, &sub.name, false));
+        }
+        let schedules = dir
+            .schedules
+            .iter()
+            .filter_map(|s| self.schedule(s))
+            .collect();
+        let hooks = dir.hooks.iter().filter_map(|h| self.hook(h)).collect();
+        let connections: Vec<Connection> = dir
+            .connections
+            .iter()
+            .filter_map(|c| self.connection(c))
+            .collect();
+        let channels = dir
+            .channels
+            .iter()
+            .filter_map(|c| self.channel(c))
+            .collect();
+        self.collisions(dir, &subagents, &connections);
+        Agent {
+            name: name.to_owned(),
+            path: dir.path.clone(),
+            description,
+            instructions,
+            config,
+            tools,
+            skills,
+            subagents,
+            schedules,
+            hooks,
+            connections,
+            channels,
+            sandbox,
+        }
+    }
+
+    fn config(&mut self, dir: &AgentDir, root: bool) -> (AgentConfig, Option<String>) {
+        let mut config = AgentConfig {
+            model: None,
+            reasoning: None,
+            context_window: None,
+            compaction: Compaction::default(),
+            limits: Limits::default(),
+            default_tools: true,
+            approvals: BTreeMap::new(),
+            turn_policy: TurnPolicy::Queue,
+        };
+        let mut description = None;
+        let config_path = format!("{}agent.yaml", prefix(&dir.path));
+        if let Some(file) = &dir.config
+            && let Some(parsed) = self.yaml_file(file)
+        {
+            let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
+            f.unknown_keys(
+                &[
+                    "model",
+                    "reasoning",
+                    "context_window",
+                    "compaction",
+                    "limits",
+                    "default_tools",
+                    "turn_policy",
+                    "approvals",
+                    "description",
+                    "name",
+                ],
+                "agent.yaml",
+            );
+            config.model = f.string("model");
+            if let Some(m) = &config.model
+                && !m.contains('/')
+            {
+                f.report(
+                    Code::InvalidField,
+                    "model",
+                    format!("`model` is `{m}`; expected `provider/name`"),
+                    "for example `openai/gpt-4.1`, `anthropic/claude-sonnet-4-5` or `mock/echo`",
+                );
+            }
+            config.reasoning = f
+                .choice(
+                    "reasoning",
+                    &[("low", "low"), ("medium", "medium"), ("high", "high")],
+                )
+                .map(str::to_owned);
+            config.context_window = f.u64("context_window");
+            config.default_tools = f.bool("default_tools").unwrap_or(true);
+            config.turn_policy = f
+                .choice(
+                    "turn_policy",
+                    &[("queue", TurnPolicy::Queue), ("steer", TurnPolicy::Steer)],
+                )
+                .unwrap_or_default();
+            description = f.string("description");
+            match f.raw("compaction").cloned() {
+                Some(Value::Bool(b)) => config.compaction.enabled = b,
+                Some(Value::Object(_)) => {
+                    let mut c =
+                        Fields::new(&file.path, &parsed.doc, "/compaction", &mut self.diags);
+                    c.unknown_keys(&["enabled", "threshold"], "compaction");
+                    if let Some(b) = c.bool("enabled") {
+                        config.compaction.enabled = b;
+                    }
+                    if let Some(t) = c.f64("threshold") {
+                        if t > 0.0 && t <= 1.0 {
+                            config.compaction.threshold = t;
+                        } else {
+                            c.report(
+                                Code::InvalidField,
+                                "threshold",
+                                format!(
+                                    "`threshold` is {t}; it is a fraction of the context window"
+                                ),
+                                "use a number above 0 and at most 1, such as 0.8",
+                            );
+                        }
+                    }
+                }
+                Some(other) => {
+                    let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
+                    f.report(
+                        Code::InvalidField,
+                        "compaction",
+                        format!(
+                            "`compaction` must be true, false or a mapping, found {}",
+                            crate::fields::kind(&other)
+                        ),
+                        "write `compaction: false`, or a mapping with `enabled:` and `threshold:`",
+                    );
+                }
+                None => {}
+            }
+            if parsed.doc.value.get("approvals").is_some() {
+                let mut a = Fields::new(&file.path, &parsed.doc, "/approvals", &mut self.diags);
+                for tool in BUILTIN_TOOLS {
+                    if let Some(policy) = a.choice(tool, APPROVALS) {
+                        config.approvals.insert((*tool).to_owned(), policy);
+                    }
+                }
+                a.unknown_keys(BUILTIN_TOOLS, "approvals (built-in tool names)");
+            }
+            if parsed.doc.value.get("limits").is_some() {
+                let mut l = Fields::new(&file.path, &parsed.doc, "/limits", &mut self.diags);
+                l.unknown_keys(
+                    &[
+                        "max_steps_per_turn",
+                        "max_tokens",
+                        "max_cost_usd",
+                        "max_turn_seconds",
+                        "price_per_million",
+                    ],
+                    "limits",
+                );
+                if let Some(n) = l.u64("max_steps_per_turn") {
+                    config.limits.max_steps_per_turn = u32::try_from(n).unwrap_or(u32::MAX).max(1);
+                }
+                config.limits.max_tokens = l.u64("max_tokens");
+                config.limits.max_cost_usd = l.f64("max_cost_usd");
+                config.limits.max_turn_seconds = l.u64("max_turn_seconds");
+                if parsed
+                    .doc
+                    .value
+                    .pointer("/limits/price_per_million")
+                    .is_some()
+                {
+                    let mut p = Fields::new(
+                        &file.path,
+                        &parsed.doc,
+                        "/limits/price_per_million",
+                        &mut self.diags,
+                    );
+                    p.unknown_keys(&["input", "output"], "price_per_million");
+                    match (p.f64("input"), p.f64("output")) {
+                        (Some(input), Some(output)) if input >= 0.0 && output >= 0.0 => {
+                            config.limits.price_per_million = Some(Price { input, output });
+                        }
+                        _ => p.report_at(
+                            Code::InvalidField,
+                            "/limits/price_per_million",
+                            "`price_per_million` needs non-negative `input` and `output` prices"
+                                .to_owned(),
+                            "for example `price_per_million: {input: 2.0, output: 8.0}` (US dollars per million tokens)",
+                        ),
+                    }
+                }
+            }
+        }
+        if !root && description.as_deref().is_none_or(|d| d.trim().is_empty()) {
+            self.push(
+                Diagnostic::new(
+                    Code::MissingDescription,
+                    config_path,
+                    "subagent has no `description`",
+                )
+                .help("add `description: <what this subagent does>` to its agent.yaml: the parent model sees it as the tool's description"),
+            );
+        }
+        (config, description)
+    }
+
+    fn instructions(&mut self, dir: &AgentDir) -> String {
+        let Some(file) = &dir.instructions else {
+            let what = if dir.path.is_empty() {
+                "the agent"
+            } else {
+                "this subagent"
+            };
+            self.push(
+                Diagnostic::new(
+                    Code::MissingInstructions,
+                    format!("{}instructions.md", prefix(&dir.path)),
+                    format!("{what} has no instructions.md"),
+                )
+                .help("create instructions.md with the system prompt"),
+            );
+            return String::new();
+        };
+        let Some(parsed) = self.markdown_file(file) else {
+            return String::new();
+        };
+        let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
+        f.unknown_keys(&["description", "title"], "instructions.md front matter");
+        let body = parsed.body.trim().to_owned();
+        if body.is_empty() {
+            self.push(
+                Diagnostic::new(
+                    Code::EmptyInstructions,
+                    file.path.clone(),
+                    "instructions.md is empty",
+                )
+                .help("write the system prompt: who the agent is and how it should work"),
+            );
+        }
+        body
+    }
+}
+
+fn prefix(path: &str) -> String {
+    if path.is_empty() {
+        String::new()
+    } else {
+        format!("{path}/")
+    }
+}

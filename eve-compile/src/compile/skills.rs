@@ -1,0 +1,74 @@
+//! `skills/`: one Markdown file (or folder with `SKILL.md` and assets) per skill; front matter
+//! gives the description the model sees before it loads the body.
+
+use eve_discover::{Code, Diagnostic, SkillFile};
+
+use super::Compiler;
+use crate::fields::Fields;
+use crate::manifest::*;
+
+impl Compiler {
+    pub(super) fn skills(&mut self, files: &[SkillFile]) -> Vec<Skill> {
+        let mut out: Vec<Skill> = Vec::new();
+        for s in files {
+            if !self.check_name(&s.name, &s.file.path, "skill") {
+                continue;
+            }
+            if let Some(prev) = out.iter().find(|o| o.name == s.name) {
+                self.push(
+                    Diagnostic::new(
+                        Code::NameCollision,
+                        s.file.path.clone(),
+                        format!(
+                            "skill `{}` is also defined by {}{}",
+                            s.name, self.shown_prefix, prev.source
+                        ),
+                    )
+                    .help("keep one of them, or rename one file"),
+                );
+                continue;
+            }
+            let Some(parsed) = self.markdown_file(&s.file) else {
+                continue;
+            };
+            let mut f = Fields::new(&s.file.path, &parsed.doc, "", &mut self.diags);
+            f.unknown_keys(
+                &[
+                    "name",
+                    "description",
+                    "deferred",
+                    "license",
+                    "metadata",
+                    "allowed-tools",
+                    "compatibility",
+                ],
+                "skill",
+            );
+            let description = f.string("description").unwrap_or_default();
+            if description.trim().is_empty() {
+                f.push(
+                    Diagnostic::new(Code::MissingToolDescription, s.file.path.clone(), format!("skill `{}` has no description", s.name))
+                        .help("add front matter `description:` saying when the skill applies; the model only sees the description until it loads the skill"),
+                );
+            }
+            let deferred = f.bool("deferred").unwrap_or(false);
+            let license = f.string("license");
+            let metadata = f.raw("metadata").cloned();
+            for a in &s.assets {
+                self.files.insert(a.clone());
+            }
+            out.push(Skill {
+                name: s.name.clone(),
+                source: s.file.path.clone(),
+                description,
+                body: parsed.body.trim().to_owned(),
+                deferred,
+                license,
+                metadata,
+                files: s.assets.clone(),
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+}
