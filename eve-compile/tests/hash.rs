@@ -68,14 +68,18 @@ fn known_schemas_keep_their_hash() {
 
 #[test]
 fn key_order_does_not_change_the_hash() {
-    let a: Value = serde_json::from_str(r#"{"b": {"y": 1, "x": [2, {"q": 1, "p": 2}]}, "a": null}"#)
-        .unwrap();
-    let b: Value = serde_json::from_str(r#"{"a": null, "b": {"x": [2, {"p": 2, "q": 1}], "y": 1}}"#)
-        .unwrap();
+    let a: Value =
+        serde_json::from_str(r#"{"b": {"y": 1, "x": [2, {"q": 1, "p": 2}]}, "a": null}"#).unwrap();
+    let b: Value =
+        serde_json::from_str(r#"{"a": null, "b": {"x": [2, {"p": 2, "q": 1}], "y": 1}}"#).unwrap();
     assert_eq!(json_hash(&a), json_hash(&b));
-    let c: Value = serde_json::from_str(r#"{"a": null, "b": {"x": [{"p": 2, "q": 1}, 2], "y": 1}}"#)
-        .unwrap();
-    assert_ne!(json_hash(&a), json_hash(&c), "array order is part of the value");
+    let c: Value =
+        serde_json::from_str(r#"{"a": null, "b": {"x": [{"p": 2, "q": 1}, 2], "y": 1}}"#).unwrap();
+    assert_ne!(
+        json_hash(&a),
+        json_hash(&c),
+        "array order is part of the value"
+    );
 }
 
 proptest! {

@@ -10,7 +10,12 @@ use crate::manifest::*;
 
 impl Compiler {
     /// Tool names must be unique across tools, subagents, built-ins and connection prefixes.
-    pub(super) fn collisions(&mut self, dir: &AgentDir, subagents: &[Agent], connections: &[Connection]) {
+    pub(super) fn collisions(
+        &mut self,
+        dir: &AgentDir,
+        subagents: &[Agent],
+        connections: &[Connection],
+    ) {
         let mut owners: BTreeMap<String, String> = BTreeMap::new();
         let mut claim = |this: &mut Self, name: &str, owner: String| {
             if let Some(prev) = owners.get(name) {

@@ -128,13 +128,17 @@ impl Compiler {
         self.diags.push(d);
     }
 
-    /// Parses a whole YAML file.
-    fn yaml_file(&mut self, file: &SourceFile) -> Option<Parsed> {
-        match yaml::parse(&file.text, 0, 0) {
-            Ok(doc) => Some(Parsed {
-                doc,
-                body: String::new(),
-            }),
+    /// Parses YAML text of `file` (all of it, or its front matter at the given offsets); a
+    /// syntax error becomes a diagnostic.
+    fn parse(
+        &mut self,
+        file: &SourceFile,
+        text: &str,
+        (line_offset, column_offset): (u32, u32),
+        body: String,
+    ) -> Option<Parsed> {
+        match yaml::parse(text, line_offset, column_offset) {
+            Ok(doc) => Some(Parsed { doc, body }),
             Err(e) => {
                 self.syntax_error(file, e);
                 None
@@ -142,16 +146,15 @@ impl Compiler {
         }
     }
 
+    /// Parses a whole YAML file.
+    fn yaml_file(&mut self, file: &SourceFile) -> Option<Parsed> {
+        self.parse(file, &file.text, (0, 0), String::new())
+    }
+
     /// Parses markdown front matter; a file without front matter has an empty document.
     fn markdown_file(&mut self, file: &SourceFile) -> Option<Parsed> {
         match frontmatter::markdown(&file.text) {
-            Ok(Some(fm)) => match yaml::parse(&fm.yaml, fm.line_offset, fm.column_offset) {
-                Ok(doc) => Some(Parsed { doc, body: fm.body }),
-                Err(e) => {
-                    self.syntax_error(file, e);
-                    None
-                }
-            },
+            Ok(Some(fm)) => self.parse(file, &fm.yaml, (fm.line_offset, fm.column_offset), fm.body),
             Ok(None) => Some(Parsed {
                 doc: Doc::default(),
                 body: file.text.clone(),
@@ -166,16 +169,12 @@ impl Compiler {
     /// Parses a script's front matter comment block; `None` when absent or broken.
     fn script_file(&mut self, file: &SourceFile, required_help: &str) -> Option<Parsed> {
         match frontmatter::script(&file.text) {
-            Ok(Some(fm)) => match yaml::parse(&fm.yaml, fm.line_offset, fm.column_offset) {
-                Ok(doc) => Some(Parsed {
-                    doc,
-                    body: String::new(),
-                }),
-                Err(e) => {
-                    self.syntax_error(file, e);
-                    None
-                }
-            },
+            Ok(Some(fm)) => self.parse(
+                file,
+                &fm.yaml,
+                (fm.line_offset, fm.column_offset),
+                String::new(),
+            ),
             Ok(None) => {
                 self.push(
                     Diagnostic::new(
