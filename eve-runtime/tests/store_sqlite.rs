@@ -120,3 +120,32 @@ async fn backend_errors_keep_the_database_message() {
     assert!(text.starts_with("database error: "), "{text}");
     assert!(text.contains("not a database"), "{text}");
 }
+
+#[tokio::test]
+async fn a_runtime_runs_on_the_store_it_is_given() {
+    use eve_runtime::engine::{Runtime, RuntimeConfig, SettingsModelProvider};
+    let backend = Sqlite::new();
+    let store = backend.open();
+    let state = tempfile::tempdir().unwrap();
+    let models = Arc::new(SettingsModelProvider::new(Arc::new(|_: &str| None)));
+    let runtime = Runtime::new(RuntimeConfig::with_store(
+        state.path(),
+        store.clone(),
+        models,
+    ));
+    assert!(Arc::ptr_eq(runtime.store(), &store));
+    let mut b = Batch::durable();
+    b.push(Op::InsertSession(SessionRecord::new(
+        "wrun_given".into(),
+        "h".into(),
+        "a".into(),
+        None,
+        now_ms(),
+    )));
+    store.commit(b).await.unwrap();
+    assert!(runtime.session("wrun_given").await.unwrap().is_some());
+    assert!(
+        !state.path().join("eve.db").exists(),
+        "no store is opened in the state folder"
+    );
+}

@@ -466,7 +466,8 @@ pub async fn turn_step_call_and_request_rows(backend: &impl Backend) {
     settled.status = CallStatus::Completed;
     settled.output = Some(json!("ok"));
     settled.attempts = 1;
-    let mut answered = request("req_1", "wrun_t", 1, RequestStatus::Approved);
+    let mut answered = store.input_request("req_1").await.unwrap().unwrap();
+    answered.status = RequestStatus::Approved;
     answered.reason = Some("fine".into());
     answered.answered_at = Some(now_ms());
     let mut b = Batch::durable();
