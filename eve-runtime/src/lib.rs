@@ -7,3 +7,4 @@ pub mod schedule;
 pub mod server;
 pub mod store;
 pub mod tools;
+pub mod wire;

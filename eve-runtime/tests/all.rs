@@ -17,4 +17,6 @@ mod server_capture;
 mod server_routes;
 mod server_stream;
 mod server_support;
+mod store_contract;
+mod store_sqlite;
 mod tools;

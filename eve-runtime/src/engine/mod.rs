@@ -104,7 +104,7 @@ pub struct RuntimeConfig {
 }
 
 impl RuntimeConfig {
-    /// Defaults for a project whose state folder is `state_dir`, with the store at
+    /// Defaults for a project whose state folder is `state_dir`, with the SQLite store at
     /// `<state_dir>/eve.db`.
     pub fn new(
         state_dir: impl Into<PathBuf>,
@@ -112,15 +112,25 @@ impl RuntimeConfig {
     ) -> RuntimeResult<Self> {
         let state_dir = state_dir.into();
         let store = SqliteStore::open(state_dir.join("eve.db"))?;
-        Ok(Self {
-            state_dir,
-            store: Arc::new(store),
+        Ok(Self::with_store(state_dir, Arc::new(store), models))
+    }
+
+    /// Defaults for a project whose state folder is `state_dir`, on the store it is given (any
+    /// backend).
+    pub fn with_store(
+        state_dir: impl Into<PathBuf>,
+        store: Arc<dyn Store>,
+        models: Arc<dyn ModelProvider>,
+    ) -> Self {
+        Self {
+            state_dir: state_dir.into(),
+            store,
             models,
             env: process_env(),
             autostart: true,
             lease_ttl: Duration::from_secs(15),
             breaker: BreakerPolicy::default(),
-        })
+        }
     }
 }
 

@@ -5,18 +5,26 @@
 //! process reads the current state back (session row, open turn, its calls) instead of replaying
 //! history. [`Store`] is the seam for other backends (PostgreSQL); [`SqliteStore`] is the embedded
 //! default at `.eve/eve.db`.
+//!
+//! This module and the record types are backend-neutral: no SQL and no driver type appear here.
+//! Everything SQLite lives under `sqlite/`, which maps its driver's errors into [`StoreError`]
+//! (keeping their message). Who counts as a dead lease holder is a [`Liveness`] policy the
+//! store is given, not SQL; the run loop's combined read is [`Store::drive_state`].
 
 mod channels;
 mod composition;
+mod drive;
+mod liveness;
 mod records;
 mod schedules;
-mod schema;
 mod sqlite;
 
 pub use channels::{
     CHANNEL_ROWS_KEPT_MS, ChannelAccept, ChannelDelivery, ChannelReplyRecord, ChannelReplyUpdate,
 };
 pub use composition::{Budget, CompositionOp, DynamicToolRecord, SubagentCall, SubagentLink};
+pub use drive::DriveState;
+pub use liveness::{ExpiryOnly, Liveness, LocalHost, ProcessRef, pid_alive};
 pub use records::*;
 pub use schedules::*;
 pub use sqlite::SqliteStore;
@@ -24,16 +32,16 @@ pub use sqlite::SqliteStore;
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// SQLite reported an error.
+    /// The database reported an error (the backend's message).
     #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Backend(String),
     /// A JSON column could not be encoded or decoded.
     #[error("stored JSON is invalid: {0}")]
     Json(#[from] serde_json::Error),
     /// Opening the database folder failed.
     #[error("cannot open the store: {0}")]
     Io(#[from] std::io::Error),
-    /// The writer thread is gone (the store is shutting down).
+    /// The store's writer is gone (the store is shutting down).
     #[error("the store's writer has stopped")]
     WriterGone,
     /// A transaction could not be committed; every write in it was rolled back.
@@ -107,6 +115,10 @@ pub trait Store: Send + Sync + 'static {
     /// Sessions with work left: a turn that is running, a wait whose input is all answered, or an
     /// accepted message not yet taken.
     async fn sessions_with_work(&self) -> StoreResult<Vec<String>>;
+    /// Everything the run loop reads about a session before it acts (see [`DriveState`]), from
+    /// one consistent snapshot; `None` for an unknown session. Called once per message and per
+    /// resume, so a backend answers it in one read transaction (one round trip where it can).
+    async fn drive_state(&self, session: &str) -> StoreResult<Option<DriveState>>;
 
     /// A counter bumped whenever another process is seen to commit to the store (an approval
     /// answered by `eve sessions approve`, a message posted by `eve run`), for servers to pick up
@@ -115,8 +127,8 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
-    /// Takes the lease of a session for `claim.holder`, if it is free, expired, held by a dead
-    /// process on this host, or already ours.
+    /// Takes the lease of a session for `claim.holder`, if it is free, expired, already ours, or
+    /// held by a process the store's [`Liveness`] policy calls dead. At most one holder at a time.
     async fn acquire_lease(&self, claim: &LeaseClaim) -> StoreResult<LeaseOutcome>;
     /// Extends our lease; `false` when it is no longer ours.
     async fn renew_lease(&self, claim: &LeaseClaim) -> StoreResult<bool>;
@@ -185,8 +197,8 @@ pub trait Store: Send + Sync + 'static {
     async fn channel_replies(&self, pending_only: bool) -> StoreResult<Vec<ChannelReplyRecord>>;
     /// One reply, by the inbox id of its message.
     async fn channel_reply(&self, inbox_id: &str) -> StoreResult<Option<ChannelReplyRecord>>;
-    /// Takes, for the process `pid` on `host`, the owed replies whose process is gone (or is
-    /// this one); returns them.
+    /// Takes, for the process `pid` on `host`, the owed replies whose owner is gone (as the
+    /// store's [`Liveness`] policy says, this process included); returns them.
     async fn claim_channel_replies(
         &self,
         pid: u32,

@@ -421,7 +421,7 @@ pub struct MessageRecord {
     pub at: i64,
 }
 
-/// A stored event.
+/// A stored event. Its wire form (the NDJSON envelope) is [`crate::wire`]'s.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEvent {
     /// Session.
@@ -436,17 +436,6 @@ pub struct StoredEvent {
     pub data: Value,
     /// Time, epoch milliseconds.
     pub at: i64,
-}
-
-impl StoredEvent {
-    /// The wire envelope: `{"type", "data", "meta": {"at", "id"}}`.
-    pub fn to_wire(&self) -> Value {
-        serde_json::json!({
-            "type": self.kind,
-            "data": self.data,
-            "meta": {"at": rfc3339(self.at), "id": self.id},
-        })
-    }
 }
 
 /// A tool's circuit breaker.

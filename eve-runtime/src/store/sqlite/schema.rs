@@ -1,7 +1,54 @@
-//! Schema migrations, applied in order by `PRAGMA user_version`.
+//! The SQLite schema: connection settings and migrations, applied in order by `PRAGMA user_version`.
 //!
 //! Each entry moves the schema from version `i` to `i + 1` inside one transaction. Never edit a
 //! released entry: add a new one.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::store::{StoreError, StoreResult};
+
+/// How long a connection waits for another process's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Opens a connection with the store's settings (WAL, `synchronous=NORMAL`, foreign keys).
+pub(super) fn open_connection(path: &Path) -> StoreResult<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(conn)
+}
+
+/// Brings the schema up to date, refusing a file written by a newer eve.
+pub(super) fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    let supported = i64::try_from(MIGRATIONS.len()).unwrap_or(i64::MAX);
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > supported {
+        return Err(StoreError::TooNew {
+            found: version,
+            supported,
+        });
+    }
+    for (i, sql) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(version).unwrap_or(0))
+    {
+        tx.execute_batch(sql)?;
+        tx.pragma_update(
+            None,
+            "user_version",
+            i64::try_from(i + 1).unwrap_or(i64::MAX),
+        )?;
+    }
+    tx.commit()?;
+    Ok(())
+}
 
 /// Migrations; index `i` upgrades from version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[

@@ -1,0 +1,121 @@
+//! The SQLite store's writer thread: one connection, group commit, foreign-commit watch.
+//!
+//! All writes go through one dedicated thread that owns the only write connection. It drains
+//! whatever requests are queued and commits them in one `BEGIN IMMEDIATE` transaction (group
+//! commit), each request in its own savepoint so one failure does not sink the others. With a
+//! single writer per process, concurrent sessions never contend for the write lock inside a
+//! process; `busy_timeout` covers other processes sharing the file.
+
+use std::any::Any;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior};
+use tokio::sync::oneshot;
+
+use crate::store::{StoreError, StoreResult};
+
+/// Most requests folded into one transaction.
+const GROUP_LIMIT: usize = 256;
+/// How often an idle writer looks for commits of other processes.
+const WATCH_INTERVAL: Duration = Duration::from_millis(200);
+
+pub(super) type AnyBox = Box<dyn Any + Send>;
+pub(super) type Job = Box<dyn FnOnce(&Connection) -> StoreResult<AnyBox> + Send>;
+
+pub(super) struct Request {
+    pub(super) durable: bool,
+    pub(super) job: Job,
+    pub(super) reply: oneshot::Sender<StoreResult<AnyBox>>,
+}
+
+/// The writer thread: commits queued requests in groups. Between groups (and every
+/// [`WATCH_INTERVAL`] when idle) it reads `PRAGMA data_version`, which changes on this connection
+/// only when another connection commits; as this is the process's only writing connection, a
+/// change means another process wrote, and `foreign` is bumped.
+pub(super) fn writer_loop(
+    mut conn: Connection,
+    rx: mpsc::Receiver<Request>,
+    foreign: &tokio::sync::watch::Sender<u64>,
+) {
+    let mut full_sync = false;
+    let data_version = |conn: &Connection| {
+        conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
+            .ok()
+    };
+    let mut version = data_version(&conn);
+    loop {
+        let first = match rx.recv_timeout(WATCH_INTERVAL) {
+            Ok(first) => Some(first),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        let now = data_version(&conn);
+        if now != version {
+            version = now;
+            foreign.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        let Some(first) = first else { continue };
+        let mut group = vec![first];
+        while group.len() < GROUP_LIMIT {
+            match rx.try_recv() {
+                Ok(r) => group.push(r),
+                Err(_) => break,
+            }
+        }
+        let durable = group.iter().any(|r| r.durable);
+        if durable != full_sync {
+            let mode = if durable { "FULL" } else { "NORMAL" };
+            if conn.pragma_update(None, "synchronous", mode).is_ok() {
+                full_sync = durable;
+            }
+        }
+        run_group(&mut conn, group);
+    }
+}
+
+fn run_group(conn: &mut Connection, group: Vec<Request>) {
+    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => {
+            let message = e.to_string();
+            for r in group {
+                let _ = r.reply.send(Err(StoreError::Commit(message.clone())));
+            }
+            return;
+        }
+    };
+    let mut results = Vec::with_capacity(group.len());
+    for request in group {
+        let outcome = match tx.savepoint() {
+            Ok(mut sp) => {
+                let result = (request.job)(&sp);
+                match result {
+                    Ok(value) => match sp.commit() {
+                        Ok(()) => Ok(value),
+                        Err(e) => Err(StoreError::from(e)),
+                    },
+                    Err(e) => {
+                        let _ = sp.rollback();
+                        Err(e)
+                    }
+                }
+            }
+            Err(e) => Err(StoreError::from(e)),
+        };
+        results.push((request.reply, outcome));
+    }
+    match tx.commit() {
+        Ok(()) => {
+            for (reply, outcome) in results {
+                let _ = reply.send(outcome);
+            }
+        }
+        Err(e) => {
+            let message = e.to_string();
+            for (reply, _) in results {
+                let _ = reply.send(Err(StoreError::Commit(message.clone())));
+            }
+        }
+    }
+}

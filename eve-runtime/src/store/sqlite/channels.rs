@@ -1,0 +1,182 @@
+//! SQL of the platform channels: delivery ids remembered with the inbox message, and replies owed.
+//!
+//! The rows are described in [`crate::store::ChannelReplyRecord`] and [`crate::store::ChannelAccept`];
+//! this module writes and reads them inside the SQLite store's transactions.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Value;
+
+use super::rows::to_i64;
+use crate::store::{
+    CHANNEL_ROWS_KEPT_MS, ChannelAccept, ChannelReplyRecord, ChannelReplyUpdate, Liveness,
+    ProcessRef, StoreResult,
+};
+
+/// Remembers `accept`'s delivery, forgetting those older than a day. `false` (and nothing
+/// written) when the delivery was already accepted.
+pub(super) fn claim_delivery(
+    conn: &Connection,
+    accept: &ChannelAccept,
+    now: i64,
+) -> StoreResult<bool> {
+    let Some(delivery) = &accept.delivery else {
+        return Ok(true);
+    };
+    let inserted = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO channel_deliveries (channel, delivery_id, accepted_at) \
+             VALUES (?1,?2,?3)",
+        )?
+        .execute(params![delivery.channel, delivery.delivery_id, now])?;
+    if inserted == 0 {
+        return Ok(false);
+    }
+    conn.prepare_cached("DELETE FROM channel_deliveries WHERE accepted_at < ?1")?
+        .execute([now.saturating_sub(CHANNEL_ROWS_KEPT_MS)])?;
+    Ok(true)
+}
+
+/// Writes `accept`'s reply, forgetting replies done more than a day ago.
+pub(super) fn insert_reply(conn: &Connection, accept: &ChannelAccept, now: i64) -> StoreResult<()> {
+    let Some(r) = &accept.reply else {
+        return Ok(());
+    };
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO channel_replies (inbox_id, channel, session_id, from_index, \
+         address, announced, done, detail, owner_pid, owner_host, created_at, updated_at) \
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?11)",
+    )?
+    .execute(params![
+        r.inbox_id,
+        r.channel,
+        r.session_id,
+        to_i64(r.from_index),
+        serde_json::to_string(&r.address)?,
+        serde_json::to_string(&r.announced)?,
+        r.done,
+        r.detail,
+        i64::from(r.owner_pid),
+        r.owner_host,
+        now
+    ])?;
+    conn.prepare_cached("DELETE FROM channel_replies WHERE done = 1 AND updated_at < ?1")?
+        .execute([now.saturating_sub(CHANNEL_ROWS_KEPT_MS)])?;
+    Ok(())
+}
+
+const REPLY_COLS: &str = "inbox_id, channel, session_id, from_index, address, announced, done, \
+                          detail, owner_pid, owner_host, created_at, updated_at";
+
+fn reply_from_row(
+    row: &rusqlite::Row<'_>,
+) -> rusqlite::Result<(ChannelReplyRecord, String, String)> {
+    Ok((
+        ChannelReplyRecord {
+            inbox_id: row.get(0)?,
+            channel: row.get(1)?,
+            session_id: row.get(2)?,
+            from_index: u64::try_from(row.get::<_, i64>(3)?).unwrap_or(0),
+            address: Value::Null,
+            announced: Vec::new(),
+            done: row.get(6)?,
+            detail: row.get(7)?,
+            owner_pid: u32::try_from(row.get::<_, i64>(8)?).unwrap_or(0),
+            owner_host: row.get(9)?,
+            created_at: row.get(10)?,
+            updated_at: row.get(11)?,
+        },
+        row.get(4)?,
+        row.get(5)?,
+    ))
+}
+
+fn decode(
+    (mut record, address, announced): (ChannelReplyRecord, String, String),
+) -> StoreResult<ChannelReplyRecord> {
+    record.address = serde_json::from_str(&address)?;
+    record.announced = serde_json::from_str(&announced)?;
+    Ok(record)
+}
+
+/// Replies (only those still owed when `pending_only`), oldest first.
+pub(super) fn replies(
+    conn: &Connection,
+    pending_only: bool,
+) -> StoreResult<Vec<ChannelReplyRecord>> {
+    let sql = format!(
+        "SELECT {REPLY_COLS} FROM channel_replies {} ORDER BY created_at, inbox_id",
+        if pending_only { "WHERE done = 0" } else { "" }
+    );
+    let rows = conn
+        .prepare_cached(&sql)?
+        .query_map([], reply_from_row)?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter().map(decode).collect()
+}
+
+/// One reply.
+pub(super) fn reply(conn: &Connection, inbox_id: &str) -> StoreResult<Option<ChannelReplyRecord>> {
+    conn.prepare_cached(&format!(
+        "SELECT {REPLY_COLS} FROM channel_replies WHERE inbox_id=?1"
+    ))?
+    .query_row([inbox_id], reply_from_row)
+    .optional()?
+    .map(decode)
+    .transpose()
+}
+
+/// Takes the owed replies whose process is gone, as `liveness` judges, for the process `pid` on
+/// `host`. Returns them, now ours.
+pub(super) fn claim_replies(
+    conn: &Connection,
+    pid: u32,
+    host: &str,
+    liveness: &dyn Liveness,
+    now: i64,
+) -> StoreResult<Vec<ChannelReplyRecord>> {
+    let me = ProcessRef {
+        pid,
+        host: host.to_owned(),
+    };
+    let mut taken = Vec::new();
+    for mut r in replies(conn, true)? {
+        let owner = ProcessRef {
+            pid: r.owner_pid,
+            host: r.owner_host.clone(),
+        };
+        if !liveness.reply_owner_gone(&owner, &me) {
+            continue;
+        }
+        conn.prepare_cached(
+            "UPDATE channel_replies SET owner_pid=?2, owner_host=?3, updated_at=?4 \
+             WHERE inbox_id=?1",
+        )?
+        .execute(params![r.inbox_id, i64::from(pid), host, now])?;
+        r.owner_pid = pid;
+        r.owner_host = host.to_owned();
+        r.updated_at = now;
+        taken.push(r);
+    }
+    Ok(taken)
+}
+
+/// Records a reply's progress (a reply done stays done).
+pub(super) fn update_reply(
+    conn: &Connection,
+    update: &ChannelReplyUpdate,
+    now: i64,
+) -> StoreResult<()> {
+    conn.prepare_cached(
+        "UPDATE channel_replies SET address=?2, announced=?3, done=?4, detail=?5, updated_at=?6 \
+         WHERE inbox_id=?1 AND done=0",
+    )?
+    .execute(params![
+        update.inbox_id,
+        serde_json::to_string(&update.address)?,
+        serde_json::to_string(&update.announced)?,
+        update.done,
+        update.detail,
+        now
+    ])?;
+    Ok(())
+}

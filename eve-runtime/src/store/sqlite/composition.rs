@@ -1,0 +1,336 @@
+//! SQL of composition: subagent links and waits, dynamic tools, observe-hook cursors.
+//!
+//! The rows are described in [`crate::store::CompositionOp`] and its record types; this module
+//! writes them inside a batch's transaction and reads them back for the engine.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::rows::{to_i64, to_u64};
+use crate::store::{
+    CompositionOp, DynamicToolRecord, InputRequestRecord, StoreResult, SubagentCall, SubagentLink,
+    UsageTotals,
+};
+
+/// Applies one composition write.
+pub(super) fn apply(conn: &Connection, op: CompositionOp, now: i64) -> StoreResult<()> {
+    match op {
+        CompositionOp::InsertLink(l) => {
+            conn.prepare_cached(
+                "INSERT OR REPLACE INTO subagent_sessions \
+                 (session_id, parent_id, call_id, root_id, agent_path, created_at) \
+                 VALUES (?1,?2,?3,?4,?5,?6)",
+            )?
+            .execute(params![
+                l.session_id,
+                l.parent_id,
+                l.call_id,
+                l.root_id,
+                l.agent_path,
+                l.created_at
+            ])?;
+        }
+        CompositionOp::PutSubagentCall(c) => {
+            conn.prepare_cached(
+                "INSERT OR REPLACE INTO subagent_calls (parent_id, turn_seq, call_id, child_id, \
+                 inbox_id, task_id, budget, created_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
+            )?
+            .execute(params![
+                c.parent_id,
+                to_i64(c.turn_seq),
+                c.call_id,
+                c.child_id,
+                c.inbox_id,
+                c.task_id,
+                serde_json::to_string(&c.budget)?,
+                c.created_at
+            ])?;
+        }
+        CompositionOp::PutDynamicTools {
+            session_id,
+            providers,
+            tools,
+            turn_seq,
+            detail,
+        } => {
+            for provider in &providers {
+                conn.prepare_cached(
+                    "DELETE FROM dynamic_tools WHERE session_id=?1 AND provider=?2",
+                )?
+                .execute(params![session_id, provider])?;
+            }
+            for t in tools {
+                conn.prepare_cached(
+                    "INSERT OR REPLACE INTO dynamic_tools (session_id, name, provider, description, \
+                     input_schema, provider_tool, build_hash, turn_seq, resolved_at) \
+                     VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+                )?
+                .execute(params![
+                    t.session_id,
+                    t.name,
+                    t.provider,
+                    t.description,
+                    serde_json::to_string(&t.input_schema)?,
+                    serde_json::to_string(&t.provider_tool)?,
+                    t.build_hash,
+                    to_i64(t.turn_seq),
+                    t.resolved_at
+                ])?;
+            }
+            conn.prepare_cached(
+                "INSERT OR REPLACE INTO dynamic_resolutions (session_id, turn_seq, detail, at) \
+                 VALUES (?1,?2,?3,?4)",
+            )?
+            .execute(params![
+                session_id,
+                to_i64(turn_seq),
+                serde_json::to_string(&detail)?,
+                now
+            ])?;
+        }
+        CompositionOp::HookCursor {
+            session_id,
+            hook,
+            delivered,
+        } => {
+            conn.prepare_cached(
+                "INSERT INTO hook_cursors (session_id, hook, delivered, updated_at) \
+                 VALUES (?1,?2,?3,?4) ON CONFLICT(session_id, hook) DO UPDATE SET \
+                 delivered=MAX(delivered, excluded.delivered), updated_at=excluded.updated_at",
+            )?
+            .execute(params![session_id, hook, to_i64(delivered), now])?;
+        }
+    }
+    Ok(())
+}
+
+fn link_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SubagentLink> {
+    Ok(SubagentLink {
+        session_id: row.get(0)?,
+        parent_id: row.get(1)?,
+        call_id: row.get(2)?,
+        root_id: row.get(3)?,
+        agent_path: row.get(4)?,
+        created_at: row.get(5)?,
+    })
+}
+
+const LINK_COLS: &str = "session_id, parent_id, call_id, root_id, agent_path, created_at";
+
+/// The link of a child session.
+pub(super) fn link(conn: &Connection, session: &str) -> StoreResult<Option<SubagentLink>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {LINK_COLS} FROM subagent_sessions WHERE session_id=?1"
+        ))?
+        .query_row([session], link_from_row)
+        .optional()?)
+}
+
+/// The child a continuation token names (the oldest, should a call id repeat).
+pub(super) fn link_by_token(
+    conn: &Connection,
+    parent: &str,
+    call_id: &str,
+) -> StoreResult<Option<SubagentLink>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {LINK_COLS} FROM subagent_sessions WHERE parent_id=?1 AND call_id=?2 \
+             ORDER BY created_at, rowid LIMIT 1"
+        ))?
+        .query_row([parent, call_id], link_from_row)
+        .optional()?)
+}
+
+fn call_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<SubagentCall>> {
+    let budget: String = row.get(6)?;
+    let build = || -> StoreResult<SubagentCall> {
+        Ok(SubagentCall {
+            parent_id: row.get(0)?,
+            turn_seq: to_u64(row.get(1)?),
+            call_id: row.get(2)?,
+            child_id: row.get(3)?,
+            inbox_id: row.get(4)?,
+            task_id: row.get(5)?,
+            budget: serde_json::from_str(&budget)?,
+            created_at: row.get(7)?,
+        })
+    };
+    Ok(build())
+}
+
+const CALL_COLS: &str =
+    "parent_id, turn_seq, call_id, child_id, inbox_id, task_id, budget, created_at";
+
+/// The child turn a parent call waits on.
+pub(super) fn subagent_call(
+    conn: &Connection,
+    parent: &str,
+    turn: u64,
+    call_id: &str,
+) -> StoreResult<Option<SubagentCall>> {
+    conn.prepare_cached(&format!(
+        "SELECT {CALL_COLS} FROM subagent_calls WHERE parent_id=?1 AND turn_seq=?2 AND call_id=?3"
+    ))?
+    .query_row(params![parent, to_i64(turn), call_id], call_from_row)
+    .optional()?
+    .transpose()
+}
+
+/// The parent call that put the inbox message `inbox_id` in a child's inbox.
+pub(super) fn subagent_call_by_inbox(
+    conn: &Connection,
+    inbox_id: &str,
+) -> StoreResult<Option<SubagentCall>> {
+    conn.prepare_cached(&format!(
+        "SELECT {CALL_COLS} FROM subagent_calls WHERE inbox_id=?1"
+    ))?
+    .query_row([inbox_id], call_from_row)
+    .optional()?
+    .transpose()
+}
+
+/// The turn that took an inbox message: `None` when there is no such message, `Some(None)` while
+/// no turn took it yet.
+pub(super) fn inbox_turn(conn: &Connection, inbox_id: &str) -> StoreResult<Option<Option<u64>>> {
+    Ok(conn
+        .prepare_cached("SELECT consumed_turn FROM inbox WHERE id=?1")?
+        .query_row([inbox_id], |r| r.get::<_, Option<i64>>(0))
+        .optional()?
+        .map(|t| t.map(to_u64)))
+}
+
+const DESCENDANTS: &str = "WITH RECURSIVE tree(id) AS ( \
+     SELECT session_id FROM subagent_sessions WHERE parent_id=?1 \
+     UNION SELECT s.session_id FROM subagent_sessions s JOIN tree t ON s.parent_id = t.id)";
+
+/// Pending input requests of every session below `session` (children, their children, …).
+pub(super) fn descendant_requests(
+    conn: &Connection,
+    session: &str,
+    request_cols: &str,
+    from_row: fn(&rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<InputRequestRecord>>,
+) -> StoreResult<Vec<InputRequestRecord>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "{DESCENDANTS} SELECT {request_cols} FROM input_requests \
+         WHERE session_id IN (SELECT id FROM tree) AND status='pending' ORDER BY rowid"
+    ))?;
+    let rows = stmt.query_map([session], from_row)?;
+    let mut out = Vec::new();
+    for row in rows {
+        out.push(row??);
+    }
+    Ok(out)
+}
+
+/// Token totals and cost of every session below `session`.
+pub(super) fn descendant_usage(
+    conn: &Connection,
+    session: &str,
+) -> StoreResult<(UsageTotals, f64)> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "{DESCENDANTS} SELECT COALESCE(SUM(input_tokens),0), COALESCE(SUM(output_tokens),0), \
+             COALESCE(SUM(cache_read_tokens),0), COALESCE(SUM(cost_usd),0) FROM sessions \
+             WHERE id IN (SELECT id FROM tree)"
+        ))?
+        .query_row([session], |r| {
+            Ok((
+                UsageTotals {
+                    input_tokens: to_u64(r.get(0)?),
+                    output_tokens: to_u64(r.get(1)?),
+                    cache_read_tokens: to_u64(r.get(2)?),
+                    cache_write_tokens: 0,
+                },
+                r.get::<_, f64>(3)?,
+            ))
+        })?)
+}
+
+/// Dynamic tools of a session, by name.
+pub(super) fn dynamic_tools(
+    conn: &Connection,
+    session: &str,
+) -> StoreResult<Vec<DynamicToolRecord>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT session_id, name, provider, description, input_schema, provider_tool, build_hash, \
+         turn_seq, resolved_at FROM dynamic_tools WHERE session_id=?1 ORDER BY name",
+    )?;
+    let rows = stmt.query_map([session], |row| {
+        let schema: String = row.get(4)?;
+        let provider: String = row.get(5)?;
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, String>(1)?,
+            row.get::<_, String>(2)?,
+            row.get::<_, String>(3)?,
+            schema,
+            provider,
+            row.get::<_, String>(6)?,
+            row.get::<_, i64>(7)?,
+            row.get::<_, i64>(8)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (session_id, name, provider, description, schema, tool, build_hash, turn, at) = row?;
+        out.push(DynamicToolRecord {
+            session_id,
+            name,
+            provider,
+            description,
+            input_schema: serde_json::from_str(&schema)?,
+            provider_tool: serde_json::from_str(&tool)?,
+            build_hash,
+            turn_seq: to_u64(turn),
+            resolved_at: at,
+        });
+    }
+    Ok(out)
+}
+
+/// Whether dynamic tools were resolved for a turn.
+pub(super) fn dynamic_resolved(conn: &Connection, session: &str, turn: u64) -> StoreResult<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM dynamic_resolutions WHERE session_id=?1 AND turn_seq=?2")?
+        .query_row(params![session, to_i64(turn)], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// Delivery cursors of a session's hooks: `(hook, next event index)`.
+pub(super) fn hook_cursors(conn: &Connection, session: &str) -> StoreResult<Vec<(String, u64)>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT hook, delivered FROM hook_cursors WHERE session_id=?1")?;
+    let rows = stmt.query_map([session], |r| {
+        Ok((r.get::<_, String>(0)?, to_u64(r.get::<_, i64>(1)?)))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        out.push(row?);
+    }
+    Ok(out)
+}
+
+/// Sessions with events some hook may not have acknowledged: no cursor at all, or a cursor behind
+/// the session's event count.
+pub(super) fn sessions_behind_hooks(conn: &Connection) -> StoreResult<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id FROM sessions s WHERE s.event_count > COALESCE((SELECT MIN(c.delivered) \
+         FROM hook_cursors c WHERE c.session_id = s.id), 0) ORDER BY s.updated_at",
+    )?;
+    let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+    let mut out = Vec::new();
+    for row in rows {
+        out.push(row?);
+    }
+    Ok(out)
+}
+
+/// Whether any session was created by a call of `session`.
+pub(super) fn has_children(conn: &Connection, session: &str) -> StoreResult<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM subagent_sessions WHERE parent_id=?1 LIMIT 1")?
+        .query_row([session], |_| Ok(()))
+        .optional()?
+        .is_some())
+}

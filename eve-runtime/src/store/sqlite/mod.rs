@@ -1,0 +1,446 @@
+//! The SQLite store: WAL, one writer thread, pooled readers.
+//!
+//! This module is the backend's front: [`SqliteStore`] opens the file, hands writes to the writer
+//! thread (`actor.rs`: group commit, foreign-commit watch) and reads to pooled connections, and
+//! implements [`Store`] by delegating to the per-feature SQL (`apply.rs` for batches, `reads.rs`,
+//! `leases.rs`, `schedules.rs`, `composition.rs`, `channels.rs`; `schema.rs` for migrations).
+//! rusqlite errors become the neutral [`StoreError::Backend`] here, keeping their message.
+//!
+//! Durability: the database runs with `synchronous=NORMAL`, which in WAL mode survives any process
+//! crash (SIGKILL included: committed frames are in the OS page cache) and costs no fsync per commit,
+//! which is what keeps a step's checkpoint well under a millisecond. A power loss could drop the last
+//! commits of the journal; resume then redoes that work from the previous checkpoint. What an API
+//! promised (an accepted message, an approval answer, the start of a `write` tool) goes in a
+//! [`Batch::durable`] batch, committed with `synchronous=FULL`, so it reaches the disk before the
+//! caller is answered.
+
+mod actor;
+mod apply;
+mod channels;
+mod composition;
+mod leases;
+mod reads;
+mod rows;
+mod schedules;
+mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, mpsc};
+
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use self::actor::{AnyBox, Request, writer_loop};
+use self::apply::apply;
+use self::rows::{REQUEST_COLS, request_from_row};
+use self::schema::{migrate, open_connection};
+use super::*;
+
+/// Reader connections kept open.
+const READERS_KEPT: usize = 8;
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+/// The embedded SQLite store.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    writer: Mutex<Option<mpsc::Sender<Request>>>,
+    readers: Mutex<Vec<Connection>>,
+    /// Counts the times another process was seen to commit (see [`Store::foreign_commits`]).
+    foreign: tokio::sync::watch::Sender<u64>,
+    /// Decides when an unexpired lease holder (or a reply's owner) is gone.
+    liveness: Arc<dyn Liveness>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating as needed) the database at `path`, shared by processes of
+    /// this host ([`LocalHost`] liveness).
+    pub fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
+        Self::open_with(path, Arc::new(LocalHost))
+    }
+
+    /// Opens the database at `path` with a chosen lease liveness policy.
+    pub fn open_with(path: impl AsRef<Path>, liveness: Arc<dyn Liveness>) -> StoreResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(parent) = path.parent()
+            && !parent.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut conn = open_connection(&path)?;
+        migrate(&mut conn)?;
+        let (tx, rx) = mpsc::channel::<Request>();
+        let (foreign, _) = tokio::sync::watch::channel(0u64);
+        let seen = foreign.clone();
+        std::thread::Builder::new()
+            .name("eve-store-writer".to_owned())
+            .spawn(move || writer_loop(conn, rx, &seen))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                path,
+                writer: Mutex::new(Some(tx)),
+                readers: Mutex::new(Vec::new()),
+                foreign,
+                liveness,
+            }),
+        })
+    }
+
+    /// Path of the database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Runs `job` on the writer thread inside a transaction.
+    async fn write<R, F>(&self, durable: bool, job: F) -> StoreResult<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        let request = Request {
+            durable,
+            job: Box::new(move |conn| job(conn).map(|r| Box::new(r) as AnyBox)),
+            reply,
+        };
+        {
+            let guard = self
+                .inner
+                .writer
+                .lock()
+                .map_err(|_| StoreError::WriterGone)?;
+            let sender = guard.as_ref().ok_or(StoreError::WriterGone)?;
+            sender.send(request).map_err(|_| StoreError::WriterGone)?;
+        }
+        let boxed = rx.await.map_err(|_| StoreError::WriterGone)??;
+        boxed
+            .downcast::<R>()
+            .map(|b| *b)
+            .map_err(|_| StoreError::Corrupt("writer returned an unexpected type".to_owned()))
+    }
+
+    /// Runs `job` on a pooled read connection, off the async threads.
+    async fn read<R, F>(&self, job: F) -> StoreResult<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let pooled = inner.readers.lock().ok().and_then(|mut v| v.pop());
+            let conn = match pooled {
+                Some(c) => c,
+                None => open_connection(&inner.path)?,
+            };
+            let result = job(&conn);
+            if let Ok(mut readers) = inner.readers.lock()
+                && readers.len() < READERS_KEPT
+            {
+                readers.push(conn);
+            }
+            result
+        })
+        .await
+        .map_err(|e| StoreError::Commit(format!("read task failed: {e}")))?
+    }
+
+    /// Stops the writer after the queued requests are done.
+    pub fn close(&self) {
+        if let Ok(mut guard) = self.inner.writer.lock() {
+            guard.take();
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    async fn commit(&self, batch: Batch) -> StoreResult<Committed> {
+        if batch.is_empty() {
+            return Ok(Committed::default());
+        }
+        let durable = batch.durable;
+        self.write(durable, move |conn| apply(conn, batch)).await
+    }
+
+    async fn session(&self, id: &str) -> StoreResult<Option<SessionRecord>> {
+        let id = id.to_owned();
+        self.read(move |c| reads::session(c, &id)).await
+    }
+
+    async fn sessions(&self, filter: &SessionFilter) -> StoreResult<Vec<SessionRecord>> {
+        let filter = filter.clone();
+        self.read(move |c| reads::sessions(c, &filter)).await
+    }
+
+    async fn turn(&self, session: &str, seq: u64) -> StoreResult<Option<TurnRecord>> {
+        let session = session.to_owned();
+        self.read(move |c| reads::turn(c, &session, seq)).await
+    }
+
+    async fn last_turn(&self, session: &str) -> StoreResult<Option<TurnRecord>> {
+        let session = session.to_owned();
+        self.read(move |c| reads::last_turn(c, &session)).await
+    }
+
+    async fn steps(&self, session: &str, turn: u64) -> StoreResult<Vec<StepRecord>> {
+        let session = session.to_owned();
+        self.read(move |c| reads::steps(c, &session, turn)).await
+    }
+
+    async fn tool_calls(&self, session: &str, turn: u64) -> StoreResult<Vec<ToolCallRecord>> {
+        let session = session.to_owned();
+        self.read(move |c| reads::tool_calls(c, &session, turn))
+            .await
+    }
+
+    async fn input_requests(
+        &self,
+        session: &str,
+        pending_only: bool,
+    ) -> StoreResult<Vec<InputRequestRecord>> {
+        let session = session.to_owned();
+        self.read(move |c| reads::input_requests(c, &session, pending_only))
+            .await
+    }
+
+    async fn input_request(&self, id: &str) -> StoreResult<Option<InputRequestRecord>> {
+        let id = id.to_owned();
+        self.read(move |c| reads::input_request(c, &id)).await
+    }
+
+    async fn pending_inbox(&self, session: &str) -> StoreResult<Vec<InboxRecord>> {
+        let session = session.to_owned();
+        self.read(move |c| reads::pending_inbox(c, &session)).await
+    }
+
+    async fn context(&self, session: &str) -> StoreResult<Vec<MessageRecord>> {
+        let session = session.to_owned();
+        self.read(move |c| reads::context(c, &session)).await
+    }
+
+    async fn messages(
+        &self,
+        session: &str,
+        from: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<MessageRecord>> {
+        let session = session.to_owned();
+        self.read(move |c| reads::messages(c, &session, from, limit))
+            .await
+    }
+
+    async fn events(
+        &self,
+        session: &str,
+        from: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        let session = session.to_owned();
+        self.read(move |c| reads::events(c, &session, from, limit))
+            .await
+    }
+
+    async fn breaker(&self, tool: &str) -> StoreResult<Option<BreakerRecord>> {
+        let tool = tool.to_owned();
+        self.read(move |c| reads::breaker(c, &tool)).await
+    }
+
+    fn foreign_commits(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.inner.foreign.subscribe())
+    }
+
+    async fn sessions_with_work(&self) -> StoreResult<Vec<String>> {
+        self.read(reads::sessions_with_work).await
+    }
+
+    async fn drive_state(&self, session: &str) -> StoreResult<Option<DriveState>> {
+        let session = session.to_owned();
+        self.read(move |c| reads::drive_state(c, &session)).await
+    }
+
+    async fn acquire_lease(&self, claim: &LeaseClaim) -> StoreResult<LeaseOutcome> {
+        let claim = claim.clone();
+        let liveness = self.inner.liveness.clone();
+        self.write(false, move |conn| {
+            leases::acquire(conn, &claim, liveness.as_ref())
+        })
+        .await
+    }
+
+    async fn renew_lease(&self, claim: &LeaseClaim) -> StoreResult<bool> {
+        let claim = claim.clone();
+        self.write(false, move |conn| leases::renew(conn, &claim))
+            .await
+    }
+
+    async fn release_lease(&self, session: &str, holder: &str) -> StoreResult<()> {
+        let (session, holder) = (session.to_owned(), holder.to_owned());
+        self.write(false, move |conn| leases::release(conn, &session, &holder))
+            .await
+    }
+
+    async fn schedule_states(&self) -> StoreResult<Vec<ScheduleState>> {
+        self.read(schedules::states).await
+    }
+
+    async fn schedule_fires(
+        &self,
+        schedule: &str,
+        status: Option<FireStatus>,
+        limit: usize,
+    ) -> StoreResult<Vec<ScheduleFire>> {
+        let schedule = schedule.to_owned();
+        self.read(move |c| schedules::fires(c, &schedule, status, limit))
+            .await
+    }
+
+    async fn claim_schedule(
+        &self,
+        claim: ScheduleClaim,
+        batch: Batch,
+    ) -> StoreResult<Option<Committed>> {
+        self.write(true, move |conn| schedules::claim(conn, &claim, batch))
+            .await
+    }
+
+    async fn subagent_link(&self, session: &str) -> StoreResult<Option<SubagentLink>> {
+        let session = session.to_owned();
+        self.read(move |conn| composition::link(conn, &session))
+            .await
+    }
+
+    async fn subagent_by_token(
+        &self,
+        parent: &str,
+        call_id: &str,
+    ) -> StoreResult<Option<SubagentLink>> {
+        let (parent, call_id) = (parent.to_owned(), call_id.to_owned());
+        self.read(move |conn| composition::link_by_token(conn, &parent, &call_id))
+            .await
+    }
+
+    async fn subagent_call(
+        &self,
+        parent: &str,
+        turn: u64,
+        call_id: &str,
+    ) -> StoreResult<Option<SubagentCall>> {
+        let (parent, call_id) = (parent.to_owned(), call_id.to_owned());
+        self.read(move |conn| composition::subagent_call(conn, &parent, turn, &call_id))
+            .await
+    }
+
+    async fn subagent_call_by_inbox(&self, inbox_id: &str) -> StoreResult<Option<SubagentCall>> {
+        let inbox_id = inbox_id.to_owned();
+        self.read(move |conn| composition::subagent_call_by_inbox(conn, &inbox_id))
+            .await
+    }
+
+    async fn inbox_turn(&self, inbox_id: &str) -> StoreResult<Option<Option<u64>>> {
+        let inbox_id = inbox_id.to_owned();
+        self.read(move |conn| composition::inbox_turn(conn, &inbox_id))
+            .await
+    }
+
+    async fn descendant_requests(&self, session: &str) -> StoreResult<Vec<InputRequestRecord>> {
+        let session = session.to_owned();
+        self.read(move |conn| {
+            composition::descendant_requests(conn, &session, REQUEST_COLS, request_from_row)
+        })
+        .await
+    }
+
+    async fn descendant_usage(&self, session: &str) -> StoreResult<(UsageTotals, f64)> {
+        let session = session.to_owned();
+        self.read(move |conn| composition::descendant_usage(conn, &session))
+            .await
+    }
+
+    async fn dynamic_tools(&self, session: &str) -> StoreResult<Vec<DynamicToolRecord>> {
+        let session = session.to_owned();
+        self.read(move |conn| composition::dynamic_tools(conn, &session))
+            .await
+    }
+
+    async fn dynamic_resolved(&self, session: &str, turn: u64) -> StoreResult<bool> {
+        let session = session.to_owned();
+        self.read(move |conn| composition::dynamic_resolved(conn, &session, turn))
+            .await
+    }
+
+    async fn hook_cursors(&self, session: &str) -> StoreResult<Vec<(String, u64)>> {
+        let session = session.to_owned();
+        self.read(move |conn| composition::hook_cursors(conn, &session))
+            .await
+    }
+
+    async fn sessions_behind_hooks(&self) -> StoreResult<Vec<String>> {
+        self.read(composition::sessions_behind_hooks).await
+    }
+
+    async fn accept_channel_message(
+        &self,
+        accept: ChannelAccept,
+        batch: Batch,
+    ) -> StoreResult<Option<Committed>> {
+        self.write(true, move |conn| {
+            let now = now_ms();
+            if !channels::claim_delivery(conn, &accept, now)? {
+                return Ok(None);
+            }
+            let committed = apply(conn, batch)?;
+            channels::insert_reply(conn, &accept, now)?;
+            Ok(Some(committed))
+        })
+        .await
+    }
+
+    async fn channel_replies(&self, pending_only: bool) -> StoreResult<Vec<ChannelReplyRecord>> {
+        self.read(move |conn| channels::replies(conn, pending_only))
+            .await
+    }
+
+    async fn channel_reply(&self, inbox_id: &str) -> StoreResult<Option<ChannelReplyRecord>> {
+        let inbox_id = inbox_id.to_owned();
+        self.read(move |conn| channels::reply(conn, &inbox_id))
+            .await
+    }
+
+    async fn claim_channel_replies(
+        &self,
+        pid: u32,
+        host: &str,
+    ) -> StoreResult<Vec<ChannelReplyRecord>> {
+        let host = host.to_owned();
+        let liveness = self.inner.liveness.clone();
+        self.write(false, move |conn| {
+            channels::claim_replies(conn, pid, &host, liveness.as_ref(), now_ms())
+        })
+        .await
+    }
+
+    async fn update_channel_reply(&self, update: ChannelReplyUpdate) -> StoreResult<()> {
+        let durable = update.done;
+        self.write(durable, move |conn| {
+            channels::update_reply(conn, &update, now_ms())
+        })
+        .await
+    }
+}
