@@ -1,42 +1,5 @@
-//! The `eve` binary: parses the command line and hands off to `commands/`.
+//! The `eve` binary: everything is in the library (`eve_cli::main`).
 
-mod cli;
-mod commands;
-mod project;
-mod render;
-mod term;
-
-use std::process::ExitCode;
-
-use clap::Parser;
-
-fn main() -> ExitCode {
-    quiet_broken_pipe();
-    let cli = cli::Cli::parse();
-    match commands::dispatch(cli.command) {
-        Ok(code) => code,
-        Err(err) => {
-            eprintln!("{}", render::error_line(&format!("{err:#}")));
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// `eve sessions list | head` must end quietly when the reader goes away, as other Unix tools do:
-/// a write to a closed stdout ends the process with the status a SIGPIPE death would give (141)
-/// instead of a panic message. Every other panic keeps the default report.
-fn quiet_broken_pipe() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let message = info
-            .payload()
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| info.payload().downcast_ref::<&str>().copied())
-            .unwrap_or("");
-        if message.contains("failed printing to stdout") && message.contains("Broken pipe") {
-            std::process::exit(141);
-        }
-        default(info);
-    }));
+fn main() -> std::process::ExitCode {
+    eve_cli::main()
 }

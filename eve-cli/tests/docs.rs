@@ -15,7 +15,8 @@
 //!   follow, until a run block or another server line; then it gets SIGTERM and must exit 0.
 //! - `sh needs-key` (a real model key, a platform account) and `sh manual` (a system service, a
 //!   fixed port, another host) are not run: they must parse (`bash -n`), and every `eve` command in
-//!   them must name subcommands and flags that exist, as `--help` lists them.
+//!   them must name subcommands and flags that exist, as the clap definition
+//!   (`eve_cli::cli::Cli::command()`) declares them.
 //! - `text output` right after a run block: each of its lines must appear in that block's output,
 //!   `…` matching anything.
 //!
@@ -25,6 +26,15 @@
 //! is not a subcommand, the span is taken for output, such as `eve serving …`). `eve` commands in
 //! every `sh` block are checked that way too, before anything runs. Relative links must point at
 //! files that exist, and `#anchors` at headings that exist.
+//!
+//! The other way round, every command and flag has docs: each command (and visible alias) is
+//! named by an `eve` command somewhere in the docs, and each flag (clap's own `--help` and
+//! `--version` aside) is used by one or named in inline code in the section whose heading names
+//! its command (the table of flags under `## eve serve`); global flags may be named before the
+//! first heading. What is missing is reported under `docs/cli.md`, the command reference.
+//!
+//! Markdown is read with pulldown-cmark (CommonMark and GitHub's tables). Every problem of every
+//! document is collected, one section per document, and the test fails once at the end.
 //!
 //! The two first commands of the README build and test eve itself (`cargo install`, the CI
 //! script); running them here would be circular, so the test checks what they name instead.
@@ -36,6 +46,9 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use clap::{ArgAction, CommandFactory};
+use pulldown_cmark::{CodeBlockKind, Event, LinkType, Options, Parser, Tag, TagEnd};
 
 const EVE: &str = env!("CARGO_BIN_EXE_eve");
 /// Longest a run block may take before it is killed and reported.
@@ -121,7 +134,7 @@ fn documents(repo: &Path) -> Vec<PathBuf> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Markdown
+// Markdown, as pulldown-cmark reads it (CommonMark with GitHub's tables)
 
 /// A fenced block.
 #[derive(Debug, Clone)]
@@ -134,6 +147,16 @@ struct Block {
     body: String,
 }
 
+/// A part of a document under one heading (or before the first one).
+#[derive(Debug, Clone, Default)]
+struct Section {
+    /// The first code span of the heading that is an `eve` command (`eve serve`), or `eve` for
+    /// the part before the first heading; `None` under a heading that names no command.
+    command: Option<String>,
+    /// The inline code spans of the section, its heading's included.
+    spans: Vec<String>,
+}
+
 /// What a document holds that this test looks at.
 #[derive(Debug, Default)]
 struct Markdown {
@@ -142,104 +165,122 @@ struct Markdown {
     spans: Vec<(usize, String)>,
     /// Fences that were opened and never closed.
     unclosed: Option<usize>,
-    /// Link targets outside blocks (`[text](target)`), with their line.
+    /// Link and image targets outside blocks (`[text](target)`), with their line.
     links: Vec<(usize, String)>,
     /// Anchors of the headings (`## Effects and resume` → `effects-and-resume`).
     anchors: BTreeSet<String>,
+    /// The document cut at its headings, in order.
+    sections: Vec<Section>,
 }
 
 fn parse_markdown(text: &str) -> Markdown {
-    let mut md = Markdown::default();
-    let mut open: Option<(usize, char, usize, usize, String, Vec<String>)> = None;
-    for (i, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start();
-        let indent = line.len() - trimmed.len();
-        if let Some((start, ch, len, ind, info, body)) = &mut open {
-            let run = trimmed.chars().take_while(|c| c == ch).count();
-            if run >= *len && trimmed[run * ch.len_utf8()..].trim().is_empty() {
-                md.blocks.push(Block {
-                    line: *start,
-                    info: info.clone(),
-                    body: body.join("\n") + "\n",
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .collect();
+    let line_of = |offset: usize| starts.partition_point(|&s| s <= offset);
+    let mut md = Markdown {
+        sections: vec![Section {
+            command: Some("eve".to_owned()),
+            spans: Vec::new(),
+        }],
+        ..Markdown::default()
+    };
+    let mut block: Option<Block> = None;
+    // The text of the heading being read.
+    let mut heading: Option<String> = None;
+    let options = Options::ENABLE_TABLES;
+    for (event, range) in Parser::new_ext(text, options).into_offset_iter() {
+        match event {
+            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(info))) => {
+                let line = line_of(range.start);
+                if !fence_closed(&text[range]) && md.unclosed.is_none() {
+                    md.unclosed = Some(line);
+                }
+                block = Some(Block {
+                    line,
+                    info: info.trim().to_owned(),
+                    body: String::new(),
                 });
-                open = None;
-            } else {
-                let strip = line.len() - line.trim_start_matches(' ').len();
-                body.push(line[strip.min(*ind)..].to_owned());
             }
-            continue;
-        }
-        let fence = ['`', '~']
-            .into_iter()
-            .map(|c| (c, trimmed.chars().take_while(|x| *x == c).count()))
-            .find(|(_, n)| *n >= 3);
-        if let Some((ch, len)) = fence {
-            let info = trimmed[len..].trim().to_owned();
-            if ch == '`' && info.contains('`') {
-                spans(line, i + 1, &mut md.spans);
-                continue;
+            Event::End(TagEnd::CodeBlock) => {
+                if let Some(mut done) = block.take() {
+                    if !done.body.ends_with('\n') {
+                        done.body.push('\n');
+                    }
+                    md.blocks.push(done);
+                }
             }
-            open = Some((i + 1, ch, len, indent, info, Vec::new()));
-            continue;
+            Event::Text(t) => {
+                if let Some(open) = &mut block {
+                    open.body.push_str(&t);
+                } else if let Some(h) = &mut heading {
+                    h.push_str(&t);
+                }
+            }
+            Event::Code(code) => {
+                let code = code.trim().to_owned();
+                let section = md
+                    .sections
+                    .last_mut()
+                    .expect("the first section is made above");
+                if let Some(h) = &mut heading {
+                    h.push_str(&code);
+                    if section.command.is_none() && (code == "eve" || code.starts_with("eve ")) {
+                        section.command = Some(code.clone());
+                    }
+                }
+                section.spans.push(code.clone());
+                md.spans.push((line_of(range.start), code));
+            }
+            Event::Start(Tag::Heading { .. }) => {
+                heading = Some(String::new());
+                md.sections.push(Section::default());
+            }
+            Event::End(TagEnd::Heading(_)) => {
+                if let Some(h) = heading.take() {
+                    md.anchors.insert(anchor(&h));
+                }
+            }
+            Event::Start(
+                Tag::Link {
+                    link_type,
+                    dest_url,
+                    ..
+                }
+                | Tag::Image {
+                    link_type,
+                    dest_url,
+                    ..
+                },
+            ) if link_type != LinkType::Email => {
+                md.links.push((line_of(range.start), dest_url.to_string()));
+            }
+            _ => {}
         }
-        spans(line, i + 1, &mut md.spans);
-        links(line, i + 1, &mut md.links);
-        if trimmed.starts_with('#') {
-            md.anchors.insert(anchor(trimmed.trim_start_matches('#')));
-        }
-    }
-    if let Some((start, ..)) = open {
-        md.unclosed = Some(start);
     }
     md
 }
 
-/// Inline code spans of one line (a run of N backticks up to the next run of exactly N).
-fn spans(line: &str, number: usize, out: &mut Vec<(usize, String)>) {
-    let chars: Vec<char> = line.chars().collect();
-    let mut i = 0;
-    while i < chars.len() {
-        if chars[i] != '`' {
-            i += 1;
-            continue;
-        }
-        let n = chars[i..].iter().take_while(|c| **c == '`').count();
-        let start = i + n;
-        let mut j = start;
-        let mut end = None;
-        while j < chars.len() {
-            if chars[j] == '`' {
-                let m = chars[j..].iter().take_while(|c| **c == '`').count();
-                if m == n {
-                    end = Some(j);
-                    break;
-                }
-                j += m;
-            } else {
-                j += 1;
-            }
-        }
-        match end {
-            Some(e) => {
-                let text: String = chars[start..e].iter().collect();
-                out.push((number, text.trim().to_owned()));
-                i = e + n;
-            }
-            None => i = start,
-        }
-    }
-}
-
-/// Targets of the Markdown links of one line.
-fn links(line: &str, number: usize, out: &mut Vec<(usize, String)>) {
-    let mut rest = line;
-    while let Some(at) = rest.find("](") {
-        let after = &rest[at + 2..];
-        let Some(end) = after.find(')') else { break };
-        let target = after[..end].split_whitespace().next().unwrap_or("");
-        out.push((number, target.to_owned()));
-        rest = &after[end..];
-    }
+/// Whether the source of a fenced block ends with a closing fence (pulldown-cmark runs an
+/// unclosed fence to the end of the document or of its container).
+fn fence_closed(source: &str) -> bool {
+    let strip = |line: &str| {
+        line.trim_start_matches([' ', '\t', '>'])
+            .trim_end()
+            .to_owned()
+    };
+    let mut lines = source.lines();
+    let Some(open) = lines.next().map(strip) else {
+        return false;
+    };
+    let Some(ch) = open.chars().next() else {
+        return false;
+    };
+    let len = open.chars().take_while(|c| *c == ch).count();
+    lines
+        .last()
+        .map(strip)
+        .is_some_and(|close| close.chars().count() >= len && close.chars().all(|c| c == ch))
 }
 
 /// The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens.
@@ -487,48 +528,52 @@ fn is_var_name(name: &str) -> bool {
 }
 
 // ---------------------------------------------------------------------------------------------
-// What `eve --help` says exists
+// What the command line accepts, from its clap definition
 
+/// One command of `eve_cli::cli::Cli`.
 #[derive(Debug, Default)]
-struct Help {
-    subcommands: BTreeSet<String>,
+struct Node {
+    /// Subcommand names and aliases, each with the name it stands for.
+    subcommands: BTreeMap<String, String>,
+    /// The visible aliases of the subcommands (`start` for `serve`), which the docs must name too.
+    aliases: Vec<String>,
+    /// Every flag the command accepts (`--json`, `-s`, clap's `--help`), aliases included.
     flags: BTreeSet<String>,
+    /// The flags that take a value.
     value_flags: BTreeSet<String>,
+    /// The flags the docs must name, with whether each is global (`--project`); clap's own
+    /// `--help` and `--version` are clap's to document.
+    own: Vec<(String, bool)>,
 }
 
-/// Help of every subcommand path (`""`, `"run"`, `"sessions approve"`, …).
-struct Cli(BTreeMap<String, Help>);
+/// Every command path (`""`, `"run"`, `"sessions approve"`, …), canonical names only.
+struct Cli(BTreeMap<String, Node>);
 
 impl Cli {
     fn load() -> Self {
+        let mut root = eve_cli::cli::Cli::command();
+        root.build();
         let mut map = BTreeMap::new();
-        let mut queue = vec![Vec::<String>::new()];
-        while let Some(path) = queue.pop() {
-            let out = Command::new(EVE)
-                .args(&path)
-                .arg("--help")
-                .env_remove("EVE_PROJECT")
-                .env_remove("EVE_AGENT_DIR")
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "eve {path:?} --help failed");
-            let help = parse_help(&String::from_utf8_lossy(&out.stdout));
-            for sub in &help.subcommands {
-                if sub != "help" {
-                    let mut next = path.clone();
-                    next.push(sub.clone());
-                    queue.push(next);
-                }
-            }
-            map.insert(path.join(" "), help);
-        }
+        add_command(&root, &mut Vec::new(), &mut map);
         Self(map)
     }
 
     /// Checks the arguments of one `eve` command. `Ok(false)`: not a command (lenient only).
     fn check(&self, args: &[String], lenient: bool) -> Result<bool, String> {
+        self.walk(args, lenient, &mut Used::default())
+            .map(|path| path.is_some())
+    }
+
+    /// Checks the arguments of one `eve` command and records in `used` the commands and flags it
+    /// names. Returns the command path it reaches; `None`: not a command (lenient only).
+    fn walk(
+        &self,
+        args: &[String],
+        lenient: bool,
+        used: &mut Used,
+    ) -> Result<Option<String>, String> {
         let mut path: Vec<String> = Vec::new();
-        let mut help = &self.0[""];
+        let mut node = &self.0[""];
         let mut i = 0;
         while i < args.len() {
             let arg = if lenient {
@@ -538,7 +583,7 @@ impl Cli {
             };
             i += 1;
             if lenient && (arg.contains('…') || arg == "...") {
-                return Ok(true);
+                return Ok(Some(path.join(" ")));
             }
             if arg.is_empty() {
                 continue;
@@ -549,21 +594,23 @@ impl Cli {
             let shown = || format!("eve {}", path.join(" ")).trim_end().to_owned();
             if let Some(long) = arg.strip_prefix("--") {
                 let name = format!("--{}", long.split('=').next().unwrap_or(long));
-                if !help.flags.contains(&name) {
+                if !node.flags.contains(&name) {
                     return Err(format!("`{}` has no flag `{name}`", shown()));
                 }
-                if help.value_flags.contains(&name) && !arg.contains('=') {
+                if node.value_flags.contains(&name) && !arg.contains('=') {
                     i += 1;
                 }
+                used.flags.insert((path.join(" "), name));
             } else if arg.starts_with('-') && arg.len() > 1 {
                 let name: String = arg.chars().take(2).collect();
-                if !help.flags.contains(&name) {
+                if !node.flags.contains(&name) {
                     return Err(format!("`{}` has no flag `{name}`", shown()));
                 }
-                if help.value_flags.contains(&name) && arg.chars().count() == 2 {
+                if node.value_flags.contains(&name) && arg.chars().count() == 2 {
                     i += 1;
                 }
-            } else if !help.subcommands.is_empty() {
+                used.flags.insert((path.join(" "), name));
+            } else if !node.subcommands.is_empty() {
                 let choices: Vec<&str> = if lenient {
                     arg.split('|').collect()
                 } else {
@@ -571,96 +618,175 @@ impl Cli {
                 };
                 for choice in &choices {
                     if *choice == "help" {
-                        return Ok(true);
+                        return Ok(Some(path.join(" ")));
                     }
-                    if !help.subcommands.contains(*choice) {
+                    if !node.subcommands.contains_key(*choice) {
                         if lenient && path.is_empty() {
-                            return Ok(false);
+                            return Ok(None);
                         }
                         return Err(format!(
                             "`{} {choice}`: no such command (there are: {})",
                             shown(),
-                            help.subcommands
-                                .iter()
+                            node.subcommands
+                                .keys()
                                 .cloned()
                                 .collect::<Vec<_>>()
                                 .join(", ")
                         ));
                     }
+                    let prefix = prefix_of(&path.join(" "));
+                    used.commands.insert(format!("{prefix}{choice}"));
+                    used.commands
+                        .insert(format!("{prefix}{}", node.subcommands[*choice]));
                 }
-                path.push(choices[0].to_owned());
-                help = &self.0[&path.join(" ")];
+                path.push(node.subcommands[choices[0]].clone());
+                node = &self.0[&path.join(" ")];
             }
         }
         let asks_help = args
             .iter()
             .any(|a| matches!(a.as_str(), "--help" | "-h" | "--version" | "-V"));
-        if !help.subcommands.is_empty() && !asks_help {
+        if !node.subcommands.is_empty() && !asks_help {
             // In prose, `eve sessions` names the group of commands.
             if lenient {
-                return Ok(!path.is_empty());
+                return Ok((!path.is_empty()).then(|| path.join(" ")));
             }
             return Err(format!(
                 "`eve {}` needs a subcommand",
                 path.join(" ").trim_end()
             ));
         }
-        Ok(true)
+        Ok(Some(path.join(" ")))
+    }
+
+    /// What the docs leave undocumented: every command (and visible alias) must be named by an
+    /// `eve` command somewhere, and every flag must be used by one or named in inline code in the
+    /// section of its command (a table row, a sentence).
+    fn undocumented(&self, used: &Used) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (path, node) in &self.0 {
+            let prefix = prefix_of(path);
+            for name in node
+                .subcommands
+                .values()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .filter(|n| *n != "help")
+                .chain(&node.aliases)
+            {
+                let command = format!("{prefix}{name}");
+                if !used.commands.contains(&command) {
+                    problems.push(format!(
+                        "`eve {command}` is not documented: give it a section in docs/cli.md \
+                         (a heading naming `eve {command}`) or show it in an example"
+                    ));
+                }
+            }
+            for (flag, global) in &node.own {
+                let documented = used.flags.contains(&(path.clone(), flag.clone()))
+                    || used.named.iter().any(|(section, named)| {
+                        named == flag
+                            && (section == path
+                                || path.starts_with(&format!("{section} "))
+                                || (section.is_empty() && *global))
+                    });
+                if !documented {
+                    let shown = format!("eve {path}").trim_end().to_owned();
+                    problems.push(format!(
+                        "`{shown}`: the flag `{flag}` is not documented: name it in inline code \
+                         in the section of `{shown}` in docs/cli.md (its table of flags), or use \
+                         it in an example"
+                    ));
+                }
+            }
+        }
+        problems
     }
 }
 
-fn parse_help(text: &str) -> Help {
-    let mut help = Help::default();
-    let mut section = "";
-    let mut commands_text = String::new();
-    for line in text.lines() {
-        if !line.starts_with(' ') && line.ends_with(':') {
-            section = line.trim_end_matches(':');
-            continue;
+/// `"sessions"` → `"sessions "`, `""` → `""`: what a subcommand's path starts with.
+fn prefix_of(path: &str) -> String {
+    if path.is_empty() {
+        String::new()
+    } else {
+        format!("{path} ")
+    }
+}
+
+fn add_command(cmd: &clap::Command, path: &mut Vec<String>, map: &mut BTreeMap<String, Node>) {
+    let mut node = Node::default();
+    for arg in cmd.get_arguments() {
+        let mut names = Vec::new();
+        names.extend(arg.get_long().map(|l| format!("--{l}")));
+        names.extend(arg.get_short().map(|s| format!("-{s}")));
+        if names.is_empty() {
+            continue; // positional
         }
-        let body = line.strip_prefix("  ");
-        let starts_entry = body.is_some_and(|b| !b.starts_with(' ') && !b.is_empty());
-        match section {
-            "Commands" => {
-                commands_text.push(' ');
-                commands_text.push_str(line.trim());
-                if starts_entry && let Some(name) = line.split_whitespace().next() {
-                    help.subcommands.insert(name.to_owned());
-                }
-            }
-            // `  -C, --project <DIR>` or `      --json`; wrapped descriptions are indented more.
-            "Options"
-                if line.len() - line.trim_start().len() <= 6
-                    && line.trim_start().starts_with('-') =>
-            {
-                let mut names = Vec::new();
-                for word in line.split_whitespace() {
-                    if word.starts_with('-') {
-                        names.push(word.trim_end_matches(',').to_owned());
-                    } else if word.starts_with('<') {
-                        help.value_flags.extend(names.iter().cloned());
-                    } else {
-                        break;
-                    }
-                }
-                help.flags.extend(names);
-            }
-            _ => {}
+        let builtin = matches!(arg.get_action(), ArgAction::Help | ArgAction::Version);
+        if !builtin && !arg.is_hide_set() {
+            node.own
+                .extend(names.iter().map(|n| (n.clone(), arg.is_global_set())));
+        }
+        names.extend(
+            arg.get_all_aliases()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|a| format!("--{a}")),
+        );
+        names.extend(
+            arg.get_all_short_aliases()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|a| format!("-{a}")),
+        );
+        if arg.get_action().takes_values() {
+            node.value_flags.extend(names.iter().cloned());
+        }
+        node.flags.extend(names);
+    }
+    for sub in cmd.get_subcommands() {
+        let name = sub.get_name().to_owned();
+        node.subcommands.insert(name.clone(), name.clone());
+        for alias in sub.get_all_aliases() {
+            node.subcommands.insert(alias.to_owned(), name.clone());
+        }
+        node.aliases
+            .extend(sub.get_visible_aliases().map(str::to_owned));
+        if name != "help" {
+            path.push(name);
+            add_command(sub, path, map);
+            path.pop();
         }
     }
-    // `[alias: start]`, `[aliases: a, b]`, possibly wrapped over two lines.
-    let mut rest = commands_text.as_str();
-    while let Some(at) = rest.find("[alias") {
-        let after = &rest[at..];
-        let Some(end) = after.find(']') else { break };
-        if let Some((_, names)) = after[..end].split_once(':') {
-            for name in names.split(',') {
-                help.subcommands.insert(name.trim().to_owned());
-            }
-        }
-        rest = &after[end..];
+    map.insert(path.join(" "), node);
+}
+
+/// What the docs name of the command line.
+#[derive(Debug, Default)]
+struct Used {
+    /// Command paths named by `eve` commands, as written (`start`) and as meant (`serve`).
+    commands: BTreeSet<String>,
+    /// `(command path, flag)` of the flags `eve` commands use.
+    flags: BTreeSet<(String, String)>,
+    /// `(command path, flag)` of the flags inline code names in the section of a command.
+    named: BTreeSet<(String, String)>,
+}
+
+impl Used {
+    fn extend(&mut self, other: Used) {
+        self.commands.extend(other.commands);
+        self.flags.extend(other.flags);
+        self.named.extend(other.named);
     }
-    help
+}
+
+/// The flags a code span names: `--template T` → `--template`, `list [--json]` → `--json`.
+fn named_flags(span: &str) -> Vec<String> {
+    span.split(|c: char| c.is_whitespace() || c == ',')
+        .map(|w| w.trim_matches(|c| matches!(c, '[' | ']' | '(' | ')')))
+        .filter(|w| w.starts_with('-') && w.len() > 1)
+        .map(|w| w.split('=').next().unwrap_or(w).to_owned())
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -959,20 +1085,48 @@ fn report(outcome: &Outcome, body: &str) -> String {
     )
 }
 
-/// Checks and runs one document; returns its failures and how many blocks ran.
-fn check_document(repo: &Path, doc: &Path, cli: &Cli) -> (Vec<String>, usize) {
+/// What one document gave: its failures, how many blocks ran, and what it names of the CLI.
+struct DocReport {
+    name: String,
+    failures: Vec<String>,
+    ran: usize,
+    used: Used,
+}
+
+/// Checks and runs one document.
+fn check_document(repo: &Path, doc: &Path, cli: &Cli) -> DocReport {
+    let name = doc.display().to_string();
     let text = std::fs::read_to_string(repo.join(doc)).unwrap();
     let md = parse_markdown(&text);
-    let (failures, kinds) = static_checks(repo, doc, &md, cli);
+    let mut used = Used::default();
+    let (failures, kinds) = static_checks(repo, doc, &md, cli, &mut used);
     if !failures.is_empty() {
-        return (failures, 0);
+        return DocReport {
+            name,
+            failures,
+            ran: 0,
+            used,
+        };
     }
-    run_blocks(repo, &doc.display().to_string(), &md, &kinds)
+    let (failures, ran) = run_blocks(repo, &name, &md, &kinds);
+    DocReport {
+        name,
+        failures,
+        ran,
+        used,
+    }
 }
 
 /// Everything checked without running: tags, links, `eve` commands and flags, shell syntax.
-/// Returns the failures and the kind of each block.
-fn static_checks(repo: &Path, doc: &Path, md: &Markdown, cli: &Cli) -> (Vec<String>, Vec<Kind>) {
+/// Returns the failures and the kind of each block; records in `used` what the document names
+/// of the command line.
+fn static_checks(
+    repo: &Path,
+    doc: &Path,
+    md: &Markdown,
+    cli: &Cli,
+    used: &mut Used,
+) -> (Vec<String>, Vec<Kind>) {
     let name = doc.display().to_string();
     let mut failures = Vec::new();
     let mut fail =
@@ -988,8 +1142,28 @@ fn static_checks(repo: &Path, doc: &Path, md: &Markdown, cli: &Cli) -> (Vec<Stri
             continue;
         }
         for args in eve_commands(&span) {
-            if let Err(e) = cli.check(&args, true) {
+            if let Err(e) = cli.walk(&args, true, used) {
                 fail(*line, format!("in `{span}`: {e}"));
+            }
+        }
+    }
+
+    // Flags named in the section of a command (`--port`, `-p` in a table of `eve serve`'s).
+    for section in &md.sections {
+        let Some(command) = &section.command else {
+            continue;
+        };
+        let path = if command == "eve" {
+            Some(String::new())
+        } else {
+            eve_commands(command)
+                .first()
+                .and_then(|args| cli.walk(args, true, &mut Used::default()).ok().flatten())
+        };
+        let Some(path) = path else { continue };
+        for span in &section.spans {
+            for flag in named_flags(span) {
+                used.named.insert((path.clone(), flag));
             }
         }
     }
@@ -1050,7 +1224,7 @@ fn static_checks(repo: &Path, doc: &Path, md: &Markdown, cli: &Cli) -> (Vec<Stri
                     }
                     if let Some(exec) = line.trim().strip_prefix("ExecStart=") {
                         for args in eve_commands(exec) {
-                            if let Err(e) = cli.check(&args, false) {
+                            if let Err(e) = cli.walk(&args, false, used) {
                                 fail(block.line, format!("in `{exec}`: {e}"));
                             }
                         }
@@ -1059,7 +1233,7 @@ fn static_checks(repo: &Path, doc: &Path, md: &Markdown, cli: &Cli) -> (Vec<Stri
             }
             Kind::Run(_) | Kind::Server | Kind::Static => {
                 for args in eve_commands(&block.body) {
-                    if let Err(e) = cli.check(&args, false) {
+                    if let Err(e) = cli.walk(&args, false, used) {
                         fail(block.line, format!("`eve {}`: {e}", args.join(" ")));
                     }
                 }
@@ -1227,7 +1401,7 @@ fn every_command_in_the_docs_runs() {
     let repo = repo();
     let cli = Cli::load();
     let docs = documents(&repo);
-    let results: Vec<(Vec<String>, usize)> = std::thread::scope(|scope| {
+    let mut reports: Vec<DocReport> = std::thread::scope(|scope| {
         let handles: Vec<_> = docs
             .iter()
             .map(|doc| {
@@ -1237,17 +1411,45 @@ fn every_command_in_the_docs_runs() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let failures: Vec<&String> = results.iter().flat_map(|(f, _)| f).collect();
-    let ran: usize = results.iter().map(|(_, n)| n).sum();
+    // Every command and flag has docs: what is missing belongs on the command reference page.
+    let mut used = Used::default();
+    for report in &mut reports {
+        used.extend(std::mem::take(&mut report.used));
+    }
+    let undocumented = cli.undocumented(&used);
+    if let Some(reference) = reports.iter_mut().find(|r| r.name == "docs/cli.md") {
+        reference.failures.extend(
+            undocumented
+                .into_iter()
+                .map(|problem| format!("docs/cli.md: {problem}")),
+        );
+    } else {
+        reports.push(DocReport {
+            name: "docs/cli.md".to_owned(),
+            failures: vec!["docs/cli.md: no such file: it documents every command".to_owned()],
+            ran: 0,
+            used: Used::default(),
+        });
+    }
+    let ran: usize = reports.iter().map(|r| r.ran).sum();
+    // One section per document with problems, every problem of it, then one failure.
+    let failed: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.failures.is_empty())
+        .map(|r| {
+            format!(
+                "=== {} ({} problem(s)) ===\n\n{}",
+                r.name,
+                r.failures.len(),
+                r.failures.join("\n\n")
+            )
+        })
+        .collect();
     assert!(
-        failures.is_empty(),
-        "{} problem(s) in the docs:\n\n{}",
-        failures.len(),
-        failures
-            .iter()
-            .map(|f| f.as_str())
-            .collect::<Vec<_>>()
-            .join("\n\n")
+        failed.is_empty(),
+        "{} document(s) with problems:\n\n{}",
+        failed.len(),
+        failed.join("\n\n")
     );
     assert!(
         ran >= 20,
@@ -1332,4 +1534,81 @@ fn the_convention_checks_hold() {
     assert!(matches("You said: hello", "You said: hello"));
     assert!(!matches("You said: hello", "You said: hello!"));
     assert!(matches("… returned: {…}", "x returned: {\"a\": 1}"));
+
+    // Fences that are never closed, at the top level and in a list.
+    assert_eq!(
+        parse_markdown("text\n\n```sh\neve build\n").unclosed,
+        Some(3)
+    );
+    assert_eq!(
+        parse_markdown("- item\n\n  ```sh\n  eve build\n").unclosed,
+        Some(3)
+    );
+    assert_eq!(
+        parse_markdown("- item\n\n  ```sh\n  eve build\n  ```\n").unclosed,
+        None
+    );
+
+    // Sections, and the flags their inline code names.
+    let md = parse_markdown(
+        "Takes `--project DIR`.\n## `eve serve` (also `eve start`)\n\n| flag | |\n|---|---|\n| \
+         `--port`, `-p` | |\n\n## Exit codes\n\n`--json`\n",
+    );
+    let commands: Vec<Option<&str>> = md.sections.iter().map(|s| s.command.as_deref()).collect();
+    assert_eq!(commands, vec![Some("eve"), Some("eve serve"), None]);
+    assert_eq!(
+        md.sections[1].spans,
+        ["eve serve", "eve start", "--port", "-p"]
+    );
+    assert_eq!(
+        named_flags("list [--schedule NAME] [--json]"),
+        ["--schedule", "--json"]
+    );
+    assert_eq!(named_flags("--port=0"), ["--port"]);
+    assert!(named_flags("eve serving demo").is_empty());
+
+    // Every command and flag has docs.
+    let nothing = cli.undocumented(&Used::default());
+    for expected in [
+        "`eve sessions approve` is not documented",
+        "`eve start` is not documented",
+        "`eve serve`: the flag `--host` is not documented",
+        "`eve run`: the flag `--project` is not documented",
+    ] {
+        assert!(
+            nothing.iter().any(|p| p.starts_with(expected)),
+            "{expected}: {nothing:#?}"
+        );
+    }
+    assert!(
+        !nothing
+            .iter()
+            .any(|p| p.contains("`--help`") || p.contains("`--version`"))
+    );
+    let mut used = Used::default();
+    cli.walk(&eve_commands("eve serve --port 0")[0], false, &mut used)
+        .unwrap();
+    used.named.insert(("serve".to_owned(), "--host".to_owned()));
+    used.named.insert((String::new(), "--project".to_owned()));
+    used.named.insert((String::new(), "--json".to_owned()));
+    let rest = cli.undocumented(&used);
+    for gone in [
+        "`eve serve` is not documented",
+        "`eve serve`: the flag `--port`",
+        "`eve serve`: the flag `--host`",
+        "the flag `--project`",
+    ] {
+        assert!(!rest.iter().any(|p| p.contains(gone)), "{gone}: {rest:#?}");
+    }
+    for left in [
+        "`eve start` is not documented",
+        "`eve serve`: the flag `-p`",
+        // `--json` is not global: naming it before the first heading documents no command's.
+        "`eve build`: the flag `--json`",
+    ] {
+        assert!(
+            rest.iter().any(|p| p.starts_with(left)),
+            "{left}: {rest:#?}"
+        );
+    }
 }

@@ -3,17 +3,17 @@
 //! captures (stream3 + stream4); unfinished turns resume on start with no request; start-up
 //! refuses to run without a build or on a public address without authentication.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use eve_test_support::capture;
 use serde_json::{Value, json};
 
-#[path = "../../eve-runtime/tests/server_capture.rs"]
-mod capture;
+use crate::support_dev;
 
 const EVE: &str = env!("CARGO_BIN_EXE_eve");
 
@@ -127,10 +127,7 @@ impl Server {
 
     fn post(&self, path: &str, body: Value) -> (u16, Value) {
         let (status, text) = self.request("POST", path, Some(&body));
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        (status, eve_test_support::json_or_text(text))
     }
 
     /// A stream read that ends by itself (bounded, or a follow that reaches rest).
@@ -187,24 +184,12 @@ impl Drop for Server {
 
 /// A blocking HTTP/1.1 request with `Connection: close`; returns status and decoded body.
 fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
-    response(send(port, method, path, body), Vec::new())
+    support_dev::http(port, method, path, body, None)
 }
 
 /// Sends a request with `Connection: close`; the response is left to read.
 fn send(port: u16, method: &str, path: &str, body: Option<&Value>) -> TcpStream {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let body = body.map(Value::to_string).unwrap_or_default();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    stream
+    support_dev::send(port, method, path, body, None)
 }
 
 /// Opens a follow and waits until it is open: the server answered with its head and the
@@ -227,33 +212,8 @@ fn open_follow(port: u16, path: &str) -> (TcpStream, Vec<u8>) {
 
 /// Reads a response to its end (`raw` is what was already read of it); returns status and
 /// decoded body.
-fn response(mut stream: TcpStream, mut raw: Vec<u8>) -> (u16, String) {
-    stream.read_to_end(&mut raw).unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let mut payload = raw[split + 4..].to_vec();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        let mut out = Vec::new();
-        let mut rest = payload.as_slice();
-        loop {
-            let line_end = rest.windows(2).position(|w| w == b"\r\n").unwrap();
-            let size =
-                usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).unwrap().trim(), 16)
-                    .unwrap();
-            rest = &rest[line_end + 2..];
-            if size == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[..size]);
-            rest = &rest[size + 2..];
-        }
-        payload = out;
-    }
-    (status, String::from_utf8(payload).unwrap())
+fn response(stream: TcpStream, raw: Vec<u8>) -> (u16, String) {
+    support_dev::response(stream, raw)
 }
 
 fn assert_matches(ours: &[Value], name: &str) {

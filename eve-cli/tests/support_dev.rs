@@ -1,5 +1,6 @@
 //! Support for tests of `eve dev`, `eve chat`, schedules and the AI SDK client: a project in a
-//! temp folder, the real binary started with its stderr lines collected, and blocking HTTP.
+//! temp folder (the shared [`TestAgent`]), the real binary started with its stderr lines
+//! collected, blocking HTTP, and reads of the store.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -11,54 +12,36 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub use eve_test_support::eventually;
+use eve_test_support::{TestAgent, json_or_text};
+
 pub const EVE: &str = env!("CARGO_BIN_EXE_eve");
 
-/// A project folder: `agent/` with instructions, and whatever a test adds.
+/// A project folder: `agent/` with instructions, and whatever a test adds ([`TestAgent`]).
 pub struct Project {
-    pub dir: tempfile::TempDir,
+    pub agent: TestAgent,
 }
 
 impl Project {
     pub fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let me = Self { dir };
-        me.file("instructions.md", "You are a test agent.\n");
-        me.file("agent.yaml", "default_tools: false\n");
-        me
+        Self {
+            agent: TestAgent::new(),
+        }
     }
 
     pub fn root(&self) -> &Path {
-        self.dir.path()
+        self.agent.root()
     }
 
     /// Writes `agent/<rel>` (atomically: a watcher never sees half a file).
     pub fn file(&self, rel: &str, content: &str) -> &Self {
-        let path = self.root().join("agent").join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        let tmp = path.with_file_name(format!(
-            ".{}.tmp",
-            path.file_name().unwrap().to_string_lossy()
-        ));
-        std::fs::write(&tmp, content).unwrap();
-        std::fs::rename(&tmp, &path).unwrap();
+        self.agent.file(rel, content);
         self
     }
 
     /// A shell tool `tools/<name>.sh`: front matter lines `front`, then `body`.
     pub fn tool(&self, name: &str, front: &str, body: &str) -> &Self {
-        use std::os::unix::fs::PermissionsExt;
-        let mut text = String::from("#!/bin/sh\n# ---\n");
-        for line in front.lines() {
-            text.push_str(&format!("# {line}\n"));
-        }
-        text.push_str("# ---\n");
-        text.push_str(body);
-        let path = self.root().join("agent/tools").join(format!("{name}.sh"));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        let tmp = path.with_file_name(format!(".{name}.tmp"));
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::rename(&tmp, &path).unwrap();
+        self.agent.tool(name, front, body);
         self
     }
 
@@ -92,9 +75,7 @@ impl Project {
     }
 
     pub fn db(&self) -> rusqlite::Connection {
-        let conn = rusqlite::Connection::open(self.root().join(".eve/eve.db")).unwrap();
-        conn.busy_timeout(Duration::from_secs(5)).unwrap();
-        conn
+        store(self.root())
     }
 
     pub fn count(&self, sql: &str) -> i64 {
@@ -102,7 +83,7 @@ impl Project {
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
-        self.root().join(rel)
+        self.agent.path(rel)
     }
 }
 
@@ -179,18 +160,12 @@ impl Server {
 
     pub fn get(&self, path: &str) -> (u16, Value) {
         let (status, text) = http(self.port, "GET", path, None, None);
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        (status, json_or_text(text))
     }
 
     pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         let (status, text) = http(self.port, "POST", path, Some(body), None);
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        (status, json_or_text(text))
     }
 
     /// Events of a session's stream read that ends by itself.
@@ -240,6 +215,13 @@ impl Drop for Server {
     }
 }
 
+/// The project's store (`.eve/eve.db`), opened beside the `eve` processes that write it.
+pub fn store(root: &Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(root.join(".eve/eve.db")).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    conn
+}
+
 /// A blocking HTTP/1.1 request with `Connection: close`; returns status and decoded body.
 pub fn http(
     port: u16,
@@ -248,6 +230,17 @@ pub fn http(
     body: Option<&Value>,
     token: Option<&str>,
 ) -> (u16, String) {
+    response(send(port, method, path, body, token), Vec::new())
+}
+
+/// Sends a request with `Connection: close`; the response is left to read.
+pub fn send(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    token: Option<&str>,
+) -> TcpStream {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
@@ -263,7 +256,12 @@ pub fn http(
         body.len()
     )
     .unwrap();
-    let mut raw = Vec::new();
+    stream
+}
+
+/// Reads a response to its end (`raw` is what was already read of it); returns status and
+/// decoded body (chunked transfer encoding undone).
+pub fn response(mut stream: TcpStream, mut raw: Vec<u8>) -> (u16, String) {
     stream.read_to_end(&mut raw).unwrap();
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
     let head = String::from_utf8_lossy(&raw[..split]).to_string();
@@ -290,18 +288,4 @@ pub fn http(
         payload = out;
     }
     (status, String::from_utf8(payload).unwrap())
-}
-
-/// Polls `check` every 10 ms until it returns `Some`, or panics with `what` after `limit`.
-pub fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        if Instant::now() > deadline {
-            panic!("timed out waiting for {what}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }

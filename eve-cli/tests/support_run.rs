@@ -1,5 +1,6 @@
-//! Support for tests that run the real `eve` binary on a project in a temp folder: an agent with
-//! script tools that log their side effects, the scripted mock model, and reads of the store.
+//! Support for tests that run the real `eve` binary on a project in a temp folder (the shared
+//! [`TestAgent`]): an agent with script tools that log their side effects, the scripted mock
+//! model, and reads of the store.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -7,13 +8,16 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use eve_test_support::{TestAgent, lines_of};
 use serde_json::Value;
+
+use crate::support_dev::store;
 
 pub const EVE: &str = env!("CARGO_BIN_EXE_eve");
 
 /// A project folder with `agent/` and the side-effect log tools append to.
 pub struct RunProject {
-    pub dir: tempfile::TempDir,
+    pub agent: TestAgent,
     pub side: PathBuf,
     pub script: String,
 }
@@ -30,27 +34,21 @@ pub fn logging_tool(front_matter: &str, body: &str) -> String {
 impl RunProject {
     /// An agent with `tools` (`name`, script text) and the mock playing `script`.
     pub fn new(tools: &[(&str, String)], script: Value) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let agent = dir.path().join("agent");
-        std::fs::create_dir_all(agent.join("tools")).unwrap();
-        std::fs::write(agent.join("instructions.md"), "You are a test agent.\n").unwrap();
-        std::fs::write(agent.join("agent.yaml"), "default_tools: false\n").unwrap();
+        let agent = TestAgent::new();
+        std::fs::create_dir_all(agent.path("agent/tools")).unwrap();
         for (name, text) in tools {
-            let path = agent.join("tools").join(format!("{name}.sh"));
-            std::fs::write(&path, text).unwrap();
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            agent.script(&format!("tools/{name}.sh"), text);
         }
-        let side = dir.path().join("side.log");
+        let side = agent.path("side.log");
         Self {
-            dir,
+            agent,
             side,
             script: script.to_string(),
         }
     }
 
     pub fn root(&self) -> &Path {
-        self.dir.path()
+        self.agent.root()
     }
 
     /// `eve ARGS` in this project with the scripted mock model.
@@ -82,17 +80,11 @@ impl RunProject {
     }
 
     pub fn side_lines(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.side)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
-            .collect()
+        lines_of(&self.side)
     }
 
     pub fn db(&self) -> rusqlite::Connection {
-        let conn = rusqlite::Connection::open(self.root().join(".eve/eve.db")).unwrap();
-        conn.busy_timeout(Duration::from_secs(5)).unwrap();
-        conn
+        store(self.root())
     }
 
     /// The only session's id.

@@ -13,7 +13,6 @@ mod mcp;
 mod model;
 mod schedule;
 mod server_auth;
-mod server_capture;
 mod server_routes;
 mod server_stream;
 mod server_support;

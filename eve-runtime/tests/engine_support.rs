@@ -16,6 +16,10 @@ use eve_runtime::model::mock::{MockClient, load_script};
 use eve_runtime::store::{SqliteStore, Store, StoredEvent};
 use serde_json::{Value, json};
 
+/// Waits until a condition holds, checking every few milliseconds; panics naming it after a
+/// deadline generous enough for a loaded machine.
+pub use eve_test_support::eventually_async as eventually;
+
 /// A project folder with `.eve/` and hand-written builds.
 pub struct TestProject {
     #[allow(dead_code)]
@@ -69,11 +73,7 @@ impl TestProject {
 
     /// Side-effect lines written by tools.
     pub fn side_lines(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.side_file)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
-            .collect()
+        eve_test_support::lines_of(&self.side_file)
     }
 
     /// A runtime on this project with a scripted mock model (`steps` as JSON).
@@ -224,17 +224,4 @@ pub async fn run_prompt(rt: &Runtime, text: &str) -> (String, DriveOutcome) {
     let id = rt.create_session(Some(text.to_owned())).await.unwrap();
     let outcome = rt.drive(&id).await.unwrap();
     (id, outcome)
-}
-
-/// Waits until `ok` holds, checking every few milliseconds; panics naming `what` after a
-/// deadline generous enough for a loaded machine.
-pub async fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !ok() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never happened: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }

@@ -5,9 +5,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use eve_test_support::capture::{capture, compare, parse_ndjson, types};
 use serde_json::{Value, json};
 
-use super::server_capture::{capture, compare, parse_ndjson, types};
 use super::server_support::{AgentDir, TestServer};
 
 const WEATHER: &str = "/tool get_weather {\"city\": \"Paris\"}";

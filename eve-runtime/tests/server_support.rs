@@ -1,10 +1,9 @@
 //! Test support for the HTTP server: a real agent folder compiled by the real compiler, a runtime
 //! on a real SQLite store in a temp dir with the `mock/echo` model, and the real server on
-//! `127.0.0.1:0`.
+//! `127.0.0.1:0`. The agent folder is the shared [`TestAgent`]'s; what is here is the runtime's.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,50 +12,37 @@ use eve_compile::Project;
 use eve_runtime::engine::{FixedModelProvider, ResolvedModel, Runtime, RuntimeConfig};
 use eve_runtime::model::mock::MockClient;
 use eve_runtime::server::{self, ServerConfig};
+use eve_test_support::capture::parse_ndjson;
+use eve_test_support::{TestAgent, json_or_text};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::server_capture::parse_ndjson;
-
-/// An agent project in a temp dir.
+/// An agent project in a temp dir ([`TestAgent`]) that the real compiler builds.
 pub struct AgentDir {
-    pub dir: tempfile::TempDir,
+    pub agent: TestAgent,
 }
 
 impl AgentDir {
-    /// `agent/instructions.md` and nothing else.
+    /// `agent/instructions.md`, `agent/agent.yaml` without built-in tools, and nothing else.
     pub fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let me = Self { dir };
-        me.file("instructions.md", "You are a test agent.\n");
-        me.file("agent.yaml", "default_tools: false\n");
-        me
+        Self {
+            agent: TestAgent::new(),
+        }
     }
 
     pub fn root(&self) -> PathBuf {
-        self.dir.path().to_path_buf()
+        self.agent.root().to_path_buf()
     }
 
     /// Writes `agent/<rel>`.
     pub fn file(&self, rel: &str, content: &str) -> &Self {
-        let path = self.dir.path().join("agent").join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, content).unwrap();
+        self.agent.file(rel, content);
         self
     }
 
     /// A shell tool `tools/<name>.sh` with front matter `front` (YAML lines) and `body`.
     pub fn tool(&self, name: &str, front: &str, body: &str) -> &Self {
-        let mut text = String::from("#!/bin/sh\n# ---\n");
-        for line in front.lines() {
-            text.push_str(&format!("# {line}\n"));
-        }
-        text.push_str("# ---\n");
-        text.push_str(body);
-        let rel = format!("tools/{name}.sh");
-        self.file(&rel, &text);
-        let path = self.dir.path().join("agent").join(&rel);
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        self.agent.tool(name, front, body);
         self
     }
 
@@ -185,12 +171,7 @@ impl TestServer {
             .send()
             .await
             .unwrap();
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        reply(response).await
     }
 
     /// POSTs raw bytes with a JSON content type.
@@ -203,23 +184,13 @@ impl TestServer {
             .send()
             .await
             .unwrap();
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        reply(response).await
     }
 
     /// GETs; returns status and JSON body.
     pub async fn get(&self, path: &str) -> (u16, Value) {
         let response = self.http.get(self.url(path)).send().await.unwrap();
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        reply(response).await
     }
 
     /// Creates a session with a first message; returns its id.
@@ -277,4 +248,10 @@ impl TestServer {
         self.shutdown.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
     }
+}
+
+/// Status and JSON body (a JSON string when the body is not JSON) of a response.
+async fn reply(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    (status, json_or_text(response.text().await.unwrap()))
 }

@@ -7,9 +7,7 @@
 //! recursively (tool inputs and outputs excepted: they are the tools' own). The known differences
 //! are listed here, each with its reason, so the test fails on any other.
 //!
-//! Shared by the runtime's tests and `eve-cli`'s (included with `#[path]`): no crate but
-//! serde_json.
-#![allow(dead_code)]
+//! Used by the runtime's server tests and by `eve-cli`'s tests of `eve serve`.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
