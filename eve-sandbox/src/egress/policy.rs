@@ -176,7 +176,9 @@ impl FromStr for Rule {
         // IPv6: `[v6]`, `[v6]:port`, or a bare literal (two colons or more).
         if let Some(rest) = s.strip_prefix('[') {
             let Some((inner, after)) = rest.split_once(']') else {
-                return Err(fail("`[` without `]`: write an IPv6 address as `[::1]` or `[::1]:8080`"));
+                return Err(fail(
+                    "`[` without `]`: write an IPv6 address as `[::1]` or `[::1]:8080`",
+                ));
             };
             let ip: Ipv6Addr = inner
                 .parse()
@@ -241,8 +243,13 @@ impl FromStr for Rule {
             ));
         }
         let name = valid_name(&lower).map_err(|why| fail(&why))?;
-        if name.split('.').all(|l| l.bytes().all(|b| b.is_ascii_digit())) {
-            return Err(fail("not an IPv4 address: write four numbers, such as `10.0.0.1`"));
+        if name
+            .split('.')
+            .all(|l| l.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return Err(fail(
+                "not an IPv4 address: write four numbers, such as `10.0.0.1`",
+            ));
         }
         Ok(Rule {
             host: RuleHost::Name(name),
@@ -255,7 +262,9 @@ fn parse_port(p: &str) -> Result<u16, String> {
     match p.parse::<u16>() {
         Ok(0) => Err("port 0 is not a port: write a number from 1 to 65535".to_string()),
         Ok(port) if p.bytes().all(|b| b.is_ascii_digit()) => Ok(port),
-        _ => Err(format!("`{p}` is not a port: write a number from 1 to 65535")),
+        _ => Err(format!(
+            "`{p}` is not a port: write a number from 1 to 65535"
+        )),
     }
 }
 
@@ -299,7 +308,10 @@ impl Target {
     /// Parses the host part of a request target; `None` when it is not a valid host.
     pub(crate) fn parse(host: &str) -> Option<Self> {
         if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-            return inner.parse::<Ipv6Addr>().ok().map(|ip| Self::Ip(IpAddr::V6(ip)));
+            return inner
+                .parse::<Ipv6Addr>()
+                .ok()
+                .map(|ip| Self::Ip(IpAddr::V6(ip)));
         }
         if let Ok(ip) = host.parse::<IpAddr>() {
             return Some(Self::Ip(ip));
@@ -308,7 +320,10 @@ impl Target {
         let name = valid_name(&lower).ok()?;
         // Digits-and-dots names (`127.1`, `2130706433`) are IPv4 in the resolver's eyes: refuse
         // them rather than let them slip past IP rules.
-        if name.split('.').all(|l| l.bytes().all(|b| b.is_ascii_digit())) {
+        if name
+            .split('.')
+            .all(|l| l.bytes().all(|b| b.is_ascii_digit()))
+        {
             return None;
         }
         Some(Self::Name(name))
@@ -411,7 +426,10 @@ pub fn is_own_listener(dest: SocketAddr, own: &[SocketAddr]) -> bool {
     {
         return true;
     }
-    if own.iter().any(|o| o.port() == dest.port() && canonical(o.ip()) == ip) {
+    if own
+        .iter()
+        .any(|o| o.port() == dest.port() && canonical(o.ip()) == ip)
+    {
         return true;
     }
     is_local_address(ip)

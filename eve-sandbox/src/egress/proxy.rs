@@ -7,6 +7,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
@@ -20,6 +21,9 @@ use super::{EgressConfig, Refusal};
 
 /// Largest upstream response head rewritten; a larger one is relayed unchanged.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+/// What a refused client may still send after its answer before the connection is dropped.
+const DRAIN_BYTES: usize = 256 * 1024;
+const DRAIN_TIME: Duration = Duration::from_secs(2);
 
 pub(super) async fn serve(
     listener: UnixListener,
@@ -45,7 +49,7 @@ pub(super) async fn serve(
                     Err(_) => {
                         connections.spawn(async move {
                             let body = "eve egress: too many connections at once from this tool; retry later";
-                            let _ = client.write_all(&head::response(503, "Service Unavailable", body)).await;
+                            reply(&mut client, 503, "Service Unavailable", body).await;
                         });
                     }
                 }
@@ -74,7 +78,13 @@ async fn handle(mut client: UnixStream, config: &EgressConfig) {
             return reply(&mut client, 431, "Request Header Fields Too Large", &body).await;
         }
         Ok(Err(ReadError::Bad(why))) => {
-            return reply(&mut client, 400, "Bad Request", &format!("eve egress: {why}")).await;
+            return reply(
+                &mut client,
+                400,
+                "Bad Request",
+                &format!("eve egress: {why}"),
+            )
+            .await;
         }
         Ok(Ok(parsed)) => parsed,
     };
@@ -121,11 +131,29 @@ async fn handle(mut client: UnixStream, config: &EgressConfig) {
     }
 }
 
+/// Answers and closes. Closing a Unix socket with unread input resets it, and the client would
+/// lose the answer: so after the answer, the rest of what the client sent is read and dropped
+/// (bounded in bytes and time) until it closes its side.
 async fn reply(client: &mut UnixStream, status: u16, reason: &str, body: &str) {
-    let _ = client
+    if client
         .write_all(&head::response(status, reason, body))
-        .await;
+        .await
+        .is_err()
+    {
+        return;
+    }
     let _ = client.shutdown().await;
+    let drain = async {
+        let mut chunk = [0u8; 4096];
+        let mut left = DRAIN_BYTES;
+        while left > 0 {
+            match client.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = timeout(DRAIN_TIME, drain).await;
 }
 
 enum ReadError {
@@ -170,9 +198,10 @@ enum Failure {
 /// Decides, resolves once, checks every address, and connects to a checked one.
 async fn open(host: &str, port: u16, config: &EgressConfig) -> Result<TcpStream, Failure> {
     let target = Target::parse(host).ok_or(Failure::BadHost)?;
-    let permit = config.policy.permits(host, port).ok_or_else(|| {
-        Failure::Refused("not in this tool's network allowlist".to_string())
-    })?;
+    let permit = config
+        .policy
+        .permits(host, port)
+        .ok_or_else(|| Failure::Refused("not in this tool's network allowlist".to_string()))?;
     let limit = config.limits.connect_timeout;
     let addrs: Vec<SocketAddr> = match target {
         Target::Ip(ip) => vec![SocketAddr::new(ip, port)],
