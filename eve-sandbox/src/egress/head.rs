@@ -171,20 +171,34 @@ fn split_authority(authority: &str, default: Option<u16>) -> Result<(String, u16
     Ok((host.to_string(), port))
 }
 
-/// Rewrites an upstream response head so the client knows the connection ends with this
-/// response: hop-by-hop and `Proxy-*` headers dropped, `Connection: close` added. `None` when
-/// `buf` does not start with a complete, final (non-1xx) response head; the caller then relays
-/// the bytes unchanged.
-pub(crate) fn rewrite_response(buf: &[u8]) -> Option<(Vec<u8>, usize)> {
+/// What the start of an upstream response holds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ResponseHead {
+    /// Not a complete head yet.
+    Partial,
+    /// Not an HTTP/1 response: relay the bytes unchanged.
+    NotHttp,
+    /// A complete 1xx head ending at this index: relay it unchanged, a final one follows.
+    Interim(usize),
+    /// The final head, rewritten so the client knows the connection ends with this response
+    /// (hop-by-hop and `Proxy-*` headers dropped, `Connection: close` added), and where the
+    /// original ends.
+    Final(Vec<u8>, usize),
+}
+
+pub(crate) fn response_head(buf: &[u8]) -> ResponseHead {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
     let end = match resp.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
-        _ => return None,
+        Ok(httparse::Status::Partial) => return ResponseHead::Partial,
+        Err(_) => return ResponseHead::NotHttp,
     };
-    let (version, code) = (resp.version?, resp.code?);
+    let (Some(version), Some(code)) = (resp.version, resp.code) else {
+        return ResponseHead::NotHttp;
+    };
     if code < 200 {
-        return None;
+        return ResponseHead::Interim(end);
     }
     let reason = resp.reason.unwrap_or_default();
     let mut head = Vec::with_capacity(end + 32);
@@ -192,10 +206,11 @@ pub(crate) fn rewrite_response(buf: &[u8]) -> Option<(Vec<u8>, usize)> {
     let dropped = connection_tokens(resp.headers);
     for h in resp.headers.iter() {
         let name = h.name.to_ascii_lowercase();
-        if name.starts_with("proxy-") || name == "connection" || name == "keep-alive" {
-            continue;
-        }
-        if dropped.contains(&name) {
+        if name.starts_with("proxy-")
+            || name == "connection"
+            || name == "keep-alive"
+            || dropped.contains(&name)
+        {
             continue;
         }
         head.extend_from_slice(h.name.as_bytes());
@@ -204,7 +219,7 @@ pub(crate) fn rewrite_response(buf: &[u8]) -> Option<(Vec<u8>, usize)> {
         head.extend_from_slice(b"\r\n");
     }
     head.extend_from_slice(b"Connection: close\r\n\r\n");
-    Some((head, end))
+    ResponseHead::Final(head, end)
 }
 
 /// A complete response the proxy itself gives (403, 502, 400, …), with a text body.
@@ -215,4 +230,83 @@ pub(crate) fn response(status: u16, reason: &str, body: &str) -> Vec<u8> {
         body.len()
     )
     .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REQUEST: &[u8] = b"GET http://Example.com:8080/p?q=1#frag HTTP/1.1\r\nHost: other\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\nbody";
+
+    #[test]
+    fn absolute_form_becomes_origin_form() {
+        let (req, end) = parse(REQUEST).unwrap();
+        assert_eq!(&REQUEST[end..], b"body");
+        assert_eq!((req.host.as_str(), req.port), ("Example.com", 8080));
+        let Kind::Forward { head } = req.kind else {
+            panic!("not forwarded")
+        };
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "GET /p?q=1 HTTP/1.1\r\nHost: Example.com:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        let (req, _) = parse(b"GET http://u:p@[::1]?x HTTP/1.0\r\n\r\n").unwrap();
+        assert_eq!((req.host.as_str(), req.port), ("[::1]", 80));
+        let Kind::Forward { head } = req.kind else {
+            panic!("not forwarded")
+        };
+        assert!(head.starts_with(b"GET /?x HTTP/1.0\r\nHost: [::1]\r\n"));
+    }
+
+    #[test]
+    fn every_prefix_is_partial_or_parsed_and_never_panics() {
+        for n in 0..REQUEST.len() {
+            match parse(&REQUEST[..n]) {
+                Err(HeadError::Partial) | Ok(_) => {}
+                other => panic!("prefix {n}: {other:?}"),
+            }
+        }
+        // Deterministic pseudo-random bytes, and every one-byte corruption of a valid head.
+        let mut x: u32 = 0x9e37_79b9;
+        for _ in 0..2000 {
+            let len = (x % 300) as usize;
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect();
+            let _ = parse(&bytes);
+            let _ = response_head(&bytes);
+        }
+        for i in 0..REQUEST.len() {
+            for b in [0u8, b' ', b':', b'[', b']', b'/', b'@', 0xff, b'\n'] {
+                let mut bad = REQUEST.to_vec();
+                bad[i] = b;
+                let _ = parse(&bad);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_destinations_are_refused() {
+        for head in [
+            &b"CONNECT host HTTP/1.1\r\n\r\n"[..],
+            b"CONNECT host:0 HTTP/1.1\r\n\r\n",
+            b"CONNECT host:+80 HTTP/1.1\r\n\r\n",
+            b"CONNECT [::1 HTTP/1.1\r\n\r\n",
+            b"CONNECT :443 HTTP/1.1\r\n\r\n",
+            b"GET ftp://x/ HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"GET http:///path HTTP/1.1\r\n\r\n",
+        ] {
+            assert!(
+                matches!(parse(head), Err(HeadError::Bad(_))),
+                "{}",
+                String::from_utf8_lossy(head)
+            );
+        }
+    }
 }

@@ -7,7 +7,10 @@
 //! the destination against the tool's [`EgressPolicy`], resolves it once, checks every resolved
 //! address (loopback, link-local, unspecified, multicast and metadata addresses only when a rule
 //! names the host explicitly; eve's own listeners never), connects to the checked address itself
-//! (no second resolution, so DNS rebinding cannot redirect it) and splices the bytes.
+//! (no second resolution, so DNS rebinding cannot redirect it) and splices the bytes. A resolved
+//! address that fails the check is never tried; the request is refused (`403`) only when none is
+//! left. `All` means any public or private address (a LAN included), never the guarded ones. A
+//! rule naming a host matches requests for that name only, not for the IPs it resolves to.
 //!
 //! One proxy serves one sandboxed call: [`start`] binds the socket the caller chose, and dropping
 //! the [`EgressHandle`] (or [`EgressHandle::shutdown`]) closes the socket and every connection

@@ -15,7 +15,7 @@ use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::timeout;
 
-use super::head::{self, HeadError, Kind, RequestHead};
+use super::head::{self, HeadError, Kind, RequestHead, ResponseHead};
 use super::policy::{Target, classify, is_own_listener};
 use super::{EgressConfig, Refusal};
 
@@ -286,24 +286,69 @@ where
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
     loop {
-        let n = up.read(&mut chunk).await?;
-        if n == 0 {
-            break;
+        match head::response_head(&buf) {
+            ResponseHead::Interim(end) => {
+                // `100 Continue` and friends pass unchanged; the final response follows.
+                client.write_all(&buf[..end]).await?;
+                buf.drain(..end);
+            }
+            ResponseHead::Final(rewritten, end) => {
+                client.write_all(&rewritten).await?;
+                client.write_all(&buf[end..]).await?;
+                break;
+            }
+            ResponseHead::Partial if buf.len() < MAX_RESPONSE_HEAD => {
+                let n = up.read(&mut chunk).await?;
+                if n == 0 {
+                    client.write_all(&buf).await?;
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            ResponseHead::Partial | ResponseHead::NotHttp => {
+                client.write_all(&buf).await?;
+                break;
+            }
         }
-        buf.extend_from_slice(&chunk[..n]);
-        let mut headers = [httparse::EMPTY_HEADER; 100];
-        match httparse::Response::new(&mut headers).parse(&buf) {
-            Ok(httparse::Status::Partial) if buf.len() < MAX_RESPONSE_HEAD => {}
-            _ => break,
-        }
-    }
-    match head::rewrite_response(&buf) {
-        Some((rewritten, end)) => {
-            client.write_all(&rewritten).await?;
-            client.write_all(&buf[end..]).await?;
-        }
-        None => client.write_all(&buf).await?,
     }
     tokio::io::copy(up, client).await?;
     client.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn relayed(upstream: &[u8]) -> String {
+        let (mut up_w, mut up_r) = tokio::io::duplex(1 << 20);
+        let (mut cl_w, mut cl_r) = tokio::io::duplex(1 << 20);
+        up_w.write_all(upstream).await.unwrap();
+        drop(up_w);
+        relay_response(&mut up_r, &mut cl_w).await.unwrap();
+        drop(cl_w);
+        let mut out = String::new();
+        cl_r.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn interim_responses_pass_and_the_final_one_says_close() {
+        let out = relayed(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok",
+        )
+        .await;
+        assert_eq!(
+            out,
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+        );
+    }
+
+    #[tokio::test]
+    async fn what_is_not_an_http_response_is_relayed_unchanged() {
+        assert_eq!(relayed(b"SSH-2.0-x\r\n").await, "SSH-2.0-x\r\n");
+        assert_eq!(
+            relayed(b"HTTP/1.1 200 OK\r\nX: y").await,
+            "HTTP/1.1 200 OK\r\nX: y"
+        );
+    }
 }
