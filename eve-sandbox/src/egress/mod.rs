@@ -56,7 +56,8 @@ pub struct EgressLimits {
     pub head_timeout: Duration,
     /// Time to resolve the host and connect upstream; after it the client gets `502`.
     pub connect_timeout: Duration,
-    /// Connections served at once; more are answered `503` and closed.
+    /// Connections served at once; more are answered `503` and closed (beyond twice this many,
+    /// closed without an answer).
     pub max_connections: usize,
 }
 

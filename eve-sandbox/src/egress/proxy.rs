@@ -24,20 +24,34 @@ const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// What a refused client may still send after its answer before the connection is dropped.
 const DRAIN_BYTES: usize = 256 * 1024;
 const DRAIN_TIME: Duration = Duration::from_secs(2);
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 pub(super) async fn serve(
     listener: UnixListener,
     config: Arc<EgressConfig>,
     mut stopped: oneshot::Receiver<()>,
 ) {
-    let slots = Arc::new(Semaphore::new(config.limits.max_connections.max(1)));
+    let max = config.limits.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max));
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             _ = &mut stopped => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => {
-                let Ok((mut client, _)) = accepted else { continue };
+                let mut client = match accepted {
+                    Ok((client, _)) => client,
+                    Err(_) => {
+                        // Out of descriptors or memory: give the connections in hand a moment
+                        // to finish instead of spinning on accept.
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                        continue;
+                    }
+                };
+                if connections.len() >= 2 * max {
+                    // Far over the cap: not even a 503 (each holds a task for its drain time).
+                    continue;
+                }
                 match slots.clone().try_acquire_owned() {
                     Ok(permit) => {
                         let config = config.clone();
