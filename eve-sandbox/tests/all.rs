@@ -1,0 +1,4 @@
+//! Integration tests of eve-sandbox: one binary, one module per area.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod egress;
