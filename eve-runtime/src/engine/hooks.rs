@@ -22,9 +22,9 @@ use eve_compile::{Agent, Hook, Tool};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::super::{Runtime, RuntimeResult};
-use super::TurnDriver;
 use super::subagents::synthetic_tool;
+use super::turn::TurnDriver;
+use super::{Runtime, RuntimeResult};
 use crate::store::*;
 use crate::tools::{ToolContext, ToolResult, run_tool};
 
