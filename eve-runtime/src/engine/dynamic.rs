@@ -161,6 +161,7 @@ impl TurnDriver<'_> {
                     workspace: workspace.clone(),
                     agent_dir: agent_dir.clone(),
                     env: self.rt.inner.config.env.clone(),
+                    http: self.rt.inner.http.clone(),
                 };
                 let input = json!({"event": event, "session_id": self.session.id});
                 let result = run_tool(&provider, &input, &ctx, self.cancel.child_token()).await;

@@ -183,6 +183,8 @@ pub(crate) struct Inner {
     pub(crate) windows: Mutex<HashMap<String, u64>>,
     /// Channel replies followed by this runtime.
     pub(crate) following: replies::Following,
+    /// The HTTP client of this runtime's HTTP tools.
+    pub(crate) http: crate::tools::HttpClient,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -240,6 +242,7 @@ impl Runtime {
                 hook_workers: Mutex::new(HashMap::new()),
                 windows: Mutex::new(HashMap::new()),
                 following: replies::Following::default(),
+                http: crate::tools::HttpClient::new(),
             }),
         }
     }

@@ -387,6 +387,7 @@ impl TurnDriver<'_> {
             workspace,
             agent_dir,
             env: self.rt.inner.config.env.clone(),
+            http: self.rt.inner.http.clone(),
         };
         let token = self.cancel.child_token();
         let input = resolved.run_input(&call.input);
