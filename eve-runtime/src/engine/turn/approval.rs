@@ -4,10 +4,48 @@
 use eve_compile::{Approval, Tool};
 
 use super::TurnDriver;
-use crate::engine::{Runtime, RuntimeError, RuntimeResult, events};
+use crate::engine::events as ev;
+use crate::engine::{Runtime, RuntimeError, RuntimeResult};
 use crate::store::*;
 
 impl TurnDriver<'_> {
+    /// Parks `asks` (calls with the prompt to show) on approval: each call is marked pending and
+    /// gets an input request, in one durable commit.
+    pub(in crate::engine) async fn request_approvals(
+        &self,
+        turn: &TurnRecord,
+        step: u64,
+        asks: Vec<(ToolCallRecord, String)>,
+    ) -> RuntimeResult<()> {
+        let mut batch = Batch::durable();
+        let now = now_ms();
+        for (mut call, prompt) in asks {
+            call.approval = ApprovalState::Pending;
+            call.status = CallStatus::Pending;
+            let request = InputRequestRecord {
+                id: format!("apr_{}", ulid::Ulid::new()),
+                session_id: self.session.id.clone(),
+                turn_seq: turn.seq,
+                step_index: step,
+                call_id: call.call_id.clone(),
+                tool_name: call.name.clone(),
+                kind: "tool-approval".to_owned(),
+                prompt,
+                action: ev::action(&call),
+                status: RequestStatus::Pending,
+                reason: None,
+                created_at: now,
+                answered_at: None,
+            };
+            batch
+                .push(Op::PutToolCall(call))
+                .push(Op::PutInputRequest(request));
+        }
+        self.rt.commit(batch).await?;
+        Ok(())
+    }
+
+    /// Whether a call of `tool` must be approved before it runs.
     pub(in crate::engine) fn needs_approval(&self, tool: &Tool) -> bool {
         match tool.approval {
             Approval::Never => false,
@@ -16,6 +54,7 @@ impl TurnDriver<'_> {
         }
     }
 
+    /// The reason given with the denial of `call`, if any.
     pub(in crate::engine) async fn denial_reason(
         &self,
         call: &ToolCallRecord,
@@ -108,8 +147,8 @@ impl Runtime {
         }
         batch.event(
             session,
-            events::APPROVAL_SETTLED,
-            events::approval_settled(&request, approve),
+            ev::APPROVAL_SETTLED,
+            ev::approval_settled(&request, approve),
         );
         let still_pending = pending
             .iter()
@@ -135,11 +174,7 @@ impl Runtime {
                 }
             }
             answered.push(request.clone());
-            batch.event(
-                session,
-                events::INPUT_RESOLVED,
-                events::input_resolved(&answered),
-            );
+            batch.event(session, ev::INPUT_RESOLVED, ev::input_resolved(&answered));
         }
         self.commit(batch).await?;
         if !still_pending {

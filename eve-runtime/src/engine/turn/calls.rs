@@ -205,31 +205,7 @@ impl TurnDriver<'_> {
             context.extend(settled.into_iter().map(|(_, m)| m));
         }
         if !asks.is_empty() {
-            let mut batch = Batch::durable();
-            let now = now_ms();
-            for (mut call, prompt) in asks {
-                call.approval = ApprovalState::Pending;
-                call.status = CallStatus::Pending;
-                let request = InputRequestRecord {
-                    id: format!("apr_{}", ulid::Ulid::new()),
-                    session_id: self.session.id.clone(),
-                    turn_seq: turn.seq,
-                    step_index: step,
-                    call_id: call.call_id.clone(),
-                    tool_name: call.name.clone(),
-                    kind: "tool-approval".to_owned(),
-                    prompt,
-                    action: ev::action(&call),
-                    status: RequestStatus::Pending,
-                    reason: None,
-                    created_at: now,
-                    answered_at: None,
-                };
-                batch
-                    .push(Op::PutToolCall(call))
-                    .push(Op::PutInputRequest(request));
-            }
-            self.rt.commit(batch).await?;
+            self.request_approvals(turn, step, asks).await?;
         }
         let pending = pending_for_turn(self.rt, turn).await?;
         if parked && pending.is_empty() {
