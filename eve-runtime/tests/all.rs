@@ -5,6 +5,7 @@ mod channels;
 mod composition;
 mod deferred;
 mod engine;
+mod engine_accept;
 mod engine_bench;
 mod engine_resume;
 mod engine_store;

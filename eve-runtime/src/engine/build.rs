@@ -75,11 +75,11 @@ impl LoadedBuild {
             })
             .collect();
         for sub in &agent.subagents {
-            let spec = super::driver::subagents::tool_spec(sub);
+            let spec = super::subagents::tool_spec(sub);
             validators.insert(&spec.name, &spec.input_schema);
             specs.push(spec);
         }
-        let observe_hooks = super::driver::hooks::has_observe_hooks(agent);
+        let observe_hooks = super::hooks::has_observe_hooks(agent);
         if !agent.skills.is_empty() {
             specs.push(load_skill_spec());
         }

@@ -16,8 +16,8 @@ use eve_compile::Tool;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::super::{Runtime, RuntimeResult};
-use super::TurnDriver;
+use super::turn::TurnDriver;
+use super::{Runtime, RuntimeResult};
 use crate::store::*;
 use crate::tools::{ToolContext, ToolResult, run_tool};
 
@@ -153,7 +153,7 @@ impl TurnDriver<'_> {
                 let ctx = ToolContext {
                     session_id: self.session.id.clone(),
                     call_id: format!("dyn_{}_{}", turn.seq, provider.name),
-                    idempotency_key: super::idempotency_key(
+                    idempotency_key: super::turn::idempotency_key(
                         &self.session.id,
                         turn.seq,
                         &format!("dynamic:{}:{event}", provider.name),
@@ -161,6 +161,7 @@ impl TurnDriver<'_> {
                     workspace: workspace.clone(),
                     agent_dir: agent_dir.clone(),
                     env: self.rt.inner.config.env.clone(),
+                    http: self.rt.inner.http.clone(),
                 };
                 let input = json!({"event": event, "session_id": self.session.id});
                 let result = run_tool(&provider, &input, &ctx, self.cancel.child_token()).await;

@@ -22,9 +22,9 @@ use eve_compile::{Agent, Hook, Tool};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::super::{Runtime, RuntimeResult};
-use super::TurnDriver;
 use super::subagents::synthetic_tool;
+use super::turn::TurnDriver;
+use super::{Runtime, RuntimeResult};
 use crate::store::*;
 use crate::tools::{ToolContext, ToolResult, run_tool};
 
@@ -152,6 +152,7 @@ impl TurnDriver<'_> {
                 workspace: workspace.to_path_buf(),
                 agent_dir: agent_dir.clone(),
                 env: self.rt.inner.config.env.clone(),
+                http: self.rt.inner.http.clone(),
             };
             let stdin = json!({
                 "event": TOOL_BEFORE,
@@ -305,6 +306,7 @@ impl Runtime {
                             workspace: workspace.clone(),
                             agent_dir: agent_dir.clone(),
                             env: self.inner.config.env.clone(),
+                            http: self.inner.http.clone(),
                         };
                         let result =
                             run_tool(&hook_tool(&hook), &stdin, &ctx, CancellationToken::new())

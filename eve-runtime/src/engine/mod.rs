@@ -9,12 +9,22 @@
 //! at any point resumes from the current state (the open turn and its calls), never by replaying
 //! history.
 
+mod accept;
+mod breakers;
 mod build;
-mod driver;
+mod compaction;
+mod drive;
+mod dynamic;
 mod error;
 pub mod events;
 mod follow;
+mod hooks;
+mod limits;
 mod models;
+mod replies;
+mod subagents;
+mod targets;
+mod turn;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -25,10 +35,12 @@ use eve_compile::Agent;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
+pub use accept::{Accept, Accepted, Extra, SessionRef};
 pub use build::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_prompt};
 pub use error::{RuntimeError, RuntimeResult};
 pub use follow::EventFollower;
 pub use models::{FixedModelProvider, SettingsModelProvider};
+pub use replies::ReplyFollower;
 
 use crate::model::{ModelClient, ModelError};
 use crate::store::*;
@@ -177,6 +189,12 @@ pub(crate) struct Inner {
     pub(crate) mcp: Mutex<HashMap<String, crate::mcp::McpManager>>,
     /// Sessions with a running observe-hook delivery (`true`: more events arrived meanwhile).
     pub(crate) hook_workers: Mutex<HashMap<String, bool>>,
+    /// Context windows the providers reported, by model id and client: asked once per runtime.
+    pub(crate) windows: Mutex<HashMap<String, u64>>,
+    /// Channel replies followed by this runtime.
+    pub(crate) following: replies::Following,
+    /// The HTTP client of this runtime's HTTP tools.
+    pub(crate) http: crate::tools::HttpClient,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -232,6 +250,9 @@ impl Runtime {
                 breakers: tokio::sync::Mutex::new(HashMap::new()),
                 mcp: Mutex::new(HashMap::new()),
                 hook_workers: Mutex::new(HashMap::new()),
+                windows: Mutex::new(HashMap::new()),
+                following: replies::Following::default(),
+                http: crate::tools::HttpClient::new(),
             }),
         }
     }
@@ -273,174 +294,6 @@ impl Runtime {
         .await;
     }
 
-    /// Creates a session on the current build; with a first message, accepts it (it is in the
-    /// inbox when this returns) and starts the first turn.
-    pub async fn create_session(&self, first_message: Option<String>) -> RuntimeResult<String> {
-        self.create_session_with(first_message, None).await
-    }
-
-    /// Like [`Runtime::create_session`], recording the schedule that started it.
-    pub async fn create_session_with(
-        &self,
-        first_message: Option<String>,
-        schedule: Option<String>,
-    ) -> RuntimeResult<String> {
-        if first_message
-            .as_deref()
-            .is_some_and(|m| m.trim().is_empty())
-        {
-            return Err(RuntimeError::EmptyMessage);
-        }
-        let build = self.inner.builds.current()?;
-        let id = new_session_id();
-        let now = now_ms();
-        let session = SessionRecord::new(
-            id.clone(),
-            build.hash.clone(),
-            build.manifest.agent.name.clone(),
-            schedule,
-            now,
-        );
-        let mut batch = Batch::durable();
-        batch.push(Op::InsertSession(session));
-        if let Some(text) = first_message.clone() {
-            batch.push(Op::InsertInbox(InboxRecord::new(&id, &text, now)));
-        }
-        self.commit(batch).await?;
-        if first_message.is_some() {
-            self.kick(&id);
-        }
-        Ok(id)
-    }
-
-    /// Accepts a message: it is durably in the session's inbox when this returns. Returns its id.
-    pub async fn post_message(&self, session: &str, text: &str) -> RuntimeResult<String> {
-        if text.trim().is_empty() {
-            return Err(RuntimeError::EmptyMessage);
-        }
-        self.require_session(session).await?;
-        let message = InboxRecord::new(session, text, now_ms());
-        let id = message.id.clone();
-        let mut batch = Batch::durable();
-        batch.push(Op::InsertInbox(message));
-        self.commit(batch).await?;
-        self.kick(session);
-        Ok(id)
-    }
-
-    /// Answers an input request (the session's only pending one when `request_id` is `None`).
-    /// Returns the request as answered.
-    pub async fn answer_input(
-        &self,
-        session: &str,
-        request_id: Option<&str>,
-        approve: bool,
-        reason: Option<String>,
-    ) -> RuntimeResult<InputRequestRecord> {
-        self.require_session(session).await?;
-        let pending = self.inner.store.input_requests(session, true).await?;
-        // A request of a subagent's session, answered on an ancestor (the root's stream shows it).
-        if let Some(answered) = self
-            .answer_for_descendant(session, request_id, &pending, approve, reason.clone())
-            .await?
-        {
-            return Ok(answered);
-        }
-        let mut request = match request_id {
-            Some(id) => pending
-                .iter()
-                .find(|r| r.id == id)
-                .cloned()
-                .ok_or_else(|| {
-                    RuntimeError::NoSuchRequest(format!(
-                        "session `{session}` has no pending input request `{id}`"
-                    ))
-                })?,
-            None => match pending.as_slice() {
-                [only] => only.clone(),
-                [] => {
-                    return Err(RuntimeError::NoSuchRequest(format!(
-                        "session `{session}` has no pending input request"
-                    )));
-                }
-                many => {
-                    let ids: Vec<&str> = many.iter().map(|r| r.id.as_str()).collect();
-                    return Err(RuntimeError::NoSuchRequest(format!(
-                        "session `{session}` has {} pending requests ({}); name one",
-                        many.len(),
-                        ids.join(", ")
-                    )));
-                }
-            },
-        };
-        request.status = if approve {
-            RequestStatus::Approved
-        } else {
-            RequestStatus::Denied
-        };
-        request.reason = reason.filter(|r| !r.trim().is_empty());
-        request.answered_at = Some(now_ms());
-        let mut batch = Batch::durable();
-        batch.push(Op::PutInputRequest(request.clone()));
-        let calls_now = self
-            .inner
-            .store
-            .tool_calls(session, request.turn_seq)
-            .await?;
-        if let Some(mut call) = calls_now
-            .iter()
-            .find(|c| c.call_id == request.call_id)
-            .cloned()
-        {
-            call.approval = if approve {
-                ApprovalState::Approved
-            } else {
-                ApprovalState::Denied
-            };
-            batch.push(Op::PutToolCall(call));
-        }
-        batch.event(
-            session,
-            events::APPROVAL_SETTLED,
-            events::approval_settled(&request, approve),
-        );
-        let still_pending = pending
-            .iter()
-            .any(|r| r.id != request.id && r.turn_seq == request.turn_seq);
-        if !still_pending {
-            // Resolutions of this wait: answered requests whose calls have not run yet.
-            let waiting_calls: Vec<&str> = calls_now
-                .iter()
-                .filter(|c| !c.status.is_terminal() && c.call_id != request.call_id)
-                .filter(|c| matches!(c.approval, ApprovalState::Approved | ApprovalState::Denied))
-                .map(|c| c.call_id.as_str())
-                .collect();
-            let mut answered: Vec<InputRequestRecord> = Vec::new();
-            if !waiting_calls.is_empty() {
-                for r in self.inner.store.input_requests(session, false).await? {
-                    if r.turn_seq == request.turn_seq
-                        && waiting_calls.contains(&r.call_id.as_str())
-                        && matches!(r.status, RequestStatus::Approved | RequestStatus::Denied)
-                    {
-                        answered.retain(|a| a.call_id != r.call_id);
-                        answered.push(r);
-                    }
-                }
-            }
-            answered.push(request.clone());
-            batch.event(
-                session,
-                events::INPUT_RESOLVED,
-                events::input_resolved(&answered),
-            );
-        }
-        self.commit(batch).await?;
-        if !still_pending {
-            self.kick(session);
-        }
-        Ok(request)
-    }
-
     /// Cancels the running or parked turn. Accepted messages stay in the inbox.
     pub async fn cancel(&self, session: &str) -> RuntimeResult<()> {
         let record = self.require_session(session).await?;
@@ -460,40 +313,37 @@ impl Runtime {
 
     /// Compacts the context of an idle session now.
     pub async fn compact(&self, session: &str) -> RuntimeResult<()> {
-        driver::manual_compact(self, session).await
+        compaction::manual_compact(self, session).await
     }
 
     /// Empties the context of an idle session (the history stays in the store).
     pub async fn clear(&self, session: &str) -> RuntimeResult<()> {
-        let record = self.require_idle(session, "clear").await?;
-        let mut updated = record.clone();
-        updated.loaded_skills.clear();
-        let mut batch = Batch::new();
-        batch
-            .push(Op::ClearContext {
-                session_id: session.to_owned(),
-            })
-            .push(Op::UpdateSession(updated.clone()))
-            .event(
-                session,
-                events::CONTEXT_CLEARED,
-                events::context_cleared(session, record.turn_count),
-            )
-            .event(
-                session,
-                events::SESSION_WAITING,
-                events::session_waiting(session, &updated.usage),
-            );
-        self.commit(batch).await?;
-        Ok(())
+        self.empty_context(session, "clear", events::CONTEXT_CLEARED, false)
+            .await
     }
 
     /// Resets an idle session: empty context, no loaded skills, `once` approvals forgotten.
     pub async fn reset(&self, session: &str) -> RuntimeResult<()> {
-        let record = self.require_idle(session, "reset").await?;
+        self.empty_context(session, "reset", events::SESSION_RESET, true)
+            .await
+    }
+
+    /// The body of [`Runtime::clear`] and [`Runtime::reset`]: empties the context and the loaded
+    /// skills of an idle session (and its `once` approvals when `forget_approvals`), announced as
+    /// `kind`.
+    async fn empty_context(
+        &self,
+        session: &str,
+        what: &str,
+        kind: &str,
+        forget_approvals: bool,
+    ) -> RuntimeResult<()> {
+        let record = self.require_idle(session, what).await?;
         let mut updated = record.clone();
         updated.loaded_skills.clear();
-        updated.approved_tools.clear();
+        if forget_approvals {
+            updated.approved_tools.clear();
+        }
         let mut batch = Batch::new();
         batch
             .push(Op::ClearContext {
@@ -502,7 +352,7 @@ impl Runtime {
             .push(Op::UpdateSession(updated.clone()))
             .event(
                 session,
-                events::SESSION_RESET,
+                kind,
                 events::context_cleared(session, record.turn_count),
             )
             .event(
@@ -609,7 +459,7 @@ impl Runtime {
     /// turn, then takes accepted messages one turn at a time. If a driver of this process is
     /// already on it, waits for that one instead.
     pub async fn drive(&self, session: &str) -> RuntimeResult<DriveOutcome> {
-        driver::drive(self, session).await
+        drive::drive(self, session).await
     }
 
     /// Waits until no driver of this process is working on the session.
@@ -635,9 +485,14 @@ impl Runtime {
 
     pub(crate) async fn commit(&self, batch: Batch) -> RuntimeResult<Committed> {
         let committed = self.inner.store.commit(batch).await?;
+        self.announce(&committed);
+        Ok(committed)
+    }
+
+    /// Tells live followers and observe hooks about what a commit stored.
+    pub(crate) fn announce(&self, committed: &Committed) {
         self.publish(&committed.events);
         self.notify_hooks(&committed.events);
-        Ok(committed)
     }
 
     fn publish(&self, events: &[StoredEvent]) {

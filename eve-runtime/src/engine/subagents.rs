@@ -19,9 +19,10 @@ use std::time::Duration;
 use eve_compile::{Agent, Approval, Effect, Runner, Tool};
 use serde_json::{Value, json};
 
-use super::super::events as ev;
-use super::super::{DriveOutcome, Runtime, RuntimeResult, new_session_id};
-use super::{TurnDriver, failure_message};
+use super::drive::failure_message;
+use super::events as ev;
+use super::turn::TurnDriver;
+use super::{DriveOutcome, Runtime, RuntimeResult, new_session_id};
 use crate::model::{Message, ToolSpec};
 use crate::store::*;
 
@@ -148,7 +149,7 @@ impl Runtime {
         &self,
         hash: &str,
         record: &SessionRecord,
-    ) -> RuntimeResult<std::sync::Arc<super::super::LoadedBuild>> {
+    ) -> RuntimeResult<std::sync::Arc<super::LoadedBuild>> {
         let path = self.agent_path(record).await?;
         self.inner.builds.agent(hash, &path)
     }

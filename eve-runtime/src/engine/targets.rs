@@ -20,9 +20,9 @@ use eve_compile::{Approval, Effect, Tool};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::super::{Runtime, RuntimeResult};
-use super::TurnDriver;
 use super::subagents::{policy_tool, synthetic_tool};
+use super::turn::TurnDriver;
+use super::{Runtime, RuntimeResult};
 use crate::mcp::{
     CALL_TOOL, CatalogueEntry, Catalogued, McpManager, McpTool, SEARCH_TOOLS, catalogue_tools_for,
     search_catalogue, use_catalogue,
@@ -169,7 +169,7 @@ pub(super) struct Extra {
 impl Runtime {
     /// The MCP manager of an agent's connections (one per distinct set of connections, shared by
     /// every session and build using it); `None` when the agent has none.
-    pub(crate) fn mcp_manager(&self, build: &super::super::LoadedBuild) -> Option<McpManager> {
+    pub(crate) fn mcp_manager(&self, build: &super::LoadedBuild) -> Option<McpManager> {
         let connections = &build.manifest.agent.connections;
         if connections.is_empty() {
             return None;

@@ -31,10 +31,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use clock::{Clock, EVE_SCHEDULE_CLOCK, ManualClock, ScaledClock, SystemClock, clock_from_env};
 
-use crate::engine::{Runtime, RuntimeError, new_session_id};
+use crate::engine::{Accept, Extra, Runtime, RuntimeError, SessionRef, new_session_id};
 use crate::store::{
-    Batch, FireStatus, FireTrigger, FireWrite, InboxRecord, Op, ScheduleClaim, ScheduleFire,
-    ScheduleState, SessionFilter, SessionRecord, SessionStatus, StateExpect, StoreError, now_ms,
+    FireStatus, FireTrigger, FireWrite, ScheduleClaim, ScheduleFire, ScheduleState, SessionFilter,
+    SessionStatus, StateExpect, StoreError, now_ms,
 };
 
 /// How late a fire may be claimed and still count as on time (a restart, a slow start).
@@ -260,11 +260,7 @@ impl Scheduler {
                     next: Some((next_after_now, spec)),
                     fires: Vec::new(),
                 };
-                self.inner
-                    .runtime
-                    .store()
-                    .claim_schedule(claim, Batch::new())
-                    .await?;
+                self.inner.runtime.claim_schedule(claim).await?;
                 return Ok(next_after_now);
             }
         };
@@ -312,7 +308,6 @@ impl Scheduler {
                 Some(detail),
             )));
         }
-        let mut batch = Batch::durable();
         let mut started = None;
         if run {
             let busy = self.busy(name).await?;
@@ -371,8 +366,7 @@ impl Scheduler {
                     }
                 }
                 _ => {
-                    let (id, session_batch) = self.session_batch(schedule)?;
-                    batch = session_batch;
+                    let id = new_session_id();
                     started = Some(id.clone());
                     fire_row(
                         name,
@@ -398,28 +392,25 @@ impl Scheduler {
             next: Some((next_after_now, spec)),
             fires,
         };
-        match self
-            .inner
-            .runtime
-            .store()
-            .claim_schedule(claim, batch)
-            .await?
-        {
-            Some(_) => {
-                for fire in &written {
-                    log_fire(fire);
-                }
-                report.fires.extend(written);
-                if let Some(id) = started {
-                    self.start(&id);
-                }
+        let claimed = match &started {
+            Some(id) => self
+                .inner
+                .runtime
+                .accept(fire_accept(schedule, id, claim))
+                .await?
+                .is_some(),
+            None => self.inner.runtime.claim_schedule(claim).await?,
+        };
+        if claimed {
+            for fire in &written {
+                log_fire(fire);
             }
-            None => {
-                tracing::debug!(
-                    schedule = name,
-                    "schedules: another process claimed the fire"
-                );
-            }
+            report.fires.extend(written);
+        } else {
+            tracing::debug!(
+                schedule = name,
+                "schedules: another process claimed the fire"
+            );
         }
         Ok(next_after_now)
     }
@@ -444,7 +435,7 @@ impl Scheduler {
         if self.busy(name).await?.is_some() {
             return Ok(true);
         }
-        let (id, batch) = self.session_batch(schedule)?;
+        let id = new_session_id();
         let mut to = oldest.clone();
         to.status = FireStatus::Started;
         to.session_id = Some(id.clone());
@@ -462,14 +453,12 @@ impl Scheduler {
         if self
             .inner
             .runtime
-            .store()
-            .claim_schedule(claim, batch)
+            .accept(fire_accept(schedule, &id, claim))
             .await?
             .is_some()
         {
             log_fire(&to);
             report.fires.push(to);
-            self.start(&id);
         }
         Ok(queued.len() > 1)
     }
@@ -485,7 +474,7 @@ impl Scheduler {
             .iter()
             .find(|s| s.name == name)
             .ok_or_else(|| ScheduleError::NotFound(name.to_owned()))?;
-        let (id, batch) = self.session_batch(schedule)?;
+        let id = new_session_id();
         // A manual fire is keyed by its request time; two in the same millisecond move apart.
         let start = now_ms();
         for at in start..start + 16 {
@@ -506,13 +495,11 @@ impl Scheduler {
             if self
                 .inner
                 .runtime
-                .store()
-                .claim_schedule(claim, batch.clone())
+                .accept(fire_accept(schedule, &id, claim))
                 .await?
                 .is_some()
             {
                 log_fire(&fire);
-                self.start(&id);
                 return Ok(fire);
             }
         }
@@ -539,41 +526,23 @@ impl Scheduler {
         }
         Ok(None)
     }
+}
 
-    /// A new session on the current build, tagged with the schedule, with its prompt accepted.
-    fn session_batch(&self, schedule: &Schedule) -> ScheduleResult<(String, Batch)> {
-        let build = self.inner.runtime.builds().current()?;
-        let id = new_session_id();
-        let now = now_ms();
-        let text = if schedule.prompt.trim().is_empty() {
-            format!("Scheduled run of `{}`.", schedule.name)
-        } else {
-            schedule.prompt.clone()
-        };
-        let mut batch = Batch::durable();
-        batch.push(Op::InsertSession(SessionRecord::new(
-            id.clone(),
-            build.hash.clone(),
-            build.manifest.agent.name.clone(),
-            Some(schedule.name.clone()),
-            now,
-        )));
-        batch.push(Op::InsertInbox(InboxRecord::new(&id, &text, now)));
-        Ok((id, batch))
-    }
-
-    /// Drives a fire's session in the background (when the runtime starts drivers itself).
-    fn start(&self, session: &str) {
-        let runtime = self.inner.runtime.clone();
-        if !runtime.inner.config.autostart {
-            return;
-        }
-        let session = session.to_owned();
-        tokio::spawn(async move {
-            if let Err(e) = runtime.drive(&session).await {
-                tracing::warn!(session, error = %e, "scheduled session stopped");
-            }
-        });
+/// A fire's new session `id` on the current build, tagged with the schedule, with its prompt
+/// accepted, committed only if `claim` holds (the session's driver starts with it).
+fn fire_accept(schedule: &Schedule, id: &str, claim: ScheduleClaim) -> Accept {
+    let text = if schedule.prompt.trim().is_empty() {
+        format!("Scheduled run of `{}`.", schedule.name)
+    } else {
+        schedule.prompt.clone()
+    };
+    Accept {
+        session: SessionRef::New {
+            id: id.to_owned(),
+            schedule: Some(schedule.name.clone()),
+        },
+        message: Some(text),
+        extra: vec![Extra::ScheduleFire(claim)],
     }
 }
 

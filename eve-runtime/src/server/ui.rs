@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use super::body::{self, InputResponse};
 use super::error::ApiError;
 use crate::engine::{Runtime, events as ev};
-use crate::store::{Batch, Op, SessionRecord, StoredEvent, now_ms};
+use crate::store::StoredEvent;
 
 /// Value of the `x-vercel-ai-ui-message-stream` response header.
 pub const UI_STREAM_VERSION: &str = "v1";
@@ -115,29 +115,7 @@ pub fn chat_session_id(chat_id: &str) -> String {
 
 /// Makes sure the session `id` exists, creating it on the current build when it does not.
 pub async fn ensure_session(runtime: &Runtime, id: &str) -> Result<(), ApiError> {
-    if runtime.session(id).await?.is_some() {
-        return Ok(());
-    }
-    let build = runtime.builds().current()?;
-    let now = now_ms();
-    let record = SessionRecord::new(
-        id.to_owned(),
-        build.hash.clone(),
-        build.manifest.agent.name.clone(),
-        None,
-        now,
-    );
-    let mut batch = Batch::durable();
-    batch.push(Op::InsertSession(record));
-    if let Err(e) = runtime.store().commit(batch).await {
-        // Another request may have created it first; that is fine.
-        if runtime.session(id).await?.is_none() {
-            return Err(ApiError::Internal(format!(
-                "cannot create session {id}: {e}"
-            )));
-        }
-    }
-    Ok(())
+    Ok(runtime.ensure_session(id).await?)
 }
 
 fn sse(chunk: &Value) -> Bytes {

@@ -8,7 +8,7 @@
 //! recognised by the server. The response is capped like process output.
 
 use std::collections::BTreeSet;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use eve_compile::{HttpRequest, Tool};
@@ -25,18 +25,35 @@ use super::{ToolContext, ToolResult, effective_limit, effective_timeout, millis}
 /// The header carrying [`ToolContext::idempotency_key`].
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
-/// One client for every HTTP tool: connection pools are shared.
-fn client() -> Result<&'static reqwest::Client, ToolError> {
-    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            reqwest::Client::builder()
-                .user_agent(concat!("eve/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| ToolError::Request(format!("could not create the HTTP client: {e}")))
+/// The HTTP client of the HTTP tools of one runtime: built on first use, then shared by every
+/// call (connection pools are shared). Cheap to clone; clones share the client. Each runtime
+/// holds its own, so two runtimes in one process share no connections.
+#[derive(Clone, Default)]
+pub struct HttpClient(Arc<OnceLock<Result<reqwest::Client, String>>>);
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient").finish_non_exhaustive()
+    }
+}
+
+impl HttpClient {
+    /// A client not built yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn get(&self) -> Result<&reqwest::Client, ToolError> {
+        self.0
+            .get_or_init(|| {
+                reqwest::Client::builder()
+                    .user_agent(concat!("eve/", env!("CARGO_PKG_VERSION")))
+                    .build()
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| ToolError::Request(format!("could not create the HTTP client: {e}")))
+    }
 }
 
 /// A request ready to send.
@@ -170,7 +187,9 @@ pub(crate) async fn run_http_tool(
     let limit = effective_limit(tool.output_limit);
     let call = async {
         let prepared = prepare(request, input, ctx)?;
-        let mut builder = client()?
+        let mut builder = ctx
+            .http
+            .get()?
             .request(prepared.method, prepared.url)
             .headers(prepared.headers);
         if let Some(body) = prepared.body {

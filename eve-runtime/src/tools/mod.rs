@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use builtin::{builtin_tools, is_builtin, run_builtin};
 pub use error::ToolError;
+pub use http::HttpClient;
 pub use validate::Validators;
 pub use workspace::prepare_workspace;
 
@@ -57,6 +58,8 @@ pub struct ToolContext {
     pub agent_dir: PathBuf,
     /// Lookup for `${VAR}` references and the `env:` allowlist.
     pub env: EnvLookup,
+    /// The runtime's HTTP client, shared by its HTTP tools.
+    pub http: HttpClient,
 }
 
 impl std::fmt::Debug for ToolContext {

@@ -51,6 +51,7 @@ impl Fixture {
             workspace: dir.path().join("ws"),
             agent_dir,
             env: Arc::new(move |name: &str| map.get(name).cloned()),
+            http: Default::default(),
         };
         Self { dir, ctx }
     }

@@ -24,21 +24,13 @@
 //! rebuilds each from its address and follows its turn from the recorded index, skipping the
 //! approvals already announced; a process follows each reply at most once.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
-
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::{Runtime, RuntimeError, events};
+use crate::engine::{Accept, Extra, Runtime, SessionRef, events};
 use crate::server::error::ApiError;
-use crate::server::ui::ensure_session;
-use crate::store::{
-    Batch, ChannelAccept, ChannelDelivery, ChannelReplyRecord, ChannelReplyUpdate, InboxRecord, Op,
-    now_ms,
-};
+use crate::store::{ChannelReplyRecord, ChannelReplyUpdate};
 
 /// The session id of conversation `key` on the channel `channel` of kind `kind`.
 pub fn session_id(kind: &str, channel: &str, key: &str) -> String {
@@ -82,60 +74,14 @@ pub async fn accept(
     text: &str,
     incoming: Incoming<'_>,
 ) -> Result<Option<Accepted>, ApiError> {
-    if text.trim().is_empty() {
-        return Err(ApiError::bad_request(
-            "empty_message",
-            "The message has no text.",
-        ));
-    }
-    ensure_session(runtime, session).await?;
-    let from = runtime
-        .session(session)
-        .await?
-        .map(|s| s.event_count)
-        .ok_or(ApiError::SessionNotFound)?;
-    let now = now_ms();
-    let message = InboxRecord::new(session, text, now);
-    let inbox_id = message.id.clone();
-    let mut batch = Batch::durable();
-    batch.push(Op::InsertInbox(message));
-    let claim = ChannelAccept {
-        delivery: incoming
-            .delivery
-            .filter(|d| !d.is_empty())
-            .map(|d| ChannelDelivery {
-                channel: channel.to_owned(),
-                delivery_id: d.to_owned(),
-            }),
-        reply: incoming.reply.map(|reply| ChannelReplyRecord {
-            inbox_id: inbox_id.clone(),
-            channel: channel.to_owned(),
-            session_id: session.to_owned(),
-            from_index: from,
-            address: reply.address(),
-            announced: Vec::new(),
-            done: false,
-            detail: None,
-            owner_pid: std::process::id(),
-            owner_host: runtime.inner.host.clone(),
-            created_at: now,
-            updated_at: now,
-        }),
-    };
-    let committed = runtime
-        .store()
-        .accept_channel_message(claim, batch)
-        .await
-        .map_err(RuntimeError::from)?;
-    if committed.is_none() {
-        return Ok(None);
-    }
-    start_driver(runtime, session);
-    Ok(Some(Accepted {
-        session: session.to_owned(),
-        inbox_id,
-        from,
-    }))
+    accept_into(
+        runtime,
+        channel,
+        SessionRef::Ensure(session.to_owned()),
+        text,
+        incoming,
+    )
+    .await
 }
 
 /// Accepts `text` as the first message of a new session.
@@ -145,29 +91,56 @@ pub async fn accept_new(
     text: &str,
     incoming: Incoming<'_>,
 ) -> Result<Option<Accepted>, ApiError> {
+    accept_into(
+        runtime,
+        channel,
+        SessionRef::new_session(None),
+        text,
+        incoming,
+    )
+    .await
+}
+
+async fn accept_into(
+    runtime: &Runtime,
+    channel: &str,
+    session: SessionRef,
+    text: &str,
+    incoming: Incoming<'_>,
+) -> Result<Option<Accepted>, ApiError> {
     if text.trim().is_empty() {
         return Err(ApiError::bad_request(
             "empty_message",
             "The message has no text.",
         ));
     }
-    let session = runtime.create_session(None).await?;
-    accept(runtime, channel, &session, text, incoming).await
-}
-
-/// New work is in the session's inbox: drive it in the background (a running driver of this
-/// process takes it instead), as the runtime does for messages it accepts itself.
-fn start_driver(runtime: &Runtime, session: &str) {
-    if !runtime.inner.config.autostart {
-        return;
+    let mut extra = Vec::new();
+    if let Some(delivery) = incoming.delivery.filter(|d| !d.is_empty()) {
+        extra.push(Extra::ChannelDelivery {
+            channel: channel.to_owned(),
+            delivery_id: delivery.to_owned(),
+        });
     }
-    let runtime = runtime.clone();
-    let session = session.to_owned();
-    tokio::spawn(async move {
-        if let Err(e) = runtime.drive(&session).await {
-            tracing::warn!(session, error = %e, "session driver stopped");
-        }
-    });
+    if let Some(reply) = incoming.reply {
+        extra.push(Extra::ChannelReply {
+            channel: channel.to_owned(),
+            address: reply.address(),
+        });
+    }
+    let accepted = runtime
+        .accept(Accept {
+            session,
+            message: Some(text.to_owned()),
+            extra,
+        })
+        .await?;
+    Ok(accepted.and_then(|a| {
+        Some(Accepted {
+            inbox_id: a.inbox_id?,
+            session: a.session,
+            from: a.from,
+        })
+    }))
 }
 
 /// A tool call waiting for approval.
@@ -243,53 +216,6 @@ pub trait Reply: Send + Sync + 'static {
     fn address(&self) -> Value;
 }
 
-/// Replies followed by this process: inbox id → (follower id, the shutdown token it stops at).
-type Following = Mutex<HashMap<String, (u64, CancellationToken)>>;
-
-fn following() -> &'static Following {
-    static FOLLOWING: OnceLock<Following> = OnceLock::new();
-    FOLLOWING.get_or_init(Following::default)
-}
-
-/// Whether a follower of this process, not shut down, already follows the reply to `inbox_id`
-/// (a router rebuilt by `eve dev` resumes while the previous one's followers still run).
-fn followed(inbox_id: &str) -> bool {
-    following()
-        .lock()
-        .map(|f| f.get(inbox_id).is_some_and(|(_, t)| !t.is_cancelled()))
-        .unwrap_or(false)
-}
-
-/// Registers a follower of `inbox_id`; it unregisters when dropped.
-struct Registered {
-    inbox_id: String,
-    id: u64,
-}
-
-impl Registered {
-    fn new(inbox_id: &str, shutdown: &CancellationToken) -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut f) = following().lock() {
-            f.insert(inbox_id.to_owned(), (id, shutdown.clone()));
-        }
-        Self {
-            inbox_id: inbox_id.to_owned(),
-            id,
-        }
-    }
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        if let Ok(mut f) = following().lock()
-            && f.get(&self.inbox_id).is_some_and(|(id, _)| *id == self.id)
-        {
-            f.remove(&self.inbox_id);
-        }
-    }
-}
-
 /// Follows the turn of `accepted` in the background and reports to `reply`, skipping the input
 /// requests in `announced` (announced before a restart). Stops at `shutdown` (after finishing a
 /// message being sent): the reply stays owed in the store, and the next start reports the turn.
@@ -300,7 +226,7 @@ pub fn spawn_reply(
     reply: Box<dyn Reply>,
     announced: Vec<String>,
 ) {
-    let registered = Registered::new(&accepted.inbox_id, &shutdown);
+    let registered = runtime.follow_reply(&accepted.inbox_id, &shutdown);
     tokio::spawn(async move {
         let _registered = registered;
         let mut progress = Progress {
@@ -321,11 +247,7 @@ pub async fn resume(
     shutdown: &CancellationToken,
     rebuild: impl Fn(&ChannelReplyRecord) -> Result<Box<dyn Reply>, String>,
 ) {
-    let owed = match runtime
-        .store()
-        .claim_channel_replies(std::process::id(), &runtime.inner.host)
-        .await
-    {
+    let owed = match runtime.claim_owed_replies().await {
         Ok(owed) => owed,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the replies owed to platforms");
@@ -333,7 +255,7 @@ pub async fn resume(
         }
     };
     for record in owed {
-        if followed(&record.inbox_id) {
+        if runtime.reply_followed(&record.inbox_id) {
             continue;
         }
         match rebuild(&record) {

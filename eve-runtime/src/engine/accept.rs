@@ -1,0 +1,300 @@
+//! One way in: every message the engine takes, from any caller, goes through [`Runtime::accept`].
+//!
+//! HTTP routes, the UI, channels, schedules and the CLI each used to write session and inbox rows
+//! themselves. Here a caller says which session (a new one, one that must exist, or one to create
+//! when missing), the message, and the typed [`Extra`] rows it must commit atomically with it (a
+//! channel's delivery id and the reply owed, a schedule's fire claim); the engine builds the
+//! commit, sends it to the store method that enforces the extra rows' promise, and kicks the
+//! driver. Nothing outside the engine and the store builds an `Op` or a `Batch`.
+
+use serde_json::Value;
+
+use super::{Runtime, RuntimeError, RuntimeResult, new_session_id};
+use crate::store::*;
+
+/// Which session a message goes to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionRef {
+    /// A new session on the current build, with this id (see [`new_session_id`]), recording the
+    /// schedule that started it, if any.
+    New {
+        /// The new session's id.
+        id: String,
+        /// The schedule that started it.
+        schedule: Option<String>,
+    },
+    /// A session that must exist.
+    Existing(String),
+    /// A session created on the current build when it does not exist yet (an id derived from a
+    /// conversation: whoever comes first creates it).
+    Ensure(String),
+}
+
+impl SessionRef {
+    /// A new session with a fresh id.
+    pub fn new_session(schedule: Option<String>) -> Self {
+        Self::New {
+            id: new_session_id(),
+            schedule,
+        }
+    }
+
+    fn id(&self) -> &str {
+        match self {
+            Self::New { id, .. } | Self::Existing(id) | Self::Ensure(id) => id,
+        }
+    }
+}
+
+/// A row a caller commits together with the message it hands over.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Extra {
+    /// The platform's id of the delivery: a delivery already accepted on `channel` is not
+    /// accepted again (nothing is written and [`Runtime::accept`] returns `None`).
+    ChannelDelivery {
+        /// Channel name.
+        channel: String,
+        /// The platform's delivery id.
+        delivery_id: String,
+    },
+    /// The reply owed on `channel` for the message, rebuilt after a restart from `address`.
+    ChannelReply {
+        /// Channel name.
+        channel: String,
+        /// Where the reply goes (the platform's reply address as JSON).
+        address: Value,
+    },
+    /// A schedule's claim: the message is committed only if the claim holds (another process
+    /// may have claimed the fire; then [`Runtime::accept`] returns `None`).
+    ScheduleFire(ScheduleClaim),
+}
+
+/// What to accept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accept {
+    /// The session.
+    pub session: SessionRef,
+    /// The message, if any (a new session may start without one).
+    pub message: Option<String>,
+    /// Rows committed atomically with the message.
+    pub extra: Vec<Extra>,
+}
+
+impl Accept {
+    /// `message` for `session`, with nothing else.
+    pub fn message(session: SessionRef, message: impl Into<String>) -> Self {
+        Self {
+            session,
+            message: Some(message.into()),
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// What [`Runtime::accept`] committed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accepted {
+    /// Session id.
+    pub session: String,
+    /// Inbox id of the message, when there was one.
+    pub inbox_id: Option<String>,
+    /// Event index of the session before the message was accepted.
+    pub from: u64,
+}
+
+impl Runtime {
+    /// Accepts a message (and creates its session when asked to) together with `extra`, in one
+    /// durable commit: when this returns `Some`, the message is in the session's inbox and a
+    /// driver is on its way. `None` when an extra row's condition refused the commit (a delivery
+    /// already accepted, a schedule fire another process claimed): nothing was written.
+    pub async fn accept(&self, accept: Accept) -> RuntimeResult<Option<Accepted>> {
+        let Accept {
+            session,
+            message,
+            extra,
+        } = accept;
+        if message.as_deref().is_some_and(|m| m.trim().is_empty()) {
+            return Err(RuntimeError::EmptyMessage);
+        }
+        let id = session.id().to_owned();
+        let now = now_ms();
+        let mut batch = Batch::durable();
+        let from = match session {
+            SessionRef::New { id, schedule } => {
+                let build = self.inner.builds.current()?;
+                batch.push(Op::InsertSession(SessionRecord::new(
+                    id,
+                    build.hash.clone(),
+                    build.manifest.agent.name.clone(),
+                    schedule,
+                    now,
+                )));
+                0
+            }
+            SessionRef::Existing(id) => self.require_session(&id).await?.event_count,
+            SessionRef::Ensure(id) => {
+                self.ensure_session(&id).await?;
+                self.require_session(&id).await?.event_count
+            }
+        };
+        let inbox_id = message.map(|text| {
+            let record = InboxRecord::new(&id, &text, now);
+            let inbox_id = record.id.clone();
+            batch.push(Op::InsertInbox(record));
+            inbox_id
+        });
+        let mut channel: Option<ChannelAccept> = None;
+        let mut schedule: Option<ScheduleClaim> = None;
+        for row in extra {
+            match row {
+                Extra::ChannelDelivery {
+                    channel: name,
+                    delivery_id,
+                } => {
+                    channel
+                        .get_or_insert(ChannelAccept {
+                            delivery: None,
+                            reply: None,
+                        })
+                        .delivery = (!delivery_id.is_empty()).then_some(ChannelDelivery {
+                        channel: name,
+                        delivery_id,
+                    });
+                }
+                Extra::ChannelReply {
+                    channel: name,
+                    address,
+                } => {
+                    let Some(inbox_id) = inbox_id.clone() else {
+                        return Err(RuntimeError::Other(
+                            "a channel reply is owed for a message, and none was given".to_owned(),
+                        ));
+                    };
+                    channel
+                        .get_or_insert(ChannelAccept {
+                            delivery: None,
+                            reply: None,
+                        })
+                        .reply = Some(ChannelReplyRecord {
+                        inbox_id,
+                        channel: name,
+                        session_id: id.clone(),
+                        from_index: from,
+                        address,
+                        announced: Vec::new(),
+                        done: false,
+                        detail: None,
+                        owner_pid: std::process::id(),
+                        owner_host: self.inner.host.clone(),
+                        created_at: now,
+                        updated_at: now,
+                    });
+                }
+                Extra::ScheduleFire(claim) => schedule = Some(claim),
+            }
+        }
+        let committed = match (channel, schedule) {
+            (None, None) => Some(self.inner.store.commit(batch).await?),
+            (Some(claim), None) => {
+                self.inner
+                    .store
+                    .accept_channel_message(claim, batch)
+                    .await?
+            }
+            (None, Some(claim)) => self.inner.store.claim_schedule(claim, batch).await?,
+            (Some(_), Some(_)) => {
+                return Err(RuntimeError::Other(
+                    "a message is either a channel delivery or a schedule fire, not both"
+                        .to_owned(),
+                ));
+            }
+        };
+        let Some(committed) = committed else {
+            return Ok(None);
+        };
+        self.announce(&committed);
+        if inbox_id.is_some() {
+            self.kick(&id);
+        }
+        Ok(Some(Accepted {
+            session: id,
+            inbox_id,
+            from,
+        }))
+    }
+
+    /// Makes sure the session `id` exists, creating it on the current build when it does not
+    /// (another process creating it first is fine).
+    pub async fn ensure_session(&self, id: &str) -> RuntimeResult<()> {
+        if self.inner.store.session(id).await?.is_some() {
+            return Ok(());
+        }
+        let build = self.inner.builds.current()?;
+        let record = SessionRecord::new(
+            id.to_owned(),
+            build.hash.clone(),
+            build.manifest.agent.name.clone(),
+            None,
+            now_ms(),
+        );
+        let mut batch = Batch::durable();
+        batch.push(Op::InsertSession(record));
+        if let Err(e) = self.inner.store.commit(batch).await {
+            // Another request may have created it first; that is fine.
+            if self.inner.store.session(id).await?.is_none() {
+                return Err(RuntimeError::Other(format!(
+                    "cannot create session {id}: {e}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a schedule's state or fires that start no session (a changed cadence, a missed,
+    /// skipped or queued fire). `false` when another process's claim came first.
+    pub async fn claim_schedule(&self, claim: ScheduleClaim) -> RuntimeResult<bool> {
+        let committed = self
+            .inner
+            .store
+            .claim_schedule(claim, Batch::durable())
+            .await?;
+        Ok(committed.is_some())
+    }
+
+    /// Creates a session on the current build; with a first message, accepts it (it is in the
+    /// inbox when this returns) and starts the first turn.
+    pub async fn create_session(&self, first_message: Option<String>) -> RuntimeResult<String> {
+        self.create_session_with(first_message, None).await
+    }
+
+    /// Like [`Runtime::create_session`], recording the schedule that started it.
+    pub async fn create_session_with(
+        &self,
+        first_message: Option<String>,
+        schedule: Option<String>,
+    ) -> RuntimeResult<String> {
+        let accepted = self
+            .accept(Accept {
+                session: SessionRef::new_session(schedule),
+                message: first_message,
+                extra: Vec::new(),
+            })
+            .await?;
+        accepted
+            .map(|a| a.session)
+            .ok_or_else(|| RuntimeError::Other("the new session was not stored".to_owned()))
+    }
+
+    /// Accepts a message: it is durably in the session's inbox when this returns. Returns its id.
+    pub async fn post_message(&self, session: &str, text: &str) -> RuntimeResult<String> {
+        let accepted = self
+            .accept(Accept::message(
+                SessionRef::Existing(session.to_owned()),
+                text,
+            ))
+            .await?;
+        accepted
+            .and_then(|a| a.inbox_id)
+            .ok_or_else(|| RuntimeError::Other("the message was not stored".to_owned()))
+    }
+}

@@ -1,0 +1,79 @@
+//! Circuit breakers: a tool that fails [`super::BreakerPolicy::threshold`] times in a row is
+//! refused for a backoff that doubles up to a maximum; a success closes it. The rows are stored and
+//! cached on the runtime, so every session of the process sees the same breaker.
+
+use super::turn::TurnDriver;
+use super::{Runtime, RuntimeResult};
+use crate::store::*;
+
+impl TurnDriver<'_> {
+    pub(in crate::engine) async fn breaker_refusal(
+        &self,
+        tool: &str,
+    ) -> RuntimeResult<Option<String>> {
+        let record = self.rt.breaker(tool).await?;
+        let now = now_ms();
+        Ok(match record {
+            Some(b) if b.open_until > now => Some(format!(
+                "`{tool}` is temporarily disabled: it failed {} times in a row. It will be \
+                 available again in {} s. Do not call it before then; tell the user or try \
+                 another way.",
+                b.consecutive_failures,
+                (b.open_until - now + 999) / 1000
+            )),
+            _ => None,
+        })
+    }
+}
+
+impl Runtime {
+    pub(in crate::engine) async fn breaker(
+        &self,
+        tool: &str,
+    ) -> RuntimeResult<Option<BreakerRecord>> {
+        let mut cache = self.inner.breakers.lock().await;
+        if let Some(b) = cache.get(tool) {
+            return Ok(Some(b.clone()));
+        }
+        let stored = self.inner.store.breaker(tool).await?;
+        if let Some(b) = &stored {
+            cache.insert(tool.to_owned(), b.clone());
+        }
+        Ok(stored)
+    }
+
+    /// Applies a call's outcome to the tool's breaker; returns the row to store when it changed.
+    pub(in crate::engine) async fn breaker_update(
+        &self,
+        tool: &str,
+        ok: bool,
+    ) -> RuntimeResult<Option<BreakerRecord>> {
+        let policy = self.inner.config.breaker;
+        let base = i64::try_from(policy.base.as_millis()).unwrap_or(30_000);
+        let max = i64::try_from(policy.max.as_millis()).unwrap_or(600_000);
+        let current = self.breaker(tool).await?;
+        let mut cache = self.inner.breakers.lock().await;
+        let mut record = current.unwrap_or(BreakerRecord {
+            tool: tool.to_owned(),
+            consecutive_failures: 0,
+            open_until: 0,
+            backoff_ms: base,
+        });
+        if ok {
+            if record.consecutive_failures == 0 && record.open_until == 0 {
+                return Ok(None);
+            }
+            record.consecutive_failures = 0;
+            record.open_until = 0;
+            record.backoff_ms = base;
+        } else {
+            record.consecutive_failures = record.consecutive_failures.saturating_add(1);
+            if record.consecutive_failures >= policy.threshold {
+                record.open_until = now_ms().saturating_add(record.backoff_ms);
+                record.backoff_ms = record.backoff_ms.saturating_mul(2).min(max);
+            }
+        }
+        cache.insert(tool.to_owned(), record.clone());
+        Ok(Some(record))
+    }
+}

@@ -1,0 +1,239 @@
+//! Compaction: when the context nears the model's window, older messages become one summary
+//! checkpoint (loaded skills pinned into it) and the running turn's messages are kept verbatim
+//! after it. Also the manual `Runtime::compact` of an idle session, and how a stored checkpoint
+//! reads back as a message.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::build::LoadedBuild;
+use super::drive::lease_claim;
+use super::events as ev;
+use super::turn::TurnDriver;
+use super::{ResolvedModel, Runtime, RuntimeError, RuntimeResult};
+use crate::model::{Message, ModelEvent, ModelRequest};
+use crate::store::*;
+
+impl TurnDriver<'_> {
+    pub(in crate::engine) async fn maybe_compact(
+        &mut self,
+        turn: &TurnRecord,
+    ) -> RuntimeResult<()> {
+        let config = &self.build.manifest.agent.config;
+        if !config.compaction.enabled {
+            return Ok(());
+        }
+        let window = match self.window {
+            Some(w) => w,
+            None => {
+                let w = match config.context_window.or(self.model.context_window) {
+                    Some(w) => Some(w),
+                    None => provider_window(self.rt, &self.model).await,
+                };
+                self.window = Some(w);
+                w
+            }
+        };
+        let Some(window) = window else {
+            return Ok(());
+        };
+        let threshold = config.compaction.threshold;
+        let system_chars = self.build.system_prompt.len();
+        let context = self.context().await?;
+        let chars: usize = context.iter().map(message_chars).sum::<usize>() + system_chars;
+        let estimate = (chars as u64 / 4).max(self.last_tokens);
+        if (estimate as f64) < threshold * window as f64 {
+            return Ok(());
+        }
+        compact(
+            self.rt,
+            &self.session.id,
+            &self.build,
+            &self.model,
+            Some(turn),
+        )
+        .await?;
+        self.context = None;
+        self.refresh_session().await?;
+        Ok(())
+    }
+}
+
+/// The context window the provider reports for `model`, asked once per runtime and client (the
+/// cache is the runtime's `windows`, so two runtimes in one process never share an answer).
+async fn provider_window(rt: &Runtime, model: &ResolvedModel) -> Option<u64> {
+    let key = format!("{}@{:p}", model.model_id, Arc::as_ptr(&model.client));
+    let cache = &rt.inner.windows;
+    if let Some(w) = cache.lock().ok().and_then(|c| c.get(&key).copied()) {
+        return Some(w);
+    }
+    let window = model.client.context_window(&model.model).await?;
+    if let Ok(mut c) = cache.lock() {
+        c.insert(key, window);
+    }
+    Some(window)
+}
+
+fn message_chars(message: &Message) -> usize {
+    match message {
+        Message::User { content } => content.len(),
+        Message::Assistant {
+            content,
+            reasoning,
+            tool_calls,
+        } => {
+            content.len()
+                + reasoning.as_ref().map(|r| r.text.len()).unwrap_or(0)
+                + tool_calls
+                    .iter()
+                    .map(|c| c.name.len() + c.input.to_string().len())
+                    .sum::<usize>()
+        }
+        Message::Tool { content, .. } => content.len(),
+    }
+}
+
+/// A stored message row as the model sees it (a checkpoint becomes a user message holding the
+/// summary and the pinned skills, verbatim).
+pub(super) fn to_message(row: &MessageRecord) -> RuntimeResult<Message> {
+    if row.kind == MESSAGE_KIND_CHECKPOINT {
+        let summary = row.body["summary"].as_str().unwrap_or_default();
+        let mut content = format!(
+            "[Earlier conversation, compacted into a summary]\n\n{}",
+            summary.trim()
+        );
+        if let Some(skills) = row.body["skills"].as_array() {
+            for skill in skills {
+                let name = skill["name"].as_str().unwrap_or_default();
+                let body = skill["body"].as_str().unwrap_or_default();
+                content.push_str(&format!("\n\n[Loaded skill `{name}`]\n{body}"));
+            }
+        }
+        return Ok(Message::User { content });
+    }
+    Ok(serde_json::from_value(row.body.clone())?)
+}
+
+const SUMMARY_PROMPT: &str = "Summarize the conversation so far for your own later use: the \
+    user's goals and requests, decisions made, facts learned (including tool results that still \
+    matter), and what is still open. Be concise and complete; write only the summary.";
+
+/// Compacts a session's context: older messages become one summary checkpoint; messages of the
+/// running turn (if any) are kept verbatim after it; loaded skills are pinned into the checkpoint.
+async fn compact(
+    rt: &Runtime,
+    session: &str,
+    build: &LoadedBuild,
+    model: &ResolvedModel,
+    turn: Option<&TurnRecord>,
+) -> RuntimeResult<bool> {
+    let store = &rt.inner.store;
+    let rows = store.context(session).await?;
+    let current_turn = turn.map(|t| t.seq);
+    let (older, current): (Vec<MessageRecord>, Vec<MessageRecord>) = rows
+        .into_iter()
+        .partition(|r| current_turn.is_none() || r.turn_seq != current_turn);
+    if older.is_empty() {
+        return Ok(false);
+    }
+    let mut messages = Vec::with_capacity(older.len() + 1);
+    for row in &older {
+        messages.push(to_message(row)?);
+    }
+    messages.push(Message::User {
+        content: SUMMARY_PROMPT.to_owned(),
+    });
+    let request = ModelRequest {
+        model: model.model.clone(),
+        system: build.system_prompt.clone(),
+        messages,
+        tools: Vec::new(),
+        reasoning: None,
+        max_output_tokens: None,
+    };
+    let mut ignore = |_event: ModelEvent| {};
+    let response = match model.client.stream(&request, &mut ignore).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(session, error = %e, "compaction failed; keeping the full context");
+            return Ok(false);
+        }
+    };
+    let record = store
+        .session(session)
+        .await?
+        .ok_or_else(|| RuntimeError::SessionNotFound(session.to_owned()))?;
+    let skills: Vec<Value> = record
+        .loaded_skills
+        .iter()
+        .filter_map(|name| build.manifest.agent.skill(name))
+        .map(|s| json!({"name": s.name, "body": s.body}))
+        .collect();
+    let mut batch = Batch::new();
+    batch.push(Op::AppendMessage {
+        session_id: session.to_owned(),
+        turn_seq: current_turn,
+        kind: MESSAGE_KIND_CHECKPOINT.to_owned(),
+        body: json!({"summary": response.content, "skills": skills}),
+    });
+    for row in current {
+        batch.push(Op::AppendMessage {
+            session_id: session.to_owned(),
+            turn_seq: row.turn_seq,
+            kind: row.kind,
+            body: row.body,
+        });
+    }
+    let (seq, step) = match turn {
+        Some(t) => (t.seq, t.step_index),
+        None => (record.turn_count, 0),
+    };
+    batch.event(
+        session,
+        ev::COMPACTION_COMPLETED,
+        ev::compaction_completed(session, seq, step, &model.model_id),
+    );
+    if turn.is_none() {
+        batch.event(
+            session,
+            ev::SESSION_WAITING,
+            ev::session_waiting(session, &record.usage),
+        );
+    }
+    rt.commit(batch).await?;
+    Ok(true)
+}
+
+/// `Runtime::compact`: compacts an idle session under its lease.
+pub(super) async fn manual_compact(rt: &Runtime, session: &str) -> RuntimeResult<()> {
+    let record = rt.require_idle(session, "compact").await?;
+    let Some(_cancel) = rt.register(session) else {
+        return Err(RuntimeError::SessionNotActive {
+            id: session.to_owned(),
+            status: "running".to_owned(),
+            what: "compact".to_owned(),
+        });
+    };
+    let claim = lease_claim(rt, session);
+    let result = async {
+        if let LeaseOutcome::HeldBy { .. } = rt.inner.store.acquire_lease(&claim).await? {
+            return Err(RuntimeError::SessionNotActive {
+                id: session.to_owned(),
+                status: "driven by another process".to_owned(),
+                what: "compact".to_owned(),
+            });
+        }
+        let build = rt.inner.builds.get(&record.build_hash)?;
+        let model = rt.inner.config.models.resolve(&build.manifest.agent)?;
+        let done = compact(rt, session, &build, &model, None).await;
+        let _ = rt.inner.store.release_lease(session, &claim.holder).await;
+        done.map(|_| ())
+    }
+    .await;
+    if rt.finish_or_continue(session) {
+        rt.unregister(session);
+        rt.kick(session);
+    }
+    result
+}

@@ -1,0 +1,185 @@
+//! Approvals: whether a call must be approved before it runs, the input requests a turn parks on,
+//! and answering them ([`Runtime::answer_input`]), which lets the parked turn resume.
+
+use eve_compile::{Approval, Tool};
+
+use super::TurnDriver;
+use crate::engine::events as ev;
+use crate::engine::{Runtime, RuntimeError, RuntimeResult};
+use crate::store::*;
+
+impl TurnDriver<'_> {
+    /// Parks `asks` (calls with the prompt to show) on approval: each call is marked pending and
+    /// gets an input request, in one durable commit.
+    pub(in crate::engine) async fn request_approvals(
+        &self,
+        turn: &TurnRecord,
+        step: u64,
+        asks: Vec<(ToolCallRecord, String)>,
+    ) -> RuntimeResult<()> {
+        let mut batch = Batch::durable();
+        let now = now_ms();
+        for (mut call, prompt) in asks {
+            call.approval = ApprovalState::Pending;
+            call.status = CallStatus::Pending;
+            let request = InputRequestRecord {
+                id: format!("apr_{}", ulid::Ulid::new()),
+                session_id: self.session.id.clone(),
+                turn_seq: turn.seq,
+                step_index: step,
+                call_id: call.call_id.clone(),
+                tool_name: call.name.clone(),
+                kind: "tool-approval".to_owned(),
+                prompt,
+                action: ev::action(&call),
+                status: RequestStatus::Pending,
+                reason: None,
+                created_at: now,
+                answered_at: None,
+            };
+            batch
+                .push(Op::PutToolCall(call))
+                .push(Op::PutInputRequest(request));
+        }
+        self.rt.commit(batch).await?;
+        Ok(())
+    }
+
+    /// Whether a call of `tool` must be approved before it runs.
+    pub(in crate::engine) fn needs_approval(&self, tool: &Tool) -> bool {
+        match tool.approval {
+            Approval::Never => false,
+            Approval::Always => true,
+            Approval::Once => !self.session.approved_tools.contains(&tool.name),
+        }
+    }
+
+    /// The reason given with the denial of `call`, if any.
+    pub(in crate::engine) async fn denial_reason(
+        &self,
+        call: &ToolCallRecord,
+    ) -> RuntimeResult<Option<String>> {
+        let requests = self
+            .rt
+            .inner
+            .store
+            .input_requests(&self.session.id, false)
+            .await?;
+        Ok(requests
+            .into_iter()
+            .rev()
+            .find(|r| r.turn_seq == call.turn_seq && r.call_id == call.call_id)
+            .and_then(|r| r.reason))
+    }
+}
+
+impl Runtime {
+    /// Answers an input request (the session's only pending one when `request_id` is `None`).
+    /// Returns the request as answered.
+    pub async fn answer_input(
+        &self,
+        session: &str,
+        request_id: Option<&str>,
+        approve: bool,
+        reason: Option<String>,
+    ) -> RuntimeResult<InputRequestRecord> {
+        self.require_session(session).await?;
+        let pending = self.inner.store.input_requests(session, true).await?;
+        // A request of a subagent's session, answered on an ancestor (the root's stream shows it).
+        if let Some(answered) = self
+            .answer_for_descendant(session, request_id, &pending, approve, reason.clone())
+            .await?
+        {
+            return Ok(answered);
+        }
+        let mut request = match request_id {
+            Some(id) => pending
+                .iter()
+                .find(|r| r.id == id)
+                .cloned()
+                .ok_or_else(|| {
+                    RuntimeError::NoSuchRequest(format!(
+                        "session `{session}` has no pending input request `{id}`"
+                    ))
+                })?,
+            None => match pending.as_slice() {
+                [only] => only.clone(),
+                [] => {
+                    return Err(RuntimeError::NoSuchRequest(format!(
+                        "session `{session}` has no pending input request"
+                    )));
+                }
+                many => {
+                    let ids: Vec<&str> = many.iter().map(|r| r.id.as_str()).collect();
+                    return Err(RuntimeError::NoSuchRequest(format!(
+                        "session `{session}` has {} pending requests ({}); name one",
+                        many.len(),
+                        ids.join(", ")
+                    )));
+                }
+            },
+        };
+        request.status = if approve {
+            RequestStatus::Approved
+        } else {
+            RequestStatus::Denied
+        };
+        request.reason = reason.filter(|r| !r.trim().is_empty());
+        request.answered_at = Some(now_ms());
+        let mut batch = Batch::durable();
+        batch.push(Op::PutInputRequest(request.clone()));
+        let calls_now = self
+            .inner
+            .store
+            .tool_calls(session, request.turn_seq)
+            .await?;
+        if let Some(mut call) = calls_now
+            .iter()
+            .find(|c| c.call_id == request.call_id)
+            .cloned()
+        {
+            call.approval = if approve {
+                ApprovalState::Approved
+            } else {
+                ApprovalState::Denied
+            };
+            batch.push(Op::PutToolCall(call));
+        }
+        batch.event(
+            session,
+            ev::APPROVAL_SETTLED,
+            ev::approval_settled(&request, approve),
+        );
+        let still_pending = pending
+            .iter()
+            .any(|r| r.id != request.id && r.turn_seq == request.turn_seq);
+        if !still_pending {
+            // Resolutions of this wait: answered requests whose calls have not run yet.
+            let waiting_calls: Vec<&str> = calls_now
+                .iter()
+                .filter(|c| !c.status.is_terminal() && c.call_id != request.call_id)
+                .filter(|c| matches!(c.approval, ApprovalState::Approved | ApprovalState::Denied))
+                .map(|c| c.call_id.as_str())
+                .collect();
+            let mut answered: Vec<InputRequestRecord> = Vec::new();
+            if !waiting_calls.is_empty() {
+                for r in self.inner.store.input_requests(session, false).await? {
+                    if r.turn_seq == request.turn_seq
+                        && waiting_calls.contains(&r.call_id.as_str())
+                        && matches!(r.status, RequestStatus::Approved | RequestStatus::Denied)
+                    {
+                        answered.retain(|a| a.call_id != r.call_id);
+                        answered.push(r);
+                    }
+                }
+            }
+            answered.push(request.clone());
+            batch.event(session, ev::INPUT_RESOLVED, ev::input_resolved(&answered));
+        }
+        self.commit(batch).await?;
+        if !still_pending {
+            self.kick(session);
+        }
+        Ok(request)
+    }
+}

@@ -1,0 +1,497 @@
+//! Tool dispatch: settling the calls a step asked for. Each call is decided (skill load, unknown
+//! tool, denied, interrupted, invalid input, breaker open, needs approval, or run), the runnable
+//! ones run in parallel in the session workspace against their target (build tool, MCP, dynamic
+//! tool, subagent), and each result is journaled with its message and `action.result`.
+
+use std::time::Duration;
+
+use eve_compile::{Approval, Effect};
+use serde_json::{Value, json};
+
+use super::{TurnDriver, TurnEnd, content_for_model};
+use crate::engine::drive::pending_for_turn;
+use crate::engine::events as ev;
+use crate::engine::limits::sleep_until_opt;
+use crate::engine::{RuntimeError, RuntimeResult, dynamic, hooks, targets};
+use crate::model::Message;
+use crate::store::*;
+use crate::tools::{ToolContext, ToolResult, prepare_workspace, run_tool};
+
+/// What to do with one unsettled call.
+enum Decision {
+    Settle(CallStatus, Value),
+    Run,
+    Ask(String),
+    Wait,
+}
+
+impl TurnDriver<'_> {
+    async fn decide(&mut self, call: &ToolCallRecord) -> RuntimeResult<Decision> {
+        if call.kind == "load-skill" {
+            let name = call.input.get("name").and_then(Value::as_str).unwrap_or("");
+            return Ok(match self.build.manifest.agent.skill(name) {
+                Some(skill) => Decision::Settle(CallStatus::Completed, json!(skill.body)),
+                None => {
+                    let names: Vec<&str> = self
+                        .build
+                        .manifest
+                        .agent
+                        .skills
+                        .iter()
+                        .map(|s| s.name.as_str())
+                        .collect();
+                    Decision::Settle(
+                        CallStatus::Failed,
+                        json!(format!(
+                            "There is no skill named `{name}`. Skills: {}.",
+                            if names.is_empty() {
+                                "none".to_owned()
+                            } else {
+                                names.join(", ")
+                            }
+                        )),
+                    )
+                }
+            });
+        }
+        let Some(tool) = self.target(&call.name, &call.input).map(|t| t.policy) else {
+            return Ok(Decision::Settle(
+                CallStatus::Failed,
+                json!(format!(
+                    "There is no tool named `{}`. Use one of the tools offered.",
+                    call.name
+                )),
+            ));
+        };
+        match call.approval {
+            ApprovalState::Denied => {
+                let reason = self.denial_reason(call).await?;
+                let text = match reason {
+                    Some(r) => format!("The user denied this call of `{}`. Reason: {r}", call.name),
+                    None => format!(
+                        "The user denied this call of `{}`. It did not run.",
+                        call.name
+                    ),
+                };
+                return Ok(Decision::Settle(CallStatus::Denied, json!(text)));
+            }
+            ApprovalState::Pending => return Ok(Decision::Wait),
+            ApprovalState::None | ApprovalState::Approved => {}
+        }
+        if call.status == CallStatus::Running {
+            // It was running when its process died.
+            if tool.effect != Effect::Write {
+                return Ok(Decision::Run);
+            }
+            if tool.approval != Approval::Never && call.approval != ApprovalState::Pending {
+                return Ok(Decision::Ask(format!(
+                    "Approve {} again? A previous attempt was interrupted and its outcome is unknown.",
+                    call.name
+                )));
+            }
+            return Ok(Decision::Settle(
+                CallStatus::Interrupted,
+                json!(format!(
+                    "The call of `{}` was interrupted (eve stopped while it ran), so its outcome is \
+                     unknown: it may or may not have taken effect. It was not run again; check \
+                     before retrying.",
+                    call.name
+                )),
+            ));
+        }
+        if let Err(errors) = self.validate_input(&call.name, &call.input) {
+            return Ok(Decision::Settle(
+                CallStatus::Failed,
+                json!(format!(
+                    "Invalid input for `{}`; nothing ran:\n{}",
+                    call.name,
+                    errors
+                        .iter()
+                        .map(|e| format!("- {e}"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                )),
+            ));
+        }
+        if let Some(message) = self.breaker_refusal(&tool.name).await? {
+            return Ok(Decision::Settle(CallStatus::Failed, json!(message)));
+        }
+        if call.approval == ApprovalState::None && self.needs_approval(&tool) {
+            return Ok(Decision::Ask(format!("Approve {}?", tool.name)));
+        }
+        Ok(Decision::Run)
+    }
+
+    /// Settles every unsettled call of the turn. Returns `Some` when the turn parks or ends.
+    pub(in crate::engine) async fn settle_calls(
+        &mut self,
+        turn: &mut TurnRecord,
+    ) -> RuntimeResult<Option<TurnEnd>> {
+        self.ensure_extra().await?;
+        let calls: Vec<ToolCallRecord> = match self.fresh_calls.take() {
+            Some(calls) => calls,
+            None => self
+                .rt
+                .inner
+                .store
+                .tool_calls(self.id(), turn.seq)
+                .await?
+                .into_iter()
+                .filter(|c| !c.status.is_terminal())
+                .collect(),
+        };
+        let step = turn.step_index;
+        let mut to_run = Vec::new();
+        let mut asks: Vec<(ToolCallRecord, String)> = Vec::new();
+        let mut settled: Vec<(u64, Message)> = Vec::new();
+        let mut once_approved = Vec::new();
+        // A subagent call whose child parked on input stays running; the turn parks on the
+        // child's requests.
+        let mut parked = false;
+        for call in calls {
+            match self.decide(&call).await? {
+                Decision::Settle(status, output) => {
+                    if call.kind == "load-skill" && status == CallStatus::Completed {
+                        let name = call.input["name"].as_str().unwrap_or_default().to_owned();
+                        if !self.session.loaded_skills.contains(&name) {
+                            self.session.loaded_skills.push(name);
+                        }
+                    }
+                    let (seq, message) =
+                        self.settle(turn, step, call, status, output, None).await?;
+                    settled.push((seq, message));
+                }
+                Decision::Run => {
+                    // Remembered under the policy's name: `call_tool` approves the tool it names.
+                    if call.approval == ApprovalState::Approved
+                        && let Some(t) = self
+                            .target(&call.name, &call.input)
+                            .filter(|t| t.policy.approval == Approval::Once)
+                        && !self.session.approved_tools.contains(&t.policy.name)
+                    {
+                        once_approved.push(t.policy.name);
+                    }
+                    to_run.push(call);
+                }
+                Decision::Ask(prompt) => asks.push((call, prompt)),
+                Decision::Wait => {}
+            }
+        }
+        if !once_approved.is_empty() {
+            for name in once_approved {
+                if !self.session.approved_tools.contains(&name) {
+                    self.session.approved_tools.push(name);
+                }
+            }
+            let mut batch = Batch::new();
+            batch.push(Op::UpdateSession(self.session.clone()));
+            self.rt.commit(batch).await?;
+        }
+        if !to_run.is_empty() {
+            let workspace = self.workspace()?;
+            let futures = to_run
+                .into_iter()
+                .map(|call| self.run_call(turn, step, call, workspace.clone()));
+            let results = futures::future::join_all(futures).await;
+            for result in results {
+                match result? {
+                    Some(done) => settled.push(done),
+                    None => parked = true,
+                }
+            }
+        }
+        settled.sort_by_key(|(seq, _)| *seq);
+        if let Some(context) = self.context.as_mut() {
+            context.extend(settled.into_iter().map(|(_, m)| m));
+        }
+        if !asks.is_empty() {
+            self.request_approvals(turn, step, asks).await?;
+        }
+        let pending = pending_for_turn(self.rt, turn).await?;
+        if parked && pending.is_empty() {
+            // The child's request was answered meanwhile: settle the call again.
+            return Ok(None);
+        }
+        let mut batch = Batch::new();
+        let was_tools = turn.phase == TurnPhase::Tools;
+        if was_tools {
+            let finish = "tool-calls";
+            let usage = match self.last_usage.take() {
+                Some((index, usage)) if index == step => usage,
+                _ => self.step_usage(turn).await?,
+            };
+            batch.event(
+                self.id(),
+                ev::STEP_COMPLETED,
+                ev::step_completed(turn, step, finish, usage),
+            );
+        }
+        if !pending.is_empty() {
+            batch.event(
+                self.id(),
+                ev::INPUT_REQUESTED,
+                ev::input_requested(turn, step, &pending),
+            );
+            if was_tools {
+                turn.step_index += 1;
+                turn.step_started = false;
+            }
+            turn.phase = TurnPhase::Waiting;
+            turn.status = TurnStatus::Waiting;
+            self.session.status = SessionStatus::Waiting;
+            batch
+                .event(
+                    self.id(),
+                    ev::TURN_WAITING,
+                    ev::turn_waiting(turn, &self.session.usage),
+                )
+                .push(Op::PutTurn(turn.clone()))
+                .push(Op::UpdateSession(self.session.clone()));
+            self.rt.commit(batch).await?;
+            return Ok(Some(TurnEnd::Parked(pending)));
+        }
+        if was_tools {
+            turn.step_index += 1;
+            turn.step_started = false;
+        }
+        turn.phase = TurnPhase::Model;
+        batch.push(Op::PutTurn(turn.clone()));
+        self.rt.commit(batch).await?;
+        Ok(None)
+    }
+
+    pub(in crate::engine) fn workspace(&self) -> RuntimeResult<std::path::PathBuf> {
+        let dir = self
+            .rt
+            .inner
+            .config
+            .state_dir
+            .join("sandboxes")
+            .join(&self.session.id);
+        if dir.is_dir() {
+            return Ok(dir);
+        }
+        let seeds = &self.build.manifest.agent.sandbox.workspace;
+        let seed_root = if seeds.is_empty() {
+            std::path::PathBuf::new()
+        } else {
+            self.build.files()?
+        };
+        prepare_workspace(&dir, &seed_root, seeds).map_err(|e| {
+            RuntimeError::Other(format!("cannot prepare the session workspace: {e}"))
+        })?;
+        Ok(dir)
+    }
+
+    pub(in crate::engine) async fn run_call(
+        &self,
+        turn: &TurnRecord,
+        step: u64,
+        mut call: ToolCallRecord,
+        workspace: std::path::PathBuf,
+    ) -> RuntimeResult<Option<(u64, Message)>> {
+        let Some(resolved) = self.target(&call.name, &call.input) else {
+            return self
+                .settle(
+                    turn,
+                    step,
+                    call,
+                    CallStatus::Failed,
+                    json!("unknown tool"),
+                    None,
+                )
+                .await
+                .map(Some);
+        };
+        // `tool.before` hooks see a call once, before it first runs (an interrupted call that is
+        // picked up again was already allowed, with its journaled input).
+        if call.status == CallStatus::Pending {
+            // A `call_tool` call is shown to the hooks as the call of the tool it names.
+            let verdict = self
+                .tool_before(&resolved.as_called(&call), &workspace)
+                .await;
+            match verdict {
+                hooks::Verdict::Allow(input) => {
+                    call.input = resolved.with_input(&call.input, input)
+                }
+                hooks::Verdict::Deny(reason) => {
+                    return self
+                        .settle(turn, step, call, CallStatus::Denied, json!(reason), None)
+                        .await
+                        .map(Some);
+                }
+            }
+        }
+        let tool = &resolved.policy;
+        if let targets::Target::Subagent(sub) = &resolved.target {
+            return self.run_subagent(turn, step, call, sub).await;
+        }
+        call.status = CallStatus::Running;
+        call.attempts = call.attempts.saturating_add(1);
+        call.started_at = Some(now_ms());
+        let mut batch = if tool.effect == Effect::Write {
+            Batch::durable()
+        } else {
+            Batch::new()
+        };
+        batch.push(Op::PutToolCall(call.clone()));
+        self.rt.commit(batch).await?;
+        let files = match &resolved.target {
+            targets::Target::Build(tool) if crate::tools::needs_files(tool) => self.build.files(),
+            _ => Ok(self.build.dir.join(eve_compile::pack::FILES)),
+        };
+        let agent_dir = match files {
+            Ok(dir) => dir,
+            Err(e) => {
+                return self
+                    .settle(
+                        turn,
+                        step,
+                        call,
+                        CallStatus::Failed,
+                        json!(e.to_string()),
+                        None,
+                    )
+                    .await
+                    .map(Some);
+            }
+        };
+        let ctx = ToolContext {
+            session_id: self.session.id.clone(),
+            call_id: call.call_id.clone(),
+            idempotency_key: call.idempotency_key.clone(),
+            workspace,
+            agent_dir,
+            env: self.rt.inner.config.env.clone(),
+            http: self.rt.inner.http.clone(),
+        };
+        let token = self.cancel.child_token();
+        let input = resolved.run_input(&call.input);
+        let run: std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send + '_>> =
+            match &resolved.target {
+                targets::Target::Build(tool) => {
+                    Box::pin(run_tool(tool, &input, &ctx, token.clone()))
+                }
+                targets::Target::Mcp(manager) => {
+                    let (manager, name, input, token) = (
+                        manager.clone(),
+                        call.name.clone(),
+                        input.clone(),
+                        token.clone(),
+                    );
+                    Box::pin(async move { manager.call(&name, input, token).await })
+                }
+                targets::Target::Catalogue(manager) => {
+                    let (manager, name, input, token) = (
+                        manager.clone(),
+                        call.name.clone(),
+                        input.clone(),
+                        token.clone(),
+                    );
+                    Box::pin(async move {
+                        manager
+                            .call_catalogue(&name, input, token)
+                            .await
+                            .unwrap_or_else(|| {
+                                ToolResult::failure("not a catalogue tool", Duration::ZERO)
+                            })
+                    })
+                }
+                targets::Target::Dynamic(record, provider) => Box::pin(dynamic::run_dynamic(
+                    self.rt,
+                    record,
+                    provider,
+                    &input,
+                    ctx.clone(),
+                    token.clone(),
+                )),
+                targets::Target::Subagent(_) => Box::pin(async {
+                    ToolResult::failure("a subagent call cannot run as a tool", Duration::ZERO)
+                }),
+            };
+        let mut run = run;
+        let deadline = self.deadline(turn);
+        let result: ToolResult = tokio::select! {
+            r = &mut run => r,
+            () = sleep_until_opt(deadline) => { token.cancel(); run.await }
+        };
+        if self.cancel.is_cancelled() {
+            return self
+                .settle(
+                    turn,
+                    step,
+                    call,
+                    CallStatus::Cancelled,
+                    json!("The turn was cancelled while this call ran; its outcome is unknown."),
+                    None,
+                )
+                .await
+                .map(Some);
+        }
+        let (status, output) = if result.ok {
+            (CallStatus::Completed, result.output.clone())
+        } else {
+            let error = result
+                .error
+                .clone()
+                .unwrap_or_else(|| "the tool failed".to_owned());
+            let text = match &result.output {
+                Value::Null => error,
+                Value::String(s) if s.is_empty() => error,
+                other => format!("{error}\n{}", content_for_model(other)),
+            };
+            (CallStatus::Failed, json!(text))
+        };
+        let breaker = self.rt.breaker_update(&tool.name, result.ok).await?;
+        self.settle(turn, step, call, status, output, breaker)
+            .await
+            .map(Some)
+    }
+
+    /// Records a call's result, its message and its `action.result` in one commit.
+    pub(in crate::engine) async fn settle(
+        &self,
+        turn: &TurnRecord,
+        step: u64,
+        mut call: ToolCallRecord,
+        status: CallStatus,
+        output: Value,
+        breaker: Option<BreakerRecord>,
+    ) -> RuntimeResult<(u64, Message)> {
+        call.status = status;
+        call.is_error = status != CallStatus::Completed;
+        call.output = Some(output.clone());
+        call.ended_at = Some(now_ms());
+        let message = Message::Tool {
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+            content: content_for_model(&output),
+            is_error: call.is_error,
+        };
+        let mut batch = Batch::new();
+        let session_update = (call.kind == "load-skill" && status == CallStatus::Completed)
+            .then(|| self.session.clone());
+        batch
+            .push(Op::AppendMessage {
+                session_id: self.session.id.clone(),
+                turn_seq: Some(turn.seq),
+                kind: MESSAGE_KIND_MESSAGE.to_owned(),
+                body: serde_json::to_value(&message)?,
+            })
+            .push(Op::PutToolCall(call.clone()))
+            .event(
+                self.id(),
+                ev::ACTION_RESULT,
+                ev::action_result(turn, step, &call),
+            );
+        if let Some(b) = breaker {
+            batch.push(Op::PutBreaker(b));
+        }
+        if let Some(s) = session_update {
+            batch.push(Op::UpdateSession(s));
+        }
+        let committed = self.rt.commit(batch).await?;
+        let seq = committed.message_seqs.first().copied().unwrap_or(0);
+        Ok((seq, message))
+    }
+}

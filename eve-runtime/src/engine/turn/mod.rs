@@ -1,0 +1,316 @@
+//! One turn as a durable state machine: the [`TurnDriver`] moving a stored turn forward.
+//!
+//! A turn is a small state machine stored in its row (`phase`, `step_index`, `step_started`):
+//! `model` (call the model for this step), `tools` (settle the calls it asked for, then complete
+//! the step), `waiting` (parked on approvals), `resume` (answers arrived: settle the parked calls at
+//! the start of the next step, then call the model in that same step). Each transition is one
+//! commit carrying its events, so a driver started on any stored state (after a crash, on another
+//! process) knows what to do next from that row and the turn's tool calls alone.
+//!
+//! This module holds the machine itself and how a turn ends; a step's model call and journal live
+//! in [`step`], settling tool calls in [`calls`], approvals in [`approval`]. Limits, compaction and
+//! breakers, which a turn consults, are the engine's [`super::limits`], [`super::compaction`] and
+//! [`super::breakers`].
+
+mod approval;
+mod calls;
+mod step;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use eve_compile::Effect;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use super::build::LoadedBuild;
+use super::drive::pending_for_turn;
+use super::events as ev;
+use super::targets;
+use super::{ResolvedModel, Runtime, RuntimeResult};
+use crate::model::{Message, ModelResponse};
+use crate::store::*;
+
+/// How a turn run ended.
+pub(super) enum TurnEnd {
+    Finished,
+    Parked(Vec<InputRequestRecord>),
+}
+
+/// Why a model call did not produce a response.
+enum CallError {
+    Cancelled,
+    TimedOut,
+    Model(String),
+}
+
+/// The idempotency key of a call: stable across retries, derived from where the call lives.
+pub fn idempotency_key(session: &str, turn: u64, call_id: &str) -> String {
+    let digest = Sha256::digest(format!("{session}:{turn}:{call_id}").as_bytes());
+    format!("idem_{}", &hex::encode(digest)[..32])
+}
+
+fn effect_str(effect: Effect) -> &'static str {
+    match effect {
+        Effect::Read => "read",
+        Effect::Idempotent => "idempotent",
+        Effect::Write => "write",
+    }
+}
+
+fn finish_str(response: &ModelResponse) -> String {
+    serde_json::to_value(response.finish_reason)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "stop".to_owned())
+}
+
+/// Text the model sees for a tool result.
+fn content_for_model(output: &Value) -> String {
+    match output {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+pub(super) struct TurnDriver<'a> {
+    pub(super) rt: &'a Runtime,
+    pub(super) session: SessionRecord,
+    pub(super) build: Arc<LoadedBuild>,
+    pub(super) model: ResolvedModel,
+    pub(super) cancel: CancellationToken,
+    pub(super) context: Option<Vec<Message>>,
+    pub(super) last_tokens: u64,
+    pub(super) window: Option<Option<u64>>,
+    /// Calls the last journaled response asked for (saves re-reading them to settle).
+    pub(super) fresh_calls: Option<Vec<ToolCallRecord>>,
+    /// Call ids used in this turn so far (loaded once).
+    pub(super) call_ids: Option<HashSet<String>>,
+    /// Usage of the step the model just answered, for `step.completed`.
+    pub(super) last_usage: Option<(u64, Value)>,
+    /// MCP and dynamic tools of this turn run (loaded on first need).
+    pub(super) extra: Option<targets::Extra>,
+    /// What a subagent's turn may spend, passed down by its parent.
+    pub(super) budget: Option<Budget>,
+}
+
+impl<'a> TurnDriver<'a> {
+    pub(in crate::engine) fn new(
+        rt: &'a Runtime,
+        session: SessionRecord,
+        build: Arc<LoadedBuild>,
+        cancel: CancellationToken,
+    ) -> RuntimeResult<Self> {
+        let model = rt.inner.config.models.resolve(&build.manifest.agent)?;
+        Ok(Self {
+            rt,
+            session,
+            build,
+            model,
+            cancel,
+            context: None,
+            last_tokens: 0,
+            fresh_calls: None,
+            call_ids: None,
+            last_usage: None,
+            window: None,
+            extra: None,
+            budget: None,
+        })
+    }
+
+    pub(in crate::engine) fn id(&self) -> &str {
+        &self.session.id
+    }
+
+    pub(in crate::engine) async fn run(&mut self, mut turn: TurnRecord) -> RuntimeResult<TurnEnd> {
+        if self.session.parent_id.is_some()
+            && let Some(inbox) = &turn.inbox_id
+        {
+            self.budget = self
+                .rt
+                .inner
+                .store
+                .subagent_call_by_inbox(inbox)
+                .await?
+                .map(|w| w.budget);
+        }
+        loop {
+            match turn.phase {
+                TurnPhase::Model => {
+                    if !turn.step_started
+                        && let Some(end) = self.before_step(&mut turn).await?
+                    {
+                        return Ok(end);
+                    }
+                    match self.call_model(&turn).await {
+                        Ok(response) => {
+                            if self.journal_response(&mut turn, response).await? {
+                                return Ok(TurnEnd::Finished);
+                            }
+                        }
+                        Err(CallError::Cancelled) => return self.end_cancelled(turn).await,
+                        Err(CallError::TimedOut) => {
+                            return self
+                                .end_failed(
+                                    turn,
+                                    "limit_exceeded",
+                                    "the turn ran out of wall-clock time (limits.max_turn_seconds)",
+                                    Some("max_turn_seconds"),
+                                )
+                                .await;
+                        }
+                        Err(CallError::Model(message)) => {
+                            return self.end_failed(turn, "model_error", &message, None).await;
+                        }
+                    }
+                }
+                TurnPhase::Tools | TurnPhase::Resume => {
+                    if let Some(end) = self.settle_calls(&mut turn).await? {
+                        return Ok(end);
+                    }
+                    if self.cancel.is_cancelled() {
+                        return self.end_cancelled(turn).await;
+                    }
+                }
+                TurnPhase::Waiting => {
+                    let pending = pending_for_turn(self.rt, &turn).await?;
+                    if !pending.is_empty() {
+                        return Ok(TurnEnd::Parked(pending));
+                    }
+                    let mut batch = Batch::new();
+                    if !turn.step_started {
+                        batch.event(
+                            self.id(),
+                            ev::STEP_STARTED,
+                            ev::step_started(&turn, turn.step_index, &self.model.model_id),
+                        );
+                        turn.step_started = true;
+                    }
+                    turn.phase = TurnPhase::Resume;
+                    turn.status = TurnStatus::Running;
+                    self.session.status = SessionStatus::Running;
+                    batch
+                        .push(Op::PutTurn(turn.clone()))
+                        .push(Op::UpdateSession(self.session.clone()));
+                    self.rt.commit(batch).await?;
+                }
+                TurnPhase::Done => return Ok(TurnEnd::Finished),
+            }
+        }
+    }
+
+    pub(in crate::engine) async fn refresh_session(&mut self) -> RuntimeResult<()> {
+        if let Some(fresh) = self.rt.inner.store.session(&self.session.id).await? {
+            let status = self.session.status;
+            self.session = fresh;
+            self.session.status = status;
+        }
+        Ok(())
+    }
+
+    pub(in crate::engine) async fn end_failed(
+        &mut self,
+        turn: TurnRecord,
+        code: &str,
+        message: &str,
+        stop_reason: Option<&str>,
+    ) -> RuntimeResult<TurnEnd> {
+        let data = ev::turn_failed(&turn, code, message, stop_reason);
+        self.end_turn(
+            turn,
+            TurnStatus::Failed,
+            stop_reason.unwrap_or(code),
+            ev::TURN_FAILED,
+            data,
+        )
+        .await
+    }
+
+    pub(in crate::engine) async fn end_cancelled(
+        &mut self,
+        turn: TurnRecord,
+    ) -> RuntimeResult<TurnEnd> {
+        let data = ev::turn_cancelled(&turn);
+        self.end_turn(
+            turn,
+            TurnStatus::Cancelled,
+            "cancelled",
+            ev::TURN_CANCELLED,
+            data,
+        )
+        .await
+    }
+
+    /// Ends a turn early: unsettled calls get a result (so the context stays well-formed), pending
+    /// requests are withdrawn, the session goes idle.
+    pub(in crate::engine) async fn end_turn(
+        &mut self,
+        mut turn: TurnRecord,
+        status: TurnStatus,
+        reason: &str,
+        kind: &str,
+        data: Value,
+    ) -> RuntimeResult<TurnEnd> {
+        let store = self.rt.inner.store.clone();
+        self.cancel_children(&turn).await?;
+        let calls = store.tool_calls(self.id(), turn.seq).await?;
+        let requests: Vec<InputRequestRecord> = pending_for_turn(self.rt, &turn)
+            .await?
+            .into_iter()
+            .filter(|r| r.session_id == turn.session_id)
+            .collect();
+        let mut batch = Batch::new();
+        for mut call in calls.into_iter().filter(|c| !c.status.is_terminal()) {
+            let text = format!("This call did not run: the turn stopped ({reason}).");
+            call.status = CallStatus::Cancelled;
+            call.is_error = true;
+            call.output = Some(json!(text));
+            call.ended_at = Some(now_ms());
+            batch
+                .push(Op::AppendMessage {
+                    session_id: self.session.id.clone(),
+                    turn_seq: Some(turn.seq),
+                    kind: MESSAGE_KIND_MESSAGE.to_owned(),
+                    body: serde_json::to_value(Message::Tool {
+                        call_id: call.call_id.clone(),
+                        name: call.name.clone(),
+                        content: text,
+                        is_error: true,
+                    })?,
+                })
+                .push(Op::PutToolCall(call));
+        }
+        for mut request in requests {
+            request.status = RequestStatus::Cancelled;
+            request.answered_at = Some(now_ms());
+            batch.push(Op::PutInputRequest(request));
+        }
+        turn.status = status;
+        turn.phase = TurnPhase::Done;
+        turn.ended_at = Some(now_ms());
+        turn.stop_reason = Some(reason.to_owned());
+        self.session.status = SessionStatus::Idle;
+        batch
+            .push(Op::PutTurn(turn))
+            .push(Op::UpdateSession(self.session.clone()))
+            .event(self.id(), kind, data)
+            .event(
+                self.id(),
+                ev::SESSION_WAITING,
+                ev::session_waiting(&self.session.id, &self.session.usage),
+            );
+        if self.session.cancel_requested || status == TurnStatus::Cancelled {
+            batch.push(Op::SetCancel {
+                session_id: self.session.id.clone(),
+                requested: false,
+            });
+            self.session.cancel_requested = false;
+        }
+        self.rt.commit(batch).await?;
+        self.context = None;
+        Ok(TurnEnd::Finished)
+    }
+}

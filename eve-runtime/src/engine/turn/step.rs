@@ -1,0 +1,356 @@
+//! One step of a turn: what happens before the model is called (cancel, limits, steering messages,
+//! compaction), the streamed model call with its live events, and the journal of its response
+//! (the step row, the assistant message and the tool calls it asked for, in one commit).
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::{CallError, TurnDriver, TurnEnd, effect_str, finish_str, idempotency_key};
+use crate::engine::RuntimeResult;
+use crate::engine::build::LOAD_SKILL;
+use crate::engine::compaction::to_message;
+use crate::engine::events as ev;
+use crate::engine::limits::sleep_until_opt;
+use crate::model::{Message, ModelEvent, ModelRequest, ModelResponse, ToolCall};
+use crate::store::*;
+
+impl TurnDriver<'_> {
+    /// Checks cancel and limits, folds steering messages in, compacts, emits `step.started`.
+    pub(in crate::engine) async fn before_step(
+        &mut self,
+        turn: &mut TurnRecord,
+    ) -> RuntimeResult<Option<TurnEnd>> {
+        if let Some(fresh) = self.rt.inner.store.session(&self.session.id).await? {
+            self.session.cancel_requested = fresh.cancel_requested;
+        }
+        if self.session.cancel_requested || self.cancel.is_cancelled() {
+            return self.end_cancelled(turn.clone()).await.map(Some);
+        }
+        if let Some((reason, message)) = match self.limit_hit(turn) {
+            Some(hit) => Some(hit),
+            None => self.budget_hit().await?,
+        } {
+            return self
+                .end_failed(turn.clone(), "limit_exceeded", &message, Some(reason))
+                .await
+                .map(Some);
+        }
+        if turn.step_index == 0 {
+            self.resolve_dynamic(turn).await?;
+        }
+        if turn.step_index > 0
+            && self.build.manifest.agent.config.turn_policy == eve_compile::TurnPolicy::Steer
+        {
+            self.fold_steering(turn).await?;
+        }
+        self.maybe_compact(turn).await?;
+        turn.step_started = true;
+        let mut batch = Batch::new();
+        batch.push(Op::PutTurn(turn.clone())).event(
+            self.id(),
+            ev::STEP_STARTED,
+            ev::step_started(turn, turn.step_index, &self.model.model_id),
+        );
+        self.rt.commit(batch).await?;
+        Ok(None)
+    }
+
+    pub(in crate::engine) async fn fold_steering(
+        &mut self,
+        turn: &TurnRecord,
+    ) -> RuntimeResult<()> {
+        let inbox = self.rt.inner.store.pending_inbox(self.id()).await?;
+        if inbox.is_empty() {
+            return Ok(());
+        }
+        let mut batch = Batch::new();
+        for message in &inbox {
+            batch
+                .push(Op::ConsumeInbox {
+                    id: message.id.clone(),
+                    turn_seq: turn.seq,
+                })
+                .push(Op::AppendMessage {
+                    session_id: self.session.id.clone(),
+                    turn_seq: Some(turn.seq),
+                    kind: MESSAGE_KIND_MESSAGE.to_owned(),
+                    body: serde_json::to_value(Message::User {
+                        content: message.text.clone(),
+                    })?,
+                })
+                .event(
+                    &self.session.id,
+                    ev::MESSAGE_RECEIVED,
+                    ev::message_received(turn, &message.text),
+                );
+        }
+        self.rt.commit(batch).await?;
+        self.context = None;
+        Ok(())
+    }
+
+    pub(in crate::engine) async fn context(&mut self) -> RuntimeResult<&mut Vec<Message>> {
+        if self.context.is_none() {
+            let rows = self.rt.inner.store.context(&self.session.id).await?;
+            let mut messages = Vec::with_capacity(rows.len());
+            for row in rows {
+                messages.push(to_message(&row)?);
+            }
+            self.context = Some(messages);
+        }
+        Ok(self.context.get_or_insert_with(Vec::new))
+    }
+
+    pub(super) async fn call_model(
+        &mut self,
+        turn: &TurnRecord,
+    ) -> Result<ModelResponse, CallError> {
+        if let Err(e) = self.ensure_extra().await {
+            return Err(CallError::Model(e.to_string()));
+        }
+        let messages = match self.context().await {
+            Ok(c) => c.clone(),
+            Err(e) => return Err(CallError::Model(e.to_string())),
+        };
+        let request = ModelRequest {
+            model: self.model.model.clone(),
+            system: self.build.system_prompt.clone(),
+            messages,
+            tools: self.offered_specs(),
+            reasoning: self.build.manifest.agent.config.reasoning.clone(),
+            max_output_tokens: None,
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel::<ModelEvent>();
+        let client = self.model.client.clone();
+        let call = async move {
+            let mut on_event = move |event: ModelEvent| {
+                let _ = tx.send(event);
+            };
+            client.stream(&request, &mut on_event).await
+        };
+        let rt = self.rt;
+        let session = self.session.id.clone();
+        let step = turn.step_index;
+        let consume = async {
+            let mut names: Vec<(String, String)> = Vec::new();
+            while let Some(first) = rx.recv().await {
+                // Whatever else is already queued goes into the same commit.
+                let mut queued = vec![first];
+                while let Ok(more) = rx.try_recv() {
+                    queued.push(more);
+                }
+                let mut batch = Batch::new();
+                for event in queued {
+                    let (kind, data) = match event {
+                        ModelEvent::TextDelta { text } => (
+                            ev::MESSAGE_APPENDED,
+                            ev::message_appended(turn, step, &text),
+                        ),
+                        ModelEvent::ReasoningDelta { text } => (
+                            ev::REASONING_APPENDED,
+                            ev::reasoning_appended(turn, step, &text),
+                        ),
+                        ModelEvent::ToolCallStart { id, name } => {
+                            names.push((id, name));
+                            continue;
+                        }
+                        ModelEvent::ToolCallDelta { id, delta } => {
+                            let name = names
+                                .iter()
+                                .find(|(i, _)| *i == id)
+                                .map(|(_, n)| n.clone())
+                                .unwrap_or_default();
+                            if name == LOAD_SKILL {
+                                // As eve: internal actions do not publish their input stream.
+                                continue;
+                            }
+                            (
+                                ev::ACTION_INPUT_APPENDED,
+                                ev::action_input_appended(turn, step, &id, &name, &delta),
+                            )
+                        }
+                    };
+                    batch.event(&session, kind, data);
+                }
+                if batch.is_empty() {
+                    continue;
+                }
+                if let Err(e) = rt.commit(batch).await {
+                    tracing::warn!(error = %e, "cannot store a stream event");
+                }
+            }
+        };
+        let both = async { tokio::join!(call, consume).0 };
+        let deadline = self.deadline(turn);
+        let cancel = self.cancel.clone();
+        let result = tokio::select! {
+            r = both => r,
+            () = cancel.cancelled() => return Err(CallError::Cancelled),
+            () = sleep_until_opt(deadline) => return Err(CallError::TimedOut),
+        };
+        result.map_err(|e| CallError::Model(e.to_string()))
+    }
+
+    /// Journals a response; returns `true` when the turn is finished.
+    pub(in crate::engine) async fn journal_response(
+        &mut self,
+        turn: &mut TurnRecord,
+        response: ModelResponse,
+    ) -> RuntimeResult<bool> {
+        let step = turn.step_index;
+        let finish = finish_str(&response);
+        let mut used = match self.call_ids.take() {
+            Some(ids) => ids,
+            None => self
+                .rt
+                .inner
+                .store
+                .tool_calls(self.id(), turn.seq)
+                .await?
+                .into_iter()
+                .map(|c| c.call_id)
+                .collect(),
+        };
+        let mut calls = Vec::new();
+        let mut assistant_calls = Vec::new();
+        for (position, call) in response.tool_calls.iter().enumerate() {
+            let mut call_id = call.id.clone();
+            if call_id.is_empty() || used.contains(&call_id) {
+                call_id = format!("call_{}_{}_{}", turn.seq, step, position);
+            }
+            used.insert(call_id.clone());
+            let is_skill = call.name == LOAD_SKILL;
+            let effect = match self.target(&call.name, &call.input) {
+                Some(target) => effect_str(target.policy.effect),
+                None => "read",
+            };
+            calls.push(ToolCallRecord {
+                session_id: self.session.id.clone(),
+                call_id: call_id.clone(),
+                turn_seq: turn.seq,
+                step_index: step,
+                position: position as u64,
+                kind: if is_skill { "load-skill" } else { "tool-call" }.to_owned(),
+                name: call.name.clone(),
+                input: call.input.clone(),
+                idempotency_key: idempotency_key(&self.session.id, turn.seq, &call_id),
+                effect: effect.to_owned(),
+                status: CallStatus::Pending,
+                approval: ApprovalState::None,
+                output: None,
+                is_error: false,
+                attempts: 0,
+                started_at: None,
+                ended_at: None,
+            });
+            assistant_calls.push(ToolCall {
+                id: call_id,
+                name: call.name.clone(),
+                input: call.input.clone(),
+            });
+        }
+        let usage = response.usage;
+        for totals in [&mut self.session.usage, &mut turn.usage] {
+            totals.input_tokens = totals.input_tokens.saturating_add(usage.input_tokens);
+            totals.output_tokens = totals.output_tokens.saturating_add(usage.output_tokens);
+            totals.cache_read_tokens = totals
+                .cache_read_tokens
+                .saturating_add(usage.cache_read_tokens);
+        }
+        if let Some((input_price, output_price)) = self.model.price_per_million {
+            self.session.cost_usd += (usage.input_tokens as f64 * input_price
+                + usage.output_tokens as f64 * output_price)
+                / 1_000_000.0;
+        }
+        self.last_tokens = usage.input_tokens.saturating_add(usage.output_tokens);
+        let assistant = Message::Assistant {
+            content: response.content.clone(),
+            reasoning: response.reasoning.clone(),
+            tool_calls: assistant_calls,
+        };
+        let mut batch = Batch::new();
+        batch
+            .push(Op::PutStep(StepRecord {
+                session_id: self.session.id.clone(),
+                turn_seq: turn.seq,
+                step_index: step,
+                model_id: self.model.model_id.clone(),
+                response: serde_json::to_value(&response)?,
+                at: now_ms(),
+            }))
+            .push(Op::AppendMessage {
+                session_id: self.session.id.clone(),
+                turn_seq: Some(turn.seq),
+                kind: MESSAGE_KIND_MESSAGE.to_owned(),
+                body: serde_json::to_value(&assistant)?,
+            });
+        for call in &calls {
+            batch.push(Op::PutToolCall(call.clone()));
+        }
+        if !response.content.is_empty() {
+            batch.event(
+                self.id(),
+                ev::MESSAGE_COMPLETED,
+                ev::message_completed(turn, step, &finish, &response.content),
+            );
+        }
+        let step_usage = ev::step_usage(
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+        );
+        let step_usage_kept = step_usage.clone();
+        let done = calls.is_empty();
+        if done {
+            turn.phase = TurnPhase::Done;
+            turn.status = TurnStatus::Completed;
+            turn.ended_at = Some(now_ms());
+            self.session.status = SessionStatus::Idle;
+            batch
+                .event(
+                    self.id(),
+                    ev::STEP_COMPLETED,
+                    ev::step_completed(turn, step, &finish, step_usage),
+                )
+                .event(self.id(), ev::TURN_COMPLETED, ev::turn_completed(turn))
+                .event(
+                    self.id(),
+                    ev::SESSION_WAITING,
+                    ev::session_waiting(&self.session.id, &self.session.usage),
+                );
+        } else {
+            turn.phase = TurnPhase::Tools;
+            batch.event(
+                self.id(),
+                ev::ACTIONS_REQUESTED,
+                ev::actions_requested(turn, step, &calls),
+            );
+        }
+        batch
+            .push(Op::PutTurn(turn.clone()))
+            .push(Op::UpdateSession(self.session.clone()));
+        self.call_ids = Some(used);
+        self.last_usage = Some((step, step_usage_kept));
+        self.fresh_calls = (!done).then(|| calls.clone());
+        self.rt.commit(batch).await?;
+        if let Some(context) = self.context.as_mut() {
+            context.push(assistant);
+        }
+        Ok(done)
+    }
+
+    pub(in crate::engine) async fn step_usage(&self, turn: &TurnRecord) -> RuntimeResult<Value> {
+        let steps = self.rt.inner.store.steps(self.id(), turn.seq).await?;
+        let usage = steps
+            .iter()
+            .find(|s| s.step_index == turn.step_index)
+            .map(|s| s.response["usage"].clone())
+            .unwrap_or(Value::Null);
+        let get = |k: &str| usage[k].as_u64().unwrap_or(0);
+        Ok(ev::step_usage(
+            get("inputTokens"),
+            get("outputTokens"),
+            get("cacheReadTokens"),
+        ))
+    }
+}
