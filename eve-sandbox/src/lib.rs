@@ -4,3 +4,5 @@
 //! namespaces, Landlock, seccomp, resource limits) using kernel primitives from the eve binary
 //! itself, so nothing has to be installed. `egress` is the proxy that is a confined process's only
 //! way to the network, enforcing the tool's network policy.
+
+pub mod isolate;

@@ -1,0 +1,210 @@
+//! The restrictions stage 3 puts on itself right before it `exec`s the command.
+//!
+//! Order matters: limits first (lowering them needs nothing, but raising is impossible later);
+//! the capability bounding set is emptied while we still hold `CAP_SETPCAP`; then the uid drop
+//! (root only), every remaining capability set cleared, `no_new_privs`, Landlock, and last the
+//! seccomp filter. After `exec` the command has no capability and can never regain one: the
+//! bounding set is empty and `no_new_privs` ignores setuid bits and file capabilities.
+
+use std::collections::BTreeMap;
+
+use landlock::{
+    ABI, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, path_beneath_rules,
+};
+use nix::sys::resource::{Resource, setrlimit};
+use nix::unistd::{Gid, Uid, setgid, setgroups, setuid};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+use super::helper::{Failure, Mode, Result};
+use super::{DEFAULT_UID, Policy, view};
+
+/// Applies every restriction to the current process; returns Landlock's state in words.
+pub(crate) fn apply(policy: &Policy, mode: Mode) -> Result<String> {
+    limits(policy)?;
+    caps::clear(None, caps::CapSet::Bounding)
+        .map_err(|e| Failure::new(format!("cannot empty the capability bounding set: {e}")))?;
+    if mode == Mode::Root {
+        let id = policy.uid.unwrap_or(DEFAULT_UID);
+        if id == 0 {
+            return Err(Failure::new(
+                "the sandbox uid cannot be 0: choose an unprivileged uid in the policy",
+            ));
+        }
+        setgroups(&[]).map_err(|e| Failure::new(format!("setgroups([]): {e}")))?;
+        setgid(Gid::from_raw(id)).map_err(|e| Failure::new(format!("setgid({id}): {e}")))?;
+        setuid(Uid::from_raw(id)).map_err(|e| Failure::new(format!("setuid({id}): {e}")))?;
+    }
+    for set in [
+        caps::CapSet::Ambient,
+        caps::CapSet::Inheritable,
+        caps::CapSet::Effective,
+        caps::CapSet::Permitted,
+    ] {
+        caps::clear(None, set)
+            .map_err(|e| Failure::new(format!("cannot clear the {set:?} capabilities: {e}")))?;
+    }
+    nix::sys::prctl::set_no_new_privs()
+        .map_err(|e| Failure::new(format!("prctl(PR_SET_NO_NEW_PRIVS): {e}")))?;
+    let landlock = landlock(policy)?;
+    seccomp()?;
+    Ok(landlock)
+}
+
+fn limits(policy: &Policy) -> Result<()> {
+    let l = &policy.limits;
+    let set = |res: Resource, name: &str, v: Option<u64>| -> Result<()> {
+        match v {
+            Some(v) => setrlimit(res, v, v)
+                .map_err(|e| Failure::new(format!("cannot set the {name} limit to {v}: {e}"))),
+            None => Ok(()),
+        }
+    };
+    set(Resource::RLIMIT_DATA, "memory", l.memory)?;
+    set(Resource::RLIMIT_NPROC, "processes", l.processes)?;
+    set(Resource::RLIMIT_FSIZE, "file_size", l.file_size)?;
+    set(Resource::RLIMIT_CPU, "cpu_seconds", l.cpu_seconds)?;
+    // A crashing tool must not dump its memory (which may hold what it read) into the workspace.
+    set(Resource::RLIMIT_CORE, "core", Some(0))
+}
+
+/// Landlock: read (and execute) on the read-only set, everything on the writable set, nothing
+/// elsewhere. Best effort: an older kernel enforces what it knows; the mount namespace remains the
+/// first wall.
+fn landlock(policy: &Policy) -> Result<String> {
+    let abi = ABI::V5;
+    let access = view::access(policy);
+    let fail = |e: landlock::RulesetError| Failure::new(format!("Landlock: {e}"));
+    let read = AccessFs::from_read(abi);
+    let all = AccessFs::from_all(abi);
+    let status = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(all)
+        .map_err(fail)?
+        .create()
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(["/"], AccessFs::ReadDir))
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(&access.read_only, read))
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(
+            &access.devices,
+            read | AccessFs::WriteFile | AccessFs::IoctlDev,
+        ))
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(&access.read_write, all))
+        .map_err(fail)?
+        .restrict_self()
+        .map_err(fail)?;
+    Ok(match status.ruleset {
+        RulesetStatus::FullyEnforced => "fully enforced",
+        RulesetStatus::PartiallyEnforced => "partially enforced",
+        RulesetStatus::NotEnforced => "not enforced",
+    }
+    .to_owned())
+}
+
+/// Syscalls the command never needs and that serve only to escape or attack the kernel.
+const DENIED: &[i64] = &[
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_userfaultfd,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_open_tree,
+    libc::SYS_move_mount,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_acct,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_reboot,
+    libc::SYS_quotactl,
+];
+
+/// `clone` flags that create namespaces: denied (a nested user namespace would hand back
+/// capabilities).
+const NAMESPACE_FLAGS: &[i32] = &[
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWNET,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWCGROUP,
+];
+
+fn seccomp() -> Result<()> {
+    let fail = |e: seccompiler::BackendError| Failure::new(format!("seccomp filter: {e}"));
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|_| {
+        Failure::new(format!(
+            "seccomp filters are not supported on {} by this build",
+            std::env::consts::ARCH
+        ))
+    })?;
+    let mut denied: BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED.iter().map(|n| (*n, Vec::new())).collect();
+    let mut clone_rules = Vec::new();
+    for flag in NAMESPACE_FLAGS {
+        let flag = *flag as u64;
+        let cond = SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(flag), flag)
+            .map_err(fail)?;
+        clone_rules.push(SeccompRule::new(vec![cond]).map_err(fail)?);
+    }
+    denied.insert(libc::SYS_clone, clone_rules);
+    let mut ioctl_rules = Vec::new();
+    for req in [libc::TIOCSTI, libc::TIOCLINUX] {
+        let cond = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, req as u64)
+            .map_err(fail)?;
+        ioctl_rules.push(SeccompRule::new(vec![cond]).map_err(fail)?);
+    }
+    denied.insert(libc::SYS_ioctl, ioctl_rules);
+    let eperm = SeccompFilter::new(
+        denied,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(fail)?;
+    // clone3 passes its flags in memory, out of the filter's sight: ENOSYS makes libc fall back
+    // to clone, whose flags the filter above checks.
+    let enosys = SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .map_err(fail)?;
+    for filter in [eperm, enosys] {
+        let prog: BpfProgram = filter.try_into().map_err(fail)?;
+        seccompiler::apply_filter(&prog)
+            .map_err(|e| Failure::new(format!("cannot install the seccomp filter: {e}")))?;
+    }
+    Ok(())
+}
