@@ -1,1 +1,3 @@
+//! The one integration-test binary of eve-sandbox.
+
 mod isolate;

@@ -57,8 +57,13 @@ pub(crate) fn apply(policy: &Policy, mode: Mode) -> Result<String> {
 fn limits(policy: &Policy) -> Result<()> {
     let l = &policy.limits;
     let set = |res: Resource, name: &str, v: Option<u64>| -> Result<()> {
+        // The CPU hard limit is a second later, so the process first gets a catchable SIGXCPU.
+        let hard = |v: u64| match res {
+            Resource::RLIMIT_CPU => v.saturating_add(1),
+            _ => v,
+        };
         match v {
-            Some(v) => setrlimit(res, v, v)
+            Some(v) => setrlimit(res, v, hard(v))
                 .map_err(|e| Failure::new(format!("cannot set the {name} limit to {v}: {e}"))),
             None => Ok(()),
         }

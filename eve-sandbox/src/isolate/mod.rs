@@ -123,7 +123,8 @@ pub struct Limits {
     /// Largest file a process may write, in bytes (`RLIMIT_FSIZE`; a bigger write fails `EFBIG`).
     #[serde(default)]
     pub file_size: Option<u64>,
-    /// CPU seconds per process (`RLIMIT_CPU`; the process gets `SIGXCPU`, then `SIGKILL`).
+    /// CPU seconds per process (`RLIMIT_CPU`: the process gets `SIGXCPU`, and `SIGKILL` a CPU
+    /// second later).
     #[serde(default)]
     pub cpu_seconds: Option<u64>,
 }

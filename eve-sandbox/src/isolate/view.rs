@@ -54,7 +54,7 @@ pub(crate) struct Built {
 impl Built {
     /// Whether `path` lies inside the view.
     pub(crate) fn contains(&self, path: &Path) -> bool {
-        self.all.iter().any(|p| path.starts_with(p))
+        path == Path::new("/") || self.all.iter().any(|p| path.starts_with(p))
     }
 }
 
@@ -298,7 +298,6 @@ pub(crate) fn build(policy: &Policy, mode: Mode) -> Result<Built> {
     .map_err(|e| err("cannot mount a fresh /proc at", Path::new("/proc"), e))?;
     built.all.push("/proc".into());
     built.all.push("/dev".into());
-    built.all.push("/".into());
 
     // Swap roots: the new root becomes `/`, the scratch root with the host tree is detached.
     let new = Path::new(NEW);
@@ -309,8 +308,6 @@ pub(crate) fn build(policy: &Policy, mode: Mode) -> Result<Built> {
     std::env::set_current_dir("/").map_err(|e| err("chdir", Path::new("/"), e))?;
     // The root tmpfs itself is read-only: the command can write only where the policy says.
     remount_ro(Path::new("/"), false)?;
-    // `/` was only recorded so the working directory check accepts exactly the view; drop it.
-    built.all.retain(|p| p != Path::new("/"));
     Ok(built)
 }
 
