@@ -16,7 +16,7 @@ use nix::sys::resource::{Resource, setrlimit};
 use nix::unistd::{Gid, Uid, setgid, setgroups, setuid};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
+    SeccompRule, TargetArch, sock_filter,
 };
 
 use super::helper::{Failure, Mode, Result};
@@ -34,6 +34,7 @@ pub(crate) fn apply(policy: &Policy, mode: Mode) -> Result<String> {
                 "the sandbox uid cannot be 0: choose an unprivileged uid in the policy",
             ));
         }
+        give_stdio_pipes(id)?;
         setgroups(&[]).map_err(|e| Failure::new(format!("setgroups([]): {e}")))?;
         setgid(Gid::from_raw(id)).map_err(|e| Failure::new(format!("setgid({id}): {e}")))?;
         setuid(Uid::from_raw(id)).map_err(|e| Failure::new(format!("setuid({id}): {e}")))?;
@@ -52,6 +53,27 @@ pub(crate) fn apply(policy: &Policy, mode: Mode) -> Result<String> {
     let landlock = landlock(policy)?;
     seccomp()?;
     Ok(landlock)
+}
+
+/// Hands the stdio pipes (eve's, owned by root with mode 0600) to the sandbox uid, so that
+/// `echo > /dev/stderr`, which reopens them through `/proc/self/fd`, works as it does unconfined.
+/// Only pipes and sockets: a terminal or file given as stdio keeps its owner.
+fn give_stdio_pipes(id: u32) -> Result<()> {
+    use std::os::fd::AsFd;
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    for fd in [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()] {
+        let Ok(st) = nix::sys::stat::fstat(fd) else {
+            continue; // closed
+        };
+        let kind = st.st_mode & libc::S_IFMT;
+        if kind == libc::S_IFIFO || kind == libc::S_IFSOCK {
+            nix::unistd::fchown(fd, Some(Uid::from_raw(id)), Some(Gid::from_raw(id)))
+                .map_err(|e| Failure::new(format!("cannot hand the stdio pipes to uid {id}: {e}")))?;
+        }
+    }
+    Ok(())
 }
 
 fn limits(policy: &Policy) -> Result<()> {
@@ -206,10 +228,39 @@ fn seccomp() -> Result<()> {
         arch,
     )
     .map_err(fail)?;
+    let mut programs = Vec::new();
     for filter in [eperm, enosys] {
-        let prog: BpfProgram = filter.try_into().map_err(fail)?;
-        seccompiler::apply_filter(&prog)
+        programs.push(BpfProgram::try_from(filter).map_err(fail)?);
+    }
+    if arch == TargetArch::x86_64 {
+        programs.push(deny_x32());
+    }
+    for prog in &programs {
+        seccompiler::apply_filter(prog)
             .map_err(|e| Failure::new(format!("cannot install the seccomp filter: {e}")))?;
     }
     Ok(())
+}
+
+/// On x86_64 the x32 ABI reaches every syscall again under number `0x40000000 + n`, which the
+/// filters above (matching exact numbers) would let through on kernels built with x32: refuse
+/// the whole x32 range.
+fn deny_x32() -> BpfProgram {
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    const RET_ERRNO: u32 = 0x0005_0000;
+    const RET_ALLOW: u32 = 0x7fff_0000;
+    let op = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    vec![
+        op(LD_W_ABS, 0, 0, 4), // seccomp_data.arch
+        op(JEQ_K, 0, 3, AUDIT_ARCH_X86_64),
+        op(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        op(JGE_K, 0, 1, X32_SYSCALL_BIT),
+        op(RET_K, 0, 0, RET_ERRNO | libc::EPERM as u32),
+        op(RET_K, 0, 0, RET_ALLOW),
+    ]
 }

@@ -146,7 +146,8 @@ fn read_only_paths_and_the_system_cannot_be_written() {
     let mut policy = f.policy();
     policy.read_only.push(ro.clone());
     let attack = format!(
-        "echo 'echo altered' >> {0}/tool.sh; cat {0}/tool.sh; touch /usr/eve-x /etc/eve-x /eve-x",
+        "echo 'echo altered' >> {0}/tool.sh; cat {0}/tool.sh; touch /usr/eve-x /etc/eve-x /eve-x; \
+         ln {0}/tool.sh \"$WS/h\" && echo 'echo altered' >> \"$WS/h\"",
         ro.display()
     );
     let iso = run(f.isolated(&policy, &attack), LIMIT);

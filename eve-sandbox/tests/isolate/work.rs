@@ -20,10 +20,12 @@ fn shell_git_and_tmp_work() {
 git init -q . && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m x && git log --oneline | wc -l
 echo scratch > /tmp/eve-sandbox-scratch && cat /tmp/eve-sandbox-scratch
 mkdir -p \"$HOME/.cache/x\" && echo cached > \"$HOME/.cache/x/f\" && cat \"$HOME/.cache/x/f\"
-echo ok > file && cat file";
+echo ok > file && cat file
+echo via-dev-stdout > /dev/stdout; echo via-dev-stderr > /dev/stderr";
     let iso = run(f.isolated(&f.policy(), script), LIMIT);
     assert_eq!(iso.code(), 0, "isolated: {iso:?}");
-    assert_eq!(iso.stdout, "1\nscratch\ncached\nok\n", "isolated: {iso:?}");
+    assert_eq!(iso.stdout, "1\nscratch\ncached\nok\nvia-dev-stdout\n", "isolated: {iso:?}");
+    assert_eq!(iso.stderr, "via-dev-stderr\n", "isolated: {iso:?}");
     assert!(f.ws.join(".git/HEAD").exists());
     // The private /tmp and HOME went nowhere.
     assert!(!Path::new("/tmp/eve-sandbox-scratch").exists());
