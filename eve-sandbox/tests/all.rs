@@ -1,3 +1,4 @@
-//! The one integration-test binary of eve-sandbox.
+//! Integration tests of eve-sandbox: one binary, one module per area.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod isolate;

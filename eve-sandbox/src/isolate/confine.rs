@@ -69,8 +69,9 @@ fn give_stdio_pipes(id: u32) -> Result<()> {
         };
         let kind = st.st_mode & libc::S_IFMT;
         if kind == libc::S_IFIFO || kind == libc::S_IFSOCK {
-            nix::unistd::fchown(fd, Some(Uid::from_raw(id)), Some(Gid::from_raw(id)))
-                .map_err(|e| Failure::new(format!("cannot hand the stdio pipes to uid {id}: {e}")))?;
+            nix::unistd::fchown(fd, Some(Uid::from_raw(id)), Some(Gid::from_raw(id))).map_err(
+                |e| Failure::new(format!("cannot hand the stdio pipes to uid {id}: {e}")),
+            )?;
         }
     }
     Ok(())
@@ -200,14 +201,22 @@ fn seccomp() -> Result<()> {
     let mut clone_rules = Vec::new();
     for flag in NAMESPACE_FLAGS {
         let flag = *flag as u64;
-        let cond = SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(flag), flag)
-            .map_err(fail)?;
+        let cond = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(flag),
+            flag,
+        )
+        .map_err(fail)?;
         clone_rules.push(SeccompRule::new(vec![cond]).map_err(fail)?);
     }
     denied.insert(libc::SYS_clone, clone_rules);
     let mut ioctl_rules = Vec::new();
     for req in [libc::TIOCSTI, libc::TIOCLINUX] {
-        let cond = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, req as u64)
+        // The request type is `c_ulong` on glibc and `c_int` on musl: the cast is for the latter.
+        #[allow(clippy::unnecessary_cast)]
+        let req = req as u64;
+        let cond = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, req)
             .map_err(fail)?;
         ioctl_rules.push(SeccompRule::new(vec![cond]).map_err(fail)?);
     }

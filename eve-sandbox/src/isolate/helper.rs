@@ -116,7 +116,11 @@ fn stage1(rest: Vec<OsString>) -> Result<i32> {
     parse_policy(rest.first())?;
     let uid = getuid();
     let gid = getgid();
-    let mode = if uid.is_root() { Mode::Root } else { Mode::User };
+    let mode = if uid.is_root() {
+        Mode::Root
+    } else {
+        Mode::User
+    };
     let mut flags = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWNET
@@ -190,8 +194,9 @@ fn explain_unshare(e: Errno, mode: Mode) -> String {
                           kernel lacks a namespace type (CONFIG_USER_NS, CONFIG_PID_NS, \
                           CONFIG_NET_NS…)"
             .into(),
-        Errno::ENOSPC => "the limit of namespaces is reached (/proc/sys/user/max_*_namespaces)"
-            .into(),
+        Errno::ENOSPC => {
+            "the limit of namespaces is reached (/proc/sys/user/max_*_namespaces)".into()
+        }
         Errno::EPERM => format!(
             "creating namespaces was refused (EPERM) for uid {}: a seccomp profile or security \
              module (container runtime, AppArmor, SELinux) forbids unshare(2)",
@@ -207,8 +212,7 @@ fn stage2(rest: Vec<OsString>) -> Result<i32> {
     prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| Failure::new(format!("prctl(PR_SET_PDEATHSIG): {e}")))?;
     // The command must not ptrace or read the memory of its init.
-    prctl::set_dumpable(false)
-        .map_err(|e| Failure::new(format!("prctl(PR_SET_DUMPABLE): {e}")))?;
+    prctl::set_dumpable(false).map_err(|e| Failure::new(format!("prctl(PR_SET_DUMPABLE): {e}")))?;
     let mode = Mode::parse(
         rest.first()
             .ok_or_else(|| Failure::new("internal: missing stage mode"))?,

@@ -163,7 +163,9 @@ impl Default for Limits {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A policy path is not valid UTF-8, so it cannot travel as JSON.
-    #[error("sandbox policy path {0:?} is not valid UTF-8: rename it or leave it out of the policy")]
+    #[error(
+        "sandbox policy path {0:?} is not valid UTF-8: rename it or leave it out of the policy"
+    )]
     NonUtf8Path(PathBuf),
     /// A policy path is relative.
     #[error("sandbox policy path {0:?} is relative: give an absolute path")]
@@ -258,10 +260,15 @@ pub fn probe(helper_exe: &Path) -> Result<Support, Unsupported> {
         limits: Limits::defaults(),
         ..Policy::default()
     };
-    let mut cmd = command(helper_exe, &policy, helper::PROBE, std::iter::empty::<&str>())
-        .map_err(|e| Unsupported {
-            message: e.to_string(),
-        })?;
+    let mut cmd = command(
+        helper_exe,
+        &policy,
+        helper::PROBE,
+        std::iter::empty::<&str>(),
+    )
+    .map_err(|e| Unsupported {
+        message: e.to_string(),
+    })?;
     cmd.current_dir("/")
         .stdin(std::process::Stdio::null())
         .env_clear();

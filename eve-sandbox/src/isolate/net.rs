@@ -30,7 +30,9 @@ const LO_INDEX: i32 = 1;
 /// Sets `lo` up in the current network namespace.
 pub(crate) fn loopback_up() -> Result<()> {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
-        Failure::new(format!("cannot bring up the sandbox's loopback ({what}): {e}"))
+        Failure::new(format!(
+            "cannot bring up the sandbox's loopback ({what}): {e}"
+        ))
     };
     let fd = socket(
         AddressFamily::Netlink,

@@ -9,7 +9,9 @@ use std::path::{Component, Path, PathBuf};
 use super::{DEFAULT_UID, Policy};
 
 /// Top-level folders already in every view: `PATH` entries under them need no rule.
-const SYSTEM_ROOTS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt"];
+const SYSTEM_ROOTS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt",
+];
 
 /// Read-only paths that keep `PATH`'s programs working inside the sandbox.
 ///

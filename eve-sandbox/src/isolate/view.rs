@@ -212,13 +212,8 @@ fn plan(policy: &Policy, mode: Mode) -> Result<Vec<Entry>> {
         }
     }
     for p in &policy.read_write {
-        let canon = fs::canonicalize(p).map_err(|e| {
-            err(
-                "the writable path cannot be used (create it first):",
-                p,
-                e,
-            )
-        })?;
+        let canon = fs::canonicalize(p)
+            .map_err(|e| err("the writable path cannot be used (create it first):", p, e))?;
         for at in dedup([p.clone(), canon.clone()]) {
             entries.push(Entry {
                 path: at,
@@ -303,8 +298,13 @@ pub(crate) fn build(policy: &Policy, mode: Mode) -> Result<Built> {
     let new = Path::new(NEW);
     std::env::set_current_dir(new).map_err(|e| err("chdir", new, e))?;
     pivot_root(".", ".").map_err(|e| err("pivot_root into the sandbox root", new, e))?;
-    umount2(".", MntFlags::MNT_DETACH)
-        .map_err(|e| err("cannot detach the host's filesystem tree at", Path::new("/"), e))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(|e| {
+        err(
+            "cannot detach the host's filesystem tree at",
+            Path::new("/"),
+            e,
+        )
+    })?;
     std::env::set_current_dir("/").map_err(|e| err("chdir", Path::new("/"), e))?;
     // The root tmpfs itself is read-only: the command can write only where the policy says.
     remount_ro(Path::new("/"), false)?;
@@ -353,7 +353,10 @@ fn apply(e: &Entry) -> Result<()> {
                     Some("tmpfs"),
                     &at,
                     Some("tmpfs"),
-                    MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                    MsFlags::MS_RDONLY
+                        | MsFlags::MS_NOSUID
+                        | MsFlags::MS_NODEV
+                        | MsFlags::MS_NOEXEC,
                     Some("size=4k,mode=0755"),
                 )
                 .map_err(|x| err("cannot hide", &e.path, x))

@@ -35,7 +35,10 @@ fn the_parents_environment_is_invisible() {
         outer
     };
     let host = run(wrap(f.host(attack)), LIMIT);
-    assert!(host.stdout.contains("s3cret-marker"), "unconfined: {host:?}");
+    assert!(
+        host.stdout.contains("s3cret-marker"),
+        "unconfined: {host:?}"
+    );
     let iso = run(wrap(f.isolated(&f.policy(), attack)), LIMIT);
     assert!(!iso.stdout.contains("s3cret-marker"), "isolated: {iso:?}");
 }
@@ -128,7 +131,10 @@ fn writes_outside_the_workspace_are_refused() {
         let iso = run(f.isolated(&f.policy(), attack), LIMIT);
         let victim = std::fs::read_to_string(f.other.join("victim")).unwrap();
         assert_eq!(victim, "ORIGINAL", "{name}: isolated wrote: {iso:?}");
-        assert!(!f.root.join("new").exists(), "{name}: isolated created a file");
+        assert!(
+            !f.root.join("new").exists(),
+            "{name}: isolated created a file"
+        );
         assert_ne!(iso.code(), 0, "{name}: isolated: {iso:?}");
 
         let host = run(f.host(attack), LIMIT);
@@ -151,7 +157,10 @@ fn read_only_paths_and_the_system_cannot_be_written() {
         ro.display()
     );
     let iso = run(f.isolated(&policy, &attack), LIMIT);
-    assert!(iso.stdout.contains("original"), "build file readable: {iso:?}");
+    assert!(
+        iso.stdout.contains("original"),
+        "build file readable: {iso:?}"
+    );
     assert_eq!(
         std::fs::read_to_string(ro.join("tool.sh")).unwrap(),
         "echo original\n",
@@ -160,7 +169,10 @@ fn read_only_paths_and_the_system_cannot_be_written() {
     for p in ["/usr/eve-x", "/etc/eve-x"] {
         assert!(!std::path::Path::new(p).exists(), "{p} created: {iso:?}");
     }
-    let host = run(f.host(&format!("echo 'echo altered' >> {}/tool.sh", ro.display())), LIMIT);
+    let host = run(
+        f.host(&format!("echo 'echo altered' >> {}/tool.sh", ro.display())),
+        LIMIT,
+    );
     assert!(
         std::fs::read_to_string(ro.join("tool.sh"))
             .unwrap()
@@ -178,7 +190,10 @@ fn a_setsid_daemon_dies_with_the_call() {
 echo started"#;
     let iso = run(f.isolated(&f.policy(), script), LIMIT);
     assert!(iso.stdout.contains("started"), "isolated: {iso:?}");
-    assert!(iso.elapsed < Duration::from_secs(1), "the call waited: {iso:?}");
+    assert!(
+        iso.elapsed < Duration::from_secs(1),
+        "the call waited: {iso:?}"
+    );
     let appeared = eventually(Duration::from_secs(3), || {
         marker.exists() || f.ws.join("marker2").exists()
     });
@@ -189,7 +204,10 @@ echo started"#;
     let appeared = eventually(Duration::from_secs(5), || {
         marker.exists() && f.ws.join("marker2").exists()
     });
-    assert!(appeared, "the unconfined daemons did not write their markers");
+    assert!(
+        appeared,
+        "the unconfined daemons did not write their markers"
+    );
 }
 
 #[test]
@@ -208,8 +226,15 @@ fn no_capabilities_no_new_privs_and_no_root() {
     }
     assert!(iso.stdout.contains("NoNewPrivs:\t1"), "isolated: {iso:?}");
     if is_root() {
-        assert!(host.stdout.contains("NoNewPrivs:\t0"), "unconfined: {host:?}");
-        let eff = host.stdout.lines().find(|l| l.starts_with("CapEff")).unwrap();
+        assert!(
+            host.stdout.contains("NoNewPrivs:\t0"),
+            "unconfined: {host:?}"
+        );
+        let eff = host
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("CapEff"))
+            .unwrap();
         assert!(!eff.ends_with("0000000000000000"), "unconfined: {host:?}");
         let uid = iso.stdout.lines().find(|l| l.starts_with("Uid:")).unwrap();
         assert!(!uid.contains("\t0\t"), "isolated runs as root: {iso:?}");

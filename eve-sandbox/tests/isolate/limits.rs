@@ -27,7 +27,10 @@ fn the_process_limit_stops_forks() {
     );
     let iso = run(f.isolated(&policy, script), LIMIT);
     assert!(!iso.stdout.contains("started 120"), "isolated: {iso:?}");
-    assert!(iso.stderr.to_lowercase().contains("fork"), "isolated: {iso:?}");
+    assert!(
+        iso.stderr.to_lowercase().contains("fork"),
+        "isolated: {iso:?}"
+    );
 }
 
 #[test]
@@ -42,7 +45,10 @@ fn a_fork_bomb_ends_with_the_call() {
     );
     // Only ever run isolated.
     let iso = run(
-        f.isolated(&policy, "bomb() { bomb | bomb & }; bomb; sleep 2; echo done"),
+        f.isolated(
+            &policy,
+            "bomb() { bomb | bomb & }; bomb; sleep 2; echo done",
+        ),
         Duration::from_secs(60),
     );
     assert!(iso.stdout.contains("done") || iso.code() != 0, "{iso:?}");

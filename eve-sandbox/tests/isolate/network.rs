@@ -32,7 +32,10 @@ fn network_none_cannot_reach_the_hosts_loopback() {
     let f = Fixture::new();
     let port = tcp_server();
     let host = run(f.host(&connect(port)), LIMIT);
-    assert!(host.stdout.contains("HOST-LOOPBACK"), "unconfined: {host:?}");
+    assert!(
+        host.stdout.contains("HOST-LOOPBACK"),
+        "unconfined: {host:?}"
+    );
     let iso = run(f.isolated(&f.policy(), &connect(port)), LIMIT);
     assert!(iso.stdout.contains("REFUSED"), "isolated: {iso:?}");
     assert!(!iso.stdout.contains("HOST-LOOPBACK"), "isolated: {iso:?}");
@@ -77,10 +80,19 @@ fn the_proxy_port_reaches_the_proxy_socket_and_nothing_else_does() {
         connect(direct)
     );
     let iso = run(f.isolated(&policy, &script), LIMIT);
-    assert!(iso.stdout.contains("proxy saw CONNECT x:443"), "isolated: {iso:?}");
+    assert!(
+        iso.stdout.contains("proxy saw CONNECT x:443"),
+        "isolated: {iso:?}"
+    );
     assert!(iso.stdout.contains("REFUSED"), "isolated: {iso:?}");
     assert!(!iso.stdout.contains("HOST-LOOPBACK"), "isolated: {iso:?}");
     // Without the proxy policy the same port leads nowhere.
-    let iso = run(f.isolated(&f.policy(), "bash -c 'exec 3<>/dev/tcp/127.0.0.1/3128' && echo CONNECTED || echo REFUSED"), LIMIT);
+    let iso = run(
+        f.isolated(
+            &f.policy(),
+            "bash -c 'exec 3<>/dev/tcp/127.0.0.1/3128' && echo CONNECTED || echo REFUSED",
+        ),
+        LIMIT,
+    );
     assert!(iso.stdout.contains("REFUSED"), "isolated: {iso:?}");
 }
