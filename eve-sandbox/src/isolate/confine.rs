@@ -39,6 +39,22 @@ pub(crate) fn apply(policy: &Policy, mode: Mode) -> Result<String> {
         setgid(Gid::from_raw(id)).map_err(|e| Failure::new(format!("setgid({id}): {e}")))?;
         setuid(Uid::from_raw(id)).map_err(|e| Failure::new(format!("setuid({id}): {e}")))?;
     }
+    clear_capability_sets()?;
+    nix::sys::prctl::set_no_new_privs()
+        .map_err(|e| Failure::new(format!("prctl(PR_SET_NO_NEW_PRIVS): {e}")))?;
+    let landlock = landlock(policy)?;
+    seccomp()?;
+    Ok(landlock)
+}
+
+/// Empties every capability set of the calling thread, the bounding set included.
+pub(crate) fn drop_all_capabilities() -> Result<()> {
+    caps::clear(None, caps::CapSet::Bounding)
+        .map_err(|e| Failure::new(format!("cannot empty the capability bounding set: {e}")))?;
+    clear_capability_sets()
+}
+
+fn clear_capability_sets() -> Result<()> {
     for set in [
         caps::CapSet::Ambient,
         caps::CapSet::Inheritable,
@@ -48,11 +64,7 @@ pub(crate) fn apply(policy: &Policy, mode: Mode) -> Result<String> {
         caps::clear(None, set)
             .map_err(|e| Failure::new(format!("cannot clear the {set:?} capabilities: {e}")))?;
     }
-    nix::sys::prctl::set_no_new_privs()
-        .map_err(|e| Failure::new(format!("prctl(PR_SET_NO_NEW_PRIVS): {e}")))?;
-    let landlock = landlock(policy)?;
-    seccomp()?;
-    Ok(landlock)
+    Ok(())
 }
 
 /// Hands the stdio pipes (eve's, owned by root with mode 0600) to the sandbox uid, so that

@@ -223,9 +223,10 @@ fn stage2(rest: Vec<OsString>) -> Result<i32> {
     let built = view::build(&policy, mode)?;
     let _ = nix::unistd::sethostname("eve-sandbox");
     net::loopback_up()?;
-    if let super::Network::Proxy { port, .. } = &policy.network {
-        net::start_forwarder(*port, super::PROXY_SOCKET_IN_SANDBOX)?;
-    }
+    let listener = match &policy.network {
+        super::Network::Proxy { port, .. } => Some(net::listen(*port)?),
+        super::Network::None => None,
+    };
     if !built.contains(&cwd) {
         return Err(Failure::new(format!(
             "the working directory {} is not in the sandbox's view: add it to the policy's \
@@ -245,6 +246,12 @@ fn stage2(rest: Vec<OsString>) -> Result<i32> {
         .spawn()
         .map_err(|e| Failure::new(format!("cannot start the sandboxed command: {e}")))?;
     let command = Pid::from_raw(child.id() as i32);
+    // The command has its own credentials now; from here on this init needs no privilege at all
+    // (capabilities are per thread: the forwarder starts after the drop and inherits it).
+    confine::drop_all_capabilities()?;
+    if let Some(listener) = listener {
+        net::start_forwarder(listener, super::PROXY_SOCKET_IN_SANDBOX)?;
+    }
     reap_until(command)
 }
 

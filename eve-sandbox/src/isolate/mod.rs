@@ -127,18 +127,23 @@ pub struct Limits {
     /// second later).
     #[serde(default)]
     pub cpu_seconds: Option<u64>,
+    /// Bytes of each private tmpfs (`/tmp`, `HOME`, `/dev/shm`): they live in memory, so without
+    /// a cap a command could fill the host's RAM through them.
+    #[serde(default)]
+    pub tmpfs_size: Option<u64>,
 }
 
 impl Limits {
     /// Limits that let ordinary work run (`pip install` of large wheels, `git clone`, a Python
     /// script, a parallel build) while stopping runaway processes: 4 GiB of data memory per
-    /// process, 1024 processes, 8 GiB files, 600 CPU seconds per process.
+    /// process, 1024 processes, 8 GiB files, 600 CPU seconds per process, 2 GiB per tmpfs.
     pub fn defaults() -> Self {
         Limits {
             memory: Some(4 << 30),
             processes: Some(1024),
             file_size: Some(8 << 30),
             cpu_seconds: Some(600),
+            tmpfs_size: Some(2 << 30),
         }
     }
 
@@ -149,6 +154,7 @@ impl Limits {
             processes: None,
             file_size: None,
             cpu_seconds: None,
+            tmpfs_size: None,
         }
     }
 }

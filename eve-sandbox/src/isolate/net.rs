@@ -11,6 +11,8 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
 use nix::sys::socket::{
@@ -83,22 +85,43 @@ pub(crate) fn loopback_up() -> Result<()> {
     Err(fail("RTM_NEWLINK", &"unexpected answer from the kernel"))
 }
 
-/// Listens on `127.0.0.1:port` and relays every connection to the Unix socket at `socket`, in
-/// background threads of stage 2 (they end with it).
-pub(crate) fn start_forwarder(port: u16, socket: &str) -> Result<()> {
-    let listener = TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
+/// Connections relayed at once; more wait in the listen backlog. Bounds the threads a command
+/// can make the sandbox's init start.
+const MAX_RELAYS: usize = 128;
+
+/// Listens on `127.0.0.1:port` in the sandbox's network namespace (before privileges go, so a
+/// port under 1024 works too).
+pub(crate) fn listen(port: u16) -> Result<TcpListener> {
+    TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
         Failure::new(format!(
             "cannot listen on 127.0.0.1:{port} in the sandbox for the egress proxy: {e}"
         ))
-    })?;
+    })
+}
+
+/// Relays every connection of `listener` to the Unix socket at `socket`, in background threads
+/// of stage 2 (they end with it).
+pub(crate) fn start_forwarder(listener: TcpListener, socket: &str) -> Result<()> {
     let socket = PathBuf::from(socket);
+    let active = Arc::new(AtomicUsize::new(0));
     thread::Builder::new()
         .name("egress-forwarder".into())
         .spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
+                while active.load(Ordering::Acquire) >= MAX_RELAYS {
+                    thread::park_timeout(std::time::Duration::from_millis(10));
+                }
+                active.fetch_add(1, Ordering::AcqRel);
                 let socket = socket.clone();
-                let _ = thread::Builder::new().spawn(move || relay(conn, &socket));
+                let done = Arc::clone(&active);
+                let spawned = thread::Builder::new().spawn(move || {
+                    relay(conn, &socket);
+                    done.fetch_sub(1, Ordering::AcqRel);
+                });
+                if spawned.is_err() {
+                    active.fetch_sub(1, Ordering::AcqRel);
+                }
             }
         })
         .map_err(|e| Failure::new(format!("cannot start the egress forwarder: {e}")))?;

@@ -187,14 +187,15 @@ fn plan(policy: &Policy, mode: Mode) -> Result<Vec<Entry>> {
         Mode::Root => policy.uid.unwrap_or(DEFAULT_UID),
         Mode::User => 0,
     };
+    let size = size_option(policy);
     entries.push(Entry {
         path: "/tmp".into(),
-        kind: Kind::Tmpfs("mode=1777".into()),
+        kind: Kind::Tmpfs(format!("mode=1777{size}")),
     });
     if let Some(home) = &policy.home {
         entries.push(Entry {
             path: home.clone(),
-            kind: Kind::Tmpfs(format!("mode=0700,uid={owner},gid={owner}")),
+            kind: Kind::Tmpfs(format!("mode=0700,uid={owner},gid={owner}{size}")),
         });
     }
     for p in &policy.read_only {
@@ -245,6 +246,15 @@ fn plan(policy: &Policy, mode: Mode) -> Result<Vec<Entry>> {
     Ok(entries)
 }
 
+/// The `size=` option of the private tmpfs mounts, with its leading comma, or nothing.
+fn size_option(policy: &Policy) -> String {
+    policy
+        .limits
+        .tmpfs_size
+        .map(|n| format!(",size={n}"))
+        .unwrap_or_default()
+}
+
 fn dedup(paths: [PathBuf; 2]) -> Vec<PathBuf> {
     let [a, b] = paths;
     if a == b { vec![a] } else { vec![a, b] }
@@ -280,7 +290,7 @@ pub(crate) fn build(policy: &Policy, mode: Mode) -> Result<Built> {
             built.all.push(e.path.clone());
         }
     }
-    build_dev()?;
+    build_dev(&size_option(policy))?;
     let proc_at = target(Path::new("/proc"));
     mkdir_all(&proc_at)?;
     mount(
@@ -379,7 +389,7 @@ fn apply(e: &Entry) -> Result<()> {
 }
 
 /// A minimal `/dev`: a few device nodes bound from the host, the usual links, a tmpfs `/dev/shm`.
-fn build_dev() -> Result<()> {
+fn build_dev(size: &str) -> Result<()> {
     let dev = target(Path::new("/dev"));
     mkdir_all(&dev)?;
     mount_tmpfs(&dev, "mode=0755")?;
@@ -410,7 +420,7 @@ fn build_dev() -> Result<()> {
     }
     let shm = dev.join("shm");
     mkdir(&shm, 0o755)?;
-    mount_tmpfs(&shm, "mode=1777")?;
+    mount_tmpfs(&shm, &format!("mode=1777{size}"))?;
     remount_ro(&dev, false)
 }
 

@@ -225,7 +225,19 @@ fn no_capabilities_no_new_privs_and_no_root() {
         assert!(line.ends_with("0000000000000000"), "{line}: {iso:?}");
     }
     assert!(iso.stdout.contains("NoNewPrivs:\t1"), "isolated: {iso:?}");
+    // The sandbox's init holds no capability either once the command runs.
+    let init = "grep CapEff /proc/1/status";
+    let iso_init = run(f.isolated(&f.policy(), init), LIMIT);
+    assert!(
+        iso_init.stdout.contains("CapEff:\t0000000000000000"),
+        "isolated: {iso_init:?}"
+    );
     if is_root() {
+        let host_init = run(f.host(init), LIMIT);
+        assert!(
+            !host_init.stdout.contains("CapEff:\t0000000000000000"),
+            "unconfined: {host_init:?}"
+        );
         assert!(
             host.stdout.contains("NoNewPrivs:\t0"),
             "unconfined: {host:?}"

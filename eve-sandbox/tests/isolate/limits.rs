@@ -106,3 +106,22 @@ fn the_cpu_limit_kills_a_spinning_process() {
     assert_eq!(iso.code(), 152, "isolated: {iso:?}");
     assert!(iso.elapsed < Duration::from_secs(20), "isolated: {iso:?}");
 }
+
+#[test]
+fn private_tmpfs_mounts_are_capped() {
+    let f = Fixture::new();
+    let policy = with(
+        &f,
+        Limits {
+            tmpfs_size: Some(1 << 20),
+            ..Limits::defaults()
+        },
+    );
+    let script = "for d in /tmp /dev/shm \"$HOME\"; do head -c 3000000 /dev/zero > $d/fill && echo \"filled $d\"; done; echo end";
+    let iso = run(f.isolated(&policy, script), LIMIT);
+    assert!(iso.stdout.contains("end"), "isolated: {iso:?}");
+    assert!(!iso.stdout.contains("filled"), "isolated: {iso:?}");
+    // The same writes fit under the default cap.
+    let iso = run(f.isolated(&f.policy(), script), LIMIT);
+    assert_eq!(iso.stdout.matches("filled").count(), 3, "isolated: {iso:?}");
+}
