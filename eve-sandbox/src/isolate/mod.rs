@@ -64,8 +64,10 @@ pub struct Policy {
     #[serde(default)]
     pub read_only: Vec<PathBuf>,
     /// Writable paths, bound at the same absolute path: the session workspace, `sandbox.yaml`
-    /// `write:`. Each must exist. A path listed in both lists is writable. When eve runs as root
-    /// the tree must be writable by the sandbox uid: see [`prepare_writable`].
+    /// `write:`. Each must exist. A path listed in both lists is writable. No policy path (nor
+    /// `home`) may lie inside a writable path: the command could have replaced it with a symlink
+    /// (the helper refuses such a policy). When eve runs as root the tree must be writable by the
+    /// sandbox uid: see [`prepare_writable`].
     #[serde(default)]
     pub read_write: Vec<PathBuf>,
     /// The network the command gets. Its own `lo` is always up; the host's is never reachable.

@@ -198,6 +198,7 @@ fn plan(policy: &Policy, mode: Mode) -> Result<Vec<Entry>> {
             kind: Kind::Tmpfs(format!("mode=0700,uid={owner},gid={owner}{size}")),
         });
     }
+    refuse_nesting(policy)?;
     for p in &policy.read_only {
         // Missing read-only paths are skipped: defaults name version managers that may not exist.
         if let Ok(canon) = fs::canonicalize(p) {
@@ -244,6 +245,32 @@ fn plan(policy: &Policy, mode: Mode) -> Result<Vec<Entry>> {
     // Parents before children; at equal depth the later entry wins (writable over read-only).
     entries.sort_by_key(|e| depth(&e.path));
     Ok(entries)
+}
+
+/// Refuses a policy path inside a writable one. The command may have planted symlinks there in an
+/// earlier call, and following them while binding (as root, before the host tree is detached)
+/// would expose or create host paths; the view never needs such nesting.
+fn refuse_nesting(policy: &Policy) -> Result<()> {
+    let writable: Vec<(PathBuf, Option<PathBuf>)> = policy
+        .read_write
+        .iter()
+        .map(|w| (w.clone(), fs::canonicalize(w).ok()))
+        .collect();
+    let all = policy.read_only.iter().chain(&policy.read_write);
+    for p in all.chain(policy.home.iter()) {
+        for (w, canon) in &writable {
+            let inside = |root: &Path| p != root && p.starts_with(root);
+            if inside(w) || canon.as_deref().is_some_and(inside) {
+                return Err(Failure::new(format!(
+                    "the policy path {} lies inside the writable path {}: the command could \
+                     redirect it with a symlink; give a path outside it",
+                    p.display(),
+                    w.display()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The `size=` option of the private tmpfs mounts, with its leading comma, or nothing.

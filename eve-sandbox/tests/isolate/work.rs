@@ -69,6 +69,17 @@ fn sandbox_failures_exit_125_with_one_line() {
     assert!(out.stderr.starts_with("eve sandbox: "), "{out:?}");
     assert!(out.stderr.contains("missing-workspace"), "{out:?}");
 
+    // A path inside the workspace could be redirected by a symlink the command left there.
+    let mut policy = f.policy();
+    policy.read_only.push(f.ws.join("build"));
+    std::os::unix::fs::symlink("/etc", f.ws.join("build")).unwrap();
+    let out = run(f.isolated(&policy, "ls build/"), LIMIT);
+    assert_eq!(out.code(), isolate::SANDBOX_FAILURE, "{out:?}");
+    assert!(
+        out.stderr.contains("lies inside the writable path"),
+        "{out:?}"
+    );
+
     // A working directory outside the view is refused, not silently changed.
     let mut cmd =
         isolate::command(&helper(), &Policy::default(), "true", Vec::<String>::new()).unwrap();
