@@ -6,3 +6,4 @@
 //! way to the network, enforcing the tool's network policy.
 
 pub mod egress;
+pub mod isolate;
