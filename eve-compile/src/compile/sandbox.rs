@@ -22,8 +22,15 @@ impl Compiler {
         {
             let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
             f.unknown_keys(&["provider", "timeout", "output_limit"], "sandbox");
-            if let Some(p) = f.choice("provider", &[("local", "local")]) {
-                sandbox.provider = p.to_owned();
+            if let Some(p) = f.choice(
+                "provider",
+                &[
+                    ("isolated", Provider::Isolated),
+                    ("host", Provider::Host),
+                    ("local", Provider::Isolated),
+                ],
+            ) {
+                sandbox.provider = p;
             }
             if let Some(t) = f.duration_ms("timeout") {
                 sandbox.timeout_ms = t;
