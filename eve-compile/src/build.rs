@@ -89,6 +89,7 @@ pub fn check(project: &Project) -> Result<Output, BuildError> {
         &Options {
             name: project.name(),
             file_prefix: project.display_prefix(),
+            protected_dirs: vec![project.state_dir.clone(), project.agent_dir.clone()],
         },
     ))
 }

@@ -245,6 +245,7 @@ pub fn checked_from_source(src: &dyn Source, lookup: &dyn Fn(&str) -> Option<Str
         &Options {
             name: PROJECT.to_owned(),
             file_prefix: "agent/".to_owned(),
+            protected_dirs: Vec::new(),
         },
     );
     let rendered = render_plain(&output.diagnostics, lookup);

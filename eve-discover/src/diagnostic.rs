@@ -89,6 +89,8 @@ codes! {
     InvalidConnection = "E060", Error, "invalid connection";
     /// A channel is of an unknown kind or lacks what its kind needs.
     InvalidChannel = "E070", Error, "invalid channel";
+    /// A sandbox setting is wrong: provider, network entry, path, size or count.
+    InvalidSandbox = "E080", Error, "invalid sandbox setting";
     /// A file or folder eve does not understand.
     UnknownEntry = "W001", Warning, "unknown file or folder";
     /// A field eve does not know (probably a typo).
@@ -97,6 +99,10 @@ codes! {
     EmptyInstructions = "W003", Warning, "empty instructions";
     /// A tool or skill has no description, so the model cannot know when to use it.
     MissingToolDescription = "W004", Warning, "no description";
+    /// A tool, hook or agent runs with `sandbox: host` (unconfined), or says `provider: local`.
+    Unconfined = "W010", Warning, "runs unconfined";
+    /// A tool, hook or connection reaches more of the network than the agent's default.
+    NetworkWidened = "W011", Warning, "network wider than the agent's";
 }
 
 impl Serialize for Code {

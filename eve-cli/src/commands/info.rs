@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use eve_compile::render::{Style, render_all};
-use eve_compile::{Agent, Runner, Transport, build};
+use eve_compile::{Agent, EffectiveSandbox, Provider, Runner, Transport, build};
 use serde_json::json;
 
 use crate::cli::InfoArgs;
@@ -28,6 +28,9 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
             "current_build": build::current_hash(&project.state_dir),
             "manifest": out.manifest,
             "diagnostics": out.diagnostics,
+            "tools": tool_report(&out.manifest.agent),
+            "hooks": hook_report(&out.manifest.agent),
+            "connections": connection_report(&out.manifest.agent),
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(code);
@@ -50,6 +53,69 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(code)
+}
+
+/// `sandbox isolated, network none`, `sandbox host` or `in-process`.
+fn sandbox_flag(s: Option<&EffectiveSandbox>) -> String {
+    match s {
+        None => "in-process".to_owned(),
+        Some(s) if s.provider == Provider::Host => "sandbox host".to_owned(),
+        Some(s) => format!("sandbox isolated, network {}", s.network.describe()),
+    }
+}
+
+/// One entry per tool of the root agent, the built-in `bash` first when offered: its effective
+/// sandbox (`null` when it starts no process), network, env allowlist and approval.
+fn tool_report(agent: &Agent) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    if agent.config.default_tools {
+        let s = agent.bash_sandbox();
+        let approval = agent
+            .config
+            .approvals
+            .get("bash")
+            .copied()
+            .unwrap_or_default();
+        out.push(json!({
+            "name": "bash", "builtin": true, "sandbox": s.provider, "network": s.network,
+            "env": [], "approval": approval,
+        }));
+    }
+    for t in &agent.tools {
+        let s = agent.effective_sandbox(t);
+        out.push(json!({
+            "name": t.name, "builtin": false,
+            "sandbox": s.as_ref().map(|s| s.provider),
+            "network": s.map(|s| s.network),
+            "env": t.env, "approval": t.approval,
+        }));
+    }
+    out
+}
+
+fn hook_report(agent: &Agent) -> Vec<serde_json::Value> {
+    agent
+        .hooks
+        .iter()
+        .map(|h| {
+            let s = agent.hook_sandbox(h);
+            json!({"name": h.name, "sandbox": s.provider, "network": s.network, "env": h.env})
+        })
+        .collect()
+}
+
+fn connection_report(agent: &Agent) -> Vec<serde_json::Value> {
+    agent
+        .connections
+        .iter()
+        .map(|c| {
+            let s = agent.connection_sandbox(c);
+            json!({
+                "name": c.name, "sandbox": s.as_ref().map(|s| s.provider),
+                "network": s.map(|s| s.network), "approval": c.approval,
+            })
+        })
+        .collect()
 }
 
 fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
@@ -92,6 +158,10 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
             }
             if !t.dynamic.is_empty() {
                 flags.push("dynamic".to_owned());
+            }
+            flags.push(sandbox_flag(agent.effective_sandbox(t).as_ref()));
+            if !t.env.is_empty() {
+                flags.push(format!("env {}", t.env.join(",")));
             }
             let _ = writeln!(
                 out,
@@ -150,9 +220,10 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
         for hk in &agent.hooks {
             let _ = writeln!(
                 out,
-                "{ind}    {}  on {}",
+                "{ind}    {}  on {}  {}",
                 paint(color, "36", &hk.name),
-                hk.events.join(", ")
+                hk.events.join(", "),
+                dim(&format!("[{}]", sandbox_flag(Some(&agent.hook_sandbox(hk)))))
             );
         }
     }
@@ -170,12 +241,17 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
                 }
                 Transport::Http { url, .. } => format!("http: {url}"),
             };
+            let flag = agent
+                .connection_sandbox(c)
+                .map(|s| format!("  [{}]", sandbox_flag(Some(&s))))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "{ind}    {}  {}  tools as {}__*",
+                "{ind}    {}  {}  tools as {}__*{}",
                 paint(color, "36", &c.name),
                 dim(how.trim()),
-                c.name
+                c.name,
+                dim(&flag)
             );
         }
     }

@@ -18,8 +18,9 @@ impl Compiler {
     pub(super) fn agent(&mut self, dir: &AgentDir, name: &str, root: bool) -> Agent {
         let (config, description) = self.config(dir, root);
         let instructions = self.instructions(dir);
-        let sandbox = self.sandbox(dir);
-        let tools = self.tools(dir, &sandbox);
+        let mut sandbox = self.sandbox(dir);
+        let (tools, overrides) = self.tools(dir, &sandbox);
+        sandbox.tools = overrides;
         let skills = self.skills(&dir.skills);
         let mut subagents = Vec::new();
         for sub in &dir.subagents {
@@ -31,19 +32,27 @@ impl Compiler {
             .iter()
             .filter_map(|s| self.schedule(s))
             .collect();
-        let hooks = dir.hooks.iter().filter_map(|h| self.hook(h)).collect();
-        let connections: Vec<Connection> = dir
-            .connections
-            .iter()
-            .filter_map(|c| self.connection(c))
-            .collect();
+        let mut hooks = Vec::new();
+        for (hook, o) in dir.hooks.iter().filter_map(|h| self.hook(h)) {
+            if !o.is_empty() {
+                sandbox.hooks.insert(hook.name.clone(), o);
+            }
+            hooks.push(hook);
+        }
+        let mut connections: Vec<Connection> = Vec::new();
+        for (conn, o) in dir.connections.iter().filter_map(|c| self.connection(c)) {
+            if !o.is_empty() {
+                sandbox.connections.insert(conn.name.clone(), o);
+            }
+            connections.push(conn);
+        }
         let channels = dir
             .channels
             .iter()
             .filter_map(|c| self.channel(c))
             .collect();
         self.collisions(dir, &subagents, &connections);
-        Agent {
+        let agent = Agent {
             name: name.to_owned(),
             path: dir.path.clone(),
             description,
@@ -57,7 +66,9 @@ impl Compiler {
             connections,
             channels,
             sandbox,
-        }
+        };
+        self.sandbox_warnings(&agent, dir);
+        agent
     }
 
     fn config(&mut self, dir: &AgentDir, root: bool) -> (AgentConfig, Option<String>) {

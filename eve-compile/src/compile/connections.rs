@@ -8,7 +8,7 @@ use crate::fields::Fields;
 use crate::manifest::*;
 
 impl Compiler {
-    pub(super) fn connection(&mut self, c: &Named) -> Option<Connection> {
+    pub(super) fn connection(&mut self, c: &Named) -> Option<(Connection, SandboxOverride)> {
         let mut ok = self.check_name(&c.name, &c.file.path, "connection");
         if c.name.contains("__") {
             self.push(
@@ -30,6 +30,8 @@ impl Compiler {
                 "approval",
                 "timeout",
                 "description",
+                "sandbox",
+                "network",
             ],
             "connection",
         );
@@ -79,13 +81,24 @@ impl Compiler {
         let mut f = Fields::new(&c.file.path, &parsed.doc, "", &mut self.diags);
         let approval = f.choice("approval", APPROVALS).unwrap_or_default();
         let timeout_ms = f.duration_ms("timeout").unwrap_or(DEFAULT_MCP_TIMEOUT_MS);
-        ok.then(|| Connection {
+        let own_sandbox = super::sandbox::read_override(&mut f);
+        if !own_sandbox.is_empty() && matches!(transport, Transport::Http { .. }) {
+            let key = if f.has("sandbox") { "sandbox" } else { "network" };
+            f.report(
+                Code::InvalidSandbox,
+                key,
+                format!("`{key}` applies to MCP servers eve starts (`command:`); this one is reached over `url:`"),
+                "remove it: a server over HTTP runs elsewhere, not in eve's sandbox",
+            );
+        }
+        let conn = ok.then(|| Connection {
             name: c.name.clone(),
             source: c.file.path.clone(),
             transport,
             tools,
             approval,
             timeout_ms,
-        })
+        })?;
+        Some((conn, own_sandbox))
     }
 }

@@ -9,7 +9,7 @@ use crate::fields::Fields;
 use crate::manifest::*;
 
 impl Compiler {
-    pub(super) fn hook(&mut self, h: &Named) -> Option<Hook> {
+    pub(super) fn hook(&mut self, h: &Named) -> Option<(Hook, SandboxOverride)> {
         let name_ok = self.check_name(&h.name, &h.file.path, "hook");
         let parsed = self.script_file(
             &h.file,
@@ -17,7 +17,15 @@ impl Compiler {
         )?;
         let mut f = Fields::new(&h.file.path, &parsed.doc, "", &mut self.diags);
         f.unknown_keys(
-            &["events", "timeout", "env", "description", "interpreter"],
+            &[
+                "events",
+                "timeout",
+                "env",
+                "description",
+                "interpreter",
+                "sandbox",
+                "network",
+            ],
             "hook",
         );
         let events = match f.string_list("events") {
@@ -55,14 +63,18 @@ impl Compiler {
         let timeout_ms = f.duration_ms("timeout").unwrap_or(10_000);
         let env = f.string_list("env").unwrap_or_default();
         let interpreter = f.string_list("interpreter");
+        let own_sandbox = super::sandbox::read_override(&mut f);
         let runner = self.script_runner(&h.file, interpreter)?;
-        (ok && name_ok).then(|| Hook {
+        (ok && name_ok).then(|| {
+            let hook = Hook {
             name: h.name.clone(),
             source: h.file.path.clone(),
             events,
             timeout_ms,
             env,
             runner,
+            };
+            (hook, own_sandbox)
         })
     }
 }

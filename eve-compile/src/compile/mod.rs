@@ -39,6 +39,9 @@ pub struct Options {
     pub name: String,
     /// Prefix shown before every file path in diagnostics (such as `agent/`).
     pub file_prefix: String,
+    /// Absolute folders no `sandbox.yaml` `write:` path may cover (the project's `.eve/` and the
+    /// agent folder).
+    pub protected_dirs: Vec<std::path::PathBuf>,
 }
 
 /// The result of compiling.
@@ -66,6 +69,7 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
         diags: Vec::new(),
         files: BTreeSet::new(),
         shown_prefix: options.file_prefix.clone(),
+        protected: options.protected_dirs.clone(),
     };
     let agent = c.agent(&discovery.agent, &options.name, true);
     let mut diagnostics = discovery.diagnostics.clone();
@@ -115,6 +119,8 @@ struct Compiler {
     files: BTreeSet<String>,
     /// Prefix of paths as people see them (`Options::file_prefix`), for paths quoted in messages.
     shown_prefix: String,
+    /// [`Options::protected_dirs`].
+    protected: Vec<std::path::PathBuf>,
 }
 
 /// A parsed YAML document or front matter, with its body.
@@ -263,6 +269,7 @@ impl Compiler {
         let batches: Vec<&[T]> = items.chunks(BATCH).collect();
         let next = std::sync::atomic::AtomicUsize::new(0);
         let prefix = self.shown_prefix.clone();
+        let protected = self.protected.clone();
         let work = || {
             let mut done = Vec::new();
             loop {
@@ -274,6 +281,7 @@ impl Compiler {
                     diags: Vec::new(),
                     files: BTreeSet::new(),
                     shown_prefix: prefix.clone(),
+                    protected: protected.clone(),
                 };
                 let out: Vec<R> = batch.iter().filter_map(|t| f(&mut c, t)).collect();
                 done.push((i, out, c));

@@ -1,6 +1,8 @@
 //! `tools/`: script tools (front matter in a comment block) and YAML tools (`run:` or `http:`),
 //! their input schemas (checked as JSON Schema and hashed) and how each script is run.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 
 use eve_discover::{AgentDir, Code, Diagnostic, SourceFile, ToolFile};
@@ -38,6 +40,8 @@ const TOOL_FIELDS: &[&str] = &[
     "dynamic",
     "output_limit",
     "interpreter",
+    "sandbox",
+    "network",
 ];
 const EFFECTS: &[(&str, Effect)] = &[
     ("read", Effect::Read),
@@ -93,13 +97,28 @@ impl Compiler {
         })
     }
 
-    pub(super) fn tools(&mut self, dir: &AgentDir, sandbox: &Sandbox) -> Vec<Tool> {
-        let mut tools = self.parallel(&dir.tools, |c, t| c.tool(t, sandbox));
-        tools.sort_by(|a, b| a.name.cmp(&b.name));
-        tools
+    /// The agent's tools, sorted, and what those that say `sandbox:`/`network:` say, by name.
+    pub(super) fn tools(
+        &mut self,
+        dir: &AgentDir,
+        sandbox: &Sandbox,
+    ) -> (Vec<Tool>, BTreeMap<String, SandboxOverride>) {
+        let mut both = self.parallel(&dir.tools, |c, t| c.tool(t, sandbox));
+        both.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        let mut overrides = BTreeMap::new();
+        let tools = both
+            .into_iter()
+            .map(|(tool, o)| {
+                if !o.is_empty() {
+                    overrides.insert(tool.name.clone(), o);
+                }
+                tool
+            })
+            .collect();
+        (tools, overrides)
     }
 
-    fn tool(&mut self, t: &ToolFile, sandbox: &Sandbox) -> Option<Tool> {
+    fn tool(&mut self, t: &ToolFile, sandbox: &Sandbox) -> Option<(Tool, SandboxOverride)> {
         let name_ok = self.check_name(&t.name, &t.file.path, "tool");
         let mut parsed = if t.yaml {
             self.yaml_file(&t.file)?
@@ -133,6 +152,7 @@ impl Compiler {
         let timeout_ms = f.duration_ms("timeout").unwrap_or(sandbox.timeout_ms);
         let output_limit = f.u64("output_limit").unwrap_or(sandbox.output_limit);
         let deferred = f.bool("deferred").unwrap_or(false);
+        let own_sandbox = super::sandbox::read_override(&mut f);
         let env = f.string_list("env").unwrap_or_default();
         let dynamic = f.string_list("dynamic").unwrap_or_default();
         for ev in &dynamic {
@@ -221,7 +241,7 @@ impl Compiler {
             Some(schema) if has_input => schema.take(),
             _ => serde_json::json!({"type": "object", "properties": {}}),
         };
-        Some(Tool {
+        let tool = Tool {
             name: t.name.clone(),
             source: file.path.clone(),
             description,
@@ -235,7 +255,8 @@ impl Compiler {
             env,
             dynamic,
             runner,
-        })
+        };
+        Some((tool, own_sandbox))
     }
 
     /// Checks a tool's `input` schema: an object schema that is valid JSON Schema.

@@ -124,10 +124,14 @@ pub async fn info(State(app): State<App>) -> Result<Response, ApiError> {
         .tools
         .iter()
         .map(|t| {
+            let sandbox = agent.effective_sandbox(t);
             json!({
                 "name": t.name, "description": t.description, "approval": t.approval,
                 "effect": t.effect, "inputSchema": t.input_schema, "source": t.source,
                 "deferred": t.deferred,
+                "sandbox": sandbox.as_ref().map(|s| s.provider),
+                "network": sandbox.map(|s| s.network),
+                "env": t.env,
             })
         })
         .collect();
