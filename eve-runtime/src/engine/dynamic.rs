@@ -162,6 +162,13 @@ impl TurnDriver<'_> {
                     agent_dir: agent_dir.clone(),
                     env: self.rt.inner.config.env.clone(),
                     http: self.rt.inner.http.clone(),
+                    exec: self.rt.inner.exec.clone(),
+                    confinement: self.rt.confinement(
+                        &self.build.manifest.agent,
+                        self.build.manifest.agent.effective_sandbox(&provider),
+                        Some(&workspace),
+                        Some(&agent_dir),
+                    ),
                 };
                 let input = json!({"event": event, "session_id": self.session.id});
                 let result = run_tool(&provider, &input, &ctx, self.cancel.child_token()).await;

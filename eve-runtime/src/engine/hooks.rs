@@ -153,6 +153,13 @@ impl TurnDriver<'_> {
                 agent_dir: agent_dir.clone(),
                 env: self.rt.inner.config.env.clone(),
                 http: self.rt.inner.http.clone(),
+                exec: self.rt.inner.exec.clone(),
+                confinement: self.rt.confinement(
+                    &self.build.manifest.agent,
+                    Some(self.build.manifest.agent.hook_sandbox(hook)),
+                    Some(workspace),
+                    Some(&agent_dir),
+                ),
             };
             let stdin = json!({
                 "event": TOOL_BEFORE,
@@ -307,6 +314,13 @@ impl Runtime {
                             agent_dir: agent_dir.clone(),
                             env: self.inner.config.env.clone(),
                             http: self.inner.http.clone(),
+                            exec: self.inner.exec.clone(),
+                            confinement: self.confinement(
+                                &build.manifest.agent,
+                                Some(build.manifest.agent.hook_sandbox(&hook)),
+                                Some(&workspace),
+                                Some(&agent_dir),
+                            ),
                         };
                         let result =
                             run_tool(&hook_tool(&hook), &stdin, &ctx, CancellationToken::new())

@@ -113,6 +113,9 @@ pub struct RuntimeConfig {
     pub lease_ttl: Duration,
     /// Circuit breaker settings.
     pub breaker: BreakerPolicy,
+    /// The binary that runs the isolated sandbox's stages (one whose `main` starts with
+    /// `eve_sandbox::isolate::helper_main()`): the running `eve` binary by default.
+    pub sandbox_helper: PathBuf,
 }
 
 impl RuntimeConfig {
@@ -142,6 +145,7 @@ impl RuntimeConfig {
             autostart: true,
             lease_ttl: Duration::from_secs(15),
             breaker: BreakerPolicy::default(),
+            sandbox_helper: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("eve")),
         }
     }
 }
@@ -195,6 +199,8 @@ pub(crate) struct Inner {
     pub(crate) following: replies::Following,
     /// The HTTP client of this runtime's HTTP tools.
     pub(crate) http: crate::tools::HttpClient,
+    /// Starts every process of this runtime's tools, hooks and MCP servers (the execution seam).
+    pub(crate) exec: Arc<crate::exec::Executor>,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -238,6 +244,10 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> Self {
         let host = hostname();
         let holder = format!("{host}:{}:{}", std::process::id(), ulid::Ulid::new());
+        let exec = Arc::new(crate::exec::Executor::new(crate::exec::ExecConfig {
+            helper: config.sandbox_helper.clone(),
+            run_dir: config.state_dir.join("run"),
+        }));
         Self {
             inner: Arc::new(Inner {
                 store: config.store.clone(),
@@ -253,8 +263,33 @@ impl Runtime {
                 windows: Mutex::new(HashMap::new()),
                 following: replies::Following::default(),
                 http: crate::tools::HttpClient::new(),
+                exec,
             }),
         }
+    }
+
+    /// The executor that starts this runtime's processes (tools, hooks, MCP servers).
+    pub fn executor(&self) -> &Arc<crate::exec::Executor> {
+        &self.inner.exec
+    }
+
+    /// The confinement of one process of `agent`: its effective sandbox with the session's
+    /// workspace writable and the build's files read-only.
+    pub(crate) fn confinement(
+        &self,
+        agent: &Agent,
+        effective: Option<eve_compile::EffectiveSandbox>,
+        workspace: Option<&Path>,
+        files: Option<&Path>,
+    ) -> crate::exec::Confinement {
+        let home = (self.inner.config.env)("HOME").map(PathBuf::from);
+        crate::exec::Executor::confinement(
+            effective.as_ref(),
+            &agent.sandbox,
+            workspace,
+            files,
+            home.as_deref(),
+        )
     }
 
     /// The store.

@@ -188,7 +188,26 @@ impl Runtime {
             managers
                 .entry(key)
                 .or_insert_with(|| {
-                    McpManager::new(connections, self.inner.config.env.clone(), workdir)
+                    let agent = &build.manifest.agent;
+                    let confinements = connections
+                        .iter()
+                        .map(|c| {
+                            let confinement = self.confinement(
+                                agent,
+                                agent.connection_sandbox(c),
+                                None,
+                                Some(&workdir),
+                            );
+                            (c.name.clone(), confinement)
+                        })
+                        .collect();
+                    McpManager::with_exec(
+                        connections,
+                        self.inner.config.env.clone(),
+                        workdir.clone(),
+                        self.inner.exec.clone(),
+                        confinements,
+                    )
                 })
                 .clone(),
         )

@@ -34,6 +34,10 @@ pub(crate) struct Shared {
     pub workdir: std::path::PathBuf,
     /// Timeouts and restart limits.
     pub supervision: Supervision,
+    /// Starts stdio servers (the execution seam).
+    pub exec: Arc<crate::exec::Executor>,
+    /// How each stdio server is confined, by connection name (absent: `host`).
+    pub confinements: std::collections::HashMap<String, crate::exec::Confinement>,
 }
 
 /// A started server instance.
@@ -42,6 +46,8 @@ struct Client {
     generation: u64,
     pgid: Option<u32>,
     stderr: Option<Arc<StderrTail>>,
+    /// An isolated server's egress proxy, alive as long as the instance.
+    _guard: crate::exec::Guard,
 }
 
 impl Client {
@@ -220,11 +226,19 @@ impl Supervisor {
                 tracing::info!(connection = %self.config.name, "restarting MCP server");
             }
             st.started_once = true;
+            let confinement = self
+                .shared
+                .confinements
+                .get(&self.config.name)
+                .cloned()
+                .unwrap_or(crate::exec::Confinement::Host);
             let started = transport::start(
                 &self.config,
                 &self.shared.env,
                 &self.shared.workdir,
                 sup.start_timeout,
+                &self.shared.exec,
+                &confinement,
             )
             .await;
             return match started {
@@ -235,6 +249,7 @@ impl Supervisor {
                         generation: st.generation,
                         pgid: started.pgid,
                         stderr: started.stderr,
+                        _guard: started.guard,
                     });
                     st.client = Some(client.clone());
                     Ok(client)

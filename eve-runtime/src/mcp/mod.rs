@@ -205,11 +205,41 @@ impl McpManager {
         workdir: PathBuf,
         supervision: Supervision,
     ) -> Self {
-        let shared = Arc::new(Shared {
-            env,
-            workdir,
-            supervision,
-        });
+        Self::build(
+            connections,
+            Shared {
+                env,
+                workdir,
+                supervision,
+                exec: Arc::default(),
+                confinements: std::collections::HashMap::new(),
+            },
+        )
+    }
+
+    /// A manager whose stdio servers are started by `exec`, each confined as `confinements`
+    /// says (by connection name; absent means `host`).
+    pub fn with_exec(
+        connections: &[Connection],
+        env: EnvLookup,
+        workdir: PathBuf,
+        exec: Arc<crate::exec::Executor>,
+        confinements: std::collections::HashMap<String, crate::exec::Confinement>,
+    ) -> Self {
+        Self::build(
+            connections,
+            Shared {
+                env,
+                workdir,
+                supervision: Supervision::default(),
+                exec,
+                confinements,
+            },
+        )
+    }
+
+    fn build(connections: &[Connection], shared: Shared) -> Self {
+        let shared = Arc::new(shared);
         let supervisors = connections
             .iter()
             .map(|c| Arc::new(Supervisor::new(c.clone(), shared.clone())))

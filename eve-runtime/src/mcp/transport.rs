@@ -44,6 +44,8 @@ pub(crate) struct Started {
     pub pgid: Option<u32>,
     /// The server's stderr tail (stdio only).
     pub stderr: Option<Arc<StderrTail>>,
+    /// Keeps an isolated server's egress proxy running as long as the server.
+    pub guard: crate::exec::Guard,
 }
 
 /// The last lines a stdio server wrote to stderr.
@@ -119,29 +121,55 @@ pub(crate) async fn start(
     env: &EnvLookup,
     workdir: &Path,
     start_timeout: Duration,
+    exec: &crate::exec::Executor,
+    confinement: &crate::exec::Confinement,
 ) -> Result<Started, McpError> {
     match &connection.transport {
         Transport::Stdio {
             command,
             args,
             env: vars,
-        } => start_stdio(connection, command, args, vars, env, workdir, start_timeout).await,
+        } => {
+            let launch = StdioLaunch {
+                vars,
+                env,
+                workdir,
+                exec,
+                confinement,
+            };
+            start_stdio(connection, command, args, launch, start_timeout).await
+        }
         Transport::Http { url, headers } => {
             start_http(connection, url, headers, env, start_timeout).await
         }
     }
 }
 
-/// Spawns a stdio server in its own process group and runs the handshake.
+/// Where and how a stdio server is started.
+struct StdioLaunch<'a> {
+    vars: &'a std::collections::BTreeMap<String, String>,
+    env: &'a EnvLookup,
+    workdir: &'a Path,
+    exec: &'a crate::exec::Executor,
+    confinement: &'a crate::exec::Confinement,
+}
+
+/// Spawns a stdio server in its own process group (through the execution seam, under its
+/// connection's sandbox) and runs the handshake.
 async fn start_stdio(
     connection: &Connection,
     command: &str,
     args: &[String],
-    vars: &std::collections::BTreeMap<String, String>,
-    env: &EnvLookup,
-    workdir: &Path,
+    launch: StdioLaunch<'_>,
     start_timeout: Duration,
 ) -> Result<Started, McpError> {
+    let StdioLaunch {
+        vars,
+        env,
+        workdir,
+        exec,
+        confinement,
+    } = launch;
     let name = connection.name.as_str();
     let program = expand_env(command, env, name, "command")?;
     let args = args
@@ -149,16 +177,33 @@ async fn start_stdio(
         .enumerate()
         .map(|(i, arg)| expand_env(arg, env, name, &format!("args[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut cmd = tokio::process::Command::new(resolve_program(&program, workdir));
-    cmd.args(&args).current_dir(workdir).env_clear();
+    let mut process_env: Vec<(String, String)> = Vec::new();
     for var in PASSTHROUGH_ENV {
         if let Some(value) = env(var) {
-            cmd.env(var, value);
+            process_env.push(((*var).to_owned(), value));
         }
     }
     for (key, value) in vars {
-        cmd.env(key, expand_env(value, env, name, &format!("env {key}"))?);
+        process_env.push((key.clone(), expand_env(value, env, name, &format!("env {key}"))?));
     }
+    let resolved = resolve_program(&program, workdir);
+    let program_text = resolved.to_string_lossy().into_owned();
+    let prepared = exec
+        .prepare(&crate::exec::Launch {
+            program: &program_text,
+            args: &args,
+            env: &process_env,
+            cwd: workdir,
+            confinement,
+        })
+        .await
+        .map_err(|e| McpError::Spawn {
+            connection: name.to_owned(),
+            program: program.clone(),
+            reason: e.to_string(),
+        })?;
+    let cmd = prepared.command;
+    let guard = prepared.guard;
     let mut wrapped = CommandWrap::from(cmd);
     wrapped.wrap(ProcessGroup::leader());
     let (process, stderr) = TokioChildProcess::builder(wrapped)
@@ -180,6 +225,7 @@ async fn start_stdio(
                 service,
                 pgid,
                 stderr: Some(tail),
+                guard,
             });
         }
         Ok(Err(e)) => Some(tidy(&e.to_string())),
@@ -266,6 +312,7 @@ async fn start_http(
                     service,
                     pgid: None,
                     stderr: None,
+                    guard: crate::exec::Guard::default(),
                 });
             }
             Ok(Err(e)) => last = tidy(&e.to_string()),

@@ -206,8 +206,9 @@ async fn run_bash(input: BashInput, ctx: &ToolContext, cancel: CancellationToken
         timeout: Duration::from_millis(timeout_ms),
         output_limit: effective_limit(DEFAULT_OUTPUT_LIMIT),
         mode: OutputMode::Shell,
+        confinement: ctx.confinement.clone(),
     };
-    run_process(spec, cancel).await
+    run_process(spec, &ctx.exec, cancel).await
 }
 
 fn read_file(workspace: &Path, input: ReadInput) -> Result<(Value, bool), ToolError> {

@@ -247,6 +247,7 @@ pub(crate) async fn run_http_tool(
         exit_code: None,
         duration_ms: millis(start.elapsed()),
         error,
+        refused: Vec::new(),
     }
 }
 

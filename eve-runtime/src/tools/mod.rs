@@ -23,6 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eve_compile::{Runner, Tool};
+
+use crate::exec::{Confinement, Executor};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -60,6 +62,10 @@ pub struct ToolContext {
     pub env: EnvLookup,
     /// The runtime's HTTP client, shared by its HTTP tools.
     pub http: HttpClient,
+    /// The runtime's executor: every process of the call is started through it.
+    pub exec: Arc<Executor>,
+    /// How the call's processes are confined (its effective sandbox, resolved).
+    pub confinement: Confinement,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -70,6 +76,7 @@ impl std::fmt::Debug for ToolContext {
             .field("idempotency_key", &self.idempotency_key)
             .field("workspace", &self.workspace)
             .field("agent_dir", &self.agent_dir)
+            .field("confinement", &self.confinement)
             .finish_non_exhaustive()
     }
 }
@@ -105,6 +112,21 @@ pub struct ToolResult {
     /// Why the call failed, when `!ok`: exit code and stderr tail, HTTP status and body tail, timeout,
     /// cancellation, spawn failure, invalid input.
     pub error: Option<String>,
+    /// Destinations the sandbox's egress proxy refused during the call (recorded as
+    /// `sandbox.egress_refused` events).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<Refused>,
+}
+
+/// A destination the egress proxy of an isolated call refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refused {
+    /// Host as the process asked for it.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Why it was refused.
+    pub reason: String,
 }
 
 impl ToolResult {
@@ -117,6 +139,7 @@ impl ToolResult {
             exit_code: None,
             duration_ms: millis(duration),
             error: Some(error.into()),
+            refused: Vec::new(),
         }
     }
 
@@ -129,6 +152,7 @@ impl ToolResult {
             exit_code: None,
             duration_ms: millis(duration),
             error: None,
+            refused: Vec::new(),
         }
     }
 }

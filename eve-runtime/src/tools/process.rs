@@ -21,8 +21,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::error::ToolError;
+use crate::exec::{Confinement, Executor, Launch, Prepared};
 use super::template::expand_env;
-use super::{ToolContext, ToolResult, effective_limit, effective_timeout, millis};
+use super::{Refused, ToolContext, ToolResult, effective_limit, effective_timeout, millis};
 
 /// `PATH` when the lookup has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -67,6 +68,8 @@ pub(crate) struct ProcessSpec {
     pub output_limit: usize,
     /// How output is turned into a result.
     pub mode: OutputMode,
+    /// How the process and its descendants are confined.
+    pub confinement: Confinement,
 }
 
 /// The environment of a tool process: the basic variables, the tool's allowlist, the `EVE_*` ones.
@@ -138,8 +141,9 @@ pub(crate) async fn run_process_tool(
         timeout: effective_timeout(tool.timeout_ms),
         output_limit: effective_limit(tool.output_limit),
         mode: OutputMode::Tool,
+        confinement: ctx.confinement.clone(),
     };
-    run_process(spec, cancel).await
+    run_process(spec, &ctx.exec, cancel).await
 }
 
 /// The command line of a process tool, with `${VAR}` references resolved.
@@ -239,8 +243,13 @@ fn kill_group(pgid: Option<Pid>) {
     }
 }
 
-/// Runs one process to completion, timeout or cancellation.
-pub(crate) async fn run_process(spec: ProcessSpec, cancel: CancellationToken) -> ToolResult {
+/// Runs one process to completion, timeout or cancellation, started through `exec` under the
+/// spec's confinement.
+pub(crate) async fn run_process(
+    spec: ProcessSpec,
+    exec: &Executor,
+    cancel: CancellationToken,
+) -> ToolResult {
     let start = Instant::now();
     if let Err(source) = tokio::fs::create_dir_all(&spec.cwd).await {
         let err = ToolError::Workspace {
@@ -252,12 +261,19 @@ pub(crate) async fn run_process(spec: ProcessSpec, cancel: CancellationToken) ->
     let Some((program, args)) = spec.argv.split_first() else {
         return ToolResult::failure("the command line is empty", start.elapsed());
     };
-    let mut command = tokio::process::Command::new(program);
+    let launch = Launch {
+        program,
+        args,
+        env: &spec.env,
+        cwd: &spec.cwd,
+        confinement: &spec.confinement,
+    };
+    let Prepared { mut command, guard } = match exec.prepare(&launch).await {
+        Ok(prepared) => prepared,
+        Err(e) => return ToolResult::failure(e.to_string(), start.elapsed()),
+    };
+    let isolated = matches!(spec.confinement, Confinement::Isolated(_));
     command
-        .args(args)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&spec.cwd)
         .stdin(if spec.stdin.is_some() {
             Stdio::piped()
         } else {
@@ -336,6 +352,7 @@ pub(crate) async fn run_process(spec: ProcessSpec, cancel: CancellationToken) ->
 
     let out = take(&stdout);
     let err = take(&stderr);
+    let mut refused = Vec::new();
     let duration = start.elapsed();
     let output = render_output(&out, spec.output_limit, spec.mode, &err);
     let (ok, exit_code, error) = match end {
@@ -379,6 +396,22 @@ pub(crate) async fn run_process(spec: ProcessSpec, cancel: CancellationToken) ->
             Some("cancelled; the process group was killed".to_owned()),
         ),
     };
+    // The sandbox's own failure (exit 125 with an `eve sandbox:` line) is not the tool's.
+    let sandbox_failure = isolated
+        && exit_code == Some(eve_sandbox::isolate::SANDBOX_FAILURE)
+        && text_tail(&err.bytes, STDERR_TAIL).contains("eve sandbox: ");
+    let error = if sandbox_failure {
+        error.map(|e| format!("the isolated sandbox could not start the process ({e})"))
+    } else {
+        error
+    };
+    guard_refusals(&guard, &mut refused);
+    drop(guard);
+    let error = match (error, refused_note(&refused)) {
+        (error, None) => error,
+        (Some(error), Some(note)) => Some(format!("{error}\n{note}")),
+        (None, Some(note)) => Some(note),
+    };
     ToolResult {
         ok,
         output,
@@ -386,7 +419,33 @@ pub(crate) async fn run_process(spec: ProcessSpec, cancel: CancellationToken) ->
         exit_code,
         duration_ms: millis(duration),
         error,
+        refused,
     }
+}
+
+/// Takes the destinations the call's egress proxy refused.
+fn guard_refusals(guard: &crate::exec::Guard, into: &mut Vec<Refused>) {
+    into.extend(guard.refusals().into_iter().map(|r| Refused {
+        host: r.host,
+        port: r.port,
+        reason: r.reason,
+    }));
+}
+
+/// What the model is told about refused destinations (the tool's own error may only say 403).
+fn refused_note(refused: &[Refused]) -> Option<String> {
+    if refused.is_empty() {
+        return None;
+    }
+    let list = refused
+        .iter()
+        .map(|r| format!("{}:{} ({})", r.host, r.port, r.reason))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(format!(
+        "[network] eve's egress proxy refused: {list}. The tool's `network:` setting decides \
+         what it may reach."
+    ))
 }
 
 /// `message`, followed by the tail of stderr when there is any.

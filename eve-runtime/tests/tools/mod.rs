@@ -52,6 +52,8 @@ impl Fixture {
             agent_dir,
             env: Arc::new(move |name: &str| map.get(name).cloned()),
             http: Default::default(),
+            exec: Default::default(),
+            confinement: eve_runtime::exec::Confinement::Host,
         };
         Self { dir, ctx }
     }

@@ -356,6 +356,15 @@ impl TurnDriver<'_> {
                     .map(Some);
             }
         };
+        let agent = &self.build.manifest.agent;
+        let effective = match &resolved.target {
+            targets::Target::Build(tool) => agent.effective_sandbox(tool),
+            targets::Target::Dynamic(_, provider) => agent.effective_sandbox(provider),
+            _ => None,
+        };
+        let confinement =
+            self.rt
+                .confinement(agent, effective, Some(&workspace), Some(&agent_dir));
         let ctx = ToolContext {
             session_id: self.session.id.clone(),
             call_id: call.call_id.clone(),
@@ -364,6 +373,8 @@ impl TurnDriver<'_> {
             agent_dir,
             env: self.rt.inner.config.env.clone(),
             http: self.rt.inner.http.clone(),
+            exec: self.rt.inner.exec.clone(),
+            confinement,
         };
         let token = self.cancel.child_token();
         let input = resolved.run_input(&call.input);

@@ -1,0 +1,265 @@
+//! The `isolated` sandbox, the default: each process and all its descendants confined.
+//!
+//! The confinement itself is `eve_sandbox::isolate` (namespaces, a filesystem view with only the
+//! system paths, the build's files read-only and the workspace writable, no capabilities,
+//! Landlock, seccomp, limits). This file turns a [`Launch`] into its policy: the read-only paths
+//! version managers keep under `HOME` (so `python3` as a pyenv shim still works), the private
+//! `HOME`, the limits, and, when the network is not `none`, a private egress proxy whose socket is
+//! the sandbox's only way out (`HTTP_PROXY` and friends point at its forwarder inside).
+//!
+//! Whether the kernel allows all this is probed once per runtime; when it does not, every launch
+//! that needs isolation fails with the probe's reason: never silently unconfined.
+
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use eve_compile::Network;
+use eve_sandbox::egress::{self, EgressConfig, EgressPolicy, Refusal};
+use eve_sandbox::isolate::{self, Limits, Policy, Support};
+use tokio::sync::OnceCell;
+
+use super::{Confinement, ExecConfig, ExecError, Guard, Launch, Prepared, Sandbox};
+
+/// The loopback port the egress forwarder listens on inside a sandbox (any port works: the
+/// network namespace is the process's own).
+const PROXY_PORT: u16 = 3128;
+
+/// Runs processes confined by `eve_sandbox::isolate`.
+#[derive(Debug)]
+pub struct IsolatedSandbox {
+    config: ExecConfig,
+    support: OnceCell<Result<Support, String>>,
+    own_listeners: Mutex<Vec<SocketAddr>>,
+}
+
+impl IsolatedSandbox {
+    /// A sandbox that runs its stages through `config.helper`.
+    pub fn new(config: ExecConfig) -> Self {
+        Self {
+            config,
+            support: OnceCell::new(),
+            own_listeners: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// What the kernel enforces here, or why isolation cannot run (probed once).
+    pub async fn support(&self) -> Result<Support, String> {
+        self.support
+            .get_or_init(|| async {
+                let helper = self.config.helper.clone();
+                match tokio::task::spawn_blocking(move || isolate::probe(&helper)).await {
+                    Ok(Ok(support)) => Ok(support),
+                    Ok(Err(unsupported)) => Err(unsupported.message),
+                    Err(e) => Err(format!("the sandbox probe did not finish: {e}")),
+                }
+            })
+            .await
+            .clone()
+    }
+
+    /// eve's own listening addresses, which no egress proxy connects to.
+    pub fn set_own_listeners(&self, addrs: Vec<SocketAddr>) {
+        *self
+            .own_listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = addrs;
+    }
+
+    fn own_listeners(&self) -> Vec<SocketAddr> {
+        self.own_listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Starts the egress proxy of one process; returns it with the refusals it will record.
+    async fn egress(
+        &self,
+        policy: EgressPolicy,
+        refusals: Arc<Mutex<Vec<Refusal>>>,
+    ) -> Result<egress::EgressHandle, ExecError> {
+        let name = format!("egress-{}.sock", ulid::Ulid::new());
+        let mut dir = self.config.run_dir.clone();
+        // A Unix socket path holds at most 107 bytes: a deep project folder uses a private
+        // folder under the system's temporary folder instead.
+        if dir.join(&name).as_os_str().len() > 100 {
+            dir = std::env::temp_dir().join(format!("eve-run-{}", nix::unistd::geteuid()));
+        }
+        create_private_dir(&dir).map_err(|e| {
+            ExecError::Egress(format!("cannot create {}: {e}", dir.display()))
+        })?;
+        let socket = dir.join(name);
+        let mut config = EgressConfig::new(policy);
+        config.own_listeners = self.own_listeners();
+        config.on_refused = Arc::new(move |refusal: Refusal| {
+            tracing::warn!(
+                host = %refusal.host,
+                port = refusal.port,
+                reason = %refusal.reason,
+                "the egress proxy refused a sandboxed process's connection"
+            );
+            refusals
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(refusal);
+        });
+        egress::start(&socket, config)
+            .await
+            .map_err(|e| ExecError::Egress(format!("{}: {e}", socket.display())))
+    }
+}
+
+#[async_trait::async_trait]
+impl Sandbox for IsolatedSandbox {
+    fn name(&self) -> &'static str {
+        "isolated"
+    }
+
+    async fn prepare(&self, launch: &Launch<'_>) -> Result<Prepared, ExecError> {
+        let Confinement::Isolated(spec) = launch.confinement else {
+            return Err(ExecError::Policy(
+                "an unconfined launch was handed to the isolated sandbox".to_owned(),
+            ));
+        };
+        self.support().await.map_err(ExecError::Unsupported)?;
+        let var = |name: &str| {
+            launch
+                .env
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let home = var("HOME")
+            .map(PathBuf::from)
+            .filter(|h| h.is_absolute() && h != Path::new("/"));
+        let mut read_only = spec.read_only.clone();
+        if let Some(home) = &home {
+            read_only.extend(isolate::default_read_only(var("PATH").unwrap_or(""), home));
+        }
+        read_only.sort();
+        read_only.dedup();
+        for path in &spec.read_write {
+            if !path.is_dir() {
+                return Err(ExecError::Policy(format!(
+                    "the writable path {} does not exist (create it, or remove it from \
+                     `write:` in sandbox/sandbox.yaml)",
+                    path.display()
+                )));
+            }
+        }
+        let limits = spec.limits.clone();
+        let mut policy = Policy {
+            read_only,
+            read_write: spec.read_write.clone(),
+            network: isolate::Network::None,
+            limits: Limits {
+                memory: Some(limits.memory),
+                processes: Some(limits.processes),
+                file_size: Some(limits.file_size),
+                cpu_seconds: Some(limits.cpu_seconds),
+                ..Limits::defaults()
+            },
+            uid: None,
+            home,
+        };
+        let mut env: Vec<(String, String)> = launch.env.to_vec();
+        let refusals = Arc::new(Mutex::new(Vec::new()));
+        let egress = match &spec.network {
+            Network::None => None,
+            network => {
+                let egress_policy = match network {
+                    Network::All => EgressPolicy::All,
+                    Network::Allow(entries) => {
+                        EgressPolicy::allow_list(entries).map_err(|errors| {
+                            ExecError::Policy(
+                                errors
+                                    .iter()
+                                    .map(ToString::to_string)
+                                    .collect::<Vec<_>>()
+                                    .join("; "),
+                            )
+                        })?
+                    }
+                    Network::None => EgressPolicy::Allow(Vec::new()),
+                };
+                let handle = self.egress(egress_policy, refusals.clone()).await?;
+                policy.network = isolate::Network::Proxy {
+                    socket: handle.path().to_path_buf(),
+                    port: PROXY_PORT,
+                };
+                let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
+                env.retain(|(k, _)| !is_proxy_var(k));
+                for name in [
+                    "HTTP_PROXY",
+                    "HTTPS_PROXY",
+                    "ALL_PROXY",
+                    "http_proxy",
+                    "https_proxy",
+                    "all_proxy",
+                ] {
+                    env.push((name.to_owned(), proxy.clone()));
+                }
+                env.push(("NO_PROXY".to_owned(), String::new()));
+                env.push(("no_proxy".to_owned(), String::new()));
+                Some(handle)
+            }
+        };
+        if nix::unistd::geteuid().is_root() {
+            for path in &policy.read_write {
+                let owner = std::fs::metadata(path).map(|m| m.uid()).unwrap_or(0);
+                if owner != policy.uid.unwrap_or(isolate::DEFAULT_UID) {
+                    isolate::prepare_writable(path, &policy).map_err(|e| {
+                        ExecError::Policy(format!(
+                            "cannot hand {} to the sandbox user: {e}",
+                            path.display()
+                        ))
+                    })?;
+                }
+            }
+        }
+        let std_command = isolate::command(&self.config.helper, &policy, launch.program, launch.args)
+            .map_err(|e| ExecError::Policy(e.to_string()))?;
+        let mut command = tokio::process::Command::from(std_command);
+        command
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .current_dir(launch.cwd);
+        Ok(Prepared {
+            command,
+            guard: Guard { egress, refusals },
+        })
+    }
+}
+
+/// Whether `name` is a proxy setting a sandboxed process must not take from the server.
+fn is_proxy_var(name: &str) -> bool {
+    matches!(
+        name.to_ascii_lowercase().as_str(),
+        "http_proxy" | "https_proxy" | "all_proxy" | "no_proxy"
+    )
+}
+
+/// Creates `dir` (and its parents) usable by its owner only; refuses one owned by someone else.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if !dir.is_dir() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(std::io::Error::other(
+            "it is not a folder owned by eve's user",
+        ));
+    }
+    let mut perms = meta.permissions();
+    if perms.mode() & 0o077 != 0 {
+        perms.set_mode(0o700);
+        std::fs::set_permissions(dir, perms)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! The execution seam: every process eve starts on an agent's behalf is started through here.
+//!
+//! Script and `run:` tools, the built-in `bash`, hooks, dynamic-tool resolvers and MCP stdio
+//! servers all describe what they want to run as a [`Launch`] (program, arguments, environment,
+//! working folder, and the [`Confinement`] their effective sandbox asks for) and get back a
+//! [`Prepared`] command to spawn. The [`Executor`] owned by each runtime picks the [`Sandbox`]
+//! implementation: [`HostSandbox`] is the unconfined behaviour (`sandbox: host`), and
+//! [`IsolatedSandbox`] confines the process and all its descendants with `eve_sandbox::isolate`
+//! (namespaces, Landlock, seccomp, limits) and, when the network is not `none`, gives it a
+//! private egress proxy (`eve_sandbox::egress`) as its only way out.
+//!
+//! The seam keeps the rest of the runtime free of sandbox details: the tool protocol (stdin,
+//! output caps, timeouts, process groups) stays in `tools/process.rs`, and what a tool may reach
+//! is decided once, by the build (`eve_compile::Agent::effective_sandbox`) and
+//! [`Executor::confinement`].
+
+mod deadline;
+mod host;
+mod isolated;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use eve_compile::{EffectiveSandbox, Network, Provider, Sandbox as SandboxSettings, SandboxLimits};
+use eve_sandbox::egress::{EgressHandle, Refusal};
+
+pub use deadline::{DeadlineExceeded, with_deadline};
+pub use host::HostSandbox;
+pub use isolated::IsolatedSandbox;
+
+/// How one process is confined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confinement {
+    /// Unconfined: the server's own authority (`sandbox: host`).
+    Host,
+    /// Confined by the `isolated` sandbox.
+    Isolated(Box<IsolatedSpec>),
+}
+
+/// What an isolated process may see and reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsolatedSpec {
+    /// Read-only paths besides the system ones: the build's files, `sandbox.yaml` `read:`.
+    pub read_only: Vec<PathBuf>,
+    /// Writable paths: the session workspace, `sandbox.yaml` `write:`.
+    pub read_write: Vec<PathBuf>,
+    /// `none`, `all` or an allowlist, enforced by the egress proxy.
+    pub network: Network,
+    /// Resource limits.
+    pub limits: SandboxLimits,
+}
+
+/// One process to start.
+#[derive(Debug)]
+pub struct Launch<'a> {
+    /// Program (looked up on the `PATH` of `env` when it has no `/`).
+    pub program: &'a str,
+    /// Arguments.
+    pub args: &'a [String],
+    /// The complete environment of the process.
+    pub env: &'a [(String, String)],
+    /// Working folder.
+    pub cwd: &'a Path,
+    /// How it is confined.
+    pub confinement: &'a Confinement,
+}
+
+/// A command ready to spawn, and what must live as long as its process.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The command; the caller adds stdio, the process group and `kill_on_drop`.
+    pub command: tokio::process::Command,
+    /// Keeps the process's egress proxy running; drop it once the process is gone.
+    pub guard: Guard,
+}
+
+/// Lives as long as a prepared process: its egress proxy and the destinations it refused.
+#[derive(Debug, Default)]
+pub struct Guard {
+    egress: Option<EgressHandle>,
+    refusals: Arc<Mutex<Vec<Refusal>>>,
+}
+
+impl Guard {
+    /// Destinations the egress proxy refused so far, in order.
+    pub fn refusals(&self) -> Vec<Refusal> {
+        self.refusals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether the process has a proxy (its network is not `none`).
+    pub fn has_egress(&self) -> bool {
+        self.egress.is_some()
+    }
+}
+
+/// Why a process could not be prepared.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ExecError {
+    /// Isolation cannot run on this machine, and the process needs it.
+    #[error(
+        "this needs the isolated sandbox, which cannot run on this machine: {0}. eve never runs \
+         it unconfined silently: fix the kernel setting named, or set `sandbox: host` for this \
+         tool (or `provider: host` in sandbox/sandbox.yaml) to run it with the server's authority"
+    )]
+    Unsupported(String),
+    /// The sandbox policy could not be built (a path that cannot be used, a bad network entry).
+    #[error("cannot build the sandbox for this process: {0}")]
+    Policy(String),
+    /// The egress proxy could not be started.
+    #[error("cannot start the egress proxy for this process: {0}")]
+    Egress(String),
+}
+
+/// A way of running processes: [`HostSandbox`] or [`IsolatedSandbox`].
+#[async_trait::async_trait]
+pub trait Sandbox: Send + Sync + std::fmt::Debug {
+    /// `host` or `isolated`.
+    fn name(&self) -> &'static str;
+
+    /// The command that runs `launch` under this sandbox.
+    async fn prepare(&self, launch: &Launch<'_>) -> Result<Prepared, ExecError>;
+}
+
+/// How a runtime's [`Executor`] is set up.
+#[derive(Debug, Clone)]
+pub struct ExecConfig {
+    /// The binary that runs the sandbox stages: one whose `main` starts with
+    /// `eve_sandbox::isolate::helper_main()` (the `eve` binary itself).
+    pub helper: PathBuf,
+    /// Private folder for the egress proxies' sockets (`.eve/run`).
+    pub run_dir: PathBuf,
+}
+
+/// Starts every process of one runtime, under the sandbox each asks for.
+#[derive(Debug)]
+pub struct Executor {
+    host: HostSandbox,
+    isolated: IsolatedSandbox,
+}
+
+impl Executor {
+    /// An executor; isolation is probed on first need (or by [`Executor::isolation`]).
+    pub fn new(config: ExecConfig) -> Self {
+        Self {
+            host: HostSandbox,
+            isolated: IsolatedSandbox::new(config),
+        }
+    }
+
+    /// The command that runs `launch` under its confinement.
+    pub async fn prepare(&self, launch: &Launch<'_>) -> Result<Prepared, ExecError> {
+        match launch.confinement {
+            Confinement::Host => self.host.prepare(launch).await,
+            Confinement::Isolated(_) => self.isolated.prepare(launch).await,
+        }
+    }
+
+    /// Whether isolation works here: `Ok` with what the kernel enforces, or what it refused.
+    /// Probed once per runtime (a trivial isolated command), then remembered.
+    pub async fn isolation(&self) -> Result<eve_sandbox::isolate::Support, String> {
+        self.isolated.support().await
+    }
+
+    /// eve's own listening addresses: the egress proxies never connect to them, whatever a
+    /// tool's allowlist says (a tool must not reach the API that answers its own approvals).
+    pub fn set_own_listeners(&self, addrs: Vec<SocketAddr>) {
+        self.isolated.set_own_listeners(addrs);
+    }
+
+    /// Turns an effective sandbox into the confinement of one process running in `workspace`,
+    /// with the build's files at `files` (read-only inside).
+    pub fn confinement(
+        effective: Option<&EffectiveSandbox>,
+        settings: &SandboxSettings,
+        workspace: Option<&Path>,
+        files: Option<&Path>,
+        home: Option<&Path>,
+    ) -> Confinement {
+        let Some(effective) = effective else {
+            return Confinement::Host;
+        };
+        if effective.provider == Provider::Host {
+            return Confinement::Host;
+        }
+        let expand = |p: &String| -> Option<PathBuf> {
+            match p.strip_prefix("~/") {
+                Some(rest) => home.map(|h| h.join(rest)),
+                None => Some(PathBuf::from(p)),
+            }
+        };
+        let mut read_only: Vec<PathBuf> = files.map(Path::to_path_buf).into_iter().collect();
+        read_only.extend(settings.read.iter().filter_map(expand));
+        let mut read_write: Vec<PathBuf> = workspace.map(Path::to_path_buf).into_iter().collect();
+        read_write.extend(settings.write.iter().filter_map(expand));
+        Confinement::Isolated(Box::new(IsolatedSpec {
+            read_only,
+            read_write,
+            network: effective.network.clone(),
+            limits: settings.limits.clone(),
+        }))
+    }
+}
+
+impl Default for Executor {
+    /// An executor whose sandbox helper is the running binary and whose egress sockets live in a
+    /// private folder under the system's temporary folder.
+    fn default() -> Self {
+        Self::new(ExecConfig {
+            helper: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("eve")),
+            run_dir: std::env::temp_dir().join(format!("eve-run-{}", nix::unistd::geteuid())),
+        })
+    }
+}
