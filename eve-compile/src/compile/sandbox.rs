@@ -256,7 +256,13 @@ fn network(f: &mut Fields<'_>) -> Option<Network> {
         Value::String(s) if s == "none" => Some(Network::None),
         Value::String(s) if s == "all" => Some(Network::All),
         Value::String(s) => {
-            if let Err(why) = check_destination(&s) {
+            let word = !s.contains(['.', ':']) && s != "localhost";
+            let checked = if word {
+                Err("a single destination is a host with a dot, a port or an IP address".to_owned())
+            } else {
+                check_destination(&s)
+            };
+            if let Err(why) = checked {
                 f.report(
                     Code::InvalidSandbox,
                     "network",
