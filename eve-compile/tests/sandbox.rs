@@ -123,25 +123,51 @@ fn per_tool_hook_and_connection_settings() {
     assert_eq!(eff("narrow"), Some(iso(Network::None)));
     assert_eq!(eff("hosted"), Some(host()));
     assert_eq!(eff("web"), None, "an HTTP tool starts no process");
-    assert_eq!(eff("py"), Some(iso(Network::Allow(vec!["pypi.org:443".to_owned()]))));
+    assert_eq!(
+        eff("py"),
+        Some(iso(Network::Allow(vec!["pypi.org:443".to_owned()])))
+    );
     assert_eq!(a.bash_sandbox(), iso(gh()));
     let hook = |n: &str| a.hook_sandbox(a.hooks.iter().find(|h| h.name == n).unwrap());
     assert_eq!(hook("audit"), iso(gh()));
     assert_eq!(hook("notify"), host());
     let conn = |n: &str| a.connection_sandbox(a.connections.iter().find(|h| h.name == n).unwrap());
-    assert_eq!(conn("gh"), Some(host()), "MCP stdio servers are host by default");
+    assert_eq!(
+        conn("gh"),
+        Some(host()),
+        "MCP stdio servers are host by default"
+    );
     assert_eq!(conn("boxed"), Some(iso(gh())));
     assert_eq!(conn("remote"), None);
 
     // W010 for the tool and the hook that say host, W011 for the two tools that widen.
-    let w010: Vec<_> = c.diagnostics().iter().filter(|d| d.code == Code::Unconfined).collect();
+    let w010: Vec<_> = c
+        .diagnostics()
+        .iter()
+        .filter(|d| d.code == Code::Unconfined)
+        .collect();
     assert_eq!(w010.len(), 2, "{:?}", codes(&c));
-    assert!(w010.iter().any(|d| d.file.as_deref() == Some("agent/tools/hosted.yaml")
-        && d.message.contains("runs unconfined: it can read the server's files and environment")));
-    assert!(w010.iter().any(|d| d.file.as_deref() == Some("agent/hooks/notify.sh")));
-    let w011: Vec<_> = c.diagnostics().iter().filter(|d| d.code == Code::NetworkWidened).collect();
+    assert!(w010.iter().any(|d| {
+        d.file.as_deref() == Some("agent/tools/hosted.yaml")
+            && d.message
+                .contains("runs unconfined: it can read the server's files and environment")
+    }));
+    assert!(
+        w010.iter()
+            .any(|d| d.file.as_deref() == Some("agent/hooks/notify.sh"))
+    );
+    let w011: Vec<_> = c
+        .diagnostics()
+        .iter()
+        .filter(|d| d.code == Code::NetworkWidened)
+        .collect();
     let files: Vec<_> = w011.iter().map(|d| d.file.clone().unwrap()).collect();
-    assert_eq!(files, ["agent/tools/py.py", "agent/tools/wide.yaml"], "{:?}", codes(&c));
+    assert_eq!(
+        files,
+        ["agent/tools/py.py", "agent/tools/wide.yaml"],
+        "{:?}",
+        codes(&c)
+    );
     assert_eq!(c.output.error_count(), 0, "{:?}", codes(&c));
 }
 
@@ -150,7 +176,10 @@ fn a_host_agent_warns_once_naming_its_tools_and_bash_stays_host() {
     let c = TestAgent::minimal()
         .file("sandbox/sandbox.yaml", "provider: host\n")
         .file("tools/a.yaml", TOOL)
-        .file("tools/boxed.yaml", format!("{TOOL}sandbox: isolated\nnetwork: all\n"))
+        .file(
+            "tools/boxed.yaml",
+            format!("{TOOL}sandbox: isolated\nnetwork: all\n"),
+        )
         .exec("hooks/audit.sh", HOOK)
         .check_mem();
     let a = &c.output.manifest.agent;
@@ -161,10 +190,18 @@ fn a_host_agent_warns_once_naming_its_tools_and_bash_stays_host() {
         Some(iso(Network::All)),
         "a tool may narrow a host agent"
     );
-    let w010: Vec<_> = c.diagnostics().iter().filter(|d| d.code == Code::Unconfined).collect();
+    let w010: Vec<_> = c
+        .diagnostics()
+        .iter()
+        .filter(|d| d.code == Code::Unconfined)
+        .collect();
     assert_eq!(w010.len(), 1, "{:?}", codes(&c));
     assert_eq!(w010[0].file.as_deref(), Some("agent/sandbox/sandbox.yaml"));
-    assert!(w010[0].message.contains("(bash, a, hook audit)"), "{}", w010[0].message);
+    assert!(
+        w010[0].message.contains("(bash, a, hook audit)"),
+        "{}",
+        w010[0].message
+    );
     assert_eq!(count(&c, Code::NetworkWidened), 1, "{:?}", codes(&c));
 }
 
@@ -177,7 +214,12 @@ fn provider_local_reads_as_isolated_with_a_warning() {
     assert_eq!(c.summary(), ["W010 agent/sandbox/sandbox.yaml:1"]);
     let d = &c.diagnostics()[0];
     assert!(d.message.contains("`provider: isolated`"), "{}", d.message);
-    assert!(d.help.as_deref().unwrap().contains("`provider: host` keeps the old unconfined"));
+    assert!(
+        d.help
+            .as_deref()
+            .unwrap()
+            .contains("`provider: host` keeps the old unconfined")
+    );
 }
 
 #[test]
@@ -198,13 +240,29 @@ fn every_bad_setting_is_reported_in_one_build() {
         .diagnostics()
         .iter()
         .filter(|d| d.code == Code::InvalidSandbox)
-        .map(|d| format!("{}:{} {}", d.file.as_deref().unwrap(), d.line.unwrap_or(0), d.message))
+        .map(|d| {
+            format!(
+                "{}:{} {}",
+                d.file.as_deref().unwrap(),
+                d.line.unwrap_or(0),
+                d.message
+            )
+        })
         .collect();
     insta::assert_debug_snapshot!(e080);
     // The typos of field names are warnings that know the new fields.
-    let w002: Vec<_> = c.diagnostics().iter().filter(|d| d.code == Code::UnknownField).collect();
+    let w002: Vec<_> = c
+        .diagnostics()
+        .iter()
+        .filter(|d| d.code == Code::UnknownField)
+        .collect();
     assert_eq!(w002.len(), 2, "{:?}", codes(&c));
-    assert!(w002.iter().any(|d| d.help.as_deref().unwrap().contains("did you mean `network`")));
+    assert!(w002.iter().any(|d| {
+        d.help
+            .as_deref()
+            .unwrap()
+            .contains("did you mean `network`")
+    }));
     assert!(w002.iter().any(|d| d.message.contains("`swap`")));
 }
 
