@@ -465,6 +465,80 @@ fn every_command_has_help() {
 }
 
 #[test]
+fn info_json_shows_each_tools_effective_sandbox_network_env_and_approval() {
+    let (_tmp, project) = init_demo();
+    let agent = project.join("agent");
+    write(
+        &agent.join("sandbox/sandbox.yaml"),
+        "network: [api.github.com]\n",
+    );
+    write(
+        &agent.join("tools/fetch.yaml"),
+        "description: Fetch.\ninput:\n  type: object\nrun: [curl]\nnetwork: all\nenv: [GH_TOKEN]\napproval: always\n",
+    );
+    write(
+        &agent.join("tools/admin.yaml"),
+        "description: Admin.\ninput:\n  type: object\nrun: [id]\nsandbox: host\n",
+    );
+    write(
+        &agent.join("tools/web.yaml"),
+        "description: Web.\nhttp: {url: \"https://example.com\"}\n",
+    );
+    write(&agent.join("connections/gh.yaml"), "command: gh-mcp\n");
+    let r = run(&project, &["info", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = r.json();
+    let tools = j["tools"].as_array().unwrap();
+    let tool = |n: &str| tools.iter().find(|t| t["name"] == n).unwrap().clone();
+    assert_eq!(tool("bash")["sandbox"], "isolated");
+    assert_eq!(
+        tool("bash")["network"],
+        serde_json::json!(["api.github.com"])
+    );
+    assert_eq!(tool("fetch")["sandbox"], "isolated");
+    assert_eq!(tool("fetch")["network"], "all");
+    assert_eq!(tool("fetch")["env"], serde_json::json!(["GH_TOKEN"]));
+    assert_eq!(tool("fetch")["approval"], "always");
+    assert_eq!(tool("admin")["sandbox"], "host");
+    assert_eq!(
+        tool("get_weather")["network"],
+        serde_json::json!(["api.github.com"])
+    );
+    assert_eq!(
+        tool("web")["sandbox"],
+        Value::Null,
+        "an HTTP tool starts no process"
+    );
+    assert_eq!(j["connections"][0]["sandbox"], "host");
+    // Existing fields are kept; the warnings say what widens.
+    assert_eq!(
+        j["manifest"]["agent"]["sandbox"]["tools"]["admin"]["provider"],
+        "host"
+    );
+    let codes: Vec<&str> = j["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, ["W010", "W011"], "{}", r.stdout);
+
+    let text = run(&project, &["info"]);
+    assert!(
+        text.stdout
+            .contains("fetch  [command, effect write, approval always, sandbox isolated, network all, env GH_TOKEN]"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout
+            .contains("admin  [command, effect write, sandbox host]"),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
 fn info_text_of_the_default_template() {
     let (_tmp, project) = init_demo();
     let r = run(&project, &["info"]);

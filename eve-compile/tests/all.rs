@@ -6,5 +6,6 @@ mod diagnostics;
 mod hash;
 mod hostile;
 mod mistakes;
+mod sandbox;
 mod schema;
 mod support;

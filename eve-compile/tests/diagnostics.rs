@@ -204,12 +204,26 @@ diagnostic_tests! {
         => minimal().file("channels/slack.yaml", "kind: slack\nbot_token: ${SLACK_BOT_TOKEN}\n").on_disk().check();
     e070_channel_without_kind: InvalidChannel, "agent/channels/support.yaml", Some(1)
         => minimal().file("channels/support.yaml", "secret: ${WEBHOOK_SECRET}\n").on_disk().check();
+    e080_network_entry_with_bad_port: InvalidSandbox, "agent/sandbox/sandbox.yaml", Some(1)
+        => minimal().file("sandbox/sandbox.yaml", "network: [api.github.com, \"api.slack.com:99999\"]\n").on_disk().check();
+    e080_tool_sandbox_unknown: InvalidSandbox, "agent/tools/search.yaml", Some(5)
+        => minimal().file("tools/search.yaml", "description: Search.\ninput:\n  type: object\nrun: [echo]\nsandbox: docker\n").on_disk().check();
+    e080_relative_read_path: InvalidSandbox, "agent/sandbox/sandbox.yaml", Some(1)
+        => minimal().file("sandbox/sandbox.yaml", "read: [data/models]\n").on_disk().check();
+    e080_limit_size: InvalidSandbox, "agent/sandbox/sandbox.yaml", Some(2)
+        => minimal().file("sandbox/sandbox.yaml", "limits:\n  memory: 2 gigs\n").on_disk().check();
     w001_unknown_file: UnknownEntry, "agent/notes.txt", None
         => minimal().file("notes.txt", "todo\n").on_disk().check();
     w001_unknown_folder: UnknownEntry, "agent/widgets/", None
         => minimal().file("widgets/a.md", "x\n").on_disk().check();
     w002_unknown_field: UnknownField, "agent/tools/search.yaml", Some(1)
         => minimal().file("tools/search.yaml", "descripton: Search.\ninput:\n  type: object\nrun: [echo]\n").on_disk().check();
+    w010_tool_runs_on_host: Unconfined, "agent/tools/search.yaml", None
+        => minimal().file("tools/search.yaml", "description: Search.\ninput:\n  type: object\nrun: [echo]\nsandbox: host\n").on_disk().check();
+    w010_agent_provider_host: Unconfined, "agent/sandbox/sandbox.yaml", Some(1)
+        => minimal().file("sandbox/sandbox.yaml", "provider: host\n").file("tools/search.yaml", "description: Search.\ninput:\n  type: object\nrun: [echo]\n").on_disk().check();
+    w011_tool_widens_network: NetworkWidened, "agent/tools/search.yaml", None
+        => minimal().file("tools/search.yaml", "description: Search.\ninput:\n  type: object\nrun: [echo]\nnetwork: all\n").on_disk().check();
     w003_empty_instructions: EmptyInstructions, "agent/instructions.md", None
         => TestAgent::new().file("instructions.md", "  \n").on_disk().check();
     w004_tool_without_description: MissingToolDescription, "agent/tools/search.yaml", None

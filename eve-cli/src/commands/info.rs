@@ -223,7 +223,10 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
                 "{ind}    {}  on {}  {}",
                 paint(color, "36", &hk.name),
                 hk.events.join(", "),
-                dim(&format!("[{}]", sandbox_flag(Some(&agent.hook_sandbox(hk)))))
+                dim(&format!(
+                    "[{}]",
+                    sandbox_flag(Some(&agent.hook_sandbox(hk)))
+                ))
             );
         }
     }

@@ -83,7 +83,11 @@ impl Compiler {
         let timeout_ms = f.duration_ms("timeout").unwrap_or(DEFAULT_MCP_TIMEOUT_MS);
         let own_sandbox = super::sandbox::read_override(&mut f);
         if !own_sandbox.is_empty() && matches!(transport, Transport::Http { .. }) {
-            let key = if f.has("sandbox") { "sandbox" } else { "network" };
+            let key = if f.has("sandbox") {
+                "sandbox"
+            } else {
+                "network"
+            };
             f.report(
                 Code::InvalidSandbox,
                 key,

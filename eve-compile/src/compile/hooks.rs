@@ -67,12 +67,12 @@ impl Compiler {
         let runner = self.script_runner(&h.file, interpreter)?;
         (ok && name_ok).then(|| {
             let hook = Hook {
-            name: h.name.clone(),
-            source: h.file.path.clone(),
-            events,
-            timeout_ms,
-            env,
-            runner,
+                name: h.name.clone(),
+                source: h.file.path.clone(),
+                events,
+                timeout_ms,
+                env,
+                runner,
             };
             (hook, own_sandbox)
         })

@@ -55,7 +55,8 @@ impl Compiler {
             f.report(
                 Code::Unconfined,
                 "provider",
-                "`provider: local` is read as `provider: isolated`: tools now run confined".to_owned(),
+                "`provider: local` is read as `provider: isolated`: tools now run confined"
+                    .to_owned(),
                 "write `provider: isolated`; `provider: host` keeps the old unconfined behaviour",
             );
         } else if let Some(p) = provider(&mut f, "provider") {
@@ -163,18 +164,17 @@ impl Compiler {
                     .is_some_and(|e| e.provider == Provider::Isolated)
                 && n.widens(&sb.network)
             {
-                self.push(widened(&c.source, &format!("connection `{}`", c.name), n, sb));
+                self.push(widened(
+                    &c.source,
+                    &format!("connection `{}`", c.name),
+                    n,
+                    sb,
+                ));
             }
         }
     }
 
-    fn override_warnings(
-        &mut self,
-        file: &str,
-        what: &str,
-        o: &SandboxOverride,
-        sb: &Sandbox,
-    ) {
+    fn override_warnings(&mut self, file: &str, what: &str, o: &SandboxOverride, sb: &Sandbox) {
         if o.provider == Some(Provider::Host) && sb.provider != Provider::Host {
             self.push(
                 Diagnostic::new(
@@ -256,7 +256,13 @@ fn network(f: &mut Fields<'_>) -> Option<Network> {
         Value::String(s) if s == "none" => Some(Network::None),
         Value::String(s) if s == "all" => Some(Network::All),
         Value::String(s) => {
-            if let Err(why) = check_destination(&s) {
+            let word = !s.contains(['.', ':']) && s != "localhost";
+            let checked = if word {
+                Err("a single destination is a host with a dot, a port or an IP address".to_owned())
+            } else {
+                check_destination(&s)
+            };
+            if let Err(why) = checked {
                 f.report(
                     Code::InvalidSandbox,
                     "network",
@@ -296,7 +302,10 @@ fn network(f: &mut Fields<'_>) -> Option<Network> {
             f.report(
                 Code::InvalidSandbox,
                 "network",
-                format!("`network` must be `none`, `all` or a list, found {}", kind(&other)),
+                format!(
+                    "`network` must be `none`, `all` or a list, found {}",
+                    kind(&other)
+                ),
                 HELP,
             );
             None
@@ -311,7 +320,9 @@ pub fn check_destination(entry: &str) -> Result<(), String> {
         return Err("is empty".to_owned());
     }
     if e.contains("://") || e.contains('/') {
-        return Err("is a URL: write only the host (and port), such as `api.github.com:443`".to_owned());
+        return Err(
+            "is a URL: write only the host (and port), such as `api.github.com:443`".to_owned(),
+        );
     }
     // `[v6]` or `[v6]:port`.
     if let Some(rest) = e.strip_prefix('[') {
@@ -319,7 +330,9 @@ pub fn check_destination(entry: &str) -> Result<(), String> {
             return Err("opens `[` without closing `]`".to_owned());
         };
         if addr.parse::<Ipv6Addr>().is_err() {
-            return Err(format!("has `{addr}` in brackets, which is not an IPv6 address"));
+            return Err(format!(
+                "has `{addr}` in brackets, which is not an IPv6 address"
+            ));
         }
         return match after {
             "" => Ok(()),
@@ -359,7 +372,9 @@ pub fn check_destination(entry: &str) -> Result<(), String> {
 fn port(p: &str) -> Result<(), String> {
     match p.parse::<u16>() {
         Ok(n) if n >= 1 && p.bytes().all(|b| b.is_ascii_digit()) => Ok(()),
-        _ => Err(format!("has port `{p}`: a port is a number from 1 to 65535")),
+        _ => Err(format!(
+            "has port `{p}`: a port is a number from 1 to 65535"
+        )),
     }
 }
 

@@ -33,6 +33,7 @@ use crate::tools::{ToolResult, Validators};
 
 /// What runs a call.
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant)] // one per call, short-lived: a subagent's Agent is not worth a Box
 pub(super) enum Target {
     /// A tool of the build (script, `run:`, HTTP, built-in).
     Build(Tool),
