@@ -116,6 +116,7 @@ impl TestProject {
             autostart: false,
             lease_ttl: Duration::from_secs(15),
             breaker: BreakerPolicy::default(),
+            sandbox_helper: std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox")),
         };
         Runtime::new(config)
     }

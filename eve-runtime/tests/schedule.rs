@@ -47,6 +47,7 @@ fn runtime(agent: &AgentDir, autostart: bool) -> Runtime {
     )
     .unwrap();
     config.autostart = autostart;
+    config.sandbox_helper = std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox"));
     Runtime::new(config)
 }
 

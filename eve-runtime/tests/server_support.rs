@@ -96,8 +96,9 @@ pub fn runtime(root: &std::path::Path) -> Runtime {
         context_window: None,
         price_per_million: None,
     };
-    let config =
+    let mut config =
         RuntimeConfig::new(root.join(".eve"), Arc::new(FixedModelProvider(model))).unwrap();
+    config.sandbox_helper = std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox"));
     Runtime::new(config)
 }
 

@@ -121,8 +121,32 @@ pub(crate) async fn start(
     let local = listener
         .local_addr()
         .context("cannot read the bound address")?;
+    runtime.executor().set_own_listeners(vec![local]);
     runtime.warm_up().await;
+    report_sandbox(&runtime).await;
     Ok((runtime, listener, local))
+}
+
+/// Says at start which tools run unconfined, and, when the kernel refuses isolation, what it
+/// refused and which tools will fail because of it.
+pub(crate) async fn report_sandbox(runtime: &Runtime) {
+    let Some(report) = runtime.sandbox_report().await else {
+        return;
+    };
+    if !report.unconfined.is_empty() {
+        eprintln!(
+            "eve: warning: these run unconfined (sandbox: host), with the server's files and \
+             environment: {}",
+            report.unconfined.join(", ")
+        );
+    }
+    if let Some(error) = &report.isolation_error {
+        eprintln!(
+            "eve: error: the isolated sandbox cannot run on this machine: {error}. These will \
+             fail instead of running unconfined: {}",
+            report.isolated.join(", ")
+        );
+    }
 }
 
 /// Cancels `shutdown` on the first SIGTERM or SIGINT; a second one exits at once.

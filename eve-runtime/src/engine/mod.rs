@@ -22,6 +22,7 @@ mod hooks;
 mod limits;
 mod models;
 mod replies;
+mod sandbox;
 mod subagents;
 mod targets;
 mod turn;
@@ -41,6 +42,7 @@ pub use error::{RuntimeError, RuntimeResult};
 pub use follow::EventFollower;
 pub use models::{FixedModelProvider, SettingsModelProvider};
 pub use replies::ReplyFollower;
+pub use sandbox::SandboxReport;
 
 use crate::model::{ModelClient, ModelError};
 use crate::store::*;

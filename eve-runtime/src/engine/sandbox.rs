@@ -1,0 +1,64 @@
+//! What the current build asks of the sandbox, for the warnings a starting server prints.
+//!
+//! A server says at start which tools run unconfined (`sandbox: host`) and, when the kernel
+//! refuses isolation, exactly what it refused and which tools will therefore fail: eve never runs
+//! a tool that needs isolation unconfined in silence.
+
+use eve_compile::{Agent, EffectiveSandbox, Provider};
+
+use super::Runtime;
+
+/// The sandbox needs of the current build, and whether this machine meets them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxReport {
+    /// Tools, hooks and MCP servers that run unconfined (`host`), by name.
+    pub unconfined: Vec<String>,
+    /// Tools, hooks and MCP servers that need the isolated sandbox, by name.
+    pub isolated: Vec<String>,
+    /// `None` when isolation works here (or nothing needs it); otherwise what the kernel refused.
+    pub isolation_error: Option<String>,
+}
+
+impl Runtime {
+    /// The sandbox report of the current build (`None` without a build). Probes isolation when
+    /// something needs it.
+    pub async fn sandbox_report(&self) -> Option<SandboxReport> {
+        let build = self.inner.builds.current().ok()?;
+        let mut report = SandboxReport {
+            unconfined: Vec::new(),
+            isolated: Vec::new(),
+            isolation_error: None,
+        };
+        collect(&build.manifest.agent, "", &mut report);
+        if !report.isolated.is_empty() {
+            report.isolation_error = self.inner.exec.isolation().await.err();
+        }
+        Some(report)
+    }
+}
+
+fn collect(agent: &Agent, prefix: &str, report: &mut SandboxReport) {
+    let mut note = |name: String, sandbox: Option<EffectiveSandbox>| match sandbox {
+        Some(s) if s.provider == Provider::Host => report.unconfined.push(name),
+        Some(_) => report.isolated.push(name),
+        None => {}
+    };
+    if agent.config.default_tools {
+        note(format!("{prefix}bash"), Some(agent.bash_sandbox()));
+    }
+    for tool in &agent.tools {
+        note(format!("{prefix}{}", tool.name), agent.effective_sandbox(tool));
+    }
+    for hook in &agent.hooks {
+        note(format!("{prefix}hook {}", hook.name), Some(agent.hook_sandbox(hook)));
+    }
+    for connection in &agent.connections {
+        note(
+            format!("{prefix}connection {}", connection.name),
+            agent.connection_sandbox(connection),
+        );
+    }
+    for sub in &agent.subagents {
+        collect(sub, &format!("{prefix}{}/", sub.name), report);
+    }
+}
