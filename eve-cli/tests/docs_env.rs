@@ -69,7 +69,8 @@ fn eve_names(text: &str) -> BTreeSet<String> {
             end += 1;
         }
         i = end;
-        let glued = start > 0 && (is_name(bytes[start - 1]) || bytes[start - 1].is_ascii_lowercase());
+        let glued =
+            start > 0 && (is_name(bytes[start - 1]) || bytes[start - 1].is_ascii_lowercase());
         let reference = text[..start].ends_with('$') || text[..start].ends_with("${");
         if glued || reference || end == start + "EVE_".len() {
             continue;
@@ -188,7 +189,8 @@ fn product_code_names_variables_through_the_constants() {
 
 #[test]
 fn eve_names_skips_references_and_prefixes() {
-    let names = eve_names("`EVE_MODEL`, ${EVE_API_TOKEN}, $EVE_X, `EVE_*`, `EVE_`, MY_EVE_Y, EVE_LOG.");
+    let names =
+        eve_names("`EVE_MODEL`, ${EVE_API_TOKEN}, $EVE_X, `EVE_*`, `EVE_`, MY_EVE_Y, EVE_LOG.");
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     assert_eq!(names, ["EVE_LOG", "EVE_MODEL"]);
 }

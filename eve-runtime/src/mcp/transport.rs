@@ -25,8 +25,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStderr;
 
 use super::EnvLookup;
-use crate::env_vars::{HOME, LANG, PATH, TMPDIR, TZ, USER};
 use super::error::{McpError, stderr_suffix};
+use crate::env_vars::{HOME, LANG, PATH, TMPDIR, TZ, USER};
 
 /// Variables passed from the eve process to every stdio server (besides the connection's `env`).
 const PASSTHROUGH_ENV: &[&str] = &[PATH, HOME, LANG, TZ, USER, TMPDIR];

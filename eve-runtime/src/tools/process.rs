@@ -20,10 +20,10 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::env_vars;
 use super::error::ToolError;
 use super::template::expand_env;
 use super::{ToolContext, ToolResult, effective_limit, effective_timeout, millis};
+use crate::env_vars;
 
 /// `PATH` when the lookup has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
