@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use eve_runtime::env_vars;
 
 /// eve: durable AI agents from a folder.
 ///
@@ -26,11 +27,11 @@ pub struct ProjectArgs {
         short = 'C',
         global = true,
         value_name = "DIR",
-        env = "EVE_PROJECT"
+        env = env_vars::EVE_PROJECT
     )]
     pub project: Option<PathBuf>,
     /// Agent folder, if not `<project>/agent`.
-    #[arg(long, global = true, value_name = "DIR", env = "EVE_AGENT")]
+    #[arg(long, global = true, value_name = "DIR", env = env_vars::EVE_AGENT)]
     pub agent: Option<PathBuf>,
 }
 
@@ -111,7 +112,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub project: ProjectArgs,
     /// Port to listen on (0 picks a free one; the address is printed).
-    #[arg(long, short, env = "PORT", default_value_t = 3000)]
+    #[arg(long, short, env = env_vars::PORT, default_value_t = 3000)]
     pub port: u16,
     /// Address to listen on. Without `auth:` in `agent/channels/eve.yaml` only loopback is allowed.
     #[arg(long, default_value = "127.0.0.1")]
@@ -123,7 +124,7 @@ pub struct DevArgs {
     #[command(flatten)]
     pub project: ProjectArgs,
     /// Port to listen on (0 picks a free one; the address is printed).
-    #[arg(long, short, env = "PORT", default_value_t = 3000)]
+    #[arg(long, short, env = env_vars::PORT, default_value_t = 3000)]
     pub port: u16,
     /// Address to listen on. Without `auth:` in `agent/channels/eve.yaml` only loopback is allowed.
     #[arg(long, default_value = "127.0.0.1")]
@@ -135,10 +136,10 @@ pub struct ChatArgs {
     #[command(flatten)]
     pub project: ProjectArgs,
     /// Talk to a running server (`http://127.0.0.1:3000`) instead of running the agent here.
-    #[arg(long, env = "EVE_URL")]
+    #[arg(long, env = env_vars::EVE_URL)]
     pub url: Option<String>,
     /// Bearer token for `--url` (sent as `Authorization: Bearer TOKEN`).
-    #[arg(long, env = "EVE_TOKEN", hide_env_values = true)]
+    #[arg(long, env = env_vars::EVE_TOKEN, hide_env_values = true)]
     pub token: Option<String>,
     /// Continue this session instead of starting a new one.
     #[arg(long, short)]

@@ -3,14 +3,16 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
+use eve_runtime::env_vars::NO_COLOR;
+
 /// Whether stderr gets colour.
 pub fn stderr_color() -> bool {
-    std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal()
+    std::env::var_os(NO_COLOR).is_none() && std::io::stderr().is_terminal()
 }
 
 /// Whether stdout gets colour.
 pub fn stdout_color() -> bool {
-    std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal()
+    std::env::var_os(NO_COLOR).is_none() && std::io::stdout().is_terminal()
 }
 
 /// Wraps text in an ANSI style when `on`.

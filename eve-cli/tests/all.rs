@@ -8,6 +8,7 @@ mod chat;
 mod crash;
 mod dev;
 mod docs;
+mod docs_env;
 mod examples;
 mod limits;
 mod run_cli;

@@ -1,6 +1,7 @@
 //! The eve runtime.
 
 pub mod engine;
+pub mod env_vars;
 pub mod exec;
 pub mod mcp;
 pub mod model;

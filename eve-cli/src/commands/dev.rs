@@ -16,6 +16,7 @@ use anyhow::Context;
 use eve_compile::Project;
 use eve_compile::build::{self, Built};
 use eve_compile::render::{Style, render_all};
+use eve_runtime::env_vars::EVE_LOG;
 use eve_runtime::schedule::{Scheduler, clock_from_env};
 use eve_runtime::server::{self, ReloadableRouter, RouterOptions, ServerConfig};
 use notify_debouncer_full::notify::event::{AccessKind, AccessMode};
@@ -36,7 +37,7 @@ pub fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("EVE_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::try_from_env(EVE_LOG).unwrap_or_else(|_| {
                 tracing_subscriber::EnvFilter::new("warn,eve_runtime::schedule=info")
             }),
         )

@@ -43,7 +43,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     config.check_host(&args.host)?;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("EVE_LOG")
+            tracing_subscriber::EnvFilter::try_from_env(eve_runtime::env_vars::EVE_LOG)
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)

@@ -284,7 +284,7 @@ impl Runtime {
         workspace: Option<&Path>,
         files: Option<&Path>,
     ) -> crate::exec::Confinement {
-        let home = (self.inner.config.env)("HOME").map(PathBuf::from);
+        let home = (self.inner.config.env)(crate::env_vars::HOME).map(PathBuf::from);
         crate::exec::Executor::confinement(
             effective.as_ref(),
             &agent.sandbox,

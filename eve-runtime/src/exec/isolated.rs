@@ -131,12 +131,12 @@ impl Sandbox for IsolatedSandbox {
                 .find(|(k, _)| k == name)
                 .map(|(_, v)| v.as_str())
         };
-        let home = var("HOME")
+        let home = var(crate::env_vars::HOME)
             .map(PathBuf::from)
             .filter(|h| h.is_absolute() && h != Path::new("/"));
         let mut read_only = spec.read_only.clone();
         if let Some(home) = &home {
-            read_only.extend(isolate::default_read_only(var("PATH").unwrap_or(""), home));
+            read_only.extend(isolate::default_read_only(var(crate::env_vars::PATH).unwrap_or(""), home));
         }
         read_only.sort();
         read_only.dedup();

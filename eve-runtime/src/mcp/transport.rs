@@ -26,9 +26,10 @@ use tokio::process::ChildStderr;
 
 use super::EnvLookup;
 use super::error::{McpError, stderr_suffix};
+use crate::env_vars::{HOME, LANG, PATH, TMPDIR, TZ, USER};
 
 /// Variables passed from the eve process to every stdio server (besides the connection's `env`).
-const PASSTHROUGH_ENV: &[&str] = &["PATH", "HOME", "LANG", "TZ", "USER", "TMPDIR"];
+const PASSTHROUGH_ENV: &[&str] = &[PATH, HOME, LANG, TZ, USER, TMPDIR];
 /// Lines of stderr kept per server.
 const STDERR_LINES: usize = 20;
 /// Characters kept per stderr line.

@@ -10,7 +10,6 @@
 //! deterministic offline provider.
 
 pub mod anthropic;
-pub mod env;
 pub mod mock;
 pub mod openai;
 pub mod sse;
@@ -20,6 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use crate::env_vars as env;
 
 pub use transport::parse_retry_after;
 

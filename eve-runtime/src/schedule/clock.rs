@@ -12,10 +12,7 @@ use chrono::{DateTime, Utc};
 
 use super::ScheduleError;
 
-/// Environment variable that speeds up the schedule clock (for tests and demos):
-/// `SPEED@ANCHOR_MS`, for example `60@1796000000000`: from the real time `ANCHOR_MS` (epoch
-/// milliseconds) on, schedule time runs `SPEED` times faster than real time.
-pub const EVE_SCHEDULE_CLOCK: &str = "EVE_SCHEDULE_CLOCK";
+pub use crate::env_vars::EVE_SCHEDULE_CLOCK;
 
 /// A source of "now" for schedules.
 pub trait Clock: Send + Sync + std::fmt::Debug {

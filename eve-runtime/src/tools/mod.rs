@@ -28,6 +28,8 @@ use crate::exec::{Confinement, Executor};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::env_vars;
+
 pub use builtin::{builtin_tools, is_builtin, run_builtin};
 pub use error::ToolError;
 pub use http::HttpClient;
@@ -85,11 +87,11 @@ impl ToolContext {
     /// Looks a variable up: the `EVE_*` variables of this call first, then [`ToolContext::env`].
     pub fn lookup(&self, name: &str) -> Option<String> {
         match name {
-            "EVE_SESSION_ID" => Some(self.session_id.clone()),
-            "EVE_CALL_ID" => Some(self.call_id.clone()),
-            "EVE_IDEMPOTENCY_KEY" => Some(self.idempotency_key.clone()),
-            "EVE_WORKSPACE" => Some(self.workspace.to_string_lossy().into_owned()),
-            "EVE_AGENT_DIR" => Some(self.agent_dir.to_string_lossy().into_owned()),
+            env_vars::EVE_SESSION_ID => Some(self.session_id.clone()),
+            env_vars::EVE_CALL_ID => Some(self.call_id.clone()),
+            env_vars::EVE_IDEMPOTENCY_KEY => Some(self.idempotency_key.clone()),
+            env_vars::EVE_WORKSPACE => Some(self.workspace.to_string_lossy().into_owned()),
+            env_vars::EVE_AGENT_DIR => Some(self.agent_dir.to_string_lossy().into_owned()),
             _ => (self.env)(name),
         }
     }

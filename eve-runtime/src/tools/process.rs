@@ -24,6 +24,7 @@ use super::error::ToolError;
 use crate::exec::{Confinement, Executor, Launch, Prepared};
 use super::template::expand_env;
 use super::{Refused, ToolContext, ToolResult, effective_limit, effective_timeout, millis};
+use crate::env_vars;
 
 /// `PATH` when the lookup has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -77,20 +78,20 @@ pub(crate) fn tool_env(ctx: &ToolContext, allow: &[String]) -> Vec<(String, Stri
     let workspace = ctx.workspace.to_string_lossy().into_owned();
     let mut env = vec![
         (
-            "PATH".to_owned(),
-            (ctx.env)("PATH").unwrap_or_else(|| DEFAULT_PATH.to_owned()),
+            env_vars::PATH.to_owned(),
+            (ctx.env)(env_vars::PATH).unwrap_or_else(|| DEFAULT_PATH.to_owned()),
         ),
         (
-            "HOME".to_owned(),
-            (ctx.env)("HOME").unwrap_or_else(|| workspace.clone()),
+            env_vars::HOME.to_owned(),
+            (ctx.env)(env_vars::HOME).unwrap_or_else(|| workspace.clone()),
         ),
         (
-            "LANG".to_owned(),
-            (ctx.env)("LANG").unwrap_or_else(|| DEFAULT_LANG.to_owned()),
+            env_vars::LANG.to_owned(),
+            (ctx.env)(env_vars::LANG).unwrap_or_else(|| DEFAULT_LANG.to_owned()),
         ),
         (
-            "TZ".to_owned(),
-            (ctx.env)("TZ").unwrap_or_else(|| DEFAULT_TZ.to_owned()),
+            env_vars::TZ.to_owned(),
+            (ctx.env)(env_vars::TZ).unwrap_or_else(|| DEFAULT_TZ.to_owned()),
         ),
     ];
     for name in allow {
@@ -102,15 +103,15 @@ pub(crate) fn tool_env(ctx: &ToolContext, allow: &[String]) -> Vec<(String, Stri
         }
     }
     env.extend([
-        ("EVE_SESSION_ID".to_owned(), ctx.session_id.clone()),
-        ("EVE_CALL_ID".to_owned(), ctx.call_id.clone()),
+        (env_vars::EVE_SESSION_ID.to_owned(), ctx.session_id.clone()),
+        (env_vars::EVE_CALL_ID.to_owned(), ctx.call_id.clone()),
         (
-            "EVE_IDEMPOTENCY_KEY".to_owned(),
+            env_vars::EVE_IDEMPOTENCY_KEY.to_owned(),
             ctx.idempotency_key.clone(),
         ),
-        ("EVE_WORKSPACE".to_owned(), workspace),
+        (env_vars::EVE_WORKSPACE.to_owned(), workspace),
         (
-            "EVE_AGENT_DIR".to_owned(),
+            env_vars::EVE_AGENT_DIR.to_owned(),
             ctx.agent_dir.to_string_lossy().into_owned(),
         ),
     ]);

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use eve_runtime::model::env::{
+use eve_runtime::env_vars::{
     ANTHROPIC_API_KEY, EVE_API_KEY, EVE_BASE_URL, EVE_MOCK_SCRIPT, EVE_MODEL, OPENAI_API_KEY,
 };
 use eve_runtime::model::{ModelError, ModelSettings, Protocol, Provider, client};

@@ -1,0 +1,73 @@
+//! Every environment-variable name eve reads or sets, in one module.
+//!
+//! The CLI's flags name them (`#[arg(env = ...)]`), the runtime reads them, tool processes receive
+//! them, `docs/operations.md` lists them: a typo in one of those places must be a compile error, not
+//! a silently ignored variable. A test (`eve-cli/tests/docs_env.rs`) holds this module and the docs
+//! to the same set, and keeps string literals of these names out of the rest of the source.
+//!
+//! Three groups: settings eve reads from its own environment; the variables eve gives each tool,
+//! hook and dynamic-tool process (the tool protocol); the few variables passed through from eve's
+//! environment to those processes and to MCP stdio servers.
+
+// Settings eve reads.
+
+/// `provider/name` of the model; overrides `agent.yaml` `model`.
+pub const EVE_MODEL: &str = "EVE_MODEL";
+/// Base URL of the provider's API (for example `http://localhost:8000/v1`); overrides the default.
+pub const EVE_BASE_URL: &str = "EVE_BASE_URL";
+/// API key for whichever provider is selected; wins over the provider's own variable.
+pub const EVE_API_KEY: &str = "EVE_API_KEY";
+/// OpenAI's usual key variable.
+pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
+/// Anthropic's usual key variable.
+pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
+/// DeepSeek's usual key variable.
+pub const DEEPSEEK_API_KEY: &str = "DEEPSEEK_API_KEY";
+/// Script of the `mock` provider: a path to a JSON file, or inline JSON when it starts with `[`.
+pub const EVE_MOCK_SCRIPT: &str = "EVE_MOCK_SCRIPT";
+/// The project folder (`--project`, `-C`) of every command.
+pub const EVE_PROJECT: &str = "EVE_PROJECT";
+/// The agent folder (`--agent`) of every command, when it is not `<project>/agent`.
+pub const EVE_AGENT: &str = "EVE_AGENT";
+/// The port (`--port`) of `eve serve` and `eve dev`.
+pub const PORT: &str = "PORT";
+/// A server's base URL for `eve chat` (`--url`).
+pub const EVE_URL: &str = "EVE_URL";
+/// The bearer token `eve chat` sends with `--url` (`--token`).
+pub const EVE_TOKEN: &str = "EVE_TOKEN";
+/// The log filter, in `tracing`'s syntax (default `warn`).
+pub const EVE_LOG: &str = "EVE_LOG";
+/// Set to anything: no colours in output.
+pub const NO_COLOR: &str = "NO_COLOR";
+/// Speeds up the schedule clock (for tests and demos): `SPEED@ANCHOR_MS`, for example
+/// `60@1796000000000`: from the real time `ANCHOR_MS` (epoch milliseconds) on, schedule time runs
+/// `SPEED` times faster than real time.
+pub const EVE_SCHEDULE_CLOCK: &str = "EVE_SCHEDULE_CLOCK";
+
+// The tool protocol: set by eve for every tool, hook and dynamic-tool process.
+
+/// The session the call belongs to.
+pub const EVE_SESSION_ID: &str = "EVE_SESSION_ID";
+/// The model's id of the call.
+pub const EVE_CALL_ID: &str = "EVE_CALL_ID";
+/// A key stable across retries of the same call, for deduplicating side effects.
+pub const EVE_IDEMPOTENCY_KEY: &str = "EVE_IDEMPOTENCY_KEY";
+/// The session's workspace folder (the process's working folder).
+pub const EVE_WORKSPACE: &str = "EVE_WORKSPACE";
+/// The agent folder, where the tool's scripts live.
+pub const EVE_AGENT_DIR: &str = "EVE_AGENT_DIR";
+
+// Passed through from eve's environment (with defaults when unset).
+
+/// Where programs are found (tools get a default when eve has none).
+pub const PATH: &str = "PATH";
+/// The home folder (tools get their workspace when eve has none).
+pub const HOME: &str = "HOME";
+/// The locale (tools get `C.UTF-8` when eve has none).
+pub const LANG: &str = "LANG";
+/// The time zone (tools get `UTC` when eve has none).
+pub const TZ: &str = "TZ";
+/// The user name; passed to MCP stdio servers only.
+pub const USER: &str = "USER";
+/// The folder for temporary files; passed to MCP stdio servers only.
+pub const TMPDIR: &str = "TMPDIR";
