@@ -146,7 +146,12 @@ pub fn agent() -> Agent {
         hooks: Vec::new(),
         connections: Vec::new(),
         channels: Vec::new(),
-        sandbox: Sandbox::default(),
+        // The engine's tests write their side effects outside the workspace, so their tools run
+        // unconfined; the isolated sandbox is tested by `escape`.
+        sandbox: Sandbox {
+            provider: eve_compile::Provider::Host,
+            ..Sandbox::default()
+        },
     }
 }
 

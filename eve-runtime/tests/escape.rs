@@ -1,0 +1,316 @@
+//! Escape attempts against the isolated sandbox, through real sessions.
+//!
+//! The scripted model calls the built-in `bash` tool (or a script tool) with what a
+//! prompt-injected agent would try; each attack is run twice: under the default `isolated`
+//! provider, where it must fail and the model must see it fail, and under `provider: host`,
+//! where the same command succeeds, which shows the test can fail.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::Duration;
+
+use eve_compile::{Approval, Effect, Network, Provider, Runner};
+use serde_json::{Value, json};
+
+use crate::engine_support::{TestProject, agent, run_prompt, script_tool};
+
+/// What the model was shown for the one call of the turn.
+struct Seen {
+    text: String,
+    is_error: bool,
+    session: String,
+}
+
+/// Runs one session whose model calls `bash` with `command`, on an agent with `provider` and
+/// `network`, and returns what the call gave the model.
+async fn bash_in(p: &TestProject, provider: Provider, network: Network, command: &str) -> Seen {
+    let mut a = agent();
+    a.config.default_tools = true;
+    a.sandbox.provider = provider;
+    a.sandbox.network = network;
+    p.write_build(&a, &[]);
+    let rt = p.runtime(json!([
+        {"tool_calls": [{"name": "bash", "input": {"command": command}}]},
+        {"text": "done"}
+    ]));
+    seen(&rt, "go").await
+}
+
+async fn seen(rt: &eve_runtime::engine::Runtime, prompt: &str) -> Seen {
+    let (id, _) = run_prompt(rt, prompt).await;
+    let calls = rt.store().tool_calls(&id, 0).await.unwrap();
+    let call = calls.first().expect("the model's call was journaled");
+    let text = match &call.output {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    };
+    Seen {
+        text,
+        is_error: call.is_error,
+        session: id,
+    }
+}
+
+async fn bash(p: &TestProject, provider: Provider, command: &str) -> Seen {
+    bash_in(p, provider, Network::None, command).await
+}
+
+/// Runs `command` isolated and under `host`; returns both results.
+async fn both(command: &str) -> (Seen, Seen, TestProject, TestProject) {
+    let iso = TestProject::new();
+    let host = TestProject::new();
+    let a = bash(&iso, Provider::Isolated, command).await;
+    let b = bash(&host, Provider::Host, command).await;
+    (a, b, iso, host)
+}
+
+fn root(p: &TestProject) -> &Path {
+    p.state_dir.parent().unwrap()
+}
+
+#[tokio::test]
+async fn the_servers_environment_is_out_of_reach_through_proc() {
+    // Cargo gives the test process (the "server") CARGO_MANIFEST_DIR; no tool is given it.
+    let cmd = "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c '^CARGO_MANIFEST_DIR=' || true";
+    let (iso, host, _a, _b) = both(cmd).await;
+    assert_eq!(iso.text.trim(), "0", "isolated saw the server's environment: {}", iso.text);
+    assert_ne!(host.text.trim(), "0", "the host run must see it: {}", host.text);
+}
+
+#[tokio::test]
+async fn etc_shadow_is_not_readable() {
+    let (iso, host, _a, _b) = both("cat /etc/shadow").await;
+    assert!(!iso.text.contains("root:"), "{}", iso.text);
+    assert!(host.text.contains("root:"), "{}", host.text);
+}
+
+#[tokio::test]
+async fn the_store_other_workspaces_and_the_agent_folder_are_absent() {
+    for (label, rel) in [
+        ("store", ".eve/eve.db"),
+        ("another session's workspace", ".eve/sandboxes/wrun_other/secret.txt"),
+        ("the agent folder", "agent/instructions.md"),
+    ] {
+        let iso = TestProject::new();
+        let host = TestProject::new();
+        for p in [&iso, &host] {
+            let path = root(p).join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            // The store is the runtime's own (it must stay a database); the rest are planted.
+            if !path.ends_with("eve.db") {
+                std::fs::write(&path, "SECRET-CONTENT").unwrap();
+            }
+        }
+        let cmd = |p: &TestProject| format!("head -c 15 '{}'", root(p).join(rel).display());
+        let a = bash(&iso, Provider::Isolated, &cmd(&iso)).await;
+        let b = bash(&host, Provider::Host, &cmd(&host)).await;
+        let secret = |s: &Seen| s.text.contains("SECRET-CONTENT") || s.text.contains("SQLite format");
+        assert!(!secret(&a), "{label}: isolated read it: {}", a.text);
+        assert!(a.is_error, "{label}: the model is told the read failed: {}", a.text);
+        assert!(secret(&b), "{label}: the host run must read it: {}", b.text);
+    }
+}
+
+#[tokio::test]
+async fn writes_outside_the_workspace_fail_by_every_route() {
+    // Absolute path, `..`, a symlink and a hardlink out of the workspace.
+    for (label, make) in [
+        ("absolute", "echo x > '{root}/pwned'"),
+        ("dot-dot", "echo x > ../../../pwned"),
+        ("symlink", "ln -s '{root}/pwned' link && echo x > link"),
+        ("hardlink", "ln '{root}/victim' hl && echo pwned >> hl"),
+    ] {
+        let iso = TestProject::new();
+        let host = TestProject::new();
+        for p in [&iso, &host] {
+            std::fs::write(root(p).join("victim"), "original\n").unwrap();
+        }
+        let run = |p: &TestProject| make.replace("{root}", &root(p).display().to_string());
+        let a = bash(&iso, Provider::Isolated, &run(&iso)).await;
+        let b = bash(&host, Provider::Host, &run(&host)).await;
+        let touched = |p: &TestProject| {
+            root(p).join("pwned").exists()
+                || std::fs::read_to_string(root(p).join("victim")).unwrap() != "original\n"
+        };
+        assert!(!touched(&iso), "{label}: isolated wrote outside: {}", a.text);
+        assert!(a.is_error, "{label}: the model is told: {}", a.text);
+        assert!(touched(&host), "{label}: the host run must write: {}", b.text);
+    }
+}
+
+#[tokio::test]
+async fn a_setsid_process_does_not_outlive_its_call() {
+    let cmd = "setsid sh -c 'sleep 1; echo alive > late' >/dev/null 2>&1 < /dev/null & echo started";
+    let (iso, host, a, b) = both(cmd).await;
+    assert!(iso.text.contains("started") && host.text.contains("started"));
+    let late = |p: &TestProject, s: &Seen| {
+        p.state_dir.join("sandboxes").join(&s.session).join("late")
+    };
+    let _ = (&b, &host);
+    // The daemon writes after about a second; give it three.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!late(&a, &iso).exists(), "the isolated daemon outlived its call");
+}
+
+/// A TCP server on loopback answering every connection with a tiny HTTP 200.
+fn http_server() -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handle = std::thread::spawn(move || {
+        for stream in listener.incoming().take(8) {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nreached!\n",
+            );
+        }
+    });
+    (addr, handle)
+}
+
+#[tokio::test]
+async fn the_hosts_loopback_is_unreachable_with_network_none() {
+    let (addr, _server) = http_server();
+    let cmd = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{} && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3",
+        addr.port()
+    );
+    let (iso, host, _a, _b) = both(&cmd).await;
+    assert!(!iso.text.contains("reached!"), "{}", iso.text);
+    assert!(iso.is_error, "{}", iso.text);
+    assert!(host.text.contains("reached!"), "{}", host.text);
+}
+
+#[tokio::test]
+async fn eves_own_api_is_refused_even_with_network_all_or_listed() {
+    if !has("curl") {
+        eprintln!("skipping: curl is not installed");
+        return;
+    }
+    let (addr, _server) = http_server();
+    let cmd = format!("curl -sS --max-time 10 http://127.0.0.1:{}/eve/v1/health", addr.port());
+    for network in [Network::All, Network::Allow(vec![format!("127.0.0.1:{}", addr.port())])] {
+        let p = TestProject::new();
+        let mut a = agent();
+        a.config.default_tools = true;
+        a.sandbox.provider = Provider::Isolated;
+        a.sandbox.network = network.clone();
+        p.write_build(&a, &[]);
+        let rt = p.runtime(json!([
+            {"tool_calls": [{"name": "bash", "input": {"command": cmd}}]},
+            {"text": "done"}
+        ]));
+        // The listener plays eve's API: the server registers its own addresses the same way.
+        rt.executor().set_own_listeners(vec![addr]);
+        let s = seen(&rt, "go").await;
+        assert!(!s.text.contains("reached!"), "{network:?}: {}", s.text);
+        assert!(
+            s.text.contains("eve's own API") || s.text.contains("refused"),
+            "{network:?}: the model is told why: {}",
+            s.text
+        );
+    }
+    let host = TestProject::new();
+    let h = bash(&host, Provider::Host, &cmd).await;
+    assert!(h.text.contains("reached!"), "{}", h.text);
+}
+
+#[tokio::test]
+async fn an_allowlisted_loopback_server_is_reached_through_the_proxy_and_others_are_refused() {
+    if !has("curl") {
+        eprintln!("skipping: curl is not installed");
+        return;
+    }
+    let (allowed, _a) = http_server();
+    let (other, _b) = http_server();
+    let p = TestProject::new();
+    let cmd = format!(
+        "curl -sS --max-time 10 http://127.0.0.1:{}/; echo; curl -sS --max-time 10 http://127.0.0.1:{}/ || echo REFUSED",
+        allowed.port(),
+        other.port()
+    );
+    let s = bash_in(
+        &p,
+        Provider::Isolated,
+        Network::Allow(vec![format!("127.0.0.1:{}", allowed.port())]),
+        &cmd,
+    )
+    .await;
+    assert_eq!(s.text.matches("reached!").count(), 1, "{}", s.text);
+    assert!(
+        s.text.contains(&format!("eve egress: refused 127.0.0.1:{}", other.port())),
+        "the model is told what was refused: {}",
+        s.text
+    );
+}
+
+#[tokio::test]
+async fn a_build_file_cannot_be_altered_by_a_script_tool() {
+    let run = |p: &TestProject, provider: Provider| {
+        let mut a = agent();
+        a.sandbox.provider = provider;
+        let mut tool = script_tool("alter", Effect::Write, Approval::Never);
+        tool.env.clear();
+        if let Runner::Script { interpreter, .. } = &mut tool.runner {
+            *interpreter = vec!["sh".to_owned()];
+        }
+        a.tools.push(tool);
+        let hash = p.write_build(
+            &a,
+            &[(
+                "tools/alter.sh".to_owned(),
+                "cat >/dev/null; echo '# altered' >> \"$EVE_AGENT_DIR/tools/alter.sh\" && echo \"wrote $EVE_AGENT_DIR\"".to_owned(),
+            )],
+        );
+        let rt = p.runtime(json!([
+            {"tool_calls": [{"name": "alter", "input": {}}]},
+            {"text": "done"}
+        ]));
+        (rt, p.state_dir.join("builds").join(hash).join("files/tools/alter.sh"))
+    };
+    let iso = TestProject::new();
+    let (rt, file) = run(&iso, Provider::Isolated);
+    let s = seen(&rt, "go").await;
+    let altered = |f: &Path| std::fs::read_to_string(f).unwrap().lines().any(|l| l == "# altered");
+    assert!(!altered(&file), "{}", s.text);
+    assert!(s.is_error, "{}", s.text);
+    let host = TestProject::new();
+    let (rt, _) = run(&host, Provider::Host);
+    let s = seen(&rt, "go").await;
+    // Unconfined, the append succeeds (the `&&` chain reaches its last command).
+    assert!(s.text.trim().starts_with("wrote "), "the host run writes: {}", s.text);
+    assert!(!s.is_error, "{}", s.text);
+}
+
+#[tokio::test]
+async fn ordinary_work_runs_inside_the_sandbox() {
+    let p = TestProject::new();
+    let mut cmd = String::from("set -e; echo hi > /tmp/x && cat /tmp/x; ");
+    if has("python3") {
+        cmd.push_str("python3 -c 'print(6*7)'; ");
+    }
+    if has("git") {
+        cmd.push_str(
+            "git init -q repo && cd repo && echo a > a && git add a && \
+             git -c user.name=t -c user.email=t@example.com commit -qm first && \
+             git log --oneline | wc -l; ",
+        );
+    }
+    let s = bash(&p, Provider::Isolated, &cmd).await;
+    assert!(!s.is_error, "{}", s.text);
+    assert!(s.text.contains("hi"), "{}", s.text);
+    if has("python3") {
+        assert!(s.text.contains("42"), "python3 runs: {}", s.text);
+    }
+}
+
+fn has(program: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {program} >/dev/null")])
+        .status()
+        .is_ok_and(|s| s.success())
+}
