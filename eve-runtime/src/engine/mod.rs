@@ -41,6 +41,7 @@ pub use error::{RuntimeError, RuntimeResult};
 pub use follow::EventFollower;
 pub use models::{FixedModelProvider, SettingsModelProvider};
 pub use replies::ReplyFollower;
+pub use events::LOCAL_PRINCIPAL;
 
 use crate::model::{ModelClient, ModelError};
 use crate::store::*;

@@ -5,7 +5,6 @@
 //! session's inbox (or the answer is stored) and a driver has been told. Handlers never panic on
 //! input; every failure is an [`ApiError`].
 
-use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequestParts, Path, RawQuery, Request, State};
@@ -13,9 +12,11 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde_json::{Value, json};
 
 use super::App;
+use super::auth::Identity;
 use super::body::{self, InputResponse, SessionInput};
 use super::config::{authority_host, is_loopback_host};
 use super::error::ApiError;
@@ -189,7 +190,14 @@ pub async fn create_session(
     Ok(accepted(&id))
 }
 
-async fn answer(runtime: &Runtime, id: &str, responses: &[InputResponse]) -> Result<(), ApiError> {
+/// Answers `responses` on session `id` as `identity` (its principal lands in `approval.settled`).
+async fn answer(
+    runtime: &Runtime,
+    id: &str,
+    responses: &[InputResponse],
+    identity: &Identity,
+) -> Result<(), ApiError> {
+    let principal = identity.principal_id();
     let pending = runtime.pending_inputs(id).await?;
     if pending.is_empty() {
         return Err(ApiError::SessionNotActive(format!(
@@ -207,7 +215,13 @@ async fn answer(runtime: &Runtime, id: &str, responses: &[InputResponse]) -> Res
     }
     for r in responses {
         runtime
-            .answer_input(id, Some(&r.request_id), r.approve, r.text.clone())
+            .answer_input_as(
+                id,
+                Some(&r.request_id),
+                r.approve,
+                r.text.clone(),
+                &principal,
+            )
             .await?;
     }
     Ok(())
@@ -217,6 +231,7 @@ async fn answer(runtime: &Runtime, id: &str, responses: &[InputResponse]) -> Res
 pub async fn post_session(
     State(app): State<App>,
     SessionId(id): SessionId,
+    Extension(identity): Extension<Identity>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.body_limit)?;
@@ -228,7 +243,7 @@ pub async fn post_session(
             if app.runtime.session(&id).await?.is_none() {
                 return Err(ApiError::SessionNotFound);
             }
-            answer(&app.runtime, &id, &responses).await?;
+            answer(&app.runtime, &id, &responses, &identity).await?;
         }
     }
     Ok(accepted(&id))
@@ -328,6 +343,7 @@ pub async fn stream(
 /// `POST /eve/v1/chat`: one turn as an AI SDK UI message stream.
 pub async fn chat(
     State(app): State<App>,
+    Extension(identity): Extension<Identity>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.body_limit)?;
@@ -352,7 +368,9 @@ pub async fn chat(
         ChatInput::Message(text) => {
             app.runtime.post_message(&id, text).await?;
         }
-        ChatInput::InputResponses(responses) => answer(&app.runtime, &id, responses).await?,
+        ChatInput::InputResponses(responses) => {
+            answer(&app.runtime, &id, responses, &identity).await?
+        }
     }
     let cursor = EventCursor::follow(
         app.runtime.clone(),
