@@ -131,14 +131,20 @@ async fn a_jwt_answers_as_its_subject() {
     let now = chrono::Utc::now().timestamp();
     let alice = format!(
         "Bearer {}",
-        sign_hs256(&json!({"sub": "alice", "exp": now + 300}), secret.as_bytes())
+        sign_hs256(
+            &json!({"sub": "alice", "exp": now + 300}),
+            secret.as_bytes()
+        )
     );
     let nobody = format!(
         "Bearer {}",
         sign_hs256(&json!({"exp": now + 300}), secret.as_bytes())
     );
     let (settled, resolved, stored) = approve_as(&server, Some(&alice), Some(&alice)).await;
-    assert_eq!((settled, resolved), (json!("jwt:alice"), json!("jwt:alice")));
+    assert_eq!(
+        (settled, resolved),
+        (json!("jwt:alice"), json!("jwt:alice"))
+    );
     assert_eq!(stored.as_deref(), Some("jwt:alice"));
     let (settled, _, _) = approve_as(&server, Some(&alice), Some(&nobody)).await;
     assert_eq!(settled, "jwt");
@@ -164,7 +170,10 @@ async fn basic_and_no_auth_answer_as_the_user_and_anonymous() {
 
     let server = TestServer::start(AgentDir::standard()).await;
     let (settled, resolved, stored) = approve_as(&server, None, None).await;
-    assert_eq!((settled, resolved), (json!("anonymous"), json!("anonymous")));
+    assert_eq!(
+        (settled, resolved),
+        (json!("anonymous"), json!("anonymous"))
+    );
     assert_eq!(stored.as_deref(), Some("anonymous"));
     server.stop().await;
 }

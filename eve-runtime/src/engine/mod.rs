@@ -38,10 +38,10 @@ use tokio_util::sync::CancellationToken;
 pub use accept::{Accept, Accepted, Extra, SessionRef};
 pub use build::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_prompt};
 pub use error::{RuntimeError, RuntimeResult};
+pub use events::LOCAL_PRINCIPAL;
 pub use follow::EventFollower;
 pub use models::{FixedModelProvider, SettingsModelProvider};
 pub use replies::ReplyFollower;
-pub use events::LOCAL_PRINCIPAL;
 
 use crate::model::{ModelClient, ModelError};
 use crate::store::*;

@@ -50,8 +50,7 @@ impl Identity {
 fn token_principal(template: &str, index: usize) -> String {
     let var = template.split("${").nth(1).and_then(|rest| {
         let name = &rest[..rest.find('}')?];
-        let valid =
-            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         valid.then_some(name)
     });
     match var {

@@ -315,7 +315,12 @@ async fn an_approval_answered_in_the_thread_carries_the_slack_user() {
     let (_, answer) = send(&server, &callback("EvP1", ask)).await;
     let session = answer["sessionId"].as_str().unwrap().to_owned();
     let notice = &fake.wait(1).await[0];
-    assert!(notice.json["text"].as_str().unwrap().contains("reply `approve`"));
+    assert!(
+        notice.json["text"]
+            .as_str()
+            .unwrap()
+            .contains("reply `approve`")
+    );
 
     // Another person answers in the thread (no mention needed there).
     let reply = json!({"type": "message", "channel_type": "channel", "user": "U0APPROVER",

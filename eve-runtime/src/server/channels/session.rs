@@ -71,7 +71,11 @@ pub async fn answer_approval(
     let named = rest
         .first()
         .and_then(|w| pending.iter().find(|r| r.id == *w).map(|r| r.id.clone()));
-    let reason_words = if named.is_some() { &rest[1..] } else { &rest[..] };
+    let reason_words = if named.is_some() {
+        &rest[1..]
+    } else {
+        &rest[..]
+    };
     let reason = Some(reason_words.join(" ")).filter(|r| !r.is_empty());
     let ids: Vec<String> = match named {
         Some(id) => vec![id],

@@ -147,8 +147,7 @@ impl Slack {
         let runtime = &ctx.app.runtime;
         // `approve` / `deny` in a thread waiting for approval answers it, as this Slack user.
         let principal = format!("slack:{}", message.user);
-        match session::answer_approval(runtime, &message.session, &message.text, &principal).await
-        {
+        match session::answer_approval(runtime, &message.session, &message.text, &principal).await {
             Ok(Some(answered)) => {
                 return Ok(Json(json!({
                     "ok": true, "sessionId": message.session, "answered": answered,

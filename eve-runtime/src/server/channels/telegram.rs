@@ -127,7 +127,9 @@ impl Telegram {
         let runtime = &ctx.app.runtime;
         // `approve` / `deny` in a chat waiting for approval answers it, as this Telegram user.
         if let Some(user) = message.pointer("/from/id").filter(|v| !v.is_null()) {
-            let user = user.as_str().map_or_else(|| user.to_string(), str::to_owned);
+            let user = user
+                .as_str()
+                .map_or_else(|| user.to_string(), str::to_owned);
             let principal = format!("telegram:{user}");
             match session::answer_approval(runtime, &session, text.trim(), &principal).await {
                 Ok(Some(answered)) => {
