@@ -94,6 +94,11 @@ fn a_non_interactive_run_stops_at_an_approval_and_says_how_to_answer() {
 
     let approve = p.run(&["sessions", "approve", &id]);
     assert_eq!(approve.code, Some(0), "{}", approve.stderr);
+    // `eve sessions approve` answers as the local principal, in the store and the event.
+    assert_eq!(p.strings("SELECT responder FROM input_requests"), ["local"]);
+    let settled = p.strings("SELECT data FROM events WHERE type = 'approval.settled'");
+    let settled: serde_json::Value = serde_json::from_str(&settled[0]).unwrap();
+    assert_eq!(settled["responderPrincipalId"], "local");
     let out = p.run(&["run", "--session", &id]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(out.stdout, "Refunded.\n");

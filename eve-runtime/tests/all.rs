@@ -15,6 +15,7 @@ mod mcp;
 mod model;
 mod schedule;
 mod server_auth;
+mod server_principals;
 mod server_routes;
 mod server_stream;
 mod server_support;

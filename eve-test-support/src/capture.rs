@@ -21,7 +21,11 @@ pub const MISSING_OK: &[(&str, &str)] = &[("session.started", "trace"), ("turn.s
 
 /// Keys we send that eve does not.
 /// - `runtime.buildHash`: the build the session started on (sessions are pinned to builds).
-pub const EXTRA_OK: &[(&str, &str)] = &[("session.started", "runtime.buildHash")];
+/// - `resolutions[].responderPrincipalId`: who answered each request (as in `approval.settled`).
+pub const EXTRA_OK: &[(&str, &str)] = &[
+    ("session.started", "runtime.buildHash"),
+    ("input.resolved", "resolutions[].responderPrincipalId"),
+];
 
 /// Event types whose consecutive runs are folded into one.
 const DELTAS: &[&str] = &[

@@ -236,12 +236,16 @@ pub fn turn_waiting(turn: &TurnRecord, usage: &UsageTotals) -> Value {
     with(turn_fields(turn), json!({"on": "input", "usage": usage}))
 }
 
+/// The principal of the terminal (`eve chat`, `eve run`) and of `eve sessions approve|deny`; also
+/// shown for answers stored before principals were recorded.
+pub const LOCAL_PRINCIPAL: &str = "local";
+
 /// `approval.settled`.
 pub fn approval_settled(request: &InputRequestRecord, approved: bool) -> Value {
     let mut data = json!({
         "outcome": if approved { "approved" } else { "denied" },
         "requestId": request.id,
-        "responderPrincipalId": "local",
+        "responderPrincipalId": request.responder.as_deref().unwrap_or(LOCAL_PRINCIPAL),
         "sequence": request.turn_seq,
         "stepIndex": request.step_index,
         "turnId": format!("turn_{}", request.turn_seq),
@@ -270,6 +274,7 @@ pub fn input_resolved(requests: &[InputRequestRecord]) -> Value {
                 "kind": r.kind,
                 "outcome": if approved { "approved" } else { "denied" },
                 "requestId": r.id,
+                "responderPrincipalId": r.responder.as_deref().unwrap_or(LOCAL_PRINCIPAL),
                 "response": response,
             })
         })

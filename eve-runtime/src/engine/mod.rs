@@ -39,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 pub use accept::{Accept, Accepted, Extra, SessionRef};
 pub use build::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_prompt};
 pub use error::{RuntimeError, RuntimeResult};
+pub use events::LOCAL_PRINCIPAL;
 pub use follow::EventFollower;
 pub use models::{FixedModelProvider, SettingsModelProvider};
 pub use replies::ReplyFollower;

@@ -164,6 +164,7 @@ impl Runtime {
         own_pending: &[InputRequestRecord],
         approve: bool,
         reason: Option<String>,
+        principal: &str,
     ) -> RuntimeResult<Option<InputRequestRecord>> {
         if !self.may_have_children(session).await? {
             return Ok(None);
@@ -183,9 +184,14 @@ impl Runtime {
         let Some(target) = target else {
             return Ok(None);
         };
-        let answered =
-            Box::pin(self.answer_input(&target.session_id, Some(&target.id), approve, reason))
-                .await?;
+        let answered = Box::pin(self.answer_input_as(
+            &target.session_id,
+            Some(&target.id),
+            approve,
+            reason,
+            principal,
+        ))
+        .await?;
         let still = !self
             .inner
             .store

@@ -22,12 +22,41 @@ use super::error::{ApiError, ServerError};
 pub enum Identity {
     /// The API has no authentication.
     Anonymous,
-    /// A bearer token from the configured list (its position in the list).
-    Token(usize),
+    /// A bearer token from the configured list: its principal id (`token:<VAR>` when the token
+    /// is a `${VAR}` reference, else `token:<position from 1>`).
+    Token(String),
     /// HTTP basic with the configured user.
     User(String),
     /// A verified JWT (its `sub`, if any).
     Jwt(Option<String>),
+}
+
+impl Identity {
+    /// The principal id recorded with what this identity does (answers to approvals):
+    /// `anonymous`, `token:EVE_API_TOKEN` (or `token:2`), `basic:<user>`, `jwt:<sub>` or `jwt`.
+    pub fn principal_id(&self) -> String {
+        match self {
+            Self::Anonymous => "anonymous".to_owned(),
+            Self::Token(name) => name.clone(),
+            Self::User(user) => format!("basic:{user}"),
+            Self::Jwt(Some(sub)) => format!("jwt:{sub}"),
+            Self::Jwt(None) => "jwt".to_owned(),
+        }
+    }
+}
+
+/// The principal id of the bearer token configured as `template` at `index` (from 0): the name
+/// of the first `${VAR}` it references, else its position from 1. Never the token itself.
+fn token_principal(template: &str, index: usize) -> String {
+    let var = template.split("${").nth(1).and_then(|rest| {
+        let name = &rest[..rest.find('}')?];
+        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        valid.then_some(name)
+    });
+    match var {
+        Some(name) => format!("token:{name}"),
+        None => format!("token:{}", index + 1),
+    }
 }
 
 /// Verified credentials of the session API, with secrets resolved.
@@ -35,8 +64,9 @@ pub enum Identity {
 pub enum Authenticator {
     /// No authentication.
     None,
-    /// `Authorization: Bearer <token>`; SHA-256 digests of the accepted tokens.
-    Bearer(Vec<[u8; 32]>),
+    /// `Authorization: Bearer <token>`; SHA-256 digests of the accepted tokens, each with its
+    /// principal id.
+    Bearer(Vec<([u8; 32], String)>),
     /// HTTP basic; SHA-256 digests of the user name and password.
     Basic {
         /// The user name (shown as the identity).
@@ -127,9 +157,9 @@ impl Authenticator {
             Auth::None => Self::None,
             Auth::Bearer { tokens } => {
                 let mut digests = Vec::with_capacity(tokens.len());
-                for token in tokens {
+                for (i, token) in tokens.iter().enumerate() {
                     let value = resolve_refs(token, env, file, "auth.tokens")?;
-                    digests.push(digest(value.trim().as_bytes()));
+                    digests.push((digest(value.trim().as_bytes()), token_principal(token, i)));
                 }
                 Self::Bearer(digests)
             }
@@ -197,12 +227,14 @@ impl Authenticator {
                 let presented = digest(credentials.as_bytes());
                 // Compare with every token, so timing does not tell which one (or none) matched.
                 let mut found = None;
-                for (i, d) in digests.iter().enumerate() {
+                for (d, name) in digests {
                     if same(d, &presented) && found.is_none() {
-                        found = Some(i);
+                        found = Some(name);
                     }
                 }
-                found.map(Identity::Token).ok_or_else(unauthorized)
+                found
+                    .map(|name| Identity::Token(name.clone()))
+                    .ok_or_else(unauthorized)
             }
             Self::Basic {
                 username,

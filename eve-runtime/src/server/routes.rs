@@ -5,7 +5,6 @@
 //! session's inbox (or the answer is stored) and a driver has been told. Handlers never panic on
 //! input; every failure is an [`ApiError`].
 
-use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequestParts, Path, RawQuery, Request, State};
@@ -13,9 +12,11 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde_json::{Value, json};
 
 use super::App;
+use super::auth::Identity;
 use super::body::{self, InputResponse, SessionInput};
 use super::config::{authority_host, is_loopback_host};
 use super::error::ApiError;
@@ -193,7 +194,14 @@ pub async fn create_session(
     Ok(accepted(&id))
 }
 
-async fn answer(runtime: &Runtime, id: &str, responses: &[InputResponse]) -> Result<(), ApiError> {
+/// Answers `responses` on session `id` as `identity` (its principal lands in `approval.settled`).
+async fn answer(
+    runtime: &Runtime,
+    id: &str,
+    responses: &[InputResponse],
+    identity: &Identity,
+) -> Result<(), ApiError> {
+    let principal = identity.principal_id();
     let pending = runtime.pending_inputs(id).await?;
     if pending.is_empty() {
         return Err(ApiError::SessionNotActive(format!(
@@ -211,7 +219,13 @@ async fn answer(runtime: &Runtime, id: &str, responses: &[InputResponse]) -> Res
     }
     for r in responses {
         runtime
-            .answer_input(id, Some(&r.request_id), r.approve, r.text.clone())
+            .answer_input_as(
+                id,
+                Some(&r.request_id),
+                r.approve,
+                r.text.clone(),
+                &principal,
+            )
             .await?;
     }
     Ok(())
@@ -221,6 +235,7 @@ async fn answer(runtime: &Runtime, id: &str, responses: &[InputResponse]) -> Res
 pub async fn post_session(
     State(app): State<App>,
     SessionId(id): SessionId,
+    Extension(identity): Extension<Identity>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.body_limit)?;
@@ -232,7 +247,7 @@ pub async fn post_session(
             if app.runtime.session(&id).await?.is_none() {
                 return Err(ApiError::SessionNotFound);
             }
-            answer(&app.runtime, &id, &responses).await?;
+            answer(&app.runtime, &id, &responses, &identity).await?;
         }
     }
     Ok(accepted(&id))
@@ -332,6 +347,7 @@ pub async fn stream(
 /// `POST /eve/v1/chat`: one turn as an AI SDK UI message stream.
 pub async fn chat(
     State(app): State<App>,
+    Extension(identity): Extension<Identity>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.body_limit)?;
@@ -356,7 +372,9 @@ pub async fn chat(
         ChatInput::Message(text) => {
             app.runtime.post_message(&id, text).await?;
         }
-        ChatInput::InputResponses(responses) => answer(&app.runtime, &id, responses).await?,
+        ChatInput::InputResponses(responses) => {
+            answer(&app.runtime, &id, responses, &identity).await?
+        }
     }
     let cursor = EventCursor::follow(
         app.runtime.clone(),

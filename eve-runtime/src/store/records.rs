@@ -369,6 +369,9 @@ pub struct InputRequestRecord {
     pub created_at: i64,
     /// Answered at.
     pub answered_at: Option<i64>,
+    /// The principal that answered (`token:EVE_API_TOKEN`, `jwt:<sub>`, `slack:U…`, `local`…).
+    #[serde(default)]
+    pub responder: Option<String>,
 }
 
 /// An accepted message.

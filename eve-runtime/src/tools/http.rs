@@ -48,6 +48,11 @@ impl HttpClient {
             .get_or_init(|| {
                 reqwest::Client::builder()
                     .user_agent(concat!("eve/", env!("CARGO_PKG_VERSION")))
+                    // Templated headers and query secrets must not follow a redirect to another
+                    // origin: redirects are followed within the origin only (a cross-origin one
+                    // comes back to the tool as the 3xx answer), and no `Referer` is sent.
+                    .redirect(reqwest::redirect::Policy::custom(same_origin_redirects))
+                    .referer(false)
                     .build()
                     .map_err(|e| e.to_string())
             })
@@ -278,4 +283,25 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// The redirect policy of HTTP tools: follow up to 10 redirects that keep the scheme, host and
+/// port of the first request; stop (answer the 3xx) at one that changes origin.
+fn same_origin_redirects(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirect::Action {
+    let origin = |u: &reqwest::Url| {
+        (
+            u.scheme().to_owned(),
+            u.host_str().map(str::to_owned),
+            u.port_or_known_default(),
+        )
+    };
+    let same = attempt
+        .previous()
+        .first()
+        .is_some_and(|first| origin(first) == origin(attempt.url()));
+    if !same || attempt.previous().len() > 10 {
+        attempt.stop()
+    } else {
+        attempt.follow()
+    }
 }

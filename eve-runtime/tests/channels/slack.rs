@@ -300,3 +300,49 @@ async fn approvals_are_announced_in_the_thread() {
     assert!(text.contains("ch_1"), "{text}");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn an_approval_answered_in_the_thread_carries_the_slack_user() {
+    let fake = Fake::start().await;
+    let (_agent, root) = agent(&[("slack", channel(&fake))]);
+    let server = Served::start(&root, &vars()).await;
+    let ask = mention(
+        "/tool refund_charge {\"chargeId\": \"ch_7\", \"amount\": 5}",
+        "C1",
+        "5100.1",
+        None,
+    );
+    let (_, answer) = send(&server, &callback("EvP1", ask)).await;
+    let session = answer["sessionId"].as_str().unwrap().to_owned();
+    let notice = &fake.wait(1).await[0];
+    assert!(
+        notice.json["text"]
+            .as_str()
+            .unwrap()
+            .contains("reply `approve`")
+    );
+
+    // Another person answers in the thread (no mention needed there).
+    let reply = json!({"type": "message", "channel_type": "channel", "user": "U0APPROVER",
+                       "text": "approve", "ts": "5100.2", "thread_ts": "5100.1", "channel": "C1"});
+    let (status, answer) = send(&server, &callback("EvP2", reply)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["answered"], 1, "{answer}");
+    let replies = fake.wait(2).await;
+    let text = replies[1].json["text"].as_str().unwrap();
+    assert!(text.starts_with("refund_charge returned:"), "{text}");
+    let events = server.runtime.events(&session, 0, 0).await.unwrap();
+    let settled = events
+        .iter()
+        .find(|e| e.kind == "approval.settled")
+        .expect("approval.settled");
+    assert_eq!(settled.data["responderPrincipalId"], "slack:U0APPROVER");
+    let resolved = events.iter().find(|e| e.kind == "input.resolved").unwrap();
+    assert_eq!(
+        resolved.data["resolutions"][0]["responderPrincipalId"],
+        "slack:U0APPROVER"
+    );
+    // The answer is not a message to the agent.
+    assert_eq!(server.received(&session).await.len(), 1);
+    server.stop().await;
+}

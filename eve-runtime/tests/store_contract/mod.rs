@@ -126,6 +126,7 @@ fn request(id: &str, session: &str, turn: u64, status: RequestStatus) -> InputRe
         reason: None,
         created_at: now_ms(),
         answered_at: None,
+        responder: None,
     }
 }
 

@@ -220,3 +220,58 @@ async fn response_cap_timeout_and_unset_secrets() {
     assert!(!r.ok);
     assert!(r.error.unwrap().contains("HTTP request failed"));
 }
+
+#[tokio::test]
+async fn redirects_keep_templated_headers_in_their_origin() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // The second origin counts every request it gets.
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let other = Router::new().fallback(move |h: HeaderMap| {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            format!("{:?}", h.get("authorization"))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let b = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, other).await.unwrap() });
+    // The first redirects across origins, and within its own.
+    let first = Router::new()
+        .route(
+            "/away",
+            get(move || async move {
+                (
+                    StatusCode::FOUND,
+                    [("location", format!("http://{b}/landed?token=x"))],
+                )
+            }),
+        )
+        .route(
+            "/here",
+            get(|| async { (StatusCode::FOUND, [("location", "/landed")]) }),
+        )
+        .fallback(echo);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, first).await.unwrap() });
+
+    let fx = Fixture::with_env(&[("API_TOKEN", "redirect-s3cret")]);
+    let headers = [("Authorization", "Bearer ${API_TOKEN}")];
+    let away = http_tool("GET", format!("http://{a}/away"), &headers, None);
+    let r = run_tool(&away, &json!({}), &fx.ctx, CancellationToken::new()).await;
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "the other origin was contacted: {r:?}"
+    );
+    assert!(!format!("{r:?}").contains("redirect-s3cret"), "{r:?}");
+
+    let here = http_tool("GET", format!("http://{a}/here"), &headers, None);
+    let r = run_tool(&here, &json!({}), &fx.ctx, CancellationToken::new()).await;
+    assert!(r.ok, "{r:?}");
+    assert_eq!(r.output["path"], "/landed");
+    assert_eq!(r.output["authorization"], "Bearer redirect-s3cret");
+}

@@ -5,6 +5,7 @@ use eve_compile::{Approval, Tool};
 
 use super::TurnDriver;
 use crate::engine::events as ev;
+use crate::engine::events::LOCAL_PRINCIPAL;
 use crate::engine::{Runtime, RuntimeError, RuntimeResult};
 use crate::store::*;
 
@@ -36,6 +37,7 @@ impl TurnDriver<'_> {
                 reason: None,
                 created_at: now,
                 answered_at: None,
+                responder: None,
             };
             batch
                 .push(Op::PutToolCall(call))
@@ -74,8 +76,9 @@ impl TurnDriver<'_> {
 }
 
 impl Runtime {
-    /// Answers an input request (the session's only pending one when `request_id` is `None`).
-    /// Returns the request as answered.
+    /// Answers an input request (the session's only pending one when `request_id` is `None`) as
+    /// the [`LOCAL_PRINCIPAL`](crate::engine::LOCAL_PRINCIPAL) (the terminal, `eve sessions approve|deny`). Returns the request as
+    /// answered.
     pub async fn answer_input(
         &self,
         session: &str,
@@ -83,11 +86,34 @@ impl Runtime {
         approve: bool,
         reason: Option<String>,
     ) -> RuntimeResult<InputRequestRecord> {
+        self.answer_input_as(session, request_id, approve, reason, LOCAL_PRINCIPAL)
+            .await
+    }
+
+    /// Answers an input request on behalf of `principal`, the authenticated identity of whoever
+    /// answered (`token:EVE_API_TOKEN`, `jwt:<sub>`, `basic:<user>`, `slack:<user id>`,
+    /// `anonymous`, `local`…). The principal is stored with the answer and shown in
+    /// `approval.settled` and `input.resolved` (`responderPrincipalId`).
+    pub async fn answer_input_as(
+        &self,
+        session: &str,
+        request_id: Option<&str>,
+        approve: bool,
+        reason: Option<String>,
+        principal: &str,
+    ) -> RuntimeResult<InputRequestRecord> {
         self.require_session(session).await?;
         let pending = self.inner.store.input_requests(session, true).await?;
         // A request of a subagent's session, answered on an ancestor (the root's stream shows it).
         if let Some(answered) = self
-            .answer_for_descendant(session, request_id, &pending, approve, reason.clone())
+            .answer_for_descendant(
+                session,
+                request_id,
+                &pending,
+                approve,
+                reason.clone(),
+                principal,
+            )
             .await?
         {
             return Ok(answered);
@@ -126,6 +152,7 @@ impl Runtime {
         };
         request.reason = reason.filter(|r| !r.trim().is_empty());
         request.answered_at = Some(now_ms());
+        request.responder = Some(principal.to_owned());
         let mut batch = Batch::durable();
         batch.push(Op::PutInputRequest(request.clone()));
         let calls_now = self

@@ -155,6 +155,20 @@ impl Discord {
         let key = format!("{guild}:{channel}");
         let session = session::session_id("discord", &ctx.channel.name, &key);
         let runtime = &ctx.app.runtime;
+        // `/… approve` or `deny` in a channel waiting for approval answers it, as this user
+        // (`member.user` in a guild, `user` in a direct message).
+        if let Some(user) = s("/member/user/id").or_else(|| s("/user/id")) {
+            let principal = format!("discord:{user}");
+            if let Some(answered) =
+                session::answer_approval(runtime, &session, &text, &principal).await?
+            {
+                return Ok(Json(json!({
+                    "type": 4,
+                    "data": {"content": format!("Answered {answered} approval request(s).")},
+                }))
+                .into_response());
+            }
+        }
         let reply = self.reply(
             ctx.outbound,
             application_id.to_owned(),

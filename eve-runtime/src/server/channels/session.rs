@@ -42,6 +42,53 @@ pub fn session_id(kind: &str, channel: &str, key: &str) -> String {
     format!("wrun_{kind}_{}", &digest[..26])
 }
 
+/// An approval answered from a platform: `approve` or `deny [reason]` (or `approve <request id>`)
+/// sent in a conversation whose session waits for approval. The answer is recorded as given by
+/// `principal` (`slack:<user id>`, `discord:<user id>`, `telegram:<user id>`). `None` when the text
+/// is not an answer or nothing is pending (it is then an ordinary message); otherwise the number
+/// of requests answered.
+pub async fn answer_approval(
+    runtime: &Runtime,
+    session: &str,
+    text: &str,
+    principal: &str,
+) -> Result<Option<usize>, ApiError> {
+    let mut words = text.split_whitespace();
+    let approve = match words.next().map(str::to_ascii_lowercase).as_deref() {
+        Some("approve" | "approved" | "yes") => true,
+        Some("deny" | "denied" | "no") => false,
+        _ => return Ok(None),
+    };
+    let rest: Vec<&str> = words.collect();
+    if runtime.session(session).await?.is_none() {
+        return Ok(None);
+    }
+    let pending = runtime.pending_inputs(session).await?;
+    if pending.is_empty() {
+        return Ok(None);
+    }
+    // `approve apr_…` names one request; otherwise every pending one (those the thread was shown).
+    let named = rest
+        .first()
+        .and_then(|w| pending.iter().find(|r| r.id == *w).map(|r| r.id.clone()));
+    let reason_words = if named.is_some() {
+        &rest[1..]
+    } else {
+        &rest[..]
+    };
+    let reason = Some(reason_words.join(" ")).filter(|r| !r.is_empty());
+    let ids: Vec<String> = match named {
+        Some(id) => vec![id],
+        None => pending.iter().map(|r| r.id.clone()).collect(),
+    };
+    for id in &ids {
+        runtime
+            .answer_input_as(session, Some(id), approve, reason.clone(), principal)
+            .await?;
+    }
+    Ok(Some(ids.len()))
+}
+
 /// A message durably accepted into a session.
 #[derive(Debug, Clone)]
 pub struct Accepted {
@@ -181,7 +228,8 @@ impl Outgoing {
                 for p in pending {
                     lines.push(format!(
                         "The call to `{}` awaits approval. Approve it with `eve sessions approve \
-                         {session} {}` (or `eve sessions deny {session} {}`), or answer through \
+                         {session} {}` (or `eve sessions deny {session} {}`), reply `approve` or \
+                         `deny` here, or answer through \
                          the session API: `POST /eve/v1/session/{session}` with \
                          `{{\"inputResponses\": [{{\"requestId\": \"{}\", \"optionId\": \
                          \"approve\"}}]}}`.",

@@ -145,6 +145,21 @@ impl Slack {
             return Ok(ignored("already accepted"));
         }
         let runtime = &ctx.app.runtime;
+        // `approve` / `deny` in a thread waiting for approval answers it, as this Slack user.
+        let principal = format!("slack:{}", message.user);
+        match session::answer_approval(runtime, &message.session, &message.text, &principal).await {
+            Ok(Some(answered)) => {
+                return Ok(Json(json!({
+                    "ok": true, "sessionId": message.session, "answered": answered,
+                }))
+                .into_response());
+            }
+            Ok(None) => {}
+            Err(e) => {
+                seen.release(event_id);
+                return Err(e.into());
+            }
+        }
         let reply = self.reply(ctx.outbound, message.channel, message.thread_ts);
         let incoming = Incoming {
             delivery: Some(event_id),
@@ -255,6 +270,7 @@ impl Slack {
         }
         Ok(Some(Message {
             session,
+            user: user.unwrap_or_default(),
             channel,
             thread_ts,
             text,
@@ -265,6 +281,8 @@ impl Slack {
 /// A message for the agent.
 struct Message {
     session: String,
+    /// The Slack user id of the sender.
+    user: String,
     channel: String,
     thread_ts: String,
     text: String,

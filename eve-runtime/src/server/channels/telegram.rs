@@ -125,6 +125,26 @@ impl Telegram {
         };
         let session = session::session_id("telegram", &ctx.channel.name, &key);
         let runtime = &ctx.app.runtime;
+        // `approve` / `deny` in a chat waiting for approval answers it, as this Telegram user.
+        if let Some(user) = message.pointer("/from/id").filter(|v| !v.is_null()) {
+            let user = user
+                .as_str()
+                .map_or_else(|| user.to_string(), str::to_owned);
+            let principal = format!("telegram:{user}");
+            match session::answer_approval(runtime, &session, text.trim(), &principal).await {
+                Ok(Some(answered)) => {
+                    return Ok(Json(json!({
+                        "ok": true, "sessionId": session, "answered": answered,
+                    }))
+                    .into_response());
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    seen.release(&update_id);
+                    return Err(e.into());
+                }
+            }
+        }
         let reply = self.reply(ctx.outbound, chat_id.clone(), thread, message_id);
         let incoming = Incoming {
             delivery: Some(&update_id),

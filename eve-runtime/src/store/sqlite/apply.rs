@@ -195,9 +195,10 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
             Op::PutInputRequest(r) => {
                 conn.prepare_cached(&format!(
                     "INSERT INTO input_requests ({REQUEST_COLS}) VALUES \
-                     (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13) \
+                     (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14) \
                      ON CONFLICT(id) DO UPDATE SET status=excluded.status, \
                      reason=excluded.reason, answered_at=excluded.answered_at, \
+                     responder=excluded.responder, \
                      prompt=excluded.prompt, action=excluded.action"
                 ))?
                 .execute(params![
@@ -214,6 +215,7 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                     r.reason,
                     r.created_at,
                     r.answered_at,
+                    r.responder,
                 ])?;
             }
             Op::PutBreaker(b) => {

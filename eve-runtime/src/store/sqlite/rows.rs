@@ -129,7 +129,7 @@ pub(super) fn call_from_row(
 }
 
 pub(super) const REQUEST_COLS: &str = "id, session_id, turn_seq, step_index, call_id, tool_name, kind, prompt, \
-    action, status, reason, created_at, answered_at";
+    action, status, reason, created_at, answered_at, responder";
 
 pub(super) fn request_from_row(
     row: &rusqlite::Row<'_>,
@@ -151,6 +151,7 @@ pub(super) fn request_from_row(
             reason: row.get(10)?,
             created_at: row.get(11)?,
             answered_at: row.get(12)?,
+            responder: row.get(13)?,
         })
     };
     Ok(build())

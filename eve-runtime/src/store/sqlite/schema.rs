@@ -303,4 +303,9 @@ CREATE TABLE channel_replies (
 CREATE INDEX channel_replies_owed ON channel_replies(created_at) WHERE done = 0;
 CREATE INDEX channel_replies_done ON channel_replies(updated_at) WHERE done = 1;
 "#,
+    // 4 → 5: who answered an input request (the authenticated principal), kept with the answer
+    // so `approval.settled` and an audit of the store agree.
+    r#"
+ALTER TABLE input_requests ADD COLUMN responder TEXT;
+"#,
 ];
