@@ -73,10 +73,21 @@ fn root(p: &TestProject) -> &Path {
 #[tokio::test]
 async fn the_servers_environment_is_out_of_reach_through_proc() {
     // Cargo gives the test process (the "server") CARGO_MANIFEST_DIR; no tool is given it.
-    let cmd = "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c '^CARGO_MANIFEST_DIR=' || true";
+    let cmd =
+        "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c '^CARGO_MANIFEST_DIR=' || true";
     let (iso, host, _a, _b) = both(cmd).await;
-    assert_eq!(iso.text.trim(), "0", "isolated saw the server's environment: {}", iso.text);
-    assert_ne!(host.text.trim(), "0", "the host run must see it: {}", host.text);
+    assert_eq!(
+        iso.text.trim(),
+        "0",
+        "isolated saw the server's environment: {}",
+        iso.text
+    );
+    assert_ne!(
+        host.text.trim(),
+        "0",
+        "the host run must see it: {}",
+        host.text
+    );
 }
 
 #[tokio::test]
@@ -90,7 +101,10 @@ async fn etc_shadow_is_not_readable() {
 async fn the_store_other_workspaces_and_the_agent_folder_are_absent() {
     for (label, rel) in [
         ("store", ".eve/eve.db"),
-        ("another session's workspace", ".eve/sandboxes/wrun_other/secret.txt"),
+        (
+            "another session's workspace",
+            ".eve/sandboxes/wrun_other/secret.txt",
+        ),
         ("the agent folder", "agent/instructions.md"),
     ] {
         let iso = TestProject::new();
@@ -106,9 +120,14 @@ async fn the_store_other_workspaces_and_the_agent_folder_are_absent() {
         let cmd = |p: &TestProject| format!("head -c 15 '{}'", root(p).join(rel).display());
         let a = bash(&iso, Provider::Isolated, &cmd(&iso)).await;
         let b = bash(&host, Provider::Host, &cmd(&host)).await;
-        let secret = |s: &Seen| s.text.contains("SECRET-CONTENT") || s.text.contains("SQLite format");
+        let secret =
+            |s: &Seen| s.text.contains("SECRET-CONTENT") || s.text.contains("SQLite format");
         assert!(!secret(&a), "{label}: isolated read it: {}", a.text);
-        assert!(a.is_error, "{label}: the model is told the read failed: {}", a.text);
+        assert!(
+            a.is_error,
+            "{label}: the model is told the read failed: {}",
+            a.text
+        );
         assert!(secret(&b), "{label}: the host run must read it: {}", b.text);
     }
 }
@@ -134,24 +153,35 @@ async fn writes_outside_the_workspace_fail_by_every_route() {
             root(p).join("pwned").exists()
                 || std::fs::read_to_string(root(p).join("victim")).unwrap() != "original\n"
         };
-        assert!(!touched(&iso), "{label}: isolated wrote outside: {}", a.text);
+        assert!(
+            !touched(&iso),
+            "{label}: isolated wrote outside: {}",
+            a.text
+        );
         assert!(a.is_error, "{label}: the model is told: {}", a.text);
-        assert!(touched(&host), "{label}: the host run must write: {}", b.text);
+        assert!(
+            touched(&host),
+            "{label}: the host run must write: {}",
+            b.text
+        );
     }
 }
 
 #[tokio::test]
 async fn a_setsid_process_does_not_outlive_its_call() {
-    let cmd = "setsid sh -c 'sleep 1; echo alive > late' >/dev/null 2>&1 < /dev/null & echo started";
+    let cmd =
+        "setsid sh -c 'sleep 1; echo alive > late' >/dev/null 2>&1 < /dev/null & echo started";
     let (iso, host, a, b) = both(cmd).await;
     assert!(iso.text.contains("started") && host.text.contains("started"));
-    let late = |p: &TestProject, s: &Seen| {
-        p.state_dir.join("sandboxes").join(&s.session).join("late")
-    };
+    let late =
+        |p: &TestProject, s: &Seen| p.state_dir.join("sandboxes").join(&s.session).join("late");
     let _ = (&b, &host);
     // The daemon writes after about a second; give it three.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(!late(&a, &iso).exists(), "the isolated daemon outlived its call");
+    assert!(
+        !late(&a, &iso).exists(),
+        "the isolated daemon outlived its call"
+    );
 }
 
 /// A TCP server on loopback answering every connection with a tiny HTTP 200.
@@ -192,8 +222,14 @@ async fn eves_own_api_is_refused_even_with_network_all_or_listed() {
         return;
     }
     let (addr, _server) = http_server();
-    let cmd = format!("curl -sS --max-time 10 http://127.0.0.1:{}/eve/v1/health", addr.port());
-    for network in [Network::All, Network::Allow(vec![format!("127.0.0.1:{}", addr.port())])] {
+    let cmd = format!(
+        "curl -sS --max-time 10 http://127.0.0.1:{}/eve/v1/health",
+        addr.port()
+    );
+    for network in [
+        Network::All,
+        Network::Allow(vec![format!("127.0.0.1:{}", addr.port())]),
+    ] {
         let p = TestProject::new();
         let mut a = agent();
         a.config.default_tools = true;
@@ -242,7 +278,8 @@ async fn an_allowlisted_loopback_server_is_reached_through_the_proxy_and_others_
     .await;
     assert_eq!(s.text.matches("reached!").count(), 1, "{}", s.text);
     assert!(
-        s.text.contains(&format!("eve egress: refused 127.0.0.1:{}", other.port())),
+        s.text
+            .contains(&format!("eve egress: refused 127.0.0.1:{}", other.port())),
         "the model is told what was refused: {}",
         s.text
     );
@@ -270,19 +307,34 @@ async fn a_build_file_cannot_be_altered_by_a_script_tool() {
             {"tool_calls": [{"name": "alter", "input": {}}]},
             {"text": "done"}
         ]));
-        (rt, p.state_dir.join("builds").join(hash).join("files/tools/alter.sh"))
+        (
+            rt,
+            p.state_dir
+                .join("builds")
+                .join(hash)
+                .join("files/tools/alter.sh"),
+        )
     };
     let iso = TestProject::new();
     let (rt, file) = run(&iso, Provider::Isolated);
     let s = seen(&rt, "go").await;
-    let altered = |f: &Path| std::fs::read_to_string(f).unwrap().lines().any(|l| l == "# altered");
+    let altered = |f: &Path| {
+        std::fs::read_to_string(f)
+            .unwrap()
+            .lines()
+            .any(|l| l == "# altered")
+    };
     assert!(!altered(&file), "{}", s.text);
     assert!(s.is_error, "{}", s.text);
     let host = TestProject::new();
     let (rt, _) = run(&host, Provider::Host);
     let s = seen(&rt, "go").await;
     // Unconfined, the append succeeds (the `&&` chain reaches its last command).
-    assert!(s.text.trim().starts_with("wrote "), "the host run writes: {}", s.text);
+    assert!(
+        s.text.trim().starts_with("wrote "),
+        "the host run writes: {}",
+        s.text
+    );
     assert!(!s.is_error, "{}", s.text);
 }
 

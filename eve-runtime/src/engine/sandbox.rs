@@ -47,10 +47,16 @@ fn collect(agent: &Agent, prefix: &str, report: &mut SandboxReport) {
         note(format!("{prefix}bash"), Some(agent.bash_sandbox()));
     }
     for tool in &agent.tools {
-        note(format!("{prefix}{}", tool.name), agent.effective_sandbox(tool));
+        note(
+            format!("{prefix}{}", tool.name),
+            agent.effective_sandbox(tool),
+        );
     }
     for hook in &agent.hooks {
-        note(format!("{prefix}hook {}", hook.name), Some(agent.hook_sandbox(hook)));
+        note(
+            format!("{prefix}hook {}", hook.name),
+            Some(agent.hook_sandbox(hook)),
+        );
     }
     for connection in &agent.connections {
         note(

@@ -87,9 +87,8 @@ impl IsolatedSandbox {
         if dir.join(&name).as_os_str().len() > 100 {
             dir = std::env::temp_dir().join(format!("eve-run-{}", nix::unistd::geteuid()));
         }
-        create_private_dir(&dir).map_err(|e| {
-            ExecError::Egress(format!("cannot create {}: {e}", dir.display()))
-        })?;
+        create_private_dir(&dir)
+            .map_err(|e| ExecError::Egress(format!("cannot create {}: {e}", dir.display())))?;
         let socket = dir.join(name);
         let mut config = EgressConfig::new(policy);
         config.own_listeners = self.own_listeners();
@@ -136,7 +135,10 @@ impl Sandbox for IsolatedSandbox {
             .filter(|h| h.is_absolute() && h != Path::new("/"));
         let mut read_only = spec.read_only.clone();
         if let Some(home) = &home {
-            read_only.extend(isolate::default_read_only(var(crate::env_vars::PATH).unwrap_or(""), home));
+            read_only.extend(isolate::default_read_only(
+                var(crate::env_vars::PATH).unwrap_or(""),
+                home,
+            ));
         }
         read_only.sort();
         read_only.dedup();
@@ -219,8 +221,9 @@ impl Sandbox for IsolatedSandbox {
                 }
             }
         }
-        let std_command = isolate::command(&self.config.helper, &policy, launch.program, launch.args)
-            .map_err(|e| ExecError::Policy(e.to_string()))?;
+        let std_command =
+            isolate::command(&self.config.helper, &policy, launch.program, launch.args)
+                .map_err(|e| ExecError::Policy(e.to_string()))?;
         let mut command = tokio::process::Command::from(std_command);
         command
             .env_clear()

@@ -185,7 +185,10 @@ async fn start_stdio(
         }
     }
     for (key, value) in vars {
-        process_env.push((key.clone(), expand_env(value, env, name, &format!("env {key}"))?));
+        process_env.push((
+            key.clone(),
+            expand_env(value, env, name, &format!("env {key}"))?,
+        ));
     }
     let resolved = resolve_program(&program, workdir);
     let program_text = resolved.to_string_lossy().into_owned();

@@ -21,10 +21,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::error::ToolError;
-use crate::exec::{Confinement, Executor, Launch, Prepared};
 use super::template::expand_env;
 use super::{Refused, ToolContext, ToolResult, effective_limit, effective_timeout, millis};
 use crate::env_vars;
+use crate::exec::{Confinement, Executor, Launch, Prepared};
 
 /// `PATH` when the lookup has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";

@@ -362,9 +362,9 @@ impl TurnDriver<'_> {
             targets::Target::Dynamic(_, provider) => agent.effective_sandbox(provider),
             _ => None,
         };
-        let confinement =
-            self.rt
-                .confinement(agent, effective, Some(&workspace), Some(&agent_dir));
+        let confinement = self
+            .rt
+            .confinement(agent, effective, Some(&workspace), Some(&agent_dir));
         let ctx = ToolContext {
             session_id: self.session.id.clone(),
             call_id: call.call_id.clone(),
