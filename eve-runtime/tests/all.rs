@@ -10,6 +10,7 @@ mod engine_bench;
 mod engine_resume;
 mod engine_store;
 mod engine_support;
+mod integrity;
 mod mcp;
 mod model;
 mod schedule;

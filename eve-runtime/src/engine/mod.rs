@@ -19,6 +19,7 @@ mod error;
 pub mod events;
 mod follow;
 mod hooks;
+pub mod integrity;
 mod limits;
 mod models;
 mod replies;
@@ -238,7 +239,7 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> Self {
         let host = hostname();
         let holder = format!("{host}:{}:{}", std::process::id(), ulid::Ulid::new());
-        Self {
+        let rt = Self {
             inner: Arc::new(Inner {
                 store: config.store.clone(),
                 builds: BuildStore::new(config.state_dir.clone()),
@@ -254,7 +255,9 @@ impl Runtime {
                 following: replies::Following::default(),
                 http: crate::tools::HttpClient::new(),
             }),
-        }
+        };
+        integrity::register(&rt);
+        rt
     }
 
     /// The store.
