@@ -444,13 +444,13 @@ fn same_file(old: &Path, e: &Entry) -> bool {
 
 /// Permission bits of a file.
 #[cfg(unix)]
-pub(crate) fn mode_of(meta: &std::fs::Metadata) -> u32 {
+pub fn mode_of(meta: &std::fs::Metadata) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     meta.permissions().mode() & 0o7777
 }
 
 #[cfg(not(unix))]
-pub(crate) fn mode_of(_: &std::fs::Metadata) -> u32 {
+pub fn mode_of(_: &std::fs::Metadata) -> u32 {
     0o644
 }
 
