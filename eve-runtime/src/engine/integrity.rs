@@ -191,8 +191,8 @@ fn absolute(path: &Path) -> PathBuf {
 
 /// The digests of the build in `build_dir`, from its `manifest.json` (read once per process).
 pub(crate) fn digests_on_disk(build_dir: &Path) -> Option<Arc<BTreeMap<String, FileDigest>>> {
-    static READ: Mutex<Option<HashMap<PathBuf, Arc<BTreeMap<String, FileDigest>>>>> =
-        Mutex::new(None);
+    type Digests = Arc<BTreeMap<String, FileDigest>>;
+    static READ: Mutex<Option<HashMap<PathBuf, Digests>>> = Mutex::new(None);
     let mut read = READ.lock().unwrap_or_else(PoisonError::into_inner);
     let read = read.get_or_insert_with(HashMap::new);
     if let Some(d) = read.get(build_dir) {
