@@ -11,7 +11,9 @@
 //! Format (little-endian): `EVEPACK1`, a `u32` entry count, per entry a `u32` path length, the
 //! UTF-8 path (relative, `/`-separated), a `u32` mode and a `u64` size; then every entry's bytes
 //! in the same order. Nothing in it is trusted when read back: paths that leave the folder, sizes
-//! past the end, or a truncated file are errors.
+//! past the end, or a truncated file are errors. [`unpack_verified`] also checks every file against
+//! the SHA-256 the manifest records, before writing and after, and replaces a `files/` whose
+//! contents no longer match with a fresh copy.
 
 use std::collections::BTreeMap;
 use std::io::Write;
