@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use eve_discover::{Diagnostic, FsSource};
 
 use crate::compile::{Options, Output, compile};
-use crate::manifest::Manifest;
+use crate::manifest::{FileDigest, Manifest};
 use crate::pack;
 use crate::project::Project;
 
@@ -97,7 +97,7 @@ pub fn check(project: &Project) -> Result<Output, BuildError> {
 /// `eve build`: check, then write the artifact and point `.eve/current` at it when there are no errors.
 pub fn build(project: &Project) -> Result<Built, BuildError> {
     let start = Instant::now();
-    let output = check(project)?;
+    let mut output = check(project)?;
     if output.error_count() > 0 {
         return Ok(Built {
             output,
@@ -107,7 +107,7 @@ pub fn build(project: &Project) -> Result<Built, BuildError> {
             elapsed: start.elapsed(),
         });
     }
-    let (hash, dir, reused) = write(project, &output)?;
+    let (hash, dir, reused) = write_recorded(project, &mut output)?;
     Ok(Built {
         output,
         hash: Some(hash),
@@ -152,6 +152,22 @@ fn read_files<'a>(agent_dir: &Path, files: &'a [String]) -> Result<Vec<FileData<
         .collect()
 }
 
+/// The manifest's record of every file the pack carries: what the runtime checks before running one.
+fn digests(files: &[FileData<'_>]) -> std::collections::BTreeMap<String, FileDigest> {
+    files
+        .iter()
+        .map(|f| {
+            (
+                f.rel.to_owned(),
+                FileDigest {
+                    sha256: hex::encode(Sha256::digest(&f.bytes)),
+                    mode: f.mode,
+                },
+            )
+        })
+        .collect()
+}
+
 fn hash_of(manifest_json: &[u8], files: &[FileData<'_>]) -> String {
     let mut h = Sha256::new();
     h.update(b"eve-build-v1\0");
@@ -169,10 +185,22 @@ fn hash_of(manifest_json: &[u8], files: &[FileData<'_>]) -> String {
 }
 
 /// Writes a successful build and points `.eve/current` at it. Returns (hash, folder, reused).
+/// The manifest written records every runtime file's digest (`files`), as
+/// [`write_recorded`] also leaves in the output.
 pub fn write(project: &Project, output: &Output) -> Result<(String, PathBuf, bool), BuildError> {
-    let manifest_json = to_json(&output.manifest);
+    write_recorded(project, &mut output.clone())
+}
+
+/// [`write`], recording the runtime files' digests in `output.manifest.files` too, so the
+/// output's manifest is the one written.
+pub fn write_recorded(
+    project: &Project,
+    output: &mut Output,
+) -> Result<(String, PathBuf, bool), BuildError> {
     let files = runtime_files(&project.agent_dir, &output.files);
     let data = read_files(&project.agent_dir, &files)?;
+    output.manifest.files = digests(&data);
+    let manifest_json = to_json(&output.manifest);
     let hash = hash_of(manifest_json.as_bytes(), &data);
     let builds = project.builds_dir();
     std::fs::create_dir_all(&builds).map_err(io("cannot create", &builds))?;
@@ -304,9 +332,10 @@ pub struct Loaded {
 
 impl Loaded {
     /// Folder holding the agent's runtime files (`files/`), the base for tool script paths:
-    /// unpacked from the build's pack on first use.
+    /// unpacked from the build's pack on first use, and unpacked again when its contents no longer
+    /// match the manifest.
     pub fn files(&self) -> Result<PathBuf, pack::PackError> {
-        pack::unpack(&self.dir)
+        pack::unpack_verified(&self.dir, &self.manifest.files)
     }
 }
 

@@ -23,6 +23,20 @@ pub struct Manifest {
     pub eve_version: String,
     /// The root agent.
     pub agent: Agent,
+    /// Every runtime file the build carries (its pack), by path relative to the agent folder:
+    /// SHA-256 and permission bits. The runtime checks a file against it before running it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, FileDigest>,
+}
+
+/// What a build file must hash to, recorded at `eve build`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileDigest {
+    /// SHA-256 of the contents, lowercase hex.
+    pub sha256: String,
+    /// Permission bits.
+    pub mode: u32,
 }
 
 /// One agent: the root, or a subagent (which has the same shape and nests).

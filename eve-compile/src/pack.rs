@@ -11,10 +11,15 @@
 //! Format (little-endian): `EVEPACK1`, a `u32` entry count, per entry a `u32` path length, the
 //! UTF-8 path (relative, `/`-separated), a `u32` mode and a `u64` size; then every entry's bytes
 //! in the same order. Nothing in it is trusted when read back: paths that leave the folder, sizes
-//! past the end, or a truncated file are errors.
+//! past the end, or a truncated file are errors. [`unpack_verified`] also checks every file against
+//! the SHA-256 the manifest records, before writing and after, and replaces a `files/` whose
+//! contents no longer match with a fresh copy.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
+
+use crate::manifest::FileDigest;
 
 /// File name of the pack inside a build folder.
 pub const PACK: &str = "files.pack";
@@ -188,6 +193,164 @@ pub fn unpack(build_dir: &Path) -> Result<PathBuf, PackError> {
     }
 }
 
+/// The unpacked runtime files of the build in `build_dir`, checked against `expected` (the
+/// manifest's [`FileDigest`]s): a `files/` whose contents no longer match (a file altered, replaced,
+/// removed or made a symlink after the build) is replaced by a fresh copy from the pack, and a pack
+/// that does not match is an error, never unpacked. Builds whose manifest records no digests
+/// (written before they existed) are unpacked as [`unpack`] does.
+pub fn unpack_verified(
+    build_dir: &Path,
+    expected: &BTreeMap<String, FileDigest>,
+) -> Result<PathBuf, PackError> {
+    if expected.is_empty() {
+        return unpack(build_dir);
+    }
+    let files = build_dir.join(FILES);
+    if files.is_dir() && altered(&files, expected).is_empty() {
+        return Ok(files);
+    }
+    restore(build_dir, expected)
+}
+
+/// The paths of `expected` whose file under `files` is missing, is not a regular file (a symlink
+/// counts as altered), or differs in contents or permission bits.
+pub fn altered(files: &Path, expected: &BTreeMap<String, FileDigest>) -> Vec<String> {
+    expected
+        .iter()
+        .filter(|(rel, want)| !matches_digest(&files.join(rel), want))
+        .map(|(rel, _)| rel.clone())
+        .collect()
+}
+
+/// Whether the file at `path` (not followed if a symlink) has the contents and mode of `want`.
+pub fn matches_digest(path: &Path, want: &FileDigest) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    meta.is_file()
+        && mode_of(&meta) == want.mode
+        && file_sha256(path).is_ok_and(|sha| sha == want.sha256)
+}
+
+/// SHA-256 (lowercase hex) of a file's contents, read in chunks.
+pub fn file_sha256(path: &Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = std::io::Read::read(&mut file, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(buf.get(..n).unwrap_or_default());
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// Unpacks the pack afresh (checking every entry against `expected` before writing it, and every
+/// written file after) and puts it in place of `files/`, whatever that holds now. The swap is two
+/// renames: a reader in between finds no `files/` and unpacks it itself.
+pub fn restore(
+    build_dir: &Path,
+    expected: &BTreeMap<String, FileDigest>,
+) -> Result<PathBuf, PackError> {
+    use sha2::Digest;
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let files = build_dir.join(FILES);
+    // Another caller may have restored it while this one waited.
+    if files.is_dir() && altered(&files, expected).is_empty() {
+        return Ok(files);
+    }
+    let pack = build_dir.join(PACK);
+    let entries = match std::fs::read(&pack) {
+        Ok(data) => decode(&data, &pack)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(source) => {
+            return Err(PackError::Io {
+                what: "cannot read",
+                path: pack,
+                source,
+            });
+        }
+    };
+    let damaged = |why: String| PackError::Damaged {
+        path: pack.clone(),
+        why,
+    };
+    for e in &entries {
+        match expected.get(&e.path) {
+            Some(want)
+                if want.mode == e.mode
+                    && hex::encode(sha2::Sha256::digest(&e.bytes)) == want.sha256 => {}
+            Some(_) => {
+                return Err(damaged(format!(
+                    "its copy of `{}` is not the one the manifest records",
+                    e.path
+                )));
+            }
+            None => {
+                return Err(damaged(format!(
+                    "it holds `{}`, which the manifest does not list",
+                    e.path
+                )));
+            }
+        }
+    }
+    if let Some(missing) = expected
+        .keys()
+        .find(|rel| !entries.iter().any(|e| &e.path == *rel))
+    {
+        return Err(damaged(format!(
+            "`{missing}`, listed in the manifest, is not in it"
+        )));
+    }
+    let stamp = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+    );
+    let staging = build_dir.join(format!(".files-{stamp}"));
+    let donor = donor(build_dir);
+    let written =
+        write_entries(&staging, &entries, donor.as_deref()).and_then(|()| {
+            match altered(&staging, expected).first() {
+                None => Ok(()),
+                Some(rel) => Err(PackError::Damaged {
+                    path: staging.join(rel),
+                    why: "it changed while being unpacked".to_owned(),
+                }),
+            }
+        });
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(e);
+    }
+    let stale = build_dir.join(format!(".files-stale-{stamp}"));
+    let moved_aside = files.exists() && std::fs::rename(&files, &stale).is_ok();
+    let placed = rename(&staging, &files);
+    if moved_aside {
+        let _ = std::fs::remove_dir_all(&stale);
+    }
+    match placed {
+        Ok(()) => Ok(files),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            // Another process put a fresh copy in place first.
+            if files.is_dir() && altered(&files, expected).is_empty() {
+                Ok(files)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
 fn rename(from: &Path, to: &Path) -> Result<(), PackError> {
     std::fs::rename(from, to).map_err(|source| PackError::Io {
         what: "cannot move into place",
@@ -283,13 +446,13 @@ fn same_file(old: &Path, e: &Entry) -> bool {
 
 /// Permission bits of a file.
 #[cfg(unix)]
-pub(crate) fn mode_of(meta: &std::fs::Metadata) -> u32 {
+pub fn mode_of(meta: &std::fs::Metadata) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     meta.permissions().mode() & 0o7777
 }
 
 #[cfg(not(unix))]
-pub(crate) fn mode_of(_: &std::fs::Metadata) -> u32 {
+pub fn mode_of(_: &std::fs::Metadata) -> u32 {
     0o644
 }
 
@@ -321,6 +484,49 @@ mod tests {
         assert_eq!(back[0].mode, 0o755);
         assert_eq!(back[0].bytes, b"#!/bin/sh\necho hi\n");
         assert_eq!(back[1].bytes, b"");
+    }
+
+    #[test]
+    fn altered_files_are_restored_and_altered_packs_refused() {
+        use sha2::Digest;
+        let dir = tempfile::tempdir().unwrap();
+        let build = dir.path().join("builds").join("h1");
+        std::fs::create_dir_all(&build).unwrap();
+        let body = b"#!/bin/sh\necho hi\n".as_slice();
+        std::fs::write(build.join(PACK), encode([("tools/a.sh", 0o755, body)])).unwrap();
+        let expected: BTreeMap<String, FileDigest> = [(
+            "tools/a.sh".to_owned(),
+            FileDigest {
+                sha256: hex::encode(sha2::Sha256::digest(body)),
+                mode: 0o755,
+            },
+        )]
+        .into();
+        let files = unpack_verified(&build, &expected).unwrap();
+        let script = files.join("tools/a.sh");
+        assert_eq!(std::fs::read(&script).unwrap(), body);
+        assert!(altered(&files, &expected).is_empty());
+
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&script)
+            .unwrap();
+        f.write_all(b"touch /tmp/owned\n").unwrap();
+        drop(f);
+        assert_eq!(altered(&files, &expected), ["tools/a.sh"]);
+        let files = unpack_verified(&build, &expected).unwrap();
+        assert_eq!(std::fs::read(files.join("tools/a.sh")).unwrap(), body);
+
+        // A pack whose copy differs from the manifest is never unpacked.
+        std::fs::write(
+            build.join(PACK),
+            encode([("tools/a.sh", 0o755, b"echo evil\n".as_slice())]),
+        )
+        .unwrap();
+        std::fs::remove_dir_all(&files).unwrap();
+        let err = unpack_verified(&build, &expected).unwrap_err().to_string();
+        assert!(err.contains("is not the one the manifest records"), "{err}");
+        assert!(!build.join(FILES).exists());
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod engine_resume;
 mod engine_store;
 mod engine_support;
 mod escape;
+mod integrity;
 mod mcp;
 mod model;
 mod schedule;

@@ -412,6 +412,7 @@ async fn the_system_prompt_lists_skills_that_are_not_deferred() {
         version: eve_compile::MANIFEST_VERSION,
         eve_version: "t".into(),
         agent: a,
+        files: Default::default(),
     };
     let prompt = eve_runtime::engine::system_prompt(&manifest);
     assert!(prompt.starts_with("You are a test agent."));

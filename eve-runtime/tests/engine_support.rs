@@ -48,6 +48,7 @@ impl TestProject {
             version: MANIFEST_VERSION,
             eve_version: "test".to_owned(),
             agent: agent.clone(),
+            files: Default::default(),
         };
         let json = serde_json::to_string_pretty(&manifest).unwrap();
         let mut hasher = std::collections::hash_map::DefaultHasher::new();

@@ -88,6 +88,7 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
             version: MANIFEST_VERSION,
             eve_version: env!("CARGO_PKG_VERSION").to_owned(),
             agent,
+            files: Default::default(),
         },
         diagnostics,
         files: c.files.into_iter().collect(),

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use eve_compile::{Agent, Manifest, Tool};
+use eve_compile::{Agent, Manifest, Skill, Tool};
 
 use super::error::{RuntimeError, RuntimeResult};
 use crate::mcp::{CALL_TOOL, SEARCH_TOOLS};
@@ -83,7 +83,9 @@ impl LoadedBuild {
         if !agent.skills.is_empty() {
             specs.push(load_skill_spec());
         }
-        let system_prompt = system_prompt(&manifest);
+        let files = std::path::absolute(dir.join(eve_compile::pack::FILES))
+            .unwrap_or_else(|_| dir.join(eve_compile::pack::FILES));
+        let system_prompt = system_prompt_with_files(&manifest, Some(&files));
         Self {
             hash,
             dir,
@@ -121,7 +123,35 @@ impl LoadedBuild {
     /// Folder holding the agent's files (`files/` of the build): scripts, seeds. Unpacked from
     /// the build's pack the first time anything asks.
     pub fn files(&self) -> RuntimeResult<PathBuf> {
-        unpack(&self.hash, &self.dir)
+        super::integrity::files_verified(&self.dir, &self.manifest.files).map_err(|e| {
+            RuntimeError::Build {
+                what: self.hash.clone(),
+                message: e.to_string(),
+            }
+        })
+    }
+
+    /// Whether a skill of this agent or of a subagent is packaged with other files, which tools
+    /// read from the build's `files/` (so it is unpacked before a session's first turn).
+    pub fn has_skill_files(&self) -> bool {
+        fn any(agent: &Agent) -> bool {
+            agent.skills.iter().any(|s| !s.files.is_empty()) || agent.subagents.iter().any(any)
+        }
+        any(&self.manifest.agent)
+    }
+
+    /// What `load_skill` returns: the skill's body, then where its other files are.
+    pub fn skill_text(&self, skill: &Skill) -> String {
+        match skill_files_note(skill, &self.files_path()) {
+            Some(note) => format!("{}\n\n{note}", skill.body.trim_end()),
+            None => skill.body.clone(),
+        }
+    }
+
+    /// Absolute path of the build's `files/` (unpacked or not).
+    pub fn files_path(&self) -> PathBuf {
+        let files = self.dir.join(eve_compile::pack::FILES);
+        std::path::absolute(&files).unwrap_or(files)
     }
 
     /// A tool by name.
@@ -150,9 +180,55 @@ fn load_skill_spec() -> ToolSpec {
     }
 }
 
+/// How many of a skill's files the system prompt and `load_skill` name.
+const LISTED_SKILL_FILES: usize = 20;
+
+/// Where a packaged skill's other files are, for the model: `Files of this skill are in
+/// <files>/skills/review/: references/x.md, …` (up to [`LISTED_SKILL_FILES`], then "and N more").
+/// `None` for a skill without other files.
+pub fn skill_files_note(skill: &Skill, files: &Path) -> Option<String> {
+    if skill.files.is_empty() {
+        return None;
+    }
+    let folder = Path::new(&skill.source)
+        .parent()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let prefix = if folder.is_empty() {
+        String::new()
+    } else {
+        format!("{folder}/")
+    };
+    let names: Vec<&str> = skill
+        .files
+        .iter()
+        .map(|f| f.strip_prefix(&prefix).unwrap_or(f))
+        .collect();
+    let mut list = names
+        .iter()
+        .take(LISTED_SKILL_FILES)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > LISTED_SKILL_FILES {
+        list.push_str(&format!(", and {} more", names.len() - LISTED_SKILL_FILES));
+    }
+    let dir = files.join(&folder);
+    Some(format!(
+        "Files of this skill are in {}/: {list} (read-only; read them with `read_file` at that path).",
+        dir.display()
+    ))
+}
+
 /// Instructions, then a block listing the skills that are not deferred, then one naming the
 /// deferred tools (each with the first line of its description).
 pub fn system_prompt(manifest: &Manifest) -> String {
+    system_prompt_with_files(manifest, None)
+}
+
+/// [`system_prompt`], with each packaged skill's folder under `files` (the build's absolute
+/// `files/`) and its files named.
+pub fn system_prompt_with_files(manifest: &Manifest, files: Option<&Path>) -> String {
     let agent = &manifest.agent;
     let mut prompt = agent.instructions.trim_end().to_owned();
     let listed: Vec<_> = agent.skills.iter().filter(|s| !s.deferred).collect();
@@ -163,6 +239,9 @@ pub fn system_prompt(manifest: &Manifest) -> String {
         );
         for skill in listed {
             prompt.push_str(&format!("- {}: {}\n", skill.name, skill.description.trim()));
+            if let Some(note) = files.and_then(|f| skill_files_note(skill, f)) {
+                prompt.push_str(&format!("  {note}\n"));
+            }
         }
     }
     // Dynamic tool providers are never offered, deferred or not.
@@ -224,6 +303,12 @@ impl BuildStore {
         }
         let (hash, dir, manifest) = load_build(&self.state_dir, Some(hash))?;
         let build = Arc::new(LoadedBuild::new(hash.clone(), dir, manifest));
+        // Skill files are read at the path the system prompt states, from the first turn on.
+        if build.has_skill_files()
+            && let Err(e) = build.files()
+        {
+            tracing::warn!(build = %hash, error = %e, "cannot unpack the build's skill files");
+        }
         if build.observe_hooks {
             self.hooks_seen
                 .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -313,8 +398,10 @@ fn current_hash(state_dir: &Path) -> RuntimeResult<String> {
 /// Reads `<state_dir>/builds/<hash>/manifest.json` (the current build when `hash` is `None`).
 /// Returns the hash, the build folder and the manifest.
 /// The unpacked files of build `hash` in `dir`.
+/// Checked against the manifest's digests like [`LoadedBuild::files`].
 pub(crate) fn unpack(hash: &str, dir: &Path) -> RuntimeResult<PathBuf> {
-    eve_compile::pack::unpack(dir).map_err(|e| RuntimeError::Build {
+    let digests = super::integrity::digests_on_disk(dir).unwrap_or_default();
+    super::integrity::files_verified(dir, &digests).map_err(|e| RuntimeError::Build {
         what: hash.to_owned(),
         message: e.to_string(),
     })

@@ -19,6 +19,7 @@ mod error;
 pub mod events;
 mod follow;
 mod hooks;
+pub mod integrity;
 mod limits;
 mod models;
 mod replies;
@@ -251,7 +252,7 @@ impl Runtime {
             helper: config.sandbox_helper.clone(),
             run_dir: config.state_dir.join("run"),
         }));
-        Self {
+        let rt = Self {
             inner: Arc::new(Inner {
                 store: config.store.clone(),
                 builds: BuildStore::new(config.state_dir.clone()),
@@ -268,7 +269,9 @@ impl Runtime {
                 http: crate::tools::HttpClient::new(),
                 exec,
             }),
-        }
+        };
+        integrity::register(&rt);
+        rt
     }
 
     /// The executor that starts this runtime's processes (tools, hooks, MCP servers).

@@ -7,7 +7,7 @@
 //! environment); it is a shell, so it is not a sandbox.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use eve_compile::{Approval, DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_MS, Effect, Runner, Tool};
@@ -155,7 +155,10 @@ pub async fn run_builtin(
             Err(e) => Err(e),
         },
         READ_FILE => match parse::<ReadInput>(input) {
-            Ok(input) => blocking(ctx, cancel, move |workspace| read_file(workspace, input)).await,
+            Ok(input) => {
+                let skills = ctx.agent_dir.join("skills");
+                blocking(ctx, cancel, move |ws| read_file(ws, &skills, input)).await
+            }
             Err(e) => Err(e),
         },
         WRITE_FILE => match parse::<WriteInput>(input) {
@@ -211,8 +214,44 @@ async fn run_bash(input: BashInput, ctx: &ToolContext, cancel: CancellationToken
     run_process(spec, &ctx.exec, cancel).await
 }
 
-fn read_file(workspace: &Path, input: ReadInput) -> Result<(Value, bool), ToolError> {
-    let path = resolve_in_workspace(workspace, &input.path)?;
+/// Where `read_file` reads `path`: in the workspace, or, given absolute as the system prompt and
+/// `load_skill` state it, under the build's `files/skills/` (packaged skills' files, read-only:
+/// `write_file` never resolves there), with no `..` and no symlink on the way.
+fn resolve_readable(workspace: &Path, skills: &Path, path: &str) -> Result<PathBuf, ToolError> {
+    let given = Path::new(path);
+    let root = std::path::absolute(skills).unwrap_or_else(|_| skills.to_path_buf());
+    let Some(rel) = given
+        .is_absolute()
+        .then(|| given.strip_prefix(&root).ok())
+        .flatten()
+    else {
+        return resolve_in_workspace(workspace, path);
+    };
+    let escape = |reason: &str| ToolError::PathEscape {
+        path: path.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let mut current = root.clone();
+    for component in rel.components() {
+        let Component::Normal(part) = component else {
+            return Err(escape("`..` leads out of the build's skill files"));
+        };
+        current.push(part);
+        if std::fs::symlink_metadata(&current).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(escape(
+                "a symlink in the build's skill files is not followed",
+            ));
+        }
+    }
+    Ok(current)
+}
+
+fn read_file(
+    workspace: &Path,
+    skills: &Path,
+    input: ReadInput,
+) -> Result<(Value, bool), ToolError> {
+    let path = resolve_readable(workspace, skills, &input.path)?;
     let io_err = |source| ToolError::Io {
         action: "could not read",
         path: input.path.clone(),

@@ -30,7 +30,9 @@ impl TurnDriver<'_> {
         if call.kind == "load-skill" {
             let name = call.input.get("name").and_then(Value::as_str).unwrap_or("");
             return Ok(match self.build.manifest.agent.skill(name) {
-                Some(skill) => Decision::Settle(CallStatus::Completed, json!(skill.body)),
+                Some(skill) => {
+                    Decision::Settle(CallStatus::Completed, json!(self.build.skill_text(skill)))
+                }
                 None => {
                     let names: Vec<&str> = self
                         .build
