@@ -151,7 +151,7 @@ impl Sandbox for IsolatedSandbox {
                 )));
             }
         }
-        let limits = spec.limits.clone();
+        let limits = spec.limits;
         let mut policy = Policy {
             read_only,
             read_write: spec.read_write.clone(),

@@ -200,7 +200,7 @@ impl Executor {
             read_only,
             read_write,
             network: effective.network.clone(),
-            limits: settings.limits.clone(),
+            limits: settings.limits,
         }))
     }
 }
