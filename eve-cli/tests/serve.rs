@@ -23,6 +23,10 @@ fn project() -> tempfile::TempDir {
     std::fs::create_dir_all(agent.join("tools")).unwrap();
     std::fs::write(agent.join("instructions.md"), "You are a test agent.\n").unwrap();
     std::fs::write(agent.join("agent.yaml"), "default_tools: false\n").unwrap();
+    // The tools log their side effects next to the project, outside any workspace: they run
+    // unconfined (the sandbox has its own tests).
+    std::fs::create_dir_all(agent.join("sandbox")).unwrap();
+    std::fs::write(agent.join("sandbox/sandbox.yaml"), "provider: host\n").unwrap();
     let tools = [
         (
             "refund_charge",

@@ -40,6 +40,9 @@ impl RunProject {
             agent.script(&format!("tools/{name}.sh"), text);
         }
         let side = agent.path("side.log");
+        // The side-effect log is outside any workspace: these tools run unconfined (the
+        // sandbox has its own tests).
+        agent.file("agent/sandbox/sandbox.yaml", "provider: host\n");
         Self {
             agent,
             side,
