@@ -82,6 +82,9 @@ fn project(api_port: u16) -> tempfile::TempDir {
     std::fs::create_dir_all(agent.join("channels")).unwrap();
     std::fs::write(agent.join("instructions.md"), "You are a test agent.\n").unwrap();
     std::fs::write(agent.join("agent.yaml"), "default_tools: false\n").unwrap();
+    // The tool logs its runs next to the project, outside the workspace: it runs unconfined.
+    std::fs::create_dir_all(agent.join("sandbox")).unwrap();
+    std::fs::write(agent.join("sandbox/sandbox.yaml"), "provider: host\n").unwrap();
     std::fs::write(
         agent.join("channels/slack.yaml"),
         format!(

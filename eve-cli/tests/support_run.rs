@@ -42,7 +42,7 @@ impl RunProject {
         let side = agent.path("side.log");
         // The side-effect log is outside any workspace: these tools run unconfined (the
         // sandbox has its own tests).
-        agent.file("agent/sandbox/sandbox.yaml", "provider: host\n");
+        agent.file("sandbox/sandbox.yaml", "provider: host\n");
         Self {
             agent,
             side,

@@ -151,6 +151,9 @@ async fn a_script_tool_altered_after_the_build_is_refused() {
     let root = p.dir.path();
     write(root, "instructions.md", "You are a test agent.\n", false);
     write(root, "agent.yaml", "default_tools: false\n", false);
+    // The tools log next to the project, outside the workspace, and the check under test is
+    // the one that guards unconfined tools: they run `host`.
+    write(root, "sandbox/sandbox.yaml", "provider: host\n", false);
     write(
         root,
         "tools/step.sh",
@@ -167,6 +170,9 @@ async fn a_run_tool_naming_an_altered_helper_is_refused() {
     let root = p.dir.path();
     write(root, "instructions.md", "You are a test agent.\n", false);
     write(root, "agent.yaml", "default_tools: false\n", false);
+    // The tools log next to the project, outside the workspace, and the check under test is
+    // the one that guards unconfined tools: they run `host`.
+    write(root, "sandbox/sandbox.yaml", "provider: host\n", false);
     write(
         root,
         "_helper.sh",
