@@ -13,6 +13,8 @@ const TOKEN: &str = "s3cret-token";
 
 fn project() -> Project {
     let project = Project::new();
+    // The tool logs outside the workspace: it runs unconfined.
+    project.file("sandbox/sandbox.yaml", "provider: host\n");
     project.tool(
         "greet",
         "description: Greet someone.\napproval: always\nenv: [GREET_LOG]",
