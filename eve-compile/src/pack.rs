@@ -162,17 +162,7 @@ pub fn unpack(build_dir: &Path) -> Result<PathBuf, PackError> {
         return Ok(files);
     }
     let pack = build_dir.join(PACK);
-    let entries = match std::fs::read(&pack) {
-        Ok(data) => decode(&data, &pack)?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(source) => {
-            return Err(PackError::Io {
-                what: "cannot read",
-                path: pack,
-                source,
-            });
-        }
-    };
+    let entries = read_entries(&pack)?;
     let staging = build_dir.join(format!(
         ".files-{}-{}",
         std::process::id(),
@@ -266,17 +256,7 @@ pub fn restore(
         return Ok(files);
     }
     let pack = build_dir.join(PACK);
-    let entries = match std::fs::read(&pack) {
-        Ok(data) => decode(&data, &pack)?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(source) => {
-            return Err(PackError::Io {
-                what: "cannot read",
-                path: pack,
-                source,
-            });
-        }
-    };
+    let entries = read_entries(&pack)?;
     let damaged = |why: String| PackError::Damaged {
         path: pack.clone(),
         why,
@@ -465,6 +445,20 @@ fn set_mode(file: &std::fs::File, mode: u32) -> std::io::Result<()> {
 #[cfg(not(unix))]
 fn set_mode(_: &std::fs::File, _: u32) -> std::io::Result<()> {
     Ok(())
+}
+
+
+/// The entries of the pack at `pack`; none when the build has no pack (it carried no files).
+fn read_entries(pack: &Path) -> Result<Vec<Entry>, PackError> {
+    match std::fs::read(pack) {
+        Ok(data) => decode(&data, pack),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(source) => Err(PackError::Io {
+            what: "cannot read",
+            path: pack.to_path_buf(),
+            source,
+        }),
+    }
 }
 
 #[cfg(test)]
