@@ -447,7 +447,6 @@ fn set_mode(_: &std::fs::File, _: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-
 /// The entries of the pack at `pack`; none when the build has no pack (it carried no files).
 fn read_entries(pack: &Path) -> Result<Vec<Entry>, PackError> {
     match std::fs::read(pack) {
