@@ -2,8 +2,8 @@
 //! accepted messages from the inbox one turn at a time until nothing is left or a turn parks.
 //!
 //! This is the only place that holds a session's lease for turns (manual compaction takes it too,
-//! in [`super::compaction`]). Everything the loop reads from the store per message goes through
-//! [`load_drive_state`], so a store that can answer it in one call replaces one function.
+//! in [`super::compaction`]). Everything the loop reads from the store per message is one
+//! [`crate::store::Store::drive_state`] call ([`load_drive_state`]), one consistent snapshot.
 
 use tokio_util::sync::CancellationToken;
 
@@ -88,54 +88,55 @@ pub(super) fn lease_claim(rt: &Runtime, session: &str) -> LeaseClaim {
     }
 }
 
-/// What the drive loop needs to know about a session before its next move.
-struct DriveState {
-    /// The session row.
-    session: SessionRecord,
-    /// Its open (running or waiting) turn.
-    open_turn: Option<TurnRecord>,
-    /// The oldest accepted message not yet taken into a turn (read only when no turn is open).
-    next_message: Option<InboxRecord>,
-}
-
-/// Everything the drive loop reads from the store per message, in one place: the session, its
-/// open turn and, when none is open, the next accepted message.
+/// Everything the drive loop reads from the store per message, in one call (one snapshot): the
+/// session, its latest turn, the accepted messages not yet taken, its pending requests, its
+/// subagent link and the budget passed down with the open turn's message.
 async fn load_drive_state(rt: &Runtime, session: &str) -> RuntimeResult<DriveState> {
-    let store = &rt.inner.store;
-    let record = store
-        .session(session)
+    rt.inner
+        .store
+        .drive_state(session)
         .await?
-        .ok_or_else(|| RuntimeError::SessionNotFound(session.to_owned()))?;
-    let open_turn = store
-        .last_turn(session)
-        .await?
-        .filter(|t| matches!(t.status, TurnStatus::Running | TurnStatus::Waiting));
-    let next_message = match open_turn {
-        Some(_) => None,
-        None => store.pending_inbox(session).await?.into_iter().next(),
-    };
-    Ok(DriveState {
-        session: record,
-        open_turn,
-        next_message,
-    })
+        .ok_or_else(|| RuntimeError::SessionNotFound(session.to_owned()))
 }
 
 /// What the stored state says about the last drive.
 async fn outcome_from_store(rt: &Runtime, session: &str) -> RuntimeResult<DriveOutcome> {
-    let store = &rt.inner.store;
-    let Some(turn) = store.last_turn(session).await? else {
+    match rt.inner.store.drive_state(session).await? {
+        Some(state) => outcome_of(rt, state).await,
+        None => Ok(DriveOutcome::Idle),
+    }
+}
+
+/// The outcome a drive reports for a session in `state` (read after its last move).
+async fn outcome_of(rt: &Runtime, state: DriveState) -> RuntimeResult<DriveOutcome> {
+    let DriveState {
+        session,
+        last_turn,
+        pending_requests,
+        has_children,
+        ..
+    } = state;
+    let Some(turn) = last_turn else {
         return Ok(DriveOutcome::Idle);
     };
     Ok(match turn.status {
-        TurnStatus::Waiting => DriveOutcome::WaitingInput(pending_for_turn(rt, &turn).await?),
+        TurnStatus::Waiting => {
+            let mut pending: Vec<InputRequestRecord> = pending_requests
+                .into_iter()
+                .filter(|r| r.turn_seq == turn.seq)
+                .collect();
+            if has_children {
+                pending.extend(subagents::descendant_pending(rt, &turn.session_id).await?);
+            }
+            DriveOutcome::WaitingInput(pending)
+        }
         TurnStatus::Failed => {
             let code = turn
                 .stop_reason
                 .clone()
                 .unwrap_or_else(|| "failed".to_owned());
             DriveOutcome::Failed {
-                message: failure_message(rt, session)
+                message: failure_message_at(rt, &session.id, session.event_count)
                     .await
                     .unwrap_or_else(|| code.clone()),
                 code,
@@ -148,7 +149,12 @@ async fn outcome_from_store(rt: &Runtime, session: &str) -> RuntimeResult<DriveO
 
 pub(super) async fn failure_message(rt: &Runtime, session: &str) -> Option<String> {
     let record = rt.inner.store.session(session).await.ok()??;
-    let from = record.event_count.saturating_sub(4);
+    failure_message_at(rt, session, record.event_count).await
+}
+
+/// The error message of the `turn.failed` event among the last events before `event_count`.
+async fn failure_message_at(rt: &Runtime, session: &str, event_count: u64) -> Option<String> {
+    let from = event_count.saturating_sub(4);
     let events = rt.inner.store.events(session, from, 4).await.ok()?;
     events
         .iter()
@@ -175,71 +181,83 @@ pub(super) async fn pending_for_turn(
 }
 
 /// Runs turns until there is nothing to do or a turn parks.
+///
+/// One store read per message: [`load_drive_state`] before each move. A turn this loop starts
+/// for a root session runs on what `start_turn` just committed, without reading it back; a
+/// child session's new turn is read back, for the budget its parent sent with the message.
 async fn run_available(
     rt: &Runtime,
     session: &str,
     cancel: &mut CancellationToken,
 ) -> RuntimeResult<DriveOutcome> {
     loop {
-        let DriveState {
-            session: record,
-            open_turn,
-            next_message,
-        } = load_drive_state(rt, session).await?;
-        if let Some(turn) = open_turn {
-            let build = rt.session_build(&turn.build_hash, &record).await?;
-            let cancel_now = record.cancel_requested;
-            let mut driver = TurnDriver::new(rt, record, build, cancel.clone())?;
-            let end = if cancel_now {
-                driver.end_cancelled(turn).await?
-            } else {
-                driver.run(turn).await?
-            };
-            match end {
-                TurnEnd::Parked(requests) => return Ok(DriveOutcome::WaitingInput(requests)),
-                TurnEnd::Finished => {
+        let mut state = load_drive_state(rt, session).await?;
+        let path = state.agent_path().to_owned();
+        let (record, turn, budget) = match state.open_turn().cloned() {
+            Some(turn) => (state.session, turn, state.budget),
+            None => {
+                if state.session.cancel_requested {
+                    let mut batch = Batch::new();
+                    batch.push(Op::SetCancel {
+                        session_id: session.to_owned(),
+                        requested: false,
+                    });
+                    rt.commit(batch).await?;
+                    state.session.cancel_requested = false;
                     if cancel.is_cancelled() {
                         *cancel = rt.renew_cancel(session);
                     }
+                }
+                if state.inbox.is_empty() {
+                    return outcome_of(rt, state).await;
+                }
+                // The oldest (the rest is read again after this turn).
+                let message = state.inbox.swap_remove(0);
+                let (record, turn) = start_turn(rt, state.session, &path, message).await?;
+                if record.parent_id.is_some() {
                     continue;
+                }
+                (record, turn, None)
+            }
+        };
+        let build = rt.inner.builds.agent(&turn.build_hash, &path)?;
+        let cancel_now = record.cancel_requested;
+        let mut driver = TurnDriver::new(rt, record, build, cancel.clone())?;
+        driver.budget = budget;
+        let end = if cancel_now {
+            driver.end_cancelled(turn).await?
+        } else {
+            driver.run(turn).await?
+        };
+        match end {
+            TurnEnd::Parked(requests) => return Ok(DriveOutcome::WaitingInput(requests)),
+            TurnEnd::Finished => {
+                if cancel.is_cancelled() {
+                    *cancel = rt.renew_cancel(session);
                 }
             }
         }
-        if record.cancel_requested {
-            let mut batch = Batch::new();
-            batch.push(Op::SetCancel {
-                session_id: session.to_owned(),
-                requested: false,
-            });
-            rt.commit(batch).await?;
-            if cancel.is_cancelled() {
-                *cancel = rt.renew_cancel(session);
-            }
-        }
-        let Some(message) = next_message else {
-            return outcome_from_store(rt, session).await;
-        };
-        start_turn(rt, record, message).await?;
     }
 }
 
 /// Takes an accepted message into a new turn. An idle session moves to the newest build here.
+/// Returns the session and the turn as committed.
 async fn start_turn(
     rt: &Runtime,
     mut record: SessionRecord,
+    path: &str,
     message: InboxRecord,
-) -> RuntimeResult<()> {
-    let path = rt.agent_path(&record).await?;
+) -> RuntimeResult<(SessionRecord, TurnRecord)> {
     let build = match rt
         .inner
         .builds
         .current_hash()
-        .and_then(|hash| rt.inner.builds.agent(&hash, &path))
+        .and_then(|hash| rt.inner.builds.agent(&hash, path))
     {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!(error = %e, "cannot load the current build; staying on the pinned one");
-            rt.inner.builds.agent(&record.build_hash, &path)?
+            rt.inner.builds.agent(&record.build_hash, path)?
         }
     };
     let first = record.turn_count == 0;
@@ -292,7 +310,7 @@ async fn start_turn(
             ev::message_received(&turn, &message.text),
         );
     rt.commit(batch).await?;
-    Ok(())
+    Ok((record, turn))
 }
 
 impl Runtime {

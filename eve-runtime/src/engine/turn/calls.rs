@@ -12,7 +12,7 @@ use super::{TurnDriver, TurnEnd, content_for_model};
 use crate::engine::drive::pending_for_turn;
 use crate::engine::events as ev;
 use crate::engine::limits::sleep_until_opt;
-use crate::engine::{RuntimeError, RuntimeResult, dynamic, hooks, targets};
+use crate::engine::{RuntimeError, RuntimeResult, dynamic, hooks, subagents, targets};
 use crate::model::Message;
 use crate::store::*;
 use crate::tools::{ToolContext, ToolResult, prepare_workspace, run_tool};
@@ -150,6 +150,11 @@ impl TurnDriver<'_> {
         // A subagent call whose child parked on input stays running; the turn parks on the
         // child's requests.
         let mut parked = false;
+        // Calls settled without running (skill loads, refusals), each with its own batch: they
+        // are committed one by one below, or with the step's last commit when nothing runs,
+        // nothing is asked and nothing waits (then they are the step's only results).
+        let mut inline: Vec<(Batch, Message)> = Vec::new();
+        let mut waits = false;
         for call in calls {
             match self.decide(&call).await? {
                 Decision::Settle(status, output) => {
@@ -159,9 +164,10 @@ impl TurnDriver<'_> {
                             self.session.loaded_skills.push(name);
                         }
                     }
-                    let (seq, message) =
-                        self.settle(turn, step, call, status, output, None).await?;
-                    settled.push((seq, message));
+                    let mut batch = Batch::new();
+                    let message =
+                        self.settle_into(&mut batch, turn, step, call, status, output, None)?;
+                    inline.push((batch, message));
                 }
                 Decision::Run => {
                     // Remembered under the policy's name: `call_tool` approves the tool it names.
@@ -176,7 +182,22 @@ impl TurnDriver<'_> {
                     to_run.push(call);
                 }
                 Decision::Ask(prompt) => asks.push((call, prompt)),
-                Decision::Wait => {}
+                Decision::Wait => waits = true,
+            }
+        }
+        let alone = to_run.is_empty() && asks.is_empty() && once_approved.is_empty() && !waits;
+        let mut batch = Batch::new();
+        if alone {
+            for (settle, message) in inline {
+                batch.ops.extend(settle.ops);
+                if let Some(context) = self.context.as_mut() {
+                    context.push(message);
+                }
+            }
+        } else {
+            for (settle, message) in inline {
+                let committed = self.rt.commit(settle).await?;
+                settled.push((committed.message_seqs.first().copied().unwrap_or(0), message));
             }
         }
         if !once_approved.is_empty() {
@@ -209,12 +230,17 @@ impl TurnDriver<'_> {
         if !asks.is_empty() {
             self.request_approvals(turn, step, asks).await?;
         }
-        let pending = pending_for_turn(self.rt, turn).await?;
+        let pending = if alone {
+            // Nothing was asked and no call waits on an answer, so the turn has no pending
+            // request of its own (a request and its call's approval change together).
+            subagents::descendant_pending(self.rt, &turn.session_id).await?
+        } else {
+            pending_for_turn(self.rt, turn).await?
+        };
         if parked && pending.is_empty() {
             // The child's request was answered meanwhile: settle the call again.
             return Ok(None);
         }
-        let mut batch = Batch::new();
         let was_tools = turn.phase == TurnPhase::Tools;
         if was_tools {
             let finish = "tool-calls";
@@ -258,7 +284,14 @@ impl TurnDriver<'_> {
         }
         turn.phase = TurnPhase::Model;
         batch.push(Op::PutTurn(turn.clone()));
-        self.rt.commit(batch).await?;
+        // The next step starts by reading the session's cancel flag (another process may have
+        // set it): the read goes out with this commit instead of after it.
+        let (committed, fresh) = tokio::join!(
+            self.rt.commit(batch),
+            self.rt.inner.store.session(&self.session.id)
+        );
+        committed?;
+        self.next_cancel = Some(fresh?.map(|s| s.cancel_requested));
         Ok(None)
     }
 
@@ -466,11 +499,30 @@ impl TurnDriver<'_> {
         &self,
         turn: &TurnRecord,
         step: u64,
-        mut call: ToolCallRecord,
+        call: ToolCallRecord,
         status: CallStatus,
         output: Value,
         breaker: Option<BreakerRecord>,
     ) -> RuntimeResult<(u64, Message)> {
+        let mut batch = Batch::new();
+        let message = self.settle_into(&mut batch, turn, step, call, status, output, breaker)?;
+        let committed = self.rt.commit(batch).await?;
+        let seq = committed.message_seqs.first().copied().unwrap_or(0);
+        Ok((seq, message))
+    }
+
+    /// Adds what [`Self::settle`] commits to `batch`; returns the call's message.
+    #[allow(clippy::too_many_arguments)]
+    fn settle_into(
+        &self,
+        batch: &mut Batch,
+        turn: &TurnRecord,
+        step: u64,
+        mut call: ToolCallRecord,
+        status: CallStatus,
+        output: Value,
+        breaker: Option<BreakerRecord>,
+    ) -> RuntimeResult<Message> {
         call.status = status;
         call.is_error = status != CallStatus::Completed;
         call.output = Some(output.clone());
@@ -481,7 +533,6 @@ impl TurnDriver<'_> {
             content: content_for_model(&output),
             is_error: call.is_error,
         };
-        let mut batch = Batch::new();
         let session_update = (call.kind == "load-skill" && status == CallStatus::Completed)
             .then(|| self.session.clone());
         batch
@@ -503,8 +554,6 @@ impl TurnDriver<'_> {
         if let Some(s) = session_update {
             batch.push(Op::UpdateSession(s));
         }
-        let committed = self.rt.commit(batch).await?;
-        let seq = committed.message_seqs.first().copied().unwrap_or(0);
-        Ok((seq, message))
+        Ok(message)
     }
 }

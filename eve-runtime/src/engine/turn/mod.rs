@@ -94,6 +94,9 @@ pub(super) struct TurnDriver<'a> {
     pub(super) extra: Option<targets::Extra>,
     /// What a subagent's turn may spend, passed down by its parent.
     pub(super) budget: Option<Budget>,
+    /// The session's cancel flag as read with the last step's final commit, for the next
+    /// step's check (`Some(None)`: the session row was not found).
+    pub(super) next_cancel: Option<Option<bool>>,
 }
 
 impl<'a> TurnDriver<'a> {
@@ -118,6 +121,7 @@ impl<'a> TurnDriver<'a> {
             window: None,
             extra: None,
             budget: None,
+            next_cancel: None,
         })
     }
 
@@ -125,18 +129,9 @@ impl<'a> TurnDriver<'a> {
         &self.session.id
     }
 
+    /// Moves `turn` forward until it ends or parks. A subagent's [`Self::budget`] is set by the
+    /// caller (the drive loop reads it with the session's state).
     pub(in crate::engine) async fn run(&mut self, mut turn: TurnRecord) -> RuntimeResult<TurnEnd> {
-        if self.session.parent_id.is_some()
-            && let Some(inbox) = &turn.inbox_id
-        {
-            self.budget = self
-                .rt
-                .inner
-                .store
-                .subagent_call_by_inbox(inbox)
-                .await?
-                .map(|w| w.budget);
-        }
         loop {
             match turn.phase {
                 TurnPhase::Model => {

@@ -20,8 +20,18 @@ impl TurnDriver<'_> {
         &mut self,
         turn: &mut TurnRecord,
     ) -> RuntimeResult<Option<TurnEnd>> {
-        if let Some(fresh) = self.rt.inner.store.session(&self.session.id).await? {
-            self.session.cancel_requested = fresh.cancel_requested;
+        let flag = match self.next_cancel.take() {
+            Some(flag) => flag,
+            None => self
+                .rt
+                .inner
+                .store
+                .session(&self.session.id)
+                .await?
+                .map(|s| s.cancel_requested),
+        };
+        if let Some(requested) = flag {
+            self.session.cancel_requested = requested;
         }
         if self.session.cancel_requested || self.cancel.is_cancelled() {
             return self.end_cancelled(turn.clone()).await.map(Some);

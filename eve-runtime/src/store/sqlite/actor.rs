@@ -2,9 +2,9 @@
 //!
 //! All writes go through one dedicated thread that owns the only write connection. It drains
 //! whatever requests are queued and commits them in one `BEGIN IMMEDIATE` transaction (group
-//! commit), each request in its own savepoint so one failure does not sink the others. With a
-//! single writer per process, concurrent sessions never contend for the write lock inside a
-//! process; `busy_timeout` covers other processes sharing the file.
+//! commit), each request in its own savepoint (a group of one needs none) so one failure does not
+//! sink the others. With a single writer per process, concurrent sessions never contend for the
+//! write lock inside a process; `busy_timeout` covers other processes sharing the file.
 
 use std::any::Any;
 use std::sync::mpsc;
@@ -74,7 +74,12 @@ pub(super) fn writer_loop(
     }
 }
 
-fn run_group(conn: &mut Connection, group: Vec<Request>) {
+fn run_group(conn: &mut Connection, mut group: Vec<Request>) {
+    if group.len() == 1
+        && let Some(request) = group.pop()
+    {
+        return run_one(conn, request);
+    }
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => {
@@ -118,4 +123,27 @@ fn run_group(conn: &mut Connection, group: Vec<Request>) {
             }
         }
     }
+}
+
+/// A group of one (the common case): the transaction itself stands for the savepoint, which
+/// saves two statements per commit.
+fn run_one(conn: &mut Connection, request: Request) {
+    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => {
+            let _ = request.reply.send(Err(StoreError::Commit(e.to_string())));
+            return;
+        }
+    };
+    let outcome = match (request.job)(&tx) {
+        Ok(value) => match tx.commit() {
+            Ok(()) => Ok(value),
+            Err(e) => Err(StoreError::Commit(e.to_string())),
+        },
+        Err(e) => {
+            let _ = tx.rollback();
+            Err(e)
+        }
+    };
+    let _ = request.reply.send(outcome);
 }
