@@ -197,7 +197,10 @@ impl TurnDriver<'_> {
         } else {
             for (settle, message) in inline {
                 let committed = self.rt.commit(settle).await?;
-                settled.push((committed.message_seqs.first().copied().unwrap_or(0), message));
+                settled.push((
+                    committed.message_seqs.first().copied().unwrap_or(0),
+                    message,
+                ));
             }
         }
         if !once_approved.is_empty() {
