@@ -13,17 +13,15 @@
 #   ROUNDS=3 bench/runtime.sh             # alternate baseline and checkout three times each
 #
 # The baseline is exported (`git archive`, no worktree registered) to target/bench-base/src-REV
-# (kept for later runs) and built into this checkout's target dir, so dependencies are compiled
-# once: cargo keys workspace crates by their path, and the baseline builds only eve-runtime's
-# test binary (no `eve` binary that would replace this checkout's). BASE_TARGET_DIR=dir builds it
-# elsewhere. Each side runs its own `eve-runtime/tests/engine_bench.rs`.
+# (kept for later runs) and built in its own target dir, target/bench-base/target (kept too;
+# BASE_TARGET_DIR=dir to choose another). Each side runs its own `eve-runtime/tests/engine_bench.rs`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 CRASH_ITERATIONS=${CRASH_ITERATIONS:-200}
 BASE=${BASE:-f9bbee7}
 ROUNDS=${ROUNDS:-1}
-BASE_TARGET_DIR=${BASE_TARGET_DIR:-$ROOT/target}
+BASE_TARGET_DIR=${BASE_TARGET_DIR:-$ROOT/target/bench-base/target}
 
 # Runs the engine benchmarks of the tree in $1 (target dir $2, empty: the tree's own) and prints
 # their result lines.
