@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod commands;
+mod logs;
 mod project;
 mod render;
 mod term;
@@ -22,7 +23,8 @@ pub fn main() -> ExitCode {
     match commands::dispatch(cli.command) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("{}", render::error_line(&format!("{err:#}")));
+            let text = format!("{err:#}");
+            eprintln!("{}", render::error_line(&logs::secrets().redact(&text)));
             ExitCode::from(2)
         }
     }

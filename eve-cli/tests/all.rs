@@ -11,6 +11,7 @@ mod docs;
 mod docs_env;
 mod examples;
 mod limits;
+mod redaction;
 mod run_cli;
 mod schedules;
 mod serve;

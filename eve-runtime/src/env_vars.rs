@@ -71,3 +71,30 @@ pub const TZ: &str = "TZ";
 pub const USER: &str = "USER";
 /// The folder for temporary files; passed to MCP stdio servers only.
 pub const TMPDIR: &str = "TMPDIR";
+
+// How names are treated when values are redacted (`crate::redact`).
+
+/// Variables whose values hold a model provider's key: their values are secrets even when no
+/// `${VAR}` in the agent names them.
+pub static MODEL_KEYS: &[&str] = &[
+    EVE_API_KEY,
+    OPENAI_API_KEY,
+    ANTHROPIC_API_KEY,
+    DEEPSEEK_API_KEY,
+];
+/// Variables whose values are not secrets, so a `${VAR}` of one is never redacted: the call's own
+/// protocol variables and the pass-through ones (a home folder or `PATH` in every tool result
+/// would be replaced by its name).
+pub static NOT_SECRET: &[&str] = &[
+    EVE_SESSION_ID,
+    EVE_CALL_ID,
+    EVE_IDEMPOTENCY_KEY,
+    EVE_WORKSPACE,
+    EVE_AGENT_DIR,
+    PATH,
+    HOME,
+    LANG,
+    TZ,
+    USER,
+    TMPDIR,
+];

@@ -5,6 +5,7 @@ pub mod env_vars;
 pub mod exec;
 pub mod mcp;
 pub mod model;
+pub mod redact;
 pub mod schedule;
 pub mod server;
 pub mod store;

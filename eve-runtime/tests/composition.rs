@@ -58,6 +58,7 @@ fn runtime(p: &TestProject, models: &PerAgent) -> Runtime {
         lease_ttl: Duration::from_secs(15),
         breaker: BreakerPolicy::default(),
         sandbox_helper: std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox")),
+        secrets: Default::default(),
     })
 }
 

@@ -42,6 +42,7 @@ fn runtime_with_client(p: &TestProject, client: MockClient) -> Runtime {
         lease_ttl: Duration::from_secs(15),
         breaker: BreakerPolicy::default(),
         sandbox_helper: std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox")),
+        secrets: Default::default(),
     })
 }
 

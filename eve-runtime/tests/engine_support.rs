@@ -118,6 +118,7 @@ impl TestProject {
             lease_ttl: Duration::from_secs(15),
             breaker: BreakerPolicy::default(),
             sandbox_helper: std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox")),
+            secrets: Default::default(),
         };
         Runtime::new(config)
     }

@@ -283,6 +283,17 @@ async fn an_allowlisted_loopback_server_is_reached_through_the_proxy_and_others_
         "the model is told what was refused: {}",
         s.text
     );
+    // And the refusal is an event of the session: the listed server's request is not.
+    let rt = p.runtime(json!([]));
+    let events = rt.store().events(&s.session, 0, 1000).await.unwrap();
+    let refused: Vec<&Value> = events
+        .iter()
+        .filter(|e| e.kind == "sandbox.egress.refused")
+        .map(|e| &e.data)
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["port"], other.port(), "{refused:?}");
+    assert_eq!(refused[0]["toolName"], "bash", "{refused:?}");
 }
 
 #[tokio::test]
@@ -352,11 +363,45 @@ async fn ordinary_work_runs_inside_the_sandbox() {
              git log --oneline | wc -l; ",
         );
     }
+    let pip = has("python3")
+        && std::process::Command::new("python3")
+            .args(["-m", "pip", "--version"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if pip {
+        // A wheel made in the workspace (a zip with the package and its dist-info), installed
+        // with pip into a folder of the workspace, then imported.
+        cmd.push_str(
+            "cd \"$EVE_WORKSPACE\"; python3 - <<'PY'\n\
+import zipfile\n\
+with zipfile.ZipFile('demo-1.0-py3-none-any.whl', 'w') as w:\n\
+    w.writestr('demo/__init__.py', 'ANSWER = 41 + 1\\n')\n\
+    w.writestr('demo-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: demo\\nVersion: 1.0\\n')\n\
+    w.writestr('demo-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n\
+    w.writestr('demo-1.0.dist-info/RECORD', '')\n\
+PY\n\
+python3 -m pip install -q --no-index --no-cache-dir --disable-pip-version-check \
+ --target lib ./demo-1.0-py3-none-any.whl && \
+PYTHONPATH=lib python3 -c 'import demo; print(\"wheel\", demo.ANSWER)'; ",
+        );
+    }
     let s = bash(&p, Provider::Isolated, &cmd).await;
     assert!(!s.is_error, "{}", s.text);
     assert!(s.text.contains("hi"), "{}", s.text);
     if has("python3") {
         assert!(s.text.contains("42"), "python3 runs: {}", s.text);
+    }
+    if has("git") {
+        assert!(s.text.contains("\n1"), "git commits: {}", s.text);
+    }
+    if pip {
+        assert!(
+            s.text.contains("wheel 42"),
+            "pip installs a local wheel: {}",
+            s.text
+        );
+    } else {
+        eprintln!("pip is not installed: the wheel install was not tried");
     }
 }
 
@@ -365,4 +410,72 @@ fn has(program: &str) -> bool {
         .args(["-c", &format!("command -v {program} >/dev/null")])
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// Session A's `approval: always` call waits; session B of the same agent (on the same server) runs
+/// `bash` that posts an approval for it to the live API. Returns whether A's call then ran, and what
+/// B's call was shown.
+async fn forge_an_approval(sandbox_yaml: &str) -> (bool, String) {
+    use crate::server_support::{AgentDir, TestServer};
+    let agent = AgentDir::standard();
+    agent
+        .file("agent.yaml", "default_tools: true\n")
+        .file("sandbox/sandbox.yaml", sandbox_yaml);
+    let server = TestServer::start(agent).await;
+    let addr: std::net::SocketAddr = server.base.trim_start_matches("http://").parse().unwrap();
+    server.runtime.executor().set_own_listeners(vec![addr]);
+
+    let victim = server
+        .create("/tool refund_charge {\"chargeId\": \"ch_1\"}")
+        .await;
+    let parked = server.until_rest(&victim, 0).await;
+    let request = parked
+        .iter()
+        .find(|e| e["type"] == "input.requested")
+        .expect("the refund waits for approval")["data"]["requests"][0]["requestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let body = json!({"inputResponses": [{"requestId": request, "optionId": "approve"}]});
+    let command = format!(
+        "curl -sS --max-time 10 -X POST -H 'content-type: application/json' -d '{body}' \
+         http://{addr}/eve/v1/session/{victim} && echo posted"
+    );
+    let attacker = server
+        .create(&format!("/tool bash {}", json!({"command": command})))
+        .await;
+    let events = server.until_rest(&attacker, 0).await;
+    let shown = events
+        .iter()
+        .find(|e| e["type"] == "action.result")
+        .map(|e| e["data"].to_string())
+        .unwrap_or_default();
+    // An answer the API accepted resumes the victim's turn: wait for it to come to rest.
+    let after = server.until_rest(&victim, 0).await;
+    let ran = after
+        .iter()
+        .any(|e| e["type"] == "action.result" && e["data"].to_string().contains("refunded"));
+    server.stop().await;
+    (ran, shown)
+}
+
+#[tokio::test]
+async fn a_sessions_tools_cannot_answer_approvals_through_the_api() {
+    if !has("curl") {
+        eprintln!("skipping: curl is not installed");
+        return;
+    }
+    for yaml in ["provider: isolated\n", "provider: isolated\nnetwork: all\n"] {
+        let (ran, shown) = forge_an_approval(yaml).await;
+        assert!(
+            !ran,
+            "{yaml}: a tool approved a call through the API: {shown}"
+        );
+        assert!(
+            !shown.contains("posted") || shown.contains("refused"),
+            "{yaml}: the model is told the request failed: {shown}"
+        );
+    }
+    let (ran, shown) = forge_an_approval("provider: host\n").await;
+    assert!(ran, "unconfined, the forged approval goes through: {shown}");
 }

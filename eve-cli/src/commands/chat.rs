@@ -73,6 +73,7 @@ fn open_local(project: &eve_compile::Project) -> anyhow::Result<Runtime> {
     let mut config = RuntimeConfig::new(&project.state_dir, models)
         .with_context(|| format!("cannot open the store at {}", project.db_path().display()))?;
     config.env = env;
+    config.secrets = crate::logs::secrets();
     config.autostart = true;
     Ok(Runtime::new(config))
 }

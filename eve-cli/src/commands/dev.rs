@@ -41,7 +41,7 @@ pub fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
                 tracing_subscriber::EnvFilter::new("warn,eve_runtime::schedule=info")
             }),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(crate::logs::RedactingStderr)
         .with_ansi(stderr_color())
         .try_init();
     tokio::runtime::Builder::new_multi_thread()

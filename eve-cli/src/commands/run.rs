@@ -73,6 +73,7 @@ pub fn open_runtime(project: &Project) -> anyhow::Result<Runtime> {
     let mut config = RuntimeConfig::new(&project.state_dir, models)
         .with_context(|| format!("cannot open the store at {}", project.db_path().display()))?;
     config.env = env;
+    config.secrets = crate::logs::secrets();
     config.autostart = false;
     Ok(Runtime::new(config))
 }

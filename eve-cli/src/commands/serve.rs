@@ -46,7 +46,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             tracing_subscriber::EnvFilter::try_from_env(eve_runtime::env_vars::EVE_LOG)
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(crate::logs::RedactingStderr)
         .try_init();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -108,6 +108,7 @@ pub(crate) async fn start(
     let mut runtime_config = RuntimeConfig::new(&project.state_dir, models)
         .with_context(|| format!("cannot open the store at {}", project.db_path().display()))?;
     runtime_config.env = env;
+    runtime_config.secrets = crate::logs::secrets();
     let runtime = Runtime::new(runtime_config);
     let host = host.trim();
     let addr = if host.contains(':') && !host.starts_with('[') {

@@ -193,6 +193,7 @@ impl Runtime {
                 Extra::ScheduleFire(claim) => schedule = Some(claim),
             }
         }
+        self.inner.config.secrets.redact_batch(&mut batch);
         let committed = match (channel, schedule) {
             (None, None) => Some(self.inner.store.commit(batch).await?),
             (Some(claim), None) => {

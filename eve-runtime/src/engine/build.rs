@@ -270,12 +270,21 @@ pub fn system_prompt_with_files(manifest: &Manifest, files: Option<&Path>) -> St
 }
 
 /// Builds on disk, loaded on demand and kept by hash.
-#[derive(Debug)]
 pub struct BuildStore {
     state_dir: PathBuf,
     loaded: Mutex<HashMap<String, Arc<LoadedBuild>>>,
     hooks_seen: std::sync::atomic::AtomicBool,
     subagents_seen: std::sync::atomic::AtomicBool,
+    /// Learns the secrets each build references as it is loaded, resolved in this environment.
+    secrets: Option<(Arc<crate::redact::Secrets>, crate::tools::EnvLookup)>,
+}
+
+impl std::fmt::Debug for BuildStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuildStore")
+            .field("state_dir", &self.state_dir)
+            .finish_non_exhaustive()
+    }
 }
 
 impl BuildStore {
@@ -286,7 +295,19 @@ impl BuildStore {
             loaded: Mutex::new(HashMap::new()),
             hooks_seen: std::sync::atomic::AtomicBool::new(false),
             subagents_seen: std::sync::atomic::AtomicBool::new(false),
+            secrets: None,
         }
+    }
+
+    /// Teaches `secrets` every `${VAR}` and `env:` name of each build as it is loaded, before
+    /// anything of it runs.
+    pub fn with_secrets(
+        mut self,
+        secrets: Arc<crate::redact::Secrets>,
+        env: crate::tools::EnvLookup,
+    ) -> Self {
+        self.secrets = Some((secrets, env));
+        self
     }
 
     /// Hash of the build `.eve/current` points at.
@@ -302,6 +323,14 @@ impl BuildStore {
             return Ok(build.clone());
         }
         let (hash, dir, manifest) = load_build(&self.state_dir, Some(hash))?;
+        if let Some((secrets, env)) = &self.secrets {
+            match serde_json::to_value(&manifest) {
+                Ok(value) => secrets.learn_manifest(&value, &**env),
+                Err(e) => {
+                    tracing::warn!(build = %hash, error = %e, "cannot list the build's secrets")
+                }
+            }
+        }
         let build = Arc::new(LoadedBuild::new(hash.clone(), dir, manifest));
         // Skill files are read at the path the system prompt states, from the first turn on.
         if build.has_skill_files()

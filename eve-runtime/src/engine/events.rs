@@ -52,6 +52,8 @@ pub const COMPACTION_COMPLETED: &str = "compaction.completed";
 pub const CONTEXT_CLEARED: &str = "context.cleared";
 /// The session was reset.
 pub const SESSION_RESET: &str = "session.reset";
+/// An isolated call's egress proxy refused a destination.
+pub const EGRESS_REFUSED: &str = "sandbox.egress.refused";
 
 fn turn_fields(turn: &TurnRecord) -> serde_json::Map<String, Value> {
     let mut m = serde_json::Map::new();
@@ -164,6 +166,20 @@ pub fn actions_requested(turn: &TurnRecord, step: u64, calls: &[ToolCallRecord])
         extra["presentation"] = Value::Object(presentation);
     }
     with(step_fields(turn, step), extra)
+}
+
+/// `sandbox.egress.refused`: the call, and the destination its egress proxy refused and why.
+pub fn egress_refused(
+    turn: &TurnRecord,
+    step: u64,
+    call: &ToolCallRecord,
+    refused: &crate::tools::Refused,
+) -> Value {
+    with(
+        step_fields(turn, step),
+        json!({"callId": call.call_id, "toolName": call.name, "host": refused.host,
+               "port": refused.port, "reason": refused.reason}),
+    )
 }
 
 /// `action.result`.

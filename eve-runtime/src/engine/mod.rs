@@ -120,6 +120,9 @@ pub struct RuntimeConfig {
     /// The binary that runs the isolated sandbox's stages (one whose `main` starts with
     /// `eve_sandbox::isolate::helper_main()`): the running `eve` binary by default.
     pub sandbox_helper: PathBuf,
+    /// The values shown as `${VAR}` wherever the runtime writes or shows text; share it with the
+    /// process's log writer so logs are redacted the same way.
+    pub secrets: Arc<crate::redact::Secrets>,
 }
 
 impl RuntimeConfig {
@@ -150,6 +153,7 @@ impl RuntimeConfig {
             lease_ttl: Duration::from_secs(15),
             breaker: BreakerPolicy::default(),
             sandbox_helper: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("eve")),
+            secrets: Arc::new(crate::redact::Secrets::new()),
         }
     }
 }
@@ -248,6 +252,7 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> Self {
         let host = hostname();
         let holder = format!("{host}:{}:{}", std::process::id(), ulid::Ulid::new());
+        config.secrets.learn_model_keys(&*config.env);
         let exec = Arc::new(crate::exec::Executor::new(crate::exec::ExecConfig {
             helper: config.sandbox_helper.clone(),
             run_dir: config.state_dir.join("run"),
@@ -255,7 +260,8 @@ impl Runtime {
         let rt = Self {
             inner: Arc::new(Inner {
                 store: config.store.clone(),
-                builds: BuildStore::new(config.state_dir.clone()),
+                builds: BuildStore::new(config.state_dir.clone())
+                    .with_secrets(config.secrets.clone(), config.env.clone()),
                 config,
                 holder,
                 host,
@@ -525,9 +531,21 @@ impl Runtime {
     // ---- internals -------------------------------------------------------------------------
 
     pub(crate) async fn commit(&self, batch: Batch) -> RuntimeResult<Committed> {
-        let committed = self.inner.store.commit(batch).await?;
+        let committed = self.commit_quietly(batch).await?;
         self.announce(&committed);
         Ok(committed)
+    }
+
+    /// Commits a batch without telling followers; every commit of the engine goes through here,
+    /// so nothing it stores or streams holds a secret's value (see [`crate::redact`]).
+    pub(crate) async fn commit_quietly(&self, mut batch: Batch) -> RuntimeResult<Committed> {
+        self.inner.config.secrets.redact_batch(&mut batch);
+        Ok(self.inner.store.commit(batch).await?)
+    }
+
+    /// The values this runtime shows as `${VAR}`.
+    pub fn secrets(&self) -> &Arc<crate::redact::Secrets> {
+        &self.inner.config.secrets
     }
 
     /// Tells live followers and observe hooks about what a commit stored.

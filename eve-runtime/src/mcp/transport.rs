@@ -172,11 +172,11 @@ async fn start_stdio(
         confinement,
     } = launch;
     let name = connection.name.as_str();
-    let program = expand_env(command, env, name, "command")?;
+    let program = expand_argv(command, env, name, "command")?;
     let args = args
         .iter()
         .enumerate()
-        .map(|(i, arg)| expand_env(arg, env, name, &format!("args[{i}]")))
+        .map(|(i, arg)| expand_argv(arg, env, name, &format!("args[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
     let mut process_env: Vec<(String, String)> = Vec::new();
     for var in PASSTHROUGH_ENV {
@@ -372,7 +372,6 @@ fn closing_bracket(text: &str) -> Option<usize> {
     None
 }
 
-/// Whether `name` is a valid environment variable name.
 /// Resolves `${VAR}` references in `text` (`$${` is a literal `${`); an unset variable is an error
 /// naming the connection and `place`.
 pub(crate) fn expand_env(
@@ -387,6 +386,30 @@ pub(crate) fn expand_env(
             name,
             place: place.to_owned(),
         }
+    })
+}
+
+/// Resolves `${VAR}` references in the server's command line: an unset variable or a secret (which
+/// every user of the machine could read there, `ps`) is an error naming the connection and `place`.
+fn expand_argv(
+    text: &str,
+    lookup: &EnvLookup,
+    connection: &str,
+    place: &str,
+) -> Result<String, McpError> {
+    use crate::tools::template::{ArgvVar, expand_argv_vars};
+    expand_argv_vars(text, &|name| lookup(name)).map_err(|e| match e {
+        ArgvVar::Unset(name) => McpError::UnsetVar {
+            connection: connection.to_owned(),
+            name,
+            place: place.to_owned(),
+        },
+        ArgvVar::Secret(name) => McpError::Config {
+            connection: connection.to_owned(),
+            reason: format!(
+                "`${{{name}}}` in {place} would put a secret on a command line, which every user of the machine can read (`ps`); pass it under `env:` (`{name}: ${{{name}}}`) instead"
+            ),
+        },
     })
 }
 

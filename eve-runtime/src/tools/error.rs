@@ -16,6 +16,16 @@ pub enum ToolError {
         /// Where the reference was (`argv`, `url`, `header X`, `body`).
         place: String,
     },
+    /// A command line references a secret: argv is visible to every user of the machine.
+    #[error(
+        "`${{{name}}}` in {place} would put a secret on a command line, which every user of the machine can read (`ps`); list it under `env: [{name}]` and read it from the environment instead"
+    )]
+    SecretInArgv {
+        /// Variable name.
+        name: String,
+        /// Where the reference was (`argv`, `interpreter`).
+        place: String,
+    },
     /// A `{{...}}` template names something other than `input`.
     #[error(
         "unknown template reference `{{{{{reference}}}}}` in {place}: only `{{{{input}}}}` and `{{{{input.FIELD}}}}` are supported"

@@ -115,7 +115,7 @@ pub struct ToolResult {
     /// cancellation, spawn failure, invalid input.
     pub error: Option<String>,
     /// Destinations the sandbox's egress proxy refused during the call (recorded as
-    /// `sandbox.egress_refused` events).
+    /// `sandbox.egress.refused` events).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<Refused>,
 }

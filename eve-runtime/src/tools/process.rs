@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::error::ToolError;
-use super::template::expand_env;
+use super::template::expand_argv;
 use super::{Refused, ToolContext, ToolResult, effective_limit, effective_timeout, millis};
 use crate::env_vars;
 use crate::exec::{Confinement, Executor, Launch, Prepared};
@@ -129,10 +129,18 @@ pub(crate) async fn run_process_tool(
     if let Some(refused) = crate::engine::integrity::refuse_altered(tool, ctx).await {
         return refused;
     }
-    let argv = match tool_argv(tool, ctx) {
-        Ok(argv) => argv,
+    let (argv, shell_secrets) = match tool_argv(tool, ctx) {
+        Ok(found) => found,
         Err(e) => return ToolResult::failure(e.to_string(), start.elapsed()),
     };
+    let mut env = tool_env(ctx, &tool.env);
+    for name in shell_secrets {
+        if !env.iter().any(|(n, _)| *n == name)
+            && let Some(value) = ctx.lookup(&name)
+        {
+            env.push((name, value));
+        }
+    }
     let stdin = match serde_json::to_vec(input) {
         Ok(bytes) => bytes,
         Err(e) => return ToolResult::failure(format!("invalid input: {e}"), start.elapsed()),
@@ -140,7 +148,7 @@ pub(crate) async fn run_process_tool(
     let spec = ProcessSpec {
         argv,
         stdin: Some(stdin),
-        env: tool_env(ctx, &tool.env),
+        env,
         cwd: ctx.workspace.clone(),
         timeout: effective_timeout(tool.timeout_ms),
         output_limit: effective_limit(tool.output_limit),
@@ -150,21 +158,59 @@ pub(crate) async fn run_process_tool(
     run_process(spec, &ctx.exec, cancel).await
 }
 
-/// The command line of a process tool, with `${VAR}` references resolved.
-fn tool_argv(tool: &Tool, ctx: &ToolContext) -> Result<Vec<String>, ToolError> {
+/// Whether `argv` is a shell running a script: `sh -c SCRIPT …` (what a `run:` string compiles to)
+/// or the same with `bash`, `dash`, `zsh`.
+fn is_shell_script(argv: &[String]) -> bool {
+    let program = argv.first().map(|p| p.rsplit('/').next().unwrap_or(p));
+    matches!(program, Some("sh" | "bash" | "dash" | "zsh"))
+        && argv.get(1).is_some_and(|a| a == "-c")
+        && argv.len() >= 3
+}
+
+/// The command line of a process tool, with `${VAR}` references resolved, and the secrets a shell
+/// script expands itself.
+///
+/// A secret never goes on a command line, where every user of the machine can read it (`ps`): in
+/// the script of `sh -c` (a `run:` string) a secret's `${VAR}` is left for the shell, and the
+/// variable is added to the process's environment (returned here); anywhere else it fails the
+/// call, saying to pass it by `env:`.
+fn tool_argv(tool: &Tool, ctx: &ToolContext) -> Result<(Vec<String>, Vec<String>), ToolError> {
     let lookup = |name: &str| ctx.lookup(name);
+    if let Runner::Command { argv } = &tool.runner
+        && is_shell_script(argv)
+    {
+        let shell_secrets = std::cell::RefCell::new(Vec::new());
+        let script = super::template::expand_vars(&argv[2], &|name| {
+            if crate::redact::is_secret_name(name) {
+                lookup(name)?;
+                shell_secrets.borrow_mut().push(name.to_owned());
+                Some(format!("${{{name}}}"))
+            } else {
+                lookup(name)
+            }
+        })
+        .map_err(|name| ToolError::UnsetVar {
+            name,
+            place: "argv".to_owned(),
+        })?;
+        let mut resolved = vec![argv[0].clone(), argv[1].clone(), script];
+        for arg in &argv[3..] {
+            resolved.push(expand_argv(arg, &lookup, "argv")?);
+        }
+        return Ok((resolved, shell_secrets.into_inner()));
+    }
     let argv = match &tool.runner {
         Runner::Script { path, interpreter } => {
             let mut argv = interpreter
                 .iter()
-                .map(|arg| expand_env(arg, &lookup, "interpreter"))
+                .map(|arg| expand_argv(arg, &lookup, "interpreter"))
                 .collect::<Result<Vec<_>, _>>()?;
             argv.push(ctx.agent_dir.join(path).to_string_lossy().into_owned());
             argv
         }
         Runner::Command { argv } => argv
             .iter()
-            .map(|arg| expand_env(arg, &lookup, "argv"))
+            .map(|arg| expand_argv(arg, &lookup, "argv"))
             .collect::<Result<Vec<_>, _>>()?,
         Runner::Http(_) => Vec::new(),
     };
@@ -173,7 +219,7 @@ fn tool_argv(tool: &Tool, ctx: &ToolContext) -> Result<Vec<String>, ToolError> {
             tool: tool.name.clone(),
         });
     }
-    Ok(argv)
+    Ok((argv, Vec::new()))
 }
 
 /// Bytes captured from one pipe.

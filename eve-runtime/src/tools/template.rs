@@ -39,6 +39,56 @@ pub(crate) fn expand_env(
     })
 }
 
+/// Why a command-line argument could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ArgvVar {
+    /// The variable is not set.
+    Unset(String),
+    /// The variable is a secret (see [`crate::redact::is_secret_name`]): a command line is readable
+    /// by every user of the machine, so secrets go by environment instead.
+    Secret(String),
+}
+
+/// Resolves `${VAR}` references in one argument of a command line: only variables that are not
+/// secrets (the call's own `EVE_*` protocol variables, `HOME`, `PATH`…) may appear there.
+pub(crate) fn expand_argv_vars(
+    text: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ArgvVar> {
+    let secret = std::cell::Cell::new(None);
+    let result = expand_vars(text, &|name| {
+        if crate::redact::is_secret_name(name) {
+            secret.set(Some(name.to_owned()));
+            None
+        } else {
+            lookup(name)
+        }
+    });
+    match (result, secret.take()) {
+        (Err(_), Some(name)) => Err(ArgvVar::Secret(name)),
+        (Err(name), None) => Err(ArgvVar::Unset(name)),
+        (Ok(text), _) => Ok(text),
+    }
+}
+
+/// [`expand_argv_vars`] for a tool's command line, with errors naming `place`.
+pub(crate) fn expand_argv(
+    text: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    place: &str,
+) -> Result<String, ToolError> {
+    expand_argv_vars(text, lookup).map_err(|e| match e {
+        ArgvVar::Unset(name) => ToolError::UnsetVar {
+            name,
+            place: place.to_owned(),
+        },
+        ArgvVar::Secret(name) => ToolError::SecretInArgv {
+            name,
+            place: place.to_owned(),
+        },
+    })
+}
+
 /// Resolves `${VAR}` references in `text` (`$${` is a literal `${`; `$` before anything else is
 /// kept); the error is the name of the first unset variable. Shared by tools and MCP connections.
 pub(crate) fn expand_vars(

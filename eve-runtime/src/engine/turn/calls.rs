@@ -492,9 +492,19 @@ impl TurnDriver<'_> {
             (CallStatus::Failed, json!(text))
         };
         let breaker = self.rt.breaker_update(&tool.name, result.ok).await?;
-        self.settle(turn, step, call, status, output, breaker)
-            .await
-            .map(Some)
+        // Refused destinations are events, committed with the result that reports them.
+        let mut batch = Batch::new();
+        for refused in &result.refused {
+            batch.event(
+                self.id(),
+                ev::EGRESS_REFUSED,
+                ev::egress_refused(turn, step, &call, refused),
+            );
+        }
+        let message = self.settle_into(&mut batch, turn, step, call, status, output, breaker)?;
+        let committed = self.rt.commit(batch).await?;
+        let seq = committed.message_seqs.first().copied().unwrap_or(0);
+        Ok(Some((seq, message)))
     }
 
     /// Records a call's result, its message and its `action.result` in one commit.
@@ -523,9 +533,11 @@ impl TurnDriver<'_> {
         step: u64,
         mut call: ToolCallRecord,
         status: CallStatus,
-        output: Value,
+        mut output: Value,
         breaker: Option<BreakerRecord>,
     ) -> RuntimeResult<Message> {
+        // A result is redacted before the model or anything else sees it.
+        self.rt.secrets().redact_json(&mut output);
         call.status = status;
         call.is_error = status != CallStatus::Completed;
         call.output = Some(output.clone());
