@@ -371,19 +371,19 @@ async fn ordinary_work_runs_inside_the_sandbox() {
     if pip {
         // A wheel made in the workspace (a zip with the package and its dist-info), installed
         // with pip into a folder of the workspace, then imported.
-        cmd.push_str(
-            "cd \"$EVE_WORKSPACE\"; python3 - <<'PY'\n\
-import zipfile\n\
-with zipfile.ZipFile('demo-1.0-py3-none-any.whl', 'w') as w:\n\
-    w.writestr('demo/__init__.py', 'ANSWER = 41 + 1\\n')\n\
-    w.writestr('demo-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: demo\\nVersion: 1.0\\n')\n\
-    w.writestr('demo-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n\
-    w.writestr('demo-1.0.dist-info/RECORD', '')\n\
-PY\n\
-python3 -m pip install -q --no-index --no-cache-dir --disable-pip-version-check \
- --target lib ./demo-1.0-py3-none-any.whl && \
-PYTHONPATH=lib python3 -c 'import demo; print(\"wheel\", demo.ANSWER)'; ",
-        );
+        cmd.push_str(concat!(
+            r#"cd "$EVE_WORKSPACE"; python3 -c "import zipfile; w = zipfile.ZipFile('demo-1.0-py3-none-any.whl', 'w'); "#,
+            r#"w.writestr('demo/__init__.py', 'ANSWER = 41 + 1\n'); "#,
+            r#"w.writestr('demo-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n'); "#,
+            r#"w.writestr('demo-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n'); "#,
+            r#"w.writestr('demo-1.0.dist-info/RECORD', ''); w.close()"; "#,
+            // pyenv's shim runs `pyenv rehash` after `pip install`, which cannot write the
+            // read-only ~/.pyenv/shims: the interpreter itself is called, as docs/security.md says.
+            r#"py=$(python3 -c 'import sys; print(sys.executable)'); "#,
+            r#""$py" -m pip install -q --no-index --no-cache-dir --disable-pip-version-check "#,
+            "--target lib ./demo-1.0-py3-none-any.whl && ",
+            r#"PYTHONPATH=lib python3 -c 'import demo; print("wheel", demo.ANSWER)'; "#,
+        ));
     }
     let s = bash(&p, Provider::Isolated, &cmd).await;
     assert!(!s.is_error, "{}", s.text);
