@@ -174,7 +174,10 @@ pub async fn run_builtin(
             truncated,
             ..ToolResult::success(output, start.elapsed())
         },
-        Err(e) => ToolResult::failure(e.to_string(), start.elapsed()),
+        Err(e) => ToolResult {
+            input_refused: e.is_input_refusal(),
+            ..ToolResult::failure(e.to_string(), start.elapsed())
+        },
     }
 }
 
