@@ -473,7 +473,15 @@ pub enum Auth {
         /// Required `aud`, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         audience: Option<String>,
+        /// Whether a token must carry `exp` (default true: a token without one would be valid
+        /// forever).
+        #[serde(default = "yes")]
+        require_exp: bool,
     },
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Where a tool process runs.
