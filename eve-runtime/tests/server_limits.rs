@@ -244,3 +244,102 @@ fn listener_settings_come_from_the_environment_and_bad_values_are_named() {
     let fds = server::raise_fd_limit();
     assert!(cap >= 16 && (cap as u64) < fds.max(17), "cap {cap} for {fds} fds");
 }
+
+/// Unmounts the test's tmpfs when the test ends, however it ends.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn a_full_disk_makes_health_degraded_and_posts_503_until_space_frees() {
+    let agent = AgentDir::new();
+    let state = agent.root().join(".eve");
+    std::fs::create_dir_all(&state).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=24m", "tmpfs"])
+        .arg(&state)
+        .output();
+    match mounted {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            println!(
+                "skipped: cannot mount a small tmpfs (needs root): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return;
+        }
+        Err(e) => {
+            println!("skipped: cannot run mount: {e}");
+            return;
+        }
+    }
+    let _unmount = Mounted(state.clone());
+    agent.build();
+    let runtime = runtime(&agent.root());
+    let config = ServerConfig::default();
+    let shutdown = config.shutdown.clone();
+    let router = server::router(runtime.clone(), config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let stop = shutdown.clone();
+    tokio::spawn(async move { server::serve(listener, router, stop).await });
+    let http = reqwest::Client::new();
+    let health = || async {
+        let r = http.get(format!("{base}/eve/v1/health")).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<serde_json::Value>().await.unwrap())
+    };
+    let post = || async {
+        let r = http
+            .post(format!("{base}/eve/v1/session"))
+            .json(&serde_json::json!({"message": "hello there"}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.text().await.unwrap())
+    };
+    assert_eq!(health().await.0, 200);
+    let (status, body) = post().await;
+    assert_eq!(status, 202, "{body}");
+
+    // Fill the disk: one file takes every free byte.
+    let filler = state.join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![7u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+        let _ = f.sync_all();
+    }
+    let mut refused = None;
+    for _ in 0..20 {
+        let (status, body) = post().await;
+        if status != 202 {
+            refused = Some((status, body));
+            break;
+        }
+    }
+    let (status, body) = refused.expect("every POST was accepted on a full disk");
+    assert_eq!(status, 503, "{body}");
+    let (status, report) = health().await;
+    assert_eq!(status, 503, "{report}");
+    assert_eq!(report["status"], "degraded", "{report}");
+    assert!(report["reason"].as_str().is_some_and(|r| !r.is_empty()), "{report}");
+
+    // Space frees: readiness and writes come back.
+    std::fs::remove_file(&filler).unwrap();
+    let (status, report) = health().await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["status"], "ready");
+    let (status, body) = post().await;
+    assert_eq!(status, 202, "{body}");
+    shutdown.cancel();
+}

@@ -15,6 +15,24 @@ use tokio::sync::oneshot;
 
 use crate::store::{StoreError, StoreResult};
 
+/// The last write's fault, shared with readiness: set when a commit fails because the file
+/// cannot be written (disk full, read-only, I/O error), cleared by the next commit that works.
+pub(super) type WriteFault = std::sync::Arc<std::sync::Mutex<Option<String>>>;
+
+fn is_storage_fault(message: &str) -> bool {
+    StoreError::Commit(message.to_owned()).is_storage_fault()
+}
+
+fn note(fault: &WriteFault, outcome: Result<(), &str>) {
+    if let Ok(mut slot) = fault.lock() {
+        match outcome {
+            Ok(()) => *slot = None,
+            Err(message) if is_storage_fault(message) => *slot = Some(message.to_owned()),
+            Err(_) => {}
+        }
+    }
+}
+
 /// Most requests folded into one transaction.
 const GROUP_LIMIT: usize = 256;
 /// How often an idle writer looks for commits of other processes.
@@ -37,6 +55,7 @@ pub(super) fn writer_loop(
     mut conn: Connection,
     rx: mpsc::Receiver<Request>,
     foreign: &tokio::sync::watch::Sender<u64>,
+    fault: &WriteFault,
 ) {
     let mut full_sync = false;
     let data_version = |conn: &Connection| {
@@ -70,20 +89,21 @@ pub(super) fn writer_loop(
                 full_sync = durable;
             }
         }
-        run_group(&mut conn, group);
+        run_group(&mut conn, group, fault);
     }
 }
 
-fn run_group(conn: &mut Connection, mut group: Vec<Request>) {
+fn run_group(conn: &mut Connection, mut group: Vec<Request>, fault: &WriteFault) {
     if group.len() == 1
         && let Some(request) = group.pop()
     {
-        return run_one(conn, request);
+        return run_one(conn, request, fault);
     }
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => {
             let message = e.to_string();
+            note(fault, Err(&message));
             for r in group {
                 let _ = r.reply.send(Err(StoreError::Commit(message.clone())));
             }
@@ -112,12 +132,17 @@ fn run_group(conn: &mut Connection, mut group: Vec<Request>) {
     }
     match tx.commit() {
         Ok(()) => {
+            note(fault, Ok(()));
             for (reply, outcome) in results {
+                if let Err(e) = &outcome {
+                    note(fault, Err(&e.to_string()));
+                }
                 let _ = reply.send(outcome);
             }
         }
         Err(e) => {
             let message = e.to_string();
+            note(fault, Err(&message));
             for (reply, _) in results {
                 let _ = reply.send(Err(StoreError::Commit(message.clone())));
             }
@@ -127,17 +152,21 @@ fn run_group(conn: &mut Connection, mut group: Vec<Request>) {
 
 /// A group of one (the common case): the transaction itself stands for the savepoint, which
 /// saves two statements per commit.
-fn run_one(conn: &mut Connection, request: Request) {
+fn run_one(conn: &mut Connection, request: Request, fault: &WriteFault) {
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => {
+            note(fault, Err(&e.to_string()));
             let _ = request.reply.send(Err(StoreError::Commit(e.to_string())));
             return;
         }
     };
     let outcome = match (request.job)(&tx) {
         Ok(value) => match tx.commit() {
-            Ok(()) => Ok(value),
+            Ok(()) => {
+                note(fault, Ok(()));
+                Ok(value)
+            }
             Err(e) => Err(StoreError::Commit(e.to_string())),
         },
         Err(e) => {
@@ -145,5 +174,8 @@ fn run_one(conn: &mut Connection, request: Request) {
             Err(e)
         }
     };
+    if let Err(e) = &outcome {
+        note(fault, Err(&e.to_string()));
+    }
     let _ = request.reply.send(outcome);
 }
