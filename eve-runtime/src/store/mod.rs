@@ -60,6 +60,10 @@ pub enum StoreError {
     /// A row that must exist does not (for example an operation on an unknown session).
     #[error("{0} not found")]
     NotFound(String),
+    /// The store is not the one this project wrote, is missing history, or is damaged: refused
+    /// at start (the message names the file and how to restore it).
+    #[error("{0}")]
+    Integrity(String),
     /// A value in the database is not one this version understands.
     #[error("unexpected stored value: {0}")]
     Corrupt(String),

@@ -23,6 +23,23 @@ fn is_storage_fault(message: &str) -> bool {
     StoreError::Commit(message.to_owned()).is_storage_fault()
 }
 
+/// Where the writer keeps the store's high-water mark.
+pub(super) struct MarkTarget {
+    pub(super) db: std::path::PathBuf,
+    pub(super) identity: String,
+}
+
+fn refresh_mark(conn: &Connection, target: &MarkTarget) {
+    let written = super::integrity::current_mark(conn, &target.identity)
+        .map_err(|e| e.to_string())
+        .and_then(|mark| {
+            super::integrity::write_mark(&target.db, &mark).map_err(|e| e.to_string())
+        });
+    if let Err(error) = written {
+        tracing::warn!(%error, "cannot refresh the store's mark");
+    }
+}
+
 fn note(fault: &WriteFault, outcome: Result<(), &str>) {
     if let Ok(mut slot) = fault.lock() {
         match outcome {
@@ -35,6 +52,8 @@ fn note(fault: &WriteFault, outcome: Result<(), &str>) {
 
 /// Most requests folded into one transaction.
 const GROUP_LIMIT: usize = 256;
+/// Least time between two refreshes of the store's mark (see `integrity.rs`).
+const MARK_INTERVAL: Duration = Duration::from_secs(2);
 /// How often an idle writer looks for commits of other processes.
 const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -56,7 +75,10 @@ pub(super) fn writer_loop(
     rx: mpsc::Receiver<Request>,
     foreign: &tokio::sync::watch::Sender<u64>,
     fault: &WriteFault,
+    mark: &MarkTarget,
 ) {
+    let mut dirty = false;
+    let mut marked_at = std::time::Instant::now();
     let mut full_sync = false;
     let data_version = |conn: &Connection| {
         conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
@@ -67,8 +89,18 @@ pub(super) fn writer_loop(
         let first = match rx.recv_timeout(WATCH_INTERVAL) {
             Ok(first) => Some(first),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                if dirty {
+                    refresh_mark(&conn, mark);
+                }
+                break;
+            }
         };
+        if dirty && marked_at.elapsed() >= MARK_INTERVAL {
+            refresh_mark(&conn, mark);
+            dirty = false;
+            marked_at = std::time::Instant::now();
+        }
         let now = data_version(&conn);
         if now != version {
             version = now;
@@ -90,6 +122,7 @@ pub(super) fn writer_loop(
             }
         }
         run_group(&mut conn, group, fault);
+        dirty = true;
     }
 }
 

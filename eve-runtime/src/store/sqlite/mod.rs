@@ -18,6 +18,7 @@ mod actor;
 mod apply;
 mod channels;
 mod composition;
+mod integrity;
 mod leases;
 mod reads;
 mod rows;
@@ -30,7 +31,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use self::actor::{AnyBox, Request, WriteFault, writer_loop};
+use self::actor::{AnyBox, MarkTarget, Request, WriteFault, writer_loop};
 use self::apply::apply;
 use self::rows::{REQUEST_COLS, request_from_row};
 use self::schema::{migrate, open_connection};
@@ -86,8 +87,14 @@ impl SqliteStore {
         {
             std::fs::create_dir_all(parent)?;
         }
+        integrity::check_files(&path)?;
         let mut conn = open_connection(&path)?;
         migrate(&mut conn)?;
+        let identity = integrity::check_open(&conn, &path)?;
+        let marked = MarkTarget {
+            db: path.clone(),
+            identity,
+        };
         let (tx, rx) = mpsc::channel::<Request>();
         let (foreign, _) = tokio::sync::watch::channel(0u64);
         let seen = foreign.clone();
@@ -95,7 +102,7 @@ impl SqliteStore {
         let noted = fault.clone();
         std::thread::Builder::new()
             .name("eve-store-writer".to_owned())
-            .spawn(move || writer_loop(conn, rx, &seen, &noted))?;
+            .spawn(move || writer_loop(conn, rx, &seen, &noted, &marked))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
