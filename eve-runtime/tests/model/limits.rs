@@ -82,3 +82,57 @@ async fn a_retry_after_past_the_call_deadline_is_not_waited_for() {
     assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
     assert_eq!(server.requests().len(), 1);
 }
+
+#[tokio::test]
+async fn a_limit_ends_the_turn_with_turn_failed_naming_it_and_the_session_answers_next() {
+    use eve_runtime::engine::{FixedModelProvider, ResolvedModel, Runtime, RuntimeConfig};
+    use std::sync::Arc;
+
+    let mut parts = vec![oa::role()];
+    parts.extend(std::iter::repeat_n(": keep-alive\n\n".to_owned(), 200));
+    let server = TestServer::start(vec![
+        Reply::sse(&parts).between_parts(Duration::from_millis(50)),
+        Reply::sse(&[oa::text("back again"), oa::finish("stop"), oa::done()]),
+    ])
+    .await;
+    let mut settings = fast_settings(Provider::Vllm, &server.url);
+    settings.idle_timeout = Duration::from_millis(400);
+    settings.max_retries = 0;
+    let agent = crate::server_support::AgentDir::new();
+    agent.build();
+    let model = ResolvedModel {
+        client: Arc::new(OpenAiClient::new(&settings).unwrap()),
+        model: "test-model".to_owned(),
+        model_id: "vllm/test-model".to_owned(),
+        context_window: Some(100_000),
+        price_per_million: None,
+    };
+    let mut config = RuntimeConfig::new(
+        agent.root().join(".eve"),
+        Arc::new(FixedModelProvider(model)),
+    )
+    .unwrap();
+    config.sandbox_helper = std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox"));
+    let rt = Runtime::new(config);
+    let started = Instant::now();
+    let id = rt.create_session(Some("hello".to_owned())).await.unwrap();
+    rt.drive(&id).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    let events = rt.store().events(&id, 0, 10_000).await.unwrap();
+    let failed = events
+        .iter()
+        .find(|e| e.kind == "turn.failed")
+        .expect("the turn failed");
+    assert!(
+        failed.data.to_string().contains("limits.model_idle_seconds"),
+        "{}",
+        failed.data
+    );
+    rt.post_message(&id, "again").await.unwrap();
+    rt.drive(&id).await.unwrap();
+    let events = rt.store().events(&id, 0, 10_000).await.unwrap();
+    assert!(
+        events.iter().any(|e| e.data.to_string().contains("back again")),
+        "the session answered its next message"
+    );
+}
