@@ -857,7 +857,10 @@ async fn refused_inputs_do_not_open_a_breaker_for_this_session_or_another() {
     let calls = rt.store().tool_calls(&second, 0).await.unwrap();
     let output = calls[0].output.as_ref().unwrap().as_str().unwrap();
     assert!(!output.contains("temporarily disabled"), "{output}");
-    assert!(output.contains("outside the workspace"), "the call ran: {output}");
+    assert!(
+        output.contains("outside the workspace"),
+        "the call ran: {output}"
+    );
     // Built-in file tools are scoped to the session; every other tool to the agent.
     assert!(eve_runtime::engine::breaker_scope_is_session("read_file"));
     assert!(!eve_runtime::engine::breaker_scope_is_session("flaky"));

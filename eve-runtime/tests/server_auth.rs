@@ -362,7 +362,10 @@ async fn a_jwt_without_exp_is_refused_unless_the_channel_says_otherwise() {
     let now = chrono::Utc::now().timestamp();
     let bounded = format!(
         "Bearer {}",
-        sign_hs256(&json!({"sub": "user-1", "exp": now + 60}), secret.as_bytes())
+        sign_hs256(
+            &json!({"sub": "user-1", "exp": now + 60}),
+            secret.as_bytes()
+        )
     );
     assert_eq!(info(&strict, Some(&bounded)).await.0, 200);
     strict.stop().await;

@@ -163,11 +163,7 @@ async fn an_idle_keep_alive_connection_is_closed_but_an_open_stream_is_not() {
     );
 
     // A stream being written is not idle: it outlives several idle timeouts.
-    let id = server
-        .runtime
-        .create_session(None)
-        .await
-        .unwrap();
+    let id = server.runtime.create_session(None).await.unwrap();
     let mut stream = TcpStream::connect(server.addr).await.unwrap();
     stream
         .write_all(
@@ -238,11 +234,17 @@ fn listener_settings_come_from_the_environment_and_bad_values_are_named() {
     assert_eq!(limits.max_connections, Some(12000));
     let bad = |name: &str| (name == "EVE_IDLE_TIMEOUT_SECS").then(|| "soon".to_owned());
     let err = ListenerLimits::from_env(&bad).unwrap_err().to_string();
-    assert!(err.contains("EVE_IDLE_TIMEOUT_SECS") && err.contains("soon"), "{err}");
+    assert!(
+        err.contains("EVE_IDLE_TIMEOUT_SECS") && err.contains("soon"),
+        "{err}"
+    );
     // Without a setting the cap follows the descriptor limit, less a reserve.
     let cap = ListenerLimits::default().connection_cap();
     let fds = server::raise_fd_limit();
-    assert!(cap >= 16 && (cap as u64) < fds.max(17), "cap {cap} for {fds} fds");
+    assert!(
+        cap >= 16 && (cap as u64) < fds.max(17),
+        "cap {cap} for {fds} fds"
+    );
 }
 
 /// Unmounts the test's tmpfs when the test ends, however it ends.
@@ -292,7 +294,11 @@ async fn a_full_disk_makes_health_degraded_and_posts_503_until_space_frees() {
     tokio::spawn(async move { server::serve(listener, router, stop).await });
     let http = reqwest::Client::new();
     let health = || async {
-        let r = http.get(format!("{base}/eve/v1/health")).send().await.unwrap();
+        let r = http
+            .get(format!("{base}/eve/v1/health"))
+            .send()
+            .await
+            .unwrap();
         let status = r.status().as_u16();
         (status, r.json::<serde_json::Value>().await.unwrap())
     };
@@ -332,7 +338,10 @@ async fn a_full_disk_makes_health_degraded_and_posts_503_until_space_frees() {
     let (status, report) = health().await;
     assert_eq!(status, 503, "{report}");
     assert_eq!(report["status"], "degraded", "{report}");
-    assert!(report["reason"].as_str().is_some_and(|r| !r.is_empty()), "{report}");
+    assert!(
+        report["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{report}"
+    );
 
     // Space frees: readiness and writes come back.
     std::fs::remove_file(&filler).unwrap();

@@ -215,14 +215,20 @@ async fn a_truncated_or_deleted_store_is_refused_not_served_empty() {
     std::fs::rename(&db, &moved).unwrap();
     std::fs::write(db.with_file_name("eve.db-wal"), b"not empty").unwrap();
     let text = refusal(&db);
-    assert!(text.contains("eve.db") && text.contains("write-ahead log"), "{text}");
+    assert!(
+        text.contains("eve.db") && text.contains("write-ahead log"),
+        "{text}"
+    );
     assert!(text.contains("restore"), "{text}");
     // Truncated to 0 bytes.
     let _ = std::fs::remove_file(db.with_file_name("eve.db-wal"));
     let _ = std::fs::remove_file(db.with_file_name("eve.db-shm"));
     std::fs::write(&db, b"").unwrap();
     let text = refusal(&db);
-    assert!(text.contains("0 bytes") && text.contains("2 sessions"), "{text}");
+    assert!(
+        text.contains("0 bytes") && text.contains("2 sessions"),
+        "{text}"
+    );
     // Put back, it opens with its sessions.
     std::fs::rename(&moved, &db).unwrap();
     let store = SqliteStore::open(&db).unwrap();
@@ -250,7 +256,10 @@ async fn a_rolled_back_store_is_refused_so_published_ids_never_change() {
     // The older file comes back (a lost WAL, a stale copy): fewer sessions than were published.
     std::fs::copy(&old, &db).unwrap();
     let text = refusal(&db);
-    assert!(text.contains("fewer than") && text.contains("eve.db.mark"), "{text}");
+    assert!(
+        text.contains("fewer than") && text.contains("eve.db.mark"),
+        "{text}"
+    );
     // Deleting the mark says "this older copy is what I want".
     std::fs::remove_file(db.with_file_name("eve.db.mark")).unwrap();
     let store = SqliteStore::open(&db).unwrap();

@@ -36,8 +36,8 @@ pub use config::{
 };
 pub use error::{ApiError, ServerError};
 pub use listener::{
-    DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ListenerLimits, raise_fd_limit,
-    serve_with,
+    DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ListenerLimits,
+    raise_fd_limit, serve_with,
 };
 pub use reload::ReloadableRouter;
 pub use stream::{EventCursor, Next, STREAM_VERSION, at_rest, is_rest_point};

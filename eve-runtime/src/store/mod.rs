@@ -77,9 +77,16 @@ impl StoreError {
         match self {
             Self::Backend(m) | Self::Commit(m) => {
                 let m = m.to_ascii_lowercase();
-                ["full", "readonly", "read-only", "disk i/o", "i/o error", "unable to open"]
-                    .iter()
-                    .any(|needle| m.contains(needle))
+                [
+                    "full",
+                    "readonly",
+                    "read-only",
+                    "disk i/o",
+                    "i/o error",
+                    "unable to open",
+                ]
+                .iter()
+                .any(|needle| m.contains(needle))
             }
             Self::Io(_) => true,
             _ => false,

@@ -187,7 +187,10 @@ async fn a_delivery_sent_twice_is_accepted_once() {
     let (status, first) = server.post("timed", &once, body.clone()).await;
     assert_eq!(status, 202, "{first}");
     let (status, again) = server.post("timed", &once, body.clone()).await;
-    assert_eq!(status, 400, "a replay inside the window is refused: {again}");
+    assert_eq!(
+        status, 400,
+        "a replay inside the window is refused: {again}"
+    );
     assert_eq!(again["code"], "already_accepted", "{again}");
     // A new delivery of the same body (a new timestamp, so a new signature) is accepted.
     let (status, fresh) = server

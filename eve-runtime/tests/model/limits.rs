@@ -23,16 +23,26 @@ async fn keep_alive_comments_are_not_progress() {
     // One chunk, then a comment every 50 ms for 10 s: only the comments keep the socket busy.
     let mut parts = vec![oa::role()];
     parts.extend(std::iter::repeat_n(": keep-alive\n\n".to_owned(), 200));
-    let server =
-        TestServer::start(vec![Reply::sse(&parts).between_parts(Duration::from_millis(50))]).await;
+    let server = TestServer::start(vec![
+        Reply::sse(&parts).between_parts(Duration::from_millis(50)),
+    ])
+    .await;
     let mut settings = fast_settings(Provider::Vllm, &server.url);
     settings.idle_timeout = Duration::from_millis(400);
     settings.max_retries = 0;
     let started = Instant::now();
-    let (_, result) = run(&OpenAiClient::new(&settings).unwrap(), &simple_request("hi")).await;
+    let (_, result) = run(
+        &OpenAiClient::new(&settings).unwrap(),
+        &simple_request("hi"),
+    )
+    .await;
     let error = message(&result);
     assert!(error.contains("limits.model_idle_seconds"), "{error}");
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -45,11 +55,18 @@ async fn a_server_that_never_sends_headers_ends_at_the_call_deadline() {
     settings.timeout = Duration::from_secs(20);
     settings.call_timeout = Duration::from_millis(600);
     let started = Instant::now();
-    let (_, result) = run(&OpenAiClient::new(&settings).unwrap(), &simple_request("hi")).await;
+    let (_, result) = run(
+        &OpenAiClient::new(&settings).unwrap(),
+        &simple_request("hi"),
+    )
+    .await;
     let error = message(&result);
     assert!(error.contains("limits.model_call_seconds"), "{error}");
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(500) && took < Duration::from_secs(3), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
 }
 
 #[tokio::test]
@@ -58,7 +75,11 @@ async fn a_fifty_mib_reply_is_refused_past_the_byte_cap() {
     let server = TestServer::start(vec![Reply::sse(&[oa::text(&big), oa::done()])]).await;
     let mut settings = fast_settings(Provider::Vllm, &server.url);
     settings.response_bytes = 1024 * 1024;
-    let (_, result) = run(&OpenAiClient::new(&settings).unwrap(), &simple_request("hi")).await;
+    let (_, result) = run(
+        &OpenAiClient::new(&settings).unwrap(),
+        &simple_request("hi"),
+    )
+    .await;
     let error = message(&result);
     assert!(error.contains("limits.model_response_bytes"), "{error}");
     // Not retried: a reply that large is not a passing fault.
@@ -76,10 +97,18 @@ async fn a_retry_after_past_the_call_deadline_is_not_waited_for() {
     settings.retry_after_cap = Duration::from_secs(60);
     settings.call_timeout = Duration::from_secs(2);
     let started = Instant::now();
-    let (_, result) = run(&OpenAiClient::new(&settings).unwrap(), &simple_request("hi")).await;
+    let (_, result) = run(
+        &OpenAiClient::new(&settings).unwrap(),
+        &simple_request("hi"),
+    )
+    .await;
     let error = message(&result);
     assert!(error.contains("limits.model_call_seconds"), "{error}");
-    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(server.requests().len(), 1);
 }
 
@@ -117,14 +146,21 @@ async fn a_limit_ends_the_turn_with_turn_failed_naming_it_and_the_session_answer
     let started = Instant::now();
     let id = rt.create_session(Some("hello".to_owned())).await.unwrap();
     rt.drive(&id).await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     let events = rt.store().events(&id, 0, 10_000).await.unwrap();
     let failed = events
         .iter()
         .find(|e| e.kind == "turn.failed")
         .expect("the turn failed");
     assert!(
-        failed.data.to_string().contains("limits.model_idle_seconds"),
+        failed
+            .data
+            .to_string()
+            .contains("limits.model_idle_seconds"),
         "{}",
         failed.data
     );
@@ -132,7 +168,9 @@ async fn a_limit_ends_the_turn_with_turn_failed_naming_it_and_the_session_answer
     rt.drive(&id).await.unwrap();
     let events = rt.store().events(&id, 0, 10_000).await.unwrap();
     assert!(
-        events.iter().any(|e| e.data.to_string().contains("back again")),
+        events
+            .iter()
+            .any(|e| e.data.to_string().contains("back again")),
         "the session answered its next message"
     );
 }

@@ -333,7 +333,10 @@ async fn read_file_rss_child() {
     .await;
     let after = peak_rss_kib();
     let text = r.output.as_str().unwrap_or_default().len();
-    println!("RSS_KIB before={before} after={after} ok={} chars={text}", r.ok);
+    println!(
+        "RSS_KIB before={before} after={after} ok={} chars={text}",
+        r.ok
+    );
 }
 
 #[test]
@@ -369,7 +372,10 @@ fn read_file_of_a_huge_single_line_file_holds_little_memory() {
     let (before, after, chars) = (field("before="), field("after="), field("chars="));
     println!("read_file of 1 GiB on one line: peak RSS {before} KiB -> {after} KiB");
     assert!(line.contains("ok=true"), "{line}");
-    assert!(chars > 0, "the capped start of the line is returned: {line}");
+    assert!(
+        chars > 0,
+        "the capped start of the line is returned: {line}"
+    );
     assert!(
         after.saturating_sub(before) < 20 * 1024,
         "peak RSS grew by {} KiB reading one capped line",

@@ -104,7 +104,11 @@ pub(super) fn check_files(db: &Path) -> StoreResult<()> {
                 db,
                 format!(
                     "the database is {} but held {} sessions and {} events",
-                    if size.is_some() { "empty (0 bytes)" } else { "missing" },
+                    if size.is_some() {
+                        "empty (0 bytes)"
+                    } else {
+                        "missing"
+                    },
                     mark.sessions,
                     mark.events
                 ),
@@ -150,9 +154,11 @@ pub(super) fn check_open(conn: &Connection, db: &Path) -> StoreResult<String> {
          identity TEXT NOT NULL)",
     )?;
     let stored: Option<String> = conn
-        .query_row("SELECT identity FROM store_identity WHERE id = 1", [], |r| {
-            r.get(0)
-        })
+        .query_row(
+            "SELECT identity FROM store_identity WHERE id = 1",
+            [],
+            |r| r.get(0),
+        )
         .ok();
     let (sessions, events) = counts(conn)?;
     if let Some(mark) = read_mark(db) {
@@ -221,9 +227,8 @@ fn quick_check(conn: &Connection, db: &Path) -> StoreResult<()> {
             handle.interrupt();
         }
     });
-    let result: Result<Vec<String>, rusqlite::Error> = conn
-        .prepare("PRAGMA quick_check(5)")
-        .and_then(|mut s| {
+    let result: Result<Vec<String>, rusqlite::Error> =
+        conn.prepare("PRAGMA quick_check(5)").and_then(|mut s| {
             s.query_map([], |r| r.get::<_, String>(0))?
                 .collect::<Result<Vec<_>, _>>()
         });
@@ -233,7 +238,10 @@ fn quick_check(conn: &Connection, db: &Path) -> StoreResult<()> {
         Ok(lines) if lines.len() == 1 && lines[0] == "ok" => Ok(()),
         Ok(lines) => Err(refuse(
             db,
-            format!("the database is damaged (quick_check: {})", lines.join("; ")),
+            format!(
+                "the database is damaged (quick_check: {})",
+                lines.join("; ")
+            ),
         )),
         Err(rusqlite::Error::SqliteFailure(e, _))
             if e.code == rusqlite::ErrorCode::OperationInterrupted =>
@@ -245,9 +253,6 @@ fn quick_check(conn: &Connection, db: &Path) -> StoreResult<()> {
             );
             Ok(())
         }
-        Err(e) => Err(refuse(
-            db,
-            format!("the database cannot be read ({e})"),
-        )),
+        Err(e) => Err(refuse(db, format!("the database cannot be read ({e})"))),
     }
 }

@@ -294,7 +294,14 @@ impl Store for SqliteStore {
             .await;
         match probe {
             Ok(()) => None,
-            Err(e) => Some(self.inner.fault.lock().ok().and_then(|f| f.clone()).unwrap_or_else(|| e.to_string())),
+            Err(e) => Some(
+                self.inner
+                    .fault
+                    .lock()
+                    .ok()
+                    .and_then(|f| f.clone())
+                    .unwrap_or_else(|| e.to_string()),
+            ),
         }
     }
 
