@@ -136,6 +136,16 @@ pub struct Limits {
     /// Model prices in US dollars per million tokens, `(input, output)`, for `max_cost_usd`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price_per_million: Option<Price>,
+    /// Total seconds one model call may take, retries included (default 300).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_call_seconds: Option<u64>,
+    /// Longest silence, in seconds, between two content-bearing chunks of a model's stream;
+    /// keep-alive comments do not count (default 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_idle_seconds: Option<u64>,
+    /// Largest model response body in bytes (default 8 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_response_bytes: Option<u64>,
 }
 
 /// Model prices in US dollars per million tokens.
@@ -156,6 +166,9 @@ impl Default for Limits {
             max_cost_usd: None,
             max_turn_seconds: None,
             price_per_million: None,
+            model_call_seconds: None,
+            model_idle_seconds: None,
+            model_response_bytes: None,
         }
     }
 }
@@ -460,7 +473,15 @@ pub enum Auth {
         /// Required `aud`, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         audience: Option<String>,
+        /// Whether a token must carry `exp` (default true: a token without one would be valid
+        /// forever).
+        #[serde(default = "yes")]
+        require_exp: bool,
     },
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Where a tool process runs.

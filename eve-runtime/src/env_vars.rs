@@ -44,6 +44,16 @@ pub const NO_COLOR: &str = "NO_COLOR";
 /// `SPEED` times faster than real time.
 pub const EVE_SCHEDULE_CLOCK: &str = "EVE_SCHEDULE_CLOCK";
 
+/// Seconds a listener waits for a request's head (default 10).
+pub const EVE_HEADER_TIMEOUT_SECS: &str = "EVE_HEADER_TIMEOUT_SECS";
+/// Seconds a listener waits for a request's body after its head (default 60).
+pub const EVE_BODY_TIMEOUT_SECS: &str = "EVE_BODY_TIMEOUT_SECS";
+/// Seconds a keep-alive connection may sit idle before it is closed (default 75).
+pub const EVE_IDLE_TIMEOUT_SECS: &str = "EVE_IDLE_TIMEOUT_SECS";
+/// Most connections a listener holds open at once (default: sized from the file-descriptor
+/// limit, whose soft value is raised to the hard one at start).
+pub const EVE_MAX_CONNECTIONS: &str = "EVE_MAX_CONNECTIONS";
+
 // The tool protocol: set by eve for every tool, hook and dynamic-tool process.
 
 /// The session the call belongs to.

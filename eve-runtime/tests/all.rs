@@ -16,6 +16,7 @@ mod mcp;
 mod model;
 mod schedule;
 mod server_auth;
+mod server_limits;
 mod server_principals;
 mod server_routes;
 mod server_stream;

@@ -821,3 +821,47 @@ async fn a_cursor_dropped_midway_loses_no_event() {
     }
     assert!(interrupted > 0, "no attempt was cut short");
 }
+
+#[tokio::test]
+async fn refused_inputs_do_not_open_a_breaker_for_this_session_or_another() {
+    let p = TestProject::new();
+    let mut a = agent();
+    a.config.default_tools = true;
+    p.write_build(&a, &[]);
+    let escape = || call("read_file", json!({"path": "../../outside.txt"}));
+    let rt = p.runtime(json!([
+        escape(),
+        escape(),
+        escape(),
+        escape(),
+        {"text": "cannot"}
+    ]));
+    let (first, outcome) = run_prompt(&rt, "read it").await;
+    assert_eq!(outcome, DriveOutcome::Idle);
+    let calls = rt.store().tool_calls(&first, 0).await.unwrap();
+    assert_eq!(calls.len(), 4);
+    for c in &calls {
+        let output = c.output.as_ref().unwrap().as_str().unwrap();
+        assert!(output.contains("outside the workspace"), "{output}");
+        assert!(!output.contains("temporarily disabled"), "{output}");
+    }
+    assert!(rt.store().breaker("read_file").await.unwrap().is_none());
+    assert!(
+        rt.store()
+            .breaker(&format!("read_file@{first}"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let (second, _) = run_prompt(&rt, "read another").await;
+    let calls = rt.store().tool_calls(&second, 0).await.unwrap();
+    let output = calls[0].output.as_ref().unwrap().as_str().unwrap();
+    assert!(!output.contains("temporarily disabled"), "{output}");
+    assert!(
+        output.contains("outside the workspace"),
+        "the call ran: {output}"
+    );
+    // Built-in file tools are scoped to the session; every other tool to the agent.
+    assert!(eve_runtime::engine::breaker_scope_is_session("read_file"));
+    assert!(!eve_runtime::engine::breaker_scope_is_session("flaky"));
+}

@@ -344,3 +344,38 @@ async fn cors_from_the_channel() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_jwt_without_exp_is_refused_unless_the_channel_says_otherwise() {
+    let secret = "jwt-test-secret-0123456789";
+    let forever = format!(
+        "Bearer {}",
+        sign_hs256(&json!({"sub": "user-1"}), secret.as_bytes())
+    );
+    let strict = TestServer::start_with(
+        with_channel("auth:\n  type: jwt\n  secret: ${JWT_SECRET}\n"),
+        &[("JWT_SECRET", secret)],
+        |c| c,
+    )
+    .await;
+    assert_eq!(info(&strict, Some(&forever)).await.0, 401);
+    let now = chrono::Utc::now().timestamp();
+    let bounded = format!(
+        "Bearer {}",
+        sign_hs256(
+            &json!({"sub": "user-1", "exp": now + 60}),
+            secret.as_bytes()
+        )
+    );
+    assert_eq!(info(&strict, Some(&bounded)).await.0, 200);
+    strict.stop().await;
+
+    let lax = TestServer::start_with(
+        with_channel("auth:\n  type: jwt\n  secret: ${JWT_SECRET}\n  require_exp: false\n"),
+        &[("JWT_SECRET", secret)],
+        |c| c,
+    )
+    .await;
+    assert_eq!(info(&lax, Some(&forever)).await.0, 200);
+    lax.stop().await;
+}

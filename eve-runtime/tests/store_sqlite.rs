@@ -149,3 +149,145 @@ async fn a_runtime_runs_on_the_store_it_is_given() {
         "no store is opened in the state folder"
     );
 }
+
+/// Commits `n` sessions named `wrun_<prefix><i>`.
+async fn add_sessions(store: &dyn Store, prefix: &str, n: usize) {
+    for i in 0..n {
+        let mut b = Batch::durable();
+        b.push(Op::InsertSession(SessionRecord::new(
+            format!("wrun_{prefix}{i}"),
+            "h".into(),
+            "a".into(),
+            None,
+            now_ms(),
+        )));
+        store.commit(b).await.unwrap();
+    }
+}
+
+/// Waits until the mark beside `db` records at least `sessions` sessions.
+async fn mark_reaches(db: &std::path::Path, sessions: i64) {
+    let mark = db.with_file_name("eve.db.mark");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let seen = std::fs::read_to_string(&mark)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["sessions"].as_i64())
+            .unwrap_or(0);
+        if seen >= sessions {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mark never recorded {sessions} sessions"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Folds the WAL into the database file and closes it, as a clean shutdown leaves it.
+fn checkpoint(db: &std::path::Path) {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+}
+
+fn refusal(db: &std::path::Path) -> String {
+    match SqliteStore::open(db) {
+        Ok(_) => panic!("a store that lost its history was opened"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn a_truncated_or_deleted_store_is_refused_not_served_empty() {
+    let backend = Sqlite::new();
+    let db = backend_path(&backend);
+    {
+        let store = SqliteStore::open(&db).unwrap();
+        add_sessions(&store, "a", 2).await;
+        mark_reaches(&db, 2).await;
+    }
+    checkpoint(&db);
+    // Deleted with its WAL kept.
+    let moved = db.with_file_name("moved.db");
+    std::fs::rename(&db, &moved).unwrap();
+    std::fs::write(db.with_file_name("eve.db-wal"), b"not empty").unwrap();
+    let text = refusal(&db);
+    assert!(
+        text.contains("eve.db") && text.contains("write-ahead log"),
+        "{text}"
+    );
+    assert!(text.contains("restore"), "{text}");
+    // Truncated to 0 bytes.
+    let _ = std::fs::remove_file(db.with_file_name("eve.db-wal"));
+    let _ = std::fs::remove_file(db.with_file_name("eve.db-shm"));
+    std::fs::write(&db, b"").unwrap();
+    let text = refusal(&db);
+    assert!(
+        text.contains("0 bytes") && text.contains("2 sessions"),
+        "{text}"
+    );
+    // Put back, it opens with its sessions.
+    std::fs::rename(&moved, &db).unwrap();
+    let store = SqliteStore::open(&db).unwrap();
+    assert!(store.session("wrun_a1").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_rolled_back_store_is_refused_so_published_ids_never_change() {
+    let backend = Sqlite::new();
+    let db = backend_path(&backend);
+    let old = db.with_file_name("old.db");
+    {
+        let store = SqliteStore::open(&db).unwrap();
+        add_sessions(&store, "a", 1).await;
+        mark_reaches(&db, 1).await;
+    }
+    checkpoint(&db);
+    std::fs::copy(&db, &old).unwrap();
+    {
+        let store = SqliteStore::open(&db).unwrap();
+        add_sessions(&store, "b", 3).await;
+        mark_reaches(&db, 4).await;
+    }
+    checkpoint(&db);
+    // The older file comes back (a lost WAL, a stale copy): fewer sessions than were published.
+    std::fs::copy(&old, &db).unwrap();
+    let text = refusal(&db);
+    assert!(
+        text.contains("fewer than") && text.contains("eve.db.mark"),
+        "{text}"
+    );
+    // Deleting the mark says "this older copy is what I want".
+    std::fs::remove_file(db.with_file_name("eve.db.mark")).unwrap();
+    let store = SqliteStore::open(&db).unwrap();
+    assert!(store.session("wrun_a0").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_damaged_page_is_refused_at_start() {
+    let backend = Sqlite::new();
+    let db = backend_path(&backend);
+    {
+        let store = SqliteStore::open(&db).unwrap();
+        add_sessions(&store, "a", 50).await;
+        mark_reaches(&db, 50).await;
+    }
+    checkpoint(&db);
+    let mut bytes = std::fs::read(&db).unwrap();
+    let page = 4096;
+    assert!(bytes.len() > 3 * page, "{} bytes", bytes.len());
+    let last = bytes.len() - page;
+    for b in &mut bytes[last..] {
+        *b = 0xA5;
+    }
+    std::fs::write(&db, &bytes).unwrap();
+    let text = refusal(&db);
+    assert!(text.contains("eve.db"), "{text}");
+    assert!(
+        text.contains("damaged") || text.contains("malformed"),
+        "{text}"
+    );
+}

@@ -185,6 +185,9 @@ impl Compiler {
                         "max_cost_usd",
                         "max_turn_seconds",
                         "price_per_million",
+                        "model_call_seconds",
+                        "model_idle_seconds",
+                        "model_response_bytes",
                     ],
                     "limits",
                 );
@@ -194,6 +197,10 @@ impl Compiler {
                 config.limits.max_tokens = l.u64("max_tokens");
                 config.limits.max_cost_usd = l.f64("max_cost_usd");
                 config.limits.max_turn_seconds = l.u64("max_turn_seconds");
+                config.limits.model_call_seconds = l.u64("model_call_seconds").map(|n| n.max(1));
+                config.limits.model_idle_seconds = l.u64("model_idle_seconds").map(|n| n.max(1));
+                config.limits.model_response_bytes =
+                    l.u64("model_response_bytes").map(|n| n.max(1024));
                 if parsed
                     .doc
                     .value

@@ -155,13 +155,17 @@ impl Compiler {
                         Some(Auth::Basic { username, password })
                     }
                     Some(3) => {
-                        a.unknown_keys(&["type", "secret", "issuer", "audience"], "auth");
+                        a.unknown_keys(
+                            &["type", "secret", "issuer", "audience", "require_exp"],
+                            "auth",
+                        );
                         let s = a.required_string("secret", "add `secret: ${JWT_SECRET}`");
                         let secret_v = secret(&mut a, "secret", s)?;
                         Some(Auth::Jwt {
                             secret: secret_v,
                             issuer: a.string("issuer"),
                             audience: a.string("audience"),
+                            require_exp: a.bool("require_exp").unwrap_or(true),
                         })
                     }
                     _ => {

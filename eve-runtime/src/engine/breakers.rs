@@ -1,17 +1,45 @@
 //! Circuit breakers: a tool that fails [`super::BreakerPolicy::threshold`] times in a row is
 //! refused for a backoff that doubles up to a maximum; a success closes it. The rows are stored and
-//! cached on the runtime, so every session of the process sees the same breaker.
+//! cached on the runtime.
+//!
+//! Only failures of the tool itself count (a non-zero exit, a timeout, a transport error), never
+//! an input eve refused before running ([`crate::tools::ToolResult::input_refused`]): one
+//! session's mistakes must not disable a tool for everyone. A breaker is scoped to the session
+//! for the built-in file tools (their failures are about that session's workspace) and to the
+//! agent for every other tool (a broken script or API fails for all). A session-scoped breaker
+//! is keyed `tool@session`, so the store's breaker rows need no other shape.
 
 use super::turn::TurnDriver;
 use super::{Runtime, RuntimeResult};
 use crate::store::*;
+use crate::tools::builtin::{READ_FILE, WRITE_FILE};
+
+/// Whether `tool`'s breaker is per session (else per agent).
+pub fn session_scoped(tool: &str) -> bool {
+    matches!(tool, READ_FILE | WRITE_FILE)
+}
+
+/// The key of `tool`'s breaker row for a call in `session`.
+pub fn breaker_key(tool: &str, session: &str) -> String {
+    if session_scoped(tool) {
+        format!("{tool}@{session}")
+    } else {
+        tool.to_owned()
+    }
+}
 
 impl TurnDriver<'_> {
+    /// The key of `tool`'s breaker for this turn's session.
+    pub(in crate::engine) fn breaker_key(&self, tool: &str) -> String {
+        breaker_key(tool, &self.session.id)
+    }
+
     pub(in crate::engine) async fn breaker_refusal(
         &self,
         tool: &str,
+        key: &str,
     ) -> RuntimeResult<Option<String>> {
-        let record = self.rt.breaker(tool).await?;
+        let record = self.rt.breaker(key).await?;
         let now = now_ms();
         Ok(match record {
             Some(b) if b.open_until > now => Some(format!(

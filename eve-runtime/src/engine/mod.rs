@@ -38,6 +38,7 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use accept::{Accept, Accepted, Extra, SessionRef};
+pub use breakers::{breaker_key, session_scoped as breaker_scope_is_session};
 pub use build::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_prompt};
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::LOCAL_PRINCIPAL;

@@ -40,6 +40,16 @@ impl SettingsModelProvider {
         let env = self.env.clone();
         let mut settings = ModelSettings::resolve(agent.config.model.as_deref(), &move |k| env(k))?;
         settings.context_window = agent.config.context_window;
+        let limits = &agent.config.limits;
+        if let Some(s) = limits.model_call_seconds {
+            settings.call_timeout = std::time::Duration::from_secs(s);
+        }
+        if let Some(s) = limits.model_idle_seconds {
+            settings.idle_timeout = std::time::Duration::from_secs(s);
+        }
+        if let Some(n) = limits.model_response_bytes {
+            settings.response_bytes = usize::try_from(n).unwrap_or(usize::MAX);
+        }
         Ok(settings)
     }
 }

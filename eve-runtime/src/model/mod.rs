@@ -420,6 +420,11 @@ pub struct ModelSettings {
     pub backoff_max: Duration,
     /// Largest delay a server's `Retry-After` can impose.
     pub retry_after_cap: Duration,
+    /// Total time one call may take, every attempt and retry delay included
+    /// (`limits.model_call_seconds`).
+    pub call_timeout: Duration,
+    /// Largest response body of one attempt, in bytes (`limits.model_response_bytes`).
+    pub response_bytes: usize,
     /// Context window to report instead of asking the provider (`agent.yaml` `context_window`).
     pub context_window: Option<u64>,
     /// The `mock` provider's script (`EVE_MOCK_SCRIPT`): a path, or inline JSON.
@@ -439,6 +444,8 @@ impl std::fmt::Debug for ModelSettings {
             .field("backoff_base", &self.backoff_base)
             .field("backoff_max", &self.backoff_max)
             .field("retry_after_cap", &self.retry_after_cap)
+            .field("call_timeout", &self.call_timeout)
+            .field("response_bytes", &self.response_bytes)
             .field("context_window", &self.context_window)
             .field("mock_script", &self.mock_script)
             .finish()
@@ -452,6 +459,13 @@ impl Default for ModelSettings {
     }
 }
 
+/// Default total deadline of one model call (`limits.model_call_seconds`).
+pub const DEFAULT_MODEL_CALL: Duration = Duration::from_secs(300);
+/// Default longest silence between content-bearing chunks (`limits.model_idle_seconds`).
+pub const DEFAULT_MODEL_IDLE: Duration = Duration::from_secs(60);
+/// Default largest model response body (`limits.model_response_bytes`): 8 MiB.
+pub const DEFAULT_MODEL_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+
 /// The model used when neither `EVE_MODEL` nor `agent.yaml` names one.
 pub const DEFAULT_MODEL: &str = "mock/echo";
 
@@ -464,11 +478,13 @@ impl ModelSettings {
             base_url: None,
             api_key: None,
             timeout: Duration::from_secs(60),
-            idle_timeout: Duration::from_secs(300),
+            idle_timeout: DEFAULT_MODEL_IDLE,
             max_retries: 4,
             backoff_base: Duration::from_millis(500),
             backoff_max: Duration::from_secs(30),
             retry_after_cap: Duration::from_secs(60),
+            call_timeout: DEFAULT_MODEL_CALL,
+            response_bytes: DEFAULT_MODEL_RESPONSE_BYTES,
             context_window: None,
             mock_script: None,
         }

@@ -7,6 +7,12 @@
 //! nothing has been handed to the caller: once an event is out, a failure is final, so the engine
 //! never sees the same text twice. Each protocol plugs in a [`Decoder`] that turns body bytes into
 //! [`ModelEvent`]s and an assembled [`ModelResponse`].
+//!
+//! Three limits keep a broken or hostile model server from holding a turn or the store: the whole
+//! call, retries and their delays included, ends at `call_timeout` (`limits.model_call_seconds`;
+//! a retry whose delay would pass it is not made); the idle timeout counts only chunks that carry
+//! content (an SSE comment every few seconds is not progress); and a body larger than
+//! `response_bytes` (`limits.model_response_bytes`) fails the call without retry.
 
 use std::time::{Duration, SystemTime};
 
@@ -199,20 +205,41 @@ pub(crate) async fn stream_with_retries<D: Decoder>(
     on_event: &mut (dyn FnMut(ModelEvent) + Send),
 ) -> Result<ModelResponse, ModelError> {
     let mut attempt: u32 = 0;
+    let deadline = tokio::time::Instant::now() + settings.call_timeout;
+    let over_deadline = || {
+        ModelError::Transport(format!(
+            "the model call to {} took longer than limits.model_call_seconds ({} s)",
+            call.url,
+            settings.call_timeout.as_secs_f64()
+        ))
+    };
     loop {
         let mut emitted = false;
         let mut decoder = new_decoder();
-        let failure =
-            match attempt_once(http, settings, call, &mut decoder, on_event, &mut emitted).await {
-                Ok(response) => return Ok(response),
-                Err(failure) => failure,
-            };
+        let attempted = tokio::time::timeout_at(
+            deadline,
+            attempt_once(http, settings, call, &mut decoder, on_event, &mut emitted),
+        )
+        .await;
+        let failure = match attempted {
+            Err(_) => return Err(over_deadline()),
+            Ok(Ok(response)) => return Ok(response),
+            Ok(Err(failure)) => failure,
+        };
         if emitted || !failure.retryable || attempt >= settings.max_retries {
             return Err(failure.error);
         }
         let delay = failure
             .retry_after
             .unwrap_or_else(|| backoff(settings, attempt));
+        if tokio::time::Instant::now() + delay >= deadline {
+            return Err(ModelError::Transport(format!(
+                "{}; a retry in {:.1} s would pass limits.model_call_seconds ({} s)",
+                failure.error,
+                delay.as_secs_f64(),
+                settings.call_timeout.as_secs_f64()
+            )));
+        }
         tracing::warn!(
             attempt = attempt + 1,
             max_retries = settings.max_retries,
@@ -285,11 +312,16 @@ async fn attempt_once<D: Decoder>(
     let mut head: Vec<u8> = Vec::new();
     let mut body = response.bytes_stream();
     let mut events = Vec::new();
+    let mut received: usize = 0;
+    let mut last_content = tokio::time::Instant::now();
+    let mut seen_events = decoder.sse_events();
     loop {
-        let next = match tokio::time::timeout(settings.idle_timeout, body.next()).await {
+        let idle_until = last_content + settings.idle_timeout;
+        let next = match tokio::time::timeout_at(idle_until, body.next()).await {
             Err(_) => {
                 return Err(Failure::transient(ModelError::Transport(format!(
-                    "the model stream stalled: no data for {:?}",
+                    "the model stream stalled: no content for {:?} (limits.model_idle_seconds; \
+                     keep-alive comments do not count)",
                     settings.idle_timeout
                 ))));
             }
@@ -305,11 +337,22 @@ async fn attempt_once<D: Decoder>(
             }
             Some(Ok(chunk)) => chunk,
         };
+        received = received.saturating_add(chunk.len());
+        if received > settings.response_bytes {
+            return Err(Failure::fatal(ModelError::Malformed(format!(
+                "the model response is larger than limits.model_response_bytes ({} bytes)",
+                settings.response_bytes
+            ))));
+        }
         if head.len() < QUOTE_LIMIT {
             let take = (QUOTE_LIMIT - head.len()).min(chunk.len());
             head.extend_from_slice(chunk.get(..take).unwrap_or_default());
         }
         let pushed = decoder.push(&chunk, &mut events);
+        if !events.is_empty() || decoder.sse_events() != seen_events {
+            seen_events = decoder.sse_events();
+            last_content = tokio::time::Instant::now();
+        }
         forward(&mut events, on_event, emitted);
         if let Err(error) = pushed {
             return Err(decoder_failure(error));

@@ -84,6 +84,8 @@ pub enum Authenticator {
         issuer: Option<String>,
         /// Required `aud` (the token's `aud` may be a string or a list holding it).
         audience: Option<String>,
+        /// Whether a token without `exp` is refused (`require_exp`, default true).
+        require_exp: bool,
     },
 }
 
@@ -176,6 +178,7 @@ impl Authenticator {
                 secret,
                 issuer,
                 audience,
+                require_exp,
             } => {
                 let secret = resolve_refs(secret, env, file, "auth.secret")?;
                 let issuer = issuer
@@ -190,6 +193,7 @@ impl Authenticator {
                     secret: secret.into_bytes(),
                     issuer,
                     audience,
+                    require_exp: *require_exp,
                 }
             }
         })
@@ -259,11 +263,16 @@ impl Authenticator {
                 secret,
                 issuer,
                 audience,
+                require_exp,
             } => {
                 if !scheme.eq_ignore_ascii_case("bearer") {
                     return Err(unauthorized());
                 }
                 let claims = verify_hs256(credentials, secret, now).ok_or_else(unauthorized)?;
+                // A token without `exp` would be valid forever.
+                if *require_exp && claims.get("exp").is_none_or(Value::is_null) {
+                    return Err(unauthorized());
+                }
                 if let Some(want) = issuer
                     && claims.get("iss").and_then(Value::as_str) != Some(want.as_str())
                 {

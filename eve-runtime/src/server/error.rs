@@ -140,6 +140,10 @@ impl From<RuntimeError> for ApiError {
                 Self::bad_request("empty_message", "`message` is empty: send some text.")
             }
             RuntimeError::Build { .. } => Self::Unavailable(format!("{e}.")),
+            // Nothing was stored: say so (503), never a 202 that is not durable.
+            RuntimeError::Store(s) if s.is_storage_fault() => Self::Unavailable(format!(
+                "The store cannot be written now ({s}); nothing was accepted. Try again later."
+            )),
             other => Self::Internal(other.to_string()),
         }
     }

@@ -14,6 +14,7 @@ mod channels;
 mod config;
 mod dev;
 mod error;
+mod listener;
 mod reload;
 mod routes;
 mod stream;
@@ -34,6 +35,10 @@ pub use config::{
     API_CHANNEL, CorsOrigins, DEFAULT_BODY_LIMIT, ServerConfig, authority_host, is_loopback_host,
 };
 pub use error::{ApiError, ServerError};
+pub use listener::{
+    DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ListenerLimits,
+    raise_fd_limit, serve_with,
+};
 pub use reload::ReloadableRouter;
 pub use stream::{EventCursor, Next, STREAM_VERSION, at_rest, is_rest_point};
 pub use ui::{UI_STREAM_VERSION, chat_session_id};
@@ -132,18 +137,13 @@ pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOption
 }
 
 /// Serves `router` on `listener` until `shutdown` fires; then stops accepting, lets open requests
-/// finish (streams end on the same token) and returns.
+/// finish (streams end on the same token) and returns. The listener's limits are the defaults
+/// with the `EVE_*_TIMEOUT_SECS` and `EVE_MAX_CONNECTIONS` variables of the process applied.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), ServerError> {
-    let addr = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-        .map_err(|source| ServerError::Io { addr, source })
+    let limits = ListenerLimits::from_env(&|name| std::env::var(name).ok())?;
+    serve_with(listener, router, shutdown, limits).await
 }

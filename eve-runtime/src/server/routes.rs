@@ -114,6 +114,10 @@ pub async fn guard(State(app): State<App>, mut request: Request, next: Next) -> 
 /// `GET /eve/v1/health`.
 pub async fn health(State(app): State<App>) -> Result<Response, ApiError> {
     let hash = app.runtime.builds().current_hash()?;
+    if let Some(reason) = app.runtime.store().write_fault().await {
+        let body = json!({"ok": false, "status": "degraded", "reason": reason, "workflowId": hash});
+        return Ok((axum::http::StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response());
+    }
     Ok(Json(json!({"ok": true, "status": "ready", "workflowId": hash})).into_response())
 }
 

@@ -60,9 +60,38 @@ pub enum StoreError {
     /// A row that must exist does not (for example an operation on an unknown session).
     #[error("{0} not found")]
     NotFound(String),
+    /// The store is not the one this project wrote, is missing history, or is damaged: refused
+    /// at start (the message names the file and how to restore it).
+    #[error("{0}")]
+    Integrity(String),
     /// A value in the database is not one this version understands.
     #[error("unexpected stored value: {0}")]
     Corrupt(String),
+}
+
+impl StoreError {
+    /// Whether this error means the storage cannot be written now (disk full, read-only file
+    /// system, I/O errors) rather than a problem with the request: the caller should answer
+    /// "unavailable, try later", never claim the write happened.
+    pub fn is_storage_fault(&self) -> bool {
+        match self {
+            Self::Backend(m) | Self::Commit(m) => {
+                let m = m.to_ascii_lowercase();
+                [
+                    "full",
+                    "readonly",
+                    "read-only",
+                    "disk i/o",
+                    "i/o error",
+                    "unable to open",
+                ]
+                .iter()
+                .any(|needle| m.contains(needle))
+            }
+            Self::Io(_) => true,
+            _ => false,
+        }
+    }
 }
 
 /// Result alias of the store.
@@ -124,6 +153,12 @@ pub trait Store: Send + Sync + 'static {
     /// answered by `eve sessions approve`, a message posted by `eve run`), for servers to pick up
     /// work they did not start. `None` when the store cannot tell.
     fn foreign_commits(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
+    /// Why the store cannot be written now (disk full, read-only, I/O errors), or `None` when
+    /// it can. Reported by readiness; a store that cannot tell says `None`.
+    async fn write_fault(&self) -> Option<String> {
         None
     }
 

@@ -174,7 +174,10 @@ pub async fn run_builtin(
             truncated,
             ..ToolResult::success(output, start.elapsed())
         },
-        Err(e) => ToolResult::failure(e.to_string(), start.elapsed()),
+        Err(e) => ToolResult {
+            input_refused: e.is_input_refusal(),
+            ..ToolResult::failure(e.to_string(), start.elapsed())
+        },
     }
 }
 
@@ -272,36 +275,51 @@ fn read_file(
     let offset = input.offset.unwrap_or(1).max(1);
     let limit = input.limit.unwrap_or(DEFAULT_READ_LINES).max(1);
     let cap = effective_limit(DEFAULT_OUTPUT_LIMIT);
+    // Read by bytes, never a whole line: a line can be gigabytes (a file without newlines), and
+    // at most `cap` bytes of it are ever held.
     let mut reader = BufReader::new(std::fs::File::open(&path).map_err(io_err)?);
     let mut line_no: u64 = 0;
     let mut taken: u64 = 0;
     let mut out = Vec::new();
-    let mut line = Vec::new();
     let mut truncated = false;
+    let mut more = false;
+    let mut at_line_start = true;
     loop {
-        line.clear();
-        let n = reader.read_until(b'\n', &mut line).map_err(io_err)?;
-        if n == 0 {
+        let buf = reader.fill_buf().map_err(io_err)?;
+        if buf.is_empty() {
             break;
         }
-        line_no += 1;
-        if line_no < offset {
-            continue;
+        if at_line_start {
+            if taken == limit {
+                more = true;
+                break;
+            }
+            line_no += 1;
+            at_line_start = false;
         }
-        if taken == limit {
-            break;
+        let (len, ends) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        if line_no >= offset {
+            let segment = buf.get(..len).unwrap_or_default();
+            let room = cap.saturating_sub(out.len());
+            if segment.len() > room {
+                out.extend_from_slice(segment.get(..room).unwrap_or_default());
+                truncated = true;
+                break;
+            }
+            out.extend_from_slice(segment);
+            if ends {
+                taken += 1;
+            }
         }
-        let room = cap.saturating_sub(out.len());
-        if line.len() > room {
-            out.extend_from_slice(line.get(..room).unwrap_or_default());
-            truncated = true;
-            break;
-        }
-        out.extend_from_slice(&line);
+        at_line_start = ends;
+        reader.consume(len);
+    }
+    if !truncated && !more && !at_line_start && line_no >= offset {
         taken += 1;
     }
-    let more =
-        !truncated && taken == limit && line_no > offset.saturating_add(limit).saturating_sub(1);
     let mut text = capture_text(&out, truncated);
     if truncated {
         if !text.ends_with('\n') {

@@ -120,3 +120,25 @@ pub enum ToolError {
     #[error("internal error: {0}")]
     Internal(String),
 }
+
+impl ToolError {
+    /// Whether eve refused the call's input before running anything (the caller's mistake, not a
+    /// failure of the tool): circuit breakers do not count these.
+    pub fn is_input_refusal(&self) -> bool {
+        use std::io::ErrorKind::*;
+        match self {
+            Self::AbsolutePath { .. }
+            | Self::PathEscape { .. }
+            | Self::InvalidInput(_)
+            | Self::InvalidUrl { .. }
+            | Self::InvalidHeader { .. }
+            | Self::InvalidMethod(_)
+            | Self::UnknownTemplate { .. } => true,
+            Self::Io { source, .. } => matches!(
+                source.kind(),
+                NotFound | PermissionDenied | IsADirectory | NotADirectory | InvalidInput
+            ),
+            _ => false,
+        }
+    }
+}

@@ -253,6 +253,7 @@ pub(crate) async fn run_http_tool(
         duration_ms: millis(start.elapsed()),
         error,
         refused: Vec::new(),
+        input_refused: false,
     }
 }
 

@@ -118,6 +118,11 @@ pub struct ToolResult {
     /// `sandbox.egress.refused` events).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<Refused>,
+    /// eve refused the call's input before anything ran (a path outside the workspace, a file
+    /// that does not exist, an invalid argument): the caller's mistake, which circuit breakers do
+    /// not count as a failure of the tool.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub input_refused: bool,
 }
 
 /// A destination the egress proxy of an isolated call refused.
@@ -142,6 +147,7 @@ impl ToolResult {
             duration_ms: millis(duration),
             error: Some(error.into()),
             refused: Vec::new(),
+            input_refused: false,
         }
     }
 
@@ -155,6 +161,7 @@ impl ToolResult {
             duration_ms: millis(duration),
             error: None,
             refused: Vec::new(),
+            input_refused: false,
         }
     }
 }

@@ -470,6 +470,7 @@ pub(crate) async fn run_process(
         duration_ms: millis(duration),
         error,
         refused,
+        input_refused: false,
     }
 }
 

@@ -169,3 +169,50 @@ async fn approval_requests_reach_the_reply_url() {
     assert_eq!(done["type"], "turn.completed");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_delivery_sent_twice_is_accepted_once() {
+    let fake = Fake::start().await;
+    let mut list = channels(&fake).to_vec();
+    list.push((
+        "github",
+        "kind: webhook\nsecret: ${HOOK_SECRET}\ndelivery_header: X-GitHub-Delivery\n".to_owned(),
+    ));
+    let (_agent, root) = agent(&list);
+    let server = Served::start(&root, &[("HOOK_SECRET", SECRET)]).await;
+    let body = json!({"message": "deploy"}).to_string();
+
+    // With a replay window and no delivery id, the signature itself is the delivery id.
+    let once = timed(&body, now() - 10);
+    let (status, first) = server.post("timed", &once, body.clone()).await;
+    assert_eq!(status, 202, "{first}");
+    let (status, again) = server.post("timed", &once, body.clone()).await;
+    assert_eq!(
+        status, 400,
+        "a replay inside the window is refused: {again}"
+    );
+    assert_eq!(again["code"], "already_accepted", "{again}");
+    // A new delivery of the same body (a new timestamp, so a new signature) is accepted.
+    let (status, fresh) = server
+        .post("timed", &timed(&body, now() - 5), body.clone())
+        .await;
+    assert_eq!(status, 202, "{fresh}");
+
+    // A configured delivery id header de-duplicates; another id is a new delivery.
+    let mut with_id = signed(&body);
+    with_id.push(("x-github-delivery", "72d3162e-cc78".to_owned()));
+    let (status, first) = server.post("github", &with_id, body.clone()).await;
+    assert_eq!(status, 202, "{first}");
+    let (status, again) = server.post("github", &with_id, body.clone()).await;
+    assert_eq!(status, 400, "{again}");
+    let mut other = signed(&body);
+    other.push(("x-github-delivery", "72d3162e-cc79".to_owned()));
+    let (status, second) = server.post("github", &other, body.clone()).await;
+    assert_eq!(status, 202, "{second}");
+    // Without a window or an id, the same signed body is a new message each time.
+    let (status, _) = server.post("hooks", &signed(&body), body.clone()).await;
+    assert_eq!(status, 202);
+    let (status, _) = server.post("hooks", &signed(&body), body.clone()).await;
+    assert_eq!(status, 202);
+    server.stop().await;
+}

@@ -6,6 +6,7 @@
 //! stays fast.
 
 mod anthropic;
+mod limits;
 mod mock;
 mod openai;
 mod server;

@@ -300,3 +300,85 @@ fn workspace_is_seeded_once() {
     prepare_workspace(&empty, &root, &[]).unwrap();
     assert!(empty.is_dir());
 }
+
+/// Peak resident set (`VmHWM`) of this process, in KiB.
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// The child half of the test below: reads the file and prints its peak RSS before and after.
+#[tokio::test]
+#[ignore = "run by read_file_of_a_huge_single_line_file_holds_little_memory in a child process"]
+async fn read_file_rss_child() {
+    if std::env::var_os("EVE_TEST_RSS_CHILD").is_none() {
+        return;
+    }
+    let fx = Fixture::new();
+    // 1 GiB of zero bytes and no newline, sparse: it costs no disk.
+    let target = fx.ws_file("big.bin");
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    std::fs::File::create(&target)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    let before = peak_rss_kib();
+    let r = run_builtin(
+        "read_file",
+        &json!({"path": "big.bin", "limit": 1}),
+        &fx.ctx,
+        CancellationToken::new(),
+    )
+    .await;
+    let after = peak_rss_kib();
+    let text = r.output.as_str().unwrap_or_default().len();
+    println!(
+        "RSS_KIB before={before} after={after} ok={} chars={text}",
+        r.ok
+    );
+}
+
+#[test]
+fn read_file_of_a_huge_single_line_file_holds_little_memory() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "tools::builtin::read_file_rss_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("EVE_TEST_RSS_CHILD", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.find("RSS_KIB").map(|at| &l[at..]))
+        .unwrap_or_else(|| {
+            panic!(
+                "the child printed no measurement: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let field = |name: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(name))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (before, after, chars) = (field("before="), field("after="), field("chars="));
+    println!("read_file of 1 GiB on one line: peak RSS {before} KiB -> {after} KiB");
+    assert!(line.contains("ok=true"), "{line}");
+    assert!(
+        chars > 0,
+        "the capped start of the line is returned: {line}"
+    );
+    assert!(
+        after.saturating_sub(before) < 20 * 1024,
+        "peak RSS grew by {} KiB reading one capped line",
+        after - before
+    );
+}

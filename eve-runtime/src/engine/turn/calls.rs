@@ -115,7 +115,10 @@ impl TurnDriver<'_> {
                 )),
             ));
         }
-        if let Some(message) = self.breaker_refusal(&tool.name).await? {
+        if let Some(message) = self
+            .breaker_refusal(&tool.name, &self.breaker_key(&tool.name))
+            .await?
+        {
             return Ok(Decision::Settle(CallStatus::Failed, json!(message)));
         }
         if call.approval == ApprovalState::None && self.needs_approval(&tool) {
@@ -491,7 +494,13 @@ impl TurnDriver<'_> {
             };
             (CallStatus::Failed, json!(text))
         };
-        let breaker = self.rt.breaker_update(&tool.name, result.ok).await?;
+        // A refused input is the caller's mistake, not a failure of the tool.
+        let breaker = if result.input_refused {
+            None
+        } else {
+            let key = self.breaker_key(&tool.name);
+            self.rt.breaker_update(&key, result.ok).await?
+        };
         // Refused destinations are events, committed with the result that reports them.
         let mut batch = Batch::new();
         for refused in &result.refused {

@@ -9,6 +9,12 @@
 //! {"ok": true, "sessionId", "status": "accepted"}` once the message is durably accepted. With
 //! `reply_url` set, what happens to the turn (approval needed, the answer, a failure) is POSTed
 //! there as JSON, signed the same way.
+//!
+//! A signed request can be captured and sent again inside the replay window, so deliveries are
+//! de-duplicated durably: by the delivery id header (`delivery_header`, default
+//! `X-Eve-Delivery`; GitHub's is `X-GitHub-Delivery`) when the request has one, else, with a
+//! replay window, by the signature itself (it covers the timestamp, so a legitimate new delivery
+//! never repeats it). A repeat is answered `400 already_accepted` and starts nothing.
 
 use axum::Json;
 use axum::http::{HeaderMap, StatusCode};
@@ -32,7 +38,11 @@ pub struct Webhook {
     secret: String,
     replay_window: Option<i64>,
     reply_url: Option<String>,
+    delivery_header: String,
 }
+
+/// The default header naming a delivery's id.
+const DELIVERY_HEADER: &str = "x-eve-delivery";
 
 impl Webhook {
     /// Resolves `secret`, `replay_window_seconds` and `reply_url`.
@@ -53,6 +63,18 @@ impl Webhook {
             secret: settings.required("secret")?,
             replay_window: settings.seconds("replay_window_seconds")?,
             reply_url,
+            delivery_header: match settings.optional("delivery_header")? {
+                Some(name) if !name.trim().is_empty() => {
+                    let name = name.trim().to_ascii_lowercase();
+                    if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                        return Err(settings.invalid(format!(
+                            "`delivery_header` `{name}` is not an HTTP header name"
+                        )));
+                    }
+                    name
+                }
+                _ => DELIVERY_HEADER.to_owned(),
+            },
         })
     }
 
@@ -150,8 +172,14 @@ impl Webhook {
                 key.clone(),
             )
         });
+        let delivery = match header(headers, &self.delivery_header).map(str::trim) {
+            Some(id) if !id.is_empty() && id.len() <= MAX_KEY => Some(format!("id:{id}")),
+            _ if self.replay_window.is_some() => header(headers, "x-eve-signature")
+                .map(|signature| format!("sig:{}", signature.trim())),
+            _ => None,
+        };
         let incoming = Incoming {
-            delivery: None,
+            delivery: delivery.as_deref(),
             reply: reply.as_ref().map(|r| r as &dyn Reply),
         };
         let accepted = match &session {

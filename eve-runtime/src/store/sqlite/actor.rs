@@ -15,8 +15,45 @@ use tokio::sync::oneshot;
 
 use crate::store::{StoreError, StoreResult};
 
+/// The last write's fault, shared with readiness: set when a commit fails because the file
+/// cannot be written (disk full, read-only, I/O error), cleared by the next commit that works.
+pub(super) type WriteFault = std::sync::Arc<std::sync::Mutex<Option<String>>>;
+
+fn is_storage_fault(message: &str) -> bool {
+    StoreError::Commit(message.to_owned()).is_storage_fault()
+}
+
+/// Where the writer keeps the store's high-water mark.
+pub(super) struct MarkTarget {
+    pub(super) db: std::path::PathBuf,
+    pub(super) identity: String,
+}
+
+fn refresh_mark(conn: &Connection, target: &MarkTarget) {
+    let written = super::integrity::current_mark(conn, &target.identity)
+        .map_err(|e| e.to_string())
+        .and_then(|mark| {
+            super::integrity::write_mark(&target.db, &mark).map_err(|e| e.to_string())
+        });
+    if let Err(error) = written {
+        tracing::warn!(%error, "cannot refresh the store's mark");
+    }
+}
+
+fn note(fault: &WriteFault, outcome: Result<(), &str>) {
+    if let Ok(mut slot) = fault.lock() {
+        match outcome {
+            Ok(()) => *slot = None,
+            Err(message) if is_storage_fault(message) => *slot = Some(message.to_owned()),
+            Err(_) => {}
+        }
+    }
+}
+
 /// Most requests folded into one transaction.
 const GROUP_LIMIT: usize = 256;
+/// Least time between two refreshes of the store's mark (see `integrity.rs`).
+const MARK_INTERVAL: Duration = Duration::from_secs(2);
 /// How often an idle writer looks for commits of other processes.
 const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -37,7 +74,11 @@ pub(super) fn writer_loop(
     mut conn: Connection,
     rx: mpsc::Receiver<Request>,
     foreign: &tokio::sync::watch::Sender<u64>,
+    fault: &WriteFault,
+    mark: &MarkTarget,
 ) {
+    let mut dirty = false;
+    let mut marked_at = std::time::Instant::now();
     let mut full_sync = false;
     let data_version = |conn: &Connection| {
         conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
@@ -48,8 +89,18 @@ pub(super) fn writer_loop(
         let first = match rx.recv_timeout(WATCH_INTERVAL) {
             Ok(first) => Some(first),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                if dirty {
+                    refresh_mark(&conn, mark);
+                }
+                break;
+            }
         };
+        if dirty && marked_at.elapsed() >= MARK_INTERVAL {
+            refresh_mark(&conn, mark);
+            dirty = false;
+            marked_at = std::time::Instant::now();
+        }
         let now = data_version(&conn);
         if now != version {
             version = now;
@@ -70,20 +121,22 @@ pub(super) fn writer_loop(
                 full_sync = durable;
             }
         }
-        run_group(&mut conn, group);
+        run_group(&mut conn, group, fault);
+        dirty = true;
     }
 }
 
-fn run_group(conn: &mut Connection, mut group: Vec<Request>) {
+fn run_group(conn: &mut Connection, mut group: Vec<Request>, fault: &WriteFault) {
     if group.len() == 1
         && let Some(request) = group.pop()
     {
-        return run_one(conn, request);
+        return run_one(conn, request, fault);
     }
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => {
             let message = e.to_string();
+            note(fault, Err(&message));
             for r in group {
                 let _ = r.reply.send(Err(StoreError::Commit(message.clone())));
             }
@@ -112,12 +165,17 @@ fn run_group(conn: &mut Connection, mut group: Vec<Request>) {
     }
     match tx.commit() {
         Ok(()) => {
+            note(fault, Ok(()));
             for (reply, outcome) in results {
+                if let Err(e) = &outcome {
+                    note(fault, Err(&e.to_string()));
+                }
                 let _ = reply.send(outcome);
             }
         }
         Err(e) => {
             let message = e.to_string();
+            note(fault, Err(&message));
             for (reply, _) in results {
                 let _ = reply.send(Err(StoreError::Commit(message.clone())));
             }
@@ -127,17 +185,21 @@ fn run_group(conn: &mut Connection, mut group: Vec<Request>) {
 
 /// A group of one (the common case): the transaction itself stands for the savepoint, which
 /// saves two statements per commit.
-fn run_one(conn: &mut Connection, request: Request) {
+fn run_one(conn: &mut Connection, request: Request, fault: &WriteFault) {
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => {
+            note(fault, Err(&e.to_string()));
             let _ = request.reply.send(Err(StoreError::Commit(e.to_string())));
             return;
         }
     };
     let outcome = match (request.job)(&tx) {
         Ok(value) => match tx.commit() {
-            Ok(()) => Ok(value),
+            Ok(()) => {
+                note(fault, Ok(()));
+                Ok(value)
+            }
             Err(e) => Err(StoreError::Commit(e.to_string())),
         },
         Err(e) => {
@@ -145,5 +207,8 @@ fn run_one(conn: &mut Connection, request: Request) {
             Err(e)
         }
     };
+    if let Err(e) = &outcome {
+        note(fault, Err(&e.to_string()));
+    }
     let _ = request.reply.send(outcome);
 }

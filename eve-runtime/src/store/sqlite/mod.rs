@@ -18,6 +18,7 @@ mod actor;
 mod apply;
 mod channels;
 mod composition;
+mod integrity;
 mod leases;
 mod reads;
 mod rows;
@@ -30,7 +31,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use self::actor::{AnyBox, Request, writer_loop};
+use self::actor::{AnyBox, MarkTarget, Request, WriteFault, writer_loop};
 use self::apply::apply;
 use self::rows::{REQUEST_COLS, request_from_row};
 use self::schema::{migrate, open_connection};
@@ -59,6 +60,8 @@ struct Inner {
     foreign: tokio::sync::watch::Sender<u64>,
     /// Decides when an unexpired lease holder (or a reply's owner) is gone.
     liveness: Arc<dyn Liveness>,
+    /// Why the last write failed for want of writable storage (see [`Store::write_fault`]).
+    fault: WriteFault,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -84,14 +87,22 @@ impl SqliteStore {
         {
             std::fs::create_dir_all(parent)?;
         }
+        integrity::check_files(&path)?;
         let mut conn = open_connection(&path)?;
         migrate(&mut conn)?;
+        let identity = integrity::check_open(&conn, &path)?;
+        let marked = MarkTarget {
+            db: path.clone(),
+            identity,
+        };
         let (tx, rx) = mpsc::channel::<Request>();
         let (foreign, _) = tokio::sync::watch::channel(0u64);
         let seen = foreign.clone();
+        let fault = WriteFault::default();
+        let noted = fault.clone();
         std::thread::Builder::new()
             .name("eve-store-writer".to_owned())
-            .spawn(move || writer_loop(conn, rx, &seen))?;
+            .spawn(move || writer_loop(conn, rx, &seen, &noted, &marked))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
@@ -99,6 +110,7 @@ impl SqliteStore {
                 readers: Mutex::new(Vec::new()),
                 foreign,
                 liveness,
+                fault,
             }),
         })
     }
@@ -264,6 +276,33 @@ impl Store for SqliteStore {
 
     fn foreign_commits(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         Some(self.inner.foreign.subscribe())
+    }
+
+    async fn write_fault(&self) -> Option<String> {
+        let known = self.inner.fault.lock().ok().and_then(|f| f.clone());
+        known.as_ref()?;
+        // Faulted: try a small write, so readiness sees the storage come back without waiting
+        // for the next real write.
+        let probe = self
+            .write(true, |c| {
+                c.execute_batch(
+                    "CREATE TABLE IF NOT EXISTS health_probe (id INTEGER PRIMARY KEY, at INTEGER);
+                     INSERT OR REPLACE INTO health_probe (id, at) VALUES (1, unixepoch('subsec') * 1000);",
+                )?;
+                Ok(())
+            })
+            .await;
+        match probe {
+            Ok(()) => None,
+            Err(e) => Some(
+                self.inner
+                    .fault
+                    .lock()
+                    .ok()
+                    .and_then(|f| f.clone())
+                    .unwrap_or_else(|| e.to_string()),
+            ),
+        }
     }
 
     async fn sessions_with_work(&self) -> StoreResult<Vec<String>> {

@@ -1,0 +1,258 @@
+//! Checks at start that the store file is the one this project wrote, whole and undamaged.
+//!
+//! SQLite opens a 0-byte or missing file as a new, empty database, and a `-wal` file left
+//! without its database (or an older `-wal` put back) silently loses commits: the server would
+//! then serve every session as unknown, or re-drive turns and mint new events at indexes whose
+//! ids clients already have. So before serving, the store is held to a **mark** kept beside it
+//! (`eve.db.mark`: the store's identity and its high-water mark, the session and event counts),
+//! refreshed by the writer every few seconds after commits:
+//! - a missing database with its `-wal` still there, a missing or 0-byte database while the
+//!   mark shows history, or a 0-byte one while session workspaces under `sandboxes/` do, is
+//!   refused;
+//! - a database with another identity, or with fewer sessions or events than the mark recorded
+//!   (a truncated file, a rolled-back WAL), is refused: published event ids never change;
+//! - `PRAGMA quick_check` runs (interrupted after [`QUICK_CHECK_LIMIT`], then skipped with a
+//!   warning) and a damaged page is refused.
+//!
+//! Each refusal names the file, says what is wrong, and how to restore (or, after restoring an
+//! older backup on purpose, to delete the mark).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::Connection;
+use serde::{Deserialize, Serialize};
+
+use crate::store::{StoreError, StoreResult};
+
+/// Longest `PRAGMA quick_check` at start.
+pub(super) const QUICK_CHECK_LIMIT: Duration = Duration::from_secs(10);
+
+/// What the mark file records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Mark {
+    /// The store's identity, also kept inside the database.
+    pub(super) identity: String,
+    /// Sessions stored when the mark was written.
+    pub(super) sessions: i64,
+    /// Events stored (events are never deleted, so this only grows).
+    pub(super) events: i64,
+}
+
+/// The mark file of the database at `db`.
+pub(super) fn mark_path(db: &Path) -> PathBuf {
+    let mut name = db.file_name().unwrap_or_default().to_os_string();
+    name.push(".mark");
+    db.with_file_name(name)
+}
+
+fn sidecar(db: &Path, suffix: &str) -> PathBuf {
+    let mut name = db.file_name().unwrap_or_default().to_os_string();
+    name.push(suffix);
+    db.with_file_name(name)
+}
+
+fn read_mark(db: &Path) -> Option<Mark> {
+    let text = std::fs::read_to_string(mark_path(db)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Writes the mark atomically (a temp file renamed over it).
+pub(super) fn write_mark(db: &Path, mark: &Mark) -> std::io::Result<()> {
+    let path = mark_path(db);
+    let tmp = sidecar(db, ".mark.tmp");
+    let text = serde_json::to_string(mark).map_err(std::io::Error::other)?;
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, &path)
+}
+
+/// Session workspaces under `sandboxes/` beside the store.
+fn workspaces(db: &Path) -> usize {
+    let dir = db.with_file_name("sandboxes");
+    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
+fn refuse(db: &Path, what: String) -> StoreError {
+    let mark = mark_path(db);
+    StoreError::Integrity(format!(
+        "{}: {what}. Stop eve and restore the store from your backup (`eve.db`, without stale \
+         `-wal`/`-shm` files; see docs/operations.md); if you restored an older backup on \
+         purpose, delete {} and start again",
+        db.display(),
+        mark.display()
+    ))
+}
+
+/// Checks the files before SQLite opens (and would create) the database.
+pub(super) fn check_files(db: &Path) -> StoreResult<()> {
+    let wal = sidecar(db, "-wal");
+    let size = std::fs::metadata(db).map(|m| m.len()).ok();
+    let wal_size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    if size.is_none() && wal_size > 0 {
+        return Err(refuse(
+            db,
+            format!(
+                "the database is missing but its write-ahead log {} is there: the store was \
+                 deleted or moved",
+                wal.display()
+            ),
+        ));
+    }
+    if size.unwrap_or(0) == 0 {
+        if let Some(mark) = read_mark(db).filter(|m| m.sessions > 0 || m.events > 0) {
+            return Err(refuse(
+                db,
+                format!(
+                    "the database is {} but held {} sessions and {} events",
+                    if size.is_some() {
+                        "empty (0 bytes)"
+                    } else {
+                        "missing"
+                    },
+                    mark.sessions,
+                    mark.events
+                ),
+            ));
+        }
+        // A missing file is a new project (workspaces may be made first); a 0-byte one is not.
+        let n = workspaces(db);
+        if size == Some(0) && n > 0 {
+            return Err(refuse(
+                db,
+                format!(
+                    "the database is empty (0 bytes) while {n} session workspaces under \
+                     sandboxes/ show history"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn counts(conn: &Connection) -> StoreResult<(i64, i64)> {
+    let sessions = conn.query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))?;
+    let events = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+    Ok((sessions, events))
+}
+
+/// The current mark of an open store.
+pub(super) fn current_mark(conn: &Connection, identity: &str) -> StoreResult<Mark> {
+    let (sessions, events) = counts(conn)?;
+    Ok(Mark {
+        identity: identity.to_owned(),
+        sessions,
+        events,
+    })
+}
+
+/// Checks the opened (and migrated) database; returns its identity, minting one for a store
+/// that has none yet, and writes a fresh mark.
+pub(super) fn check_open(conn: &Connection, db: &Path) -> StoreResult<String> {
+    quick_check(conn, db)?;
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS store_identity (id INTEGER PRIMARY KEY CHECK (id = 1), \
+         identity TEXT NOT NULL)",
+    )?;
+    let stored: Option<String> = conn
+        .query_row(
+            "SELECT identity FROM store_identity WHERE id = 1",
+            [],
+            |r| r.get(0),
+        )
+        .ok();
+    let (sessions, events) = counts(conn)?;
+    if let Some(mark) = read_mark(db) {
+        match &stored {
+            Some(identity) if *identity != mark.identity => {
+                return Err(refuse(
+                    db,
+                    format!(
+                        "this database (identity {identity}) is not the store this project \
+                         used (identity {})",
+                        mark.identity
+                    ),
+                ));
+            }
+            None if mark.sessions > 0 || mark.events > 0 => {
+                return Err(refuse(
+                    db,
+                    format!(
+                        "this database has no identity and {sessions} sessions, but the store \
+                         held {} sessions and {} events",
+                        mark.sessions, mark.events
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        if sessions < mark.sessions || events < mark.events {
+            return Err(refuse(
+                db,
+                format!(
+                    "the database holds {sessions} sessions and {events} events, fewer than the \
+                     {} sessions and {} events already published (a truncated file or a \
+                     rolled-back write-ahead log); serving it would give published event \
+                     indexes new ids",
+                    mark.sessions, mark.events
+                ),
+            ));
+        }
+    }
+    let identity = match stored {
+        Some(identity) => identity,
+        None => {
+            let identity = ulid::Ulid::new().to_string();
+            conn.execute(
+                "INSERT INTO store_identity (id, identity) VALUES (1, ?1)",
+                [&identity],
+            )?;
+            identity
+        }
+    };
+    let mark = Mark {
+        identity: identity.clone(),
+        sessions,
+        events,
+    };
+    write_mark(db, &mark)?;
+    Ok(identity)
+}
+
+/// `PRAGMA quick_check`, interrupted after [`QUICK_CHECK_LIMIT`].
+fn quick_check(conn: &Connection, db: &Path) -> StoreResult<()> {
+    let handle = conn.get_interrupt_handle();
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let timer = std::thread::spawn(move || {
+        if wait.recv_timeout(QUICK_CHECK_LIMIT).is_err() {
+            handle.interrupt();
+        }
+    });
+    let result: Result<Vec<String>, rusqlite::Error> =
+        conn.prepare("PRAGMA quick_check(5)").and_then(|mut s| {
+            s.query_map([], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()
+        });
+    let _ = done.send(());
+    let _ = timer.join();
+    match result {
+        Ok(lines) if lines.len() == 1 && lines[0] == "ok" => Ok(()),
+        Ok(lines) => Err(refuse(
+            db,
+            format!(
+                "the database is damaged (quick_check: {})",
+                lines.join("; ")
+            ),
+        )),
+        Err(rusqlite::Error::SqliteFailure(e, _))
+            if e.code == rusqlite::ErrorCode::OperationInterrupted =>
+        {
+            tracing::warn!(
+                store = %db.display(),
+                "the store's quick_check took longer than {}s; it was skipped",
+                QUICK_CHECK_LIMIT.as_secs()
+            );
+            Ok(())
+        }
+        Err(e) => Err(refuse(db, format!("the database cannot be read ({e})"))),
+    }
+}
