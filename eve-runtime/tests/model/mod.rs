@@ -6,8 +6,11 @@
 //! stays fast.
 
 mod anthropic;
+mod compat;
+mod llama;
 mod mock;
 mod openai;
+mod overflow;
 mod server;
 mod settings;
 mod split;
@@ -18,7 +21,7 @@ use std::time::Duration;
 
 use eve_runtime::model::{
     Message, ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse, ModelSettings,
-    Provider, ToolSpec,
+    Provider, ToolChoice, ToolSpec,
 };
 
 /// Settings pointing at a test server, with short timeouts and millisecond backoffs.
@@ -54,6 +57,7 @@ pub fn simple_request(text: &str) -> ModelRequest {
         }],
         reasoning: None,
         max_output_tokens: None,
+        tool_choice: ToolChoice::Auto,
     }
 }
 
