@@ -203,9 +203,12 @@ impl TurnDriver<'_> {
             () = cancel.cancelled() => return Err(CallError::Cancelled),
             () = sleep_until_opt(deadline) => return Err(CallError::TimedOut),
         };
-        result.map_err(|e| match e.is_context_overflow() {
-            true => CallError::ContextTooLong(e.to_string()),
-            false => CallError::Model(e.to_string()),
+        result.map_err(|e| {
+            if e.is_context_overflow() {
+                CallError::ContextTooLong(e.to_string())
+            } else {
+                CallError::Model(e.to_string())
+            }
         })
     }
 
