@@ -85,6 +85,11 @@ pub struct AgentConfig {
     /// Context window in tokens; when absent the provider is asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
+    /// Tool choice at the first step of every turn: `auto` (default), `required`, `none`, or a
+    /// tool's name to force that tool. A forced choice applies to the first step only (later
+    /// steps are `auto`, so the model can answer with the result); `none` applies to every step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<String>,
     /// When and how to compact context.
     pub compaction: Compaction,
     /// Budgets per session and turn.

@@ -135,6 +135,7 @@ pub fn agent() -> Agent {
             model: None,
             reasoning: None,
             context_window: None,
+            tool_choice: None,
             compaction: Compaction::default(),
             limits: Limits::default(),
             default_tools: false,

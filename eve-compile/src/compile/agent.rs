@@ -76,6 +76,7 @@ impl Compiler {
             model: None,
             reasoning: None,
             context_window: None,
+            tool_choice: None,
             compaction: Compaction::default(),
             limits: Limits::default(),
             default_tools: true,
@@ -93,6 +94,7 @@ impl Compiler {
                     "model",
                     "reasoning",
                     "context_window",
+                    "tool_choice",
                     "compaction",
                     "limits",
                     "default_tools",
@@ -121,6 +123,7 @@ impl Compiler {
                 )
                 .map(str::to_owned);
             config.context_window = f.u64("context_window");
+            config.tool_choice = f.string("tool_choice");
             config.default_tools = f.bool("default_tools").unwrap_or(true);
             config.turn_policy = f
                 .choice(

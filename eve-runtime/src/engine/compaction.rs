@@ -2,6 +2,14 @@
 //! checkpoint (loaded skills pinned into it) and the running turn's messages are kept verbatim
 //! after it. Also the manual `Runtime::compact` of an idle session, and how a stored checkpoint
 //! reads back as a message.
+//!
+//! The window comes from `agent.yaml` `context_window`, else the model client (the server's
+//! `/models` listing, else the table of well-known models in `model::windows`). Estimates can be
+//! wrong, so a provider's "context too long" answer is recovered from too: the step compacts once
+//! and calls the model again ([`TurnDriver::compact_after_overflow`]); a second overflow in the
+//! same step fails the turn with `context_too_long`. When the older messages are themselves too
+//! long for the summary call, the oldest of them are left out of the summary (whole turns at a
+//! time, so tool calls stay paired with their results) and the summary says so.
 
 use std::sync::Arc;
 
@@ -12,7 +20,7 @@ use super::drive::lease_claim;
 use super::events as ev;
 use super::turn::TurnDriver;
 use super::{ResolvedModel, Runtime, RuntimeError, RuntimeResult};
-use crate::model::{Message, ModelEvent, ModelRequest};
+use crate::model::{Message, ModelEvent, ModelRequest, ToolChoice};
 use crate::store::*;
 
 impl TurnDriver<'_> {
@@ -58,6 +66,60 @@ impl TurnDriver<'_> {
         self.refresh_session().await?;
         Ok(())
     }
+
+    /// After the provider answered "context too long" for this step: compacts, so the caller
+    /// can call the model again. `Ok(Err(why))` when that cannot help: the step already
+    /// compacted once, or there is nothing older than the running turn to compact.
+    pub(in crate::engine) async fn compact_after_overflow(
+        &mut self,
+        turn: &TurnRecord,
+        already_compacted: bool,
+    ) -> RuntimeResult<Result<(), String>> {
+        const ADVICE: &str = "start a new session, shorten what the tools return, or use a model \
+            with a longer context window (agent.yaml `context_window` makes eve compact earlier)";
+        if already_compacted {
+            return Ok(Err(format!(
+                "it still did not fit after compacting the conversation: {ADVICE}"
+            )));
+        }
+        tracing::info!(
+            session = %self.session.id,
+            turn = turn.seq,
+            "the model's context window is full; compacting and calling again"
+        );
+        let outcome = compact(
+            self.rt,
+            &self.session.id,
+            &self.build,
+            &self.model,
+            Some(turn),
+        )
+        .await?;
+        match outcome {
+            Compacted::Done => {
+                self.context = None;
+                self.refresh_session().await?;
+                Ok(Ok(()))
+            }
+            Compacted::NothingOlder => Ok(Err(format!(
+                "the running turn alone is too long and there is nothing older to compact: {ADVICE}"
+            ))),
+            Compacted::Failed(error) => Ok(Err(format!(
+                "compacting the conversation failed ({error}): {ADVICE}"
+            ))),
+        }
+    }
+}
+
+/// What [`compact`] did.
+#[derive(Debug)]
+enum Compacted {
+    /// A checkpoint replaced the older messages.
+    Done,
+    /// Nothing older than the running turn: nothing to compact.
+    NothingOlder,
+    /// The summary call failed; the context is unchanged.
+    Failed(String),
 }
 
 /// The context window the provider reports for `model`, asked once per runtime and client (the
@@ -127,7 +189,7 @@ async fn compact(
     build: &LoadedBuild,
     model: &ResolvedModel,
     turn: Option<&TurnRecord>,
-) -> RuntimeResult<bool> {
+) -> RuntimeResult<Compacted> {
     let store = &rt.inner.store;
     let rows = store.context(session).await?;
     let current_turn = turn.map(|t| t.seq);
@@ -135,29 +197,17 @@ async fn compact(
         .into_iter()
         .partition(|r| current_turn.is_none() || r.turn_seq != current_turn);
     if older.is_empty() {
-        return Ok(false);
+        return Ok(Compacted::NothingOlder);
     }
-    let mut messages = Vec::with_capacity(older.len() + 1);
+    let mut history = Vec::with_capacity(older.len());
     for row in &older {
-        messages.push(to_message(row)?);
+        history.push(to_message(row)?);
     }
-    messages.push(Message::User {
-        content: SUMMARY_PROMPT.to_owned(),
-    });
-    let request = ModelRequest {
-        model: model.model.clone(),
-        system: build.system_prompt.clone(),
-        messages,
-        tools: Vec::new(),
-        reasoning: None,
-        max_output_tokens: None,
-    };
-    let mut ignore = |_event: ModelEvent| {};
-    let response = match model.client.stream(&request, &mut ignore).await {
-        Ok(r) => r,
+    let summary = match summarize(build, model, &history).await {
+        Ok(summary) => summary,
         Err(e) => {
             tracing::warn!(session, error = %e, "compaction failed; keeping the full context");
-            return Ok(false);
+            return Ok(Compacted::Failed(e.to_string()));
         }
     };
     let record = store
@@ -175,7 +225,7 @@ async fn compact(
         session_id: session.to_owned(),
         turn_seq: current_turn,
         kind: MESSAGE_KIND_CHECKPOINT.to_owned(),
-        body: json!({"summary": response.content, "skills": skills}),
+        body: json!({"summary": summary, "skills": skills}),
     });
     for row in current {
         batch.push(Op::AppendMessage {
@@ -202,7 +252,59 @@ async fn compact(
         );
     }
     rt.commit(batch).await?;
-    Ok(true)
+    Ok(Compacted::Done)
+}
+
+/// Asks the model for a summary of `history`. When the provider answers that even that is too
+/// long, the oldest part is left out (from a user message on, so no tool result loses its call),
+/// halving what is summarised each time, and the summary says how much was left out.
+async fn summarize(
+    build: &LoadedBuild,
+    model: &ResolvedModel,
+    history: &[Message],
+) -> Result<String, crate::model::ModelError> {
+    let mut start = 0;
+    loop {
+        let kept = history.get(start..).unwrap_or_default();
+        let mut messages = Vec::with_capacity(kept.len() + 1);
+        messages.extend_from_slice(kept);
+        messages.push(Message::User {
+            content: SUMMARY_PROMPT.to_owned(),
+        });
+        let request = ModelRequest {
+            model: model.model.clone(),
+            system: build.system_prompt.clone(),
+            messages,
+            tools: Vec::new(),
+            reasoning: None,
+            max_output_tokens: None,
+            tool_choice: ToolChoice::Auto,
+        };
+        let mut ignore = |_event: ModelEvent| {};
+        match model.client.stream(&request, &mut ignore).await {
+            Ok(response) if start == 0 => return Ok(response.content),
+            Ok(response) => {
+                return Ok(format!(
+                    "[The {start} oldest messages were too long to summarize and were left out.]\n\n{}",
+                    response.content.trim()
+                ));
+            }
+            Err(error) if error.is_context_overflow() => {
+                let half = start + (history.len() - start) / 2;
+                let next = history
+                    .iter()
+                    .enumerate()
+                    .skip(half.max(start + 1))
+                    .find(|(_, m)| matches!(m, Message::User { .. }))
+                    .map(|(i, _)| i);
+                match next {
+                    Some(next) => start = next,
+                    None => return Err(error),
+                }
+            }
+            Err(error) => return Err(error),
+        }
+    }
 }
 
 /// `Runtime::compact`: compacts an idle session under its lease.

@@ -28,7 +28,7 @@ use super::sse::{SseEvent, SseParser};
 use super::transport::{self, Call, Decoder};
 use super::{
     FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse,
-    ModelSettings, Reasoning, ThinkingBlock, ToolCall, Usage,
+    ModelSettings, Reasoning, ThinkingBlock, ToolCall, ToolChoice, Usage,
 };
 
 /// The API version header value this client speaks.
@@ -115,6 +115,18 @@ pub fn request_body(request: &ModelRequest) -> Value {
             })
             .collect();
         body["tools"] = Value::Array(tools);
+        // With extended thinking the API accepts only `auto` and `none`: a forced choice is
+        // dropped there rather than failing the call.
+        let choice = match &request.tool_choice {
+            ToolChoice::Auto => None,
+            ToolChoice::None => Some(json!({"type": "none"})),
+            _ if budget.is_some() => None,
+            ToolChoice::Required => Some(json!({"type": "any"})),
+            ToolChoice::Tool(name) => Some(json!({"type": "tool", "name": name})),
+        };
+        if let Some(choice) = choice {
+            body["tool_choice"] = choice;
+        }
     }
     body
 }
@@ -237,8 +249,10 @@ impl ModelClient for AnthropicClient {
         .await
     }
 
-    async fn context_window(&self, _model: &str) -> Option<u64> {
-        self.settings.context_window
+    async fn context_window(&self, model: &str) -> Option<u64> {
+        self.settings
+            .context_window
+            .or_else(|| super::windows::known_context_window(model))
     }
 }
 
@@ -645,6 +659,9 @@ fn error_event(value: &Value) -> ModelError {
         .unwrap_or_else(|| format!("the server sent an error event ({kind})"));
     match status {
         401 | 403 => ModelError::Auth { status, message },
+        _ if super::is_context_overflow(status, &message) => {
+            ModelError::ContextTooLong { status, message }
+        }
         _ => ModelError::Http { status, message },
     }
 }

@@ -7,13 +7,15 @@
 //!
 //! [`ModelSettings`] says which provider and model to use; [`client`] turns it into a client.
 //! Protocols: [`openai`] (OpenAI and every compatible server), [`anthropic`], and [`mock`], the
-//! deterministic offline provider.
+//! deterministic offline provider. [`windows`] knows the context windows of well-known models, and
+//! [`is_context_overflow`] recognises every provider's way of saying "the prompt is too long".
 
 pub mod anthropic;
 pub mod mock;
 pub mod openai;
 pub mod sse;
 mod transport;
+pub mod windows;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,6 +138,62 @@ pub struct ModelRequest {
     pub reasoning: Option<String>,
     /// Output token cap, if any.
     pub max_output_tokens: Option<u32>,
+    /// Whether the model may, must, or must not call a tool (only sent when tools are offered).
+    #[serde(default, skip_serializing_if = "ToolChoice::is_auto")]
+    pub tool_choice: ToolChoice,
+}
+
+/// Whether the model may, must, or must not call a tool in one call.
+///
+/// Sent as OpenAI's `tool_choice` (`auto`, `required`, `none`, `{"type": "function", …}`) or
+/// Anthropic's (`auto`, `any`, `none`, `{"type": "tool", …}`). Small local models call tools
+/// reliably only when the choice is forced to one named tool: servers such as llama-cpp-python
+/// then constrain the output to that tool's schema.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides (the default; nothing is sent).
+    #[default]
+    Auto,
+    /// The model must call some tool.
+    Required,
+    /// The model must not call a tool.
+    None,
+    /// The model must call this tool.
+    Tool(String),
+}
+
+impl ToolChoice {
+    /// Whether this is the default, which is not sent on the wire.
+    pub fn is_auto(&self) -> bool {
+        *self == ToolChoice::Auto
+    }
+
+    /// Parses `agent.yaml`'s `tool_choice` value: `auto`, `required`, `none`, or a tool name.
+    pub fn parse(value: &str) -> ToolChoice {
+        match value.trim() {
+            "" | "auto" => ToolChoice::Auto,
+            "required" | "any" => ToolChoice::Required,
+            "none" => ToolChoice::None,
+            name => ToolChoice::Tool(name.to_owned()),
+        }
+    }
+
+    /// The choice for step `step` of a turn when the agent configures `configured`: a forced
+    /// choice (`required` or a tool name) applies to the turn's first step only, so the model can
+    /// answer once it has the tool's result; a named tool is forced only while it is offered.
+    /// `none` applies to every step.
+    pub fn for_step(configured: Option<&str>, step: u64, offered: &[ToolSpec]) -> ToolChoice {
+        let Some(choice) = configured.map(ToolChoice::parse) else {
+            return ToolChoice::Auto;
+        };
+        match choice {
+            ToolChoice::None => ToolChoice::None,
+            _ if step > 0 || offered.is_empty() => ToolChoice::Auto,
+            ToolChoice::Tool(name) if !offered.iter().any(|t| t.name == name) => ToolChoice::Auto,
+            other => other,
+        }
+    }
 }
 
 /// Token usage of one model call.
@@ -250,6 +308,68 @@ pub enum ModelError {
     /// Configuration problems (unknown provider, missing key).
     #[error("{0}")]
     Config(String),
+    /// The provider refused the request because the prompt does not fit the model's context
+    /// window (see [`is_context_overflow`]). The engine compacts and retries once.
+    #[error(
+        "the conversation no longer fits the model's context window (HTTP {status}): {message}"
+    )]
+    ContextTooLong {
+        /// HTTP status (400 or 413 usually; 500 for a stream error object).
+        status: u16,
+        /// Provider message.
+        message: String,
+    },
+}
+
+impl ModelError {
+    /// Whether the provider said the prompt is longer than the model's context window.
+    pub fn is_context_overflow(&self) -> bool {
+        matches!(self, ModelError::ContextTooLong { .. })
+    }
+}
+
+/// Whether an error a provider answered (`status`, and its body or message) means "the prompt
+/// does not fit the context window", in any of the wordings servers use:
+/// - OpenAI, DeepSeek, Groq, llama-cpp-python: code `context_length_exceeded`, "This model's
+///   maximum context length is N tokens…"; OpenAI's newer "Input tokens exceed the configured
+///   limit"; OpenRouter's "This endpoint's maximum context length";
+/// - Anthropic: "prompt is too long: N tokens > M maximum"; HTTP 413 `request_too_large`;
+/// - llama.cpp's `llama-server`: "the request exceeds the available context size"
+///   (`exceed_context_size_error`), "input is too large to process", "Requested tokens (N)
+///   exceed context window of M";
+/// - vLLM: "… is longer than the maximum model length of N", "Please reduce the length of the
+///   messages";
+/// - Mistral: "too large for model with N maximum context length"; Gemini: "input token count …
+///   exceeds the maximum number of tokens allowed".
+///
+/// Rate limits (429: "tokens per minute") are never overflows, whatever they say.
+pub fn is_context_overflow(status: u16, text: &str) -> bool {
+    if status == 429 {
+        return false;
+    }
+    if status == 413 {
+        return true;
+    }
+    let text = text.to_ascii_lowercase();
+    const WORDINGS: [&str; 16] = [
+        "context_length_exceeded",
+        "maximum context length",
+        "context length exceeded",
+        "exceeds the context window",
+        "exceed context window",
+        "exceeds the available context size",
+        "exceed_context_size",
+        "context window exceeds",
+        "input is too large to process",
+        "input tokens exceed the configured limit",
+        "prompt is too long",
+        "maximum model length",
+        "reduce the length of the messages",
+        "reduce the length of the input",
+        "maximum number of tokens allowed",
+        "too large for model with",
+    ];
+    WORDINGS.iter().any(|w| text.contains(w))
 }
 
 /// A model provider.

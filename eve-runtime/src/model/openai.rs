@@ -8,7 +8,23 @@
 //! first chunk of a call, arguments in pieces), usage from the final chunk, and `[DONE]`. A stream
 //! that ends before a `finish_reason` or `[DONE]` is malformed: the answer may be cut short.
 //!
+//! Servers as they are, not only as OpenAI documents them (llama-cpp-python, llama.cpp, vLLM,
+//! Ollama): an assistant message that only calls tools carries `content: ""` (llama-cpp-python
+//! answers 500 to `null` or a missing `content`), and text content is always a plain string; the
+//! call id and name repeated in every chunk of a call are taken once, never appended; a legacy
+//! `delta.function_call` without `tool_calls` is call #0; no usage chunk means zero usage;
+//! `finish_reason` may be `tool_calls`, `function_call`, `stop` (with calls: tool calls),
+//! `length`, `eos` or missing before `[DONE]`. A forced `tool_choice` that a server refuses (a 400
+//! or 422 naming `tool_choice`) is dropped, the call is made once more without it, and the client
+//! stops sending it to that server.
+//!
+//! The context window comes from configuration, else the server's `/models` listing, else the
+//! table of well-known models in [`super::windows`].
+//!
 //! The decoder is public so tests can feed it recorded streams split at every byte offset.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
 
@@ -16,7 +32,7 @@ use super::sse::{SseEvent, SseParser};
 use super::transport::{self, Call, Decoder};
 use super::{
     FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse,
-    ModelSettings, Provider, Reasoning, ToolCall, Usage,
+    ModelSettings, Provider, Reasoning, ToolCall, ToolChoice, Usage,
 };
 
 /// A client for one OpenAI-compatible server.
@@ -25,6 +41,8 @@ pub struct OpenAiClient {
     http: reqwest::Client,
     settings: ModelSettings,
     base_url: String,
+    /// Set once the server refused `tool_choice`: it is not sent to this server again.
+    no_tool_choice: Arc<AtomicBool>,
 }
 
 impl OpenAiClient {
@@ -41,6 +59,7 @@ impl OpenAiClient {
             http: transport::http_client(settings)?,
             settings: settings.clone(),
             base_url: base_url.trim_end_matches('/').to_owned(),
+            no_tool_choice: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -94,6 +113,15 @@ pub fn request_body(provider: Provider, request: &ModelRequest) -> Value {
             })
             .collect();
         body["tools"] = Value::Array(tools);
+        let choice = match &request.tool_choice {
+            ToolChoice::Auto => None,
+            ToolChoice::Required => Some(json!("required")),
+            ToolChoice::None => Some(json!("none")),
+            ToolChoice::Tool(name) => Some(json!({"type": "function", "function": {"name": name}})),
+        };
+        if let Some(choice) = choice {
+            body["tool_choice"] = choice;
+        }
     }
     if let Some(effort) = &request.reasoning {
         body["reasoning_effort"] = json!(effort);
@@ -125,11 +153,9 @@ fn message_json(provider: Provider, message: &Message) -> Value {
             {
                 out["reasoning_content"] = json!(reasoning.text);
             }
-            out["content"] = if content.is_empty() && !tool_calls.is_empty() {
-                Value::Null
-            } else {
-                json!(content)
-            };
+            // Always a string: OpenAI accepts `""` beside tool calls, and llama-cpp-python
+            // refuses `null` and a missing `content`.
+            out["content"] = json!(content);
             if !tool_calls.is_empty() {
                 let calls: Vec<Value> = tool_calls
                     .iter()
@@ -175,11 +201,55 @@ impl ModelClient for OpenAiClient {
         request: &ModelRequest,
         on_event: &mut (dyn FnMut(ModelEvent) + Send),
     ) -> Result<ModelResponse, ModelError> {
-        let body = request_body(self.settings.provider, request);
+        let mut body = request_body(self.settings.provider, request);
+        if self.no_tool_choice.load(Ordering::Relaxed)
+            && let Some(map) = body.as_object_mut()
+        {
+            map.remove("tool_choice");
+        }
+        let result = self.post(&body, request, on_event).await;
+        match result {
+            Err(ModelError::Http { status, message })
+                if body.get("tool_choice").is_some() && refuses_tool_choice(status, &message) =>
+            {
+                tracing::warn!(
+                    base_url = %self.base_url,
+                    status,
+                    %message,
+                    "the model server refused `tool_choice`; calling again without it"
+                );
+                self.no_tool_choice.store(true, Ordering::Relaxed);
+                if let Some(map) = body.as_object_mut() {
+                    map.remove("tool_choice");
+                }
+                self.post(&body, request, on_event).await
+            }
+            other => other,
+        }
+    }
+
+    async fn context_window(&self, model: &str) -> Option<u64> {
+        if let Some(window) = self.settings.context_window {
+            return Some(window);
+        }
+        if let Some(window) = self.listed_context_window(model).await {
+            return Some(window);
+        }
+        super::windows::known_context_window(model)
+    }
+}
+
+impl OpenAiClient {
+    async fn post(
+        &self,
+        body: &Value,
+        request: &ModelRequest,
+        on_event: &mut (dyn FnMut(ModelEvent) + Send),
+    ) -> Result<ModelResponse, ModelError> {
         let call = Call {
             url: format!("{}/chat/completions", self.base_url),
             headers: self.auth_headers(),
-            body: serde_json::to_vec(&body)
+            body: serde_json::to_vec(body)
                 .map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))?,
             model: &request.model,
             base_url: &self.base_url,
@@ -194,10 +264,8 @@ impl ModelClient for OpenAiClient {
         .await
     }
 
-    async fn context_window(&self, model: &str) -> Option<u64> {
-        if let Some(window) = self.settings.context_window {
-            return Some(window);
-        }
+    /// The window the server's `/models` listing gives for `model`, if any.
+    async fn listed_context_window(&self, model: &str) -> Option<u64> {
         let url = format!("{}/models", self.base_url);
         match transport::get_json(
             &self.http,
@@ -214,6 +282,12 @@ impl ModelClient for OpenAiClient {
             }
         }
     }
+}
+
+/// Whether an error answer says the server does not support `tool_choice` (or the value sent):
+/// a 400, 422 or 500 whose message names it (llama.cpp answers 500 to parameters it lacks).
+fn refuses_tool_choice(status: u16, message: &str) -> bool {
+    matches!(status, 400 | 422 | 500) && message.to_ascii_lowercase().contains("tool_choice")
 }
 
 /// Finds `model` in a `/models` listing and reads its context window: `max_model_len` (vLLM),
@@ -408,6 +482,9 @@ impl StreamDecoder {
             for call in calls {
                 self.on_tool_delta(call, out);
             }
+        } else if let Some(function) = delta.get("function_call").filter(|f| f.is_object()) {
+            // The legacy single-call form, sent alone: call #0.
+            self.on_tool_delta(&json!({"index": 0, "function": function}), out);
         }
     }
 
@@ -551,5 +628,8 @@ fn stream_error(error: &Value) -> ModelError {
         .filter(|code| (400..600).contains(code))
         .and_then(|code| u16::try_from(code).ok())
         .unwrap_or(500);
+    if super::is_context_overflow(status, &error.to_string()) {
+        return ModelError::ContextTooLong { status, message };
+    }
     ModelError::Http { status, message }
 }

@@ -89,6 +89,9 @@ pub(crate) fn retryable_status(status: u16) -> bool {
 /// Maps an error status and its body to a [`ModelError`].
 pub(crate) fn status_error(status: u16, body: &str, model: &str, base_url: &str) -> ModelError {
     let message = error_message(body, status);
+    if super::is_context_overflow(status, body) {
+        return ModelError::ContextTooLong { status, message };
+    }
     match status {
         401 | 403 => ModelError::Auth { status, message },
         404 => ModelError::UnknownModel {
@@ -296,9 +299,11 @@ async fn attempt_once<D: Decoder>(
     if !response.status().is_success() {
         let retry_after = retry_after(response.headers(), settings.retry_after_cap);
         let body = read_error_body(response, settings.idle_timeout).await;
+        let error = status_error(status, &body, call.model, call.base_url);
         return Err(Failure {
-            error: status_error(status, &body, call.model, call.base_url),
-            retryable: retryable_status(status),
+            // The same prompt overflows the same window again: never worth a retry.
+            retryable: retryable_status(status) && !error.is_context_overflow(),
+            error,
             retry_after,
         });
     }

@@ -511,7 +511,8 @@ async fn a_cut_stream_is_malformed() {
 #[tokio::test]
 async fn context_window_is_only_what_is_configured() {
     let client_without = client("http://127.0.0.1:9");
-    assert_eq!(client_without.context_window("claude").await, None);
+    // A model the table of known windows does not name (see `compat::known_context_windows`).
+    assert_eq!(client_without.context_window("my-proxy-model").await, None);
     let mut settings = fast_settings(Provider::Anthropic, "http://127.0.0.1:9");
     settings.context_window = Some(200_000);
     let configured = AnthropicClient::new(&settings).unwrap();

@@ -6,9 +6,12 @@
 //! stays fast.
 
 mod anthropic;
+mod compat;
 mod limits;
+mod llama;
 mod mock;
 mod openai;
+mod overflow;
 mod server;
 mod settings;
 mod split;
@@ -19,7 +22,7 @@ use std::time::Duration;
 
 use eve_runtime::model::{
     Message, ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse, ModelSettings,
-    Provider, ToolSpec,
+    Provider, ToolChoice, ToolSpec,
 };
 
 /// Settings pointing at a test server, with short timeouts and millisecond backoffs.
@@ -55,6 +58,7 @@ pub fn simple_request(text: &str) -> ModelRequest {
         }],
         reasoning: None,
         max_output_tokens: None,
+        tool_choice: ToolChoice::Auto,
     }
 }
 

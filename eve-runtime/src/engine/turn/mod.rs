@@ -43,6 +43,8 @@ enum CallError {
     Cancelled,
     TimedOut,
     Model(String),
+    /// The provider said the prompt does not fit the context window.
+    ContextTooLong(String),
 }
 
 /// The idempotency key of a call: stable across retries, derived from where the call lives.
@@ -132,6 +134,8 @@ impl<'a> TurnDriver<'a> {
     /// Moves `turn` forward until it ends or parks. A subagent's [`Self::budget`] is set by the
     /// caller (the drive loop reads it with the session's state).
     pub(in crate::engine) async fn run(&mut self, mut turn: TurnRecord) -> RuntimeResult<TurnEnd> {
+        // Whether this step already compacted after a "context too long" answer.
+        let mut overflow_compacted = false;
         loop {
             match turn.phase {
                 TurnPhase::Model => {
@@ -142,6 +146,7 @@ impl<'a> TurnDriver<'a> {
                     }
                     match self.call_model(&turn).await {
                         Ok(response) => {
+                            overflow_compacted = false;
                             if self.journal_response(&mut turn, response).await? {
                                 return Ok(TurnEnd::Finished);
                             }
@@ -159,6 +164,20 @@ impl<'a> TurnDriver<'a> {
                         }
                         Err(CallError::Model(message)) => {
                             return self.end_failed(turn, "model_error", &message, None).await;
+                        }
+                        Err(CallError::ContextTooLong(message)) => {
+                            match self
+                                .compact_after_overflow(&turn, overflow_compacted)
+                                .await?
+                            {
+                                Ok(()) => overflow_compacted = true,
+                                Err(why) => {
+                                    let text = format!("{message}; {why}");
+                                    return self
+                                        .end_failed(turn, "context_too_long", &text, None)
+                                        .await;
+                                }
+                            }
                         }
                     }
                 }

@@ -11,7 +11,7 @@ use crate::engine::build::LOAD_SKILL;
 use crate::engine::compaction::to_message;
 use crate::engine::events as ev;
 use crate::engine::limits::sleep_until_opt;
-use crate::model::{Message, ModelEvent, ModelRequest, ModelResponse, ToolCall};
+use crate::model::{Message, ModelEvent, ModelRequest, ModelResponse, ToolCall, ToolChoice};
 use crate::store::*;
 
 impl TurnDriver<'_> {
@@ -122,13 +122,18 @@ impl TurnDriver<'_> {
             Ok(c) => c.clone(),
             Err(e) => return Err(CallError::Model(e.to_string())),
         };
+        let tools = self.offered_specs();
+        let config = &self.build.manifest.agent.config;
+        let tool_choice =
+            ToolChoice::for_step(config.tool_choice.as_deref(), turn.step_index, &tools);
         let request = ModelRequest {
             model: self.model.model.clone(),
             system: self.build.system_prompt.clone(),
             messages,
-            tools: self.offered_specs(),
-            reasoning: self.build.manifest.agent.config.reasoning.clone(),
+            tools,
+            reasoning: config.reasoning.clone(),
             max_output_tokens: None,
+            tool_choice,
         };
         let (tx, mut rx) = mpsc::unbounded_channel::<ModelEvent>();
         let client = self.model.client.clone();
@@ -198,7 +203,13 @@ impl TurnDriver<'_> {
             () = cancel.cancelled() => return Err(CallError::Cancelled),
             () = sleep_until_opt(deadline) => return Err(CallError::TimedOut),
         };
-        result.map_err(|e| CallError::Model(e.to_string()))
+        result.map_err(|e| {
+            if e.is_context_overflow() {
+                CallError::ContextTooLong(e.to_string())
+            } else {
+                CallError::Model(e.to_string())
+            }
+        })
     }
 
     /// Journals a response; returns `true` when the turn is finished.
