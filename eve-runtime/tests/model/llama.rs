@@ -46,6 +46,7 @@ fn runtime(p: &TestProject, url: &str) -> Runtime {
         lease_ttl: Duration::from_secs(60),
         breaker: BreakerPolicy::default(),
         sandbox_helper: std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox")),
+        secrets: Default::default(),
     })
 }
 
