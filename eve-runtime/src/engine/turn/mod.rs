@@ -106,7 +106,16 @@ impl<'a> TurnDriver<'a> {
         build: Arc<LoadedBuild>,
         cancel: CancellationToken,
     ) -> RuntimeResult<Self> {
-        let model = rt.inner.config.models.resolve(&build.manifest.agent)?;
+        // A model that cannot be built fails the turn on its first call (`turn.failed` with
+        // the message), never the driver: an error here would leave the session `running`.
+        let model = rt
+            .inner
+            .config
+            .models
+            .resolve(&build.manifest.agent)
+            .unwrap_or_else(|e| {
+                crate::engine::models::UnavailableModel::resolved(&build.manifest.agent, &e)
+            });
         Ok(Self {
             rt,
             session,
