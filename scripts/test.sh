@@ -16,4 +16,9 @@ step "cargo test"
 scripts/setup-test-deps.sh >/dev/null # Python venv with `mcp` (target/test-venv) for the MCP tests
 cargo test --workspace --locked
 
+step "eve's npm client against eve serve (scripts/test-eve-client.sh)"
+client_start=$SECONDS
+scripts/test-eve-client.sh
+printf 'eve client test: %ss\n' "$((SECONDS - client_start))" >&2
+
 step "all tests passed"

@@ -141,3 +141,27 @@ impl crate::model::ModelClient for UnavailableModel {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::model::Provider;
+
+    #[test]
+    fn the_build_knows_exactly_the_runtime_providers() {
+        assert_eq!(
+            eve_compile::manifest::KNOWN_PROVIDERS.len(),
+            Provider::ALL.len()
+        );
+        for p in Provider::ALL {
+            assert!(
+                eve_compile::manifest::KNOWN_PROVIDERS.contains(&p.name()),
+                "{p} is missing from eve_compile::manifest::KNOWN_PROVIDERS"
+            );
+        }
+        for spelling in ["llama.cpp", "OpenAI", "openai_compatible", "llama-cpp"] {
+            assert!(Provider::parse(spelling).is_some());
+            assert!(eve_compile::manifest::is_known_provider(spelling), "{spelling}");
+        }
+        assert!(!eve_compile::manifest::is_known_provider("foo"));
+    }
+}
