@@ -332,7 +332,17 @@ impl Deliveries {
         Some(turn.inbox_id)
     }
 
+    /// The turn an event belongs to by its data. Session-level events name the *next* turn in
+    /// their data (a reset, a clear, a manual compaction): they belong to the turn before them,
+    /// whatever exists by the time they are read, so they name none here.
     fn sequence(event: &StoredEvent) -> Option<u64> {
+        let session_level = matches!(
+            event.kind.as_str(),
+            ev::SESSION_RESET | ev::CONTEXT_CLEARED | ev::COMPACTION_COMPLETED | ev::SESSION_WAITING
+        );
+        if session_level {
+            return None;
+        }
         event.data.get("sequence").and_then(serde_json::Value::as_u64)
     }
 
