@@ -119,7 +119,10 @@ impl UnavailableModel {
             client: std::sync::Arc::new(Self {
                 message: error.to_string(),
             }),
-            model: named.split_once('/').map_or(named.as_str(), |(_, m)| m).to_owned(),
+            model: named
+                .split_once('/')
+                .map_or(named.as_str(), |(_, m)| m)
+                .to_owned(),
             model_id: named,
             context_window: agent.config.context_window,
             price_per_million: None,
@@ -160,7 +163,10 @@ mod tests {
         }
         for spelling in ["llama.cpp", "OpenAI", "openai_compatible", "llama-cpp"] {
             assert!(Provider::parse(spelling).is_some());
-            assert!(eve_compile::manifest::is_known_provider(spelling), "{spelling}");
+            assert!(
+                eve_compile::manifest::is_known_provider(spelling),
+                "{spelling}"
+            );
         }
         assert!(!eve_compile::manifest::is_known_provider("foo"));
     }

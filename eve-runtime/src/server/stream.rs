@@ -338,12 +338,18 @@ impl Deliveries {
     fn sequence(event: &StoredEvent) -> Option<u64> {
         let session_level = matches!(
             event.kind.as_str(),
-            ev::SESSION_RESET | ev::CONTEXT_CLEARED | ev::COMPACTION_COMPLETED | ev::SESSION_WAITING
+            ev::SESSION_RESET
+                | ev::CONTEXT_CLEARED
+                | ev::COMPACTION_COMPLETED
+                | ev::SESSION_WAITING
         );
         if session_level {
             return None;
         }
-        event.data.get("sequence").and_then(serde_json::Value::as_u64)
+        event
+            .data
+            .get("sequence")
+            .and_then(serde_json::Value::as_u64)
     }
 
     /// Finds the turn the events before `start` ended in.
