@@ -167,7 +167,9 @@ fn a_garbling_model_fails_the_turn_on_every_stream_and_the_session_stays_usable(
 
     // `eve serve`: NDJSON and SSE followers both see turn.failed, and the follow ends.
     let server = Server::start(broken(&["serve", "--port", "0"]));
-    let from = project.count("SELECT event_count FROM sessions");
+    let from = project.count(&format!(
+        "SELECT event_count FROM sessions WHERE id = '{id}'"
+    ));
     let (status, body) = server.post(
         &format!("/eve/v1/session/{id}"),
         &json!({"message": "again"}),
@@ -196,16 +198,69 @@ fn a_garbling_model_fails_the_turn_on_every_stream_and_the_session_stays_usable(
         Vec::new(),
     );
     assert!(sse.contains("\"type\":\"turn.failed\""), "{sse}");
+    // The AI SDK stream: an `error` chunk carrying the model's error, then the end.
+    let (status, ui) = super::support_dev::http(
+        server.port,
+        "POST",
+        "/eve/v1/chat",
+        Some(&json!({"id": "chat-broken", "messages": [
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
+        ]})),
+        None,
+    );
+    assert_eq!(status, 200, "{ui}");
+    let error = ui
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|c| c["type"] == "error")
+        .unwrap_or_else(|| panic!("no error chunk: {ui}"));
+    assert!(
+        error["errorText"].as_str().unwrap().contains("model"),
+        "{error}"
+    );
+    assert!(ui.contains("[DONE]"), "{ui}");
     server.kill();
+
+    // `eve chat`: the failure is printed and the prompt comes back (`/exit` is read and obeyed).
+    let mut cmd = broken(&["chat"]);
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello\n/exit\n")
+        .unwrap();
+    let out = wait_output(child, Duration::from_secs(20));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(all.contains("turn failed:"), "{all}");
+    let chats = project.count("SELECT COUNT(*) FROM sessions");
     let list = run_to_end(project.eve(&["sessions", "list", "--json"]));
     let sessions: Value = serde_json::from_str(&list.stdout).unwrap();
-    assert_eq!(sessions[0]["status"], "failed", "{sessions}");
-    let turns = project.count("SELECT turn_count FROM sessions");
+    assert_eq!(sessions.as_array().unwrap().len() as i64, chats);
+    assert!(
+        sessions
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["status"] == "failed"),
+        "{sessions}"
+    );
+    let turns_sql = format!("SELECT turn_count FROM sessions WHERE id = '{id}'");
+    let turns = project.count(&turns_sql);
 
     // Restarting with a working model re-runs nothing: the failed prompts stay failed, and the
     // next message gets its own answer.
     let server = Server::start(project.eve(&["serve", "--port", "0"]));
-    let from = project.count("SELECT event_count FROM sessions");
+    let from = project.count(&format!(
+        "SELECT event_count FROM sessions WHERE id = '{id}'"
+    ));
     let (status, _) = server.post(
         &format!("/eve/v1/session/{id}"),
         &json!({"message": "third"}),
@@ -224,9 +279,9 @@ fn a_garbling_model_fails_the_turn_on_every_stream_and_the_session_stays_usable(
             .any(|e| e["type"] == "message.completed" && e["data"]["message"] == "You said: third"),
         "{events:?}"
     );
-    assert_eq!(project.count("SELECT turn_count FROM sessions"), turns + 1);
+    assert_eq!(project.count(&turns_sql), turns + 1);
     server.kill();
-    let list = run_to_end(project.eve(&["sessions", "list", "--json"]));
-    let sessions: Value = serde_json::from_str(&list.stdout).unwrap();
-    assert_eq!(sessions[0]["status"], "idle", "{sessions}");
+    let list = run_to_end(project.eve(&["sessions", "show", &id, "--json"]));
+    let shown: Value = serde_json::from_str(&list.stdout).unwrap();
+    assert_eq!(shown["session"]["status"], "idle", "{shown}");
 }
