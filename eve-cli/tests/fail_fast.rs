@@ -285,3 +285,36 @@ fn a_garbling_model_fails_the_turn_on_every_stream_and_the_session_stays_usable(
     let shown: Value = serde_json::from_str(&list.stdout).unwrap();
     assert_eq!(shown["session"]["status"], "idle", "{shown}");
 }
+
+#[test]
+fn a_model_switched_under_eve_dev_to_one_without_its_key_fails_the_turn_and_says_what_to_set() {
+    let project = Project::new();
+    project.file("agent.yaml", "model: mock/echo\n");
+    let mut cmd = project.eve(&["dev", "--port", "0"]);
+    cmd.env_remove("EVE_MODEL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("EVE_API_KEY");
+    let mut dev = Server::start(cmd);
+    dev.wait_line(Duration::from_secs(20), |l| l.starts_with("built in "));
+
+    // The edit passes the build (the provider is known); the key is missing only at run time.
+    let mark = dev.stderr().len();
+    project.file("agent.yaml", "model: openai/gpt-4.1\n");
+    dev.wait_line_after(mark, Duration::from_secs(20), |l| {
+        l.starts_with("rebuilt in ")
+    });
+    let started = Instant::now();
+    let (status, body) = dev.post("/eve/v1/session", &json!({"message": "hello"}));
+    assert_eq!(status, 202, "{body}");
+    let id = body["sessionId"].as_str().unwrap();
+    let events = dev.stream(id, "");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let failed = failed_event(&events);
+    let text = failed["data"].to_string();
+    assert!(text.contains("OPENAI_API_KEY"), "{failed}");
+    assert_eq!(events.last().unwrap()["type"], "session.waiting");
+    dev.kill();
+    let shown = run_to_end(project.eve(&["sessions", "show", id, "--json"]));
+    let shown: Value = serde_json::from_str(&shown.stdout).unwrap();
+    assert_eq!(shown["session"]["status"], "failed", "{shown}");
+}
