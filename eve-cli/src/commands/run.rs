@@ -16,6 +16,7 @@ use eve_compile::Project;
 use eve_compile::build;
 use eve_compile::render::{Style, render_all};
 use eve_runtime::engine::{DriveOutcome, Runtime, RuntimeConfig, SettingsModelProvider};
+use eve_runtime::env_vars::EVE_MODEL;
 use eve_runtime::store::InputRequestRecord;
 use eve_runtime::tools::process_env;
 
@@ -241,8 +242,8 @@ fn check_agent_model(
     provider: &SettingsModelProvider,
     agent: &eve_compile::Agent,
 ) -> anyhow::Result<()> {
-    let source = match std::env::var(eve_runtime::env_vars::EVE_MODEL) {
-        Ok(v) if !v.trim().is_empty() => format!("EVE_MODEL={}", v.trim()),
+    let source = match std::env::var(EVE_MODEL) {
+        Ok(v) if !v.trim().is_empty() => format!("{EVE_MODEL}={}", v.trim()),
         _ => match &agent.config.model {
             Some(m) => format!("`model: {m}` in {}/agent.yaml", agent_dir(agent)),
             None => "the default model".to_owned(),
