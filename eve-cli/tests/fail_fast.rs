@@ -318,3 +318,86 @@ fn a_model_switched_under_eve_dev_to_one_without_its_key_fails_the_turn_and_says
     let shown: Value = serde_json::from_str(&shown.stdout).unwrap();
     assert_eq!(shown["session"]["status"], "failed", "{shown}");
 }
+
+/// A project whose first step calls `slow` (a `read` tool that sleeps the first time it runs, so
+/// the run can be killed inside it), then answers.
+fn crashable() -> super::support_run::RunProject {
+    let slow = super::support_run::logging_tool(
+        "# description: Slow the first time.\n# effect: read\n",
+        "[ -f \"$SIDE_FILE.once\" ] || { touch \"$SIDE_FILE.once\"; sleep 30; }",
+    );
+    super::support_run::RunProject::new(
+        &[("slow", slow)],
+        json!([
+            {"tool_calls": [{"name": "slow", "input": {}}]},
+            {"text": "done"}
+        ]),
+    )
+}
+
+/// Runs `eve run --json PROMPT` and SIGKILLs it once the slow tool runs; returns the session id.
+fn crash_in_tool(p: &super::support_run::RunProject, prompt: &str) -> String {
+    let mut run = super::support_run::Running::spawn(p.eve(&["run", "--json", prompt]));
+    let side = p.side.clone();
+    assert!(run.wait_for(Duration::from_secs(20), |_| {
+        std::fs::read_to_string(&side).is_ok_and(|s| s.contains("start "))
+            && std::path::Path::new(&format!("{}.once", side.display())).exists()
+    }));
+    run.kill();
+    p.strings("SELECT id FROM sessions ORDER BY created_at DESC LIMIT 1")
+        .remove(0)
+}
+
+#[test]
+fn a_turn_resumed_on_another_model_fails_unless_the_switch_is_allowed() {
+    let p = crashable();
+    p.agent.file("agent.yaml", "model: mock/echo\n");
+    let build = p.run(&["build"]);
+    assert_eq!(build.code, Some(0), "{}", build.stderr);
+    let id = crash_in_tool(&p, "go");
+
+    // Resumed by a process with another model: the turn fails saying so, nothing runs.
+    let mut cmd = p.eve(&["run", "--json", "--session", &id]);
+    cmd.env("EVE_MODEL", "mock/other");
+    let out = run_to_end(cmd);
+    assert_ne!(out.code, Some(0), "{}", out.stdout);
+    let events: Vec<Value> = out.events();
+    let failed = failed_event(&events);
+    assert_eq!(failed["data"]["error"]["code"], "model_changed", "{failed}");
+    let text = failed["data"]["error"]["message"].as_str().unwrap();
+    assert!(
+        text.contains("mock/echo") && text.contains("mock/other"),
+        "{text}"
+    );
+    assert!(text.contains("EVE_ALLOW_MODEL_SWITCH=1"), "{text}");
+    assert!(
+        !events.iter().any(|e| e["type"] == "message.completed"),
+        "the old prompt was not answered on the new model: {events:?}"
+    );
+    assert_eq!(
+        p.strings(&format!(
+            "SELECT status FROM turns WHERE session_id = '{id}'"
+        )),
+        ["failed"]
+    );
+
+    // With the switch allowed, the resumed turn says so and completes on the new model.
+    std::fs::remove_file(format!("{}.once", p.side.display())).unwrap();
+    let id = crash_in_tool(&p, "again");
+    let mut cmd = p.eve(&["run", "--json", "--session", &id]);
+    cmd.env("EVE_MODEL", "mock/other")
+        .env("EVE_ALLOW_MODEL_SWITCH", "1");
+    let out = run_to_end(cmd);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let events = out.events();
+    let switched = events
+        .iter()
+        .find(|e| e["type"] == "turn.model_switched")
+        .unwrap_or_else(|| panic!("no turn.model_switched: {events:?}"));
+    assert_eq!(switched["data"]["from"], "mock/echo");
+    assert_eq!(switched["data"]["to"], "mock/other");
+    assert!(
+        events.iter().any(|e| e["type"] == "turn.completed"),
+        "{events:?}"
+    );
+}

@@ -14,6 +14,7 @@
 
 mod approval;
 mod calls;
+mod pin;
 mod step;
 
 use std::collections::HashSet;
@@ -141,6 +142,12 @@ impl<'a> TurnDriver<'a> {
     /// Moves `turn` forward until it ends or parks. A subagent's [`Self::budget`] is set by the
     /// caller (the drive loop reads it with the session's state).
     pub(in crate::engine) async fn run(&mut self, mut turn: TurnRecord) -> RuntimeResult<TurnEnd> {
+        if (turn.step_started || turn.step_index > 0)
+            && turn.phase != TurnPhase::Done
+            && let Some(end) = self.check_model(&turn).await?
+        {
+            return Ok(end);
+        }
         loop {
             match turn.phase {
                 TurnPhase::Model => {
