@@ -69,11 +69,19 @@ async fn tool_call_and_skill_load_match_the_captures() {
         )
         .await;
     assert_eq!(status, 202);
+    // eve answers a message with its delivery id (eve's client needs it to find the turn).
+    let delivery = body["deliveryId"].as_str().unwrap().to_owned();
     assert_eq!(
         body,
-        json!({"ok": true, "sessionId": id, "status": "accepted"})
+        json!({"ok": true, "sessionId": id, "status": "accepted", "deliveryId": delivery})
     );
     let turn1 = server.until_rest(&id, from).await;
+    assert!(
+        turn1
+            .iter()
+            .all(|e| e["meta"]["deliveryIds"] == json!([delivery])),
+        "every event of the turn carries the delivery id"
+    );
     assert_matches(&turn1, "stream2.ndjson", 0);
     let result = turn1.iter().find(|e| e["type"] == "action.result").unwrap();
     assert!(
