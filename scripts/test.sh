@@ -26,6 +26,11 @@ step "cargo test"
 scripts/setup-test-deps.sh >/dev/null # Python venv with `mcp` (target/test-venv) for the MCP tests
 cargo test --workspace --locked
 
+step "eve's npm client against eve serve (scripts/test-eve-client.sh)"
+client_start=$SECONDS
+scripts/test-eve-client.sh
+printf 'eve client test: %ss\n' "$((SECONDS - client_start))" >&2
+
 step "the eve binary links only against the C library (scripts/check-binary.sh)"
 scripts/check-binary.sh target/debug/eve
 

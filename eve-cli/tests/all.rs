@@ -10,6 +10,7 @@ mod dev;
 mod docs;
 mod docs_env;
 mod examples;
+mod fail_fast;
 mod limits;
 mod redaction;
 mod run_cli;

@@ -793,3 +793,27 @@ impl Agent {
         EffectiveSandbox::new(provider, network)
     }
 }
+
+/// The model providers eve has a client for, by canonical name (the runtime's `Provider` list;
+/// a runtime test keeps the two in step).
+pub const KNOWN_PROVIDERS: [&str; 8] = [
+    "openai",
+    "openai-compatible",
+    "anthropic",
+    "mock",
+    "deepseek",
+    "ollama",
+    "vllm",
+    "llamacpp",
+];
+
+/// Whether `name` is a provider eve knows, in any spelling the runtime accepts
+/// (case-insensitive; `llama.cpp`, `openai_compatible`, …).
+pub fn is_known_provider(name: &str) -> bool {
+    let name = name.trim().to_ascii_lowercase();
+    KNOWN_PROVIDERS.contains(&name.as_str())
+        || matches!(
+            name.as_str(),
+            "openai_compatible" | "openai-compat" | "llama.cpp" | "llama-cpp" | "llama_cpp"
+        )
+}

@@ -212,6 +212,8 @@ diagnostic_tests! {
         => minimal().file("sandbox/sandbox.yaml", "read: [data/models]\n").on_disk().check();
     e080_limit_size: InvalidSandbox, "agent/sandbox/sandbox.yaml", Some(2)
         => minimal().file("sandbox/sandbox.yaml", "limits:\n  memory: 2 gigs\n").on_disk().check();
+    e090_unknown_model_provider: UnknownProvider, "agent/agent.yaml", Some(1)
+        => minimal().file("agent.yaml", "model: foo/bar\n").on_disk().check();
     w001_unknown_file: UnknownEntry, "agent/notes.txt", None
         => minimal().file("notes.txt", "todo\n").on_disk().check();
     w001_unknown_folder: UnknownEntry, "agent/widgets/", None

@@ -91,6 +91,8 @@ codes! {
     InvalidChannel = "E070", Error, "invalid channel";
     /// A sandbox setting is wrong: provider, network entry, path, size or count.
     InvalidSandbox = "E080", Error, "invalid sandbox setting";
+    /// `model:` names a provider eve has no client for.
+    UnknownProvider = "E090", Error, "unknown model provider";
     /// A file or folder eve does not understand.
     UnknownEntry = "W001", Warning, "unknown file or folder";
     /// A field eve does not know (probably a typo).

@@ -23,6 +23,10 @@ pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
 pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
 /// DeepSeek's usual key variable.
 pub const DEEPSEEK_API_KEY: &str = "DEEPSEEK_API_KEY";
+/// `1` lets a turn resumed by a process whose model differs from the one the turn ran on continue
+/// on the new model (announced by a `turn.model_switched` event); without it that turn fails
+/// with `model_changed`.
+pub const EVE_ALLOW_MODEL_SWITCH: &str = "EVE_ALLOW_MODEL_SWITCH";
 /// Script of the `mock` provider: a path to a JSON file, or inline JSON when it starts with `[`.
 pub const EVE_MOCK_SCRIPT: &str = "EVE_MOCK_SCRIPT";
 /// The project folder (`--project`, `-C`) of every command.

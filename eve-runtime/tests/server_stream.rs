@@ -69,11 +69,19 @@ async fn tool_call_and_skill_load_match_the_captures() {
         )
         .await;
     assert_eq!(status, 202);
+    // eve answers a message with its delivery id (eve's client needs it to find the turn).
+    let delivery = body["deliveryId"].as_str().unwrap().to_owned();
     assert_eq!(
         body,
-        json!({"ok": true, "sessionId": id, "status": "accepted"})
+        json!({"ok": true, "sessionId": id, "status": "accepted", "deliveryId": delivery})
     );
     let turn1 = server.until_rest(&id, from).await;
+    assert!(
+        turn1
+            .iter()
+            .all(|e| e["meta"]["deliveryIds"] == json!([delivery])),
+        "every event of the turn carries the delivery id"
+    );
     assert_matches(&turn1, "stream2.ndjson", 0);
     let result = turn1.iter().find(|e| e["type"] == "action.result").unwrap();
     assert!(
@@ -167,13 +175,13 @@ async fn compact_and_clear_match_the_capture() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         body,
-        json!({"ok": true, "sessionId": id, "status": "compacted"})
+        json!({"ok": true, "sessionId": id, "status": "accepted"})
     );
     let (status, body) = server
         .post(&format!("/eve/v1/session/{id}/clear"), json!({}))
         .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["status"], "cleared");
+    assert_eq!(body["status"], "accepted");
     let tail = server.stream(&id, "?startIndex=-4&follow=false").await;
     assert_matches(&tail, "stream5.ndjson", 0);
 

@@ -45,6 +45,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
             if !build_agent(&project)? {
                 return Ok(ExitCode::FAILURE);
             }
+            super::run::check_models(&project)?;
             Some(project)
         }
     };

@@ -16,6 +16,7 @@ use eve_compile::Project;
 use eve_compile::build;
 use eve_compile::render::{Style, render_all};
 use eve_runtime::engine::{DriveOutcome, Runtime, RuntimeConfig, SettingsModelProvider};
+use eve_runtime::env_vars::EVE_MODEL;
 use eve_runtime::store::InputRequestRecord;
 use eve_runtime::tools::process_env;
 
@@ -35,6 +36,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if !build_agent(&project)? {
         return Ok(ExitCode::FAILURE);
     }
+    check_models(&project)?;
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -218,4 +220,55 @@ async fn answer_requests(
         runtime.answer_input(id, Some(&r.id), approve, None).await?;
     }
     Ok(true)
+}
+
+/// The start-up check of `eve run`, `eve chat`, `eve serve` and `eve dev`: every agent of the
+/// current build (the root and each subagent) must name a known provider and have what that
+/// provider needs (an API key, unless a base URL points elsewhere; a base URL for
+/// `openai-compatible`). A misconfigured model stops the command here, naming the variable to
+/// set, instead of accepting messages that can never be answered.
+pub fn check_models(project: &Project) -> anyhow::Result<()> {
+    let hash = build::current_hash(&project.state_dir).with_context(|| {
+        format!(
+            "no build in {}: run `eve build` first",
+            project.state_dir.display()
+        )
+    })?;
+    let loaded = build::load(&project.state_dir, &hash)?;
+    let provider = SettingsModelProvider::new(process_env());
+    check_agent_model(&provider, &loaded.manifest.agent)
+}
+
+fn check_agent_model(
+    provider: &SettingsModelProvider,
+    agent: &eve_compile::Agent,
+) -> anyhow::Result<()> {
+    let source = match std::env::var(EVE_MODEL) {
+        Ok(v) if !v.trim().is_empty() => format!("{EVE_MODEL}={}", v.trim()),
+        _ => match &agent.config.model {
+            Some(m) => format!("`model: {m}` in {}/agent.yaml", agent_dir(agent)),
+            None => "the default model".to_owned(),
+        },
+    };
+    provider
+        .settings(agent)
+        .and_then(|s| s.validate())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "the model of agent `{}` ({source}) cannot be used: {e}",
+                agent.name
+            )
+        })?;
+    for sub in &agent.subagents {
+        check_agent_model(provider, sub)?;
+    }
+    Ok(())
+}
+
+fn agent_dir(agent: &eve_compile::Agent) -> String {
+    if agent.path.is_empty() {
+        "agent".to_owned()
+    } else {
+        format!("agent/{}", agent.path)
+    }
 }

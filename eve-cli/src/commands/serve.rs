@@ -103,6 +103,7 @@ pub(crate) async fn start(
     host: &str,
     port: u16,
 ) -> anyhow::Result<(Runtime, tokio::net::TcpListener, std::net::SocketAddr)> {
+    super::run::check_models(project)?;
     let env = process_env();
     let models = Arc::new(SettingsModelProvider::new(env.clone()));
     let mut runtime_config = RuntimeConfig::new(&project.state_dir, models)

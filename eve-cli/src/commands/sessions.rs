@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use eve_runtime::model::Message;
-use eve_runtime::store::{SessionFilter, SessionRecord, rfc3339};
+use eve_runtime::store::{SessionFilter, SessionRecord, SessionStatus, TurnStatus, rfc3339};
 use serde_json::{Value, json};
 
 use super::run::open_runtime;
@@ -24,10 +24,23 @@ fn block_on<F: std::future::Future>(future: F) -> anyhow::Result<F::Output> {
         .block_on(future))
 }
 
-fn session_json(s: &SessionRecord) -> Value {
+/// What a person reads as the session's state: `failed` for a session at rest whose last turn
+/// failed (a model error, a limit), else the stored status (`idle`, `running`, `waiting`). A
+/// failed session still takes the next message.
+async fn shown_status(runtime: &eve_runtime::engine::Runtime, s: &SessionRecord) -> String {
+    if s.status == SessionStatus::Idle
+        && let Ok(Some(turn)) = runtime.store().last_turn(&s.id).await
+        && turn.status == TurnStatus::Failed
+    {
+        return "failed".to_owned();
+    }
+    s.status.as_str().to_owned()
+}
+
+fn session_json(s: &SessionRecord, status: &str) -> Value {
     json!({
         "id": s.id,
-        "status": s.status.as_str(),
+        "status": status,
         "build": s.build_hash,
         "agent": s.agent_name,
         "schedule": s.schedule,
@@ -47,9 +60,20 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
         schedule: args.schedule.clone(),
         ..Default::default()
     };
-    let sessions = block_on(runtime.sessions(&filter))??;
+    let (sessions, statuses) = block_on(async {
+        let sessions = runtime.sessions(&filter).await?;
+        let mut statuses = Vec::with_capacity(sessions.len());
+        for s in &sessions {
+            statuses.push(shown_status(&runtime, s).await);
+        }
+        Ok::<_, anyhow::Error>((sessions, statuses))
+    })??;
     if args.json {
-        let all: Vec<Value> = sessions.iter().map(session_json).collect();
+        let all: Vec<Value> = sessions
+            .iter()
+            .zip(&statuses)
+            .map(|(s, status)| session_json(s, status))
+            .collect();
         println!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -69,11 +93,11 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
             )
         )
     );
-    for s in &sessions {
+    for (s, status) in sessions.iter().zip(&statuses) {
         println!(
             "{:<31} {:<8} {:>5}  {:<24} {}",
             s.id,
-            s.status.as_str(),
+            status,
             s.turn_count,
             rfc3339(s.updated_at),
             s.schedule.as_deref().unwrap_or("-")
@@ -97,9 +121,10 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
             calls.extend(store.tool_calls(&id, turn).await?);
         }
         let requests = store.input_requests(&id, false).await?;
-        Ok(Some((session, messages, calls, requests)))
+        let status = shown_status(&runtime, &session).await;
+        Ok(Some((session, messages, calls, requests, status)))
     })??;
-    let Some((session, messages, calls, requests)) = loaded else {
+    let Some((session, messages, calls, requests, status)) = loaded else {
         anyhow::bail!(
             "no session `{}` in {}",
             args.id,
@@ -108,7 +133,7 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
     };
     if args.json {
         let report = json!({
-            "session": session_json(&session),
+            "session": session_json(&session, &status),
             "messages": messages.iter().map(|m| json!({
                 "seq": m.seq, "turn": m.turn_seq, "kind": m.kind, "body": m.body,
                 "at": rfc3339(m.at),
@@ -131,7 +156,7 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
         "{} {}  {}  build {}  {} turns  {} tokens",
         paint(color, "1", "session"),
         session.id,
-        session.status.as_str(),
+        status,
         session.build_hash,
         session.turn_count,
         session.usage.total()

@@ -115,6 +115,24 @@ impl Compiler {
                     format!("`model` is `{m}`; expected `provider/name`"),
                     "for example `openai/gpt-4.1`, `anthropic/claude-sonnet-4-5` or `mock/echo`",
                 );
+            } else if let Some(m) = &config.model
+                && let Some((provider, _)) = m.split_once('/')
+                && !crate::manifest::is_known_provider(provider)
+            {
+                f.report(
+                    Code::UnknownProvider,
+                    "model",
+                    format!("`model` is `{m}`: eve has no model provider `{provider}`"),
+                    &format!(
+                        "use one of {}; any other OpenAI-compatible server is \
+                         `openai-compatible/NAME` with EVE_BASE_URL",
+                        crate::manifest::KNOWN_PROVIDERS
+                            .iter()
+                            .map(|p| format!("`{p}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                );
             }
             config.reasoning = f
                 .choice(

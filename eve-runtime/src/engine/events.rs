@@ -42,6 +42,8 @@ pub const INPUT_RESOLVED: &str = "input.resolved";
 pub const TURN_COMPLETED: &str = "turn.completed";
 /// The turn stopped on an error or a limit.
 pub const TURN_FAILED: &str = "turn.failed";
+/// A resumed turn continues on another model than the one it ran on (the user allowed it).
+pub const TURN_MODEL_SWITCHED: &str = "turn.model_switched";
 /// The turn was cancelled.
 pub const TURN_CANCELLED: &str = "turn.cancelled";
 /// The session waits for its next message.

@@ -108,3 +108,76 @@ impl ModelProvider for FixedModelProvider {
         Ok(self.0.clone())
     }
 }
+
+/// The stand-in for a model that cannot be built (no API key, no base URL, an unknown
+/// provider): every call fails with the configuration error, so the turn that needed the model
+/// ends with `turn.failed` carrying the message that says what to set, instead of leaving the
+/// session `running` with nothing on its stream.
+pub struct UnavailableModel {
+    message: String,
+}
+
+impl UnavailableModel {
+    /// A resolved model for `agent` whose calls fail with `error`.
+    pub fn resolved(agent: &Agent, error: &ModelError) -> ResolvedModel {
+        let named = agent
+            .config
+            .model
+            .clone()
+            .unwrap_or_else(|| crate::model::DEFAULT_MODEL.to_owned());
+        ResolvedModel {
+            client: std::sync::Arc::new(Self {
+                message: error.to_string(),
+            }),
+            model: named
+                .split_once('/')
+                .map_or(named.as_str(), |(_, m)| m)
+                .to_owned(),
+            model_id: named,
+            context_window: agent.config.context_window,
+            price_per_million: None,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::model::ModelClient for UnavailableModel {
+    async fn stream(
+        &self,
+        _request: &crate::model::ModelRequest,
+        _on_event: &mut (dyn FnMut(crate::model::ModelEvent) + Send),
+    ) -> Result<crate::model::ModelResponse, ModelError> {
+        Err(ModelError::Config(self.message.clone()))
+    }
+
+    async fn context_window(&self, _model: &str) -> Option<u64> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::Provider;
+
+    #[test]
+    fn the_build_knows_exactly_the_runtime_providers() {
+        assert_eq!(
+            eve_compile::manifest::KNOWN_PROVIDERS.len(),
+            Provider::ALL.len()
+        );
+        for p in Provider::ALL {
+            assert!(
+                eve_compile::manifest::KNOWN_PROVIDERS.contains(&p.name()),
+                "{p} is missing from eve_compile::manifest::KNOWN_PROVIDERS"
+            );
+        }
+        for spelling in ["llama.cpp", "OpenAI", "openai_compatible", "llama-cpp"] {
+            assert!(Provider::parse(spelling).is_some());
+            assert!(
+                eve_compile::manifest::is_known_provider(spelling),
+                "{spelling}"
+            );
+        }
+        assert!(!eve_compile::manifest::is_known_provider("foo"));
+    }
+}

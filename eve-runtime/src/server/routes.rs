@@ -22,18 +22,25 @@ use super::config::{authority_host, is_loopback_host};
 use super::error::ApiError;
 use super::stream::{self, EventCursor, Format};
 use super::ui::{self, ChatInput, UI_STREAM_VERSION, UiStream};
-use crate::engine::Runtime;
+use crate::engine::{Accept, Runtime, SessionRef};
 use crate::store::SessionStatus;
 
 /// Longest session id looked up; longer ones cannot exist.
 const MAX_ID_LEN: usize = 128;
 
 fn accepted(session: &str) -> Response {
-    let mut response = (
-        StatusCode::ACCEPTED,
-        Json(json!({"ok": true, "sessionId": session, "status": "accepted"})),
-    )
-        .into_response();
+    accepted_delivery(session, None)
+}
+
+/// `202 accepted`; for a message, with its `deliveryId` (the inbox id): the events of the turn
+/// that takes the message carry it in `meta.deliveryIds`, which is how eve's client finds the
+/// turn boundary of the message it sent.
+fn accepted_delivery(session: &str, delivery: Option<&str>) -> Response {
+    let mut body = json!({"ok": true, "sessionId": session, "status": "accepted"});
+    if let Some(delivery) = delivery {
+        body["deliveryId"] = json!(delivery);
+    }
+    let mut response = (StatusCode::ACCEPTED, Json(body)).into_response();
     if let Ok(v) = HeaderValue::from_str(session) {
         response.headers_mut().insert("x-eve-session-id", v);
     }
@@ -194,8 +201,19 @@ pub async fn create_session(
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.body_limit)?;
     let message = body::create(&bytes)?;
-    let id = app.runtime.create_session(message).await?;
-    Ok(accepted(&id))
+    let accepted = app
+        .runtime
+        .accept(Accept {
+            session: SessionRef::new_session(None),
+            message,
+            extra: Vec::new(),
+        })
+        .await?
+        .ok_or_else(|| ApiError::Internal("the new session was not stored".to_owned()))?;
+    Ok(accepted_delivery(
+        &accepted.session,
+        accepted.inbox_id.as_deref(),
+    ))
 }
 
 /// Answers `responses` on session `id` as `identity` (its principal lands in `approval.settled`).
@@ -245,7 +263,8 @@ pub async fn post_session(
     let bytes = body::bytes(body, app.config.body_limit)?;
     match body::session_input(&bytes)? {
         SessionInput::Message(text) => {
-            app.runtime.post_message(&id, &text).await?;
+            let delivery = app.runtime.post_message(&id, &text).await?;
+            return Ok(accepted_delivery(&id, Some(&delivery)));
         }
         SessionInput::InputResponses(responses) => {
             if app.runtime.session(&id).await?.is_none() {
@@ -304,7 +323,7 @@ pub async fn compact(
 ) -> Result<Response, ApiError> {
     body::control(&body::bytes(body, app.config.body_limit)?)?;
     app.runtime.compact(&id).await?;
-    Ok(done(&id, "compacted"))
+    Ok(done(&id, "accepted"))
 }
 
 /// `POST /eve/v1/session/:id/clear`.
@@ -315,7 +334,7 @@ pub async fn clear(
 ) -> Result<Response, ApiError> {
     body::control(&body::bytes(body, app.config.body_limit)?)?;
     app.runtime.clear(&id).await?;
-    Ok(done(&id, "cleared"))
+    Ok(done(&id, "accepted"))
 }
 
 /// `POST /eve/v1/session/:id/reset`.
@@ -326,7 +345,12 @@ pub async fn reset(
 ) -> Result<Response, ApiError> {
     body::control(&body::bytes(body, app.config.body_limit)?)?;
     app.runtime.reset(&id).await?;
-    Ok(done(&id, "reset"))
+    // eve's client checks `previousSessionId`: a reset keeps the session id.
+    Ok((
+        StatusCode::OK,
+        Json(json!({"ok": true, "sessionId": id, "previousSessionId": id, "status": "reset"})),
+    )
+        .into_response())
 }
 
 /// `GET /eve/v1/session/:id/stream`.

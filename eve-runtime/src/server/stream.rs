@@ -106,6 +106,8 @@ enum Mode {
 pub struct EventCursor {
     runtime: Runtime,
     session: String,
+    /// Index of the first event it reads.
+    start: u64,
     mode: Mode,
     shutdown: CancellationToken,
 }
@@ -122,6 +124,7 @@ impl EventCursor {
         Self {
             runtime,
             session,
+            start,
             mode: Mode::Bounded {
                 next: start,
                 end,
@@ -142,6 +145,7 @@ impl EventCursor {
         Self {
             runtime,
             session,
+            start,
             mode: Mode::Follow {
                 follower: Box::new(follower),
                 pending: None,
@@ -232,20 +236,36 @@ impl Format {
         }
     }
 
-    fn event(&mut self, event: &StoredEvent, out: &mut VecDeque<Bytes>) {
+    fn event(
+        &mut self,
+        event: &StoredEvent,
+        deliveries: Option<Vec<String>>,
+        out: &mut VecDeque<Bytes>,
+    ) {
+        let wire = || {
+            let mut wire = event.to_wire();
+            if let Some(ids) = &deliveries {
+                wire["meta"]["deliveryIds"] = serde_json::json!(ids);
+            }
+            wire
+        };
         match self {
             Self::Ndjson => {
-                let mut line = event.to_wire().to_string();
+                let mut line = wire().to_string();
                 line.push('\n');
                 out.push_back(Bytes::from(line));
             }
             Self::Sse => out.push_back(Bytes::from(format!(
                 "id: {}\ndata: {}\n\n",
                 event.index,
-                event.to_wire()
+                wire()
             ))),
             Self::Ui(ui) => ui.event(event, out),
         }
+    }
+
+    fn wants_deliveries(&self) -> bool {
+        !matches!(self, Self::Ui(_))
     }
 
     fn tick(&mut self, out: &mut VecDeque<Bytes>) {
@@ -268,7 +288,113 @@ impl Format {
     }
 }
 
+/// Which accepted messages an event answers, for `meta.deliveryIds`: eve's client sends a
+/// message, gets its `deliveryId` (the inbox id) and reads the stream until the turn boundary of
+/// the events tagged with it. An event of a turn (its `data.sequence`) carries the id of the
+/// message that turn took; an event outside any turn (`session.waiting`, `context.cleared`, a
+/// compaction announced for the next turn) carries the id of the latest turn before it, as eve
+/// does. Turns are looked up once per stream.
+pub struct Deliveries {
+    runtime: Runtime,
+    session: String,
+    turns: std::collections::HashMap<u64, Option<String>>,
+    current: Option<u64>,
+    primed: Option<u64>,
+}
+
+/// Pages read backwards to find the turn a stream that starts mid-way is in.
+const PRIME_PAGES: u64 = 8;
+
+impl Deliveries {
+    /// For the stream of `session` whose first event has index `start`.
+    pub fn new(runtime: Runtime, session: String, start: u64) -> Self {
+        Self {
+            runtime,
+            session,
+            turns: std::collections::HashMap::new(),
+            current: None,
+            primed: (start > 0).then_some(start),
+        }
+    }
+
+    async fn inbox_of(&mut self, seq: u64) -> Option<Option<String>> {
+        if let Some(found) = self.turns.get(&seq) {
+            return Some(found.clone());
+        }
+        let turn = self
+            .runtime
+            .store()
+            .turn(&self.session, seq)
+            .await
+            .ok()
+            .flatten()?;
+        self.turns.insert(seq, turn.inbox_id.clone());
+        Some(turn.inbox_id)
+    }
+
+    /// The turn an event belongs to by its data. Session-level events name the *next* turn in
+    /// their data (a reset, a clear, a manual compaction): they belong to the turn before them,
+    /// whatever exists by the time they are read, so they name none here.
+    fn sequence(event: &StoredEvent) -> Option<u64> {
+        let session_level = matches!(
+            event.kind.as_str(),
+            ev::SESSION_RESET
+                | ev::CONTEXT_CLEARED
+                | ev::COMPACTION_COMPLETED
+                | ev::SESSION_WAITING
+        );
+        if session_level {
+            return None;
+        }
+        event
+            .data
+            .get("sequence")
+            .and_then(serde_json::Value::as_u64)
+    }
+
+    /// Finds the turn the events before `start` ended in.
+    async fn prime(&mut self, start: u64) {
+        let mut hi = start;
+        for _ in 0..PRIME_PAGES {
+            if hi == 0 {
+                return;
+            }
+            let lo = hi.saturating_sub(32);
+            let limit = usize::try_from(hi - lo).unwrap_or(32);
+            let Ok(events) = self.runtime.events(&self.session, lo, limit).await else {
+                return;
+            };
+            for event in events.iter().rev().filter(|e| e.index < hi) {
+                if let Some(seq) = Self::sequence(event)
+                    && self.inbox_of(seq).await.is_some()
+                {
+                    self.current = Some(seq);
+                    return;
+                }
+            }
+            hi = lo;
+        }
+    }
+
+    /// The delivery ids of `event` (`None`: it answers no accepted message).
+    pub async fn of(&mut self, event: &StoredEvent) -> Option<Vec<String>> {
+        if let Some(start) = self.primed.take() {
+            self.prime(start).await;
+        }
+        let seq = match Self::sequence(event) {
+            Some(seq) if self.inbox_of(seq).await.is_some() => Some(seq),
+            // `session.started` is committed with the first turn, just before it.
+            _ if event.kind == ev::SESSION_STARTED && self.current.is_none() => Some(0),
+            _ => self.current,
+        }?;
+        self.current = Some(seq);
+        let inbox = self.inbox_of(seq).await.flatten()?;
+        Some(vec![inbox])
+    }
+}
+
 struct BodyState {
+    deliveries: Option<Deliveries>,
     cursor: EventCursor,
     format: Format,
     heartbeat: Option<Duration>,
@@ -283,7 +409,11 @@ pub fn body_stream(
     format: Format,
     heartbeat: Duration,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
+    let deliveries = format
+        .wants_deliveries()
+        .then(|| Deliveries::new(cursor.runtime.clone(), cursor.session.clone(), cursor.start));
     let state = BodyState {
+        deliveries,
         heartbeat: format.heartbeat(heartbeat),
         cursor,
         format,
@@ -305,7 +435,13 @@ pub fn body_stream(
                 continue;
             }
             match st.cursor.next(st.heartbeat).await {
-                Next::Event(event) => st.format.event(&event, &mut st.out),
+                Next::Event(event) => {
+                    let ids = match &mut st.deliveries {
+                        Some(d) => d.of(&event).await,
+                        None => None,
+                    };
+                    st.format.event(&event, ids, &mut st.out);
+                }
                 Next::Tick => st.format.tick(&mut st.out),
                 Next::End => {
                     st.format.end(&mut st.out);

