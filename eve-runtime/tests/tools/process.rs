@@ -113,22 +113,56 @@ async fn input_arrives_on_stdin_and_cwd_is_the_new_workspace() {
 #[tokio::test]
 async fn argv_env_references_are_resolved_and_unset_ones_run_nothing() {
     let fx = Fixture::with_env(&[("GREETING", "hello there")]);
+    // The call's own variables are resolved anywhere on the command line; a secret in the script
+    // of `sh -c` is left for the shell, which reads it from the environment eve gives it.
     let t = tool(
         "greet",
         Runner::Command {
             argv: vec![
                 "sh".into(),
                 "-c".into(),
-                r#"printf '%s|%s' "$1" "$2""#.into(),
+                r#"printf '%s|%s|%s' "${GREETING}" "$1" "$(cat /proc/$$/cmdline | tr '\0' ' ')""#
+                    .into(),
                 "sh".into(),
-                "${GREETING}".into(),
                 "id=${EVE_CALL_ID}".into(),
             ],
         },
     );
     let r = run_tool(&t, &json!({}), &fx.ctx, CancellationToken::new()).await;
     assert!(r.ok, "{r:?}");
-    assert_eq!(r.output, json!("hello there|id=call_01"));
+    let out = r.output.as_str().unwrap().to_owned();
+    assert!(out.starts_with("hello there|id=call_01|"), "{out}");
+    let cmdline = out
+        .split_once("|sh -c ")
+        .map(|(_, c)| c)
+        .unwrap_or_default();
+    assert!(
+        !cmdline.contains("hello there"),
+        "the secret is not on sh's command line: {out}"
+    );
+    assert!(cmdline.contains("${GREETING}"), "{out}");
+
+    // A secret as an argument of its own would be on the command line: refused, nothing runs.
+    let t = tool(
+        "argv",
+        Runner::Command {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "touch ran".into(),
+                "sh".into(),
+                "${GREETING}".into(),
+            ],
+        },
+    );
+    let r = run_tool(&t, &json!({}), &fx.ctx, CancellationToken::new()).await;
+    assert!(!r.ok);
+    let error = r.error.unwrap();
+    assert!(
+        error.contains("`${GREETING}`") && error.contains("env: [GREETING]"),
+        "{error}"
+    );
+    assert!(!fx.ws_file("ran").exists(), "nothing ran");
 
     let t = tool(
         "unset",
