@@ -151,7 +151,7 @@ def cold_start(eve, root, sub, runs):
             shutil.rmtree(os.path.join(root, ".eve"), ignore_errors=True)
         else:
             db = os.path.join(root, ".eve", "eve.db")
-            for suffix in ("", "-wal", "-shm"):
+            for suffix in ("", "-wal", "-shm", ".mark"):
                 try:
                     os.remove(db + suffix)
                 except FileNotFoundError:
@@ -342,7 +342,7 @@ async def concurrency(eve, root, counts, turns, rate):
     results = {}
     for n in counts:
         db = os.path.join(root, ".eve", "eve.db")
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", "-wal", "-shm", ".mark"):
             try:
                 os.remove(db + suffix)
             except FileNotFoundError:
