@@ -49,20 +49,6 @@ fn eve(dir: &Path, args: &[&str], env: &[(String, String)]) -> std::process::Out
     cmd.output().unwrap()
 }
 
-/// A python with the `mcp` package: `EVE_TEST_PYTHON`, or the venv of `scripts/setup-test-deps.sh`.
-fn test_python() -> PathBuf {
-    if let Some(p) = std::env::var_os("EVE_TEST_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv/bin/python3");
-    assert!(
-        venv.exists(),
-        "the mcp example needs Python's `mcp` package: run scripts/setup-test-deps.sh \
-         (or set EVE_TEST_PYTHON to a python that has it)"
-    );
-    venv
-}
-
 fn strings(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array)
         .map(|a| {
@@ -113,7 +99,7 @@ fn every_example_builds_and_plays_its_conversation() {
             })
             .unwrap_or_default();
         if strings(conv.get("needs")).iter().any(|n| n == "python-mcp") {
-            let python = test_python();
+            let python = crate::support_dev::test_python();
             let bin = python.parent().unwrap().to_string_lossy().into_owned();
             let path = std::env::var("PATH").unwrap_or_default();
             env.push(("PATH".to_owned(), format!("{bin}:{path}")));

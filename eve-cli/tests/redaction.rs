@@ -24,20 +24,6 @@ const SECRETS: [(&str, &str); 5] = [
     ("OPENAI_API_KEY", "sk-model-key-0d9e8f7a"),
 ];
 
-/// A python with the `mcp` package: `EVE_TEST_PYTHON`, or the venv of `scripts/setup-test-deps.sh`.
-fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("EVE_TEST_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv/bin/python3");
-    assert!(
-        venv.exists(),
-        "the redaction test needs Python's `mcp` package: run scripts/setup-test-deps.sh \
-         (or set EVE_TEST_PYTHON to a python that has it)"
-    );
-    venv
-}
-
 /// One HTTP request as the scripted server saw it.
 struct Seen {
     path: String,
@@ -223,7 +209,7 @@ fn secrets_never_reach_the_store_the_stream_the_log_or_the_model() {
             "connections/vault.yaml",
             &format!(
                 "command: sh\nargs: [-c, 'echo \"token $MCP_TOKEN\" >&2; exec \"$0\" \"$@\"', {}, {}]\nenv: {{MCP_TOKEN: \"${{MCP_SECRET}}\"}}\n",
-                python().display(),
+                crate::support_dev::test_python().display(),
                 Path::new(env!("CARGO_MANIFEST_DIR"))
                     .join("../eve-runtime/tests/fixtures/mcp/server.py")
                     .display()

@@ -289,3 +289,17 @@ pub fn response(mut stream: TcpStream, mut raw: Vec<u8>) -> (u16, String) {
     }
     (status, String::from_utf8(payload).unwrap())
 }
+
+/// A python with the `mcp` package: `EVE_TEST_PYTHON`, or the venv of `scripts/setup-test-deps.sh`.
+pub fn test_python() -> PathBuf {
+    if let Some(p) = std::env::var_os("EVE_TEST_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv/bin/python3");
+    assert!(
+        venv.exists(),
+        "this test needs Python's `mcp` package: run scripts/setup-test-deps.sh \
+         (or set EVE_TEST_PYTHON to a python that has it)"
+    );
+    venv
+}

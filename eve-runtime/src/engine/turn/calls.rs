@@ -510,10 +510,9 @@ impl TurnDriver<'_> {
                 ev::egress_refused(turn, step, &call, refused),
             );
         }
-        let message = self.settle_into(&mut batch, turn, step, call, status, output, breaker)?;
-        let committed = self.rt.commit(batch).await?;
-        let seq = committed.message_seqs.first().copied().unwrap_or(0);
-        Ok(Some((seq, message)))
+        self.settle_with(batch, turn, step, call, status, output, breaker)
+            .await
+            .map(Some)
     }
 
     /// Records a call's result, its message and its `action.result` in one commit.
@@ -526,7 +525,22 @@ impl TurnDriver<'_> {
         output: Value,
         breaker: Option<BreakerRecord>,
     ) -> RuntimeResult<(u64, Message)> {
-        let mut batch = Batch::new();
+        self.settle_with(Batch::new(), turn, step, call, status, output, breaker)
+            .await
+    }
+
+    /// [`Self::settle`], committing `batch`'s operations first in the same commit.
+    #[allow(clippy::too_many_arguments)]
+    async fn settle_with(
+        &self,
+        mut batch: Batch,
+        turn: &TurnRecord,
+        step: u64,
+        call: ToolCallRecord,
+        status: CallStatus,
+        output: Value,
+        breaker: Option<BreakerRecord>,
+    ) -> RuntimeResult<(u64, Message)> {
         let message = self.settle_into(&mut batch, turn, step, call, status, output, breaker)?;
         let committed = self.rt.commit(batch).await?;
         let seq = committed.message_seqs.first().copied().unwrap_or(0);
