@@ -1,5 +1,5 @@
 //! `eve dev` as a user runs it: the real binary on `127.0.0.1:0` watching a temp agent folder.
-//! Edits show up in `/eve/v1/info` without a restart; a broken edit prints its diagnostics and the
+//! Edits show up in `/eve/v1/agent` without a restart; a broken edit prints its diagnostics and the
 //! last good build keeps serving; a turn already running finishes on the build it started on while
 //! the session's next message uses the new one; the dev route fires a schedule.
 
@@ -37,7 +37,7 @@ fn edits_are_served_without_a_restart_and_a_broken_build_keeps_the_last_good_one
     cmd.env("DEV_TOKEN", "t0ken");
     let mut dev = Server::start(cmd);
     let first = dev.wait_line(WAIT, |l| l.starts_with("built in "));
-    let (status, info) = dev.get("/eve/v1/info");
+    let (status, info) = dev.get("/eve/v1/agent");
     assert_eq!(status, 200);
     assert_eq!(tool_names(&info), ["greet"]);
     let hash1 = info["build"]["hash"].as_str().unwrap().to_owned();
@@ -54,7 +54,7 @@ fn edits_are_served_without_a_restart_and_a_broken_build_keeps_the_last_good_one
         "cat >/dev/null\necho '{\"sky\":\"clear\"}'\n",
     );
     let line = dev.wait_line_after(mark, WAIT, |l| l.starts_with("rebuilt in "));
-    let (_, info) = dev.get("/eve/v1/info");
+    let (_, info) = dev.get("/eve/v1/agent");
     assert_eq!(tool_names(&info), ["greet", "weather"], "{line}");
     let hash2 = info["build"]["hash"].as_str().unwrap().to_owned();
     assert_ne!(hash1, hash2);
@@ -81,7 +81,7 @@ fn edits_are_served_without_a_restart_and_a_broken_build_keeps_the_last_good_one
     assert!(printed.contains("agent/agent.yaml"), "{printed}");
     assert!(printed.contains("turn_policy"), "{printed}");
     assert!(printed.contains("agent/tools/bad name!.sh"), "{printed}");
-    let (status, info) = dev.get("/eve/v1/info");
+    let (status, info) = dev.get("/eve/v1/agent");
     assert_eq!(status, 200);
     assert_eq!(info["build"]["hash"], hash2.as_str());
     assert_eq!(tool_names(&info), ["greet", "weather"]);
@@ -130,7 +130,7 @@ fn a_busy_turn_finishes_on_its_build_and_the_next_message_takes_the_new_one() {
         "cat >/dev/null\nsleep 1.5\necho '{\"version\":1}'\n",
     );
     let mut dev = Server::start(project.eve(&["dev", "--port", "0"]));
-    let (_, info) = dev.get("/eve/v1/info");
+    let (_, info) = dev.get("/eve/v1/agent");
     let old = info["build"]["hash"].as_str().unwrap().to_owned();
 
     let (status, body) = dev.post("/eve/v1/session", &json!({"message": "/tool version {}"}));
@@ -151,7 +151,7 @@ fn a_busy_turn_finishes_on_its_build_and_the_next_message_takes_the_new_one() {
         "cat >/dev/null\necho '{\"version\":2}'\n",
     );
     dev.wait_line_after(mark, WAIT, |l| l.starts_with("rebuilt in "));
-    let (_, info) = dev.get("/eve/v1/info");
+    let (_, info) = dev.get("/eve/v1/agent");
     let new = info["build"]["hash"].as_str().unwrap().to_owned();
     assert_ne!(old, new);
 

@@ -90,6 +90,10 @@ pub struct AgentConfig {
     /// steps are `auto`, so the model can answer with the result); `none` applies to every step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<String>,
+    /// The model that reviews `approval: auto` calls (`provider/name`); the agent's own model
+    /// when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review_model: Option<String>,
     /// When and how to compact context.
     pub compaction: Compaction,
     /// Budgets per session and turn.
@@ -151,6 +155,10 @@ pub struct Limits {
     /// Largest model response body in bytes (default 8 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_response_bytes: Option<u64>,
+    /// Seconds a reviewer of an `approval: auto` call may take before a principal is asked
+    /// instead (default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review_seconds: Option<u64>,
 }
 
 /// Model prices in US dollars per million tokens.
@@ -174,6 +182,7 @@ impl Default for Limits {
             model_call_seconds: None,
             model_idle_seconds: None,
             model_response_bytes: None,
+            review_seconds: None,
         }
     }
 }
@@ -200,6 +209,9 @@ pub enum Approval {
     Once,
     /// Ask every time.
     Always,
+    /// A reviewer model decides each call: one it judges safe runs unasked, anything else (or a
+    /// reviewer that fails, times out or answers garbage) is asked as `always`, with its reason.
+    Auto,
 }
 
 /// What a tool does to the world; decides what a resume may re-run.

@@ -14,6 +14,7 @@ mod escape;
 mod integrity;
 mod mcp;
 mod model;
+mod review;
 mod schedule;
 mod server_auth;
 mod server_limits;

@@ -487,6 +487,93 @@ async fn a_crashing_or_garbled_hook_denies_and_a_rewrite_is_validated_and_used()
     assert_eq!(ran.len(), 1, "only the allowed call ran");
 }
 
+/// One order of gates: input validation, `tool.before` hooks, then a principal. A call the hook
+/// denies is never put to a human; one it allows is asked about with the input the hook let
+/// through, and runs with it after approval without the hook running a second time.
+#[tokio::test]
+async fn a_hook_decides_before_a_principal_is_asked() {
+    let p = TestProject::new();
+    let mut a = agent();
+    let mut tool = script_tool("restart", Effect::Write, Approval::Always);
+    tool.input_schema = json!({"type": "object", "properties": {"env": {"type": "string"}}});
+    a.tools.push(tool);
+    a.hooks.push(hook("guard", &["tool.before"]));
+    let body = "input=$(cat)\necho \"hook $input\" >> \"$SIDE_FILE\"\n\
+        case \"$input\" in\n\
+        *'\"env\":\"production\"'*) echo '{\"decision\": \"deny\", \"reason\": \"production is frozen\"}' ;;\n\
+        *) echo '{\"decision\": \"allow\", \"input\": {\"env\": \"staging-2\"}}' ;;\n\
+        esac\n";
+    p.write_build(
+        &a,
+        &[logging_script("restart", ""), hook_file("guard", body)],
+    );
+    let models = PerAgent::default();
+    models.set(
+        "*",
+        json!([
+            {"tool_calls": [{"name": "restart", "id": "r1", "input": {"env": "production"}}]},
+            {"text": "not allowed"},
+            {"tool_calls": [{"name": "restart", "id": "r2", "input": {"env": "staging"}}]},
+            {"text": "restarted"}
+        ]),
+    );
+    let rt = runtime(&p, &models);
+
+    // Denied by the hook: no approval is asked, the tool never runs.
+    let id = rt
+        .create_session(Some("restart production".into()))
+        .await
+        .unwrap();
+    assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
+    assert!(rt.pending_inputs(&id).await.unwrap().is_empty());
+    let events = all_events(&rt, &id).await;
+    assert!(
+        !kinds(&events).contains(&"input.requested".to_owned()),
+        "{:?}",
+        kinds(&events)
+    );
+    let calls = root_calls(&rt, &id, 0).await;
+    assert_eq!(calls[0].status, CallStatus::Denied);
+    assert!(
+        calls[0]
+            .output
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("production is frozen")
+    );
+
+    // Allowed (with a rewrite): asked about the rewritten input, run with it once approved.
+    rt.post_message(&id, "restart staging").await.unwrap();
+    let DriveOutcome::WaitingInput(requests) = rt.drive(&id).await.unwrap() else {
+        panic!("expected an approval request");
+    };
+    assert_eq!(requests[0].tool_name, "restart");
+    assert_eq!(
+        requests[0].action["input"],
+        json!({"env": "staging-2"}),
+        "the principal sees the input the hook let through: {:?}",
+        requests[0].action
+    );
+    rt.answer_input(&id, Some(&requests[0].id), true, None)
+        .await
+        .unwrap();
+    assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
+    let calls = root_calls(&rt, &id, 1).await;
+    assert_eq!(calls[0].status, CallStatus::Completed);
+    assert_eq!(
+        calls[0].output.as_ref().unwrap()["input"],
+        json!({"env": "staging-2"})
+    );
+    let lines = p.side_lines();
+    let hooks = lines.iter().filter(|l| l.starts_with("hook ")).count();
+    let runs = lines
+        .iter()
+        .filter(|l| l.starts_with("done restart"))
+        .count();
+    assert_eq!((hooks, runs), (2, 1), "{lines:?}");
+}
+
 /// Lines an observe hook wrote: `(event id, type)`.
 fn observed(p: &TestProject) -> Vec<(String, String)> {
     p.side_lines()

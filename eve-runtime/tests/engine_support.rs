@@ -10,7 +10,8 @@ use eve_compile::{
     Sandbox, Skill, Tool, TurnPolicy,
 };
 use eve_runtime::engine::{
-    BreakerPolicy, DriveOutcome, FixedModelProvider, ResolvedModel, Runtime, RuntimeConfig,
+    BreakerPolicy, DriveOutcome, FixedModelProvider, ModelProvider, ResolvedModel, Runtime,
+    RuntimeConfig,
 };
 use eve_runtime::model::mock::{MockClient, load_script};
 use eve_runtime::store::{SqliteStore, Store, StoredEvent};
@@ -104,12 +105,17 @@ impl TestProject {
             context_window: window,
             price_per_million: None,
         };
+        self.runtime_with_models(Arc::new(FixedModelProvider(model)))
+    }
+
+    /// A runtime on this project's store whose models come from `models`.
+    pub fn runtime_with_models(&self, models: Arc<dyn ModelProvider>) -> Runtime {
         let store = SqliteStore::open(self.state_dir.join("eve.db")).unwrap();
         let side = self.side_file.clone();
         let config = RuntimeConfig {
             state_dir: self.state_dir.clone(),
             store: Arc::new(store) as Arc<dyn Store>,
-            models: Arc::new(FixedModelProvider(model)),
+            models,
             env: Arc::new(move |name: &str| match name {
                 "SIDE_FILE" => Some(side.to_string_lossy().into_owned()),
                 other => std::env::var(other).ok(),
@@ -136,6 +142,7 @@ pub fn agent() -> Agent {
             reasoning: None,
             context_window: None,
             tool_choice: None,
+            review_model: None,
             compaction: Compaction::default(),
             limits: Limits::default(),
             default_tools: false,

@@ -18,7 +18,7 @@ async fn health_info_and_create() {
         json!({"ok": true, "status": "ready", "workflowId": server.hash})
     );
 
-    let (status, info) = server.get("/eve/v1/info").await;
+    let (status, info) = server.get("/eve/v1/agent").await;
     assert_eq!(status, 200);
     assert_eq!(info["build"]["hash"], server.hash.as_str());
     let tools: Vec<&str> = info["tools"]
@@ -32,6 +32,70 @@ async fn health_info_and_create() {
     assert_eq!(info["tools"][1]["deferred"], false);
     assert_eq!(info["skills"][0]["name"], "release");
     assert_eq!(info["stream"]["version"], "26");
+
+    // `/info` is eve's agent-info v5 document (what `Client.info()` of eve's npm client accepts:
+    // scripts/test-eve-client.sh checks it with the client's own validator).
+    let (status, v5) = server.get("/eve/v1/info").await;
+    assert_eq!(status, 200);
+    assert_eq!(v5["kind"], "eve-agent-info");
+    assert_eq!(v5["version"], 5);
+    let keys: Vec<&str> = v5.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "agent",
+            "capabilities",
+            "channels",
+            "composition",
+            "connections",
+            "diagnostics",
+            "hooks",
+            "instructions",
+            "kernelEffects",
+            "kind",
+            "memories",
+            "mode",
+            "remoteAgents",
+            "sandbox",
+            "schedules",
+            "skills",
+            "subagents",
+            "tools",
+            "version",
+            "workspace"
+        ]
+    );
+    let v5_tools: Vec<&str> = v5["tools"]["static"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(v5_tools, tools);
+    assert_eq!(v5["tools"]["static"][1]["requiresApproval"], true);
+    assert_eq!(v5["tools"]["static"][0]["requiresApproval"], false);
+    assert_eq!(v5["skills"]["static"][0]["name"], "release");
+    assert_eq!(v5["agent"]["config"]["sourceKind"], "module");
+    assert_eq!(v5["mode"], "production");
+    assert_eq!(v5["sandbox"]["revisionHash"], server.hash.as_str());
+    // eve's schema takes a missing optional field, never a `null` one (only `resourceRoot` is
+    // `unknown` there).
+    fn nulls(v: &Value, path: String, out: &mut Vec<String>) {
+        match v {
+            Value::Null => out.push(path),
+            Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .for_each(|(i, v)| nulls(v, format!("{path}.{i}"), out)),
+            Value::Object(o) => o
+                .iter()
+                .for_each(|(k, v)| nulls(v, format!("{path}.{k}"), out)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    nulls(&v5, String::new(), &mut found);
+    assert_eq!(found, [".workspace.resourceRoot"]);
 
     // Without a message: 202, the id in the body and the header, no events yet.
     let response = server

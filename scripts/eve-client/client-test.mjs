@@ -85,15 +85,25 @@ await step('health', async () => {
   check(typeof h.workflowId === 'string' && h.workflowId.length > 0, 'a workflowId', h);
 });
 
-await step('info (raw route through the client)', async () => {
-  const r = await client.fetch('/eve/v1/info');
-  check(r.status === 200, 'info answers 200', r.status);
-  const info = await r.json();
-  check(info.agent?.name === 'client-agent', 'the agent name', info.agent);
-  const tools = info.tools.map((t) => t.name);
+await step('info() (eve agent-info v5, validated by the client)', async () => {
+  const info = await client.info();
+  check(info.kind === 'eve-agent-info' && info.version === 5, 'an agent-info v5 document', info.kind);
+  check(info.agent.name === 'client-agent', 'the agent name', info.agent);
+  const tools = info.tools.static.map((t) => t.name);
   for (const name of ['get_weather', 'refund', 'wait']) check(tools.includes(name), name, tools);
-  const refund = info.tools.find((t) => t.name === 'refund');
-  check(refund.approval === 'always', 'refund needs approval', refund);
+  const refund = info.tools.static.find((t) => t.name === 'refund');
+  check(refund.requiresApproval === true, 'refund needs approval', refund);
+  const weather = info.tools.static.find((t) => t.name === 'get_weather');
+  check(weather.requiresApproval === false, 'get_weather does not', weather);
+  check(info.mode === 'production', 'eve serve is production', info.mode);
+});
+
+await step('the runtime\'s own description (GET /eve/v1/agent through the client)', async () => {
+  const r = await client.fetch('/eve/v1/agent');
+  check(r.status === 200, '/eve/v1/agent answers 200', r.status);
+  const agent = await r.json();
+  const refund = agent.tools.find((t) => t.name === 'refund');
+  check(refund.approval === 'always', 'refund is approval: always', refund);
 });
 
 await step('sessions.create({message}) and result()', async () => {

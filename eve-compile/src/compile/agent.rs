@@ -77,6 +77,7 @@ impl Compiler {
             reasoning: None,
             context_window: None,
             tool_choice: None,
+            review_model: None,
             compaction: Compaction::default(),
             limits: Limits::default(),
             default_tools: true,
@@ -95,6 +96,7 @@ impl Compiler {
                     "reasoning",
                     "context_window",
                     "tool_choice",
+                    "review_model",
                     "compaction",
                     "limits",
                     "default_tools",
@@ -106,33 +108,12 @@ impl Compiler {
                 "agent.yaml",
             );
             config.model = f.string("model");
-            if let Some(m) = &config.model
-                && !m.contains('/')
-            {
-                f.report(
-                    Code::InvalidField,
-                    "model",
-                    format!("`model` is `{m}`; expected `provider/name`"),
-                    "for example `openai/gpt-4.1`, `anthropic/claude-sonnet-4-5` or `mock/echo`",
-                );
-            } else if let Some(m) = &config.model
-                && let Some((provider, _)) = m.split_once('/')
-                && !crate::manifest::is_known_provider(provider)
-            {
-                f.report(
-                    Code::UnknownProvider,
-                    "model",
-                    format!("`model` is `{m}`: eve has no model provider `{provider}`"),
-                    &format!(
-                        "use one of {}; any other OpenAI-compatible server is \
-                         `openai-compatible/NAME` with EVE_BASE_URL",
-                        crate::manifest::KNOWN_PROVIDERS
-                            .iter()
-                            .map(|p| format!("`{p}`"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                );
+            config.review_model = f.string("review_model");
+            for (key, value) in [
+                ("model", &config.model),
+                ("review_model", &config.review_model),
+            ] {
+                check_model(&mut f, key, value.as_deref());
             }
             config.reasoning = f
                 .choice(
@@ -209,6 +190,7 @@ impl Compiler {
                         "model_call_seconds",
                         "model_idle_seconds",
                         "model_response_bytes",
+                        "review_seconds",
                     ],
                     "limits",
                 );
@@ -222,6 +204,7 @@ impl Compiler {
                 config.limits.model_idle_seconds = l.u64("model_idle_seconds").map(|n| n.max(1));
                 config.limits.model_response_bytes =
                     l.u64("model_response_bytes").map(|n| n.max(1024));
+                config.limits.review_seconds = l.u64("review_seconds").map(|n| n.max(1));
                 if parsed
                     .doc
                     .value
@@ -305,5 +288,34 @@ fn prefix(path: &str) -> String {
         String::new()
     } else {
         format!("{path}/")
+    }
+}
+
+/// Reports a `provider/name` model field (`model`, `review_model`) that is malformed or names a
+/// provider eve does not have.
+fn check_model(f: &mut Fields<'_>, key: &str, model: Option<&str>) {
+    let Some(m) = model else { return };
+    match m.split_once('/') {
+        None => f.report(
+            Code::InvalidField,
+            key,
+            format!("`{key}` is `{m}`; expected `provider/name`"),
+            "for example `openai/gpt-4.1`, `anthropic/claude-sonnet-4-5` or `mock/echo`",
+        ),
+        Some((provider, _)) if !crate::manifest::is_known_provider(provider) => f.report(
+            Code::UnknownProvider,
+            key,
+            format!("`{key}` is `{m}`: eve has no model provider `{provider}`"),
+            &format!(
+                "use one of {}; any other OpenAI-compatible server is \
+                 `openai-compatible/NAME` with EVE_BASE_URL",
+                crate::manifest::KNOWN_PROVIDERS
+                    .iter()
+                    .map(|p| format!("`{p}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+        Some(_) => {}
     }
 }

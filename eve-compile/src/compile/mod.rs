@@ -112,6 +112,7 @@ const APPROVALS: &[(&str, Approval)] = &[
     ("never", Approval::Never),
     ("once", Approval::Once),
     ("always", Approval::Always),
+    ("auto", Approval::Auto),
 ];
 
 /// One compilation in progress: every part of the folder adds what it finds here.

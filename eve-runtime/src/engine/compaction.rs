@@ -279,6 +279,7 @@ async fn summarize(
             reasoning: None,
             max_output_tokens: None,
             tool_choice: ToolChoice::Auto,
+            temperature: None,
         };
         let mut ignore = |_event: ModelEvent| {};
         match model.client.stream(&request, &mut ignore).await {

@@ -56,6 +56,8 @@ pub const CONTEXT_CLEARED: &str = "context.cleared";
 pub const SESSION_RESET: &str = "session.reset";
 /// An isolated call's egress proxy refused a destination.
 pub const EGRESS_REFUSED: &str = "sandbox.egress.refused";
+/// The reviewer of an `approval: auto` call decided (`verdict`: `safe`, `unsafe`, `failed`).
+pub const APPROVAL_REVIEWED: &str = "approval.reviewed";
 
 fn turn_fields(turn: &TurnRecord) -> serde_json::Map<String, Value> {
     let mut m = serde_json::Map::new();
@@ -259,6 +261,11 @@ pub fn turn_waiting(turn: &TurnRecord, usage: &UsageTotals) -> Value {
 pub const LOCAL_PRINCIPAL: &str = "local";
 
 /// `approval.settled`.
+/// `approval.reviewed`: the reviewer's verdict (`engine::review::event`) with the step's fields.
+pub fn approval_reviewed(turn: &TurnRecord, step: u64, verdict: Value) -> Value {
+    with(step_fields(turn, step), verdict)
+}
+
 pub fn approval_settled(request: &InputRequestRecord, approved: bool) -> Value {
     let mut data = json!({
         "outcome": if approved { "approved" } else { "denied" },

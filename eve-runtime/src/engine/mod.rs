@@ -23,6 +23,7 @@ pub mod integrity;
 mod limits;
 mod models;
 mod replies;
+mod review;
 mod sandbox;
 mod subagents;
 mod targets;

@@ -99,6 +99,10 @@ pub fn request_body(request: &ModelRequest) -> Value {
         body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
     }
     body["max_tokens"] = json!(max_tokens);
+    // Extended thinking accepts only the default temperature.
+    if let Some(t) = request.temperature.filter(|_| budget.is_none()) {
+        body["temperature"] = json!(t);
+    }
     if !request.system.is_empty() {
         body["system"] = json!(request.system);
     }

@@ -141,6 +141,10 @@ pub struct ModelRequest {
     /// Whether the model may, must, or must not call a tool (only sent when tools are offered).
     #[serde(default, skip_serializing_if = "ToolChoice::is_auto")]
     pub tool_choice: ToolChoice,
+    /// Sampling temperature, when the caller needs one (a reviewer asks for 0); the provider's
+    /// default otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
 }
 
 /// Whether the model may, must, or must not call a tool in one call.

@@ -126,6 +126,9 @@ pub fn request_body(provider: Provider, request: &ModelRequest) -> Value {
     if let Some(effort) = &request.reasoning {
         body["reasoning_effort"] = json!(effort);
     }
+    if let Some(t) = request.temperature {
+        body["temperature"] = json!(t);
+    }
     if let Some(max) = request.max_output_tokens {
         let key = if provider == Provider::OpenAi {
             "max_completion_tokens"

@@ -8,6 +8,7 @@
 //! and [`serve`] runs them on a listener until the configuration's shutdown token fires, then
 //! ends open streams and lets in-flight requests finish.
 
+mod agent_info;
 mod auth;
 mod body;
 mod channels;
@@ -111,6 +112,7 @@ pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOption
     }
     let guarded = guarded
         .route("/eve/v1/info", get(routes::info))
+        .route("/eve/v1/agent", get(routes::agent))
         .route("/eve/v1/session", post(routes::create_session))
         .route("/eve/v1/session/{id}", post(routes::post_session))
         .route("/eve/v1/session/{id}/cancel", post(routes::cancel))

@@ -128,8 +128,19 @@ pub async fn health(State(app): State<App>) -> Result<Response, ApiError> {
     Ok(Json(json!({"ok": true, "status": "ready", "workflowId": hash})).into_response())
 }
 
-/// `GET /eve/v1/info`.
+/// `GET /eve/v1/info`: eve's agent-info document (see `agent_info`).
 pub async fn info(State(app): State<App>) -> Result<Response, ApiError> {
+    let build = app.runtime.builds().current()?;
+    let state = app.runtime.state_dir();
+    let root = state.parent().unwrap_or(state);
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let dev = app.scheduler.is_some();
+    Ok(Json(super::agent_info::document(&build, &root, dev)).into_response())
+}
+
+/// `GET /eve/v1/agent`: this runtime's own description of the agent, with what eve's document
+/// has no place for (effects, effective sandboxes, env names, channel kinds, the build).
+pub async fn agent(State(app): State<App>) -> Result<Response, ApiError> {
     let build = app.runtime.builds().current()?;
     let agent = &build.manifest.agent;
     let tools: Vec<Value> = build

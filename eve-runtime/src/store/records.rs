@@ -126,6 +126,8 @@ string_enum! {
         Approved = "approved",
         /// Denied.
         Denied = "denied",
+        /// Judged safe by the reviewer of an `approval: auto` tool: runs without asking.
+        Reviewed = "reviewed",
     }
 }
 

@@ -59,6 +59,7 @@ pub fn simple_request(text: &str) -> ModelRequest {
         reasoning: None,
         max_output_tokens: None,
         tool_choice: ToolChoice::Auto,
+        temperature: None,
     }
 }
 

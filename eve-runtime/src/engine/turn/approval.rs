@@ -2,11 +2,12 @@
 //! and answering them ([`Runtime::answer_input`]), which lets the parked turn resume.
 
 use eve_compile::{Approval, Tool};
+use serde_json::Value;
 
 use super::TurnDriver;
 use crate::engine::events as ev;
 use crate::engine::events::LOCAL_PRINCIPAL;
-use crate::engine::{Runtime, RuntimeError, RuntimeResult};
+use crate::engine::{Runtime, RuntimeError, RuntimeResult, review};
 use crate::store::*;
 
 impl TurnDriver<'_> {
@@ -17,8 +18,12 @@ impl TurnDriver<'_> {
         turn: &TurnRecord,
         step: u64,
         asks: Vec<(ToolCallRecord, String)>,
+        reviewed: Batch,
     ) -> RuntimeResult<()> {
+        // The reviewer's verdicts on these calls go out with the requests: a resume finds the
+        // call asked about, never unreviewed.
         let mut batch = Batch::durable();
+        batch.ops.extend(reviewed.ops);
         let now = now_ms();
         for (mut call, prompt) in asks {
             call.approval = ApprovalState::Pending;
@@ -47,10 +52,71 @@ impl TurnDriver<'_> {
         Ok(())
     }
 
-    /// Whether a call of `tool` must be approved before it runs.
+    /// Asks the reviewer about an `approval: auto` call of `tool` with `input` (see
+    /// `engine::review`), charges its tokens to the session and `turn`, and returns the verdict
+    /// with its `approval.reviewed` data. The caller journals both.
+    pub(in crate::engine) async fn review_call(
+        &mut self,
+        turn: &mut TurnRecord,
+        call_id: &str,
+        tool: &Tool,
+        input: &Value,
+    ) -> (review::Verdict, Value) {
+        let agent = &self.build.manifest.agent;
+        let own;
+        let (model, reviewer) = match agent.config.review_model.as_deref() {
+            None => (Ok(&self.model), self.model.model_id.clone()),
+            Some(id) => {
+                let mut with = agent.clone();
+                with.config.model = Some(id.to_owned());
+                own = self.rt.inner.config.models.resolve(&with);
+                (own.as_ref().map_err(ToString::to_string), id.to_owned())
+            }
+        };
+        let sandbox = match agent.effective_sandbox(tool) {
+            Some(s) => format!("{}, network: {}", s.provider.as_str(), s.network.describe()),
+            None => "none from eve: it runs outside the tool sandbox (an HTTP request, a \
+                     built-in or an MCP server's tool)"
+                .to_owned(),
+        };
+        let seconds = agent
+            .config
+            .limits
+            .review_seconds
+            .unwrap_or(review::DEFAULT_REVIEW_SECONDS);
+        let result = match model {
+            Ok(model) => {
+                let subject = review::Subject {
+                    tool,
+                    sandbox,
+                    input,
+                };
+                let price = model.price_per_million;
+                let result =
+                    review::review(model, &subject, std::time::Duration::from_secs(seconds)).await;
+                (result, price)
+            }
+            Err(e) => (
+                review::Review {
+                    verdict: review::Verdict::Failed(format!(
+                        "the review model `{reviewer}` cannot be used: {e}"
+                    )),
+                    usage: Default::default(),
+                },
+                None,
+            ),
+        };
+        let (result, price) = result;
+        self.charge(turn, &result.usage, price);
+        let data = review::event(call_id, &tool.name, &result, &reviewer);
+        (result.verdict, data)
+    }
+
+    /// Whether a call of `tool` must be approved before it runs (an `auto` tool is decided by
+    /// its reviewer first, in `turn::calls`).
     pub(in crate::engine) fn needs_approval(&self, tool: &Tool) -> bool {
         match tool.approval {
-            Approval::Never => false,
+            Approval::Never | Approval::Auto => false,
             Approval::Always => true,
             Approval::Once => !self.session.approved_tools.contains(&tool.name),
         }

@@ -12,7 +12,7 @@ use super::{TurnDriver, TurnEnd, content_for_model};
 use crate::engine::drive::pending_for_turn;
 use crate::engine::events as ev;
 use crate::engine::limits::sleep_until_opt;
-use crate::engine::{RuntimeError, RuntimeResult, dynamic, hooks, subagents, targets};
+use crate::engine::{RuntimeError, RuntimeResult, dynamic, hooks, review, subagents, targets};
 use crate::model::Message;
 use crate::store::*;
 use crate::tools::{ToolContext, ToolResult, prepare_workspace, run_tool};
@@ -21,7 +21,11 @@ use crate::tools::{ToolContext, ToolResult, prepare_workspace, run_tool};
 enum Decision {
     Settle(CallStatus, Value),
     Run,
-    Ask(String),
+    /// Ask a principal, with the input the call is shown and run with (a `tool.before` hook may
+    /// have rewritten it).
+    Ask(String, Option<Value>),
+    /// Ask the reviewer of an `approval: auto` tool, with the input the hooks let through.
+    Review(Option<Value>),
     Wait,
 }
 
@@ -78,7 +82,7 @@ impl TurnDriver<'_> {
                 return Ok(Decision::Settle(CallStatus::Denied, json!(text)));
             }
             ApprovalState::Pending => return Ok(Decision::Wait),
-            ApprovalState::None | ApprovalState::Approved => {}
+            ApprovalState::None | ApprovalState::Approved | ApprovalState::Reviewed => {}
         }
         if call.status == CallStatus::Running {
             // It was running when its process died.
@@ -86,10 +90,14 @@ impl TurnDriver<'_> {
                 return Ok(Decision::Run);
             }
             if tool.approval != Approval::Never && call.approval != ApprovalState::Pending {
-                return Ok(Decision::Ask(format!(
-                    "Approve {} again? A previous attempt was interrupted and its outcome is unknown.",
-                    call.name
-                )));
+                return Ok(Decision::Ask(
+                    format!(
+                        "Approve {} again? A previous attempt was interrupted and its outcome is \
+                         unknown.",
+                        call.name
+                    ),
+                    None,
+                ));
             }
             return Ok(Decision::Settle(
                 CallStatus::Interrupted,
@@ -121,10 +129,80 @@ impl TurnDriver<'_> {
         {
             return Ok(Decision::Settle(CallStatus::Failed, json!(message)));
         }
-        if call.approval == ApprovalState::None && self.needs_approval(&tool) {
-            return Ok(Decision::Ask(format!("Approve {}?", tool.name)));
+        let auto = tool.approval == Approval::Auto && call.approval == ApprovalState::None;
+        if auto || (call.approval == ApprovalState::None && self.needs_approval(&tool)) {
+            // One order of gates for every call: input validation, `tool.before` hooks, the
+            // reviewer (`approval: auto`), then a principal. A call a hook denies never reaches
+            // a reviewer or a human, and both judge the input the hook let through. (The hooks
+            // of a call that is reviewed or asked run here, once; `run_call` runs them for calls
+            // nobody is asked about.)
+            let Some(resolved) = self.target(&call.name, &call.input) else {
+                return Ok(Decision::Run);
+            };
+            let workspace = self.workspace()?;
+            return Ok(
+                match self
+                    .tool_before(&resolved.as_called(call), &workspace)
+                    .await
+                {
+                    hooks::Verdict::Deny(reason) => {
+                        Decision::Settle(CallStatus::Denied, json!(reason))
+                    }
+                    hooks::Verdict::Allow(input) if auto => {
+                        Decision::Review(Some(resolved.with_input(&call.input, input)))
+                    }
+                    hooks::Verdict::Allow(input) => Decision::Ask(
+                        format!("Approve {}?", tool.name),
+                        Some(resolved.with_input(&call.input, input)),
+                    ),
+                },
+            );
         }
         Ok(Decision::Run)
+    }
+
+    /// Asks the reviewer about each `approval: auto` call in `reviews`. A call judged safe is
+    /// journaled `reviewed` with its verdict, then joins `to_run`; any other joins `asks`, and its
+    /// verdict is returned to be committed with the approval requests.
+    async fn review_calls(
+        &mut self,
+        turn: &mut TurnRecord,
+        step: u64,
+        reviews: Vec<ToolCallRecord>,
+        to_run: &mut Vec<ToolCallRecord>,
+        asks: &mut Vec<(ToolCallRecord, String)>,
+    ) -> RuntimeResult<Batch> {
+        let mut asked = Batch::new();
+        for mut call in reviews {
+            let Some(resolved) = self.target(&call.name, &call.input) else {
+                continue;
+            };
+            let input = resolved.as_called(&call).input.clone();
+            let (verdict, data) = self
+                .review_call(turn, &call.call_id, &resolved.policy, &input)
+                .await;
+            let data = ev::approval_reviewed(turn, step, data);
+            if let review::Verdict::Safe(_) = verdict {
+                call.approval = ApprovalState::Reviewed;
+                let mut batch = Batch::new();
+                batch
+                    .event(self.id(), ev::APPROVAL_REVIEWED, data)
+                    .push(Op::PutToolCall(call.clone()))
+                    .push(Op::UpdateSession(self.session.clone()))
+                    .push(Op::PutTurn(turn.clone()));
+                self.rt.commit(batch).await?;
+                to_run.push(call);
+            } else {
+                asked.event(self.id(), ev::APPROVAL_REVIEWED, data);
+                asks.push((call, verdict.prompt(&resolved.policy.name)));
+            }
+        }
+        if !asked.is_empty() {
+            asked
+                .push(Op::UpdateSession(self.session.clone()))
+                .push(Op::PutTurn(turn.clone()));
+        }
+        Ok(asked)
     }
 
     /// Settles every unsettled call of the turn. Returns `Some` when the turn parks or ends.
@@ -158,6 +236,7 @@ impl TurnDriver<'_> {
         // nothing is asked and nothing waits (then they are the step's only results).
         let mut inline: Vec<(Batch, Message)> = Vec::new();
         let mut waits = false;
+        let mut reviews: Vec<ToolCallRecord> = Vec::new();
         for call in calls {
             match self.decide(&call).await? {
                 Decision::Settle(status, output) => {
@@ -184,10 +263,26 @@ impl TurnDriver<'_> {
                     }
                     to_run.push(call);
                 }
-                Decision::Ask(prompt) => asks.push((call, prompt)),
+                Decision::Ask(prompt, input) => {
+                    let mut call = call;
+                    if let Some(input) = input {
+                        call.input = input;
+                    }
+                    asks.push((call, prompt));
+                }
+                Decision::Review(input) => {
+                    let mut call = call;
+                    if let Some(input) = input {
+                        call.input = input;
+                    }
+                    reviews.push(call);
+                }
                 Decision::Wait => waits = true,
             }
         }
+        let reviewed = self
+            .review_calls(turn, step, reviews, &mut to_run, &mut asks)
+            .await?;
         let alone = to_run.is_empty() && asks.is_empty() && once_approved.is_empty() && !waits;
         let mut batch = Batch::new();
         if alone {
@@ -234,7 +329,7 @@ impl TurnDriver<'_> {
             context.extend(settled.into_iter().map(|(_, m)| m));
         }
         if !asks.is_empty() {
-            self.request_approvals(turn, step, asks).await?;
+            self.request_approvals(turn, step, asks, reviewed).await?;
         }
         let pending = if alone {
             // Nothing was asked and no call waits on an answer, so the turn has no pending
@@ -345,8 +440,9 @@ impl TurnDriver<'_> {
                 .map(Some);
         };
         // `tool.before` hooks see a call once, before it first runs (an interrupted call that is
-        // picked up again was already allowed, with its journaled input).
-        if call.status == CallStatus::Pending {
+        // picked up again was already allowed, with its journaled input; a call a principal was
+        // asked about passed them before it was asked, in `decide`).
+        if call.status == CallStatus::Pending && call.approval == ApprovalState::None {
             // A `call_tool` call is shown to the hooks as the call of the tool it names.
             let verdict = self
                 .tool_before(&resolved.as_called(&call), &workspace)

@@ -103,6 +103,28 @@ pub(super) struct TurnDriver<'a> {
 }
 
 impl<'a> TurnDriver<'a> {
+    /// Adds one model call's tokens to the session's and the turn's totals, and its cost (at
+    /// `price` per million input and output tokens) to the session's.
+    pub(in crate::engine) fn charge(
+        &mut self,
+        turn: &mut TurnRecord,
+        usage: &crate::model::Usage,
+        price: Option<(f64, f64)>,
+    ) {
+        for totals in [&mut self.session.usage, &mut turn.usage] {
+            totals.input_tokens = totals.input_tokens.saturating_add(usage.input_tokens);
+            totals.output_tokens = totals.output_tokens.saturating_add(usage.output_tokens);
+            totals.cache_read_tokens = totals
+                .cache_read_tokens
+                .saturating_add(usage.cache_read_tokens);
+        }
+        if let Some((input_price, output_price)) = price {
+            self.session.cost_usd += (usage.input_tokens as f64 * input_price
+                + usage.output_tokens as f64 * output_price)
+                / 1_000_000.0;
+        }
+    }
+
     pub(in crate::engine) fn new(
         rt: &'a Runtime,
         session: SessionRecord,

@@ -134,6 +134,7 @@ impl TurnDriver<'_> {
             reasoning: config.reasoning.clone(),
             max_output_tokens: None,
             tool_choice,
+            temperature: None,
         };
         let (tx, mut rx) = mpsc::unbounded_channel::<ModelEvent>();
         let client = self.model.client.clone();
@@ -271,18 +272,7 @@ impl TurnDriver<'_> {
             });
         }
         let usage = response.usage;
-        for totals in [&mut self.session.usage, &mut turn.usage] {
-            totals.input_tokens = totals.input_tokens.saturating_add(usage.input_tokens);
-            totals.output_tokens = totals.output_tokens.saturating_add(usage.output_tokens);
-            totals.cache_read_tokens = totals
-                .cache_read_tokens
-                .saturating_add(usage.cache_read_tokens);
-        }
-        if let Some((input_price, output_price)) = self.model.price_per_million {
-            self.session.cost_usd += (usage.input_tokens as f64 * input_price
-                + usage.output_tokens as f64 * output_price)
-                / 1_000_000.0;
-        }
+        self.charge(turn, &usage, self.model.price_per_million);
         self.last_tokens = usage.input_tokens.saturating_add(usage.output_tokens);
         let assistant = Message::Assistant {
             content: response.content.clone(),
