@@ -94,6 +94,13 @@ pub struct AgentConfig {
     /// when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review_model: Option<String>,
+    /// Durable notes the agent writes with the built-in `memory` tool (`memory:`); off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Memory>,
+    /// The environment probe (`probe:`): what the sandbox offers, in the system prompt from the
+    /// session's start; off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<Probe>,
     /// When and how to compact context.
     pub compaction: Compaction,
     /// Budgets per session and turn.
@@ -107,6 +114,60 @@ pub struct AgentConfig {
     /// What a message arriving mid-turn does.
     pub turn_policy: TurnPolicy,
 }
+
+/// `memory:` in `agent.yaml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Memory {
+    /// Which scopes the agent may write and sees pinned (default `[agent]`).
+    pub scopes: Vec<MemoryScope>,
+    /// Characters kept per scope; past it the oldest notes are trimmed (default 4000).
+    pub max_chars: u64,
+    /// Share of the context window at which the agent is first offered a step to save what
+    /// matters, before compaction summarises (default 0.75).
+    pub save_at: f64,
+}
+
+/// Who a memory note belongs to.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryScope {
+    /// Every session of this agent.
+    Agent,
+    /// Every session of this agent with the same user (a channel identity, or the API principal).
+    User,
+    /// This session only.
+    Session,
+}
+
+impl MemoryScope {
+    /// The scope's name in `agent.yaml` and the `memory` tool.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryScope::Agent => "agent",
+            MemoryScope::User => "user",
+            MemoryScope::Session => "session",
+        }
+    }
+}
+
+/// `probe:` in `agent.yaml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Probe {
+    /// Programs whose presence and version are reported.
+    pub programs: Vec<String>,
+    /// Whether a bounded listing of the workspace is included.
+    pub listing: bool,
+}
+
+/// Programs the probe looks for when `probe: true` names none.
+pub const DEFAULT_PROBE_PROGRAMS: &[&str] = &[
+    "git", "python3", "node", "npm", "cargo", "go", "java", "gcc", "make", "docker", "curl", "jq",
+    "rg",
+];
 
 /// Context compaction settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

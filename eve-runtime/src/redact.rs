@@ -249,6 +249,8 @@ impl Secrets {
                 Op::Composition(crate::store::CompositionOp::PutDynamicTools {
                     detail, ..
                 }) => redact_value(&m, detail),
+                // Memory outlives the session: a secret the model saw never lands in it.
+                Op::Note(crate::store::NoteOp::Put(note)) => text(&mut note.text),
                 _ => {}
             }
         }

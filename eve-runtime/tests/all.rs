@@ -13,6 +13,7 @@ mod engine_support;
 mod escape;
 mod integrity;
 mod mcp;
+mod memory;
 mod model;
 mod review;
 mod schedule;

@@ -1,50 +1,13 @@
 //! Deferred tools: named in the system prompt, not offered; `search_tools` finds them and
 //! `call_tool` runs them as a direct call would (approval, validation, hooks, side effects).
 
-use std::sync::{Arc, Mutex};
-
 use eve_compile::{Approval, Effect, Hook, Runner, Tool};
 use eve_runtime::engine::{DriveOutcome, Runtime};
-use eve_runtime::model::mock::{MockClient, load_script};
-use eve_runtime::model::{
-    ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse, ToolSpec,
-};
+use eve_runtime::model::ToolSpec;
 use eve_runtime::store::CallStatus;
 use serde_json::{Value, json};
 
 use crate::engine_support::*;
-
-/// The scripted mock, keeping every request the runtime sent.
-struct Recording {
-    mock: MockClient,
-    requests: Arc<Mutex<Vec<ModelRequest>>>,
-}
-
-#[async_trait::async_trait]
-impl ModelClient for Recording {
-    async fn stream(
-        &self,
-        request: &ModelRequest,
-        on_event: &mut (dyn FnMut(ModelEvent) + Send),
-    ) -> Result<ModelResponse, ModelError> {
-        self.requests.lock().unwrap().push(request.clone());
-        self.mock.stream(request, on_event).await
-    }
-
-    async fn context_window(&self, model: &str) -> Option<u64> {
-        self.mock.context_window(model).await
-    }
-}
-
-/// A runtime on `p` whose model plays `steps`, and the requests it receives.
-fn recording_runtime(p: &TestProject, steps: Value) -> (Runtime, Arc<Mutex<Vec<ModelRequest>>>) {
-    let requests = Arc::new(Mutex::new(Vec::new()));
-    let client = Recording {
-        mock: MockClient::from_steps(load_script(&steps.to_string()).unwrap()),
-        requests: requests.clone(),
-    };
-    (p.runtime_on(Arc::new(client), None), requests)
-}
 
 fn call(name: &str, input: Value) -> Value {
     json!({"tool_calls": [{"name": name, "input": input}]})

@@ -143,6 +143,8 @@ pub fn agent() -> Agent {
             context_window: None,
             tool_choice: None,
             review_model: None,
+            memory: None,
+            probe: None,
             compaction: Compaction::default(),
             limits: Limits::default(),
             default_tools: false,
@@ -240,4 +242,48 @@ pub async fn run_prompt(rt: &Runtime, text: &str) -> (String, DriveOutcome) {
     let id = rt.create_session(Some(text.to_owned())).await.unwrap();
     let outcome = rt.drive(&id).await.unwrap();
     (id, outcome)
+}
+
+/// The scripted mock, keeping every request the runtime sent.
+pub struct Recording {
+    pub mock: MockClient,
+    pub requests: Arc<std::sync::Mutex<Vec<eve_runtime::model::ModelRequest>>>,
+}
+
+#[async_trait::async_trait]
+impl eve_runtime::model::ModelClient for Recording {
+    async fn stream(
+        &self,
+        request: &eve_runtime::model::ModelRequest,
+        on_event: &mut (dyn FnMut(eve_runtime::model::ModelEvent) + Send),
+    ) -> Result<eve_runtime::model::ModelResponse, eve_runtime::model::ModelError> {
+        self.requests.lock().unwrap().push(request.clone());
+        self.mock.stream(request, on_event).await
+    }
+
+    async fn context_window(&self, model: &str) -> Option<u64> {
+        self.mock.context_window(model).await
+    }
+}
+
+/// The requests a [`Recording`] model received.
+pub type Requests = Arc<std::sync::Mutex<Vec<eve_runtime::model::ModelRequest>>>;
+
+/// A runtime on `p` whose model plays `steps`, and the requests it receives.
+pub fn recording_runtime(p: &TestProject, steps: Value) -> (Runtime, Requests) {
+    recording_runtime_with(p, steps, None)
+}
+
+/// [`recording_runtime`] with a model context window.
+pub fn recording_runtime_with(
+    p: &TestProject,
+    steps: Value,
+    window: Option<u64>,
+) -> (Runtime, Requests) {
+    let requests: Requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let client = Recording {
+        mock: MockClient::from_steps(load_script(&steps.to_string()).unwrap()),
+        requests: requests.clone(),
+    };
+    (p.runtime_on(Arc::new(client), window), requests)
 }

@@ -5,37 +5,13 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 use eve_compile::Project;
 use eve_runtime::engine::Runtime;
-use eve_runtime::model::mock::{MockClient, load_script};
-use eve_runtime::model::{ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse};
 use eve_runtime::store::CallStatus;
 use serde_json::{Value, json};
 
 use crate::engine_support::*;
-
-struct Recording {
-    mock: MockClient,
-    requests: Arc<Mutex<Vec<ModelRequest>>>,
-}
-
-#[async_trait::async_trait]
-impl ModelClient for Recording {
-    async fn stream(
-        &self,
-        request: &ModelRequest,
-        on_event: &mut (dyn FnMut(ModelEvent) + Send),
-    ) -> Result<ModelResponse, ModelError> {
-        self.requests.lock().unwrap().push(request.clone());
-        self.mock.stream(request, on_event).await
-    }
-
-    async fn context_window(&self, model: &str) -> Option<u64> {
-        self.mock.context_window(model).await
-    }
-}
 
 fn call(name: &str, input: Value) -> Value {
     json!({"tool_calls": [{"name": name, "input": input}]})
@@ -58,15 +34,6 @@ fn build(p: &TestProject) -> PathBuf {
         .hash
         .unwrap_or_else(|| panic!("build failed: {:#?}", built.output.diagnostics));
     std::path::absolute(p.state_dir.join("builds").join(hash).join("files")).unwrap()
-}
-
-fn recording_runtime(p: &TestProject, steps: Value) -> (Runtime, Arc<Mutex<Vec<ModelRequest>>>) {
-    let requests = Arc::new(Mutex::new(Vec::new()));
-    let client = Recording {
-        mock: MockClient::from_steps(load_script(&steps.to_string()).unwrap()),
-        requests: requests.clone(),
-    };
-    (p.runtime_on(Arc::new(client), None), requests)
 }
 
 /// Outputs of a session's tool calls, in order, as (status, output text).

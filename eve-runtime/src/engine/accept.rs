@@ -67,6 +67,10 @@ pub enum Extra {
     /// A schedule's claim: the message is committed only if the claim holds (another process
     /// may have claimed the fire; then [`Runtime::accept`] returns `None`).
     ScheduleFire(ScheduleClaim),
+    /// Who sent the message: an authenticated principal (`token:NAME`, `basic:user`,
+    /// `jwt:sub`) or a channel identity (`slack:U123`). Kept beside the message, so the turn
+    /// that takes it knows whose `user`-scoped memory it sees.
+    Sender(String),
 }
 
 /// What to accept.
@@ -191,6 +195,17 @@ impl Runtime {
                     });
                 }
                 Extra::ScheduleFire(claim) => schedule = Some(claim),
+                Extra::Sender(sender) => {
+                    if let Some(inbox_id) = &inbox_id {
+                        batch.push(Op::Note(NoteOp::Put(NoteRecord {
+                            namespace: super::memory::sender_namespace(&id),
+                            key: inbox_id.clone(),
+                            text: sender,
+                            created_at: now,
+                            updated_at: now,
+                        })));
+                    }
+                }
             }
         }
         self.inner.config.secrets.redact_batch(&mut batch);
@@ -288,12 +303,19 @@ impl Runtime {
 
     /// Accepts a message: it is durably in the session's inbox when this returns. Returns its id.
     pub async fn post_message(&self, session: &str, text: &str) -> RuntimeResult<String> {
-        let accepted = self
-            .accept(Accept::message(
-                SessionRef::Existing(session.to_owned()),
-                text,
-            ))
-            .await?;
+        self.post_message_from(session, text, None).await
+    }
+
+    /// [`Runtime::post_message`], recording who sent it (see [`Extra::Sender`]).
+    pub async fn post_message_from(
+        &self,
+        session: &str,
+        text: &str,
+        sender: Option<String>,
+    ) -> RuntimeResult<String> {
+        let mut accept = Accept::message(SessionRef::Existing(session.to_owned()), text);
+        accept.extra.extend(sender.map(Extra::Sender));
+        let accepted = self.accept(accept).await?;
         accepted
             .and_then(|a| a.inbox_id)
             .ok_or_else(|| RuntimeError::Other("the message was not stored".to_owned()))

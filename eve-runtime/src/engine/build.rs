@@ -83,6 +83,13 @@ impl LoadedBuild {
         if !agent.skills.is_empty() {
             specs.push(load_skill_spec());
         }
+        if let Some(memory) = &agent.config.memory
+            && !tools.iter().any(|t| t.name == super::memory::MEMORY_TOOL)
+        {
+            let spec = super::memory::spec(memory);
+            validators.insert(&spec.name, &spec.input_schema);
+            specs.push(spec);
+        }
         let files = std::path::absolute(dir.join(eve_compile::pack::FILES))
             .unwrap_or_else(|_| dir.join(eve_compile::pack::FILES));
         let system_prompt = system_prompt_with_files(&manifest, Some(&files));

@@ -51,6 +51,10 @@ impl TurnDriver<'_> {
         let context = self.context().await?;
         let chars: usize = context.iter().map(message_chars).sum::<usize>() + system_chars;
         let estimate = (chars as u64 / 4).max(self.last_tokens);
+        // With memory on, the model first gets one step to save what matters (once per context).
+        if self.offer_save(turn, estimate, window).await? {
+            return Ok(());
+        }
         if (estimate as f64) < threshold * window as f64 {
             return Ok(());
         }

@@ -261,6 +261,14 @@ pub fn turn_waiting(turn: &TurnRecord, usage: &UsageTotals) -> Value {
 pub const LOCAL_PRINCIPAL: &str = "local";
 
 /// `approval.settled`.
+/// `memory.save_offered`: the step's fields, the context estimate and the window.
+pub fn memory_save_offered(turn: &TurnRecord, estimate: u64, window: u64) -> Value {
+    with(
+        step_fields(turn, turn.step_index),
+        json!({"estimatedTokens": estimate, "contextWindow": window}),
+    )
+}
+
 /// `approval.reviewed`: the reviewer's verdict (`engine::review::event`) with the step's fields.
 pub fn approval_reviewed(turn: &TurnRecord, step: u64, verdict: Value) -> Value {
     with(step_fields(turn, step), verdict)

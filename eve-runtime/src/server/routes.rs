@@ -22,7 +22,7 @@ use super::config::{authority_host, is_loopback_host};
 use super::error::ApiError;
 use super::stream::{self, EventCursor, Format};
 use super::ui::{self, ChatInput, UI_STREAM_VERSION, UiStream};
-use crate::engine::{Accept, Runtime, SessionRef};
+use crate::engine::{Accept, Extra, Runtime, SessionRef};
 use crate::store::SessionStatus;
 
 /// Longest session id looked up; longer ones cannot exist.
@@ -205,9 +205,19 @@ pub async fn agent(State(app): State<App>) -> Result<Response, ApiError> {
     .into_response())
 }
 
+/// Who sent a message, for the `user` memory scope: the authenticated principal; nobody for an
+/// API without authentication (anonymous callers must not share one user's memory).
+fn sender(identity: &Identity) -> Option<String> {
+    match identity {
+        Identity::Anonymous => None,
+        other => Some(other.principal_id()),
+    }
+}
+
 /// `POST /eve/v1/session`: a new session, with an optional first message.
 pub async fn create_session(
     State(app): State<App>,
+    Extension(identity): Extension<Identity>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.body_limit)?;
@@ -217,7 +227,7 @@ pub async fn create_session(
         .accept(Accept {
             session: SessionRef::new_session(None),
             message,
-            extra: Vec::new(),
+            extra: sender(&identity).map(Extra::Sender).into_iter().collect(),
         })
         .await?
         .ok_or_else(|| ApiError::Internal("the new session was not stored".to_owned()))?;
@@ -274,7 +284,10 @@ pub async fn post_session(
     let bytes = body::bytes(body, app.config.body_limit)?;
     match body::session_input(&bytes)? {
         SessionInput::Message(text) => {
-            let delivery = app.runtime.post_message(&id, &text).await?;
+            let delivery = app
+                .runtime
+                .post_message_from(&id, &text, sender(&identity))
+                .await?;
             return Ok(accepted_delivery(&id, Some(&delivery)));
         }
         SessionInput::InputResponses(responses) => {
@@ -409,7 +422,9 @@ pub async fn chat(
     let from = record.event_count;
     match &request.input {
         ChatInput::Message(text) => {
-            app.runtime.post_message(&id, text).await?;
+            app.runtime
+                .post_message_from(&id, text, sender(&identity))
+                .await?;
         }
         ChatInput::InputResponses(responses) => {
             answer(&app.runtime, &id, responses, &identity).await?

@@ -15,6 +15,7 @@ mod channels;
 mod composition;
 mod drive;
 mod liveness;
+mod notes;
 mod records;
 mod schedules;
 mod sqlite;
@@ -25,6 +26,7 @@ pub use channels::{
 pub use composition::{Budget, CompositionOp, DynamicToolRecord, SubagentCall, SubagentLink};
 pub use drive::DriveState;
 pub use liveness::{ExpiryOnly, Liveness, LocalHost, ProcessRef, pid_alive};
+pub use notes::{NoteOp, NoteRecord};
 pub use records::*;
 pub use schedules::*;
 pub use sqlite::SqliteStore;
@@ -219,6 +221,13 @@ pub trait Store: Send + Sync + 'static {
     async fn hook_cursors(&self, session: &str) -> StoreResult<Vec<(String, u64)>>;
     /// Sessions whose events some observe hook may not have acknowledged yet.
     async fn sessions_behind_hooks(&self) -> StoreResult<Vec<String>>;
+
+    /// One note.
+    async fn note(&self, namespace: &str, key: &str) -> StoreResult<Option<NoteRecord>>;
+    /// The notes of one namespace (memory, a session's probe), oldest first.
+    async fn notes(&self, namespace: &str) -> StoreResult<Vec<NoteRecord>>;
+    /// The notes of every namespace starting with `prefix`, by namespace, oldest first.
+    async fn notes_under(&self, prefix: &str) -> StoreResult<Vec<NoteRecord>>;
 
     /// Accepts a platform message: remembers its delivery id and writes the reply owed for it
     /// with `batch` (the inbox message), in one durable transaction. `None`, and nothing written,

@@ -537,6 +537,8 @@ pub enum Op {
     PutBreaker(BreakerRecord),
     /// Subagent links and waits, dynamic tools, hook cursors.
     Composition(super::composition::CompositionOp),
+    /// Memory notes and session facts.
+    Note(super::notes::NoteOp),
     /// Appends an event.
     Event {
         /// Session.

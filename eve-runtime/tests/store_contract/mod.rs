@@ -30,6 +30,7 @@ pub async fn run_all<B: Backend>(make: impl Fn() -> B) {
     inbox_order(&make()).await;
     sessions_with_work(&make()).await;
     breakers(&make()).await;
+    notes(&make()).await;
     lease_acquire_renew_release(&make()).await;
     lease_expiry(&make()).await;
     lease_has_one_holder(&make()).await;
@@ -64,6 +65,7 @@ macro_rules! store_contract_tests {
             inbox_order,
             sessions_with_work,
             breakers,
+            notes,
             lease_acquire_renew_release,
             lease_expiry,
             lease_has_one_holder,
@@ -584,6 +586,69 @@ pub async fn breakers(backend: &impl Backend) {
     }
     let b = store.breaker("flaky").await.unwrap().unwrap();
     assert_eq!((b.consecutive_failures, b.open_until), (3, 3_000));
+}
+
+/// Notes: put inserts or replaces (keeping `created_at`), delete and clear remove, a read is by
+/// exact namespace (oldest first) or by prefix (by namespace), and a note commits atomically with
+/// the rest of its batch.
+pub async fn notes(backend: &impl Backend) {
+    let store = backend.open();
+    let note = |ns: &str, key: &str, text: &str, at: i64| {
+        Op::Note(NoteOp::Put(NoteRecord {
+            namespace: ns.into(),
+            key: key.into(),
+            text: text.into(),
+            created_at: at,
+            updated_at: at,
+        }))
+    };
+    assert!(store.notes("memory:agent:a").await.unwrap().is_empty());
+    let mut b = Batch::new();
+    b.push(note("memory:agent:a", "n2", "second", 20))
+        .push(note("memory:agent:a", "n1", "first", 10))
+        .push(note("memory:agent:ab", "x", "other agent", 5))
+        .push(note("memory:user:a:u1", "n1", "a user's", 30))
+        .push(note("probe:s1", "text", "Linux", 1));
+    store.commit(b).await.unwrap();
+    let texts = |notes: Vec<NoteRecord>| notes.into_iter().map(|n| n.text).collect::<Vec<_>>();
+    assert_eq!(
+        texts(store.notes("memory:agent:a").await.unwrap()),
+        ["first", "second"]
+    );
+    assert_eq!(
+        texts(store.notes_under("memory:").await.unwrap()),
+        ["first", "second", "other agent", "a user's"]
+    );
+    // Replacing keeps when it was first written.
+    let mut b = Batch::new();
+    b.push(note("memory:agent:a", "n1", "first, edited", 40));
+    store.commit(b).await.unwrap();
+    let n1 = store.notes("memory:agent:a").await.unwrap().remove(0);
+    assert_eq!(
+        (n1.text.as_str(), n1.created_at, n1.updated_at),
+        ("first, edited", 10, 40)
+    );
+    // Delete and clear.
+    let mut b = Batch::new();
+    b.push(Op::Note(NoteOp::Delete {
+        namespace: "memory:agent:a".into(),
+        key: "n2".into(),
+    }))
+    .push(Op::Note(NoteOp::Clear {
+        namespace: "memory:user:a:u1".into(),
+    }));
+    store.commit(b).await.unwrap();
+    assert_eq!(
+        texts(store.notes_under("memory:").await.unwrap()),
+        ["first, edited", "other agent"]
+    );
+    // A batch that fails writes no note.
+    let mut b = Batch::new();
+    b.push(note("memory:agent:a", "n3", "never", 50))
+        .push(Op::UpdateSession(session("wrun_missing_notes")));
+    assert!(store.commit(b).await.is_err());
+    assert_eq!(store.notes("memory:agent:a").await.unwrap().len(), 1);
+    assert_eq!(texts(store.notes("probe:s1").await.unwrap()), ["Linux"]);
 }
 
 /// A lease is taken by one holder; another (on another host, alive as far as anyone knows) is

@@ -26,6 +26,8 @@ enum Decision {
     Ask(String, Option<Value>),
     /// Ask the reviewer of an `approval: auto` tool, with the input the hooks let through.
     Review(Option<Value>),
+    /// A call of the built-in `memory` tool: settled in-process with its note writes.
+    Memory,
     Wait,
 }
 
@@ -59,6 +61,9 @@ impl TurnDriver<'_> {
                     )
                 }
             });
+        }
+        if self.is_memory_call(&call.name) {
+            return Ok(Decision::Memory);
         }
         let Some(tool) = self.target(&call.name, &call.input).map(|t| t.policy) else {
             return Ok(Decision::Settle(
@@ -276,6 +281,24 @@ impl TurnDriver<'_> {
                         call.input = input;
                     }
                     reviews.push(call);
+                }
+                Decision::Memory => {
+                    let (ok, output, mut batch) = self.memory_call(turn, &call.input).await?;
+                    let status = if ok {
+                        CallStatus::Completed
+                    } else {
+                        CallStatus::Failed
+                    };
+                    let message = self.settle_into(
+                        &mut batch,
+                        turn,
+                        step,
+                        call,
+                        status,
+                        json!(output),
+                        None,
+                    )?;
+                    inline.push((batch, message));
                 }
                 Decision::Wait => waits = true,
             }

@@ -15,6 +15,7 @@
 mod approval;
 mod calls;
 mod pin;
+mod prompt;
 mod step;
 
 use std::collections::HashSet;
@@ -100,6 +101,13 @@ pub(super) struct TurnDriver<'a> {
     /// The session's cancel flag as read with the last step's final commit, for the next
     /// step's check (`Some(None)`: the session row was not found).
     pub(super) next_cancel: Option<Option<bool>>,
+    /// What the system prompt carries beyond the build's: the environment probe's text and the
+    /// memory block (loaded on first need; cleared when the agent writes a note).
+    pub(super) pinned: Option<String>,
+    /// The sender of the turn's message (the `user` memory scope), once read.
+    pub(super) sender: Option<Option<String>>,
+    /// This step's model call is first told to save what matters (the context is near full).
+    pub(super) save_nudge: bool,
 }
 
 impl<'a> TurnDriver<'a> {
@@ -156,6 +164,9 @@ impl<'a> TurnDriver<'a> {
             extra: None,
             budget: None,
             next_cancel: None,
+            pinned: None,
+            sender: None,
+            save_nudge: false,
         })
     }
 

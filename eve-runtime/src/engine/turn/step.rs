@@ -123,12 +123,16 @@ impl TurnDriver<'_> {
             Err(e) => return Err(CallError::Model(e.to_string())),
         };
         let tools = self.offered_specs();
+        let system = match self.system_text(turn).await {
+            Ok(system) => system,
+            Err(e) => return Err(CallError::Model(e.to_string())),
+        };
         let config = &self.build.manifest.agent.config;
         let tool_choice =
             ToolChoice::for_step(config.tool_choice.as_deref(), turn.step_index, &tools);
         let request = ModelRequest {
             model: self.model.model.clone(),
-            system: self.build.system_prompt.clone(),
+            system,
             messages,
             tools,
             reasoning: config.reasoning.clone(),

@@ -157,10 +157,12 @@ impl Discord {
         let runtime = &ctx.app.runtime;
         // `/… approve` or `deny` in a channel waiting for approval answers it, as this user
         // (`member.user` in a guild, `user` in a direct message).
-        if let Some(user) = s("/member/user/id").or_else(|| s("/user/id")) {
-            let principal = format!("discord:{user}");
+        let principal = s("/member/user/id")
+            .or_else(|| s("/user/id"))
+            .map(|user| format!("discord:{user}"));
+        if let Some(principal) = &principal {
             if let Some(answered) =
-                session::answer_approval(runtime, &session, &text, &principal).await?
+                session::answer_approval(runtime, &session, &text, principal).await?
             {
                 return Ok(Json(json!({
                     "type": 4,
@@ -179,6 +181,7 @@ impl Discord {
         let incoming = Incoming {
             delivery: s("/id"),
             reply: Some(&reply),
+            sender: principal.as_deref(),
         };
         let Some(accepted) =
             session::accept(runtime, &ctx.channel.name, &session, &text, incoming).await?

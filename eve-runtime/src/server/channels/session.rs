@@ -108,6 +108,8 @@ pub struct Incoming<'a> {
     pub delivery: Option<&'a str>,
     /// The reply owed for the message, when there is somewhere to send it.
     pub reply: Option<&'a dyn Reply>,
+    /// Who sent it on the platform (`slack:U123`), for the `user` memory scope.
+    pub sender: Option<&'a str>,
 }
 
 /// Accepts `text`, arrived on `channel`, into the session `session`, creating it on the current
@@ -167,6 +169,9 @@ async fn accept_into(
             channel: channel.to_owned(),
             delivery_id: delivery.to_owned(),
         });
+    }
+    if let Some(sender) = incoming.sender {
+        extra.push(Extra::Sender(sender.to_owned()));
     }
     if let Some(reply) = incoming.reply {
         extra.push(Extra::ChannelReply {

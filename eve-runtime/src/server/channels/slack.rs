@@ -164,6 +164,7 @@ impl Slack {
         let incoming = Incoming {
             delivery: Some(event_id),
             reply: Some(&reply),
+            sender: Some(&principal),
         };
         let accepted = match session::accept(
             runtime,

@@ -126,12 +126,17 @@ impl Telegram {
         let session = session::session_id("telegram", &ctx.channel.name, &key);
         let runtime = &ctx.app.runtime;
         // `approve` / `deny` in a chat waiting for approval answers it, as this Telegram user.
-        if let Some(user) = message.pointer("/from/id").filter(|v| !v.is_null()) {
-            let user = user
-                .as_str()
-                .map_or_else(|| user.to_string(), str::to_owned);
-            let principal = format!("telegram:{user}");
-            match session::answer_approval(runtime, &session, text.trim(), &principal).await {
+        let principal = message
+            .pointer("/from/id")
+            .filter(|v| !v.is_null())
+            .map(|user| {
+                let user = user
+                    .as_str()
+                    .map_or_else(|| user.to_string(), str::to_owned);
+                format!("telegram:{user}")
+            });
+        if let Some(principal) = &principal {
+            match session::answer_approval(runtime, &session, text.trim(), principal).await {
                 Ok(Some(answered)) => {
                     return Ok(Json(json!({
                         "ok": true, "sessionId": session, "answered": answered,
@@ -149,6 +154,7 @@ impl Telegram {
         let incoming = Incoming {
             delivery: Some(&update_id),
             reply: Some(&reply),
+            sender: principal.as_deref(),
         };
         let accepted = match session::accept(
             runtime,

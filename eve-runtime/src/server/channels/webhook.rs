@@ -181,6 +181,7 @@ impl Webhook {
         let incoming = Incoming {
             delivery: delivery.as_deref(),
             reply: reply.as_ref().map(|r| r as &dyn Reply),
+            sender: None,
         };
         let accepted = match &session {
             Some(id) => session::accept(runtime, name, id, &text, incoming).await?,

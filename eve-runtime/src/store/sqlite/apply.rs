@@ -6,8 +6,8 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::composition;
 use super::rows::{CALL_COLS, REQUEST_COLS, SESSION_COLS, TURN_COLS, to_i64, to_u64};
+use super::{composition, notes};
 use crate::store::{
     Batch, Committed, MESSAGE_KIND_CHECKPOINT, Op, StoreError, StoreResult, StoredEvent, now_ms,
 };
@@ -233,6 +233,7 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                 ])?;
             }
             Op::Composition(op) => composition::apply(conn, op, now)?,
+            Op::Note(op) => notes::apply(conn, op)?,
             Op::Event {
                 session_id,
                 kind,

@@ -20,6 +20,7 @@ mod channels;
 mod composition;
 mod integrity;
 mod leases;
+mod notes;
 mod reads;
 mod rows;
 mod schedules;
@@ -432,6 +433,23 @@ impl Store for SqliteStore {
 
     async fn sessions_behind_hooks(&self) -> StoreResult<Vec<String>> {
         self.read(composition::sessions_behind_hooks).await
+    }
+
+    async fn note(&self, namespace: &str, key: &str) -> StoreResult<Option<NoteRecord>> {
+        let (namespace, key) = (namespace.to_owned(), key.to_owned());
+        self.read(move |conn| notes::note(conn, &namespace, &key))
+            .await
+    }
+
+    async fn notes(&self, namespace: &str) -> StoreResult<Vec<NoteRecord>> {
+        let namespace = namespace.to_owned();
+        self.read(move |conn| notes::notes(conn, &namespace)).await
+    }
+
+    async fn notes_under(&self, prefix: &str) -> StoreResult<Vec<NoteRecord>> {
+        let prefix = prefix.to_owned();
+        self.read(move |conn| notes::notes_under(conn, &prefix))
+            .await
     }
 
     async fn accept_channel_message(

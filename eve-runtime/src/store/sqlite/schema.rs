@@ -308,4 +308,16 @@ CREATE INDEX channel_replies_done ON channel_replies(updated_at) WHERE done = 1;
     r#"
 ALTER TABLE input_requests ADD COLUMN responder TEXT;
 "#,
+    // 5 → 6: notes: the agent's memory (scoped to the agent, a user or a session) and what a
+    // session fixes at its start (the environment probe).
+    r#"
+CREATE TABLE notes (
+    namespace TEXT NOT NULL,
+    key TEXT NOT NULL,
+    text TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (namespace, key)
+) WITHOUT ROWID;
+"#,
 ];

@@ -1,0 +1,384 @@
+//! Memory: durable notes the agent writes itself with the built-in `memory` tool, pinned into
+//! every later system prompt, and the environment probe's text beside them.
+//!
+//! `memory:` in `agent.yaml` turns it on and names the scopes the agent may use:
+//! - `agent`: every session of this agent (`memory:agent:<agent>`);
+//! - `user`: every session of this agent with the same user, the principal or channel identity
+//!   that sent the turn's message (`memory:user:<agent>:<user>`); a message with no known sender
+//!   (an unauthenticated API) has no user scope;
+//! - `session`: this session only (`memory:session:<session>`).
+//!
+//! Notes live in the store ([`crate::store::NoteRecord`]), written in the same commit as the
+//! call's result and a `memory.written` event, and are redacted like everything else stored. Each
+//! scope keeps at most `max_chars` characters: past that the oldest notes are trimmed, and a
+//! `memory.trimmed` event names them. The pinned block is rebuilt from the store at each turn (and
+//! after each write), so a note written in one session is in the next session's prompt, and
+//! survives restarts. Who sent a message is kept beside it at accept time (`sender:<session>`,
+//! keyed by the inbox id), so a resumed turn sees the same user's notes.
+
+use eve_compile::{Memory, MemoryScope};
+use serde_json::{Value, json};
+
+use crate::model::ToolSpec;
+use crate::store::{Batch, NoteOp, NoteRecord, Op};
+
+/// The built-in tool's name.
+pub const MEMORY_TOOL: &str = "memory";
+
+/// Event: a note was added, replaced or removed.
+pub const MEMORY_WRITTEN: &str = "memory.written";
+/// Event: a scope was over its cap and its oldest notes were removed.
+pub const MEMORY_TRIMMED: &str = "memory.trimmed";
+/// Event: the context is near its window; this step asks the model to save what matters first.
+pub const MEMORY_SAVE_OFFERED: &str = "memory.save_offered";
+
+/// Namespace of the senders of a session's messages (key: the inbox id).
+pub fn sender_namespace(session: &str) -> String {
+    format!("sender:{session}")
+}
+
+/// The namespace of `scope`'s notes for agent `agent` in `session`, sent by `user`; `None` for the
+/// user scope when the sender is not known.
+pub fn namespace(
+    scope: MemoryScope,
+    agent: &str,
+    session: &str,
+    user: Option<&str>,
+) -> Option<String> {
+    match scope {
+        MemoryScope::Agent => Some(format!("memory:agent:{agent}")),
+        MemoryScope::User => user.map(|u| format!("memory:user:{agent}:{u}")),
+        MemoryScope::Session => Some(format!("memory:session:{session}")),
+    }
+}
+
+/// The `memory` tool offered to the model.
+pub fn spec(memory: &Memory) -> ToolSpec {
+    let scopes: Vec<&str> = memory.scopes.iter().map(|s| s.as_str()).collect();
+    ToolSpec {
+        name: MEMORY_TOOL.to_owned(),
+        description: format!(
+            "Your durable memory, shown to you at the start of every later conversation (in \
+             the <memory> block of these instructions). Save what will matter later: facts \
+             about the user or the work, where things are, what worked and what did not. \
+             `add` a note, `replace` one by its id, `remove` one by its id. Scopes: {}. Keep \
+             notes short; each scope keeps {} characters, and the oldest notes go first.",
+            scopes
+                .iter()
+                .map(|s| match *s {
+                    "agent" => "`agent` (every conversation)",
+                    "user" => "`user` (every conversation with this user)",
+                    _ => "`session` (this conversation only)",
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            memory.max_chars
+        ),
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "action": {"type": "string", "enum": ["add", "replace", "remove"]},
+                "scope": {"type": "string", "enum": scopes},
+                "id": {"type": "string", "description": "The note's id, for replace and remove."},
+                "text": {"type": "string", "description": "The note, for add and replace."}
+            },
+            "required": ["action"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+/// The pinned block: every note of each scope, in a marked block; empty when there is none.
+pub fn pinned_block(scopes: &[(MemoryScope, Vec<NoteRecord>)]) -> String {
+    let mut out = String::new();
+    for (scope, notes) in scopes.iter().filter(|(_, n)| !n.is_empty()) {
+        out.push_str(&format!("## {} notes\n", scope.as_str()));
+        for note in notes {
+            out.push_str(&format!("- [{}] {}\n", note.key, note.text.trim()));
+        }
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!(
+        "\n\n<memory>\nNotes you saved earlier with the `memory` tool (ids in brackets):\n{out}</memory>\n"
+    )
+}
+
+/// What one `memory` call does: its result for the model and the writes (notes and events)
+/// committed with it.
+pub struct Write {
+    /// Whether the call succeeded.
+    pub ok: bool,
+    /// What the model is told.
+    pub output: String,
+    /// Note operations and events, for the call's settle batch.
+    pub batch: Batch,
+}
+
+/// Where a write happens.
+pub struct Place<'a> {
+    /// The agent's settings.
+    pub memory: &'a Memory,
+    /// Agent name.
+    pub agent: &'a str,
+    /// Session id.
+    pub session: &'a str,
+    /// The turn's sender, if known.
+    pub user: Option<&'a str>,
+}
+
+/// Carries out a `memory` call with `input` against `existing(namespace)`'s notes.
+pub fn write(
+    place: &Place<'_>,
+    input: &Value,
+    existing: &dyn Fn(&str) -> Vec<NoteRecord>,
+    now: i64,
+) -> Write {
+    let fail = |output: String| Write {
+        ok: false,
+        output,
+        batch: Batch::new(),
+    };
+    let action = input.get("action").and_then(Value::as_str).unwrap_or("");
+    let scope_name = input
+        .get("scope")
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| place.memory.scopes.first().map_or("agent", |s| s.as_str()));
+    let Some(scope) = place
+        .memory
+        .scopes
+        .iter()
+        .copied()
+        .find(|s| s.as_str() == scope_name)
+    else {
+        let allowed: Vec<&str> = place.memory.scopes.iter().map(|s| s.as_str()).collect();
+        return fail(format!(
+            "There is no memory scope `{scope_name}` here; use {}.",
+            allowed.join(", ")
+        ));
+    };
+    let Some(ns) = namespace(scope, place.agent, place.session, place.user) else {
+        return fail(
+            "The user scope needs to know who the user is, and this message came without an \
+             identity (an unauthenticated request). Use another scope."
+                .to_owned(),
+        );
+    };
+    let text = input
+        .get("text")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .unwrap_or("");
+    let id = input.get("id").and_then(Value::as_str).unwrap_or("");
+    let notes = existing(&ns);
+    let mut batch = Batch::new();
+    let (key, output) = match action {
+        "add" | "replace" if text.is_empty() => {
+            return fail(format!("`{action}` needs the note's `text`."));
+        }
+        "add" => {
+            let key = next_key(&notes);
+            batch.push(Op::Note(NoteOp::Put(NoteRecord {
+                namespace: ns.clone(),
+                key: key.clone(),
+                text: text.to_owned(),
+                created_at: now,
+                updated_at: now,
+            })));
+            let output = format!("Saved as {key} in {} memory.", scope.as_str());
+            (key, output)
+        }
+        "replace" | "remove" => {
+            let Some(note) = notes.iter().find(|n| n.key == id) else {
+                let ids: Vec<&str> = notes.iter().map(|n| n.key.as_str()).collect();
+                return fail(format!(
+                    "There is no note `{id}` in {} memory{}.",
+                    scope.as_str(),
+                    if ids.is_empty() {
+                        " (it is empty)".to_owned()
+                    } else {
+                        format!("; its notes are {}", ids.join(", "))
+                    }
+                ));
+            };
+            if action == "replace" {
+                batch.push(Op::Note(NoteOp::Put(NoteRecord {
+                    text: text.to_owned(),
+                    updated_at: now,
+                    ..note.clone()
+                })));
+                (id.to_owned(), format!("Replaced {id}."))
+            } else {
+                batch.push(Op::Note(NoteOp::Delete {
+                    namespace: ns.clone(),
+                    key: id.to_owned(),
+                }));
+                (id.to_owned(), format!("Removed {id}."))
+            }
+        }
+        other => {
+            return fail(format!(
+                "`action` is `{other}`; use `add`, `replace` or `remove`."
+            ));
+        }
+    };
+    batch.event(
+        place.session,
+        MEMORY_WRITTEN,
+        json!({"scope": scope.as_str(), "action": action, "id": key, "chars": text.chars().count()}),
+    );
+    // The scope after this write, trimmed to its cap from the oldest note on.
+    let mut after: Vec<NoteRecord> = notes.into_iter().filter(|n| n.key != key).collect();
+    if action != "remove" {
+        after.push(NoteRecord {
+            namespace: ns.clone(),
+            key: key.clone(),
+            text: text.to_owned(),
+            created_at: now,
+            updated_at: now,
+        });
+    }
+    after.sort_by(|a, b| (a.updated_at, &a.key).cmp(&(b.updated_at, &b.key)));
+    let mut total: usize = after.iter().map(|n| n.text.chars().count()).sum();
+    let cap = usize::try_from(place.memory.max_chars).unwrap_or(usize::MAX);
+    let mut trimmed = Vec::new();
+    for note in &after {
+        if total <= cap || note.key == key {
+            continue;
+        }
+        total -= note.text.chars().count();
+        trimmed.push(note.key.clone());
+        batch.push(Op::Note(NoteOp::Delete {
+            namespace: ns.clone(),
+            key: note.key.clone(),
+        }));
+    }
+    let mut output = output;
+    if !trimmed.is_empty() {
+        batch.event(
+            place.session,
+            MEMORY_TRIMMED,
+            json!({"scope": scope.as_str(), "removed": trimmed, "maxChars": place.memory.max_chars}),
+        );
+        output.push_str(&format!(
+            " {} memory was over {} characters, so its oldest notes were removed: {}.",
+            scope.as_str(),
+            place.memory.max_chars,
+            trimmed.join(", ")
+        ));
+    }
+    Write {
+        ok: true,
+        output,
+        batch,
+    }
+}
+
+/// The next free `n<k>` id of a scope.
+fn next_key(notes: &[NoteRecord]) -> String {
+    let highest = notes
+        .iter()
+        .filter_map(|n| n.key.strip_prefix('n')?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    format!("n{}", highest + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory(max: u64) -> Memory {
+        Memory {
+            scopes: vec![MemoryScope::Agent, MemoryScope::User],
+            max_chars: max,
+            save_at: 0.75,
+        }
+    }
+
+    fn note(key: &str, text: &str, at: i64) -> NoteRecord {
+        NoteRecord {
+            namespace: "memory:agent:a".into(),
+            key: key.into(),
+            text: text.into(),
+            created_at: at,
+            updated_at: at,
+        }
+    }
+
+    fn kinds(batch: &Batch) -> Vec<String> {
+        batch
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Event { kind, .. } => kind.clone(),
+                Op::Note(NoteOp::Put(n)) => format!("put {}", n.key),
+                Op::Note(NoteOp::Delete { key, .. }) => format!("delete {key}"),
+                _ => "other".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn add_replace_remove_and_trim() {
+        let m = memory(20);
+        let place = Place {
+            memory: &m,
+            agent: "a",
+            session: "s",
+            user: None,
+        };
+        let existing = vec![note("n1", "0123456789", 1), note("n2", "abcdef", 2)];
+        let w = write(
+            &place,
+            &json!({"action": "add", "text": "twelve chars"}),
+            &|_| existing.clone(),
+            3,
+        );
+        assert!(w.ok);
+        assert_eq!(
+            kinds(&w.batch),
+            ["put n3", MEMORY_WRITTEN, "delete n1", MEMORY_TRIMMED]
+        );
+        assert!(
+            w.output.contains("oldest notes were removed: n1"),
+            "{}",
+            w.output
+        );
+
+        let w = write(
+            &place,
+            &json!({"action": "remove", "id": "n9"}),
+            &|_| existing.clone(),
+            3,
+        );
+        assert!(
+            !w.ok && w.output.contains("its notes are n1, n2"),
+            "{}",
+            w.output
+        );
+        let w = write(
+            &place,
+            &json!({"action": "add", "scope": "user", "text": "x"}),
+            &|_| Vec::new(),
+            3,
+        );
+        assert!(
+            !w.ok && w.output.contains("without an identity"),
+            "{}",
+            w.output
+        );
+        let w = write(
+            &place,
+            &json!({"action": "add", "scope": "session", "text": "x"}),
+            &|_| Vec::new(),
+            3,
+        );
+        assert!(
+            !w.ok && w.output.contains("no memory scope `session`"),
+            "{}",
+            w.output
+        );
+    }
+}
