@@ -55,6 +55,63 @@ pub enum Command {
     /// List, inspect and answer sessions in the local store.
     #[command(subcommand)]
     Sessions(SessionsCommand),
+    /// Show, edit and clear the notes the agent keeps with its `memory` tool.
+    #[command(subcommand)]
+    Memory(MemoryCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MemoryCommand {
+    /// Print the notes of every scope (or of one).
+    Show(MemoryShowArgs),
+    /// Add, replace or remove one note.
+    Edit(MemoryEditArgs),
+    /// Remove every note of one scope.
+    Clear(MemoryTargetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MemoryTargetArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// `agent` (default), `user` or `session`.
+    #[arg(long, value_parser = ["agent", "user", "session"])]
+    pub scope: Option<String>,
+    /// The user of the `user` scope: a principal (`token:NAME`, `basic:USER`, `jwt:SUB`) or a
+    /// channel identity (`slack:U123`, `telegram:42`, `discord:…`).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// The session of the `session` scope.
+    #[arg(long)]
+    pub session: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct MemoryShowArgs {
+    #[command(flatten)]
+    pub target: MemoryTargetArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[group(id = "change", required = true, multiple = false)]
+pub struct MemoryEditArgs {
+    #[command(flatten)]
+    pub target: MemoryTargetArgs,
+    /// Add a note with this text.
+    #[arg(long, group = "change")]
+    pub add: Option<String>,
+    /// Replace the note with this id (with `--text`).
+    #[arg(long, group = "change", requires = "text")]
+    pub replace: Option<String>,
+    /// The new text of the note `--replace` names.
+    #[arg(long)]
+    pub text: Option<String>,
+    /// Remove the note with this id.
+    #[arg(long, group = "change")]
+    pub remove: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -19,6 +19,7 @@ mod review;
 mod schedule;
 mod server_auth;
 mod server_limits;
+mod server_memory;
 mod server_principals;
 mod server_routes;
 mod server_stream;

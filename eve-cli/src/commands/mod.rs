@@ -5,13 +5,14 @@ mod chat;
 mod dev;
 mod info;
 mod init;
+mod memory;
 mod run;
 mod serve;
 mod sessions;
 
 use std::process::ExitCode;
 
-use crate::cli::{Command, SessionsCommand};
+use crate::cli::{Command, MemoryCommand, SessionsCommand};
 
 /// Runs a parsed command.
 pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
@@ -28,6 +29,11 @@ pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             SessionsCommand::Show(args) => sessions::show(args),
             SessionsCommand::Approve(args) => sessions::answer(args, true),
             SessionsCommand::Deny(args) => sessions::answer(args, false),
+        },
+        Command::Memory(cmd) => match cmd {
+            MemoryCommand::Show(args) => memory::show(args),
+            MemoryCommand::Edit(args) => memory::edit(args),
+            MemoryCommand::Clear(args) => memory::clear(args),
         },
     }
 }

@@ -382,3 +382,162 @@ mod tests {
         );
     }
 }
+
+/// Which notes an operator (`eve memory`, the HTTP API) addresses.
+#[derive(Debug, Clone, Default)]
+pub struct Selector {
+    /// One scope, or every scope.
+    pub scope: Option<MemoryScope>,
+    /// The user of the `user` scope (every user when `None` and reading).
+    pub user: Option<String>,
+    /// The session of the `session` scope (every session when `None` and reading).
+    pub session: Option<String>,
+}
+
+/// Why an operator's memory request cannot be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    /// The agent has no `memory:` in `agent.yaml`.
+    #[error(
+        "memory is off for agent `{0}`: add `memory: true` (or `memory: {{scopes: [...]}}`) to agent.yaml"
+    )]
+    Off(String),
+    /// A write needs one scope, and the user or session it is about.
+    #[error("{0}")]
+    Target(String),
+    /// The write itself was refused (an unknown id, an empty text).
+    #[error("{0}")]
+    Refused(String),
+    /// The store failed.
+    #[error(transparent)]
+    Runtime(#[from] super::RuntimeError),
+}
+
+impl super::Runtime {
+    /// The notes `selector` addresses, for the current build's root agent.
+    pub async fn memory_notes(&self, selector: &Selector) -> Result<Vec<NoteRecord>, MemoryError> {
+        let build = self.inner.builds.current()?;
+        let agent = &build.manifest.agent.name;
+        let store = &self.inner.store;
+        let scopes = match selector.scope {
+            Some(scope) => vec![scope],
+            None => vec![MemoryScope::Agent, MemoryScope::User, MemoryScope::Session],
+        };
+        let mut out = Vec::new();
+        for scope in scopes {
+            let notes = match (scope, &selector.user, &selector.session) {
+                (MemoryScope::Agent, _, _) => store.notes(&format!("memory:agent:{agent}")).await,
+                (MemoryScope::User, Some(user), _) => {
+                    store.notes(&format!("memory:user:{agent}:{user}")).await
+                }
+                (MemoryScope::User, None, _) => {
+                    store.notes_under(&format!("memory:user:{agent}:")).await
+                }
+                (MemoryScope::Session, _, Some(session)) => {
+                    store.notes(&format!("memory:session:{session}")).await
+                }
+                (MemoryScope::Session, _, None) => store.notes_under("memory:session:").await,
+            };
+            out.extend(notes.map_err(super::RuntimeError::from)?);
+        }
+        Ok(out)
+    }
+
+    /// Adds, replaces or removes one note (`input` as the `memory` tool takes it) in the scope
+    /// `selector` names; returns what was done.
+    pub async fn memory_write(
+        &self,
+        selector: &Selector,
+        input: &Value,
+    ) -> Result<String, MemoryError> {
+        let build = self.inner.builds.current()?;
+        let agent = build.manifest.agent.name.clone();
+        let config = build
+            .manifest
+            .agent
+            .config
+            .memory
+            .clone()
+            .ok_or_else(|| MemoryError::Off(agent.clone()))?;
+        let (scope, ns) = self.operator_namespace(&agent, selector)?;
+        let existing = self
+            .inner
+            .store
+            .notes(&ns)
+            .await
+            .map_err(super::RuntimeError::from)?;
+        // An operator may write any scope the agent knows, whichever scopes it lets the model use.
+        let everything = Memory {
+            scopes: vec![scope],
+            ..config
+        };
+        let mut input = input.clone();
+        if let Some(fields) = input.as_object_mut() {
+            fields.insert("scope".to_owned(), json!(scope.as_str()));
+        }
+        let session = selector.session.clone().unwrap_or_default();
+        let place = Place {
+            memory: &everything,
+            agent: &agent,
+            session: &session,
+            user: selector.user.as_deref(),
+        };
+        let mut write = write(
+            &place,
+            &input,
+            &|_| existing.clone(),
+            crate::store::now_ms(),
+        );
+        if !write.ok {
+            return Err(MemoryError::Refused(write.output));
+        }
+        // Events belong to a session's stream: an operator's write has none to go on.
+        write.batch.ops.retain(|op| matches!(op, Op::Note(_)));
+        self.commit(write.batch).await?;
+        Ok(write.output)
+    }
+
+    /// Removes every note of the scope `selector` names; returns how many there were.
+    pub async fn memory_clear(&self, selector: &Selector) -> Result<usize, MemoryError> {
+        let build = self.inner.builds.current()?;
+        let agent = build.manifest.agent.name.clone();
+        let (_, ns) = self.operator_namespace(&agent, selector)?;
+        let count = self
+            .inner
+            .store
+            .notes(&ns)
+            .await
+            .map_err(super::RuntimeError::from)?
+            .len();
+        let mut batch = Batch::new();
+        batch.push(Op::Note(NoteOp::Clear { namespace: ns }));
+        self.commit(batch).await?;
+        Ok(count)
+    }
+
+    /// The one namespace a write or clear addresses.
+    fn operator_namespace(
+        &self,
+        agent: &str,
+        selector: &Selector,
+    ) -> Result<(MemoryScope, String), MemoryError> {
+        let scope = selector.scope.unwrap_or(MemoryScope::Agent);
+        let ns = namespace(
+            scope,
+            agent,
+            selector.session.as_deref().unwrap_or(""),
+            selector.user.as_deref(),
+        );
+        match (scope, ns) {
+            (MemoryScope::User, None) => Err(MemoryError::Target(
+                "the user scope needs the user (`--user`, such as `token:ALICE` or `slack:U123`)"
+                    .to_owned(),
+            )),
+            (MemoryScope::Session, _) if selector.session.is_none() => Err(MemoryError::Target(
+                "the session scope needs the session (`--session wrun_…`)".to_owned(),
+            )),
+            (scope, Some(ns)) => Ok((scope, ns)),
+            (_, None) => Err(MemoryError::Target("no such scope".to_owned())),
+        }
+    }
+}

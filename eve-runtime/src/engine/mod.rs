@@ -21,7 +21,7 @@ mod follow;
 mod hooks;
 pub mod integrity;
 mod limits;
-mod memory;
+pub mod memory;
 mod models;
 mod probe;
 mod replies;

@@ -16,6 +16,7 @@ mod config;
 mod dev;
 mod error;
 mod listener;
+mod memory;
 mod reload;
 mod routes;
 mod stream;
@@ -113,6 +114,8 @@ pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOption
     let guarded = guarded
         .route("/eve/v1/info", get(routes::info))
         .route("/eve/v1/agent", get(routes::agent))
+        .route("/eve/v1/memory", get(memory::show).post(memory::write))
+        .route("/eve/v1/memory/clear", post(memory::clear))
         .route("/eve/v1/session", post(routes::create_session))
         .route("/eve/v1/session/{id}", post(routes::post_session))
         .route("/eve/v1/session/{id}/cancel", post(routes::cancel))

@@ -1,0 +1,113 @@
+//! `eve memory`: the notes the agent keeps with its `memory` tool, straight from the project's
+//! store: `show` prints them (every scope, or one; `--json` for scripts), `edit` adds, replaces
+//! or removes one, `clear` empties a scope. A running `eve serve` or `eve dev` sees a change at
+//! the next turn (notes are read from the store at each turn's start).
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use eve_compile::MemoryScope;
+use eve_runtime::engine::memory::Selector;
+use eve_runtime::store::rfc3339;
+use serde_json::json;
+
+use super::run::open_runtime;
+use crate::cli::{MemoryEditArgs, MemoryShowArgs, MemoryTargetArgs};
+use crate::project::locate;
+use crate::render::{paint, stderr_color, stdout_color};
+
+fn block_on<F: std::future::Future>(future: F) -> anyhow::Result<F::Output> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(future))
+}
+
+fn selector(target: &MemoryTargetArgs) -> Selector {
+    Selector {
+        scope: target.scope.as_deref().map(|s| match s {
+            "user" => MemoryScope::User,
+            "session" => MemoryScope::Session,
+            _ => MemoryScope::Agent,
+        }),
+        user: target.user.clone(),
+        session: target.session.clone(),
+    }
+}
+
+/// `memory:agent:NAME` → `agent`; `memory:user:NAME:U` → `user U`; `memory:session:S` → `session S`.
+fn scope_label(namespace: &str) -> String {
+    let parts: Vec<&str> = namespace.splitn(4, ':').collect();
+    match parts.as_slice() {
+        ["memory", "agent", ..] => "agent".to_owned(),
+        ["memory", "user", _, user] => format!("user {user}"),
+        ["memory", "session", session] => format!("session {session}"),
+        _ => namespace.to_owned(),
+    }
+}
+
+pub fn show(args: MemoryShowArgs) -> anyhow::Result<ExitCode> {
+    let project = locate(&args.target.project)?;
+    let runtime = open_runtime(&project)?;
+    let notes = block_on(runtime.memory_notes(&selector(&args.target)))??;
+    if args.json {
+        let all: Vec<_> = notes
+            .iter()
+            .map(|n| {
+                json!({
+                    "scope": scope_label(&n.namespace), "namespace": n.namespace, "id": n.key,
+                    "text": n.text, "createdAt": rfc3339(n.created_at),
+                    "updatedAt": rfc3339(n.updated_at),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if notes.is_empty() {
+        eprintln!(
+            "no notes yet: the agent writes them with its `memory` tool (agent.yaml `memory:`)"
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let color = stdout_color();
+    let mut current = String::new();
+    for note in &notes {
+        let label = scope_label(&note.namespace);
+        if label != current {
+            println!("{}", paint(color, "1", &format!("{label}:")));
+            current = label;
+        }
+        println!("  {:<5} {}", note.key, note.text);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn edit(args: MemoryEditArgs) -> anyhow::Result<ExitCode> {
+    let project = locate(&args.target.project)?;
+    let runtime = open_runtime(&project)?;
+    let input = match (&args.add, &args.replace, &args.remove) {
+        (Some(text), _, _) => json!({"action": "add", "text": text}),
+        (_, Some(id), _) => json!({"action": "replace", "id": id, "text": args.text}),
+        (_, _, Some(id)) => json!({"action": "remove", "id": id}),
+        _ => {
+            anyhow::bail!("say what to change: --add TEXT, --replace ID --text TEXT or --remove ID")
+        }
+    };
+    let done = block_on(runtime.memory_write(&selector(&args.target), &input))??;
+    eprintln!("{} {done}", paint(stderr_color(), "1;32", "memory:"));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn clear(args: MemoryTargetArgs) -> anyhow::Result<ExitCode> {
+    let project = locate(&args.project)?;
+    let runtime = open_runtime(&project)?;
+    let removed = block_on(runtime.memory_clear(&selector(&args)))??;
+    eprintln!(
+        "{} removed {removed} note{}",
+        paint(stderr_color(), "1;32", "memory:"),
+        if removed == 1 { "" } else { "s" }
+    );
+    Ok(ExitCode::SUCCESS)
+}

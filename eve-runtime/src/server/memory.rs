@@ -1,0 +1,173 @@
+//! The agent's memory over HTTP, behind the API's authentication: `GET /eve/v1/memory` reads the
+//! notes, `POST /eve/v1/memory` adds, replaces or removes one, `POST /eve/v1/memory/clear` empties
+//! a scope (see `engine::memory`).
+//!
+//! A caller reaches the `agent` scope, its **own** `user` scope (the principal it authenticated
+//! as; never another user's), and a session's scope by `session`. Agent memory is pinned into
+//! every session's prompt, so writing it is an operator's act: a JWT principal (an end user of
+//! the API) may read it but not write it; bearer and basic credentials may. An API without
+//! authentication has no user scope.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use eve_compile::MemoryScope;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::App;
+use super::auth::Identity;
+use super::body;
+use super::error::ApiError;
+use crate::engine::memory::{MemoryError, Selector};
+use crate::store::rfc3339;
+
+/// Query of `GET /eve/v1/memory` and the addressing fields of the POST bodies.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    scope: Option<String>,
+    session: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteBody {
+    scope: Option<String>,
+    session: Option<String>,
+    action: String,
+    id: Option<String>,
+    text: Option<String>,
+}
+
+fn scope(name: Option<&str>) -> Result<Option<MemoryScope>, ApiError> {
+    match name {
+        None => Ok(None),
+        Some("agent") => Ok(Some(MemoryScope::Agent)),
+        Some("user") => Ok(Some(MemoryScope::User)),
+        Some("session") => Ok(Some(MemoryScope::Session)),
+        Some(other) => Err(ApiError::bad_request(
+            "invalid_scope",
+            format!("`scope` is `{other}`; use `agent`, `user` or `session`"),
+        )),
+    }
+}
+
+/// The caller's own user, for the `user` scope.
+fn own_user(identity: &Identity) -> Option<String> {
+    match identity {
+        Identity::Anonymous => None,
+        other => Some(other.principal_id()),
+    }
+}
+
+fn selector(identity: &Identity, scope: Option<MemoryScope>, session: Option<String>) -> Selector {
+    Selector {
+        scope,
+        user: own_user(identity),
+        session,
+    }
+}
+
+fn error(e: MemoryError) -> ApiError {
+    match e {
+        MemoryError::Off(_) => ApiError::bad_request("memory_off", e.to_string()),
+        MemoryError::Target(_) | MemoryError::Refused(_) => {
+            ApiError::bad_request("invalid_memory_request", e.to_string())
+        }
+        MemoryError::Runtime(e) => ApiError::from(e),
+    }
+}
+
+/// Refuses a write to the agent scope by an end user of the API.
+fn may_write(identity: &Identity, scope: MemoryScope) -> Result<(), ApiError> {
+    if scope == MemoryScope::Agent && matches!(identity, Identity::Jwt(_)) {
+        return Err(ApiError::Forbidden(
+            "agent memory is pinned into every session; it is written by operators (a bearer or \
+             basic credential, or `eve memory edit`), not by a JWT principal"
+                .to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// `GET /eve/v1/memory?scope=&session=`: `{ok, notes: [{scope, id, text, createdAt, updatedAt}]}`.
+pub async fn show(
+    State(app): State<App>,
+    Extension(identity): Extension<Identity>,
+    Query(target): Query<Target>,
+) -> Result<Response, ApiError> {
+    let scope = scope(target.scope.as_deref())?;
+    let mut selector = selector(&identity, scope, target.session);
+    let scopes = match scope {
+        Some(s) => vec![s],
+        None => vec![MemoryScope::Agent, MemoryScope::User, MemoryScope::Session],
+    };
+    let mut notes = Vec::new();
+    for s in scopes {
+        // Never every user's or every session's notes: only the caller's, and a named session's.
+        if (s == MemoryScope::User && selector.user.is_none())
+            || (s == MemoryScope::Session && selector.session.is_none())
+        {
+            continue;
+        }
+        selector.scope = Some(s);
+        for n in app.runtime.memory_notes(&selector).await.map_err(error)? {
+            notes.push(json!({
+                "scope": s.as_str(), "id": n.key, "text": n.text,
+                "createdAt": rfc3339(n.created_at), "updatedAt": rfc3339(n.updated_at),
+            }));
+        }
+    }
+    Ok(Json(json!({"ok": true, "notes": notes})).into_response())
+}
+
+/// `POST /eve/v1/memory` `{action: add|replace|remove, scope?, session?, id?, text?}`:
+/// `{ok, result}`.
+pub async fn write(
+    State(app): State<App>,
+    Extension(identity): Extension<Identity>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let bytes = body::bytes(body, app.config.body_limit)?;
+    let request: WriteBody = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::bad_request("invalid_body", format!("invalid memory request: {e}"))
+    })?;
+    let scope = scope(request.scope.as_deref())?.unwrap_or(MemoryScope::Agent);
+    may_write(&identity, scope)?;
+    let input: Value = json!({"action": request.action, "id": request.id, "text": request.text});
+    let result = app
+        .runtime
+        .memory_write(&selector(&identity, Some(scope), request.session), &input)
+        .await
+        .map_err(error)?;
+    tracing::info!(principal = %identity.principal_id(), scope = scope.as_str(), %result, "memory written over the API");
+    Ok(Json(json!({"ok": true, "result": result})).into_response())
+}
+
+/// `POST /eve/v1/memory/clear` `{scope?, session?}`: `{ok, removed}`.
+pub async fn clear(
+    State(app): State<App>,
+    Extension(identity): Extension<Identity>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let bytes = body::bytes(body, app.config.body_limit)?;
+    let target: Target = if bytes.iter().all(u8::is_ascii_whitespace) {
+        Target::default()
+    } else {
+        serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::bad_request("invalid_body", format!("invalid memory request: {e}"))
+        })?
+    };
+    let scope = scope(target.scope.as_deref())?.unwrap_or(MemoryScope::Agent);
+    may_write(&identity, scope)?;
+    let removed = app
+        .runtime
+        .memory_clear(&selector(&identity, Some(scope), target.session))
+        .await
+        .map_err(error)?;
+    tracing::info!(principal = %identity.principal_id(), scope = scope.as_str(), removed, "memory cleared over the API");
+    Ok(Json(json!({"ok": true, "removed": removed})).into_response())
+}
