@@ -13,7 +13,7 @@ use std::time::Duration;
 use eve_compile::{Approval, Effect, Network, Provider, Runner};
 use serde_json::{Value, json};
 
-use crate::engine_support::{TestProject, agent, run_prompt, script_tool};
+use crate::engine_support::{TestProject, agent, eventually, run_prompt, script_tool};
 
 /// What the model was shown for the one call of the turn.
 struct Seen {
@@ -169,15 +169,23 @@ async fn writes_outside_the_workspace_fail_by_every_route() {
 
 #[tokio::test]
 async fn a_setsid_process_does_not_outlive_its_call() {
-    let cmd =
-        "setsid sh -c 'sleep 1; echo alive > late' >/dev/null 2>&1 < /dev/null & echo started";
+    // The call returns only once the daemon is in its own session (it wrote `detached`), so the
+    // call's end cannot kill it before it got away.
+    let cmd = "setsid sh -c 'echo $$ > detached; sleep 1; echo alive > late' >/dev/null 2>&1 \
+               < /dev/null & while [ ! -s detached ]; do sleep 0.05; done; echo started";
     let (iso, host, a, b) = both(cmd).await;
     assert!(iso.text.contains("started") && host.text.contains("started"));
     let late =
         |p: &TestProject, s: &Seen| p.state_dir.join("sandboxes").join(&s.session).join("late");
-    let _ = (&b, &host);
-    // The daemon writes after about a second; give it three.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Under `host` the daemon escapes the call's process group and writes after about a second:
+    // that shows the attack works, and when it has, the isolated one (started at the same time)
+    // has had as long.
+    let host_late = late(&b, &host);
+    eventually(
+        "the host daemon outlived its call (the attack works unconfined)",
+        || host_late.exists(),
+    )
+    .await;
     assert!(
         !late(&a, &iso).exists(),
         "the isolated daemon outlived its call"
