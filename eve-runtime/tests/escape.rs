@@ -550,3 +550,108 @@ async fn a_hook_is_confined_like_a_tool() {
         "the host hook must write outside"
     );
 }
+
+/// An MCP stdio server with `sandbox: isolated` is confined like a tool: it cannot read the
+/// store or write outside its folder, and the model is told the call failed; the same server
+/// under `host` (the default for connections) does both.
+#[tokio::test]
+async fn an_isolated_mcp_server_is_confined_like_a_tool() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let venv = repo.join("target/test-venv");
+    let python = venv.join("bin/python");
+    assert!(
+        python.exists(),
+        "needs the MCP test venv: run scripts/setup-test-deps.sh"
+    );
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp");
+    let interpreter = std::fs::canonicalize(&python).unwrap();
+    // The interpreter's own installation (its prefix), the venv and the fixture are readable.
+    let prefix = interpreter
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    async fn attempt(
+        p: &TestProject,
+        provider: Provider,
+        python: &Path,
+        read: Vec<String>,
+        fixtures: &Path,
+    ) -> (Seen, Seen) {
+        let root = root(p).display().to_string();
+        let mut a = agent();
+        a.sandbox.read = read;
+        a.sandbox.connections.insert(
+            "fx".to_owned(),
+            eve_compile::SandboxOverride {
+                provider: Some(provider),
+                network: None,
+            },
+        );
+        a.connections.push(eve_compile::Connection {
+            name: "fx".to_owned(),
+            source: "connections/fx.yaml".to_owned(),
+            transport: eve_compile::Transport::Stdio {
+                command: python.display().to_string(),
+                args: vec![
+                    fixtures.join("server.py").display().to_string(),
+                    "stdio".to_owned(),
+                ],
+                env: Default::default(),
+            },
+            tools: Default::default(),
+            approval: Approval::Never,
+            timeout_ms: 20_000,
+        });
+        p.write_build(&a, &[]);
+        let store = format!("{root}/.eve/eve.db");
+        let rt = p.runtime(json!([
+            {"tool_calls": [{"name": "fx__read_text", "input": {"path": store}}]},
+            {"text": "done"}
+        ]));
+        let read = seen(&rt, "go").await;
+        let target = format!("{root}/mcp-pwned");
+        let rt = p.runtime(json!([
+            {"tool_calls": [{"name": "fx__write_text", "input": {"path": target, "text": "x"}}]},
+            {"text": "done"}
+        ]));
+        let wrote = seen(&rt, "go").await;
+        rt.shutdown().await;
+        (read, wrote)
+    }
+    let read = vec![
+        venv.display().to_string(),
+        prefix.display().to_string(),
+        fixtures.display().to_string(),
+    ];
+    let iso = TestProject::new();
+    let host = TestProject::new();
+    let (iso_read, iso_wrote) =
+        attempt(&iso, Provider::Isolated, &python, read.clone(), &fixtures).await;
+    let (host_read, host_wrote) = attempt(&host, Provider::Host, &python, read, &fixtures).await;
+    // The isolated server started and answered (its failure is the read, not a missing server).
+    assert!(
+        iso_read.text.contains("Error executing tool read_text"),
+        "the isolated server must run and refuse the read itself: {}",
+        iso_read.text
+    );
+    assert!(
+        !iso_read.text.contains("SQLite format"),
+        "{}",
+        iso_read.text
+    );
+    assert!(iso_read.is_error, "the model is told: {}", iso_read.text);
+    assert!(!root(&iso).join("mcp-pwned").exists(), "{}", iso_wrote.text);
+    assert!(iso_wrote.is_error, "{}", iso_wrote.text);
+    assert!(
+        host_read.text.contains("SQLite format"),
+        "{}",
+        host_read.text
+    );
+    assert!(
+        root(&host).join("mcp-pwned").exists(),
+        "{}",
+        host_wrote.text
+    );
+}
