@@ -164,6 +164,10 @@ diagnostic_tests! {
         => minimal().file("tools/search.yaml", "description: Search.\ninput:\n  type: object\neffect: sometimes\nrun: [echo]\n").on_disk().check();
     e011_wrong_type: InvalidField, "agent/agent.yaml", Some(2)
         => minimal().file("agent.yaml", "model: mock/echo\ndefault_tools: maybe\n").on_disk().check();
+    e011_unknown_tool_choice: InvalidField, "agent/agent.yaml", Some(2)
+        => minimal().file("agent.yaml", "model: mock/echo\ntool_choice: bsh\n").on_disk().check();
+    e011_bad_memory_scope: InvalidField, "agent/agent.yaml", Some(3)
+        => minimal().file("agent.yaml", "memory:\n  max_chars: 2000\n  scopes: [agent, everyone]\n").on_disk().check();
     e011_secret_in_channel: InvalidField, "agent/channels/slack.yaml", Some(3)
         => minimal().file("channels/slack.yaml", "kind: slack\nsigning_secret: ${SLACK_SIGNING_SECRET}\nbot_token: xoxb-1234\n").on_disk().check();
     e012_schedule_without_cron: MissingField, "agent/schedules/daily.md", Some(2)

@@ -68,7 +68,58 @@ impl Compiler {
             sandbox,
         };
         self.sandbox_warnings(&agent, dir);
+        self.check_tool_choice(&agent, dir);
         agent
+    }
+
+    /// `tool_choice: NAME` must name a tool the agent is offered: a typo would otherwise force
+    /// nothing, silently (eve only forces a tool that is offered).
+    fn check_tool_choice(&mut self, agent: &Agent, dir: &AgentDir) {
+        let Some(choice) = agent.config.tool_choice.as_deref().map(str::trim) else {
+            return;
+        };
+        if ["", "auto", "required", "any", "none"].contains(&choice) {
+            return;
+        }
+        let mut names: Vec<&str> = agent.tools.iter().map(|t| t.name.as_str()).collect();
+        names.extend(agent.subagents.iter().map(|s| s.name.as_str()));
+        if agent.config.default_tools {
+            names.extend(BUILTIN_TOOLS);
+        }
+        if !agent.skills.is_empty() {
+            names.push("load_skill");
+        }
+        if agent.config.memory.is_some() {
+            names.push("memory");
+        }
+        // An MCP tool (`CONNECTION__tool`) is known only once its server runs.
+        let mcp = choice
+            .split_once("__")
+            .is_some_and(|(c, _)| agent.connections.iter().any(|k| k.name == c));
+        if mcp || names.contains(&choice) {
+            return;
+        }
+        let path = format!("{}agent.yaml", prefix(&dir.path));
+        let mut d = Diagnostic::new(
+            Code::InvalidField,
+            path,
+            format!("`tool_choice` is `{choice}`, which is not a tool of this agent"),
+        )
+        .help(match crate::fields::closest(choice, &names) {
+            Some(c) => format!("did you mean `{c}`? (or use `auto`, `required` or `none`)"),
+            None => format!(
+                "use `auto`, `required`, `none`, or one of: {}",
+                names.join(", ")
+            ),
+        });
+        if let Some(line) = dir.config.as_ref().and_then(|f| {
+            f.text
+                .lines()
+                .position(|l| l.trim_start().starts_with("tool_choice"))
+        }) {
+            d = d.at(u32::try_from(line + 1).unwrap_or(1), 1);
+        }
+        self.push(d);
     }
 
     fn config(&mut self, dir: &AgentDir, root: bool) -> (AgentConfig, Option<String>) {
