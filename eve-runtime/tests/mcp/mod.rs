@@ -171,8 +171,10 @@ async fn lists_tools_with_allow_and_block_filters() {
             "all__header",
             "all__picture",
             "all__pid",
+            "all__read_text",
             "all__sleep",
-            "all__spawn_child"
+            "all__spawn_child",
+            "all__write_text"
         ]
     );
     assert_eq!(names("some"), ["some__add", "some__fail"]);
