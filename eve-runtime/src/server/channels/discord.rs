@@ -160,16 +160,15 @@ impl Discord {
         let principal = s("/member/user/id")
             .or_else(|| s("/user/id"))
             .map(|user| format!("discord:{user}"));
-        if let Some(principal) = &principal {
-            if let Some(answered) =
+        if let Some(principal) = &principal
+            && let Some(answered) =
                 session::answer_approval(runtime, &session, &text, principal).await?
-            {
-                return Ok(Json(json!({
-                    "type": 4,
-                    "data": {"content": format!("Answered {answered} approval request(s).")},
-                }))
-                .into_response());
-            }
+        {
+            return Ok(Json(json!({
+                "type": 4,
+                "data": {"content": format!("Answered {answered} approval request(s).")},
+            }))
+            .into_response());
         }
         let reply = self.reply(
             ctx.outbound,
