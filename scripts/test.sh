@@ -36,6 +36,13 @@ else
 fi
 cargo test --workspace --locked
 
+if [ "${EVE_SKIP_POSTGRES:-}" != "1" ]; then
+    step "fleet chaos test: three eve serve nodes on PostgreSQL, killed and paused (scripts/test-fleet.py)"
+    fleet_start=$SECONDS
+    python3 scripts/test-fleet.py
+    printf 'fleet chaos test: %ss\n' "$((SECONDS - fleet_start))" >&2
+fi
+
 step "eve's npm client against eve serve (scripts/test-eve-client.sh)"
 client_start=$SECONDS
 scripts/test-eve-client.sh

@@ -197,7 +197,15 @@ impl PgStore {
                     options.connect_timeout.as_secs()
                 ))
             })?
-            .map_err(|e| unreachable(StoreError::from(e).to_string()))?;
+            .map_err(|e| {
+                unreachable(match e {
+                    deadpool_postgres::PoolError::Backend(e) => match e.as_db_error() {
+                        Some(db) => db.message().to_owned(),
+                        None => error_chain(&e),
+                    },
+                    other => other.to_string(),
+                })
+            })?;
         schema::migrate(&mut client).await?;
         let schema_name: String = client
             .query_one("SELECT current_schema()", &[])
