@@ -283,6 +283,11 @@ def main():
             failures.append(f"{sid}: the stream shows {len(events)} events, the store has {row.stdout.strip()}")
     for n in nodes:
         n.kill()
+    refused = 0
+    for n in nodes:
+        with open(n.log.name, "rb") as f:
+            refused += f.read().count(b"the lease moved to a newer holder")
+    log(f"commits refused by fencing (a paused node coming back): {refused}")
     ran = len(lines)
     log(f"{len(accepted)} sessions, {ran} write calls ran (each at most once: {not twice}), "
         f"{kills} kills, one pause")
