@@ -24,7 +24,24 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "cargo test"
 scripts/setup-test-deps.sh >/dev/null # Python venv with `mcp` (target/test-venv) for the MCP tests
+# The store contract (and every PostgreSQL test) runs against a real server: a throwaway cluster
+# under target/postgres (or EVE_TEST_POSTGRES_URL when given). EVE_SKIP_POSTGRES=1 skips, loudly.
+if [ "${EVE_SKIP_POSTGRES:-}" = "1" ]; then
+    step "SKIPPED: PostgreSQL tests (EVE_SKIP_POSTGRES=1)"
+else
+    pg_start=$SECONDS
+    EVE_TEST_POSTGRES_URL="$(scripts/postgres.sh start)"
+    export EVE_TEST_POSTGRES_URL
+    printf 'postgres start: %ss\n' "$((SECONDS - pg_start))" >&2
+fi
 cargo test --workspace --locked
+
+if [ "${EVE_SKIP_POSTGRES:-}" != "1" ]; then
+    step "fleet chaos test: three eve serve nodes on PostgreSQL, killed and paused (scripts/test-fleet.py)"
+    fleet_start=$SECONDS
+    python3 scripts/test-fleet.py
+    printf 'fleet chaos test: %ss\n' "$((SECONDS - fleet_start))" >&2
+fi
 
 step "eve's npm client against eve serve (scripts/test-eve-client.sh)"
 client_start=$SECONDS

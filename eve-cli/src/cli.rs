@@ -33,6 +33,10 @@ pub struct ProjectArgs {
     /// Agent folder, if not `<project>/agent`.
     #[arg(long, global = true, value_name = "DIR", env = env_vars::EVE_AGENT)]
     pub agent: Option<PathBuf>,
+    /// Store: `postgres://user:password@host/db` (a fleet's shared PostgreSQL) or a SQLite file.
+    /// Defaults to `<project>/.eve/eve.db`.
+    #[arg(long, global = true, value_name = "URL", env = env_vars::EVE_STORE, hide_env_values = true)]
+    pub store: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

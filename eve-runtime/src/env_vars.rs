@@ -33,6 +33,17 @@ pub const EVE_MOCK_SCRIPT: &str = "EVE_MOCK_SCRIPT";
 pub const EVE_PROJECT: &str = "EVE_PROJECT";
 /// The agent folder (`--agent`) of every command, when it is not `<project>/agent`.
 pub const EVE_AGENT: &str = "EVE_AGENT";
+/// The store (`--store`) of every command that opens one: `postgres://…` for PostgreSQL, or a
+/// SQLite file path; the project's `.eve/eve.db` when unset.
+pub const EVE_STORE: &str = "EVE_STORE";
+/// How long a session lease lasts without renewal, in milliseconds (default 5000); it is renewed
+/// every third of that. A killed node's sessions are continued by another within about this long.
+pub const EVE_LEASE_TTL_MS: &str = "EVE_LEASE_TTL_MS";
+/// Tests only: the PostgreSQL server the store tests run against (`scripts/postgres.sh url`).
+pub const EVE_TEST_POSTGRES_URL: &str = "EVE_TEST_POSTGRES_URL";
+/// Tests only: `1` skips the PostgreSQL tests, each saying SKIPPED (without it and without a
+/// server URL they fail).
+pub const EVE_SKIP_POSTGRES: &str = "EVE_SKIP_POSTGRES";
 /// The port (`--port`) of `eve serve` and `eve dev`.
 pub const PORT: &str = "PORT";
 /// A server's base URL for `eve chat` (`--url`).

@@ -25,5 +25,6 @@ mod server_routes;
 mod server_stream;
 mod server_support;
 mod store_contract;
+mod store_postgres;
 mod store_sqlite;
 mod tools;

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use std::sync::Arc;
 
-use eve_runtime::engine::{Runtime, RuntimeConfig, SettingsModelProvider, events as ev};
+use eve_runtime::engine::{Runtime, SettingsModelProvider, events as ev};
 use eve_runtime::server::{self, EventCursor, Next};
 use eve_runtime::tools::process_env;
 use futures::StreamExt;
@@ -56,7 +56,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
         .context("cannot start the async runtime")?
         .block_on(async move {
             let backend = match local {
-                Some(project) => Backend::Local(open_local(&project)?),
+                Some(project) => Backend::Local(open_local(&project).await?),
                 None => Backend::Remote(Remote::new(
                     args.url.as_deref().unwrap_or_default(),
                     args.token.clone(),
@@ -68,11 +68,10 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
 
 /// The project's runtime in this process, with drivers in the background as in a server, so
 /// the prompt stays responsive and Ctrl-C only cancels.
-fn open_local(project: &eve_compile::Project) -> anyhow::Result<Runtime> {
+async fn open_local(project: &eve_compile::Project) -> anyhow::Result<Runtime> {
     let env = process_env();
     let models = Arc::new(SettingsModelProvider::new(env.clone()));
-    let mut config = RuntimeConfig::new(&project.state_dir, models)
-        .with_context(|| format!("cannot open the store at {}", project.db_path().display()))?;
+    let mut config = crate::project::runtime_config(project, models).await?;
     config.env = env;
     config.secrets = crate::logs::secrets();
     config.autostart = true;

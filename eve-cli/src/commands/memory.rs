@@ -49,8 +49,10 @@ fn scope_label(namespace: &str) -> String {
 
 pub fn show(args: MemoryShowArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.target.project)?;
-    let runtime = open_runtime(&project)?;
-    let notes = block_on(runtime.memory_notes(&selector(&args.target)))??;
+    let notes = block_on(async {
+        let runtime = open_runtime(&project).await?;
+        anyhow::Ok(runtime.memory_notes(&selector(&args.target)).await?)
+    })??;
     if args.json {
         let all: Vec<_> = notes
             .iter()
@@ -86,7 +88,6 @@ pub fn show(args: MemoryShowArgs) -> anyhow::Result<ExitCode> {
 
 pub fn edit(args: MemoryEditArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.target.project)?;
-    let runtime = open_runtime(&project)?;
     let input = match (&args.add, &args.replace, &args.remove) {
         (Some(text), _, _) => json!({"action": "add", "text": text}),
         (_, Some(id), _) => json!({"action": "replace", "id": id, "text": args.text}),
@@ -95,15 +96,20 @@ pub fn edit(args: MemoryEditArgs) -> anyhow::Result<ExitCode> {
             anyhow::bail!("say what to change: --add TEXT, --replace ID --text TEXT or --remove ID")
         }
     };
-    let done = block_on(runtime.memory_write(&selector(&args.target), &input))??;
+    let done = block_on(async {
+        let runtime = open_runtime(&project).await?;
+        anyhow::Ok(runtime.memory_write(&selector(&args.target), &input).await?)
+    })??;
     eprintln!("{} {done}", paint(stderr_color(), "1;32", "memory:"));
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn clear(args: MemoryTargetArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
-    let runtime = open_runtime(&project)?;
-    let removed = block_on(runtime.memory_clear(&selector(&args)))??;
+    let removed = block_on(async {
+        let runtime = open_runtime(&project).await?;
+        anyhow::Ok(runtime.memory_clear(&selector(&args)).await?)
+    })??;
     eprintln!(
         "{} removed {removed} note{}",
         paint(stderr_color(), "1;32", "memory:"),

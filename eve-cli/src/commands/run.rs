@@ -15,7 +15,7 @@ use anyhow::Context;
 use eve_compile::Project;
 use eve_compile::build;
 use eve_compile::render::{Style, render_all};
-use eve_runtime::engine::{DriveOutcome, Runtime, RuntimeConfig, SettingsModelProvider};
+use eve_runtime::engine::{DriveOutcome, Runtime, SettingsModelProvider};
 use eve_runtime::env_vars::EVE_MODEL;
 use eve_runtime::store::InputRequestRecord;
 use eve_runtime::tools::process_env;
@@ -69,11 +69,10 @@ pub fn build_agent(project: &Project) -> anyhow::Result<bool> {
 }
 
 /// A runtime for one command in this process (no background drivers).
-pub fn open_runtime(project: &Project) -> anyhow::Result<Runtime> {
+pub async fn open_runtime(project: &Project) -> anyhow::Result<Runtime> {
     let env = process_env();
     let models = Arc::new(SettingsModelProvider::new(env.clone()));
-    let mut config = RuntimeConfig::new(&project.state_dir, models)
-        .with_context(|| format!("cannot open the store at {}", project.db_path().display()))?;
+    let mut config = crate::project::runtime_config(project, models).await?;
     config.env = env;
     config.secrets = crate::logs::secrets();
     config.autostart = false;
@@ -81,7 +80,7 @@ pub fn open_runtime(project: &Project) -> anyhow::Result<Runtime> {
 }
 
 async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> {
-    let runtime = open_runtime(&project)?;
+    let runtime = open_runtime(&project).await?;
     let color = stderr_color();
     let (id, from) = match &args.session {
         Some(id) => {

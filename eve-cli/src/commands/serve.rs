@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use eve_compile::build;
-use eve_runtime::engine::{Runtime, RuntimeConfig, SettingsModelProvider};
+use eve_runtime::engine::{Runtime, SettingsModelProvider};
 use eve_runtime::schedule::{Scheduler, clock_from_env};
 use eve_runtime::server::{self, ServerConfig};
 use eve_runtime::store::{SessionFilter, SessionStatus};
@@ -106,8 +106,7 @@ pub(crate) async fn start(
     super::run::check_models(project)?;
     let env = process_env();
     let models = Arc::new(SettingsModelProvider::new(env.clone()));
-    let mut runtime_config = RuntimeConfig::new(&project.state_dir, models)
-        .with_context(|| format!("cannot open the store at {}", project.db_path().display()))?;
+    let mut runtime_config = crate::project::runtime_config(project, models).await?;
     runtime_config.env = env;
     runtime_config.secrets = crate::logs::secrets();
     let runtime = Runtime::new(runtime_config);

@@ -55,7 +55,7 @@ fn session_json(s: &SessionRecord, status: &str) -> Value {
 
 pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
-    let runtime = open_runtime(&project)?;
+    let runtime = block_on(open_runtime(&project))??;
     let filter = SessionFilter {
         schedule: args.schedule.clone(),
         ..Default::default()
@@ -108,7 +108,7 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
 
 pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
-    let runtime = open_runtime(&project)?;
+    let runtime = block_on(open_runtime(&project))??;
     let id = args.id.clone();
     let loaded = block_on(async {
         let Some(session) = runtime.session(&id).await? else {
@@ -211,7 +211,7 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
 
 pub fn answer(args: SessionsAnswerArgs, approve: bool) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
-    let runtime = open_runtime(&project)?;
+    let runtime = block_on(open_runtime(&project))??;
     let request = block_on(runtime.answer_input(
         &args.session,
         args.request.as_deref(),

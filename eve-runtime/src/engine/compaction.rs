@@ -16,7 +16,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::build::LoadedBuild;
-use super::drive::lease_claim;
+use super::drive::{give_back_lease, lease_claim, take_lease};
 use super::events as ev;
 use super::turn::TurnDriver;
 use super::{ResolvedModel, Runtime, RuntimeError, RuntimeResult};
@@ -324,7 +324,7 @@ pub(super) async fn manual_compact(rt: &Runtime, session: &str) -> RuntimeResult
     };
     let claim = lease_claim(rt, session);
     let result = async {
-        if let LeaseOutcome::HeldBy { .. } = rt.inner.store.acquire_lease(&claim).await? {
+        if let LeaseOutcome::HeldBy { .. } = take_lease(rt, &claim).await? {
             return Err(RuntimeError::SessionNotActive {
                 id: session.to_owned(),
                 status: "driven by another process".to_owned(),
@@ -334,7 +334,7 @@ pub(super) async fn manual_compact(rt: &Runtime, session: &str) -> RuntimeResult
         let build = rt.inner.builds.get(&record.build_hash)?;
         let model = rt.inner.config.models.resolve(&build.manifest.agent)?;
         let done = compact(rt, session, &build, &model, None).await;
-        let _ = rt.inner.store.release_lease(session, &claim.holder).await;
+        give_back_lease(rt, &claim).await;
         done.map(|_| ())
     }
     .await;

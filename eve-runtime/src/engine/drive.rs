@@ -36,7 +36,7 @@ async fn drive_registered(
         return Err(RuntimeError::SessionNotFound(session.to_owned()));
     }
     let claim = lease_claim(rt, session);
-    if let LeaseOutcome::HeldBy { pid, .. } = store.acquire_lease(&claim).await? {
+    if let LeaseOutcome::HeldBy { pid, .. } = take_lease(rt, &claim).await? {
         rt.unregister(session);
         return Ok(DriveOutcome::Busy { pid });
     }
@@ -71,10 +71,54 @@ async fn drive_registered(
         }
     };
     heartbeat.cancel();
-    if let Err(e) = store.release_lease(session, &claim.holder).await {
-        tracing::warn!(session, error = %e, "cannot release the session lease");
+    give_back_lease(rt, &claim).await;
+    if let Err(RuntimeError::Store(StoreError::Fenced { .. })) = &outcome {
+        tracing::warn!(
+            session,
+            "another node took the session over; this one stopped driving it"
+        );
     }
     outcome
+}
+
+/// Takes a session's lease for this runtime and remembers its fencing token, so every commit
+/// of the session carries it (see `Runtime::fence`).
+pub(super) async fn take_lease(rt: &Runtime, claim: &LeaseClaim) -> RuntimeResult<LeaseOutcome> {
+    let store = &rt.inner.store;
+    let outcome = store.acquire_lease(claim).await?;
+    if outcome == LeaseOutcome::Acquired {
+        let lease = store.lease(&claim.session_id).await?;
+        match lease {
+            Some(lease) if lease.holder == claim.holder => {
+                if let Ok(mut fences) = rt.inner.fences.lock() {
+                    fences.insert(claim.session_id.clone(), lease.token);
+                }
+            }
+            // Lost again between the two reads (an expiry raced us): someone else drives it.
+            other => {
+                return Ok(LeaseOutcome::HeldBy {
+                    pid: other.as_ref().map_or(0, |l| l.pid),
+                    host: other.map(|l| l.host).unwrap_or_default(),
+                });
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+/// Releases a lease taken with [`take_lease`] and forgets its token.
+pub(super) async fn give_back_lease(rt: &Runtime, claim: &LeaseClaim) {
+    if let Ok(mut fences) = rt.inner.fences.lock() {
+        fences.remove(&claim.session_id);
+    }
+    if let Err(e) = rt
+        .inner
+        .store
+        .release_lease(&claim.session_id, &claim.holder)
+        .await
+    {
+        tracing::warn!(session = %claim.session_id, error = %e, "cannot release the session lease");
+    }
 }
 
 /// A claim on `session`'s lease for one drive of this runtime (a fresh holder id each time).

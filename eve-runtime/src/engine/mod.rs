@@ -104,6 +104,10 @@ impl Default for BreakerPolicy {
     }
 }
 
+/// How long a session lease lasts without renewal unless configured (`EVE_LEASE_TTL_MS`): a
+/// killed node's sessions are continued by another within about this long.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
+
 /// How a [`Runtime`] is set up.
 pub struct RuntimeConfig {
     /// The project's state folder (`<root>/.eve`): builds, sandboxes.
@@ -154,7 +158,7 @@ impl RuntimeConfig {
             models,
             env: process_env(),
             autostart: true,
-            lease_ttl: Duration::from_secs(15),
+            lease_ttl: DEFAULT_LEASE_TTL,
             breaker: BreakerPolicy::default(),
             sandbox_helper: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("eve")),
             secrets: Arc::new(crate::redact::Secrets::new()),
@@ -200,6 +204,9 @@ pub(crate) struct Inner {
     pub(crate) host: String,
     channels: Mutex<HashMap<String, broadcast::Sender<StoredEvent>>>,
     active: Mutex<HashMap<String, Active>>,
+    /// Fencing tokens of the leases this runtime holds, by session: every commit that writes
+    /// one of these sessions carries its token, so it is refused once another node took over.
+    pub(crate) fences: Mutex<HashMap<String, u64>>,
     pub(crate) breakers: tokio::sync::Mutex<HashMap<String, BreakerRecord>>,
     /// MCP managers by the JSON of their connections.
     pub(crate) mcp: Mutex<HashMap<String, crate::mcp::McpManager>>,
@@ -271,6 +278,7 @@ impl Runtime {
                 host,
                 channels: Mutex::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
+                fences: Mutex::new(HashMap::new()),
                 breakers: tokio::sync::Mutex::new(HashMap::new()),
                 mcp: Mutex::new(HashMap::new()),
                 hook_workers: Mutex::new(HashMap::new()),
@@ -471,7 +479,10 @@ impl Runtime {
     pub fn watch_store(&self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
         let rt = self.clone();
         let mut foreign = self.inner.store.foreign_commits();
-        let every = self.inner.config.lease_ttl.max(Duration::from_secs(1));
+        // A dead holder's lease is found within a fifth of its TTL after it expires (a node of
+        // a fleet continues a killed node's sessions within TTL + 1 s).
+        let every = (self.inner.config.lease_ttl / 5)
+            .clamp(Duration::from_millis(200), Duration::from_secs(3));
         tokio::spawn(async move {
             loop {
                 let changed = async {
@@ -544,7 +555,29 @@ impl Runtime {
     /// so nothing it stores or streams holds a secret's value (see [`crate::redact`]).
     pub(crate) async fn commit_quietly(&self, mut batch: Batch) -> RuntimeResult<Committed> {
         self.inner.config.secrets.redact_batch(&mut batch);
+        self.fence(&mut batch);
         Ok(self.inner.store.commit(batch).await?)
+    }
+
+    /// Adds the fencing token of every session the batch writes whose lease this runtime holds.
+    fn fence(&self, batch: &mut Batch) {
+        let Ok(fences) = self.inner.fences.lock() else {
+            return;
+        };
+        if fences.is_empty() {
+            return;
+        }
+        for op in &batch.ops {
+            if let Some(session) = op.session_id()
+                && let Some(token) = fences.get(session)
+                && !batch.fences.iter().any(|f| f.session_id == session)
+            {
+                batch.fences.push(Fence {
+                    session_id: session.to_owned(),
+                    token: *token,
+                });
+            }
+        }
     }
 
     /// The values this runtime shows as `${VAR}`.

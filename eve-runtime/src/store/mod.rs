@@ -3,8 +3,8 @@
 //! The engine never keeps state that only lives in memory: it writes a [`Batch`] of operations (state
 //! changes plus the events that announce them) through [`Store::commit`], atomically, and a resumed
 //! process reads the current state back (session row, open turn, its calls) instead of replaying
-//! history. [`Store`] is the seam for other backends (PostgreSQL); [`SqliteStore`] is the embedded
-//! default at `.eve/eve.db`.
+//! history. [`Store`] has two backends: [`SqliteStore`], the embedded default at `.eve/eve.db`,
+//! and [`PgStore`], PostgreSQL shared by a fleet of nodes (one contract suite runs against both).
 //!
 //! This module and the record types are backend-neutral: no SQL and no driver type appear here.
 //! Everything SQLite lives under `sqlite/`, which maps its driver's errors into [`StoreError`]
@@ -16,6 +16,7 @@ mod composition;
 mod drive;
 mod liveness;
 mod notes;
+mod postgres;
 mod records;
 mod schedules;
 mod sqlite;
@@ -27,6 +28,7 @@ pub use composition::{Budget, CompositionOp, DynamicToolRecord, SubagentCall, Su
 pub use drive::DriveState;
 pub use liveness::{ExpiryOnly, Liveness, LocalHost, ProcessRef, pid_alive};
 pub use notes::{NoteOp, NoteRecord};
+pub use postgres::{PgOptions, PgStore, redact_url};
 pub use records::*;
 pub use schedules::*;
 pub use sqlite::SqliteStore;
@@ -66,6 +68,29 @@ pub enum StoreError {
     /// at start (the message names the file and how to restore it).
     #[error("{0}")]
     Integrity(String),
+    /// A commit was refused because another holder took the session's lease after the writer
+    /// got it (the writer was paused or cut off past its lease): nothing of the batch was
+    /// written. The writer must stop driving the session.
+    #[error(
+        "session {session}: the lease moved to a newer holder (token {current}, ours {ours}); the commit was refused"
+    )]
+    Fenced {
+        /// Session.
+        session: String,
+        /// Our token.
+        ours: u64,
+        /// The current holder's token.
+        current: u64,
+    },
+    /// The database server cannot be reached or refused the connection (the URL is shown with
+    /// its password redacted).
+    #[error("cannot connect to the store at {url}: {cause}")]
+    Unreachable {
+        /// The URL, password redacted.
+        url: String,
+        /// Why.
+        cause: String,
+    },
     /// A value in the database is not one this version understands.
     #[error("unexpected stored value: {0}")]
     Corrupt(String),
@@ -171,6 +196,8 @@ pub trait Store: Send + Sync + 'static {
     async fn renew_lease(&self, claim: &LeaseClaim) -> StoreResult<bool>;
     /// Gives the lease up (only if it is ours).
     async fn release_lease(&self, session: &str, holder: &str) -> StoreResult<()>;
+    /// The session's lease as stored (its holder, expiry and fencing token), if any.
+    async fn lease(&self, session: &str) -> StoreResult<Option<LeaseRecord>>;
 
     /// Stored state of every schedule ever seen.
     async fn schedule_states(&self) -> StoreResult<Vec<ScheduleState>>;

@@ -471,6 +471,34 @@ pub struct LeaseClaim {
     pub ttl_ms: i64,
 }
 
+/// A session's lease as stored: who drives it, until when, under which fencing token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// Session.
+    pub session_id: String,
+    /// Holder id (empty once released, where the backend keeps the row).
+    pub holder: String,
+    /// Its pid.
+    pub pid: u32,
+    /// Its host.
+    pub host: String,
+    /// Expiry, epoch milliseconds.
+    pub expires_at: i64,
+    /// The fencing token: larger for every new holder of this session, never reused. A commit
+    /// carrying an older token is refused ([`super::StoreError::Fenced`]).
+    pub token: u64,
+}
+
+/// A commit's claim to speak for a session: the fencing token of the lease its writer holds.
+/// The store refuses the whole batch when the session's lease has moved to a newer holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// Session.
+    pub session_id: String,
+    /// Token of the lease the writer holds.
+    pub token: u64,
+}
+
 /// Result of a lease claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseOutcome {
@@ -550,6 +578,30 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// The session this operation writes, when it writes one session's rows.
+    pub fn session_id(&self) -> Option<&str> {
+        use super::composition::CompositionOp as C;
+        Some(match self {
+            Op::InsertSession(s) | Op::UpdateSession(s) => &s.id,
+            Op::SetCancel { session_id, .. }
+            | Op::ClearContext { session_id }
+            | Op::AppendMessage { session_id, .. }
+            | Op::Event { session_id, .. } => session_id,
+            Op::InsertInbox(m) => &m.session_id,
+            Op::PutTurn(t) => &t.session_id,
+            Op::PutStep(s) => &s.session_id,
+            Op::PutToolCall(c) => &c.session_id,
+            Op::PutInputRequest(r) => &r.session_id,
+            Op::Composition(C::InsertLink(l)) => &l.session_id,
+            Op::Composition(C::PutSubagentCall(c)) => &c.parent_id,
+            Op::Composition(C::PutDynamicTools { session_id, .. })
+            | Op::Composition(C::HookCursor { session_id, .. }) => session_id,
+            Op::ConsumeInbox { .. } | Op::PutBreaker(_) | Op::Note(_) => return None,
+        })
+    }
+}
+
 /// Operations committed together.
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
@@ -557,6 +609,9 @@ pub struct Batch {
     pub ops: Vec<Op>,
     /// Sync to disk before returning (accepted messages and answers: what an API promised).
     pub durable: bool,
+    /// Leases the writer holds: the batch is refused whole ([`super::StoreError::Fenced`]) if
+    /// any of these sessions has a newer lease holder.
+    pub fences: Vec<Fence>,
 }
 
 impl Batch {
@@ -570,6 +625,7 @@ impl Batch {
         Self {
             ops: Vec::new(),
             durable: true,
+            fences: Vec::new(),
         }
     }
 

@@ -40,6 +40,8 @@ pub async fn run_all<B: Backend>(make: impl Fn() -> B) {
     schedule_claim_once_per_fire(&make()).await;
     foreign_commits_are_noticed(&make()).await;
     drive_state_reads_everything_at_once(&make()).await;
+    lease_tokens_grow_with_each_holder(&make()).await;
+    a_commit_under_an_older_token_is_refused(&make()).await;
 }
 
 /// One `#[tokio::test]` per promise, on backends made by `$make`.
@@ -75,6 +77,8 @@ macro_rules! store_contract_tests {
             schedule_claim_once_per_fire,
             foreign_commits_are_noticed,
             drive_state_reads_everything_at_once,
+            lease_tokens_grow_with_each_holder,
+            a_commit_under_an_older_token_is_refused,
         );
     };
 }
@@ -1383,5 +1387,132 @@ pub async fn drive_state_reads_everything_at_once(backend: &impl Backend) {
     assert_eq!(
         after.last_turn.map(|t| t.status),
         Some(TurnStatus::Completed)
+    );
+}
+
+/// A lease's fencing token grows with every new holder and never goes back (not even after a
+/// release); the same holder taking its lease again keeps its token.
+pub async fn lease_tokens_grow_with_each_holder(backend: &impl Backend) {
+    let store = backend.open();
+    assert!(store.lease("wrun_tok").await.unwrap().is_none());
+    let a = claim("wrun_tok", "holder_a", "host-a", 60_000);
+    let b = claim("wrun_tok", "holder_b", "host-b", 60_000);
+    assert_eq!(
+        store.acquire_lease(&a).await.unwrap(),
+        LeaseOutcome::Acquired
+    );
+    let first = store.lease("wrun_tok").await.unwrap().unwrap();
+    assert_eq!(first.holder, "holder_a");
+    assert_eq!(
+        (first.pid, first.host.as_str()),
+        (std::process::id(), "host-a")
+    );
+    assert!(first.expires_at > now_ms());
+    assert_eq!(
+        store.acquire_lease(&a).await.unwrap(),
+        LeaseOutcome::Acquired
+    );
+    assert_eq!(
+        store.lease("wrun_tok").await.unwrap().unwrap().token,
+        first.token,
+        "the same holder keeps its token"
+    );
+    store.release_lease("wrun_tok", "holder_a").await.unwrap();
+    assert_eq!(
+        store.acquire_lease(&b).await.unwrap(),
+        LeaseOutcome::Acquired
+    );
+    let second = store.lease("wrun_tok").await.unwrap().unwrap();
+    assert_eq!(second.holder, "holder_b");
+    assert!(second.token > first.token, "{second:?} after {first:?}");
+    store.release_lease("wrun_tok", "holder_b").await.unwrap();
+    assert_eq!(
+        store.acquire_lease(&a).await.unwrap(),
+        LeaseOutcome::Acquired
+    );
+    let third = store.lease("wrun_tok").await.unwrap().unwrap();
+    assert!(third.token > second.token, "{third:?} after {second:?}");
+}
+
+/// Once another holder took a session's lease (the first one's expired: it was paused past its
+/// TTL), a batch carrying the first holder's token is refused whole, with a distinct error;
+/// the new holder's batches, and batches that speak for no lease, are stored.
+pub async fn a_commit_under_an_older_token_is_refused(backend: &impl Backend) {
+    let store = backend.open();
+    let other_node = backend.open();
+    create(store.as_ref(), session("wrun_fence")).await;
+    let zombie = claim("wrun_fence", "holder_zombie", "host-a", 100);
+    assert_eq!(
+        store.acquire_lease(&zombie).await.unwrap(),
+        LeaseOutcome::Acquired
+    );
+    let old = store.lease("wrun_fence").await.unwrap().unwrap().token;
+    let fenced = |token: u64, text: &str| {
+        let mut b = Batch::new();
+        b.event("wrun_fence", "step", json!({ "by": text }))
+            .push(Op::PutTurn(turn(
+                "wrun_fence",
+                0,
+                TurnStatus::Running,
+                None,
+            )));
+        b.fences.push(Fence {
+            session_id: "wrun_fence".into(),
+            token,
+        });
+        b
+    };
+    store
+        .commit(fenced(old, "holder before anyone else"))
+        .await
+        .expect("the holder's own commits are stored");
+    let taker = claim("wrun_fence", "holder_new", "host-b", 60_000);
+    eventually(
+        "the zombie's lease expires and another node takes it",
+        || {
+            let other_node = other_node.clone();
+            let taker = taker.clone();
+            async move { other_node.acquire_lease(&taker).await.unwrap() == LeaseOutcome::Acquired }
+        },
+    )
+    .await;
+    let new = other_node.lease("wrun_fence").await.unwrap().unwrap().token;
+    assert!(new > old);
+    let err = store
+        .commit(fenced(old, "zombie"))
+        .await
+        .expect_err("a commit under the old token is refused");
+    match err {
+        StoreError::Fenced {
+            session,
+            ours,
+            current,
+        } => assert_eq!((session.as_str(), ours, current), ("wrun_fence", old, new)),
+        other => panic!("expected a fencing refusal, got {other:?}"),
+    }
+    let events = other_node.events("wrun_fence", 0, 100).await.unwrap();
+    assert_eq!(events.len(), 1, "nothing of the refused batch is stored");
+    assert_eq!(events[0].data["by"], json!("holder before anyone else"));
+    other_node
+        .commit(fenced(new, "new holder"))
+        .await
+        .expect("the new holder commits");
+    let mut unfenced = Batch::durable();
+    unfenced.push(Op::InsertInbox(InboxRecord::new(
+        "wrun_fence",
+        "hi",
+        now_ms(),
+    )));
+    store
+        .commit(unfenced)
+        .await
+        .expect("a batch that speaks for no lease (an accepted message) is stored");
+    assert_eq!(
+        other_node.events("wrun_fence", 0, 100).await.unwrap().len(),
+        2
+    );
+    assert!(
+        !store.renew_lease(&zombie).await.unwrap(),
+        "the zombie lost its lease"
     );
 }

@@ -15,6 +15,7 @@ use crate::store::{
 pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
     let mut committed = Committed::default();
     let now = now_ms();
+    super::leases::check_fences(conn, &batch.fences)?;
     for op in batch.ops {
         match op {
             Op::InsertSession(s) => {

@@ -1,11 +1,16 @@
-//! SQL of session leases: who drives a session, until when.
+//! SQL of session leases: who drives a session, until when, under which fencing token.
 //!
-//! One row per session names the holder (a unique id per driver), its process and its expiry.
-//! Whether an unexpired holder is dead is not decided here: the store's [`Liveness`] policy says.
+//! One row per session names the holder (a unique id per driver), its process, its expiry and a
+//! fencing token that grows with every new holder (a released lease keeps its row, holder
+//! emptied, so the token never goes back). Whether an unexpired holder is dead is not decided
+//! here: the store's [`Liveness`] policy says. [`check_fences`] runs inside a batch's transaction.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::store::{LeaseClaim, LeaseOutcome, Liveness, ProcessRef, StoreResult, now_ms};
+use crate::store::{
+    Fence, LeaseClaim, LeaseOutcome, LeaseRecord, Liveness, ProcessRef, StoreError, StoreResult,
+    now_ms,
+};
 
 /// Takes the lease for `claim.holder` if it is free, expired, ours, or its holder is dead.
 pub(super) fn acquire(
@@ -14,21 +19,15 @@ pub(super) fn acquire(
     liveness: &dyn Liveness,
 ) -> StoreResult<LeaseOutcome> {
     let now = now_ms();
-    let current: Option<(String, u32, String, i64)> = conn
-        .prepare_cached("SELECT holder, pid, host, expires_at FROM leases WHERE session_id=?1")?
-        .query_row([&claim.session_id], |r| {
-            Ok((
-                r.get(0)?,
-                u32::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
-                r.get(2)?,
-                r.get(3)?,
-            ))
-        })
-        .optional()?;
-    if let Some((holder, pid, host, expires_at)) = current {
-        let ours = holder == claim.holder;
-        let expired = expires_at < now;
-        let holder = ProcessRef { pid, host };
+    let current = lease(conn, &claim.session_id)?;
+    let mut token = 1u64;
+    if let Some(current) = current {
+        let ours = current.holder == claim.holder;
+        let expired = current.expires_at < now || current.holder.is_empty();
+        let holder = ProcessRef {
+            pid: current.pid,
+            host: current.host,
+        };
         let claimant = ProcessRef {
             pid: claim.pid,
             host: claim.host.clone(),
@@ -39,10 +38,15 @@ pub(super) fn acquire(
                 host: holder.host,
             });
         }
+        token = if ours {
+            current.token
+        } else {
+            current.token.saturating_add(1)
+        };
     }
     conn.prepare_cached(
         "INSERT OR REPLACE INTO leases (session_id, holder, pid, host, expires_at, \
-         acquired_at) VALUES (?1,?2,?3,?4,?5,?6)",
+         acquired_at, token) VALUES (?1,?2,?3,?4,?5,?6,?7)",
     )?
     .execute(params![
         claim.session_id,
@@ -50,7 +54,8 @@ pub(super) fn acquire(
         i64::from(claim.pid),
         claim.host,
         now.saturating_add(claim.ttl_ms),
-        now
+        now,
+        i64::try_from(token).unwrap_or(i64::MAX)
     ])?;
     Ok(LeaseOutcome::Acquired)
 }
@@ -58,7 +63,9 @@ pub(super) fn acquire(
 /// Extends the lease if `claim.holder` still holds it.
 pub(super) fn renew(conn: &Connection, claim: &LeaseClaim) -> StoreResult<bool> {
     let n = conn
-        .prepare_cached("UPDATE leases SET expires_at=?3 WHERE session_id=?1 AND holder=?2")?
+        .prepare_cached(
+            "UPDATE leases SET expires_at=?3 WHERE session_id=?1 AND holder=?2 AND holder<>''",
+        )?
         .execute(params![
             claim.session_id,
             claim.holder,
@@ -67,9 +74,50 @@ pub(super) fn renew(conn: &Connection, claim: &LeaseClaim) -> StoreResult<bool> 
     Ok(n > 0)
 }
 
-/// Deletes the lease if `holder` holds it.
+/// Frees the lease if `holder` holds it (the row and its token stay).
 pub(super) fn release(conn: &Connection, session: &str, holder: &str) -> StoreResult<()> {
-    conn.prepare_cached("DELETE FROM leases WHERE session_id=?1 AND holder=?2")?
-        .execute(params![session, holder])?;
+    conn.prepare_cached(
+        "UPDATE leases SET holder='', expires_at=0 WHERE session_id=?1 AND holder=?2",
+    )?
+    .execute(params![session, holder])?;
+    Ok(())
+}
+
+/// The stored lease of a session.
+pub(super) fn lease(conn: &Connection, session: &str) -> StoreResult<Option<LeaseRecord>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT session_id, holder, pid, host, expires_at, token FROM leases \
+             WHERE session_id=?1",
+        )?
+        .query_row([session], |r| {
+            Ok(LeaseRecord {
+                session_id: r.get(0)?,
+                holder: r.get(1)?,
+                pid: u32::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
+                host: r.get(3)?,
+                expires_at: r.get(4)?,
+                token: u64::try_from(r.get::<_, i64>(5)?).unwrap_or(0),
+            })
+        })
+        .optional()?)
+}
+
+/// Refuses the batch when a session it speaks for has a lease holder newer than its fence.
+pub(super) fn check_fences(conn: &Connection, fences: &[Fence]) -> StoreResult<()> {
+    for fence in fences {
+        let current: Option<i64> = conn
+            .prepare_cached("SELECT token FROM leases WHERE session_id=?1")?
+            .query_row([&fence.session_id], |r| r.get(0))
+            .optional()?;
+        let current = current.map_or(0, |t| u64::try_from(t).unwrap_or(0));
+        if current > fence.token {
+            return Err(StoreError::Fenced {
+                session: fence.session_id.clone(),
+                ours: fence.token,
+                current,
+            });
+        }
+    }
     Ok(())
 }

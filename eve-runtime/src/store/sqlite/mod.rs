@@ -336,6 +336,11 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn lease(&self, session: &str) -> StoreResult<Option<LeaseRecord>> {
+        let session = session.to_owned();
+        self.read(move |conn| leases::lease(conn, &session)).await
+    }
+
     async fn schedule_states(&self) -> StoreResult<Vec<ScheduleState>> {
         self.read(schedules::states).await
     }

@@ -308,7 +308,13 @@ CREATE INDEX channel_replies_done ON channel_replies(updated_at) WHERE done = 1;
     r#"
 ALTER TABLE input_requests ADD COLUMN responder TEXT;
 "#,
-    // 5 → 6: notes: the agent's memory (scoped to the agent, a user or a session) and what a
+    // 5 → 6: fencing tokens. Every new holder of a session's lease gets a larger token; a commit
+    // carrying an older one is refused. A released lease keeps its row (holder emptied) so the
+    // token never goes back.
+    r#"
+ALTER TABLE leases ADD COLUMN token INTEGER NOT NULL DEFAULT 0;
+"#,
+    // 6 → 7: notes: the agent's memory (scoped to the agent, a user or a session) and what a
     // session fixes at its start (the environment probe).
     r#"
 CREATE TABLE notes (
