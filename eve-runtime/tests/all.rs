@@ -3,6 +3,7 @@
 
 mod channels;
 mod composition;
+mod behaviours;
 mod deferred;
 mod engine;
 mod engine_accept;

@@ -46,6 +46,8 @@ enum CallError {
     Model(String),
     /// The provider said the prompt does not fit the context window.
     ContextTooLong(String),
+    /// The turn cannot go on: a code and a message for `turn.failed`.
+    Failed(&'static str, String),
 }
 
 /// The idempotency key of a call: stable across retries, derived from where the call lives.
@@ -100,6 +102,8 @@ pub(super) struct TurnDriver<'a> {
     /// The session's cancel flag as read with the last step's final commit, for the next
     /// step's check (`Some(None)`: the session row was not found).
     pub(super) next_cancel: Option<Option<bool>>,
+    /// The `limits.phases` phase of the current step (computed once per step).
+    pub(in crate::engine) phase: Option<super::phases::StepPhase>,
 }
 
 impl<'a> TurnDriver<'a> {
@@ -134,6 +138,7 @@ impl<'a> TurnDriver<'a> {
             extra: None,
             budget: None,
             next_cancel: None,
+            phase: None,
         })
     }
 
@@ -180,6 +185,9 @@ impl<'a> TurnDriver<'a> {
                         }
                         Err(CallError::Model(message)) => {
                             return self.end_failed(turn, "model_error", &message, None).await;
+                        }
+                        Err(CallError::Failed(code, message)) => {
+                            return self.end_failed(turn, code, &message, None).await;
                         }
                         Err(CallError::ContextTooLong(message)) => {
                             match self
