@@ -12,6 +12,7 @@ mod docs_env;
 mod examples;
 mod fail_fast;
 mod limits;
+mod plan;
 mod redaction;
 mod run_cli;
 mod schedules;
