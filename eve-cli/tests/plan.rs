@@ -23,7 +23,8 @@ fn project() -> RunProject {
         "#step": [{"text": "step done one two three four", "delay_ms": 40}]
     });
     let p = RunProject::new(&[], script);
-    p.agent.file("agent.yaml", "default_tools: false\nstrategy: plan\n");
+    p.agent
+        .file("agent.yaml", "default_tools: false\nstrategy: plan\n");
     p
 }
 
@@ -58,14 +59,24 @@ fn a_plan_killed_during_its_parallel_steps_resumes_to_one_synthesis() {
     let out = p.run(&["run", "--json", "--session", &root]);
     assert_eq!(out.code, Some(0), "restart failed: {}", out.stderr);
     assert_eq!(
-        p.strings(&format!("SELECT status FROM turns WHERE session_id = '{root}'")),
+        p.strings(&format!(
+            "SELECT status FROM turns WHERE session_id = '{root}'"
+        )),
         ["completed"]
     );
-    let kids = p.strings(&format!("SELECT id FROM sessions WHERE parent_id = '{root}'"));
-    assert_eq!(kids.len(), 4, "one child per step, none started twice: {kids:?}");
+    let kids = p.strings(&format!(
+        "SELECT id FROM sessions WHERE parent_id = '{root}'"
+    ));
+    assert_eq!(
+        kids.len(),
+        4,
+        "one child per step, none started twice: {kids:?}"
+    );
     for kid in &kids {
         assert_eq!(
-            p.strings(&format!("SELECT status FROM turns WHERE session_id = '{kid}'")),
+            p.strings(&format!(
+                "SELECT status FROM turns WHERE session_id = '{kid}'"
+            )),
             ["completed"],
             "child {kid}"
         );

@@ -16,7 +16,15 @@ fn errors(agent: &TestAgent) -> Vec<String> {
         .diagnostics()
         .iter()
         .filter(|d| d.is_error())
-        .map(|d| format!("{} {}:{} {}", d.code, d.file.as_deref().unwrap_or(""), d.line.unwrap_or(0), d.message))
+        .map(|d| {
+            format!(
+                "{} {}:{} {}",
+                d.code,
+                d.file.as_deref().unwrap_or(""),
+                d.line.unwrap_or(0),
+                d.message
+            )
+        })
         .collect()
 }
 
@@ -43,19 +51,32 @@ fn the_behaviour_fields_compile_into_the_manifest() {
     assert_eq!(config.lean_context.keep_inline, 5);
     assert_eq!(config.lean_context.cut_lines, 30);
     let phases = config.limits.phases.as_ref().unwrap();
-    assert_eq!((phases.explore, phases.execute, phases.converge), (0.25, 0.5, 0.25));
+    assert_eq!(
+        (phases.explore, phases.execute, phases.converge),
+        (0.25, 0.5, 0.25)
+    );
     assert_eq!(phases.explore_tools, ["bash"]);
     assert_eq!(phases.at(0.1), Phase::Explore);
     assert_eq!(phases.at(0.5), Phase::Execute);
     assert_eq!(phases.at(0.75), Phase::Converge);
-    let probe = checked.output.manifest.agent.tools.iter().find(|t| t.name == "probe").unwrap();
+    let probe = checked
+        .output
+        .manifest
+        .agent
+        .tools
+        .iter()
+        .find(|t| t.name == "probe")
+        .unwrap();
     assert_eq!(probe.phase, Some(Phase::Explore));
 }
 
 #[test]
 fn a_critic_subagent_folder_is_the_critic_of_reflect() {
     let agent = with_yaml("strategy: reflect\n")
-        .file("subagents/critic/agent.yaml", "description: Reviews answers.\nmodel: mock/echo\n")
+        .file(
+            "subagents/critic/agent.yaml",
+            "description: Reviews answers.\nmodel: mock/echo\n",
+        )
         .file("subagents/critic/instructions.md", "Check every date.\n");
     let checked = agent.check_mem();
     let critic = checked.output.manifest.agent.config.critic.clone().unwrap();
@@ -78,22 +99,51 @@ fn defaults_leave_the_manifest_as_it_was() {
 fn bad_values_are_diagnostics_naming_the_field() {
     let cases = [
         ("strategy: plans\n", "`strategy` is `plans`"),
-        ("limits:\n  phases: {explore: 0.5, execute: 0.5, converge: 0.5}\n", "add up to 1.5"),
-        ("limits:\n  phases: {explore: 2, execute: 0.5, converge: 0.25}\n", "`limits.phases.explore` is 2"),
-        ("limits:\n  phases: {explore: 0.5, execute: 0.5}\n", "no `converge` share"),
+        (
+            "limits:\n  phases: {explore: 0.5, execute: 0.5, converge: 0.5}\n",
+            "add up to 1.5",
+        ),
+        (
+            "limits:\n  phases: {explore: 2, execute: 0.5, converge: 0.25}\n",
+            "`limits.phases.explore` is 2",
+        ),
+        (
+            "limits:\n  phases: {explore: 0.5, execute: 0.5}\n",
+            "no `converge` share",
+        ),
         ("limits:\n  phases: fast\n", "must be a mapping of shares"),
-        ("critic: {instructions: x}\n", "only `strategy: reflect` uses a critic"),
-        ("strategy: reflect\ncritic: {max_rounds: 0}\n", "`critic.max_rounds` is 0"),
-        ("strategy: reflect\ncritic: {model: gpt}\n", "`critic.model` is `gpt`"),
-        ("lean_context: {cut_lines: 2}\n", "`lean_context.cut_lines` is 2"),
-        ("lean_context: {max_inline_tools: 4, keep_inline: 9}\n", "more than `max_inline_tools`"),
-        ("lean_context: 3\n", "`lean_context` must be true, false or a mapping"),
+        (
+            "critic: {instructions: x}\n",
+            "only `strategy: reflect` uses a critic",
+        ),
+        (
+            "strategy: reflect\ncritic: {max_rounds: 0}\n",
+            "`critic.max_rounds` is 0",
+        ),
+        (
+            "strategy: reflect\ncritic: {model: gpt}\n",
+            "`critic.model` is `gpt`",
+        ),
+        (
+            "lean_context: {cut_lines: 2}\n",
+            "`lean_context.cut_lines` is 2",
+        ),
+        (
+            "lean_context: {max_inline_tools: 4, keep_inline: 9}\n",
+            "more than `max_inline_tools`",
+        ),
+        (
+            "lean_context: 3\n",
+            "`lean_context` must be true, false or a mapping",
+        ),
         ("hollow_check: maybe\n", "hollow_check"),
     ];
     for (yaml, expected) in cases {
         let found = errors(&with_yaml(yaml));
         assert!(
-            found.iter().any(|e| e.contains(expected) && e.contains("E011") && e.contains("agent.yaml")),
+            found
+                .iter()
+                .any(|e| e.contains(expected) && e.contains("E011") && e.contains("agent.yaml")),
             "{yaml:?}: expected {expected:?} in {found:?}"
         );
     }
@@ -103,7 +153,9 @@ fn bad_values_are_diagnostics_naming_the_field() {
     );
     let found = errors(&tool);
     assert!(
-        found.iter().any(|e| e.contains("`phase` is `converge`") && e.contains("tools/probe.yaml")),
+        found
+            .iter()
+            .any(|e| e.contains("`phase` is `converge`") && e.contains("tools/probe.yaml")),
         "{found:?}"
     );
 }

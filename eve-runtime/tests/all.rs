@@ -1,9 +1,9 @@
 //! Integration tests of eve-runtime: one binary, one module per area.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod behaviours;
 mod channels;
 mod composition;
-mod behaviours;
 mod deferred;
 mod engine;
 mod engine_accept;

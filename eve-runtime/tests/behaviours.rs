@@ -5,9 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use eve_compile::{
-    Approval, Critic, Effect, LeanContext, Phase, Phases, Strategy, Tool,
-};
+use eve_compile::{Approval, Critic, Effect, LeanContext, Phase, Phases, Strategy, Tool};
 use eve_runtime::engine::{DriveOutcome, Runtime};
 use eve_runtime::model::mock::{MockClient, load_script};
 use eve_runtime::model::{
@@ -153,7 +151,13 @@ async fn an_explore_tool_is_offered_early_and_withdrawn_when_the_turn_converges(
     assert_eq!(calls[1].status, CallStatus::Completed);
     assert_eq!(calls[2].status, CallStatus::Failed);
     assert!(
-        calls[2].output.as_ref().unwrap().as_str().unwrap().contains("withdrawn"),
+        calls[2]
+            .output
+            .as_ref()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .contains("withdrawn"),
         "{:?}",
         calls[2].output
     );
@@ -167,7 +171,13 @@ async fn an_explore_tool_is_offered_early_and_withdrawn_when_the_turn_converges(
     let events = all_events(&r.rt, &id).await;
     let changes: Vec<(Value, Value, Value)> = of_kind(&events, "phase.changed")
         .iter()
-        .map(|e| (e.data["stepIndex"].clone(), e.data["from"].clone(), e.data["to"].clone()))
+        .map(|e| {
+            (
+                e.data["stepIndex"].clone(),
+                e.data["from"].clone(),
+                e.data["to"].clone(),
+            )
+        })
         .collect();
     assert_eq!(
         changes,
@@ -190,7 +200,10 @@ fn hollow_agent() -> (eve_compile::Agent, Vec<(String, String)>) {
         .push(script_tool("lookup", Effect::Read, Approval::Never));
     a.tools
         .push(script_tool("send", Effect::Write, Approval::Never));
-    (a, vec![logging_script("lookup", ""), logging_script("send", "")])
+    (
+        a,
+        vec![logging_script("lookup", ""), logging_script("send", "")],
+    )
 }
 
 #[tokio::test]
@@ -213,7 +226,10 @@ async fn an_english_claim_no_call_made_gets_one_nudge() {
     assert_eq!(requests.len(), 3);
     let nudge = last_user(&requests[2]);
     assert!(nudge.starts_with("[eve hollow-answer check]"), "{nudge}");
-    assert!(nudge.contains("`sent`") && nudge.contains("`lookup`"), "{nudge}");
+    assert!(
+        nudge.contains("`sent`") && nudge.contains("`lookup`"),
+        "{nudge}"
+    );
 
     let events = all_events(&r.rt, &id).await;
     let hollow = of_kind(&events, "answer.hollow");
@@ -320,17 +336,31 @@ async fn a_200_tool_agent_sends_the_catalogue_and_a_deferred_tool_still_runs() {
     assert_eq!(first.tools.len(), keep + 2, "{:?}", tool_names(first));
     assert!(tool_names(first).contains(&"search_tools".to_owned()));
     assert!(tool_names(first).contains(&"call_tool".to_owned()));
-    assert!(first.system.contains("This agent has 200 tools"), "{}", first.system);
+    assert!(
+        first.system.contains("This agent has 200 tools"),
+        "{}",
+        first.system
+    );
     let body = serde_json::to_string(&first.tools).unwrap();
-    assert!(!body.contains("kind_150"), "the deferred schema is not sent");
+    assert!(
+        !body.contains("kind_150"),
+        "the deferred schema is not sent"
+    );
 
     let calls = r.rt.store().tool_calls(&id, 0).await.unwrap();
     assert_eq!(calls[0].status, CallStatus::Completed);
     let found = calls[0].output.as_ref().unwrap().to_string();
     assert!(found.contains("kind_150"), "{found}");
-    assert_eq!(calls[1].status, CallStatus::Completed, "{:?}", calls[1].output);
+    assert_eq!(
+        calls[1].status,
+        CallStatus::Completed,
+        "{:?}",
+        calls[1].output
+    );
     assert!(
-        p.side_lines().iter().any(|l| l.starts_with("start kind_150 ")),
+        p.side_lines()
+            .iter()
+            .any(|l| l.starts_with("start kind_150 ")),
         "{:?}",
         p.side_lines()
     );
@@ -396,11 +426,22 @@ async fn old_long_outputs_are_cut_and_repeated_calls_fold_in_what_is_sent() {
         "{}",
         outputs[1]
     );
-    assert_eq!(outputs[2].lines().count(), 100, "this turn's output is whole");
+    assert_eq!(
+        outputs[2].lines().count(),
+        100,
+        "this turn's output is whole"
+    );
     // The journal keeps every output whole.
     let calls = r.rt.store().tool_calls(&id, 0).await.unwrap();
     assert_eq!(
-        calls[0].output.as_ref().unwrap().as_str().unwrap().lines().count(),
+        calls[0]
+            .output
+            .as_ref()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .lines()
+            .count(),
         100
     );
 }
@@ -454,20 +495,34 @@ async fn reflect_sends_an_answer_back_once_then_accepts() {
     assert!(back.contains("Sydney is not the capital."), "{back}");
     let critic = r.critic_requests.lock().unwrap().clone();
     assert_eq!(critic.len(), 2);
-    assert!(last_user(&critic[0]).contains("Sydney."), "{}", last_user(&critic[0]));
+    assert!(
+        last_user(&critic[0]).contains("Sydney."),
+        "{}",
+        last_user(&critic[0])
+    );
     assert!(last_user(&critic[1]).contains("Canberra."));
-    assert_eq!(critic[1].messages.len(), 3, "the critic sees its earlier round");
+    assert_eq!(
+        critic[1].messages.len(),
+        3,
+        "the critic sees its earlier round"
+    );
 
     let events = all_events(&r.rt, &id).await;
     let rounds: Vec<(Value, Value)> = of_kind(&events, "reflect.round")
         .iter()
         .map(|e| (e.data["round"].clone(), e.data["verdict"].clone()))
         .collect();
-    assert_eq!(rounds, [(json!(1), json!("revise")), (json!(2), json!("accept"))]);
+    assert_eq!(
+        rounds,
+        [(json!(1), json!("revise")), (json!(2), json!("accept"))]
+    );
     let done = of_kind(&events, "reflect.completed");
     assert_eq!(done.len(), 1);
     assert_eq!(done[0].data["accepted"], true);
-    assert_eq!(done[0].data["answer"], "The capital of Australia is Canberra.");
+    assert_eq!(
+        done[0].data["answer"],
+        "The capital of Australia is Canberra."
+    );
 }
 
 #[tokio::test]
@@ -480,7 +535,11 @@ async fn reflect_respects_max_rounds() {
         Some(json!([{"text": "no"}, {"text": "still no"}, {"text": "never"}])),
     );
     let (id, _) = run_prompt(&r.rt, "write it").await;
-    assert_eq!(r.requests.lock().unwrap().len(), 3, "two send-backs, then final");
+    assert_eq!(
+        r.requests.lock().unwrap().len(),
+        3,
+        "two send-backs, then final"
+    );
     assert_eq!(r.critic_requests.lock().unwrap().len(), 2);
     let events = all_events(&r.rt, &id).await;
     assert_eq!(of_kind(&events, "reflect.round").len(), 2);
@@ -589,7 +648,10 @@ impl ModelClient for Planner {
     }
 }
 
-fn planner(p: &TestProject, fail_first_c: bool) -> (Runtime, Arc<Mutex<Vec<ModelRequest>>>, Arc<Mutex<bool>>) {
+fn planner(
+    p: &TestProject,
+    fail_first_c: bool,
+) -> (Runtime, Arc<Mutex<Vec<ModelRequest>>>, Arc<Mutex<bool>>) {
     let requests = Arc::new(Mutex::new(Vec::new()));
     let overlapped = Arc::new(Mutex::new(false));
     let client = Planner {
@@ -619,7 +681,10 @@ async fn plan_runs_a_dag_with_parallel_steps_and_one_synthesis() {
     let events = all_events(&rt, &id).await;
     let created = of_kind(&events, "plan.created");
     assert_eq!(created.len(), 1);
-    assert_eq!(created[0].data["plan"]["steps"][3]["depends_on"], json!(["b", "c"]));
+    assert_eq!(
+        created[0].data["plan"]["steps"][3]["depends_on"],
+        json!(["b", "c"])
+    );
     // Waves: [a], [b, c], [d].
     let waves: Vec<Vec<String>> = of_kind(&events, "actions.requested")
         .iter()
@@ -637,11 +702,20 @@ async fn plan_runs_a_dag_with_parallel_steps_and_one_synthesis() {
     assert_eq!(waves, [vec!["a"], vec!["b", "c"], vec!["d"]]);
     let answers = of_kind(&events, "message.completed");
     assert_eq!(answers.len(), 1, "one synthesis");
-    assert_eq!(answers[0].data["message"], "final: result a, result b, result c, result d");
+    assert_eq!(
+        answers[0].data["message"],
+        "final: result a, result b, result c, result d"
+    );
 
     // Each step ran in its own child session; `d` saw the results of `b` and `c`.
     let children = rt.store().sessions(&Default::default()).await.unwrap();
-    assert_eq!(children.iter().filter(|s| s.parent_id.as_deref() == Some(id.as_str())).count(), 4);
+    assert_eq!(
+        children
+            .iter()
+            .filter(|s| s.parent_id.as_deref() == Some(id.as_str()))
+            .count(),
+        4
+    );
     let requests = requests.lock().unwrap().clone();
     let d = requests
         .iter()
@@ -668,7 +742,10 @@ async fn plan_retries_a_failed_step_once() {
     assert_eq!(c, [CallStatus::Failed, CallStatus::Completed]);
     let events = all_events(&rt, &id).await;
     let answers = of_kind(&events, "message.completed");
-    assert_eq!(answers[0].data["message"], "final: result a, result b, result c, result d");
+    assert_eq!(
+        answers[0].data["message"],
+        "final: result a, result b, result c, result d"
+    );
 }
 
 #[tokio::test]
@@ -678,10 +755,16 @@ async fn an_invalid_plan_is_rejected_and_the_model_plans_again() {
     let r = recording(
         &p,
         json!([
-            call("submit_plan", json!({"steps": [
+            call(
+                "submit_plan",
+                json!({"steps": [
                 {"id": "a", "description": "A", "depends_on": ["b"]},
-                {"id": "b", "description": "B", "depends_on": ["a"]}]})),
-            call("submit_plan", json!({"steps": [{"id": "a", "description": "A", "depends_on": ["a"]}]})),
+                {"id": "b", "description": "B", "depends_on": ["a"]}]})
+            ),
+            call(
+                "submit_plan",
+                json!({"steps": [{"id": "a", "description": "A", "depends_on": ["a"]}]})
+            ),
         ]),
         None,
     );

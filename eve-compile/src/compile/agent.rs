@@ -309,12 +309,7 @@ impl Compiler {
     }
 
     /// `critic: {model?, instructions?, max_rounds?}` of `strategy: reflect`.
-    fn critic(
-        &mut self,
-        path: &str,
-        doc: &crate::yaml::Doc,
-        strategy: Strategy,
-    ) -> Option<Critic> {
+    fn critic(&mut self, path: &str, doc: &crate::yaml::Doc, strategy: Strategy) -> Option<Critic> {
         let mut c = Fields::new(path, doc, "/critic", &mut self.diags);
         if !doc.value.get("critic").is_some_and(Value::is_object) {
             c.report_at(

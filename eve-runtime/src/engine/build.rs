@@ -95,8 +95,12 @@ impl LoadedBuild {
             .unwrap_or_else(|_| dir.join(eve_compile::pack::FILES));
         let mut system_prompt = system_prompt_with_files(&manifest, Some(&files));
         let lean = agent.config.lean_context;
-        let catalogued = specs.iter().filter(|s| tools.iter().any(|t| t.name == s.name)).count();
-        let auto_catalogue = lean.max_inline_tools > 0 && catalogued > lean.max_inline_tools as usize;
+        let catalogued = specs
+            .iter()
+            .filter(|s| tools.iter().any(|t| t.name == s.name))
+            .count();
+        let auto_catalogue =
+            lean.max_inline_tools > 0 && catalogued > lean.max_inline_tools as usize;
         if auto_catalogue {
             system_prompt.truncate(system_prompt.trim_end().len());
             system_prompt.push_str(&format!(
@@ -179,7 +183,8 @@ impl LoadedBuild {
     /// its steps in children (`strategy: plan`, here or in a subagent).
     pub fn has_children(&self) -> bool {
         fn plans(agent: &Agent) -> bool {
-            agent.config.strategy == eve_compile::Strategy::Plan || agent.subagents.iter().any(plans)
+            agent.config.strategy == eve_compile::Strategy::Plan
+                || agent.subagents.iter().any(plans)
         }
         !self.manifest.agent.subagents.is_empty() || plans(&self.manifest.agent)
     }
@@ -406,7 +411,11 @@ impl BuildStore {
                 let base = self.agent(hash, base)?;
                 let mut manifest = base.manifest.clone();
                 manifest.agent = super::strategy::worker_agent(&manifest.agent);
-                Arc::new(LoadedBuild::new(base.hash.clone(), base.dir.clone(), manifest))
+                Arc::new(LoadedBuild::new(
+                    base.hash.clone(),
+                    base.dir.clone(),
+                    manifest,
+                ))
             }
             None => Arc::new(root.for_agent(path).ok_or_else(|| RuntimeError::Build {
                 what: hash.to_owned(),

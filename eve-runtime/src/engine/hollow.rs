@@ -80,28 +80,9 @@ const ENGLISH_CLAIMERS: &[&str] = &[
 
 /// Words that undo a claim when they come shortly before the verb.
 const ENGLISH_NEGATIONS: &[&str] = &[
-    "not",
-    "never",
-    "didn't",
-    "haven't",
-    "hasn't",
-    "wasn't",
-    "weren't",
-    "couldn't",
-    "can't",
-    "cannot",
-    "won't",
-    "will",
-    "would",
-    "could",
-    "should",
-    "can",
-    "may",
-    "might",
-    "to",
-    "if",
-    "unable",
-    "no",
+    "not", "never", "didn't", "haven't", "hasn't", "wasn't", "weren't", "couldn't", "can't",
+    "cannot", "won't", "will", "would", "could", "should", "can", "may", "might", "to", "if",
+    "unable", "no",
 ];
 
 /// Chinese claim verbs (written `已X`, `X了` or `已经X`) and what they need.
@@ -166,7 +147,8 @@ impl Hollow {
 
 /// Checks a final answer against the calls of its turn.
 pub(super) fn check(answer: &str, calls: &[ToolCallRecord]) -> Option<Hollow> {
-    let tool_calls: Vec<&ToolCallRecord> = calls.iter().filter(|c| c.kind != "load-skill").collect();
+    let tool_calls: Vec<&ToolCallRecord> =
+        calls.iter().filter(|c| c.kind != "load-skill").collect();
     let ok = |c: &&&ToolCallRecord| c.status == CallStatus::Completed && !c.is_error;
     let succeeded: Vec<&&ToolCallRecord> = tool_calls.iter().filter(ok).collect();
     let failed: Vec<&str> = tool_calls
@@ -259,11 +241,18 @@ fn claims(text: &str) -> Vec<(String, Needs)> {
         }
     }
     for (verb, needs) in CHINESE {
-        for marker in [format!("已{verb}"), format!("已经{verb}"), format!("{verb}了")] {
+        for marker in [
+            format!("已{verb}"),
+            format!("已经{verb}"),
+            format!("{verb}了"),
+        ] {
             for (at, _) in text.match_indices(&marker) {
                 let head: Vec<char> = text[..at].chars().rev().take(2).collect();
                 // 未/没/不/尚 right before undo the claim (没有发送了, 尚未…).
-                if head.iter().any(|c| matches!(c, '未' | '没' | '不' | '尚' | '无')) {
+                if head
+                    .iter()
+                    .any(|c| matches!(c, '未' | '没' | '不' | '尚' | '无'))
+                {
                     continue;
                 }
                 add(marker.clone(), *needs);
@@ -310,7 +299,10 @@ mod tests {
 
     #[test]
     fn english_claims_are_found_and_negated_or_future_ones_are_not() {
-        assert_eq!(claimed("I created the file and sent it to Ana."), ["created", "sent"]);
+        assert_eq!(
+            claimed("I created the file and sent it to Ana."),
+            ["created", "sent"]
+        );
         assert_eq!(claimed("The ticket has been created."), ["created"]);
         assert_eq!(claimed("Done: I've fixed the bug."), ["fixed"]);
         assert!(claimed("I have not created the file.").is_empty());
@@ -320,7 +312,10 @@ mod tests {
 
     #[test]
     fn chinese_claims_are_found_and_negated_ones_are_not() {
-        assert_eq!(claimed("我已创建文件，并且已发送给你。"), ["已创建", "已发送"]);
+        assert_eq!(
+            claimed("我已创建文件，并且已发送给你。"),
+            ["已创建", "已发送"]
+        );
         assert_eq!(claimed("测试运行了，修复了两个问题"), ["修复了", "运行了"]);
         assert!(claimed("我还没有发送了邮件，尚未创建文件").is_empty());
         assert!(claimed("请问需要我创建文件吗？").is_empty());
@@ -341,7 +336,12 @@ mod tests {
         let sent = [call("send", "write", true)];
         assert_eq!(check("I sent the email.", &sent), None);
         let failed = [call("send", "write", false)];
-        assert!(check("已发送邮件。", &failed).unwrap().reason.contains("`send`"));
+        assert!(
+            check("已发送邮件。", &failed)
+                .unwrap()
+                .reason
+                .contains("`send`")
+        );
     }
 
     #[test]

@@ -104,7 +104,9 @@ pub(super) fn lean_messages(messages: &[Message], cut_lines: usize) -> Vec<Messa
                 .and_then(|k| latest.get(k))
                 .filter(|(last, _)| last != call_id);
             let content = if let Some((last, _)) = folded {
-                format!("[the same `{name}` call was made again later ({last}); its result is there]")
+                format!(
+                    "[the same `{name}` call was made again later ({last}); its result is there]"
+                )
             } else if cut_lines > 0 && i < last_user {
                 cut(content, cut_lines)
             } else {
@@ -201,7 +203,11 @@ mod tests {
         };
         assert!(content(&lean[2]).starts_with("[the same `ls` call was made again later (c)"));
         assert!(content(&lean[4]).contains("[41 lines cut]"));
-        assert_eq!(content(&lean[7]), long, "the current turn's output stays whole");
+        assert_eq!(
+            content(&lean[7]),
+            long,
+            "the current turn's output stays whole"
+        );
     }
 
     #[test]
@@ -211,9 +217,18 @@ mod tests {
             description: String::new(),
             input_schema: json!({}),
         };
-        let specs = vec![spec("a"), spec("b"), spec("c"), spec("d"), spec("load_skill")];
+        let specs = vec![
+            spec("a"),
+            spec("b"),
+            spec("c"),
+            spec("d"),
+            spec("load_skill"),
+        ];
         let context = vec![
-            assistant(&[("1", "c", json!({})), ("2", CALL_TOOL, json!({"name": "d"}))]),
+            assistant(&[
+                ("1", "c", json!({})),
+                ("2", CALL_TOOL, json!({"name": "d"})),
+            ]),
             assistant(&[("3", "d", json!({}))]),
         ];
         let kept = inline_specs(specs, 2, &use_counts(&context), |n| n != "load_skill");

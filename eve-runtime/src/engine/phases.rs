@@ -126,8 +126,9 @@ impl TurnDriver<'_> {
         if !matches!(self.phase, Some(p) if p.phase == Phase::Converge) {
             return (specs, Vec::new());
         }
-        let (gone, kept): (Vec<ToolSpec>, Vec<ToolSpec>) =
-            specs.into_iter().partition(|s| self.is_explore_tool(&s.name));
+        let (gone, kept): (Vec<ToolSpec>, Vec<ToolSpec>) = specs
+            .into_iter()
+            .partition(|s| self.is_explore_tool(&s.name));
         (kept, gone.into_iter().map(|s| s.name).collect())
     }
 

@@ -310,8 +310,11 @@ impl TurnDriver<'_> {
             }
         }
         let done = |id: &str| attempts.get(id).and_then(|(_, r)| r.as_ref());
-        let failed_for_good =
-            |id: &str| attempts.get(id).is_some_and(|(n, r)| r.is_none() && *n >= 2);
+        let failed_for_good = |id: &str| {
+            attempts
+                .get(id)
+                .is_some_and(|(n, r)| r.is_none() && *n >= 2)
+        };
         let request = self.request_text(turn).await?;
         let mut wave = Vec::new();
         for step in &steps {
@@ -330,7 +333,10 @@ impl TurnDriver<'_> {
             if !step.depends_on.is_empty() {
                 message.push_str("\nResults of the steps it depends on:\n");
                 for dep in &step.depends_on {
-                    message.push_str(&format!("- `{dep}`: {}\n", done(dep).cloned().unwrap_or_default()));
+                    message.push_str(&format!(
+                        "- `{dep}`: {}\n",
+                        done(dep).cloned().unwrap_or_default()
+                    ));
                 }
             }
             if attempt > 0 {
@@ -570,8 +576,8 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(cycle[0].contains("cycle"), "{cycle:?}");
-        let unknown = plan(json!([{"id": "a", "description": "A", "depends_on": ["z"]}]))
-            .unwrap_err();
+        let unknown =
+            plan(json!([{"id": "a", "description": "A", "depends_on": ["z"]}])).unwrap_err();
         assert!(unknown[0].contains("`z`"), "{unknown:?}");
         let dup = plan(json!([{"id": "a", "description": "A"}, {"id": "a", "description": "B"}]))
             .unwrap_err();

@@ -50,7 +50,10 @@ async fn anthropic_marks_the_end_of_a_long_stable_prefix_and_reports_cache_reads
     assert_eq!(system[0]["type"], "text");
     assert_eq!(system[0]["text"], request.system);
     assert_eq!(system[0]["cache_control"], json!({"type": "ephemeral"}));
-    assert_eq!(bodies[0]["system"], bodies[1]["system"], "the prefix is stable");
+    assert_eq!(
+        bodies[0]["system"], bodies[1]["system"],
+        "the prefix is stable"
+    );
     assert_eq!(bodies[0]["tools"], bodies[1]["tools"]);
 }
 
@@ -67,7 +70,10 @@ async fn anthropic_marks_the_last_tool_when_there_is_no_system_prompt() {
     let body = server.single_request().body;
     assert!(body.get("system").is_none());
     let tools = body["tools"].as_array().unwrap();
-    assert_eq!(tools.last().unwrap()["cache_control"], json!({"type": "ephemeral"}));
+    assert_eq!(
+        tools.last().unwrap()["cache_control"],
+        json!({"type": "ephemeral"})
+    );
     assert!(tools[0].get("cache_control").is_none());
 }
 
@@ -93,12 +99,16 @@ fn openai_reply(cached: u64) -> Reply {
 
 #[tokio::test]
 async fn openai_gets_one_prompt_cache_key_per_prefix_and_reports_cached_tokens() {
-    let server = TestServer::start(vec![openai_reply(0), openai_reply(1200), openai_reply(0)]).await;
+    let server =
+        TestServer::start(vec![openai_reply(0), openai_reply(1200), openai_reply(0)]).await;
     let settings = fast_settings(Provider::OpenAi, &format!("{}/v1", server.url));
     let client = OpenAiClient::new(&settings).unwrap();
     let request = long_request("hi");
     run(&client, &request).await.1.unwrap();
-    let second = run(&client, &long_request("another question")).await.1.unwrap();
+    let second = run(&client, &long_request("another question"))
+        .await
+        .1
+        .unwrap();
     assert_eq!(second.usage.cache_read_tokens, 1200);
     let mut other = long_request("hi");
     other.system.push_str("Something else.");
@@ -107,21 +117,38 @@ async fn openai_gets_one_prompt_cache_key_per_prefix_and_reports_cached_tokens()
     let bodies: Vec<_> = server.requests().into_iter().map(|r| r.body).collect();
     let key = bodies[0]["prompt_cache_key"].as_str().unwrap().to_owned();
     assert!(key.starts_with("eve-"), "{key}");
-    assert_eq!(bodies[1]["prompt_cache_key"], key.as_str(), "same prefix, same key");
-    assert_ne!(bodies[2]["prompt_cache_key"], key.as_str(), "another prefix, another key");
+    assert_eq!(
+        bodies[1]["prompt_cache_key"],
+        key.as_str(),
+        "same prefix, same key"
+    );
+    assert_ne!(
+        bodies[2]["prompt_cache_key"],
+        key.as_str(),
+        "another prefix, another key"
+    );
 }
 
 #[tokio::test]
 async fn compatible_servers_and_short_prefixes_get_no_prompt_cache_key() {
     let server = TestServer::start(vec![openai_reply(0), openai_reply(0)]).await;
-    let vllm = OpenAiClient::new(&fast_settings(Provider::Vllm, &format!("{}/v1", server.url)))
-        .unwrap();
+    let vllm = OpenAiClient::new(&fast_settings(
+        Provider::Vllm,
+        &format!("{}/v1", server.url),
+    ))
+    .unwrap();
     run(&vllm, &long_request("hi")).await.1.unwrap();
-    let openai =
-        OpenAiClient::new(&fast_settings(Provider::OpenAi, &format!("{}/v1", server.url)))
-            .unwrap();
+    let openai = OpenAiClient::new(&fast_settings(
+        Provider::OpenAi,
+        &format!("{}/v1", server.url),
+    ))
+    .unwrap();
     run(&openai, &simple_request("hi")).await.1.unwrap();
     for request in server.requests() {
-        assert!(request.body.get("prompt_cache_key").is_none(), "{}", request.body);
+        assert!(
+            request.body.get("prompt_cache_key").is_none(),
+            "{}",
+            request.body
+        );
     }
 }

@@ -9,11 +9,11 @@ use super::{CallError, TurnDriver, TurnEnd, effect_str, finish_str, idempotency_
 use crate::engine::RuntimeResult;
 use crate::engine::build::LOAD_SKILL;
 use crate::engine::compaction::to_message;
-use crate::engine::hollow;
-use crate::engine::strategy;
 use crate::engine::events as ev;
+use crate::engine::hollow;
 use crate::engine::limits::sleep_until_opt;
 use crate::engine::phases::converge_note;
+use crate::engine::strategy;
 use crate::model::{Message, ModelEvent, ModelRequest, ModelResponse, ToolCall, ToolChoice};
 use crate::store::*;
 
@@ -453,13 +453,11 @@ impl TurnDriver<'_> {
             turn.status = TurnStatus::Completed;
             turn.ended_at = Some(now_ms());
             self.session.status = SessionStatus::Idle;
-            batch
-                .event(
-                    self.id(),
-                    ev::STEP_COMPLETED,
-                    ev::step_completed(turn, step, &finish, step_usage),
-                )
-                ;
+            batch.event(
+                self.id(),
+                ev::STEP_COMPLETED,
+                ev::step_completed(turn, step, &finish, step_usage),
+            );
             for (kind, data) in final_events {
                 batch.event(self.id(), kind, data);
             }
@@ -500,7 +498,8 @@ impl TurnDriver<'_> {
         answer: &str,
     ) -> RuntimeResult<Option<hollow::Hollow>> {
         let config = &self.build.manifest.agent.config;
-        if !config.hollow_check || turn.step_index + 1 >= u64::from(config.limits.max_steps_per_turn)
+        if !config.hollow_check
+            || turn.step_index + 1 >= u64::from(config.limits.max_steps_per_turn)
         {
             return Ok(None);
         }
