@@ -648,10 +648,10 @@ impl ModelClient for Planner {
     }
 }
 
-fn planner(
-    p: &TestProject,
-    fail_first_c: bool,
-) -> (Runtime, Arc<Mutex<Vec<ModelRequest>>>, Arc<Mutex<bool>>) {
+/// The requests a model got.
+type Requests = Arc<Mutex<Vec<ModelRequest>>>;
+
+fn planner(p: &TestProject, fail_first_c: bool) -> (Runtime, Requests, Arc<Mutex<bool>>) {
     let requests = Arc::new(Mutex::new(Vec::new()));
     let overlapped = Arc::new(Mutex::new(false));
     let client = Planner {

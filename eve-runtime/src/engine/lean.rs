@@ -58,7 +58,7 @@ pub(super) fn inline_specs(
         .map(|(i, s)| (i, counts.get(&s.name).copied().unwrap_or(0)))
         .collect();
     // Most used first; the sort is stable, so ties keep the build's order.
-    ranked.sort_by(|a, b| b.1.cmp(&a.1));
+    ranked.sort_by_key(|r| std::cmp::Reverse(r.1));
     let kept: Vec<usize> = ranked.iter().take(keep).map(|(i, _)| *i).collect();
     specs
         .into_iter()
