@@ -13,6 +13,7 @@ mod examples;
 mod fail_fast;
 mod limits;
 mod memory;
+mod plan;
 mod redaction;
 mod run_cli;
 mod schedules;

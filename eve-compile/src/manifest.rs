@@ -113,6 +113,103 @@ pub struct AgentConfig {
     pub approvals: BTreeMap<String, Approval>,
     /// What a message arriving mid-turn does.
     pub turn_policy: TurnPolicy,
+    /// Whether a final answer that claims work no tool call of the turn did gets one nudge
+    /// (`hollow_check: true`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub hollow_check: bool,
+    /// How many tools, tool specs and old tool outputs the model is sent (`lean_context:`).
+    #[serde(default, skip_serializing_if = "LeanContext::is_default")]
+    pub lean_context: LeanContext,
+    /// How a turn is run: one tool loop (`react`), a plan of parallel steps (`plan`), or answers
+    /// reviewed by a critic (`reflect`).
+    #[serde(default, skip_serializing_if = "Strategy::is_react")]
+    pub strategy: Strategy,
+    /// The critic of `strategy: reflect` (from `critic:`, or the `critic` subagent's folder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub critic: Option<Critic>,
+}
+
+/// How a turn is run (`strategy:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// One tool loop: the model calls tools until it answers.
+    #[default]
+    React,
+    /// A planning step produces a plan of steps with dependencies; independent steps run in
+    /// parallel as child sessions; a synthesis step answers from their results.
+    Plan,
+    /// After the answer, a critic reviews it and may send it back with objections.
+    Reflect,
+}
+
+impl Strategy {
+    fn is_react(&self) -> bool {
+        *self == Strategy::React
+    }
+
+    /// The name as written in `agent.yaml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::React => "react",
+            Strategy::Plan => "plan",
+            Strategy::Reflect => "reflect",
+        }
+    }
+}
+
+/// The critic of `strategy: reflect`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Critic {
+    /// `provider/model` of the critic (default: the agent's model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// What the critic checks, as its system prompt.
+    pub instructions: String,
+    /// Most reviews per turn that may send the answer back (default 2).
+    pub max_rounds: u32,
+}
+
+/// What a critic checks when nothing says otherwise.
+pub const DEFAULT_CRITIC_INSTRUCTIONS: &str = "You review an assistant's answer to a user's \
+    request. Check that it does what was asked, is correct and complete, and claims nothing it \
+    did not do.";
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// `lean_context:`: keeping what is sent to the model small.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeanContext {
+    /// Above this many offered tools, the tools are offered through the deferred-tools catalogue
+    /// (`search_tools`/`call_tool`), except the [`LeanContext::keep_inline`] most used (default 30;
+    /// 0 turns the automatic catalogue off).
+    pub max_inline_tools: u32,
+    /// How many of the most used tools stay offered directly when the catalogue takes the rest
+    /// (default 8).
+    pub keep_inline: u32,
+    /// A tool output from before the current turn longer than this many lines is cut to its head
+    /// and tail with `[N lines cut]` (default 40; 0 keeps every output whole).
+    pub cut_lines: u32,
+}
+
+impl Default for LeanContext {
+    fn default() -> Self {
+        Self {
+            max_inline_tools: 30,
+            keep_inline: 8,
+            cut_lines: 40,
+        }
+    }
+}
+
+impl LeanContext {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// `memory:` in `agent.yaml`.
@@ -206,6 +303,9 @@ pub struct Limits {
     /// Model prices in US dollars per million tokens, `(input, output)`, for `max_cost_usd`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price_per_million: Option<Price>,
+    /// Shares of the turn's budget spent exploring, executing and converging (`limits.phases`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<Phases>,
     /// Total seconds one model call may take, retries included (default 300).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_call_seconds: Option<u64>,
@@ -244,6 +344,60 @@ impl Default for Limits {
             model_idle_seconds: None,
             model_response_bytes: None,
             review_seconds: None,
+            phases: None,
+        }
+    }
+}
+
+/// `limits.phases`: a turn moves from `explore` to `execute` to `converge` as it spends its
+/// budget (steps of `max_steps_per_turn`, or tokens of `max_tokens`, whichever is further
+/// along). The shares add up to 1. Tools tagged `phase: explore` are withdrawn in `converge`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Phases {
+    /// Share of the budget for exploring.
+    pub explore: f64,
+    /// Share of the budget for executing.
+    pub execute: f64,
+    /// Share of the budget for converging on the answer.
+    pub converge: f64,
+    /// More tools tagged `explore` by name: built-ins (`bash`, `read_file`), subagents, MCP tools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub explore_tools: Vec<String>,
+}
+
+/// The phase of a turn under `limits.phases`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Looking around: every tool is offered.
+    Explore,
+    /// Doing the work: every tool is offered.
+    Execute,
+    /// Finishing: tools tagged `explore` are withdrawn.
+    Converge,
+}
+
+impl Phase {
+    /// The phase's name as written in `agent.yaml` and events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Explore => "explore",
+            Phase::Execute => "execute",
+            Phase::Converge => "converge",
+        }
+    }
+}
+
+impl Phases {
+    /// The phase at `progress` (0 = the turn's start, 1 = its budget spent).
+    pub fn at(&self, progress: f64) -> Phase {
+        if progress < self.explore {
+            Phase::Explore
+        } else if progress < self.explore + self.execute {
+            Phase::Execute
+        } else {
+            Phase::Converge
         }
     }
 }
@@ -316,6 +470,9 @@ pub struct Tool {
     pub env: Vec<String>,
     /// Events at which the tool is asked for dynamic tool definitions (empty = a plain tool).
     pub dynamic: Vec<String>,
+    /// The phase the tool belongs to (`phase: explore`: withdrawn in `converge`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
     /// How the tool runs.
     pub runner: Runner,
 }

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod artifacts;
+mod behaviours;
 mod diagnostics;
 mod hash;
 mod hostile;

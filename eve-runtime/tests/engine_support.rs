@@ -150,6 +150,10 @@ pub fn agent() -> Agent {
             default_tools: false,
             approvals: Default::default(),
             turn_policy: TurnPolicy::Queue,
+            hollow_check: false,
+            strategy: Default::default(),
+            critic: None,
+            lean_context: Default::default(),
         },
         tools: Vec::new(),
         skills: Vec::new(),
@@ -182,6 +186,7 @@ pub fn script_tool(name: &str, effect: Effect, approval: Approval) -> Tool {
         deferred: false,
         env: vec!["SIDE_FILE".to_owned()],
         dynamic: Vec::new(),
+        phase: None,
         runner: Runner::Script {
             path: format!("tools/{name}.sh"),
             interpreter: vec!["sh".to_owned()],

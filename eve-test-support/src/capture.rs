@@ -25,6 +25,11 @@ pub const MISSING_OK: &[(&str, &str)] = &[("session.started", "trace"), ("turn.s
 pub const EXTRA_OK: &[(&str, &str)] = &[
     ("session.started", "runtime.buildHash"),
     ("input.resolved", "resolutions[].responderPrincipalId"),
+    ("turn.completed", "usage"),
+    ("turn.completed", "usage.cacheReadTokens"),
+    ("turn.completed", "usage.cacheWriteTokens"),
+    ("turn.completed", "usage.inputTokens"),
+    ("turn.completed", "usage.outputTokens"),
 ];
 
 /// Event types whose consecutive runs are folded into one.

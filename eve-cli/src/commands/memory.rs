@@ -98,7 +98,11 @@ pub fn edit(args: MemoryEditArgs) -> anyhow::Result<ExitCode> {
     };
     let done = block_on(async {
         let runtime = open_runtime(&project).await?;
-        anyhow::Ok(runtime.memory_write(&selector(&args.target), &input).await?)
+        anyhow::Ok(
+            runtime
+                .memory_write(&selector(&args.target), &input)
+                .await?,
+        )
     })??;
     eprintln!("{} {done}", paint(stderr_color(), "1;32", "memory:"));
     Ok(ExitCode::SUCCESS)

@@ -42,6 +42,7 @@ const TOOL_FIELDS: &[&str] = &[
     "interpreter",
     "sandbox",
     "network",
+    "phase",
 ];
 const EFFECTS: &[(&str, Effect)] = &[
     ("read", Effect::Read),
@@ -152,6 +153,7 @@ impl Compiler {
         let timeout_ms = f.duration_ms("timeout").unwrap_or(sandbox.timeout_ms);
         let output_limit = f.u64("output_limit").unwrap_or(sandbox.output_limit);
         let deferred = f.bool("deferred").unwrap_or(false);
+        let phase = f.choice("phase", &[("explore", Phase::Explore)]);
         let own_sandbox = super::sandbox::read_override(&mut f);
         let env = f.string_list("env").unwrap_or_default();
         let dynamic = f.string_list("dynamic").unwrap_or_default();
@@ -254,6 +256,7 @@ impl Compiler {
             deferred,
             env,
             dynamic,
+            phase,
             runner,
         };
         Some((tool, own_sandbox))

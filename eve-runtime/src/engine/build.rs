@@ -43,6 +43,9 @@ pub struct LoadedBuild {
     pub providers: Vec<Tool>,
     /// Whether this agent or one of its subagents has observe hooks.
     pub observe_hooks: bool,
+    /// Whether the build's tools are many enough (`lean_context.max_inline_tools`) to be offered
+    /// through the catalogue, with only the most used inline.
+    pub auto_catalogue: bool,
 }
 
 impl LoadedBuild {
@@ -74,7 +77,12 @@ impl LoadedBuild {
                 input_schema: t.input_schema.clone(),
             })
             .collect();
+        let reflect = agent.config.strategy == eve_compile::Strategy::Reflect;
         for sub in &agent.subagents {
+            if reflect && sub.name == "critic" {
+                // The critic reviews answers; it is not a tool of the agent.
+                continue;
+            }
             let spec = super::subagents::tool_spec(sub);
             validators.insert(&spec.name, &spec.input_schema);
             specs.push(spec);
@@ -92,7 +100,23 @@ impl LoadedBuild {
         }
         let files = std::path::absolute(dir.join(eve_compile::pack::FILES))
             .unwrap_or_else(|_| dir.join(eve_compile::pack::FILES));
-        let system_prompt = system_prompt_with_files(&manifest, Some(&files));
+        let mut system_prompt = system_prompt_with_files(&manifest, Some(&files));
+        let lean = agent.config.lean_context;
+        let catalogued = specs
+            .iter()
+            .filter(|s| tools.iter().any(|t| t.name == s.name))
+            .count();
+        let auto_catalogue =
+            lean.max_inline_tools > 0 && catalogued > lean.max_inline_tools as usize;
+        if auto_catalogue {
+            system_prompt.truncate(system_prompt.trim_end().len());
+            system_prompt.push_str(&format!(
+                "\n\n## Tool catalogue\n\nThis agent has {catalogued} tools; only the most used \
+                 are offered directly. To use another, find it with `{SEARCH_TOOLS}` (describe \
+                 what you need; it returns names and input schemas), then run it with \
+                 `{CALL_TOOL}` (`name` and `input`).\n"
+            ));
+        }
         Self {
             hash,
             dir,
@@ -103,6 +127,7 @@ impl LoadedBuild {
             system_prompt,
             providers,
             observe_hooks,
+            auto_catalogue,
         }
     }
 
@@ -159,6 +184,16 @@ impl LoadedBuild {
     pub fn files_path(&self) -> PathBuf {
         let files = self.dir.join(eve_compile::pack::FILES);
         std::path::absolute(&files).unwrap_or(files)
+    }
+
+    /// Whether sessions of this agent start child sessions: it has subagents, or a plan runs
+    /// its steps in children (`strategy: plan`, here or in a subagent).
+    pub fn has_children(&self) -> bool {
+        fn plans(agent: &Agent) -> bool {
+            agent.config.strategy == eve_compile::Strategy::Plan
+                || agent.subagents.iter().any(plans)
+        }
+        !self.manifest.agent.subagents.is_empty() || plans(&self.manifest.agent)
     }
 
     /// A tool by name.
@@ -349,7 +384,7 @@ impl BuildStore {
             self.hooks_seen
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        if !build.manifest.agent.subagents.is_empty() {
+        if build.has_children() {
             self.subagents_seen
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
@@ -377,10 +412,23 @@ impl BuildStore {
         {
             return Ok(build.clone());
         }
-        let view = Arc::new(root.for_agent(path).ok_or_else(|| RuntimeError::Build {
-            what: hash.to_owned(),
-            message: format!("the build has no subagent at `{path}`"),
-        })?);
+        let view = match path.strip_suffix(super::strategy::WORKER_SUFFIX) {
+            // The child sessions of a plan's steps: the agent itself, running `react`.
+            Some(base) => {
+                let base = self.agent(hash, base)?;
+                let mut manifest = base.manifest.clone();
+                manifest.agent = super::strategy::worker_agent(&manifest.agent);
+                Arc::new(LoadedBuild::new(
+                    base.hash.clone(),
+                    base.dir.clone(),
+                    manifest,
+                ))
+            }
+            None => Arc::new(root.for_agent(path).ok_or_else(|| RuntimeError::Build {
+                what: hash.to_owned(),
+                message: format!("the build has no subagent at `{path}`"),
+            })?),
+        };
         if let Ok(mut cache) = self.loaded.lock() {
             cache.insert(key, view.clone());
         }

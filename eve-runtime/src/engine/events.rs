@@ -322,7 +322,8 @@ pub fn input_resolved(requests: &[InputRequestRecord]) -> Value {
 
 /// `turn.completed`.
 pub fn turn_completed(turn: &TurnRecord) -> Value {
-    Value::Object(turn_fields(turn))
+    // Beyond eve: what the turn's model calls used, cache reads included.
+    with(turn_fields(turn), json!({"usage": turn.usage}))
 }
 
 /// `turn.failed`.
@@ -363,4 +364,82 @@ pub fn compaction_completed(session_id: &str, turn_seq: u64, step: u64, model_id
 /// `context.cleared` (and `session.reset`).
 pub fn context_cleared(session_id: &str, turn_seq: u64) -> Value {
     json!({"sequence": turn_seq, "sessionId": session_id, "turnId": format!("turn_{turn_seq}")})
+}
+
+/// The turn moved to another phase of `limits.phases` (`explore`, `execute`, `converge`).
+pub const PHASE_CHANGED: &str = "phase.changed";
+/// The hollow-answer check sent the model back once: its answer claimed work no tool call did.
+pub const HOLLOW_NUDGED: &str = "answer.hollow";
+
+/// `phase.changed`: `from` is null at the turn's first step; `withdrawn` names the tools taken
+/// away in this phase.
+pub fn phase_changed(
+    turn: &TurnRecord,
+    step: u64,
+    from: Option<&str>,
+    to: &str,
+    progress: f64,
+    withdrawn: &[String],
+) -> Value {
+    with(
+        step_fields(turn, step),
+        json!({"from": from, "to": to, "progress": (progress * 1000.0).round() / 1000.0,
+               "withdrawn": withdrawn}),
+    )
+}
+
+/// `answer.hollow`: what the answer claimed and why no call of the turn backs it.
+pub fn hollow_nudged(turn: &TurnRecord, step: u64, claims: &[String], reason: &str) -> Value {
+    with(
+        step_fields(turn, step),
+        json!({"claims": claims, "reason": reason}),
+    )
+}
+
+/// A `strategy: plan` turn's plan was accepted (its steps and their dependencies).
+pub const PLAN_CREATED: &str = "plan.created";
+/// A submitted plan was not a valid DAG; the model plans once more.
+pub const PLAN_REJECTED: &str = "plan.rejected";
+/// A critic reviewed an answer (`strategy: reflect`).
+pub const REFLECT_ROUND: &str = "reflect.round";
+/// A `strategy: reflect` turn's answer is final.
+pub const REFLECT_COMPLETED: &str = "reflect.completed";
+
+/// `plan.created`: the plan as journaled.
+pub fn plan_created(turn: &TurnRecord, step: u64, plan: &Value) -> Value {
+    with(step_fields(turn, step), json!({"plan": plan}))
+}
+
+/// `plan.rejected`: why the plan was not accepted.
+pub fn plan_rejected(turn: &TurnRecord, step: u64, error: &Value) -> Value {
+    with(step_fields(turn, step), json!({"error": error}))
+}
+
+/// `reflect.round`: one review; `verdict` is `accept`, `revise` or `error`.
+pub fn reflect_round(
+    turn: &TurnRecord,
+    step: u64,
+    round: u32,
+    verdict: &str,
+    objections: Option<&str>,
+) -> Value {
+    with(
+        step_fields(turn, step),
+        json!({"round": round, "verdict": verdict, "objections": objections}),
+    )
+}
+
+/// `reflect.completed`: the final answer, how many reviews it took, and whether the last one
+/// accepted it (`false` when `max_rounds` ran out).
+pub fn reflect_completed(
+    turn: &TurnRecord,
+    step: u64,
+    rounds: u32,
+    accepted: bool,
+    answer: &str,
+) -> Value {
+    with(
+        step_fields(turn, step),
+        json!({"rounds": rounds, "accepted": accepted, "answer": answer}),
+    )
 }

@@ -75,6 +75,7 @@ fn tool(probe: &Probe) -> Tool {
         deferred: false,
         env: Vec::new(),
         dynamic: Vec::new(),
+        phase: None,
         runner: Runner::Command {
             argv: vec!["sh".to_owned(), "-c".to_owned(), script(probe)],
         },

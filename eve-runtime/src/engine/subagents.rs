@@ -87,6 +87,7 @@ pub(super) fn synthetic_tool(
         deferred: false,
         env: Vec::new(),
         dynamic: Vec::new(),
+        phase: None,
         runner: Runner::Command { argv: Vec::new() },
     }
 }
@@ -507,7 +508,7 @@ impl TurnDriver<'_> {
     pub(super) async fn spent(&self) -> RuntimeResult<(u64, f64)> {
         let mut tokens = self.session.usage.total();
         let mut cost = self.session.cost_usd;
-        if !self.build.manifest.agent.subagents.is_empty() {
+        if self.build.has_children() {
             let (below, below_cost) = self.rt.inner.store.descendant_usage(self.id()).await?;
             tokens = tokens.saturating_add(below.total());
             cost += below_cost;
@@ -520,7 +521,7 @@ impl TurnDriver<'_> {
         let limits = &self.build.manifest.agent.config.limits;
         let own = self.budget.unwrap_or_default();
         let inherited = self.budget.is_some();
-        let has_children = !self.build.manifest.agent.subagents.is_empty();
+        let has_children = self.build.has_children();
         if !inherited && !has_children {
             return Ok(None);
         }
@@ -608,12 +609,14 @@ impl TurnDriver<'_> {
 
     /// Cancels the children that unsettled subagent calls of this turn wait on.
     pub(super) async fn cancel_children(&self, turn: &TurnRecord) -> RuntimeResult<()> {
-        if self.build.manifest.agent.subagents.is_empty() {
+        if !self.build.has_children() {
             return Ok(());
         }
         let store = self.rt.inner.store.clone();
         for call in store.tool_calls(self.id(), turn.seq).await? {
-            if call.status.is_terminal() || self.build.manifest.agent.subagent(&call.name).is_none()
+            let plan_step = call.name == super::strategy::PLAN_STEP && self.plans();
+            if call.status.is_terminal()
+                || (self.build.manifest.agent.subagent(&call.name).is_none() && !plan_step)
             {
                 continue;
             }

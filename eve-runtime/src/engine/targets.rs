@@ -248,9 +248,12 @@ impl TurnDriver<'_> {
         }
         let mut extra = Extra::default();
         let mut validators: Vec<(String, Value)> = Vec::new();
+        let auto = self.build.auto_catalogue;
         let deferred: Vec<CatalogueEntry> = self
             .build
-            .deferred_tools()
+            .tools
+            .iter()
+            .filter(|t| auto || t.deferred)
             .map(|t| CatalogueEntry {
                 name: t.name.clone(),
                 alias: String::new(),
@@ -281,6 +284,7 @@ impl TurnDriver<'_> {
             let what = Catalogued {
                 deferred: !deferred.is_empty(),
                 mcp: catalogue_mcp.is_some(),
+                all_tools: auto,
             };
             for (i, spec) in catalogue_tools_for(what).into_iter().enumerate() {
                 validators.push((spec.name.clone(), spec.input_schema.clone()));
@@ -329,6 +333,17 @@ impl TurnDriver<'_> {
     /// Every tool spec offered to the model this step.
     pub(super) fn offered_specs(&self) -> Vec<ToolSpec> {
         let mut specs = self.build.specs.clone();
+        if self.build.auto_catalogue {
+            let counts = self
+                .context
+                .as_deref()
+                .map(super::lean::use_counts)
+                .unwrap_or_default();
+            let keep = self.build.manifest.agent.config.lean_context.keep_inline as usize;
+            specs = super::lean::inline_specs(specs, keep, &counts, |name| {
+                self.build.tool(name).is_some()
+            });
+        }
         if let Some(extra) = &self.extra {
             specs.extend(extra.specs.iter().cloned());
         }
@@ -339,6 +354,13 @@ impl TurnDriver<'_> {
     pub(super) fn target(&self, name: &str, input: &Value) -> Option<Resolved> {
         if let Some(tool) = self.build.tool(name) {
             return Some(Resolved::new(tool.clone(), Target::Build(tool.clone())));
+        }
+        if name == super::strategy::PLAN_STEP && self.plans() {
+            let worker = super::strategy::worker_agent(&self.build.manifest.agent);
+            return Some(Resolved::new(
+                policy_tool(&worker),
+                Target::Subagent(worker),
+            ));
         }
         if let Some(sub) = self.build.manifest.agent.subagent(name) {
             return Some(Resolved::new(

@@ -421,6 +421,9 @@ pub struct Catalogued {
     pub deferred: bool,
     /// The tools of its MCP connections.
     pub mcp: bool,
+    /// The agent's tools are many, and all of them are in the catalogue (`lean_context`): the
+    /// system prompt does not list them.
+    pub all_tools: bool,
 }
 
 /// The two catalogue tools offered instead of every MCP schema when there are many.
@@ -428,12 +431,21 @@ pub fn catalogue_tools() -> Vec<ToolSpec> {
     catalogue_tools_for(Catalogued {
         deferred: false,
         mcp: true,
+        all_tools: false,
     })
 }
 
 /// The two catalogue tools, described for what they reach: deferred tools, MCP tools or both.
 pub fn catalogue_tools_for(what: Catalogued) -> Vec<ToolSpec> {
     let (searched, name_hint) = match (what.deferred, what.mcp) {
+        _ if what.all_tools => (
+            if what.mcp {
+                "Search this agent's tools and the tools of its MCP servers."
+            } else {
+                "Search this agent's tools, including those not offered directly."
+            },
+            "The tool's name, as `search_tools` gives it.",
+        ),
         (true, false) => (
             "Search this agent's tools that are not offered directly (listed by name in the \
              system prompt).",
@@ -618,7 +630,11 @@ mod tests {
     #[test]
     fn catalogue_descriptions_say_what_is_searched() {
         let describe = |deferred, mcp| {
-            catalogue_tools_for(Catalogued { deferred, mcp })[0]
+            catalogue_tools_for(Catalogued {
+                deferred,
+                mcp,
+                all_tools: false,
+            })[0]
                 .description
                 .clone()
         };

@@ -132,6 +132,17 @@ pub fn request_body(request: &ModelRequest) -> Value {
             body["tool_choice"] = choice;
         }
     }
+    // A cache breakpoint at the end of the stable prefix (tools, then system): later calls of
+    // the session read it from the cache instead of paying for it again.
+    if super::prefix_cache_key(request).is_some() {
+        let breakpoint = json!({"type": "ephemeral"});
+        if !request.system.is_empty() {
+            body["system"] = json!([{"type": "text", "text": request.system,
+                                     "cache_control": breakpoint}]);
+        } else if let Some(last) = body["tools"].as_array_mut().and_then(|t| t.last_mut()) {
+            last["cache_control"] = breakpoint;
+        }
+    }
     body
 }
 

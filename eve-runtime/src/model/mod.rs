@@ -200,6 +200,35 @@ impl ToolChoice {
     }
 }
 
+/// Providers cache a prompt prefix only from about this many tokens on (Anthropic: 1024 for
+/// most models; OpenAI: 1024).
+pub const CACHEABLE_PREFIX_TOKENS: usize = 1024;
+
+/// A key naming the request's stable prefix (system prompt and tools), when that prefix is long
+/// enough to be worth caching: Anthropic's `cache_control` breakpoint goes on it and OpenAI gets
+/// it as `prompt_cache_key`, so calls sharing the prefix land on the same cache. `None` for a
+/// short prefix (characters / 4 under [`CACHEABLE_PREFIX_TOKENS`]), which no provider caches.
+pub fn prefix_cache_key(request: &ModelRequest) -> Option<String> {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(request.system.as_bytes());
+    let mut chars = request.system.len();
+    for tool in &request.tools {
+        let schema = tool.input_schema.to_string();
+        chars += tool.name.len() + tool.description.len() + schema.len();
+        hasher.update([0]);
+        hasher.update(tool.name.as_bytes());
+        hasher.update([0]);
+        hasher.update(tool.description.as_bytes());
+        hasher.update([0]);
+        hasher.update(schema.as_bytes());
+    }
+    if chars / 4 < CACHEABLE_PREFIX_TOKENS {
+        return None;
+    }
+    Some(format!("eve-{}", &hex::encode(hasher.finalize())[..24]))
+}
+
 /// Token usage of one model call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -137,6 +137,12 @@ pub fn request_body(provider: Provider, request: &ModelRequest) -> Value {
         };
         body[key] = json!(max);
     }
+    // OpenAI routes calls with the same key to the same prompt cache.
+    if provider == Provider::OpenAi
+        && let Some(key) = super::prefix_cache_key(request)
+    {
+        body["prompt_cache_key"] = json!(key);
+    }
     body
 }
 

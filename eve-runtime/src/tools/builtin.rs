@@ -112,6 +112,7 @@ fn builtin(name: &str, description: &str, input_schema: Value, effect: Effect) -
         deferred: false,
         env: Vec::new(),
         dynamic: Vec::new(),
+        phase: None,
         runner: Runner::Command {
             argv: vec![BUILTIN_ARGV.to_owned()],
         },

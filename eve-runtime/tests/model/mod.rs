@@ -6,6 +6,7 @@
 //! stays fast.
 
 mod anthropic;
+mod cache;
 mod compat;
 mod limits;
 mod llama;

@@ -103,6 +103,7 @@ pub fn tool(name: &str, runner: Runner) -> Tool {
         deferred: false,
         env: vec![],
         dynamic: vec![],
+        phase: None,
         runner,
     }
 }

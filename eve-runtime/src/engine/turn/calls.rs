@@ -12,7 +12,9 @@ use super::{TurnDriver, TurnEnd, content_for_model};
 use crate::engine::drive::pending_for_turn;
 use crate::engine::events as ev;
 use crate::engine::limits::sleep_until_opt;
-use crate::engine::{RuntimeError, RuntimeResult, dynamic, hooks, review, subagents, targets};
+use crate::engine::{
+    RuntimeError, RuntimeResult, dynamic, hooks, phases, review, strategy, subagents, targets,
+};
 use crate::model::Message;
 use crate::store::*;
 use crate::tools::{ToolContext, ToolResult, prepare_workspace, run_tool};
@@ -64,6 +66,28 @@ impl TurnDriver<'_> {
         }
         if self.is_memory_call(&call.name) {
             return Ok(Decision::Memory);
+        }
+        if call.name == strategy::SUBMIT_PLAN && self.plans() {
+            return Ok(match strategy::validate_plan(&call.input) {
+                Ok(steps) => Decision::Settle(CallStatus::Completed, strategy::plan_json(&steps)),
+                Err(errors) => Decision::Settle(
+                    CallStatus::Failed,
+                    json!(format!(
+                        "The plan was not accepted; submit a corrected one:\n{}",
+                        errors
+                            .iter()
+                            .map(|e| format!("- {e}"))
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    )),
+                ),
+            });
+        }
+        if self.withdrawn(&call.name) {
+            return Ok(Decision::Settle(
+                CallStatus::Failed,
+                json!(phases::withdrawn_refusal(&call.name)),
+            ));
         }
         let Some(tool) = self.target(&call.name, &call.input).map(|t| t.policy) else {
             return Ok(Decision::Settle(
@@ -216,6 +240,7 @@ impl TurnDriver<'_> {
         turn: &mut TurnRecord,
     ) -> RuntimeResult<Option<TurnEnd>> {
         self.ensure_extra().await?;
+        self.step_phase(turn).await?;
         let calls: Vec<ToolCallRecord> = match self.fresh_calls.take() {
             Some(calls) => calls,
             None => self
@@ -252,6 +277,14 @@ impl TurnDriver<'_> {
                         }
                     }
                     let mut batch = Batch::new();
+                    if call.name == strategy::SUBMIT_PLAN && self.plans() {
+                        let (kind, data) = if status == CallStatus::Completed {
+                            (ev::PLAN_CREATED, ev::plan_created(turn, step, &output))
+                        } else {
+                            (ev::PLAN_REJECTED, ev::plan_rejected(turn, step, &output))
+                        };
+                        batch.event(self.id(), kind, data);
+                    }
                     let message =
                         self.settle_into(&mut batch, turn, step, call, status, output, None)?;
                     inline.push((batch, message));

@@ -47,6 +47,8 @@ enum CallError {
     Model(String),
     /// The provider said the prompt does not fit the context window.
     ContextTooLong(String),
+    /// The turn cannot go on: a code and a message for `turn.failed`.
+    Failed(&'static str, String),
 }
 
 /// The idempotency key of a call: stable across retries, derived from where the call lives.
@@ -108,6 +110,8 @@ pub(super) struct TurnDriver<'a> {
     pub(super) sender: Option<Option<String>>,
     /// This step's model call is first told to save what matters (the context is near full).
     pub(super) save_nudge: bool,
+    /// The `limits.phases` phase of the current step (computed once per step).
+    pub(in crate::engine) phase: Option<super::phases::StepPhase>,
 }
 
 impl<'a> TurnDriver<'a> {
@@ -167,6 +171,7 @@ impl<'a> TurnDriver<'a> {
             pinned: None,
             sender: None,
             save_nudge: false,
+            phase: None,
         })
     }
 
@@ -213,6 +218,9 @@ impl<'a> TurnDriver<'a> {
                         }
                         Err(CallError::Model(message)) => {
                             return self.end_failed(turn, "model_error", &message, None).await;
+                        }
+                        Err(CallError::Failed(code, message)) => {
+                            return self.end_failed(turn, code, &message, None).await;
                         }
                         Err(CallError::ContextTooLong(message)) => {
                             match self

@@ -10,7 +10,10 @@ use crate::engine::RuntimeResult;
 use crate::engine::build::LOAD_SKILL;
 use crate::engine::compaction::to_message;
 use crate::engine::events as ev;
+use crate::engine::hollow;
 use crate::engine::limits::sleep_until_opt;
+use crate::engine::phases::converge_note;
+use crate::engine::strategy;
 use crate::model::{Message, ModelEvent, ModelRequest, ModelResponse, ToolCall, ToolChoice};
 use crate::store::*;
 
@@ -61,6 +64,23 @@ impl TurnDriver<'_> {
             ev::STEP_STARTED,
             ev::step_started(turn, turn.step_index, &self.model.model_id),
         );
+        if let Some(phase) = self.step_phase(turn).await?
+            && phase.previous != Some(phase.phase)
+        {
+            self.ensure_extra().await?;
+            batch.event(
+                self.id(),
+                ev::PHASE_CHANGED,
+                ev::phase_changed(
+                    turn,
+                    turn.step_index,
+                    phase.previous.map(|p| p.as_str()),
+                    phase.phase.as_str(),
+                    phase.progress,
+                    &self.withdrawn_names(),
+                ),
+            );
+        }
         self.rt.commit(batch).await?;
         Ok(None)
     }
@@ -118,18 +138,51 @@ impl TurnDriver<'_> {
         if let Err(e) = self.ensure_extra().await {
             return Err(CallError::Model(e.to_string()));
         }
+        let cut_lines = self.build.manifest.agent.config.lean_context.cut_lines as usize;
         let messages = match self.context().await {
-            Ok(c) => c.clone(),
+            Ok(c) => crate::engine::lean::lean_messages(c, cut_lines),
             Err(e) => return Err(CallError::Model(e.to_string())),
         };
-        let tools = self.offered_specs();
-        let system = match self.system_text(turn).await {
+        if let Err(e) = self.step_phase(turn).await {
+            return Err(CallError::Model(e.to_string()));
+        }
+        let (mut tools, withdrawn) = self.without_withdrawn(self.offered_specs());
+        let mut system = match self.system_text(turn).await {
             Ok(system) => system,
             Err(e) => return Err(CallError::Model(e.to_string())),
         };
+        if !withdrawn.is_empty() {
+            system.push_str("\n\n");
+            system.push_str(&converge_note(&withdrawn));
+        }
+        let mut forced = None;
+        if self.plans() {
+            let action = match self.plan_action(turn).await {
+                Ok(a) => a,
+                Err(e) => return Err(CallError::Model(e.to_string())),
+            };
+            match action {
+                strategy::PlanAction::Plan => {
+                    tools = vec![strategy::submit_plan_spec()];
+                    system.push_str("\n\n");
+                    system.push_str(strategy::PLANNING_NOTE);
+                    forced = Some(ToolChoice::Tool(strategy::SUBMIT_PLAN.to_owned()));
+                }
+                strategy::PlanAction::Wave(calls) => return Ok(strategy::wave_response(calls)),
+                strategy::PlanAction::Synthesize { failed } => {
+                    tools = Vec::new();
+                    system.push_str("\n\n");
+                    system.push_str(&strategy::synthesis_note(&failed));
+                }
+                strategy::PlanAction::NoPlan(message) => {
+                    return Err(CallError::Failed("plan_failed", message));
+                }
+            }
+        }
         let config = &self.build.manifest.agent.config;
-        let tool_choice =
-            ToolChoice::for_step(config.tool_choice.as_deref(), turn.step_index, &tools);
+        let tool_choice = forced.unwrap_or_else(|| {
+            ToolChoice::for_step(config.tool_choice.as_deref(), turn.step_index, &tools)
+        });
         let request = ModelRequest {
             model: self.model.model.clone(),
             system,
@@ -315,18 +368,93 @@ impl TurnDriver<'_> {
             usage.cache_read_tokens,
         );
         let step_usage_kept = step_usage.clone();
-        let done = calls.is_empty();
-        if done {
+        // A final answer may go back to the model once more: the hollow-answer check's nudge,
+        // or a critic's objections. The step ends; the message is the next step's last.
+        let mut send_back: Option<(String, Vec<(&str, Value)>)> = None;
+        let mut final_events: Vec<(&str, Value)> = Vec::new();
+        if calls.is_empty() {
+            if let Some(hollow) = self.hollow_answer(turn, &response.content).await? {
+                let data = ev::hollow_nudged(turn, step, &hollow.claims, &hollow.reason);
+                send_back = Some((hollow.nudge(), vec![(ev::HOLLOW_NUDGED, data)]));
+            } else if let Some((critic, rounds)) = self.review_due(turn).await? {
+                let round = rounds + 1;
+                match self.review(turn, &critic, &response.content).await? {
+                    strategy::Verdict::Revise(objections) => {
+                        let data =
+                            ev::reflect_round(turn, step, round, "revise", Some(&objections));
+                        send_back = Some((
+                            strategy::send_back(round, &objections),
+                            vec![(ev::REFLECT_ROUND, data)],
+                        ));
+                    }
+                    strategy::Verdict::Accept => {
+                        final_events.push((
+                            ev::REFLECT_ROUND,
+                            ev::reflect_round(turn, step, round, "accept", None),
+                        ));
+                        final_events.push((
+                            ev::REFLECT_COMPLETED,
+                            ev::reflect_completed(turn, step, round, true, &response.content),
+                        ));
+                    }
+                    strategy::Verdict::Error(error) => {
+                        tracing::warn!(session = %self.session.id, %error, "the critic failed; the answer stands");
+                        final_events.push((
+                            ev::REFLECT_ROUND,
+                            ev::reflect_round(turn, step, round, "error", Some(&error)),
+                        ));
+                        final_events.push((
+                            ev::REFLECT_COMPLETED,
+                            ev::reflect_completed(turn, step, round, false, &response.content),
+                        ));
+                    }
+                }
+            } else if self.build.manifest.agent.config.strategy == eve_compile::Strategy::Reflect {
+                // No review left (`max_rounds` spent, or no step left): the answer is final.
+                let rounds = self.review_rounds(turn).await?;
+                final_events.push((
+                    ev::REFLECT_COMPLETED,
+                    ev::reflect_completed(turn, step, rounds, false, &response.content),
+                ));
+            }
+        }
+        let done = calls.is_empty() && send_back.is_none();
+        let mut nudge = None;
+        if let Some((text, events)) = send_back {
+            batch.event(
+                self.id(),
+                ev::STEP_COMPLETED,
+                ev::step_completed(turn, step, &finish, step_usage),
+            );
+            for (kind, data) in events {
+                batch.event(self.id(), kind, data);
+            }
+            batch.push(Op::AppendMessage {
+                session_id: self.session.id.clone(),
+                turn_seq: Some(turn.seq),
+                kind: MESSAGE_KIND_MESSAGE.to_owned(),
+                body: serde_json::to_value(Message::User {
+                    content: text.clone(),
+                })?,
+            });
+            turn.phase = TurnPhase::Model;
+            turn.step_index += 1;
+            turn.step_started = false;
+            nudge = Some(Message::User { content: text });
+        } else if done {
             turn.phase = TurnPhase::Done;
             turn.status = TurnStatus::Completed;
             turn.ended_at = Some(now_ms());
             self.session.status = SessionStatus::Idle;
+            batch.event(
+                self.id(),
+                ev::STEP_COMPLETED,
+                ev::step_completed(turn, step, &finish, step_usage),
+            );
+            for (kind, data) in final_events {
+                batch.event(self.id(), kind, data);
+            }
             batch
-                .event(
-                    self.id(),
-                    ev::STEP_COMPLETED,
-                    ev::step_completed(turn, step, &finish, step_usage),
-                )
                 .event(self.id(), ev::TURN_COMPLETED, ev::turn_completed(turn))
                 .event(
                     self.id(),
@@ -346,12 +474,41 @@ impl TurnDriver<'_> {
             .push(Op::UpdateSession(self.session.clone()));
         self.call_ids = Some(used);
         self.last_usage = Some((step, step_usage_kept));
-        self.fresh_calls = (!done).then(|| calls.clone());
+        self.fresh_calls = (!calls.is_empty()).then(|| calls.clone());
         self.rt.commit(batch).await?;
         if let Some(context) = self.context.as_mut() {
             context.push(assistant);
+            context.extend(nudge);
         }
         Ok(done)
+    }
+
+    /// The hollow-answer check of a final answer (`hollow_check: true`): `Some` when the answer
+    /// gets its one nudge (never twice in a turn, never past the step limit).
+    async fn hollow_answer(
+        &self,
+        turn: &TurnRecord,
+        answer: &str,
+    ) -> RuntimeResult<Option<hollow::Hollow>> {
+        let config = &self.build.manifest.agent.config;
+        if !config.hollow_check
+            || turn.step_index + 1 >= u64::from(config.limits.max_steps_per_turn)
+        {
+            return Ok(None);
+        }
+        let store = &self.rt.inner.store;
+        let nudged = store.context(self.id()).await?.iter().any(|row| {
+            row.turn_seq == Some(turn.seq)
+                && row.body["role"] == "user"
+                && row.body["content"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with(hollow::NUDGE_PREFIX))
+        });
+        if nudged {
+            return Ok(None);
+        }
+        let calls = store.tool_calls(self.id(), turn.seq).await?;
+        Ok(hollow::check(answer, &calls))
     }
 
     pub(in crate::engine) async fn step_usage(&self, turn: &TurnRecord) -> RuntimeResult<Value> {

@@ -53,7 +53,8 @@ pub(super) async fn migrate(client: &mut Client) -> StoreResult<()> {
 }
 
 /// Migrations; index `i` upgrades from version `i` to `i + 1`.
-pub const MIGRATIONS: &[&str] = &[r#"
+pub const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE sessions (
     id TEXT PRIMARY KEY,
     status TEXT NOT NULL,
