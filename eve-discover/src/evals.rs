@@ -57,9 +57,9 @@ fn walk(w: &mut Walker<'_>, dir: &str, depth: usize, out: &mut Vec<EvalFile>) {
         let path = join(dir, &e.name);
         match e.kind {
             EntryKind::Dir => walk(w, &path, depth + 1, out),
-            _ => match split_ext(&path) {
+            _ => match split_ext(&e.name) {
                 (stem, Some("yaml" | "yml")) => {
-                    let stem = stem.to_owned();
+                    let stem = join(dir, stem);
                     if let Some(file) = w.read_text(path, e.executable) {
                         out.push(EvalFile { stem, file });
                     }

@@ -715,7 +715,6 @@ fn text(f: &mut Fields<'_>, raw: Value) -> Option<TextExpect> {
 }
 
 fn judge(file: &str, doc: &yaml::Doc, base: &str, diags: &mut Vec<Diagnostic>) -> Option<JudgeExpect> {
-    let mut f = Fields::new(file, doc, base, diags);
     if let Some(Value::String(rubric)) = doc.value.pointer(base) {
         return Some(JudgeExpect {
             rubric: rubric.clone(),
@@ -723,6 +722,7 @@ fn judge(file: &str, doc: &yaml::Doc, base: &str, diags: &mut Vec<Diagnostic>) -
             model: None,
         });
     }
+    let mut f = Fields::new(file, doc, base, diags);
     f.unknown_keys(&["rubric", "threshold", "model"], "judge");
     let rubric = f.required_string("rubric", "write the rubric: what a good answer does")?;
     let threshold = match f.f64("threshold") {

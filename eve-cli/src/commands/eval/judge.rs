@@ -86,7 +86,9 @@ pub async fn grade(
         max_output_tokens: Some(400),
         tool_choice: ToolChoice::Auto,
     };
-    let response = client.stream(&request, &mut |_| {}).await?;
+    let response = client
+        .stream(&request, &mut |_: eve_runtime::model::ModelEvent| {})
+        .await?;
     parse(&response.content)
 }
 

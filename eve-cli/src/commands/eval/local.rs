@@ -184,7 +184,7 @@ impl Local {
             .split_first()
             .context("the scorer command is empty")?;
         let launch = Launch {
-            program,
+            program: program.as_str(),
             args,
             env: &env,
             cwd: &workspace,
