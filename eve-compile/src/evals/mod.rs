@@ -180,6 +180,8 @@ const STEP_FIELDS: &[&str] = &[
 pub fn compile_evals(discovery: &EvalDiscovery, prefix: &str) -> EvalSuite {
     let mut diags = Vec::new();
     let mut cases = Vec::new();
+    // Every case's id, valid or not, so a duplicate is reported even next to other errors.
+    let mut ids: Vec<(String, String, u32)> = Vec::new();
     for f in &discovery.files {
         let file = format!("{prefix}{}", f.file.path);
         let doc = match yaml::parse(&f.file.text, 0, 0) {
@@ -205,14 +207,23 @@ pub fn compile_evals(discovery: &EvalDiscovery, prefix: &str) -> EvalSuite {
                 }
                 for i in 0..items.len() {
                     let id = format!("{}#{}", f.stem, i + 1);
-                    if let Some(c) = case(&file, &doc, &format!("/{i}"), &f.stem, id, &mut diags)
+                    if let Some(c) =
+                        case(&file, &doc, &format!("/{i}"), &f.stem, id, &mut ids, &mut diags)
                     {
                         cases.push(c);
                     }
                 }
             }
             Value::Object(_) => {
-                if let Some(c) = case(&file, &doc, "", &f.stem, f.stem.clone(), &mut diags) {
+                if let Some(c) = case(
+                    &file,
+                    &doc,
+                    "",
+                    &f.stem,
+                    f.stem.clone(),
+                    &mut ids,
+                    &mut diags,
+                ) {
                     cases.push(c);
                 }
             }
@@ -230,22 +241,28 @@ pub fn compile_evals(discovery: &EvalDiscovery, prefix: &str) -> EvalSuite {
             ),
         }
     }
-    let mut seen: BTreeMap<String, (String, u32)> = BTreeMap::new();
-    for c in &cases {
-        if let Some((file, line)) = seen.get(&c.id) {
+    let mut seen: BTreeMap<&str, (&str, u32)> = BTreeMap::new();
+    for (id, file, line) in &ids {
+        if let Some((first, first_line)) = seen.get(id.as_str()) {
             diags.push(
                 Diagnostic::new(
                     Code::EvalDuplicateId,
-                    c.file.clone(),
-                    format!("case id `{}` is also used at {file}:{line}", c.id),
+                    file.clone(),
+                    format!("case id `{id}` is also used at {first}:{first_line}"),
                 )
-                .at(c.line, 1)
+                .at(*line, 1)
                 .help("give one of them another `id:`"),
             );
         } else {
-            seen.insert(c.id.clone(), (c.file.clone(), c.line));
+            seen.insert(id, (file, *line));
         }
     }
+    let duplicated: Vec<&String> = ids
+        .iter()
+        .map(|(id, _, _)| id)
+        .filter(|id| ids.iter().filter(|(other, _, _)| other == *id).count() > 1)
+        .collect();
+    cases.retain(|c| !duplicated.contains(&&c.id));
     let mut diagnostics: Vec<Diagnostic> = discovery
         .diagnostics
         .iter()
@@ -268,6 +285,7 @@ fn case(
     base: &str,
     stem: &str,
     default_id: String,
+    ids: &mut Vec<(String, String, u32)>,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<EvalCase> {
     let line = doc.position(base).map_or(1, |(l, _)| l);
@@ -301,6 +319,7 @@ fn case(
         }
         None => default_id,
     };
+    ids.push((id.clone(), file.to_owned(), line));
     let tags = f.string_list("tags").unwrap_or_default();
     let model = f.string("model");
     if let Some(m) = &model
