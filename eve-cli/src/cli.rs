@@ -64,7 +64,9 @@ pub enum Command {
 /// Exit status: 0 every selected case passed, 1 a case failed, 2 the suite could not run
 /// (eval files or the agent have errors, an unknown id, a model or judge that cannot be used).
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  eve eval                      run every case\n  eve eval weather --tag smoke  cases of evals/weather.yaml tagged smoke\n  eve eval --junit report.xml   also write JUnit XML (for CI)\n  eve eval --url http://127.0.0.1:3000   against a running server\n\nCases are described in docs/evals.md.")]
+#[command(
+    after_help = "Examples:\n  eve eval                      run every case\n  eve eval weather --tag smoke  cases of evals/weather.yaml tagged smoke\n  eve eval --junit report.xml   also write JUnit XML (for CI)\n  eve eval --url http://127.0.0.1:3000   against a running server\n\nCases are described in docs/evals.md."
+)]
 pub struct EvalArgs {
     #[command(flatten)]
     pub project: ProjectArgs,

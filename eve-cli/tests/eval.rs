@@ -367,9 +367,22 @@ fn malformed_cases_are_all_reported_with_file_and_line_and_exit_2() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let t = text(&out);
     for want in [
-        "E101", "E102", "E103", "E104", "E100", "E010", "W100", "W002", "E011",
-        "evals/bad.yaml:1", "evals/bad.yaml:6", "evals/bad.yaml:9", "evals/bad.yaml:11",
-        "evals/sub/shape.yaml:1", "evals/syntax.yaml", "evals/notes.json",
+        "E101",
+        "E102",
+        "E103",
+        "E104",
+        "E100",
+        "E010",
+        "W100",
+        "W002",
+        "E011",
+        "evals/bad.yaml:1",
+        "evals/bad.yaml:6",
+        "evals/bad.yaml:9",
+        "evals/bad.yaml:11",
+        "evals/sub/shape.yaml:1",
+        "evals/syntax.yaml",
+        "evals/notes.json",
         "`called_tool` needs the tool's `name`",
         "is not a regular expression",
         "unknown mock step field `say`",
@@ -383,7 +396,8 @@ fn malformed_cases_are_all_reported_with_file_and_line_and_exit_2() {
 
 #[test]
 fn selection_list_and_unknown_ids() {
-    let cases = "- id: a\n  tags: [smoke]\n  messages: [hi]\n- id: b\n  tags: [slow]\n  messages: [hi]\n";
+    let cases =
+        "- id: a\n  tags: [smoke]\n  messages: [hi]\n- id: b\n  tags: [slow]\n  messages: [hi]\n";
     let dir = project(&[("one.yaml", cases), ("two.yaml", "messages: hello\n")]);
     let list = eve(dir.path(), &["eval", "--list"], &[]);
     assert!(list.status.success(), "{}", text(&list));
@@ -398,15 +412,26 @@ fn selection_list_and_unknown_ids() {
         &["eval", "--list", "one", "--exclude-tag", "slow"],
         &[],
     );
-    assert_eq!(String::from_utf8_lossy(&excluded.stdout), "one/a  [smoke]\n");
+    assert_eq!(
+        String::from_utf8_lossy(&excluded.stdout),
+        "one/a  [smoke]\n"
+    );
     let run = eve(dir.path(), &["eval", "one", "--json"], &[]);
     assert!(run.status.success(), "{}", text(&run));
     let r: Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(r["passed"], 2);
     let unknown = eve(dir.path(), &["eval", "nope"], &[]);
     assert_eq!(unknown.status.code(), Some(2));
-    assert!(text(&unknown).contains("no eval case `nope`"), "{}", text(&unknown));
-    let none = eve(tempfile::tempdir().unwrap().path(), &["eval", "-C", dir.path().join("agent").to_str().unwrap()], &[]);
+    assert!(
+        text(&unknown).contains("no eval case `nope`"),
+        "{}",
+        text(&unknown)
+    );
+    let none = eve(
+        tempfile::tempdir().unwrap().path(),
+        &["eval", "-C", dir.path().join("agent").to_str().unwrap()],
+        &[],
+    );
     assert_eq!(none.status.code(), Some(2), "{}", text(&none));
 }
 
@@ -418,7 +443,11 @@ fn a_judged_case_without_a_judge_model_stops_the_suite() {
     )]);
     let out = eve(dir.path(), &["eval"], &[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("no judge model is set"), "{}", text(&out));
+    assert!(
+        text(&out).contains("no judge model is set"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -486,7 +515,10 @@ fn every_template_passes_its_evals_offline_with_valid_junit() {
             assert!(c.attribute("name").is_some_and(|n| !n.is_empty()));
             assert!(c.attribute("classname").is_some());
             assert!(c.attribute("time").unwrap().parse::<f64>().is_ok());
-            assert!(!c.children().any(|n| n.has_tag_name("failure") || n.has_tag_name("error")));
+            assert!(
+                !c.children()
+                    .any(|n| n.has_tag_name("failure") || n.has_tag_name("error"))
+            );
         }
     }
 }
@@ -501,7 +533,10 @@ fn a_failing_case_is_a_junit_failure_with_the_expectation() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let xml = std::fs::read_to_string(dir.path().join("j.xml")).unwrap();
     let doc = roxmltree::Document::parse(&xml).unwrap();
-    let suite = doc.descendants().find(|n| n.has_tag_name("testsuite")).unwrap();
+    let suite = doc
+        .descendants()
+        .find(|n| n.has_tag_name("testsuite"))
+        .unwrap();
     assert_eq!(suite.attribute("tests"), Some("2"));
     assert_eq!(suite.attribute("failures"), Some("1"));
     let bad = doc

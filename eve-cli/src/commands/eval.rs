@@ -82,7 +82,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     if !suite.diagnostics.is_empty() {
         eprintln!(
             "{}",
-            render_all(&suite.diagnostics, &source_reader(&project), Style { color })
+            render_all(
+                &suite.diagnostics,
+                &source_reader(&project),
+                Style { color }
+            )
         );
     }
     if suite.error_count() > 0 {
@@ -118,13 +122,16 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_SUITE));
     }
     let runner: Arc<Runner> = match &args.url {
-        Some(url) => Arc::new(Runner::Remote(remote::Remote::new(url, args.token.clone())?)),
+        Some(url) => Arc::new(Runner::Remote(remote::Remote::new(
+            url,
+            args.token.clone(),
+        )?)),
         None => {
             if !crate::commands::run::build_agent(&project)? {
                 return Ok(ExitCode::from(EXIT_SUITE));
             }
             match local::Local::new(&project, &cases) {
-                Ok(l) => Arc::new(Runner::Local(l)),
+                Ok(l) => Arc::new(Runner::Local(Box::new(l))),
                 Err(e) => {
                     eprintln!("{} {e:#}", paint(color, "1;31", "error:"));
                     return Ok(ExitCode::from(EXIT_SUITE));
@@ -152,7 +159,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", report::json(&results, elapsed));
     } else {
-        print!("{}", report::table(&results, elapsed, crate::render::stdout_color()));
+        print!(
+            "{}",
+            report::table(&results, elapsed, crate::render::stdout_color())
+        );
     }
     let all_passed = results.iter().all(|r| r.result == "passed");
     Ok(if all_passed {
@@ -190,7 +200,7 @@ fn select(all: &[EvalCase], args: &EvalArgs) -> Result<Vec<EvalCase>, String> {
 
 /// Runs one case's turns in a fresh session: here, or on a server.
 pub(crate) enum Runner {
-    Local(local::Local),
+    Local(Box<local::Local>),
     Remote(remote::Remote),
 }
 

@@ -97,14 +97,12 @@ impl Observed {
                         e["message"].as_str().unwrap_or_default()
                     ));
                 }
-                "turn.completed" | "turn.waiting" | "turn.cancelled" => {
-                    if !reply.is_empty() {
-                        if !self.text.is_empty() {
-                            self.text.push_str("\n\n");
-                        }
-                        self.text.push_str(&reply);
-                        reply.clear();
+                "turn.completed" | "turn.waiting" | "turn.cancelled" if !reply.is_empty() => {
+                    if !self.text.is_empty() {
+                        self.text.push_str("\n\n");
                     }
+                    self.text.push_str(&reply);
+                    reply.clear();
                 }
                 _ => {}
             }
@@ -218,7 +216,11 @@ pub fn check(case: &EvalCase, seen: &Observed) -> Vec<Failure> {
     }
     for skill in &e.loaded_skill {
         if !seen.calls.iter().any(|c| c.skill.as_deref() == Some(skill)) {
-            let loaded: Vec<&str> = seen.calls.iter().filter_map(|c| c.skill.as_deref()).collect();
+            let loaded: Vec<&str> = seen
+                .calls
+                .iter()
+                .filter_map(|c| c.skill.as_deref())
+                .collect();
             out.push(Failure::new(
                 "loaded_skill",
                 format!("skill `{skill}` to be loaded"),

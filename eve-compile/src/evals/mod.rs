@@ -207,9 +207,15 @@ pub fn compile_evals(discovery: &EvalDiscovery, prefix: &str) -> EvalSuite {
                 }
                 for i in 0..items.len() {
                     let id = format!("{}#{}", f.stem, i + 1);
-                    if let Some(c) =
-                        case(&file, &doc, &format!("/{i}"), &f.stem, id, &mut ids, &mut diags)
-                    {
+                    if let Some(c) = case(
+                        &file,
+                        &doc,
+                        &format!("/{i}"),
+                        &f.stem,
+                        id,
+                        &mut ids,
+                        &mut diags,
+                    ) {
                         cases.push(c);
                     }
                 }
@@ -505,7 +511,8 @@ fn check_mock(f: &mut Fields<'_>) {
                         calls.iter().all(|c| {
                             c.get("name").is_some_and(Value::is_string)
                                 && c.as_object().is_some_and(|o| {
-                                    o.keys().all(|k| matches!(k.as_str(), "name" | "input" | "id"))
+                                    o.keys()
+                                        .all(|k| matches!(k.as_str(), "name" | "input" | "id"))
                                 })
                         })
                     });
@@ -699,7 +706,10 @@ fn text(f: &mut Fields<'_>, raw: Value) -> Option<TextExpect> {
             f.report_at(
                 Code::EvalExpect,
                 &p,
-                format!("`text.{k}` must be a string or a list of strings, found {}", kind(&v)),
+                format!(
+                    "`text.{k}` must be a string or a list of strings, found {}",
+                    kind(&v)
+                ),
                 HELP,
             );
             continue;
@@ -733,7 +743,12 @@ fn text(f: &mut Fields<'_>, raw: Value) -> Option<TextExpect> {
     Some(out)
 }
 
-fn judge(file: &str, doc: &yaml::Doc, base: &str, diags: &mut Vec<Diagnostic>) -> Option<JudgeExpect> {
+fn judge(
+    file: &str,
+    doc: &yaml::Doc,
+    base: &str,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<JudgeExpect> {
     if let Some(Value::String(rubric)) = doc.value.pointer(base) {
         return Some(JudgeExpect {
             rubric: rubric.clone(),
@@ -779,7 +794,10 @@ fn command(
             f.report(
                 Code::EvalExpect,
                 "run",
-                format!("`run` must be a command line or an argv list, found {}", kind(&other)),
+                format!(
+                    "`run` must be a command line or an argv list, found {}",
+                    kind(&other)
+                ),
                 "write `run: [python3, check.py]`",
             );
             return None;

@@ -53,7 +53,10 @@ pub fn check_config(cases: &[EvalCase], default: Option<&str>) -> anyhow::Result
             );
         };
         settings(model).with_context(|| {
-            format!("the judge model `{model}` of case `{}` cannot be used", case.id)
+            format!(
+                "the judge model `{model}` of case `{}` cannot be used",
+                case.id
+            )
         })?;
     }
     Ok(())
@@ -113,7 +116,10 @@ pub fn parse(answer: &str) -> anyhow::Result<(f64, String)> {
     }
     .filter(|s: &f64| s.is_finite())
     .with_context(|| format!("the judge's answer has no numeric `score`: {v}"))?;
-    let reason = v["reason"].as_str().unwrap_or("(no reason given)").to_owned();
+    let reason = v["reason"]
+        .as_str()
+        .unwrap_or("(no reason given)")
+        .to_owned();
     Ok((score.clamp(0.0, 1.0), reason))
 }
 

@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use anyhow::{Context, bail};
 use eve_compile::evals::{CommandExpect, EvalCase, Failure, Turn};
 use eve_compile::{Agent, Project};
-use eve_runtime::engine::{BuildStore, DriveOutcome, Runtime, RuntimeConfig, SettingsModelProvider};
+use eve_runtime::engine::{
+    BuildStore, DriveOutcome, Runtime, RuntimeConfig, SettingsModelProvider,
+};
 use eve_runtime::env_vars::{EVE_MOCK_SCRIPT, EVE_MODEL, HOME, LANG, PATH};
 use eve_runtime::exec::{Executor, Launch};
 use eve_runtime::tools::{EnvLookup, process_env};
@@ -211,7 +213,10 @@ impl Local {
                 return Ok(Some(Failure::new(
                     "command",
                     format!("the scorer `{}` to exit 0", short(&shown)),
-                    format!("it ran longer than {} s and was killed", cmd.timeout_seconds),
+                    format!(
+                        "it ran longer than {} s and was killed",
+                        cmd.timeout_seconds
+                    ),
                 )));
             }
         };
@@ -221,11 +226,15 @@ impl Local {
         }
         let stderr = String::from_utf8_lossy(&output.stderr);
         let stdout = String::from_utf8_lossy(&output.stdout);
-        let tail = tail(if stderr.trim().is_empty() { &stdout } else { &stderr });
-        let status = output
-            .status
-            .code()
-            .map_or_else(|| "was killed by a signal".to_owned(), |c| format!("exited {c}"));
+        let tail = tail(if stderr.trim().is_empty() {
+            &stdout
+        } else {
+            &stderr
+        });
+        let status = output.status.code().map_or_else(
+            || "was killed by a signal".to_owned(),
+            |c| format!("exited {c}"),
+        );
         Ok(Some(Failure::new(
             "command",
             format!("the scorer `{}` to exit 0", short(&shown)),

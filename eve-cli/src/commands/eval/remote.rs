@@ -65,7 +65,11 @@ impl Remote {
 
     /// Reads the session's events from `from` until the running turn rests: the session waits
     /// for a message (`session.waiting`) or the turn waits for input (`turn.waiting`).
-    async fn until_rest(&self, session: &str, events: &mut Vec<(String, Value)>) -> anyhow::Result<()> {
+    async fn until_rest(
+        &self,
+        session: &str,
+        events: &mut Vec<(String, Value)>,
+    ) -> anyhow::Result<()> {
         let from = events.len();
         let mut resp = self
             .request(

@@ -56,7 +56,9 @@ impl Progress {
             return;
         }
         let done = s.0 + s.1 + s.2;
-        let running = s.3.first().map_or(String::new(), |r| format!(" · running {r}"));
+        let running =
+            s.3.first()
+                .map_or(String::new(), |r| format!(" · running {r}"));
         let line = format!(
             "[{done}/{}] {} passed, {} failed, {} errors{running} ({})",
             self.total,
@@ -66,7 +68,11 @@ impl Progress {
             duration(self.started.elapsed())
         );
         let mut err = std::io::stderr();
-        let _ = write!(err, "\r\x1b[2K{}", crate::render::paint(true, "2", &cut(&line, 100)));
+        let _ = write!(
+            err,
+            "\r\x1b[2K{}",
+            crate::render::paint(true, "2", &cut(&line, 100))
+        );
         let _ = err.flush();
     }
 
@@ -214,7 +220,11 @@ pub fn junit(results: &[CaseResult], elapsed: Duration) -> String {
         out.push_str(&format!(
             "    <testcase name=\"{}\" classname=\"{}\" file=\"{}\" line=\"{}\" time=\"{:.3}\">\n",
             xml(&r.id),
-            xml(&r.file.trim_end_matches(".yaml").trim_end_matches(".yml").replace('/', ".")),
+            xml(&r
+                .file
+                .trim_end_matches(".yaml")
+                .trim_end_matches(".yml")
+                .replace('/', ".")),
             xml(&r.file),
             r.line,
             r.seconds
