@@ -553,3 +553,90 @@ fn a_failing_case_is_a_junit_failure_with_the_expectation() {
         "{xml}"
     );
 }
+
+/// A scripted OpenAI-compatible server on 127.0.0.1:0: every chat completion streams `answer`;
+/// the request bodies are kept for the test to read.
+fn judge_server(answer: &str) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    let chunk = serde_json::json!({"choices": [{"index": 0, "delta": {"content": answer}}]});
+    let done = serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+    let body = format!("data: {chunk}\n\ndata: {done}\n\ndata: [DONE]\n\n");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0usize;
+            let mut first = String::new();
+            reader.read_line(&mut first).unwrap();
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if line.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+            }
+            let mut buf = vec![0u8; length];
+            reader.read_exact(&mut buf).unwrap();
+            kept.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&buf).into_owned());
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn the_judge_is_a_real_model_over_http() {
+    let cases = "- id: kind\n  messages: [hello]\n  mock: [{text: \"Thank you, happy to help.\"}]\n  expect:\n    judge: {rubric: \"Thanks the user.\", threshold: 0.5}\n- id: strict\n  messages: [hello]\n  mock: [{text: \"Thank you, happy to help.\"}]\n  expect:\n    judge: {rubric: \"Thanks the user.\", threshold: 0.9}\n";
+    let dir = project(&[("judged.yaml", cases)]);
+    let (port, seen) =
+        judge_server("```json\n{\"score\": 0.75, \"reason\": \"it thanks the user\"}\n```");
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let out = eve(
+        dir.path(),
+        &[
+            "eval",
+            "--json",
+            "--judge-model",
+            "openai-compatible/grader",
+        ],
+        &[("EVE_JUDGE_BASE_URL", &base)],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let case = |id: &str| {
+        r["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == format!("judged/{id}"))
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(case("kind")["result"], "passed", "{r}");
+    assert_eq!(case("kind")["judge_score"], 0.75);
+    assert_eq!(
+        case("strict")["failures"][0]["actual"],
+        "the judge gave 0.75: it thanks the user"
+    );
+    let bodies = seen.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 2);
+    let sent: Value = serde_json::from_str(&bodies[0]).unwrap();
+    assert_eq!(sent["model"], "grader");
+    let all = sent["messages"].to_string();
+    assert!(all.contains("Thanks the user."), "{all}");
+    assert!(all.contains("USER: hello"), "{all}");
+    assert!(all.contains("AGENT: Thank you, happy to help."), "{all}");
+}
