@@ -6,8 +6,8 @@
 //! suite started on. So cases never see each other's sessions (or the project's), and a case's
 //! `mock` script and `model` are its own: each case's runtime resolves models through the
 //! process environment with `EVE_MODEL` and `EVE_MOCK_SCRIPT` set from the case. The temporary
-//! folder is in memory (`/dev/shm`) where there is one: the stores are thrown away, and the
-//! fsyncs of a disk-backed SQLite file would be most of a mock case's time.
+//! folder is the system's (`TMPDIR`): the isolated sandbox must be able to enter the session
+//! workspaces in it, which rules out `/dev/shm` (the sandbox mounts its own `/dev`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -56,7 +56,7 @@ impl Local {
         let builds = std::path::absolute(project.builds_dir())?;
         let tmp = tempfile::Builder::new()
             .prefix("eve-eval-")
-            .tempdir_in(scratch_dir())
+            .tempdir()
             .context("cannot create a temporary folder for the eval stores")?;
         Ok(Self {
             builds,
@@ -240,20 +240,6 @@ impl Local {
             format!("the scorer `{}` to exit 0", short(&shown)),
             format!("it {status}: {tail}"),
         )))
-    }
-}
-
-/// Where the throwaway stores go: memory (`/dev/shm`) when the machine has it, since a case's
-/// store is deleted at the end and needs no fsync to a disk; else the system's temporary folder.
-fn scratch_dir() -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    let writable = shm.is_dir()
-        && std::fs::metadata(shm).is_ok_and(|m| !m.permissions().readonly())
-        && tempfile::tempdir_in(shm).is_ok();
-    if writable {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
     }
 }
 
