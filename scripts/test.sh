@@ -48,6 +48,14 @@ client_start=$SECONDS
 scripts/test-eve-client.sh
 printf 'eve client test: %ss\n' "$((SECONDS - client_start))" >&2
 
+step "HumanEval harness: canonical solutions 164/164, broken ones below (scripts/humaneval.sh)"
+humaneval_start=$SECONDS
+scripts/humaneval.sh
+printf 'HumanEval harness: %ss\n' "$((SECONDS - humaneval_start))" >&2
+
+step "eve eval throughput: 200 mock cases (bench/evals.sh)"
+bench/evals.sh
+
 step "the eve binary links only against the C library (scripts/check-binary.sh)"
 scripts/check-binary.sh target/debug/eve
 

@@ -62,6 +62,8 @@ pub enum Command {
     /// Show, edit and clear the notes the agent keeps with its `memory` tool.
     #[command(subcommand)]
     Memory(MemoryCommand),
+    /// Run the eval cases in `evals/` against the current agent and report what passed.
+    Eval(EvalArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -116,6 +118,50 @@ pub struct MemoryEditArgs {
     /// Remove the note with this id.
     #[arg(long, group = "change")]
     pub remove: Option<String>,
+}
+
+/// `eve eval`: the cases of `evals/*.yaml`, each in a fresh session on a private store.
+///
+/// Exit status: 0 every selected case passed, 1 a case failed, 2 the suite could not run
+/// (eval files or the agent have errors, an unknown id, a model or judge that cannot be used).
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  eve eval                      run every case\n  eve eval weather --tag smoke  cases of evals/weather.yaml tagged smoke\n  eve eval --junit report.xml   also write JUnit XML (for CI)\n  eve eval --url http://127.0.0.1:3000   against a running server\n\nCases are described in docs/evals.md."
+)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Case ids to run (an id, or a file's prefix such as `weather` for all its cases).
+    #[arg(value_name = "IDS")]
+    pub ids: Vec<String>,
+    /// Run only cases with this tag (repeatable: any of them).
+    #[arg(long, value_name = "T")]
+    pub tag: Vec<String>,
+    /// Leave out cases with this tag (repeatable).
+    #[arg(long, value_name = "T")]
+    pub exclude_tag: Vec<String>,
+    /// Run against a running server (`http://127.0.0.1:3000`) instead of in this process. Its
+    /// own model answers: cases' `mock` and `model` are not used.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Bearer token for `--url`.
+    #[arg(long, env = env_vars::EVE_TOKEN, hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print the results as JSON on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the results as JUnit XML to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Cases run at once (default: 8).
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 8)]
+    pub max_concurrency: usize,
+    /// List the selected cases and exit without running them.
+    #[arg(long)]
+    pub list: bool,
+    /// The judge model for `expect.judge` (`provider/name`), if not the case's own `model:`.
+    #[arg(long, value_name = "MODEL", env = env_vars::EVE_JUDGE_MODEL)]
+    pub judge_model: Option<String>,
 }
 
 #[derive(Debug, Args)]

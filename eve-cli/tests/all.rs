@@ -9,6 +9,7 @@ mod crash;
 mod dev;
 mod docs;
 mod docs_env;
+mod eval;
 mod examples;
 mod fail_fast;
 mod limits;

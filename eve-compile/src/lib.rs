@@ -6,6 +6,7 @@
 pub mod build;
 pub mod compile;
 pub mod cron;
+pub mod evals;
 mod fields;
 pub mod frontmatter;
 pub mod hash;

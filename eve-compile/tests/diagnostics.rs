@@ -6,7 +6,9 @@ use std::os::unix::ffi::OsStrExt;
 
 use eve_discover::{Code, Severity};
 
-use crate::support::{Checked, FailingReads, TestAgent, checked_from_source, insta_settings};
+use crate::support::{
+    Checked, FailingReads, TestAgent, checked_evals, checked_from_source, insta_settings,
+};
 
 /// Checks that `checked` reports `code` at `file` (and `line`, when given), that every diagnostic
 /// names a file, that the expected one says what to do, and snapshots the text and the JSON.
@@ -234,6 +236,18 @@ diagnostic_tests! {
         => TestAgent::new().file("instructions.md", "  \n").on_disk().check();
     w004_tool_without_description: MissingToolDescription, "agent/tools/search.yaml", None
         => minimal().file("tools/search.yaml", "input:\n  type: object\nrun: [echo]\n").on_disk().check();
+    e100_eval_file_not_a_case: EvalShape, "evals/weather.yaml", Some(1)
+        => checked_evals(&[("weather.yaml", "just a sentence\n")]);
+    e101_eval_case_without_messages: EvalMessages, "evals/weather.yaml", Some(1)
+        => checked_evals(&[("weather.yaml", "expect:\n  max_steps: 2\n")]);
+    e102_eval_regex_does_not_compile: EvalExpect, "evals/weather.yaml", Some(3)
+        => checked_evals(&[("weather.yaml", "messages: [hi]\nexpect:\n  text: {regex: '(('}\n")]);
+    e103_eval_duplicate_id: EvalDuplicateId, "evals/weather.yaml", Some(3)
+        => checked_evals(&[("weather.yaml", "- id: paris\n  messages: [hi]\n- id: paris\n  messages: [hello]\n")]);
+    e104_eval_mock_step_field: EvalMock, "evals/weather.yaml", Some(2)
+        => checked_evals(&[("weather.yaml", "messages: [hi]\nmock: [{say: hi}]\n")]);
+    w100_eval_folder_file_not_a_case: UnknownEvalEntry, "evals/check.py", None
+        => checked_evals(&[("check.py", "print(1)\n"), ("weather.yaml", "messages: [hi]\n")]);
 }
 
 /// A new diagnostic code without a test here fails the suite.

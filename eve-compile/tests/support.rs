@@ -288,3 +288,31 @@ pub fn insta_settings() -> insta::Settings {
     s.add_filter(r"/tmp/[A-Za-z0-9._-]+", "[TMP]");
     s
 }
+
+/// Discovers and compiles an `evals/` folder holding `files` (paths relative to it), with
+/// `evals/` as the display prefix; the diagnostics are the suite's alone.
+pub fn checked_evals(files: &[(&str, &str)]) -> Checked {
+    let mut src = MemSource::new();
+    for (path, text) in files {
+        src = src.file(path, *text);
+    }
+    let suite = eve_compile::evals::compile_evals(&eve_discover::discover_evals(&src), "evals/");
+    let mut output = compile(
+        &eve_discover::Discovery::default(),
+        &Options {
+            name: PROJECT.to_owned(),
+            file_prefix: "agent/".to_owned(),
+            protected_dirs: Vec::new(),
+        },
+    );
+    output.diagnostics = suite.diagnostics;
+    let lookup = |f: &str| {
+        let rel = f.strip_prefix("evals/")?;
+        files
+            .iter()
+            .find(|(p, _)| *p == rel)
+            .map(|(_, t)| (*t).to_owned())
+    };
+    let rendered = render_plain(&output.diagnostics, &lookup);
+    Checked { output, rendered }
+}

@@ -93,6 +93,16 @@ codes! {
     InvalidSandbox = "E080", Error, "invalid sandbox setting";
     /// `model:` names a provider eve has no client for.
     UnknownProvider = "E090", Error, "unknown model provider";
+    /// An eval case file is not one case or a list of cases, or a case is not a mapping.
+    EvalShape = "E100", Error, "invalid eval case file";
+    /// An eval case has no user message to send.
+    EvalMessages = "E101", Error, "eval case without messages";
+    /// An expectation of an eval case is malformed (unknown kind, wrong type, bad regex).
+    EvalExpect = "E102", Error, "invalid eval expectation";
+    /// Two eval cases have the same id.
+    EvalDuplicateId = "E103", Error, "duplicate eval case id";
+    /// An eval case's `mock` is not a mock-model script.
+    EvalMock = "E104", Error, "invalid eval mock script";
     /// A file or folder eve does not understand.
     UnknownEntry = "W001", Warning, "unknown file or folder";
     /// A field eve does not know (probably a typo).
@@ -105,6 +115,8 @@ codes! {
     Unconfined = "W010", Warning, "runs unconfined";
     /// A tool, hook or connection reaches more of the network than the agent's default.
     NetworkWidened = "W011", Warning, "network wider than the agent's";
+    /// A file in `evals/` that is not an eval case file.
+    UnknownEvalEntry = "W100", Warning, "not an eval case file";
 }
 
 impl Serialize for Code {

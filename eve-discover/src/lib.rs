@@ -6,9 +6,11 @@
 //! parses YAML and never runs anything: that is compilation's job (`eve-compile`).
 
 mod diagnostic;
+pub mod evals;
 mod source;
 
 pub use diagnostic::{Code, Diagnostic, Severity, error_count};
+pub use evals::{EvalDiscovery, EvalFile, discover_evals};
 pub use source::{DirEntry, EntryKind, FsSource, MemSource, Source};
 
 /// How deep subagents (and folders inside tools/skills) may nest before discovery stops.

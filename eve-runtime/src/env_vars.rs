@@ -29,6 +29,14 @@ pub const DEEPSEEK_API_KEY: &str = "DEEPSEEK_API_KEY";
 pub const EVE_ALLOW_MODEL_SWITCH: &str = "EVE_ALLOW_MODEL_SWITCH";
 /// Script of the `mock` provider: a path to a JSON file, or inline JSON when it starts with `[`.
 pub const EVE_MOCK_SCRIPT: &str = "EVE_MOCK_SCRIPT";
+/// The judge model of `eve eval` (`provider/name`) for cases with `expect.judge`.
+pub const EVE_JUDGE_MODEL: &str = "EVE_JUDGE_MODEL";
+/// The judge model's API base URL (else the provider's default).
+pub const EVE_JUDGE_BASE_URL: &str = "EVE_JUDGE_BASE_URL";
+/// The judge model's API key (else the provider's own variable).
+pub const EVE_JUDGE_API_KEY: &str = "EVE_JUDGE_API_KEY";
+/// A mock-model script for a `mock/…` judge (tests and offline runs).
+pub const EVE_JUDGE_MOCK_SCRIPT: &str = "EVE_JUDGE_MOCK_SCRIPT";
 /// The project folder (`--project`, `-C`) of every command.
 pub const EVE_PROJECT: &str = "EVE_PROJECT";
 /// The agent folder (`--agent`) of every command, when it is not `<project>/agent`.

@@ -3,6 +3,7 @@
 mod build;
 mod chat;
 mod dev;
+mod eval;
 mod info;
 mod init;
 mod memory;
@@ -24,6 +25,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve::run(args),
         Command::Dev(args) => dev::run(args),
         Command::Chat(args) => chat::run(args),
+        Command::Eval(args) => eval::run(args),
         Command::Sessions(cmd) => match cmd {
             SessionsCommand::List(args) => sessions::list(args),
             SessionsCommand::Show(args) => sessions::show(args),

@@ -1,0 +1,289 @@
+//! Running a case in this process: a fresh session on a private store, against the current
+//! build.
+//!
+//! Every case gets its own state folder in one temporary folder: its own SQLite store and session
+//! workspaces, with `builds/` pointing at the project's builds and `current` naming the build the
+//! suite started on. So cases never see each other's sessions (or the project's), and a case's
+//! `mock` script and `model` are its own: each case's runtime resolves models through the
+//! process environment with `EVE_MODEL` and `EVE_MOCK_SCRIPT` set from the case. The temporary
+//! folder is the system's (`TMPDIR`): the isolated sandbox must be able to enter the session
+//! workspaces in it, which rules out `/dev/shm` (the sandbox mounts its own `/dev`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::{Context, bail};
+use eve_compile::evals::{CommandExpect, EvalCase, Failure, Turn};
+use eve_compile::{Agent, Project};
+use eve_runtime::engine::{
+    BuildStore, DriveOutcome, Runtime, RuntimeConfig, SettingsModelProvider,
+};
+use eve_runtime::env_vars::{EVE_MOCK_SCRIPT, EVE_MODEL, HOME, LANG, PATH};
+use eve_runtime::exec::{Executor, Launch};
+use eve_runtime::tools::{EnvLookup, process_env};
+
+use super::Run;
+
+/// The in-process runner.
+pub(crate) struct Local {
+    builds: PathBuf,
+    hash: String,
+    agent: Agent,
+    tmp: tempfile::TempDir,
+    next: AtomicUsize,
+}
+
+impl Local {
+    /// Prepares the runner for the current build of `project`; checks the model of every case
+    /// that has no mock script.
+    pub fn new(project: &Project, cases: &[EvalCase]) -> anyhow::Result<Self> {
+        let store = BuildStore::new(&project.state_dir);
+        let hash = store.current_hash()?;
+        let build = store.get(&hash)?;
+        // Unpacked once here, so parallel cases never race to unpack the same build.
+        build.files()?;
+        let agent = build.manifest.agent.clone();
+        for case in cases {
+            let provider = SettingsModelProvider::new(case_env(case));
+            check_agent(&provider, &agent).with_context(|| {
+                format!(
+                    "case `{}` ({}:{}) cannot run",
+                    case.id, case.file, case.line
+                )
+            })?;
+        }
+        let builds = std::path::absolute(project.builds_dir())?;
+        let tmp = tempfile::Builder::new()
+            .prefix("eve-eval-")
+            .tempdir()
+            .context("cannot create a temporary folder for the eval stores")?;
+        Ok(Self {
+            builds,
+            hash,
+            agent,
+            tmp,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    fn state_dir(&self) -> anyhow::Result<PathBuf> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let dir = self.tmp.path().join(format!("case-{n}"));
+        std::fs::create_dir_all(&dir)?;
+        std::os::unix::fs::symlink(&self.builds, dir.join("builds"))?;
+        std::fs::write(dir.join("current"), &self.hash)?;
+        Ok(dir)
+    }
+
+    /// Runs the case's turns; answers approvals where the case says; runs the scorer.
+    pub async fn run(&self, case: &EvalCase) -> anyhow::Result<Run> {
+        let dir = self.state_dir()?;
+        let models = Arc::new(SettingsModelProvider::new(case_env(case)));
+        let mut config = RuntimeConfig::new(&dir, models)
+            .with_context(|| format!("cannot open a store in {}", dir.display()))?;
+        config.secrets = crate::logs::secrets();
+        config.autostart = false;
+        let rt = Runtime::new(config);
+        let mut turns = case.messages.iter();
+        let first = match turns.next() {
+            Some(Turn::User(m)) => m.clone(),
+            _ => bail!("the case does not start with a user message"),
+        };
+        let id = rt.create_session(Some(first)).await?;
+        let mut failures = Vec::new();
+        loop {
+            let outcome = rt.drive(&id).await?;
+            let next = turns.next();
+            match (outcome, next) {
+                (DriveOutcome::Busy { pid }, _) => {
+                    bail!("session {id} is driven by another process (pid {pid})")
+                }
+                (DriveOutcome::Cancelled, _) | (_, None) => break,
+                (DriveOutcome::WaitingInput(requests), Some(Turn::Answer { approve, reason })) => {
+                    for r in &requests {
+                        rt.answer_input(&id, Some(&r.id), *approve, reason.clone())
+                            .await?;
+                    }
+                }
+                (DriveOutcome::WaitingInput(requests), Some(Turn::User(_))) => {
+                    let names: Vec<&str> = requests.iter().map(|r| r.tool_name.as_str()).collect();
+                    failures.push(Failure::new(
+                        "messages",
+                        "an answer (`{approve: true}` or `{approve: false}`) before the next message",
+                        format!(
+                            "the turn was waiting for approval of {}; the rest of the case was not sent",
+                            names.join(", ")
+                        ),
+                    ));
+                    break;
+                }
+                (_, Some(Turn::User(m))) => {
+                    rt.post_message(&id, m).await?;
+                }
+                (_, Some(Turn::Answer { .. })) => {
+                    failures.push(Failure::new(
+                        "messages",
+                        "the turn to wait for an approval that the case answers",
+                        "it ended without asking for one; the rest of the case was not sent",
+                    ));
+                    break;
+                }
+            }
+        }
+        if let Some(cmd) = &case.expect.command
+            && let Some(f) = self.score(&rt, &dir, &id, cmd).await?
+        {
+            failures.push(f);
+        }
+        let events = rt
+            .events(&id, 0, 0)
+            .await?
+            .into_iter()
+            .map(|e| (e.kind, e.data))
+            .collect();
+        let cost_usd = rt.session(&id).await?.map_or(0.0, |s| s.cost_usd);
+        Ok(Run {
+            events,
+            cost_usd,
+            failures,
+            session: id,
+        })
+    }
+
+    /// Runs the scorer in the session's workspace, confined like the agent's `bash` tool.
+    async fn score(
+        &self,
+        rt: &Runtime,
+        dir: &Path,
+        session: &str,
+        cmd: &CommandExpect,
+    ) -> anyhow::Result<Option<Failure>> {
+        let workspace = dir.join("sandboxes").join(session);
+        std::fs::create_dir_all(&workspace)?;
+        for (path, text) in &cmd.files {
+            let target = workspace.join(path);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(&target, text)
+                .with_context(|| format!("cannot write the scorer's file {path}"))?;
+        }
+        let env_of = process_env();
+        let env: Vec<(String, String)> = [PATH, HOME, LANG]
+            .into_iter()
+            .filter_map(|k| env_of(k).map(|v| (k.to_owned(), v)))
+            .collect();
+        let home = env_of(HOME).map(PathBuf::from);
+        let effective = self.agent.bash_sandbox();
+        let confinement = Executor::confinement(
+            Some(&effective),
+            &self.agent.sandbox,
+            Some(&workspace),
+            None,
+            home.as_deref(),
+        );
+        let (program, args) = cmd
+            .run
+            .split_first()
+            .context("the scorer command is empty")?;
+        let launch = Launch {
+            program: program.as_str(),
+            args,
+            env: &env,
+            cwd: &workspace,
+            confinement: &confinement,
+        };
+        let mut prepared = rt.executor().prepare(&launch).await?;
+        prepared
+            .command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let child = prepared
+            .command
+            .spawn()
+            .with_context(|| format!("cannot start the scorer `{program}`"))?;
+        let shown = cmd.run.join(" ");
+        let timeout = std::time::Duration::from_secs(cmd.timeout_seconds);
+        let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+            Ok(out) => out?,
+            Err(_) => {
+                return Ok(Some(Failure::new(
+                    "command",
+                    format!("the scorer `{}` to exit 0", short(&shown)),
+                    format!(
+                        "it ran longer than {} s and was killed",
+                        cmd.timeout_seconds
+                    ),
+                )));
+            }
+        };
+        drop(prepared.guard);
+        if output.status.success() {
+            return Ok(None);
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let tail = tail(if stderr.trim().is_empty() {
+            &stdout
+        } else {
+            &stderr
+        });
+        let status = output.status.code().map_or_else(
+            || "was killed by a signal".to_owned(),
+            |c| format!("exited {c}"),
+        );
+        Ok(Some(Failure::new(
+            "command",
+            format!("the scorer `{}` to exit 0", short(&shown)),
+            format!("it {status}: {tail}"),
+        )))
+    }
+}
+
+/// The environment a case's models see: the process's, with the case's model and mock script.
+fn case_env(case: &EvalCase) -> EnvLookup {
+    let base = process_env();
+    let model = match (&case.model, &case.mock) {
+        (Some(m), _) => Some(m.clone()),
+        (None, Some(_)) => Some("mock/echo".to_owned()),
+        (None, None) => None,
+    };
+    let script = case.mock.as_ref().map(ToString::to_string);
+    Arc::new(move |k: &str| {
+        if k == EVE_MODEL && model.is_some() {
+            return model.clone();
+        }
+        if k == EVE_MOCK_SCRIPT && script.is_some() {
+            return script.clone();
+        }
+        base(k)
+    })
+}
+
+fn check_agent(provider: &SettingsModelProvider, agent: &Agent) -> anyhow::Result<()> {
+    let settings = provider
+        .settings(agent)
+        .and_then(|s| s.validate().map(|()| s))
+        .map_err(|e| anyhow::anyhow!("the model of agent `{}` cannot be used: {e}", agent.name))?;
+    if let Some(script) = &settings.mock_script {
+        eve_runtime::model::mock::load_any_script(script)
+            .map_err(|e| anyhow::anyhow!("its `mock` script is not usable: {e}"))?;
+    }
+    for sub in &agent.subagents {
+        check_agent(provider, sub)?;
+    }
+    Ok(())
+}
+
+fn short(s: &str) -> String {
+    eve_compile::evals::check::short(s, 80)
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.trim_end().lines().collect();
+    let start = lines.len().saturating_sub(8);
+    eve_compile::evals::check::short(&lines[start..].join("\n"), 1200)
+}
