@@ -31,6 +31,11 @@ client_start=$SECONDS
 scripts/test-eve-client.sh
 printf 'eve client test: %ss\n' "$((SECONDS - client_start))" >&2
 
+step "the web console in headless Chromium (scripts/test-console.sh)"
+console_start=$SECONDS
+scripts/test-console.sh
+printf 'console test: %ss\n' "$((SECONDS - console_start))" >&2
+
 step "the eve binary links only against the C library (scripts/check-binary.sh)"
 scripts/check-binary.sh target/debug/eve
 

@@ -96,9 +96,12 @@ pub struct RunArgs {
     pub project: ProjectArgs,
     /// The prompt. Omit it with `--session` to resume that session's unfinished turn.
     pub prompt: Option<String>,
-    /// Continue this session instead of starting a new one.
+    /// Continue this session (an id, or a unique prefix of one) instead of starting a new one.
     #[arg(long, short)]
     pub session: Option<String>,
+    /// Continue the session active most recently.
+    #[arg(long, short = 'c', conflicts_with = "session")]
+    pub last: bool,
     /// Approve every tool call that asks for approval.
     #[arg(long, short)]
     pub yes: bool,
@@ -117,6 +120,9 @@ pub struct ServeArgs {
     /// Address to listen on. Without `auth:` in `agent/channels/eve.yaml` only loopback is allowed.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
+    /// Also serve the web console at `/` (its API calls need the channel's credentials).
+    #[arg(long)]
+    pub console: bool,
 }
 
 #[derive(Debug, Args)]
@@ -141,21 +147,27 @@ pub struct ChatArgs {
     /// Bearer token for `--url` (sent as `Authorization: Bearer TOKEN`).
     #[arg(long, env = env_vars::EVE_TOKEN, hide_env_values = true)]
     pub token: Option<String>,
-    /// Continue this session instead of starting a new one.
+    /// Continue this session (an id, or a unique prefix of one) instead of starting a new one.
     #[arg(long, short)]
     pub session: Option<String>,
+    /// Continue the session active most recently.
+    #[arg(long, short = 'c', conflicts_with = "session")]
+    pub last: bool,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
     /// List sessions, newest first.
     List(SessionsListArgs),
-    /// Show one session: its messages, tool calls and pending approvals.
+    /// Show one session: its messages, tool calls with their outputs, failed turns and pending
+    /// approvals.
     Show(SessionsShowArgs),
     /// Approve a pending tool call.
     Approve(SessionsAnswerArgs),
     /// Deny a pending tool call.
     Deny(SessionsAnswerArgs),
+    /// Cancel the running or parked turn of a session.
+    Cancel(SessionsCancelArgs),
 }
 
 #[derive(Debug, Args)]
@@ -165,6 +177,12 @@ pub struct SessionsListArgs {
     /// Only sessions started by this schedule.
     #[arg(long)]
     pub schedule: Option<String>,
+    /// Only sessions in this status: idle, running, waiting or failed.
+    #[arg(long, value_name = "STATUS")]
+    pub status: Option<String>,
+    /// At most this many sessions.
+    #[arg(long, short = 'n', value_name = "N")]
+    pub limit: Option<usize>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -174,8 +192,11 @@ pub struct SessionsListArgs {
 pub struct SessionsShowArgs {
     #[command(flatten)]
     pub project: ProjectArgs,
-    /// Session id.
-    pub id: String,
+    /// Session id, or a unique prefix of one.
+    pub id: Option<String>,
+    /// The session active most recently.
+    #[arg(long, short = 'c')]
+    pub last: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -185,11 +206,28 @@ pub struct SessionsShowArgs {
 pub struct SessionsAnswerArgs {
     #[command(flatten)]
     pub project: ProjectArgs,
-    /// Session id.
-    pub session: String,
+    /// Session id, or a unique prefix of one.
+    pub session: Option<String>,
     /// Input request id (default: the session's only pending request).
     pub request: Option<String>,
+    /// The session active most recently.
+    #[arg(long, short = 'c')]
+    pub last: bool,
     /// Reason, passed to the model.
     #[arg(long, short)]
     pub reason: Option<String>,
+    /// Print the answer as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SessionsCancelArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Session id, or a unique prefix of one.
+    pub id: Option<String>,
+    /// The session active most recently.
+    #[arg(long, short = 'c')]
+    pub last: bool,
 }

@@ -77,8 +77,16 @@ async fn serve(
     watch_signals(shutdown.clone())?;
     runtime.watch_store(shutdown.clone());
     tokio::spawn(Scheduler::new(runtime.clone(), clock).run(shutdown.clone()));
-    let router = server::router(runtime.clone(), config);
+    let console = args.console;
+    let options = server::RouterOptions {
+        console,
+        ..Default::default()
+    };
+    let router = server::router_with(runtime.clone(), config, options);
     eprintln!("eve serving {agent} (build {hash}) on http://{local}");
+    if console {
+        eprintln!("eve console on http://{local}/");
+    }
     let serving = server::serve(listener, router, shutdown.clone());
     tokio::pin!(serving);
     let closing = async {
