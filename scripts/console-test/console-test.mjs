@@ -96,7 +96,9 @@ test("the console drives a session: streamed reply, approval by button, reload m
   await page.click("#new-session");
   await page.waitForURL(/#\/s\/wrun_/);
   const id = decodeURIComponent(new URL(page.url()).hash.slice("#/s/".length));
-  await page.waitForSelector("#timeline > li[data-type='session.started']");
+  // An empty session has no events yet: the composer is there, the timeline empty.
+  await page.waitForSelector("#message");
+  assert.equal(await page.locator("#timeline > li").count(), 0);
 
   // Record every length the reply bubble's text had, to see it stream.
   await page.evaluate(() => {
@@ -109,6 +111,7 @@ test("the console drives a session: streamed reply, approval by button, reload m
   await page.fill("#message", "Please refund my order.");
   await page.keyboard.press("Enter");
   await page.waitForSelector("#chat .msg.user >> text=Please refund my order.");
+  await page.waitForSelector("#timeline > li[data-type='session.started']");
 
   // The model's reasoning is there, collapsed; its text streamed in several pieces.
   await page.waitForSelector("#chat .msg.assistant >> text=Let me refund that for you right away.");

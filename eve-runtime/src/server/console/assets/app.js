@@ -502,18 +502,23 @@
       detailTimer = setTimeout(loadDetail, 100);
     }
 
+    let detailSeq = 0;
     async function loadDetail() {
+      const seq = ++detailSeq;
       try {
         const r = await api("/eve/v1/sessions/" + encodeURIComponent(id));
-        if (stopped) return;
+        // An older answer that arrives after a newer one is stale.
+        if (stopped || seq !== detailSeq) return;
         const s = r.session;
-        if (sessionStatus !== "running" || s.status !== "idle") setStatus(s.status);
-        meta.replaceChildren(
+        // The events say where the session is; the row adds what they cannot (failed, at rest).
+        if (cursor < 0 || (s.status === "failed" && sessionStatus === "idle")) setStatus(s.status);
+        meta.replaceChildren(...[
           el("span", { text: "build " }), el("span", { class: "mono", text: s.build }),
           el("span", { text: " · " + s.turns + " turns · " + ((s.usage && (s.usage.inputTokens + s.usage.outputTokens)) || 0) + " tokens · updated " + ago(s.updatedAt) }),
           s.parent ? el("span", {}, " · parent ", sessionLink(s.parent)) : null,
           r.children.length ? el("span", {}, " · children ", r.children.map((c) => sessionLink(c.id))) : null,
-          s.failure ? el("span", { class: "error", text: " · last turn failed: " + (s.failure.reason || "error") }) : null);
+          s.failure ? el("span", { class: "error", text: " · last turn failed: " + (s.failure.reason || "error") }) : null,
+        ].filter(Boolean));
         const agent = await agentInfo().catch(() => null);
         for (const call of r.toolCalls) {
           const c = cards.get(call.callId);
@@ -523,8 +528,8 @@
           const bits = [];
           if (call.durationMs !== null && call.durationMs !== undefined) bits.push(ms(call.durationMs));
           if (call.effect) bits.push("effect " + call.effect);
-          bits.push(sandbox ? "sandbox " + sandbox.provider + (sandbox.network ? " (" + json(sandbox.network) + ")" : "") : "no sandbox");
-          if (call.approval && call.approval !== "not_required") bits.push("approval " + call.approval);
+          bits.push(sandbox ? "sandbox " + sandbox.provider + (sandbox.network ? ", network " + json(sandbox.network) : "") : "no sandbox");
+          if (call.approval && call.approval !== "none" && call.approval !== "not_required") bits.push("approval " + call.approval);
           c.info.textContent = bits.join(" · ");
         }
       } catch (e) {
@@ -611,7 +616,7 @@
       el("strong", { text: d.severity + " " + d.code }), " ",
       el("span", { class: "mono", text: (d.file || "") + (d.line ? ":" + d.line : "") }), " ",
       el("span", { text: d.message }), d.help ? el("p", { class: "muted", text: d.help }) : null));
-    main.replaceChildren(
+    main.replaceChildren(...[
       el("section", { class: "bar" }, el("h1", { text: a.agent.name }),
         el("span", { class: "muted", text: (a.agent.model || "") + " · build " + a.build.hash + (a.dev ? " · dev" : "") })),
       a.agent.description ? el("p", { text: a.agent.description }) : null,
@@ -620,7 +625,8 @@
       section("Subagents", subagents, "no subagents"),
       section("Schedules", schedules, "no schedules"),
       section("Connections", connections, "no connections"),
-      section("Build diagnostics", diagnostics, "no diagnostics: the build is clean"));
+      section("Build diagnostics", diagnostics, "no diagnostics: the build is clean"),
+    ].filter(Boolean));
     return null;
   }
 
