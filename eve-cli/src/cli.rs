@@ -12,11 +12,27 @@ use eve_runtime::env_vars;
 /// An agent is a folder: `agent/instructions.md` is the prompt; `tools/`, `skills/`, `subagents/`,
 /// `schedules/`, `hooks/`, `connections/`, `channels/` and `sandbox/` hold the rest.
 #[derive(Debug, Parser)]
-#[command(name = "eve", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "eve",
+    version,
+    propagate_version = true,
+    max_term_width = 100,
+    after_help = EXIT_CODES
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// The exit codes, as `eve --help` lists them (`docs/cli.md`, "Exit codes").
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    success
+  1    the agent folder has errors, or a turn of `eve run` failed or was cancelled
+  2    a usage or environment error (unknown flag, no agent folder, a port in use, an unset
+       secret, an unknown or ambiguous session, a server `eve chat --url` cannot reach)
+  3    `eve run` stopped at an approval nobody could answer
+  130  a second SIGTERM or Ctrl-C stopped `eve serve`/`eve dev` at once";
 
 /// Where the project and its agent folder are.
 #[derive(Debug, Clone, Args)]
@@ -70,6 +86,9 @@ pub struct InitArgs {
     /// Write into a folder that is not empty (existing files are kept unless they clash).
     #[arg(long)]
     pub force: bool,
+    /// With `--list`: print the templates as JSON (`[{name, description}]`).
+    #[arg(long, requires = "list")]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -214,6 +214,8 @@ fn cancel_stops_a_turn_a_server_drives() {
     });
     let out = ok(&project, &["sessions", "cancel", "--last"]);
     assert!(out.stderr.contains(&format!("cancelling the turn of {id}")), "{}", out.stderr);
+    // The serving process stops the turn at its next checkpoint: when the running call ends.
+    std::fs::write(project.path("gate"), "open").unwrap();
     eventually(WAIT, "the server cancels the turn", || {
         (project.count(&format!(
             "SELECT COUNT(*) FROM events WHERE session_id = '{id}' AND type = 'turn.cancelled'"
@@ -223,4 +225,11 @@ fn cancel_stops_a_turn_a_server_drives() {
     let events = server.stream(&id, "?follow=false");
     assert!(events.iter().any(|e| e["type"] == "turn.cancelled"));
     assert!(!events.iter().any(|e| e["type"] == "turn.completed"));
+    // The model was not asked again after the cancel: no reply to the tool's result.
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"] == "message.completed" && e["data"]["message"] != ""),
+        "{events:?}"
+    );
 }

@@ -125,9 +125,15 @@ pub(crate) async fn start(
     } else {
         format!("{host}:{port}")
     };
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
+    let listener = match tokio::net::TcpListener::bind(&addr).await {
+        Ok(listener) => listener,
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => anyhow::bail!(
+            "cannot listen on {addr}: the port is in use (another `eve serve` or `eve dev`?); \
+             pick another with `--port {}` (or PORT=…), or `--port 0` for any free one",
+            port.saturating_add(1).max(1024)
+        ),
+        Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr}")),
+    };
     let local = listener
         .local_addr()
         .context("cannot read the bound address")?;

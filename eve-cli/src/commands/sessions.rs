@@ -490,7 +490,8 @@ pub fn cancel(args: SessionsCancelArgs) -> anyhow::Result<ExitCode> {
     })??;
     if cancelled {
         eprintln!(
-            "{} the turn of {id}",
+            "{} the turn of {id} (a process driving it stops at its next checkpoint, when a \
+             running tool call ends)",
             paint(color, "1;33", "cancelling")
         );
     } else {

@@ -474,6 +474,7 @@
           break;
         case "turn.waiting":
           setStatus("waiting");
+          scheduleDetail();
           break;
         case "input.resolved":
           setStatus("running");
