@@ -80,7 +80,15 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
                         args.url.as_deref().unwrap_or_default(),
                         args.token.clone(),
                     )?;
-                    remote.check().await?;
+                    // An unreachable server or a refused token ends the chat here. Without any
+                    // token the refusal is said and the chat goes on (each message says it
+                    // again), as it always has.
+                    if let Err(e) = remote.check().await {
+                        if remote.token.is_some() || !is_refusal(&e) {
+                            return Err(e);
+                        }
+                        eprintln!("{} {e:#}", paint(stderr_color(), "1;31", "error:"));
+                    }
                     let resume = match wanted {
                         Some(w) => Some(remote.resolve(w).await?),
                         None => None,
@@ -103,6 +111,11 @@ fn open_local(project: &eve_compile::Project) -> anyhow::Result<Runtime> {
     config.secrets = crate::logs::secrets();
     config.autostart = true;
     Ok(Runtime::new(config))
+}
+
+/// Whether `e` is a server's 401 (see `Remote::refusal`).
+fn is_refusal(e: &anyhow::Error) -> bool {
+    e.to_string().contains("(HTTP 401)")
 }
 
 /// A client of the session API.
@@ -646,7 +659,10 @@ impl Chat {
         });
         let color = stderr_color();
         let mut printer = Printer::new(false);
-        printer.label_replies(&paint(stdout_color(), "1;32", "agent:"), stdout_color());
+        // On a terminal the reply is labelled and coloured; piped, stdout holds only the text.
+        if std::io::stdout().is_terminal() {
+            printer.label_replies(&paint(stdout_color(), "1;32", "agent:"), stdout_color());
+        }
         Self {
             backend,
             session: None,
