@@ -35,7 +35,9 @@ impl Tmux {
             .args(["new-session", "-d", "-s", "chat", "-x", "110", "-y", "40"])
             .arg(command)
             .output()
-            .expect("tmux must be installed for the terminal tests of eve chat (apt-get install tmux)");
+            .expect(
+                "tmux must be installed for the terminal tests of eve chat (apt-get install tmux)",
+            );
         assert!(
             out.status.success(),
             "tmux new-session failed: {}",
@@ -165,7 +167,11 @@ fn chat_terminal_history_ctrl_u_and_persistence() {
     tmux.text("second");
     tmux.keys(&["Enter"]);
     tmux.wait_for("agent: You said: second");
-    assert!(!tmux.screen().contains("You said: garbage"), "{}", tmux.screen());
+    assert!(
+        !tmux.screen().contains("You said: garbage"),
+        "{}",
+        tmux.screen()
+    );
 
     // Up, up: the first line again, sent again.
     tmux.wait_last_line("the prompt again", |l| l.trim_end() == "you>");
@@ -192,7 +198,9 @@ fn chat_terminal_history_ctrl_u_and_persistence() {
     let tmux = Tmux::start(&project, &chat_command(&project, ""));
     tmux.wait_for("you> ");
     tmux.keys(&["Up"]);
-    tmux.wait_last_line("history from the last chat", |l| l.ends_with("you> hello one"));
+    tmux.wait_last_line("history from the last chat", |l| {
+        l.ends_with("you> hello one")
+    });
 }
 
 #[test]
@@ -292,10 +300,16 @@ fn chat_url_unreachable_or_token_refused_exits_2() {
     let out = run(project.eve(&["chat", "--url", &url, "--token", "wrong-token"]));
     let stderr = &out.stderr;
     assert_eq!(out.code, Some(2), "{stderr}");
-    assert!(stderr.contains("refused the credentials (HTTP 401)"), "{stderr}");
+    assert!(
+        stderr.contains("refused the credentials (HTTP 401)"),
+        "{stderr}"
+    );
     assert!(stderr.contains("the token was not accepted"), "{stderr}");
     assert!(stderr.contains("--token"), "{stderr}");
-    assert!(!stderr.contains("wrong-token"), "the token is not echoed: {stderr}");
+    assert!(
+        !stderr.contains("wrong-token"),
+        "the token is not echoed: {stderr}"
+    );
     // Without a token the refusal is said at once, and says what is missing.
     let out = run(project.eve(&["chat", "--url", &url]));
     assert!(

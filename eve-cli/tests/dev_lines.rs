@@ -39,7 +39,9 @@ fn project() -> Project {
 fn dev_prints_a_line_per_turn_tool_call_approval_rebuild_and_schedule_fire() {
     let project = project();
     let mut dev = Server::start(project.eve(&["dev", "--port", "0"]));
-    dev.wait_line(WAIT, |l| l.starts_with("eve console: open http://127.0.0.1:"));
+    dev.wait_line(WAIT, |l| {
+        l.starts_with("eve console: open http://127.0.0.1:")
+    });
 
     // A tool that works: its line has the result and a time; then the turn's line.
     let (status, body) = dev.post("/eve/v1/session", &json!({"message": "/tool weather {}"}));
@@ -60,10 +62,18 @@ fn dev_prints_a_line_per_turn_tool_call_approval_rebuild_and_schedule_fire() {
 
     // A tool that fails: the error is on the line.
     let mark = dev.stderr().len();
-    let (status, _) = dev.post(&format!("/eve/v1/session/{id}"), &json!({"message": "/tool flaky {}"}));
+    let (status, _) = dev.post(
+        &format!("/eve/v1/session/{id}"),
+        &json!({"message": "/tool flaky {}"}),
+    );
     assert_eq!(status, 202);
-    let line = dev.wait_line_after(mark, WAIT, |l| l.starts_with("tool ") && l.contains(" flaky "));
-    assert!(line.starts_with(&format!("tool {id} turn 1 flaky failed after ")), "{line}");
+    let line = dev.wait_line_after(mark, WAIT, |l| {
+        l.starts_with("tool ") && l.contains(" flaky ")
+    });
+    assert!(
+        line.starts_with(&format!("tool {id} turn 1 flaky failed after ")),
+        "{line}"
+    );
     assert!(line.contains("the upstream is down"), "{line}");
     let line = dev.wait_line_after(mark, WAIT, |l| l.starts_with("turn ") && l.contains(&id));
     assert!(line.contains("(2 steps, 1 tool call, 1 failed)"), "{line}");
@@ -133,7 +143,10 @@ fn dev_serves_the_console_and_its_routes() {
     assert_eq!(list["sessions"][0]["id"], id.as_str());
     assert_eq!(list["sessions"][0]["firstMessage"], "hello console");
     let (status, list) = dev.get("/eve/v1/sessions?status=nope");
-    assert_eq!((status, list["code"].as_str()), (400, Some("invalid_query")));
+    assert_eq!(
+        (status, list["code"].as_str()),
+        (400, Some("invalid_query"))
+    );
     let (status, one) = dev.get(&format!("/eve/v1/sessions/{id}"));
     assert_eq!(status, 200);
     assert_eq!(one["session"]["turns"], 1);
@@ -155,7 +168,9 @@ fn dev_serves_the_console_and_its_routes() {
     let digest = &agent["schedules"][0];
     assert_eq!(digest["name"], "digest");
     assert!(
-        digest["nextFire"].as_str().is_some_and(|t| t.contains("T03:00:00")),
+        digest["nextFire"]
+            .as_str()
+            .is_some_and(|t| t.contains("T03:00:00")),
         "{digest}"
     );
     assert!(agent["diagnostics"].is_array());

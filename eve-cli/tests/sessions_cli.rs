@@ -85,13 +85,18 @@ fn prefixes_last_and_list_columns() {
     let prefix = unique_prefix(&first, &all);
     let show = ok(&project, &["sessions", "show", &prefix.to_lowercase()]);
     assert!(show.stdout.contains(&first), "{}", show.stdout);
-    assert!(show.stdout.contains("user: first question"), "{}", show.stdout);
+    assert!(
+        show.stdout.contains("user: first question"),
+        "{}",
+        show.stdout
+    );
 
     // A prefix of every id is ambiguous: the error lists them and says what to do.
     let out = run(project.eve(&["sessions", "show", "wrun_"]));
     assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert!(
-        out.stderr.contains("`wrun_` is the start of 3 session ids; give more of the id"),
+        out.stderr
+            .contains("`wrun_` is the start of 3 session ids; give more of the id"),
         "{}",
         out.stderr
     );
@@ -101,7 +106,8 @@ fn prefixes_last_and_list_columns() {
     let out = run(project.eve(&["sessions", "show", "wrun_zzzz"]));
     assert_eq!(out.code, Some(2));
     assert!(
-        out.stderr.contains("no session id starts with it") && out.stderr.contains("eve sessions list"),
+        out.stderr.contains("no session id starts with it")
+            && out.stderr.contains("eve sessions list"),
         "{}",
         out.stderr
     );
@@ -110,10 +116,19 @@ fn prefixes_last_and_list_columns() {
     ok(&project, &["run", "--last", "fourth, in the third"]);
     ok(&project, &["run", "-s", &prefix, "fifth, in the first"]);
     let third_show = ok(&project, &["sessions", "show", &third]).stdout;
-    assert!(third_show.contains("user: fourth, in the third"), "{third_show}");
+    assert!(
+        third_show.contains("user: fourth, in the third"),
+        "{third_show}"
+    );
     let first_show = ok(&project, &["sessions", "show", "-c"]).stdout;
-    assert!(first_show.contains(&first), "--last is now the first session: {first_show}");
-    assert!(first_show.contains("user: fifth, in the first"), "{first_show}");
+    assert!(
+        first_show.contains(&first),
+        "--last is now the first session: {first_show}"
+    );
+    assert!(
+        first_show.contains("user: fifth, in the first"),
+        "{first_show}"
+    );
     let out = run(project.eve(&["sessions", "show", &first, "--last"]));
     assert_eq!(out.code, Some(2));
     assert!(out.stderr.contains("not both"), "{}", out.stderr);
@@ -121,7 +136,10 @@ fn prefixes_last_and_list_columns() {
     // The table has the parent and first-message columns; --limit keeps the newest.
     let table = ok(&project, &["sessions", "list"]).stdout;
     let header = table.lines().next().unwrap();
-    assert!(header.contains("PARENT") && header.contains("FIRST MESSAGE"), "{table}");
+    assert!(
+        header.contains("PARENT") && header.contains("FIRST MESSAGE"),
+        "{table}"
+    );
     assert!(table.contains("first question"), "{table}");
     let limited = list(&project, &["--limit", "2"]);
     assert_eq!(limited.len(), 2);
@@ -130,7 +148,11 @@ fn prefixes_last_and_list_columns() {
     assert!(limited[0]["parent"].is_null());
     let out = run(project.eve(&["sessions", "list", "--status", "sleeping"]));
     assert_eq!(out.code, Some(2));
-    assert!(out.stderr.contains("idle, running, waiting, failed"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("idle, running, waiting, failed"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -167,7 +189,9 @@ fn status_filter_show_outputs_and_failures_approve_json_and_cancel() {
     assert_eq!(waiting.len(), 1);
     let answer = ok(
         &project,
-        &["sessions", "approve", "--last", "--reason", "fine", "--json"],
+        &[
+            "sessions", "approve", "--last", "--reason", "fine", "--json",
+        ],
     );
     let answer: Value = serde_json::from_str(&answer.stdout).unwrap();
     assert_eq!(answer["outcome"], "approved");
@@ -180,7 +204,10 @@ fn status_filter_show_outputs_and_failures_approve_json_and_cancel() {
     assert_eq!(out.code, Some(3));
     let parked = list(&project, &["--status", "waiting"]);
     let parked = parked[0]["id"].as_str().unwrap().to_owned();
-    let out = ok(&project, &["sessions", "cancel", &parked[..parked.len() - 2]]);
+    let out = ok(
+        &project,
+        &["sessions", "cancel", &parked[..parked.len() - 2]],
+    );
     assert!(out.stderr.contains("cancelling"), "{}", out.stderr);
     let row = list(&project, &[])
         .into_iter()
@@ -213,7 +240,11 @@ fn cancel_stops_a_turn_a_server_drives() {
             .then_some(())
     });
     let out = ok(&project, &["sessions", "cancel", "--last"]);
-    assert!(out.stderr.contains(&format!("cancelling the turn of {id}")), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("cancelling the turn of {id}")),
+        "{}",
+        out.stderr
+    );
     // The serving process stops the turn at its next checkpoint: when the running call ends.
     std::fs::write(project.path("gate"), "open").unwrap();
     eventually(WAIT, "the server cancels the turn", || {

@@ -76,10 +76,8 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
                     (Backend::Local(rt), resume)
                 }
                 None => {
-                    let remote = Remote::new(
-                        args.url.as_deref().unwrap_or_default(),
-                        args.token.clone(),
-                    )?;
+                    let remote =
+                        Remote::new(args.url.as_deref().unwrap_or_default(), args.token.clone())?;
                     // An unreachable server or a refused token ends the chat here. Without any
                     // token the refusal is said and the chat goes on (each message says it
                     // again), as it always has.
@@ -194,10 +192,7 @@ impl Remote {
     /// The session an id, a prefix or `--last` (`None`) names on the server.
     async fn resolve(&self, wanted: Option<&str>) -> anyhow::Result<String> {
         if let Some(id) = wanted
-            && self
-                .get(&format!("/eve/v1/sessions/{id}"))
-                .await
-                .is_ok()
+            && self.get(&format!("/eve/v1/sessions/{id}")).await.is_ok()
         {
             return Ok(id.to_owned());
         }
@@ -550,10 +545,10 @@ fn editor_thread(history: Option<std::path::PathBuf>) -> Reader {
                 Ok(line) => {
                     if remember && !line.trim().is_empty() {
                         let _ = editor.add_history_entry(line.as_str());
-                        if let Some(path) = &history {
-                            if let Err(e) = editor.save_history(path) {
-                                tracing::debug!(error = %e, "cannot save the chat history");
-                            }
+                        if let Some(path) = &history
+                            && let Err(e) = editor.save_history(path)
+                        {
+                            tracing::debug!(error = %e, "cannot save the chat history");
                         }
                     }
                     Input::Line(line)
@@ -945,10 +940,19 @@ impl Chat {
     /// Asks about each request; `false` when stdin ended before an answer. `shown`: the tool
     /// calls were printed already (`→ tool {input}`), so the question does not repeat the input.
     /// A deny asks for a reason on a terminal (the model is told it).
-    async fn approve(&mut self, id: &str, requests: &[Request], shown: bool) -> anyhow::Result<bool> {
+    async fn approve(
+        &mut self,
+        id: &str,
+        requests: &[Request],
+        shown: bool,
+    ) -> anyhow::Result<bool> {
         for r in requests {
             let question = if shown {
-                format!("{} {} [y/N] ", paint(self.color, "1;33", "approve?"), r.prompt)
+                format!(
+                    "{} {} [y/N] ",
+                    paint(self.color, "1;33", "approve?"),
+                    r.prompt
+                )
             } else {
                 format!(
                     "{} {} {} [y/N] ",

@@ -262,7 +262,11 @@ pub(crate) async fn talk(runtime: Runtime, color: bool, shutdown: CancellationTo
             Err(RecvError::Lagged(n)) => {
                 eprintln!(
                     "{}",
-                    paint(color, "2", &format!("eve dev: {n} events went by unprinted"))
+                    paint(
+                        color,
+                        "2",
+                        &format!("eve dev: {n} events went by unprinted")
+                    )
                 );
                 continue;
             }

@@ -87,7 +87,11 @@ impl Candidate {
 /// Picks the session `wanted` names among `all` (newest activity first): the exact id, else the
 /// only id starting with it (case-insensitive); `None` wanted means the newest session that is
 /// not a subagent's. `whence` names the store in the messages.
-pub(crate) fn pick(all: &[Candidate], wanted: Option<&str>, whence: &str) -> anyhow::Result<String> {
+pub(crate) fn pick(
+    all: &[Candidate],
+    wanted: Option<&str>,
+    whence: &str,
+) -> anyhow::Result<String> {
     let Some(wanted) = wanted.map(str::trim) else {
         return all
             .iter()
@@ -98,7 +102,9 @@ pub(crate) fn pick(all: &[Candidate], wanted: Option<&str>, whence: &str) -> any
             });
     };
     if wanted.is_empty() {
-        anyhow::bail!("the session id is empty: give an id or a prefix of one (`eve sessions list` shows them), or `--last`");
+        anyhow::bail!(
+            "the session id is empty: give an id or a prefix of one (`eve sessions list` shows them), or `--last`"
+        );
     }
     if let Some(exact) = all.iter().find(|c| c.id == wanted) {
         return Ok(exact.id.clone());
@@ -143,11 +149,15 @@ pub(crate) async fn resolve(
     let mut all = runtime.sessions(&SessionFilter::default()).await?;
     all.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
     let candidates: Vec<Candidate> = all.iter().map(Candidate::of).collect();
-    pick(&candidates, wanted, &project.db_path().display().to_string())
+    pick(
+        &candidates,
+        wanted,
+        &project.db_path().display().to_string(),
+    )
 }
 
 /// `--last` or an id (or neither): what [`resolve`] takes. Both is a mistake.
-pub(crate) fn wanted<'a>(id: Option<&'a str>, last: bool) -> anyhow::Result<Option<Option<&'a str>>> {
+pub(crate) fn wanted(id: Option<&str>, last: bool) -> anyhow::Result<Option<Option<&str>>> {
     match (id, last) {
         (Some(_), true) => anyhow::bail!("give a session id or `--last`, not both"),
         (Some(id), false) => Ok(Some(Some(id))),
@@ -252,7 +262,9 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
             rfc3339(s.updated_at),
             s.parent_id.as_deref().unwrap_or("-"),
             s.schedule.as_deref().unwrap_or("-"),
-            first.as_deref().map_or_else(|| "-".to_owned(), |t| one_line(t, 48)),
+            first
+                .as_deref()
+                .map_or_else(|| "-".to_owned(), |t| one_line(t, 48)),
         )
     }
     Ok(ExitCode::SUCCESS)
@@ -261,9 +273,8 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
 pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
     let runtime = open_runtime(&project)?;
-    let wanted = wanted(args.id.as_deref(), args.last)?.ok_or_else(|| {
-        anyhow::anyhow!("give a session id (or a prefix of one), or `--last`")
-    })?;
+    let wanted = wanted(args.id.as_deref(), args.last)?
+        .ok_or_else(|| anyhow::anyhow!("give a session id (or a prefix of one), or `--last`"))?;
     let loaded = block_on(async {
         let id = resolve(&runtime, &project, wanted).await?;
         let Some(session) = runtime.session(&id).await? else {
@@ -429,9 +440,8 @@ pub fn answer(args: SessionsAnswerArgs, approve: bool) -> anyhow::Result<ExitCod
         (true, Some(only), None) => (None, Some(only.clone())),
         (_, session, request) => (session.clone(), request.clone()),
     };
-    let wanted = wanted(session.as_deref(), args.last)?.ok_or_else(|| {
-        anyhow::anyhow!("give the session id (or a prefix of one), or `--last`")
-    })?;
+    let wanted = wanted(session.as_deref(), args.last)?
+        .ok_or_else(|| anyhow::anyhow!("give the session id (or a prefix of one), or `--last`"))?;
     let (id, request) = block_on(async {
         let id = resolve(&runtime, &project, wanted).await?;
         let request = runtime
@@ -471,9 +481,8 @@ pub fn answer(args: SessionsAnswerArgs, approve: bool) -> anyhow::Result<ExitCod
 pub fn cancel(args: SessionsCancelArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
     let runtime = open_runtime(&project)?;
-    let wanted = wanted(args.id.as_deref(), args.last)?.ok_or_else(|| {
-        anyhow::anyhow!("give the session id (or a prefix of one), or `--last`")
-    })?;
+    let wanted = wanted(args.id.as_deref(), args.last)?
+        .ok_or_else(|| anyhow::anyhow!("give the session id (or a prefix of one), or `--last`"))?;
     let color = stderr_color();
     let (id, cancelled) = block_on(async {
         let id = resolve(&runtime, &project, wanted).await?;

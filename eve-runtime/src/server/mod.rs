@@ -131,7 +131,11 @@ pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOption
         .route("/eve/v1/health", get(routes::health))
         .route("/eve/v1/channels/{name}", post(channels::handle))
         .merge(guarded)
-        .merge(if console { console::assets() } else { Router::new() })
+        .merge(if console {
+            console::assets()
+        } else {
+            Router::new()
+        })
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(app.config.body_limit));

@@ -19,9 +19,7 @@ use super::super::App;
 use super::super::error::ApiError;
 use super::super::routes::SessionId;
 use crate::engine::Runtime;
-use crate::store::{
-    SessionFilter, SessionRecord, SessionStatus, TurnStatus, now_ms, rfc3339,
-};
+use crate::store::{SessionFilter, SessionRecord, SessionStatus, TurnStatus, now_ms, rfc3339};
 
 /// Sessions listed when the query names no `limit`.
 const DEFAULT_LIMIT: usize = 100;
@@ -54,7 +52,11 @@ pub(crate) fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiErro
         limit: DEFAULT_LIMIT,
         ..ListQuery::default()
     };
-    for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let value = decode(value);
         match key {
@@ -193,7 +195,10 @@ pub(crate) async fn show(
     SessionId(id): SessionId,
 ) -> Result<Response, ApiError> {
     let runtime = &app.runtime;
-    let session = runtime.session(&id).await?.ok_or(ApiError::SessionNotFound)?;
+    let session = runtime
+        .session(&id)
+        .await?
+        .ok_or(ApiError::SessionNotFound)?;
     let (status, failure) = shown_status(runtime, &session).await;
     let store = runtime.store();
     let internal = |e: crate::store::StoreError| ApiError::Internal(e.to_string());
