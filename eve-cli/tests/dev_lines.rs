@@ -136,7 +136,9 @@ fn dev_serves_the_console_and_its_routes() {
     let id = body["sessionId"].as_str().unwrap().to_owned();
     super::support_dev::eventually(WAIT, "the turn ends", || {
         let (_, list) = dev.get("/eve/v1/sessions");
-        (list["sessions"][0]["status"] == "idle").then_some(())
+        let row = &list["sessions"][0];
+        (row["status"] == "idle" && row["turns"] == 1 && row["events"].as_u64() > Some(3))
+            .then_some(())
     });
     let (status, list) = dev.get(&format!("/eve/v1/sessions?prefix={}", &id[..12]));
     assert_eq!(status, 200, "{list}");
