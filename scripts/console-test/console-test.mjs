@@ -133,8 +133,8 @@ test("the console drives a session: streamed reply, approval by button, reload m
   await refund.locator("pre.output >> text=refunded").waitFor();
   assert.equal(await refund.locator(".badge").first().textContent(), "completed");
   // Duration, effect and sandbox come from the session's call rows.
-  await page.waitForFunction(() => /effect write/.test(document.querySelector(".card[data-tool='refund'] .card-info").textContent));
-  assert.match(await refund.locator(".card-info").textContent(), /\d+(\.\d+)? m?s/);
+  await page.waitForFunction(() => /^\d+(\.\d+)? m?s · effect write · sandbox host/.test(document.querySelector(".card[data-tool='refund'] .card-info").textContent));
+  assert.match(await refund.locator(".card-info").textContent(), /approval approved/);
 
   // The slow tool runs: reload now, mid-turn.
   await page.waitForSelector(".card[data-tool='slow']");
