@@ -56,6 +56,11 @@ printf 'HumanEval harness: %ss\n' "$((SECONDS - humaneval_start))" >&2
 step "eve eval throughput: 200 mock cases (bench/evals.sh)"
 bench/evals.sh
 
+step "the web console in headless Chromium (scripts/test-console.sh)"
+console_start=$SECONDS
+scripts/test-console.sh
+printf 'console test: %ss\n' "$((SECONDS - console_start))" >&2
+
 step "the eve binary links only against the C library (scripts/check-binary.sh)"
 scripts/check-binary.sh target/debug/eve
 

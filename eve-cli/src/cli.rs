@@ -12,11 +12,27 @@ use eve_runtime::env_vars;
 /// An agent is a folder: `agent/instructions.md` is the prompt; `tools/`, `skills/`, `subagents/`,
 /// `schedules/`, `hooks/`, `connections/`, `channels/` and `sandbox/` hold the rest.
 #[derive(Debug, Parser)]
-#[command(name = "eve", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "eve",
+    version,
+    propagate_version = true,
+    max_term_width = 100,
+    after_help = EXIT_CODES
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// The exit codes, as `eve --help` lists them (`docs/cli.md`, "Exit codes").
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    success
+  1    the agent folder has errors, or a turn of `eve run` failed or was cancelled
+  2    a usage or environment error (unknown flag, no agent folder, a port in use, an unset
+       secret, an unknown or ambiguous session, a server `eve chat --url` cannot reach)
+  3    `eve run` stopped at an approval nobody could answer
+  130  a second SIGTERM or Ctrl-C stopped `eve serve`/`eve dev` at once";
 
 /// Where the project and its agent folder are.
 #[derive(Debug, Clone, Args)]
@@ -177,6 +193,9 @@ pub struct InitArgs {
     /// Write into a folder that is not empty (existing files are kept unless they clash).
     #[arg(long)]
     pub force: bool,
+    /// With `--list`: print the templates as JSON (`[{name, description}]`).
+    #[arg(long, requires = "list")]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -203,9 +222,12 @@ pub struct RunArgs {
     pub project: ProjectArgs,
     /// The prompt. Omit it with `--session` to resume that session's unfinished turn.
     pub prompt: Option<String>,
-    /// Continue this session instead of starting a new one.
+    /// Continue this session (an id, or a unique prefix of one) instead of starting a new one.
     #[arg(long, short)]
     pub session: Option<String>,
+    /// Continue the session active most recently.
+    #[arg(long, short = 'c', conflicts_with = "session")]
+    pub last: bool,
     /// Approve every tool call that asks for approval.
     #[arg(long, short)]
     pub yes: bool,
@@ -224,6 +246,9 @@ pub struct ServeArgs {
     /// Address to listen on. Without `auth:` in `agent/channels/eve.yaml` only loopback is allowed.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
+    /// Also serve the web console at `/` (its API calls need the channel's credentials).
+    #[arg(long)]
+    pub console: bool,
 }
 
 #[derive(Debug, Args)]
@@ -248,21 +273,27 @@ pub struct ChatArgs {
     /// Bearer token for `--url` (sent as `Authorization: Bearer TOKEN`).
     #[arg(long, env = env_vars::EVE_TOKEN, hide_env_values = true)]
     pub token: Option<String>,
-    /// Continue this session instead of starting a new one.
+    /// Continue this session (an id, or a unique prefix of one) instead of starting a new one.
     #[arg(long, short)]
     pub session: Option<String>,
+    /// Continue the session active most recently.
+    #[arg(long, short = 'c', conflicts_with = "session")]
+    pub last: bool,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
     /// List sessions, newest first.
     List(SessionsListArgs),
-    /// Show one session: its messages, tool calls and pending approvals.
+    /// Show one session: its messages, tool calls with their outputs, failed turns and pending
+    /// approvals.
     Show(SessionsShowArgs),
     /// Approve a pending tool call.
     Approve(SessionsAnswerArgs),
     /// Deny a pending tool call.
     Deny(SessionsAnswerArgs),
+    /// Cancel the running or parked turn of a session.
+    Cancel(SessionsCancelArgs),
 }
 
 #[derive(Debug, Args)]
@@ -272,6 +303,12 @@ pub struct SessionsListArgs {
     /// Only sessions started by this schedule.
     #[arg(long)]
     pub schedule: Option<String>,
+    /// Only sessions in this status: idle, running, waiting or failed.
+    #[arg(long, value_name = "STATUS")]
+    pub status: Option<String>,
+    /// At most this many sessions.
+    #[arg(long, short = 'n', value_name = "N")]
+    pub limit: Option<usize>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -281,8 +318,11 @@ pub struct SessionsListArgs {
 pub struct SessionsShowArgs {
     #[command(flatten)]
     pub project: ProjectArgs,
-    /// Session id.
-    pub id: String,
+    /// Session id, or a unique prefix of one.
+    pub id: Option<String>,
+    /// The session active most recently.
+    #[arg(long, short = 'c')]
+    pub last: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -292,11 +332,28 @@ pub struct SessionsShowArgs {
 pub struct SessionsAnswerArgs {
     #[command(flatten)]
     pub project: ProjectArgs,
-    /// Session id.
-    pub session: String,
+    /// Session id, or a unique prefix of one.
+    pub session: Option<String>,
     /// Input request id (default: the session's only pending request).
     pub request: Option<String>,
+    /// The session active most recently.
+    #[arg(long, short = 'c')]
+    pub last: bool,
     /// Reason, passed to the model.
     #[arg(long, short)]
     pub reason: Option<String>,
+    /// Print the answer as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SessionsCancelArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Session id, or a unique prefix of one.
+    pub id: Option<String>,
+    /// The session active most recently.
+    #[arg(long, short = 'c')]
+    pub last: bool,
 }

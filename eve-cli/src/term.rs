@@ -45,6 +45,10 @@ pub struct Printer {
     color: bool,
     mid_line: bool,
     reasoning: bool,
+    /// `eve chat`: the label printed before each reply, and whether to colour the reply.
+    label: Option<(String, bool)>,
+    /// Whether the current step's reply has started (its label is printed).
+    replying: bool,
 }
 
 impl Printer {
@@ -55,7 +59,21 @@ impl Printer {
             color: stderr_color(),
             mid_line: false,
             reasoning: false,
+            label: None,
+            replying: false,
         }
+    }
+
+    /// Prints `label` (already painted) before each reply, and the reply in colour when
+    /// `color` (stdout is a terminal).
+    pub fn label_replies(&mut self, label: &str, color: bool) {
+        self.label = Some((label.to_owned(), color));
+    }
+
+    /// Whether the cursor is at the start of a line (nothing streamed is left open), so a
+    /// status line may be drawn and erased there.
+    pub fn at_line_start(&self) -> bool {
+        !self.mid_line && !self.reasoning
     }
 
     /// Ends a line of streamed text or reasoning, if one is open.
@@ -99,7 +117,16 @@ impl Printer {
                     self.reasoning = false;
                 }
                 let delta = data["messageDelta"].as_str().unwrap_or_default();
-                print!("{delta}");
+                match &self.label {
+                    Some((label, color)) => {
+                        if !self.replying {
+                            print!("{label} ");
+                            self.replying = true;
+                        }
+                        print!("{}", paint(*color, "32", delta));
+                    }
+                    None => print!("{delta}"),
+                }
                 let _ = std::io::stdout().flush();
                 self.mid_line = !delta.ends_with('\n');
             }
@@ -108,7 +135,10 @@ impl Printer {
                 eprint!("{}", paint(self.color, "2", delta));
                 self.reasoning = true;
             }
-            ev::MESSAGE_COMPLETED => self.finish_line(),
+            ev::MESSAGE_COMPLETED => {
+                self.finish_line();
+                self.replying = false;
+            }
             ev::ACTIONS_REQUESTED => {
                 self.finish_line();
                 for action in data["actions"].as_array().into_iter().flatten() {
@@ -153,5 +183,124 @@ impl Printer {
             ev::TURN_FAILED | ev::TURN_CANCELLED => self.finish_line(),
             _ => {}
         }
+    }
+}
+
+/// How long nothing prints before the spinner shows.
+const SPIN_AFTER: std::time::Duration = std::time::Duration::from_millis(300);
+const FRAMES: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+
+/// A one-line status on stderr while a turn prints nothing: `⠹ thinking… 2.1 s` while the model
+/// is silent, `⠹ running fetch… 12.0 s` while tools run. It is drawn only on a terminal and
+/// only at the start of a line (never over streamed text), and erased before anything else
+/// prints.
+pub struct Spinner {
+    enabled: bool,
+    color: bool,
+    shown: bool,
+    frame: usize,
+    quiet_since: std::time::Instant,
+    turn_since: std::time::Instant,
+    /// Tools running now, by call id, with their name and start.
+    running: Vec<(String, String, std::time::Instant)>,
+}
+
+impl Spinner {
+    /// A spinner that draws only when `enabled` (stderr is a terminal).
+    pub fn new(enabled: bool, color: bool) -> Self {
+        let now = std::time::Instant::now();
+        Self {
+            enabled,
+            color,
+            shown: false,
+            frame: 0,
+            quiet_since: now,
+            turn_since: now,
+            running: Vec::new(),
+        }
+    }
+
+    /// Whether it ever draws.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Erases the status line, if drawn.
+    pub fn clear(&mut self) {
+        if self.shown {
+            let mut err = std::io::stderr();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+            self.shown = false;
+        }
+    }
+
+    /// An event arrived (as wire JSON): erase the line and note the tools it starts or ends.
+    pub fn event(&mut self, event: &Value) {
+        self.clear();
+        self.quiet_since = std::time::Instant::now();
+        match event["type"].as_str().unwrap_or_default() {
+            ev::TURN_STARTED | ev::STEP_STARTED => self.turn_since = self.quiet_since,
+            ev::ACTIONS_REQUESTED => {
+                for a in event["data"]["actions"].as_array().into_iter().flatten() {
+                    let name = a["toolName"]
+                        .as_str()
+                        .or_else(|| a["name"].as_str())
+                        .unwrap_or("tool");
+                    let id = a["callId"].as_str().unwrap_or_default();
+                    self.running
+                        .push((id.to_owned(), name.to_owned(), self.quiet_since));
+                }
+            }
+            ev::INPUT_REQUESTED | ev::TURN_WAITING => {}
+            ev::INPUT_RESOLVED => {
+                for (_, _, since) in &mut self.running {
+                    *since = self.quiet_since;
+                }
+            }
+            ev::ACTION_RESULT => {
+                let id = event["data"]["result"]["callId"]
+                    .as_str()
+                    .unwrap_or_default();
+                self.running.retain(|(call, _, _)| call != id);
+            }
+            ev::TURN_COMPLETED | ev::TURN_FAILED | ev::TURN_CANCELLED => self.running.clear(),
+            _ => {}
+        }
+    }
+
+    /// The text the status line shows now.
+    pub fn status(&self) -> String {
+        let now = std::time::Instant::now();
+        match self.running.first() {
+            Some((_, name, since)) => {
+                let more = if self.running.len() > 1 {
+                    format!(" (+{} more)", self.running.len() - 1)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "running {name}{more}… {:.1} s",
+                    now.duration_since(*since).as_secs_f64()
+                )
+            }
+            None => format!(
+                "thinking… {:.1} s",
+                now.duration_since(self.turn_since).as_secs_f64()
+            ),
+        }
+    }
+
+    /// Draws the next frame if nothing printed for a while and the cursor is at a line start.
+    pub fn tick(&mut self, at_line_start: bool) {
+        if !self.enabled || !at_line_start || self.quiet_since.elapsed() < SPIN_AFTER {
+            return;
+        }
+        self.frame = (self.frame + 1) % FRAMES.len();
+        let line = format!("{} {}", FRAMES[self.frame], self.status());
+        let mut err = std::io::stderr();
+        let _ = write!(err, "\r\x1b[2K{}", paint(self.color, "2", &line));
+        let _ = err.flush();
+        self.shown = true;
     }
 }

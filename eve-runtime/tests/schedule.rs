@@ -380,6 +380,7 @@ async fn the_dev_route_fires_a_schedule_once_and_only_in_dev_mode() {
     for dev in [true, false] {
         let options = RouterOptions {
             dev: dev.then(|| scheduler(&rt, &clock)),
+            ..RouterOptions::default()
         };
         let config = ServerConfig {
             shutdown: stop.clone(),

@@ -25,8 +25,8 @@ use tokio_util::sync::CancellationToken;
 use super::run::build_agent;
 use crate::cli::ChatArgs;
 use crate::project::locate;
-use crate::render::{paint, stderr_color};
-use crate::term::{Printer, compact, is_yes};
+use crate::render::{paint, stderr_color, stdout_color};
+use crate::term::{Printer, Spinner, compact, is_yes};
 
 const HELP: &str = "\
 /new      start a new session
@@ -35,7 +35,9 @@ const HELP: &str = "\
 /cancel   cancel the running or parked turn
 /exit     leave (also /quit, Ctrl-D, or Ctrl-C twice at the prompt)
 /help     this list
-Anything else is sent to the agent. Ctrl-C cancels a running turn.";
+Anything else is sent to the agent (an unknown /word is not: start the line with // to send
+it as it is). Up and down recall earlier lines (kept in .eve/chat_history); Ctrl-C cancels a
+running turn.";
 
 pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
     let local = match &args.url {
@@ -55,14 +57,44 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?
         .block_on(async move {
-            let backend = match local {
-                Some(project) => Backend::Local(open_local(&project).await?),
-                None => Backend::Remote(Remote::new(
-                    args.url.as_deref().unwrap_or_default(),
-                    args.token.clone(),
-                )?),
+            let wanted = super::sessions::wanted(args.session.as_deref(), args.last)?;
+            // History is kept per project, under `.eve/` (with `--url`, when run in one).
+            let history = match &local {
+                Some(project) => Some(project.state_dir.join(HISTORY_FILE)),
+                None => locate(&args.project)
+                    .ok()
+                    .filter(|p| p.state_dir.is_dir())
+                    .map(|p| p.state_dir.join(HISTORY_FILE)),
             };
-            Chat::new(backend).run(args.session).await
+            let (backend, resume) = match local {
+                Some(project) => {
+                    let rt = open_local(&project).await?;
+                    let resume = match wanted {
+                        Some(w) => Some(super::sessions::resolve(&rt, &project, w).await?),
+                        None => None,
+                    };
+                    (Backend::Local(rt), resume)
+                }
+                None => {
+                    let remote =
+                        Remote::new(args.url.as_deref().unwrap_or_default(), args.token.clone())?;
+                    // An unreachable server or a refused token ends the chat here. Without any
+                    // token the refusal is said and the chat goes on (each message says it
+                    // again), as it always has.
+                    if let Err(e) = remote.check().await {
+                        if remote.token.is_some() || !is_refusal(&e) {
+                            return Err(e);
+                        }
+                        eprintln!("{} {e:#}", paint(stderr_color(), "1;31", "error:"));
+                    }
+                    let resume = match wanted {
+                        Some(w) => Some(remote.resolve(w).await?),
+                        None => None,
+                    };
+                    (Backend::Remote(remote), resume)
+                }
+            };
+            Chat::new(backend, history).run(resume).await
         })
 }
 
@@ -76,6 +108,11 @@ async fn open_local(project: &eve_compile::Project) -> anyhow::Result<Runtime> {
     config.secrets = crate::logs::secrets();
     config.autostart = true;
     Ok(Runtime::new(config))
+}
+
+/// Whether `e` is a server's 401 (see `Remote::refusal`).
+fn is_refusal(e: &anyhow::Error) -> bool {
+    e.to_string().contains("(HTTP 401)")
 }
 
 /// A client of the session API.
@@ -105,6 +142,74 @@ impl Remote {
         }
     }
 
+    /// What a failed request says: the server's error, or for a refused token what to fix.
+    fn refusal(&self, status: reqwest::StatusCode, value: &Value) -> anyhow::Error {
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            return anyhow::anyhow!(
+                "{} refused the credentials (HTTP 401): {}; check --token (or EVE_TOKEN) \
+                 against the server's agent/channels/eve.yaml",
+                self.base,
+                if self.token.is_some() {
+                    "the token was not accepted"
+                } else {
+                    "it needs a token and none was given"
+                }
+            );
+        }
+        let message = value["error"].as_str().unwrap_or("request failed");
+        anyhow::anyhow!("{message} (HTTP {})", status.as_u16())
+    }
+
+    /// The error of a request that got no answer at all.
+    fn unreachable(&self) -> String {
+        format!(
+            "cannot reach {}: is `eve serve` (or `eve dev`) running there? Check --url (or EVE_URL)",
+            self.base
+        )
+    }
+
+    /// GETs `path`; the JSON answer, or the server's error as an error.
+    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        let response = self
+            .request(reqwest::Method::GET, path)
+            .send()
+            .await
+            .with_context(|| self.unreachable())?;
+        let status = response.status();
+        let value: Value = response.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            return Err(self.refusal(status, &value));
+        }
+        Ok(value)
+    }
+
+    /// Whether the server answers and takes our credentials, before the first prompt.
+    async fn check(&self) -> anyhow::Result<()> {
+        self.get("/eve/v1/info").await.map(|_| ())
+    }
+
+    /// The session an id, a prefix or `--last` (`None`) names on the server.
+    async fn resolve(&self, wanted: Option<&str>) -> anyhow::Result<String> {
+        if let Some(id) = wanted
+            && self.get(&format!("/eve/v1/sessions/{id}")).await.is_ok()
+        {
+            return Ok(id.to_owned());
+        }
+        let list = self.get("/eve/v1/sessions?limit=1000").await?;
+        let candidates: Vec<super::sessions::Candidate> = list["sessions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| super::sessions::Candidate {
+                id: s["id"].as_str().unwrap_or_default().to_owned(),
+                status: s["status"].as_str().unwrap_or_default().to_owned(),
+                updated: s["updatedAt"].as_str().unwrap_or_default().to_owned(),
+                parent: s["parent"].as_str().map(str::to_owned),
+            })
+            .collect();
+        super::sessions::pick(&candidates, wanted, &self.base)
+    }
+
     /// POSTs `body`; returns the JSON answer, or the server's error as an error.
     async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
         let response = self
@@ -112,12 +217,11 @@ impl Remote {
             .json(&body)
             .send()
             .await
-            .with_context(|| format!("cannot reach {}", self.base))?;
+            .with_context(|| self.unreachable())?;
         let status = response.status();
         let value: Value = response.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
-            let message = value["error"].as_str().unwrap_or("request failed");
-            anyhow::bail!("{message} (HTTP {})", status.as_u16());
+            return Err(self.refusal(status, &value));
         }
         Ok(value)
     }
@@ -131,12 +235,11 @@ impl Remote {
             )
             .send()
             .await
-            .with_context(|| format!("cannot reach {}", self.base))?;
+            .with_context(|| self.unreachable())?;
         let status = response.status();
         if !status.is_success() {
             let value: Value = response.json().await.unwrap_or(Value::Null);
-            let message = value["error"].as_str().unwrap_or("request failed");
-            anyhow::bail!("{message} (HTTP {})", status.as_u16());
+            return Err(self.refusal(status, &value));
         }
         Ok(response)
     }
@@ -292,17 +395,27 @@ impl Backend {
         Ok(())
     }
 
-    async fn answer(&self, session: &str, request: &str, approve: bool) -> anyhow::Result<()> {
+    async fn answer(
+        &self,
+        session: &str,
+        request: &str,
+        approve: bool,
+        reason: Option<String>,
+    ) -> anyhow::Result<()> {
         match self {
             Self::Local(rt) => {
-                rt.answer_input(session, Some(request), approve, None)
+                rt.answer_input(session, Some(request), approve, reason)
                     .await?;
             }
             Self::Remote(r) => {
                 let option = if approve { "approve" } else { "cancel" };
+                let mut response = json!({"requestId": request, "optionId": option});
+                if let Some(reason) = reason {
+                    response["text"] = json!(reason);
+                }
                 r.post(
                     &format!("/eve/v1/session/{session}"),
-                    json!({"inputResponses": [{"requestId": request, "optionId": option}]}),
+                    json!({"inputResponses": [response]}),
                 )
                 .await?;
             }
@@ -398,35 +511,138 @@ enum Input {
     Eof,
 }
 
+/// Where typed lines come from: a line editor on a terminal (history, arrows, Ctrl-U…), else
+/// stdin line by line (scripts, tests).
+enum Reader {
+    Piped(mpsc::UnboundedReceiver<String>),
+    Editor {
+        /// Asks the editor thread for one line: the prompt, and whether to keep it in history.
+        ask: std::sync::mpsc::Sender<(String, bool)>,
+        answers: mpsc::UnboundedReceiver<Input>,
+    },
+}
+
+/// The line editor on its own thread (it blocks), asked for one line at a time, so that between
+/// prompts the terminal is left alone for the streamed reply and Ctrl-C reaches the turn.
+fn editor_thread(history: Option<std::path::PathBuf>) -> Reader {
+    let (ask, asks) = std::sync::mpsc::channel::<(String, bool)>();
+    let (tx, answers) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        let config = rustyline::Config::builder()
+            .max_history_size(HISTORY_SIZE)
+            .map(|b| b.auto_add_history(false).build())
+            .unwrap_or_default();
+        let Ok(mut editor) = rustyline::DefaultEditor::with_config(config) else {
+            let _ = tx.send(Input::Eof);
+            return;
+        };
+        if let Some(path) = &history {
+            let _ = editor.load_history(path);
+        }
+        while let Ok((prompt, remember)) = asks.recv() {
+            let input = match editor.readline(&prompt) {
+                Ok(line) => {
+                    if remember && !line.trim().is_empty() {
+                        let _ = editor.add_history_entry(line.as_str());
+                        if let Some(path) = &history
+                            && let Err(e) = editor.save_history(path)
+                        {
+                            tracing::debug!(error = %e, "cannot save the chat history");
+                        }
+                    }
+                    Input::Line(line)
+                }
+                Err(rustyline::error::ReadlineError::Interrupted) => Input::Interrupt,
+                Err(_) => Input::Eof,
+            };
+            if tx.send(input).is_err() {
+                break;
+            }
+        }
+    });
+    Reader::Editor { ask, answers }
+}
+
+fn piped_reader() -> Reader {
+    let (line_tx, lines) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match stdin.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let text = line.trim_end_matches(['\n', '\r']).to_owned();
+                    if line_tx.send(text).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    Reader::Piped(lines)
+}
+
+/// How often the spinner turns.
+const SPIN_TICK: std::time::Duration = std::time::Duration::from_millis(100);
+/// The history file, in the project's `.eve/`.
+const HISTORY_FILE: &str = "chat_history";
+/// Lines kept in the history file.
+const HISTORY_SIZE: usize = 1000;
+
+/// The first word of lines `eve chat` acts on itself.
+const COMMANDS: [&str; 7] = [
+    "/new", "/compact", "/clear", "/cancel", "/exit", "/quit", "/help",
+];
+
+/// What a typed line is: one of [`COMMANDS`], a message, or a slash word nobody knows (caught
+/// here, not sent to the model). `/tool …` is a message (the mock model's way to call a tool),
+/// and `//text` sends `/text`.
+#[derive(Debug, PartialEq)]
+enum Typed<'a> {
+    Command(&'a str),
+    Message(&'a str),
+    Unknown(&'a str),
+}
+
+fn classify(text: &str) -> Typed<'_> {
+    if let Some(rest) = text.strip_prefix("//") {
+        return Typed::Message(&text[text.len() - rest.len() - 1..]);
+    }
+    if !text.starts_with('/') {
+        return Typed::Message(text);
+    }
+    let word = text.split_whitespace().next().unwrap_or_default();
+    if COMMANDS.contains(&word) {
+        Typed::Command(word)
+    } else if word == "/tool" {
+        Typed::Message(text)
+    } else {
+        Typed::Unknown(word)
+    }
+}
+
 struct Chat {
     backend: Backend,
     session: Option<String>,
     printer: Printer,
     color: bool,
     interactive: bool,
-    lines: mpsc::UnboundedReceiver<String>,
+    /// A spinner while the model is silent or a tool runs (stderr is a terminal).
+    spin: bool,
+    reader: Reader,
     interrupts: mpsc::UnboundedReceiver<()>,
 }
 
 impl Chat {
-    fn new(backend: Backend) -> Self {
-        let (line_tx, lines) = mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            let stdin = std::io::stdin();
-            let mut line = String::new();
-            loop {
-                line.clear();
-                match stdin.read_line(&mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        let text = line.trim_end_matches(['\n', '\r']).to_owned();
-                        if line_tx.send(text).is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-        });
+    fn new(backend: Backend, history: Option<std::path::PathBuf>) -> Self {
+        let interactive = std::io::stdin().is_terminal();
+        let reader = if interactive {
+            editor_thread(history)
+        } else {
+            piped_reader()
+        };
         let (int_tx, interrupts) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             while tokio::signal::ctrl_c().await.is_ok() {
@@ -435,13 +651,20 @@ impl Chat {
                 }
             }
         });
+        let color = stderr_color();
+        let mut printer = Printer::new(false);
+        // On a terminal the reply is labelled and coloured; piped, stdout holds only the text.
+        if std::io::stdout().is_terminal() {
+            printer.label_replies(&paint(stdout_color(), "1;32", "agent:"), stdout_color());
+        }
         Self {
             backend,
             session: None,
-            printer: Printer::new(false),
-            color: stderr_color(),
-            interactive: std::io::stdin().is_terminal(),
-            lines,
+            printer,
+            color,
+            interactive,
+            spin: interactive && std::io::stderr().is_terminal(),
+            reader,
             interrupts,
         }
     }
@@ -454,18 +677,25 @@ impl Chat {
         eprintln!("{} {e:#}", paint(self.color, "1;31", "error:"));
     }
 
-    async fn input(&mut self, prompt: &str) -> Input {
-        if self.interactive {
-            use std::io::Write;
-            eprint!("{prompt}");
-            let _ = std::io::stderr().flush();
-        }
-        tokio::select! {
-            line = self.lines.recv() => match line {
-                Some(line) => Input::Line(line),
-                None => Input::Eof,
+    /// One line from the user; `remember` keeps it in the history (not for approval answers).
+    async fn input(&mut self, prompt: &str, remember: bool) -> Input {
+        match &mut self.reader {
+            Reader::Piped(lines) => tokio::select! {
+                line = lines.recv() => match line {
+                    Some(line) => Input::Line(line),
+                    None => Input::Eof,
+                },
+                Some(()) = self.interrupts.recv() => Input::Interrupt,
             },
-            Some(()) = self.interrupts.recv() => Input::Interrupt,
+            Reader::Editor { ask, answers } => {
+                if ask.send((prompt.to_owned(), remember)).is_err() {
+                    return Input::Eof;
+                }
+                // The editor reads Ctrl-C itself while it has the terminal.
+                let answer = answers.recv().await.unwrap_or(Input::Eof);
+                while self.interrupts.try_recv().is_ok() {}
+                answer
+            }
         }
     }
 
@@ -487,7 +717,7 @@ impl Chat {
                 .last()
                 .is_none_or(|e| server::is_rest_point(e["type"].as_str().unwrap_or_default()));
             if !pending.is_empty() {
-                if !self.approve(&id, &pending).await? {
+                if !self.approve(&id, &pending, false).await? {
                     return Ok(self.leave());
                 }
                 self.follow_turn(&id, Some(tail)).await?;
@@ -500,7 +730,7 @@ impl Chat {
         let mut armed = false;
         loop {
             let prompt = paint(self.color, "1", "you> ");
-            let line = match self.input(&prompt).await {
+            let line = match self.input(&prompt, true).await {
                 Input::Eof => break,
                 Input::Interrupt => {
                     if armed {
@@ -519,7 +749,24 @@ impl Chat {
             if text.is_empty() {
                 continue;
             }
-            match text.split_whitespace().next().unwrap_or_default() {
+            let command = match classify(text) {
+                Typed::Command(word) => word,
+                Typed::Unknown(word) => {
+                    eprintln!(
+                        "{} unknown command {word}: /help lists the commands (start the line \
+                         with // to send it to the agent as it is)",
+                        paint(self.color, "1;33", "eve chat:")
+                    );
+                    continue;
+                }
+                Typed::Message(message) => {
+                    if let Err(e) = self.message(message).await {
+                        self.error(&e);
+                    }
+                    continue;
+                }
+            };
+            match command {
                 "/exit" | "/quit" => break,
                 "/help" => eprintln!("{HELP}"),
                 "/new" => {
@@ -553,11 +800,7 @@ impl Chat {
                         }
                     }
                 },
-                _ => {
-                    if let Err(e) = self.message(text).await {
-                        self.error(&e);
-                    }
-                }
+                _ => {}
             }
         }
         Ok(self.leave())
@@ -596,12 +839,40 @@ impl Chat {
             None => self.backend.tail(id).await?,
         };
         loop {
-            let mut follow = self.backend.follow(id, from).await?;
+            let follow = self.backend.follow(id, from).await?;
+            // The follower runs on its own task, so the spinner's ticks never cancel a read.
+            let (tx, mut events) = mpsc::unbounded_channel();
+            let pump = tokio::spawn(async move {
+                let mut follow = follow;
+                loop {
+                    match follow.next().await {
+                        Ok(Some(event)) => {
+                            if tx.send(Ok(event)).is_err() {
+                                break;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            break;
+                        }
+                    }
+                }
+            });
+            let mut spinner = Spinner::new(self.spin, self.color);
             let mut seen: Vec<Value> = Vec::new();
             loop {
+                let tick = async {
+                    if spinner.enabled() {
+                        tokio::time::sleep(SPIN_TICK).await;
+                    } else {
+                        std::future::pending::<()>().await;
+                    }
+                };
                 let event = tokio::select! {
-                    event = follow.next() => event?,
+                    event = events.recv() => event,
                     Some(()) = self.interrupts.recv() => {
+                        spinner.clear();
                         self.printer.finish_line();
                         match self.backend.cancel(id).await {
                             Ok(true) => self.note("(cancelling the turn)"),
@@ -610,15 +881,29 @@ impl Chat {
                         }
                         continue;
                     }
+                    () = tick => {
+                        spinner.tick(self.printer.at_line_start());
+                        continue;
+                    }
                 };
-                let Some(event) = event else { break };
+                let event = match event {
+                    Some(Ok(event)) => event,
+                    Some(Err(e)) => {
+                        spinner.clear();
+                        pump.abort();
+                        return Err(e);
+                    }
+                    None => break,
+                };
                 if event.is_null() {
                     continue;
                 }
+                spinner.event(&event);
                 self.printer.wire(&event);
                 self.report(&event);
                 seen.push(event);
             }
+            spinner.clear();
             self.printer.finish_line();
             from += seen.len() as u64;
             let parked = seen.last().is_some_and(|e| e["type"] == ev::TURN_WAITING);
@@ -627,7 +912,7 @@ impl Chat {
                 self.backend.settle(id).await;
                 return Ok(());
             }
-            if !self.approve(id, &pending).await? {
+            if !self.approve(id, &pending, true).await? {
                 return Ok(());
             }
         }
@@ -651,19 +936,34 @@ impl Chat {
         }
     }
 
-    /// Asks about each request; `false` when stdin ended before an answer.
-    async fn approve(&mut self, id: &str, requests: &[Request]) -> anyhow::Result<bool> {
+    /// Asks about each request; `false` when stdin ended before an answer. `shown`: the tool
+    /// calls were printed already (`→ tool {input}`), so the question does not repeat the input.
+    /// A deny asks for a reason on a terminal (the model is told it).
+    async fn approve(
+        &mut self,
+        id: &str,
+        requests: &[Request],
+        shown: bool,
+    ) -> anyhow::Result<bool> {
         for r in requests {
-            let question = format!(
-                "{} {} {} [y/N] ",
-                paint(self.color, "1;33", "approve?"),
-                r.prompt,
-                compact(&r.input)
-            );
+            let question = if shown {
+                format!(
+                    "{} {} [y/N] ",
+                    paint(self.color, "1;33", "approve?"),
+                    r.prompt
+                )
+            } else {
+                format!(
+                    "{} {} {} [y/N] ",
+                    paint(self.color, "1;33", "approve?"),
+                    r.prompt,
+                    compact(&r.input)
+                )
+            };
             if !self.interactive {
                 eprintln!("{question}");
             }
-            let approve = match self.input(&question).await {
+            let approve = match self.input(&question, false).await {
                 Input::Line(answer) => is_yes(&answer),
                 Input::Interrupt => {
                     eprintln!();
@@ -677,7 +977,19 @@ impl Chat {
                     return Ok(false);
                 }
             };
-            self.backend.answer(id, &r.id, approve).await?;
+            let reason = if !approve && self.interactive {
+                let prompt = format!(
+                    "{} ",
+                    paint(self.color, "1;33", "reason for the model (Enter for none)>")
+                );
+                match self.input(&prompt, false).await {
+                    Input::Line(text) if !text.trim().is_empty() => Some(text.trim().to_owned()),
+                    _ => None,
+                }
+            } else {
+                None
+            };
+            self.backend.answer(id, &r.id, approve, reason).await?;
         }
         Ok(true)
     }

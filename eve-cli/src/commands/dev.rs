@@ -6,7 +6,9 @@
 //! sessions and idle sessions' next messages use it at once, while a turn already running finishes
 //! on the build it started on. The channel settings (auth, CORS, body limit) are reloaded with it.
 //! A build with errors changes nothing: the last good build keeps serving and the diagnostics are
-//! printed as `eve build` prints them. Every rebuild prints one line.
+//! printed as `eve build` prints them. Every rebuild prints the file that caused it and one line
+//! of result; every turn, tool call, approval and schedule fire of its sessions prints one line
+//! too (`dev_lines`). The web console is served at `/`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -139,6 +141,26 @@ fn relevant(path: &Path, agent_dir: &Path, state_dir: &Path) -> bool {
     !(name.ends_with('~') || name.ends_with(".swp") || name.ends_with(".swx"))
 }
 
+/// `agent/tools/x.sh changed` (and how many more): what a rebuild is for. `None` when the
+/// watcher lost track and no path is known.
+fn changed_line(project: &Project, paths: &[PathBuf]) -> Option<String> {
+    let mut shown: Vec<String> = Vec::new();
+    for path in paths.iter().filter(|p| !p.as_os_str().is_empty()) {
+        let text = match path.strip_prefix(&project.agent_dir) {
+            Ok(rel) => format!("{}{}", project.display_prefix(), rel.display()),
+            Err(_) => path.display().to_string(),
+        };
+        if !shown.contains(&text) {
+            shown.push(text);
+        }
+    }
+    let first = shown.first()?;
+    Some(match shown.len() {
+        1 => format!("{first} changed"),
+        n => format!("{first} and {} changed", plural(n - 1, "other file")),
+    })
+}
+
 /// Whether an event kind is a change (reads and opens are not: the build itself causes them).
 fn is_change(kind: &EventKind) -> bool {
     match kind {
@@ -239,6 +261,7 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
     tokio::spawn(scheduler.clone().run(shutdown.clone()));
     let options = RouterOptions {
         dev: Some(scheduler.clone()),
+        console: true,
     };
     let routes = ReloadableRouter::new(server::router_with(
         runtime.clone(),
@@ -250,10 +273,19 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_default();
     eprintln!("eve serving {agent} (build {serving}) on http://{local}");
     eprintln!(
+        "{} open http://{local}/ in a browser",
+        paint(color, "2", "eve console:")
+    );
+    eprintln!(
         "{} watching {} for changes",
         paint(color, "2", "eve dev:"),
         project.display_prefix().trim_end_matches('/').to_owned() + "/"
     );
+    tokio::spawn(super::dev_lines::talk(
+        runtime.clone(),
+        color,
+        shutdown.clone(),
+    ));
     let serve = server::serve(listener, routes.router(), shutdown.clone());
     tokio::pin!(serve);
     loop {
@@ -263,10 +295,15 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
                 break;
             }
             batch = changes.recv() => {
-                if batch.is_none() {
+                let Some(mut paths) = batch else {
                     anyhow::bail!("the agent folder watcher stopped");
+                };
+                while let Ok(more) = changes.try_recv() {
+                    paths.extend(more);
                 }
-                while changes.try_recv().is_ok() {}
+                if let Some(line) = changed_line(&project, &paths) {
+                    eprintln!("{} {line}", paint(color, "2", "eve dev:"));
+                }
                 let (for_build, current) = (project.clone(), serving.clone());
                 let outcome = tokio::task::spawn_blocking(move || {
                     rebuild(&for_build, Some(&current), false)

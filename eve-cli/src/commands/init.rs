@@ -32,6 +32,14 @@ fn templates() -> Vec<(&'static str, String)> {
 
 pub fn run(args: InitArgs) -> anyhow::Result<ExitCode> {
     if args.list {
+        if args.json {
+            let all: Vec<serde_json::Value> = templates()
+                .into_iter()
+                .map(|(name, about)| serde_json::json!({"name": name, "description": about}))
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&all)?);
+            return Ok(ExitCode::SUCCESS);
+        }
         for (name, about) in templates() {
             println!("{name:<12} {about}");
         }

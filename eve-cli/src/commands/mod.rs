@@ -3,6 +3,7 @@
 mod build;
 mod chat;
 mod dev;
+mod dev_lines;
 mod eval;
 mod info;
 mod init;
@@ -31,6 +32,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             SessionsCommand::Show(args) => sessions::show(args),
             SessionsCommand::Approve(args) => sessions::answer(args, true),
             SessionsCommand::Deny(args) => sessions::answer(args, false),
+            SessionsCommand::Cancel(args) => sessions::cancel(args),
         },
         Command::Memory(cmd) => match cmd {
             MemoryCommand::Show(args) => memory::show(args),

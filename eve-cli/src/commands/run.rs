@@ -29,7 +29,7 @@ use crate::term::{Printer, ask, compact};
 pub const EXIT_WAITING: u8 = 3;
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    if args.prompt.is_none() && args.session.is_none() {
+    if args.prompt.is_none() && args.session.is_none() && !args.last {
         anyhow::bail!("give a prompt (`eve run \"hello\"`), or `--session ID` to resume a session");
     }
     let project = locate(&args.project)?;
@@ -82,16 +82,18 @@ pub async fn open_runtime(project: &Project) -> anyhow::Result<Runtime> {
 async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> {
     let runtime = open_runtime(&project).await?;
     let color = stderr_color();
-    let (id, from) = match &args.session {
-        Some(id) => {
+    let wanted = super::sessions::wanted(args.session.as_deref(), args.last)?;
+    let (id, from) = match wanted {
+        Some(wanted) => {
+            let id = super::sessions::resolve(&runtime, &project, wanted).await?;
             let session = runtime
-                .session(id)
+                .session(&id)
                 .await?
                 .with_context(|| format!("no session `{id}` in {}", project.db_path().display()))?;
             if let Some(prompt) = &args.prompt {
-                runtime.post_message(id, prompt).await?;
+                runtime.post_message(&id, prompt).await?;
             }
-            (id.clone(), session.event_count)
+            (id, session.event_count)
         }
         None => {
             let prompt = args.prompt.clone().unwrap_or_default();

@@ -77,8 +77,16 @@ async fn serve(
     watch_signals(shutdown.clone())?;
     runtime.watch_store(shutdown.clone());
     tokio::spawn(Scheduler::new(runtime.clone(), clock).run(shutdown.clone()));
-    let router = server::router(runtime.clone(), config);
+    let console = args.console;
+    let options = server::RouterOptions {
+        console,
+        ..Default::default()
+    };
+    let router = server::router_with(runtime.clone(), config, options);
     eprintln!("eve serving {agent} (build {hash}) on http://{local}");
+    if console {
+        eprintln!("eve console on http://{local}/");
+    }
     let serving = server::serve(listener, router, shutdown.clone());
     tokio::pin!(serving);
     let closing = async {
@@ -116,9 +124,15 @@ pub(crate) async fn start(
     } else {
         format!("{host}:{port}")
     };
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
+    let listener = match tokio::net::TcpListener::bind(&addr).await {
+        Ok(listener) => listener,
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => anyhow::bail!(
+            "cannot listen on {addr}: the port is in use (another `eve serve` or `eve dev`?); \
+             pick another with `--port {}` (or PORT=…), or `--port 0` for any free one",
+            port.saturating_add(1).max(1024)
+        ),
+        Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr}")),
+    };
     let local = listener
         .local_addr()
         .context("cannot read the bound address")?;

@@ -1,4 +1,8 @@
-//! `eve sessions`: list, show, approve, deny — straight from the project's store.
+//! `eve sessions`: list, show, approve, deny, cancel, prune — straight from the project's store.
+//!
+//! Every command that takes a session id also takes a unique prefix of one (`wrun_01KB`), or
+//! `--last` (`-c`) for the session active most recently; [`resolve`] is that choice, shared with
+//! `eve run` and `eve chat`. A prefix that fits several sessions is an error listing them.
 //!
 //! Answers are durable writes; they do not drive the session: an `eve serve` or `eve dev` on the
 //! same project notices the answer and continues the turn by itself; without one,
@@ -12,9 +16,9 @@ use eve_runtime::store::{SessionFilter, SessionRecord, SessionStatus, TurnStatus
 use serde_json::{Value, json};
 
 use super::run::open_runtime;
-use crate::cli::{SessionsAnswerArgs, SessionsListArgs, SessionsShowArgs};
+use crate::cli::{SessionsAnswerArgs, SessionsCancelArgs, SessionsListArgs, SessionsShowArgs};
 use crate::project::locate;
-use crate::render::{paint, stderr_color, stdout_color};
+use crate::render::{duration, paint, stderr_color, stdout_color};
 
 fn block_on<F: std::future::Future>(future: F) -> anyhow::Result<F::Output> {
     Ok(tokio::runtime::Builder::new_current_thread()
@@ -53,32 +57,188 @@ fn session_json(s: &SessionRecord, status: &str) -> Value {
     })
 }
 
+/// How many candidates an ambiguous prefix lists.
+const MAX_CANDIDATES: usize = 8;
+
+/// A session a command may mean: what choosing between sessions needs.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Candidate {
+    /// Session id.
+    pub id: String,
+    /// Shown status.
+    pub status: String,
+    /// Last activity, RFC 3339.
+    pub updated: String,
+    /// Parent session (subagent sessions have one).
+    pub parent: Option<String>,
+}
+
+impl Candidate {
+    fn of(s: &SessionRecord) -> Self {
+        Self {
+            id: s.id.clone(),
+            status: s.status.as_str().to_owned(),
+            updated: rfc3339(s.updated_at),
+            parent: s.parent_id.clone(),
+        }
+    }
+}
+
+/// Picks the session `wanted` names among `all` (newest activity first): the exact id, else the
+/// only id starting with it (case-insensitive); `None` wanted means the newest session that is
+/// not a subagent's. `whence` names the store in the messages.
+pub(crate) fn pick(
+    all: &[Candidate],
+    wanted: Option<&str>,
+    whence: &str,
+) -> anyhow::Result<String> {
+    let Some(wanted) = wanted.map(str::trim) else {
+        return all
+            .iter()
+            .find(|c| c.parent.is_none())
+            .map(|c| c.id.clone())
+            .with_context(|| {
+                format!("no sessions in {whence} yet, so `--last` has none to continue: start one with `eve run \"hello\"` or `eve chat`")
+            });
+    };
+    if wanted.is_empty() {
+        anyhow::bail!(
+            "the session id is empty: give an id or a prefix of one (`eve sessions list` shows them), or `--last`"
+        );
+    }
+    if let Some(exact) = all.iter().find(|c| c.id == wanted) {
+        return Ok(exact.id.clone());
+    }
+    let lower = wanted.to_ascii_lowercase();
+    let matches: Vec<&Candidate> = all
+        .iter()
+        .filter(|c| c.id.to_ascii_lowercase().starts_with(&lower))
+        .collect();
+    match matches.as_slice() {
+        [] => anyhow::bail!(
+            "no session `{wanted}` in {whence}, and no session id starts with it: `eve sessions list` shows them"
+        ),
+        [one] => Ok(one.id.clone()),
+        many => {
+            let mut text = format!(
+                "`{wanted}` is the start of {} session ids; give more of the id:",
+                many.len()
+            );
+            for c in many.iter().take(MAX_CANDIDATES) {
+                text.push_str(&format!("\n  {}  {:<8} {}", c.id, c.status, c.updated));
+            }
+            if many.len() > MAX_CANDIDATES {
+                text.push_str(&format!("\n  … and {} more", many.len() - MAX_CANDIDATES));
+            }
+            anyhow::bail!(text)
+        }
+    }
+}
+
+/// The session an id, a prefix or `--last` names in the local store.
+pub(crate) async fn resolve(
+    runtime: &eve_runtime::engine::Runtime,
+    project: &eve_compile::Project,
+    wanted: Option<&str>,
+) -> anyhow::Result<String> {
+    if let Some(id) = wanted
+        && runtime.session(id).await?.is_some()
+    {
+        return Ok(id.to_owned());
+    }
+    let mut all = runtime.sessions(&SessionFilter::default()).await?;
+    all.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
+    let candidates: Vec<Candidate> = all.iter().map(Candidate::of).collect();
+    pick(
+        &candidates,
+        wanted,
+        &project.db_path().display().to_string(),
+    )
+}
+
+/// `--last` or an id (or neither): what [`resolve`] takes. Both is a mistake.
+pub(crate) fn wanted(id: Option<&str>, last: bool) -> anyhow::Result<Option<Option<&str>>> {
+    match (id, last) {
+        (Some(_), true) => anyhow::bail!("give a session id or `--last`, not both"),
+        (Some(id), false) => Ok(Some(Some(id))),
+        (None, true) => Ok(Some(None)),
+        (None, false) => Ok(None),
+    }
+}
+
+/// The first user message of a session, from its first events (which never change).
+async fn first_message(runtime: &eve_runtime::engine::Runtime, id: &str) -> Option<String> {
+    let events = runtime.events(id, 0, 8).await.ok()?;
+    events
+        .iter()
+        .find(|e| e.kind == "message.received")
+        .and_then(|e| e.data.get("message"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// `text` on one line, at most `width` characters (an ellipsis says it was cut).
+fn one_line(text: &str, width: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= width {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+const STATUSES: [&str; 4] = ["idle", "running", "waiting", "failed"];
+
 pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
+    if let Some(status) = &args.status
+        && !STATUSES.contains(&status.as_str())
+    {
+        anyhow::bail!(
+            "--status {status} is not a session status: use one of {}",
+            STATUSES.join(", ")
+        );
+    }
     let project = locate(&args.project)?;
     let runtime = block_on(open_runtime(&project))??;
     let filter = SessionFilter {
         schedule: args.schedule.clone(),
         ..Default::default()
     };
-    let (sessions, statuses) = block_on(async {
+    let rows = block_on(async {
         let sessions = runtime.sessions(&filter).await?;
-        let mut statuses = Vec::with_capacity(sessions.len());
-        for s in &sessions {
-            statuses.push(shown_status(&runtime, s).await);
+        let mut rows = Vec::with_capacity(sessions.len());
+        for s in sessions {
+            let status = shown_status(&runtime, &s).await;
+            if args.status.as_ref().is_some_and(|want| *want != status) {
+                continue;
+            }
+            if args.limit.is_some_and(|n| rows.len() >= n) {
+                break;
+            }
+            let first = first_message(&runtime, &s.id).await;
+            rows.push((s, status, first));
         }
-        Ok::<_, anyhow::Error>((sessions, statuses))
+        Ok::<_, anyhow::Error>(rows)
     })??;
     if args.json {
-        let all: Vec<Value> = sessions
+        let all: Vec<Value> = rows
             .iter()
-            .zip(&statuses)
-            .map(|(s, status)| session_json(s, status))
+            .map(|(s, status, first)| {
+                let mut row = session_json(s, status);
+                row["firstMessage"] = json!(first);
+                row
+            })
             .collect();
         println!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(ExitCode::SUCCESS);
     }
-    if sessions.is_empty() {
-        eprintln!("no sessions yet: start one with `eve run \"hello\"`");
+    if rows.is_empty() {
+        if args.status.is_some() || args.schedule.is_some() {
+            eprintln!("no sessions match");
+        } else {
+            eprintln!("no sessions yet: start one with `eve run \"hello\"`");
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let color = stdout_color();
@@ -88,20 +248,24 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
             color,
             "1",
             &format!(
-                "{:<31} {:<8} {:>5}  {:<24} SCHEDULE",
-                "ID", "STATUS", "TURNS", "UPDATED"
+                "{:<31} {:<8} {:>5}  {:<24} {:<31} {:<10} FIRST MESSAGE",
+                "ID", "STATUS", "TURNS", "UPDATED", "PARENT", "SCHEDULE"
             )
         )
     );
-    for (s, status) in sessions.iter().zip(&statuses) {
+    for (s, status, first) in &rows {
         println!(
-            "{:<31} {:<8} {:>5}  {:<24} {}",
+            "{:<31} {:<8} {:>5}  {:<24} {:<31} {:<10} {}",
             s.id,
             status,
             s.turn_count,
             rfc3339(s.updated_at),
-            s.schedule.as_deref().unwrap_or("-")
-        );
+            s.parent_id.as_deref().unwrap_or("-"),
+            s.schedule.as_deref().unwrap_or("-"),
+            first
+                .as_deref()
+                .map_or_else(|| "-".to_owned(), |t| one_line(t, 48)),
+        )
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -109,8 +273,10 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
 pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
     let runtime = block_on(open_runtime(&project))??;
-    let id = args.id.clone();
+    let wanted = wanted(args.id.as_deref(), args.last)?
+        .ok_or_else(|| anyhow::anyhow!("give a session id (or a prefix of one), or `--last`"))?;
     let loaded = block_on(async {
+        let id = resolve(&runtime, &project, wanted).await?;
         let Some(session) = runtime.session(&id).await? else {
             return Ok::<_, anyhow::Error>(None);
         };
@@ -122,12 +288,21 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
         }
         let requests = store.input_requests(&id, false).await?;
         let status = shown_status(&runtime, &session).await;
-        Ok(Some((session, messages, calls, requests, status)))
+        let failures: Vec<(u64, Value)> = runtime
+            .events(&id, 0, 0)
+            .await?
+            .into_iter()
+            .filter(|e| e.kind == "turn.failed")
+            .map(|e| {
+                let turn = e.data["sequence"].as_u64().unwrap_or_default();
+                (turn, e.data)
+            })
+            .collect();
+        Ok(Some((session, messages, calls, requests, status, failures)))
     })??;
-    let Some((session, messages, calls, requests, status)) = loaded else {
+    let Some((session, messages, calls, requests, status, failures)) = loaded else {
         anyhow::bail!(
-            "no session `{}` in {}",
-            args.id,
+            "the session disappeared from {} while it was read",
             project.db_path().display()
         );
     };
@@ -141,7 +316,12 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
             "toolCalls": calls.iter().map(|c| json!({
                 "callId": c.call_id, "turn": c.turn_seq, "step": c.step_index, "tool": c.name,
                 "input": c.input, "status": c.status.as_str(), "approval": c.approval.as_str(),
-                "output": c.output, "attempts": c.attempts, "idempotencyKey": c.idempotency_key,
+                "output": c.output, "isError": c.is_error, "attempts": c.attempts,
+                "idempotencyKey": c.idempotency_key,
+                "durationMs": c.started_at.zip(c.ended_at).map(|(a, b)| b.saturating_sub(a)),
+            })).collect::<Vec<_>>(),
+            "failedTurns": failures.iter().map(|(turn, data)| json!({
+                "turn": turn, "error": data["error"], "stopReason": data["stopReason"],
             })).collect::<Vec<_>>(),
             "inputRequests": requests.iter().map(|r| json!({
                 "requestId": r.id, "turn": r.turn_seq, "callId": r.call_id, "tool": r.tool_name,
@@ -161,7 +341,25 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
         session.turn_count,
         session.usage.total()
     );
+    let print_failure = |turn: u64| {
+        for (_, data) in failures.iter().filter(|(t, _)| *t == turn) {
+            let error = &data["error"];
+            println!(
+                "{} {} ({})",
+                paint(color, "1;31", &format!("turn {turn} failed:")),
+                error["message"].as_str().unwrap_or("unknown error"),
+                error["code"].as_str().unwrap_or("error"),
+            );
+        }
+    };
+    let mut turn_shown: Option<u64> = None;
     for m in &messages {
+        if m.turn_seq != turn_shown {
+            if let Some(turn) = turn_shown {
+                print_failure(turn);
+            }
+            turn_shown = m.turn_seq;
+        }
         if m.kind != "message" {
             println!("{}", paint(color, "2", "── context compacted here ──"));
             continue;
@@ -180,21 +378,46 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
                     println!("{} {content}", paint(color, "1;32", "assistant:"));
                 }
                 for c in tool_calls {
-                    let status = calls
+                    let row = calls
                         .iter()
-                        .find(|x| x.call_id == c.id && Some(x.turn_seq) == m.turn_seq)
-                        .map(|x| x.status.as_str())
-                        .unwrap_or("?");
+                        .find(|x| x.call_id == c.id && Some(x.turn_seq) == m.turn_seq);
+                    let status = row.map_or("?", |x| x.status.as_str());
+                    let took = row
+                        .and_then(|x| x.started_at.zip(x.ended_at))
+                        .map(|(a, b)| {
+                            format!(
+                                " {}",
+                                duration(std::time::Duration::from_millis(
+                                    u64::try_from(b.saturating_sub(a)).unwrap_or_default()
+                                ))
+                            )
+                        })
+                        .unwrap_or_default();
                     println!(
-                        "  {} {} {} [{status}]",
+                        "  {} {} {} [{status}{took}]",
                         paint(color, "36", "→"),
                         c.name,
                         c.input
                     );
+                    if let Some(output) = row.and_then(|x| x.output.as_ref()) {
+                        let text = match output {
+                            Value::String(text) => text.clone(),
+                            other => other.to_string(),
+                        };
+                        let is_error = row.is_some_and(|x| x.is_error);
+                        println!(
+                            "    {} {}",
+                            paint(color, if is_error { "31" } else { "2" }, "←"),
+                            one_line(&text, 200)
+                        );
+                    }
                 }
             }
             Message::Tool { .. } => {}
         }
+    }
+    if let Some(turn) = turn_shown {
+        print_failure(turn);
     }
     let pending: Vec<_> = requests
         .iter()
@@ -212,12 +435,30 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
 pub fn answer(args: SessionsAnswerArgs, approve: bool) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
     let runtime = block_on(open_runtime(&project))??;
-    let request = block_on(runtime.answer_input(
-        &args.session,
-        args.request.as_deref(),
-        approve,
-        args.reason.clone(),
-    ))??;
+    // `eve sessions approve --last apr_…`: with `--last`, the one argument is the request.
+    let (session, request) = match (args.last, &args.session, &args.request) {
+        (true, Some(only), None) => (None, Some(only.clone())),
+        (_, session, request) => (session.clone(), request.clone()),
+    };
+    let wanted = wanted(session.as_deref(), args.last)?
+        .ok_or_else(|| anyhow::anyhow!("give the session id (or a prefix of one), or `--last`"))?;
+    let (id, request) = block_on(async {
+        let id = resolve(&runtime, &project, wanted).await?;
+        let request = runtime
+            .answer_input(&id, request.as_deref(), approve, args.reason.clone())
+            .await?;
+        Ok::<_, anyhow::Error>((id, request))
+    })??;
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "ok": true, "sessionId": id, "requestId": request.id, "tool": request.tool_name,
+                "outcome": if approve { "approved" } else { "denied" }, "reason": args.reason,
+            })
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let color = stderr_color();
     eprintln!(
         "{} {} ({}); a running `eve serve` or `eve dev` continues the turn, or continue it here \
@@ -229,7 +470,41 @@ pub fn answer(args: SessionsAnswerArgs, approve: bool) -> anyhow::Result<ExitCod
         },
         request.id,
         request.tool_name,
-        args.session
+        id
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `eve sessions cancel`: cancels the running or parked turn of a session. A process driving it
+/// (`eve serve`, `eve dev`) sees the stored request and stops the turn; a session nobody drives
+/// is cancelled here.
+pub fn cancel(args: SessionsCancelArgs) -> anyhow::Result<ExitCode> {
+    let project = locate(&args.project)?;
+    let runtime = block_on(open_runtime(&project))??;
+    let wanted = wanted(args.id.as_deref(), args.last)?
+        .ok_or_else(|| anyhow::anyhow!("give the session id (or a prefix of one), or `--last`"))?;
+    let color = stderr_color();
+    let (id, cancelled) = block_on(async {
+        let id = resolve(&runtime, &project, wanted).await?;
+        let status = runtime
+            .session(&id)
+            .await?
+            .map(|s| s.status)
+            .unwrap_or(SessionStatus::Idle);
+        if status == SessionStatus::Idle {
+            return Ok::<_, anyhow::Error>((id, false));
+        }
+        runtime.cancel(&id).await?;
+        Ok((id, true))
+    })??;
+    if cancelled {
+        eprintln!(
+            "{} the turn of {id} (a process driving it stops at its next checkpoint, when a \
+             running tool call ends)",
+            paint(color, "1;33", "cancelling")
+        );
+    } else {
+        eprintln!("session {id} has no running or parked turn: nothing to cancel");
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -207,6 +207,8 @@ pub(crate) struct Inner {
     pub(crate) holder: String,
     pub(crate) host: String,
     channels: Mutex<HashMap<String, broadcast::Sender<StoredEvent>>>,
+    /// Every event this process commits, of any session (the dev console's lines).
+    all_events: broadcast::Sender<StoredEvent>,
     active: Mutex<HashMap<String, Active>>,
     /// Fencing tokens of the leases this runtime holds, by session: every commit that writes
     /// one of these sessions carries its token, so it is refused once another node took over.
@@ -254,6 +256,8 @@ fn hostname() -> String {
 /// behind reads the store instead (see [`EventFollower`]). Small, because every session with an
 /// open stream holds one such buffer.
 const LIVE_BUFFER: usize = 128;
+/// Events kept for a slow [`Runtime::subscribe_all`] reader before it misses some.
+const ALL_EVENTS_BUFFER: usize = 1024;
 /// Shortest pause between two looks of [`Runtime::watch_store`].
 const WATCH_PAUSE: Duration = Duration::from_millis(250);
 
@@ -281,6 +285,7 @@ impl Runtime {
                 holder,
                 host,
                 channels: Mutex::new(HashMap::new()),
+                all_events: broadcast::channel(ALL_EVENTS_BUFFER).0,
                 active: Mutex::new(HashMap::new()),
                 fences: Mutex::new(HashMap::new()),
                 breakers: tokio::sync::Mutex::new(HashMap::new()),
@@ -436,6 +441,12 @@ impl Runtime {
     ) -> RuntimeResult<Vec<StoredEvent>> {
         let limit = if limit == 0 { usize::MAX >> 1 } else { limit };
         Ok(self.inner.store.events(session, from, limit).await?)
+    }
+
+    /// Live events of every session committed by this process from now on (a reader that falls
+    /// more than a thousand events behind misses some, and is told so by the receiver).
+    pub fn subscribe_all(&self) -> broadcast::Receiver<StoredEvent> {
+        self.inner.all_events.subscribe()
     }
 
     /// Live events of a session committed by this process from now on.
@@ -598,6 +609,11 @@ impl Runtime {
     fn publish(&self, events: &[StoredEvent]) {
         if events.is_empty() {
             return;
+        }
+        if self.inner.all_events.receiver_count() > 0 {
+            for event in events {
+                let _ = self.inner.all_events.send(event.clone());
+            }
         }
         let Ok(channels) = self.inner.channels.lock() else {
             return;

@@ -13,6 +13,7 @@ mod auth;
 mod body;
 mod channels;
 mod config;
+mod console;
 mod dev;
 mod error;
 mod listener;
@@ -63,6 +64,8 @@ pub struct RouterOptions {
     /// Dev mode (`eve dev`): adds `POST /eve/v1/dev/schedules/:id`, which fires a schedule of
     /// this scheduler once. Without it that route is a 404.
     pub dev: Option<Scheduler>,
+    /// Serves the web console at `/` (always in `eve dev`; `eve serve --console`).
+    pub console: bool,
 }
 
 fn cors_layer(origins: &CorsOrigins) -> CorsLayer {
@@ -101,6 +104,7 @@ pub fn router(runtime: Runtime, config: ServerConfig) -> Router {
 /// Like [`router`], with the dev routes when `options.dev` is set.
 pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOptions) -> Router {
     let dev = options.dev.is_some();
+    let console = options.console;
     config.channels.resume_replies(&runtime, &config.shutdown);
     let app = App {
         runtime,
@@ -111,7 +115,7 @@ pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOption
     if dev {
         guarded = guarded.route("/eve/v1/dev/schedules/{id}", post(dev::fire_schedule));
     }
-    let guarded = guarded
+    let guarded = console::api_routes(guarded)
         .route("/eve/v1/info", get(routes::info))
         .route("/eve/v1/agent", get(routes::agent))
         .route("/eve/v1/memory", get(memory::show).post(memory::write))
@@ -132,6 +136,11 @@ pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOption
         .route("/eve/v1/health", get(routes::health))
         .route("/eve/v1/channels/{name}", post(channels::handle))
         .merge(guarded)
+        .merge(if console {
+            console::assets()
+        } else {
+            Router::new()
+        })
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(app.config.body_limit));

@@ -1,0 +1,73 @@
+//! The web console: a page at `/` of `eve dev` (and of `eve serve --console`) to watch and drive
+//! sessions, answer approvals and look at the agent, in any browser, with no network beyond the
+//! server itself.
+//!
+//! Its HTML, CSS and JavaScript are plain files under `assets/`, embedded in the binary with
+//! `include_str!`: there is no build step and nothing is fetched from elsewhere (the page's
+//! content security policy forbids it). The page is only a client of the HTTP API: it reads the
+//! session API and the read-only routes of [`api`], which sit behind the channel's guard like
+//! every `/eve/v1` route. The page itself holds no data, so it is served without credentials; a
+//! console of a server with `auth:` asks for the token (or lets the browser ask for basic
+//! credentials) before it reads anything.
+
+pub(crate) mod api;
+
+use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use super::App;
+
+const INDEX_HTML: &str = include_str!("assets/index.html");
+const APP_JS: &str = include_str!("assets/app.js");
+const APP_CSS: &str = include_str!("assets/app.css");
+
+/// What the page may load: itself, and the API of the server it came from.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+fn asset(body: &'static str, content_type: &'static str) -> Response {
+    let mut response = body.into_response();
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    response
+}
+
+async fn index() -> Response {
+    asset(INDEX_HTML, "text/html; charset=utf-8")
+}
+
+async fn script() -> Response {
+    asset(APP_JS, "text/javascript; charset=utf-8")
+}
+
+async fn style() -> Response {
+    asset(APP_CSS, "text/css; charset=utf-8")
+}
+
+/// The page and its assets.
+pub(crate) fn assets() -> Router<App> {
+    Router::new()
+        .route("/", get(index))
+        .route("/console/app.js", get(script))
+        .route("/console/app.css", get(style))
+}
+
+/// The read-only API routes of the console (added to the guarded routes).
+pub(crate) fn api_routes(router: Router<App>) -> Router<App> {
+    router
+        .route("/eve/v1/sessions", get(api::list))
+        .route("/eve/v1/sessions/{id}", get(api::show))
+        .route("/eve/v1/agent", get(api::agent))
+}

@@ -1,0 +1,214 @@
+// The web console of `eve dev`, driven in headless Chromium as a person would use it.
+//
+// Run by scripts/test-console.sh as `node --test console-test.mjs` with EVE (the binary),
+// EVE_PROJECT_DIR (an agent with the approval-gated `refund` tool and the `slow` tool that runs
+// until a gate file exists), EVE_MOCK_SCRIPT, CHROMIUM (the browser) and SHOTS (where the
+// screenshots go). It starts `eve dev` on 127.0.0.1:0, opens the console, starts a session,
+// sends a message, watches the reply stream, approves the tool by its button, sees its output
+// card, reloads the page while a tool runs, and checks the timeline continues with every event
+// index once, from 0, with no gap.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+
+const EVE = process.env.EVE;
+const PROJECT = process.env.EVE_PROJECT_DIR;
+const CHROMIUM = process.env.CHROMIUM;
+const SHOTS = process.env.SHOTS;
+const GATE = join(PROJECT, "slow.gate");
+const DEADLINE_MS = 30_000;
+
+// Starts `eve dev --port 0` and resolves with its URL once it prints the serving line.
+function startDev() {
+  const child = spawn(EVE, ["dev", "--port", "0"], {
+    cwd: PROJECT,
+    env: { ...process.env, NO_COLOR: "1", EVE_MODEL: "mock/echo" },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  const lines = [];
+  const url = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("eve dev printed no serving line:\n" + lines.join("\n"))), DEADLINE_MS);
+    let buffer = "";
+    child.stderr.on("data", (chunk) => {
+      buffer += chunk.toString();
+      let nl;
+      while ((nl = buffer.indexOf("\n")) >= 0) {
+        const line = buffer.slice(0, nl);
+        buffer = buffer.slice(nl + 1);
+        lines.push(line);
+        const m = line.match(/^eve serving .* on (http:\/\/127\.0\.0\.1:\d+)/);
+        if (m) {
+          clearTimeout(timer);
+          resolve(m[1]);
+        }
+      }
+    });
+    child.on("exit", (code) => reject(new Error("eve dev exited with " + code + ":\n" + lines.join("\n"))));
+  });
+  return { child, url, lines };
+}
+
+// The event indexes the timeline shows, in order.
+async function timelineIndexes(page) {
+  return page.$$eval("#timeline > li", (items) => items.map((li) => Number(li.dataset.index)));
+}
+
+function assertContiguous(indexes, what) {
+  assert.ok(indexes.length > 0, what + ": the timeline is empty");
+  indexes.forEach((index, i) => {
+    assert.equal(index, i, `${what}: timeline position ${i} shows event ${index} (gap or repeat): ${indexes.join(",")}`);
+  });
+}
+
+async function shot(page, name) {
+  if (!SHOTS) return;
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: join(SHOTS, name + ".png"), fullPage: false });
+}
+
+test("the console drives a session: streamed reply, approval by button, reload mid-turn", async (t) => {
+  assert.ok(EVE && PROJECT && CHROMIUM, "EVE, EVE_PROJECT_DIR and CHROMIUM must be set");
+  const dev = startDev();
+  t.after(() => dev.child.kill("SIGTERM"));
+  const base = await dev.url;
+
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
+  t.after(() => browser.close());
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, colorScheme: "light" });
+  const page = await context.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.setDefaultTimeout(DEADLINE_MS);
+
+  // The page and its assets come from the binary; nothing else is requested.
+  const foreign = [];
+  page.on("request", (r) => {
+    if (!r.url().startsWith(base)) foreign.push(r.url());
+  });
+  await page.goto(base + "/");
+  await page.waitForSelector("#sessions");
+  await page.waitForFunction(() => document.getElementById("agent-name").textContent.includes("console-agent"));
+
+  // A new session, by the button.
+  await page.click("#new-session");
+  await page.waitForURL(/#\/s\/wrun_/);
+  const id = decodeURIComponent(new URL(page.url()).hash.slice("#/s/".length));
+  // An empty session has no events yet: the composer is there, the timeline empty.
+  await page.waitForSelector("#message");
+  assert.equal(await page.locator("#timeline > li").count(), 0);
+
+  // Record every length the reply bubble's text had, to see it stream.
+  await page.evaluate(() => {
+    window.__lengths = [];
+    new MutationObserver(() => {
+      const bubbles = document.querySelectorAll("#chat .msg.assistant .text");
+      for (const b of bubbles) window.__lengths.push(b.textContent.length);
+    }).observe(document.getElementById("chat"), { subtree: true, childList: true, characterData: true });
+  });
+  await page.fill("#message", "Please refund my order.");
+  await page.keyboard.press("Enter");
+  await page.waitForSelector("#chat .msg.user >> text=Please refund my order.");
+  await page.waitForSelector("#timeline > li[data-type='session.started']");
+
+  // The model's reasoning is there, collapsed; its text streamed in several pieces.
+  await page.waitForSelector("#chat .msg.assistant >> text=Let me refund that for you right away.");
+  const reasoning = page.locator("#chat .msg.assistant details.reasoning").first();
+  assert.equal(await reasoning.getAttribute("open"), null, "reasoning starts collapsed");
+  assert.match(await reasoning.textContent(), /I should call the refund tool/);
+  const lengths = await page.evaluate(() => window.__lengths);
+  const partial = new Set(lengths.filter((n) => n > 0 && n < "Let me refund that for you right away.".length));
+  assert.ok(partial.size >= 2, "the reply streamed in pieces: lengths seen " + JSON.stringify(lengths));
+
+  // The tool asks for approval: a card with its input and the two buttons.
+  const refund = page.locator(".card[data-tool='refund']");
+  await refund.locator("button.approve").waitFor();
+  assert.match(await refund.locator(".card-input pre").textContent(), /"amount": 5/);
+  await page.waitForFunction(() => document.querySelector("#session-status").textContent === "waiting");
+  await shot(page, "approval");
+  await refund.locator("button.approve").click();
+  await refund.locator(".settled.approved").waitFor();
+  await refund.locator("pre.output >> text=refunded").waitFor();
+  assert.equal(await refund.locator(".badge").first().textContent(), "completed");
+  // Duration, effect and sandbox come from the session's call rows.
+  await page.waitForFunction(() => /^\d+(\.\d+)? m?s · effect write · sandbox host/.test(document.querySelector(".card[data-tool='refund'] .card-info").textContent));
+  assert.match(await refund.locator(".card-info").textContent(), /approval approved/);
+
+  // The slow tool runs: reload now, mid-turn.
+  await page.waitForSelector(".card[data-tool='slow']");
+  await page.waitForSelector("#timeline > li[data-type='actions.requested'] >> nth=1");
+  const before = await timelineIndexes(page);
+  assertContiguous(before, "before the reload");
+  assert.ok(!existsSync(GATE));
+  await page.reload();
+  await page.waitForSelector(".card[data-tool='slow']");
+  await page.waitForFunction((n) => document.querySelectorAll("#timeline > li").length >= n, before.length);
+  assertContiguous(await timelineIndexes(page), "after the reload, caught up");
+  // The approved call and its output are rebuilt from the stream.
+  await page.locator(".card[data-tool='refund'] pre.output >> text=refunded").waitFor();
+
+  // Let the tool finish: the same page sees the rest of the turn live.
+  writeFileSync(GATE, "go\n");
+  await page.waitForSelector(".card[data-tool='slow'] pre.output >> text=done waiting");
+  await page.waitForSelector("#chat .msg.assistant >> text=All done: refunded and waited.");
+  await page.waitForSelector("#timeline > li[data-type='session.waiting']");
+  const after = await timelineIndexes(page);
+  assertContiguous(after, "after the turn");
+  assert.ok(after.length > before.length, "events arrived after the reload");
+  // What the page shows is exactly the stored stream.
+  const stored = await (await fetch(`${base}/eve/v1/session/${id}/stream?follow=false`)).text();
+  const types = stored.split("\n").filter((l) => l.trim()).map((l) => JSON.parse(l).type);
+  assert.deepEqual(await page.$$eval("#timeline > li", (items) => items.map((li) => li.dataset.type)), types);
+  await page.waitForFunction(() => document.querySelector("#session-status").textContent === "idle");
+  await shot(page, "session");
+
+  // The sessions list shows it with its first message; the id prefix finds it.
+  await page.goto(base + "/#/");
+  await page.fill("#search", id.slice(0, 12));
+  await page.waitForSelector(`#sessions tr[data-id='${id}'] >> text=Please refund my order.`);
+  await page.fill("#search", "wrun_zzzz");
+  await page.waitForSelector("#session-count >> text=No sessions match");
+  await page.fill("#search", "");
+  await page.waitForSelector(`#sessions tr[data-id='${id}']`);
+  await shot(page, "sessions");
+
+  // The agent: tools with schema, approval and sandbox; the schedule with next fire and fire-now.
+  await page.goto(base + "/#/agent");
+  const tool = page.locator("details[data-tool='refund']");
+  await tool.waitFor();
+  assert.match(await tool.locator("summary").textContent(), /approval always/);
+  await tool.locator("summary").click();
+  assert.match(await tool.locator("pre").textContent(), /"amount"/);
+  const schedule = page.locator("[data-schedule='nightly']");
+  assert.match(await schedule.textContent(), /next \d{4}-/);
+  await shot(page, "agent");
+  await schedule.locator("button.fire").click();
+  await page.waitForURL(/#\/s\/wrun_/);
+  await page.waitForSelector("#chat .msg.user >> text=Nightly report please.");
+
+  // A phone-sized window reads the same session in one column.
+  const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, colorScheme: "light" });
+  const small = await phone.newPage();
+  await small.goto(`${base}/#/s/${encodeURIComponent(id)}`);
+  await small.waitForSelector("#chat .msg.assistant >> text=All done: refunded and waited.");
+  const overflow = await small.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 1, "no sideways scrolling at phone width (" + overflow + "px)");
+  await shot(small, "phone");
+  await phone.close();
+
+  // Keyboard: `/` focuses the search, Enter opens the first match.
+  await page.goto(base + "/#/");
+  await page.waitForSelector(`#sessions tr[data-id='${id}']`);
+  await page.evaluate(() => document.activeElement && document.activeElement.blur());
+  await page.keyboard.press("/");
+  assert.equal(await page.evaluate(() => document.activeElement.id), "search");
+  await page.keyboard.type(id.slice(0, 20));
+  await page.waitForFunction(() => document.querySelectorAll("#sessions tbody tr").length === 1);
+  await page.keyboard.press("Enter");
+  await page.waitForURL(new RegExp("#/s/" + id));
+
+  assert.deepEqual(foreign, [], "the console requested nothing but its own server");
+  assert.deepEqual(errors, [], "no script errors in the page");
+});
