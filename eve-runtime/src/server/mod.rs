@@ -117,7 +117,6 @@ pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOption
     }
     let guarded = console::api_routes(guarded)
         .route("/eve/v1/info", get(routes::info))
-        .route("/eve/v1/agent", get(routes::agent))
         .route("/eve/v1/memory", get(memory::show).post(memory::write))
         .route("/eve/v1/memory/clear", post(memory::clear))
         .route("/eve/v1/session", post(routes::create_session))

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::App;
 use super::auth::Identity;
@@ -136,73 +136,6 @@ pub async fn info(State(app): State<App>) -> Result<Response, ApiError> {
     let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
     let dev = app.scheduler.is_some();
     Ok(Json(super::agent_info::document(&build, &root, dev)).into_response())
-}
-
-/// `GET /eve/v1/agent`: this runtime's own description of the agent, with what eve's document
-/// has no place for (effects, effective sandboxes, env names, channel kinds, the build).
-pub async fn agent(State(app): State<App>) -> Result<Response, ApiError> {
-    let build = app.runtime.builds().current()?;
-    let agent = &build.manifest.agent;
-    let tools: Vec<Value> = build
-        .tools
-        .iter()
-        .map(|t| {
-            let sandbox = agent.effective_sandbox(t);
-            json!({
-                "name": t.name, "description": t.description, "approval": t.approval,
-                "effect": t.effect, "inputSchema": t.input_schema, "source": t.source,
-                "deferred": t.deferred,
-                "sandbox": sandbox.as_ref().map(|s| s.provider),
-                "network": sandbox.map(|s| s.network),
-                "env": t.env,
-            })
-        })
-        .collect();
-    let skills: Vec<Value> = agent
-        .skills
-        .iter()
-        .map(|s| json!({"name": s.name, "description": s.description, "deferred": s.deferred}))
-        .collect();
-    let subagents: Vec<Value> = agent
-        .subagents
-        .iter()
-        .map(|s| json!({"name": s.name, "description": s.description}))
-        .collect();
-    let schedules: Vec<Value> = agent
-        .schedules
-        .iter()
-        .map(|s| json!({"name": s.name, "cron": s.cron, "timezone": s.timezone}))
-        .collect();
-    let connections: Vec<Value> = agent
-        .connections
-        .iter()
-        .map(|c| json!({"name": c.name}))
-        .collect();
-    let channels: Vec<Value> = agent
-        .channels
-        .iter()
-        .map(|c| json!({"name": c.name, "kind": c.kind}))
-        .collect();
-    Ok(Json(json!({
-        "ok": true,
-        "agent": {
-            "name": agent.name,
-            "description": agent.description,
-            "model": agent.config.model,
-            "instructions": agent.instructions,
-            "turnPolicy": agent.config.turn_policy,
-        },
-        "build": {"hash": build.hash, "eveVersion": build.manifest.eve_version},
-        "eveVersion": env!("CARGO_PKG_VERSION"),
-        "tools": tools,
-        "skills": skills,
-        "subagents": subagents,
-        "schedules": schedules,
-        "connections": connections,
-        "channels": channels,
-        "stream": {"formats": ["ndjson", "sse"], "version": stream::STREAM_VERSION},
-    }))
-    .into_response())
 }
 
 /// Who sent a message, for the `user` memory scope: the authenticated principal; nobody for an

@@ -285,7 +285,7 @@ pub(crate) async fn agent(State(app): State<App>) -> Result<Response, ApiError> 
             json!({
                 "name": t.name, "description": t.description, "approval": t.approval,
                 "effect": t.effect, "inputSchema": t.input_schema, "source": t.source,
-                "deferred": t.deferred, "timeoutMs": t.timeout_ms,
+                "deferred": t.deferred, "timeoutMs": t.timeout_ms, "env": t.env,
                 "sandbox": sandbox.as_ref().map(|s| json!({
                     "provider": s.provider, "network": s.network,
                 })),
@@ -358,15 +358,21 @@ pub(crate) async fn agent(State(app): State<App>) -> Result<Response, ApiError> 
             "description": agent.description,
             "model": agent.config.model,
             "instructions": agent.instructions,
+            "turnPolicy": agent.config.turn_policy,
         },
         "build": {"hash": build.hash, "eveVersion": build.manifest.eve_version},
+        "eveVersion": env!("CARGO_PKG_VERSION"),
         "dev": app.scheduler.is_some(),
         "tools": tools,
         "skills": skills,
         "subagents": subagents,
         "schedules": schedules,
         "connections": connections,
+        "channels": agent.channels.iter()
+            .map(|c| json!({"name": c.name, "kind": c.kind, "source": c.source}))
+            .collect::<Vec<_>>(),
         "diagnostics": diagnostics,
+        "stream": {"formats": ["ndjson", "sse"], "version": crate::server::STREAM_VERSION},
     }))
     .into_response())
 }
