@@ -702,9 +702,15 @@ async fn plan_runs_a_dag_with_parallel_steps_and_one_synthesis() {
     assert_eq!(waves, [vec!["a"], vec!["b", "c"], vec!["d"]]);
     let answers = of_kind(&events, "message.completed");
     assert_eq!(answers.len(), 1, "one synthesis");
-    assert_eq!(
-        answers[0].data["message"],
-        "final: result a, result b, result c, result d"
+    // `b` and `c` ran at once: their results are in the order they finished.
+    let answer = answers[0].data["message"].as_str().unwrap();
+    assert!(
+        [
+            "final: result a, result b, result c, result d",
+            "final: result a, result c, result b, result d"
+        ]
+        .contains(&answer),
+        "{answer}"
     );
 
     // Each step ran in its own child session; `d` saw the results of `b` and `c`.
@@ -742,9 +748,15 @@ async fn plan_retries_a_failed_step_once() {
     assert_eq!(c, [CallStatus::Failed, CallStatus::Completed]);
     let events = all_events(&rt, &id).await;
     let answers = of_kind(&events, "message.completed");
-    assert_eq!(
-        answers[0].data["message"],
-        "final: result a, result b, result c, result d"
+    // `b` and `c` ran at once: their results are in the order they finished.
+    let answer = answers[0].data["message"].as_str().unwrap();
+    assert!(
+        [
+            "final: result a, result b, result c, result d",
+            "final: result a, result c, result b, result d"
+        ]
+        .contains(&answer),
+        "{answer}"
     );
 }
 

@@ -8,6 +8,9 @@ use super::TurnDriver;
 use crate::engine::events as ev;
 use crate::engine::events::LOCAL_PRINCIPAL;
 use crate::engine::{Runtime, RuntimeError, RuntimeResult, review};
+
+/// The agent name a reviewer is resolved under (see `review_call`).
+const REVIEWER: &str = "review";
 use crate::store::*;
 
 impl TurnDriver<'_> {
@@ -63,15 +66,25 @@ impl TurnDriver<'_> {
         input: &Value,
     ) -> (review::Verdict, Value) {
         let agent = &self.build.manifest.agent;
-        let own;
-        let (model, reviewer) = match agent.config.review_model.as_deref() {
-            None => (Ok(&self.model), self.model.model_id.clone()),
-            Some(id) => {
-                let mut with = agent.clone();
-                with.config.model = Some(id.to_owned());
-                own = self.rt.inner.config.models.resolve(&with);
-                (own.as_ref().map_err(ToString::to_string), id.to_owned())
-            }
+        // The reviewer is resolved as an agent of its own named `review`, so a per-agent mock
+        // script can answer reviews apart from the agent's steps (its `review` entry); a real
+        // provider resolves the same model either way.
+        let mut with = agent.clone();
+        with.name = REVIEWER.to_owned();
+        with.path = REVIEWER.to_owned();
+        if let Some(id) = agent.config.review_model.as_deref() {
+            with.config.model = Some(id.to_owned());
+        }
+        let reviewer = agent
+            .config
+            .review_model
+            .clone()
+            .unwrap_or_else(|| self.model.model_id.clone());
+        let own = self.rt.inner.config.models.resolve(&with);
+        let model = match (&own, agent.config.review_model.is_some()) {
+            (Ok(m), _) => Ok(m),
+            (Err(_), false) => Ok(&self.model),
+            (Err(e), true) => Err(e.to_string()),
         };
         let sandbox = match agent.effective_sandbox(tool) {
             Some(s) => format!("{}, network: {}", s.provider.as_str(), s.network.describe()),
