@@ -667,6 +667,56 @@ fn python() -> Option<String> {
     venv.exists().then(|| venv.to_string_lossy().into_owned())
 }
 
+/// A connection whose server cannot start: the model is told the connection is down and why,
+/// not that the tool does not exist; a name no connection of the agent has keeps the plain answer.
+#[tokio::test]
+async fn a_call_to_a_connection_that_is_down_says_so() {
+    let p = TestProject::new();
+    let mut a = agent();
+    a.connections.push(eve_compile::Connection {
+        name: "notes".into(),
+        source: "connections/notes.yaml".into(),
+        transport: eve_compile::Transport::Stdio {
+            command: "/nonexistent/notes-mcp-server".into(),
+            args: Vec::new(),
+            env: Default::default(),
+        },
+        tools: Default::default(),
+        approval: Approval::Never,
+        timeout_ms: 5_000,
+    });
+    p.write_build(&a, &[]);
+    let models = PerAgent::default();
+    models.set(
+        "*",
+        json!([
+            {"tool_calls": [
+                {"name": "notes__add_note", "id": "n1", "input": {"text": "x"}},
+                {"name": "nothing__here", "id": "n2", "input": {}}
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let rt = runtime(&p, &models);
+    let id = rt.create_session(Some("note it".into())).await.unwrap();
+    assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
+    let calls = root_calls(&rt, &id, 0).await;
+    let text = |i: usize| calls[i].output.as_ref().unwrap().to_string();
+    assert_eq!(calls[0].status, CallStatus::Failed);
+    assert!(
+        text(0).contains("The MCP connection `notes` is down")
+            && text(0).contains("/nonexistent/notes-mcp-server"),
+        "{}",
+        text(0)
+    );
+    assert!(
+        text(1).contains("There is no tool named `nothing__here`"),
+        "{}",
+        text(1)
+    );
+    rt.shutdown().await;
+}
+
 #[tokio::test]
 async fn an_mcp_tool_is_offered_and_called_through_a_full_turn() {
     let Some(python) = python() else {

@@ -350,6 +350,39 @@ impl TurnDriver<'_> {
         specs
     }
 
+    /// Why there is no tool `name`, for the model: when it names a tool of an MCP connection of
+    /// this agent (`CONNECTION__tool`) that is not available, the connection's state and its
+    /// last error (a server that failed to start is down, not a tool that does not exist).
+    pub(super) async fn unknown_tool(&self, name: &str) -> String {
+        let connection = name.split_once("__").map(|(c, _)| c).filter(|c| {
+            self.build
+                .manifest
+                .agent
+                .connections
+                .iter()
+                .any(|k| k.name == *c)
+        });
+        let status = match (connection, self.extra.as_ref().and_then(|e| e.mcp.as_ref())) {
+            (Some(c), Some(mcp)) => mcp.status().await.into_iter().find(|s| s.name == c),
+            _ => None,
+        };
+        match (connection, status) {
+            (Some(c), Some(s)) if s.state != crate::mcp::ConnectionState::Running => format!(
+                "The MCP connection `{c}` is down ({}{}), so `{name}` cannot be called now; \
+                 tell the user, or go on without it.",
+                serde_json::to_value(s.state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_else(|| "not running".to_owned()),
+                s.last_error.map(|e| format!(": {e}")).unwrap_or_default()
+            ),
+            (Some(c), _) => format!(
+                "The MCP connection `{c}` offers no tool `{name}`. Use one of the tools offered."
+            ),
+            (None, _) => format!("There is no tool named `{name}`. Use one of the tools offered."),
+        }
+    }
+
     /// What `name` stands for (with `input` for `call_tool`, whose policy is the named tool's).
     pub(super) fn target(&self, name: &str, input: &Value) -> Option<Resolved> {
         if let Some(tool) = self.build.tool(name) {

@@ -92,10 +92,7 @@ impl TurnDriver<'_> {
         let Some(tool) = self.target(&call.name, &call.input).map(|t| t.policy) else {
             return Ok(Decision::Settle(
                 CallStatus::Failed,
-                json!(format!(
-                    "There is no tool named `{}`. Use one of the tools offered.",
-                    call.name
-                )),
+                json!(self.unknown_tool(&call.name).await),
             ));
         };
         match call.approval {
