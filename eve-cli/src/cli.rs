@@ -294,6 +294,48 @@ pub enum SessionsCommand {
     Deny(SessionsAnswerArgs),
     /// Cancel the running or parked turn of a session.
     Cancel(SessionsCancelArgs),
+    /// Delete idle sessions not active for a while, with their subagent sessions, events and
+    /// workspaces.
+    Prune(SessionsPruneArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SessionsPruneArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Delete idle sessions last active longer ago than this: `30d`, `12h`, `45m`, `90s`, `2w`.
+    /// Running and waiting sessions, sessions another process drives and sessions with a message
+    /// waiting are kept.
+    #[arg(long, value_name = "DURATION", value_parser = parse_age)]
+    pub older_than: std::time::Duration,
+    /// Print the deleted session ids as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `30d`, `12h`, `45m`, `90s`, `2w` as a duration.
+fn parse_age(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration: use a number and a unit, such as 30d"))?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => {
+            return Err(format!(
+                "`{text}` has no known unit: use s, m, h, d or w (such as 30d)"
+            ));
+        }
+    };
+    Ok(std::time::Duration::from_secs(n.saturating_mul(seconds)))
 }
 
 #[derive(Debug, Args)]

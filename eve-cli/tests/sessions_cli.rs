@@ -264,3 +264,66 @@ fn cancel_stops_a_turn_a_server_drives() {
         "{events:?}"
     );
 }
+
+/// `eve sessions prune --older-than`: idle sessions go with their workspaces; one parked on an
+/// approval stays; the pruned store opens again (its integrity mark still holds) and keeps working.
+#[test]
+fn prune_deletes_idle_sessions_and_their_workspaces() {
+    let project = project();
+    ok(&project, &["run", "/tool fetch {}"]);
+    ok(&project, &["run", "hello"]);
+    // Parked on an approval: waiting, not idle.
+    let parked = run(project.eve(&["run", "/tool greet {}"]));
+    assert_eq!(parked.code, Some(3), "{}", parked.stderr);
+    let before = list(&project, &[]);
+    assert_eq!(before.len(), 3);
+    let waiting: Vec<String> = before
+        .iter()
+        .filter(|s| s["status"] == "waiting")
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(waiting.len(), 1, "{before:?}");
+    let sandboxes = project.root().join(".eve/sandboxes");
+    // Newest first: the oldest session ran `fetch` in its workspace.
+    let fetched = before.last().unwrap()["id"].as_str().unwrap().to_owned();
+    assert!(
+        sandboxes.join(&fetched).is_dir(),
+        "the tool call made a workspace"
+    );
+
+    // Nothing is that old yet.
+    let out = ok(
+        &project,
+        &["sessions", "prune", "--older-than", "1d", "--json"],
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&out.stdout).unwrap()["deleted"],
+        json!([])
+    );
+    let out = ok(
+        &project,
+        &["sessions", "prune", "--older-than", "0s", "--json"],
+    );
+    let deleted: Vec<String> = serde_json::from_value(
+        serde_json::from_str::<Value>(&out.stdout).unwrap()["deleted"].clone(),
+    )
+    .unwrap();
+    assert_eq!(deleted.len(), 2, "{deleted:?}");
+    assert!(!deleted.contains(&waiting[0]));
+    assert!(
+        !sandboxes.join(&fetched).exists(),
+        "the workspace went with its session"
+    );
+    assert_eq!(ids(&project), waiting);
+    // The store opens again and takes new sessions.
+    let again = ok(&project, &["run", "hello again"]);
+    assert!(
+        again.stdout.contains("You said: hello again"),
+        "{}",
+        again.stdout
+    );
+
+    let bad = run(project.eve(&["sessions", "prune", "--older-than", "soon"]));
+    assert_eq!(bad.code, Some(2));
+    assert!(bad.stderr.contains("not a duration"), "{}", bad.stderr);
+}

@@ -33,6 +33,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             SessionsCommand::Approve(args) => sessions::answer(args, true),
             SessionsCommand::Deny(args) => sessions::answer(args, false),
             SessionsCommand::Cancel(args) => sessions::cancel(args),
+            SessionsCommand::Prune(args) => sessions::prune(args),
         },
         Command::Memory(cmd) => match cmd {
             MemoryCommand::Show(args) => memory::show(args),

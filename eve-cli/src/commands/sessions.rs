@@ -16,7 +16,9 @@ use eve_runtime::store::{SessionFilter, SessionRecord, SessionStatus, TurnStatus
 use serde_json::{Value, json};
 
 use super::run::open_runtime;
-use crate::cli::{SessionsAnswerArgs, SessionsCancelArgs, SessionsListArgs, SessionsShowArgs};
+use crate::cli::{
+    SessionsAnswerArgs, SessionsCancelArgs, SessionsListArgs, SessionsPruneArgs, SessionsShowArgs,
+};
 use crate::project::locate;
 use crate::render::{duration, paint, stderr_color, stdout_color};
 
@@ -478,6 +480,41 @@ pub fn answer(args: SessionsAnswerArgs, approve: bool) -> anyhow::Result<ExitCod
 /// `eve sessions cancel`: cancels the running or parked turn of a session. A process driving it
 /// (`eve serve`, `eve dev`) sees the stored request and stops the turn; a session nobody drives
 /// is cancelled here.
+/// `eve sessions prune --older-than D`: deletes idle sessions last active before now − D (the
+/// store decides what is safe to delete), then their workspaces.
+pub fn prune(args: SessionsPruneArgs) -> anyhow::Result<ExitCode> {
+    let project = locate(&args.project)?;
+    let age = i64::try_from(args.older_than.as_millis()).unwrap_or(i64::MAX);
+    let cutoff = eve_runtime::store::now_ms().saturating_sub(age);
+    let deleted = block_on(async {
+        let runtime = open_runtime(&project).await?;
+        anyhow::Ok(runtime.store().prune_sessions(cutoff).await?)
+    })??;
+    let sandboxes = project.state_dir.join("sandboxes");
+    for id in &deleted {
+        let dir = sandboxes.join(id);
+        if dir.is_dir()
+            && let Err(e) = std::fs::remove_dir_all(&dir)
+        {
+            eprintln!(
+                "warning: cannot remove the workspace {}: {e}",
+                dir.display()
+            );
+        }
+    }
+    if args.json {
+        println!("{}", json!({"ok": true, "deleted": deleted}));
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "{} {} session{} (and their workspaces)",
+        paint(stderr_color(), "1;32", "pruned"),
+        deleted.len(),
+        if deleted.len() == 1 { "" } else { "s" }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn cancel(args: SessionsCancelArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
     let runtime = block_on(open_runtime(&project))??;

@@ -121,6 +121,36 @@ impl StoreError {
     }
 }
 
+/// Tables whose rows belong to one session, by their session column (what pruning deletes,
+/// in both backends).
+pub const SESSION_TABLES: &[(&str, &str)] = &[
+    ("inbox", "session_id"),
+    ("messages", "session_id"),
+    ("turns", "session_id"),
+    ("steps", "session_id"),
+    ("tool_calls", "session_id"),
+    ("input_requests", "session_id"),
+    ("events", "session_id"),
+    ("leases", "session_id"),
+    ("subagent_sessions", "session_id"),
+    ("subagent_calls", "parent_id"),
+    ("dynamic_tools", "session_id"),
+    ("dynamic_resolutions", "session_id"),
+    ("hook_cursors", "session_id"),
+    ("channel_replies", "session_id"),
+    ("sessions", "id"),
+];
+
+/// Namespaces of the notes a session owns (its probe, its senders, its session memory).
+pub fn session_note_namespaces(session: &str) -> [String; 4] {
+    [
+        format!("probe:{session}"),
+        format!("sender:{session}"),
+        format!("memory:session:{session}"),
+        format!("memory-offer:{session}"),
+    ]
+}
+
 /// Result alias of the store.
 pub type StoreResult<T> = Result<T, StoreError>;
 
@@ -249,6 +279,11 @@ pub trait Store: Send + Sync + 'static {
     /// Sessions whose events some observe hook may not have acknowledged yet.
     async fn sessions_behind_hooks(&self) -> StoreResult<Vec<String>>;
 
+    /// Deletes the idle root sessions last updated before `cutoff_ms` that no live lease holds
+    /// and no message waits in, with their subagent sessions and every row they own (events,
+    /// messages, turns, calls, requests, inbox, session notes); returns every deleted id. The
+    /// store's record of what it ever held (its integrity mark) still only grows.
+    async fn prune_sessions(&self, cutoff_ms: i64) -> StoreResult<Vec<String>>;
     /// One note.
     async fn note(&self, namespace: &str, key: &str) -> StoreResult<Option<NoteRecord>>;
     /// The notes of one namespace (memory, a session's probe), oldest first.

@@ -31,6 +31,7 @@ pub async fn run_all<B: Backend>(make: impl Fn() -> B) {
     sessions_with_work(&make()).await;
     breakers(&make()).await;
     notes(&make()).await;
+    prune_sessions(&make()).await;
     lease_acquire_renew_release(&make()).await;
     lease_expiry(&make()).await;
     lease_has_one_holder(&make()).await;
@@ -68,6 +69,7 @@ macro_rules! store_contract_tests {
             sessions_with_work,
             breakers,
             notes,
+            prune_sessions,
             lease_acquire_renew_release,
             lease_expiry,
             lease_has_one_holder,
@@ -653,6 +655,87 @@ pub async fn notes(backend: &impl Backend) {
     assert!(store.commit(b).await.is_err());
     assert_eq!(store.notes("memory:agent:a").await.unwrap().len(), 1);
     assert_eq!(texts(store.notes("probe:s1").await.unwrap()), ["Linux"]);
+}
+
+/// Pruning deletes an old idle root session with its subagent session and every row they own,
+/// and keeps what is recent, running, leased or has a message waiting.
+pub async fn prune_sessions(backend: &impl Backend) {
+    let store = backend.open();
+    // Old: the one to prune (with a child, events, a message, a note), one with a message
+    // waiting, a running one, one a live lease holds.
+    let mut b = Batch::durable();
+    b.push(Op::InsertSession(session("wrun_old")))
+        .push(Op::InsertSession(child("wrun_old_kid", "wrun_old")))
+        .push(Op::Composition(CompositionOp::InsertLink(SubagentLink {
+            session_id: "wrun_old_kid".into(),
+            parent_id: "wrun_old".into(),
+            call_id: "c1".into(),
+            root_id: "wrun_old".into(),
+            agent_path: "subagents/helper".into(),
+            created_at: now_ms(),
+        })))
+        .event("wrun_old", "session.started", json!({}))
+        .event("wrun_old_kid", "session.started", json!({}))
+        .push(Op::AppendMessage {
+            session_id: "wrun_old".into(),
+            turn_seq: None,
+            kind: MESSAGE_KIND_MESSAGE.into(),
+            body: json!({"role": "user", "content": "hi"}),
+        })
+        .push(Op::Note(NoteOp::Put(NoteRecord {
+            namespace: "probe:wrun_old".into(),
+            key: "text".into(),
+            text: "Linux".into(),
+            created_at: 1,
+            updated_at: 1,
+        })))
+        .push(Op::InsertSession(session("wrun_waiting_msg")))
+        .push(Op::InsertInbox(InboxRecord::new(
+            "wrun_waiting_msg",
+            "later",
+            now_ms(),
+        )))
+        .push(Op::InsertSession(session("wrun_leased")));
+    let mut running = session("wrun_running");
+    running.status = SessionStatus::Running;
+    b.push(Op::InsertSession(running));
+    store.commit(b).await.unwrap();
+    assert!(matches!(
+        store
+            .acquire_lease(&claim("wrun_leased", "node-a", "host-a", 60_000))
+            .await
+            .unwrap(),
+        LeaseOutcome::Acquired
+    ));
+    let cutoff = now_ms() + 1;
+    while now_ms() <= cutoff {
+        std::hint::spin_loop();
+    }
+    create(&*store, session("wrun_recent")).await;
+
+    let mut deleted = store.prune_sessions(cutoff).await.unwrap();
+    deleted.sort();
+    assert_eq!(deleted, ["wrun_old", "wrun_old_kid"]);
+    for gone in ["wrun_old", "wrun_old_kid"] {
+        assert!(store.session(gone).await.unwrap().is_none());
+        assert!(store.events(gone, 0, 10).await.unwrap().is_empty());
+        assert!(store.messages(gone, 0, 10).await.unwrap().is_empty());
+    }
+    assert!(store.subagent_link("wrun_old_kid").await.unwrap().is_none());
+    assert!(store.notes("probe:wrun_old").await.unwrap().is_empty());
+    for kept in [
+        "wrun_waiting_msg",
+        "wrun_leased",
+        "wrun_running",
+        "wrun_recent",
+    ] {
+        assert!(
+            store.session(kept).await.unwrap().is_some(),
+            "{kept} was kept"
+        );
+    }
+    // Nothing left to prune: a second run deletes nothing.
+    assert!(store.prune_sessions(cutoff).await.unwrap().is_empty());
 }
 
 /// A lease is taken by one holder; another (on another host, alive as far as anyone knows) is

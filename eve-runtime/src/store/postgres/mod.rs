@@ -515,6 +515,14 @@ impl Store for PgStore {
         read!(self, sessions_behind_hooks)
     }
 
+    async fn prune_sessions(&self, cutoff_ms: i64) -> StoreResult<Vec<String>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let deleted = sql::prune(&tx, cutoff_ms, now_ms()).await?;
+        tx.commit().await?;
+        Ok(deleted)
+    }
+
     async fn note(&self, namespace: &str, key: &str) -> StoreResult<Option<NoteRecord>> {
         read!(self, note, namespace, key)
     }

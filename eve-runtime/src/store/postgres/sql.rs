@@ -542,6 +542,56 @@ pub(super) async fn apply<C: GenericClient>(c: &C, batch: Batch) -> StoreResult<
     Ok(committed)
 }
 
+/// See `Store::prune_sessions` (the same rows as SQLite's `prune.rs`; the candidates are locked
+/// with `FOR UPDATE SKIP LOCKED`, so a node taking a session at that moment keeps it).
+pub(super) async fn prune<C: GenericClient>(
+    c: &C,
+    cutoff: i64,
+    now: i64,
+) -> StoreResult<Vec<String>> {
+    let roots = query(
+        c,
+        "SELECT s.id FROM sessions s WHERE s.parent_id IS NULL AND s.status = 'idle' \
+         AND s.updated_at < $1 \
+         AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.session_id = s.id \
+                         AND l.holder != '' AND l.expires_at > $2) \
+         AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.session_id = s.id \
+                         AND i.consumed_turn IS NULL) \
+         ORDER BY s.updated_at FOR UPDATE SKIP LOCKED",
+        &[&cutoff, &now],
+    )
+    .await?;
+    let mut deleted = Vec::new();
+    for row in &roots {
+        let root: String = g(row, 0)?;
+        let mut ids = vec![root.clone()];
+        for child in query(
+            c,
+            "SELECT session_id FROM subagent_sessions WHERE root_id = $1",
+            &[&root],
+        )
+        .await?
+        {
+            ids.push(g(&child, 0)?);
+        }
+        for id in &ids {
+            for (table, column) in super::super::SESSION_TABLES {
+                execute(
+                    c,
+                    &format!("DELETE FROM {table} WHERE {column} = $1"),
+                    &[id],
+                )
+                .await?;
+            }
+            for ns in super::super::session_note_namespaces(id) {
+                execute(c, "DELETE FROM notes WHERE namespace = $1", &[&ns]).await?;
+            }
+        }
+        deleted.extend(ids);
+    }
+    Ok(deleted)
+}
+
 async fn note_apply<C: GenericClient>(c: &C, op: NoteOp) -> StoreResult<()> {
     match op {
         NoteOp::Put(n) => {

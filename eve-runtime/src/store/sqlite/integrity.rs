@@ -129,10 +129,18 @@ pub(super) fn check_files(db: &Path) -> StoreResult<()> {
     Ok(())
 }
 
+/// Sessions and events ever stored: those in the tables plus those pruned since.
 fn counts(conn: &Connection) -> StoreResult<(i64, i64)> {
-    let sessions = conn.query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))?;
-    let events = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
-    Ok((sessions, events))
+    let sessions: i64 = conn.query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))?;
+    let events: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+    let pruned: (i64, i64) = conn
+        .query_row(
+            "SELECT sessions, events FROM store_pruned WHERE id = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap_or((0, 0));
+    Ok((sessions + pruned.0, events + pruned.1))
 }
 
 /// The current mark of an open store.

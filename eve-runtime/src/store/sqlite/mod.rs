@@ -21,6 +21,7 @@ mod composition;
 mod integrity;
 mod leases;
 mod notes;
+mod prune;
 mod reads;
 mod rows;
 mod schedules;
@@ -438,6 +439,12 @@ impl Store for SqliteStore {
 
     async fn sessions_behind_hooks(&self) -> StoreResult<Vec<String>> {
         self.read(composition::sessions_behind_hooks).await
+    }
+
+    async fn prune_sessions(&self, cutoff_ms: i64) -> StoreResult<Vec<String>> {
+        let now = now_ms();
+        self.write(true, move |conn| prune::prune(conn, cutoff_ms, now))
+            .await
     }
 
     async fn note(&self, namespace: &str, key: &str) -> StoreResult<Option<NoteRecord>> {

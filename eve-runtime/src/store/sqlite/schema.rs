@@ -326,4 +326,14 @@ CREATE TABLE notes (
     PRIMARY KEY (namespace, key)
 ) WITHOUT ROWID;
 "#,
+    // 7 → 8: what pruning deleted, so the store's high-water mark (sessions and events ever
+    // stored) keeps growing when old sessions are pruned.
+    r#"
+CREATE TABLE store_pruned (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    sessions INTEGER NOT NULL,
+    events INTEGER NOT NULL
+);
+INSERT INTO store_pruned (id, sessions, events) VALUES (1, 0, 0);
+"#,
 ];
