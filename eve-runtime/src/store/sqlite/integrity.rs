@@ -57,10 +57,14 @@ fn read_mark(db: &Path) -> Option<Mark> {
     serde_json::from_str(&text).ok()
 }
 
-/// Writes the mark atomically (a temp file renamed over it).
+/// Writes the mark atomically (a temp file renamed over it). The temp file's name is this
+/// writer's own: a store closing and another opening on the same file at once (a restart) each
+/// rename their own, never the other's half-written one.
 pub(super) fn write_mark(db: &Path, mark: &Mark) -> std::io::Result<()> {
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let path = mark_path(db);
-    let tmp = sidecar(db, ".mark.tmp");
+    let tmp = sidecar(db, &format!(".mark.{}.{n}.tmp", std::process::id()));
     let text = serde_json::to_string(mark).map_err(std::io::Error::other)?;
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, &path)
