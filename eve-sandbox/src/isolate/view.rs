@@ -49,12 +49,17 @@ const NEW: &str = "/newroot";
 pub(crate) struct Built {
     /// Everything bound or created that the command may enter.
     all: Vec<PathBuf>,
+    /// Fresh, empty mounts (`/tmp`, `HOME`): only they themselves are in the view, not the host
+    /// paths below them (a host folder under `/tmp` does not exist in the sandbox's `/tmp`).
+    fresh: Vec<PathBuf>,
 }
 
 impl Built {
-    /// Whether `path` lies inside the view.
+    /// Whether `path` lies inside the view (a host path the sandbox shows at the same place).
     pub(crate) fn contains(&self, path: &Path) -> bool {
-        path == Path::new("/") || self.all.iter().any(|p| path.starts_with(p))
+        path == Path::new("/")
+            || self.all.iter().any(|p| path.starts_with(p))
+            || self.fresh.iter().any(|p| path == p)
     }
 }
 
@@ -313,8 +318,11 @@ pub(crate) fn build(policy: &Policy, mode: Mode) -> Result<Built> {
     let mut seen = BTreeSet::new();
     for e in &entries {
         apply(e)?;
-        if !matches!(e.kind, Kind::Mask) && seen.insert(e.path.clone()) {
-            built.all.push(e.path.clone());
+        match e.kind {
+            Kind::Mask => {}
+            Kind::Tmpfs(_) => built.fresh.push(e.path.clone()),
+            _ if seen.insert(e.path.clone()) => built.all.push(e.path.clone()),
+            _ => {}
         }
     }
     build_dev(&size_option(policy))?;
