@@ -291,3 +291,27 @@ async fn a_damaged_page_is_refused_at_start() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_dead_writers_temp_mark_is_swept_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("eve.db");
+    drop(SqliteStore::open(&db).unwrap());
+    // A writer killed between writing its temp mark and renaming it (no such pid), and one
+    // still alive (this process), which may be about to rename its own.
+    let dead = dir.path().join("eve.db.mark.99999999.0.tmp");
+    let live = dir
+        .path()
+        .join(format!("eve.db.mark.{}.999.tmp", std::process::id()));
+    let other = dir.path().join("eve.db.mark.notes.tmp");
+    for f in [&dead, &live, &other] {
+        std::fs::write(f, "{}").unwrap();
+    }
+    drop(SqliteStore::open(&db).unwrap());
+    assert!(
+        !dead.exists(),
+        "the dead writer's temp mark was left behind"
+    );
+    assert!(live.exists(), "a live writer's temp mark was removed");
+    assert!(other.exists(), "a file that is no temp mark was removed");
+}

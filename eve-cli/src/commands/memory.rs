@@ -5,24 +5,16 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context;
 use eve_compile::MemoryScope;
 use eve_runtime::engine::memory::Selector;
 use eve_runtime::store::rfc3339;
 use serde_json::json;
 
+use super::block_on;
 use super::run::open_runtime;
 use crate::cli::{MemoryEditArgs, MemoryShowArgs, MemoryTargetArgs};
 use crate::project::locate;
 use crate::render::{paint, stderr_color, stdout_color};
-
-fn block_on<F: std::future::Future>(future: F) -> anyhow::Result<F::Output> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?
-        .block_on(future))
-}
 
 fn selector(target: &MemoryTargetArgs) -> Selector {
     Selector {

@@ -42,3 +42,15 @@ pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         },
     }
 }
+
+/// Runs `future` on a runtime of its own: the commands that only read or write the store
+/// (`sessions`, `memory`) open it and do their work inside one call, so a pooled store
+/// (PostgreSQL) lives and dies on the runtime that made its connections.
+pub(crate) fn block_on<F: std::future::Future>(future: F) -> anyhow::Result<F::Output> {
+    use anyhow::Context;
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(future))
+}

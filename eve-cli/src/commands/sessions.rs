@@ -12,36 +12,16 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use eve_runtime::model::Message;
-use eve_runtime::store::{SessionFilter, SessionRecord, SessionStatus, TurnStatus, rfc3339};
+use eve_runtime::store::{SessionFilter, SessionRecord, SessionStatus, rfc3339};
 use serde_json::{Value, json};
 
+use super::block_on;
 use super::run::open_runtime;
 use crate::cli::{
     SessionsAnswerArgs, SessionsCancelArgs, SessionsListArgs, SessionsPruneArgs, SessionsShowArgs,
 };
 use crate::project::locate;
 use crate::render::{duration, paint, stderr_color, stdout_color};
-
-fn block_on<F: std::future::Future>(future: F) -> anyhow::Result<F::Output> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?
-        .block_on(future))
-}
-
-/// What a person reads as the session's state: `failed` for a session at rest whose last turn
-/// failed (a model error, a limit), else the stored status (`idle`, `running`, `waiting`). A
-/// failed session still takes the next message.
-async fn shown_status(runtime: &eve_runtime::engine::Runtime, s: &SessionRecord) -> String {
-    if s.status == SessionStatus::Idle
-        && let Ok(Some(turn)) = runtime.store().last_turn(&s.id).await
-        && turn.status == TurnStatus::Failed
-    {
-        return "failed".to_owned();
-    }
-    s.status.as_str().to_owned()
-}
 
 fn session_json(s: &SessionRecord, status: &str) -> Value {
     json!({
@@ -168,17 +148,6 @@ pub(crate) fn wanted(id: Option<&str>, last: bool) -> anyhow::Result<Option<Opti
     }
 }
 
-/// The first user message of a session, from its first events (which never change).
-async fn first_message(runtime: &eve_runtime::engine::Runtime, id: &str) -> Option<String> {
-    let events = runtime.events(id, 0, 8).await.ok()?;
-    events
-        .iter()
-        .find(|e| e.kind == "message.received")
-        .and_then(|e| e.data.get("message"))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-}
-
 /// `text` on one line, at most `width` characters (an ellipsis says it was cut).
 fn one_line(text: &str, width: usize) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -202,23 +171,23 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let project = locate(&args.project)?;
-    let runtime = block_on(open_runtime(&project))??;
     let filter = SessionFilter {
         schedule: args.schedule.clone(),
         ..Default::default()
     };
     let rows = block_on(async {
+        let runtime = open_runtime(&project).await?;
         let sessions = runtime.sessions(&filter).await?;
         let mut rows = Vec::with_capacity(sessions.len());
         for s in sessions {
-            let status = shown_status(&runtime, &s).await;
+            let status = runtime.shown_status(&s).await.0;
             if args.status.as_ref().is_some_and(|want| *want != status) {
                 continue;
             }
             if args.limit.is_some_and(|n| rows.len() >= n) {
                 break;
             }
-            let first = first_message(&runtime, &s.id).await;
+            let first = runtime.first_message(&s.id).await;
             rows.push((s, status, first));
         }
         Ok::<_, anyhow::Error>(rows)
@@ -274,10 +243,10 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
 
 pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
-    let runtime = block_on(open_runtime(&project))??;
     let wanted = wanted(args.id.as_deref(), args.last)?
         .ok_or_else(|| anyhow::anyhow!("give a session id (or a prefix of one), or `--last`"))?;
     let loaded = block_on(async {
+        let runtime = open_runtime(&project).await?;
         let id = resolve(&runtime, &project, wanted).await?;
         let Some(session) = runtime.session(&id).await? else {
             return Ok::<_, anyhow::Error>(None);
@@ -289,7 +258,7 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
             calls.extend(store.tool_calls(&id, turn).await?);
         }
         let requests = store.input_requests(&id, false).await?;
-        let status = shown_status(&runtime, &session).await;
+        let status = runtime.shown_status(&session).await.0;
         let failures: Vec<(u64, Value)> = runtime
             .events(&id, 0, 0)
             .await?
@@ -436,7 +405,6 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
 
 pub fn answer(args: SessionsAnswerArgs, approve: bool) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
-    let runtime = block_on(open_runtime(&project))??;
     // `eve sessions approve --last apr_…`: with `--last`, the one argument is the request.
     let (session, request) = match (args.last, &args.session, &args.request) {
         (true, Some(only), None) => (None, Some(only.clone())),
@@ -445,6 +413,7 @@ pub fn answer(args: SessionsAnswerArgs, approve: bool) -> anyhow::Result<ExitCod
     let wanted = wanted(session.as_deref(), args.last)?
         .ok_or_else(|| anyhow::anyhow!("give the session id (or a prefix of one), or `--last`"))?;
     let (id, request) = block_on(async {
+        let runtime = open_runtime(&project).await?;
         let id = resolve(&runtime, &project, wanted).await?;
         let request = runtime
             .answer_input(&id, request.as_deref(), approve, args.reason.clone())
@@ -477,9 +446,6 @@ pub fn answer(args: SessionsAnswerArgs, approve: bool) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-/// `eve sessions cancel`: cancels the running or parked turn of a session. A process driving it
-/// (`eve serve`, `eve dev`) sees the stored request and stops the turn; a session nobody drives
-/// is cancelled here.
 /// `eve sessions prune --older-than D`: deletes idle sessions last active before now − D (the
 /// store decides what is safe to delete), then their workspaces.
 pub fn prune(args: SessionsPruneArgs) -> anyhow::Result<ExitCode> {
@@ -515,13 +481,16 @@ pub fn prune(args: SessionsPruneArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `eve sessions cancel`: cancels the running or parked turn of a session. A process driving it
+/// (`eve serve`, `eve dev`) sees the stored request and stops the turn; a session nobody drives
+/// is cancelled here.
 pub fn cancel(args: SessionsCancelArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
-    let runtime = block_on(open_runtime(&project))??;
     let wanted = wanted(args.id.as_deref(), args.last)?
         .ok_or_else(|| anyhow::anyhow!("give the session id (or a prefix of one), or `--last`"))?;
     let color = stderr_color();
     let (id, cancelled) = block_on(async {
+        let runtime = open_runtime(&project).await?;
         let id = resolve(&runtime, &project, wanted).await?;
         let status = runtime
             .session(&id)

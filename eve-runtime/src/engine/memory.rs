@@ -128,6 +128,36 @@ pub struct Place<'a> {
     pub user: Option<&'a str>,
 }
 
+/// The scope a `memory` call with `input` addresses, and its namespace; or what the model is
+/// told when there is none.
+pub fn target(place: &Place<'_>, input: &Value) -> Result<(MemoryScope, String), String> {
+    let scope_name = input
+        .get("scope")
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| place.memory.scopes.first().map_or("agent", |s| s.as_str()));
+    let Some(scope) = place
+        .memory
+        .scopes
+        .iter()
+        .copied()
+        .find(|s| s.as_str() == scope_name)
+    else {
+        let allowed: Vec<&str> = place.memory.scopes.iter().map(|s| s.as_str()).collect();
+        return Err(format!(
+            "There is no memory scope `{scope_name}` here; use {}.",
+            allowed.join(", ")
+        ));
+    };
+    let Some(ns) = namespace(scope, place.agent, place.session, place.user) else {
+        return Err(
+            "The user scope needs to know who the user is, and this message came without an \
+             identity (an unauthenticated request). Use another scope."
+                .to_owned(),
+        );
+    };
+    Ok((scope, ns))
+}
+
 /// Carries out a `memory` call with `input` against `existing(namespace)`'s notes.
 pub fn write(
     place: &Place<'_>,
@@ -141,29 +171,9 @@ pub fn write(
         batch: Batch::new(),
     };
     let action = input.get("action").and_then(Value::as_str).unwrap_or("");
-    let scope_name = input
-        .get("scope")
-        .and_then(Value::as_str)
-        .unwrap_or_else(|| place.memory.scopes.first().map_or("agent", |s| s.as_str()));
-    let Some(scope) = place
-        .memory
-        .scopes
-        .iter()
-        .copied()
-        .find(|s| s.as_str() == scope_name)
-    else {
-        let allowed: Vec<&str> = place.memory.scopes.iter().map(|s| s.as_str()).collect();
-        return fail(format!(
-            "There is no memory scope `{scope_name}` here; use {}.",
-            allowed.join(", ")
-        ));
-    };
-    let Some(ns) = namespace(scope, place.agent, place.session, place.user) else {
-        return fail(
-            "The user scope needs to know who the user is, and this message came without an \
-             identity (an unauthenticated request). Use another scope."
-                .to_owned(),
-        );
+    let (scope, ns) = match target(place, input) {
+        Ok(found) => found,
+        Err(output) => return fail(output),
     };
     let text = input
         .get("text")

@@ -470,6 +470,30 @@ impl Runtime {
         Ok(self.inner.store.sessions(filter).await?)
     }
 
+    /// What a person reads as a session's state: `failed` for a session at rest whose last turn
+    /// failed (a model error, a limit), with that turn; else the stored status (`idle`,
+    /// `running`, `waiting`). A failed session still takes the next message.
+    pub async fn shown_status(&self, s: &SessionRecord) -> (&'static str, Option<TurnRecord>) {
+        if s.status == SessionStatus::Idle
+            && let Ok(Some(turn)) = self.inner.store.last_turn(&s.id).await
+            && turn.status == TurnStatus::Failed
+        {
+            return ("failed", Some(turn));
+        }
+        (s.status.as_str(), None)
+    }
+
+    /// The first user message of a session, from its first events (which never change).
+    pub async fn first_message(&self, id: &str) -> Option<String> {
+        let events = self.events(id, 0, 8).await.ok()?;
+        events
+            .iter()
+            .find(|e| e.kind == "message.received")
+            .and_then(|e| e.data.get("message"))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    }
+
     /// Pending input requests of a session, and of its subagents' sessions (answerable here).
     pub async fn pending_inputs(&self, session: &str) -> RuntimeResult<Vec<InputRequestRecord>> {
         self.pending_in_tree(session).await

@@ -4,7 +4,6 @@
 //! rules live in [`crate::engine::memory`] and [`crate::engine::probe`]; this is where a turn
 //! reads and writes them.
 
-use eve_compile::MemoryScope;
 use serde_json::{Value, json};
 
 use super::TurnDriver;
@@ -165,23 +164,30 @@ impl TurnDriver<'_> {
         };
         let user = self.turn_sender(turn).await?;
         let agent = self.build.manifest.agent.name.clone();
-        let mut existing = std::collections::HashMap::new();
-        for scope in [MemoryScope::Agent, MemoryScope::User, MemoryScope::Session] {
-            if let Some(ns) = memory::namespace(scope, &agent, &self.session.id, user.as_deref()) {
-                let notes = self.rt.inner.store.notes(&ns).await?;
-                existing.insert(ns, notes);
-            }
-        }
         let place = memory::Place {
             memory: &config,
             agent: &agent,
             session: &self.session.id,
             user: user.as_deref(),
         };
+        // Only the addressed scope's notes are read; a call naming no valid scope reads none.
+        let (ns, notes) = match memory::target(&place, input) {
+            Ok((_, ns)) => {
+                let notes = self.rt.inner.store.notes(&ns).await?;
+                (ns, notes)
+            }
+            Err(_) => (String::new(), Vec::new()),
+        };
         let write = memory::write(
             &place,
             input,
-            &|ns| existing.get(ns).cloned().unwrap_or_default(),
+            &|wanted| {
+                if wanted == ns {
+                    notes.clone()
+                } else {
+                    Vec::new()
+                }
+            },
             now_ms(),
         );
         if write.ok {

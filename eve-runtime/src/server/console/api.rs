@@ -19,7 +19,7 @@ use super::super::App;
 use super::super::error::ApiError;
 use super::super::routes::SessionId;
 use crate::engine::Runtime;
-use crate::store::{SessionFilter, SessionRecord, SessionStatus, TurnStatus, now_ms, rfc3339};
+use crate::store::{SessionFilter, SessionRecord, now_ms, rfc3339};
 
 /// Sessions listed when the query names no `limit`.
 const DEFAULT_LIMIT: usize = 100;
@@ -97,29 +97,16 @@ pub(crate) fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiErro
     Ok(parsed)
 }
 
-/// What a person reads as the session's state: `failed` for a session at rest whose last turn
-/// failed, else the stored status.
-async fn shown_status(runtime: &Runtime, s: &SessionRecord) -> (String, Option<Value>) {
-    if s.status == SessionStatus::Idle
-        && let Ok(Some(turn)) = runtime.store().last_turn(&s.id).await
-        && turn.status == TurnStatus::Failed
-    {
-        return (
-            "failed".to_owned(),
-            Some(json!({"turnId": turn.turn_id(), "reason": turn.stop_reason})),
-        );
-    }
-    (s.status.as_str().to_owned(), None)
+/// [`Runtime::shown_status`], with the failed turn as the console shows it.
+async fn shown_status(runtime: &Runtime, s: &SessionRecord) -> (&'static str, Option<Value>) {
+    let (status, failed) = runtime.shown_status(s).await;
+    let failure = failed.map(|turn| json!({"turnId": turn.turn_id(), "reason": turn.stop_reason}));
+    (status, failure)
 }
 
-/// The first user message of a session (from its first events, which never change).
+/// The first user message of a session, cut to [`FIRST_MESSAGE_CHARS`].
 async fn first_message(runtime: &Runtime, id: &str) -> Option<String> {
-    let events = runtime.events(id, 0, 8).await.ok()?;
-    let text = events
-        .iter()
-        .find(|e| e.kind == "message.received")
-        .and_then(|e| e.data.get("message"))
-        .and_then(Value::as_str)?;
+    let text = runtime.first_message(id).await?;
     let mut short: String = text.chars().take(FIRST_MESSAGE_CHARS).collect();
     if text.chars().count() > FIRST_MESSAGE_CHARS {
         short.push('…');
@@ -179,7 +166,7 @@ pub(crate) async fn list(
         if rows.len() >= query.limit {
             continue;
         }
-        let mut row = session_json(s, &status);
+        let mut row = session_json(s, status);
         row["firstMessage"] = json!(first_message(&app.runtime, &s.id).await);
         row["children"] = json!(children.get(s.id.as_str()).cloned().unwrap_or_default());
         row["failure"] = json!(failure);
@@ -247,7 +234,7 @@ pub(crate) async fn show(
         .filter(|s| s.parent_id.as_deref() == Some(id.as_str()))
         .map(|s| json!({"id": s.id, "agent": s.agent_name, "status": s.status.as_str()}))
         .collect();
-    let mut row = session_json(&session, &status);
+    let mut row = session_json(&session, status);
     row["failure"] = json!(failure);
     row["firstMessage"] = json!(first_message(runtime, &id).await);
     Ok(Json(json!({

@@ -70,6 +70,40 @@ pub(super) fn write_mark(db: &Path, mark: &Mark) -> std::io::Result<()> {
     std::fs::rename(&tmp, &path)
 }
 
+/// Removes the temp mark files of writers that died between writing and renaming them
+/// (`eve.db.mark.<pid>.<n>.tmp` whose process is gone). A live process's file is left alone: it
+/// may be about to rename it.
+fn sweep_stale_marks(db: &Path) {
+    let (Some(dir), Some(name)) = (db.parent(), db.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    let prefix = format!("{name}.mark.");
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(rest) = file
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|f| f.strip_suffix(".tmp"))
+        else {
+            continue;
+        };
+        let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !crate::store::liveness::pid_alive(pid) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Session workspaces under `sandboxes/` beside the store.
 fn workspaces(db: &Path) -> usize {
     let dir = db.with_file_name("sandboxes");
@@ -161,6 +195,7 @@ pub(super) fn current_mark(conn: &Connection, identity: &str) -> StoreResult<Mar
 /// that has none yet, and writes a fresh mark.
 pub(super) fn check_open(conn: &Connection, db: &Path) -> StoreResult<String> {
     quick_check(conn, db)?;
+    sweep_stale_marks(db);
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS store_identity (id INTEGER PRIMARY KEY CHECK (id = 1), \
          identity TEXT NOT NULL)",
