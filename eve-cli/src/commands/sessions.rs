@@ -279,7 +279,7 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
     };
     if args.json {
         let report = json!({
-            "session": session_json(&session, &status),
+            "session": session_json(&session, status),
             "messages": messages.iter().map(|m| json!({
                 "seq": m.seq, "turn": m.turn_seq, "kind": m.kind, "body": m.body,
                 "at": rfc3339(m.at),
