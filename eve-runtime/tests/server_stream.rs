@@ -552,3 +552,64 @@ async fn open_streams_end_when_the_server_shuts_down() {
         .unwrap();
     assert_eq!(text, "\n");
 }
+
+/// A message steered into a running turn is answered by it: from its `message.received` on, the
+/// turn's events carry its delivery id beside the one that started the turn (eve's client waits
+/// for the turn boundary tagged with its own id), and a stream joining mid-turn sees both.
+#[tokio::test]
+async fn a_steered_message_is_in_the_delivery_ids_of_the_turn_that_takes_it() {
+    let agent = AgentDir::standard();
+    agent.file("agent.yaml", "default_tools: false\nturn_policy: steer\n");
+    let server = TestServer::start(agent).await;
+    let (status, body) = server
+        .post("/eve/v1/session", json!({"message": "/tool slow {}"}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["sessionId"].as_str().unwrap().to_owned();
+    let first = body["deliveryId"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !server
+        .runtime
+        .store()
+        .tool_calls(&id, 0)
+        .await
+        .unwrap()
+        .iter()
+        .any(|c| c.status.as_str() == "running")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow tool never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, body) = server
+        .post(
+            &format!("/eve/v1/session/{id}"),
+            json!({"message": "and this too"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let steered = body["deliveryId"].as_str().unwrap().to_owned();
+    let events = server.until_rest(&id, 0).await;
+    let ids = |e: &Value| e["meta"]["deliveryIds"].clone();
+    let at = events
+        .iter()
+        .position(|e| e["type"] == "message.received" && e["data"]["message"] == "and this too")
+        .expect("the steered message joined the turn");
+    assert_eq!(events[at]["data"]["turnId"], "turn_0");
+    for e in &events[..at] {
+        assert_eq!(ids(e), json!([first]), "{e}");
+    }
+    for e in &events[at..] {
+        assert_eq!(ids(e), json!([first, steered]), "{e}");
+    }
+    assert_eq!(events.last().unwrap()["type"], "session.waiting");
+    // A stream that joins after the steered message lists both from its first event.
+    let tail = server.until_rest(&id, (at + 1) as u64).await;
+    assert!(!tail.is_empty());
+    for e in &tail {
+        assert_eq!(ids(e), json!([first, steered]), "{e}");
+    }
+    server.stop().await;
+}

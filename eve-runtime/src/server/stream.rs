@@ -291,15 +291,27 @@ impl Format {
 /// Which accepted messages an event answers, for `meta.deliveryIds`: eve's client sends a
 /// message, gets its `deliveryId` (the inbox id) and reads the stream until the turn boundary of
 /// the events tagged with it. An event of a turn (its `data.sequence`) carries the id of the
-/// message that turn took; an event outside any turn (`session.waiting`, `context.cleared`, a
-/// compaction announced for the next turn) carries the id of the latest turn before it, as eve
+/// message that turn took, and from each message steered into the running turn on (its own
+/// `message.received`), that message's id too, so a client that sent it sees the turn that
+/// answered it end. An event outside any turn (`session.waiting`, `context.cleared`, a
+/// compaction announced for the next turn) carries the ids of the latest turn before it, as eve
 /// does. Turns are looked up once per stream.
 pub struct Deliveries {
     runtime: Runtime,
     session: String,
-    turns: std::collections::HashMap<u64, Option<String>>,
+    turns: std::collections::HashMap<u64, Option<TurnDeliveries>>,
     current: Option<u64>,
     primed: Option<u64>,
+}
+
+/// The delivery ids of one turn as far as the stream has shown them.
+struct TurnDeliveries {
+    /// The message that started the turn, then those steered into it (as far as loaded).
+    ids: Vec<String>,
+    /// `message.received` events of the turn seen so far.
+    received: usize,
+    /// How many of `ids` the turn's events carry now (at least the first).
+    shown: usize,
 }
 
 /// Pages read backwards to find the turn a stream that starts mid-way is in.
@@ -317,19 +329,33 @@ impl Deliveries {
         }
     }
 
-    async fn inbox_of(&mut self, seq: u64) -> Option<Option<String>> {
-        if let Some(found) = self.turns.get(&seq) {
-            return Some(found.clone());
+    /// The turn's deliveries (`None`: no such turn; `Some(None)`: a turn no message started).
+    async fn turn(&mut self, seq: u64) -> Option<Option<&mut TurnDeliveries>> {
+        if !self.turns.contains_key(&seq) {
+            let turn = self
+                .runtime
+                .store()
+                .turn(&self.session, seq)
+                .await
+                .ok()
+                .flatten()?;
+            let found = turn.inbox_id.map(|own| TurnDeliveries {
+                ids: vec![own],
+                received: 0,
+                shown: 1,
+            });
+            self.turns.insert(seq, found);
         }
-        let turn = self
-            .runtime
-            .store()
-            .turn(&self.session, seq)
-            .await
-            .ok()
-            .flatten()?;
-        self.turns.insert(seq, turn.inbox_id.clone());
-        Some(turn.inbox_id)
+        self.turns.get_mut(&seq).map(Option::as_mut)
+    }
+
+    /// The ids of the messages turn `seq` took, its own first, from the store.
+    async fn taken(&self, seq: u64, own: &str) -> Vec<String> {
+        let mut ids = vec![own.to_owned()];
+        if let Ok(all) = self.runtime.store().turn_inbox(&self.session, seq).await {
+            ids.extend(all.into_iter().filter(|id| id != own));
+        }
+        ids
     }
 
     /// The turn an event belongs to by its data. Session-level events name the *next* turn in
@@ -352,7 +378,8 @@ impl Deliveries {
             .and_then(serde_json::Value::as_u64)
     }
 
-    /// Finds the turn the events before `start` ended in.
+    /// Finds the turn the events before `start` ended in. The stream joins it mid-way, so every
+    /// message it has taken by now counts as shown.
     async fn prime(&mut self, start: u64) {
         let mut hi = start;
         for _ in 0..PRIME_PAGES {
@@ -365,12 +392,24 @@ impl Deliveries {
                 return;
             };
             for event in events.iter().rev().filter(|e| e.index < hi) {
-                if let Some(seq) = Self::sequence(event)
-                    && self.inbox_of(seq).await.is_some()
-                {
-                    self.current = Some(seq);
-                    return;
+                let Some(seq) = Self::sequence(event) else {
+                    continue;
+                };
+                let own = match self.turn(seq).await {
+                    None => continue,
+                    Some(None) => None,
+                    Some(Some(t)) => Some(t.ids[0].clone()),
+                };
+                if let Some(own) = own {
+                    let ids = self.taken(seq, &own).await;
+                    if let Some(Some(t)) = self.turns.get_mut(&seq) {
+                        t.shown = ids.len();
+                        t.received = ids.len();
+                        t.ids = ids;
+                    }
                 }
+                self.current = Some(seq);
+                return;
             }
             hi = lo;
         }
@@ -382,14 +421,28 @@ impl Deliveries {
             self.prime(start).await;
         }
         let seq = match Self::sequence(event) {
-            Some(seq) if self.inbox_of(seq).await.is_some() => Some(seq),
+            Some(seq) if self.turn(seq).await.is_some() => Some(seq),
             // `session.started` is committed with the first turn, just before it.
             _ if event.kind == ev::SESSION_STARTED && self.current.is_none() => Some(0),
             _ => self.current,
         }?;
         self.current = Some(seq);
-        let inbox = self.inbox_of(seq).await.flatten()?;
-        Some(vec![inbox])
+        let steered = {
+            let turn = self.turn(seq).await.flatten()?;
+            if event.kind == ev::MESSAGE_RECEIVED && Self::sequence(event) == Some(seq) {
+                turn.received += 1;
+            }
+            turn.shown = turn.shown.max(turn.received);
+            (turn.ids.len() < turn.shown).then(|| turn.ids[0].clone())
+        };
+        if let Some(own) = steered {
+            let ids = self.taken(seq, &own).await;
+            if let Some(Some(turn)) = self.turns.get_mut(&seq) {
+                turn.ids = ids;
+            }
+        }
+        let turn = self.turn(seq).await.flatten()?;
+        Some(turn.ids[..turn.shown.min(turn.ids.len())].to_vec())
     }
 }
 

@@ -266,6 +266,9 @@ pub trait Store: Send + Sync + 'static {
     async fn subagent_call_by_inbox(&self, inbox_id: &str) -> StoreResult<Option<SubagentCall>>;
     /// The turn that took an inbox message (`Some(None)`: not taken yet; `None`: no such message).
     async fn inbox_turn(&self, inbox_id: &str) -> StoreResult<Option<Option<u64>>>;
+    /// The ids of the inbox messages turn `seq` of `session` took, in the order they were
+    /// accepted: the message that started it, then any steered into it while it ran.
+    async fn turn_inbox(&self, session: &str, seq: u64) -> StoreResult<Vec<String>>;
     /// Pending input requests of every session below `session`.
     async fn descendant_requests(&self, session: &str) -> StoreResult<Vec<InputRequestRecord>>;
     /// Token totals and cost of every session below `session`.

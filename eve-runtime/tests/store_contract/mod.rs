@@ -531,6 +531,22 @@ pub async fn inbox_order(backend: &impl Backend) {
     assert_eq!(pending[0].id, ids[1]);
     assert_eq!(store.inbox_turn(&ids[0]).await.unwrap(), Some(Some(4)));
     assert_eq!(store.inbox_turn("msg_none").await.unwrap(), None);
+    // Messages steered into turn 4 while it ran, taken out of order: the turn lists what it
+    // took in acceptance order.
+    let mut b = Batch::new();
+    for id in [&ids[3], &ids[2]] {
+        b.push(Op::ConsumeInbox {
+            id: id.clone(),
+            turn_seq: 4,
+        });
+    }
+    store.commit(b).await.unwrap();
+    assert_eq!(
+        store.turn_inbox("wrun_i", 4).await.unwrap(),
+        [ids[0].clone(), ids[2].clone(), ids[3].clone()]
+    );
+    assert!(store.turn_inbox("wrun_i", 5).await.unwrap().is_empty());
+    assert!(store.turn_inbox("wrun_other", 4).await.unwrap().is_empty());
 }
 
 /// Sessions with work: a running one, a waiting one whose requests are all answered, one with

@@ -491,6 +491,10 @@ impl Store for PgStore {
         read!(self, inbox_turn, inbox_id)
     }
 
+    async fn turn_inbox(&self, session: &str, seq: u64) -> StoreResult<Vec<String>> {
+        read!(self, turn_inbox, session, seq)
+    }
+
     async fn descendant_requests(&self, session: &str) -> StoreResult<Vec<InputRequestRecord>> {
         read!(self, descendant_requests, session)
     }

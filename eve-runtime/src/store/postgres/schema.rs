@@ -309,4 +309,9 @@ CREATE TABLE notes (
     PRIMARY KEY (namespace, key)
 );
 "#,
+    // 2 → 3: the messages each turn took (its own and those steered into it), for the delivery
+    // ids of its events.
+    r#"
+CREATE INDEX inbox_by_turn ON inbox(session_id, consumed_turn, ord) WHERE consumed_turn IS NOT NULL;
+"#,
 ];

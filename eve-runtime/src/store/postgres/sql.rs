@@ -1219,6 +1219,22 @@ pub(super) async fn inbox_turn<C: GenericClient>(
     .transpose()
 }
 
+pub(super) async fn turn_inbox<C: GenericClient>(
+    c: &C,
+    session: &str,
+    seq: u64,
+) -> StoreResult<Vec<String>> {
+    query(
+        c,
+        "SELECT id FROM inbox WHERE session_id=$1 AND consumed_turn=$2 ORDER BY ord",
+        &[&session, &i(seq)],
+    )
+    .await?
+    .iter()
+    .map(|row| g::<String>(row, 0))
+    .collect()
+}
+
 const DESCENDANTS: &str = "WITH RECURSIVE tree(id) AS ( \
      SELECT session_id FROM subagent_sessions WHERE parent_id=$1 \
      UNION SELECT s.session_id FROM subagent_sessions s JOIN tree t ON s.parent_id = t.id)";

@@ -199,6 +199,14 @@ pub(super) fn inbox_turn(conn: &Connection, inbox_id: &str) -> StoreResult<Optio
         .map(|t| t.map(to_u64)))
 }
 
+pub(super) fn turn_inbox(conn: &Connection, session: &str, seq: u64) -> StoreResult<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id FROM inbox WHERE session_id=?1 AND consumed_turn=?2 ORDER BY accepted_at, rowid",
+    )?;
+    let rows = stmt.query_map(rusqlite::params![session, to_i64(seq)], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 const DESCENDANTS: &str = "WITH RECURSIVE tree(id) AS ( \
      SELECT session_id FROM subagent_sessions WHERE parent_id=?1 \
      UNION SELECT s.session_id FROM subagent_sessions s JOIN tree t ON s.parent_id = t.id)";

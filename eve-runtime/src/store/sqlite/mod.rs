@@ -399,6 +399,12 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn turn_inbox(&self, session: &str, seq: u64) -> StoreResult<Vec<String>> {
+        let session = session.to_owned();
+        self.read(move |conn| composition::turn_inbox(conn, &session, seq))
+            .await
+    }
+
     async fn inbox_turn(&self, inbox_id: &str) -> StoreResult<Option<Option<u64>>> {
         let inbox_id = inbox_id.to_owned();
         self.read(move |conn| composition::inbox_turn(conn, &inbox_id))

@@ -336,4 +336,9 @@ CREATE TABLE store_pruned (
 );
 INSERT INTO store_pruned (id, sessions, events) VALUES (1, 0, 0);
 "#,
+    // 8 → 9: the messages each turn took (its own and those steered into it), for the delivery
+    // ids of its events.
+    r#"
+CREATE INDEX inbox_by_turn ON inbox(session_id, consumed_turn) WHERE consumed_turn IS NOT NULL;
+"#,
 ];
