@@ -80,6 +80,15 @@ pub enum Command {
     Memory(MemoryCommand),
     /// Run the eval cases in `evals/` against the current agent and report what passed.
     Eval(EvalArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions(CompletionsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Subcommand)]

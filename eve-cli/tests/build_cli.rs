@@ -551,3 +551,39 @@ fn info_text_of_the_default_template() {
     );
     settings.bind(|| insta::assert_snapshot!(r.stdout));
 }
+
+#[test]
+fn completions_cover_every_command_and_load_in_bash() {
+    let tmp = tempfile::tempdir().unwrap();
+    let commands = subcommands(&run(tmp.path(), &["--help"]).stdout);
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let r = run(tmp.path(), &["completions", shell]);
+        assert_eq!(r.code, 0, "{shell}: {}", r.stderr);
+        for cmd in &commands {
+            assert!(r.stdout.contains(cmd.as_str()), "{shell} lacks {cmd}");
+        }
+    }
+    // bash loads the script and registers it for `eve`, and completes a subcommand.
+    let script = tmp.path().join("eve.bash");
+    write(&script, &run(tmp.path(), &["completions", "bash"]).stdout);
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {} && complete -p eve && COMP_WORDS=(eve sess); COMP_CWORD=1; \
+             _eve eve sess eve && printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display()
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("-F _eve eve"), "{text}");
+    assert!(text.lines().any(|l| l == "sessions"), "{text}");
+    let bad = run(tmp.path(), &["completions", "tcsh"]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("possible values"), "{}", bad.stderr);
+}

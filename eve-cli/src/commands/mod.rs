@@ -27,6 +27,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Dev(args) => dev::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Eval(args) => eval::run(args),
+        Command::Completions(args) => completions(args.shell),
         Command::Sessions(cmd) => match cmd {
             SessionsCommand::List(args) => sessions::list(args),
             SessionsCommand::Show(args) => sessions::show(args),
@@ -53,4 +54,20 @@ pub(crate) fn block_on<F: std::future::Future>(future: F) -> anyhow::Result<F::O
         .build()
         .context("cannot start the async runtime")?
         .block_on(future))
+}
+
+/// `eve completions SHELL`: the script on stdout. A reader that goes away (`| head`) ends it
+/// quietly with 141, as a SIGPIPE death would.
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let mut command = <crate::cli::Cli as clap::CommandFactory>::command();
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "eve", &mut script);
+    match std::io::stdout().lock().write_all(&script) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::from(141)),
+        other => {
+            other?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }
