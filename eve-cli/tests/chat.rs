@@ -130,15 +130,19 @@ fn chat_against_a_server_with_a_token() {
     let server = Server::start(serve);
     let url = format!("http://127.0.0.1:{}", server.port);
 
-    // Without the token: refused, said plainly, and the chat goes on.
-    let (code, _, stderr) = chat(
+    // Without the token: refused before anything is sent, said plainly, exit 2.
+    let (code, stdout, stderr) = chat(
         &project,
         project.eve(&["chat", "--url", &url]),
         "hello\n/exit\n",
     );
-    assert_eq!(code, Some(0));
-    assert!(stderr.contains("error:"), "{stderr}");
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("HTTP 401"), "{stderr}");
+    assert!(
+        stderr.contains("it needs a token and none was given"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("hello"), "{stdout}");
 
     let (code, stdout, stderr) = chat(
         &project,

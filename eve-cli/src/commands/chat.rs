@@ -78,15 +78,9 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
                 None => {
                     let remote =
                         Remote::new(args.url.as_deref().unwrap_or_default(), args.token.clone())?;
-                    // An unreachable server or a refused token ends the chat here. Without any
-                    // token the refusal is said and the chat goes on (each message says it
-                    // again), as it always has.
-                    if let Err(e) = remote.check().await {
-                        if remote.token.is_some() || !is_refusal(&e) {
-                            return Err(e);
-                        }
-                        eprintln!("{} {e:#}", paint(stderr_color(), "1;31", "error:"));
-                    }
+                    // An unreachable server or refused credentials (a wrong token, or none for
+                    // a server that wants one) end the chat here, before anything is typed.
+                    remote.check().await?;
                     let resume = match wanted {
                         Some(w) => Some(remote.resolve(w).await?),
                         None => None,
@@ -108,11 +102,6 @@ async fn open_local(project: &eve_compile::Project) -> anyhow::Result<Runtime> {
     config.secrets = crate::logs::secrets();
     config.autostart = true;
     Ok(Runtime::new(config))
-}
-
-/// Whether `e` is a server's 401 (see `Remote::refusal`).
-fn is_refusal(e: &anyhow::Error) -> bool {
-    e.to_string().contains("(HTTP 401)")
 }
 
 /// A client of the session API.
