@@ -157,3 +157,27 @@ fn many_tools_compile_as_each_alone() {
     assert_eq!(again.output.manifest, together.output.manifest);
     assert_eq!(again.diagnostics(), together.diagnostics());
 }
+
+#[test]
+fn a_misspelt_folder_or_provider_gets_a_did_you_mean() {
+    let built = TestAgent::minimal()
+        .file("agent.yaml", "model: opnai/gpt-4.1\n")
+        .file("tool/search.yaml", TOOL_OK)
+        .file("skill/notes.md", "---\ndescription: Notes.\n---\nx\n")
+        .file("widgets/a.md", "x\n")
+        .on_disk()
+        .build();
+    let help = |file: &str| {
+        built
+            .output
+            .diagnostics
+            .iter()
+            .find(|d| d.file.as_deref() == Some(file))
+            .and_then(|d| d.help.clone())
+            .unwrap_or_else(|| panic!("no diagnostic for {file}"))
+    };
+    assert!(help("agent/tool/").starts_with("did you mean `tools/`?"));
+    assert!(help("agent/skill/").starts_with("did you mean `skills/`?"));
+    assert!(!help("agent/widgets/").contains("did you mean"));
+    assert!(help("agent/agent.yaml").starts_with("did you mean `openai`?"));
+}

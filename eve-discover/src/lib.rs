@@ -7,6 +7,8 @@
 
 mod diagnostic;
 pub mod evals;
+mod names;
+pub use names::closest;
 mod source;
 
 pub use diagnostic::{Code, Diagnostic, Severity, error_count};
@@ -338,7 +340,8 @@ impl Walker<'_> {
                 (EntryKind::Dir, "skills") => self.skills(&path, &mut agent.skills),
                 (EntryKind::Dir, "subagents") => self.subagents(&path, depth, &mut agent.subagents),
                 (EntryKind::Dir, "schedules") => {
-                    agent.schedules = self.flat(&path, &["md"], "a schedule is `schedules/NAME.md`");
+                    agent.schedules =
+                        self.flat(&path, &["md"], "a schedule is `schedules/NAME.md`");
                 }
                 (EntryKind::Dir, "hooks") => agent.hooks = self.flat(&path, &[], ""),
                 (EntryKind::Dir, "connections") => {
@@ -361,11 +364,19 @@ impl Walker<'_> {
                     )
                     .help("replace the folder with a file of that name"),
                 ),
-                (EntryKind::Dir, _) => self.unknown(
-                    dir_label(&path),
-                    "unknown folder",
-                    "agent folders are tools/, skills/, subagents/, schedules/, hooks/, connections/, channels/ and sandbox/",
-                ),
+                (EntryKind::Dir, name) => {
+                    let guess = closest(name, &SLOT_FOLDERS)
+                        .map(|s| format!("did you mean `{s}/`? "))
+                        .unwrap_or_default();
+                    self.unknown(
+                        dir_label(&path),
+                        "unknown folder",
+                        &format!(
+                            "{guess}agent folders are tools/, skills/, subagents/, schedules/, \
+                             hooks/, connections/, channels/ and sandbox/"
+                        ),
+                    )
+                }
                 _ => self.unknown(
                     path,
                     "unknown file",
@@ -650,6 +661,18 @@ fn line_column(valid: &[u8]) -> (u32, u32) {
         u32::try_from(column).unwrap_or(u32::MAX),
     )
 }
+
+/// The slot folders of an agent folder, for "did you mean" on a misnamed one.
+const SLOT_FOLDERS: [&str; 8] = [
+    "tools",
+    "skills",
+    "subagents",
+    "schedules",
+    "hooks",
+    "connections",
+    "channels",
+    "sandbox",
+];
 
 const TOO_DEEP_HELP: &str =
     "flatten the folders, or look for a symlink that points back at one of its parent folders";

@@ -599,8 +599,11 @@ fn check_model(f: &mut Fields<'_>, key: &str, model: Option<&str>) {
             key,
             format!("`{key}` is `{m}`: eve has no model provider `{provider}`"),
             &format!(
-                "use one of {}; any other OpenAI-compatible server is \
+                "{}use one of {}; any other OpenAI-compatible server is \
                  `openai-compatible/NAME` with EVE_BASE_URL",
+                crate::fields::closest(provider, &crate::manifest::KNOWN_PROVIDERS)
+                    .map(|p| format!("did you mean `{p}`? "))
+                    .unwrap_or_default(),
                 crate::manifest::KNOWN_PROVIDERS
                     .iter()
                     .map(|p| format!("`{p}`"))
