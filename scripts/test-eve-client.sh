@@ -73,6 +73,18 @@ cat >/dev/null
 echo \$\$ > "$PROJECT/wait.pid"
 exec sleep 120
 SH
+# Runs for a moment, so a message can be sent while it does (steered into the turn).
+cat > "$PROJECT/agent/tools/pause.sh" <<'SH'
+#!/bin/sh
+# ---
+# description: Takes a second.
+# ---
+cat >/dev/null
+sleep 1
+echo '{"paused": true}'
+SH
+# A message sent during a turn joins it (the client must still find that turn's end).
+printf 'turn_policy: steer\n' > "$PROJECT/agent/agent.yaml"
 chmod +x "$PROJECT"/agent/tools/*.sh
 (cd "$PROJECT" && env -u EVE_MODEL "$EVE" build >/dev/null)
 

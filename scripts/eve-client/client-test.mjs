@@ -202,6 +202,35 @@ await step('stream: live', async () => {
   check(seen[0].type === 'turn.started', 'the live stream starts at the new turn', kinds(seen));
 });
 
+await step('send while a turn runs (steered in; both sends find the turn\'s end)', async () => {
+  const running = await session.send('/tool pause {}');
+  let called;
+  const toolCalled = new Promise((resolve) => {
+    called = resolve;
+  });
+  const firstEvents = (async () => {
+    const seen = [];
+    for await (const e of running) {
+      seen.push(e);
+      if (e.type === 'actions.requested') called();
+    }
+    called();
+    return seen;
+  })();
+  await toolCalled;
+  const steered = await (await session.send('and one more thing')).result();
+  check(steered.status === 'waiting', 'the steered send rests at the turn boundary', steered.status);
+  const k = kinds(steered.events);
+  check(k.includes('turn.completed') && k.at(-1) === 'session.waiting', 'the turn ended', k);
+  const received = steered.events
+    .filter((e) => e.type === 'message.received')
+    .map((e) => e.data.message);
+  check(received.includes('and one more thing'), 'its message joined the turn', received);
+  const first = kinds(await firstEvents);
+  check(first.includes('actions.requested'), 'the tool was called', first);
+  check(first.at(-1) === 'session.waiting', 'the first send finds the same end', first);
+});
+
 await step('cancel while a tool is running', async () => {
   const response = await session.send('/tool wait {}');
   const events = [];
