@@ -258,6 +258,9 @@ pub struct ServeArgs {
     /// Also serve the web console at `/` (its API calls need the channel's credentials).
     #[arg(long)]
     pub console: bool,
+    /// Once listening, print one JSON line on stdout: `{"event":"ready","url",…,"port",…}`.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -270,6 +273,9 @@ pub struct DevArgs {
     /// Address to listen on. Without `auth:` in `agent/channels/eve.yaml` only loopback is allowed.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
+    /// Once listening, print one JSON line on stdout: `{"event":"ready","url",…,"port",…}`.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

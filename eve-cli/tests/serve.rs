@@ -470,3 +470,34 @@ fn a_server_continues_what_other_processes_answer_and_eve_run_follows_it() {
     assert_eq!(events.last().unwrap()["type"], "session.waiting");
     assert_eq!(server.sigterm(), Some(0));
 }
+
+/// `--json`: once listening, one JSON line on stdout names the address (with `--port 0` too), so
+/// a script can wait for it and talk to the server.
+#[test]
+fn json_prints_a_ready_line_with_the_address() {
+    let dir = project();
+    let root = dir.path();
+    build(root);
+    for command in ["serve", "dev"] {
+        let mut child = eve(root, &[command, "--port", "0", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(ready["event"], "ready", "{ready}");
+        let port = u16::try_from(ready["port"].as_u64().unwrap()).unwrap();
+        assert_ne!(port, 0);
+        assert_eq!(ready["url"], format!("http://127.0.0.1:{port}"));
+        assert_eq!(ready["build"].as_str().unwrap().len(), 16, "{ready}");
+        assert_eq!(ready["console"].is_string(), command == "dev", "{ready}");
+        let (status, body) = http(port, "GET", "/eve/v1/health", None);
+        assert_eq!(status, 200, "{command}: {body}");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

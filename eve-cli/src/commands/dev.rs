@@ -272,6 +272,7 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
         .map(|l| l.manifest.agent.name)
         .unwrap_or_default();
     eprintln!("eve serving {agent} (build {serving}) on http://{local}");
+    super::serve::ready_line(args.json, local, &agent, &serving, true);
     eprintln!(
         "{} open http://{local}/ in a browser",
         paint(color, "2", "eve console:")

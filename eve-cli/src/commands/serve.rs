@@ -84,6 +84,7 @@ async fn serve(
     };
     let router = server::router_with(runtime.clone(), config, options);
     eprintln!("eve serving {agent} (build {hash}) on http://{local}");
+    ready_line(args.json, local, &agent, &hash, console);
     if console {
         eprintln!("eve console on http://{local}/");
     }
@@ -218,5 +219,30 @@ where
 {
     for f in futures {
         f.await;
+    }
+}
+
+/// `--json`: the one line on stdout a script waits for before it talks to the server (the
+/// address, even with `--port 0`).
+pub(crate) fn ready_line(
+    json: bool,
+    local: std::net::SocketAddr,
+    agent: &str,
+    build: &str,
+    console: bool,
+) {
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "event": "ready",
+                "url": format!("http://{local}"),
+                "host": local.ip().to_string(),
+                "port": local.port(),
+                "agent": agent,
+                "build": build,
+                "console": console.then(|| format!("http://{local}/")),
+            })
+        );
     }
 }
