@@ -149,3 +149,26 @@ fn run_without_prompt_or_session_is_a_usage_error() {
     assert_ne!(out.code, Some(0));
     assert!(out.stderr.contains("no session"), "{}", out.stderr);
 }
+
+/// An MCP connection that cannot start is said on stderr, with its file and the cause, once per
+/// run (the model is told too, in the failed call's result).
+#[test]
+fn a_connection_that_cannot_start_is_said_where_the_user_is() {
+    let p = RunProject::new(
+        &[],
+        json!([
+            {"tool_calls": [{"name": "gh__list", "input": {}}]},
+            {"tool_calls": [{"name": "gh__list", "input": {}}]},
+            {"text": "GitHub is not reachable."}
+        ]),
+    );
+    p.agent
+        .file("connections/gh.yaml", "command: /nonexistent/mcp-server\n");
+    let out = p.run(&["run", "list my repositories"]);
+    let stderr = &out.stderr;
+    assert_eq!(out.code, Some(0), "{stderr}");
+    let warning = "warning: the MCP connection `gh` (agent/connections/gh.yaml) is down";
+    assert_eq!(stderr.matches(warning).count(), 1, "{stderr}");
+    assert!(stderr.contains("/nonexistent/mcp-server"), "{stderr}");
+    assert!(stderr.contains("No such file"), "{stderr}");
+}

@@ -66,6 +66,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
                     .filter(|p| p.state_dir.is_dir())
                     .map(|p| p.state_dir.join(HISTORY_FILE)),
             };
+            let local_project = local.clone();
             let (backend, resume) = match local {
                 Some(project) => {
                     let rt = open_local(&project).await?;
@@ -88,7 +89,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
                     (Backend::Remote(remote), resume)
                 }
             };
-            Chat::new(backend, history).run(resume).await
+            Chat::new(backend, history, local_project).run(resume).await
         })
 }
 
@@ -622,10 +623,17 @@ struct Chat {
     spin: bool,
     reader: Reader,
     interrupts: mpsc::UnboundedReceiver<()>,
+    /// The project of a local chat, and the MCP connections already said to be down.
+    project: Option<eve_compile::Project>,
+    warned: std::collections::HashSet<String>,
 }
 
 impl Chat {
-    fn new(backend: Backend, history: Option<std::path::PathBuf>) -> Self {
+    fn new(
+        backend: Backend,
+        history: Option<std::path::PathBuf>,
+        project: Option<eve_compile::Project>,
+    ) -> Self {
         let interactive = std::io::stdin().is_terminal();
         let reader = if interactive {
             editor_thread(history)
@@ -655,6 +663,8 @@ impl Chat {
             spin: interactive && std::io::stderr().is_terminal(),
             reader,
             interrupts,
+            project,
+            warned: std::collections::HashSet::new(),
         }
     }
 
@@ -817,7 +827,11 @@ impl Chat {
         };
         let from = self.backend.tail(&id).await?;
         self.backend.send(&id, text).await?;
-        self.follow_turn(&id, Some(from)).await
+        self.follow_turn(&id, Some(from)).await?;
+        if let (Backend::Local(rt), Some(project)) = (&self.backend, &self.project) {
+            super::run::warn_connections_down(rt, project, &mut self.warned, self.color).await;
+        }
+        Ok(())
     }
 
     /// Follows the session from `from` (its tail when `None`) until it rests, answering

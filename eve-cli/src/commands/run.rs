@@ -106,6 +106,7 @@ async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> 
     // Another process driving the session (an `eve serve`) is followed, and asked again after a
     // while: its events print as they are stored, and the run ends where the session rests.
     let mut elsewhere = Duration::ZERO;
+    let mut warned = std::collections::HashSet::new();
     loop {
         let drive = {
             let runtime = runtime.clone();
@@ -123,6 +124,7 @@ async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> 
             printer.event(&event);
         }
         printer.finish_line();
+        warn_connections_down(&runtime, &project, &mut warned, color).await;
         match outcome {
             DriveOutcome::Idle => return Ok(ExitCode::SUCCESS),
             DriveOutcome::Cancelled => {
@@ -271,5 +273,24 @@ fn agent_dir(agent: &eve_compile::Agent) -> String {
         "agent".to_owned()
     } else {
         format!("agent/{}", agent.path)
+    }
+}
+
+/// Says on stderr, once per connection, that an MCP connection of the agent is down and why (the
+/// model was told too, in the failed call's result).
+pub(crate) async fn warn_connections_down(
+    runtime: &Runtime,
+    project: &Project,
+    warned: &mut std::collections::HashSet<String>,
+    color: bool,
+) {
+    for (name, source, why) in runtime.connections_down().await {
+        if warned.insert(name.clone()) {
+            eprintln!(
+                "{} the MCP connection `{name}` ({}{source}) is down: {why}",
+                paint(color, "1;33", "warning:"),
+                project.display_prefix()
+            );
+        }
     }
 }

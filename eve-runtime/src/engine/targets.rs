@@ -214,6 +214,44 @@ impl Runtime {
         )
     }
 
+    /// The MCP connections of the current build that are down (failed to start, exited, or
+    /// circuit open), with why: what a terminal says after a turn, so a user learns it where
+    /// they are and not only from the model's reply.
+    /// Each is `(name, source file, why)`.
+    pub async fn connections_down(&self) -> Vec<(String, String, String)> {
+        let Ok(build) = self.inner.builds.current() else {
+            return Vec::new();
+        };
+        let Some(manager) = self.mcp_manager(&build) else {
+            return Vec::new();
+        };
+        let source = |name: &str| {
+            build
+                .manifest
+                .agent
+                .connections
+                .iter()
+                .find(|c| c.name == name)
+                .map(|c| c.source.clone())
+                .unwrap_or_default()
+        };
+        manager
+            .status()
+            .await
+            .into_iter()
+            .filter(|s| {
+                matches!(
+                    s.state,
+                    crate::mcp::ConnectionState::Stopped | crate::mcp::ConnectionState::CircuitOpen
+                )
+            })
+            .filter_map(|s| {
+                let source = source(&s.name);
+                Some((s.name, source, s.last_error?))
+            })
+            .collect()
+    }
+
     /// Stops every MCP server this runtime started.
     pub async fn shutdown(&self) {
         let managers: Vec<McpManager> = match self.inner.mcp.lock() {
