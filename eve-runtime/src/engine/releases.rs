@@ -315,9 +315,11 @@ impl Runtime {
             }
             Verdict::Activate => {
                 batch.push(Op::Release(ReleaseOp::Put(release.clone())));
+                let mut data = built_data(&release);
+                data["status"] = json!(ReleaseStatus::Active);
                 batch.push(Op::Release(ReleaseOp::Event {
                     kind: RELEASE_BUILT.to_owned(),
-                    data: built_data(&release),
+                    data,
                 }));
                 self.push_activation(&mut batch, &release, base.as_ref(), by, None, now);
                 release.status = ReleaseStatus::Active;
@@ -591,9 +593,11 @@ impl Runtime {
         };
         let mut batch = Batch::durable();
         batch.push(Op::Release(ReleaseOp::Put(release.clone())));
+        let mut data = built_data(&release);
+        data["status"] = json!(ReleaseStatus::Active);
         batch.push(Op::Release(ReleaseOp::Event {
             kind: RELEASE_BUILT.to_owned(),
-            data: built_data(&release),
+            data,
         }));
         self.push_activation(&mut batch, &release, None, RUNTIME_PRINCIPAL, None, now);
         self.commit_releases(batch).await?;
