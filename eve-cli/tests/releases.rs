@@ -164,7 +164,10 @@ fn review_parks_a_widening_build_and_activate_and_rollback_reach_a_running_serve
         "exactly the delta of the change"
     );
     assert!(stderr.contains("! tool_added deploy"), "{stderr}");
-    assert!(stderr.contains("! approval_loosened notify: always -> never"), "{stderr}");
+    assert!(
+        stderr.contains("! approval_loosened notify: always -> never"),
+        "{stderr}"
+    );
     // `--json` reports the status and the delta too.
     let (code, built, _) = out_json(&mut p.eve(&["build", "--json"]));
     assert_eq!(code, 0);
@@ -180,7 +183,12 @@ fn review_parks_a_widening_build_and_activate_and_rollback_reach_a_running_serve
     let (code, activated, err) = out_json(&mut p.eve(&["activate", v2_id, "--json"]));
     assert_eq!(code, 0, "{err}");
     assert_eq!(activated["status"], "active");
-    assert!(activated["activated_by"].as_str().unwrap().starts_with("local:"));
+    assert!(
+        activated["activated_by"]
+            .as_str()
+            .unwrap()
+            .starts_with("local:")
+    );
     say(&server, &idle, "now v2");
     assert_eq!(completed_turn(&p, &idle, 3), v2_hash);
 
@@ -217,7 +225,12 @@ fn review_parks_a_widening_build_and_activate_and_rollback_reach_a_running_serve
     let out = p.eve(&["releases", "log", "--json"]).output().unwrap();
     let kinds: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["type"].as_str().unwrap().to_owned())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
         .collect();
     assert_eq!(
         kinds,
@@ -255,8 +268,15 @@ fn a_gate_refuses_a_build_failing_its_tagged_eval_and_force_activates_it_recorde
     );
     let out = p.eve(&["build"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(1), "a failed gate refuses: {stderr}");
-    assert!(stderr.contains("probe/works"), "the failed case is named: {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a failed gate refuses: {stderr}"
+    );
+    assert!(
+        stderr.contains("probe/works"),
+        "the failed case is named: {stderr}"
+    );
     assert_eq!(active(&p)["id"], v1["id"], "v1 stays active");
     let rejected = releases(&p)
         .into_iter()
@@ -327,12 +347,17 @@ fn a_release_whose_tool_always_fails_is_rolled_back_after_n_failed_turns() {
     assert_eq!(data["windowMs"], 600_000);
     let reason = data["reason"].as_str().unwrap();
     assert!(
-        reason.contains("2 failed turns") && reason.contains(v2["id"].as_str().unwrap()) && reason.contains("10m"),
+        reason.contains("2 failed turns")
+            && reason.contains(v2["id"].as_str().unwrap())
+            && reason.contains("10m"),
         "{reason}"
     );
     // The next message runs on v1 again.
     say(&server, &s, "hello");
-    assert_eq!(completed_turn(&p, &s, 3), v1["build_hash"].as_str().unwrap());
+    assert_eq!(
+        completed_turn(&p, &s, 3),
+        v1["build_hash"].as_str().unwrap()
+    );
 }
 
 #[test]
@@ -371,7 +396,13 @@ fn release_routes_need_the_api_auth_and_record_the_principal() {
     assert_eq!(active(&p)["id"], v2["id"], "nothing changed");
 
     // A live SSE stream sees what happens next, after what is stored, with its index.
-    let stream = send(server.port, "GET", "/eve/v1/releases/stream", None, Some("s3cret"));
+    let stream = send(
+        server.port,
+        "GET",
+        "/eve/v1/releases/stream",
+        None,
+        Some("s3cret"),
+    );
     let mut reader = BufReader::new(stream);
 
     let (status, body) = http(
@@ -401,7 +432,13 @@ fn release_routes_need_the_api_auth_and_record_the_principal() {
         Some("s3cret"),
     );
     assert_eq!(status, 200, "{body}");
-    let (status, body) = http(server.port, "POST", "/eve/v1/releases/rel_nope/activate", None, Some("s3cret"));
+    let (status, body) = http(
+        server.port,
+        "POST",
+        "/eve/v1/releases/rel_nope/activate",
+        None,
+        Some("s3cret"),
+    );
     assert_eq!(status, 404, "{body}");
 
     // NDJSON (no `Accept: text/event-stream`): stored events, then live ones. Read until the
@@ -410,11 +447,14 @@ fn release_routes_need_the_api_auth_and_record_the_principal() {
     let mut seen: Vec<Value> = Vec::new();
     let mut line = String::new();
     while !(seen.iter().any(|e| e["type"] == "release.rolled_back")
-        && seen
-            .iter()
-            .any(|e| e["type"] == "release.activated" && e["data"]["principal"] == "token:EVE_API_TOKEN"))
+        && seen.iter().any(|e| {
+            e["type"] == "release.activated" && e["data"]["principal"] == "token:EVE_API_TOKEN"
+        }))
     {
-        assert!(Instant::now() < deadline, "the stream did not deliver: {seen:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the stream did not deliver: {seen:?}"
+        );
         line.clear();
         if reader.read_line(&mut line).unwrap() == 0 {
             panic!("the stream ended: {seen:?}");
@@ -426,14 +466,22 @@ fn release_routes_need_the_api_auth_and_record_the_principal() {
             seen.push(v);
         }
     }
-    let rolled = seen.iter().find(|e| e["type"] == "release.rolled_back").unwrap();
+    let rolled = seen
+        .iter()
+        .find(|e| e["type"] == "release.rolled_back")
+        .unwrap();
     assert_eq!(rolled["data"]["principal"], "token:EVE_API_TOKEN");
     assert_eq!(rolled["data"]["reason"], "checking the route");
     // No gap and no repeat: the ids are those of the stored log, in order.
     let out = p.eve(&["releases", "log", "--json"]).output().unwrap();
     let stored: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["meta"]["id"].as_str().unwrap().to_owned())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["meta"]["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
         .collect();
     let streamed: Vec<String> = seen
         .iter()

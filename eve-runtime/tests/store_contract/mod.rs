@@ -1722,7 +1722,11 @@ pub async fn release_events_are_dense_and_concurrent_activations_leave_one_activ
     let (one, two) = (backend.open(), backend.open());
     let mut b = Batch::durable();
     for (i, id) in ["rel_1", "rel_2", "rel_3", "rel_4"].iter().enumerate() {
-        b.push(Op::Release(ReleaseOp::Put(release(id, &format!("h{i}"), i as i64))));
+        b.push(Op::Release(ReleaseOp::Put(release(
+            id,
+            &format!("h{i}"),
+            i as i64,
+        ))));
     }
     one.commit(b).await.unwrap();
     let mut tasks = Vec::new();
@@ -1752,7 +1756,11 @@ pub async fn release_events_are_dense_and_concurrent_activations_leave_one_activ
         (0..20).collect::<Vec<u64>>(),
         "dense, from 0"
     );
-    assert!(events.iter().all(|e| e.kind == "release.activated" && e.session_id == RELEASE_STREAM));
+    assert!(
+        events
+            .iter()
+            .all(|e| e.kind == "release.activated" && e.session_id == RELEASE_STREAM)
+    );
     let page = one.release_events(18, 10).await.unwrap();
     assert_eq!(page.iter().map(|e| e.index).collect::<Vec<_>>(), [18, 19]);
     assert_eq!(one.release_events(5, 2).await.unwrap().len(), 2);
