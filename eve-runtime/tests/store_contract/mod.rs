@@ -1663,9 +1663,13 @@ pub async fn release_rows(backend: &impl Backend) {
     let store = backend.open();
     assert!(store.releases().await.unwrap().is_empty());
     let mut b = Batch::durable();
-    b.push(Op::Release(ReleaseOp::Put(release("rel_b", "h2", 20))))
-        .push(Op::Release(ReleaseOp::Put(release("rel_a", "h1", 10))))
-        .push(activate("rel_a", ReleaseStatus::Superseded, 11));
+    b.push(Op::Release(ReleaseOp::Put(Box::new(release(
+        "rel_b", "h2", 20,
+    )))))
+    .push(Op::Release(ReleaseOp::Put(Box::new(release(
+        "rel_a", "h1", 10,
+    )))))
+    .push(activate("rel_a", ReleaseStatus::Superseded, 11));
     store.commit(b).await.unwrap();
     let all = store.releases().await.unwrap();
     assert_eq!(
@@ -1706,8 +1710,10 @@ pub async fn release_rows(backend: &impl Backend) {
 
     // An unknown release: nothing of the batch is written.
     let mut b = Batch::durable();
-    b.push(Op::Release(ReleaseOp::Put(release("rel_c", "h3", 50))))
-        .push(activate("rel_missing", ReleaseStatus::Superseded, 51));
+    b.push(Op::Release(ReleaseOp::Put(Box::new(release(
+        "rel_c", "h3", 50,
+    )))))
+    .push(activate("rel_missing", ReleaseStatus::Superseded, 51));
     assert!(store.commit(b).await.is_err());
     assert_eq!(store.releases().await.unwrap().len(), 2);
     // Another process's view sees the same rows.
@@ -1722,11 +1728,11 @@ pub async fn release_events_are_dense_and_concurrent_activations_leave_one_activ
     let (one, two) = (backend.open(), backend.open());
     let mut b = Batch::durable();
     for (i, id) in ["rel_1", "rel_2", "rel_3", "rel_4"].iter().enumerate() {
-        b.push(Op::Release(ReleaseOp::Put(release(
+        b.push(Op::Release(ReleaseOp::Put(Box::new(release(
             id,
             &format!("h{i}"),
             i as i64,
-        ))));
+        )))));
     }
     one.commit(b).await.unwrap();
     let mut tasks = Vec::new();
