@@ -197,6 +197,40 @@ pub fn write_recorded(
     project: &Project,
     output: &mut Output,
 ) -> Result<(String, PathBuf, bool), BuildError> {
+    let (hash, dir, reused) = write_candidate(project, output)?;
+    point_current(project, &hash)?;
+    Ok((hash, dir, reused))
+}
+
+/// [`build`] without moving `.eve/current`: the build is written for the runtime to decide
+/// whether it becomes the active release.
+pub fn build_candidate(project: &Project) -> Result<Built, BuildError> {
+    let start = Instant::now();
+    let mut output = check(project)?;
+    if output.error_count() > 0 {
+        return Ok(Built {
+            output,
+            hash: None,
+            dir: None,
+            reused: false,
+            elapsed: start.elapsed(),
+        });
+    }
+    let (hash, dir, reused) = write_candidate(project, &mut output)?;
+    Ok(Built {
+        output,
+        hash: Some(hash),
+        dir: Some(dir),
+        reused,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// [`write_recorded`] without moving `.eve/current`.
+pub fn write_candidate(
+    project: &Project,
+    output: &mut Output,
+) -> Result<(String, PathBuf, bool), BuildError> {
     let files = runtime_files(&project.agent_dir, &output.files);
     let data = read_files(&project.agent_dir, &files)?;
     output.manifest.files = digests(&data);
@@ -228,7 +262,6 @@ pub fn write_recorded(
             Err(e) => return Err(io("cannot move build into", &dir)(e)),
         }
     }
-    point_current(project, &hash)?;
     Ok((hash, dir, reused))
 }
 

@@ -27,6 +27,7 @@ pub mod memory;
 mod models;
 mod phases;
 mod probe;
+mod releases;
 mod replies;
 mod review;
 mod sandbox;
@@ -51,6 +52,12 @@ pub use error::{RuntimeError, RuntimeResult};
 pub use events::LOCAL_PRINCIPAL;
 pub use follow::EventFollower;
 pub use models::{FixedModelProvider, SettingsModelProvider};
+pub use releases::{
+    CHANGE_APPROVED, CHANGE_DENIED, CHANGE_PROPOSED, Candidate, GateRunner, Principal,
+    RELEASE_ACTIVATED, RELEASE_BUILT, RELEASE_REJECTED, RELEASE_ROLLED_BACK, RUNTIME_PRINCIPAL,
+    Release, ReleaseFollower, ReleaseOpts, ReleaseOutcome, Verdict, local_principal,
+    source_revision,
+};
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;
 
@@ -226,6 +233,8 @@ pub(crate) struct Inner {
     pub(crate) http: crate::tools::HttpClient,
     /// Starts every process of this runtime's tools, hooks and MCP servers (the execution seam).
     pub(crate) exec: Arc<crate::exec::Executor>,
+    /// The gate runner, release followers and the failure monitor.
+    pub(crate) releases: releases::ReleaseState,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -295,9 +304,11 @@ impl Runtime {
                 following: replies::Following::default(),
                 http: crate::tools::HttpClient::new(),
                 exec,
+                releases: releases::ReleaseState::default(),
             }),
         };
         integrity::register(&rt);
+        rt.start_releases();
         rt
     }
 
