@@ -172,3 +172,18 @@ fn a_connection_that_cannot_start_is_said_where_the_user_is() {
     assert!(stderr.contains("/nonexistent/mcp-server"), "{stderr}");
     assert!(stderr.contains("No such file"), "{stderr}");
 }
+
+/// Warnings do not stop `eve run`; one line says how many there are and where to read them.
+#[test]
+fn build_warnings_are_counted_before_a_run() {
+    let p = RunProject::new(&[], json!([{"text": "hello"}]));
+    p.agent.file("widgets/a.md", "x\n");
+    let out = p.run(&["run", "hi"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("warning: the agent built with 2 warnings (`eve build` shows them)"),
+        "{}",
+        out.stderr
+    );
+}

@@ -50,11 +50,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// has errors.
 pub fn build_agent(project: &Project) -> anyhow::Result<bool> {
     let built = build::build_candidate(project)?;
+    let color = stderr_color();
     if let Some(hash) = &built.hash {
         super::releases::release_quietly(project, hash)?;
+        // Warnings do not stop a run; one line says they are there and where to read them.
+        let warnings = built.output.diagnostics.len() - built.output.error_count();
+        if warnings > 0 {
+            eprintln!(
+                "{} the agent built with {} (`eve build` shows them)",
+                paint(color, "1;33", "warning:"),
+                plural(warnings, "warning")
+            );
+        }
         return Ok(true);
     }
-    let color = stderr_color();
     eprintln!(
         "{}",
         render_all(
