@@ -501,3 +501,50 @@ fn json_prints_a_ready_line_with_the_address() {
         let _ = child.wait();
     }
 }
+
+/// `eve serve` serves the active build: an agent folder edited since is said at start, and a
+/// folder that matches the build says nothing.
+#[test]
+fn serve_says_when_the_agent_folder_changed_since_the_build() {
+    let dir = project();
+    let root = dir.path();
+    build(root);
+    let first_lines = |root: &Path| {
+        let mut child = eve(root, &["serve", "--port", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = Vec::new();
+        for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+            let line = line.unwrap();
+            let done = line.contains("eve serving");
+            lines.push(line);
+            if done {
+                break;
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        lines.join("\n")
+    };
+    let clean = first_lines(root);
+    assert!(
+        clean.contains("eve serving") && !clean.contains("agent/ has"),
+        "{clean}"
+    );
+    std::fs::write(
+        root.join("agent/instructions.md"),
+        "You are a changed agent.\n",
+    )
+    .unwrap();
+    let changed = first_lines(root);
+    assert!(
+        changed.contains("warning: agent/ has changed since build")
+            && changed.contains("run `eve build`"),
+        "{changed}"
+    );
+    std::fs::write(root.join("agent/agent.yaml"), "default_tools: [\n").unwrap();
+    let broken = first_lines(root);
+    assert!(broken.contains("agent/ has errors now"), "{broken}");
+}

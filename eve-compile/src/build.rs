@@ -232,10 +232,7 @@ pub fn write_candidate(
     output: &mut Output,
 ) -> Result<(String, PathBuf, bool), BuildError> {
     let files = runtime_files(&project.agent_dir, &output.files);
-    let data = read_files(&project.agent_dir, &files)?;
-    output.manifest.files = digests(&data);
-    let manifest_json = to_json(&output.manifest);
-    let hash = hash_of(manifest_json.as_bytes(), &data);
+    let (data, manifest_json, hash) = prepare(project, output, &files)?;
     let builds = project.builds_dir();
     std::fs::create_dir_all(&builds).map_err(io("cannot create", &builds))?;
     let dir = builds.join(&hash);
@@ -263,6 +260,31 @@ pub fn write_candidate(
         }
     }
     Ok((hash, dir, reused))
+}
+
+/// The runtime files (`files`) of a checked output, its manifest JSON (with their digests recorded in
+/// `output`) and the build's content hash: what [`write_candidate`] writes.
+fn prepare<'a>(
+    project: &Project,
+    output: &mut Output,
+    files: &'a [String],
+) -> Result<(Vec<FileData<'a>>, String, String), BuildError> {
+    let data = read_files(&project.agent_dir, files)?;
+    output.manifest.files = digests(&data);
+    let manifest_json = to_json(&output.manifest);
+    let hash = hash_of(manifest_json.as_bytes(), &data);
+    Ok((data, manifest_json, hash))
+}
+
+/// The hash `eve build` would give the agent folder as it is now, writing nothing (`None`: the
+/// folder has errors). `eve serve` compares it with the build it serves.
+pub fn hash_now(project: &Project) -> Result<Option<String>, BuildError> {
+    let mut output = check(project)?;
+    if output.error_count() > 0 {
+        return Ok(None);
+    }
+    let files = runtime_files(&project.agent_dir, &output.files);
+    Ok(Some(prepare(project, &mut output, &files)?.2))
 }
 
 /// The files a build carries: the compiler's list (scripts, skill files, workspace seeds) plus

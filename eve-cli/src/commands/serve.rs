@@ -38,6 +38,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     })?;
     let loaded = build::load(&project.state_dir, &hash)?;
     let agent = loaded.manifest.agent.name.clone();
+    warn_if_changed(&project, &hash);
     let env = |name: &str| std::env::var(name).ok();
     let config = ServerConfig::from_manifest(&loaded.manifest, &env)?;
     config.check_host(&args.host)?;
@@ -246,4 +247,27 @@ pub(crate) fn ready_line(
             })
         );
     }
+}
+
+/// `eve serve` serves the active build, not the folder: when `agent/` has changed since, it says
+/// so (an edit that was never built, or a build parked for review), so nobody debugs the wrong
+/// code.
+fn warn_if_changed(project: &eve_compile::Project, serving: &str) {
+    if !project.agent_dir.is_dir() {
+        return;
+    }
+    let color = crate::render::stderr_color();
+    let folder = project.display_prefix();
+    let said = match build::hash_now(project) {
+        Ok(Some(now)) if now == serving => return,
+        Ok(Some(now)) => format!(
+            "{folder} has changed since build {serving} was activated (it would build as \
+             {now}); this server serves {serving}: run `eve build` to release the change"
+        ),
+        Ok(None) => format!(
+            "{folder} has errors now (`eve build` shows them); this server serves build {serving}"
+        ),
+        Err(e) => format!("cannot check {folder} against build {serving}: {e}"),
+    };
+    eprintln!("{} {said}", crate::render::paint(color, "1;33", "warning:"));
 }
