@@ -11,6 +11,7 @@
 //! (keeping their message). Who counts as a dead lease holder is a [`Liveness`] policy the
 //! store is given, not SQL; the run loop's combined read is [`Store::drive_state`].
 
+mod builds;
 mod channels;
 mod composition;
 mod drive;
@@ -20,7 +21,9 @@ mod postgres;
 mod records;
 mod schedules;
 mod sqlite;
+mod workspaces;
 
+pub use builds::{BuildInfo, StoredBuild};
 pub use channels::{
     CHANNEL_ROWS_KEPT_MS, ChannelAccept, ChannelDelivery, ChannelReplyRecord, ChannelReplyUpdate,
 };
@@ -32,6 +35,7 @@ pub use postgres::{PgOptions, PgStore, redact_url};
 pub use records::*;
 pub use schedules::*;
 pub use sqlite::SqliteStore;
+pub use workspaces::{WorkspaceCheckpoint, WorkspaceEntry, WorkspacePut};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -138,6 +142,7 @@ pub const SESSION_TABLES: &[(&str, &str)] = &[
     ("dynamic_resolutions", "session_id"),
     ("hook_cursors", "session_id"),
     ("channel_replies", "session_id"),
+    ("workspace_checkpoints", "session_id"),
     ("sessions", "id"),
 ];
 
@@ -312,4 +317,24 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<ChannelReplyRecord>>;
     /// Records a reply's progress (announced requests, done).
     async fn update_channel_reply(&self, update: ChannelReplyUpdate) -> StoreResult<()>;
+
+    /// Writes a build. Builds are content-addressed: writing one already stored changes
+    /// nothing. `true` when it was not stored before; a different build under the same hash is
+    /// refused ([`StoreError::Integrity`]).
+    async fn put_build(&self, build: StoredBuild) -> StoreResult<bool>;
+    /// One stored build.
+    async fn build(&self, hash: &str) -> StoreResult<Option<StoredBuild>>;
+    /// Every stored build without its contents, newest first.
+    async fn builds(&self) -> StoreResult<Vec<BuildInfo>>;
+    /// Stores a checkpoint of a session's workspace with the blobs the store lacks, in one
+    /// transaction, and returns its version (the session's previous one plus one). Refused
+    /// ([`StoreError::Fenced`]) when the put's fence is older than the session's lease, and
+    /// ([`StoreError::NotFound`]) when an entry's blob is neither given nor stored.
+    async fn put_workspace(&self, put: WorkspacePut) -> StoreResult<u64>;
+    /// The latest checkpoint of a session's workspace.
+    async fn workspace(&self, session: &str) -> StoreResult<Option<WorkspaceCheckpoint>>;
+    /// Of these blob hashes, the ones the store does not hold.
+    async fn missing_blobs(&self, hashes: &[String]) -> StoreResult<Vec<String>>;
+    /// The contents of one blob.
+    async fn blob(&self, hash: &str) -> StoreResult<Option<Vec<u8>>>;
 }

@@ -197,7 +197,7 @@ fn all<T>(rows: &[Row], f: fn(&Row) -> StoreResult<T>) -> StoreResult<Vec<T>> {
 /// Refuses the batch when a session it speaks for has a newer lease holder. The lease row is
 /// read `FOR KEY SHARE`: a renewal (a plain update) does not wait for it, but a takeover (which
 /// locks the row `FOR UPDATE`) cannot happen between this check and the commit.
-async fn check_fences<C: GenericClient>(c: &C, fences: &[Fence]) -> StoreResult<()> {
+pub(super) async fn check_fences<C: GenericClient>(c: &C, fences: &[Fence]) -> StoreResult<()> {
     for fence in fences {
         let row = query_opt(
             c,

@@ -16,6 +16,7 @@
 
 mod actor;
 mod apply;
+mod builds;
 mod channels;
 mod composition;
 mod integrity;
@@ -511,5 +512,43 @@ impl Store for SqliteStore {
             channels::update_reply(conn, &update, now_ms())
         })
         .await
+    }
+
+    async fn put_build(&self, build: StoredBuild) -> StoreResult<bool> {
+        self.write(true, move |conn| builds::put_build(conn, &build))
+            .await
+    }
+
+    async fn build(&self, hash: &str) -> StoreResult<Option<StoredBuild>> {
+        let hash = hash.to_owned();
+        self.read(move |conn| builds::build(conn, &hash)).await
+    }
+
+    async fn builds(&self) -> StoreResult<Vec<BuildInfo>> {
+        self.read(builds::builds).await
+    }
+
+    async fn put_workspace(&self, put: WorkspacePut) -> StoreResult<u64> {
+        self.write(false, move |conn| {
+            builds::put_workspace(conn, &put, now_ms())
+        })
+        .await
+    }
+
+    async fn workspace(&self, session: &str) -> StoreResult<Option<WorkspaceCheckpoint>> {
+        let session = session.to_owned();
+        self.read(move |conn| builds::workspace(conn, &session))
+            .await
+    }
+
+    async fn missing_blobs(&self, hashes: &[String]) -> StoreResult<Vec<String>> {
+        let hashes = hashes.to_vec();
+        self.read(move |conn| builds::missing_blobs(conn, &hashes))
+            .await
+    }
+
+    async fn blob(&self, hash: &str) -> StoreResult<Option<Vec<u8>>> {
+        let hash = hash.to_owned();
+        self.read(move |conn| builds::blob(conn, &hash)).await
     }
 }
