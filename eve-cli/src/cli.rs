@@ -80,6 +80,29 @@ pub enum Command {
     Memory(MemoryCommand),
     /// Run the eval cases in `evals/` against the current agent and report what passed.
     Eval(EvalArgs),
+    /// Move a project's store to another backend.
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Copy every row of a SQLite store into PostgreSQL (idempotent: a second run copies
+    /// nothing), then compare counts per table and spot-check rows.
+    Migrate(StoreMigrateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StoreMigrateArgs {
+    /// The SQLite store to copy from (a project's `.eve/eve.db`).
+    #[arg(long, value_name = "FILE")]
+    pub from: PathBuf,
+    /// The PostgreSQL store to copy into (`postgres://user:password@host/db`).
+    #[arg(long, value_name = "URL")]
+    pub to: String,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -214,6 +237,9 @@ pub struct BuildArgs {
     /// Print the diagnostics and build summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also write the build into the store (`--store`), so every node of a fleet can run it.
+    #[arg(long)]
+    pub publish: bool,
 }
 
 #[derive(Debug, Args)]

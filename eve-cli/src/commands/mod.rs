@@ -11,10 +11,11 @@ mod memory;
 mod run;
 mod serve;
 mod sessions;
+mod store;
 
 use std::process::ExitCode;
 
-use crate::cli::{Command, MemoryCommand, SessionsCommand};
+use crate::cli::{Command, MemoryCommand, SessionsCommand, StoreCommand};
 
 /// Runs a parsed command.
 pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
@@ -40,5 +41,6 @@ pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             MemoryCommand::Edit(args) => memory::edit(args),
             MemoryCommand::Clear(args) => memory::clear(args),
         },
+        Command::Store(StoreCommand::Migrate(args)) => store::migrate(args),
     }
 }

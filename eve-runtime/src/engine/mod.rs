@@ -27,6 +27,7 @@ pub mod memory;
 mod models;
 mod phases;
 mod probe;
+pub mod publish;
 mod replies;
 mod review;
 mod sandbox;
@@ -34,6 +35,7 @@ mod strategy;
 mod subagents;
 mod targets;
 mod turn;
+mod workspaces;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -280,7 +282,8 @@ impl Runtime {
             inner: Arc::new(Inner {
                 store: config.store.clone(),
                 builds: BuildStore::new(config.state_dir.clone())
-                    .with_secrets(config.secrets.clone(), config.env.clone()),
+                    .with_secrets(config.secrets.clone(), config.env.clone())
+                    .with_source(config.store.clone()),
                 config,
                 holder,
                 host,
