@@ -292,3 +292,165 @@ fn a_session_moves_between_nodes_with_its_build_and_its_workspace() {
         "an idle session moves to the newest build and keeps its workspace"
     );
 }
+
+#[test]
+fn a_workspace_past_the_checkpoint_cap_fails_the_turn_naming_the_cap_and_the_setting() {
+    let project = TestAgent::new();
+    project.file("sandbox/sandbox.yaml", "provider: host\n");
+    project.tool(
+        "big",
+        "description: Write a large file.\neffect: write",
+        "cat >/dev/null\nhead -c 5000 /dev/zero > big.bin\necho '{\"ok\": true}'\n",
+    );
+    let store = project.path(".eve/eve.db").display().to_string();
+    run_ok(&mut eve(project.root(), &store, &["build"]));
+    let out = eve(project.root(), &store, &["run", "--json", "write it"])
+        .env(
+            "EVE_MOCK_SCRIPT",
+            r#"[{"tool_calls": [{"name": "big", "input": {}}]}, {"text": "done"}]"#,
+        )
+        .env("EVE_WORKSPACE_MAX_BYTES", "4096")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let failed = capture::parse_ndjson(&stdout)
+        .into_iter()
+        .find(|e| e["type"] == "turn.failed")
+        .unwrap_or_else(|| panic!("the turn did not fail: {stdout}"));
+    assert_eq!(failed["data"]["error"]["code"], "workspace_too_large");
+    let message = failed["data"]["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("(4.9 KiB) is larger than the 4.0 KiB")
+            && message.contains("EVE_WORKSPACE_MAX_BYTES=4096"),
+        "{message}"
+    );
+    assert!(!out.status.success());
+}
+
+fn psql(url: &str, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args(["-At", "-v", "ON_ERROR_STOP=1", url, "-c", sql])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn sqlite_count(root: &Path, table: &str) -> i64 {
+    support_dev::store(root)
+        .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn eve_store_migrate_moves_a_project_to_postgres_verifiably_and_idempotently() {
+    let Some(url) = fresh_store() else { return };
+    let project = agent("v1");
+    let root = project.root();
+    let sqlite = root.join(".eve/eve.db").display().to_string();
+    // Real turns on the project's SQLite store: a tool writes a file, the next turn stops at
+    // an approval; the build is published into the store too.
+    run_ok(&mut eve(root, &sqlite, &["build", "--publish"]));
+    run_ok(&mut eve(root, &sqlite, &["run", "save the note"]));
+    let parked = eve(root, &sqlite, &["run", "-c", "read it"]).output().unwrap();
+    assert_eq!(parked.status.code(), Some(3), "stopped at the approval");
+    let tables = [
+        "sessions",
+        "events",
+        "messages",
+        "turns",
+        "steps",
+        "tool_calls",
+        "input_requests",
+        "inbox",
+        "builds",
+        "workspace_checkpoints",
+        "workspace_blobs",
+    ];
+    for table in tables {
+        assert!(sqlite_count(root, table) > 0, "{table} has rows to move");
+    }
+
+    let migrate = |extra: &[&str]| {
+        let mut args = vec!["store", "migrate", "--from", ".eve/eve.db", "--to", &url];
+        args.extend_from_slice(extra);
+        eve(root, &sqlite, &args).env_remove("EVE_STORE").output().unwrap()
+    };
+    let first = migrate(&[]);
+    let text = String::from_utf8_lossy(&first.stdout).into_owned();
+    assert!(
+        first.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    for table in tables {
+        let n = sqlite_count(root, table);
+        assert_eq!(
+            psql(&url, &format!("SELECT count(*) FROM {table}")),
+            n.to_string(),
+            "{table}"
+        );
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(table))
+            .unwrap_or_else(|| panic!("no line for {table}: {text}"));
+        assert_eq!(
+            line.split_whitespace().skip(1).collect::<Vec<_>>(),
+            vec![n.to_string(); 3],
+            "{line}"
+        );
+    }
+    assert!(text.contains("leases"), "{text}");
+    assert!(text.contains("spot check:"), "{text}");
+
+    // A second run copies nothing, and says so.
+    let again = migrate(&["--json"]);
+    assert!(again.status.success());
+    let report: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(report["copied"], 0, "{report}");
+    assert!(report["spotChecks"].as_array().unwrap().len() >= tables.len());
+
+    // A target holding different data for the same ids is refused, and nothing is written.
+    let text_again = String::from_utf8_lossy(&migrate(&[]).stdout).into_owned();
+    assert!(text_again.contains("Nothing to copy"), "{text_again}");
+    // A fleet node with nothing local continues the migrated session: it adopts the migrated
+    // build and finishes the parked turn in the migrated workspace.
+    let id = psql(&url, "SELECT id FROM sessions");
+    let request = psql(&url, "SELECT id FROM input_requests WHERE status = 'pending'");
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::create_dir(empty.path().join("agent")).unwrap();
+    let node = Node::start(empty.path(), &url);
+    let (status, body) = node.post(
+        &format!("/eve/v1/session/{id}"),
+        json!({"inputResponses": [{"requestId": request, "optionId": "approve"}]}),
+    );
+    assert_eq!(status, 202, "{body}");
+    let after = node.wait_for(&id, "turn.completed", 2);
+    assert_eq!(
+        last_result(&after, "note_read"),
+        json!({"from": "v1", "note": "remember the milk"})
+    );
+    node.kill();
+
+    // PostgreSQL's session moved on; the SQLite store still has the parked one. Migrating
+    // again is refused (the same ids hold different data), and writes nothing.
+    let events = psql(&url, "SELECT count(*) FROM events");
+    psql(&url, "DELETE FROM builds");
+    let refused = migrate(&[]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains(&format!("different sessions row for id={id}")),
+        "{err}"
+    );
+    assert_eq!(psql(&url, "SELECT count(*) FROM events"), events);
+    assert_eq!(
+        psql(&url, "SELECT count(*) FROM builds"),
+        "0",
+        "the refused migration wrote nothing (not even the rows it could have copied)"
+    );
+}

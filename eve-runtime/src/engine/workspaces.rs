@@ -203,8 +203,12 @@ fn fence_of(rt: &Runtime, session: &str) -> Option<u64> {
         .and_then(|f| f.get(session).copied())
 }
 
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+fn size(bytes: u64) -> String {
+    match bytes {
+        0..1024 => format!("{bytes} bytes"),
+        1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / 1024.0),
+        _ => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
+    }
 }
 
 /// Checkpoints the workspace of `session` into the store when it changed since the last
@@ -239,8 +243,8 @@ pub(crate) async fn checkpoint(
                 "the workspace of session {session} ({}) is larger than the {} a step may \
                  checkpoint into the store ({}={cap}); delete files the session no longer \
                  needs from {}, or raise {}",
-                mib(bytes),
-                mib(cap),
+                size(bytes),
+                size(cap),
                 crate::env_vars::EVE_WORKSPACE_MAX_BYTES,
                 dir.display(),
                 crate::env_vars::EVE_WORKSPACE_MAX_BYTES,

@@ -31,7 +31,9 @@ pub use composition::{Budget, CompositionOp, DynamicToolRecord, SubagentCall, Su
 pub use drive::DriveState;
 pub use liveness::{ExpiryOnly, Liveness, LocalHost, ProcessRef, pid_alive};
 pub use notes::{NoteOp, NoteRecord};
-pub use postgres::{PgOptions, PgStore, redact_url};
+pub use postgres::{
+    ImportReport, PgOptions, PgStore, SpotCheck, TableImport, import_sqlite, redact_url,
+};
 pub use records::*;
 pub use schedules::*;
 pub use sqlite::SqliteStore;

@@ -22,6 +22,7 @@
 //! role's default, `public`) chooses it, so one server can hold several projects (or test runs).
 
 mod builds;
+mod import;
 mod listen;
 mod schema;
 mod sql;
@@ -34,6 +35,8 @@ use tokio::sync::{oneshot, watch};
 use tokio_postgres::NoTls;
 
 use super::*;
+
+pub use import::{ImportReport, SpotCheck, TableImport, import_sqlite};
 
 impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> Self {
