@@ -414,9 +414,9 @@ fn eve_store_migrate_moves_a_project_to_postgres_verifiably_and_idempotently() {
     assert_eq!(report["copied"], 0, "{report}");
     assert!(report["spotChecks"].as_array().unwrap().len() >= tables.len());
 
-    // A target holding different data for the same ids is refused, and nothing is written.
     let text_again = String::from_utf8_lossy(&migrate(&[]).stdout).into_owned();
     assert!(text_again.contains("Nothing to copy"), "{text_again}");
+
     // A fleet node with nothing local continues the migrated session: it adopts the migrated
     // build and finishes the parked turn in the migrated workspace.
     let id = psql(&url, "SELECT id FROM sessions");
