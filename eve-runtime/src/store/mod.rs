@@ -29,7 +29,7 @@ pub use channels::{
 };
 pub use composition::{Budget, CompositionOp, DynamicToolRecord, SubagentCall, SubagentLink};
 pub use drive::DriveState;
-pub use liveness::{ExpiryOnly, Liveness, LocalHost, ProcessRef, pid_alive};
+pub use liveness::{ExpiryOnly, Liveness, LocalHost, ProcessRef, lease_is_live, pid_alive};
 pub use notes::{NoteOp, NoteRecord};
 pub use postgres::{
     ImportReport, PgOptions, PgStore, SpotCheck, TableImport, import_sqlite, redact_url,
@@ -205,8 +205,10 @@ pub trait Store: Send + Sync + 'static {
     -> StoreResult<Vec<StoredEvent>>;
     /// A tool's circuit breaker, if it ever failed.
     async fn breaker(&self, tool: &str) -> StoreResult<Option<BreakerRecord>>;
-    /// Sessions with work left: a turn that is running, a wait whose input is all answered, or an
-    /// accepted message not yet taken.
+    /// Sessions with work left (a turn that is running, a wait whose input is all answered, or an
+    /// accepted message not yet taken) that no live lease holds (see [`lease_is_live`]: an
+    /// unexpired lease whose holder the store's [`Liveness`] policy does not call dead), so
+    /// nodes and processes sharing the store do not queue on each other's sessions.
     async fn sessions_with_work(&self) -> StoreResult<Vec<String>>;
     /// Everything the run loop reads about a session before it acts (see [`DriveState`]), from
     /// one consistent snapshot; `None` for an unknown session. Called once per message and per

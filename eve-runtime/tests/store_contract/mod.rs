@@ -45,6 +45,7 @@ pub async fn run_all<B: Backend>(make: impl Fn() -> B) {
     a_commit_under_an_older_token_is_refused(&make()).await;
     builds_are_stored_by_hash(&make()).await;
     workspace_checkpoints(&make()).await;
+    sessions_with_work_leaves_out_live_leases(&make()).await;
 }
 
 /// One `#[tokio::test]` per promise, on backends made by `$make`.
@@ -85,6 +86,7 @@ macro_rules! store_contract_tests {
             a_commit_under_an_older_token_is_refused,
             builds_are_stored_by_hash,
             workspace_checkpoints,
+            sessions_with_work_leaves_out_live_leases,
         );
     };
 }
@@ -1772,4 +1774,54 @@ pub async fn workspace_checkpoints(backend: &impl Backend) {
     let mut fresh = put("wrun_ws_a", vec![], vec![]);
     fresh.fence = Some(new);
     assert_eq!(other_node.put_workspace(fresh).await.unwrap(), 3);
+}
+
+/// A session with work under another process's live lease is not listed (nobody may take it);
+/// once the lease is released or expires, it is.
+pub async fn sessions_with_work_leaves_out_live_leases(backend: &impl Backend) {
+    let store = backend.open();
+    let other_node = backend.open();
+    for id in ["wrun_held", "wrun_released", "wrun_expiring"] {
+        let mut s = session(id);
+        s.status = SessionStatus::Running;
+        create(store.as_ref(), s).await;
+    }
+    let held = claim("wrun_held", "holder_b", "host-b", 60_000);
+    let released = claim("wrun_released", "holder_b", "host-b", 60_000);
+    let expiring = claim("wrun_expiring", "holder_b", "host-b", 300);
+    for c in [&held, &released, &expiring] {
+        assert_eq!(
+            other_node.acquire_lease(c).await.unwrap(),
+            LeaseOutcome::Acquired
+        );
+    }
+    other_node
+        .release_lease("wrun_released", "holder_b")
+        .await
+        .unwrap();
+    let mut work = store.sessions_with_work().await.unwrap();
+    work.sort();
+    assert!(
+        !work.contains(&"wrun_held".to_owned()),
+        "a live lease of another host keeps its session out: {work:?}"
+    );
+    assert!(work.contains(&"wrun_released".to_owned()), "{work:?}");
+    eventually("the expiring lease expires and its session is listed", || {
+        let store = store.clone();
+        async move {
+            store
+                .sessions_with_work()
+                .await
+                .unwrap()
+                .contains(&"wrun_expiring".to_owned())
+        }
+    })
+    .await;
+    assert!(
+        !store
+            .sessions_with_work()
+            .await
+            .unwrap()
+            .contains(&"wrun_held".to_owned())
+    );
 }

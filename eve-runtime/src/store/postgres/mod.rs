@@ -383,7 +383,7 @@ impl Store for PgStore {
     }
 
     async fn sessions_with_work(&self) -> StoreResult<Vec<String>> {
-        read!(self, sessions_with_work)
+        read!(self, sessions_with_work, self.inner.liveness.as_ref())
     }
 
     async fn drive_state(&self, session: &str) -> StoreResult<Option<DriveState>> {

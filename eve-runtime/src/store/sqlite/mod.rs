@@ -309,7 +309,9 @@ impl Store for SqliteStore {
     }
 
     async fn sessions_with_work(&self) -> StoreResult<Vec<String>> {
-        self.read(reads::sessions_with_work).await
+        let liveness = self.inner.liveness.clone();
+        self.read(move |c| reads::sessions_with_work(c, liveness.as_ref()))
+            .await
     }
 
     async fn drive_state(&self, session: &str) -> StoreResult<Option<DriveState>> {
