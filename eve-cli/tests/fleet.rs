@@ -84,7 +84,11 @@ fn agent(version: &str) -> TestAgent {
         "description: Read the note.\neffect: read\napproval: always",
         &read,
     );
-    agent.tool("note_cat", "description: Read the note.\neffect: read", &read);
+    agent.tool(
+        "note_cat",
+        "description: Read the note.\neffect: read",
+        &read,
+    );
     agent
 }
 
@@ -232,7 +236,10 @@ fn a_session_moves_between_nodes_with_its_build_and_its_workspace() {
         std::fs::read_to_string(a.path(&format!(".eve/sandboxes/{id}/notes/today.txt"))).unwrap(),
         "remember the milk"
     );
-    let (status, body) = node_a.post(&format!("/eve/v1/session/{id}"), json!({"message": "read it"}));
+    let (status, body) = node_a.post(
+        &format!("/eve/v1/session/{id}"),
+        json!({"message": "read it"}),
+    );
     assert_eq!(status, 202, "{body}");
     let parked = node_a.wait_for(&id, "input.requested", 1);
     let request = parked
@@ -255,7 +262,10 @@ fn a_session_moves_between_nodes_with_its_build_and_its_workspace() {
     std::fs::create_dir(c.path().join("agent")).unwrap();
     let node_c = Node::start(c.path(), &store);
     assert!(
-        node_c.lines.iter().any(|l| l.contains(&format!("using build {v2}"))),
+        node_c
+            .lines
+            .iter()
+            .any(|l| l.contains(&format!("using build {v2}"))),
         "{:?}",
         node_c.lines
     );
@@ -274,7 +284,9 @@ fn a_session_moves_between_nodes_with_its_build_and_its_workspace() {
         "the turn finished on its own build, in the workspace its first turn wrote on node A"
     );
     assert!(
-        c.path().join(format!(".eve/builds/{v1}/manifest.json")).is_file(),
+        c.path()
+            .join(format!(".eve/builds/{v1}/manifest.json"))
+            .is_file(),
         "node C fetched the pinned build from the store"
     );
     node_c.kill();
@@ -283,7 +295,10 @@ fn a_session_moves_between_nodes_with_its_build_and_its_workspace() {
     let d = tempfile::tempdir().unwrap();
     std::fs::create_dir(d.path().join("agent")).unwrap();
     let node_d = Node::start(d.path(), &store);
-    let (status, body) = node_d.post(&format!("/eve/v1/session/{id}"), json!({"message": "again"}));
+    let (status, body) = node_d.post(
+        &format!("/eve/v1/session/{id}"),
+        json!({"message": "again"}),
+    );
     assert_eq!(status, 202, "{body}");
     let events = node_d.wait_for(&id, "turn.completed", 3);
     assert_eq!(
@@ -356,7 +371,9 @@ fn eve_store_migrate_moves_a_project_to_postgres_verifiably_and_idempotently() {
     // an approval; the build is published into the store too.
     run_ok(&mut eve(root, &sqlite, &["build", "--publish"]));
     run_ok(&mut eve(root, &sqlite, &["run", "save the note"]));
-    let parked = eve(root, &sqlite, &["run", "-c", "read it"]).output().unwrap();
+    let parked = eve(root, &sqlite, &["run", "-c", "read it"])
+        .output()
+        .unwrap();
     assert_eq!(parked.status.code(), Some(3), "stopped at the approval");
     let tables = [
         "sessions",
@@ -378,7 +395,10 @@ fn eve_store_migrate_moves_a_project_to_postgres_verifiably_and_idempotently() {
     let migrate = |extra: &[&str]| {
         let mut args = vec!["store", "migrate", "--from", ".eve/eve.db", "--to", &url];
         args.extend_from_slice(extra);
-        eve(root, &sqlite, &args).env_remove("EVE_STORE").output().unwrap()
+        eve(root, &sqlite, &args)
+            .env_remove("EVE_STORE")
+            .output()
+            .unwrap()
     };
     let first = migrate(&[]);
     let text = String::from_utf8_lossy(&first.stdout).into_owned();
@@ -420,7 +440,10 @@ fn eve_store_migrate_moves_a_project_to_postgres_verifiably_and_idempotently() {
     // A fleet node with nothing local continues the migrated session: it adopts the migrated
     // build and finishes the parked turn in the migrated workspace.
     let id = psql(&url, "SELECT id FROM sessions");
-    let request = psql(&url, "SELECT id FROM input_requests WHERE status = 'pending'");
+    let request = psql(
+        &url,
+        "SELECT id FROM input_requests WHERE status = 'pending'",
+    );
     let empty = tempfile::tempdir().unwrap();
     std::fs::create_dir(empty.path().join("agent")).unwrap();
     let node = Node::start(empty.path(), &url);

@@ -66,6 +66,17 @@ impl Target {
 }
 
 fn runtime(p: &TestProject, store: Arc<dyn Store>, client: MockClient) -> Runtime {
+    runtime_with_env(p, store, client, true)
+}
+
+/// A runtime; `checkpoints: false` sets `EVE_WORKSPACE_CHECKPOINTS=off` (the baseline of the
+/// workspace checkpoint's cost).
+fn runtime_with_env(
+    p: &TestProject,
+    store: Arc<dyn Store>,
+    client: MockClient,
+    checkpoints: bool,
+) -> Runtime {
     let model = ResolvedModel {
         client: Arc::new(client),
         model: "bench".into(),
@@ -77,7 +88,10 @@ fn runtime(p: &TestProject, store: Arc<dyn Store>, client: MockClient) -> Runtim
         state_dir: p.state_dir.clone(),
         store,
         models: Arc::new(FixedModelProvider(model)),
-        env: Arc::new(|_: &str| None),
+        env: Arc::new(move |name: &str| {
+            (name == eve_runtime::env_vars::EVE_WORKSPACE_CHECKPOINTS && !checkpoints)
+                .then(|| "off".to_owned())
+        }),
         autostart: false,
         lease_ttl: Duration::from_secs(15),
         breaker: BreakerPolicy::default(),
@@ -114,10 +128,17 @@ async fn step_times(rt: &Runtime, sessions: usize, steps: usize) -> Vec<Duration
     out
 }
 
-fn line(what: &str, kind: Kind, p50: Duration, p99: Duration, base: &mut Option<Duration>) {
+/// Prints one result with its ratio to the first of its group (`base_name`).
+fn line(
+    what: &str,
+    kind: Kind,
+    (p50, p99): (Duration, Duration),
+    base: &mut Option<Duration>,
+    base_name: &str,
+) {
     let base = *base.get_or_insert(p50);
     println!(
-        "{what}, {}: p50 {}  p99 {}  ({:.2}x SQLite)",
+        "{what}, {}: p50 {}  p99 {}  ({:.2}x {base_name})",
         kind.name(),
         ms(p50),
         ms(p99),
@@ -142,7 +163,12 @@ async fn bench_store_step_overhead() {
         ),
     ] {
         let mut sqlite = None;
-        for kind in [Kind::Sqlite, Kind::Postgres] {
+        for (kind, checkpoints) in [
+            (Kind::Sqlite, false),
+            (Kind::Sqlite, true),
+            (Kind::Postgres, false),
+            (Kind::Postgres, true),
+        ] {
             let p = TestProject::new();
             let mut a = agent();
             a.config.limits.max_steps_per_turn = 100_000;
@@ -160,15 +186,23 @@ async fn bench_store_step_overhead() {
             script.push(json!({"text": "done", "usage": {"input_tokens": 1, "output_tokens": 1}}));
             let steps = load_script(&json!(script).to_string()).unwrap();
             let target = Target::new(kind, &p, &base).await;
-            let rt = runtime(&p, target.open().await, MockClient::from_steps(steps));
+            let rt = runtime_with_env(
+                &p,
+                target.open().await,
+                MockClient::from_steps(steps),
+                checkpoints,
+            );
             let mut times = step_times(&rt, SESSIONS, STEPS).await;
             times.sort();
             line(
-                label,
+                &format!(
+                    "{label}, checkpoints {}",
+                    if checkpoints { "on" } else { "off" }
+                ),
                 kind,
-                percentile(&times, 0.5),
-                percentile(&times, 0.99),
+                (percentile(&times, 0.5), percentile(&times, 0.99)),
                 &mut sqlite,
+                "SQLite with checkpoints off",
             );
         }
     }
@@ -203,9 +237,9 @@ async fn bench_store_turn_latency() {
         line(
             "turn latency (accept + one model step + turn end)",
             kind,
-            percentile(&times, 0.5),
-            percentile(&times, 0.99),
+            (percentile(&times, 0.5), percentile(&times, 0.99)),
             &mut sqlite,
+            "SQLite",
         );
     }
 }
@@ -261,7 +295,11 @@ async fn bench_store_resume_time() {
             p.write_build(&a, &[]);
             let target = Target::new(kind, &p, &base).await;
             let id = {
-                let rt = runtime(&p, target.open().await, MockClient::new("echo", None).unwrap());
+                let rt = runtime(
+                    &p,
+                    target.open().await,
+                    MockClient::new("echo", None).unwrap(),
+                );
                 let id = rt.create_session(None).await.unwrap();
                 let mut n = 0;
                 while rt.session(&id).await.unwrap().unwrap().event_count < events {

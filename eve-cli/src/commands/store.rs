@@ -32,7 +32,11 @@ fn small_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// `eve build --publish`: writes the build just made into the store.
-pub fn publish_if_asked(publish: bool, project: &Project, hash: Option<&str>) -> anyhow::Result<()> {
+pub fn publish_if_asked(
+    publish: bool,
+    project: &Project,
+    hash: Option<&str>,
+) -> anyhow::Result<()> {
     let (true, Some(hash)) = (publish, hash) else {
         return Ok(());
     };
@@ -132,7 +136,10 @@ pub fn migrate(args: StoreMigrateArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<22} {:>10} {:>10} {:>10}", "table", "sqlite", "copied", "postgres");
+    println!(
+        "{:<22} {:>10} {:>10} {:>10}",
+        "table", "sqlite", "copied", "postgres"
+    );
     for t in &report.tables {
         println!(
             "{:<22} {:>10} {:>10} {:>10}",

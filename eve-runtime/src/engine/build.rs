@@ -380,7 +380,12 @@ impl BuildStore {
             Err(missing) => match &self.source {
                 Some(store)
                     if valid_hash(hash)
-                        && !self.state_dir.join("builds").join(hash).join("manifest.json").is_file() =>
+                        && !self
+                            .state_dir
+                            .join("builds")
+                            .join(hash)
+                            .join("manifest.json")
+                            .is_file() =>
                 {
                     match super::publish::fetch_build_blocking(store, &self.state_dir, hash)? {
                         Some(_) => load_build(&self.state_dir, Some(hash))?,

@@ -189,6 +189,12 @@ fn scan(root: &Path) -> std::io::Result<(Vec<Found>, Vec<String>)> {
     Ok((files, empty))
 }
 
+/// Whether `EVE_WORKSPACE_CHECKPOINTS=off` turned checkpoints off.
+fn disabled(rt: &Runtime) -> bool {
+    (rt.inner.config.env)(crate::env_vars::EVE_WORKSPACE_CHECKPOINTS)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("off"))
+}
+
 fn max_bytes(rt: &Runtime) -> u64 {
     (rt.inner.config.env)(crate::env_vars::EVE_WORKSPACE_MAX_BYTES)
         .and_then(|v| v.trim().parse().ok())
@@ -214,12 +220,9 @@ fn size(bytes: u64) -> String {
 /// Checkpoints the workspace of `session` into the store when it changed since the last
 /// checkpoint. `Ok(Err(message))` when it is larger than the cap: nothing is stored, and the
 /// message names the size, the cap and the setting that raises it.
-pub(crate) async fn checkpoint(
-    rt: &Runtime,
-    session: &str,
-) -> RuntimeResult<Result<(), String>> {
+pub(crate) async fn checkpoint(rt: &Runtime, session: &str) -> RuntimeResult<Result<(), String>> {
     let dir = workspace_dir(rt, session);
-    if !safe_id(session) || !dir.is_dir() {
+    if !safe_id(session) || disabled(rt) || !dir.is_dir() {
         return Ok(Ok(()));
     }
     let index_file = index_path(rt, session);
@@ -374,7 +377,7 @@ fn prepare(dir: &Path, index: &Index, cap: u64) -> RuntimeResult<Prepared> {
 /// than the local copy (or the local copy is missing). Compared once per lease this node
 /// holds; returns whether it restored.
 pub(crate) async fn restore_if_behind(rt: &Runtime, session: &str) -> RuntimeResult<bool> {
-    if !safe_id(session) {
+    if !safe_id(session) || disabled(rt) {
         return Ok(false);
     }
     let token = fence_of(rt, session).unwrap_or(0);
@@ -522,7 +525,10 @@ mod tests {
     fn paths_from_the_store_stay_inside_the_workspace() {
         let root = Path::new("/ws");
         assert_eq!(inside(root, "a/b.txt"), Some(PathBuf::from("/ws/a/b.txt")));
-        assert_eq!(inside(root, "/etc/passwd"), Some(PathBuf::from("/ws/etc/passwd")));
+        assert_eq!(
+            inside(root, "/etc/passwd"),
+            Some(PathBuf::from("/ws/etc/passwd"))
+        );
         assert_eq!(inside(root, "a/../../x"), None);
         assert_eq!(inside(root, ""), None);
     }
@@ -578,16 +584,23 @@ mod tests {
         let Prepared::Changed(second) = prepare(dir.path(), &index, 100).unwrap() else {
             panic!("a same-size rewrite in the same clock tick is still seen");
         };
-        assert_eq!(second.read.len(), 1, "only the changed file's contents are sent");
+        assert_eq!(
+            second.read.len(),
+            1,
+            "only the changed file's contents are sent"
+        );
         age(&b);
         let mut index = second.next;
         let Prepared::Refreshed(refreshed) = prepare(dir.path(), &index, 100).unwrap() else {
             panic!("aged, b.txt is read once more and found the same");
         };
         index = refreshed;
-        assert!(matches!(
-            prepare(dir.path(), &index, 100).unwrap(),
-            Prepared::Unchanged
-        ), "nothing changed: nothing is read");
+        assert!(
+            matches!(
+                prepare(dir.path(), &index, 100).unwrap(),
+                Prepared::Unchanged
+            ),
+            "nothing changed: nothing is read"
+        );
     }
 }

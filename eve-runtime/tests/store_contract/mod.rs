@@ -1619,7 +1619,10 @@ pub async fn builds_are_stored_by_hash(backend: &impl Backend) {
         created_at: at,
     };
     let first = build("b1aaaaaaaaaaaaaa", 1_000, &[0, 1, 2, 255]);
-    assert!(store.put_build(first.clone()).await.unwrap(), "newly stored");
+    assert!(
+        store.put_build(first.clone()).await.unwrap(),
+        "newly stored"
+    );
     assert!(
         !other_node.put_build(first.clone()).await.unwrap(),
         "the same build again changes nothing"
@@ -1676,15 +1679,14 @@ pub async fn workspace_checkpoints(backend: &impl Backend) {
         size,
         mode: 0o644,
     };
-    let put = |session: &str, entries: Vec<WorkspaceEntry>, blobs: Vec<(String, Vec<u8>)>| {
-        WorkspacePut {
+    let put =
+        |session: &str, entries: Vec<WorkspaceEntry>, blobs: Vec<(String, Vec<u8>)>| WorkspacePut {
             session_id: session.to_owned(),
             entries,
             dirs: vec!["empty".to_owned()],
             blobs,
             fence: None,
-        }
-    };
+        };
     assert!(store.workspace("wrun_ws_a").await.unwrap().is_none());
     assert_eq!(
         store
@@ -1704,8 +1706,18 @@ pub async fn workspace_checkpoints(backend: &impl Backend) {
     assert_eq!(v1, 1);
     let got = other_node.workspace("wrun_ws_a").await.unwrap().unwrap();
     assert_eq!(
-        (got.version, got.entries.clone(), got.dirs.clone(), got.bytes),
-        (1, vec![entry("notes.txt", "h1", 5)], vec!["empty".to_owned()], 5)
+        (
+            got.version,
+            got.entries.clone(),
+            got.dirs.clone(),
+            got.bytes
+        ),
+        (
+            1,
+            vec![entry("notes.txt", "h1", 5)],
+            vec!["empty".to_owned()],
+            5
+        )
     );
     assert_eq!(
         other_node.blob("h1").await.unwrap(),
@@ -1806,16 +1818,19 @@ pub async fn sessions_with_work_leaves_out_live_leases(backend: &impl Backend) {
         "a live lease of another host keeps its session out: {work:?}"
     );
     assert!(work.contains(&"wrun_released".to_owned()), "{work:?}");
-    eventually("the expiring lease expires and its session is listed", || {
-        let store = store.clone();
-        async move {
-            store
-                .sessions_with_work()
-                .await
-                .unwrap()
-                .contains(&"wrun_expiring".to_owned())
-        }
-    })
+    eventually(
+        "the expiring lease expires and its session is listed",
+        || {
+            let store = store.clone();
+            async move {
+                store
+                    .sessions_with_work()
+                    .await
+                    .unwrap()
+                    .contains(&"wrun_expiring".to_owned())
+            }
+        },
+    )
     .await;
     assert!(
         !store

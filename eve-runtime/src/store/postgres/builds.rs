@@ -57,10 +57,7 @@ pub(super) async fn put_build<C: GenericClient>(c: &C, build: &StoredBuild) -> S
     Ok(false)
 }
 
-pub(super) async fn build<C: GenericClient>(
-    c: &C,
-    hash: &str,
-) -> StoreResult<Option<StoredBuild>> {
+pub(super) async fn build<C: GenericClient>(c: &C, hash: &str) -> StoreResult<Option<StoredBuild>> {
     let stmt = c
         .prepare_cached(
             "SELECT hash, manifest, diagnostics, pack, created_at FROM builds WHERE hash=$1",

@@ -150,9 +150,11 @@ fn param(table: &str, col: &Column, cell: &Cell) -> StoreResult<Box<dyn ToSql + 
 fn cell_of(row: &tokio_postgres::Row, i: usize, col: &Column) -> StoreResult<Cell> {
     let ty = &col.ty;
     Ok(if *ty == Type::TEXT {
-        row.try_get::<_, Option<String>>(i)?.map_or(Cell::Null, Cell::Text)
+        row.try_get::<_, Option<String>>(i)?
+            .map_or(Cell::Null, Cell::Text)
     } else if *ty == Type::INT8 {
-        row.try_get::<_, Option<i64>>(i)?.map_or(Cell::Null, Cell::Int)
+        row.try_get::<_, Option<i64>>(i)?
+            .map_or(Cell::Null, Cell::Int)
     } else if *ty == Type::INT4 {
         row.try_get::<_, Option<i32>>(i)?
             .map_or(Cell::Null, |v| Cell::Int(i64::from(v)))
@@ -160,9 +162,11 @@ fn cell_of(row: &tokio_postgres::Row, i: usize, col: &Column) -> StoreResult<Cel
         row.try_get::<_, Option<bool>>(i)?
             .map_or(Cell::Null, |v| Cell::Int(i64::from(v)))
     } else if *ty == Type::FLOAT8 {
-        row.try_get::<_, Option<f64>>(i)?.map_or(Cell::Null, Cell::Real)
+        row.try_get::<_, Option<f64>>(i)?
+            .map_or(Cell::Null, Cell::Real)
     } else if *ty == Type::BYTEA {
-        row.try_get::<_, Option<Vec<u8>>>(i)?.map_or(Cell::Null, Cell::Blob)
+        row.try_get::<_, Option<Vec<u8>>>(i)?
+            .map_or(Cell::Null, Cell::Blob)
     } else {
         return Err(bad("?", &col.name, &format!("unsupported type {ty}")));
     })
@@ -383,7 +387,9 @@ async fn copy_all(
         report.tables.push(copy_table(lite, &tx, plan).await?);
     }
     for plan in &plans {
-        report.spot_checks.extend(spot_check(lite, &tx, plan).await?);
+        report
+            .spot_checks
+            .extend(spot_check(lite, &tx, plan).await?);
     }
     for t in &report.tables {
         if t.target_after < t.source_rows {
@@ -422,9 +428,10 @@ async fn copy_table(
 ) -> StoreResult<TableImport> {
     let table = &plan.table;
     let target_before = count(tx, table).await?;
-    let source_rows: i64 = lite.query_row(&format!("SELECT count(*) FROM \"{table}\""), [], |r| {
-        r.get(0)
-    })?;
+    let source_rows: i64 =
+        lite.query_row(&format!("SELECT count(*) FROM \"{table}\""), [], |r| {
+            r.get(0)
+        })?;
     let placeholders = (1..=plan.columns.len())
         .map(|i| format!("${i}"))
         .collect::<Vec<_>>()
@@ -551,7 +558,9 @@ async fn spot_check(
             .collect();
         let shown = key_text(&key_names, &key);
         let theirs = tx.query_opt(&select, &refs).await?.ok_or_else(|| {
-            StoreError::Integrity(format!("{table}: the row {shown} is missing after the copy"))
+            StoreError::Integrity(format!(
+                "{table}: the row {shown} is missing after the copy"
+            ))
         })?;
         for (i, col) in plan.columns.iter().enumerate() {
             if !same(&row[i], &cell_of(&theirs, i, col)?) {

@@ -140,7 +140,9 @@ pub(super) fn workspace(
             "SELECT version, tree, bytes, updated_at FROM workspace_checkpoints \
              WHERE session_id=?1",
         )?
-        .query_row([session], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .query_row([session], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
         .optional()?;
     let Some((version, tree, bytes, updated_at)) = row else {
         return Ok(None);
