@@ -63,8 +63,10 @@ struct Index {
 
 /// Indexes read or written by this process, by index file.
 static INDEXES: Mutex<Option<HashMap<PathBuf, Index>>> = Mutex::new(None);
-/// `(session, fencing token)` pairs whose workspace was already compared with the store.
-static CHECKED: Mutex<Option<HashSet<(String, u64)>>> = Mutex::new(None);
+/// The fencing token under which each session's workspace was last compared with the store.
+static CHECKED: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
+/// Indexes kept in memory at most (beyond, the cache starts again from the files).
+const INDEXES_KEPT: usize = 4096;
 
 fn other(what: &str, e: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::Other(format!("{what}: {e}"))
@@ -116,11 +118,12 @@ fn save_index(path: &Path, index: Index) -> RuntimeResult<()> {
             let _ = std::fs::remove_file(&tmp);
             other(&path.display().to_string(), e)
         })?;
-    INDEXES
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get_or_insert_with(HashMap::new)
-        .insert(path.to_path_buf(), index);
+    let mut cache = INDEXES.lock().unwrap_or_else(PoisonError::into_inner);
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if cache.len() >= INDEXES_KEPT {
+        cache.clear();
+    }
+    cache.insert(path.to_path_buf(), index);
     Ok(())
 }
 
@@ -381,21 +384,22 @@ pub(crate) async fn restore_if_behind(rt: &Runtime, session: &str) -> RuntimeRes
         return Ok(false);
     }
     let token = fence_of(rt, session).unwrap_or(0);
-    let key = (session.to_owned(), token);
     if CHECKED
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .get_or_insert_with(HashSet::new)
-        .contains(&key)
+        .get_or_insert_with(HashMap::new)
+        .get(session)
+        == Some(&token)
     {
         return Ok(false);
     }
     let restored = restore(rt, session).await?;
-    CHECKED
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get_or_insert_with(HashSet::new)
-        .insert(key);
+    let mut checked = CHECKED.lock().unwrap_or_else(PoisonError::into_inner);
+    let checked = checked.get_or_insert_with(HashMap::new);
+    if checked.len() >= INDEXES_KEPT {
+        checked.clear();
+    }
+    checked.insert(session.to_owned(), token);
     Ok(restored)
 }
 
