@@ -89,6 +89,9 @@ pub enum Command {
     Activate(ActivateArgs),
     /// Make an earlier release active again (default: the one before the active release).
     Rollback(RollbackArgs),
+    /// Move a project's store to another backend.
+    #[command(subcommand)]
+    Store(StoreCommand),
 }
 
 #[derive(Debug, Args)]
@@ -158,6 +161,26 @@ pub struct RollbackArgs {
     #[arg(long, default_value = "rolled back by hand")]
     pub reason: String,
     /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Copy every row of a SQLite store into PostgreSQL (idempotent: a second run copies
+    /// nothing), then compare counts per table and spot-check rows.
+    Migrate(StoreMigrateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StoreMigrateArgs {
+    /// The SQLite store to copy from (a project's `.eve/eve.db`).
+    #[arg(long, value_name = "FILE")]
+    pub from: PathBuf,
+    /// The PostgreSQL store to copy into (`postgres://user:password@host/db`).
+    #[arg(long, value_name = "URL")]
+    pub to: String,
+    /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -297,6 +320,9 @@ pub struct BuildArgs {
     /// Activate even if the gate's evals fail (recorded as forced).
     #[arg(long)]
     pub force: bool,
+    /// Also write the build into the store (`--store`), so every node of a fleet can run it.
+    #[arg(long)]
+    pub publish: bool,
 }
 
 #[derive(Debug, Args)]

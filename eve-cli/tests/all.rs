@@ -14,6 +14,7 @@ mod docs_env;
 mod eval;
 mod examples;
 mod fail_fast;
+mod fleet;
 mod limits;
 mod memory;
 mod plan;

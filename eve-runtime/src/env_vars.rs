@@ -76,6 +76,12 @@ pub const EVE_IDLE_TIMEOUT_SECS: &str = "EVE_IDLE_TIMEOUT_SECS";
 /// Most connections a listener holds open at once (default: sized from the file-descriptor
 /// limit, whose soft value is raised to the hard one at start).
 pub const EVE_MAX_CONNECTIONS: &str = "EVE_MAX_CONNECTIONS";
+/// Largest session workspace, in bytes, checkpointed into the store with each step (default
+/// 256 MiB); a step that leaves a larger one fails its turn, naming the size and this setting.
+pub const EVE_WORKSPACE_MAX_BYTES: &str = "EVE_WORKSPACE_MAX_BYTES";
+/// `off`: session workspaces are neither checkpointed into the store nor restored from it (they
+/// stay on the node that wrote them); default `on`.
+pub const EVE_WORKSPACE_CHECKPOINTS: &str = "EVE_WORKSPACE_CHECKPOINTS";
 
 // The tool protocol: set by eve for every tool, hook and dynamic-tool process.
 

@@ -26,6 +26,7 @@ mod server_principals;
 mod server_routes;
 mod server_stream;
 mod server_support;
+mod store_bench;
 mod store_contract;
 mod store_postgres;
 mod store_sqlite;

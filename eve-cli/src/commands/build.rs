@@ -17,6 +17,7 @@ use crate::render::{duration, plural, stderr_color};
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
     let built = build::build_candidate(&project)?;
+    super::store::publish_if_asked(args.publish, &project, built.hash.as_deref())?;
     let out = &built.output;
     let errors = out.error_count();
     let warnings = out.diagnostics.len() - errors;

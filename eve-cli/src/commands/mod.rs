@@ -12,10 +12,11 @@ mod releases;
 mod run;
 mod serve;
 mod sessions;
+mod store;
 
 use std::process::ExitCode;
 
-use crate::cli::{Command, MemoryCommand, SessionsCommand};
+use crate::cli::{Command, MemoryCommand, SessionsCommand, StoreCommand};
 
 /// Runs a parsed command.
 pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
@@ -45,6 +46,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             MemoryCommand::Edit(args) => memory::edit(args),
             MemoryCommand::Clear(args) => memory::clear(args),
         },
+        Command::Store(StoreCommand::Migrate(args)) => store::migrate(args),
     }
 }
 

@@ -30,6 +30,7 @@ pub(crate) const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
+    super::store::adopt_published_build(&project)?;
     let hash = build::current_hash(&project.state_dir).with_context(|| {
         format!(
             "no build in {}: run `eve build` first",
@@ -65,6 +66,7 @@ async fn serve(
 ) -> anyhow::Result<ExitCode> {
     let clock = clock_from_env()?;
     let (runtime, listener, local) = start(&project, &args.host, args.port).await?;
+    super::store::publish_at_start(&runtime, &hash).await;
 
     let resumed = runtime
         .resume_all()

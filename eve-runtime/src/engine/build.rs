@@ -321,6 +321,8 @@ pub struct BuildStore {
     secrets: Option<(Arc<crate::redact::Secrets>, crate::tools::EnvLookup)>,
     /// The active release's build, with what `.eve/current` named when it was learnt.
     active: Mutex<Option<(String, Option<String>)>>,
+    /// Where a build missing from disk is fetched from (the fleet's store).
+    source: Option<Arc<dyn crate::store::Store>>,
 }
 
 impl std::fmt::Debug for BuildStore {
@@ -341,7 +343,15 @@ impl BuildStore {
             subagents_seen: std::sync::atomic::AtomicBool::new(false),
             secrets: None,
             active: Mutex::new(None),
+            source: None,
         }
+    }
+
+    /// Fetches a build that is not on disk from `store` (where `eve build --publish` and
+    /// `eve serve` put theirs) before giving up on it.
+    pub fn with_source(mut self, store: Arc<dyn crate::store::Store>) -> Self {
+        self.source = Some(store);
+        self
     }
 
     /// Teaches `secrets` every `${VAR}` and `env:` name of each build as it is loaded, before
@@ -388,7 +398,36 @@ impl BuildStore {
         {
             return Ok(build.clone());
         }
-        let (hash, dir, manifest) = load_build(&self.state_dir, Some(hash))?;
+        let (hash, dir, manifest) = match load_build(&self.state_dir, Some(hash)) {
+            Ok(found) => found,
+            // Not on this node: another node built it and published it to the store.
+            Err(missing) => match &self.source {
+                Some(store)
+                    if valid_hash(hash)
+                        && !self
+                            .state_dir
+                            .join("builds")
+                            .join(hash)
+                            .join("manifest.json")
+                            .is_file() =>
+                {
+                    match super::publish::fetch_build_blocking(store, &self.state_dir, hash)? {
+                        Some(_) => load_build(&self.state_dir, Some(hash))?,
+                        None => {
+                            return Err(RuntimeError::Build {
+                                what: hash.to_owned(),
+                                message: format!(
+                                    "it is neither in {} nor in the store: run \
+                                     `eve build --publish` on the node that built it",
+                                    self.state_dir.join("builds").display()
+                                ),
+                            });
+                        }
+                    }
+                }
+                _ => return Err(missing),
+            },
+        };
         if let Some((secrets, env)) = &self.secrets {
             match serde_json::to_value(&manifest) {
                 Ok(value) => secrets.learn_manifest(&value, &**env),

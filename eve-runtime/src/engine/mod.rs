@@ -28,6 +28,7 @@ mod models;
 mod phases;
 mod probe;
 mod releases;
+pub mod publish;
 mod replies;
 mod review;
 mod sandbox;
@@ -35,6 +36,7 @@ mod strategy;
 mod subagents;
 mod targets;
 mod turn;
+mod workspaces;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -289,7 +291,8 @@ impl Runtime {
             inner: Arc::new(Inner {
                 store: config.store.clone(),
                 builds: BuildStore::new(config.state_dir.clone())
-                    .with_secrets(config.secrets.clone(), config.env.clone()),
+                    .with_secrets(config.secrets.clone(), config.env.clone())
+                    .with_source(config.store.clone()),
                 config,
                 holder,
                 host,

@@ -18,6 +18,40 @@ pub struct ProcessRef {
     pub host: String,
 }
 
+impl ProcessRef {
+    /// This process, named as a runtime of this host names itself in the leases it takes.
+    pub fn this_process() -> Self {
+        static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let host = HOST.get_or_init(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+                .map(|s| s.trim().to_owned())
+                .ok()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "localhost".to_owned())
+        });
+        Self {
+            pid: std::process::id(),
+            host: host.clone(),
+        }
+    }
+}
+
+/// Whether a stored lease still holds its session against this process: it has a holder, has
+/// not expired, and `liveness` does not call its holder dead. What
+/// [`super::Store::sessions_with_work`] leaves out, on every backend.
+pub fn lease_is_live(
+    liveness: &dyn Liveness,
+    holder: &str,
+    process: &ProcessRef,
+    expires_at: i64,
+    now: i64,
+) -> bool {
+    !holder.is_empty()
+        && expires_at >= now
+        && !liveness.lease_holder_dead(process, &ProcessRef::this_process())
+}
+
 /// When a holder that has not let go counts as gone.
 pub trait Liveness: Send + Sync + std::fmt::Debug + 'static {
     /// Whether the unexpired lease of `holder` may be taken by `claimant` (another holder id):

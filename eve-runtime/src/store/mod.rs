@@ -11,6 +11,7 @@
 //! (keeping their message). Who counts as a dead lease holder is a [`Liveness`] policy the
 //! store is given, not SQL; the run loop's combined read is [`Store::drive_state`].
 
+mod builds;
 mod channels;
 mod composition;
 mod drive;
@@ -21,15 +22,19 @@ mod records;
 mod releases;
 mod schedules;
 mod sqlite;
+mod workspaces;
 
+pub use builds::{BuildInfo, StoredBuild};
 pub use channels::{
     CHANNEL_ROWS_KEPT_MS, ChannelAccept, ChannelDelivery, ChannelReplyRecord, ChannelReplyUpdate,
 };
 pub use composition::{Budget, CompositionOp, DynamicToolRecord, SubagentCall, SubagentLink};
 pub use drive::DriveState;
-pub use liveness::{ExpiryOnly, Liveness, LocalHost, ProcessRef, pid_alive};
+pub use liveness::{ExpiryOnly, Liveness, LocalHost, ProcessRef, lease_is_live, pid_alive};
 pub use notes::{NoteOp, NoteRecord};
-pub use postgres::{PgOptions, PgStore, redact_url};
+pub use postgres::{
+    ImportReport, PgOptions, PgStore, SpotCheck, TableImport, import_sqlite, redact_url,
+};
 pub use records::*;
 pub use releases::{
     Checks, GateCase, GateReport, RELEASE_STREAM, ReleaseOp, ReleaseRecord, ReleaseStatus,
@@ -37,6 +42,7 @@ pub use releases::{
 };
 pub use schedules::*;
 pub use sqlite::SqliteStore;
+pub use workspaces::{WorkspaceCheckpoint, WorkspaceEntry, WorkspacePut};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +149,7 @@ pub const SESSION_TABLES: &[(&str, &str)] = &[
     ("dynamic_resolutions", "session_id"),
     ("hook_cursors", "session_id"),
     ("channel_replies", "session_id"),
+    ("workspace_checkpoints", "session_id"),
     ("sessions", "id"),
 ];
 
@@ -203,8 +210,10 @@ pub trait Store: Send + Sync + 'static {
     -> StoreResult<Vec<StoredEvent>>;
     /// A tool's circuit breaker, if it ever failed.
     async fn breaker(&self, tool: &str) -> StoreResult<Option<BreakerRecord>>;
-    /// Sessions with work left: a turn that is running, a wait whose input is all answered, or an
-    /// accepted message not yet taken.
+    /// Sessions with work left (a turn that is running, a wait whose input is all answered, or an
+    /// accepted message not yet taken) that no live lease holds (see [`lease_is_live`]: an
+    /// unexpired lease whose holder the store's [`Liveness`] policy does not call dead), so
+    /// nodes and processes sharing the store do not queue on each other's sessions.
     async fn sessions_with_work(&self) -> StoreResult<Vec<String>>;
     /// Everything the run loop reads about a session before it acts (see [`DriveState`]), from
     /// one consistent snapshot; `None` for an unknown session. Called once per message and per
@@ -326,4 +335,23 @@ pub trait Store: Send + Sync + 'static {
     /// Audit events of the releases' stream with `index >= from`, at most `limit` (their
     /// `session_id` is [`RELEASE_STREAM`]).
     async fn release_events(&self, from: u64, limit: usize) -> StoreResult<Vec<StoredEvent>>;
+    /// Writes a build. Builds are content-addressed: writing one already stored changes
+    /// nothing. `true` when it was not stored before; a different build under the same hash is
+    /// refused ([`StoreError::Integrity`]).
+    async fn put_build(&self, build: StoredBuild) -> StoreResult<bool>;
+    /// One stored build.
+    async fn build(&self, hash: &str) -> StoreResult<Option<StoredBuild>>;
+    /// Every stored build without its contents, newest first.
+    async fn builds(&self) -> StoreResult<Vec<BuildInfo>>;
+    /// Stores a checkpoint of a session's workspace with the blobs the store lacks, in one
+    /// transaction, and returns its version (the session's previous one plus one). Refused
+    /// ([`StoreError::Fenced`]) when the put's fence is older than the session's lease, and
+    /// ([`StoreError::NotFound`]) when an entry's blob is neither given nor stored.
+    async fn put_workspace(&self, put: WorkspacePut) -> StoreResult<u64>;
+    /// The latest checkpoint of a session's workspace.
+    async fn workspace(&self, session: &str) -> StoreResult<Option<WorkspaceCheckpoint>>;
+    /// Of these blob hashes, the ones the store does not hold.
+    async fn missing_blobs(&self, hashes: &[String]) -> StoreResult<Vec<String>>;
+    /// The contents of one blob.
+    async fn blob(&self, hash: &str) -> StoreResult<Option<Vec<u8>>>;
 }

@@ -45,6 +45,9 @@ pub async fn run_all<B: Backend>(make: impl Fn() -> B) {
     a_commit_under_an_older_token_is_refused(&make()).await;
     release_rows(&make()).await;
     release_events_are_dense_and_concurrent_activations_leave_one_active(&make()).await;
+    builds_are_stored_by_hash(&make()).await;
+    workspace_checkpoints(&make()).await;
+    sessions_with_work_leaves_out_live_leases(&make()).await;
 }
 
 /// One `#[tokio::test]` per promise, on backends made by `$make`.
@@ -85,6 +88,9 @@ macro_rules! store_contract_tests {
             a_commit_under_an_older_token_is_refused,
             release_rows,
             release_events_are_dense_and_concurrent_activations_leave_one_active,
+            builds_are_stored_by_hash,
+            workspace_checkpoints,
+            sessions_with_work_leaves_out_live_leases,
         );
     };
 }
@@ -1794,4 +1800,237 @@ pub async fn release_events_are_dense_and_concurrent_activations_leave_one_activ
         .filter(|r| r.status == ReleaseStatus::Active)
         .count();
     assert_eq!(active, 1, "one active release, whoever won");
+/// A build is written once per hash, read back whole on another node, listed newest first, and
+/// a different build under a stored hash is refused.
+pub async fn builds_are_stored_by_hash(backend: &impl Backend) {
+    let store = backend.open();
+    let other_node = backend.open();
+    let build = |hash: &str, at: i64, pack: &[u8]| StoredBuild {
+        hash: hash.to_owned(),
+        manifest: format!("{{\"hash\":\"{hash}\"}}"),
+        diagnostics: "[]".to_owned(),
+        pack: pack.to_vec(),
+        created_at: at,
+    };
+    let first = build("b1aaaaaaaaaaaaaa", 1_000, &[0, 1, 2, 255]);
+    assert!(
+        store.put_build(first.clone()).await.unwrap(),
+        "newly stored"
+    );
+    assert!(
+        !other_node.put_build(first.clone()).await.unwrap(),
+        "the same build again changes nothing"
+    );
+    assert_eq!(
+        other_node.build("b1aaaaaaaaaaaaaa").await.unwrap(),
+        Some(first.clone()),
+        "another node reads the whole build"
+    );
+    assert!(store.build("b0nothere").await.unwrap().is_none());
+    let empty = build("b2bbbbbbbbbbbbbb", 2_000, &[]);
+    assert!(other_node.put_build(empty.clone()).await.unwrap());
+    assert_eq!(store.build("b2bbbbbbbbbbbbbb").await.unwrap(), Some(empty));
+    let listed: Vec<(String, i64)> = store
+        .builds()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| (b.hash, b.created_at))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            ("b2bbbbbbbbbbbbbb".to_owned(), 2_000),
+            ("b1aaaaaaaaaaaaaa".to_owned(), 1_000)
+        ]
+    );
+    let err = store
+        .put_build(build("b1aaaaaaaaaaaaaa", 3_000, &[9]))
+        .await
+        .expect_err("a different build under a stored hash is refused");
+    assert!(
+        matches!(&err, StoreError::Integrity(m) if m.contains("b1aaaaaaaaaaaaaa")),
+        "{err:?}"
+    );
+    assert_eq!(
+        store.build("b1aaaaaaaaaaaaaa").await.unwrap(),
+        Some(first),
+        "the stored build is kept"
+    );
+}
+
+/// Workspace checkpoints: blobs are stored once (de-duplicated across sessions), versions grow
+/// by one per checkpoint, an entry without its blob is refused, and a writer whose lease moved
+/// on is fenced out.
+pub async fn workspace_checkpoints(backend: &impl Backend) {
+    let store = backend.open();
+    let other_node = backend.open();
+    create(store.as_ref(), session("wrun_ws_a")).await;
+    create(store.as_ref(), session("wrun_ws_b")).await;
+    let entry = |path: &str, hash: &str, size: u64| WorkspaceEntry {
+        path: path.to_owned(),
+        hash: hash.to_owned(),
+        size,
+        mode: 0o644,
+    };
+    let put =
+        |session: &str, entries: Vec<WorkspaceEntry>, blobs: Vec<(String, Vec<u8>)>| WorkspacePut {
+            session_id: session.to_owned(),
+            entries,
+            dirs: vec!["empty".to_owned()],
+            blobs,
+            fence: None,
+        };
+    assert!(store.workspace("wrun_ws_a").await.unwrap().is_none());
+    assert_eq!(
+        store
+            .missing_blobs(&["h1".to_owned(), "h2".to_owned(), "h1".to_owned()])
+            .await
+            .unwrap(),
+        vec!["h1".to_owned(), "h2".to_owned()]
+    );
+    let v1 = store
+        .put_workspace(put(
+            "wrun_ws_a",
+            vec![entry("notes.txt", "h1", 5)],
+            vec![("h1".to_owned(), b"hello".to_vec())],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(v1, 1);
+    let got = other_node.workspace("wrun_ws_a").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            got.version,
+            got.entries.clone(),
+            got.dirs.clone(),
+            got.bytes
+        ),
+        (
+            1,
+            vec![entry("notes.txt", "h1", 5)],
+            vec!["empty".to_owned()],
+            5
+        )
+    );
+    assert_eq!(
+        other_node.blob("h1").await.unwrap(),
+        Some(b"hello".to_vec())
+    );
+    assert_eq!(
+        other_node
+            .missing_blobs(&["h1".to_owned(), "h2".to_owned()])
+            .await
+            .unwrap(),
+        vec!["h2".to_owned()],
+        "a stored blob is not asked for again"
+    );
+    // Another session with the same file sends no blob: it is shared.
+    assert_eq!(
+        other_node
+            .put_workspace(put("wrun_ws_b", vec![entry("copy.txt", "h1", 5)], vec![]))
+            .await
+            .unwrap(),
+        1
+    );
+    let v2 = other_node
+        .put_workspace(put(
+            "wrun_ws_a",
+            vec![entry("notes.txt", "h1", 5), entry("sub/more.bin", "h2", 3)],
+            vec![("h2".to_owned(), vec![0, 159, 255])],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(v2, 2, "versions grow by one per checkpoint");
+    let got = store.workspace("wrun_ws_a").await.unwrap().unwrap();
+    assert_eq!((got.version, got.entries.len(), got.bytes), (2, 2, 8));
+    assert_eq!(store.blob("h2").await.unwrap(), Some(vec![0, 159, 255]));
+    let err = store
+        .put_workspace(put("wrun_ws_a", vec![entry("lost.txt", "h9", 1)], vec![]))
+        .await
+        .expect_err("an entry whose blob is nowhere is refused");
+    assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+    assert_eq!(
+        store.workspace("wrun_ws_a").await.unwrap().unwrap().version,
+        2,
+        "a refused checkpoint writes nothing"
+    );
+    // Fencing: a writer whose lease another node took cannot overwrite the workspace.
+    let zombie = claim("wrun_ws_a", "holder_zombie", "host-a", 100);
+    assert_eq!(
+        store.acquire_lease(&zombie).await.unwrap(),
+        LeaseOutcome::Acquired
+    );
+    let old = store.lease("wrun_ws_a").await.unwrap().unwrap().token;
+    let taker = claim("wrun_ws_a", "holder_new", "host-b", 60_000);
+    eventually("another node takes the expired lease", || {
+        let other_node = other_node.clone();
+        let taker = taker.clone();
+        async move { other_node.acquire_lease(&taker).await.unwrap() == LeaseOutcome::Acquired }
+    })
+    .await;
+    let mut stale = put("wrun_ws_a", vec![], vec![]);
+    stale.fence = Some(old);
+    let err = store
+        .put_workspace(stale)
+        .await
+        .expect_err("the zombie's checkpoint is refused");
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
+    let new = other_node.lease("wrun_ws_a").await.unwrap().unwrap().token;
+    let mut fresh = put("wrun_ws_a", vec![], vec![]);
+    fresh.fence = Some(new);
+    assert_eq!(other_node.put_workspace(fresh).await.unwrap(), 3);
+}
+
+/// A session with work under another process's live lease is not listed (nobody may take it);
+/// once the lease is released or expires, it is.
+pub async fn sessions_with_work_leaves_out_live_leases(backend: &impl Backend) {
+    let store = backend.open();
+    let other_node = backend.open();
+    for id in ["wrun_held", "wrun_released", "wrun_expiring"] {
+        let mut s = session(id);
+        s.status = SessionStatus::Running;
+        create(store.as_ref(), s).await;
+    }
+    let held = claim("wrun_held", "holder_b", "host-b", 60_000);
+    let released = claim("wrun_released", "holder_b", "host-b", 60_000);
+    let expiring = claim("wrun_expiring", "holder_b", "host-b", 300);
+    for c in [&held, &released, &expiring] {
+        assert_eq!(
+            other_node.acquire_lease(c).await.unwrap(),
+            LeaseOutcome::Acquired
+        );
+    }
+    other_node
+        .release_lease("wrun_released", "holder_b")
+        .await
+        .unwrap();
+    let mut work = store.sessions_with_work().await.unwrap();
+    work.sort();
+    assert!(
+        !work.contains(&"wrun_held".to_owned()),
+        "a live lease of another host keeps its session out: {work:?}"
+    );
+    assert!(work.contains(&"wrun_released".to_owned()), "{work:?}");
+    eventually(
+        "the expiring lease expires and its session is listed",
+        || {
+            let store = store.clone();
+            async move {
+                store
+                    .sessions_with_work()
+                    .await
+                    .unwrap()
+                    .contains(&"wrun_expiring".to_owned())
+            }
+        },
+    )
+    .await;
+    assert!(
+        !store
+            .sessions_with_work()
+            .await
+            .unwrap()
+            .contains(&"wrun_held".to_owned())
+    );
 }

@@ -365,6 +365,8 @@ impl TurnDriver<'_> {
             self.rt.commit(batch).await?;
         }
         if !to_run.is_empty() {
+            // A session continued from another node finds the files its steps wrote there.
+            crate::engine::workspaces::restore_if_behind(self.rt, self.id()).await?;
             let workspace = self.workspace()?;
             let futures = to_run
                 .into_iter()
@@ -375,6 +377,12 @@ impl TurnDriver<'_> {
                     Some(done) => settled.push(done),
                     None => parked = true,
                 }
+            }
+            if let Err(message) = crate::engine::workspaces::checkpoint(self.rt, self.id()).await? {
+                return self
+                    .end_failed(turn.clone(), "workspace_too_large", &message, None)
+                    .await
+                    .map(Some);
             }
         }
         settled.sort_by_key(|(seq, _)| *seq);

@@ -21,6 +21,8 @@
 //! A store lives in one schema of the database: the URL's `options=-csearch_path=NAME` (or the
 //! role's default, `public`) chooses it, so one server can hold several projects (or test runs).
 
+mod builds;
+mod import;
 mod listen;
 mod releases;
 mod schema;
@@ -34,6 +36,8 @@ use tokio::sync::{oneshot, watch};
 use tokio_postgres::NoTls;
 
 use super::*;
+
+pub use import::{ImportReport, SpotCheck, TableImport, import_sqlite};
 
 impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> Self {
@@ -380,7 +384,7 @@ impl Store for PgStore {
     }
 
     async fn sessions_with_work(&self) -> StoreResult<Vec<String>> {
-        read!(self, sessions_with_work)
+        read!(self, sessions_with_work, self.inner.liveness.as_ref())
     }
 
     async fn drive_state(&self, session: &str) -> StoreResult<Option<DriveState>> {
@@ -592,6 +596,44 @@ impl Store for PgStore {
     async fn release_events(&self, from: u64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
         let client = self.client().await?;
         releases::events(&client, from, limit).await
+    }
+
+    async fn put_build(&self, build: StoredBuild) -> StoreResult<bool> {
+        let client = self.client().await?;
+        builds::put_build(&client, &build).await
+    }
+
+    async fn build(&self, hash: &str) -> StoreResult<Option<StoredBuild>> {
+        let client = self.client().await?;
+        builds::build(&client, hash).await
+    }
+
+    async fn builds(&self) -> StoreResult<Vec<BuildInfo>> {
+        let client = self.client().await?;
+        builds::builds(&client).await
+    }
+
+    async fn put_workspace(&self, put: WorkspacePut) -> StoreResult<u64> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let version = builds::put_workspace(&tx, &put, now_ms()).await?;
+        tx.commit().await?;
+        Ok(version)
+    }
+
+    async fn workspace(&self, session: &str) -> StoreResult<Option<WorkspaceCheckpoint>> {
+        let client = self.client().await?;
+        builds::workspace(&client, session).await
+    }
+
+    async fn missing_blobs(&self, hashes: &[String]) -> StoreResult<Vec<String>> {
+        let client = self.client().await?;
+        builds::missing_blobs(&client, hashes).await
+    }
+
+    async fn blob(&self, hash: &str) -> StoreResult<Option<Vec<u8>>> {
+        let client = self.client().await?;
+        builds::blob(&client, hash).await
     }
 }
 

@@ -333,4 +333,34 @@ CREATE TABLE release_events (
     at BIGINT NOT NULL
 );
 "#,
+    // 4 → 5: builds and session workspaces in the store: a build (manifest, diagnostics, pack) by
+    // its content hash, so a node can run a session pinned to a build it never built; the
+    // latest checkpoint of each session's workspace, whose file contents are blobs keyed by
+    // their SHA-256 (shared across steps and sessions).
+    r#"
+CREATE TABLE builds (
+    hash TEXT PRIMARY KEY,
+    manifest TEXT NOT NULL,
+    diagnostics TEXT NOT NULL,
+    pack BYTEA NOT NULL,
+    bytes BIGINT NOT NULL,
+    created_at BIGINT NOT NULL
+);
+CREATE INDEX builds_by_created ON builds(created_at);
+
+CREATE TABLE workspace_blobs (
+    hash TEXT PRIMARY KEY,
+    data BYTEA NOT NULL,
+    size BIGINT NOT NULL,
+    created_at BIGINT NOT NULL
+);
+
+CREATE TABLE workspace_checkpoints (
+    session_id TEXT PRIMARY KEY,
+    version BIGINT NOT NULL,
+    tree TEXT NOT NULL,
+    bytes BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL
+);
+"#,
 ];

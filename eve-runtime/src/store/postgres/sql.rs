@@ -197,7 +197,7 @@ fn all<T>(rows: &[Row], f: fn(&Row) -> StoreResult<T>) -> StoreResult<Vec<T>> {
 /// Refuses the batch when a session it speaks for has a newer lease holder. The lease row is
 /// read `FOR KEY SHARE`: a renewal (a plain update) does not wait for it, but a takeover (which
 /// locks the row `FOR UPDATE`) cannot happen between this check and the commit.
-async fn check_fences<C: GenericClient>(c: &C, fences: &[Fence]) -> StoreResult<()> {
+pub(super) async fn check_fences<C: GenericClient>(c: &C, fences: &[Fence]) -> StoreResult<()> {
     for fence in fences {
         let row = query_opt(
             c,
@@ -1039,21 +1039,40 @@ pub(super) async fn breaker<C: GenericClient>(
 
 /// Sessions with work and no live lease: a node looking for work skips the sessions another
 /// node drives (their lease says so), and finds a dead node's sessions once its lease expired.
-pub(super) async fn sessions_with_work<C: GenericClient>(c: &C) -> StoreResult<Vec<String>> {
+pub(super) async fn sessions_with_work<C: GenericClient>(
+    c: &C,
+    liveness: &dyn Liveness,
+) -> StoreResult<Vec<String>> {
+    let now = now_ms();
     let rows = query(
         c,
-        "SELECT s.id FROM sessions s WHERE (s.status = 'running' \
+        "SELECT s.id, l.holder, l.pid, l.host, l.expires_at FROM sessions s \
+         LEFT JOIN leases l ON l.session_id = s.id \
+         WHERE (s.status = 'running' \
          OR (s.status = 'waiting' AND NOT EXISTS (SELECT 1 FROM input_requests r \
              WHERE r.session_id = s.id AND r.status = 'pending')) \
          OR EXISTS (SELECT 1 FROM inbox i WHERE i.session_id = s.id \
              AND i.consumed_turn IS NULL)) \
-         AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.session_id = s.id \
-             AND l.holder <> '' AND l.expires_at >= $1) \
          ORDER BY s.updated_at",
-        &[&now_ms()],
+        &[],
     )
     .await?;
-    rows.iter().map(|r| g::<String>(r, 0)).collect()
+    let mut out = Vec::new();
+    for r in &rows {
+        let holder: Option<String> = g(r, 1)?;
+        let expires: Option<i64> = g(r, 4)?;
+        if let (Some(holder), Some(expires)) = (holder, expires) {
+            let process = ProcessRef {
+                pid: u32::try_from(g::<Option<i64>>(r, 2)?.unwrap_or(0)).unwrap_or(0),
+                host: g::<Option<String>>(r, 3)?.unwrap_or_default(),
+            };
+            if lease_is_live(liveness, &holder, &process, expires, now) {
+                continue;
+            }
+        }
+        out.push(g::<String>(r, 0)?);
+    }
+    Ok(out)
 }
 
 /// The run loop's combined read; the caller runs it in one `REPEATABLE READ` transaction.

@@ -16,6 +16,7 @@
 
 mod actor;
 mod apply;
+mod builds;
 mod channels;
 mod composition;
 mod integrity;
@@ -309,7 +310,9 @@ impl Store for SqliteStore {
     }
 
     async fn sessions_with_work(&self) -> StoreResult<Vec<String>> {
-        self.read(reads::sessions_with_work).await
+        let liveness = self.inner.liveness.clone();
+        self.read(move |c| reads::sessions_with_work(c, liveness.as_ref()))
+            .await
     }
 
     async fn drive_state(&self, session: &str) -> StoreResult<Option<DriveState>> {
@@ -527,5 +530,43 @@ impl Store for SqliteStore {
     async fn release_events(&self, from: u64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
         self.read(move |conn| releases::events(conn, from, limit))
             .await
+    }
+
+    async fn put_build(&self, build: StoredBuild) -> StoreResult<bool> {
+        self.write(true, move |conn| builds::put_build(conn, &build))
+            .await
+    }
+
+    async fn build(&self, hash: &str) -> StoreResult<Option<StoredBuild>> {
+        let hash = hash.to_owned();
+        self.read(move |conn| builds::build(conn, &hash)).await
+    }
+
+    async fn builds(&self) -> StoreResult<Vec<BuildInfo>> {
+        self.read(builds::builds).await
+    }
+
+    async fn put_workspace(&self, put: WorkspacePut) -> StoreResult<u64> {
+        self.write(false, move |conn| {
+            builds::put_workspace(conn, &put, now_ms())
+        })
+        .await
+    }
+
+    async fn workspace(&self, session: &str) -> StoreResult<Option<WorkspaceCheckpoint>> {
+        let session = session.to_owned();
+        self.read(move |conn| builds::workspace(conn, &session))
+            .await
+    }
+
+    async fn missing_blobs(&self, hashes: &[String]) -> StoreResult<Vec<String>> {
+        let hashes = hashes.to_vec();
+        self.read(move |conn| builds::missing_blobs(conn, &hashes))
+            .await
+    }
+
+    async fn blob(&self, hash: &str) -> StoreResult<Option<Vec<u8>>> {
+        let hash = hash.to_owned();
+        self.read(move |conn| builds::blob(conn, &hash)).await
     }
 }

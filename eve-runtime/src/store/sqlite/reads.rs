@@ -212,16 +212,47 @@ pub(super) fn breaker(conn: &Connection, tool: &str) -> StoreResult<Option<Break
         .optional()?)
 }
 
-pub(super) fn sessions_with_work(conn: &Connection) -> StoreResult<Vec<String>> {
+pub(super) fn sessions_with_work(
+    conn: &Connection,
+    liveness: &dyn crate::store::Liveness,
+) -> StoreResult<Vec<String>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT id FROM sessions s WHERE s.status = 'running' \
+        "SELECT s.id, l.holder, l.pid, l.host, l.expires_at FROM sessions s \
+         LEFT JOIN leases l ON l.session_id = s.id \
+         WHERE s.status = 'running' \
          OR (s.status = 'waiting' AND NOT EXISTS (SELECT 1 FROM input_requests r \
              WHERE r.session_id = s.id AND r.status = 'pending')) \
          OR EXISTS (SELECT 1 FROM inbox i WHERE i.session_id = s.id \
              AND i.consumed_turn IS NULL) \
          ORDER BY s.updated_at",
     )?;
-    collect(&mut stmt, [], |row| Ok(Ok(row.get::<_, String>(0)?)))
+    let now = crate::store::now_ms();
+    let rows = collect(&mut stmt, [], |row| {
+        Ok(Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, Option<String>>(1)?,
+            row.get::<_, Option<i64>>(2)?,
+            row.get::<_, Option<String>>(3)?,
+            row.get::<_, Option<i64>>(4)?,
+        )))
+    })?;
+    Ok(rows
+        .into_iter()
+        .filter(|(_, holder, pid, host, expires)| match (holder, expires) {
+            (Some(holder), Some(expires)) => !crate::store::lease_is_live(
+                liveness,
+                holder,
+                &crate::store::ProcessRef {
+                    pid: pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+                    host: host.clone().unwrap_or_default(),
+                },
+                *expires,
+                now,
+            ),
+            _ => true,
+        })
+        .map(|(id, ..)| id)
+        .collect())
 }
 
 /// Everything the run loop reads before it acts on a session, from one read transaction (one

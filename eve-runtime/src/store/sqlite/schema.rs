@@ -360,4 +360,34 @@ CREATE TABLE release_events (
     at INTEGER NOT NULL
 );
 "#,
+    // 10 → 11: builds and session workspaces in the store: a build (manifest, diagnostics, pack) by
+    // its content hash, so a node can run a session pinned to a build it never built; the
+    // latest checkpoint of each session's workspace, whose file contents are blobs keyed by
+    // their SHA-256 (shared across steps and sessions).
+    r#"
+CREATE TABLE builds (
+    hash TEXT PRIMARY KEY,
+    manifest TEXT NOT NULL,
+    diagnostics TEXT NOT NULL,
+    pack BLOB NOT NULL,
+    bytes INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX builds_by_created ON builds(created_at);
+
+CREATE TABLE workspace_blobs (
+    hash TEXT PRIMARY KEY,
+    data BLOB NOT NULL,
+    size INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+);
+
+CREATE TABLE workspace_checkpoints (
+    session_id TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    tree TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+"#,
 ];

@@ -1,0 +1,610 @@
+//! Session workspaces follow their sessions between nodes: checkpointed into the store after
+//! each step that ran tools, restored where the session continues.
+//!
+//! A workspace (`.eve/sandboxes/<session>/`) is local to the node that drives the session; on
+//! a fleet, the next turn may run elsewhere. After a step's tool calls settle,
+//! [`checkpoint`] records the workspace in the store: a tree of (path, mode, size, SHA-256)
+//! whose contents are content-addressed blobs, so an unchanged file is never sent twice and
+//! sessions share identical files. It is cheap when nothing changed: the files' metadata is
+//! compared with the node's index of the last checkpoint (`.eve/workspaces/<session>.json`)
+//! and nothing is read, hashed or written. Before a step runs tools, [`restore_if_behind`]
+//! compares the index's version with the store's, once per lease this node takes, and
+//! rebuilds the folder from the store when the local copy is missing or older (into a staging
+//! folder renamed into place). Checkpoints carry the session's fencing token, so a node that
+//! lost the lease cannot overwrite the new holder's files. Symbolic links are not carried.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::Runtime;
+use super::error::{RuntimeError, RuntimeResult};
+use crate::store::{WorkspaceEntry, WorkspacePut};
+
+/// The default of [`crate::env_vars::EVE_WORKSPACE_MAX_BYTES`]: 256 MiB.
+pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
+
+/// What this node knows of a file as of the last checkpoint or restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Known {
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    inode: u64,
+    mode: u32,
+    hash: String,
+    /// Modified so shortly before it was looked at that a later write in the same clock tick
+    /// could leave the same metadata: its contents are read again next time.
+    #[serde(default)]
+    racy: bool,
+}
+
+/// How recent a modification makes a file's metadata untrustworthy (file system timestamps
+/// are coarser than the time between two writes).
+const RACY_NS: i128 = 1_000_000_000;
+
+fn now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
+}
+
+/// This node's index of a session's workspace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Index {
+    /// The store's version this folder matches (0: never checkpointed or restored).
+    version: u64,
+    files: BTreeMap<String, Known>,
+    dirs: Vec<String>,
+}
+
+/// Indexes read or written by this process, by index file.
+static INDEXES: Mutex<Option<HashMap<PathBuf, Index>>> = Mutex::new(None);
+/// The fencing token under which each session's workspace was last compared with the store.
+static CHECKED: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
+/// Indexes kept in memory at most (beyond, the cache starts again from the files).
+const INDEXES_KEPT: usize = 4096;
+
+fn other(what: &str, e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Other(format!("{what}: {e}"))
+}
+
+fn safe_id(session: &str) -> bool {
+    !session.is_empty()
+        && session
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':' | '.'))
+        && !session.starts_with('.')
+}
+
+fn index_path(rt: &Runtime, session: &str) -> PathBuf {
+    rt.inner
+        .config
+        .state_dir
+        .join("workspaces")
+        .join(format!("{session}.json"))
+}
+
+fn workspace_dir(rt: &Runtime, session: &str) -> PathBuf {
+    rt.inner.config.state_dir.join("sandboxes").join(session)
+}
+
+fn load_index(path: &Path) -> Index {
+    let mut cache = INDEXES.lock().unwrap_or_else(PoisonError::into_inner);
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if let Some(index) = cache.get(path) {
+        return index.clone();
+    }
+    let index: Index = std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    cache.insert(path.to_path_buf(), index.clone());
+    index
+}
+
+fn save_index(path: &Path, index: Index) -> RuntimeResult<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| other(&parent.display().to_string(), e))?;
+    }
+    let tmp = path.with_extension(format!("json.{}", ulid::Ulid::new()));
+    let text = serde_json::to_vec(&index)?;
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            other(&path.display().to_string(), e)
+        })?;
+    let mut cache = INDEXES.lock().unwrap_or_else(PoisonError::into_inner);
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if cache.len() >= INDEXES_KEPT {
+        cache.clear();
+    }
+    cache.insert(path.to_path_buf(), index);
+    Ok(())
+}
+
+/// A file as found on disk now.
+struct Found {
+    rel: String,
+    path: PathBuf,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    inode: u64,
+    mode: u32,
+}
+
+impl Found {
+    fn same_as(&self, known: &Known) -> bool {
+        !known.racy
+            && self.size == known.size
+            && self.mtime_ns == known.mtime_ns
+            && self.ctime_ns == known.ctime_ns
+            && self.inode == known.inode
+            && self.mode == known.mode
+    }
+}
+
+/// Every regular file and every empty folder under `root` (symbolic links are skipped).
+fn scan(root: &Path) -> std::io::Result<(Vec<Found>, Vec<String>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut files = Vec::new();
+    let mut empty = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), String::new())];
+    while let Some((dir, prefix)) = stack.pop() {
+        let mut any = false;
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            any = true;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let rel = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
+            let meta = std::fs::symlink_metadata(entry.path())?;
+            if meta.is_dir() {
+                stack.push((entry.path(), rel));
+            } else if meta.is_file() {
+                files.push(Found {
+                    rel,
+                    path: entry.path(),
+                    size: meta.len(),
+                    mtime_ns: i128::from(meta.mtime()) * 1_000_000_000
+                        + i128::from(meta.mtime_nsec()),
+                    ctime_ns: i128::from(meta.ctime()) * 1_000_000_000
+                        + i128::from(meta.ctime_nsec()),
+                    inode: meta.ino(),
+                    mode: meta.mode() & 0o7777,
+                });
+            }
+        }
+        if !any && !prefix.is_empty() {
+            empty.push(prefix);
+        }
+    }
+    files.sort_by(|a, b| a.rel.cmp(&b.rel));
+    empty.sort();
+    Ok((files, empty))
+}
+
+/// Whether `EVE_WORKSPACE_CHECKPOINTS=off` turned checkpoints off.
+fn disabled(rt: &Runtime) -> bool {
+    (rt.inner.config.env)(crate::env_vars::EVE_WORKSPACE_CHECKPOINTS)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("off"))
+}
+
+fn max_bytes(rt: &Runtime) -> u64 {
+    (rt.inner.config.env)(crate::env_vars::EVE_WORKSPACE_MAX_BYTES)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(DEFAULT_MAX_BYTES)
+}
+
+fn fence_of(rt: &Runtime, session: &str) -> Option<u64> {
+    rt.inner
+        .fences
+        .lock()
+        .ok()
+        .and_then(|f| f.get(session).copied())
+}
+
+fn size(bytes: u64) -> String {
+    match bytes {
+        0..1024 => format!("{bytes} bytes"),
+        1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / 1024.0),
+        _ => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
+    }
+}
+
+/// Checkpoints the workspace of `session` into the store when it changed since the last
+/// checkpoint. `Ok(Err(message))` when it is larger than the cap: nothing is stored, and the
+/// message names the size, the cap and the setting that raises it.
+pub(crate) async fn checkpoint(rt: &Runtime, session: &str) -> RuntimeResult<Result<(), String>> {
+    let dir = workspace_dir(rt, session);
+    if !safe_id(session) || disabled(rt) || !dir.is_dir() {
+        return Ok(Ok(()));
+    }
+    let index_file = index_path(rt, session);
+    let index = load_index(&index_file);
+    let cap = max_bytes(rt);
+    let scanned = {
+        let dir = dir.clone();
+        let index = index.clone();
+        tokio::task::spawn_blocking(move || prepare(&dir, &index, cap))
+            .await
+            .map_err(|e| other("the workspace checkpoint stopped", e))??
+    };
+    let prepared = match scanned {
+        Prepared::Unchanged => return Ok(Ok(())),
+        Prepared::Refreshed(next) => {
+            save_index(&index_file, next)?;
+            return Ok(Ok(()));
+        }
+        Prepared::TooLarge(bytes) => {
+            return Ok(Err(format!(
+                "the workspace of session {session} ({}) is larger than the {} a step may \
+                 checkpoint into the store ({}={cap}); delete files the session no longer \
+                 needs from {}, or raise {}",
+                size(bytes),
+                size(cap),
+                crate::env_vars::EVE_WORKSPACE_MAX_BYTES,
+                dir.display(),
+                crate::env_vars::EVE_WORKSPACE_MAX_BYTES,
+            )));
+        }
+        Prepared::Changed(p) => p,
+    };
+    let Changed {
+        mut next,
+        entries,
+        dirs,
+        mut read,
+    } = prepared;
+    let fresh: Vec<String> = read.keys().cloned().collect();
+    let missing: HashSet<String> = rt
+        .inner
+        .store
+        .missing_blobs(&fresh)
+        .await?
+        .into_iter()
+        .collect();
+    read.retain(|hash, _| missing.contains(hash));
+    let put = WorkspacePut {
+        session_id: session.to_owned(),
+        entries,
+        dirs,
+        blobs: read.into_iter().collect(),
+        fence: fence_of(rt, session),
+    };
+    next.version = rt.inner.store.put_workspace(put).await?;
+    save_index(&index_file, next)?;
+    Ok(Ok(()))
+}
+
+struct Changed {
+    next: Index,
+    entries: Vec<WorkspaceEntry>,
+    dirs: Vec<String>,
+    /// Contents read this time (changed files), by hash.
+    read: BTreeMap<String, Vec<u8>>,
+}
+
+enum Prepared {
+    Unchanged,
+    /// Same contents as the last checkpoint; only the index's metadata is new.
+    Refreshed(Index),
+    TooLarge(u64),
+    Changed(Changed),
+}
+
+fn prepare(dir: &Path, index: &Index, cap: u64) -> RuntimeResult<Prepared> {
+    let (found, dirs) = scan(dir).map_err(|e| other(&dir.display().to_string(), e))?;
+    let unchanged = index.version > 0
+        && found.len() == index.files.len()
+        && dirs == index.dirs
+        && found
+            .iter()
+            .all(|f| index.files.get(&f.rel).is_some_and(|k| f.same_as(k)));
+    if unchanged {
+        return Ok(Prepared::Unchanged);
+    }
+    let bytes: u64 = found.iter().map(|f| f.size).sum();
+    if bytes > cap {
+        return Ok(Prepared::TooLarge(bytes));
+    }
+    let scanned_ns = now_ns();
+    let mut next = Index {
+        version: index.version,
+        files: BTreeMap::new(),
+        dirs: dirs.clone(),
+    };
+    let mut entries = Vec::with_capacity(found.len());
+    let mut read = BTreeMap::new();
+    for f in found {
+        let hash = match index.files.get(&f.rel).filter(|k| f.same_as(k)) {
+            Some(known) => known.hash.clone(),
+            None => {
+                let data =
+                    std::fs::read(&f.path).map_err(|e| other(&f.path.display().to_string(), e))?;
+                let hash = hex::encode(Sha256::digest(&data));
+                if index.files.get(&f.rel).is_none_or(|k| k.hash != hash) {
+                    read.insert(hash.clone(), data);
+                }
+                hash
+            }
+        };
+        entries.push(WorkspaceEntry {
+            path: f.rel.clone(),
+            hash: hash.clone(),
+            size: f.size,
+            mode: f.mode,
+        });
+        next.files.insert(
+            f.rel,
+            Known {
+                size: f.size,
+                mtime_ns: f.mtime_ns,
+                ctime_ns: f.ctime_ns,
+                inode: f.inode,
+                mode: f.mode,
+                hash,
+                racy: scanned_ns - f.mtime_ns < RACY_NS,
+            },
+        );
+    }
+    let same = index.version > 0
+        && next.dirs == index.dirs
+        && next.files.len() == index.files.len()
+        && next.files.iter().all(|(rel, k)| {
+            index
+                .files
+                .get(rel)
+                .is_some_and(|old| old.hash == k.hash && old.mode == k.mode)
+        });
+    if same {
+        return Ok(Prepared::Refreshed(next));
+    }
+    Ok(Prepared::Changed(Changed {
+        next,
+        entries,
+        dirs,
+        read,
+    }))
+}
+
+/// Rebuilds the workspace of `session` from the store when the store's checkpoint is newer
+/// than the local copy (or the local copy is missing). Compared once per lease this node
+/// holds; returns whether it restored.
+pub(crate) async fn restore_if_behind(rt: &Runtime, session: &str) -> RuntimeResult<bool> {
+    if !safe_id(session) || disabled(rt) {
+        return Ok(false);
+    }
+    let token = fence_of(rt, session).unwrap_or(0);
+    if CHECKED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_or_insert_with(HashMap::new)
+        .get(session)
+        == Some(&token)
+    {
+        return Ok(false);
+    }
+    let restored = restore(rt, session).await?;
+    let mut checked = CHECKED.lock().unwrap_or_else(PoisonError::into_inner);
+    let checked = checked.get_or_insert_with(HashMap::new);
+    if checked.len() >= INDEXES_KEPT {
+        checked.clear();
+    }
+    checked.insert(session.to_owned(), token);
+    Ok(restored)
+}
+
+async fn restore(rt: &Runtime, session: &str) -> RuntimeResult<bool> {
+    let Some(checkpoint) = rt.inner.store.workspace(session).await? else {
+        return Ok(false);
+    };
+    let dir = workspace_dir(rt, session);
+    let index_file = index_path(rt, session);
+    let index = load_index(&index_file);
+    if dir.is_dir() && index.version >= checkpoint.version {
+        return Ok(false);
+    }
+    let mut blobs: HashMap<String, Vec<u8>> = HashMap::new();
+    for entry in &checkpoint.entries {
+        if blobs.contains_key(&entry.hash) {
+            continue;
+        }
+        let data = rt.inner.store.blob(&entry.hash).await?.ok_or_else(|| {
+            RuntimeError::Other(format!(
+                "the store's checkpoint of the workspace of session {session} names blob {} \
+                 (for `{}`), which the store does not hold",
+                entry.hash, entry.path
+            ))
+        })?;
+        blobs.insert(entry.hash.clone(), data);
+    }
+    let dir_owned = dir.clone();
+    let next = tokio::task::spawn_blocking(move || materialize(&dir_owned, &checkpoint, &blobs))
+        .await
+        .map_err(|e| other("the workspace restore stopped", e))??;
+    save_index(&index_file, next)?;
+    tracing::info!(session, "restored the session workspace from the store");
+    Ok(true)
+}
+
+/// Writes the checkpoint into a staging folder beside `dir`, then renames it into place.
+fn materialize(
+    dir: &Path,
+    checkpoint: &crate::store::WorkspaceCheckpoint,
+    blobs: &HashMap<String, Vec<u8>>,
+) -> RuntimeResult<Index> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let parent = dir.parent().unwrap_or_else(|| Path::new("."));
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    std::fs::create_dir_all(parent).map_err(|e| other(&parent.display().to_string(), e))?;
+    let staging = parent.join(format!(".{name}.restoring-{}", ulid::Ulid::new()));
+    let fail = |e: std::io::Error, what: &Path| {
+        let _ = std::fs::remove_dir_all(&staging);
+        other(&format!("cannot restore {}", what.display()), e)
+    };
+    std::fs::create_dir(&staging).map_err(|e| fail(e, &staging))?;
+    let mut next = Index {
+        version: checkpoint.version,
+        files: BTreeMap::new(),
+        dirs: checkpoint.dirs.clone(),
+    };
+    for rel in &checkpoint.dirs {
+        let Some(path) = inside(&staging, rel) else {
+            continue;
+        };
+        std::fs::create_dir_all(&path).map_err(|e| fail(e, &path))?;
+    }
+    for entry in &checkpoint.entries {
+        let Some(path) = inside(&staging, &entry.path) else {
+            continue;
+        };
+        if let Some(p) = path.parent() {
+            std::fs::create_dir_all(p).map_err(|e| fail(e, p))?;
+        }
+        let data = blobs.get(&entry.hash).map_or(&[][..], Vec::as_slice);
+        std::fs::write(&path, data).map_err(|e| fail(e, &path))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(entry.mode & 0o7777))
+            .map_err(|e| fail(e, &path))?;
+        let meta = std::fs::metadata(&path).map_err(|e| fail(e, &path))?;
+        next.files.insert(
+            entry.path.clone(),
+            Known {
+                size: meta.len(),
+                mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+                ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+                inode: meta.ino(),
+                mode: meta.mode() & 0o7777,
+                hash: entry.hash.clone(),
+                racy: true,
+            },
+        );
+    }
+    let old = parent.join(format!(".{name}.replaced-{}", ulid::Ulid::new()));
+    let had = dir.exists();
+    if had {
+        std::fs::rename(dir, &old).map_err(|e| fail(e, dir))?;
+    }
+    if let Err(e) = std::fs::rename(&staging, dir) {
+        if had {
+            let _ = std::fs::rename(&old, dir);
+        }
+        return Err(fail(e, dir));
+    }
+    if had {
+        let _ = std::fs::remove_dir_all(&old);
+    }
+    Ok(next)
+}
+
+/// `rel` under `root`, or `None` when it would leave it (an absolute path, `..`).
+fn inside(root: &Path, rel: &str) -> Option<PathBuf> {
+    let mut path = root.to_path_buf();
+    for part in rel.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return None,
+            p => path.push(p),
+        }
+    }
+    (path != root).then_some(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_from_the_store_stay_inside_the_workspace() {
+        let root = Path::new("/ws");
+        assert_eq!(inside(root, "a/b.txt"), Some(PathBuf::from("/ws/a/b.txt")));
+        assert_eq!(
+            inside(root, "/etc/passwd"),
+            Some(PathBuf::from("/ws/etc/passwd"))
+        );
+        assert_eq!(inside(root, "a/../../x"), None);
+        assert_eq!(inside(root, ""), None);
+    }
+
+    #[test]
+    fn a_scan_sees_files_and_empty_folders_and_skips_links() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("sub/deep")).unwrap();
+        std::fs::create_dir_all(dir.path().join("empty")).unwrap();
+        std::fs::write(dir.path().join("sub/deep/f.txt"), "x").unwrap();
+        std::fs::write(dir.path().join("top.txt"), "yz").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("link")).unwrap();
+        let (files, empty) = scan(dir.path()).unwrap();
+        let names: Vec<_> = files.iter().map(|f| (f.rel.as_str(), f.size)).collect();
+        assert_eq!(names, vec![("sub/deep/f.txt", 1), ("top.txt", 2)]);
+        assert_eq!(empty, vec!["empty".to_owned()]);
+        assert!(matches!(
+            prepare(dir.path(), &Index::default(), 2).unwrap(),
+            Prepared::TooLarge(3)
+        ));
+    }
+
+    fn age(path: &Path) {
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+
+    #[test]
+    fn only_what_changed_is_read_and_a_just_written_file_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.txt"), dir.path().join("b.txt"));
+        std::fs::write(&a, "one").unwrap();
+        std::fs::write(&b, "two").unwrap();
+        age(&a);
+        let Prepared::Changed(first) = prepare(dir.path(), &Index::default(), 100).unwrap() else {
+            panic!("a first scan is a change");
+        };
+        assert_eq!(first.read.len(), 2);
+        let mut index = first.next;
+        index.version = 1;
+        assert!(!index.files["a.txt"].racy);
+        assert!(index.files["b.txt"].racy, "b.txt was written a moment ago");
+        // b.txt is read again (its metadata cannot be trusted yet) and found the same.
+        let Prepared::Refreshed(index) = prepare(dir.path(), &index, 100).unwrap() else {
+            panic!("same contents: only the index is refreshed");
+        };
+        std::fs::write(&b, "2wo").unwrap();
+        let Prepared::Changed(second) = prepare(dir.path(), &index, 100).unwrap() else {
+            panic!("a same-size rewrite in the same clock tick is still seen");
+        };
+        assert_eq!(
+            second.read.len(),
+            1,
+            "only the changed file's contents are sent"
+        );
+        age(&b);
+        let mut index = second.next;
+        let Prepared::Refreshed(refreshed) = prepare(dir.path(), &index, 100).unwrap() else {
+            panic!("aged, b.txt is read once more and found the same");
+        };
+        index = refreshed;
+        assert!(
+            matches!(
+                prepare(dir.path(), &index, 100).unwrap(),
+                Prepared::Unchanged
+            ),
+            "nothing changed: nothing is read"
+        );
+    }
+}

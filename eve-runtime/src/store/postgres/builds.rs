@@ -1,0 +1,215 @@
+//! Builds and session workspaces in PostgreSQL (see `store/builds.rs` and
+//! `store/workspaces.rs`): the `builds`, `workspace_blobs` and `workspace_checkpoints` tables.
+//!
+//! A build insert races safely between nodes (`ON CONFLICT DO NOTHING`, then a comparison with
+//! what won). A workspace checkpoint locks its session's checkpoint row while it computes the
+//! next version, and checks the writer's fencing token in the same transaction.
+
+use deadpool_postgres::GenericClient;
+
+use crate::store::builds::conflict;
+use crate::store::workspaces::{tree_from_json, tree_json};
+use crate::store::{
+    BuildInfo, Fence, StoreError, StoreResult, StoredBuild, WorkspaceCheckpoint, WorkspacePut,
+};
+
+fn i(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn u(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+pub(super) async fn put_build<C: GenericClient>(c: &C, build: &StoredBuild) -> StoreResult<bool> {
+    let bytes = i((build.manifest.len() + build.diagnostics.len() + build.pack.len()) as u64);
+    let stmt = c
+        .prepare_cached(
+            "INSERT INTO builds (hash, manifest, diagnostics, pack, bytes, created_at) \
+             VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (hash) DO NOTHING",
+        )
+        .await?;
+    let inserted = c
+        .execute(
+            &stmt,
+            &[
+                &build.hash,
+                &build.manifest,
+                &build.diagnostics,
+                &build.pack,
+                &bytes,
+                &build.created_at,
+            ],
+        )
+        .await?;
+    if inserted == 1 {
+        return Ok(true);
+    }
+    let stmt = c
+        .prepare_cached("SELECT manifest, pack FROM builds WHERE hash=$1")
+        .await?;
+    let row = c.query_one(&stmt, &[&build.hash]).await?;
+    let manifest: String = row.try_get(0)?;
+    let pack: Vec<u8> = row.try_get(1)?;
+    if manifest != build.manifest || pack != build.pack {
+        return Err(conflict(&build.hash));
+    }
+    Ok(false)
+}
+
+pub(super) async fn build<C: GenericClient>(c: &C, hash: &str) -> StoreResult<Option<StoredBuild>> {
+    let stmt = c
+        .prepare_cached(
+            "SELECT hash, manifest, diagnostics, pack, created_at FROM builds WHERE hash=$1",
+        )
+        .await?;
+    let Some(row) = c.query_opt(&stmt, &[&hash]).await? else {
+        return Ok(None);
+    };
+    Ok(Some(StoredBuild {
+        hash: row.try_get(0)?,
+        manifest: row.try_get(1)?,
+        diagnostics: row.try_get(2)?,
+        pack: row.try_get(3)?,
+        created_at: row.try_get(4)?,
+    }))
+}
+
+pub(super) async fn builds<C: GenericClient>(c: &C) -> StoreResult<Vec<BuildInfo>> {
+    let stmt = c
+        .prepare_cached(
+            "SELECT hash, bytes, created_at FROM builds ORDER BY created_at DESC, hash DESC",
+        )
+        .await?;
+    c.query(&stmt, &[])
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(BuildInfo {
+                hash: r.try_get(0)?,
+                bytes: u(r.try_get(1)?),
+                created_at: r.try_get(2)?,
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn put_workspace<C: GenericClient>(
+    c: &C,
+    put: &WorkspacePut,
+    now: i64,
+) -> StoreResult<u64> {
+    if let Some(token) = put.fence {
+        super::sql::check_fences(
+            c,
+            &[Fence {
+                session_id: put.session_id.clone(),
+                token,
+            }],
+        )
+        .await?;
+    }
+    let insert = c
+        .prepare_cached(
+            "INSERT INTO workspace_blobs (hash, data, size, created_at) VALUES ($1,$2,$3,$4) \
+             ON CONFLICT (hash) DO NOTHING",
+        )
+        .await?;
+    for (hash, data) in &put.blobs {
+        c.execute(&insert, &[hash, data, &i(data.len() as u64), &now])
+            .await?;
+    }
+    let wanted: Vec<String> = put
+        .entries
+        .iter()
+        .filter(|e| !put.blobs.iter().any(|(h, _)| *h == e.hash))
+        .map(|e| e.hash.clone())
+        .collect();
+    let absent = missing_blobs(c, &wanted).await?;
+    if let Some(hash) = absent.first()
+        && let Some(entry) = put.entries.iter().find(|e| e.hash == *hash)
+    {
+        return Err(StoreError::NotFound(format!(
+            "blob {} of `{}` in the workspace of session {}",
+            entry.hash, entry.path, put.session_id
+        )));
+    }
+    let stmt = c
+        .prepare_cached(
+            "INSERT INTO workspace_checkpoints (session_id, version, tree, bytes, updated_at) \
+             VALUES ($1, 1, $2, $3, $4) ON CONFLICT (session_id) DO UPDATE SET \
+             version = workspace_checkpoints.version + 1, tree = excluded.tree, \
+             bytes = excluded.bytes, updated_at = excluded.updated_at RETURNING version",
+        )
+        .await?;
+    let row = c
+        .query_one(
+            &stmt,
+            &[
+                &put.session_id,
+                &tree_json(&put.entries, &put.dirs)?,
+                &i(put.bytes()),
+                &now,
+            ],
+        )
+        .await?;
+    Ok(u(row.try_get(0)?))
+}
+
+pub(super) async fn workspace<C: GenericClient>(
+    c: &C,
+    session: &str,
+) -> StoreResult<Option<WorkspaceCheckpoint>> {
+    let stmt = c
+        .prepare_cached(
+            "SELECT version, tree, bytes, updated_at FROM workspace_checkpoints \
+             WHERE session_id=$1",
+        )
+        .await?;
+    let Some(row) = c.query_opt(&stmt, &[&session]).await? else {
+        return Ok(None);
+    };
+    let tree: String = row.try_get(1)?;
+    let (entries, dirs) = tree_from_json(&tree)?;
+    Ok(Some(WorkspaceCheckpoint {
+        session_id: session.to_owned(),
+        version: u(row.try_get(0)?),
+        entries,
+        dirs,
+        bytes: u(row.try_get(2)?),
+        updated_at: row.try_get(3)?,
+    }))
+}
+
+pub(super) async fn missing_blobs<C: GenericClient>(
+    c: &C,
+    hashes: &[String],
+) -> StoreResult<Vec<String>> {
+    if hashes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let stmt = c
+        .prepare_cached(
+            "SELECT h FROM unnest($1::text[]) AS h \
+             WHERE NOT EXISTS (SELECT 1 FROM workspace_blobs b WHERE b.hash = h)",
+        )
+        .await?;
+    let mut missing: Vec<String> = Vec::new();
+    for row in c.query(&stmt, &[&hashes]).await? {
+        let hash: String = row.try_get(0)?;
+        if !missing.contains(&hash) {
+            missing.push(hash);
+        }
+    }
+    Ok(missing)
+}
+
+pub(super) async fn blob<C: GenericClient>(c: &C, hash: &str) -> StoreResult<Option<Vec<u8>>> {
+    let stmt = c
+        .prepare_cached("SELECT data FROM workspace_blobs WHERE hash=$1")
+        .await?;
+    Ok(c.query_opt(&stmt, &[&hash])
+        .await?
+        .map(|r| r.try_get(0))
+        .transpose()?)
+}

@@ -1,0 +1,176 @@
+//! Builds and session workspaces in SQLite (see `store/builds.rs` and `store/workspaces.rs`):
+//! the `builds`, `workspace_blobs` and `workspace_checkpoints` tables.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::store::builds::conflict;
+use crate::store::workspaces::{tree_from_json, tree_json};
+use crate::store::{
+    BuildInfo, StoreError, StoreResult, StoredBuild, WorkspaceCheckpoint, WorkspacePut,
+};
+
+fn i(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn u(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// Inserts a build unless its hash is stored; a different build under the hash is refused.
+pub(super) fn put_build(conn: &Connection, build: &StoredBuild) -> StoreResult<bool> {
+    let existing: Option<(String, Vec<u8>)> = conn
+        .prepare_cached("SELECT manifest, pack FROM builds WHERE hash=?1")?
+        .query_row([&build.hash], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if let Some((manifest, pack)) = existing {
+        if manifest != build.manifest || pack != build.pack {
+            return Err(conflict(&build.hash));
+        }
+        return Ok(false);
+    }
+    let bytes = build.manifest.len() + build.diagnostics.len() + build.pack.len();
+    conn.prepare_cached(
+        "INSERT INTO builds (hash, manifest, diagnostics, pack, bytes, created_at) \
+         VALUES (?1,?2,?3,?4,?5,?6)",
+    )?
+    .execute(params![
+        build.hash,
+        build.manifest,
+        build.diagnostics,
+        build.pack,
+        i(bytes as u64),
+        build.created_at
+    ])?;
+    Ok(true)
+}
+
+pub(super) fn build(conn: &Connection, hash: &str) -> StoreResult<Option<StoredBuild>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT hash, manifest, diagnostics, pack, created_at FROM builds WHERE hash=?1",
+        )?
+        .query_row([hash], |r| {
+            Ok(StoredBuild {
+                hash: r.get(0)?,
+                manifest: r.get(1)?,
+                diagnostics: r.get(2)?,
+                pack: r.get(3)?,
+                created_at: r.get(4)?,
+            })
+        })
+        .optional()?)
+}
+
+pub(super) fn builds(conn: &Connection) -> StoreResult<Vec<BuildInfo>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT hash, bytes, created_at FROM builds ORDER BY created_at DESC, hash DESC",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(BuildInfo {
+            hash: r.get(0)?,
+            bytes: u(r.get(1)?),
+            created_at: r.get(2)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn has_blob(conn: &Connection, hash: &str) -> StoreResult<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM workspace_blobs WHERE hash=?1")?
+        .query_row([hash], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// Writes the blobs the store lacks and the checkpoint; returns its version.
+pub(super) fn put_workspace(conn: &Connection, put: &WorkspacePut, now: i64) -> StoreResult<u64> {
+    if let Some(token) = put.fence {
+        super::leases::check_fences(
+            conn,
+            &[crate::store::Fence {
+                session_id: put.session_id.clone(),
+                token,
+            }],
+        )?;
+    }
+    for (hash, data) in &put.blobs {
+        conn.prepare_cached(
+            "INSERT INTO workspace_blobs (hash, data, size, created_at) VALUES (?1,?2,?3,?4) \
+             ON CONFLICT (hash) DO NOTHING",
+        )?
+        .execute(params![hash, data, i(data.len() as u64), now])?;
+    }
+    for entry in &put.entries {
+        if !put.blobs.iter().any(|(h, _)| *h == entry.hash) && !has_blob(conn, &entry.hash)? {
+            return Err(StoreError::NotFound(format!(
+                "blob {} of `{}` in the workspace of session {}",
+                entry.hash, entry.path, put.session_id
+            )));
+        }
+    }
+    let previous: Option<i64> = conn
+        .prepare_cached("SELECT version FROM workspace_checkpoints WHERE session_id=?1")?
+        .query_row([&put.session_id], |r| r.get(0))
+        .optional()?;
+    let version = previous.map_or(1, |v| u(v) + 1);
+    conn.prepare_cached(
+        "INSERT INTO workspace_checkpoints (session_id, version, tree, bytes, updated_at) \
+         VALUES (?1,?2,?3,?4,?5) ON CONFLICT (session_id) DO UPDATE SET \
+         version=excluded.version, tree=excluded.tree, bytes=excluded.bytes, \
+         updated_at=excluded.updated_at",
+    )?
+    .execute(params![
+        put.session_id,
+        i(version),
+        tree_json(&put.entries, &put.dirs)?,
+        i(put.bytes()),
+        now
+    ])?;
+    Ok(version)
+}
+
+pub(super) fn workspace(
+    conn: &Connection,
+    session: &str,
+) -> StoreResult<Option<WorkspaceCheckpoint>> {
+    let row: Option<(i64, String, i64, i64)> = conn
+        .prepare_cached(
+            "SELECT version, tree, bytes, updated_at FROM workspace_checkpoints \
+             WHERE session_id=?1",
+        )?
+        .query_row([session], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
+        .optional()?;
+    let Some((version, tree, bytes, updated_at)) = row else {
+        return Ok(None);
+    };
+    let (entries, dirs) = tree_from_json(&tree)?;
+    Ok(Some(WorkspaceCheckpoint {
+        session_id: session.to_owned(),
+        version: u(version),
+        entries,
+        dirs,
+        bytes: u(bytes),
+        updated_at,
+    }))
+}
+
+pub(super) fn missing_blobs(conn: &Connection, hashes: &[String]) -> StoreResult<Vec<String>> {
+    let mut missing = Vec::new();
+    for hash in hashes {
+        if !has_blob(conn, hash)? && !missing.contains(hash) {
+            missing.push(hash.clone());
+        }
+    }
+    Ok(missing)
+}
+
+pub(super) fn blob(conn: &Connection, hash: &str) -> StoreResult<Option<Vec<u8>>> {
+    Ok(conn
+        .prepare_cached("SELECT data FROM workspace_blobs WHERE hash=?1")?
+        .query_row([hash], |r| r.get(0))
+        .optional()?)
+}
