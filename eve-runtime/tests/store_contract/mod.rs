@@ -1800,6 +1800,8 @@ pub async fn release_events_are_dense_and_concurrent_activations_leave_one_activ
         .filter(|r| r.status == ReleaseStatus::Active)
         .count();
     assert_eq!(active, 1, "one active release, whoever won");
+}
+
 /// A build is written once per hash, read back whole on another node, listed newest first, and
 /// a different build under a stored hash is refused.
 pub async fn builds_are_stored_by_hash(backend: &impl Backend) {
