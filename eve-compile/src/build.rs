@@ -197,6 +197,17 @@ pub fn write_recorded(
     project: &Project,
     output: &mut Output,
 ) -> Result<(String, PathBuf, bool), BuildError> {
+    let (hash, dir, reused) = store_build(project, output)?;
+    point_current(project, &hash)?;
+    Ok((hash, dir, reused))
+}
+
+/// Writes a successful build under `.eve/builds/<hash>/`, recording its files' digests in the
+/// output's manifest. Returns (hash, folder, reused).
+fn store_build(
+    project: &Project,
+    output: &mut Output,
+) -> Result<(String, PathBuf, bool), BuildError> {
     let files = runtime_files(&project.agent_dir, &output.files);
     let data = read_files(&project.agent_dir, &files)?;
     output.manifest.files = digests(&data);
@@ -228,8 +239,16 @@ pub fn write_recorded(
             Err(e) => return Err(io("cannot move build into", &dir)(e)),
         }
     }
-    point_current(project, &hash)?;
     Ok((hash, dir, reused))
+}
+
+/// [`write_recorded`] without pointing `.eve/current` at the build: the build is stored under
+/// `.eve/builds/<hash>/` for whoever activates it later (a staged self-change proposal).
+pub fn write_unpointed(
+    project: &Project,
+    output: &mut Output,
+) -> Result<(String, PathBuf, bool), BuildError> {
+    store_build(project, output)
 }
 
 /// The files a build carries: the compiler's list (scripts, skill files, workspace seeds) plus

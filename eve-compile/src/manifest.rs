@@ -127,6 +127,10 @@ pub struct AgentConfig {
     /// The critic of `strategy: reflect` (from `critic:`, or the `critic` subagent's folder).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub critic: Option<Critic>,
+    /// Whether the agent is offered the built-in `propose_change` tool (`self_change: true`): it
+    /// may propose edits to its own folder, which a principal approves before anything changes.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub self_change: bool,
 }
 
 /// How a turn is run (`strategy:`).
@@ -931,6 +935,7 @@ pub const RESERVED_TOOL_NAMES: &[&str] = &[
     "write_file",
     "search_tools",
     "call_tool",
+    "propose_change",
 ];
 
 /// Event names a hook may subscribe to (`*` = all).

@@ -154,6 +154,7 @@ pub fn agent() -> Agent {
             strategy: Default::default(),
             critic: None,
             lean_context: Default::default(),
+            self_change: false,
         },
         tools: Vec::new(),
         skills: Vec::new(),

@@ -156,6 +156,7 @@ impl Compiler {
             strategy: Default::default(),
             critic: None,
             lean_context: LeanContext::default(),
+            self_change: false,
         };
         let mut description = None;
         let config_path = format!("{}agent.yaml", prefix(&dir.path));
@@ -183,6 +184,7 @@ impl Compiler {
                     "lean_context",
                     "strategy",
                     "critic",
+                    "self_change",
                 ],
                 "agent.yaml",
             );
@@ -211,6 +213,18 @@ impl Compiler {
                 .unwrap_or_default();
             description = f.string("description");
             config.hollow_check = f.bool("hollow_check").unwrap_or(false);
+            config.self_change = f.bool("self_change").unwrap_or(false);
+            if config.self_change && !root {
+                f.report(
+                    Code::InvalidField,
+                    "self_change",
+                    "`self_change` is set in a subagent's agent.yaml; only the root agent may \
+                     propose changes (to the whole `agent/` folder)"
+                        .to_owned(),
+                    "remove `self_change` here and set `self_change: true` in the root `agent/agent.yaml`",
+                );
+                config.self_change = false;
+            }
             config.strategy = f
                 .choice(
                     "strategy",

@@ -30,6 +30,7 @@ mod probe;
 mod replies;
 mod review;
 mod sandbox;
+pub mod selfchange;
 mod strategy;
 mod subagents;
 mod targets;
@@ -226,6 +227,8 @@ pub(crate) struct Inner {
     pub(crate) http: crate::tools::HttpClient,
     /// Starts every process of this runtime's tools, hooks and MCP servers (the execution seam).
     pub(crate) exec: Arc<crate::exec::Executor>,
+    /// The agent folder `propose_change` proposals are written into (see `selfchange`).
+    pub(crate) agent_dir: std::sync::OnceLock<PathBuf>,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -295,6 +298,7 @@ impl Runtime {
                 following: replies::Following::default(),
                 http: crate::tools::HttpClient::new(),
                 exec,
+                agent_dir: std::sync::OnceLock::new(),
             }),
         };
         integrity::register(&rt);
