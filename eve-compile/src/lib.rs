@@ -6,6 +6,7 @@
 pub mod build;
 pub mod compile;
 pub mod cron;
+pub mod delta;
 pub mod evals;
 mod fields;
 pub mod frontmatter;
@@ -18,6 +19,7 @@ pub mod schema;
 pub mod yaml;
 
 pub use compile::{Options, Output, compile};
+pub use delta::{Change, ChangeKind, Delta, capability_delta};
 pub use fields::parse_duration_ms;
 pub use manifest::*;
 

@@ -127,10 +127,60 @@ pub struct AgentConfig {
     /// The critic of `strategy: reflect` (from `critic:`, or the `critic` subagent's folder).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub critic: Option<Critic>,
+    /// How a new build of this agent becomes the active release (`activation:`; root agent
+    /// only). The active release's policy decides the next activation.
+    #[serde(default, skip_serializing_if = "Activation::is_auto")]
+    pub activation: Activation,
+    /// Eval tags run on a candidate build before it may activate (`gate:`); a failing case
+    /// refuses the activation unless forced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gate: Vec<String>,
+    /// When the runtime re-activates the previous release by itself (`rollback:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<RollbackPolicy>,
     /// Whether the agent is offered the built-in `propose_change` tool (`self_change: true`): it
     /// may propose edits to its own folder, which a principal approves before anything changes.
     #[serde(default, skip_serializing_if = "is_false")]
     pub self_change: bool,
+}
+
+/// How a new build becomes the active release (`activation:`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Activation {
+    /// A clean build activates (the default, and what `eve dev` wants).
+    #[default]
+    Auto,
+    /// A build whose capability delta widens nothing activates; a widening one waits, pending,
+    /// until a principal activates it.
+    Review,
+}
+
+impl Activation {
+    fn is_auto(&self) -> bool {
+        *self == Activation::Auto
+    }
+
+    /// The name as written in `agent.yaml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Activation::Auto => "auto",
+            Activation::Review => "review",
+        }
+    }
+}
+
+/// `rollback: {failures, window}`: at `failures` failed turns on a release within `window_ms`
+/// of its activation, the previous release is re-activated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackPolicy {
+    /// Failed turns that trigger the rollback (at least 1).
+    pub failures: u32,
+    /// How long after activation failures count, in milliseconds.
+    pub window_ms: u64,
 }
 
 /// How a turn is run (`strategy:`).
