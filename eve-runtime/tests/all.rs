@@ -18,6 +18,7 @@ mod memory;
 mod model;
 mod review;
 mod schedule;
+mod selfchange;
 mod server_auth;
 mod server_limits;
 mod server_memory;

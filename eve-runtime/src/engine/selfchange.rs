@@ -1247,11 +1247,17 @@ impl Runtime {
     /// The candidate of a staged build: delta against the active release and gate evals.
     async fn proposal_candidate(&self, hash: &str) -> RuntimeResult<CandidateView> {
         let active = self.inner.builds.current_hash().ok();
-        let _ = hash;
+        let next = self.inner.builds.get(hash)?;
+        let prev = match &active {
+            Some(h) => Some(self.inner.builds.get(h)?),
+            None => None,
+        };
+        let delta =
+            eve_compile::delta::capability_delta(prev.as_ref().map(|b| &b.manifest), &next.manifest);
         Ok(CandidateView {
-            delta: Value::Null,
-            widens: false,
-            delta_text: String::new(),
+            widens: delta.widens(),
+            delta_text: delta.render(),
+            delta: serde_json::to_value(&delta)?,
             evals: Value::Null,
             active,
         })
