@@ -61,7 +61,8 @@ pub enum Command {
     Init(InitArgs),
     /// Show what is in the agent folder: tools, skills, subagents, schedules, connections, channels.
     Info(InfoArgs),
-    /// Discover and compile the agent into `.eve/builds/<hash>/` and point `.eve/current` at it.
+    /// Discover and compile the agent into `.eve/builds/<hash>/`, and hand it to the runtime as a
+    /// release (activated, pending review, or refused by the gate).
     Build(BuildArgs),
     /// Run one prompt against the agent and stream the reply.
     Run(RunArgs),
@@ -80,6 +81,76 @@ pub enum Command {
     Memory(MemoryCommand),
     /// Run the eval cases in `evals/` against the current agent and report what passed.
     Eval(EvalArgs),
+    /// List releases, show one, compare two, or read their audit log.
+    Releases(ReleasesArgs),
+    /// Make a release (or a build, by hash) the active one, at once, in running servers too.
+    Activate(ActivateArgs),
+    /// Make an earlier release active again (default: the one before the active release).
+    Rollback(RollbackArgs),
+}
+
+/// `eve releases`: without a subcommand, the list.
+#[derive(Debug, Args)]
+pub struct ReleasesArgs {
+    #[command(subcommand)]
+    pub command: Option<ReleasesCommand>,
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Print JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReleasesCommand {
+    /// Every release, newest last, with its status and delta summary.
+    List,
+    /// One release: build, source, checks, the capability delta.
+    Show {
+        /// Release id (or a unique prefix), or a build hash.
+        id: String,
+    },
+    /// The capability delta from release A to release B.
+    Diff {
+        /// The release compared from.
+        a: String,
+        /// The release compared to.
+        b: String,
+    },
+    /// The audit events of releases (and proposed changes), oldest first.
+    Log {
+        /// Keep printing events as they happen.
+        #[arg(long)]
+        follow: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ActivateArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Release id (or a unique prefix), or a build hash (or a unique prefix of one).
+    pub target: String,
+    /// Activate a release the gate refused (recorded as forced).
+    #[arg(long)]
+    pub force: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// The release to go back to (default: the one active before the active release).
+    pub id: Option<String>,
+    /// Why, recorded with the rollback.
+    #[arg(long, default_value = "rolled back by hand")]
+    pub reason: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -214,6 +285,9 @@ pub struct BuildArgs {
     /// Print the diagnostics and build summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Activate even if the gate's evals fail (recorded as forced).
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]

@@ -197,14 +197,37 @@ pub fn write_recorded(
     project: &Project,
     output: &mut Output,
 ) -> Result<(String, PathBuf, bool), BuildError> {
-    let (hash, dir, reused) = store_build(project, output)?;
+    let (hash, dir, reused) = write_candidate(project, output)?;
     point_current(project, &hash)?;
     Ok((hash, dir, reused))
 }
 
-/// Writes a successful build under `.eve/builds/<hash>/`, recording its files' digests in the
-/// output's manifest. Returns (hash, folder, reused).
-fn store_build(
+/// [`build`] without moving `.eve/current`: the build is written for the runtime to decide
+/// whether it becomes the active release.
+pub fn build_candidate(project: &Project) -> Result<Built, BuildError> {
+    let start = Instant::now();
+    let mut output = check(project)?;
+    if output.error_count() > 0 {
+        return Ok(Built {
+            output,
+            hash: None,
+            dir: None,
+            reused: false,
+            elapsed: start.elapsed(),
+        });
+    }
+    let (hash, dir, reused) = write_candidate(project, &mut output)?;
+    Ok(Built {
+        output,
+        hash: Some(hash),
+        dir: Some(dir),
+        reused,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// [`write_recorded`] without moving `.eve/current`.
+pub fn write_candidate(
     project: &Project,
     output: &mut Output,
 ) -> Result<(String, PathBuf, bool), BuildError> {
@@ -240,15 +263,6 @@ fn store_build(
         }
     }
     Ok((hash, dir, reused))
-}
-
-/// [`write_recorded`] without pointing `.eve/current` at the build: the build is stored under
-/// `.eve/builds/<hash>/` for whoever activates it later (a staged self-change proposal).
-pub fn write_unpointed(
-    project: &Project,
-    output: &mut Output,
-) -> Result<(String, PathBuf, bool), BuildError> {
-    store_build(project, output)
 }
 
 /// The files a build carries: the compiler's list (scripts, skill files, workspace seeds) plus

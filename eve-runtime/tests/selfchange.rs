@@ -162,6 +162,23 @@ async fn a_proposed_skill_is_shown_for_approval_then_written_activated_and_loada
     assert_eq!(approved["data"]["build"], hash.as_str());
     assert_eq!(approved["data"]["by"], "anonymous", "the API's principal approved it");
 
+    // Activated as a release by the approver, and audited in the releases' stream.
+    let active = server.runtime.active_release().await.unwrap().expect("a release is active");
+    assert_eq!(active.build_hash, hash);
+    assert_eq!(active.activated_by.as_deref(), Some("anonymous"));
+    let audit: Vec<String> = server
+        .runtime
+        .release_events(0, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.data["id"] == id.as_str() || e.data["build_hash"] == hash.as_str())
+        .map(|e| e.kind)
+        .collect();
+    for kind in ["change.proposed", "change.approved"] {
+        assert!(audit.iter().any(|k| k == kind), "{kind} in the audit stream: {audit:?}");
+    }
+
     // The next message runs on the new build: the skill loads.
     let count = server.count(&session).await;
     let (status, _) = server

@@ -1,9 +1,13 @@
-//! `eve build`: discover, compile, write `.eve/builds/<hash>/`, point `.eve/current` at it.
+//! `eve build`: discover, compile, write `.eve/builds/<hash>/`, and hand the build to the
+//! runtime as a release: activated (`.eve/current` then points at it), pending review (the
+//! delta and the `eve activate` command are printed; exit 0), or refused by the gate (the failed
+//! cases are printed; exit 1).
 
 use std::process::ExitCode;
 
 use eve_compile::build;
 use eve_compile::render::{Style, render_all};
+use eve_runtime::engine::ReleaseOutcome;
 use serde_json::json;
 
 use crate::cli::BuildArgs;
@@ -12,11 +16,25 @@ use crate::render::{duration, plural, stderr_color};
 
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
-    let built = build::build(&project)?;
+    let built = build::build_candidate(&project)?;
     let out = &built.output;
     let errors = out.error_count();
     let warnings = out.diagnostics.len() - errors;
     let counts = build::counts(&out.manifest.agent);
+    let outcome = match &built.hash {
+        Some(hash) => Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?
+                .block_on(async {
+                    let runtime = super::releases::open(&project).await?;
+                    super::releases::release_built(&runtime, &project, hash, args.force).await
+                })?,
+        ),
+        None => None,
+    };
+    let refused = matches!(outcome, Some(ReleaseOutcome::Rejected(_)));
     if args.json {
         let report = json!({
             "ok": errors == 0,
@@ -28,9 +46,10 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
             "errors": errors,
             "warnings": warnings,
             "diagnostics": out.diagnostics,
+            "release": outcome.as_ref().map(super::releases::outcome_json),
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(if errors == 0 {
+        return Ok(if errors == 0 && !refused {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
@@ -82,5 +101,10 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
             String::new()
         }
     );
+    if let Some(outcome) = &outcome
+        && super::releases::print_outcome(outcome, color)
+    {
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
 }

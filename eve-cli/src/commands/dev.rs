@@ -18,6 +18,7 @@ use anyhow::Context;
 use eve_compile::Project;
 use eve_compile::build::{self, Built};
 use eve_compile::render::{Style, render_all};
+use eve_runtime::engine::ReleaseOutcome;
 use eve_runtime::env_vars::EVE_LOG;
 use eve_runtime::schedule::{Scheduler, clock_from_env};
 use eve_runtime::server::{self, ReloadableRouter, RouterOptions, ServerConfig};
@@ -61,9 +62,16 @@ enum Outcome {
     Failed,
 }
 
-/// Builds and prints the one-line result (after the diagnostics, if any).
-fn rebuild(project: &Project, serving: Option<&str>, first: bool) -> anyhow::Result<Outcome> {
-    let built: Built = build::build(project)?;
+/// Builds, hands the build to the runtime as a release (as `eve build` does: under the active
+/// release's policy), and prints the one-line result (after the diagnostics, if any). A build
+/// left pending or refused keeps the active release serving.
+fn rebuild(
+    project: &Project,
+    serving: Option<&str>,
+    first: bool,
+    runtime: Option<&eve_runtime::engine::Runtime>,
+) -> anyhow::Result<Outcome> {
+    let built: Built = build::build_candidate(project)?;
     let color = stderr_color();
     let out = &built.output;
     if !out.diagnostics.is_empty() {
@@ -102,6 +110,32 @@ fn rebuild(project: &Project, serving: Option<&str>, first: bool) -> anyhow::Res
     if warnings > 0 {
         parts.push(plural(warnings, "warning"));
     }
+    let release = |runtime: &eve_runtime::engine::Runtime| {
+        let handle = tokio::runtime::Handle::current();
+        handle.block_on(super::releases::release_built(
+            runtime, project, &hash, false,
+        ))
+    };
+    let outcome = match runtime {
+        Some(rt) => release(rt)?,
+        None => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(async {
+                let rt = super::releases::open(project).await?;
+                super::releases::release_built(&rt, project, &hash, false).await
+            })?,
+    };
+    if !matches!(outcome, ReleaseOutcome::Activated(_)) {
+        super::releases::print_outcome(&outcome, color);
+        return Ok(match serving {
+            Some(hash) => Outcome::Good {
+                hash: hash.to_owned(),
+                changed: false,
+            },
+            None => Outcome::Failed,
+        });
+    }
     let changed = serving != Some(hash.as_str());
     let verb = if first { "built" } else { "rebuilt" };
     let what = if changed {
@@ -115,6 +149,17 @@ fn rebuild(project: &Project, serving: Option<&str>, first: bool) -> anyhow::Res
         duration(built.elapsed)
     );
     Ok(Outcome::Good { hash, changed })
+}
+
+/// The first build, before the server's runtime exists: released on a runtime of its own,
+/// off the async runtime's threads.
+fn first_build(project: &Project, serving: Option<&str>) -> anyhow::Result<Outcome> {
+    let (project, serving) = (project.clone(), serving.map(str::to_owned));
+    std::thread::scope(|s| {
+        s.spawn(|| rebuild(&project, serving.as_deref(), true, None))
+            .join()
+            .unwrap_or_else(|_| anyhow::bail!("the build stopped"))
+    })
 }
 
 /// Whether a changed path can matter to a build: not `.eve/`, not under a dot folder (`.git/`),
@@ -229,7 +274,7 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
 
     // A first good build (or the last one from before) to serve.
     let previous = build::current_hash(&project.state_dir);
-    let mut serving = match rebuild(&project, previous.as_deref(), true)? {
+    let mut serving = match first_build(&project, previous.as_deref())? {
         Outcome::Good { hash, .. } => hash,
         Outcome::Failed => match previous {
             Some(hash) => hash,
@@ -242,7 +287,7 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
                     anyhow::bail!("the agent folder watcher stopped");
                 }
                 while changes.try_recv().is_ok() {}
-                if let Outcome::Good { hash, .. } = rebuild(&project, None, false)? {
+                if let Outcome::Good { hash, .. } = first_build(&project, None)? {
                     break hash;
                 }
             },
@@ -305,8 +350,9 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
                     eprintln!("{} {line}", paint(color, "2", "eve dev:"));
                 }
                 let (for_build, current) = (project.clone(), serving.clone());
+                let for_release = runtime.clone();
                 let outcome = tokio::task::spawn_blocking(move || {
-                    rebuild(&for_build, Some(&current), false)
+                    rebuild(&for_build, Some(&current), false, Some(&for_release))
                 })
                 .await
                 .context("the rebuild stopped")??;

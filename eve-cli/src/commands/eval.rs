@@ -172,6 +172,67 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Runs the cases tagged with any of `tags` against build `hash`, in this process: the gate a
+/// release candidate must pass (`gate:` in `agent.yaml`).
+pub(crate) async fn gate(
+    project: &eve_compile::Project,
+    hash: &str,
+    tags: &[String],
+) -> eve_runtime::store::GateReport {
+    use eve_runtime::store::{GateCase, GateReport};
+    let mut report = GateReport {
+        tags: tags.to_vec(),
+        ..GateReport::default()
+    };
+    let Some(suite) = evals::load(&project.root) else {
+        report.error = Some(format!(
+            "the gate needs eval cases tagged {}, and {} has no `evals/` folder",
+            tags.join(", "),
+            project.root.display()
+        ));
+        return report;
+    };
+    if suite.error_count() > 0 {
+        report.error = Some(format!(
+            "the eval cases have {}; `eve eval --list` shows them",
+            plural(suite.error_count(), "error")
+        ));
+        return report;
+    }
+    let cases: Vec<EvalCase> = suite
+        .cases
+        .iter()
+        .filter(|c| c.tags.iter().any(|t| tags.contains(t)))
+        .cloned()
+        .collect();
+    if cases.is_empty() {
+        report.error = Some(format!(
+            "no eval case is tagged {} (the gate would pass nothing)",
+            tags.join(", ")
+        ));
+        return report;
+    }
+    let runner = match local::Local::for_build(project, &cases, Some(hash)) {
+        Ok(l) => Arc::new(Runner::Local(Box::new(l))),
+        Err(e) => {
+            report.error = Some(format!("{e:#}"));
+            return report;
+        }
+    };
+    for r in run_all(runner, cases, 2, None).await {
+        let reason = r
+            .error
+            .clone()
+            .or_else(|| (r.result != "passed").then(|| report::first_problem(&r)));
+        report.cases.push(GateCase {
+            id: r.id,
+            result: r.result.to_owned(),
+            reason,
+        });
+    }
+    report
+}
+
 /// The cases named by the ids and tags, in suite order. An id that names nothing is an error.
 fn select(all: &[EvalCase], args: &EvalArgs) -> Result<Vec<EvalCase>, String> {
     let named = |c: &EvalCase, id: &str| {

@@ -8,6 +8,7 @@ mod eval;
 mod info;
 mod init;
 mod memory;
+mod releases;
 mod run;
 mod serve;
 mod sessions;
@@ -35,6 +36,9 @@ pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             SessionsCommand::Cancel(args) => sessions::cancel(args),
             SessionsCommand::Prune(args) => sessions::prune(args),
         },
+        Command::Releases(args) => releases::releases(args),
+        Command::Activate(args) => releases::activate(args),
+        Command::Rollback(args) => releases::rollback(args),
         Command::Memory(cmd) => match cmd {
             MemoryCommand::Show(args) => memory::show(args),
             MemoryCommand::Edit(args) => memory::edit(args),

@@ -45,10 +45,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     tokio.block_on(run_async(args, project))
 }
 
-/// Builds the agent; prints diagnostics and returns `false` when it has errors.
+/// Builds the agent and hands the build to the runtime as a release (a build left pending or
+/// refused leaves the active release current); prints diagnostics and returns `false` when it
+/// has errors.
 pub fn build_agent(project: &Project) -> anyhow::Result<bool> {
-    let built = build::build(project)?;
-    if built.hash.is_some() {
+    let built = build::build_candidate(project)?;
+    if let Some(hash) = &built.hash {
+        super::releases::release_quietly(project, hash)?;
         return Ok(true);
     }
     let color = stderr_color();

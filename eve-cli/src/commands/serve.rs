@@ -118,6 +118,7 @@ pub(crate) async fn start(
     runtime_config.env = env;
     runtime_config.secrets = crate::logs::secrets();
     let runtime = Runtime::new(runtime_config);
+    super::releases::install_gate(&runtime, project);
     let host = host.trim();
     let addr = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")

@@ -322,6 +322,8 @@ pub struct BuildStore {
     subagents_seen: std::sync::atomic::AtomicBool,
     /// Learns the secrets each build references as it is loaded, resolved in this environment.
     secrets: Option<(Arc<crate::redact::Secrets>, crate::tools::EnvLookup)>,
+    /// The active release's build, with what `.eve/current` named when it was learnt.
+    active: Mutex<Option<(String, Option<String>)>>,
 }
 
 impl std::fmt::Debug for BuildStore {
@@ -341,6 +343,7 @@ impl BuildStore {
             hooks_seen: std::sync::atomic::AtomicBool::new(false),
             subagents_seen: std::sync::atomic::AtomicBool::new(false),
             secrets: None,
+            active: Mutex::new(None),
         }
     }
 
@@ -355,9 +358,30 @@ impl BuildStore {
         self
     }
 
-    /// Hash of the build `.eve/current` points at.
+    /// Hash of the current build: the active release's (the store is the source of truth,
+    /// followed by the runtime), else the build `.eve/current` points at. When the link moved
+    /// since the active release was learnt (another process activated, and this one has not
+    /// read the store yet), the link wins.
     pub fn current_hash(&self) -> RuntimeResult<String> {
-        current_hash(&self.state_dir)
+        let linked = current_hash(&self.state_dir).ok();
+        if let Ok(active) = self.active.lock()
+            && let Some((hash, seen)) = active.as_ref()
+            && (linked.is_none() || *seen == linked)
+        {
+            return Ok(hash.clone());
+        }
+        match linked {
+            Some(hash) => Ok(hash),
+            None => current_hash(&self.state_dir),
+        }
+    }
+
+    /// Follows the active release's build (`None`: there is none; `.eve/current` decides).
+    pub fn set_active(&self, hash: Option<String>) {
+        let linked = current_hash(&self.state_dir).ok();
+        if let Ok(mut active) = self.active.lock() {
+            *active = hash.map(|h| (h, linked));
+        }
     }
 
     /// The build with this hash.

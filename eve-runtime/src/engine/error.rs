@@ -42,6 +42,12 @@ pub enum RuntimeError {
     /// The message is empty.
     #[error("the message is empty")]
     EmptyMessage,
+    /// No release (or build) with this id or hash.
+    #[error("no release or build `{0}` (`eve releases` lists them)")]
+    ReleaseNotFound(String),
+    /// A release action was refused (a rejected release, nothing to roll back to, …).
+    #[error("{0}")]
+    Release(String),
     /// Anything else, said plainly.
     #[error("{0}")]
     Other(String),

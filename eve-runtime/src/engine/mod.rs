@@ -27,6 +27,7 @@ pub mod memory;
 mod models;
 mod phases;
 mod probe;
+mod releases;
 mod replies;
 mod review;
 mod sandbox;
@@ -52,6 +53,12 @@ pub use error::{RuntimeError, RuntimeResult};
 pub use events::LOCAL_PRINCIPAL;
 pub use follow::EventFollower;
 pub use models::{FixedModelProvider, SettingsModelProvider};
+pub use releases::{
+    CHANGE_APPROVED, CHANGE_DENIED, CHANGE_PROPOSED, Candidate, GateRunner, Principal,
+    RELEASE_ACTIVATED, RELEASE_BUILT, RELEASE_REJECTED, RELEASE_ROLLED_BACK, RUNTIME_PRINCIPAL,
+    Release, ReleaseFollower, ReleaseOpts, ReleaseOutcome, Verdict, local_principal,
+    source_revision,
+};
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;
 
@@ -227,6 +234,8 @@ pub(crate) struct Inner {
     pub(crate) http: crate::tools::HttpClient,
     /// Starts every process of this runtime's tools, hooks and MCP servers (the execution seam).
     pub(crate) exec: Arc<crate::exec::Executor>,
+    /// The gate runner, release followers and the failure monitor.
+    pub(crate) releases: releases::ReleaseState,
     /// The agent folder `propose_change` proposals are written into (see `selfchange`).
     pub(crate) agent_dir: std::sync::OnceLock<PathBuf>,
 }
@@ -298,10 +307,12 @@ impl Runtime {
                 following: replies::Following::default(),
                 http: crate::tools::HttpClient::new(),
                 exec,
+                releases: releases::ReleaseState::default(),
                 agent_dir: std::sync::OnceLock::new(),
             }),
         };
         integrity::register(&rt);
+        rt.start_releases();
         rt
     }
 

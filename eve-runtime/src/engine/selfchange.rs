@@ -47,12 +47,7 @@ pub const PROPOSE_CHANGE: &str = "propose_change";
 /// The kind of input request a proposal parks on.
 pub const REQUEST_KIND: &str = "change-approval";
 
-/// Event: a proposal was staged, built and offered for approval.
-pub const CHANGE_PROPOSED: &str = "change.proposed";
-/// Event: a principal approved a proposal; its files were written and its build activated.
-pub const CHANGE_APPROVED: &str = "change.approved";
-/// Event: a principal denied a proposal (or it could no longer be applied); nothing changed.
-pub const CHANGE_DENIED: &str = "change.denied";
+pub use super::releases::{CHANGE_APPROVED, CHANGE_DENIED, CHANGE_PROPOSED};
 
 /// Most files one proposal may change.
 pub const MAX_FILES: usize = 32;
@@ -676,7 +671,7 @@ impl Runtime {
         if output.error_count() > 0 {
             return Ok(Err(output));
         }
-        let (hash, _, _) = eve_compile::build::write_unpointed(&project, &mut output)
+        let (hash, _, _) = eve_compile::build::write_candidate(&project, &mut output)
             .map_err(|e| RuntimeError::Other(format!("cannot write the build: {e}")))?;
         Ok(Ok((hash, output)))
     }
@@ -1001,7 +996,9 @@ impl TurnDriver<'_> {
                 let mut batch = Batch::new();
                 let data = json!({"id": id, "callId": call.call_id, "by": by, "reason": reason,
                                   "summary": proposal.summary});
-                self.rt.change_event(&mut batch, self.id(), CHANGE_DENIED, data);
+                self.rt
+                    .change_event(&mut batch, self.id(), CHANGE_DENIED, data)
+                    .await?;
                 let text = match reason {
                     Some(r) => format!(
                         "The change `{id}` was denied by {by}. Reason: {r}\nNothing in the agent \
@@ -1076,7 +1073,7 @@ impl TurnDriver<'_> {
                 "The change `{id}` was approved, but its staged proposal is missing; nothing \
                  was written. Propose it again."
             ));
-            return Ok(self.refused_after_approval(call, id, &by, text));
+            return self.refused_after_approval(call, id, &by, text).await;
         }
         // Written already (a restart after the write): the folder is the staged result.
         let changes = proposal.changes.clone();
@@ -1102,7 +1099,7 @@ impl TurnDriver<'_> {
             Ok(paths) => paths,
             Err(why) => {
                 let text = conflict(format!("The change `{id}` was approved by {by}, but: {why}"));
-                return Ok(self.refused_after_approval(call, id, &by, text));
+                return self.refused_after_approval(call, id, &by, text).await;
             }
         };
         // What is in `agent/` now must be what was reviewed: the same build.
@@ -1119,7 +1116,7 @@ impl TurnDriver<'_> {
                      builds to `{hash}`, not the reviewed `{staged_hash}`; it was not activated. \
                      Check the folder and build it with `eve build`."
                 ));
-                return Ok(self.refused_after_approval(call, id, &by, text));
+                return self.refused_after_approval(call, id, &by, text).await;
             }
             Err(output) => {
                 let text = conflict(format!(
@@ -1127,7 +1124,7 @@ impl TurnDriver<'_> {
                      builds ({} errors); it was not activated.",
                     output.error_count()
                 ));
-                return Ok(self.refused_after_approval(call, id, &by, text));
+                return self.refused_after_approval(call, id, &by, text).await;
             }
         };
         let git = git_stage(&agent_dir, &paths).await;
@@ -1138,7 +1135,7 @@ impl TurnDriver<'_> {
                     "The change `{id}` was written into the agent folder, but activating its \
                      build `{hash}` failed: {e}. Activate it with `eve activate {hash}`."
                 ));
-                return Ok(self.refused_after_approval(call, id, &by, text));
+                return self.refused_after_approval(call, id, &by, text).await;
             }
         };
         let _ = std::fs::remove_dir_all(staging_dir(&self.rt.inner.config.state_dir, id));
@@ -1147,7 +1144,9 @@ impl TurnDriver<'_> {
             "id": id, "callId": call.call_id, "by": by, "summary": proposal.summary,
             "files": paths, "build": hash, "release": release, "git": git,
         });
-        self.rt.change_event(&mut batch, self.id(), CHANGE_APPROVED, data);
+        self.rt
+            .change_event(&mut batch, self.id(), CHANGE_APPROVED, data)
+            .await?;
         let git_note = match git["staged"].as_bool() {
             Some(true) => " The changed files are staged in git (not committed).",
             _ => "",
@@ -1167,18 +1166,20 @@ impl TurnDriver<'_> {
 
     /// An approved proposal that could not be applied: the call fails with `text`, recorded as
     /// `change.denied` (`conflict: true`), with the approver.
-    fn refused_after_approval(
+    async fn refused_after_approval(
         &self,
         call: &ToolCallRecord,
         id: &str,
         by: &str,
         text: String,
-    ) -> ChangeStep {
+    ) -> RuntimeResult<ChangeStep> {
         let mut batch = Batch::new();
         let data = json!({"id": id, "callId": call.call_id, "by": by, "reason": text,
                           "conflict": true});
-        self.rt.change_event(&mut batch, self.id(), CHANGE_DENIED, data);
-        ChangeStep::Settle(CallStatus::Failed, json!(text), batch)
+        self.rt
+            .change_event(&mut batch, self.id(), CHANGE_DENIED, data)
+            .await?;
+        Ok(ChangeStep::Settle(CallStatus::Failed, json!(text), batch))
     }
 }
 
@@ -1241,41 +1242,62 @@ async fn git_stage(agent_dir: &Path, paths: &[String]) -> Value {
     .unwrap_or_else(|e| json!({"staged": false, "why": e.to_string()}))
 }
 
-// ---- Releases: candidate and activation of a staged build. -------------------------------
+// ---- Releases: the candidate and the activation of a staged build (`engine::releases`). -----
 
 impl Runtime {
-    /// The candidate of a staged build: delta against the active release and gate evals.
+    /// The candidate of a staged build as shown: delta against the active release and the gate
+    /// evals of the active release's policy ([`Runtime::candidate`]; nothing is recorded).
     async fn proposal_candidate(&self, hash: &str) -> RuntimeResult<CandidateView> {
-        let active = self.inner.builds.current_hash().ok();
-        let next = self.inner.builds.get(hash)?;
-        let prev = match &active {
-            Some(h) => Some(self.inner.builds.get(h)?),
-            None => None,
+        let candidate = self.candidate(hash).await?;
+        let evals = match &candidate.checks.gate {
+            None => Value::Null,
+            Some(report) => {
+                let cases: Vec<Value> = report
+                    .cases
+                    .iter()
+                    .map(|c| json!({"id": c.id, "passed": c.result == "passed",
+                                    "result": c.result, "reason": c.reason}))
+                    .collect();
+                let failed = report.failed().count() + usize::from(report.error.is_some());
+                json!({
+                    "tags": report.tags,
+                    "passed": report.cases.len() - report.failed().count(),
+                    "failed": failed,
+                    "error": report.error,
+                    "cases": cases,
+                })
+            }
         };
-        let delta =
-            eve_compile::delta::capability_delta(prev.as_ref().map(|b| &b.manifest), &next.manifest);
         Ok(CandidateView {
-            widens: delta.widens(),
-            delta_text: delta.render(),
-            delta: serde_json::to_value(&delta)?,
-            evals: Value::Null,
-            active,
+            widens: candidate.delta.widens(),
+            delta_text: candidate.delta.render(),
+            delta: serde_json::to_value(&candidate.delta)?,
+            evals,
+            active: candidate.base.map(|b| b.build_hash),
         })
     }
 
-    /// Activates a staged build as a release by `by`; returns the release id.
+    /// Activates a staged build as a release, `by` the approver (the active release's policy
+    /// still applies: a failing gate refuses it). Returns the release id.
     async fn activate_proposal(&self, hash: &str, by: &str) -> RuntimeResult<Value> {
-        let _ = by;
-        let project = self.project_for(self.agent_dir());
-        eve_compile::build::point_current(&project, hash)
-            .map_err(|e| RuntimeError::Other(e.to_string()))?;
-        Ok(json!(hash))
+        let release = self.activate(hash, by, false).await?;
+        Ok(json!(release.id))
     }
 
-    /// Adds a `change.*` event to `batch` (the session's stream) and to the releases' audit
-    /// stream.
-    pub(super) fn change_event(&self, batch: &mut Batch, session: &str, kind: &str, data: Value) {
-        batch.event(session, kind, data);
+    /// Adds a `change.*` event to `batch` (the session's stream) and appends it to the releases'
+    /// audit stream (`eve releases log`, `GET /eve/v1/releases/stream`). The audit event is
+    /// stored first, so a crash before the session's commit can repeat it, never lose it.
+    pub(super) async fn change_event(
+        &self,
+        batch: &mut Batch,
+        session: &str,
+        kind: &str,
+        mut data: Value,
+    ) -> RuntimeResult<()> {
+        batch.event(session, kind, data.clone());
+        data["sessionId"] = json!(session);
+        self.audit(kind, data).await?;
+        Ok(())
     }
 }
 

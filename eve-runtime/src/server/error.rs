@@ -56,6 +56,13 @@ pub enum ApiError {
     /// The route exists but not for this method.
     #[error("Method not allowed.")]
     MethodNotAllowed,
+    /// No release or build with this id or hash.
+    #[error("{0}")]
+    ReleaseNotFound(String),
+    /// A release action was refused (a rejected release without `force`, nothing to roll back
+    /// to).
+    #[error("{0}")]
+    ReleaseRefused(String),
     /// The agent cannot serve sessions now (no loadable build).
     #[error("{0}")]
     Unavailable(String),
@@ -76,10 +83,13 @@ impl ApiError {
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::SessionNotFound | Self::RouteNotFound(_) | Self::ScheduleNotFound(_) => {
-                StatusCode::NOT_FOUND
+            Self::SessionNotFound
+            | Self::RouteNotFound(_)
+            | Self::ScheduleNotFound(_)
+            | Self::ReleaseNotFound(_) => StatusCode::NOT_FOUND,
+            Self::SessionNotActive(_) | Self::RequestNotPending(_) | Self::ReleaseRefused(_) => {
+                StatusCode::CONFLICT
             }
-            Self::SessionNotActive(_) | Self::RequestNotPending(_) => StatusCode::CONFLICT,
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -103,6 +113,8 @@ impl ApiError {
             Self::RouteNotFound(_) => "not_found",
             Self::ScheduleNotFound(_) => "schedule_not_found",
             Self::MethodNotAllowed => "method_not_allowed",
+            Self::ReleaseNotFound(_) => "release_not_found",
+            Self::ReleaseRefused(_) => "release_refused",
             Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal_error",
         }
@@ -140,6 +152,8 @@ impl From<RuntimeError> for ApiError {
                 Self::bad_request("empty_message", "`message` is empty: send some text.")
             }
             RuntimeError::Build { .. } => Self::Unavailable(format!("{e}.")),
+            RuntimeError::ReleaseNotFound(_) => Self::ReleaseNotFound(e.to_string()),
+            RuntimeError::Release(m) => Self::ReleaseRefused(m),
             // Nothing was stored: say so (503), never a 202 that is not durable.
             RuntimeError::Store(s) if s.is_storage_fault() => Self::Unavailable(format!(
                 "The store cannot be written now ({s}); nothing was accepted. Try again later."

@@ -18,6 +18,7 @@ mod dev;
 mod error;
 mod listener;
 mod memory;
+mod releases;
 mod reload;
 mod routes;
 mod stream;
@@ -127,6 +128,11 @@ pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOption
         .route("/eve/v1/session/{id}/reset", post(routes::reset))
         .route("/eve/v1/session/{id}/stream", get(routes::stream))
         .route("/eve/v1/chat", post(routes::chat))
+        .route("/eve/v1/releases", get(releases::list))
+        .route("/eve/v1/releases/stream", get(releases::stream))
+        .route("/eve/v1/releases/{id}", get(releases::show))
+        .route("/eve/v1/releases/{id}/activate", post(releases::activate))
+        .route("/eve/v1/rollback", post(releases::rollback))
         .route_layer(axum::middleware::from_fn_with_state(
             app.clone(),
             routes::guard,

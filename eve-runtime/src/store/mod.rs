@@ -18,6 +18,7 @@ mod liveness;
 mod notes;
 mod postgres;
 mod records;
+mod releases;
 mod schedules;
 mod sqlite;
 
@@ -30,6 +31,10 @@ pub use liveness::{ExpiryOnly, Liveness, LocalHost, ProcessRef, pid_alive};
 pub use notes::{NoteOp, NoteRecord};
 pub use postgres::{PgOptions, PgStore, redact_url};
 pub use records::*;
+pub use releases::{
+    Checks, GateCase, GateReport, RELEASE_STREAM, ReleaseOp, ReleaseRecord, ReleaseStatus,
+    SourceRevision,
+};
 pub use schedules::*;
 pub use sqlite::SqliteStore;
 
@@ -312,4 +317,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<ChannelReplyRecord>>;
     /// Records a reply's progress (announced requests, done).
     async fn update_channel_reply(&self, update: ChannelReplyUpdate) -> StoreResult<()>;
+
+    /// Every release, oldest first.
+    async fn releases(&self) -> StoreResult<Vec<ReleaseRecord>>;
+    /// Audit events of the releases' stream with `index >= from`, at most `limit` (their
+    /// `session_id` is [`RELEASE_STREAM`]).
+    async fn release_events(&self, from: u64, limit: usize) -> StoreResult<Vec<StoredEvent>>;
 }

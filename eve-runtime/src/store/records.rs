@@ -567,6 +567,8 @@ pub enum Op {
     Composition(super::composition::CompositionOp),
     /// Memory notes and session facts.
     Note(super::notes::NoteOp),
+    /// Releases and their audit events.
+    Release(super::releases::ReleaseOp),
     /// Appends an event.
     Event {
         /// Session.
@@ -597,7 +599,9 @@ impl Op {
             Op::Composition(C::PutSubagentCall(c)) => &c.parent_id,
             Op::Composition(C::PutDynamicTools { session_id, .. })
             | Op::Composition(C::HookCursor { session_id, .. }) => session_id,
-            Op::ConsumeInbox { .. } | Op::PutBreaker(_) | Op::Note(_) => return None,
+            Op::ConsumeInbox { .. } | Op::PutBreaker(_) | Op::Note(_) | Op::Release(_) => {
+                return None;
+            }
         })
     }
 }

@@ -38,8 +38,20 @@ impl Local {
     /// Prepares the runner for the current build of `project`; checks the model of every case
     /// that has no mock script.
     pub fn new(project: &Project, cases: &[EvalCase]) -> anyhow::Result<Self> {
+        Self::for_build(project, cases, None)
+    }
+
+    /// [`Local::new`] for build `hash` (a release candidate) instead of the current build.
+    pub fn for_build(
+        project: &Project,
+        cases: &[EvalCase],
+        hash: Option<&str>,
+    ) -> anyhow::Result<Self> {
         let store = BuildStore::new(&project.state_dir);
-        let hash = store.current_hash()?;
+        let hash = match hash {
+            Some(h) => h.to_owned(),
+            None => store.current_hash()?,
+        };
         let build = store.get(&hash)?;
         // Unpacked once here, so parallel cases never race to unpack the same build.
         build.files()?;

@@ -44,7 +44,8 @@ impl TurnDriver<'_> {
                     &self.session.id,
                     crate::engine::selfchange::CHANGE_PROPOSED,
                     data,
-                );
+                )
+                .await?;
             }
             let request = InputRequestRecord {
                 id: format!("apr_{}", ulid::Ulid::new()),

@@ -22,6 +22,7 @@
 //! role's default, `public`) chooses it, so one server can hold several projects (or test runs).
 
 mod listen;
+mod releases;
 mod schema;
 mod sql;
 
@@ -577,6 +578,16 @@ impl Store for PgStore {
 
     async fn update_channel_reply(&self, update: ChannelReplyUpdate) -> StoreResult<()> {
         read!(self, update_reply, &update, now_ms())
+    }
+
+    async fn releases(&self) -> StoreResult<Vec<ReleaseRecord>> {
+        let client = self.client().await?;
+        releases::releases(&client).await
+    }
+
+    async fn release_events(&self, from: u64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
+        let client = self.client().await?;
+        releases::events(&client, from, limit).await
     }
 }
 

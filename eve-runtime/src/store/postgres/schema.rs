@@ -309,4 +309,23 @@ CREATE TABLE notes (
     PRIMARY KEY (namespace, key)
 );
 "#,
+    // releases: every build handed to the runtime (the active one, superseded, rolled back,
+    // rejected or pending ones), and their audit events, numbered densely.
+    r#"
+CREATE TABLE releases (
+    id TEXT PRIMARY KEY,
+    build_hash TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    record TEXT NOT NULL
+);
+CREATE INDEX releases_status ON releases(status);
+CREATE TABLE release_events (
+    idx BIGINT PRIMARY KEY,
+    id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    data TEXT NOT NULL,
+    at BIGINT NOT NULL
+);
+"#,
 ];

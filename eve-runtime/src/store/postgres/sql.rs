@@ -499,6 +499,7 @@ pub(super) async fn apply<C: GenericClient>(c: &C, batch: Batch) -> StoreResult<
             }
             Op::Composition(op) => composition_apply(c, op, now).await?,
             Op::Note(op) => note_apply(c, op).await?,
+            Op::Release(op) => super::releases::apply(c, op, now, &mut committed).await?,
             Op::Event {
                 session_id,
                 kind,

@@ -7,7 +7,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::rows::{CALL_COLS, REQUEST_COLS, SESSION_COLS, TURN_COLS, to_i64, to_u64};
-use super::{composition, notes};
+use super::{composition, notes, releases};
 use crate::store::{
     Batch, Committed, MESSAGE_KIND_CHECKPOINT, Op, StoreError, StoreResult, StoredEvent, now_ms,
 };
@@ -235,6 +235,7 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
             }
             Op::Composition(op) => composition::apply(conn, op, now)?,
             Op::Note(op) => notes::apply(conn, op)?,
+            Op::Release(op) => releases::apply(conn, op, now, &mut committed)?,
             Op::Event {
                 session_id,
                 kind,

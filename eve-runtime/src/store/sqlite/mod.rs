@@ -23,6 +23,7 @@ mod leases;
 mod notes;
 mod prune;
 mod reads;
+mod releases;
 mod rows;
 mod schedules;
 mod schema;
@@ -511,5 +512,14 @@ impl Store for SqliteStore {
             channels::update_reply(conn, &update, now_ms())
         })
         .await
+    }
+
+    async fn releases(&self) -> StoreResult<Vec<ReleaseRecord>> {
+        self.read(releases::releases).await
+    }
+
+    async fn release_events(&self, from: u64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
+        self.read(move |conn| releases::events(conn, from, limit))
+            .await
     }
 }

@@ -336,4 +336,23 @@ CREATE TABLE store_pruned (
 );
 INSERT INTO store_pruned (id, sessions, events) VALUES (1, 0, 0);
 "#,
+    // releases: every build handed to the runtime (the active one, superseded, rolled back,
+    // rejected or pending ones), and their audit events, numbered densely.
+    r#"
+CREATE TABLE releases (
+    id TEXT PRIMARY KEY,
+    build_hash TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    record TEXT NOT NULL
+);
+CREATE INDEX releases_status ON releases(status);
+CREATE TABLE release_events (
+    idx INTEGER PRIMARY KEY,
+    id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    data TEXT NOT NULL,
+    at INTEGER NOT NULL
+);
+"#,
 ];

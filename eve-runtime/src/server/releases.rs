@@ -1,0 +1,252 @@
+//! Releases over HTTP, behind the API's authentication: `GET /eve/v1/releases` (all, and which
+//! is active), `GET /eve/v1/releases/{id}`, `POST /eve/v1/releases/{id}/activate` (`{force?}`),
+//! `POST /eve/v1/rollback` (`{to?, reason?}`), and `GET /eve/v1/releases/stream`, the audit
+//! events as NDJSON or Server-Sent Events (`Accept: text/event-stream`, `Last-Event-ID`), framed
+//! as a session's stream, stored then live.
+//!
+//! Activating and rolling back are an operator's acts, recorded with the caller's principal: a
+//! bearer or basic credential (or an API without authentication, which binds loopback only) may;
+//! a JWT principal, an end user of the API, may read releases but not change them.
+
+use std::collections::VecDeque;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::App;
+use super::auth::Identity;
+use super::body;
+use super::error::ApiError;
+use super::stream::{last_event_id, wants_sse};
+use crate::engine::{Release, RuntimeError};
+use crate::store::ReleaseStatus;
+
+fn release_json(r: &Release) -> Value {
+    let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
+    v["widens"] = json!(r.delta.widens());
+    v
+}
+
+fn error(e: RuntimeError) -> ApiError {
+    ApiError::from(e)
+}
+
+/// Refuses a change of the active release by an end user of the API.
+fn may_change(identity: &Identity) -> Result<String, ApiError> {
+    if matches!(identity, Identity::Jwt(_)) {
+        return Err(ApiError::Forbidden(
+            "activating and rolling back releases is an operator's act (a bearer or basic \
+             credential, or `eve activate` / `eve rollback`), not a JWT principal's"
+                .to_owned(),
+        ));
+    }
+    Ok(identity.principal_id())
+}
+
+/// `GET /eve/v1/releases`: `{ok, active, releases: [...]}` (oldest first).
+pub async fn list(State(app): State<App>) -> Result<Response, ApiError> {
+    let all = app.runtime.releases_list().await.map_err(error)?;
+    let active = all
+        .iter()
+        .find(|r| r.status == ReleaseStatus::Active)
+        .map(|r| r.id.clone());
+    let releases: Vec<Value> = all.iter().map(release_json).collect();
+    Ok(Json(json!({"ok": true, "active": active, "releases": releases})).into_response())
+}
+
+/// `GET /eve/v1/releases/{id}`: `{ok, release}`.
+pub async fn show(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let r = app.runtime.release(&id).await.map_err(error)?;
+    Ok(Json(json!({"ok": true, "release": release_json(&r)})).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActivateBody {
+    #[serde(default)]
+    force: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RollbackBody {
+    to: Option<String>,
+    reason: Option<String>,
+}
+
+fn parse<T: Default + for<'de> Deserialize<'de>>(bytes: &[u8], what: &str) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request("invalid_body", format!("invalid {what} request: {e}")))
+}
+
+/// `POST /eve/v1/releases/{id}/activate` `{force?}`: `{ok, release}`.
+pub async fn activate(
+    State(app): State<App>,
+    Extension(identity): Extension<Identity>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let principal = may_change(&identity)?;
+    let bytes = body::bytes(body, app.config.body_limit)?;
+    let request: ActivateBody = parse(&bytes, "activate")?;
+    let r = app
+        .runtime
+        .activate(&id, &principal, request.force)
+        .await
+        .map_err(error)?;
+    Ok(Json(json!({"ok": true, "release": release_json(&r)})).into_response())
+}
+
+/// `POST /eve/v1/rollback` `{to?, reason?}`: `{ok, release}` (the release now active).
+pub async fn rollback(
+    State(app): State<App>,
+    Extension(identity): Extension<Identity>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let principal = may_change(&identity)?;
+    let bytes = body::bytes(body, app.config.body_limit)?;
+    let request: RollbackBody = parse(&bytes, "rollback")?;
+    let reason = request
+        .reason
+        .unwrap_or_else(|| format!("rolled back over the API by {principal}"));
+    let r = app
+        .runtime
+        .rollback(request.to.as_deref(), &principal, &reason)
+        .await
+        .map_err(error)?;
+    Ok(Json(json!({"ok": true, "release": release_json(&r)})).into_response())
+}
+
+/// Query of the releases' stream.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamQuery {
+    /// First event index.
+    #[serde(default)]
+    start_index: Option<u64>,
+    /// `false`: end once the stored events are sent.
+    #[serde(default)]
+    follow: Option<String>,
+}
+
+/// `GET /eve/v1/releases/stream`: the releases' audit events, stored then live.
+pub async fn stream(
+    State(app): State<App>,
+    Query(query): Query<StreamQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let sse = wants_sse(&headers);
+    let start = match (
+        sse.then(|| last_event_id(&headers)).flatten(),
+        query.start_index,
+    ) {
+        (Some(last), _) => last.saturating_add(1),
+        (None, Some(n)) => n,
+        (None, None) => 0,
+    };
+    let follow = match query.follow.as_deref() {
+        None | Some("true") | Some("1") => true,
+        Some("false") | Some("0") => false,
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "invalid_query",
+                format!("`follow` is `{other}`; use `true` or `false`"),
+            ));
+        }
+    };
+    let runtime = app.runtime.clone();
+    let shutdown = app.config.shutdown.clone();
+    let heartbeat = app.config.heartbeat;
+    let stored_end = if follow {
+        None
+    } else {
+        Some(runtime.release_events(start, 0).await.map_err(error)?.len())
+    };
+    struct St {
+        follower: crate::engine::ReleaseFollower,
+        out: VecDeque<Bytes>,
+        left: Option<usize>,
+        started: bool,
+        done: bool,
+    }
+    let state = St {
+        follower: runtime.follow_releases(start),
+        out: VecDeque::new(),
+        left: stored_end,
+        started: false,
+        done: false,
+    };
+    let body = futures::stream::unfold(state, move |mut st| {
+        let shutdown = shutdown.clone();
+        async move {
+            loop {
+                if let Some(b) = st.out.pop_front() {
+                    return Some((Ok::<_, std::io::Error>(b), st));
+                }
+                if st.done {
+                    return None;
+                }
+                if !st.started {
+                    st.started = true;
+                    st.out.push_back(if sse {
+                        Bytes::from_static(b"retry: 1000\n\n")
+                    } else {
+                        Bytes::from_static(b"\n")
+                    });
+                    continue;
+                }
+                if st.left == Some(0) {
+                    return None;
+                }
+                let next = tokio::select! {
+                    () = shutdown.cancelled() => return None,
+                    () = tokio::time::sleep(heartbeat), if sse => None,
+                    e = st.follower.next() => Some(e),
+                };
+                match next {
+                    None => st.out.push_back(Bytes::from_static(b": keep-alive\n\n")),
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "the releases' stream stopped");
+                        st.done = true;
+                    }
+                    Some(Ok(event)) => {
+                        let wire = event.to_wire();
+                        st.out.push_back(Bytes::from(if sse {
+                            format!("id: {}\ndata: {wire}\n\n", event.index)
+                        } else {
+                            format!("{wire}\n")
+                        }));
+                        if let Some(left) = st.left.as_mut() {
+                            *left = left.saturating_sub(1);
+                        }
+                    }
+                }
+            }
+        }
+    });
+    let mut response = Response::new(Body::from_stream(body));
+    let h = response.headers_mut();
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store, no-transform"),
+    );
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(if sse {
+            "text/event-stream; charset=utf-8"
+        } else {
+            "application/x-ndjson; charset=utf-8"
+        }),
+    );
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}
