@@ -20,6 +20,7 @@ mod plan;
 mod redaction;
 mod run_cli;
 mod schedules;
+mod selfchange;
 mod serve;
 mod sessions_cli;
 mod subagents;
