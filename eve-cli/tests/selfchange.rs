@@ -79,7 +79,10 @@ fn eve_run_shows_the_proposal_and_a_principal_approves_it() {
         err.contains("propose_change: ok") || out.contains("was approved by local"),
         "the model is told: {out}\n{err}"
     );
-    assert_eq!(std::fs::read_to_string(p.path("agent/skills/triage.md")).unwrap(), SKILL);
+    assert_eq!(
+        std::fs::read_to_string(p.path("agent/skills/triage.md")).unwrap(),
+        SKILL
+    );
     assert_ne!(current(&p), before, "the approved build is active");
     let (code, out, err) = run(&p, &["releases", "list", "--json"]);
     assert_eq!(code, Some(0), "{err}");
@@ -93,7 +96,10 @@ fn eve_run_shows_the_proposal_and_a_principal_approves_it() {
     assert_eq!(active.len(), 1, "{releases:#}");
     assert_eq!(active[0]["build_hash"], current(&p).as_str());
     assert!(
-        active[0]["activated_by"].as_str().unwrap_or("").starts_with("local"),
+        active[0]["activated_by"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("local"),
         "the approver is the release's principal: {releases:#}"
     );
 }
@@ -109,10 +115,18 @@ fn a_killed_server_keeps_a_parked_proposal_answerable() {
     let request = events
         .iter()
         .filter(|e| e["type"] == "input.requested")
-        .flat_map(|e| e["data"]["requests"].as_array().cloned().unwrap_or_default())
+        .flat_map(|e| {
+            e["data"]["requests"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
         .find(|r| r["kind"] == "change-approval")
         .unwrap_or_else(|| panic!("no proposal: {events:#?}"));
-    let hash = request["action"]["proposal"]["build"].as_str().unwrap().to_owned();
+    let hash = request["action"]["proposal"]["build"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     server.kill();
 
     let server = Server::start(p.eve(&["serve", "--port", "0"]));
@@ -138,7 +152,10 @@ fn a_killed_server_keeps_a_parked_proposal_answerable() {
         assert!(std::time::Instant::now() < deadline, "{events:#?}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(std::fs::read_to_string(p.path("agent/skills/triage.md")).unwrap(), SKILL);
+    assert_eq!(
+        std::fs::read_to_string(p.path("agent/skills/triage.md")).unwrap(),
+        SKILL
+    );
     assert_eq!(current(&p), hash);
     server.stop();
 }

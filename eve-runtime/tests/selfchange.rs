@@ -77,7 +77,12 @@ fn change_request(events: &[Value]) -> Value {
     events
         .iter()
         .filter(|e| e["type"] == "input.requested")
-        .flat_map(|e| e["data"]["requests"].as_array().cloned().unwrap_or_default())
+        .flat_map(|e| {
+            e["data"]["requests"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
         .find(|r| r["kind"] == "change-approval")
         .unwrap_or_else(|| panic!("no change-approval request in {events:#?}"))
 }
@@ -86,15 +91,14 @@ fn results(events: &[Value], tool: &str) -> Vec<Value> {
     events
         .iter()
         .filter(|e| e["type"] == "action.result")
-        .filter(|e| {
-            e["data"]["result"]["toolName"] == tool || e["data"]["result"]["name"] == tool
-        })
+        .filter(|e| e["data"]["result"]["toolName"] == tool || e["data"]["result"]["name"] == tool)
         .map(|e| e["data"].clone())
         .collect()
 }
 
 async fn answer(server: &TestServer, session: &str, request: &str, approve: bool, text: &str) {
-    let mut response = json!({"requestId": request, "optionId": if approve { "approve" } else { "cancel" }});
+    let mut response =
+        json!({"requestId": request, "optionId": if approve { "approve" } else { "cancel" }});
     if !text.is_empty() {
         response["text"] = json!(text);
     }
@@ -113,57 +117,106 @@ async fn a_proposed_skill_is_shown_for_approval_then_written_activated_and_loada
     let root = server.agent.root();
     let before = current(&root);
     let session = server
-        .create(&propose(json!([{"path": "skills/triage.md", "content": SKILL}])))
+        .create(&propose(
+            json!([{"path": "skills/triage.md", "content": SKILL}]),
+        ))
         .await;
     let parked = server.until_rest(&session, 0).await;
     let request = change_request(&parked);
     let proposal = &request["action"]["proposal"];
     // The approval shows the summary, the rationale, the diff, the checks and the delta.
     assert_eq!(proposal["summary"], "Add a triage skill");
-    assert!(proposal["rationale"].as_str().unwrap().contains("without a label"));
+    assert!(
+        proposal["rationale"]
+            .as_str()
+            .unwrap()
+            .contains("without a label")
+    );
     let diff = proposal["diff"].as_str().unwrap();
     assert!(diff.contains("+++ b/skills/triage.md"), "{diff}");
     assert!(diff.contains("+# Triage"), "{diff}");
     assert_eq!(proposal["diagnostics"]["errors"], 0);
     assert!(proposal["delta"]["changes"].is_array(), "{proposal:#}");
     assert_eq!(proposal["widens"], false, "{proposal:#}");
-    assert!(proposal.get("evals").is_some(), "eval results are shown: {proposal:#}");
+    assert!(
+        proposal.get("evals").is_some(),
+        "eval results are shown: {proposal:#}"
+    );
     let text = proposal["text"].as_str().unwrap();
-    for part in ["Add a triage skill", "Why:", "Capability delta", "Evals:", "+# Triage"] {
+    for part in [
+        "Add a triage skill",
+        "Why:",
+        "Capability delta",
+        "Evals:",
+        "+# Triage",
+    ] {
         assert!(text.contains(part), "the card shows {part}: {text}");
     }
     // Staged and built, but nothing changed yet: not in agent/, not active.
     let hash = proposal["build"].as_str().unwrap().to_owned();
     let id = proposal["id"].as_str().unwrap().to_owned();
-    assert!(root.join(".eve/builds").join(&hash).join("manifest.json").is_file());
-    assert!(root.join(".eve/staging").join(&id).join("agent/skills/triage.md").is_file());
+    assert!(
+        root.join(".eve/builds")
+            .join(&hash)
+            .join("manifest.json")
+            .is_file()
+    );
+    assert!(
+        root.join(".eve/staging")
+            .join(&id)
+            .join("agent/skills/triage.md")
+            .is_file()
+    );
     assert!(!root.join("agent/skills/triage.md").exists());
     assert_eq!(current(&root), before, "a proposal does not activate");
     assert!(
-        parked.iter().any(|e| e["type"] == "change.proposed" && e["data"]["id"] == id.as_str()),
+        parked
+            .iter()
+            .any(|e| e["type"] == "change.proposed" && e["data"]["id"] == id.as_str()),
         "change.proposed is recorded"
     );
 
     let count = server.count(&session).await;
-    answer(&server, &session, request["requestId"].as_str().unwrap(), true, "").await;
+    answer(
+        &server,
+        &session,
+        request["requestId"].as_str().unwrap(),
+        true,
+        "",
+    )
+    .await;
     let after = server.until_rest(&session, count).await;
     let result = results(&after, "propose_change");
     assert_eq!(result.len(), 1, "{after:#?}");
     assert_eq!(result[0]["status"], "completed", "{result:#?}");
     let told = result[0]["result"]["output"].as_str().unwrap();
     assert!(told.contains("approved") && told.contains(&hash), "{told}");
-    assert_eq!(std::fs::read_to_string(root.join("agent/skills/triage.md")).unwrap(), SKILL);
+    assert_eq!(
+        std::fs::read_to_string(root.join("agent/skills/triage.md")).unwrap(),
+        SKILL
+    );
     assert_eq!(current(&root), hash, "the reviewed build is active");
-    assert!(!root.join(".eve/staging").join(&id).exists(), "staging is cleaned up");
+    assert!(
+        !root.join(".eve/staging").join(&id).exists(),
+        "staging is cleaned up"
+    );
     let approved = after
         .iter()
         .find(|e| e["type"] == "change.approved")
         .expect("change.approved is recorded");
     assert_eq!(approved["data"]["build"], hash.as_str());
-    assert_eq!(approved["data"]["by"], "anonymous", "the API's principal approved it");
+    assert_eq!(
+        approved["data"]["by"], "anonymous",
+        "the API's principal approved it"
+    );
 
     // Activated as a release by the approver, and audited in the releases' stream.
-    let active = server.runtime.active_release().await.unwrap().expect("a release is active");
+    let active = server
+        .runtime
+        .active_release()
+        .await
+        .unwrap()
+        .expect("a release is active");
     assert_eq!(active.build_hash, hash);
     assert_eq!(active.activated_by.as_deref(), Some("anonymous"));
     let audit: Vec<String> = server
@@ -176,7 +229,10 @@ async fn a_proposed_skill_is_shown_for_approval_then_written_activated_and_loada
         .map(|e| e.kind)
         .collect();
     for kind in ["change.proposed", "change.approved"] {
-        assert!(audit.iter().any(|k| k == kind), "{kind} in the audit stream: {audit:?}");
+        assert!(
+            audit.iter().any(|k| k == kind),
+            "{kind} in the audit stream: {audit:?}"
+        );
     }
 
     // The next message runs on the new build: the skill loads.
@@ -192,7 +248,10 @@ async fn a_proposed_skill_is_shown_for_approval_then_written_activated_and_loada
     let loaded = results(&next, "triage");
     assert!(
         loaded.iter().any(|r| r["status"] == "completed"
-            && r["result"]["output"].as_str().unwrap_or("").contains("# Triage")),
+            && r["result"]["output"]
+                .as_str()
+                .unwrap_or("")
+                .contains("# Triage")),
         "{next:#?}"
     );
     server.stop().await;
@@ -213,19 +272,42 @@ async fn a_denied_proposal_leaves_the_agent_folder_byte_identical() {
         .await;
     let parked = server.until_rest(&session, 0).await;
     let request = change_request(&parked);
-    let id = request["action"]["proposal"]["id"].as_str().unwrap().to_owned();
+    let id = request["action"]["proposal"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let diff = request["action"]["proposal"]["diff"].as_str().unwrap();
-    assert!(diff.contains("--- a/skills/release.md") && diff.contains("+++ /dev/null"), "{diff}");
+    assert!(
+        diff.contains("--- a/skills/release.md") && diff.contains("+++ /dev/null"),
+        "{diff}"
+    );
     let count = server.count(&session).await;
-    answer(&server, &session, request["requestId"].as_str().unwrap(), false, "not now").await;
+    answer(
+        &server,
+        &session,
+        request["requestId"].as_str().unwrap(),
+        false,
+        "not now",
+    )
+    .await;
     let after = server.until_rest(&session, count).await;
     let result = results(&after, "propose_change");
     assert_eq!(result[0]["status"], "denied", "{result:#?}");
     let told = result[0]["result"]["output"].as_str().unwrap();
-    assert!(told.contains("not now") && told.contains("Nothing"), "{told}");
-    assert_eq!(snapshot(&root.join("agent")), before_files, "agent/ is untouched");
+    assert!(
+        told.contains("not now") && told.contains("Nothing"),
+        "{told}"
+    );
+    assert_eq!(
+        snapshot(&root.join("agent")),
+        before_files,
+        "agent/ is untouched"
+    );
     assert_eq!(current(&root), before);
-    assert!(!root.join(".eve/staging").join(&id).exists(), "the staging folder is removed");
+    assert!(
+        !root.join(".eve/staging").join(&id).exists(),
+        "the staging folder is removed"
+    );
     let denied = after.iter().find(|e| e["type"] == "change.denied").unwrap();
     assert_eq!(denied["data"]["reason"], "not now");
     server.stop().await;
@@ -246,9 +328,11 @@ async fn a_proposal_widening_network_access_is_flagged_widening() {
     assert_eq!(proposal["widens"], true, "{proposal:#}");
     let changes = proposal["delta"]["changes"].as_array().unwrap();
     let widening = |kind: &str, subject: &str| {
-        changes
-            .iter()
-            .any(|c| c["kind"] == kind && c["subject"].as_str().unwrap_or("").contains(subject) && c["widening"] == true)
+        changes.iter().any(|c| {
+            c["kind"] == kind
+                && c["subject"].as_str().unwrap_or("").contains(subject)
+                && c["widening"] == true
+        })
     };
     assert!(widening("connection_added", "docs"), "{changes:#?}");
     assert!(widening("tool_added", "fetch"), "{changes:#?}");
@@ -257,7 +341,10 @@ async fn a_proposal_widening_network_access_is_flagged_widening() {
             && (c["kind"] == "network_widened" || c.to_string().contains("network"))),
         "the tool's network is in the delta: {changes:#?}"
     );
-    assert!(request["prompt"].as_str().unwrap().contains("WIDENS"), "{request:#}");
+    assert!(
+        request["prompt"].as_str().unwrap().contains("WIDENS"),
+        "{request:#}"
+    );
     assert!(proposal["text"].as_str().unwrap().contains("WIDENS"));
     server.stop().await;
 }
@@ -281,7 +368,9 @@ async fn a_proposal_that_does_not_build_never_reaches_approval() {
     assert_eq!(result[0]["status"], "failed", "{result:#?}");
     let told = result[0]["result"]["output"].as_str().unwrap();
     assert!(
-        told.contains("does not build") && told.contains("agent/agent.yaml") && told.contains("turn_policy"),
+        told.contains("does not build")
+            && told.contains("agent/agent.yaml")
+            && told.contains("turn_policy"),
         "the model sees the diagnostic: {told}"
     );
     assert_eq!(snapshot(&root.join("agent")), before_files);
@@ -313,22 +402,52 @@ async fn paths_outside_the_agent_folder_are_refused() {
     let attacks: Vec<(Value, &str)> = vec![
         (json!({"path": "/etc/passwd", "content": "x"}), "absolute"),
         (json!({"path": "../outside.md", "content": "x"}), ".."),
-        (json!({"path": "skills/../../outside.md", "content": "x"}), ".."),
+        (
+            json!({"path": "skills/../../outside.md", "content": "x"}),
+            "..",
+        ),
         (json!({"path": ".eve/current", "content": "x"}), "dot-"),
-        (json!({"path": ".git/hooks/pre-commit", "content": "x"}), "dot-"),
-        (json!({"path": "skills/.hidden/x.md", "content": "x"}), "dot-"),
+        (
+            json!({"path": ".git/hooks/pre-commit", "content": "x"}),
+            "dot-",
+        ),
+        (
+            json!({"path": "skills/.hidden/x.md", "content": "x"}),
+            "dot-",
+        ),
         (json!({"path": "C:/x.md", "content": "x"}), "absolute"),
         (json!({"path": "~/x.md", "content": "x"}), "absolute"),
         (json!({"path": "skills\\x.md", "content": "x"}), "`/`"),
-        (json!({"path": "skills//x.md", "content": "x"}), "empty segment"),
+        (
+            json!({"path": "skills//x.md", "content": "x"}),
+            "empty segment",
+        ),
         (json!({"path": "", "content": "x"}), "empty"),
-        (json!({"path": "_link/secret.txt", "content": "x"}), "symbolic link"),
-        (json!({"path": "_linked.md", "content": "x"}), "symbolic link"),
-        (json!({"path": "_link/secret.txt", "delete": true}), "symbolic link"),
-        (json!({"path": "agent/skills/x.md", "content": "x"}), "relative to the agent folder"),
+        (
+            json!({"path": "_link/secret.txt", "content": "x"}),
+            "symbolic link",
+        ),
+        (
+            json!({"path": "_linked.md", "content": "x"}),
+            "symbolic link",
+        ),
+        (
+            json!({"path": "_link/secret.txt", "delete": true}),
+            "symbolic link",
+        ),
+        (
+            json!({"path": "agent/skills/x.md", "content": "x"}),
+            "relative to the agent folder",
+        ),
         (json!({"path": "skills", "content": "x"}), "folder"),
-        (json!({"path": "nothing.md", "delete": true}), "does not exist"),
-        (json!({"path": "big.md", "content": "x".repeat(300 * 1024)}), "KiB"),
+        (
+            json!({"path": "nothing.md", "delete": true}),
+            "does not exist",
+        ),
+        (
+            json!({"path": "big.md", "content": "x".repeat(300 * 1024)}),
+            "KiB",
+        ),
     ];
     let session = server.create("hello").await;
     for (change, why) in &attacks {
@@ -349,7 +468,10 @@ async fn paths_outside_the_agent_folder_are_refused() {
         assert_eq!(result.len(), 1, "{change}: {events:#?}");
         assert_eq!(result[0]["status"], "failed", "{change}");
         let told = result[0]["result"]["output"].as_str().unwrap();
-        assert!(told.contains(why), "{change}: the model is told why ({why}): {told}");
+        assert!(
+            told.contains(why),
+            "{change}: the model is told why ({why}): {told}"
+        );
     }
     // Too many files at once.
     let many: Vec<Value> = (0..40)
@@ -366,11 +488,22 @@ async fn paths_outside_the_agent_folder_are_refused() {
     let told = results(&events, "propose_change")[0]["result"]["output"].clone();
     assert!(told.as_str().unwrap().contains("at most 32"), "{told}");
 
-    assert_eq!(snapshot(&root.join("agent")), before_files, "agent/ is untouched");
-    assert_eq!(std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(), "keep");
+    assert_eq!(
+        snapshot(&root.join("agent")),
+        before_files,
+        "agent/ is untouched"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(),
+        "keep"
+    );
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
     assert!(!root.join("outside.md").exists());
-    assert_eq!(snapshot(&root.join(".eve/builds")), before_state, "nothing was built");
+    assert_eq!(
+        snapshot(&root.join(".eve/builds")),
+        before_state,
+        "nothing was built"
+    );
     server.stop().await;
 }
 
@@ -380,21 +513,39 @@ async fn an_agent_folder_edited_after_staging_is_not_clobbered() {
     let root = server.agent.root();
     let before = current(&root);
     let session = server
-        .create(&propose(json!([{"path": "skills/triage.md", "content": SKILL}])))
+        .create(&propose(
+            json!([{"path": "skills/triage.md", "content": SKILL}]),
+        ))
         .await;
     let parked = server.until_rest(&session, 0).await;
     let request = change_request(&parked);
     // Someone edits the folder while the proposal waits.
     std::fs::write(root.join("agent/instructions.md"), "Edited by hand.\n").unwrap();
     let count = server.count(&session).await;
-    answer(&server, &session, request["requestId"].as_str().unwrap(), true, "").await;
+    answer(
+        &server,
+        &session,
+        request["requestId"].as_str().unwrap(),
+        true,
+        "",
+    )
+    .await;
     let after = server.until_rest(&session, count).await;
     let result = results(&after, "propose_change");
     assert_eq!(result[0]["status"], "failed", "{result:#?}");
     let told = result[0]["result"]["output"].as_str().unwrap();
-    assert!(told.contains("changed since the proposal was staged"), "{told}");
-    assert!(!root.join("agent/skills/triage.md").exists(), "nothing was written");
-    assert_eq!(std::fs::read_to_string(root.join("agent/instructions.md")).unwrap(), "Edited by hand.\n");
+    assert!(
+        told.contains("changed since the proposal was staged"),
+        "{told}"
+    );
+    assert!(
+        !root.join("agent/skills/triage.md").exists(),
+        "nothing was written"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("agent/instructions.md")).unwrap(),
+        "Edited by hand.\n"
+    );
     assert_eq!(current(&root), before);
     server.stop().await;
 }
@@ -404,11 +555,16 @@ async fn a_parked_proposal_survives_a_restart_and_is_answered_after_it() {
     let server = TestServer::start(changing_agent()).await;
     let root = server.agent.root();
     let session = server
-        .create(&propose(json!([{"path": "skills/triage.md", "content": SKILL}])))
+        .create(&propose(
+            json!([{"path": "skills/triage.md", "content": SKILL}]),
+        ))
         .await;
     let parked = server.until_rest(&session, 0).await;
     let request = change_request(&parked);
-    let hash = request["action"]["proposal"]["build"].as_str().unwrap().to_owned();
+    let hash = request["action"]["proposal"]["build"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let request_id = request["requestId"].as_str().unwrap().to_owned();
     // A new runtime and server on the same project: the request is read from the store.
     let server = server.restart().await;
@@ -417,7 +573,10 @@ async fn a_parked_proposal_survives_a_restart_and_is_answered_after_it() {
     let after = server.until_rest(&session, count).await;
     let result = results(&after, "propose_change");
     assert_eq!(result[0]["status"], "completed", "{after:#?}");
-    assert_eq!(std::fs::read_to_string(root.join("agent/skills/triage.md")).unwrap(), SKILL);
+    assert_eq!(
+        std::fs::read_to_string(root.join("agent/skills/triage.md")).unwrap(),
+        SKILL
+    );
     assert_eq!(current(&root), hash);
     server.stop().await;
 }
@@ -444,7 +603,9 @@ async fn forge_a_change_approval(sandbox_yaml: &str) -> (bool, bool, Vec<Value>)
     server.runtime.executor().set_own_listeners(vec![addr]);
 
     let victim = server
-        .create(&propose(json!([{"path": "skills/triage.md", "content": SKILL}])))
+        .create(&propose(
+            json!([{"path": "skills/triage.md", "content": SKILL}]),
+        ))
         .await;
     let parked = server.until_rest(&victim, 0).await;
     let request = change_request(&parked);
@@ -501,8 +662,14 @@ async fn the_agent_cannot_approve_its_own_proposal() {
     }
     for yaml in ["provider: isolated\n", "provider: isolated\nnetwork: all\n"] {
         let (applied, unchanged, shown) = forge_a_change_approval(yaml).await;
-        assert!(!applied && unchanged, "{yaml}: a tool approved the proposal: {shown:#?}");
+        assert!(
+            !applied && unchanged,
+            "{yaml}: a tool approved the proposal: {shown:#?}"
+        );
     }
     let (applied, _, shown) = forge_a_change_approval("provider: host\n").await;
-    assert!(applied, "unconfined, the forged approval goes through: {shown:#?}");
+    assert!(
+        applied,
+        "unconfined, the forged approval goes through: {shown:#?}"
+    );
 }

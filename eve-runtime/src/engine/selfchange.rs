@@ -228,8 +228,13 @@ pub fn parse(input: &Value) -> Result<Proposal, Vec<String>> {
     let rationale = text("rationale", MAX_RATIONALE_CHARS, &mut errors);
     let mut changes = Vec::new();
     match input.get("changes").and_then(Value::as_array) {
-        None => errors.push("`changes` is required: a list of `{path, content}` or `{path, delete: true}`".to_owned()),
-        Some(list) if list.is_empty() => errors.push("`changes` is empty: nothing to propose".to_owned()),
+        None => errors.push(
+            "`changes` is required: a list of `{path, content}` or `{path, delete: true}`"
+                .to_owned(),
+        ),
+        Some(list) if list.is_empty() => {
+            errors.push("`changes` is empty: nothing to propose".to_owned())
+        }
         Some(list) if list.len() > MAX_FILES => errors.push(format!(
             "{} files are changed; a proposal changes at most {MAX_FILES}: split it",
             list.len()
@@ -242,11 +247,14 @@ pub fn parse(input: &Value) -> Result<Proposal, Vec<String>> {
                     errors.push(format!("change {}: `path` is required", i + 1));
                     continue;
                 };
-                if let Some(extra) = item
-                    .as_object()
-                    .and_then(|o| o.keys().find(|k| !["path", "content", "delete"].contains(&k.as_str())))
-                {
-                    errors.push(format!("change {} (`{raw}`): unknown field `{extra}`", i + 1));
+                if let Some(extra) = item.as_object().and_then(|o| {
+                    o.keys()
+                        .find(|k| !["path", "content", "delete"].contains(&k.as_str()))
+                }) {
+                    errors.push(format!(
+                        "change {} (`{raw}`): unknown field `{extra}`",
+                        i + 1
+                    ));
                 }
                 let path = match check_path(raw) {
                     Ok(p) => p,
@@ -363,8 +371,9 @@ pub fn apply(root: &Path, changes: &[FileChange]) -> Result<(), String> {
                 .map_err(|e| format!("cannot delete `{}`: {e}", change.path()))?,
             FileChange::Write { content, .. } => {
                 if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent)
-                        .map_err(|e| format!("cannot create the folder of `{}`: {e}", change.path()))?;
+                    std::fs::create_dir_all(parent).map_err(|e| {
+                        format!("cannot create the folder of `{}`: {e}", change.path())
+                    })?;
                 }
                 let mode = std::fs::metadata(&target).ok().map(|m| m.permissions());
                 let tmp = target.with_file_name(format!(
@@ -687,11 +696,10 @@ impl Runtime {
         let staging = staging_dir(&self.inner.config.state_dir, id);
         let rt = self.clone();
         let changes = proposal.changes.clone();
-        let prepared = tokio::task::spawn_blocking(move || {
-            rt.prepare_staging(&agent_dir, &staging, &changes)
-        })
-        .await
-        .map_err(|e| RuntimeError::Other(format!("staging stopped: {e}")))??;
+        let prepared =
+            tokio::task::spawn_blocking(move || rt.prepare_staging(&agent_dir, &staging, &changes))
+                .await
+                .map_err(|e| RuntimeError::Other(format!("staging stopped: {e}")))??;
         let (base, result, diff_text, truncated, built) = match prepared {
             Err(refused) => return Ok(Staged::Refused(refused)),
             Ok(p) => p,
@@ -769,7 +777,10 @@ impl Runtime {
         shown["text"] = json!(render_text(&shown));
         let record = serde_json::to_vec_pretty(&shown)?;
         std::fs::write(staging.join("proposal.json"), record).map_err(|e| {
-            RuntimeError::Other(format!("cannot write the proposal in {}: {e}", staging.display()))
+            RuntimeError::Other(format!(
+                "cannot write the proposal in {}: {e}",
+                staging.display()
+            ))
         })?;
         Ok(Staged::Offered(shown))
     }
@@ -1011,9 +1022,11 @@ impl TurnDriver<'_> {
                 Ok(ChangeStep::Settle(CallStatus::Denied, json!(text), batch))
             }
             _ => match self.rt.stage_proposal(&id, &proposal).await? {
-                Staged::Refused(text) => {
-                    Ok(ChangeStep::Settle(CallStatus::Failed, json!(text), Batch::new()))
-                }
+                Staged::Refused(text) => Ok(ChangeStep::Settle(
+                    CallStatus::Failed,
+                    json!(text),
+                    Batch::new(),
+                )),
                 Staged::Offered(shown) => Ok(ChangeStep::Ask(format!(
                     "Approve change {id} to the agent? {}{}",
                     proposal.summary,
@@ -1084,11 +1097,12 @@ impl TurnDriver<'_> {
                 return Ok(changes.iter().map(|c| c.path().to_owned()).collect());
             }
             if now != b {
-                return Err(format!(
+                return Err(
                     "The agent folder changed since the proposal was staged (someone edited it); \
                      nothing was written, so no edit was lost. Look at the folder as it is now \
                      and propose again."
-                ));
+                        .to_owned(),
+                );
             }
             apply(&dir, &changes)?;
             Ok(changes.iter().map(|c| c.path().to_owned()).collect())
@@ -1098,7 +1112,9 @@ impl TurnDriver<'_> {
         let paths = match written {
             Ok(paths) => paths,
             Err(why) => {
-                let text = conflict(format!("The change `{id}` was approved by {by}, but: {why}"));
+                let text = conflict(format!(
+                    "The change `{id}` was approved by {by}, but: {why}"
+                ));
                 return self.refused_after_approval(call, id, &by, text).await;
             }
         };
@@ -1255,8 +1271,10 @@ impl Runtime {
                 let cases: Vec<Value> = report
                     .cases
                     .iter()
-                    .map(|c| json!({"id": c.id, "passed": c.result == "passed",
-                                    "result": c.result, "reason": c.reason}))
+                    .map(|c| {
+                        json!({"id": c.id, "passed": c.result == "passed",
+                                    "result": c.result, "reason": c.reason})
+                    })
                     .collect();
                 let failed = report.failed().count() + usize::from(report.error.is_some());
                 json!({
@@ -1310,4 +1328,117 @@ pub(in crate::engine) fn proposed_event(call: &ToolCallRecord, action: &Value) -
         "diagnostics": {"errors": p["diagnostics"]["errors"], "warnings": p["diagnostics"]["warnings"]},
         "evals": p["evals"], "delta": p["delta"], "widens": p["widens"],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_inside_the_agent_folder_are_normalised() {
+        assert_eq!(check_path("skills/triage.md").unwrap(), "skills/triage.md");
+        assert_eq!(check_path("./skills/./x.md").unwrap(), "skills/x.md");
+        assert_eq!(check_path("instructions.md").unwrap(), "instructions.md");
+        assert_eq!(check_path("_lib/data.json").unwrap(), "_lib/data.json");
+    }
+
+    #[test]
+    fn paths_leaving_the_agent_folder_are_refused() {
+        for raw in [
+            "",
+            " ",
+            "/etc/passwd",
+            "//x",
+            "../x",
+            "a/../../x",
+            "a/..",
+            "..",
+            ".",
+            "./",
+            ".eve/current",
+            ".git/config",
+            "skills/.hidden/x",
+            "a//b",
+            "a/",
+            "C:/x",
+            "c:x",
+            "~/x",
+            "a\\b",
+            "a\0b",
+            "a\nb",
+        ] {
+            assert!(check_path(raw).is_err(), "{raw:?} is refused");
+        }
+        let long = "a/".repeat(200) + "x";
+        assert!(check_path(&long).is_err());
+    }
+
+    #[test]
+    fn inputs_are_checked_whole_before_anything_is_staged() {
+        let errors = parse(&json!({"summary": "", "changes": []})).unwrap_err();
+        assert!(errors.iter().any(|e| e.contains("`summary`")), "{errors:?}");
+        assert!(
+            errors.iter().any(|e| e.contains("`rationale`")),
+            "{errors:?}"
+        );
+        assert!(errors.iter().any(|e| e.contains("empty")), "{errors:?}");
+        let errors = parse(&json!({"summary": "s", "rationale": "r", "changes": [
+            {"path": "a.md", "content": "x"}, {"path": "./a.md", "delete": true},
+            {"path": "b.md", "content": "x", "delete": true}, {"path": "c.md"},
+            {"path": "d.md", "content": 5}, {"path": "e.md", "content": "x", "mode": "777"},
+        ]}))
+        .unwrap_err();
+        for part in [
+            "twice",
+            "not both",
+            "whole new",
+            "must be a string",
+            "unknown field `mode`",
+        ] {
+            assert!(
+                errors.iter().any(|e| e.contains(part)),
+                "{part}: {errors:?}"
+            );
+        }
+        let big = "x".repeat(MAX_FILE_BYTES + 1);
+        let errors = parse(&json!({"summary": "s", "rationale": "r",
+                                   "changes": [{"path": "a.md", "content": big}]}))
+        .unwrap_err();
+        assert!(errors.iter().any(|e| e.contains("KiB")), "{errors:?}");
+        let ok = parse(&json!({"summary": "s", "rationale": "r", "changes": [
+            {"path": "a.md", "content": "x"}, {"path": "b.md", "delete": true}]}))
+        .unwrap();
+        assert_eq!(
+            ok.changes,
+            vec![
+                FileChange::Write {
+                    path: "a.md".into(),
+                    content: "x".into()
+                },
+                FileChange::Delete {
+                    path: "b.md".into()
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_long_diff_is_cut_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let content: String = (0..1000).map(|i| format!("line {i}\n")).collect();
+        let (diff, cut) = diff(
+            dir.path(),
+            &[FileChange::Write {
+                path: "big.md".into(),
+                content,
+            }],
+        );
+        assert!(cut);
+        assert!(
+            diff.lines().count() <= DIFF_MAX_LINES + 1,
+            "{}",
+            diff.lines().count()
+        );
+        assert!(diff.contains("the diff is cut here"));
+    }
 }

@@ -32,20 +32,19 @@ impl TurnDriver<'_> {
             call.approval = ApprovalState::Pending;
             call.status = CallStatus::Pending;
             // A staged `propose_change` parks on a request of its own kind that shows the proposal.
-            let (kind, action) = crate::engine::selfchange::staged_request(
-                &self.rt.inner.config.state_dir,
-                &call,
-            )
-            .unwrap_or_else(|| ("tool-approval".to_owned(), ev::action(&call)));
+            let (kind, action) =
+                crate::engine::selfchange::staged_request(&self.rt.inner.config.state_dir, &call)
+                    .unwrap_or_else(|| ("tool-approval".to_owned(), ev::action(&call)));
             if kind == crate::engine::selfchange::REQUEST_KIND {
                 let data = crate::engine::selfchange::proposed_event(&call, &action);
-                self.rt.change_event(
-                    &mut batch,
-                    &self.session.id,
-                    crate::engine::selfchange::CHANGE_PROPOSED,
-                    data,
-                )
-                .await?;
+                self.rt
+                    .change_event(
+                        &mut batch,
+                        &self.session.id,
+                        crate::engine::selfchange::CHANGE_PROPOSED,
+                        data,
+                    )
+                    .await?;
             }
             let request = InputRequestRecord {
                 id: format!("apr_{}", ulid::Ulid::new()),

@@ -341,8 +341,8 @@ impl TurnDriver<'_> {
                 }
                 Decision::Change => match self.change_call(&call).await? {
                     selfchange::ChangeStep::Settle(status, output, mut batch) => {
-                        let message = self
-                            .settle_into(&mut batch, turn, step, call, status, output, None)?;
+                        let message =
+                            self.settle_into(&mut batch, turn, step, call, status, output, None)?;
                         inline.push((batch, message));
                     }
                     selfchange::ChangeStep::Ask(prompt) => asks.push((call, prompt)),
