@@ -18,6 +18,7 @@ mod limits;
 mod memory;
 mod plan;
 mod redaction;
+mod releases;
 mod run_cli;
 mod schedules;
 mod selfchange;

@@ -16,6 +16,7 @@ mod integrity;
 mod mcp;
 mod memory;
 mod model;
+mod releases;
 mod review;
 mod schedule;
 mod selfchange;

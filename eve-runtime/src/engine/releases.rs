@@ -290,7 +290,7 @@ impl Runtime {
             Verdict::Reject => {
                 release.status = ReleaseStatus::Rejected;
                 release.reason = Some(rejection(&release.checks));
-                batch.push(Op::Release(ReleaseOp::Put(release.clone())));
+                batch.push(Op::Release(ReleaseOp::Put(Box::new(release.clone()))));
                 batch.push(Op::Release(ReleaseOp::Event {
                     kind: RELEASE_BUILT.to_owned(),
                     data: built_data(&release),
@@ -306,7 +306,7 @@ impl Runtime {
                     "it widens {} under `activation: review`; a principal activates it",
                     count(release.delta.widening().count(), "capability")
                 ));
-                batch.push(Op::Release(ReleaseOp::Put(release.clone())));
+                batch.push(Op::Release(ReleaseOp::Put(Box::new(release.clone()))));
                 batch.push(Op::Release(ReleaseOp::Event {
                     kind: RELEASE_BUILT.to_owned(),
                     data: built_data(&release),
@@ -314,7 +314,7 @@ impl Runtime {
                 ReleaseOutcome::Pending(release)
             }
             Verdict::Activate => {
-                batch.push(Op::Release(ReleaseOp::Put(release.clone())));
+                batch.push(Op::Release(ReleaseOp::Put(Box::new(release.clone()))));
                 let mut data = built_data(&release);
                 data["status"] = json!(ReleaseStatus::Active);
                 batch.push(Op::Release(ReleaseOp::Event {
@@ -400,7 +400,7 @@ impl Runtime {
         }
         let mut batch = Batch::durable();
         if updated != target {
-            batch.push(Op::Release(ReleaseOp::Put(updated.clone())));
+            batch.push(Op::Release(ReleaseOp::Put(Box::new(updated.clone()))));
         }
         self.push_activation(&mut batch, &updated, active.as_ref(), by, None, now);
         self.commit_releases(batch).await?;
@@ -592,7 +592,7 @@ impl Runtime {
             failures: 0,
         };
         let mut batch = Batch::durable();
-        batch.push(Op::Release(ReleaseOp::Put(release.clone())));
+        batch.push(Op::Release(ReleaseOp::Put(Box::new(release.clone()))));
         let mut data = built_data(&release);
         data["status"] = json!(ReleaseStatus::Active);
         batch.push(Op::Release(ReleaseOp::Event {
@@ -1031,8 +1031,8 @@ fn rejected_data(r: &Release) -> Value {
 pub(crate) fn count(n: usize, what: &str) -> String {
     if n == 1 {
         format!("1 {what}")
-    } else if what.ends_with('y') {
-        format!("{n} {}ies", &what[..what.len() - 1])
+    } else if let Some(stem) = what.strip_suffix('y') {
+        format!("{n} {stem}ies")
     } else {
         format!("{n} {what}s")
     }

@@ -166,7 +166,7 @@ pub struct ReleaseRecord {
 #[derive(Debug, Clone)]
 pub enum ReleaseOp {
     /// Inserts a release or replaces it whole.
-    Put(ReleaseRecord),
+    Put(Box<ReleaseRecord>),
     /// Makes release `id` the active one: the release active before it (if another) takes
     /// `demote` (superseded or rolled back) with `reason`; `id` becomes active at `at`, by
     /// `by`, with `previous` naming the one it replaced and its failure count reset.

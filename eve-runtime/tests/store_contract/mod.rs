@@ -43,6 +43,8 @@ pub async fn run_all<B: Backend>(make: impl Fn() -> B) {
     drive_state_reads_everything_at_once(&make()).await;
     lease_tokens_grow_with_each_holder(&make()).await;
     a_commit_under_an_older_token_is_refused(&make()).await;
+    release_rows(&make()).await;
+    release_events_are_dense_and_concurrent_activations_leave_one_active(&make()).await;
 }
 
 /// One `#[tokio::test]` per promise, on backends made by `$make`.
@@ -81,6 +83,8 @@ macro_rules! store_contract_tests {
             drive_state_reads_everything_at_once,
             lease_tokens_grow_with_each_holder,
             a_commit_under_an_older_token_is_refused,
+            release_rows,
+            release_events_are_dense_and_concurrent_activations_leave_one_active,
         );
     };
 }
@@ -1598,4 +1602,180 @@ pub async fn a_commit_under_an_older_token_is_refused(backend: &impl Backend) {
         !store.renew_lease(&zombie).await.unwrap(),
         "the zombie lost its lease"
     );
+}
+
+fn release(id: &str, hash: &str, at: i64) -> ReleaseRecord {
+    ReleaseRecord {
+        id: id.to_owned(),
+        build_hash: hash.to_owned(),
+        source: Some(SourceRevision {
+            commit: "abc123".into(),
+            dirty: true,
+        }),
+        created_at: at,
+        principal: "local:test".into(),
+        checks: Checks {
+            errors: 0,
+            warnings: 2,
+            gate: Some(GateReport {
+                tags: vec!["smoke".into()],
+                cases: vec![GateCase {
+                    id: "probe/works".into(),
+                    result: "failed".into(),
+                    reason: Some("text.contains".into()),
+                }],
+                error: None,
+            }),
+            forced: true,
+        },
+        status: ReleaseStatus::Pending,
+        delta: eve_compile::Delta {
+            changes: vec![eve_compile::Change {
+                kind: eve_compile::ChangeKind::ToolAdded,
+                subject: "deploy".into(),
+                before: None,
+                after: Some("effect write".into()),
+                widening: true,
+            }],
+        },
+        base: None,
+        activated_at: None,
+        activated_by: None,
+        previous: None,
+        reason: None,
+        failures: 0,
+    }
+}
+
+fn activate(id: &str, demote: ReleaseStatus, at: i64) -> Op {
+    Op::Release(ReleaseOp::Activate {
+        id: id.into(),
+        demote,
+        reason: Some(format!("{id} took over")),
+        at,
+        by: "token:T".into(),
+    })
+}
+
+/// Releases: rows round-trip whole; an activation demotes the active one and records who, when
+/// and what it replaced; failures are counted; an unknown release fails the whole batch.
+pub async fn release_rows(backend: &impl Backend) {
+    let store = backend.open();
+    assert!(store.releases().await.unwrap().is_empty());
+    let mut b = Batch::durable();
+    b.push(Op::Release(ReleaseOp::Put(Box::new(release(
+        "rel_b", "h2", 20,
+    )))))
+    .push(Op::Release(ReleaseOp::Put(Box::new(release(
+        "rel_a", "h1", 10,
+    )))))
+    .push(activate("rel_a", ReleaseStatus::Superseded, 11));
+    store.commit(b).await.unwrap();
+    let all = store.releases().await.unwrap();
+    assert_eq!(
+        all.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["rel_a", "rel_b"],
+        "oldest first"
+    );
+    let mut expected = release("rel_b", "h2", 20);
+    assert_eq!(all[1], expected, "a row round-trips whole");
+    assert_eq!(all[0].status, ReleaseStatus::Active);
+    assert_eq!(all[0].activated_at, Some(11));
+    assert_eq!(all[0].activated_by.as_deref(), Some("token:T"));
+
+    let mut b = Batch::durable();
+    b.push(Op::Release(ReleaseOp::CountFailure { id: "rel_a".into() }))
+        .push(Op::Release(ReleaseOp::CountFailure { id: "rel_a".into() }));
+    store.commit(b).await.unwrap();
+    assert_eq!(store.releases().await.unwrap()[0].failures, 2);
+
+    let mut b = Batch::durable();
+    b.push(activate("rel_b", ReleaseStatus::RolledBack, 30));
+    store.commit(b).await.unwrap();
+    let all = store.releases().await.unwrap();
+    assert_eq!(all[0].status, ReleaseStatus::RolledBack);
+    assert_eq!(all[0].reason.as_deref(), Some("rel_b took over"));
+    expected.status = ReleaseStatus::Active;
+    expected.activated_at = Some(30);
+    expected.activated_by = Some("token:T".into());
+    expected.previous = Some("rel_a".into());
+    assert_eq!(all[1], expected);
+    // Back to rel_a: its failure count starts again.
+    let mut b = Batch::durable();
+    b.push(activate("rel_a", ReleaseStatus::Superseded, 40));
+    store.commit(b).await.unwrap();
+    let all = store.releases().await.unwrap();
+    assert_eq!((all[0].status, all[0].failures), (ReleaseStatus::Active, 0));
+    assert_eq!(all[1].status, ReleaseStatus::Superseded);
+
+    // An unknown release: nothing of the batch is written.
+    let mut b = Batch::durable();
+    b.push(Op::Release(ReleaseOp::Put(Box::new(release(
+        "rel_c", "h3", 50,
+    )))))
+    .push(activate("rel_missing", ReleaseStatus::Superseded, 51));
+    assert!(store.commit(b).await.is_err());
+    assert_eq!(store.releases().await.unwrap().len(), 2);
+    // Another process's view sees the same rows.
+    assert_eq!(backend.open().releases().await.unwrap(), all);
+}
+
+/// The releases' audit stream is numbered 0, 1, 2… across concurrent writers (of two store
+/// instances, as two processes); concurrent activations leave exactly one release active.
+pub async fn release_events_are_dense_and_concurrent_activations_leave_one_active(
+    backend: &impl Backend,
+) {
+    let (one, two) = (backend.open(), backend.open());
+    let mut b = Batch::durable();
+    for (i, id) in ["rel_1", "rel_2", "rel_3", "rel_4"].iter().enumerate() {
+        b.push(Op::Release(ReleaseOp::Put(Box::new(release(
+            id,
+            &format!("h{i}"),
+            i as i64,
+        )))));
+    }
+    one.commit(b).await.unwrap();
+    let mut tasks = Vec::new();
+    for (n, id) in ["rel_1", "rel_2", "rel_3", "rel_4"].iter().enumerate() {
+        let store = if n % 2 == 0 { one.clone() } else { two.clone() };
+        let id = id.to_string();
+        tasks.push(tokio::spawn(async move {
+            for k in 0..5 {
+                let mut b = Batch::durable();
+                b.push(activate(&id, ReleaseStatus::Superseded, 100 + k))
+                    .push(Op::Release(ReleaseOp::Event {
+                        kind: "release.activated".into(),
+                        data: json!({"releaseId": id, "k": k}),
+                    }));
+                let committed = store.commit(b).await.unwrap();
+                assert_eq!(committed.events.len(), 1);
+                assert_eq!(committed.events[0].session_id, RELEASE_STREAM);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let events = two.release_events(0, 1000).await.unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.index).collect::<Vec<_>>(),
+        (0..20).collect::<Vec<u64>>(),
+        "dense, from 0"
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e.kind == "release.activated" && e.session_id == RELEASE_STREAM)
+    );
+    let page = one.release_events(18, 10).await.unwrap();
+    assert_eq!(page.iter().map(|e| e.index).collect::<Vec<_>>(), [18, 19]);
+    assert_eq!(one.release_events(5, 2).await.unwrap().len(), 2);
+    let active = one
+        .releases()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.status == ReleaseStatus::Active)
+        .count();
+    assert_eq!(active, 1, "one active release, whoever won");
 }
