@@ -310,6 +310,32 @@ async fn a_denied_proposal_leaves_the_agent_folder_byte_identical() {
     );
     let denied = after.iter().find(|e| e["type"] == "change.denied").unwrap();
     assert_eq!(denied["data"]["reason"], "not now");
+
+    // A proposal whose turn is cancelled while it waits is dropped with it.
+    let count = server.count(&session).await;
+    let (status, _) = server
+        .post(
+            &format!("/eve/v1/session/{session}"),
+            json!({"message": propose(json!([{"path": "skills/triage.md", "content": SKILL}]))}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let parked = server.until_rest(&session, count).await;
+    let id = change_request(&parked)["action"]["proposal"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(root.join(".eve/staging").join(&id).is_dir());
+    let (status, body) = server
+        .post(&format!("/eve/v1/session/{session}/cancel"), json!({}))
+        .await;
+    assert!(status == 200 || status == 202, "{status} {body}");
+    eve_test_support::eventually_async(
+        "the cancelled proposal's staging folder is removed",
+        || !root.join(".eve/staging").join(&id).exists(),
+    )
+    .await;
+    assert_eq!(snapshot(&root.join("agent")), before_files);
     server.stop().await;
 }
 

@@ -1224,6 +1224,14 @@ pub(in crate::engine) fn staged_request(
     Some((REQUEST_KIND.to_owned(), action))
 }
 
+/// Removes the staging folder of `call`'s proposal, if it is one (its turn ended without an
+/// answer: cancelled, failed, out of time).
+pub(in crate::engine) fn discard_staged(state_dir: &Path, call: &ToolCallRecord) {
+    if call.name == PROPOSE_CHANGE {
+        let _ = std::fs::remove_dir_all(staging_dir(state_dir, &proposal_id(call)));
+    }
+}
+
 /// Stages `paths` (relative to `agent_dir`) in git when `agent_dir` is in a work tree: `{staged:
 /// true, repo}`; `{staged: false, why}` otherwise (no git, not a repository, `git add` failed).
 async fn git_stage(agent_dir: &Path, paths: &[String]) -> Value {
