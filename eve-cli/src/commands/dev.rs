@@ -56,8 +56,12 @@ pub fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
 
 /// What a rebuild led to.
 enum Outcome {
-    /// A good build, now current.
-    Good { hash: String, changed: bool },
+    /// A good build, now current; `line` says so, printed once the server serves it.
+    Good {
+        hash: String,
+        changed: bool,
+        line: Option<String>,
+    },
     /// Errors: nothing changed.
     Failed,
 }
@@ -132,6 +136,7 @@ fn rebuild(
             Some(hash) => Outcome::Good {
                 hash: hash.to_owned(),
                 changed: false,
+                line: None,
             },
             None => Outcome::Failed,
         });
@@ -143,23 +148,34 @@ fn rebuild(
     } else {
         format!("unchanged ({hash})")
     };
-    eprintln!(
+    let line = format!(
         "{} in {}: {what}",
         paint(color, "1;32", verb),
         duration(built.elapsed)
     );
-    Ok(Outcome::Good { hash, changed })
+    Ok(Outcome::Good {
+        hash,
+        changed,
+        line: Some(line),
+    })
 }
 
 /// The first build, before the server's runtime exists: released on a runtime of its own,
 /// off the async runtime's threads.
 fn first_build(project: &Project, serving: Option<&str>) -> anyhow::Result<Outcome> {
     let (project, serving) = (project.clone(), serving.map(str::to_owned));
-    std::thread::scope(|s| {
+    let outcome = std::thread::scope(|s| {
         s.spawn(|| rebuild(&project, serving.as_deref(), true, None))
             .join()
             .unwrap_or_else(|_| anyhow::bail!("the build stopped"))
-    })
+    })?;
+    if let Outcome::Good {
+        line: Some(line), ..
+    } = &outcome
+    {
+        eprintln!("{line}");
+    }
+    Ok(outcome)
 }
 
 /// Whether a changed path can matter to a build: not `.eve/`, not under a dot folder (`.git/`),
@@ -356,7 +372,12 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
                 })
                 .await
                 .context("the rebuild stopped")??;
-                if let Outcome::Good { hash, changed: true } = outcome {
+                let (changed_to, line) = match outcome {
+                    Outcome::Good { hash, changed: true, line } => (Some(hash), line),
+                    Outcome::Good { line, .. } => (None, line),
+                    Outcome::Failed => (None, None),
+                };
+                if let Some(hash) = changed_to {
                     match server_config(&project.state_dir, &hash, &args.host, &shutdown) {
                         Ok(config) => routes.replace(server::router_with(
                             runtime.clone(),
@@ -377,6 +398,10 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
                     });
                     serving = hash;
                     scheduler.wake();
+                }
+                // Said once the server serves it, so what the line says is already true.
+                if let Some(line) = line {
+                    eprintln!("{line}");
                 }
             }
             () = shutdown.cancelled() => {

@@ -1076,8 +1076,7 @@ pub fn source_revision(dir: &std::path::Path) -> Option<SourceRevision> {
 
 /// The principal id of the person at this terminal: `local:<user>`.
 pub fn local_principal() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
+    let user = std::env::var(crate::env_vars::USER)
         .ok()
         .filter(|u| !u.trim().is_empty())
         .unwrap_or_else(|| "operator".to_owned());
