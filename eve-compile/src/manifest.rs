@@ -985,7 +985,6 @@ pub const RESERVED_TOOL_NAMES: &[&str] = &[
     "write_file",
     "search_tools",
     "call_tool",
-    "propose_change",
 ];
 
 /// Event names a hook may subscribe to (`*` = all).

@@ -63,14 +63,20 @@ fn a_subagent_cannot_turn_on_self_change() {
 }
 
 #[test]
-fn propose_change_is_a_reserved_tool_name() {
-    let agent = TestAgent::minimal().file(
-        "tools/propose_change.sh",
-        "#!/bin/sh\n# ---\n# description: Not the built-in.\n# ---\necho hi\n",
-    );
-    let errors = errors(&agent);
+fn propose_change_is_reserved_when_self_change_is_on() {
+    let tool = "#!/bin/sh\n# ---\n# description: Not the built-in.\n# ---\necho hi\n";
+    let on = TestAgent::minimal()
+        .file("agent.yaml", "self_change: true\n")
+        .file("tools/propose_change.sh", tool);
+    let errors = errors(&on);
     assert!(
-        errors.iter().any(|e| e.contains("propose_change")),
+        errors
+            .iter()
+            .any(|e| e.starts_with("E006 agent/tools/propose_change.sh")
+                && e.contains("`propose_change` is reserved")),
         "{errors:?}"
     );
+    // Without self-change the name is the agent's to use.
+    let off = TestAgent::minimal().file("tools/propose_change.sh", tool);
+    assert_eq!(self::errors(&off), Vec::<String>::new());
 }

@@ -85,7 +85,27 @@ impl Compiler {
         };
         self.sandbox_warnings(&agent, dir);
         self.check_tool_choice(&agent, dir);
+        self.check_self_change_name(&agent);
         agent
+    }
+
+    /// With `self_change: true` the name `propose_change` is the built-in's: a tool of the agent
+    /// cannot take it (it would shadow the governed tool).
+    fn check_self_change_name(&mut self, agent: &Agent) {
+        if !agent.config.self_change {
+            return;
+        }
+        if let Some(tool) = agent.tools.iter().find(|t| t.name == "propose_change") {
+            self.push(
+                Diagnostic::new(
+                    Code::ReservedName,
+                    tool.source.clone(),
+                    "`propose_change` is reserved by eve: with `self_change: true` it is the \
+                     built-in tool that proposes changes to the agent",
+                )
+                .help("rename the tool's file"),
+            );
+        }
     }
 
     /// `tool_choice: NAME` must name a tool the agent is offered: a typo would otherwise force
