@@ -341,3 +341,57 @@ async fn another_process_activation_is_followed_through_the_store() {
         .unwrap();
     assert_eq!((next.index, next.kind.as_str()), (4, "change.proposed"));
 }
+
+/// A JWT principal (an end user of the API) may read releases but not activate or roll back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwt_principal_reads_releases_but_cannot_change_them() {
+    use crate::server_support::TestServer;
+    use eve_runtime::server::sign_hs256;
+    use serde_json::json;
+    let secret = "jwt-releases-secret-0123456789";
+    let agent = AgentDir::standard();
+    agent.file(
+        "channels/eve.yaml",
+        "auth:\n  type: jwt\n  secret: ${JWT_SECRET}\n",
+    );
+    let server = TestServer::start_with(agent, &[("JWT_SECRET", secret)], |c| c).await;
+    let ReleaseOutcome::Activated(r1) = release(&server.runtime, &server.hash).await else {
+        panic!("the first build activates");
+    };
+    let now = chrono::Utc::now().timestamp();
+    let alice = format!(
+        "Bearer {}",
+        sign_hs256(
+            &json!({"sub": "alice", "exp": now + 300}),
+            secret.as_bytes()
+        )
+    );
+    let get = server
+        .http
+        .get(server.url("/eve/v1/releases"))
+        .header("authorization", &alice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 200);
+    let body: serde_json::Value = get.json().await.unwrap();
+    assert_eq!(body["active"], r1.id.as_str());
+    for path in [
+        format!("/eve/v1/releases/{}/activate", r1.id),
+        "/eve/v1/rollback".to_owned(),
+    ] {
+        let response = server
+            .http
+            .post(server.url(&path))
+            .header("authorization", &alice)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 403, "{path}");
+    }
+    let all = server.runtime.releases_list().await.unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].status, ReleaseStatus::Active);
+    server.shutdown.cancel();
+}
