@@ -534,6 +534,52 @@ async fn paths_outside_the_agent_folder_are_refused() {
 }
 
 #[tokio::test]
+async fn a_jwt_principal_cannot_approve_a_change_but_an_operator_can() {
+    let server = TestServer::start(changing_agent()).await;
+    let root = server.agent.root();
+    let session = server
+        .create(&propose(
+            json!([{"path": "skills/triage.md", "content": SKILL}]),
+        ))
+        .await;
+    let parked = server.until_rest(&session, 0).await;
+    let request = change_request(&parked);
+    let id = request["requestId"].as_str().unwrap();
+    let refused = server
+        .runtime
+        .answer_input_as(&session, Some(id), true, None, "jwt:alice")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("operator's act"), "{refused}");
+    assert!(!root.join("agent/skills/triage.md").exists());
+    let pending = server
+        .runtime
+        .store()
+        .input_requests(&session, true)
+        .await
+        .unwrap();
+    assert!(pending.iter().any(|r| r.id == id), "still pending");
+    let count = server.count(&session).await;
+    server
+        .runtime
+        .answer_input_as(&session, Some(id), true, None, "token:EVE_API_TOKEN")
+        .await
+        .unwrap();
+    let after = server.until_rest(&session, count).await;
+    let approved = after
+        .iter()
+        .find(|e| e["type"] == "change.approved")
+        .unwrap();
+    assert_eq!(approved["data"]["by"], "token:EVE_API_TOKEN");
+    assert_eq!(
+        std::fs::read_to_string(root.join("agent/skills/triage.md")).unwrap(),
+        SKILL
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn an_agent_folder_edited_after_staging_is_not_clobbered() {
     let server = TestServer::start(changing_agent()).await;
     let root = server.agent.root();

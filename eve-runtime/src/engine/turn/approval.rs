@@ -239,6 +239,21 @@ impl Runtime {
                 }
             },
         };
+        // Approving a change to the agent activates a release: an operator's act, as for the
+        // release routes, not an API end user's (a JWT principal may still deny it).
+        if approve
+            && request.kind == crate::engine::selfchange::REQUEST_KIND
+            && principal.starts_with("jwt:")
+        {
+            return Err(RuntimeError::Release(format!(
+                "approving the proposed change `{}` to the agent activates a release, an \
+                 operator's act (a bearer or basic credential, the terminal or a channel), not a \
+                 JWT principal's; it stays pending",
+                request.action["proposal"]["id"]
+                    .as_str()
+                    .unwrap_or(&request.id)
+            )));
+        }
         request.status = if approve {
             RequestStatus::Approved
         } else {
