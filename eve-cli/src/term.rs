@@ -8,6 +8,7 @@
 use std::io::Write;
 
 use eve_runtime::engine::events as ev;
+use eve_runtime::engine::selfchange;
 use eve_runtime::store::StoredEvent;
 use serde_json::Value;
 
@@ -177,6 +178,15 @@ impl Printer {
                     );
                 }
             }
+            ev::INPUT_REQUESTED => {
+                // A self-change proposal is shown whole before it is asked about.
+                for r in data["requests"].as_array().into_iter().flatten() {
+                    if r["kind"] == selfchange::REQUEST_KIND {
+                        self.finish_line();
+                        eprint!("{}", proposal_card(&r["action"]["proposal"], self.color));
+                    }
+                }
+            }
             ev::COMPACTION_COMPLETED => {
                 eprintln!("{}", paint(self.color, "2", "(context compacted)"));
             }
@@ -184,6 +194,43 @@ impl Printer {
             _ => {}
         }
     }
+}
+
+/// The card of a self-change proposal (`action.proposal` of a `change-approval` request) for
+/// stderr: summary, rationale, files, checks, the capability delta (widening lines in red) and
+/// the diff (added lines green, removed red).
+pub fn proposal_card(proposal: &Value, color: bool) -> String {
+    let text = match proposal["text"].as_str() {
+        Some(t) => t.to_owned(),
+        None => selfchange::render_text(proposal),
+    };
+    let mut out = String::new();
+    let mut in_diff = false;
+    for line in text.lines() {
+        let painted = if line.starts_with("Proposed change") {
+            paint(color, "1;33", line)
+        } else if line.starts_with("Capability delta (WIDENS") {
+            paint(color, "1;31", line)
+        } else if line == "Diff:" {
+            in_diff = true;
+            paint(color, "1", line)
+        } else if !in_diff && line.trim_start().starts_with("! ") {
+            paint(color, "31", line)
+        } else if in_diff && (line.starts_with("+++") || line.starts_with("---")) {
+            paint(color, "1", line)
+        } else if in_diff && line.starts_with('+') {
+            paint(color, "32", line)
+        } else if in_diff && line.starts_with('-') {
+            paint(color, "31", line)
+        } else if in_diff && line.starts_with("@@") {
+            paint(color, "36", line)
+        } else {
+            line.to_owned()
+        };
+        out.push_str(&painted);
+        out.push('\n');
+    }
+    out
 }
 
 /// How long nothing prints before the spinner shows.

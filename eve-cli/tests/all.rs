@@ -22,6 +22,7 @@ mod redaction;
 mod releases;
 mod run_cli;
 mod schedules;
+mod selfchange;
 mod serve;
 mod sessions_cli;
 mod subagents;

@@ -6,7 +6,7 @@
 //! forced; a release whose tool always fails is rolled back by itself; the HTTP routes are behind
 //! the API's auth and record the principal.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -489,4 +489,36 @@ fn release_routes_need_the_api_auth_and_record_the_principal() {
         .collect();
     assert_eq!(streamed, stored[..streamed.len()]);
     assert_eq!(streamed.len(), stored.len());
+
+    // Server-Sent Events, resumed after event 1 with `Last-Event-ID`, ending after the stored
+    // ones with `follow=false`: `id:` is each event's index, in order, none repeated.
+    let mut sse = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    sse.set_read_timeout(Some(LIMIT)).unwrap();
+    write!(
+        sse,
+        "GET /eve/v1/releases/stream?follow=false HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+         Connection: close\r\nAuthorization: Bearer s3cret\r\nAccept: text/event-stream\r\n\
+         Last-Event-ID: 1\r\n\r\n"
+    )
+    .unwrap();
+    let (status, body) = crate::support_dev::response(sse, Vec::new());
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with("retry: 1000\n\n"), "{body}");
+    let ids: Vec<u64> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|i| i.parse().unwrap())
+        .collect();
+    assert_eq!(ids, (2..stored.len() as u64).collect::<Vec<_>>(), "{body}");
+    let data: Vec<String> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| {
+            serde_json::from_str::<Value>(d).unwrap()["meta"]["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(data, stored[2..]);
 }

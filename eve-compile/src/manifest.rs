@@ -138,6 +138,10 @@ pub struct AgentConfig {
     /// When the runtime re-activates the previous release by itself (`rollback:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<RollbackPolicy>,
+    /// Whether the agent is offered the built-in `propose_change` tool (`self_change: true`): it
+    /// may propose edits to its own folder, which a principal approves before anything changes.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub self_change: bool,
 }
 
 /// How a new build becomes the active release (`activation:`).

@@ -10,4 +10,5 @@ mod mistakes;
 mod release_policy;
 mod sandbox;
 mod schema;
+mod self_change;
 mod support;

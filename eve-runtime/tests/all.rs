@@ -19,6 +19,7 @@ mod model;
 mod releases;
 mod review;
 mod schedule;
+mod selfchange;
 mod server_auth;
 mod server_limits;
 mod server_memory;

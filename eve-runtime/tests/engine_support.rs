@@ -157,6 +157,7 @@ pub fn agent() -> Agent {
             activation: Default::default(),
             gate: Vec::new(),
             rollback: None,
+            self_change: false,
         },
         tools: Vec::new(),
         skills: Vec::new(),

@@ -182,6 +182,83 @@ async fn an_upgraded_project_treats_its_current_build_as_the_first_release() {
     );
 }
 
+fn node(state_dir: &std::path::Path, store: Arc<dyn eve_runtime::store::Store>) -> Runtime {
+    let model = eve_runtime::engine::ResolvedModel {
+        client: Arc::new(eve_runtime::model::mock::MockClient::new("echo", None).unwrap()),
+        model: "echo".to_owned(),
+        model_id: "mock/echo".to_owned(),
+        context_window: None,
+        price_per_million: None,
+    };
+    Runtime::new(eve_runtime::engine::RuntimeConfig::with_store(
+        state_dir,
+        store,
+        Arc::new(eve_runtime::engine::FixedModelProvider(model)),
+    ))
+}
+
+/// Two nodes of a fleet on one PostgreSQL store, each with its own state folder: an activation
+/// on one is the other's current build at once (it hears the commit), a rollback too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_node_follows_another_nodes_activation_on_postgres() {
+    let Some(base) = crate::store_postgres::server_url() else {
+        return;
+    };
+    let url = crate::store_postgres::fresh_schema(&base).await;
+    let agent = AgentDir::new();
+    agent.file("agent.yaml", "default_tools: false\n");
+    tool(&agent, "look", "read");
+    let v1 = candidate(&agent);
+    tool(&agent, "more", "read");
+    let v2 = candidate(&agent);
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes = Vec::new();
+    for dir in &dirs {
+        std::os::unix::fs::symlink(agent.root().join(".eve/builds"), dir.path().join("builds"))
+            .unwrap();
+        let store = Arc::new(eve_runtime::store::PgStore::connect(&url).await.unwrap());
+        nodes.push(node(dir.path(), store));
+    }
+    let ReleaseOutcome::Activated(r1) = release(&nodes[0], &v1).await else {
+        panic!("the first build activates");
+    };
+    until("node 2 to follow v1", async || {
+        (nodes[1].builds().current_hash().ok()? == v1).then_some(())
+    })
+    .await;
+    release(&nodes[0], &v2).await;
+    until("node 2 to follow v2", async || {
+        (nodes[1].builds().current_hash().ok()? == v2).then_some(())
+    })
+    .await;
+    let back = nodes[1]
+        .rollback(None, "token:OPS", "node 2 says no")
+        .await
+        .unwrap();
+    assert_eq!(back.id, r1.id);
+    until("node 1 to follow the rollback", async || {
+        (nodes[0].builds().current_hash().ok()? == v1).then_some(())
+    })
+    .await;
+    let kinds: Vec<String> = nodes[0]
+        .release_events(0, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "release.built",
+            "release.activated",
+            "release.built",
+            "release.activated",
+            "release.rolled_back"
+        ]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_process_activation_is_followed_through_the_store() {
     let agent = AgentDir::new();
@@ -263,4 +340,58 @@ async fn another_process_activation_is_followed_through_the_store() {
         .unwrap()
         .unwrap();
     assert_eq!((next.index, next.kind.as_str()), (4, "change.proposed"));
+}
+
+/// A JWT principal (an end user of the API) may read releases but not activate or roll back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwt_principal_reads_releases_but_cannot_change_them() {
+    use crate::server_support::TestServer;
+    use eve_runtime::server::sign_hs256;
+    use serde_json::json;
+    let secret = "jwt-releases-secret-0123456789";
+    let agent = AgentDir::standard();
+    agent.file(
+        "channels/eve.yaml",
+        "auth:\n  type: jwt\n  secret: ${JWT_SECRET}\n",
+    );
+    let server = TestServer::start_with(agent, &[("JWT_SECRET", secret)], |c| c).await;
+    let ReleaseOutcome::Activated(r1) = release(&server.runtime, &server.hash).await else {
+        panic!("the first build activates");
+    };
+    let now = chrono::Utc::now().timestamp();
+    let alice = format!(
+        "Bearer {}",
+        sign_hs256(
+            &json!({"sub": "alice", "exp": now + 300}),
+            secret.as_bytes()
+        )
+    );
+    let get = server
+        .http
+        .get(server.url("/eve/v1/releases"))
+        .header("authorization", &alice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 200);
+    let body: serde_json::Value = get.json().await.unwrap();
+    assert_eq!(body["active"], r1.id.as_str());
+    for path in [
+        format!("/eve/v1/releases/{}/activate", r1.id),
+        "/eve/v1/rollback".to_owned(),
+    ] {
+        let response = server
+            .http
+            .post(server.url(&path))
+            .header("authorization", &alice)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 403, "{path}");
+    }
+    let all = server.runtime.releases_list().await.unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].status, ReleaseStatus::Active);
+    server.shutdown.cancel();
 }

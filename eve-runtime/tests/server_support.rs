@@ -244,6 +244,16 @@ impl TestServer {
             .event_count
     }
 
+    /// Stops this server and its runtime, then starts a new runtime and server on the same
+    /// project (what a restart of the process does).
+    pub async fn restart(self) -> Self {
+        self.shutdown.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+        self.runtime.shutdown().await;
+        drop(self.runtime);
+        Self::start(self.agent).await
+    }
+
     /// Stops the server and waits for it.
     pub async fn stop(self) {
         self.shutdown.cancel();

@@ -9,8 +9,9 @@
 // index once, from 0, with no gap.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 
@@ -21,11 +22,14 @@ const SHOTS = process.env.SHOTS;
 const GATE = join(PROJECT, "slow.gate");
 const DEADLINE_MS = 30_000;
 
-// Starts `eve dev --port 0` and resolves with its URL once it prints the serving line.
-function startDev() {
+// Starts `eve dev --port 0` (in `cwd`, with `extraEnv`) and resolves with its URL once it prints
+// the serving line.
+function startDev(cwd = PROJECT, extraEnv = {}) {
+  const env = { ...process.env, NO_COLOR: "1", EVE_MODEL: "mock/echo", ...extraEnv };
+  for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
   const child = spawn(EVE, ["dev", "--port", "0"], {
-    cwd: PROJECT,
-    env: { ...process.env, NO_COLOR: "1", EVE_MODEL: "mock/echo" },
+    cwd,
+    env,
     stdio: ["ignore", "ignore", "pipe"],
   });
   const lines = [];
@@ -210,5 +214,63 @@ test("the console drives a session: streamed reply, approval by button, reload m
   await page.waitForURL(new RegExp("#/s/" + id));
 
   assert.deepEqual(foreign, [], "the console requested nothing but its own server");
+  assert.deepEqual(errors, [], "no script errors in the page");
+});
+
+// A self-change proposal (`self_change: true`, `mock/echo` calling `propose_change`) shows its
+// card in the approval: summary, the capability delta with the widening change marked, the
+// diff; Deny answers it and the agent folder is unchanged.
+test("a proposed change shows its delta and diff in the approval card", async (t) => {
+  const root = mkdtempSync(join(tmpdir(), "eve-console-change-"));
+  t.after(() => rmSync(root, { recursive: true, force: true }));
+  const project = join(root, "change-agent");
+  mkdirSync(join(project, "agent"), { recursive: true });
+  writeFileSync(join(project, "agent", "instructions.md"), "You improve yourself, carefully.\n");
+  writeFileSync(join(project, "agent", "agent.yaml"), "self_change: true\ndefault_tools: false\n");
+  const built = spawnSync(EVE, ["build"], { cwd: project, env: { ...process.env, NO_COLOR: "1" } });
+  assert.equal(built.status, 0, String(built.stderr));
+  const dev = startDev(project, { EVE_MOCK_SCRIPT: undefined });
+  t.after(() => dev.child.kill("SIGTERM"));
+  const base = await dev.url;
+
+  const proposal = {
+    summary: "Add a triage skill and the docs server",
+    rationale: "Reports arrive without labels.",
+    changes: [
+      { path: "skills/triage.md", content: "---\ndescription: Triage bug reports.\n---\n# Triage\n" },
+      { path: "connections/docs.yaml", content: "url: https://docs.example.com/mcp\n" },
+    ],
+  };
+  const created = await fetch(base + "/eve/v1/session", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ message: "/tool propose_change " + JSON.stringify(proposal) }),
+  });
+  assert.equal(created.status, 202);
+  const id = (await created.json()).sessionId;
+
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
+  t.after(() => browser.close());
+  const page = await (await browser.newContext({ viewport: { width: 1280, height: 900 } })).newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.setDefaultTimeout(DEADLINE_MS);
+  await page.goto(`${base}/#/s/${encodeURIComponent(id)}`);
+  const card = page.locator(".card[data-tool='propose_change']");
+  const view = card.locator(".proposal");
+  await view.waitFor();
+  assert.match(await view.textContent(), /Add a triage skill and the docs server/);
+  assert.match(await view.textContent(), /Reports arrive without labels/);
+  assert.equal(await view.evaluate((n) => n.classList.contains("widens")), true, "the card is marked widening");
+  const widening = await view.locator(".delta li.widening").allTextContents();
+  assert.ok(widening.some((t) => /connection_added/.test(t) && /docs/.test(t)), "the new connection is flagged: " + JSON.stringify(widening));
+  const added = await view.locator(".diff .add").allTextContents();
+  assert.ok(added.some((t) => t.startsWith("+# Triage")), "the diff shows the new skill: " + JSON.stringify(added));
+  await shot(page, "change-approval");
+  await card.locator("input.reason").fill("not today");
+  await card.locator("button.deny").click();
+  await card.locator(".settled.denied").waitFor();
+  assert.equal(existsSync(join(project, "agent", "skills", "triage.md")), false, "a denial writes nothing");
+  assert.equal(readFileSync(join(project, "agent", "agent.yaml"), "utf8"), "self_change: true\ndefault_tools: false\n");
   assert.deepEqual(errors, [], "no script errors in the page");
 });

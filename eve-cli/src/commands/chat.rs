@@ -102,7 +102,11 @@ async fn open_local(project: &eve_compile::Project) -> anyhow::Result<Runtime> {
     config.env = env;
     config.secrets = crate::logs::secrets();
     config.autostart = true;
-    Ok(Runtime::new(config))
+    let runtime = Runtime::new(config);
+    // `propose_change` stages and writes this project's agent folder, gated like `eve build`.
+    runtime.set_agent_dir(&project.agent_dir);
+    super::releases::install_gate(&runtime, project);
+    Ok(runtime)
 }
 
 /// A client of the session API.

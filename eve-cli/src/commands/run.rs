@@ -88,7 +88,11 @@ pub async fn open_runtime(project: &Project) -> anyhow::Result<Runtime> {
     config.env = env;
     config.secrets = crate::logs::secrets();
     config.autostart = false;
-    Ok(Runtime::new(config))
+    let runtime = Runtime::new(config);
+    // `propose_change` stages and writes this project's agent folder, gated like `eve build`.
+    runtime.set_agent_dir(&project.agent_dir);
+    super::releases::install_gate(&runtime, project);
+    Ok(runtime)
 }
 
 async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> {
@@ -193,6 +197,18 @@ async fn answer_requests(
     color: bool,
 ) -> anyhow::Result<bool> {
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    // `--yes` approves tool calls, never a change to the agent itself: that is asked on a
+    // terminal, or left parked for `eve sessions approve`.
+    let change = requests
+        .iter()
+        .any(|r| r.kind == eve_runtime::engine::selfchange::REQUEST_KIND);
+    if change && yes && !interactive {
+        eprintln!(
+            "{} `--yes` does not approve a proposed change to the agent",
+            paint(color, "1;33", "note:")
+        );
+    }
+    let yes = yes && !change;
     if !yes && !interactive {
         eprintln!(
             "{} {} waiting for approval:",

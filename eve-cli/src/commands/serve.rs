@@ -123,6 +123,7 @@ pub(crate) async fn start(
     runtime_config.secrets = crate::logs::secrets();
     let runtime = Runtime::new(runtime_config);
     super::releases::install_gate(&runtime, project);
+    runtime.set_agent_dir(&project.agent_dir);
     let host = host.trim();
     let addr = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")

@@ -85,7 +85,27 @@ impl Compiler {
         };
         self.sandbox_warnings(&agent, dir);
         self.check_tool_choice(&agent, dir);
+        self.check_self_change_name(&agent);
         agent
+    }
+
+    /// With `self_change: true` the name `propose_change` is the built-in's: a tool of the agent
+    /// cannot take it (it would shadow the governed tool).
+    fn check_self_change_name(&mut self, agent: &Agent) {
+        if !agent.config.self_change {
+            return;
+        }
+        if let Some(tool) = agent.tools.iter().find(|t| t.name == "propose_change") {
+            self.push(
+                Diagnostic::new(
+                    Code::ReservedName,
+                    tool.source.clone(),
+                    "`propose_change` is reserved by eve: with `self_change: true` it is the \
+                     built-in tool that proposes changes to the agent",
+                )
+                .help("rename the tool's file"),
+            );
+        }
     }
 
     /// `tool_choice: NAME` must name a tool the agent is offered: a typo would otherwise force
@@ -159,6 +179,7 @@ impl Compiler {
             activation: Activation::Auto,
             gate: Vec::new(),
             rollback: None,
+            self_change: false,
         };
         let mut description = None;
         let config_path = format!("{}agent.yaml", prefix(&dir.path));
@@ -189,6 +210,7 @@ impl Compiler {
                     "activation",
                     "gate",
                     "rollback",
+                    "self_change",
                 ],
                 "agent.yaml",
             );
@@ -217,6 +239,18 @@ impl Compiler {
                 .unwrap_or_default();
             description = f.string("description");
             config.hollow_check = f.bool("hollow_check").unwrap_or(false);
+            config.self_change = f.bool("self_change").unwrap_or(false);
+            if config.self_change && !root {
+                f.report(
+                    Code::InvalidField,
+                    "self_change",
+                    "`self_change` is set in a subagent's agent.yaml; only the root agent may \
+                     propose changes (to the whole `agent/` folder)"
+                        .to_owned(),
+                    "remove `self_change` here and set `self_change: true` in the root `agent/agent.yaml`",
+                );
+                config.self_change = false;
+            }
             config.strategy = f
                 .choice(
                     "strategy",

@@ -98,6 +98,9 @@ impl LoadedBuild {
             validators.insert(&spec.name, &spec.input_schema);
             specs.push(spec);
         }
+        if agent.config.self_change && agent.path.is_empty() {
+            specs.push(super::selfchange::spec());
+        }
         let files = std::path::absolute(dir.join(eve_compile::pack::FILES))
             .unwrap_or_else(|_| dir.join(eve_compile::pack::FILES));
         let mut system_prompt = system_prompt_with_files(&manifest, Some(&files));

@@ -32,6 +32,7 @@ pub mod publish;
 mod replies;
 mod review;
 mod sandbox;
+pub mod selfchange;
 mod strategy;
 mod subagents;
 mod targets;
@@ -237,6 +238,8 @@ pub(crate) struct Inner {
     pub(crate) exec: Arc<crate::exec::Executor>,
     /// The gate runner, release followers and the failure monitor.
     pub(crate) releases: releases::ReleaseState,
+    /// The agent folder `propose_change` proposals are written into (see `selfchange`).
+    pub(crate) agent_dir: std::sync::OnceLock<PathBuf>,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -308,6 +311,7 @@ impl Runtime {
                 http: crate::tools::HttpClient::new(),
                 exec,
                 releases: releases::ReleaseState::default(),
+                agent_dir: std::sync::OnceLock::new(),
             }),
         };
         integrity::register(&rt);

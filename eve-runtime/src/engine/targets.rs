@@ -423,6 +423,10 @@ impl TurnDriver<'_> {
 
     /// What `name` stands for (with `input` for `call_tool`, whose policy is the named tool's).
     pub(super) fn target(&self, name: &str, input: &Value) -> Option<Resolved> {
+        if self.is_change_call(name) {
+            let policy = super::selfchange::policy();
+            return Some(Resolved::new(policy.clone(), Target::Build(policy)));
+        }
         if let Some(tool) = self.build.tool(name) {
             return Some(Resolved::new(tool.clone(), Target::Build(tool.clone())));
         }

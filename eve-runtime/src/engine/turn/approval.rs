@@ -31,6 +31,21 @@ impl TurnDriver<'_> {
         for (mut call, prompt) in asks {
             call.approval = ApprovalState::Pending;
             call.status = CallStatus::Pending;
+            // A staged `propose_change` parks on a request of its own kind that shows the proposal.
+            let (kind, action) =
+                crate::engine::selfchange::staged_request(&self.rt.inner.config.state_dir, &call)
+                    .unwrap_or_else(|| ("tool-approval".to_owned(), ev::action(&call)));
+            if kind == crate::engine::selfchange::REQUEST_KIND {
+                let data = crate::engine::selfchange::proposed_event(&call, &action);
+                self.rt
+                    .change_event(
+                        &mut batch,
+                        &self.session.id,
+                        crate::engine::selfchange::CHANGE_PROPOSED,
+                        data,
+                    )
+                    .await?;
+            }
             let request = InputRequestRecord {
                 id: format!("apr_{}", ulid::Ulid::new()),
                 session_id: self.session.id.clone(),
@@ -38,9 +53,9 @@ impl TurnDriver<'_> {
                 step_index: step,
                 call_id: call.call_id.clone(),
                 tool_name: call.name.clone(),
-                kind: "tool-approval".to_owned(),
+                kind,
                 prompt,
-                action: ev::action(&call),
+                action,
                 status: RequestStatus::Pending,
                 reason: None,
                 created_at: now,
@@ -224,6 +239,21 @@ impl Runtime {
                 }
             },
         };
+        // Approving a change to the agent activates a release: an operator's act, as for the
+        // release routes, not an API end user's (a JWT principal may still deny it).
+        if approve
+            && request.kind == crate::engine::selfchange::REQUEST_KIND
+            && principal.starts_with("jwt:")
+        {
+            return Err(RuntimeError::Release(format!(
+                "approving the proposed change `{}` to the agent activates a release, an \
+                 operator's act (a bearer or basic credential, the terminal or a channel), not a \
+                 JWT principal's; it stays pending",
+                request.action["proposal"]["id"]
+                    .as_str()
+                    .unwrap_or(&request.id)
+            )));
+        }
         request.status = if approve {
             RequestStatus::Approved
         } else {

@@ -13,7 +13,8 @@ use crate::engine::drive::pending_for_turn;
 use crate::engine::events as ev;
 use crate::engine::limits::sleep_until_opt;
 use crate::engine::{
-    RuntimeError, RuntimeResult, dynamic, hooks, phases, review, strategy, subagents, targets,
+    RuntimeError, RuntimeResult, dynamic, hooks, phases, review, selfchange, strategy, subagents,
+    targets,
 };
 use crate::model::Message;
 use crate::store::*;
@@ -30,6 +31,8 @@ enum Decision {
     Review(Option<Value>),
     /// A call of the built-in `memory` tool: settled in-process with its note writes.
     Memory,
+    /// A call of the built-in `propose_change` tool: staged, applied or dropped (`selfchange`).
+    Change,
     Wait,
 }
 
@@ -66,6 +69,12 @@ impl TurnDriver<'_> {
         }
         if self.is_memory_call(&call.name) {
             return Ok(Decision::Memory);
+        }
+        if self.is_change_call(&call.name) {
+            return Ok(match call.approval {
+                ApprovalState::Pending => Decision::Wait,
+                _ => Decision::Change,
+            });
         }
         if call.name == strategy::SUBMIT_PLAN && self.plans() {
             return Ok(match strategy::validate_plan(&call.input) {
@@ -330,6 +339,14 @@ impl TurnDriver<'_> {
                     )?;
                     inline.push((batch, message));
                 }
+                Decision::Change => match self.change_call(&call).await? {
+                    selfchange::ChangeStep::Settle(status, output, mut batch) => {
+                        let message =
+                            self.settle_into(&mut batch, turn, step, call, status, output, None)?;
+                        inline.push((batch, message));
+                    }
+                    selfchange::ChangeStep::Ask(prompt) => asks.push((call, prompt)),
+                },
                 Decision::Wait => waits = true,
             }
         }

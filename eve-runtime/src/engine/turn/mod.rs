@@ -335,6 +335,8 @@ impl<'a> TurnDriver<'a> {
             .collect();
         let mut batch = Batch::new();
         for mut call in calls.into_iter().filter(|c| !c.status.is_terminal()) {
+            // A proposal parked with the turn is dropped with it: nothing stays staged.
+            super::selfchange::discard_staged(&self.rt.inner.config.state_dir, &call);
             let text = format!("This call did not run: the turn stopped ({reason}).");
             call.status = CallStatus::Cancelled;
             call.is_error = true;

@@ -204,6 +204,9 @@ pub struct Pending {
     pub tool: String,
     /// The request's prompt.
     pub prompt: String,
+    /// What a reviewer needs to see besides the prompt: a self-change proposal's card
+    /// (summary, checks, capability delta, diff); empty for a tool call.
+    pub detail: String,
 }
 
 /// What the platform is told about a turn.
@@ -231,6 +234,9 @@ impl Outgoing {
             Self::Approval { session, pending } => {
                 let mut lines = Vec::with_capacity(pending.len() + 1);
                 for p in pending {
+                    if !p.detail.is_empty() {
+                        lines.push(p.detail.trim_end().to_owned());
+                    }
                     lines.push(format!(
                         "The call to `{}` awaits approval. Approve it with `eve sessions approve \
                          {session} {}` (or `eve sessions deny {session} {}`), reply `approve` or \
@@ -505,6 +511,7 @@ fn pending(data: &Value) -> Vec<Pending> {
                         .unwrap_or("a tool")
                         .to_owned(),
                     prompt: str_at(r, "/prompt"),
+                    detail: str_at(r, "/action/proposal/text"),
                 })
                 .collect()
         })

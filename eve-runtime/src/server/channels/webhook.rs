@@ -257,7 +257,11 @@ impl Reply for WebhookReply {
                 let requests: Vec<Value> = pending
                     .iter()
                     .map(|p| {
-                        json!({"requestId": p.request_id, "toolName": p.tool, "prompt": p.prompt})
+                        let mut r = json!({"requestId": p.request_id, "toolName": p.tool, "prompt": p.prompt});
+                        if !p.detail.is_empty() {
+                            r["detail"] = json!(p.detail);
+                        }
+                        r
                     })
                     .collect();
                 json!({"type": "input.requested", "requests": requests})

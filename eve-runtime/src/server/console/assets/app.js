@@ -362,6 +362,30 @@
       state.replaceChildren(badge(s));
     }
 
+    // A self-change proposal: summary, rationale, checks, the capability delta (widening
+    // changes marked) and the unified diff.
+    function proposalView(p) {
+      const delta = (p.delta && p.delta.changes) || [];
+      const deltaList = delta.length
+        ? el("ul", { class: "delta" }, delta.map((c) => el("li", { class: c.widening ? "widening" : "" },
+            (c.widening ? "widens: " : "") + c.kind + " " + c.subject +
+            (c.before && c.after ? ": " + c.before + " \u2192 " + c.after : c.after ? " (" + c.after + ")" : c.before ? " (was " + c.before + ")" : ""))))
+        : el("p", { class: "muted", text: "No capability changes." });
+      const evals = p.evals
+        ? (p.evals.passed || 0) + " passed, " + (p.evals.failed || 0) + " failed" + (p.evals.tags && p.evals.tags.length ? " (tags: " + p.evals.tags.join(", ") + ")" : "")
+        : "no gate configured";
+      const diag = p.diagnostics || {};
+      const diff = el("pre", { class: "diff" }, String(p.diff || "").split("\n").map((line) =>
+        el("span", { class: line.startsWith("+") && !line.startsWith("+++") ? "add" : line.startsWith("-") && !line.startsWith("---") ? "del" : line.startsWith("@@") ? "hunk" : "" }, line + "\n")));
+      return el("div", { class: "proposal" + (p.widens ? " widens" : "") },
+        el("p", {}, el("strong", { text: p.summary || "" })),
+        el("p", { class: "muted", text: p.rationale || "" }),
+        el("p", { text: "Build " + (p.build || "?") + ": " + (diag.errors || 0) + " errors, " + (diag.warnings || 0) + " warnings. Evals: " + evals + "." }),
+        el("p", { class: p.widens ? "widens-note" : "", text: p.widens ? "Capability delta: this change WIDENS what the agent may do." : "Capability delta:" }),
+        deltaList,
+        el("details", { class: "diff-box", open: true }, el("summary", { text: "diff" + (p.diffTruncated ? " (cut)" : "") }), diff));
+    }
+
     function approvalBox(req) {
       const action = req.action || {};
       const c = card(action.callId || req.requestId, action.toolName || "tool", action.input);
@@ -384,6 +408,7 @@
       c.status.textContent = "needs approval";
       c.approval.replaceChildren(
         el("p", { text: req.prompt || "Run this call?" }),
+        req.kind === "change-approval" ? proposalView(action.proposal || {}) : null,
         el("div", { class: "row" },
           el("button", { type: "button", class: "approve", onclick: () => answer(true) }, "Approve"),
           el("button", { type: "button", class: "deny", onclick: () => answer(false) }, "Deny"),
