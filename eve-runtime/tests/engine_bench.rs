@@ -43,6 +43,7 @@ fn runtime_with_client(p: &TestProject, client: MockClient) -> Runtime {
         breaker: BreakerPolicy::default(),
         sandbox_helper: std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox")),
         secrets: Default::default(),
+        isolated_roots: false,
     })
 }
 

@@ -85,6 +85,14 @@ impl std::fmt::Debug for ResolvedModel {
 pub trait ModelProvider: Send + Sync {
     /// The model for this agent.
     fn resolve(&self, agent: &Agent) -> Result<ResolvedModel, ModelError>;
+
+    /// The model for this agent in the session tree whose root session is `root` (a root
+    /// session's own id; a subagent session's root's). A provider that resolves every session
+    /// alike keeps this default; `eve eval` resolves each case's `mock` script by its session.
+    fn resolve_in(&self, agent: &Agent, root: &str) -> Result<ResolvedModel, ModelError> {
+        let _ = root;
+        self.resolve(agent)
+    }
 }
 
 /// Circuit breaker settings.
@@ -135,6 +143,11 @@ pub struct RuntimeConfig {
     /// The values shown as `${VAR}` wherever the runtime writes or shows text; share it with the
     /// process's log writer so logs are redacted the same way.
     pub secrets: Arc<crate::redact::Secrets>,
+    /// Every root session (with its subagent sessions) is a world of its own: what sessions
+    /// otherwise share (notes of the `agent` and `user` memory scopes, a tool's per-agent circuit
+    /// breaker) is kept per root session. `eve eval` runs every case on one store with this on,
+    /// so no case sees what another wrote. Off by default.
+    pub isolated_roots: bool,
 }
 
 impl RuntimeConfig {
@@ -166,6 +179,7 @@ impl RuntimeConfig {
             breaker: BreakerPolicy::default(),
             sandbox_helper: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("eve")),
             secrets: Arc::new(crate::redact::Secrets::new()),
+            isolated_roots: false,
         }
     }
 }

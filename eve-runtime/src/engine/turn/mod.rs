@@ -84,6 +84,8 @@ fn content_for_model(output: &Value) -> String {
 pub(super) struct TurnDriver<'a> {
     pub(super) rt: &'a Runtime,
     pub(super) session: SessionRecord,
+    /// The root session of this session's tree (its own id for a root session).
+    pub(super) root: String,
     pub(super) build: Arc<LoadedBuild>,
     pub(super) model: ResolvedModel,
     pub(super) cancel: CancellationToken,
@@ -140,6 +142,7 @@ impl<'a> TurnDriver<'a> {
     pub(in crate::engine) fn new(
         rt: &'a Runtime,
         session: SessionRecord,
+        root: String,
         build: Arc<LoadedBuild>,
         cancel: CancellationToken,
     ) -> RuntimeResult<Self> {
@@ -149,13 +152,14 @@ impl<'a> TurnDriver<'a> {
             .inner
             .config
             .models
-            .resolve(&build.manifest.agent)
+            .resolve_in(&build.manifest.agent, &root)
             .unwrap_or_else(|e| {
                 crate::engine::models::UnavailableModel::resolved(&build.manifest.agent, &e)
             });
         Ok(Self {
             rt,
             session,
+            root,
             build,
             model,
             cancel,
@@ -177,6 +181,17 @@ impl<'a> TurnDriver<'a> {
 
     pub(in crate::engine) fn id(&self) -> &str {
         &self.session.id
+    }
+
+    /// The key under which state shared between sessions (memory notes of the `agent` and `user`
+    /// scopes, per-agent breakers) is kept for `name`: `name` itself, or `name@root` when every
+    /// root session is a world of its own ([`super::RuntimeConfig::isolated_roots`]).
+    pub(in crate::engine) fn shared_key(&self, name: &str) -> String {
+        if self.rt.inner.config.isolated_roots {
+            format!("{name}@{}", self.root)
+        } else {
+            name.to_owned()
+        }
     }
 
     /// Moves `turn` forward until it ends or parks. A subagent's [`Self::budget`] is set by the

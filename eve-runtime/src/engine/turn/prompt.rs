@@ -56,7 +56,7 @@ impl TurnDriver<'_> {
         for scope in config.scopes {
             let Some(ns) = memory::namespace(
                 scope,
-                &self.build.manifest.agent.name,
+                &self.shared_key(&self.build.manifest.agent.name),
                 &self.session.id,
                 user.as_deref(),
             ) else {
@@ -164,7 +164,7 @@ impl TurnDriver<'_> {
             ));
         };
         let user = self.turn_sender(turn).await?;
-        let agent = self.build.manifest.agent.name.clone();
+        let agent = self.shared_key(&self.build.manifest.agent.name);
         let mut existing = std::collections::HashMap::new();
         for scope in [MemoryScope::Agent, MemoryScope::User, MemoryScope::Session] {
             if let Some(ns) = memory::namespace(scope, &agent, &self.session.id, user.as_deref()) {
