@@ -1,12 +1,14 @@
 //! Following a session's events: stored backlog first, then live, with no gap and no repeat.
 //!
-//! Live events come from this process's broadcast; when nothing arrives for a while (or the
-//! receiver lagged, or another process drives the session), the store is read again from the next
-//! expected index. Indexes are the source of truth, so the two paths cannot disagree. An idle
-//! follower backs off: each store read that finds nothing doubles its wait, up to [`POLL_MAX`],
-//! so a thousand open streams on quiet sessions cost almost nothing; any event resets it, and so
-//! does a commit of another process (the store reports those), so a session driven elsewhere
-//! streams without delay.
+//! Live events come from this process's broadcast (every commit of the engine publishes its
+//! events there); when the receiver lagged, saw a gap, or another process committed (the store
+//! reports those), the store is read again from the next expected index. Indexes are the source
+//! of truth, so the two paths cannot disagree.
+//!
+//! An idle follower on a store that reports other processes' commits (SQLite, PostgreSQL) sleeps
+//! until one of those two wakes it: no timer, no store read, so ten thousand open streams on
+//! quiet sessions cost no CPU. On a store that cannot report them, it polls the store, backing
+//! off: each read that finds nothing doubles its wait, up to [`POLL_MAX`]; any event resets it.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -100,6 +102,12 @@ impl EventFollower {
                 }
                 self.caught_up = true;
             }
+            // With foreign commits reported, nothing else can add events unseen: no poll.
+            let poll = if self.foreign.is_some() {
+                None
+            } else {
+                Some(self.poll)
+            };
             let foreign = async {
                 let changed = match self.foreign.as_mut() {
                     Some(rx) => rx.changed().await.is_ok(),
@@ -109,8 +117,15 @@ impl EventFollower {
                     std::future::pending::<()>().await;
                 }
             };
+            let receiver = &mut self.live;
+            let live = async move {
+                match poll {
+                    Some(poll) => tokio::time::timeout(poll, receiver.recv()).await,
+                    None => Ok(receiver.recv().await),
+                }
+            };
             let received = tokio::select! {
-                r = tokio::time::timeout(self.poll, self.live.recv()) => r,
+                r = live => r,
                 () = foreign => {
                     self.caught_up = false;
                     self.poll = POLL;

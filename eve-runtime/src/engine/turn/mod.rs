@@ -114,6 +114,9 @@ pub(super) struct TurnDriver<'a> {
     pub(super) save_nudge: bool,
     /// The `limits.phases` phase of the current step (computed once per step).
     pub(in crate::engine) phase: Option<super::phases::StepPhase>,
+    /// Writes of this step held back to go out with its next commit (`step.started`, the
+    /// journal of a response whose calls all settle without running): see [`step`].
+    pub(super) held: Option<Batch>,
 }
 
 impl<'a> TurnDriver<'a> {
@@ -176,6 +179,7 @@ impl<'a> TurnDriver<'a> {
             sender: None,
             save_nudge: false,
             phase: None,
+            held: None,
         })
     }
 
@@ -196,7 +200,14 @@ impl<'a> TurnDriver<'a> {
 
     /// Moves `turn` forward until it ends or parks. A subagent's [`Self::budget`] is set by the
     /// caller (the drive loop reads it with the session's state).
-    pub(in crate::engine) async fn run(&mut self, mut turn: TurnRecord) -> RuntimeResult<TurnEnd> {
+    pub(in crate::engine) async fn run(&mut self, turn: TurnRecord) -> RuntimeResult<TurnEnd> {
+        let end = self.run_steps(turn).await?;
+        // Every path commits what it held back; this only guards against one that would not.
+        self.flush_held().await?;
+        Ok(end)
+    }
+
+    async fn run_steps(&mut self, mut turn: TurnRecord) -> RuntimeResult<TurnEnd> {
         if (turn.step_started || turn.step_index > 0)
             && turn.phase != TurnPhase::Done
             && let Some(end) = self.check_model(&turn).await?
@@ -213,7 +224,12 @@ impl<'a> TurnDriver<'a> {
                     {
                         return Ok(end);
                     }
-                    match self.call_model(&turn).await {
+                    let called = self.call_model(&turn).await;
+                    if called.is_err() {
+                        // The step ends otherwise: `step.started` goes out first, on its own.
+                        self.flush_held().await?;
+                    }
+                    match called {
                         Ok(response) => {
                             overflow_compacted = false;
                             if self.journal_response(&mut turn, response).await? {
