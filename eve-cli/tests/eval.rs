@@ -651,7 +651,11 @@ fn cases_on_one_store_do_not_see_each_others_memory_or_workspace() {
     let a = dir.path().join("agent");
     std::fs::create_dir_all(&a).unwrap();
     std::fs::write(a.join("instructions.md"), "You are a test agent.\n").unwrap();
-    std::fs::write(a.join("agent.yaml"), "memory:\n  scopes: [agent, session]\n").unwrap();
+    std::fs::write(
+        a.join("agent.yaml"),
+        "memory:\n  scopes: [agent, session]\n",
+    )
+    .unwrap();
     let case = |id: &str, other: &str| {
         format!(
             "- id: {id}\n  messages:\n    - '/tool read_file {{\"path\": \"shared.txt\"}}'\n    - '/tool memory {{\"action\": \"add\", \"scope\": \"agent\", \"text\": \"the colour is {id}\"}}'\n    - '/tool write_file {{\"path\": \"shared.txt\", \"content\": \"written by {id}\"}}'\n  expect:\n    text:\n      contains: ['read_file returned', 'Saved as n1 in agent memory', 'write_file returned']\n      not_contains: ['written by {other}', 'n2']\n    command:\n      run: 'test \"$(cat shared.txt)\" = \"written by {id}\"'\n"
@@ -665,8 +669,8 @@ fn cases_on_one_store_do_not_see_each_others_memory_or_workspace() {
         &["eval", "--max-concurrency", "1", "--json"],
         &[],
     );
-    let r: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    let r: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
     assert_eq!(out.status.code(), Some(0), "{r}");
     assert_eq!(r["passed"], 2, "{r}");
     let sessions: Vec<&str> = r["cases"]

@@ -548,9 +548,8 @@ impl TurnDriver<'_> {
         self.last_usage = Some((step, step_usage_kept));
         // Calls that all settle without running (skill loads): their results and
         // `step.completed` carry this journal (see the module header).
-        let hold = !calls.is_empty()
-            && calls.iter().all(|c| c.kind == "load-skill")
-            && self.may_hold();
+        let hold =
+            !calls.is_empty() && calls.iter().all(|c| c.kind == "load-skill") && self.may_hold();
         self.fresh_calls = (!calls.is_empty()).then(|| calls.clone());
         let batch = self.with_held(batch);
         if hold {
