@@ -640,3 +640,44 @@ fn the_judge_is_a_real_model_over_http() {
     assert!(all.contains("USER: hello"), "{all}");
     assert!(all.contains("AGENT: Thank you, happy to help."), "{all}");
 }
+
+/// All cases of a run share one store and runtime, but not what they write: two cases adding a
+/// note to the agent-wide memory scope each get the first note id (the other's note is not
+/// there), and a file one case writes is not in the next case's workspace. Run one at a time,
+/// so the second case starts after the first one wrote everything.
+#[test]
+fn cases_on_one_store_do_not_see_each_others_memory_or_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("agent");
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::write(a.join("instructions.md"), "You are a test agent.\n").unwrap();
+    std::fs::write(
+        a.join("agent.yaml"),
+        "memory:\n  scopes: [agent, session]\n",
+    )
+    .unwrap();
+    let case = |id: &str, other: &str| {
+        format!(
+            "- id: {id}\n  messages:\n    - '/tool read_file {{\"path\": \"shared.txt\"}}'\n    - '/tool memory {{\"action\": \"add\", \"scope\": \"agent\", \"text\": \"the colour is {id}\"}}'\n    - '/tool write_file {{\"path\": \"shared.txt\", \"content\": \"written by {id}\"}}'\n  expect:\n    text:\n      contains: ['read_file returned', 'Saved as n1 in agent memory', 'write_file returned']\n      not_contains: ['written by {other}', 'n2']\n    command:\n      run: 'test \"$(cat shared.txt)\" = \"written by {id}\"'\n"
+        )
+    };
+    let cases = format!("{}{}", case("first", "second"), case("second", "first"));
+    std::fs::create_dir_all(dir.path().join("evals")).unwrap();
+    std::fs::write(dir.path().join("evals/apart.yaml"), cases).unwrap();
+    let out = eve(
+        dir.path(),
+        &["eval", "--max-concurrency", "1", "--json"],
+        &[],
+    );
+    let r: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    assert_eq!(r["passed"], 2, "{r}");
+    let sessions: Vec<&str> = r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["session"].as_str().unwrap())
+        .collect();
+    assert_ne!(sessions[0], sessions[1], "{r}");
+}

@@ -59,6 +59,7 @@ fn runtime(p: &TestProject, models: &PerAgent) -> Runtime {
         breaker: BreakerPolicy::default(),
         sandbox_helper: std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox")),
         secrets: Default::default(),
+        isolated_roots: false,
     })
 }
 

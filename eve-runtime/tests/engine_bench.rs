@@ -43,6 +43,7 @@ fn runtime_with_client(p: &TestProject, client: MockClient) -> Runtime {
         breaker: BreakerPolicy::default(),
         sandbox_helper: std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox")),
         secrets: Default::default(),
+        isolated_roots: false,
     })
 }
 
@@ -52,10 +53,12 @@ async fn step_times(rt: &Runtime, sessions: usize, steps: usize) -> Vec<Duration
     let mut out = Vec::new();
     for _ in 0..sessions {
         let id = rt.create_session(None).await.unwrap();
-        let mut live = rt.subscribe(&id);
+        // A follower, not a bare broadcast receiver: it never loses an event when it lags.
+        let from = rt.session(&id).await.unwrap().unwrap().event_count;
+        let mut live = rt.follow(&id, from);
         let collector = tokio::spawn(async move {
             let mut marks = Vec::new();
-            while let Ok(e) = live.recv().await {
+            while let Ok(e) = live.next().await {
                 if e.kind == "step.completed" {
                     marks.push(Instant::now());
                 }

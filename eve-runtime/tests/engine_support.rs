@@ -125,6 +125,7 @@ impl TestProject {
             breaker: BreakerPolicy::default(),
             sandbox_helper: std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox")),
             secrets: Default::default(),
+            isolated_roots: false,
         };
         Runtime::new(config)
     }

@@ -2,9 +2,9 @@
 //!
 //! The cases are discovered and checked first (`eve_compile::evals`); a case file with errors
 //! stops the suite before anything runs (exit 2), as a broken agent does. Each selected case then
-//! runs in a fresh session on a private store, in parallel up to `--max-concurrency`: in this
-//! process against the current build (`local`), or against a running server over the session
-//! API (`remote`, `--url`). What the session did is checked against the case's expectations
+//! runs in a fresh session, in parallel up to `--max-concurrency`: in this process against the
+//! current build, every case on one private store that keeps cases apart (`local`), or against a
+//! running server over the session API (`remote`, `--url`). What the session did is checked against the case's expectations
 //! (`eve_compile::evals::check`, then the judge and the scorer command), and the results are
 //! printed as a table, JSON, and JUnit XML (`report`), all from the same data.
 

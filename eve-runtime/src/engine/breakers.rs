@@ -31,7 +31,12 @@ pub fn breaker_key(tool: &str, session: &str) -> String {
 impl TurnDriver<'_> {
     /// The key of `tool`'s breaker for this turn's session.
     pub(in crate::engine) fn breaker_key(&self, tool: &str) -> String {
-        breaker_key(tool, &self.session.id)
+        let key = breaker_key(tool, &self.session.id);
+        if session_scoped(tool) {
+            key
+        } else {
+            self.shared_key(&key)
+        }
     }
 
     pub(in crate::engine) async fn breaker_refusal(

@@ -237,6 +237,11 @@ async fn run_available(
     loop {
         let mut state = load_drive_state(rt, session).await?;
         let path = state.agent_path().to_owned();
+        // The root of the session's tree (models and isolated state are resolved by it).
+        let root = state
+            .link
+            .as_ref()
+            .map_or_else(|| session.to_owned(), |l| l.root_id.clone());
         let (record, turn, budget) = match state.open_turn().cloned() {
             Some(turn) => (state.session, turn, state.budget),
             None => {
@@ -266,7 +271,7 @@ async fn run_available(
         };
         let build = rt.inner.builds.agent(&turn.build_hash, &path)?;
         let cancel_now = record.cancel_requested;
-        let mut driver = TurnDriver::new(rt, record, build, cancel.clone())?;
+        let mut driver = TurnDriver::new(rt, record, root, build, cancel.clone())?;
         driver.budget = budget;
         let end = if cancel_now {
             driver.end_cancelled(turn).await?

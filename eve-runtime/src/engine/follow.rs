@@ -1,12 +1,15 @@
 //! Following a session's events: stored backlog first, then live, with no gap and no repeat.
 //!
-//! Live events come from this process's broadcast; when nothing arrives for a while (or the
-//! receiver lagged, or another process drives the session), the store is read again from the next
-//! expected index. Indexes are the source of truth, so the two paths cannot disagree. An idle
-//! follower backs off: each store read that finds nothing doubles its wait, up to [`POLL_MAX`],
-//! so a thousand open streams on quiet sessions cost almost nothing; any event resets it, and so
-//! does a commit of another process (the store reports those), so a session driven elsewhere
-//! streams without delay.
+//! Live events come from this process's broadcast (every commit of the engine publishes its
+//! events there); when the receiver lagged, saw a gap, or another process committed (the store
+//! reports those), the store is read again from the next expected index. Indexes are the source
+//! of truth, so the two paths cannot disagree.
+//!
+//! An idle follower on a store that reports other processes' commits (SQLite, PostgreSQL) sleeps
+//! until one of those two wakes it, with one backstop read a minute should a report ever be lost
+//! (a store that stops reporting is polled from then on), so ten thousand open streams on quiet
+//! sessions cost almost no CPU. On a store that cannot report them, it polls the store, backing
+//! off: each read that finds nothing doubles its wait, up to [`POLL_MAX`]; any event resets it.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -21,6 +24,10 @@ const POLL: Duration = Duration::from_millis(250);
 /// Longest wait of an idle follower between two reads of the store (events committed by another
 /// process show up within it).
 const POLL_MAX: Duration = Duration::from_secs(5);
+/// Longest wait of an idle follower on a store that reports other processes' commits: a backstop
+/// read, should a report ever be lost (a dropped notification connection), not the way events
+/// arrive.
+const BACKSTOP: Duration = Duration::from_secs(60);
 /// Events read from the store at once.
 const PAGE: usize = 512;
 
@@ -100,18 +107,28 @@ impl EventFollower {
                 }
                 self.caught_up = true;
             }
+            // With foreign commits reported, nothing else adds events unseen: only a rare
+            // backstop read.
+            let poll = if self.foreign.is_some() {
+                BACKSTOP
+            } else {
+                self.poll
+            };
             let foreign = async {
-                let changed = match self.foreign.as_mut() {
+                match self.foreign.as_mut() {
                     Some(rx) => rx.changed().await.is_ok(),
-                    None => false,
-                };
-                if !changed {
-                    std::future::pending::<()>().await;
+                    None => std::future::pending::<bool>().await,
                 }
             };
+            let receiver = &mut self.live;
+            let live = tokio::time::timeout(poll, receiver.recv());
             let received = tokio::select! {
-                r = tokio::time::timeout(self.poll, self.live.recv()) => r,
-                () = foreign => {
+                r = live => r,
+                reported = foreign => {
+                    if !reported {
+                        // The store stopped reporting: poll from now on.
+                        self.foreign = None;
+                    }
                     self.caught_up = false;
                     self.poll = POLL;
                     continue;

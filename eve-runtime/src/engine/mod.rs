@@ -27,8 +27,8 @@ pub mod memory;
 mod models;
 mod phases;
 mod probe;
-mod releases;
 pub mod publish;
+mod releases;
 mod replies;
 mod review;
 mod sandbox;
@@ -95,6 +95,14 @@ impl std::fmt::Debug for ResolvedModel {
 pub trait ModelProvider: Send + Sync {
     /// The model for this agent.
     fn resolve(&self, agent: &Agent) -> Result<ResolvedModel, ModelError>;
+
+    /// The model for this agent in the session tree whose root session is `root` (a root
+    /// session's own id; a subagent session's root's). A provider that resolves every session
+    /// alike keeps this default; `eve eval` resolves each case's `mock` script by its session.
+    fn resolve_in(&self, agent: &Agent, root: &str) -> Result<ResolvedModel, ModelError> {
+        let _ = root;
+        self.resolve(agent)
+    }
 }
 
 /// Circuit breaker settings.
@@ -145,6 +153,11 @@ pub struct RuntimeConfig {
     /// The values shown as `${VAR}` wherever the runtime writes or shows text; share it with the
     /// process's log writer so logs are redacted the same way.
     pub secrets: Arc<crate::redact::Secrets>,
+    /// Every root session (with its subagent sessions) is a world of its own: what sessions
+    /// otherwise share (notes of the `agent` and `user` memory scopes, a tool's per-agent circuit
+    /// breaker) is kept per root session. `eve eval` runs every case on one store with this on,
+    /// so no case sees what another wrote. Off by default.
+    pub isolated_roots: bool,
 }
 
 impl RuntimeConfig {
@@ -176,6 +189,7 @@ impl RuntimeConfig {
             breaker: BreakerPolicy::default(),
             sandbox_helper: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("eve")),
             secrets: Arc::new(crate::redact::Secrets::new()),
+            isolated_roots: false,
         }
     }
 }
@@ -268,8 +282,9 @@ fn hostname() -> String {
 
 /// Live events kept per followed session for receivers that fall behind; one that falls further
 /// behind reads the store instead (see [`EventFollower`]). Small, because every session with an
-/// open stream holds one such buffer.
-const LIVE_BUFFER: usize = 128;
+/// open stream holds one such buffer, allocated whole (about 200 bytes a slot): 16 slots are
+/// 3 KiB per session, 128 were 25 KiB, half of what an idle stream cost at 10,000 of them.
+const LIVE_BUFFER: usize = 16;
 /// Events kept for a slow [`Runtime::subscribe_all`] reader before it misses some.
 const ALL_EVENTS_BUFFER: usize = 1024;
 /// Shortest pause between two looks of [`Runtime::watch_store`].
@@ -670,7 +685,14 @@ impl Runtime {
     fn channel(&self, session: &str) -> broadcast::Sender<StoredEvent> {
         match self.inner.channels.lock() {
             Ok(mut channels) => {
-                channels.retain(|_, tx| tx.receiver_count() > 0);
+                if let Some(tx) = channels.get(session) {
+                    return tx.clone();
+                }
+                // Channels nobody listens to any more go when the map doubles (not on every
+                // subscribe: with 10,000 open streams that scan was the cost of opening one).
+                if channels.len().is_power_of_two() {
+                    channels.retain(|_, tx| tx.receiver_count() > 0);
+                }
                 channels
                     .entry(session.to_owned())
                     .or_insert_with(|| broadcast::channel(LIVE_BUFFER).0)

@@ -487,7 +487,13 @@ impl TurnDriver<'_> {
         critic_agent.name = "critic".to_owned();
         critic_agent.path = format!("{}{CRITIC_SUFFIX}", agent.path);
         critic_agent.config.model = critic.model.clone().or_else(|| agent.config.model.clone());
-        let model = match self.rt.inner.config.models.resolve(&critic_agent) {
+        let model = match self
+            .rt
+            .inner
+            .config
+            .models
+            .resolve_in(&critic_agent, &self.root)
+        {
             Ok(m) => m,
             Err(e) => return Ok(Verdict::Error(e.to_string())),
         };

@@ -1,42 +1,95 @@
-//! Running a case in this process: a fresh session on a private store, against the current
-//! build.
+//! Running the cases in this process: one runtime and one private store for the whole suite, a
+//! fresh session per case, against the current build.
 //!
-//! Every case gets its own state folder in one temporary folder: its own SQLite store and session
-//! workspaces, with `builds/` pointing at the project's builds and `current` naming the build the
-//! suite started on. So cases never see each other's sessions (or the project's), and a case's
-//! `mock` script and `model` are its own: each case's runtime resolves models through the
-//! process environment with `EVE_MODEL` and `EVE_MOCK_SCRIPT` set from the case. The temporary
-//! folder is the system's (`TMPDIR`): the isolated sandbox must be able to enter the session
-//! workspaces in it, which rules out `/dev/shm` (the sandbox mounts its own `/dev`).
+//! The suite's state folder is a temporary folder with `builds/` pointing at the project's builds
+//! and `current` naming the build the suite started on; its store holds every case's sessions,
+//! and nothing of the project's. Opening one store and one runtime for the suite (instead of one
+//! per case) is what makes a mock suite fast: the cost of a case is its turns, not creating a
+//! database. Cases stay apart:
+//! - each case runs in a new session, so its messages, events and workspace
+//!   (`sandboxes/<session>`) are its own;
+//! - the runtime keeps what sessions otherwise share (notes of the `agent` and `user` memory
+//!   scopes, per-agent breakers) per root session ([`RuntimeConfig::isolated_roots`]), so no
+//!   case sees another's notes;
+//! - a case's `mock` script and `model` are its own: [`CaseModels`] resolves models by the
+//!   session tree a turn runs in, through the process environment with `EVE_MODEL` and
+//!   `EVE_MOCK_SCRIPT` set from the case.
+//!
+//! The temporary folder is the system's (`TMPDIR`): the isolated sandbox must be able to enter
+//! the session workspaces in it, which rules out `/dev/shm` (the sandbox mounts its own `/dev`).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
 use eve_compile::evals::{CommandExpect, EvalCase, Failure, Turn};
 use eve_compile::{Agent, Project};
 use eve_runtime::engine::{
-    BuildStore, DriveOutcome, Runtime, RuntimeConfig, SettingsModelProvider,
+    BuildStore, DriveOutcome, ModelProvider, ResolvedModel, Runtime, RuntimeConfig,
+    SettingsModelProvider,
 };
 use eve_runtime::env_vars::{EVE_MOCK_SCRIPT, EVE_MODEL, HOME, LANG, PATH};
 use eve_runtime::exec::{Executor, Launch};
+use eve_runtime::model::ModelError;
 use eve_runtime::tools::{EnvLookup, process_env};
 
 use super::Run;
 
+/// Models by session tree: each case's root session resolves through the case's environment;
+/// anything else through the process's.
+struct CaseModels {
+    default: SettingsModelProvider,
+    cases: Mutex<HashMap<String, Arc<SettingsModelProvider>>>,
+}
+
+impl CaseModels {
+    fn provider(&self, root: &str) -> Option<Arc<SettingsModelProvider>> {
+        self.cases.lock().ok()?.get(root).cloned()
+    }
+}
+
+impl ModelProvider for CaseModels {
+    fn resolve(&self, agent: &Agent) -> Result<ResolvedModel, ModelError> {
+        self.default.resolve(agent)
+    }
+
+    fn resolve_in(&self, agent: &Agent, root: &str) -> Result<ResolvedModel, ModelError> {
+        match self.provider(root) {
+            Some(p) => p.resolve(agent),
+            None => self.default.resolve(agent),
+        }
+    }
+}
+
+/// A case's models, registered for its session until the case is done (also when its deadline
+/// drops the run).
+struct Registered<'a> {
+    models: &'a CaseModels,
+    session: String,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut cases) = self.models.cases.lock() {
+            cases.remove(&self.session);
+        }
+    }
+}
+
 /// The in-process runner.
 pub(crate) struct Local {
-    builds: PathBuf,
-    hash: String,
     agent: Agent,
-    tmp: tempfile::TempDir,
-    next: AtomicUsize,
+    /// The suite's state folder (inside `_tmp`).
+    dir: PathBuf,
+    models: Arc<CaseModels>,
+    rt: Runtime,
+    _tmp: tempfile::TempDir,
 }
 
 impl Local {
-    /// Prepares the runner for the current build of `project`; checks the model of every case
-    /// that has no mock script.
+    /// Prepares the runner for the current build of `project`: checks the model of every case
+    /// that has no mock script, and opens the suite's store.
     pub fn new(project: &Project, cases: &[EvalCase]) -> anyhow::Result<Self> {
         Self::for_build(project, cases, None)
     }
@@ -69,40 +122,51 @@ impl Local {
         let tmp = tempfile::Builder::new()
             .prefix("eve-eval-")
             .tempdir()
-            .context("cannot create a temporary folder for the eval stores")?;
-        Ok(Self {
-            builds,
-            hash,
-            agent,
-            tmp,
-            next: AtomicUsize::new(0),
-        })
-    }
-
-    fn state_dir(&self) -> anyhow::Result<PathBuf> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let dir = self.tmp.path().join(format!("case-{n}"));
+            .context("cannot create a temporary folder for the eval store")?;
+        let dir = tmp.path().join("state");
         std::fs::create_dir_all(&dir)?;
-        std::os::unix::fs::symlink(&self.builds, dir.join("builds"))?;
-        std::fs::write(dir.join("current"), &self.hash)?;
-        Ok(dir)
+        std::os::unix::fs::symlink(&builds, dir.join("builds"))?;
+        std::fs::write(dir.join("current"), &hash)?;
+        let models = Arc::new(CaseModels {
+            default: SettingsModelProvider::new(process_env()),
+            cases: Mutex::new(HashMap::new()),
+        });
+        let mut config = RuntimeConfig::new(&dir, models.clone())
+            .with_context(|| format!("cannot open a store in {}", dir.display()))?;
+        config.secrets = crate::logs::secrets();
+        config.autostart = false;
+        config.isolated_roots = true;
+        let rt = Runtime::new(config);
+        Ok(Self {
+            agent,
+            dir,
+            models,
+            rt,
+            _tmp: tmp,
+        })
     }
 
     /// Runs the case's turns; answers approvals where the case says; runs the scorer.
     pub async fn run(&self, case: &EvalCase) -> anyhow::Result<Run> {
-        let dir = self.state_dir()?;
-        let models = Arc::new(SettingsModelProvider::new(case_env(case)));
-        let mut config = RuntimeConfig::new(&dir, models)
-            .with_context(|| format!("cannot open a store in {}", dir.display()))?;
-        config.secrets = crate::logs::secrets();
-        config.autostart = false;
-        let rt = Runtime::new(config);
+        let rt = &self.rt;
         let mut turns = case.messages.iter();
         let first = match turns.next() {
             Some(Turn::User(m)) => m.clone(),
             _ => bail!("the case does not start with a user message"),
         };
+        // Nothing drives the session before `drive` (no autostart), so the case's models are
+        // registered before its first turn resolves one.
         let id = rt.create_session(Some(first)).await?;
+        if let Ok(mut cases) = self.models.cases.lock() {
+            cases.insert(
+                id.clone(),
+                Arc::new(SettingsModelProvider::new(case_env(case))),
+            );
+        }
+        let _registered = Registered {
+            models: &self.models,
+            session: id.clone(),
+        };
         let mut failures = Vec::new();
         loop {
             let outcome = rt.drive(&id).await?;
@@ -144,7 +208,7 @@ impl Local {
             }
         }
         if let Some(cmd) = &case.expect.command
-            && let Some(f) = self.score(&rt, &dir, &id, cmd).await?
+            && let Some(f) = self.score(rt, &self.dir, &id, cmd).await?
         {
             failures.push(f);
         }

@@ -95,7 +95,7 @@ impl TurnDriver<'_> {
             .review_model
             .clone()
             .unwrap_or_else(|| self.model.model_id.clone());
-        let own = self.rt.inner.config.models.resolve(&with);
+        let own = self.rt.inner.config.models.resolve_in(&with, &self.root);
         let model = match (&own, agent.config.review_model.is_some()) {
             (Ok(m), _) => Ok(m),
             (Err(_), false) => Ok(&self.model),

@@ -354,6 +354,10 @@ impl TurnDriver<'_> {
             .review_calls(turn, step, reviews, &mut to_run, &mut asks)
             .await?;
         let alone = to_run.is_empty() && asks.is_empty() && once_approved.is_empty() && !waits;
+        if !alone {
+            // A journal held back goes out before anything runs or is asked.
+            self.flush_held().await?;
+        }
         let mut batch = Batch::new();
         if alone {
             for (settle, message) in inline {
@@ -454,6 +458,7 @@ impl TurnDriver<'_> {
                 )
                 .push(Op::PutTurn(turn.clone()))
                 .push(Op::UpdateSession(self.session.clone()));
+            let batch = self.with_held(batch);
             self.rt.commit(batch).await?;
             return Ok(Some(TurnEnd::Parked(pending)));
         }
@@ -465,6 +470,7 @@ impl TurnDriver<'_> {
         batch.push(Op::PutTurn(turn.clone()));
         // The next step starts by reading the session's cancel flag (another process may have
         // set it): the read goes out with this commit instead of after it.
+        let batch = self.with_held(batch);
         let (committed, fresh) = tokio::join!(
             self.rt.commit(batch),
             self.rt.inner.store.session(&self.session.id)

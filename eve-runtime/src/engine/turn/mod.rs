@@ -84,6 +84,8 @@ fn content_for_model(output: &Value) -> String {
 pub(super) struct TurnDriver<'a> {
     pub(super) rt: &'a Runtime,
     pub(super) session: SessionRecord,
+    /// The root session of this session's tree (its own id for a root session).
+    pub(super) root: String,
     pub(super) build: Arc<LoadedBuild>,
     pub(super) model: ResolvedModel,
     pub(super) cancel: CancellationToken,
@@ -112,6 +114,9 @@ pub(super) struct TurnDriver<'a> {
     pub(super) save_nudge: bool,
     /// The `limits.phases` phase of the current step (computed once per step).
     pub(in crate::engine) phase: Option<super::phases::StepPhase>,
+    /// Writes of this step held back to go out with its next commit (`step.started`, the
+    /// journal of a response whose calls all settle without running): see [`step`].
+    pub(super) held: Option<Batch>,
 }
 
 impl<'a> TurnDriver<'a> {
@@ -140,6 +145,7 @@ impl<'a> TurnDriver<'a> {
     pub(in crate::engine) fn new(
         rt: &'a Runtime,
         session: SessionRecord,
+        root: String,
         build: Arc<LoadedBuild>,
         cancel: CancellationToken,
     ) -> RuntimeResult<Self> {
@@ -149,13 +155,14 @@ impl<'a> TurnDriver<'a> {
             .inner
             .config
             .models
-            .resolve(&build.manifest.agent)
+            .resolve_in(&build.manifest.agent, &root)
             .unwrap_or_else(|e| {
                 crate::engine::models::UnavailableModel::resolved(&build.manifest.agent, &e)
             });
         Ok(Self {
             rt,
             session,
+            root,
             build,
             model,
             cancel,
@@ -172,6 +179,7 @@ impl<'a> TurnDriver<'a> {
             sender: None,
             save_nudge: false,
             phase: None,
+            held: None,
         })
     }
 
@@ -179,9 +187,27 @@ impl<'a> TurnDriver<'a> {
         &self.session.id
     }
 
+    /// The key under which state shared between sessions (memory notes of the `agent` and `user`
+    /// scopes, per-agent breakers) is kept for `name`: `name` itself, or `name@root` when every
+    /// root session is a world of its own ([`super::RuntimeConfig::isolated_roots`]).
+    pub(in crate::engine) fn shared_key(&self, name: &str) -> String {
+        if self.rt.inner.config.isolated_roots {
+            format!("{name}@{}", self.root)
+        } else {
+            name.to_owned()
+        }
+    }
+
     /// Moves `turn` forward until it ends or parks. A subagent's [`Self::budget`] is set by the
     /// caller (the drive loop reads it with the session's state).
-    pub(in crate::engine) async fn run(&mut self, mut turn: TurnRecord) -> RuntimeResult<TurnEnd> {
+    pub(in crate::engine) async fn run(&mut self, turn: TurnRecord) -> RuntimeResult<TurnEnd> {
+        let end = self.run_steps(turn).await?;
+        // Every path commits what it held back; this only guards against one that would not.
+        self.flush_held().await?;
+        Ok(end)
+    }
+
+    async fn run_steps(&mut self, mut turn: TurnRecord) -> RuntimeResult<TurnEnd> {
         if (turn.step_started || turn.step_index > 0)
             && turn.phase != TurnPhase::Done
             && let Some(end) = self.check_model(&turn).await?
@@ -198,7 +224,12 @@ impl<'a> TurnDriver<'a> {
                     {
                         return Ok(end);
                     }
-                    match self.call_model(&turn).await {
+                    let called = self.call_model(&turn).await;
+                    if called.is_err() {
+                        // The step ends otherwise: `step.started` goes out first, on its own.
+                        self.flush_held().await?;
+                    }
+                    match called {
                         Ok(response) => {
                             overflow_compacted = false;
                             if self.journal_response(&mut turn, response).await? {

@@ -55,7 +55,7 @@ impl TurnDriver<'_> {
         for scope in config.scopes {
             let Some(ns) = memory::namespace(
                 scope,
-                &self.build.manifest.agent.name,
+                &self.shared_key(&self.build.manifest.agent.name),
                 &self.session.id,
                 user.as_deref(),
             ) else {
@@ -163,7 +163,7 @@ impl TurnDriver<'_> {
             ));
         };
         let user = self.turn_sender(turn).await?;
-        let agent = self.build.manifest.agent.name.clone();
+        let agent = self.shared_key(&self.build.manifest.agent.name);
         let place = memory::Place {
             memory: &config,
             agent: &agent,

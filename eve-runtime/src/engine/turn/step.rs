@@ -1,6 +1,24 @@
 //! One step of a turn: what happens before the model is called (cancel, limits, steering messages,
 //! compaction), the streamed model call with its live events, and the journal of its response
 //! (the step row, the assistant message and the tool calls it asked for, in one commit).
+//!
+//! **Held writes.** Each commit is a round trip to the store's writer, and on a busy machine the
+//! round trips are what a step costs. So a step holds two of its writes back and sends each with
+//! the step's next commit, in the same order, when nothing in between can depend on them or be
+//! seen before them:
+//! - `step.started` (with the turn row saying so) goes out with the first streamed events, or
+//!   with the journal when the model streamed none (after the first step of a turn, when the
+//!   tools, the prompt's pinned block and the strategy need no commit of their own before the
+//!   call); a step that ends otherwise (cancel, timeout, a model error) commits it on its own
+//!   first;
+//! - the journal of a response whose calls all settle without running (skill loads) goes out
+//!   with their results and `step.completed` ([`super::calls`]).
+//!
+//! Nothing is published before it is committed, so a live follower never sees an event the
+//! store lacks. A process killed while writes are held loses only what was never committed: the
+//! turn row still says the step has not started, and the driver that resumes it starts the step
+//! again (the model call included, as after a kill before the journal), so every event index is
+//! still published once.
 
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -57,6 +75,7 @@ impl TurnDriver<'_> {
             self.fold_steering(turn).await?;
         }
         self.maybe_compact(turn).await?;
+        let hold = self.may_hold();
         turn.step_started = true;
         let mut batch = Batch::new();
         batch.push(Op::PutTurn(turn.clone())).event(
@@ -81,8 +100,45 @@ impl TurnDriver<'_> {
                 ),
             );
         }
-        self.rt.commit(batch).await?;
+        let batch = self.with_held(batch);
+        if hold {
+            self.held = Some(batch);
+        } else {
+            self.rt.commit(batch).await?;
+        }
         Ok(None)
+    }
+
+    /// Whether this step may hold writes back: nothing between `step.started` and the journal
+    /// commits on its own (the turn's tools and the prompt's pinned block are loaded, no plan, no
+    /// critic, no phases that read the journal).
+    fn may_hold(&self) -> bool {
+        let config = &self.build.manifest.agent.config;
+        self.extra.is_some()
+            && self.pinned.is_some()
+            && config.strategy == eve_compile::Strategy::React
+            && config.limits.phases.is_none()
+    }
+
+    /// `batch` after the writes held back, which go first.
+    pub(in crate::engine) fn with_held(&mut self, batch: Batch) -> Batch {
+        match self.held.take() {
+            Some(mut held) => {
+                held.ops.extend(batch.ops);
+                held.durable |= batch.durable;
+                held.fences.extend(batch.fences);
+                held
+            }
+            None => batch,
+        }
+    }
+
+    /// Commits the writes held back, if any.
+    pub(in crate::engine) async fn flush_held(&mut self) -> RuntimeResult<()> {
+        if let Some(held) = self.held.take() {
+            self.rt.commit(held).await?;
+        }
+        Ok(())
     }
 
     pub(in crate::engine) async fn fold_steering(
@@ -204,6 +260,8 @@ impl TurnDriver<'_> {
         let rt = self.rt;
         let session = self.session.id.clone();
         let step = turn.step_index;
+        // `step.started`, when held, goes out with the first streamed events.
+        let held = std::sync::Mutex::new(self.held.take());
         let consume = async {
             let mut names: Vec<(String, String)> = Vec::new();
             while let Some(first) = rx.recv().await {
@@ -248,8 +306,21 @@ impl TurnDriver<'_> {
                 if batch.is_empty() {
                     continue;
                 }
+                let first = held.lock().ok().and_then(|mut h| h.take());
+                let batch = match &first {
+                    Some(start) => {
+                        let mut start = start.clone();
+                        start.ops.extend(batch.ops);
+                        start
+                    }
+                    None => batch,
+                };
                 if let Err(e) = rt.commit(batch).await {
                     tracing::warn!(error = %e, "cannot store a stream event");
+                    // `step.started` is not lost with them: it goes with the next commit.
+                    if let (Some(start), Ok(mut h)) = (first, held.lock()) {
+                        *h = Some(start);
+                    }
                 }
             }
         };
@@ -257,11 +328,12 @@ impl TurnDriver<'_> {
         let deadline = self.deadline(turn);
         let cancel = self.cancel.clone();
         let result = tokio::select! {
-            r = both => r,
-            () = cancel.cancelled() => return Err(CallError::Cancelled),
-            () = sleep_until_opt(deadline) => return Err(CallError::TimedOut),
+            r = both => Ok(r),
+            () = cancel.cancelled() => Err(CallError::Cancelled),
+            () = sleep_until_opt(deadline) => Err(CallError::TimedOut),
         };
-        result.map_err(|e| {
+        self.held = held.into_inner().ok().flatten();
+        result?.map_err(|e| {
             if e.is_context_overflow() {
                 CallError::ContextTooLong(e.to_string())
             } else {
@@ -474,8 +546,17 @@ impl TurnDriver<'_> {
             .push(Op::UpdateSession(self.session.clone()));
         self.call_ids = Some(used);
         self.last_usage = Some((step, step_usage_kept));
+        // Calls that all settle without running (skill loads): their results and
+        // `step.completed` carry this journal (see the module header).
+        let hold =
+            !calls.is_empty() && calls.iter().all(|c| c.kind == "load-skill") && self.may_hold();
         self.fresh_calls = (!calls.is_empty()).then(|| calls.clone());
-        self.rt.commit(batch).await?;
+        let batch = self.with_held(batch);
+        if hold {
+            self.held = Some(batch);
+        } else {
+            self.rt.commit(batch).await?;
+        }
         if let Some(context) = self.context.as_mut() {
             context.push(assistant);
             context.extend(nudge);
