@@ -198,7 +198,8 @@ fn node(state_dir: &std::path::Path, store: Arc<dyn eve_runtime::store::Store>) 
 }
 
 /// Two nodes of a fleet on one PostgreSQL store, each with its own state folder: an activation
-/// on one is the other's current build at once (it hears the commit), a rollback too.
+/// on one is the other's current build at once (it hears the commit), a rollback too. Only the
+/// first node has the builds on disk: the second loads each release's build from the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_node_follows_another_nodes_activation_on_postgres() {
     let Some(base) = crate::store_postgres::server_url() else {
@@ -213,9 +214,11 @@ async fn a_fleet_node_follows_another_nodes_activation_on_postgres() {
     let v2 = candidate(&agent);
     let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut nodes = Vec::new();
-    for dir in &dirs {
-        std::os::unix::fs::symlink(agent.root().join(".eve/builds"), dir.path().join("builds"))
-            .unwrap();
+    for (i, dir) in dirs.iter().enumerate() {
+        if i == 0 {
+            std::os::unix::fs::symlink(agent.root().join(".eve/builds"), dir.path().join("builds"))
+                .unwrap();
+        }
         let store = Arc::new(eve_runtime::store::PgStore::connect(&url).await.unwrap());
         nodes.push(node(dir.path(), store));
     }
@@ -223,14 +226,23 @@ async fn a_fleet_node_follows_another_nodes_activation_on_postgres() {
         panic!("the first build activates");
     };
     until("node 2 to follow v1", async || {
-        (nodes[1].builds().current_hash().ok()? == v1).then_some(())
+        (nodes[1].builds().current().ok()?.hash == v1).then_some(())
     })
     .await;
     release(&nodes[0], &v2).await;
     until("node 2 to follow v2", async || {
-        (nodes[1].builds().current_hash().ok()? == v2).then_some(())
+        (nodes[1].builds().current().ok()?.hash == v2).then_some(())
     })
     .await;
+    assert!(
+        dirs[1]
+            .path()
+            .join("builds")
+            .join(&v2)
+            .join("manifest.json")
+            .is_file(),
+        "node 2 fetched the build from the store"
+    );
     let back = nodes[1]
         .rollback(None, "token:OPS", "node 2 says no")
         .await

@@ -96,6 +96,7 @@ fn runtime_with_env(
         lease_ttl: Duration::from_secs(15),
         breaker: BreakerPolicy::default(),
         sandbox_helper: std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox")),
+        isolated_roots: false,
         secrets: Default::default(),
     })
 }

@@ -285,6 +285,11 @@ impl Runtime {
             reason: None,
             failures: 0,
         };
+        // On a fleet's store, every node must be able to load the release it will follow.
+        if self.inner.store.shared() {
+            super::publish::publish_build(self.inner.store.as_ref(), self.state_dir(), hash)
+                .await?;
+        }
         let mut batch = Batch::durable();
         let outcome = match candidate.verdict {
             Verdict::Reject => {

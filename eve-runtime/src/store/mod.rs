@@ -170,6 +170,12 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// operation of the batch (and every event in it) is stored, or none is.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + 'static {
+    /// Whether other hosts share this store (a fleet's PostgreSQL): then a build handed to the
+    /// runtime is also written into it, so every node can load the release it follows.
+    fn shared(&self) -> bool {
+        false
+    }
+
     /// Applies a batch atomically; assigns message sequence numbers and event indexes.
     async fn commit(&self, batch: Batch) -> StoreResult<Committed>;
 

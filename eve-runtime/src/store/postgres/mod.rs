@@ -310,6 +310,10 @@ macro_rules! read {
 
 #[async_trait::async_trait]
 impl Store for PgStore {
+    fn shared(&self) -> bool {
+        true
+    }
+
     async fn commit(&self, batch: Batch) -> StoreResult<Committed> {
         if batch.is_empty() {
             return Ok(Committed::default());
