@@ -211,6 +211,8 @@ async fn bench_resume_time() {
             std::fs::copy(&backup, p2_state.join("eve.db")).unwrap();
             let _ = std::fs::remove_file(p2_state.join("eve.db-wal"));
             let _ = std::fs::remove_file(p2_state.join("eve.db-shm"));
+            // A restored backup on purpose: its mark would (rightly) refuse the older file.
+            let _ = std::fs::remove_file(p2_state.join("eve.db.mark"));
             let t = Instant::now();
             let rt = runtime_with_client(&p, MockClient::new("echo", None).unwrap());
             assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
