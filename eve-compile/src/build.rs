@@ -96,25 +96,11 @@ pub fn check(project: &Project) -> Result<Output, BuildError> {
 
 /// `eve build`: check, then write the artifact and point `.eve/current` at it when there are no errors.
 pub fn build(project: &Project) -> Result<Built, BuildError> {
-    let start = Instant::now();
-    let mut output = check(project)?;
-    if output.error_count() > 0 {
-        return Ok(Built {
-            output,
-            hash: None,
-            dir: None,
-            reused: false,
-            elapsed: start.elapsed(),
-        });
+    let built = build_candidate(project)?;
+    if let Some(hash) = &built.hash {
+        point_current(project, hash)?;
     }
-    let (hash, dir, reused) = write_recorded(project, &mut output)?;
-    Ok(Built {
-        output,
-        hash: Some(hash),
-        dir: Some(dir),
-        reused,
-        elapsed: start.elapsed(),
-    })
+    Ok(built)
 }
 
 /// The content hash of a compiled build: manifest bytes plus each runtime file's path and bytes.
