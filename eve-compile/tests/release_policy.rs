@@ -11,21 +11,7 @@ fn with_yaml(yaml: &str) -> TestAgent {
 }
 
 fn errors(agent: &TestAgent) -> Vec<String> {
-    agent
-        .check_mem()
-        .diagnostics()
-        .iter()
-        .filter(|d| d.is_error())
-        .map(|d| {
-            format!(
-                "{} {}:{} {}",
-                d.code,
-                d.file.as_deref().unwrap_or(""),
-                d.line.unwrap_or(0),
-                d.message
-            )
-        })
-        .collect()
+    agent.check_mem().errors()
 }
 
 #[test]

@@ -221,6 +221,24 @@ impl Checked {
         build::diagnostics_json(&self.output.diagnostics)
     }
 
+    /// `CODE file:line message` for each error (warnings left out), for assertions on what a
+    /// user is told.
+    pub fn errors(&self) -> Vec<String> {
+        self.diagnostics()
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| {
+                format!(
+                    "{} {}:{} {}",
+                    d.code,
+                    d.file.as_deref().unwrap_or(""),
+                    d.line.unwrap_or(0),
+                    d.message
+                )
+            })
+            .collect()
+    }
+
     /// `CODE file:line` for each diagnostic, for short assertion messages.
     pub fn summary(&self) -> Vec<String> {
         self.diagnostics()

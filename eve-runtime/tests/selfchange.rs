@@ -87,6 +87,19 @@ fn change_request(events: &[Value]) -> Value {
         .unwrap_or_else(|| panic!("no change-approval request in {events:#?}"))
 }
 
+/// Starts a session proposing the triage skill and waits until it parks on the change approval:
+/// the session, its events so far and the approval request.
+async fn park_triage(server: &TestServer) -> (String, Vec<Value>, Value) {
+    let session = server
+        .create(&propose(
+            json!([{"path": "skills/triage.md", "content": SKILL}]),
+        ))
+        .await;
+    let parked = server.until_rest(&session, 0).await;
+    let request = change_request(&parked);
+    (session, parked, request)
+}
+
 fn results(events: &[Value], tool: &str) -> Vec<Value> {
     events
         .iter()
@@ -116,13 +129,7 @@ async fn a_proposed_skill_is_shown_for_approval_then_written_activated_and_loada
     let server = TestServer::start(changing_agent()).await;
     let root = server.agent.root();
     let before = current(&root);
-    let session = server
-        .create(&propose(
-            json!([{"path": "skills/triage.md", "content": SKILL}]),
-        ))
-        .await;
-    let parked = server.until_rest(&session, 0).await;
-    let request = change_request(&parked);
+    let (session, parked, request) = park_triage(&server).await;
     let proposal = &request["action"]["proposal"];
     // The approval shows the summary, the rationale, the diff, the checks and the delta.
     assert_eq!(proposal["summary"], "Add a triage skill");
@@ -537,13 +544,7 @@ async fn paths_outside_the_agent_folder_are_refused() {
 async fn a_jwt_principal_cannot_approve_a_change_but_an_operator_can() {
     let server = TestServer::start(changing_agent()).await;
     let root = server.agent.root();
-    let session = server
-        .create(&propose(
-            json!([{"path": "skills/triage.md", "content": SKILL}]),
-        ))
-        .await;
-    let parked = server.until_rest(&session, 0).await;
-    let request = change_request(&parked);
+    let (session, _, request) = park_triage(&server).await;
     let id = request["requestId"].as_str().unwrap();
     let refused = server
         .runtime
@@ -584,13 +585,7 @@ async fn an_agent_folder_edited_after_staging_is_not_clobbered() {
     let server = TestServer::start(changing_agent()).await;
     let root = server.agent.root();
     let before = current(&root);
-    let session = server
-        .create(&propose(
-            json!([{"path": "skills/triage.md", "content": SKILL}]),
-        ))
-        .await;
-    let parked = server.until_rest(&session, 0).await;
-    let request = change_request(&parked);
+    let (session, _, request) = park_triage(&server).await;
     // Someone edits the folder while the proposal waits.
     std::fs::write(root.join("agent/instructions.md"), "Edited by hand.\n").unwrap();
     let count = server.count(&session).await;
@@ -626,13 +621,7 @@ async fn an_agent_folder_edited_after_staging_is_not_clobbered() {
 async fn a_parked_proposal_survives_a_restart_and_is_answered_after_it() {
     let server = TestServer::start(changing_agent()).await;
     let root = server.agent.root();
-    let session = server
-        .create(&propose(
-            json!([{"path": "skills/triage.md", "content": SKILL}]),
-        ))
-        .await;
-    let parked = server.until_rest(&session, 0).await;
-    let request = change_request(&parked);
+    let (session, _, request) = park_triage(&server).await;
     let hash = request["action"]["proposal"]["build"]
         .as_str()
         .unwrap()
@@ -674,13 +663,7 @@ async fn forge_a_change_approval(sandbox_yaml: &str) -> (bool, bool, Vec<Value>)
     let addr: std::net::SocketAddr = server.base.trim_start_matches("http://").parse().unwrap();
     server.runtime.executor().set_own_listeners(vec![addr]);
 
-    let victim = server
-        .create(&propose(
-            json!([{"path": "skills/triage.md", "content": SKILL}]),
-        ))
-        .await;
-    let parked = server.until_rest(&victim, 0).await;
-    let request = change_request(&parked);
+    let (victim, _, request) = park_triage(&server).await;
     let request_id = request["requestId"].as_str().unwrap().to_owned();
     let body = json!({"inputResponses": [{"requestId": request_id, "optionId": "approve"}]});
     let command = format!(
