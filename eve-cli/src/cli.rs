@@ -22,6 +22,10 @@ use eve_runtime::env_vars;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Accepted before the command too (`eve -C demo build`, as git and make take `-C`); clap
+    /// hands the values to the command's own copy of these flags, which is what commands read.
+    #[command(flatten)]
+    pub project: ProjectArgs,
 }
 
 /// The exit codes, as `eve --help` lists them (`docs/cli.md`, "Exit codes").

@@ -20,7 +20,7 @@ use clap::Parser;
 pub fn main() -> ExitCode {
     quiet_broken_pipe();
     let cli = cli::Cli::parse();
-    match commands::dispatch(cli.command) {
+    match commands::dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
             let text = format!("{err:#}");

@@ -153,6 +153,32 @@ fn init_into_the_current_folder_and_an_unknown_template() {
 }
 
 #[test]
+fn project_flags_go_before_or_after_the_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    // `-C DIR init NAME` creates DIR/NAME, and says how to get there from here.
+    std::fs::create_dir(tmp.path().join("work")).unwrap();
+    let r = run(tmp.path(), &["-C", "work", "init", "demo"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(tmp.path().join("work/demo/agent/instructions.md").is_file());
+    assert!(r.stderr.contains("cd work/demo"), "{}", r.stderr);
+    // Before the command, after it, and before a nested command.
+    for args in [
+        &["-C", "work/demo", "build"][..],
+        &["build", "-C", "work/demo"],
+        &["--project=work/demo", "info", "--json"],
+        &["-C", "work/demo", "sessions", "list", "--json"],
+    ] {
+        let r = run(tmp.path(), args);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+    }
+    assert!(tmp.path().join("work/demo/.eve/current").exists());
+    // The flag names the folder the command uses: a wrong one is the usual error.
+    let r = run(tmp.path(), &["-C", "nowhere", "info"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("nowhere/agent"), "{}", r.stderr);
+}
+
+#[test]
 fn init_list_names_every_template_with_its_description() {
     let tmp = tempfile::tempdir().unwrap();
     let r = run(tmp.path(), &["init", "--list"]);

@@ -30,7 +30,7 @@ fn templates() -> Vec<(&'static str, String)> {
     out
 }
 
-pub fn run(args: InitArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: InitArgs, base: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     if args.list {
         if args.json {
             let all: Vec<serde_json::Value> = templates()
@@ -53,10 +53,11 @@ pub fn run(args: InitArgs) -> anyhow::Result<ExitCode> {
             names.join(", ")
         );
     };
-    let cwd = std::env::current_dir()?;
+    let here = std::env::current_dir()?;
+    let base = base.map_or_else(|| here.clone(), |b| here.join(b));
     let dir = match &args.dir {
-        Some(d) => cwd.join(d),
-        None => cwd,
+        Some(d) => base.join(d),
+        None => base,
     };
     if dir.exists() && !dir.is_dir() {
         anyhow::bail!("{} exists and is not a folder", dir.display());
@@ -96,7 +97,13 @@ pub fn run(args: InitArgs) -> anyhow::Result<ExitCode> {
         dir.display(),
         args.template
     );
-    let shown = args.dir.as_ref().map(|d| d.display().to_string());
+    // The folder to `cd` into from where the user is (`-C` may have put it elsewhere).
+    let shown = (dir != here).then(|| {
+        dir.strip_prefix(&here)
+            .unwrap_or(&dir)
+            .display()
+            .to_string()
+    });
     eprintln!("\nNext:");
     if let Some(d) = shown {
         eprintln!("  cd {d}");

@@ -16,12 +16,14 @@ mod store;
 
 use std::process::ExitCode;
 
-use crate::cli::{Command, MemoryCommand, SessionsCommand, StoreCommand};
+use crate::cli::{Cli, Command, MemoryCommand, SessionsCommand, StoreCommand};
 
-/// Runs a parsed command.
-pub fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
-    match command {
-        Command::Init(args) => init::run(args),
+/// Runs a parsed command line.
+pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        // `eve -C DIR init NAME` creates DIR/NAME, as the other commands run in DIR; the other
+        // commands read the flags from their own (flattened, global) copy.
+        Command::Init(args) => init::run(args, cli.project.project),
         Command::Info(args) => info::run(args),
         Command::Build(args) => build::run(args),
         Command::Run(args) => run::run(args),
