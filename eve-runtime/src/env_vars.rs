@@ -23,6 +23,12 @@ pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
 pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
 /// DeepSeek's usual key variable.
 pub const DEEPSEEK_API_KEY: &str = "DEEPSEEK_API_KEY";
+/// OpenAI's SDK variable for its base URL; used by the `openai` provider when `EVE_BASE_URL` is
+/// unset (a proxy or gateway the user's other OpenAI tools already go through).
+pub const OPENAI_BASE_URL: &str = "OPENAI_BASE_URL";
+/// Anthropic's SDK variable for its base URL; used by the `anthropic` provider when
+/// `EVE_BASE_URL` is unset.
+pub const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
 /// `1` lets a turn resumed by a process whose model differs from the one the turn ran on continue
 /// on the new model (announced by a `turn.model_switched` event); without it that turn fails
 /// with `model_changed`.

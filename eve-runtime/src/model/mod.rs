@@ -527,6 +527,15 @@ impl Provider {
         }
     }
 
+    /// The provider SDK's own base-URL variable, if it has one (`EVE_BASE_URL` wins over it).
+    pub fn base_url_env(self) -> Option<&'static str> {
+        match self {
+            Provider::OpenAi => Some(env::OPENAI_BASE_URL),
+            Provider::Anthropic => Some(env::ANTHROPIC_BASE_URL),
+            _ => None,
+        }
+    }
+
     /// Whether its hosted API refuses calls without a key (local servers do not need one).
     pub fn requires_api_key(self) -> bool {
         matches!(
@@ -672,7 +681,8 @@ impl ModelSettings {
     }
 
     /// Resolves settings from the environment and `agent.yaml`: model = `EVE_MODEL` >
-    /// `agent_model` > [`DEFAULT_MODEL`]; base URL = `EVE_BASE_URL`; key = `EVE_API_KEY` > the
+    /// `agent_model` > [`DEFAULT_MODEL`]; base URL = `EVE_BASE_URL` > the provider SDK's own
+    /// variable (`OPENAI_BASE_URL`, `ANTHROPIC_BASE_URL`); key = `EVE_API_KEY` > the
     /// provider's own variable; the mock's script = `EVE_MOCK_SCRIPT`. Empty variables count as
     /// unset. `env` looks a variable up (`|k| std::env::var(k).ok()` in production).
     pub fn resolve(
@@ -688,7 +698,9 @@ impl ModelSettings {
             })
             .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
         let mut settings = Self::from_model_string(&model)?;
-        settings.base_url = var(env::EVE_BASE_URL).map(|u| u.trim().to_owned());
+        settings.base_url = var(env::EVE_BASE_URL)
+            .or_else(|| settings.provider.base_url_env().and_then(var))
+            .map(|u| u.trim().to_owned());
         settings.api_key = var(env::EVE_API_KEY)
             .or_else(|| settings.provider.api_key_env().and_then(var))
             .map(|k| k.trim().to_owned());
@@ -712,6 +724,23 @@ impl ModelSettings {
                  (for example http://localhost:8000/v1)",
                 env::EVE_BASE_URL
             )));
+        }
+        if let Some(url) = &self.base_url {
+            let parsed = reqwest::Url::parse(url);
+            let usable = parsed.as_ref().is_ok_and(|u| {
+                matches!(u.scheme(), "http" | "https")
+                    && u.host_str().is_some_and(|h| !h.is_empty())
+            });
+            if !usable {
+                let from = match self.provider.base_url_env() {
+                    Some(own) => format!("{} (or {own})", env::EVE_BASE_URL),
+                    None => env::EVE_BASE_URL.to_owned(),
+                };
+                return Err(ModelError::Config(format!(
+                    "the model server's base URL `{url}` from {from} is not an http(s) URL with a \
+                     host: use for example http://localhost:8000/v1"
+                )));
+            }
         }
         let has_key = self.api_key.as_deref().is_some_and(|k| !k.is_empty());
         if self.provider.requires_api_key() && self.base_url.is_none() && !has_key {

@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 
 use eve_runtime::env_vars::{
-    ANTHROPIC_API_KEY, EVE_API_KEY, EVE_BASE_URL, EVE_MOCK_SCRIPT, EVE_MODEL, OPENAI_API_KEY,
+    ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, EVE_API_KEY, EVE_BASE_URL, EVE_MOCK_SCRIPT, EVE_MODEL,
+    OPENAI_API_KEY, OPENAI_BASE_URL,
 };
 use eve_runtime::model::{ModelError, ModelSettings, Protocol, Provider, client};
 
@@ -107,6 +108,62 @@ fn resolve_applies_env_over_agent_yaml_over_default() {
     .unwrap();
     assert_eq!(s.model, "gpt-4.1");
     assert_eq!(s.api_key.as_deref(), Some("ok"));
+
+    // The provider SDKs' own base-URL variables count, below EVE_BASE_URL, for their provider only.
+    let sdk = env_of(&[
+        (OPENAI_BASE_URL, "http://127.0.0.1:4001/v1"),
+        (ANTHROPIC_BASE_URL, "http://127.0.0.1:4002"),
+    ]);
+    let s = ModelSettings::resolve(Some("openai/gpt-4.1"), &sdk).unwrap();
+    assert_eq!(s.base_url.as_deref(), Some("http://127.0.0.1:4001/v1"));
+    let s = ModelSettings::resolve(Some("anthropic/claude"), &sdk).unwrap();
+    assert_eq!(s.base_url.as_deref(), Some("http://127.0.0.1:4002"));
+    let s = ModelSettings::resolve(Some("vllm/m"), &sdk).unwrap();
+    assert_eq!(
+        s.base_url, None,
+        "OPENAI_BASE_URL is OpenAI's, not every server's"
+    );
+    let s = ModelSettings::resolve(
+        Some("openai/gpt-4.1"),
+        &env_of(&[
+            (OPENAI_BASE_URL, "http://127.0.0.1:4001/v1"),
+            (EVE_BASE_URL, "http://127.0.0.1:4000/v1"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(s.base_url.as_deref(), Some("http://127.0.0.1:4000/v1"));
+}
+
+#[test]
+fn a_base_url_that_is_not_an_http_url_is_refused_before_any_call() {
+    for bad in [
+        "localhost:8000",
+        "ftp://x/v1",
+        "http://",
+        "not a url",
+        "/v1",
+    ] {
+        for (model, var) in [
+            ("openai/gpt-4.1", OPENAI_BASE_URL),
+            ("openai/gpt-4.1", EVE_BASE_URL),
+            ("vllm/m", EVE_BASE_URL),
+        ] {
+            let s = ModelSettings::resolve(Some(model), &env_of(&[(var, bad)])).unwrap();
+            let message = config_message(client(&s).err().unwrap());
+            assert!(
+                message.contains(bad) && message.contains(EVE_BASE_URL),
+                "{model} {var}={bad}: {message}"
+            );
+        }
+    }
+    for good in [
+        "http://localhost:8000/v1",
+        "https://gw.example.com/openai/v1/",
+        "http://[::1]:8080",
+    ] {
+        let s = ModelSettings::resolve(Some("vllm/m"), &env_of(&[(EVE_BASE_URL, good)])).unwrap();
+        assert!(client(&s).is_ok(), "{good}");
+    }
 }
 
 #[test]
