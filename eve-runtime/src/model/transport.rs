@@ -81,19 +81,38 @@ pub(crate) fn http_client(settings: &ModelSettings) -> Result<reqwest::Client, M
         .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {}", chain(&e))))
 }
 
-/// Whether an HTTP status is worth another try.
+/// Whether an HTTP status is worth another try. 501 (the server does not do this at all) and 505
+/// are answers that another try would only repeat.
 pub(crate) fn retryable_status(status: u16) -> bool {
-    matches!(status, 408 | 409 | 425 | 429) || (500..=599).contains(&status)
+    matches!(status, 408 | 409 | 425 | 429)
+        || ((500..=599).contains(&status) && !matches!(status, 501 | 505))
 }
 
 /// Maps an error status and its body to a [`ModelError`].
 pub(crate) fn status_error(status: u16, body: &str, model: &str, base_url: &str) -> ModelError {
-    let message = error_message(body, status);
+    let message = match html_text(body) {
+        // A web page (a UI, a proxy's error page): the base URL most likely misses the API.
+        Some(text) => format!(
+            "an HTML page ({}), not an API answer: is {base_url} the API's base URL? \
+             (OpenAI-compatible servers usually serve it under /v1)",
+            quote(text.as_bytes())
+        ),
+        None => error_message(body, status),
+    };
     if super::is_context_overflow(status, body) {
         return ModelError::ContextTooLong { status, message };
     }
     match status {
         401 | 403 => ModelError::Auth { status, message },
+        // A 404 that speaks of a model is about the model; any other (`Not Found`, `404 page
+        // not found`) is about the path: the base URL misses the API.
+        404 if !message.to_ascii_lowercase().contains("model") => ModelError::Http {
+            status,
+            message: format!(
+                "{message}: there is no API at {base_url}; is it the API's base URL? \
+                 (OpenAI-compatible servers usually serve it under /v1)"
+            ),
+        },
         404 => ModelError::UnknownModel {
             model: model.to_owned(),
             base_url: base_url.to_owned(),
@@ -129,6 +148,70 @@ pub(crate) fn error_message(body: &str, status: u16) -> String {
     } else {
         quote(trimmed.as_bytes())
     }
+}
+
+/// The visible text of a body that is an HTML page (tags dropped, white space collapsed), or
+/// `None` when it is not one.
+fn html_text(body: &str) -> Option<String> {
+    let head: String = body
+        .trim_start()
+        .chars()
+        .take(64)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    if !(head.starts_with("<!doctype html") || head.starts_with("<html")) {
+        return None;
+    }
+    let mut text = String::new();
+    let mut in_tag = false;
+    let mut in_skipped = false;
+    let lower = body.to_ascii_lowercase();
+    let mut i = 0;
+    let bytes = body.as_bytes();
+    while i < bytes.len() {
+        if in_skipped {
+            // Inside <style> or <script>: skip to its end tag.
+            match lower[i..].find("</") {
+                Some(at)
+                    if lower[i + at..].starts_with("</style")
+                        || lower[i + at..].starts_with("</script") =>
+                {
+                    in_skipped = false;
+                    i += at;
+                }
+                Some(at) => i += at + 2,
+                None => break,
+            }
+            continue;
+        }
+        let Some(c) = body[i..].chars().next() else {
+            break;
+        };
+        if c == '<' {
+            in_tag = true;
+            in_skipped = lower[i..].starts_with("<style") || lower[i..].starts_with("<script");
+        } else if c == '>' && in_tag {
+            in_tag = false;
+            text.push(' ');
+        } else if !in_tag {
+            text.push(c);
+        }
+        i += c.len_utf8();
+    }
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut text = words.join(" ");
+    for (entity, c) in [
+        ("&lt;", "<"),
+        ("&gt;", ">"),
+        ("&quot;", "\""),
+        ("&#39;", "'"),
+        ("&#x27;", "'"),
+        ("&nbsp;", " "),
+        ("&amp;", "&"),
+    ] {
+        text = text.replace(entity, c);
+    }
+    Some(text)
 }
 
 /// A short, printable excerpt of some bytes.

@@ -205,6 +205,62 @@ async fn a_500_with_a_body_is_surfaced_with_the_body() {
 }
 
 #[tokio::test]
+async fn an_html_page_is_reported_as_a_wrong_base_url_and_a_501_is_not_retried() {
+    // What Python's `http.server` answers a POST: a web server, not a model API.
+    let page = "<!DOCTYPE HTML>\n<html lang=\"en\">\n<head><meta charset=\"utf-8\">\
+                <style type=\"text/css\">body { color: red; }</style>\
+                <title>Error response</title></head>\n<body>\n<h1>Error response</h1>\n\
+                <p>Message: Unsupported method (&#x27;POST&#x27;).</p>\n</body>\n</html>\n";
+    let server = TestServer::start(vec![Reply::raw(501, "text/html", page)]).await;
+    let error = run(&client(&server.url), &simple_request("q"))
+        .await
+        .1
+        .unwrap_err();
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "a 501 is an answer, not a hiccup"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("HTTP 501")
+            && text.contains("an HTML page")
+            && text.contains("Unsupported method ('POST')")
+            && text.contains(&server.url)
+            && text.contains("/v1")
+            && !text.contains("<p>")
+            && !text.contains("color: red"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_404_about_the_path_names_the_base_url_not_the_model() {
+    // vLLM, llama.cpp and Ollama on a base URL without `/v1`.
+    let server = TestServer::start(vec![
+        Reply::json(404, json!({"detail": "Not Found"})),
+        Reply::json(
+            404,
+            json!({"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}),
+        ),
+        Reply::raw(404, "text/plain", "404 page not found"),
+    ])
+    .await;
+    let client = client(&server.url);
+    for seen in ["Not Found", "File Not Found", "404 page not found"] {
+        let error = run(&client, &simple_request("q")).await.1.unwrap_err();
+        let text = error.to_string();
+        assert!(
+            matches!(error, ModelError::Http { status: 404, .. })
+                && text.contains(seen)
+                && text.contains("there is no API at")
+                && !text.contains("was not found on"),
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn assistant_tool_call_messages_carry_empty_string_content_and_text_is_a_string() {
     let server = TestServer::start(vec![Reply::sse(&[
         oa::text("ok"),
