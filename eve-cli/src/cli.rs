@@ -59,6 +59,15 @@ pub struct ProjectArgs {
     pub store: Option<String>,
 }
 
+/// Which model this process runs the agent on.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ModelArgs {
+    /// Model for this process (`provider/name`, e.g. `ollama/llama3.2`), over `agent.yaml`'s
+    /// `model:` for the agent and its subagents.
+    #[arg(long, short = 'm', value_name = "PROVIDER/NAME", env = env_vars::EVE_MODEL)]
+    pub model: Option<String>,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Scaffold a new agent project from a template.
@@ -333,6 +342,8 @@ pub struct BuildArgs {
 pub struct RunArgs {
     #[command(flatten)]
     pub project: ProjectArgs,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// The prompt. Omit it with `--session` to resume that session's unfinished turn.
     pub prompt: Option<String>,
     /// Continue this session (an id, or a unique prefix of one) instead of starting a new one.
@@ -353,6 +364,8 @@ pub struct RunArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub project: ProjectArgs,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Port to listen on (0 picks a free one; the address is printed).
     #[arg(long, short, env = env_vars::PORT, default_value_t = 3000)]
     pub port: u16,
@@ -371,6 +384,8 @@ pub struct ServeArgs {
 pub struct DevArgs {
     #[command(flatten)]
     pub project: ProjectArgs,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Port to listen on (0 picks a free one; the address is printed).
     #[arg(long, short, env = env_vars::PORT, default_value_t = 3000)]
     pub port: u16,
@@ -386,6 +401,8 @@ pub struct DevArgs {
 pub struct ChatArgs {
     #[command(flatten)]
     pub project: ProjectArgs,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Talk to a running server (`http://127.0.0.1:3000`) instead of running the agent here.
     #[arg(long, env = env_vars::EVE_URL)]
     pub url: Option<String>,

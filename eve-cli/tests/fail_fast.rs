@@ -92,6 +92,22 @@ fn commands_that_run_turns_refuse_a_model_without_its_key() {
             || project.count("SELECT COUNT(*) FROM inbox") == 0
     );
 
+    // `--model` names the model for this process: over agent.yaml and EVE_MODEL, said as such.
+    let out = run_to_end(keyless(
+        &project,
+        &["run", "--model", "anthropic/claude-x", "hi"],
+    ));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("(--model anthropic/claude-x)")
+            && out.stderr.contains("ANTHROPIC_API_KEY"),
+        "{}",
+        out.stderr
+    );
+    let out = run_to_end(keyless(&project, &["run", "-m", "mock/echo", "hello"]));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("You said: hello"), "{}", out.stdout);
+
     // A base URL pointing elsewhere (a local proxy, a self-hosted server) needs no key.
     let (base, _) = garbling_server();
     let mut cmd = keyless(&project, &["serve", "--port", "0"]);

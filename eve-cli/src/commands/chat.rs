@@ -12,11 +12,9 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use std::sync::Arc;
 
-use eve_runtime::engine::{Runtime, SettingsModelProvider, events as ev};
+use eve_runtime::engine::{Runtime, events as ev};
 use eve_runtime::server::{self, EventCursor, Next};
-use eve_runtime::tools::process_env;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -47,7 +45,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
             if !build_agent(&project)? {
                 return Ok(ExitCode::FAILURE);
             }
-            super::run::check_models(&project)?;
+            super::run::check_models(&project, args.model.model.as_deref())?;
             Some(project)
         }
     };
@@ -69,7 +67,8 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
             let local_project = local.clone();
             let (backend, resume) = match local {
                 Some(project) => {
-                    let rt = open_local(&project).await?;
+                    let rt =
+                        super::open_runtime(&project, args.model.model.as_deref(), true).await?;
                     let resume = match wanted {
                         Some(w) => Some(super::sessions::resolve(&rt, &project, w).await?),
                         None => None,
@@ -91,22 +90,6 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
             };
             Chat::new(backend, history, local_project).run(resume).await
         })
-}
-
-/// The project's runtime in this process, with drivers in the background as in a server, so
-/// the prompt stays responsive and Ctrl-C only cancels.
-async fn open_local(project: &eve_compile::Project) -> anyhow::Result<Runtime> {
-    let env = process_env();
-    let models = Arc::new(SettingsModelProvider::new(env.clone()));
-    let mut config = crate::project::runtime_config(project, models).await?;
-    config.env = env;
-    config.secrets = crate::logs::secrets();
-    config.autostart = true;
-    let runtime = Runtime::new(config);
-    // `propose_change` stages and writes this project's agent folder, gated like `eve build`.
-    runtime.set_agent_dir(&project.agent_dir);
-    super::releases::install_gate(&runtime, project);
-    Ok(runtime)
 }
 
 /// A client of the session API.

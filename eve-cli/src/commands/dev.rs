@@ -311,7 +311,8 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
     };
 
     let config = server_config(&project.state_dir, &serving, &args.host, &shutdown)?;
-    let (runtime, listener, local) = super::serve::start(&project, &args.host, args.port).await?;
+    let (runtime, listener, local) =
+        super::serve::start(&project, &args.host, args.port, args.model.model.as_deref()).await?;
     runtime
         .resume_all()
         .await

@@ -15,6 +15,12 @@ mod sessions;
 mod store;
 
 use std::process::ExitCode;
+use std::sync::Arc;
+
+use eve_compile::Project;
+use eve_runtime::engine::{Runtime, SettingsModelProvider};
+use eve_runtime::env_vars::EVE_MODEL;
+use eve_runtime::tools::{EnvLookup, process_env};
 
 use crate::cli::{Cli, Command, MemoryCommand, SessionsCommand, StoreCommand};
 
@@ -78,4 +84,42 @@ fn completions(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The environment models are resolved from: the process's, with `--model` as `EVE_MODEL`.
+pub(crate) fn model_env(model: Option<&str>) -> EnvLookup {
+    let env = process_env();
+    match model.map(str::trim).filter(|m| !m.is_empty()) {
+        Some(model) => {
+            let model = model.to_owned();
+            Arc::new(move |name: &str| {
+                if name == EVE_MODEL {
+                    Some(model.clone())
+                } else {
+                    env(name)
+                }
+            })
+        }
+        None => env,
+    }
+}
+
+/// The project's runtime in this process on its store: models from [`model_env`], tools with
+/// the process environment and the logs' secrets, `propose_change` writing this project's agent
+/// folder behind the release gate. `autostart` runs drivers in the background (a server, a
+/// chat); without it the command drives the sessions it works on.
+pub(crate) async fn open_runtime(
+    project: &Project,
+    model: Option<&str>,
+    autostart: bool,
+) -> anyhow::Result<Runtime> {
+    let models = Arc::new(SettingsModelProvider::new(model_env(model)));
+    let mut config = crate::project::runtime_config(project, models).await?;
+    config.env = process_env();
+    config.secrets = crate::logs::secrets();
+    config.autostart = autostart;
+    let runtime = Runtime::new(config);
+    runtime.set_agent_dir(&project.agent_dir);
+    releases::install_gate(&runtime, project);
+    Ok(runtime)
 }

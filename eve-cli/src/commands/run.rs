@@ -8,7 +8,6 @@
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -18,7 +17,6 @@ use eve_compile::render::{Style, render_all};
 use eve_runtime::engine::{DriveOutcome, Runtime, SettingsModelProvider};
 use eve_runtime::env_vars::EVE_MODEL;
 use eve_runtime::store::InputRequestRecord;
-use eve_runtime::tools::process_env;
 
 use crate::cli::RunArgs;
 use crate::project::{locate, source_reader};
@@ -36,7 +34,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if !build_agent(&project)? {
         return Ok(ExitCode::FAILURE);
     }
-    check_models(&project)?;
+    check_models(&project, args.model.model.as_deref())?;
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -80,23 +78,13 @@ pub fn build_agent(project: &Project) -> anyhow::Result<bool> {
     Ok(false)
 }
 
-/// A runtime for one command in this process (no background drivers).
+/// A runtime for one command in this process (no background drivers), on the process's model.
 pub async fn open_runtime(project: &Project) -> anyhow::Result<Runtime> {
-    let env = process_env();
-    let models = Arc::new(SettingsModelProvider::new(env.clone()));
-    let mut config = crate::project::runtime_config(project, models).await?;
-    config.env = env;
-    config.secrets = crate::logs::secrets();
-    config.autostart = false;
-    let runtime = Runtime::new(config);
-    // `propose_change` stages and writes this project's agent folder, gated like `eve build`.
-    runtime.set_agent_dir(&project.agent_dir);
-    super::releases::install_gate(&runtime, project);
-    Ok(runtime)
+    super::open_runtime(project, None, false).await
 }
 
 async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> {
-    let runtime = open_runtime(&project).await?;
+    let runtime = super::open_runtime(&project, args.model.model.as_deref(), false).await?;
     let color = stderr_color();
     let wanted = super::sessions::wanted(args.session.as_deref(), args.last)?;
     let (id, from) = match wanted {
@@ -258,7 +246,7 @@ async fn answer_requests(
 /// provider needs (an API key, unless a base URL points elsewhere; a base URL for
 /// `openai-compatible`). A misconfigured model stops the command here, naming the variable to
 /// set, instead of accepting messages that can never be answered.
-pub fn check_models(project: &Project) -> anyhow::Result<()> {
+pub fn check_models(project: &Project, model: Option<&str>) -> anyhow::Result<()> {
     let hash = build::current_hash(&project.state_dir).with_context(|| {
         format!(
             "no build in {}: run `eve build` first",
@@ -266,16 +254,22 @@ pub fn check_models(project: &Project) -> anyhow::Result<()> {
         )
     })?;
     let loaded = build::load(&project.state_dir, &hash)?;
-    let provider = SettingsModelProvider::new(process_env());
-    check_agent_model(&provider, &loaded.manifest.agent)
+    let env = super::model_env(model);
+    let provider = SettingsModelProvider::new(env.clone());
+    check_agent_model(&provider, env(EVE_MODEL), &loaded.manifest.agent)
 }
 
 fn check_agent_model(
     provider: &SettingsModelProvider,
+    chosen: Option<String>,
     agent: &eve_compile::Agent,
 ) -> anyhow::Result<()> {
-    let source = match std::env::var(EVE_MODEL) {
-        Ok(v) if !v.trim().is_empty() => format!("{EVE_MODEL}={}", v.trim()),
+    let source = match chosen.as_deref().map(str::trim) {
+        // The flag takes the variable's value when it is not given.
+        Some(v) if std::env::var(EVE_MODEL).is_ok_and(|e| e.trim() == v) => {
+            format!("{EVE_MODEL}={v}")
+        }
+        Some(v) if !v.is_empty() => format!("--model {v}"),
         _ => match &agent.config.model {
             Some(m) => format!("`model: {m}` in {}/agent.yaml", agent_dir(agent)),
             None => "the default model".to_owned(),
@@ -291,7 +285,7 @@ fn check_agent_model(
             )
         })?;
     for sub in &agent.subagents {
-        check_agent_model(provider, sub)?;
+        check_agent_model(provider, chosen.clone(), sub)?;
     }
     Ok(())
 }

@@ -7,16 +7,14 @@
 //! whatever is still running then resumes on the next start.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use eve_compile::build;
-use eve_runtime::engine::{Runtime, SettingsModelProvider};
+use eve_runtime::engine::Runtime;
 use eve_runtime::schedule::{Scheduler, clock_from_env};
 use eve_runtime::server::{self, ServerConfig};
 use eve_runtime::store::{SessionFilter, SessionStatus};
-use eve_runtime::tools::process_env;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
@@ -65,7 +63,8 @@ async fn serve(
     hash: String,
 ) -> anyhow::Result<ExitCode> {
     let clock = clock_from_env()?;
-    let (runtime, listener, local) = start(&project, &args.host, args.port).await?;
+    let (runtime, listener, local) =
+        start(&project, &args.host, args.port, args.model.model.as_deref()).await?;
     super::store::publish_at_start(&runtime, &hash).await;
 
     let resumed = runtime
@@ -114,16 +113,10 @@ pub(crate) async fn start(
     project: &eve_compile::Project,
     host: &str,
     port: u16,
+    model: Option<&str>,
 ) -> anyhow::Result<(Runtime, tokio::net::TcpListener, std::net::SocketAddr)> {
-    super::run::check_models(project)?;
-    let env = process_env();
-    let models = Arc::new(SettingsModelProvider::new(env.clone()));
-    let mut runtime_config = crate::project::runtime_config(project, models).await?;
-    runtime_config.env = env;
-    runtime_config.secrets = crate::logs::secrets();
-    let runtime = Runtime::new(runtime_config);
-    super::releases::install_gate(&runtime, project);
-    runtime.set_agent_dir(&project.agent_dir);
+    super::run::check_models(project, model)?;
+    let runtime = super::open_runtime(project, model, true).await?;
     let host = host.trim();
     let addr = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")

@@ -468,7 +468,8 @@ fn http(name: &str, url: &str, key: &str) -> Connection {
 async fn streamable_http_server_lists_and_calls_with_a_header_from_env() {
     let server = http_server().await;
     let mut web = http("web", &server.url, "${EVE_TEST_KEY}");
-    web.timeout_ms = 500;
+    // Short enough to see the call timeout, long enough that a loaded machine still lists.
+    web.timeout_ms = 2_000;
     let wrong = http("wrong", &server.url, "not-the-key");
     let mcp = manager_with(&[web, wrong], quick());
 
@@ -493,7 +494,7 @@ async fn streamable_http_server_lists_and_calls_with_a_header_from_env() {
     let failed = call(&mcp, "web__fail", json!({"message": "nope"})).await;
     assert!(error(&failed).contains("nope"));
     let slow = call(&mcp, "web__sleep", json!({"seconds": 30})).await;
-    assert!(error(&slow).contains("timed out after 500 ms"));
+    assert!(error(&slow).contains("timed out after 2.0 s"), "{slow:?}");
     mcp.shutdown().await;
 }
 
