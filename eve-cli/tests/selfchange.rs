@@ -66,6 +66,29 @@ fn eve_run_shows_the_proposal_and_a_principal_approves_it() {
     }
     assert!(!p.path("agent/skills/triage.md").exists());
     assert_eq!(current(&p), before);
+    // `eve sessions show` shows the parked proposal whole, and how to answer it.
+    let (code, out, err) = run(&p, &["sessions", "show", "--last"]);
+    assert_eq!(code, Some(0), "{err}");
+    for part in [
+        "pending approvals:",
+        "proposed change to the agent",
+        "Why: Reports arrive without labels.",
+        "+++ b/skills/triage.md",
+        "eve sessions approve wrun_",
+    ] {
+        assert!(out.contains(part), "sessions show prints {part:?}:\n{out}");
+    }
+    let (code, out, _) = run(&p, &["sessions", "show", "--last", "--json"]);
+    assert_eq!(code, Some(0));
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    let request = &shown["inputRequests"][0];
+    assert_eq!(request["kind"], "change-approval", "{request:#}");
+    assert!(
+        request["action"]["proposal"]["diff"]
+            .as_str()
+            .unwrap()
+            .contains("skills/triage.md")
+    );
 
     let (code, _, err) = run(&p, &["sessions", "approve", "--last"]);
     assert_eq!(code, Some(0), "{err}");

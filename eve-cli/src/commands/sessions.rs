@@ -296,7 +296,8 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
             })).collect::<Vec<_>>(),
             "inputRequests": requests.iter().map(|r| json!({
                 "requestId": r.id, "turn": r.turn_seq, "callId": r.call_id, "tool": r.tool_name,
-                "prompt": r.prompt, "status": r.status.as_str(), "reason": r.reason,
+                "kind": r.kind, "prompt": r.prompt, "status": r.status.as_str(), "reason": r.reason,
+                "responder": r.responder, "action": r.action,
             })).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -396,9 +397,29 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
         .collect();
     if !pending.is_empty() {
         println!("{}", paint(color, "1;33", "pending approvals:"));
-        for r in pending {
-            println!("  {}  {} {}", r.id, r.tool_name, r.action["input"]);
+        for r in &pending {
+            if r.kind == "change-approval" {
+                // A self-change proposal is shown whole, as `eve chat` and `eve run` show it.
+                println!("  {}  proposed change to the agent:", r.id);
+                print!(
+                    "{}",
+                    crate::term::proposal_card(&r.action["proposal"], color)
+                );
+            } else {
+                println!("  {}  {} {}", r.id, r.tool_name, r.action["input"]);
+            }
         }
+        let (id, request) = (&session.id, &pending[0].id);
+        println!(
+            "{}",
+            paint(
+                color,
+                "2",
+                &format!(
+                    "answer with `eve sessions approve {id} {request}` (or `deny … --reason TEXT`)"
+                )
+            )
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
