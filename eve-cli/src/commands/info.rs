@@ -175,6 +175,43 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
             let _ = writeln!(out, "{ind}      input: {}", schema_summary(&t.input_schema));
         }
     }
+    // The built-in tools the model is offered besides the folder's own.
+    let mut builtins = Vec::new();
+    if agent.config.default_tools {
+        let mut flags = vec![
+            "effect write".to_owned(),
+            sandbox_flag(Some(&agent.bash_sandbox())),
+        ];
+        if let Some(approval) = agent
+            .config
+            .approvals
+            .get("bash")
+            .filter(|a| **a != eve_compile::Approval::Never)
+        {
+            flags.push(format!("approval {approval:?}").to_lowercase());
+        }
+        builtins.push(format!(
+            "{} {}",
+            paint(color, "36", "bash"),
+            dim(&format!("[{}]", flags.join(", ")))
+        ));
+        builtins.push(format!(
+            "{}, {} {}",
+            paint(color, "36", "read_file"),
+            paint(color, "36", "write_file"),
+            dim("[the session workspace]")
+        ));
+    }
+    if agent.config.self_change {
+        builtins.push(format!(
+            "{} {}",
+            paint(color, "36", "propose_change"),
+            dim("[a person approves each change]")
+        ));
+    }
+    if !builtins.is_empty() {
+        let _ = writeln!(out, "{ind}  {}  {}", h("built-in"), builtins.join("; "));
+    }
     if !agent.skills.is_empty() {
         let _ = writeln!(out, "{ind}  {} ({})", h("skills"), agent.skills.len());
         for s in &agent.skills {
