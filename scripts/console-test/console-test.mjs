@@ -274,3 +274,67 @@ test("a proposed change shows its delta and diff in the approval card", async (t
   assert.equal(readFileSync(join(project, "agent", "agent.yaml"), "utf8"), "self_change: true\ndefault_tools: false\n");
   assert.deepEqual(errors, [], "no script errors in the page");
 });
+
+test("the releases view lists each build's release, rolls back and activates", async (t) => {
+  const root = mkdtempSync(join(tmpdir(), "eve-console-releases-"));
+  t.after(() => rmSync(root, { recursive: true, force: true }));
+  const project = join(root, "release-agent");
+  mkdirSync(join(project, "agent"), { recursive: true });
+  writeFileSync(join(project, "agent", "instructions.md"), "You answer briefly.\n");
+  writeFileSync(join(project, "agent", "agent.yaml"), "default_tools: false\n");
+  const built = spawnSync(EVE, ["build"], { cwd: project, env: { ...process.env, NO_COLOR: "1" } });
+  assert.equal(built.status, 0, String(built.stderr));
+  const dev = startDev(project, { EVE_MOCK_SCRIPT: undefined });
+  t.after(() => dev.child.kill("SIGTERM"));
+  const base = await dev.url;
+  const releases = async () => (await fetch(base + "/eve/v1/releases")).json();
+  const first = await releases();
+  assert.equal(first.releases.length, 1, JSON.stringify(first));
+
+  // A new tool: `eve dev` rebuilds, and the build becomes the second release, active.
+  mkdirSync(join(project, "agent", "tools"), { recursive: true });
+  writeFileSync(join(project, "agent", "tools", "hello.sh"),
+    "#!/bin/sh\n# ---\n# description: Say hello.\n# ---\necho hello\n", { mode: 0o755 });
+  const deadline = Date.now() + DEADLINE_MS;
+  let now = first;
+  while (now.releases.length < 2 && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 100));
+    now = await releases();
+  }
+  assert.equal(now.releases.length, 2, "the rebuild is a release: " + dev.lines.join("\n"));
+  const [v1, v2] = now.releases.map((r) => r.id);
+  assert.equal(now.active, v2);
+
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
+  t.after(() => browser.close());
+  const page = await (await browser.newContext({ viewport: { width: 1280, height: 900 } })).newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  const asked = [];
+  page.on("dialog", (d) => { asked.push(d.message()); d.accept(); });
+  page.setDefaultTimeout(DEADLINE_MS);
+  await page.goto(`${base}/#/releases`);
+  const item = (id) => page.locator(`.release[data-release='${id}']`);
+  await item(v1).waitFor();
+  assert.deepEqual(await page.$$eval(".release", (ns) => ns.map((n) => n.dataset.release)), [v2, v1], "newest first");
+  assert.equal(await item(v2).getAttribute("data-status"), "active");
+  await item(v2).locator("summary").click();
+  const widened = await item(v2).locator(".delta li.widening").allTextContents();
+  assert.ok(widened.some((s) => /tool_added hello/.test(s)), "the new tool is in the delta: " + JSON.stringify(widened));
+  await shot(page, "releases");
+
+  // Roll back (asked first), then activate the second again (it widens: asked again).
+  await page.locator("button.rollback").click();
+  await page.locator(`.release[data-release='${v1}'][data-status='active']`).waitFor();
+  assert.equal((await releases()).active, v1, "the server rolled back");
+  const v1Build = now.releases[0].build_hash;
+  await page.waitForFunction((hash) => document.getElementById("agent-name").textContent.endsWith(hash), v1Build);
+  assert.equal(await item(v2).getAttribute("data-status"), "rolled_back");
+  await item(v2).locator("button.activate").click();
+  await page.locator(`.release[data-release='${v2}'][data-status='active']`).waitFor();
+  assert.equal((await releases()).active, v2, "the server activated it again");
+  assert.equal(asked.length, 2, "each act was confirmed: " + JSON.stringify(asked));
+  assert.match(asked[1], /WIDENS/);
+  assert.match(await page.locator("#status").textContent(), new RegExp("activate: " + v2));
+  assert.deepEqual(errors, [], "no script errors in the page");
+});

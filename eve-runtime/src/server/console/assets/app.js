@@ -68,6 +68,15 @@
     return el("span", { class: "badge badge-" + status, text: status });
   }
 
+  // A capability delta (`{kind, subject, before, after, widening}` changes), widening ones marked.
+  function deltaView(changes) {
+    return changes.length
+      ? el("ul", { class: "delta" }, changes.map((c) => el("li", { class: c.widening ? "widening" : "" },
+          (c.widening ? "widens: " : "") + c.kind + " " + c.subject +
+          (c.before && c.after ? ": " + c.before + " \u2192 " + c.after : c.after ? " (" + c.after + ")" : c.before ? " (was " + c.before + ")" : ""))))
+      : el("p", { class: "muted", text: "No capability changes." });
+  }
+
   function sessionLink(id) {
     return el("a", { href: "#/s/" + encodeURIComponent(id), class: "mono", text: id });
   }
@@ -365,12 +374,7 @@
     // A self-change proposal: summary, rationale, checks, the capability delta (widening
     // changes marked) and the unified diff.
     function proposalView(p) {
-      const delta = (p.delta && p.delta.changes) || [];
-      const deltaList = delta.length
-        ? el("ul", { class: "delta" }, delta.map((c) => el("li", { class: c.widening ? "widening" : "" },
-            (c.widening ? "widens: " : "") + c.kind + " " + c.subject +
-            (c.before && c.after ? ": " + c.before + " \u2192 " + c.after : c.after ? " (" + c.after + ")" : c.before ? " (was " + c.before + ")" : ""))))
-        : el("p", { class: "muted", text: "No capability changes." });
+      const deltaList = deltaView((p.delta && p.delta.changes) || []);
       const evals = p.evals
         ? (p.evals.passed || 0) + " passed, " + (p.evals.failed || 0) + " failed" + (p.evals.tags && p.evals.tags.length ? " (tags: " + p.evals.tags.join(", ") + ")" : "")
         : "no gate configured";
@@ -656,6 +660,92 @@
     return null;
   }
 
+  // ---- releases ----------------------------------------------------------------------------
+
+  // Every release, newest first, with its status, build, who made it and its capability delta;
+  // activate one, or roll back to the one before the active release. Both are an operator's
+  // acts: the server refuses them to a JWT principal, and says so here. Refreshed every few
+  // seconds, so a rebuild under `eve dev` or a change from the terminal shows up.
+  function releasesView() {
+    let stopped = false;
+    let timer = null;
+    let busy = false;
+    const list = el("div", { id: "releases" }, el("p", { class: "muted", text: "loading the releases…" }));
+    const rollback = el("button", {
+      type: "button", class: "rollback", disabled: true,
+      onclick: () => act("roll back", "/eve/v1/rollback", { reason: "rolled back in the console" },
+        "Roll back to the release before the active one? Sessions move to it at their next turn."),
+    }, "Roll back");
+    main.replaceChildren(
+      el("section", { class: "bar" }, el("h1", { text: "Releases" }), rollback),
+      el("p", { class: "muted", text: "Each build is a release. The active one is what new turns run on; a session's running turn finishes on its own build." }),
+      list);
+
+    async function act(what, path, body, question) {
+      if (busy) return;
+      if (question && !window.confirm(question)) return;
+      busy = true;
+      try {
+        const out = await api(path, { method: "POST", body });
+        say(what + ": " + out.release.id + " (build " + out.release.build_hash + ") is active");
+        showAgent(true);
+      } catch (e) {
+        say("cannot " + what + ": " + e.message);
+      } finally {
+        busy = false;
+        await load();
+      }
+    }
+
+    async function load() {
+      clearTimeout(timer);
+      let r;
+      try {
+        r = await api("/eve/v1/releases");
+      } catch (e) {
+        if (!stopped) list.replaceChildren(el("p", { class: "error", text: "cannot read the releases: " + e.message }));
+        return;
+      }
+      if (stopped) return;
+      const all = r.releases.slice().reverse();
+      // A refresh keeps open what the reader opened.
+      const open = new Set([...list.querySelectorAll("details.release[open]")].map((d) => d.dataset.release));
+      rollback.disabled = !r.active || all.length < 2;
+      list.replaceChildren(...(all.length ? all.map((rel) => {
+        const changes = (rel.delta && rel.delta.changes) || [];
+        const widening = changes.filter((c) => c.widening).length;
+        const checks = rel.checks || {};
+        const activatable = rel.status !== "active" && rel.status !== "rejected";
+        return el("details", { class: "item release", open: open.has(rel.id), dataset: { release: rel.id, status: rel.status } },
+          el("summary", {}, badge(rel.status), " ", el("strong", { class: "mono", text: rel.id }), " ",
+            el("span", { class: "muted", text: [
+              "build " + rel.build_hash,
+              ago(new Date(rel.created_at).toISOString()),
+              rel.principal,
+              changes.length + (changes.length === 1 ? " change" : " changes") + (widening ? ", " + widening + " widening" : ""),
+              checks.forced ? "gate forced" : null,
+            ].filter(Boolean).join(" · ") }),
+            activatable ? el("button", {
+              type: "button", class: "activate",
+              onclick: (e) => {
+                e.preventDefault();
+                act("activate", "/eve/v1/releases/" + encodeURIComponent(rel.id) + "/activate", {},
+                  rel.widens ? "This release WIDENS what the agent may do (see its delta). Activate it?" : null);
+              },
+            }, "Activate") : null),
+          rel.activated_by ? el("p", { class: "muted", text: "activated by " + rel.activated_by + " " + ago(new Date(rel.activated_at).toISOString()) }) : null,
+          rel.reason ? el("p", { class: rel.status === "rejected" || rel.status === "rolled_back" ? "error" : "muted", text: rel.reason }) : null,
+          rel.source ? el("p", { class: "muted mono", text: "source " + json(rel.source) }) : null,
+          el("p", { class: widening ? "widens-note" : "", text: widening ? "Capability delta (WIDENS what the agent may do):" : "Capability delta:" }),
+          deltaView(changes));
+      }) : [el("p", { class: "muted", text: "no releases yet: run `eve build`" })]));
+      timer = setTimeout(load, 3000);
+    }
+
+    load();
+    return () => { stopped = true; clearTimeout(timer); };
+  }
+
   // ---- routing -----------------------------------------------------------------------------
 
   function route() {
@@ -664,11 +754,13 @@
     say("");
     const hash = location.hash || "#/";
     const m = hash.match(/^#\/s\/(.+)$/);
+    const current = m ? null : hash.startsWith("#/agent") ? "agent" : hash.startsWith("#/releases") ? "releases" : "sessions";
     for (const a of document.querySelectorAll("nav a")) {
-      a.classList.toggle("active", (a.dataset.nav === "agent") === hash.startsWith("#/agent") && !m);
+      a.classList.toggle("active", a.dataset.nav === current);
     }
     if (m) viewCleanup = sessionView(decodeURIComponent(m[1]));
-    else if (hash.startsWith("#/agent")) agentView();
+    else if (current === "agent") agentView();
+    else if (current === "releases") viewCleanup = releasesView();
     else viewCleanup = sessionsView();
     main.focus({ preventScroll: true });
   }
@@ -683,10 +775,16 @@
       location.hash = "#/";
     } else if (e.key === "a") {
       location.hash = "#/agent";
+    } else if (e.key === "r") {
+      location.hash = "#/releases";
     }
   });
-  agentInfo().then((a) => {
-    document.getElementById("agent-name").textContent = a.agent.name + " · " + a.build.hash;
-  }).catch(() => {});
+  // The header's agent and build (asked again after the active release changed).
+  function showAgent(fresh) {
+    agentInfo(fresh).then((a) => {
+      document.getElementById("agent-name").textContent = a.agent.name + " · " + a.build.hash;
+    }).catch(() => {});
+  }
+  showAgent(false);
   route();
 })();
