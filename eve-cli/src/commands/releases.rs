@@ -233,6 +233,24 @@ async fn list(runtime: &Runtime, as_json: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let color = stdout_color();
+    let by_width = all
+        .iter()
+        .map(|r| r.principal.chars().count())
+        .max()
+        .unwrap_or(2)
+        .max(2);
+    let id_width = all.iter().map(|r| r.id.len()).max().unwrap_or(2);
+    println!(
+        "{}",
+        paint(
+            color,
+            "2",
+            &format!(
+                "{:<id_width$}  STATUS       BUILD         RECORDED             {:<by_width$}  DELTA",
+                "ID", "BY"
+            )
+        )
+    );
     for r in &all {
         let status = match r.status {
             ReleaseStatus::Active => paint(color, "1;32", "active     "),
@@ -251,7 +269,7 @@ async fn list(runtime: &Runtime, as_json: bool) -> anyhow::Result<ExitCode> {
             )
         };
         println!(
-            "{}  {status}  {}  {}  {}  {delta}{}",
+            "{:<id_width$}  {status}  {}  {}  {:<by_width$}  {delta}{}",
             r.id,
             short(&r.build_hash),
             time(r.created_at),
