@@ -55,6 +55,22 @@ function startDev(cwd = PROJECT, extraEnv = {}) {
   return { child, url, lines };
 }
 
+// A fresh project `name` (its instructions and agent.yaml) under a temp folder, built, with
+// `eve dev` serving it (no mock script); both are removed when the test ends.
+async function devProject(t, name, instructions, agentYaml) {
+  const root = mkdtempSync(join(tmpdir(), "eve-console-" + name + "-"));
+  t.after(() => rmSync(root, { recursive: true, force: true }));
+  const project = join(root, name);
+  mkdirSync(join(project, "agent"), { recursive: true });
+  writeFileSync(join(project, "agent", "instructions.md"), instructions);
+  writeFileSync(join(project, "agent", "agent.yaml"), agentYaml);
+  const built = spawnSync(EVE, ["build"], { cwd: project, env: { ...process.env, NO_COLOR: "1" } });
+  assert.equal(built.status, 0, String(built.stderr));
+  const dev = startDev(project, { EVE_MOCK_SCRIPT: undefined });
+  t.after(() => dev.child.kill("SIGTERM"));
+  return { project, dev, base: await dev.url };
+}
+
 // The event indexes the timeline shows, in order.
 async function timelineIndexes(page) {
   return page.$$eval("#timeline > li", (items) => items.map((li) => Number(li.dataset.index)));
@@ -221,17 +237,8 @@ test("the console drives a session: streamed reply, approval by button, reload m
 // card in the approval: summary, the capability delta with the widening change marked, the
 // diff; Deny answers it and the agent folder is unchanged.
 test("a proposed change shows its delta and diff in the approval card", async (t) => {
-  const root = mkdtempSync(join(tmpdir(), "eve-console-change-"));
-  t.after(() => rmSync(root, { recursive: true, force: true }));
-  const project = join(root, "change-agent");
-  mkdirSync(join(project, "agent"), { recursive: true });
-  writeFileSync(join(project, "agent", "instructions.md"), "You improve yourself, carefully.\n");
-  writeFileSync(join(project, "agent", "agent.yaml"), "self_change: true\ndefault_tools: false\n");
-  const built = spawnSync(EVE, ["build"], { cwd: project, env: { ...process.env, NO_COLOR: "1" } });
-  assert.equal(built.status, 0, String(built.stderr));
-  const dev = startDev(project, { EVE_MOCK_SCRIPT: undefined });
-  t.after(() => dev.child.kill("SIGTERM"));
-  const base = await dev.url;
+  const { project, dev, base } = await devProject(t, "change-agent", "You improve yourself, carefully.\n",
+    "self_change: true\ndefault_tools: false\n");
 
   const proposal = {
     summary: "Add a triage skill and the docs server",
@@ -276,17 +283,7 @@ test("a proposed change shows its delta and diff in the approval card", async (t
 });
 
 test("the releases view lists each build's release, rolls back and activates", async (t) => {
-  const root = mkdtempSync(join(tmpdir(), "eve-console-releases-"));
-  t.after(() => rmSync(root, { recursive: true, force: true }));
-  const project = join(root, "release-agent");
-  mkdirSync(join(project, "agent"), { recursive: true });
-  writeFileSync(join(project, "agent", "instructions.md"), "You answer briefly.\n");
-  writeFileSync(join(project, "agent", "agent.yaml"), "default_tools: false\n");
-  const built = spawnSync(EVE, ["build"], { cwd: project, env: { ...process.env, NO_COLOR: "1" } });
-  assert.equal(built.status, 0, String(built.stderr));
-  const dev = startDev(project, { EVE_MOCK_SCRIPT: undefined });
-  t.after(() => dev.child.kill("SIGTERM"));
-  const base = await dev.url;
+  const { project, dev, base } = await devProject(t, "release-agent", "You answer briefly.\n", "default_tools: false\n");
   const releases = async () => (await fetch(base + "/eve/v1/releases")).json();
   const first = await releases();
   assert.equal(first.releases.length, 1, JSON.stringify(first));
