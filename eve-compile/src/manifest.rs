@@ -699,6 +699,10 @@ pub struct Connection {
     pub approval: Approval,
     /// Per-call timeout in milliseconds.
     pub timeout_ms: u64,
+    /// Longest wait for the server to start and answer `initialize`, in milliseconds (`None`:
+    /// the runtime's default, 30 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_timeout_ms: Option<u64>,
 }
 
 /// An inbound channel.

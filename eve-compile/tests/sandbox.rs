@@ -311,3 +311,32 @@ fn network_serialises_as_written() {
         "manifests of older builds still load"
     );
 }
+
+#[test]
+fn a_connection_may_give_its_server_longer_to_start() {
+    let agent = TestAgent::minimal()
+        .file(
+            "connections/slow.yaml",
+            "command: npx\nargs: [-y, some-server]\nstart_timeout: 2m\n",
+        )
+        .file("connections/plain.yaml", "command: plain-server\n");
+    let checked = agent.check_mem();
+    assert_eq!(checked.errors(), Vec::<String>::new());
+    let connections = &checked.output.manifest.agent.connections;
+    let by_name = |n: &str| connections.iter().find(|c| c.name == n).unwrap();
+    assert_eq!(by_name("slow").start_timeout_ms, Some(120_000));
+    assert_eq!(
+        by_name("plain").start_timeout_ms,
+        None,
+        "the runtime's default"
+    );
+    let bad = TestAgent::minimal()
+        .file("connections/slow.yaml", "command: x\nstart_timeout: soon\n")
+        .check_mem()
+        .errors();
+    assert!(
+        bad.iter()
+            .any(|e| e.contains("agent/connections/slow.yaml") && e.contains("start_timeout")),
+        "{bad:?}"
+    );
+}

@@ -685,6 +685,7 @@ async fn a_call_to_a_connection_that_is_down_says_so() {
         tools: Default::default(),
         approval: Approval::Never,
         timeout_ms: 5_000,
+        start_timeout_ms: None,
     });
     p.write_build(&a, &[]);
     let models = PerAgent::default();
@@ -740,6 +741,7 @@ async fn an_mcp_tool_is_offered_and_called_through_a_full_turn() {
         tools: Default::default(),
         approval: Approval::Never,
         timeout_ms: 20_000,
+        start_timeout_ms: None,
     });
     p.write_build(&a, &[]);
     let models = PerAgent::default();

@@ -603,6 +603,7 @@ async fn an_isolated_mcp_server_is_confined_like_a_tool() {
             tools: Default::default(),
             approval: Approval::Never,
             timeout_ms: 20_000,
+            start_timeout_ms: None,
         });
         p.write_build(&a, &[]);
         let store = format!("{root}/.eve/eve.db");

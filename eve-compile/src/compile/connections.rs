@@ -29,6 +29,7 @@ impl Compiler {
                 "tools",
                 "approval",
                 "timeout",
+                "start_timeout",
                 "description",
                 "sandbox",
                 "network",
@@ -81,6 +82,7 @@ impl Compiler {
         let mut f = Fields::new(&c.file.path, &parsed.doc, "", &mut self.diags);
         let approval = f.choice("approval", APPROVALS).unwrap_or_default();
         let timeout_ms = f.duration_ms("timeout").unwrap_or(DEFAULT_MCP_TIMEOUT_MS);
+        let start_timeout_ms = f.duration_ms("start_timeout");
         let own_sandbox = super::sandbox::read_override(&mut f);
         if !own_sandbox.is_empty() && matches!(transport, Transport::Http { .. }) {
             let key = if f.has("sandbox") {
@@ -102,6 +104,7 @@ impl Compiler {
             tools,
             approval,
             timeout_ms,
+            start_timeout_ms,
         })?;
         Some((conn, own_sandbox))
     }

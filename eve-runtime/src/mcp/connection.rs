@@ -236,7 +236,9 @@ impl Supervisor {
                 &self.config,
                 &self.shared.env,
                 &self.shared.workdir,
-                sup.start_timeout,
+                self.config
+                    .start_timeout_ms
+                    .map_or(sup.start_timeout, Duration::from_millis),
                 &self.shared.exec,
                 &confinement,
             )

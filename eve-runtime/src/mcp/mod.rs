@@ -107,7 +107,8 @@ pub struct Supervision {
 impl Default for Supervision {
     fn default() -> Self {
         Self {
-            start_timeout: Duration::from_secs(10),
+            // `npx -y …` and `uvx …` servers download their packages on a first start.
+            start_timeout: Duration::from_secs(30),
             max_restarts: 5,
             restart_window: Duration::from_secs(60),
             backoff_base: Duration::from_millis(200),

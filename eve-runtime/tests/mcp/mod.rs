@@ -61,6 +61,7 @@ fn connection(name: &str, transport: Transport) -> Connection {
         tools: ToolFilter::default(),
         approval: Approval::Never,
         timeout_ms: 0,
+        start_timeout_ms: None,
     }
 }
 
@@ -291,6 +292,32 @@ async fn a_connection_that_cannot_start_contributes_no_tools_and_says_why() {
 
     let result = call(&mcp, "unset__echo", json!({"text": "x"})).await;
     assert!(error(&result).contains("EVE_TEST_NOT_SET"));
+    mcp.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_initialize_is_stopped_at_its_own_start_timeout() {
+    let mut silent = connection(
+        "silent",
+        Transport::Stdio {
+            command: "sleep".into(),
+            args: vec!["30".into()],
+            env: BTreeMap::new(),
+        },
+    );
+    silent.start_timeout_ms = Some(1_000);
+    let mcp = manager(&[silent]);
+    let started = std::time::Instant::now();
+    assert!(mcp.tools().await.is_empty());
+    let waited = started.elapsed();
+    let status = mcp.status().await;
+    let error = status[0].last_error.clone().unwrap();
+    assert!(
+        error.contains("did not finish starting within 1 s"),
+        "{error}"
+    );
+    // Its own 1 s, not the default (30 s).
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
     mcp.shutdown().await;
 }
 
