@@ -13,6 +13,11 @@ plain Python (asyncio, raw HTTP/1.1) so nothing needs installing. Measurements:
 - N concurrent sessions: N sessions that each ran a turn and keep a client's follow stream open
   (as `useChat` and `eve chat` do between turns), with background traffic spread over them; turns
   measured one at a time on fresh sessions. Added latency = p99 with the N sessions − p99 alone.
+  The open streams and the background traffic are held by `bench/serve_hold.py` in its own
+  process (one thread, raw sockets, `selectors`); measuring starts once every stream has its
+  response headers, and the measured turns run here on their own connections, each timed in
+  three phases (POST → 202, stream → first event, → `session.waiting`). The CPU of the server,
+  the holder and this process over the measured turns is printed, with the load average.
 """
 
 import argparse
@@ -313,6 +318,20 @@ def cpu_ticks(pid):
     return int(fields[11]) + int(fields[12])
 
 
+def settle(pid, window=0.5, share=0.10, limit=15.0):
+    """Waits until the server has done the work the streams' opening left it (each new follow
+    reads its session before it parks): until it uses under `share` of a core over `window`
+    seconds, at most `limit` seconds. Returns the seconds waited."""
+    hz = os.sysconf("SC_CLK_TCK")
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < limit:
+        a = cpu_ticks(pid)
+        time.sleep(window)
+        if (cpu_ticks(pid) - a) / hz / window < share:
+            break
+    return time.perf_counter() - t0
+
+
 class Background:
     """N sessions, each with a client's follow stream open; `rate` turns per second over them.
 
@@ -327,6 +346,7 @@ class Background:
         self.sessions = []
         self.holder = None
         self.open_s = None
+        self.settle_s = None
         self.stats = {}
 
     async def setup(self):
@@ -350,6 +370,10 @@ class Background:
         if not line or line[0] != "open":
             raise RuntimeError(f"the stream holder failed: {line!r}")
         self.open_s = float(line[2])
+        self.settle_s = settle(self.pid)
+        # Background traffic from now on.
+        self.holder.stdin.write("go\n")
+        self.holder.stdin.flush()
 
     async def close(self):
         if self.holder is None:
@@ -414,6 +438,7 @@ async def concurrency(eve, root, counts, turns, rate):
                 "loaded_phase_p99": {k: p([x[k] for x in loaded_ph], 0.99) for k in PHASES},
                 "rss": rss, "peak": peak, "setup_s": setup_s, "cpu_idle": cpu_idle,
                 "rss_no_streams": bg.rss_before_streams, "open_s": bg.open_s,
+                "settle_s": bg.settle_s,
                 "background_turns": hold.get("background_answered"),
                 "holder": hold, "holder_cpu": holder_cpu, "client_cpu": client_cpu,
                 "server_cpu": server_cpu, "load": load,
@@ -511,8 +536,8 @@ def main():
             TARGETS["rss_10000_mib"] if n > 1000 else TARGETS["rss_1000_mib"], "MiB")
         row(rows, f"{n} sessions: RSS before their streams opened", 0,
             fmt_mib(r["rss_no_streams"]), None, "")
-        row(rows, f"{n} sessions: setup (each ran a turn, 32 at a time; streams opened)", 0,
-            f"{r['setup_s']:.2f} s ({r['open_s']:.2f} s)", None, "")
+        row(rows, f"{n} sessions: setup (each ran a turn, 32 at a time; streams opened; settled)",
+            0, f"{r['setup_s']:.2f} s ({r['open_s']:.2f} s; {r['settle_s']:.2f} s)", None, "")
         for k, what in (("accept", "POST → 202"), ("first_event", "stream → first event"),
                         ("waiting", "first event → session.waiting")):
             row(rows, f"{n} sessions: p99 of {what}, alone / with them", 0,

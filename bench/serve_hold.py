@@ -12,8 +12,8 @@ go to random sessions. Opening is paced (`--opening` connections in flight) so t
 queue never overflows while the streams are set up; the measurement starts after every stream has
 its response headers.
 
-Lines on stdout: `open N SECONDS` once all N streams have their headers, and after `stop` on
-stdin, one JSON object: the holder's CPU (user, system) and wall time since the streams opened,
+Lines on stdout: `open N SECONDS` once all N streams have their headers (the background traffic
+starts when `go` comes on stdin), and after `stop` on stdin, one JSON object: the holder's CPU (user, system) and wall time since the streams opened,
 background turns sent and answered, stream reopens, and errors.
 """
 
@@ -74,6 +74,7 @@ class Holder:
         self.sent = 0
         self.answered = 0
         self.stopping = False
+        self.going = False
         self.cpu0 = None
         self.wall0 = None
 
@@ -214,6 +215,8 @@ class Holder:
         line = sys.stdin.readline()
         if not line or line.strip() == "stop":
             self.stopping = True
+        elif line.strip() == "go":
+            self.going = True
 
     def run(self):
         self.sel.register(sys.stdin, selectors.EVENT_READ, None)
@@ -225,7 +228,9 @@ class Holder:
             self.fill()
             timeout = 0.5
             now = time.perf_counter()
-            if announced and interval is not None:
+            if self.going and interval is not None:
+                if nxt is None:
+                    nxt = now
                 if now >= nxt:
                     self.post()
                     nxt += interval
@@ -243,7 +248,6 @@ class Holder:
                 announced = True
                 self.cpu0 = resource.getrusage(resource.RUSAGE_SELF)
                 self.wall0 = time.perf_counter()
-                nxt = self.wall0
                 print(f"open {len(self.streams)} {self.all_open_at - t_start:.3f}", flush=True)
         ru = resource.getrusage(resource.RUSAGE_SELF)
         wall = time.perf_counter() - (self.wall0 or t_start)
