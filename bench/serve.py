@@ -13,6 +13,11 @@ plain Python (asyncio, raw HTTP/1.1) so nothing needs installing. Measurements:
 - N concurrent sessions: N sessions that each ran a turn and keep a client's follow stream open
   (as `useChat` and `eve chat` do between turns), with background traffic spread over them; turns
   measured one at a time on fresh sessions. Added latency = p99 with the N sessions − p99 alone.
+  The open streams and the background traffic are held by `bench/serve_hold.py` in its own
+  process (one thread, raw sockets, `selectors`); measuring starts once every stream has its
+  response headers, and the measured turns run here on their own connections, each timed in
+  three phases (POST → 202, stream → first event, → `session.waiting`). The CPU of the server,
+  the holder and this process over the measured turns is printed, with the load average.
 """
 
 import argparse
@@ -227,35 +232,79 @@ async def open_stream(port, sid, start):
 
 
 async def read_until(reader, needle):
+    """Reads until `needle`; returns the bytes read, or None if the stream ended first."""
     buf = b""
     while needle not in buf:
         chunk = await reader.read(65536)
         if not chunk:
-            return False
+            return None
         buf += chunk
-    return True
+    return buf
 
 
 async def run_turn(port, message):
+    """A turn on a new session; returns (seconds, session id, events the stream carried)."""
     t0 = time.perf_counter()
     status, body = await request(port, "POST", "/eve/v1/session", {"message": message})
     if status != 202:
         raise RuntimeError(f"POST /session: {status}")
     sid = json.loads(body)["sessionId"]
     reader, writer = await open_stream(port, sid, 0)
-    ok = await read_until(reader, b'"session.waiting"')
+    buf = await read_until(reader, b'"session.waiting"')
     writer.close()
-    if not ok:
+    if buf is None:
         raise RuntimeError("stream ended early")
-    return time.perf_counter() - t0, sid
+    # One `"meta":{"at":` per event in eve's envelope (as bench/serve_hold.py counts them).
+    return time.perf_counter() - t0, sid, buf.count(b'"meta":{"at":"')
 
 
-async def measure(port, turns):
-    lat = []
+PHASES = ("accept", "first_event", "waiting")
+
+
+def turn_phases(port, message):
+    """One measured turn on its own connections (blocking sockets, this process only): POST a new
+    session with a message → 202, open its stream → first event, → `session.waiting`. Returns the
+    total and the three phases in seconds: (total, {accept, first_event, waiting})."""
+    t0 = time.perf_counter()
+    status, body = http_once(port, "POST", "/eve/v1/session", {"message": message}, timeout=30)
+    t1 = time.perf_counter()
+    if status != 202:
+        raise RuntimeError(f"POST /session: {status} {body[:200]!r}")
+    sid = json.loads(body)["sessionId"]
+    t2 = None
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(
+            f"GET /eve/v1/session/{sid}/stream?startIndex=0 HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode()
+        )
+        buf = b""
+        while b'"session.waiting"' not in buf:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise RuntimeError("stream ended before session.waiting")
+            buf += chunk
+            if t2 is None and b'{"type":' in buf:
+                t2 = time.perf_counter()
+    t3 = time.perf_counter()
+    return t3 - t0, {"accept": t1 - t0, "first_event": t2 - t1, "waiting": t3 - t2}
+
+
+def measure(port, turns, label=None):
+    """`turns` measured turns one at a time; returns (totals, phases per turn). With a label, logs
+    the slowest turns with their phases (which one stalls)."""
+    lat, phases = [], []
     for i in range(turns):
-        dt, _ = await run_turn(port, f"measured {i}")
+        dt, ph = turn_phases(port, f"measured {i}")
         lat.append(dt)
-    return lat
+        phases.append(ph)
+    if label:
+        slow = sorted(range(turns), key=lambda i: lat[i], reverse=True)[:3]
+        parts = ", ".join(
+            f"#{i} {lat[i] * 1000:.1f} ms (" + " / ".join(
+                f"{k} {phases[i][k] * 1000:.1f}" for k in PHASES) + ")" for i in slow)
+        log(f"  {label}: slowest turns: {parts}")
+    return lat, phases
 
 
 def p(xs, q):
@@ -263,79 +312,84 @@ def p(xs, q):
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def settle(pid, window=0.5, share=0.10, limit=15.0):
+    """Waits until the server has done the work the streams' opening left it (each new follow
+    reads its session before it parks): until it uses under `share` of a core over `window`
+    seconds, at most `limit` seconds. Returns the seconds waited."""
+    hz = os.sysconf("SC_CLK_TCK")
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < limit:
+        a = cpu_ticks(pid)
+        time.sleep(window)
+        if (cpu_ticks(pid) - a) / hz / window < share:
+            break
+    return time.perf_counter() - t0
+
+
 class Background:
-    """N sessions, each with a client's follow stream open; `rate` turns per second over them."""
+    """N sessions, each with a client's follow stream open; `rate` turns per second over them.
+
+    The N first turns are run here (asyncio, 32 at a time); the open streams and the background
+    traffic are then held by `bench/serve_hold.py` in its own process (one thread, raw sockets),
+    so the measured turns run alone on this process's connections, and each side's CPU can be
+    read apart."""
 
     def __init__(self, port, n, rate, pid):
         self.port, self.n, self.rate, self.pid = port, n, rate, pid
         self.rss_before_streams = None
         self.sessions = []
-        self.tasks = []
-        self.stop = asyncio.Event()
-        self.turns = 0
+        self.holder = None
+        self.open_s = None
+        self.settle_s = None
+        self.stats = {}
 
     async def setup(self):
         sem = asyncio.Semaphore(32)
 
         async def one(i):
             async with sem:
-                _, sid = await run_turn(self.port, f"background {i}")
-                self.sessions.append(sid)
+                _, sid, events = await run_turn(self.port, f"background {i}")
+                self.sessions.append(f"{sid} {events}")
 
         await asyncio.gather(*(one(i) for i in range(self.n)))
         self.rss_before_streams = proc_kib(self.pid, "VmRSS")
-        for sid in self.sessions:
-            self.tasks.append(asyncio.create_task(self.client(sid)))
-        # Let every stream open.
-        await asyncio.sleep(0.5)
-        if self.rate > 0:
-            self.tasks.append(asyncio.create_task(self.traffic()))
-
-    async def client(self, sid):
-        """Follows the session like a connected UI: reopen after each turn comes to rest."""
-        while not self.stop.is_set():
-            reader, writer = await open_stream(self.port, sid, await self.tail(sid))
-            try:
-                waiting = asyncio.create_task(read_until(reader, b'"session.waiting"'))
-                stopping = asyncio.create_task(self.stop.wait())
-                await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                waiting.cancel()
-                stopping.cancel()
-            finally:
-                writer.close()
-
-    async def tail(self, sid):
-        """Index of the session's next event (from `x-eve-stream-tail-index`)."""
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        writer.write(
-            f"GET /eve/v1/session/{sid}/stream?startIndex=-1&follow=false HTTP/1.1\r\n"
-            f"Host: 127.0.0.1:{self.port}\r\nConnection: close\r\n\r\n".encode()
-        )
-        await writer.drain()
-        raw = await reader.read()
-        writer.close()
-        for line in raw.partition(b"\r\n\r\n")[0].split(b"\r\n"):
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"x-eve-stream-tail-index":
-                return int(value) + 1
-        raise RuntimeError("no x-eve-stream-tail-index")
-
-    async def traffic(self):
-        interval = 1.0 / self.rate
-        nxt = time.perf_counter()
-        while not self.stop.is_set():
-            sid = random.choice(self.sessions)
-            asyncio.create_task(
-                request(self.port, "POST", f"/eve/v1/session/{sid}", {"message": "tick"}))
-            self.turns += 1
-            nxt += interval
-            await asyncio.sleep(max(0.0, nxt - time.perf_counter()))
+        hold = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_hold.py")
+        self.holder = subprocess.Popen(
+            [sys.executable, hold, "--port", str(self.port), "--rate", str(self.rate)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.holder.stdin.write("\n".join(self.sessions) + "\n\n")
+        self.holder.stdin.flush()
+        # Every stream has its response headers before anything is measured.
+        line = self.holder.stdout.readline().split()
+        if not line or line[0] != "open":
+            raise RuntimeError(f"the stream holder failed: {line!r}")
+        self.open_s = float(line[2])
+        self.settle_s = settle(self.pid)
+        # Background traffic from now on.
+        self.holder.stdin.write("go\n")
+        self.holder.stdin.flush()
 
     async def close(self):
-        self.stop.set()
-        for t in self.tasks:
-            t.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.holder is None:
+            return
+        try:
+            self.holder.stdin.write("stop\n")
+            self.holder.stdin.flush()
+            out = self.holder.stdout.readline()
+            self.stats = json.loads(out) if out.strip() else {}
+        finally:
+            self.holder.stdin.close()
+            try:
+                self.holder.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.holder.kill()
+                self.holder.wait()
 
 
 async def concurrency(eve, root, counts, turns, rate):
@@ -351,28 +405,45 @@ async def concurrency(eve, root, counts, turns, rate):
         proc = start_server(eve, root, "serve", port)
         try:
             wait_healthy(port, proc)
-            await measure(port, 20)  # warm-up
-            alone = await measure(port, turns)
+            measure(port, 20)  # warm-up
+            alone, alone_ph = measure(port, turns, f"{n} sessions, alone")
             bg = Background(port, n, rate, proc.pid)
             t0 = time.perf_counter()
             await bg.setup()
             setup_s = time.perf_counter() - t0
-            loaded = await measure(port, turns)
+            hz = os.sysconf("SC_CLK_TCK")
+            server0, self0, wall0 = cpu_ticks(proc.pid), os.times(), time.perf_counter()
+            load = os.getloadavg()[0]
+            loaded, loaded_ph = measure(port, turns, f"{n} sessions, with their streams open")
+            wall = time.perf_counter() - wall0
+            server_cpu = (cpu_ticks(proc.pid) - server0) / hz / wall
+            self1 = os.times()
+            client_cpu = ((self1.user - self0.user) + (self1.system - self0.system)) / wall
             rss = proc_kib(proc.pid, "VmRSS")
             peak = proc_kib(proc.pid, "VmHWM")
             cpu_idle = None
             if rate == 0:
-                # Idle followers back off to one store read every 5 s within about 10 s.
-                await asyncio.sleep(10.0)
+                # Idle followers wait on the broadcast alone; give every task time to park.
+                time.sleep(10.0)
                 cpu_idle = idle_cpu(proc.pid, 2.0)
             await bg.close()
+            hold = bg.stats
+            holder_cpu = None
+            if hold.get("wall_s"):
+                holder_cpu = (hold["cpu_user_s"] + hold["cpu_sys_s"]) / hold["wall_s"]
             results[n] = {
                 "alone_p50": p(alone, 0.5), "alone_p99": p(alone, 0.99),
                 "loaded_p50": p(loaded, 0.5), "loaded_p99": p(loaded, 0.99),
+                "alone_phase_p99": {k: p([x[k] for x in alone_ph], 0.99) for k in PHASES},
+                "loaded_phase_p99": {k: p([x[k] for x in loaded_ph], 0.99) for k in PHASES},
                 "rss": rss, "peak": peak, "setup_s": setup_s, "cpu_idle": cpu_idle,
-                "rss_no_streams": bg.rss_before_streams,
-                "background_turns": bg.turns,
+                "rss_no_streams": bg.rss_before_streams, "open_s": bg.open_s,
+                "settle_s": bg.settle_s,
+                "background_turns": hold.get("background_answered"),
+                "holder": hold, "holder_cpu": holder_cpu, "client_cpu": client_cpu,
+                "server_cpu": server_cpu, "load": load,
             }
+            log(f"  {n} sessions: holder {json.dumps(hold)}")
         finally:
             stop_server(proc)
     return results
@@ -380,14 +451,10 @@ async def concurrency(eve, root, counts, turns, rate):
 
 def idle_cpu(pid, seconds):
     """CPU share the server uses over `seconds` (1.0 = one core)."""
-    def ticks():
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
     hz = os.sysconf("SC_CLK_TCK")
-    a = ticks()
+    a = cpu_ticks(pid)
     time.sleep(seconds)
-    return (ticks() - a) / hz / seconds
+    return (cpu_ticks(pid) - a) / hz / seconds
 
 
 def fmt_ms(s):
@@ -469,8 +536,18 @@ def main():
             TARGETS["rss_10000_mib"] if n > 1000 else TARGETS["rss_1000_mib"], "MiB")
         row(rows, f"{n} sessions: RSS before their streams opened", 0,
             fmt_mib(r["rss_no_streams"]), None, "")
-        row(rows, f"{n} sessions: setup (each ran a turn, 32 at a time)", 0,
-            f"{r['setup_s']:.2f} s", None, "")
+        row(rows, f"{n} sessions: setup (each ran a turn, 32 at a time; streams opened; settled)",
+            0, f"{r['setup_s']:.2f} s ({r['open_s']:.2f} s; {r['settle_s']:.2f} s)", None, "")
+        for k, what in (("accept", "POST → 202"), ("first_event", "stream → first event"),
+                        ("waiting", "first event → session.waiting")):
+            row(rows, f"{n} sessions: p99 of {what}, alone / with them", 0,
+                f"{fmt_ms(r['alone_phase_p99'][k])} / {fmt_ms(r['loaded_phase_p99'][k])}",
+                None, "")
+        hc = "–" if r["holder_cpu"] is None else f"{r['holder_cpu'] * 100:.0f}"
+        row(rows, f"{n} sessions: CPU while measured: server / holder / measuring client", 0,
+            f"{r['server_cpu'] * 100:.0f} / {hc} / {r['client_cpu'] * 100:.0f} %", None, "")
+        row(rows, f"{n} sessions: background turns answered; load average (1 min)", 0,
+            f"{r['background_turns']}; {r['load']:.2f}", None, "")
     for n, r in idle.items():
         row(rows, f"{n} idle open streams: server CPU", 0,
             f"{r['cpu_idle'] * 100:.1f} % of a core", None, "")

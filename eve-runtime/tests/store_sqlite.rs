@@ -266,6 +266,95 @@ async fn a_rolled_back_store_is_refused_so_published_ids_never_change() {
     assert!(store.session("wrun_a0").await.unwrap().is_some());
 }
 
+/// Commits `n` events to `session`, one commit each.
+async fn add_events(store: &dyn Store, session: &str, n: usize) {
+    for i in 0..n {
+        let mut b = Batch::durable();
+        b.event(session, "probe", serde_json::json!({ "i": i }));
+        store.commit(b).await.unwrap();
+    }
+}
+
+/// The mark beside `db` as (sessions, events), once it records at least `events` events.
+async fn mark_events_reach(db: &std::path::Path, events: i64) -> (i64, i64) {
+    let mark = db.with_file_name("eve.db.mark");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let seen = std::fs::read_to_string(&mark)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .map(|v| {
+                (
+                    v["sessions"].as_i64().unwrap_or(0),
+                    v["events"].as_i64().unwrap_or(0),
+                )
+            })
+            .unwrap_or((0, 0));
+        if seen.1 >= events {
+            return seen;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mark never recorded {events} events (it shows {seen:?})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_mark_counts_every_event_ever_stored_and_fewer_events_are_refused() {
+    let backend = Sqlite::new();
+    let db = backend_path(&backend);
+    let old = db.with_file_name("old.db");
+    let newer = db.with_file_name("newer.db");
+    {
+        let store = SqliteStore::open(&db).unwrap();
+        add_sessions(&store, "a", 2).await;
+        add_events(&store, "wrun_a0", 5).await;
+        add_events(&store, "wrun_a1", 3).await;
+        assert_eq!(mark_events_reach(&db, 8).await, (2, 8));
+    }
+    checkpoint(&db);
+    std::fs::copy(&db, &old).unwrap();
+    {
+        let store = SqliteStore::open(&db).unwrap();
+        add_events(&store, "wrun_a1", 4).await;
+        assert_eq!(mark_events_reach(&db, 12).await, (2, 12));
+    }
+    checkpoint(&db);
+    std::fs::copy(&db, &newer).unwrap();
+    // The older copy has the same sessions but fewer events than were published.
+    std::fs::copy(&old, &db).unwrap();
+    let text = refusal(&db);
+    assert!(
+        text.contains("fewer than") && text.contains("12 events"),
+        "{text}"
+    );
+    std::fs::copy(&newer, &db).unwrap();
+    {
+        // Pruning both sessions deletes their events; the mark never goes down.
+        let store = SqliteStore::open(&db).unwrap();
+        let cutoff = now_ms() + 1;
+        while now_ms() <= cutoff {
+            std::hint::spin_loop();
+        }
+        add_sessions(&store, "b", 1).await;
+        let pruned = store.prune_sessions(cutoff).await.unwrap();
+        assert_eq!(pruned.len(), 2, "{pruned:?}");
+        add_events(&store, "wrun_b0", 1).await;
+        assert_eq!(mark_events_reach(&db, 13).await, (3, 13));
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let left: i64 = conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(left, 1, "the pruned sessions' events are gone");
+    }
+    checkpoint(&db);
+    // Its rows plus what was pruned match the mark: it opens.
+    let store = SqliteStore::open(&db).unwrap();
+    assert!(store.session("wrun_b0").await.unwrap().is_some());
+}
+
 #[tokio::test]
 async fn a_damaged_page_is_refused_at_start() {
     let backend = Sqlite::new();

@@ -390,4 +390,21 @@ CREATE TABLE workspace_checkpoints (
     updated_at INTEGER NOT NULL
 );
 "#,
+    // The store's counts for its high-water mark (`integrity.rs`: sessions and events ever stored,
+    // pruned ones included), kept by triggers in the same transactions as the rows, so the
+    // writer refreshes the mark by reading one row instead of counting every event.
+    r#"
+CREATE TABLE store_counts (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    sessions INTEGER NOT NULL,
+    events INTEGER NOT NULL
+);
+INSERT INTO store_counts (id, sessions, events) VALUES (1,
+    (SELECT count(*) FROM sessions) + (SELECT sessions FROM store_pruned WHERE id = 1),
+    (SELECT count(*) FROM events) + (SELECT events FROM store_pruned WHERE id = 1));
+CREATE TRIGGER store_counts_sessions AFTER INSERT ON sessions
+BEGIN UPDATE store_counts SET sessions = sessions + 1 WHERE id = 1; END;
+CREATE TRIGGER store_counts_events AFTER INSERT ON events
+BEGIN UPDATE store_counts SET events = events + 1 WHERE id = 1; END;
+"#,
 ];
