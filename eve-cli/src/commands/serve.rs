@@ -123,7 +123,7 @@ pub(crate) async fn start(
     } else {
         format!("{host}:{port}")
     };
-    let listener = match tokio::net::TcpListener::bind(&addr).await {
+    let listener = match listen(&addr).await {
         Ok(listener) => listener,
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => anyhow::bail!(
             "cannot listen on {addr}: the port is in use (another `eve serve` or `eve dev`?); \
@@ -139,6 +139,35 @@ pub(crate) async fn start(
     runtime.warm_up().await;
     report_sandbox(&runtime).await;
     Ok((runtime, listener, local))
+}
+
+/// Pending connections the kernel may queue before `accept` (capped by `net.core.somaxconn`).
+/// tokio's default, 1,024, drops SYNs when thousands of clients reconnect at once (a restart
+/// under 10,000 open streams); each dropped SYN costs its client a 1 s, then 3 s, retransmit.
+const LISTEN_BACKLOG: u32 = 8192;
+
+/// Binds `addr` (the first of its addresses that binds) with [`LISTEN_BACKLOG`].
+async fn listen(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
+    let mut last = None;
+    for candidate in tokio::net::lookup_host(addr).await? {
+        let socket = if candidate.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        // As `TcpListener::bind` does: a restarted server rebinds a port in TIME_WAIT at once.
+        socket.set_reuseaddr(true)?;
+        match socket.bind(candidate) {
+            Ok(()) => return socket.listen(LISTEN_BACKLOG),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{addr} names no address to listen on"),
+        )
+    }))
 }
 
 /// Says at start which tools run unconfined, and, when the kernel refuses isolation, what it
