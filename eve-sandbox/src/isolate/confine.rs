@@ -1,10 +1,11 @@
-//! The restrictions stage 3 puts on itself right before it `exec`s the command.
+//! The restrictions the sandbox's init (stage 2) puts on itself once the view is built, right
+//! before it spawns the command, which inherits every one of them.
 //!
 //! Order matters: limits first (lowering them needs nothing, but raising is impossible later);
 //! the capability bounding set is emptied while we still hold `CAP_SETPCAP`; then the uid drop
 //! (root only), every remaining capability set cleared, `no_new_privs`, Landlock, and last the
-//! seccomp filter. After `exec` the command has no capability and can never regain one: the
-//! bounding set is empty and `no_new_privs` ignores setuid bits and file capabilities.
+//! seccomp filter. The command has no capability and can never regain one: the bounding set is
+//! empty and `no_new_privs` ignores setuid bits and file capabilities.
 
 use std::collections::BTreeMap;
 

@@ -10,14 +10,14 @@
 //! How it runs. The binary re-executes itself in a hidden helper mode, so [`helper_main`] must be
 //! the first call of `main()` (before any thread exists: a multithreaded process cannot create a
 //! user namespace). The caller spawns the [`command`] it is given; then:
-//! - **stage 1** (the caller's child, in the caller's process group) creates the namespaces and
-//!   spawns stage 2, forwarding its exit status;
-//! - **stage 2** is PID 1 of the new PID namespace: it builds the filesystem view, pivots into it,
-//!   brings up `lo` (and the proxy forwarder, see [`Network::Proxy`]), spawns stage 3 and reaps
-//!   every orphan until the command ends; it then exits, the PID namespace dies and the kernel
-//!   kills every descendant, `setsid` daemons included;
-//! - **stage 3** applies limits, drops the uid and every capability, sets `no_new_privs`, Landlock
-//!   and seccomp, and `exec`s the command.
+//! - **stage 1** (the caller's child, in the caller's process group) creates the namespaces,
+//!   brings up `lo` (and the proxy forwarder, see [`Network::Proxy`]) and spawns stage 2,
+//!   forwarding its exit status;
+//! - **stage 2** is PID 1 of the new PID namespace: it builds the filesystem view and pivots into
+//!   it, then applies limits, drops the uid and every capability, sets `no_new_privs`, Landlock
+//!   and seccomp on itself, spawns the command (which inherits all of that) and reaps every orphan
+//!   until the command ends; it then exits, the PID namespace dies and the kernel kills every
+//!   descendant, `setsid` daemons included.
 //!
 //! Exit status: the command's own, or 128+N when a signal N killed it. A failure of the sandbox
 //! itself (a mount refused, a bad policy) prints one line `eve sandbox: …` on stderr and exits
@@ -97,7 +97,7 @@ pub enum Network {
     #[default]
     None,
     /// The only way out is eve's egress proxy: inside, `127.0.0.1:port` is forwarded (by the
-    /// sandbox's PID 1, outside the command's reach) to the proxy's Unix `socket` on the host; the
+    /// sandbox's stage 1, outside its PID namespace and the command's reach) to the proxy's Unix `socket` on the host; the
     /// socket itself also appears at [`PROXY_SOCKET_IN_SANDBOX`]. The caller sets `HTTP_PROXY` and
     /// friends in the command's environment to `http://127.0.0.1:port`.
     Proxy {
