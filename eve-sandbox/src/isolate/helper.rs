@@ -31,6 +31,12 @@ use super::{Policy, SANDBOX_FAILURE, confine, net, view};
 /// argv[1] of stage 1, which [`super::command`] builds.
 pub(crate) const STAGE1: &str = "--eve-sandbox-stage1";
 const STAGE2: &str = "--eve-sandbox-stage2";
+/// argv[1] that makes a helper print [`PROTOCOL`] and exit: how [`super::default_helper`] tells
+/// a helper of this build from a stale or foreign binary.
+pub(crate) const PROTOCOL_ARG: &str = "--eve-sandbox-protocol";
+/// What a helper of this build answers to [`PROTOCOL_ARG`]. The number changes whenever the
+/// stages' argv or the policy's meaning does.
+pub(crate) const PROTOCOL: &str = concat!("eve-sandbox ", env!("CARGO_PKG_VERSION"), " stages/2");
 /// The program name that makes stage 2 report instead of spawning a command (see
 /// [`super::probe`]).
 pub(crate) const PROBE: &str = "--eve-sandbox-probe";
@@ -89,6 +95,10 @@ pub fn helper_main() {
     let Some(stage) = args.next() else {
         return;
     };
+    if stage == PROTOCOL_ARG {
+        println!("{PROTOCOL}");
+        std::process::exit(0);
+    }
     let rest: Vec<OsString> = args.collect();
     let result = if stage == STAGE1 {
         stage1(rest)

@@ -167,6 +167,47 @@ impl Default for Limits {
     }
 }
 
+/// File name of the small helper binary installed next to `eve` (`cargo install` puts both in
+/// the same folder): the sandbox's stages re-execute it instead of the large `eve` binary, whose
+/// start-up (mapping and relocating tens of megabytes, twice per isolated call) costs several
+/// milliseconds more.
+pub const HELPER_NAME: &str = "eve-sandbox-helper";
+
+/// The helper the runtime should pass to [`command`] and [`probe`]: [`HELPER_NAME`] next to the
+/// running executable when it is there and speaks this build's stage protocol, else the running
+/// executable itself (whose `main` must then start with [`helper_main`], as `eve`'s does).
+///
+/// Decided once per process (one run of the helper asking its protocol, about a millisecond), so
+/// a stale or foreign file of that name is never used.
+pub fn default_helper() -> PathBuf {
+    static CHOSEN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    CHOSEN
+        .get_or_init(|| {
+            let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("eve"));
+            match exe.parent().map(|dir| dir.join(HELPER_NAME)) {
+                Some(helper) if helper != exe && speaks_protocol(&helper) => helper,
+                _ => exe,
+            }
+        })
+        .clone()
+}
+
+/// Whether `helper` answers [`helper::PROTOCOL_ARG`] with this build's [`helper::PROTOCOL`].
+pub fn speaks_protocol(helper: &Path) -> bool {
+    if !helper.is_file() {
+        return false;
+    }
+    Command::new(helper)
+        .arg(helper::PROTOCOL_ARG)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .env_clear()
+        .output()
+        .is_ok_and(|out| {
+            out.status.success() && out.stdout.trim_ascii() == helper::PROTOCOL.as_bytes()
+        })
+}
+
 /// Why a [`command`] could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
