@@ -3,8 +3,8 @@
 //!
 //! Order matters: limits first (lowering them needs nothing, but raising is impossible later);
 //! the capability bounding set is emptied while we still hold `CAP_SETPCAP`; then the uid drop
-//! (root only), every remaining capability set cleared, `no_new_privs`, Landlock, and last the
-//! seccomp filter. The command has no capability and can never regain one: the bounding set is
+//! (root only; done by the command's own spawn, see [`UidDrop::InChild`]), every remaining
+//! capability set cleared, `no_new_privs`, Landlock, and last the seccomp filter. The command has no capability and can never regain one: the bounding set is
 //! empty and `no_new_privs` ignores setuid bits and file capabilities.
 
 use std::collections::BTreeMap;
@@ -23,24 +23,43 @@ use seccompiler::{
 use super::helper::{Failure, Mode, Result};
 use super::{DEFAULT_UID, Policy, view};
 
+/// Who takes the sandbox uid when eve runs as root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UidDrop {
+    /// The calling process itself (the probe, which reports what the command would be).
+    Here,
+    /// The command the caller spawns next ([`sandbox_uid`], set on its `Command`): the caller,
+    /// the sandbox's init, keeps root's uid with only `CAP_SETUID`/`CAP_SETGID` for that spawn
+    /// (dropped right after it by [`drop_all_capabilities`]). Keeping its uid keeps its
+    /// parent-death signal, which any change of uid clears, and keeps it out of the command's
+    /// reach: a process of another uid cannot signal it or change its limits.
+    InChild,
+}
+
 /// Applies every restriction to the current process; returns Landlock's state in words.
-pub(crate) fn apply(policy: &Policy, mode: Mode) -> Result<String> {
+pub(crate) fn apply(policy: &Policy, mode: Mode, uid_drop: UidDrop) -> Result<String> {
     limits(policy)?;
     caps::clear(None, caps::CapSet::Bounding)
         .map_err(|e| Failure::new(format!("cannot empty the capability bounding set: {e}")))?;
+    let mut keep = caps::CapsHashSet::new();
     if mode == Mode::Root {
-        let id = policy.uid.unwrap_or(DEFAULT_UID);
-        if id == 0 {
-            return Err(Failure::new(
-                "the sandbox uid cannot be 0: choose an unprivileged uid in the policy",
-            ));
-        }
+        let id = sandbox_uid(policy)?;
         give_stdio_pipes(id)?;
-        setgroups(&[]).map_err(|e| Failure::new(format!("setgroups([]): {e}")))?;
-        setgid(Gid::from_raw(id)).map_err(|e| Failure::new(format!("setgid({id}): {e}")))?;
-        setuid(Uid::from_raw(id)).map_err(|e| Failure::new(format!("setuid({id}): {e}")))?;
+        match uid_drop {
+            UidDrop::Here => {
+                setgroups(&[]).map_err(|e| Failure::new(format!("setgroups([]): {e}")))?;
+                setgid(Gid::from_raw(id))
+                    .map_err(|e| Failure::new(format!("setgid({id}): {e}")))?;
+                setuid(Uid::from_raw(id))
+                    .map_err(|e| Failure::new(format!("setuid({id}): {e}")))?;
+            }
+            UidDrop::InChild => {
+                keep.insert(caps::Capability::CAP_SETUID);
+                keep.insert(caps::Capability::CAP_SETGID);
+            }
+        }
     }
-    clear_capability_sets()?;
+    clear_capability_sets(&keep)?;
     nix::sys::prctl::set_no_new_privs()
         .map_err(|e| Failure::new(format!("prctl(PR_SET_NO_NEW_PRIVS): {e}")))?;
     let landlock = landlock(policy)?;
@@ -48,21 +67,33 @@ pub(crate) fn apply(policy: &Policy, mode: Mode) -> Result<String> {
     Ok(landlock)
 }
 
+/// The uid (and gid) the command runs as when eve runs as root.
+pub(crate) fn sandbox_uid(policy: &Policy) -> Result<u32> {
+    let id = policy.uid.unwrap_or(DEFAULT_UID);
+    if id == 0 {
+        return Err(Failure::new(
+            "the sandbox uid cannot be 0: choose an unprivileged uid in the policy",
+        ));
+    }
+    Ok(id)
+}
+
 /// Empties every capability set of the calling thread, the bounding set included.
 pub(crate) fn drop_all_capabilities() -> Result<()> {
     caps::clear(None, caps::CapSet::Bounding)
         .map_err(|e| Failure::new(format!("cannot empty the capability bounding set: {e}")))?;
-    clear_capability_sets()
+    clear_capability_sets(&caps::CapsHashSet::new())
 }
 
-fn clear_capability_sets() -> Result<()> {
-    for set in [
-        caps::CapSet::Ambient,
-        caps::CapSet::Inheritable,
-        caps::CapSet::Effective,
-        caps::CapSet::Permitted,
-    ] {
+/// Leaves only `keep` in the effective and permitted sets; empties the others.
+fn clear_capability_sets(keep: &caps::CapsHashSet) -> Result<()> {
+    for set in [caps::CapSet::Ambient, caps::CapSet::Inheritable] {
         caps::clear(None, set)
+            .map_err(|e| Failure::new(format!("cannot clear the {set:?} capabilities: {e}")))?;
+    }
+    // Effective first: it must stay a subset of permitted.
+    for set in [caps::CapSet::Effective, caps::CapSet::Permitted] {
+        caps::set(None, set, keep)
             .map_err(|e| Failure::new(format!("cannot clear the {set:?} capabilities: {e}")))?;
     }
     Ok(())

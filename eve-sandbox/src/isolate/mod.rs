@@ -14,9 +14,9 @@
 //!   brings up `lo` (and the proxy forwarder, see [`Network::Proxy`]) and spawns stage 2,
 //!   forwarding its exit status;
 //! - **stage 2** is PID 1 of the new PID namespace: it builds the filesystem view and pivots into
-//!   it, then applies limits, drops the uid and every capability, sets `no_new_privs`, Landlock
-//!   and seccomp on itself, spawns the command (which inherits all of that) and reaps every orphan
-//!   until the command ends; it then exits, the PID namespace dies and the kernel kills every
+//!   it, then applies limits, drops every capability, sets `no_new_privs`, Landlock and seccomp
+//!   on itself, spawns the command (which inherits all of that, and gets the unprivileged uid
+//!   from that spawn) and reaps every orphan until the command ends; it then exits, the PID namespace dies and the kernel kills every
 //!   descendant, `setsid` daemons included.
 //!
 //! Exit status: the command's own, or 128+N when a signal N killed it. A failure of the sandbox
