@@ -30,7 +30,7 @@ pub(crate) enum UidDrop {
     Here,
     /// The command the caller spawns next ([`sandbox_uid`], set on its `Command`): the caller,
     /// the sandbox's init, keeps root's uid with only `CAP_SETUID`/`CAP_SETGID` for that spawn
-    /// (dropped right after it by [`drop_all_capabilities`]). Keeping its uid keeps its
+    /// (dropped right after it by [`drop_remaining_capabilities`]). Keeping its uid keeps its
     /// parent-death signal, which any change of uid clears, and keeps it out of the command's
     /// reach: a process of another uid cannot signal it or change its limits.
     InChild,
@@ -82,6 +82,12 @@ pub(crate) fn sandbox_uid(policy: &Policy) -> Result<u32> {
 pub(crate) fn drop_all_capabilities() -> Result<()> {
     caps::clear(None, caps::CapSet::Bounding)
         .map_err(|e| Failure::new(format!("cannot empty the capability bounding set: {e}")))?;
+    clear_capability_sets(&caps::CapsHashSet::new())
+}
+
+/// Empties the capability sets after [`apply`] (whose bounding set is already empty): what
+/// [`UidDrop::InChild`] kept for the command's spawn.
+pub(crate) fn drop_remaining_capabilities() -> Result<()> {
     clear_capability_sets(&caps::CapsHashSet::new())
 }
 

@@ -300,7 +300,7 @@ fn stage2(rest: Vec<OsString>) -> Result<i32> {
             code,
         }
     })?;
-    confine::drop_all_capabilities()?;
+    confine::drop_remaining_capabilities()?;
     reap_until(Pid::from_raw(child.id() as i32))
 }
 
