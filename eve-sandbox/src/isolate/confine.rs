@@ -3,8 +3,7 @@
 //!
 //! Order matters: limits first (lowering them needs nothing, but raising is impossible later);
 //! the capability bounding set is emptied while we still hold `CAP_SETPCAP`; then the uid drop
-//! (root only; done by the command's own spawn, see [`UidDrop::InChild`]), every remaining
-//! capability set cleared, `no_new_privs`, Landlock, and last the seccomp filter. The command has no capability and can never regain one: the bounding set is
+//! (root only), every remaining capability set cleared, `no_new_privs`, Landlock, and last the seccomp filter. The command has no capability and can never regain one: the bounding set is
 //! empty and `no_new_privs` ignores setuid bits and file capabilities.
 
 use std::collections::BTreeMap;
@@ -23,41 +22,24 @@ use seccompiler::{
 use super::helper::{Failure, Mode, Result};
 use super::{DEFAULT_UID, Policy, view};
 
-/// Who takes the sandbox uid when eve runs as root.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum UidDrop {
-    /// The calling process itself (the probe, which reports what the command would be).
-    Here,
-    /// The command the caller spawns next ([`sandbox_uid`], set on its `Command`): the caller,
-    /// the sandbox's init, keeps root's uid with only `CAP_SETUID`/`CAP_SETGID` for that spawn
-    /// (dropped right after it by [`drop_remaining_capabilities`]). Keeping its uid keeps its
-    /// parent-death signal, which any change of uid clears, and keeps it out of the command's
-    /// reach: a process of another uid cannot signal it or change its limits.
-    InChild,
-}
-
 /// Applies every restriction to the current process; returns Landlock's state in words.
-pub(crate) fn apply(policy: &Policy, mode: Mode, uid_drop: UidDrop) -> Result<String> {
+pub(crate) fn apply(policy: &Policy, mode: Mode) -> Result<String> {
     limits(policy)?;
     caps::clear(None, caps::CapSet::Bounding)
         .map_err(|e| Failure::new(format!("cannot empty the capability bounding set: {e}")))?;
-    let mut keep = caps::CapsHashSet::new();
+    let keep = caps::CapsHashSet::new();
     if mode == Mode::Root {
         let id = sandbox_uid(policy)?;
         give_stdio_pipes(id)?;
-        match uid_drop {
-            UidDrop::Here => {
-                setgroups(&[]).map_err(|e| Failure::new(format!("setgroups([]): {e}")))?;
-                setgid(Gid::from_raw(id))
-                    .map_err(|e| Failure::new(format!("setgid({id}): {e}")))?;
-                setuid(Uid::from_raw(id))
-                    .map_err(|e| Failure::new(format!("setuid({id}): {e}")))?;
-            }
-            UidDrop::InChild => {
-                keep.insert(caps::Capability::CAP_SETUID);
-                keep.insert(caps::Capability::CAP_SETGID);
-            }
-        }
+        setgroups(&[]).map_err(|e| Failure::new(format!("setgroups([]): {e}")))?;
+        setgid(Gid::from_raw(id)).map_err(|e| Failure::new(format!("setgid({id}): {e}")))?;
+        setuid(Uid::from_raw(id)).map_err(|e| Failure::new(format!("setuid({id}): {e}")))?;
+        // The uid change cleared both: the init must still die with stage 1, and the
+        // command (now of the same uid) must not read the init's memory or environment.
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+            .map_err(|e| Failure::new(format!("prctl(PR_SET_PDEATHSIG): {e}")))?;
+        nix::sys::prctl::set_dumpable(false)
+            .map_err(|e| Failure::new(format!("prctl(PR_SET_DUMPABLE): {e}")))?;
     }
     clear_capability_sets(&keep)?;
     nix::sys::prctl::set_no_new_privs()
@@ -82,12 +64,6 @@ pub(crate) fn sandbox_uid(policy: &Policy) -> Result<u32> {
 pub(crate) fn drop_all_capabilities() -> Result<()> {
     caps::clear(None, caps::CapSet::Bounding)
         .map_err(|e| Failure::new(format!("cannot empty the capability bounding set: {e}")))?;
-    clear_capability_sets(&caps::CapsHashSet::new())
-}
-
-/// Empties the capability sets after [`apply`] (whose bounding set is already empty): what
-/// [`UidDrop::InChild`] kept for the command's spawn.
-pub(crate) fn drop_remaining_capabilities() -> Result<()> {
     clear_capability_sets(&caps::CapsHashSet::new())
 }
 

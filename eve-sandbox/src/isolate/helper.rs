@@ -4,22 +4,20 @@
 //! (stage 1), and PID 1 of a new PID namespace must be a child of that (stage 2). `unsafe` being
 //! forbidden rules out `fork`/`pre_exec`, so each stage is a plain `std::process::Command` spawn
 //! of the same binary; every exec costs the dynamic loader's start-up again (about a millisecond),
-//! so there is no third one: stage 2 builds the view, then puts the restrictions the command must
-//! have (limits, capabilities, `no_new_privs`, Landlock, seccomp) on itself and spawns the
-//! command directly, which inherits them; when eve runs as root, that spawn also sets the
-//! command's unprivileged uid, so the init keeps root's uid (and its parent-death signal, which
-//! a uid change would clear; and a command of another uid cannot signal it) and drops its last
-//! capabilities once the command runs. That is safe because the reaper needs nothing the
-//! restrictions take away: it only calls `waitpid`. What needs more stays in stage 1, outside
-//! the sandbox's PID namespace where the command cannot see or signal it: bringing `lo` up and the
-//! egress forwarder (its listener and its relays).
+//! so there is no third one: stage 2 builds the view, then puts every restriction the command
+//! must have (limits, uid, capabilities, `no_new_privs`, Landlock, seccomp) on itself and spawns
+//! the command directly, which inherits them. That is safe because the reaper needs nothing the
+//! restrictions take away: it only calls `waitpid`. A change of uid clears the parent-death
+//! signal and the non-dumpable flag: both are set again right after it (see [`confine::apply`]).
+//! What needs more stays in stage 1, outside the sandbox's PID namespace where the command cannot
+//! see or signal it: bringing `lo` up and the egress forwarder (its listener and its relays).
 //!
 //! Stage 1 also sits in the new mount namespace, so stage 2's `pivot_root` moves its root too:
 //! the forwarder reaches the proxy through the socket's path inside the view.
 
 use std::ffi::OsString;
 use std::fs;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus};
 
 use nix::errno::Errno;
@@ -272,35 +270,29 @@ fn stage2(rest: Vec<OsString>) -> Result<i32> {
         ))
     })?;
     if program == PROBE {
-        let landlock = confine::apply(&policy, mode, confine::UidDrop::Here)?;
+        let landlock = confine::apply(&policy, mode)?;
         let report = super::probe_report(mode == Mode::User, &landlock)
             .map_err(|e| Failure::new(format!("probe report: {e}")))?;
         println!("{report}");
         return Ok(0);
     }
-    // From here on this init holds what the command will hold (but for the uid, which the
-    // command's spawn takes), and needs no more: it only waits for its children.
-    confine::apply(&policy, mode, confine::UidDrop::InChild)?;
-    let mut command = Command::new(program);
-    command.args(&rest[3..]);
-    if mode == Mode::Root {
-        let id = confine::sandbox_uid(&policy)?;
-        // std's spawn calls setgroups([]), setgid, setuid in the child before exec; the uid
-        // change empties the child's capability sets.
-        command.uid(id).gid(id);
-    }
-    let child = command.spawn().map_err(|err| {
-        let code = if err.kind() == std::io::ErrorKind::NotFound {
-            127
-        } else {
-            126
-        };
-        Failure {
-            message: format!("cannot run `{}`: {err}", program.to_string_lossy()),
-            code,
-        }
-    })?;
-    confine::drop_remaining_capabilities()?;
+    // From here on this init holds exactly what the command will hold, and needs no more: it
+    // only waits for its children.
+    confine::apply(&policy, mode)?;
+    let child = Command::new(program)
+        .args(&rest[3..])
+        .spawn()
+        .map_err(|err| {
+            let code = if err.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            Failure {
+                message: format!("cannot run `{}`: {err}", program.to_string_lossy()),
+                code,
+            }
+        })?;
     reap_until(Pid::from_raw(child.id() as i32))
 }
 
