@@ -148,7 +148,9 @@ pub struct RuntimeConfig {
     /// Circuit breaker settings.
     pub breaker: BreakerPolicy,
     /// The binary that runs the isolated sandbox's stages (one whose `main` starts with
-    /// `eve_sandbox::isolate::helper_main()`): the running `eve` binary by default.
+    /// `eve_sandbox::isolate::helper_main()`): by default the small `eve-sandbox-helper` installed
+    /// next to the running binary, else the running `eve` binary itself
+    /// (`eve_sandbox::isolate::default_helper`).
     pub sandbox_helper: PathBuf,
     /// The values shown as `${VAR}` wherever the runtime writes or shows text; share it with the
     /// process's log writer so logs are redacted the same way.
@@ -187,7 +189,7 @@ impl RuntimeConfig {
             autostart: true,
             lease_ttl: DEFAULT_LEASE_TTL,
             breaker: BreakerPolicy::default(),
-            sandbox_helper: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("eve")),
+            sandbox_helper: eve_sandbox::isolate::default_helper(),
             secrets: Arc::new(crate::redact::Secrets::new()),
             isolated_roots: false,
         }

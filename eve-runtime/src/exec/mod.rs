@@ -206,11 +206,12 @@ impl Executor {
 }
 
 impl Default for Executor {
-    /// An executor whose sandbox helper is the running binary and whose egress sockets live in a
+    /// An executor whose sandbox helper is `eve_sandbox::isolate::default_helper()` (the small
+    /// helper next to the running binary, else the binary itself) and whose egress sockets live in a
     /// private folder under the system's temporary folder.
     fn default() -> Self {
         Self::new(ExecConfig {
-            helper: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("eve")),
+            helper: eve_sandbox::isolate::default_helper(),
             run_dir: std::env::temp_dir().join(format!("eve-run-{}", nix::unistd::geteuid())),
         })
     }

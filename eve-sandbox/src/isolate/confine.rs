@@ -1,10 +1,10 @@
-//! The restrictions stage 3 puts on itself right before it `exec`s the command.
+//! The restrictions the sandbox's init (stage 2) puts on itself once the view is built, right
+//! before it spawns the command, which inherits every one of them.
 //!
 //! Order matters: limits first (lowering them needs nothing, but raising is impossible later);
 //! the capability bounding set is emptied while we still hold `CAP_SETPCAP`; then the uid drop
-//! (root only), every remaining capability set cleared, `no_new_privs`, Landlock, and last the
-//! seccomp filter. After `exec` the command has no capability and can never regain one: the
-//! bounding set is empty and `no_new_privs` ignores setuid bits and file capabilities.
+//! (root only), every remaining capability set cleared, `no_new_privs`, Landlock, and last the seccomp filter. The command has no capability and can never regain one: the bounding set is
+//! empty and `no_new_privs` ignores setuid bits and file capabilities.
 
 use std::collections::BTreeMap;
 
@@ -27,19 +27,21 @@ pub(crate) fn apply(policy: &Policy, mode: Mode) -> Result<String> {
     limits(policy)?;
     caps::clear(None, caps::CapSet::Bounding)
         .map_err(|e| Failure::new(format!("cannot empty the capability bounding set: {e}")))?;
+    let keep = caps::CapsHashSet::new();
     if mode == Mode::Root {
-        let id = policy.uid.unwrap_or(DEFAULT_UID);
-        if id == 0 {
-            return Err(Failure::new(
-                "the sandbox uid cannot be 0: choose an unprivileged uid in the policy",
-            ));
-        }
+        let id = sandbox_uid(policy)?;
         give_stdio_pipes(id)?;
         setgroups(&[]).map_err(|e| Failure::new(format!("setgroups([]): {e}")))?;
         setgid(Gid::from_raw(id)).map_err(|e| Failure::new(format!("setgid({id}): {e}")))?;
         setuid(Uid::from_raw(id)).map_err(|e| Failure::new(format!("setuid({id}): {e}")))?;
+        // The uid change cleared both: the init must still die with stage 1, and the
+        // command (now of the same uid) must not read the init's memory or environment.
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+            .map_err(|e| Failure::new(format!("prctl(PR_SET_PDEATHSIG): {e}")))?;
+        nix::sys::prctl::set_dumpable(false)
+            .map_err(|e| Failure::new(format!("prctl(PR_SET_DUMPABLE): {e}")))?;
     }
-    clear_capability_sets()?;
+    clear_capability_sets(&keep)?;
     nix::sys::prctl::set_no_new_privs()
         .map_err(|e| Failure::new(format!("prctl(PR_SET_NO_NEW_PRIVS): {e}")))?;
     let landlock = landlock(policy)?;
@@ -47,21 +49,33 @@ pub(crate) fn apply(policy: &Policy, mode: Mode) -> Result<String> {
     Ok(landlock)
 }
 
+/// The uid (and gid) the command runs as when eve runs as root.
+pub(crate) fn sandbox_uid(policy: &Policy) -> Result<u32> {
+    let id = policy.uid.unwrap_or(DEFAULT_UID);
+    if id == 0 {
+        return Err(Failure::new(
+            "the sandbox uid cannot be 0: choose an unprivileged uid in the policy",
+        ));
+    }
+    Ok(id)
+}
+
 /// Empties every capability set of the calling thread, the bounding set included.
 pub(crate) fn drop_all_capabilities() -> Result<()> {
     caps::clear(None, caps::CapSet::Bounding)
         .map_err(|e| Failure::new(format!("cannot empty the capability bounding set: {e}")))?;
-    clear_capability_sets()
+    clear_capability_sets(&caps::CapsHashSet::new())
 }
 
-fn clear_capability_sets() -> Result<()> {
-    for set in [
-        caps::CapSet::Ambient,
-        caps::CapSet::Inheritable,
-        caps::CapSet::Effective,
-        caps::CapSet::Permitted,
-    ] {
+/// Leaves only `keep` in the effective and permitted sets; empties the others.
+fn clear_capability_sets(keep: &caps::CapsHashSet) -> Result<()> {
+    for set in [caps::CapSet::Ambient, caps::CapSet::Inheritable] {
         caps::clear(None, set)
+            .map_err(|e| Failure::new(format!("cannot clear the {set:?} capabilities: {e}")))?;
+    }
+    // Effective first: it must stay a subset of permitted.
+    for set in [caps::CapSet::Effective, caps::CapSet::Permitted] {
+        caps::set(None, set, keep)
             .map_err(|e| Failure::new(format!("cannot clear the {set:?} capabilities: {e}")))?;
     }
     Ok(())

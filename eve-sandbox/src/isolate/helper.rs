@@ -1,15 +1,23 @@
 //! The helper stages: the binary re-executed in a hidden mode, one stage per exec.
 //!
-//! Three stages because each step needs a different process: namespaces are entered by
-//! `unshare` (stage 1), PID 1 of a new PID namespace must be a child of that (stage 2, which then
-//! builds the view and reaps), and the restrictions that must hold for the command but not for the
-//! reaper (uid, capabilities, Landlock, seccomp) are applied right before `exec` in a fresh
-//! process (stage 3). `unsafe` being forbidden rules out `fork`/`pre_exec`: each stage is a plain
-//! `std::process::Command` spawn or `exec` of the same binary.
+//! Two stages because each step needs a different process: namespaces are entered by `unshare`
+//! (stage 1), and PID 1 of a new PID namespace must be a child of that (stage 2). `unsafe` being
+//! forbidden rules out `fork`/`pre_exec`, so each stage is a plain `std::process::Command` spawn
+//! of the same binary; every exec costs the dynamic loader's start-up again (about a millisecond),
+//! so there is no third one: stage 2 builds the view, then puts every restriction the command
+//! must have (limits, uid, capabilities, `no_new_privs`, Landlock, seccomp) on itself and spawns
+//! the command directly, which inherits them. That is safe because the reaper needs nothing the
+//! restrictions take away: it only calls `waitpid`. A change of uid clears the parent-death
+//! signal and the non-dumpable flag: both are set again right after it (see [`confine::apply`]).
+//! What needs more stays in stage 1, outside the sandbox's PID namespace where the command cannot
+//! see or signal it: bringing `lo` up and the egress forwarder (its listener and its relays).
+//!
+//! Stage 1 also sits in the new mount namespace, so stage 2's `pivot_root` moves its root too:
+//! the forwarder reaches the proxy through the socket's path inside the view.
 
 use std::ffi::OsString;
 use std::fs;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus};
 
 use nix::errno::Errno;
@@ -24,8 +32,14 @@ use super::{Policy, SANDBOX_FAILURE, confine, net, view};
 /// argv[1] of stage 1, which [`super::command`] builds.
 pub(crate) const STAGE1: &str = "--eve-sandbox-stage1";
 const STAGE2: &str = "--eve-sandbox-stage2";
-const STAGE3: &str = "--eve-sandbox-stage3";
-/// The program name that makes stage 3 report instead of exec'ing (see [`super::probe`]).
+/// argv[1] that makes a helper print [`PROTOCOL`] and exit: how [`super::default_helper`] tells
+/// a helper of this build from a stale or foreign binary.
+pub(crate) const PROTOCOL_ARG: &str = "--eve-sandbox-protocol";
+/// What a helper of this build answers to [`PROTOCOL_ARG`]. The number changes whenever the
+/// stages' argv or the policy's meaning does.
+pub(crate) const PROTOCOL: &str = concat!("eve-sandbox ", env!("CARGO_PKG_VERSION"), " stages/2");
+/// The program name that makes stage 2 report instead of spawning a command (see
+/// [`super::probe`]).
 pub(crate) const PROBE: &str = "--eve-sandbox-probe";
 
 /// `/proc/self/exe` names this very binary in every stage, even after `pivot_root` hid its path.
@@ -82,13 +96,15 @@ pub fn helper_main() {
     let Some(stage) = args.next() else {
         return;
     };
+    if stage == PROTOCOL_ARG {
+        println!("{PROTOCOL}");
+        std::process::exit(0);
+    }
     let rest: Vec<OsString> = args.collect();
     let result = if stage == STAGE1 {
         stage1(rest)
     } else if stage == STAGE2 {
         stage2(rest)
-    } else if stage == STAGE3 {
-        stage3(rest)
     } else {
         return;
     };
@@ -108,12 +124,13 @@ fn parse_policy(json: Option<&OsString>) -> Result<Policy> {
     serde_json::from_str(json).map_err(|e| Failure::new(format!("bad sandbox policy: {e}")))
 }
 
-/// Stage 1: enter the namespaces, spawn PID 1 of the new PID namespace, forward its status.
+/// Stage 1: enter the namespaces, bring up `lo` (and the egress forwarder's listener), spawn PID
+/// 1 of the new PID namespace, relay proxy connections while it runs, forward its status.
 fn stage1(rest: Vec<OsString>) -> Result<i32> {
     // Dies with its parent (the runtime); stage 2 dies with it in turn.
     prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| Failure::new(format!("prctl(PR_SET_PDEATHSIG): {e}")))?;
-    parse_policy(rest.first())?;
+    let policy = parse_policy(rest.first())?;
     let uid = getuid();
     let gid = getgid();
     let mode = if uid.is_root() {
@@ -138,12 +155,25 @@ fn stage1(rest: Vec<OsString>) -> Result<i32> {
         write_proc("/proc/self/uid_map", &format!("0 {} 1", uid.as_raw()))?;
         write_proc("/proc/self/gid_map", &format!("0 {} 1", gid.as_raw()))?;
     }
-    let status = Command::new(SELF_EXE)
-        .arg(STAGE2)
-        .arg(mode.as_str())
-        .args(&rest)
-        .status()
-        .map_err(|e| Failure::new(format!("cannot start the sandbox's init process: {e}")))?;
+    net::loopback_up()?;
+    let listener = match &policy.network {
+        super::Network::Proxy { port, .. } => Some(net::listen(*port)?),
+        super::Network::None => None,
+    };
+    let mut init = Command::new(SELF_EXE);
+    init.arg(STAGE2).arg(mode.as_str()).args(&rest);
+    let status = match listener {
+        // The relays need no privilege: once init runs, none is left to them.
+        Some(listener) => net::forward_while(
+            listener,
+            super::PROXY_SOCKET_IN_SANDBOX,
+            init,
+            confine::drop_all_capabilities,
+        )?,
+        None => init
+            .status()
+            .map_err(|e| Failure::new(format!("cannot start the sandbox's init process: {e}")))?,
+    };
     Ok(code_of(status))
 }
 
@@ -206,8 +236,9 @@ fn explain_unshare(e: Errno, mode: Mode) -> String {
     }
 }
 
-/// Stage 2: PID 1 of the new PID namespace. Builds the view, spawns stage 3, reaps, exits with the
-/// command's status (which ends the namespace and every process left in it).
+/// Stage 2: PID 1 of the new PID namespace. Builds the view, confines itself, spawns the command,
+/// reaps, exits with the command's status (which ends the namespace and every process left in
+/// it).
 fn stage2(rest: Vec<OsString>) -> Result<i32> {
     prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| Failure::new(format!("prctl(PR_SET_PDEATHSIG): {e}")))?;
@@ -218,15 +249,13 @@ fn stage2(rest: Vec<OsString>) -> Result<i32> {
             .ok_or_else(|| Failure::new("internal: missing stage mode"))?,
     )?;
     let policy = parse_policy(rest.get(1))?;
+    let program = rest
+        .get(2)
+        .ok_or_else(|| Failure::new("no command to run"))?;
     let cwd = std::env::current_dir()
         .map_err(|e| Failure::new(format!("cannot read the working directory: {e}")))?;
     let built = view::build(&policy, mode)?;
     let _ = nix::unistd::sethostname("eve-sandbox");
-    net::loopback_up()?;
-    let listener = match &policy.network {
-        super::Network::Proxy { port, .. } => Some(net::listen(*port)?),
-        super::Network::None => None,
-    };
     if !built.contains(&cwd) {
         return Err(Failure::new(format!(
             "the working directory {} is not in the sandbox's view: add it to the policy's \
@@ -240,19 +269,31 @@ fn stage2(rest: Vec<OsString>) -> Result<i32> {
             cwd.display()
         ))
     })?;
-    let child = Command::new(SELF_EXE)
-        .arg(STAGE3)
-        .args(&rest)
-        .spawn()
-        .map_err(|e| Failure::new(format!("cannot start the sandboxed command: {e}")))?;
-    let command = Pid::from_raw(child.id() as i32);
-    // The command has its own credentials now; from here on this init needs no privilege at all
-    // (capabilities are per thread: the forwarder starts after the drop and inherits it).
-    confine::drop_all_capabilities()?;
-    if let Some(listener) = listener {
-        net::start_forwarder(listener, super::PROXY_SOCKET_IN_SANDBOX)?;
+    if program == PROBE {
+        let landlock = confine::apply(&policy, mode)?;
+        let report = super::probe_report(mode == Mode::User, &landlock)
+            .map_err(|e| Failure::new(format!("probe report: {e}")))?;
+        println!("{report}");
+        return Ok(0);
     }
-    reap_until(command)
+    // From here on this init holds exactly what the command will hold, and needs no more: it
+    // only waits for its children.
+    confine::apply(&policy, mode)?;
+    let child = Command::new(program)
+        .args(&rest[3..])
+        .spawn()
+        .map_err(|err| {
+            let code = if err.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            Failure {
+                message: format!("cannot run `{}`: {err}", program.to_string_lossy()),
+                code,
+            }
+        })?;
+    reap_until(Pid::from_raw(child.id() as i32))
 }
 
 /// Reaps every child (orphans of the namespace are re-parented to us) until `command` ends.
@@ -265,33 +306,4 @@ fn reap_until(command: Pid) -> Result<i32> {
             Err(e) => return Err(Failure::new(format!("waiting for the command: {e}"))),
         }
     }
-}
-
-/// Stage 3: the last process before the command. Confines itself, then `exec`s.
-fn stage3(rest: Vec<OsString>) -> Result<i32> {
-    let mode = Mode::parse(
-        rest.first()
-            .ok_or_else(|| Failure::new("internal: missing stage mode"))?,
-    )?;
-    let policy = parse_policy(rest.get(1))?;
-    let program = rest
-        .get(2)
-        .ok_or_else(|| Failure::new("no command to run"))?;
-    let landlock = confine::apply(&policy, mode)?;
-    if program == PROBE {
-        let report = super::probe_report(mode == Mode::User, &landlock)
-            .map_err(|e| Failure::new(format!("probe report: {e}")))?;
-        println!("{report}");
-        return Ok(0);
-    }
-    let err = Command::new(program).args(&rest[3..]).exec();
-    let code = if err.kind() == std::io::ErrorKind::NotFound {
-        127
-    } else {
-        126
-    };
-    Err(Failure {
-        message: format!("cannot run `{}`: {err}", program.to_string_lossy()),
-        code,
-    })
 }

@@ -10,14 +10,14 @@
 //! How it runs. The binary re-executes itself in a hidden helper mode, so [`helper_main`] must be
 //! the first call of `main()` (before any thread exists: a multithreaded process cannot create a
 //! user namespace). The caller spawns the [`command`] it is given; then:
-//! - **stage 1** (the caller's child, in the caller's process group) creates the namespaces and
-//!   spawns stage 2, forwarding its exit status;
-//! - **stage 2** is PID 1 of the new PID namespace: it builds the filesystem view, pivots into it,
-//!   brings up `lo` (and the proxy forwarder, see [`Network::Proxy`]), spawns stage 3 and reaps
-//!   every orphan until the command ends; it then exits, the PID namespace dies and the kernel
-//!   kills every descendant, `setsid` daemons included;
-//! - **stage 3** applies limits, drops the uid and every capability, sets `no_new_privs`, Landlock
-//!   and seccomp, and `exec`s the command.
+//! - **stage 1** (the caller's child, in the caller's process group) creates the namespaces,
+//!   brings up `lo` (and the proxy forwarder, see [`Network::Proxy`]) and spawns stage 2,
+//!   forwarding its exit status;
+//! - **stage 2** is PID 1 of the new PID namespace: it builds the filesystem view and pivots into
+//!   it, then applies limits, drops every capability, sets `no_new_privs`, Landlock and seccomp
+//!   on itself, spawns the command (which inherits all of that, and gets the unprivileged uid
+//!   from that spawn) and reaps every orphan until the command ends; it then exits, the PID namespace dies and the kernel kills every
+//!   descendant, `setsid` daemons included.
 //!
 //! Exit status: the command's own, or 128+N when a signal N killed it. A failure of the sandbox
 //! itself (a mount refused, a bad policy) prints one line `eve sandbox: …` on stderr and exits
@@ -97,7 +97,7 @@ pub enum Network {
     #[default]
     None,
     /// The only way out is eve's egress proxy: inside, `127.0.0.1:port` is forwarded (by the
-    /// sandbox's PID 1, outside the command's reach) to the proxy's Unix `socket` on the host; the
+    /// sandbox's stage 1, outside its PID namespace and the command's reach) to the proxy's Unix `socket` on the host; the
     /// socket itself also appears at [`PROXY_SOCKET_IN_SANDBOX`]. The caller sets `HTTP_PROXY` and
     /// friends in the command's environment to `http://127.0.0.1:port`.
     Proxy {
@@ -165,6 +165,47 @@ impl Default for Limits {
     fn default() -> Self {
         Limits::defaults()
     }
+}
+
+/// File name of the small helper binary installed next to `eve` (`cargo install` puts both in
+/// the same folder): the sandbox's stages re-execute it instead of the large `eve` binary, whose
+/// start-up (mapping and relocating tens of megabytes, twice per isolated call) costs several
+/// milliseconds more.
+pub const HELPER_NAME: &str = "eve-sandbox-helper";
+
+/// The helper the runtime should pass to [`command`] and [`probe`]: [`HELPER_NAME`] next to the
+/// running executable when it is there and speaks this build's stage protocol, else the running
+/// executable itself (whose `main` must then start with [`helper_main`], as `eve`'s does).
+///
+/// Decided once per process (one run of the helper asking its protocol, about a millisecond), so
+/// a stale or foreign file of that name is never used.
+pub fn default_helper() -> PathBuf {
+    static CHOSEN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    CHOSEN
+        .get_or_init(|| {
+            let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("eve"));
+            match exe.parent().map(|dir| dir.join(HELPER_NAME)) {
+                Some(helper) if helper != exe && speaks_protocol(&helper) => helper,
+                _ => exe,
+            }
+        })
+        .clone()
+}
+
+/// Whether `helper` answers [`helper::PROTOCOL_ARG`] with this build's [`helper::PROTOCOL`].
+pub fn speaks_protocol(helper: &Path) -> bool {
+    if !helper.is_file() {
+        return false;
+    }
+    Command::new(helper)
+        .arg(helper::PROTOCOL_ARG)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .env_clear()
+        .output()
+        .is_ok_and(|out| {
+            out.status.success() && out.stdout.trim_ascii() == helper::PROTOCOL.as_bytes()
+        })
 }
 
 /// Why a [`command`] could not be built.

@@ -1,19 +1,16 @@
 //! The sandbox's network: its own loopback, and the forwarder that is the proxy's door in.
 //!
-//! A new network namespace has only a `lo` that is down. Stage 2 brings it up (one
+//! A new network namespace has only a `lo` that is down. Stage 1 brings it up (one
 //! `RTM_NEWLINK` netlink message: no `ioctl`, so no `unsafe`), so programs can talk to themselves
-//! on 127.0.0.1; the host's loopback stays unreachable. With [`super::Network::Proxy`], stage 2
+//! on 127.0.0.1; the host's loopback stays unreachable. With [`super::Network::Proxy`], stage 1
 //! listens on `127.0.0.1:PORT` and relays each connection to eve's egress proxy over its Unix
-//! socket: that relay, running in the sandbox's PID 1 outside the command's reach, is the only
-//! path out.
+//! socket: that relay, running in stage 1 (outside the sandbox's PID namespace, so out of the
+//! command's sight and reach), is the only path out.
 
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::unix::net::UnixStream;
+use std::io;
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
 
 use nix::sys::socket::{
     AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, recv, sendto, socket,
@@ -85,8 +82,8 @@ pub(crate) fn loopback_up() -> Result<()> {
     Err(fail("RTM_NEWLINK", &"unexpected answer from the kernel"))
 }
 
-/// Connections relayed at once; more wait in the listen backlog. Bounds the threads a command
-/// can make the sandbox's init start.
+/// Connections relayed at once; more wait in the listen backlog. Bounds the memory a command can
+/// make stage 1 spend.
 const MAX_RELAYS: usize = 128;
 
 /// Listens on `127.0.0.1:port` in the sandbox's network namespace (before privileges go, so a
@@ -99,54 +96,65 @@ pub(crate) fn listen(port: u16) -> Result<TcpListener> {
     })
 }
 
-/// Relays every connection of `listener` to the Unix socket at `socket`, in background threads
-/// of stage 2 (they end with it).
-pub(crate) fn start_forwarder(listener: TcpListener, socket: &str) -> Result<()> {
+/// Runs `init` (the sandbox's PID 1), then `spawned` (which drops what the relays do not need),
+/// and relays every connection of `listener` to the Unix socket at `socket` until `init` exits;
+/// returns its exit status.
+///
+/// One thread only: stage 1 has unshared its PID namespace, and the kernel refuses new threads to
+/// such a process (`clone(CLONE_THREAD)` gives `EINVAL`), so the relays are tasks of a
+/// current-thread tokio runtime, which starts no thread for sockets and child processes.
+pub(crate) fn forward_while(
+    listener: TcpListener,
+    socket: &str,
+    init: std::process::Command,
+    spawned: impl FnOnce() -> Result<()>,
+) -> Result<std::process::ExitStatus> {
+    let fail = |what: &str, e: io::Error| Failure::new(format!("egress forwarder: {what}: {e}"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| fail("cannot start its event loop", e))?;
     let socket = PathBuf::from(socket);
-    let active = Arc::new(AtomicUsize::new(0));
-    thread::Builder::new()
-        .name("egress-forwarder".into())
-        .spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                while active.load(Ordering::Acquire) >= MAX_RELAYS {
-                    thread::park_timeout(std::time::Duration::from_millis(10));
-                }
-                active.fetch_add(1, Ordering::AcqRel);
+    rt.block_on(async move {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| fail("set_nonblocking", e))?;
+        let listener =
+            tokio::net::TcpListener::from_std(listener).map_err(|e| fail("register", e))?;
+        let mut child = tokio::process::Command::from(init)
+            .spawn()
+            .map_err(|e| Failure::new(format!("cannot start the sandbox's init process: {e}")))?;
+        spawned()?;
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_RELAYS));
+        let accept = async {
+            loop {
+                let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+                    return;
+                };
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
                 let socket = socket.clone();
-                let done = Arc::clone(&active);
-                let spawned = thread::Builder::new().spawn(move || {
-                    relay(conn, &socket);
-                    done.fetch_sub(1, Ordering::AcqRel);
+                tokio::spawn(async move {
+                    relay(tcp, &socket).await;
+                    drop(permit);
                 });
-                if spawned.is_err() {
-                    active.fetch_sub(1, Ordering::AcqRel);
-                }
             }
-        })
-        .map_err(|e| Failure::new(format!("cannot start the egress forwarder: {e}")))?;
-    Ok(())
+        };
+        tokio::select! {
+            status = child.wait() => {
+                status.map_err(|e| fail("waiting for the sandbox's init process", e))
+            }
+            () = accept => Err(Failure::new("egress forwarder: the listener closed")),
+        }
+    })
 }
 
-fn relay(tcp: TcpStream, socket: &PathBuf) {
-    let Ok(unix) = UnixStream::connect(socket) else {
+async fn relay(mut tcp: tokio::net::TcpStream, socket: &PathBuf) {
+    let Ok(mut unix) = tokio::net::UnixStream::connect(socket).await else {
         // The proxy is gone: the client sees the connection close.
         return;
     };
-    let (Ok(tcp_r), Ok(unix_w)) = (tcp.try_clone(), unix.try_clone()) else {
-        return;
-    };
-    let up = thread::Builder::new().spawn(move || {
-        pump(tcp_r, unix_w, |s| s.shutdown(Shutdown::Write));
-    });
-    pump(unix, tcp, |s| s.shutdown(Shutdown::Write));
-    if let Ok(up) = up {
-        let _ = up.join();
-    }
-}
-
-/// Copies `from` to `to` until end of stream, then half-closes `to`.
-fn pump<R: Read, W: Write>(mut from: R, mut to: W, close: impl FnOnce(&W) -> io::Result<()>) {
-    let _ = io::copy(&mut from, &mut to);
-    let _ = close(&to);
+    // Copies both ways, half-closing each side at its end of stream.
+    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut unix).await;
 }

@@ -210,6 +210,78 @@ echo started"#;
     );
 }
 
+/// The host pids of `pid`'s children (`/proc/PID/task/PID/children`).
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Whether `pid` is a live process (not gone, not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// When the process that started the box dies (the runtime crashed: its stage 1 dies with it),
+/// the box dies too, however the command was left running; unconfined, a child outlives its
+/// killed parent.
+#[test]
+fn the_box_dies_with_the_process_that_started_it() {
+    let f = Fixture::new();
+    let start = |mut cmd: std::process::Command| {
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .process_group(0);
+        cmd.spawn().unwrap()
+    };
+    use std::os::unix::process::CommandExt;
+    let mut stage1 = start(f.isolated(&f.policy(), "sleep 60 & wait"));
+    let found = eventually(Duration::from_secs(10), || {
+        children(stage1.id()).first().is_some_and(|init| {
+            children(*init)
+                .first()
+                .is_some_and(|sh| !children(*sh).is_empty())
+        })
+    });
+    let init = children(stage1.id()).first().copied();
+    let sh = init.and_then(|i| children(i).first().copied());
+    let sleep = sh.and_then(|s| children(s).first().copied());
+    if !found {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(stage1.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(found, "the isolated `sleep` did not start");
+    let (init, sh, sleep) = (init.unwrap(), sh.unwrap(), sleep.unwrap());
+    stage1.kill().unwrap();
+    stage1.wait().unwrap();
+    let gone = eventually(Duration::from_secs(10), || {
+        !alive(init) && !alive(sh) && !alive(sleep)
+    });
+    assert!(gone, "the box outlived the process that started it");
+
+    let mut host = start(f.host("sleep 60 & wait"));
+    assert!(eventually(Duration::from_secs(10), || !children(host.id()).is_empty()));
+    let sleep = children(host.id())[0];
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let survived = alive(sleep);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sleep as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert!(
+        survived,
+        "unconfined, the child should outlive its killed parent"
+    );
+}
+
 #[test]
 fn no_capabilities_no_new_privs_and_no_root() {
     let f = Fixture::new();

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use eve_sandbox::isolate::{self, Limits, Policy};
 
 pub fn helper() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_eve-sandbox-helper"))
+    PathBuf::from(env!("CARGO_BIN_EXE_eve-sandbox-test-helper"))
 }
 
 pub fn is_root() -> bool {

@@ -153,3 +153,26 @@ fn default_read_only_finds_version_manager_roots() {
     .collect();
     assert_eq!(got, want);
 }
+
+/// The runtime re-executes a helper only when it speaks this build's stage protocol: this
+/// crate's helper does; a program that is not a helper, or a helper of another protocol, does
+/// not (so `default_helper` falls back to the running binary instead of using a stale file).
+#[test]
+fn only_a_helper_of_this_build_is_chosen() {
+    assert!(isolate::speaks_protocol(&helper()));
+    let f = Fixture::new();
+    assert!(!isolate::speaks_protocol(Path::new("/usr/bin/true")));
+    assert!(!isolate::speaks_protocol(&f.root.join("missing")));
+    let stale = f.root.join("eve-sandbox-helper");
+    std::fs::write(&stale, "#!/bin/sh\necho 'eve-sandbox 0.0.0 stages/1'\n").unwrap();
+    std::fs::set_permissions(&stale, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    assert!(!isolate::speaks_protocol(&stale));
+    // The same script answering like this build's helper is accepted: the check is the answer.
+    let out = std::process::Command::new(helper())
+        .arg("--eve-sandbox-protocol")
+        .output()
+        .unwrap();
+    let answer = String::from_utf8(out.stdout).unwrap();
+    std::fs::write(&stale, format!("#!/bin/sh\necho '{}'\n", answer.trim())).unwrap();
+    assert!(isolate::speaks_protocol(&stale));
+}
