@@ -625,6 +625,19 @@ impl Runtime {
         Ok(committed)
     }
 
+    /// [`Self::commit`], reading the session `id` with it ([`Store::commit_reading`]).
+    pub(crate) async fn commit_reading(
+        &self,
+        mut batch: Batch,
+        id: &str,
+    ) -> RuntimeResult<(Committed, Option<SessionRecord>)> {
+        self.inner.config.secrets.redact_batch(&mut batch);
+        self.fence(&mut batch);
+        let (committed, session) = self.inner.store.commit_reading(batch, id).await?;
+        self.announce(&committed);
+        Ok((committed, session))
+    }
+
     /// Commits a batch without telling followers; every commit of the engine goes through here,
     /// so nothing it stores or streams holds a secret's value (see [`crate::redact`]).
     pub(crate) async fn commit_quietly(&self, mut batch: Batch) -> RuntimeResult<Committed> {

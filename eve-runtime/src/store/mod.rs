@@ -179,6 +179,18 @@ pub trait Store: Send + Sync + 'static {
     /// Applies a batch atomically; assigns message sequence numbers and event indexes.
     async fn commit(&self, batch: Batch) -> StoreResult<Committed>;
 
+    /// Commits `batch` and reads the session `id`, together; the read sees the store no earlier
+    /// than this call. The default runs the two at once; a backend may read in the commit's own
+    /// transaction instead, which saves a round trip (the run loop does this after every step).
+    async fn commit_reading(
+        &self,
+        batch: Batch,
+        id: &str,
+    ) -> StoreResult<(Committed, Option<SessionRecord>)> {
+        let (committed, session) = tokio::join!(self.commit(batch), self.session(id));
+        Ok((committed?, session?))
+    }
+
     /// One session.
     async fn session(&self, id: &str) -> StoreResult<Option<SessionRecord>>;
     /// Sessions, newest first.

@@ -48,6 +48,7 @@ pub async fn run_all<B: Backend>(make: impl Fn() -> B) {
     builds_are_stored_by_hash(&make()).await;
     workspace_checkpoints(&make()).await;
     sessions_with_work_leaves_out_live_leases(&make()).await;
+    rows_written_twice_in_a_batch_and_commit_reading(&make()).await;
 }
 
 /// One `#[tokio::test]` per promise, on backends made by `$make`.
@@ -91,6 +92,7 @@ macro_rules! store_contract_tests {
             builds_are_stored_by_hash,
             workspace_checkpoints,
             sessions_with_work_leaves_out_live_leases,
+            rows_written_twice_in_a_batch_and_commit_reading,
         );
     };
 }
@@ -2034,5 +2036,82 @@ pub async fn sessions_with_work_leaves_out_live_leases(backend: &impl Backend) {
             .await
             .unwrap()
             .contains(&"wrun_held".to_owned())
+    );
+}
+
+/// A row written twice in one batch ends as the later write; events of two sessions interleaved
+/// in one batch get each session's next indexes in order; `commit_reading` returns the commit
+/// and a session read no earlier than the call.
+pub async fn rows_written_twice_in_a_batch_and_commit_reading(backend: &impl Backend) {
+    let store = backend.open();
+    for s in ["wrun_r1", "wrun_r2"] {
+        create(store.as_ref(), session(s)).await;
+    }
+    let mut b = Batch::new();
+    b.push(Op::SetCancel {
+        session_id: "wrun_r1".into(),
+        requested: true,
+    });
+    store.commit(b).await.unwrap();
+    let mut first = session("wrun_r1");
+    first.status = SessionStatus::Running;
+    first.turn_count = 1;
+    let mut last = first.clone();
+    last.status = SessionStatus::Idle;
+    last.loaded_skills = vec!["s".into()];
+    let started = turn("wrun_r1", 0, TurnStatus::Running, None);
+    let mut done = started.clone();
+    done.status = TurnStatus::Completed;
+    done.step_index = 3;
+    let mut b = Batch::new();
+    b.event("wrun_r1", "a", json!(0))
+        .push(Op::UpdateSession(first))
+        .push(Op::PutTurn(started))
+        .event("wrun_r2", "a", json!(0))
+        .event("wrun_r1", "b", json!(1))
+        .push(Op::PutTurn(done.clone()))
+        .push(Op::UpdateSession(last))
+        .event("wrun_r2", "b", json!(1))
+        .event("wrun_r1", "c", json!(2));
+    let (committed, read) = store.commit_reading(b, "wrun_r1").await.unwrap();
+    let seen: Vec<(&str, u64, &str)> = committed
+        .events
+        .iter()
+        .map(|e| (e.session_id.as_str(), e.index, e.kind.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("wrun_r1", 0, "a"),
+            ("wrun_r2", 0, "a"),
+            ("wrun_r1", 1, "b"),
+            ("wrun_r2", 1, "b"),
+            ("wrun_r1", 2, "c"),
+        ]
+    );
+    let read = read.expect("the session is read");
+    assert!(read.cancel_requested, "a flag set before the call is seen");
+    let r1 = store.session("wrun_r1").await.unwrap().unwrap();
+    assert_eq!(r1.status, SessionStatus::Idle);
+    assert_eq!(r1.loaded_skills, vec!["s".to_owned()]);
+    assert_eq!(r1.event_count, 3);
+    assert_eq!(
+        store.session("wrun_r2").await.unwrap().unwrap().event_count,
+        2
+    );
+    assert_eq!(store.turn("wrun_r1", 0).await.unwrap(), Some(done));
+    let stored: Vec<u64> = store
+        .events("wrun_r1", 0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.index)
+        .collect();
+    assert_eq!(stored, vec![0, 1, 2]);
+    let mut b = Batch::new();
+    b.event("wrun_nobody", "a", json!(null));
+    assert!(
+        store.commit_reading(b, "wrun_r1").await.is_err(),
+        "a batch that fails fails the call"
     );
 }

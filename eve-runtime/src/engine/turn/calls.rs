@@ -469,14 +469,10 @@ impl TurnDriver<'_> {
         turn.phase = TurnPhase::Model;
         batch.push(Op::PutTurn(turn.clone()));
         // The next step starts by reading the session's cancel flag (another process may have
-        // set it): the read goes out with this commit instead of after it.
+        // set it): the read goes out with this commit (in its transaction, on SQLite).
         let batch = self.with_held(batch);
-        let (committed, fresh) = tokio::join!(
-            self.rt.commit(batch),
-            self.rt.inner.store.session(&self.session.id)
-        );
-        committed?;
-        self.next_cancel = Some(fresh?.map(|s| s.cancel_requested));
+        let (_, fresh) = self.rt.commit_reading(batch, &self.session.id).await?;
+        self.next_cancel = Some(fresh.map(|s| s.cancel_requested));
         Ok(None)
     }
 

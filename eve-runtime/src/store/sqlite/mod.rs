@@ -195,6 +195,25 @@ impl Store for SqliteStore {
         self.write(durable, move |conn| apply(conn, batch)).await
     }
 
+    async fn commit_reading(
+        &self,
+        batch: Batch,
+        id: &str,
+    ) -> StoreResult<(Committed, Option<SessionRecord>)> {
+        // The read runs in the writer's transaction, after the batch: one round trip.
+        let id = id.to_owned();
+        let durable = batch.durable;
+        self.write(durable, move |conn| {
+            let committed = if batch.is_empty() {
+                Committed::default()
+            } else {
+                apply(conn, batch)?
+            };
+            Ok((committed, reads::session(conn, &id)?))
+        })
+        .await
+    }
+
     async fn session(&self, id: &str) -> StoreResult<Option<SessionRecord>> {
         let id = id.to_owned();
         self.read(move |c| reads::session(c, &id)).await
