@@ -27,6 +27,7 @@ mod workspaces;
 pub use builds::{BuildInfo, StoredBuild};
 pub use channels::{
     CHANNEL_ROWS_KEPT_MS, ChannelAccept, ChannelDelivery, ChannelReplyRecord, ChannelReplyUpdate,
+    FIRST_REPLY_TOKEN, ReplyClaim, ReplyHeld, Sending,
 };
 pub use composition::{Budget, CompositionOp, DynamicToolRecord, SubagentCall, SubagentLink};
 pub use drive::DriveState;
@@ -326,14 +327,26 @@ pub trait Store: Send + Sync + 'static {
     async fn channel_replies(&self, pending_only: bool) -> StoreResult<Vec<ChannelReplyRecord>>;
     /// One reply, by the inbox id of its message.
     async fn channel_reply(&self, inbox_id: &str) -> StoreResult<Option<ChannelReplyRecord>>;
-    /// Takes, for the process `pid` on `host`, the owed replies whose owner is gone (as the
-    /// store's [`Liveness`] policy says, this process included); returns them.
-    async fn claim_channel_replies(
+    /// Takes for `claim`'s process the owed replies not in `claim.skip` whose hold has lapsed
+    /// (and, unless `claim.expired_only`, whose owner the store's [`Liveness`] policy calls gone,
+    /// this process included), each with a new fencing token and a hold of `claim.ttl_ms`;
+    /// returns them. Rows another process is claiming at the same moment are skipped, so each
+    /// reply is taken by one claimant.
+    async fn claim_channel_replies(&self, claim: ReplyClaim)
+    -> StoreResult<Vec<ChannelReplyRecord>>;
+    /// Pushes the hold of the owed replies in `held` (those still held with these tokens) to
+    /// `ttl_ms` from now; returns how many were renewed.
+    async fn renew_channel_replies(&self, held: Vec<ReplyHeld>, ttl_ms: i64) -> StoreResult<usize>;
+    /// Records that the owner holding `held` starts sending `sending` (and renews its hold):
+    /// `false`, and nothing written, when the reply is done or a newer owner holds it; the
+    /// message must then not be sent.
+    async fn start_channel_reply_send(
         &self,
-        pid: u32,
-        host: &str,
-    ) -> StoreResult<Vec<ChannelReplyRecord>>;
-    /// Records a reply's progress (announced requests, done).
+        held: ReplyHeld,
+        sending: Sending,
+        ttl_ms: i64,
+    ) -> StoreResult<bool>;
+    /// Records a reply's progress (announced requests, done); clears what was being sent.
     async fn update_channel_reply(&self, update: ChannelReplyUpdate) -> StoreResult<()>;
 
     /// Every release, oldest first.

@@ -577,15 +577,27 @@ impl Store for PgStore {
 
     async fn claim_channel_replies(
         &self,
-        pid: u32,
-        host: &str,
+        claim: ReplyClaim,
     ) -> StoreResult<Vec<ChannelReplyRecord>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let taken =
-            sql::claim_replies(&tx, pid, host, self.inner.liveness.as_ref(), now_ms()).await?;
+            sql::claim_replies(&tx, &claim, self.inner.liveness.as_ref(), now_ms()).await?;
         tx.commit().await?;
         Ok(taken)
+    }
+
+    async fn renew_channel_replies(&self, held: Vec<ReplyHeld>, ttl_ms: i64) -> StoreResult<usize> {
+        read!(self, renew_replies, &held, ttl_ms, now_ms())
+    }
+
+    async fn start_channel_reply_send(
+        &self,
+        held: ReplyHeld,
+        sending: Sending,
+        ttl_ms: i64,
+    ) -> StoreResult<bool> {
+        read!(self, start_send, &held, &sending, ttl_ms, now_ms())
     }
 
     async fn update_channel_reply(&self, update: ChannelReplyUpdate) -> StoreResult<()> {
