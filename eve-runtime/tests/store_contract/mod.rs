@@ -48,6 +48,7 @@ pub async fn run_all<B: Backend>(make: impl Fn() -> B) {
     builds_are_stored_by_hash(&make()).await;
     workspace_checkpoints(&make()).await;
     sessions_with_work_leaves_out_live_leases(&make()).await;
+    channel_reply_ownership(&make()).await;
 }
 
 /// One `#[tokio::test]` per promise, on backends made by `$make`.
@@ -91,6 +92,7 @@ macro_rules! store_contract_tests {
             builds_are_stored_by_hash,
             workspace_checkpoints,
             sessions_with_work_leaves_out_live_leases,
+            channel_reply_ownership,
         );
     };
 }
@@ -1052,6 +1054,20 @@ fn reply(inbox_id: &str, session: &str, pid: u32, host: &str) -> ChannelReplyRec
         owner_host: host.into(),
         created_at: 0,
         updated_at: 0,
+        owner_token: FIRST_REPLY_TOKEN,
+        owner_expires_at: now_ms() + 60_000,
+        sending: None,
+    }
+}
+
+/// A claim at a process's start (every owed reply whose owner is gone, as the store judges).
+fn start_claim(pid: u32, host: &str) -> ReplyClaim {
+    ReplyClaim {
+        pid,
+        host: host.into(),
+        ttl_ms: 5_000,
+        expired_only: false,
+        skip: Vec::new(),
     }
 }
 
@@ -1107,7 +1123,10 @@ pub async fn channel_rows(backend: &impl Backend) {
         .update_channel_reply(update(false, &["req_1"]))
         .await
         .unwrap();
-    let taken = store.claim_channel_replies(me, "host-c").await.unwrap();
+    let taken = store
+        .claim_channel_replies(start_claim(me, "host-c"))
+        .await
+        .unwrap();
     assert_eq!(taken.len(), 1, "this process's owed reply is taken back");
     assert_eq!(taken[0].announced, vec!["req_1".to_owned()]);
     assert_eq!(taken[0].address["edited"], json!(true));
@@ -1125,7 +1144,7 @@ pub async fn channel_rows(backend: &impl Backend) {
     assert_eq!(store.channel_replies(false).await.unwrap().len(), 1);
     assert!(
         store
-            .claim_channel_replies(me, "host-c")
+            .claim_channel_replies(start_claim(me, "host-c"))
             .await
             .unwrap()
             .is_empty()
@@ -1150,6 +1169,152 @@ pub async fn channel_rows(backend: &impl Backend) {
             .is_some(),
         "without a delivery id nothing is de-duplicated"
     );
+}
+
+/// Accepts a message on `session` whose reply is owed by `pid` on `host`, held until
+/// `expires_at`; returns its inbox id.
+async fn owed_reply(
+    store: &dyn Store,
+    session: &str,
+    pid: u32,
+    host: &str,
+    expires_at: i64,
+) -> String {
+    let m = InboxRecord::new(session, "hello", now_ms());
+    let mut r = reply(&m.id, session, pid, host);
+    r.owner_expires_at = expires_at;
+    let accept = ChannelAccept {
+        delivery: None,
+        reply: Some(r),
+    };
+    let mut b = Batch::durable();
+    b.push(Op::InsertInbox(m.clone()));
+    assert!(store.accept_channel_message(accept, b).await.unwrap().is_some());
+    m.id
+}
+
+/// A reply is held under an expiry and a fencing token: a node's periodic claim takes only
+/// replies whose hold lapsed (never one it follows), each once however many nodes claim at
+/// once, with a new token; the old owner can neither renew nor start a send, the new one can;
+/// a send in progress is visible to the next owner, and a done reply cannot be sent again.
+pub async fn channel_reply_ownership(backend: &impl Backend) {
+    let store = backend.open();
+    let other = backend.open();
+    create(store.as_ref(), session("wrun_o")).await;
+    let now = now_ms();
+    let live = owed_reply(store.as_ref(), "wrun_o", 4242, "node-a", now + 60_000).await;
+    let lapsed = owed_reply(store.as_ref(), "wrun_o", 4242, "node-a", now - 1).await;
+    let followed = owed_reply(store.as_ref(), "wrun_o", 4242, "node-a", now - 1).await;
+    let periodic = |host: &str, skip: &[&String]| ReplyClaim {
+        pid: 7,
+        host: host.into(),
+        ttl_ms: 60_000,
+        expired_only: true,
+        skip: skip.iter().map(|s| (*s).clone()).collect(),
+    };
+
+    // Two nodes claim at once: the lapsed reply goes to exactly one of them, the live one and
+    // the one a node follows to none.
+    let (a, b) = tokio::join!(
+        store.claim_channel_replies(periodic("node-b", &[&followed])),
+        other.claim_channel_replies(periodic("node-c", &[&followed])),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let taken: Vec<&ChannelReplyRecord> = a.iter().chain(b.iter()).collect();
+    assert_eq!(
+        taken.iter().map(|r| r.inbox_id.as_str()).collect::<Vec<_>>(),
+        [lapsed.as_str()],
+        "only the lapsed reply is taken, once"
+    );
+    let new_owner = taken[0].clone();
+    assert_eq!(new_owner.owner_token, FIRST_REPLY_TOKEN + 1, "a new token");
+    assert!(new_owner.owner_expires_at > now_ms() + 30_000, "a fresh hold");
+    let stored = store.channel_reply(&lapsed).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.owner_host.as_str(), stored.owner_token),
+        (new_owner.owner_host.as_str(), new_owner.owner_token)
+    );
+    assert!(
+        store
+            .claim_channel_replies(periodic("node-d", &[]))
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.inbox_id == followed),
+        "a reply just taken is held"
+    );
+
+    // The old owner is fenced off; the new one renews and starts sending.
+    let held = |token: u64| ReplyHeld {
+        inbox_id: lapsed.clone(),
+        token,
+    };
+    assert_eq!(
+        store
+            .renew_channel_replies(vec![held(FIRST_REPLY_TOKEN)], 60_000)
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(
+        !store
+            .start_channel_reply_send(held(FIRST_REPLY_TOKEN), Sending::Final, 60_000)
+            .await
+            .unwrap(),
+        "the old owner may not send"
+    );
+    let token = new_owner.owner_token;
+    assert_eq!(
+        store
+            .renew_channel_replies(vec![held(token)], 60_000)
+            .await
+            .unwrap(),
+        1
+    );
+    let approval = Sending::Approval(vec!["req_9".into()]);
+    assert!(
+        store
+            .start_channel_reply_send(held(token), approval.clone(), 0)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.channel_reply(&lapsed).await.unwrap().unwrap().sending,
+        Some(approval.clone())
+    );
+
+    // Its owner stops mid-send (the hold of 0 ms lapsed at once): the next owner sees what
+    // was being sent.
+    let next = other
+        .claim_channel_replies(periodic("node-e", &[&followed]))
+        .await
+        .unwrap();
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].inbox_id, lapsed);
+    assert_eq!(next[0].sending, Some(approval));
+    assert_eq!(next[0].owner_token, token + 1);
+
+    // Recording the send clears it; a done reply cannot be sent again.
+    let done = ChannelReplyUpdate {
+        inbox_id: lapsed.clone(),
+        address: json!({}),
+        announced: vec!["req_9".into()],
+        done: true,
+        detail: None,
+    };
+    store.update_channel_reply(done).await.unwrap();
+    let stored = store.channel_reply(&lapsed).await.unwrap().unwrap();
+    assert!(stored.done);
+    assert_eq!(stored.sending, None);
+    assert!(
+        !store
+            .start_channel_reply_send(held(token + 1), Sending::Final, 60_000)
+            .await
+            .unwrap(),
+        "a done reply is not sent again"
+    );
+    let live_row = store.channel_reply(&live).await.unwrap().unwrap();
+    assert_eq!(live_row.owner_token, FIRST_REPLY_TOKEN, "a live hold is untouched");
 }
 
 fn fire(schedule: &str, at: i64, status: FireStatus, session: Option<&str>) -> ScheduleFire {
