@@ -610,3 +610,44 @@ fn a_reply_owed_by_a_killed_node_is_sent_once_by_the_node_that_continues_the_tur
     assert_eq!(status, 400, "{again}");
     assert_eq!(replies.lock().unwrap().len(), 1);
 }
+
+#[test]
+fn pruning_sessions_collects_their_workspace_blobs_and_local_files() {
+    let project = agent("v1");
+    let root = project.root();
+    let sqlite = root.join(".eve/eve.db").display().to_string();
+    run_ok(&mut eve(root, &sqlite, &["build"]));
+    run_ok(&mut eve(root, &sqlite, &["run", "save the note"]));
+    let id: String = support_dev::store(root)
+        .query_row("SELECT id FROM sessions", [], |r| r.get(0))
+        .unwrap();
+    let index = root.join(format!(".eve/workspaces/{id}.json"));
+    let sandbox = root.join(format!(".eve/sandboxes/{id}"));
+    assert!(index.is_file() && sandbox.is_dir());
+    let blobs = sqlite_count(root, "workspace_blobs");
+    assert!(blobs > 0, "the tool's file was checkpointed");
+
+    let out = eve(
+        root,
+        &sqlite,
+        &["sessions", "prune", "--older-than", "0s", "--json"],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["deleted"], json!([id]), "{report}");
+    assert_eq!(report["blobsDeleted"], json!(blobs), "{report}");
+    assert_eq!(sqlite_count(root, "workspace_blobs"), 0);
+    assert_eq!(sqlite_count(root, "workspace_checkpoints"), 0);
+    assert!(!index.exists(), "the node's index of the workspace went too");
+    assert!(!sandbox.exists());
+
+    // The project keeps working: a new session checkpoints its workspace again.
+    run_ok(&mut eve(root, &sqlite, &["run", "save the note"]));
+    assert!(sqlite_count(root, "workspace_blobs") > 0);
+}

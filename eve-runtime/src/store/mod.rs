@@ -43,7 +43,7 @@ pub use releases::{
 };
 pub use schedules::*;
 pub use sqlite::SqliteStore;
-pub use workspaces::{WorkspaceCheckpoint, WorkspaceEntry, WorkspacePut};
+pub use workspaces::{BlobsCollected, WorkspaceCheckpoint, WorkspaceEntry, WorkspacePut};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -373,4 +373,9 @@ pub trait Store: Send + Sync + 'static {
     async fn missing_blobs(&self, hashes: &[String]) -> StoreResult<Vec<String>>;
     /// The contents of one blob.
     async fn blob(&self, hash: &str) -> StoreResult<Option<Vec<u8>>>;
+    /// Deletes the workspace blobs no stored checkpoint references (those of pruned sessions,
+    /// and contents no session's latest checkpoint holds any more); returns what went. A put
+    /// racing with it either sees its blobs kept or is refused ([`StoreError::NotFound`]) and
+    /// can be tried again.
+    async fn collect_workspace_blobs(&self) -> StoreResult<BlobsCollected>;
 }

@@ -49,6 +49,7 @@ pub async fn run_all<B: Backend>(make: impl Fn() -> B) {
     workspace_checkpoints(&make()).await;
     sessions_with_work_leaves_out_live_leases(&make()).await;
     channel_reply_ownership(&make()).await;
+    workspace_blobs_are_collected(&make()).await;
 }
 
 /// One `#[tokio::test]` per promise, on backends made by `$make`.
@@ -93,6 +94,7 @@ macro_rules! store_contract_tests {
             workspace_checkpoints,
             sessions_with_work_leaves_out_live_leases,
             channel_reply_ownership,
+            workspace_blobs_are_collected,
         );
     };
 }
@@ -2029,6 +2031,106 @@ pub async fn builds_are_stored_by_hash(backend: &impl Backend) {
 /// Workspace checkpoints: blobs are stored once (de-duplicated across sessions), versions grow
 /// by one per checkpoint, an entry without its blob is refused, and a writer whose lease moved
 /// on is fenced out.
+/// Blobs no checkpoint references are collected (a file overwritten since, a pruned session's
+/// files); shared and current ones stay; a put that counted on a collected blob is refused.
+pub async fn workspace_blobs_are_collected(backend: &impl Backend) {
+    let store = backend.open();
+    create(store.as_ref(), session("wrun_gc_old")).await;
+    // A message waits in the other session: pruning leaves it.
+    let mut b = Batch::durable();
+    b.push(Op::InsertSession(session("wrun_gc_new")))
+        .push(Op::InsertInbox(InboxRecord::new("wrun_gc_new", "hi", now_ms())));
+    store.commit(b).await.unwrap();
+    let entry = |path: &str, hash: &str| WorkspaceEntry {
+        path: path.to_owned(),
+        hash: hash.to_owned(),
+        size: 4,
+        mode: 0o644,
+    };
+    let put = |session: &str, entries: Vec<WorkspaceEntry>, blobs: &[&str]| WorkspacePut {
+        session_id: session.to_owned(),
+        entries,
+        dirs: Vec::new(),
+        blobs: blobs
+            .iter()
+            .map(|h| ((*h).to_owned(), h.as_bytes()[..4].to_vec()))
+            .collect(),
+        fence: None,
+    };
+    store
+        .put_workspace(put(
+            "wrun_gc_old",
+            vec![entry("a", "shared"), entry("b", "only_old")],
+            &["shared", "only_old"],
+        ))
+        .await
+        .unwrap();
+    store
+        .put_workspace(put(
+            "wrun_gc_new",
+            vec![entry("a", "shared"), entry("c", "overwritten")],
+            &["overwritten"],
+        ))
+        .await
+        .unwrap();
+    store
+        .put_workspace(put(
+            "wrun_gc_new",
+            vec![entry("a", "shared"), entry("c", "current")],
+            &["current"],
+        ))
+        .await
+        .unwrap();
+    let stored = |hashes: &[&str]| {
+        let store = store.clone();
+        let hashes: Vec<String> = hashes.iter().map(|h| (*h).to_owned()).collect();
+        async move {
+            let missing = store.missing_blobs(&hashes).await.unwrap();
+            hashes
+                .into_iter()
+                .filter(|h| !missing.contains(h))
+                .collect::<Vec<_>>()
+        }
+    };
+    let all = ["shared", "only_old", "overwritten", "current"];
+    assert_eq!(stored(&all).await.len(), 4);
+
+    let gone = store.collect_workspace_blobs().await.unwrap();
+    assert_eq!(gone, BlobsCollected { blobs: 1, bytes: 4 }, "the overwritten file");
+    assert_eq!(stored(&all).await, ["shared", "only_old", "current"]);
+
+    // The old session is pruned with its checkpoint; its own file goes, the shared one stays.
+    let cutoff = now_ms() + 1;
+    while now_ms() <= cutoff {
+        std::hint::spin_loop();
+    }
+    let pruned = store.prune_sessions(cutoff).await.unwrap();
+    assert_eq!(pruned, ["wrun_gc_old"]);
+    assert!(store.workspace("wrun_gc_old").await.unwrap().is_none());
+    let gone = store.collect_workspace_blobs().await.unwrap();
+    assert_eq!(gone.blobs, 1);
+    assert_eq!(stored(&all).await, ["shared", "current"]);
+    assert_eq!(store.blob("only_old").await.unwrap(), None);
+    assert_eq!(
+        store.collect_workspace_blobs().await.unwrap(),
+        BlobsCollected::default(),
+        "nothing more to collect"
+    );
+
+    // A node that saw `only_old` stored before it was collected, and so did not send it, is
+    // refused rather than left with a checkpoint naming a missing blob.
+    let stale = store
+        .put_workspace(put(
+            "wrun_gc_new",
+            vec![entry("a", "shared"), entry("b", "only_old")],
+            &[],
+        ))
+        .await;
+    assert!(matches!(stale, Err(StoreError::NotFound(_))), "{stale:?}");
+    let kept = store.workspace("wrun_gc_new").await.unwrap().unwrap();
+    assert_eq!(kept.entries, vec![entry("a", "shared"), entry("c", "current")]);
+}
+
 pub async fn workspace_checkpoints(backend: &impl Backend) {
     let store = backend.open();
     let other_node = backend.open();

@@ -651,6 +651,14 @@ impl Store for PgStore {
         let client = self.client().await?;
         builds::blob(&client, hash).await
     }
+
+    async fn collect_workspace_blobs(&self) -> StoreResult<BlobsCollected> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let collected = builds::collect_blobs(&tx).await?;
+        tx.commit().await?;
+        Ok(collected)
+    }
 }
 
 #[cfg(test)]

@@ -589,4 +589,8 @@ impl Store for SqliteStore {
         let hash = hash.to_owned();
         self.read(move |conn| builds::blob(conn, &hash)).await
     }
+
+    async fn collect_workspace_blobs(&self) -> StoreResult<BlobsCollected> {
+        self.write(true, builds::collect_blobs).await
+    }
 }
