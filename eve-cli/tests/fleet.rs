@@ -644,7 +644,10 @@ fn pruning_sessions_collects_their_workspace_blobs_and_local_files() {
     assert_eq!(report["blobsDeleted"], json!(blobs), "{report}");
     assert_eq!(sqlite_count(root, "workspace_blobs"), 0);
     assert_eq!(sqlite_count(root, "workspace_checkpoints"), 0);
-    assert!(!index.exists(), "the node's index of the workspace went too");
+    assert!(
+        !index.exists(),
+        "the node's index of the workspace went too"
+    );
     assert!(!sandbox.exists());
 
     // The project keeps working: a new session checkpoints its workspace again.

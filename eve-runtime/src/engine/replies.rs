@@ -160,10 +160,7 @@ impl Runtime {
             .following
             .followers
             .lock()
-            .map(|f| {
-                f.get(inbox_id)
-                    .is_some_and(|x| !x.shutdown.is_cancelled())
-            })
+            .map(|f| f.get(inbox_id).is_some_and(|x| !x.shutdown.is_cancelled()))
             .unwrap_or(false)
     }
 }

@@ -332,8 +332,10 @@ pub trait Store: Send + Sync + 'static {
     /// this process included), each with a new fencing token and a hold of `claim.ttl_ms`;
     /// returns them. Rows another process is claiming at the same moment are skipped, so each
     /// reply is taken by one claimant.
-    async fn claim_channel_replies(&self, claim: ReplyClaim)
-    -> StoreResult<Vec<ChannelReplyRecord>>;
+    async fn claim_channel_replies(
+        &self,
+        claim: ReplyClaim,
+    ) -> StoreResult<Vec<ChannelReplyRecord>>;
     /// Pushes the hold of the owed replies in `held` (those still held with these tokens) to
     /// `ttl_ms` from now; returns how many were renewed.
     async fn renew_channel_replies(&self, held: Vec<ReplyHeld>, ttl_ms: i64) -> StoreResult<usize>;

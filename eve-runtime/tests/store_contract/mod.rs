@@ -1191,7 +1191,13 @@ async fn owed_reply(
     };
     let mut b = Batch::durable();
     b.push(Op::InsertInbox(m.clone()));
-    assert!(store.accept_channel_message(accept, b).await.unwrap().is_some());
+    assert!(
+        store
+            .accept_channel_message(accept, b)
+            .await
+            .unwrap()
+            .is_some()
+    );
     m.id
 }
 
@@ -1224,13 +1230,19 @@ pub async fn channel_reply_ownership(backend: &impl Backend) {
     let (a, b) = (a.unwrap(), b.unwrap());
     let taken: Vec<&ChannelReplyRecord> = a.iter().chain(b.iter()).collect();
     assert_eq!(
-        taken.iter().map(|r| r.inbox_id.as_str()).collect::<Vec<_>>(),
+        taken
+            .iter()
+            .map(|r| r.inbox_id.as_str())
+            .collect::<Vec<_>>(),
         [lapsed.as_str()],
         "only the lapsed reply is taken, once"
     );
     let new_owner = taken[0].clone();
     assert_eq!(new_owner.owner_token, FIRST_REPLY_TOKEN + 1, "a new token");
-    assert!(new_owner.owner_expires_at > now_ms() + 30_000, "a fresh hold");
+    assert!(
+        new_owner.owner_expires_at > now_ms() + 30_000,
+        "a fresh hold"
+    );
     let stored = store.channel_reply(&lapsed).await.unwrap().unwrap();
     assert_eq!(
         (stored.owner_host.as_str(), stored.owner_token),
@@ -1316,7 +1328,10 @@ pub async fn channel_reply_ownership(backend: &impl Backend) {
         "a done reply is not sent again"
     );
     let live_row = store.channel_reply(&live).await.unwrap().unwrap();
-    assert_eq!(live_row.owner_token, FIRST_REPLY_TOKEN, "a live hold is untouched");
+    assert_eq!(
+        live_row.owner_token, FIRST_REPLY_TOKEN,
+        "a live hold is untouched"
+    );
 }
 
 fn fire(schedule: &str, at: i64, status: FireStatus, session: Option<&str>) -> ScheduleFire {
@@ -2039,7 +2054,11 @@ pub async fn workspace_blobs_are_collected(backend: &impl Backend) {
     // A message waits in the other session: pruning leaves it.
     let mut b = Batch::durable();
     b.push(Op::InsertSession(session("wrun_gc_new")))
-        .push(Op::InsertInbox(InboxRecord::new("wrun_gc_new", "hi", now_ms())));
+        .push(Op::InsertInbox(InboxRecord::new(
+            "wrun_gc_new",
+            "hi",
+            now_ms(),
+        )));
     store.commit(b).await.unwrap();
     let entry = |path: &str, hash: &str| WorkspaceEntry {
         path: path.to_owned(),
@@ -2096,7 +2115,11 @@ pub async fn workspace_blobs_are_collected(backend: &impl Backend) {
     assert_eq!(stored(&all).await.len(), 4);
 
     let gone = store.collect_workspace_blobs().await.unwrap();
-    assert_eq!(gone, BlobsCollected { blobs: 1, bytes: 4 }, "the overwritten file");
+    assert_eq!(
+        gone,
+        BlobsCollected { blobs: 1, bytes: 4 },
+        "the overwritten file"
+    );
     assert_eq!(stored(&all).await, ["shared", "only_old", "current"]);
 
     // The old session is pruned with its checkpoint; its own file goes, the shared one stays.
@@ -2128,7 +2151,10 @@ pub async fn workspace_blobs_are_collected(backend: &impl Backend) {
         .await;
     assert!(matches!(stale, Err(StoreError::NotFound(_))), "{stale:?}");
     let kept = store.workspace("wrun_gc_new").await.unwrap().unwrap();
-    assert_eq!(kept.entries, vec![entry("a", "shared"), entry("c", "current")]);
+    assert_eq!(
+        kept.entries,
+        vec![entry("a", "shared"), entry("c", "current")]
+    );
 }
 
 pub async fn workspace_checkpoints(backend: &impl Backend) {

@@ -224,8 +224,8 @@ impl Channels {
             if channels.is_empty() {
                 return;
             }
-            let every = (runtime.lease_ttl() / 3)
-                .clamp(Duration::from_millis(50), Duration::from_secs(5));
+            let every =
+                (runtime.lease_ttl() / 3).clamp(Duration::from_millis(50), Duration::from_secs(5));
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => return,

@@ -38,9 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Accept, Extra, Runtime, SessionRef, events};
 use crate::server::error::ApiError;
-use crate::store::{
-    ChannelReplyRecord, ChannelReplyUpdate, FIRST_REPLY_TOKEN, ReplyHeld, Sending,
-};
+use crate::store::{ChannelReplyRecord, ChannelReplyUpdate, FIRST_REPLY_TOKEN, ReplyHeld, Sending};
 
 /// The session id of conversation `key` on the channel `channel` of kind `kind`.
 pub fn session_id(kind: &str, channel: &str, key: &str) -> String {

@@ -266,13 +266,15 @@ async fn count(client: &tokio_postgres::Transaction<'_>, table: &str) -> StoreRe
     Ok(u64::try_from(row.try_get::<_, i64>(0)?).unwrap_or(0))
 }
 
-/// The page of at most [`CHUNK`] rows after the page key `after` (from the start when `None`),
-/// with the page key of its last row.
+/// A page of rows, with the page key of its last row (`None` when empty).
+type Page = (Vec<Vec<Cell>>, Option<Vec<Lite>>);
+
+/// The page of at most [`CHUNK`] rows after the page key `after` (from the start when `None`).
 fn read_chunk(
     conn: &rusqlite::Connection,
     plan: &Plan,
     after: Option<&[Lite]>,
-) -> StoreResult<(Vec<Vec<Cell>>, Option<Vec<Lite>>)> {
+) -> StoreResult<Page> {
     let order = plan.order.join(", ");
     let filter = match after {
         None => String::new(),
@@ -694,7 +696,9 @@ mod tests {
         let (rows, pages) = all_pages(&conn, &log);
         assert_eq!(pages, 3);
         let ns: Vec<Cell> = rows.iter().map(|r| r[1].clone()).collect();
-        let want: Vec<Cell> = (0..total).map(|i| Cell::Int(i64::try_from(i).unwrap())).collect();
+        let want: Vec<Cell> = (0..total)
+            .map(|i| Cell::Int(i64::try_from(i).unwrap()))
+            .collect();
         assert_eq!(ns, want, "insertion order, every row once");
 
         let pairs = Plan {

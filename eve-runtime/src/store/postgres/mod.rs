@@ -581,8 +581,7 @@ impl Store for PgStore {
     ) -> StoreResult<Vec<ChannelReplyRecord>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let taken =
-            sql::claim_replies(&tx, &claim, self.inner.liveness.as_ref(), now_ms()).await?;
+        let taken = sql::claim_replies(&tx, &claim, self.inner.liveness.as_ref(), now_ms()).await?;
         tx.commit().await?;
         Ok(taken)
     }
