@@ -18,10 +18,10 @@ use super::serve::{Server, build};
 const SECRET: &str = "e2e-signing-secret-0123456789abcdef";
 
 /// Requests Slack's Web API received: (path, JSON body).
-type Posts = Arc<Mutex<Vec<(String, Value)>>>;
+pub type Posts = Arc<Mutex<Vec<(String, Value)>>>;
 
 /// A fake of Slack's Web API: answers `{"ok": true}` to every POST and records it.
-fn fake_slack() -> (u16, Posts) {
+pub fn fake_slack() -> (u16, Posts) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let posts: Posts = Arc::default();

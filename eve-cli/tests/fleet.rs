@@ -8,6 +8,10 @@
 //! turn is pinned to, fetched from the store, in the workspace restored from the store. Node
 //! D, as new as C was, then takes a third turn whose tool reads the file again.
 //!
+//! A reply owed to a platform follows the turn across nodes: node A accepts a signed webhook
+//! delivery and is SIGKILLed while the turn's tool runs; node B continues the turn and POSTs the
+//! answer to the platform's `reply_url` exactly once.
+//!
 //! Needs `EVE_TEST_POSTGRES_URL` (`scripts/test.sh` starts a throwaway cluster) and `psql`;
 //! with `EVE_SKIP_POSTGRES=1` it says SKIPPED.
 
@@ -124,7 +128,14 @@ struct Node {
 
 impl Node {
     fn start(root: &Path, store: &str) -> Self {
-        let mut child = eve(root, store, &["serve", "--port", "0"])
+        Self::start_with(root, store, &[])
+    }
+
+    /// A node with extra environment variables.
+    fn start_with(root: &Path, store: &str, env: &[(&str, &str)]) -> Self {
+        let mut cmd = eve(root, store, &["serve", "--port", "0"]);
+        cmd.envs(env.iter().copied());
+        let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -476,4 +487,170 @@ fn eve_store_migrate_moves_a_project_to_postgres_verifiably_and_idempotently() {
         "0",
         "the refused migration wrote nothing (not even the rows it could have copied)"
     );
+}
+
+const HOOK_SECRET: &str = "fleet-webhook-secret-0123456789";
+
+/// The agent of the reply test: a webhook channel whose replies go to `reply_port`, and a tool
+/// that logs each run in `$GATE_DIR/runs` and waits until `$GATE_DIR/open` exists.
+fn hook_agent(reply_port: u16) -> TestAgent {
+    let agent = TestAgent::new();
+    agent.file("sandbox/sandbox.yaml", "provider: host\n");
+    agent.file(
+        "channels/hook.yaml",
+        &format!(
+            "kind: webhook\nsecret: ${{HOOK_SECRET}}\n\
+             reply_url: http://127.0.0.1:{reply_port}/replies\n"
+        ),
+    );
+    agent.tool(
+        "gated",
+        "description: Waits for a gate.\neffect: read\nenv: [GATE_DIR]",
+        "cat >/dev/null\necho run >> \"$GATE_DIR/runs\"\n\
+         while [ ! -e \"$GATE_DIR/open\" ]; do sleep 0.05; done\necho '{\"gated\": \"done\"}'\n",
+    );
+    agent
+}
+
+/// POSTs `body` to the webhook channel of the node on `port`, signed; status and JSON body.
+fn webhook(port: u16, body: &str, delivery: &str) -> (u16, Value) {
+    use hmac::{Hmac, Mac};
+    use std::io::{Read, Write};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(HOOK_SECRET.as_bytes()).unwrap();
+    mac.update(body.as_bytes());
+    let signature = hex::encode(mac.finalize().into_bytes());
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "POST /eve/v1/channels/hook HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nX-Eve-Signature: sha256={signature}\r\n\
+         X-Eve-Delivery: {delivery}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let status = raw.split(' ').nth(1).unwrap().parse().unwrap();
+    let json = raw
+        .split_once("\r\n\r\n")
+        .and_then(|(_, b)| serde_json::from_str(b).ok())
+        .unwrap_or(Value::Null);
+    (status, json)
+}
+
+fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ok() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+#[test]
+fn a_reply_owed_by_a_killed_node_is_sent_once_by_the_node_that_continues_the_turn() {
+    let Some(store) = fresh_store() else { return };
+    let (reply_port, replies) = crate::channels::fake_slack();
+    let gate = tempfile::tempdir().unwrap();
+    let gate_dir = gate.path().display().to_string();
+    let script = r#"[{"tool_calls": [{"name": "gated", "input": {}}]}, {"text": "the answer"}]"#;
+    let env = [
+        ("HOOK_SECRET", HOOK_SECRET),
+        ("GATE_DIR", gate_dir.as_str()),
+        ("EVE_MOCK_SCRIPT", script),
+    ];
+    let (a, b) = (hook_agent(reply_port), hook_agent(reply_port));
+    run_ok(&mut eve(a.root(), &store, &["build", "--publish"]));
+    run_ok(&mut eve(b.root(), &store, &["build", "--publish"]));
+    let node_a = Node::start_with(a.root(), &store, &env);
+    let node_b = Node::start_with(b.root(), &store, &env);
+    let a_pid = node_a.child.id();
+    let b_pid = node_b.child.id();
+
+    let body = json!({"message": "go", "session_key": "fleet-1"}).to_string();
+    let (status, accepted) = webhook(node_a.port, &body, "d-1");
+    assert_eq!(status, 202, "{accepted}");
+    let session = accepted["sessionId"].as_str().unwrap().to_owned();
+    let runs = gate.path().join("runs");
+    wait_until("the tool runs on node A", || runs.exists());
+    assert_eq!(
+        psql(&store, "SELECT owner_pid, owner_token FROM channel_replies"),
+        format!("{a_pid}|1"),
+        "node A owes the reply"
+    );
+    node_a.kill();
+    std::fs::write(gate.path().join("open"), "").unwrap();
+
+    // Node B continues the turn and sends the answer; the reply is then recorded as done, so
+    // nothing can send it again.
+    node_b.wait_for(&session, "turn.completed", 1);
+    wait_until("the reply is recorded as sent", || {
+        psql(&store, "SELECT done FROM channel_replies") == "t"
+    });
+    let sent = replies.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1, "exactly one reply: {sent:?}");
+    let (path, reply) = &sent[0];
+    assert_eq!(path, "/replies");
+    assert_eq!(reply["type"], "turn.completed", "{reply}");
+    assert_eq!(reply["text"], "the answer");
+    assert_eq!(reply["sessionId"], json!(session));
+    assert_eq!(reply["sessionKey"], "fleet-1");
+    assert_eq!(
+        psql(
+            &store,
+            "SELECT owner_pid, owner_token, sending IS NULL FROM channel_replies"
+        ),
+        format!("{b_pid}|2|t"),
+        "node B took the reply over with a newer token"
+    );
+    // A retry of the delivery to the surviving node is recognised across the fleet.
+    let (status, again) = webhook(node_b.port, &body, "d-1");
+    assert_eq!(status, 400, "{again}");
+    assert_eq!(replies.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn pruning_sessions_collects_their_workspace_blobs_and_local_files() {
+    let project = agent("v1");
+    let root = project.root();
+    let sqlite = root.join(".eve/eve.db").display().to_string();
+    run_ok(&mut eve(root, &sqlite, &["build"]));
+    run_ok(&mut eve(root, &sqlite, &["run", "save the note"]));
+    let id: String = support_dev::store(root)
+        .query_row("SELECT id FROM sessions", [], |r| r.get(0))
+        .unwrap();
+    let index = root.join(format!(".eve/workspaces/{id}.json"));
+    let sandbox = root.join(format!(".eve/sandboxes/{id}"));
+    assert!(index.is_file() && sandbox.is_dir());
+    let blobs = sqlite_count(root, "workspace_blobs");
+    assert!(blobs > 0, "the tool's file was checkpointed");
+
+    let out = eve(
+        root,
+        &sqlite,
+        &["sessions", "prune", "--older-than", "0s", "--json"],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["deleted"], json!([id]), "{report}");
+    assert_eq!(report["blobsDeleted"], json!(blobs), "{report}");
+    assert_eq!(sqlite_count(root, "workspace_blobs"), 0);
+    assert_eq!(sqlite_count(root, "workspace_checkpoints"), 0);
+    assert!(
+        !index.exists(),
+        "the node's index of the workspace went too"
+    );
+    assert!(!sandbox.exists());
+
+    // The project keeps working: a new session checkpoints its workspace again.
+    run_ok(&mut eve(root, &sqlite, &["run", "save the note"]));
+    assert!(sqlite_count(root, "workspace_blobs") > 0);
 }

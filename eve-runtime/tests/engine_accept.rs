@@ -166,11 +166,11 @@ async fn two_runtimes_in_one_process_do_not_share_followed_replies() {
     let one = p.runtime(json!([]));
     let two = p.runtime(json!([]));
     let shutdown = CancellationToken::new();
-    let follower = one.follow_reply("inb_1", &shutdown);
+    let follower = one.follow_reply("inb_1", 1, &shutdown);
     assert!(one.reply_followed("inb_1"));
     assert!(!two.reply_followed("inb_1"));
     let stopped = CancellationToken::new();
-    let _other = two.follow_reply("inb_2", &stopped);
+    let _other = two.follow_reply("inb_2", 1, &stopped);
     stopped.cancel();
     assert!(
         !two.reply_followed("inb_2"),

@@ -473,24 +473,22 @@ pub fn prune(args: SessionsPruneArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
     let age = i64::try_from(args.older_than.as_millis()).unwrap_or(i64::MAX);
     let cutoff = eve_runtime::store::now_ms().saturating_sub(age);
-    let deleted = block_on(async {
+    let (deleted, blobs) = block_on(async {
         let runtime = open_runtime(&project).await?;
-        anyhow::Ok(runtime.store().prune_sessions(cutoff).await?)
-    })??;
-    let sandboxes = project.state_dir.join("sandboxes");
-    for id in &deleted {
-        let dir = sandboxes.join(id);
-        if dir.is_dir()
-            && let Err(e) = std::fs::remove_dir_all(&dir)
-        {
-            eprintln!(
-                "warning: cannot remove the workspace {}: {e}",
-                dir.display()
-            );
+        let deleted = runtime.store().prune_sessions(cutoff).await?;
+        // Their folders and indexes here, then the contents no checkpoint references any more.
+        for (path, e) in runtime.remove_local_workspaces(&deleted) {
+            eprintln!("warning: cannot remove {}: {e}", path.display());
         }
-    }
+        let blobs = runtime.store().collect_workspace_blobs().await?;
+        anyhow::Ok((deleted, blobs))
+    })??;
     if args.json {
-        println!("{}", json!({"ok": true, "deleted": deleted}));
+        println!(
+            "{}",
+            json!({"ok": true, "deleted": deleted, "blobsDeleted": blobs.blobs,
+                   "blobBytesDeleted": blobs.bytes})
+        );
         return Ok(ExitCode::SUCCESS);
     }
     eprintln!(

@@ -192,6 +192,9 @@ impl Runtime {
                         owner_host: self.inner.host.clone(),
                         created_at: now,
                         updated_at: now,
+                        owner_token: FIRST_REPLY_TOKEN,
+                        owner_expires_at: now.saturating_add(self.reply_ttl_ms()),
+                        sending: None,
                     });
                 }
                 Extra::ScheduleFire(claim) => schedule = Some(claim),

@@ -12,6 +12,11 @@
 //! rebuilds the folder from the store when the local copy is missing or older (into a staging
 //! folder renamed into place). Checkpoints carry the session's fencing token, so a node that
 //! lost the lease cannot overwrite the new holder's files. Symbolic links are not carried.
+//!
+//! A checkpoint sends only the blobs the store lacks when it looks; if the store collects one
+//! of the others before the checkpoint commits (`eve sessions prune`), the put is refused and
+//! the checkpoint is taken again from scratch, reading every file. When sessions are deleted,
+//! [`Runtime::remove_local_workspaces`] removes their folders and index files on this node.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -22,7 +27,7 @@ use sha2::{Digest, Sha256};
 
 use super::Runtime;
 use super::error::{RuntimeError, RuntimeResult};
-use crate::store::{WorkspaceEntry, WorkspacePut};
+use crate::store::{StoreError, WorkspaceEntry, WorkspacePut};
 
 /// The default of [`crate::env_vars::EVE_WORKSPACE_MAX_BYTES`]: 256 MiB.
 pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
@@ -70,6 +75,36 @@ const INDEXES_KEPT: usize = 4096;
 
 fn other(what: &str, e: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::Other(format!("{what}: {e}"))
+}
+
+impl Runtime {
+    /// Removes this node's copies of the workspaces of `sessions` (deleted from the store): the
+    /// folder `.eve/sandboxes/<session>/` and the index `.eve/workspaces/<session>.json`.
+    /// Returns what could not be removed, with why.
+    pub fn remove_local_workspaces(&self, sessions: &[String]) -> Vec<(PathBuf, std::io::Error)> {
+        let mut failed = Vec::new();
+        for session in sessions.iter().filter(|s| safe_id(s)) {
+            let dir = workspace_dir(self, session);
+            if dir.is_dir()
+                && let Err(e) = std::fs::remove_dir_all(&dir)
+            {
+                failed.push((dir, e));
+            }
+            let index = index_path(self, session);
+            if let Some(cache) = INDEXES
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_mut()
+            {
+                cache.remove(&index);
+            }
+            match std::fs::remove_file(&index) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => failed.push((index, e)),
+                _ => {}
+            }
+        }
+        failed
+    }
 }
 
 fn safe_id(session: &str) -> bool {
@@ -224,12 +259,32 @@ fn size(bytes: u64) -> String {
 /// checkpoint. `Ok(Err(message))` when it is larger than the cap: nothing is stored, and the
 /// message names the size, the cap and the setting that raises it.
 pub(crate) async fn checkpoint(rt: &Runtime, session: &str) -> RuntimeResult<Result<(), String>> {
+    match checkpoint_once(rt, session, false).await {
+        // A blob the store held when looked at was collected before the put: again, sending
+        // every file.
+        Err(RuntimeError::Store(StoreError::NotFound(why))) => {
+            tracing::debug!(session, %why, "a workspace blob was collected; checkpointing again");
+            checkpoint_once(rt, session, true).await
+        }
+        other => other,
+    }
+}
+
+async fn checkpoint_once(
+    rt: &Runtime,
+    session: &str,
+    from_scratch: bool,
+) -> RuntimeResult<Result<(), String>> {
     let dir = workspace_dir(rt, session);
     if !safe_id(session) || disabled(rt) || !dir.is_dir() {
         return Ok(Ok(()));
     }
     let index_file = index_path(rt, session);
-    let index = load_index(&index_file);
+    let index = if from_scratch {
+        Index::default()
+    } else {
+        load_index(&index_file)
+    };
     let cap = max_bytes(rt);
     let scanned = {
         let dir = dir.clone();

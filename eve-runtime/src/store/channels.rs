@@ -10,6 +10,15 @@
 //! was announced already (approval requests), so a restarted server finishes what the killed one
 //! started, without announcing anything twice. The SQL is the SQLite backend's
 //! (`sqlite/channels.rs`).
+//!
+//! **Ownership.** A reply is followed by one process at a time, under a lease of its own: its
+//! owner, an expiry the owner pushes forward while it follows the reply ([`ReplyHeld`]), and a
+//! fencing token that grows with every new owner. A node of a fleet that dies stops renewing;
+//! once the expiry passes another node takes the reply ([`ReplyClaim`], `FOR UPDATE SKIP LOCKED`
+//! on PostgreSQL) with a new token. Before each message is sent, its owner records that it is
+//! sending it, under its token (refused once a newer owner exists), so two owners never both
+//! send: a new owner that finds a message marked as being sent by a dead one treats it as sent
+//! (it may have arrived), as a `write` tool call cut off mid-run is never re-run.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -51,10 +60,63 @@ pub struct ChannelReplyRecord {
     pub owner_pid: u32,
     /// Host of that process.
     pub owner_host: String,
+    /// Fencing token of the owner: grows with every claim ([`FIRST_REPLY_TOKEN`] when written).
+    #[serde(default = "first_token")]
+    pub owner_token: u64,
+    /// When the owner's hold lapses unless renewed (milliseconds since the epoch).
+    #[serde(default)]
+    pub owner_expires_at: i64,
+    /// The message its owner was sending when last recorded ([`Sending`]), cleared once the
+    /// send is recorded: a new owner finding it set treats that message as sent.
+    #[serde(default)]
+    pub sending: Option<Sending>,
     /// Written.
     pub created_at: i64,
     /// Last changed.
     pub updated_at: i64,
+}
+
+/// The fencing token of a reply's first owner (the process that accepted the message).
+pub const FIRST_REPLY_TOKEN: u64 = 1;
+
+fn first_token() -> u64 {
+    FIRST_REPLY_TOKEN
+}
+
+/// A message of a reply whose send has started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Sending {
+    /// The announcement of these input requests.
+    Approval(Vec<String>),
+    /// The final message (the answer, the failure, the cancellation).
+    Final,
+}
+
+/// Which owed replies a process takes ([`crate::store::Store::claim_channel_replies`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyClaim {
+    /// The claiming process.
+    pub pid: u32,
+    /// Its host.
+    pub host: String,
+    /// How long the claimed replies are held without renewal (milliseconds).
+    pub ttl_ms: i64,
+    /// Only replies whose hold has lapsed (a running process's periodic look); otherwise also
+    /// those whose owner the store's liveness policy calls gone (a process starting).
+    pub expired_only: bool,
+    /// Replies this process follows already: never taken.
+    pub skip: Vec<String>,
+}
+
+/// A reply a process follows, by the token it holds it with (renewed by
+/// [`crate::store::Store::renew_channel_replies`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyHeld {
+    /// The message the reply is for.
+    pub inbox_id: String,
+    /// The owner's fencing token.
+    pub token: u64,
 }
 
 /// What accepting a platform message writes besides the message itself.

@@ -27,6 +27,7 @@ mod workspaces;
 pub use builds::{BuildInfo, StoredBuild};
 pub use channels::{
     CHANNEL_ROWS_KEPT_MS, ChannelAccept, ChannelDelivery, ChannelReplyRecord, ChannelReplyUpdate,
+    FIRST_REPLY_TOKEN, ReplyClaim, ReplyHeld, Sending,
 };
 pub use composition::{Budget, CompositionOp, DynamicToolRecord, SubagentCall, SubagentLink};
 pub use drive::DriveState;
@@ -42,7 +43,7 @@ pub use releases::{
 };
 pub use schedules::*;
 pub use sqlite::SqliteStore;
-pub use workspaces::{WorkspaceCheckpoint, WorkspaceEntry, WorkspacePut};
+pub use workspaces::{BlobsCollected, WorkspaceCheckpoint, WorkspaceEntry, WorkspacePut};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -338,14 +339,28 @@ pub trait Store: Send + Sync + 'static {
     async fn channel_replies(&self, pending_only: bool) -> StoreResult<Vec<ChannelReplyRecord>>;
     /// One reply, by the inbox id of its message.
     async fn channel_reply(&self, inbox_id: &str) -> StoreResult<Option<ChannelReplyRecord>>;
-    /// Takes, for the process `pid` on `host`, the owed replies whose owner is gone (as the
-    /// store's [`Liveness`] policy says, this process included); returns them.
+    /// Takes for `claim`'s process the owed replies not in `claim.skip` whose hold has lapsed
+    /// (and, unless `claim.expired_only`, whose owner the store's [`Liveness`] policy calls gone,
+    /// this process included), each with a new fencing token and a hold of `claim.ttl_ms`;
+    /// returns them. Rows another process is claiming at the same moment are skipped, so each
+    /// reply is taken by one claimant.
     async fn claim_channel_replies(
         &self,
-        pid: u32,
-        host: &str,
+        claim: ReplyClaim,
     ) -> StoreResult<Vec<ChannelReplyRecord>>;
-    /// Records a reply's progress (announced requests, done).
+    /// Pushes the hold of the owed replies in `held` (those still held with these tokens) to
+    /// `ttl_ms` from now; returns how many were renewed.
+    async fn renew_channel_replies(&self, held: Vec<ReplyHeld>, ttl_ms: i64) -> StoreResult<usize>;
+    /// Records that the owner holding `held` starts sending `sending` (and renews its hold):
+    /// `false`, and nothing written, when the reply is done or a newer owner holds it; the
+    /// message must then not be sent.
+    async fn start_channel_reply_send(
+        &self,
+        held: ReplyHeld,
+        sending: Sending,
+        ttl_ms: i64,
+    ) -> StoreResult<bool>;
+    /// Records a reply's progress (announced requests, done); clears what was being sent.
     async fn update_channel_reply(&self, update: ChannelReplyUpdate) -> StoreResult<()>;
 
     /// Every release, oldest first.
@@ -372,4 +387,9 @@ pub trait Store: Send + Sync + 'static {
     async fn missing_blobs(&self, hashes: &[String]) -> StoreResult<Vec<String>>;
     /// The contents of one blob.
     async fn blob(&self, hash: &str) -> StoreResult<Option<Vec<u8>>>;
+    /// Deletes the workspace blobs no stored checkpoint references (those of pruned sessions,
+    /// and contents no session's latest checkpoint holds any more); returns what went. A put
+    /// racing with it either sees its blobs kept or is refused ([`StoreError::NotFound`]) and
+    /// can be tried again.
+    async fn collect_workspace_blobs(&self) -> StoreResult<BlobsCollected>;
 }

@@ -7,6 +7,12 @@
 //! version that grows by one per checkpoint, so a node can tell whether its local copy is older
 //! than the store's. Checkpoints are fenced like commits: a node that lost the session's lease
 //! cannot overwrite the new holder's workspace.
+//!
+//! Blobs no checkpoint references (a pruned session's, a file overwritten since) are deleted by
+//! [`super::Store::collect_workspace_blobs`] (`eve sessions prune` runs it). A put checks,
+//! inside its transaction, that every blob it references is stored, and a collection never runs
+//! in the middle of a put (SQLite's single writer; a PostgreSQL advisory lock every put shares
+//! and a collection takes alone), so a checkpoint never references a collected blob.
 
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +68,27 @@ impl WorkspacePut {
     pub fn bytes(&self) -> u64 {
         self.entries.iter().map(|e| e.size).sum()
     }
+}
+
+/// What a collection of workspace blobs deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlobsCollected {
+    /// Blobs deleted.
+    pub blobs: u64,
+    /// Their total size in bytes.
+    pub bytes: u64,
+}
+
+/// The blob hashes referenced by the checkpoint trees in `trees`.
+pub(crate) fn referenced_blobs<'a>(
+    trees: impl IntoIterator<Item = &'a str>,
+) -> super::StoreResult<std::collections::HashSet<String>> {
+    let mut hashes = std::collections::HashSet::new();
+    for tree in trees {
+        let (entries, _) = tree_from_json(tree)?;
+        hashes.extend(entries.into_iter().map(|e| e.hash));
+    }
+    Ok(hashes)
 }
 
 /// Encodes a checkpoint's tree for its row.

@@ -38,6 +38,9 @@ fn reply(inbox_id: &str, pid: u32, host: &str) -> Option<ChannelReplyRecord> {
         owner_host: host.to_owned(),
         created_at: now_ms(),
         updated_at: now_ms(),
+        owner_token: FIRST_REPLY_TOKEN,
+        owner_expires_at: now_ms() + 60_000,
+        sending: None,
     })
 }
 
@@ -145,7 +148,13 @@ async fn owed_replies_are_taken_from_processes_that_are_gone() {
             .unwrap();
     }
     let mut taken: Vec<String> = store
-        .claim_channel_replies(me, "here")
+        .claim_channel_replies(ReplyClaim {
+            pid: me,
+            host: "here".to_owned(),
+            ttl_ms: 5_000,
+            expired_only: false,
+            skip: Vec::new(),
+        })
         .await
         .unwrap()
         .into_iter()

@@ -49,6 +49,8 @@ pub async fn run_all<B: Backend>(make: impl Fn() -> B) {
     workspace_checkpoints(&make()).await;
     sessions_with_work_leaves_out_live_leases(&make()).await;
     rows_written_twice_in_a_batch_and_commit_reading(&make()).await;
+    channel_reply_ownership(&make()).await;
+    workspace_blobs_are_collected(&make()).await;
 }
 
 /// One `#[tokio::test]` per promise, on backends made by `$make`.
@@ -93,6 +95,8 @@ macro_rules! store_contract_tests {
             workspace_checkpoints,
             sessions_with_work_leaves_out_live_leases,
             rows_written_twice_in_a_batch_and_commit_reading,
+            channel_reply_ownership,
+            workspace_blobs_are_collected,
         );
     };
 }
@@ -1054,6 +1058,20 @@ fn reply(inbox_id: &str, session: &str, pid: u32, host: &str) -> ChannelReplyRec
         owner_host: host.into(),
         created_at: 0,
         updated_at: 0,
+        owner_token: FIRST_REPLY_TOKEN,
+        owner_expires_at: now_ms() + 60_000,
+        sending: None,
+    }
+}
+
+/// A claim at a process's start (every owed reply whose owner is gone, as the store judges).
+fn start_claim(pid: u32, host: &str) -> ReplyClaim {
+    ReplyClaim {
+        pid,
+        host: host.into(),
+        ttl_ms: 5_000,
+        expired_only: false,
+        skip: Vec::new(),
     }
 }
 
@@ -1109,7 +1127,10 @@ pub async fn channel_rows(backend: &impl Backend) {
         .update_channel_reply(update(false, &["req_1"]))
         .await
         .unwrap();
-    let taken = store.claim_channel_replies(me, "host-c").await.unwrap();
+    let taken = store
+        .claim_channel_replies(start_claim(me, "host-c"))
+        .await
+        .unwrap();
     assert_eq!(taken.len(), 1, "this process's owed reply is taken back");
     assert_eq!(taken[0].announced, vec!["req_1".to_owned()]);
     assert_eq!(taken[0].address["edited"], json!(true));
@@ -1127,7 +1148,7 @@ pub async fn channel_rows(backend: &impl Backend) {
     assert_eq!(store.channel_replies(false).await.unwrap().len(), 1);
     assert!(
         store
-            .claim_channel_replies(me, "host-c")
+            .claim_channel_replies(start_claim(me, "host-c"))
             .await
             .unwrap()
             .is_empty()
@@ -1151,6 +1172,167 @@ pub async fn channel_rows(backend: &impl Backend) {
             .unwrap()
             .is_some(),
         "without a delivery id nothing is de-duplicated"
+    );
+}
+
+/// Accepts a message on `session` whose reply is owed by `pid` on `host`, held until
+/// `expires_at`; returns its inbox id.
+async fn owed_reply(
+    store: &dyn Store,
+    session: &str,
+    pid: u32,
+    host: &str,
+    expires_at: i64,
+) -> String {
+    let m = InboxRecord::new(session, "hello", now_ms());
+    let mut r = reply(&m.id, session, pid, host);
+    r.owner_expires_at = expires_at;
+    let accept = ChannelAccept {
+        delivery: None,
+        reply: Some(r),
+    };
+    let mut b = Batch::durable();
+    b.push(Op::InsertInbox(m.clone()));
+    assert!(
+        store
+            .accept_channel_message(accept, b)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    m.id
+}
+
+/// A reply is held under an expiry and a fencing token: a node's periodic claim takes only
+/// replies whose hold lapsed (never one it follows), each once however many nodes claim at
+/// once, with a new token; the old owner can neither renew nor start a send, the new one can;
+/// a send in progress is visible to the next owner, and a done reply cannot be sent again.
+pub async fn channel_reply_ownership(backend: &impl Backend) {
+    let store = backend.open();
+    let other = backend.open();
+    create(store.as_ref(), session("wrun_o")).await;
+    let now = now_ms();
+    let live = owed_reply(store.as_ref(), "wrun_o", 4242, "node-a", now + 60_000).await;
+    let lapsed = owed_reply(store.as_ref(), "wrun_o", 4242, "node-a", now - 1).await;
+    let followed = owed_reply(store.as_ref(), "wrun_o", 4242, "node-a", now - 1).await;
+    let periodic = |host: &str, skip: &[&String]| ReplyClaim {
+        pid: 7,
+        host: host.into(),
+        ttl_ms: 60_000,
+        expired_only: true,
+        skip: skip.iter().map(|s| (*s).clone()).collect(),
+    };
+
+    // Two nodes claim at once: the lapsed reply goes to exactly one of them, the live one and
+    // the one a node follows to none.
+    let (a, b) = tokio::join!(
+        store.claim_channel_replies(periodic("node-b", &[&followed])),
+        other.claim_channel_replies(periodic("node-c", &[&followed])),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let taken: Vec<&ChannelReplyRecord> = a.iter().chain(b.iter()).collect();
+    assert_eq!(
+        taken
+            .iter()
+            .map(|r| r.inbox_id.as_str())
+            .collect::<Vec<_>>(),
+        [lapsed.as_str()],
+        "only the lapsed reply is taken, once"
+    );
+    let new_owner = taken[0].clone();
+    assert_eq!(new_owner.owner_token, FIRST_REPLY_TOKEN + 1, "a new token");
+    assert!(
+        new_owner.owner_expires_at > now_ms() + 30_000,
+        "a fresh hold"
+    );
+    let stored = store.channel_reply(&lapsed).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.owner_host.as_str(), stored.owner_token),
+        (new_owner.owner_host.as_str(), new_owner.owner_token)
+    );
+    assert!(
+        store
+            .claim_channel_replies(periodic("node-d", &[]))
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.inbox_id == followed),
+        "a reply just taken is held"
+    );
+
+    // The old owner is fenced off; the new one renews and starts sending.
+    let held = |token: u64| ReplyHeld {
+        inbox_id: lapsed.clone(),
+        token,
+    };
+    assert_eq!(
+        store
+            .renew_channel_replies(vec![held(FIRST_REPLY_TOKEN)], 60_000)
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(
+        !store
+            .start_channel_reply_send(held(FIRST_REPLY_TOKEN), Sending::Final, 60_000)
+            .await
+            .unwrap(),
+        "the old owner may not send"
+    );
+    let token = new_owner.owner_token;
+    assert_eq!(
+        store
+            .renew_channel_replies(vec![held(token)], 60_000)
+            .await
+            .unwrap(),
+        1
+    );
+    let approval = Sending::Approval(vec!["req_9".into()]);
+    assert!(
+        store
+            .start_channel_reply_send(held(token), approval.clone(), 0)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.channel_reply(&lapsed).await.unwrap().unwrap().sending,
+        Some(approval.clone())
+    );
+
+    // Its owner stops mid-send (the hold of 0 ms lapsed at once): the next owner sees what
+    // was being sent.
+    let next = other
+        .claim_channel_replies(periodic("node-e", &[&followed]))
+        .await
+        .unwrap();
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].inbox_id, lapsed);
+    assert_eq!(next[0].sending, Some(approval));
+    assert_eq!(next[0].owner_token, token + 1);
+
+    // Recording the send clears it; a done reply cannot be sent again.
+    let done = ChannelReplyUpdate {
+        inbox_id: lapsed.clone(),
+        address: json!({}),
+        announced: vec!["req_9".into()],
+        done: true,
+        detail: None,
+    };
+    store.update_channel_reply(done).await.unwrap();
+    let stored = store.channel_reply(&lapsed).await.unwrap().unwrap();
+    assert!(stored.done);
+    assert_eq!(stored.sending, None);
+    assert!(
+        !store
+            .start_channel_reply_send(held(token + 1), Sending::Final, 60_000)
+            .await
+            .unwrap(),
+        "a done reply is not sent again"
+    );
+    let live_row = store.channel_reply(&live).await.unwrap().unwrap();
+    assert_eq!(
+        live_row.owner_token, FIRST_REPLY_TOKEN,
+        "a live hold is untouched"
     );
 }
 
@@ -1866,6 +2048,117 @@ pub async fn builds_are_stored_by_hash(backend: &impl Backend) {
 /// Workspace checkpoints: blobs are stored once (de-duplicated across sessions), versions grow
 /// by one per checkpoint, an entry without its blob is refused, and a writer whose lease moved
 /// on is fenced out.
+/// Blobs no checkpoint references are collected (a file overwritten since, a pruned session's
+/// files); shared and current ones stay; a put that counted on a collected blob is refused.
+pub async fn workspace_blobs_are_collected(backend: &impl Backend) {
+    let store = backend.open();
+    create(store.as_ref(), session("wrun_gc_old")).await;
+    // A message waits in the other session: pruning leaves it.
+    let mut b = Batch::durable();
+    b.push(Op::InsertSession(session("wrun_gc_new")))
+        .push(Op::InsertInbox(InboxRecord::new(
+            "wrun_gc_new",
+            "hi",
+            now_ms(),
+        )));
+    store.commit(b).await.unwrap();
+    let entry = |path: &str, hash: &str| WorkspaceEntry {
+        path: path.to_owned(),
+        hash: hash.to_owned(),
+        size: 4,
+        mode: 0o644,
+    };
+    let put = |session: &str, entries: Vec<WorkspaceEntry>, blobs: &[&str]| WorkspacePut {
+        session_id: session.to_owned(),
+        entries,
+        dirs: Vec::new(),
+        blobs: blobs
+            .iter()
+            .map(|h| ((*h).to_owned(), h.as_bytes()[..4].to_vec()))
+            .collect(),
+        fence: None,
+    };
+    store
+        .put_workspace(put(
+            "wrun_gc_old",
+            vec![entry("a", "shared"), entry("b", "only_old")],
+            &["shared", "only_old"],
+        ))
+        .await
+        .unwrap();
+    store
+        .put_workspace(put(
+            "wrun_gc_new",
+            vec![entry("a", "shared"), entry("c", "overwritten")],
+            &["overwritten"],
+        ))
+        .await
+        .unwrap();
+    store
+        .put_workspace(put(
+            "wrun_gc_new",
+            vec![entry("a", "shared"), entry("c", "current")],
+            &["current"],
+        ))
+        .await
+        .unwrap();
+    let stored = |hashes: &[&str]| {
+        let store = store.clone();
+        let hashes: Vec<String> = hashes.iter().map(|h| (*h).to_owned()).collect();
+        async move {
+            let missing = store.missing_blobs(&hashes).await.unwrap();
+            hashes
+                .into_iter()
+                .filter(|h| !missing.contains(h))
+                .collect::<Vec<_>>()
+        }
+    };
+    let all = ["shared", "only_old", "overwritten", "current"];
+    assert_eq!(stored(&all).await.len(), 4);
+
+    let gone = store.collect_workspace_blobs().await.unwrap();
+    assert_eq!(
+        gone,
+        BlobsCollected { blobs: 1, bytes: 4 },
+        "the overwritten file"
+    );
+    assert_eq!(stored(&all).await, ["shared", "only_old", "current"]);
+
+    // The old session is pruned with its checkpoint; its own file goes, the shared one stays.
+    let cutoff = now_ms() + 1;
+    while now_ms() <= cutoff {
+        std::hint::spin_loop();
+    }
+    let pruned = store.prune_sessions(cutoff).await.unwrap();
+    assert_eq!(pruned, ["wrun_gc_old"]);
+    assert!(store.workspace("wrun_gc_old").await.unwrap().is_none());
+    let gone = store.collect_workspace_blobs().await.unwrap();
+    assert_eq!(gone.blobs, 1);
+    assert_eq!(stored(&all).await, ["shared", "current"]);
+    assert_eq!(store.blob("only_old").await.unwrap(), None);
+    assert_eq!(
+        store.collect_workspace_blobs().await.unwrap(),
+        BlobsCollected::default(),
+        "nothing more to collect"
+    );
+
+    // A node that saw `only_old` stored before it was collected, and so did not send it, is
+    // refused rather than left with a checkpoint naming a missing blob.
+    let stale = store
+        .put_workspace(put(
+            "wrun_gc_new",
+            vec![entry("a", "shared"), entry("b", "only_old")],
+            &[],
+        ))
+        .await;
+    assert!(matches!(stale, Err(StoreError::NotFound(_))), "{stale:?}");
+    let kept = store.workspace("wrun_gc_new").await.unwrap().unwrap();
+    assert_eq!(
+        kept.entries,
+        vec![entry("a", "shared"), entry("c", "current")]
+    );
+}
+
 pub async fn workspace_checkpoints(backend: &impl Backend) {
     let store = backend.open();
     let other_node = backend.open();

@@ -28,6 +28,7 @@ mod webhook;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
@@ -208,14 +209,33 @@ impl Channels {
     /// a previous process accepted and could not answer (it was stopped or killed mid-turn): each
     /// is rebuilt from its stored address and follows its turn from where it was accepted. The
     /// reply of a channel whose file was removed (or whose kind changed) is closed with a
-    /// warning. Called when a server's routes are built; does nothing outside a Tokio runtime.
+    /// warning. Then, every third of the lease TTL, renews the holds of the replies this server
+    /// follows and takes those whose hold lapsed (a node of the fleet died, or this server's own
+    /// follower stopped). Called when a server's routes are built; does nothing outside a Tokio
+    /// runtime.
     pub(crate) fn resume_replies(&self, runtime: &Runtime, shutdown: &CancellationToken) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let (channels, runtime, shutdown) = (self.clone(), runtime.clone(), shutdown.clone());
         handle.spawn(async move {
-            session::resume(&runtime, &shutdown, |record| channels.rebuild(record)).await;
+            let rebuild = |record: &ChannelReplyRecord| channels.rebuild(record);
+            session::resume(&runtime, &shutdown, false, rebuild).await;
+            if channels.is_empty() {
+                return;
+            }
+            let every =
+                (runtime.lease_ttl() / 3).clamp(Duration::from_millis(50), Duration::from_secs(5));
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(every) => {}
+                }
+                if let Err(e) = runtime.renew_followed_replies().await {
+                    tracing::warn!(error = %e, "cannot renew the replies owed to platforms");
+                }
+                session::resume(&runtime, &shutdown, true, rebuild).await;
+            }
         });
     }
 

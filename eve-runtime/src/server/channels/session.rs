@@ -23,6 +23,14 @@
 //! they are sent. A server that starts ([`resume`]) takes the replies whose process is gone,
 //! rebuilds each from its address and follows its turn from the recorded index, skipping the
 //! approvals already announced; a process follows each reply at most once.
+//!
+//! **Ownership across a fleet.** A reply is held by the process following it, under a hold it
+//! renews and a fencing token (`store/channels.rs`); a running server also takes, every third of
+//! the lease TTL, the replies whose hold lapsed (their node died or was cut off), so the node
+//! that continues a dead node's turn is not the only one that could answer: some node sends it.
+//! Before each message the follower records, under its token, that it starts sending it; a
+//! follower whose token is no longer the newest stops without sending. A new owner treats a
+//! message recorded as being sent as sent: the answer is sent at most once, never twice.
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -30,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Accept, Extra, Runtime, SessionRef, events};
 use crate::server::error::ApiError;
-use crate::store::{ChannelReplyRecord, ChannelReplyUpdate};
+use crate::store::{ChannelReplyRecord, ChannelReplyUpdate, FIRST_REPLY_TOKEN, ReplyHeld, Sending};
 
 /// The session id of conversation `key` on the channel `channel` of kind `kind`.
 pub fn session_id(kind: &str, channel: &str, key: &str) -> String {
@@ -98,6 +106,8 @@ pub struct Accepted {
     pub inbox_id: String,
     /// Event index of the session before the message was accepted.
     pub from: u64,
+    /// The fencing token this process holds the reply with.
+    pub token: u64,
 }
 
 /// What a platform message brings besides its text.
@@ -191,6 +201,7 @@ async fn accept_into(
             inbox_id: a.inbox_id?,
             session: a.session,
             from: a.from,
+            token: FIRST_REPLY_TOKEN,
         })
     }))
 }
@@ -285,7 +296,7 @@ pub fn spawn_reply(
     reply: Box<dyn Reply>,
     announced: Vec<String>,
 ) {
-    let registered = runtime.follow_reply(&accepted.inbox_id, &shutdown);
+    let registered = runtime.follow_reply(&accepted.inbox_id, accepted.token, &shutdown);
     tokio::spawn(async move {
         let _registered = registered;
         let mut progress = Progress {
@@ -293,29 +304,57 @@ pub fn spawn_reply(
             announced,
             runtime: &runtime,
             inbox_id: &accepted.inbox_id,
+            token: accepted.token,
         };
         follow_turn(&runtime, &accepted, &shutdown, &mut progress).await;
     });
 }
 
-/// Resumes the replies owed to platforms whose process is gone (run when a server starts):
-/// `rebuild` makes each reply again from its channel name, session and address, or says why it
-/// cannot (the channel file was removed: the reply is closed, with a warning).
+/// Takes over the replies owed to platforms that nobody follows: at a server's start
+/// (`expired_only` false) those whose process is gone, and at any time those whose hold lapsed
+/// (their node died or lost the store). `rebuild` makes each reply again from its channel name,
+/// session and address, or says why it cannot (the channel file was removed: the reply is
+/// closed, with a warning). A reply whose final message was being sent when its owner stopped
+/// is closed as sent; approvals being announced count as announced.
 pub async fn resume(
     runtime: &Runtime,
     shutdown: &CancellationToken,
+    expired_only: bool,
     rebuild: impl Fn(&ChannelReplyRecord) -> Result<Box<dyn Reply>, String>,
 ) {
-    let owed = match runtime.claim_owed_replies().await {
+    let owed = match runtime.claim_owed_replies(expired_only).await {
         Ok(owed) => owed,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the replies owed to platforms");
             return;
         }
     };
-    for record in owed {
+    for mut record in owed {
         if runtime.reply_followed(&record.inbox_id) {
             continue;
+        }
+        match record.sending.take() {
+            Some(Sending::Final) => {
+                tracing::warn!(
+                    channel = %record.channel,
+                    session = %record.session_id,
+                    "the process sending the answer to a platform message stopped while sending \
+                     it; it is not sent again"
+                );
+                let why = "the process sending the answer stopped while sending it (it may not \
+                           have arrived); not sent again"
+                    .to_owned();
+                close(runtime, &record, why).await;
+                continue;
+            }
+            Some(Sending::Approval(ids)) => {
+                for id in ids {
+                    if !record.announced.contains(&id) {
+                        record.announced.push(id);
+                    }
+                }
+            }
+            None => {}
         }
         match rebuild(&record) {
             Ok(reply) => spawn_reply(
@@ -324,6 +363,7 @@ pub async fn resume(
                     session: record.session_id.clone(),
                     inbox_id: record.inbox_id.clone(),
                     from: record.from_index,
+                    token: record.owner_token,
                 },
                 shutdown.clone(),
                 reply,
@@ -361,11 +401,15 @@ struct Progress<'a> {
     announced: Vec<String>,
     runtime: &'a Runtime,
     inbox_id: &'a str,
+    /// The fencing token the reply is held with.
+    token: u64,
 }
 
 impl Progress<'_> {
-    /// Sends `outgoing` (what was not announced yet), then records it.
-    async fn send(&mut self, outgoing: Outgoing) {
+    /// Sends `outgoing` (what was not announced yet), then records it. `false` when this
+    /// process no longer holds the reply (another took it over, or the store cannot say): the
+    /// message is not sent and the follower stops.
+    async fn send(&mut self, outgoing: Outgoing) -> bool {
         let done = outgoing.is_final();
         let outgoing = match outgoing {
             Outgoing::Approval { session, pending } => {
@@ -374,10 +418,8 @@ impl Progress<'_> {
                     .filter(|p| !self.announced.contains(&p.request_id))
                     .collect();
                 if fresh.is_empty() {
-                    return;
+                    return true;
                 }
-                self.announced
-                    .extend(fresh.iter().map(|p| p.request_id.clone()));
                 Outgoing::Approval {
                     session,
                     pending: fresh,
@@ -385,8 +427,40 @@ impl Progress<'_> {
             }
             other => other,
         };
+        let sending = match &outgoing {
+            Outgoing::Approval { pending, .. } => {
+                Sending::Approval(pending.iter().map(|p| p.request_id.clone()).collect())
+            }
+            _ => Sending::Final,
+        };
+        let held = ReplyHeld {
+            inbox_id: self.inbox_id.to_owned(),
+            token: self.token,
+        };
+        let store = self.runtime.store();
+        match store
+            .start_channel_reply_send(held, sending.clone(), self.runtime.reply_ttl_ms())
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::info!(
+                    inbox = self.inbox_id,
+                    "the reply to a platform message is held by another process now"
+                );
+                return false;
+            }
+            Err(e) => {
+                tracing::warn!(inbox = self.inbox_id, error = %e, "cannot record a platform reply");
+                return false;
+            }
+        }
+        if let Sending::Approval(ids) = sending {
+            self.announced.extend(ids);
+        }
         self.reply.send(outgoing).await;
         self.record(done, None).await;
+        true
     }
 
     async fn record(&self, done: bool, detail: Option<String>) {
@@ -489,8 +563,7 @@ async fn follow_turn(
             _ => continue,
         };
         let last = outgoing.is_final();
-        progress.send(outgoing).await;
-        if last {
+        if !progress.send(outgoing).await || last {
             return;
         }
     }

@@ -3,15 +3,22 @@
 //!
 //! A build insert races safely between nodes (`ON CONFLICT DO NOTHING`, then a comparison with
 //! what won). A workspace checkpoint locks its session's checkpoint row while it computes the
-//! next version, and checks the writer's fencing token in the same transaction.
+//! next version, and checks the writer's fencing token in the same transaction. Every put holds
+//! the schema's workspace advisory lock shared, and a collection of unreferenced blobs holds it
+//! alone: a collection never deletes a blob between a put's check that it is stored and the
+//! put's commit.
 
 use deadpool_postgres::GenericClient;
 
 use crate::store::builds::conflict;
-use crate::store::workspaces::{tree_from_json, tree_json};
+use crate::store::workspaces::{referenced_blobs, tree_from_json, tree_json};
 use crate::store::{
-    BuildInfo, Fence, StoreError, StoreResult, StoredBuild, WorkspaceCheckpoint, WorkspacePut,
+    BlobsCollected, BuildInfo, Fence, StoreError, StoreResult, StoredBuild, WorkspaceCheckpoint,
+    WorkspacePut,
 };
+
+/// The key of the workspace advisory lock of the store's schema.
+const BLOBS_LOCK: &str = "hashtext('eve-workspace-blobs:' || current_schema())";
 
 fn i(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
@@ -99,6 +106,11 @@ pub(super) async fn put_workspace<C: GenericClient>(
     put: &WorkspacePut,
     now: i64,
 ) -> StoreResult<u64> {
+    c.execute(
+        &format!("SELECT pg_advisory_xact_lock_shared({BLOBS_LOCK})"),
+        &[],
+    )
+    .await?;
     if let Some(token) = put.fence {
         super::sql::check_fences(
             c,
@@ -212,4 +224,32 @@ pub(super) async fn blob<C: GenericClient>(c: &C, hash: &str) -> StoreResult<Opt
         .await?
         .map(|r| r.try_get(0))
         .transpose()?)
+}
+
+/// Deletes the blobs no checkpoint references, inside the caller's transaction, holding the
+/// workspace lock alone (puts in progress finish first; new ones wait).
+pub(super) async fn collect_blobs<C: GenericClient>(c: &C) -> StoreResult<BlobsCollected> {
+    c.execute(&format!("SELECT pg_advisory_xact_lock({BLOBS_LOCK})"), &[])
+        .await?;
+    let trees = c
+        .query("SELECT tree FROM workspace_checkpoints", &[])
+        .await?;
+    let trees: Vec<String> = trees
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
+    let keep: Vec<String> = referenced_blobs(trees.iter().map(String::as_str))?
+        .into_iter()
+        .collect();
+    let row = c
+        .query_one(
+            "WITH gone AS (DELETE FROM workspace_blobs WHERE hash <> ALL($1) RETURNING size) \
+             SELECT count(*), COALESCE(sum(size), 0)::BIGINT FROM gone",
+            &[&keep],
+        )
+        .await?;
+    Ok(BlobsCollected {
+        blobs: u(row.try_get(0)?),
+        bytes: u(row.try_get(1)?),
+    })
 }

@@ -9,6 +9,9 @@
 //! in insertion order, so PostgreSQL's `ord` columns keep their order, and written in one
 //! PostgreSQL transaction under an advisory lock: either the whole store moves, or nothing.
 //!
+//! Each table is read in pages by key (after the last row read: `rowid`, or the primary key of
+//! a table without one), so a page costs the same at the end of a large table as at its start.
+//!
 //! A row whose key the target already holds is compared with it: the same row is skipped (so a
 //! second run copies nothing), a different one refuses the migration, naming the table and the
 //! key. Afterwards the row counts of every table are compared, and a few rows of each table
@@ -198,8 +201,9 @@ struct Plan {
     columns: Vec<Column>,
     /// Indexes (into `columns`) of the primary key.
     key: Vec<usize>,
-    /// `ORDER BY` of the SQLite read (insertion order where there is one).
-    order: String,
+    /// The SQLite read's order and page key: `rowid` (insertion order) where there is one,
+    /// else the primary key's columns, quoted.
+    order: Vec<String>,
 }
 
 fn sqlite_tables(conn: &rusqlite::Connection) -> StoreResult<Vec<String>> {
@@ -262,28 +266,71 @@ async fn count(client: &tokio_postgres::Transaction<'_>, table: &str) -> StoreRe
     Ok(u64::try_from(row.try_get::<_, i64>(0)?).unwrap_or(0))
 }
 
+/// A page of rows, with the page key of its last row (`None` when empty).
+type Page = (Vec<Vec<Cell>>, Option<Vec<Lite>>);
+
+/// The page of at most [`CHUNK`] rows after the page key `after` (from the start when `None`).
 fn read_chunk(
     conn: &rusqlite::Connection,
     plan: &Plan,
-    offset: usize,
-) -> StoreResult<Vec<Vec<Cell>>> {
-    let cols = plan
-        .columns
-        .iter()
-        .map(|c| format!("\"{}\"", c.name))
-        .collect::<Vec<_>>()
-        .join(", ");
+    after: Option<&[Lite]>,
+) -> StoreResult<Page> {
+    let order = plan.order.join(", ");
+    let filter = match after {
+        None => String::new(),
+        Some(key) => {
+            let marks = (1..=key.len())
+                .map(|i| format!("?{i}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!("WHERE ({order}) > ({marks})")
+        }
+    };
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {cols} FROM \"{}\" ORDER BY {} LIMIT {CHUNK} OFFSET {offset}",
-        plan.table, plan.order
+        "SELECT {order}, {} FROM \"{}\" {filter} ORDER BY {order} LIMIT {CHUNK}",
+        names(plan),
+        plan.table
+    ))?;
+    let (k, n) = (plan.order.len(), plan.columns.len());
+    let params = rusqlite::params_from_iter(after.unwrap_or_default());
+    let rows = stmt.query_map(params, |r| {
+        let key = (0..k)
+            .map(|i| r.get::<_, Lite>(i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cells = (k..k + n)
+            .map(|i| r.get::<_, Lite>(i).map(Cell::from_lite))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((key, cells))
+    })?;
+    let mut page = Vec::new();
+    let mut last = None;
+    for row in rows {
+        let (key, cells) = row?;
+        page.push(cells);
+        last = Some(key);
+    }
+    Ok((page, last))
+}
+
+/// The row at `offset` in the read order (spot checks read three per table).
+fn read_at(
+    conn: &rusqlite::Connection,
+    plan: &Plan,
+    offset: usize,
+) -> StoreResult<Option<Vec<Cell>>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {} FROM \"{}\" ORDER BY {} LIMIT 1 OFFSET {offset}",
+        names(plan),
+        plan.table,
+        plan.order.join(", ")
     ))?;
     let n = plan.columns.len();
-    let rows = stmt.query_map([], |r| {
+    let mut rows = stmt.query_map([], |r| {
         (0..n)
             .map(|i| r.get::<_, Lite>(i).map(Cell::from_lite))
             .collect::<Result<Vec<_>, _>>()
     })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    Ok(rows.next().transpose()?)
 }
 
 /// Copies the SQLite store at `from` into the PostgreSQL store at `to` (migrating both to
@@ -367,15 +414,17 @@ async fn copy_all(
             .prepare(&format!("SELECT rowid FROM \"{table}\" LIMIT 0"))
             .is_ok();
         let order = if has_rowid {
-            "rowid".to_owned()
+            vec!["rowid".to_owned()]
         } else {
             let mut pk: Vec<(String, i64)> = source.into_iter().filter(|(_, p)| *p > 0).collect();
             pk.sort_by_key(|(_, p)| *p);
-            pk.into_iter()
-                .map(|(n, _)| format!("\"{n}\""))
-                .collect::<Vec<_>>()
-                .join(", ")
+            pk.into_iter().map(|(n, _)| format!("\"{n}\"")).collect()
         };
+        if order.is_empty() {
+            return Err(StoreError::Corrupt(format!(
+                "{table}: the SQLite table has neither a rowid nor a primary key to read it by"
+            )));
+        }
         plans.push(Plan {
             table,
             columns,
@@ -461,13 +510,13 @@ async fn copy_table(
         .map(|&i| plan.columns[i].name.clone())
         .collect();
     let mut copied = 0u64;
-    let mut offset = 0;
+    let mut after: Option<Vec<Lite>> = None;
     loop {
-        let rows = read_chunk(lite, plan, offset)?;
+        let (rows, last) = read_chunk(lite, plan, after.as_deref())?;
         if rows.is_empty() {
             break;
         }
-        offset += rows.len();
+        after = last;
         for row in rows {
             let params = row
                 .iter()
@@ -543,7 +592,7 @@ async fn spot_check(
         .collect();
     let mut checked = Vec::new();
     for offset in offsets.into_iter().filter(|o| *o < total) {
-        let Some(row) = read_chunk(lite, plan, offset)?.into_iter().next() else {
+        let Some(row) = read_at(lite, plan, offset)? else {
             continue;
         };
         let key: Vec<Cell> = plan.key.iter().map(|&k| row[k].clone()).collect();
@@ -591,5 +640,98 @@ mod tests {
         assert!(!same(&Cell::Null, &Cell::Int(0)));
         let long = Cell::Text("x".repeat(100));
         assert_eq!(long.shown().chars().count(), 41);
+    }
+
+    /// Every row of `plan`'s table, read page by page as the copy reads them.
+    fn all_pages(conn: &rusqlite::Connection, plan: &Plan) -> (Vec<Vec<Cell>>, usize) {
+        let (mut rows, mut pages, mut after) = (Vec::new(), 0, None::<Vec<Lite>>);
+        loop {
+            let (page, last) = read_chunk(conn, plan, after.as_deref()).unwrap();
+            if page.is_empty() {
+                return (rows, pages);
+            }
+            assert!(page.len() <= CHUNK);
+            pages += 1;
+            rows.extend(page);
+            after = last;
+        }
+    }
+
+    fn column(name: &str, ty: Type) -> Column {
+        Column {
+            name: name.to_owned(),
+            ty,
+        }
+    }
+
+    #[test]
+    fn tables_are_read_in_pages_by_key_every_row_once_in_order() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE log (id TEXT PRIMARY KEY, n INTEGER NOT NULL);
+             CREATE TABLE pairs (a TEXT NOT NULL, b INTEGER NOT NULL, v TEXT,
+                                 PRIMARY KEY (a, b)) WITHOUT ROWID;",
+        )
+        .unwrap();
+        let total = CHUNK * 2 + 7;
+        for i in 0..total {
+            // Insertion order differs from id order: rowid pages keep insertion order.
+            conn.execute(
+                "INSERT INTO log VALUES (?1, ?2)",
+                rusqlite::params![format!("k{:05}", total - i), i64::try_from(i).unwrap()],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO pairs VALUES (?1, ?2, 'x')",
+                rusqlite::params![format!("g{}", i % 3), i64::try_from(i).unwrap()],
+            )
+            .unwrap();
+        }
+        let log = Plan {
+            table: "log".into(),
+            columns: vec![column("id", Type::TEXT), column("n", Type::INT8)],
+            key: vec![0],
+            order: vec!["rowid".into()],
+        };
+        let (rows, pages) = all_pages(&conn, &log);
+        assert_eq!(pages, 3);
+        let ns: Vec<Cell> = rows.iter().map(|r| r[1].clone()).collect();
+        let want: Vec<Cell> = (0..total)
+            .map(|i| Cell::Int(i64::try_from(i).unwrap()))
+            .collect();
+        assert_eq!(ns, want, "insertion order, every row once");
+
+        let pairs = Plan {
+            table: "pairs".into(),
+            columns: vec![
+                column("a", Type::TEXT),
+                column("b", Type::INT8),
+                column("v", Type::TEXT),
+            ],
+            key: vec![0, 1],
+            order: vec!["\"a\"".into(), "\"b\"".into()],
+        };
+        let (rows, _) = all_pages(&conn, &pairs);
+        assert_eq!(rows.len(), total);
+        let keys: Vec<(Cell, Cell)> = rows.iter().map(|r| (r[0].clone(), r[1].clone())).collect();
+        let mut sorted = keys.clone();
+        sorted.sort_by(|x, y| {
+            let t = |c: &Cell| match c {
+                Cell::Text(t) => t.clone(),
+                _ => String::new(),
+            };
+            let n = |c: &Cell| match c {
+                Cell::Int(i) => *i,
+                _ => 0,
+            };
+            (t(&x.0), n(&x.1)).cmp(&(t(&y.0), n(&y.1)))
+        });
+        sorted.dedup();
+        assert_eq!(keys, sorted, "composite key order, no row twice");
+        assert_eq!(
+            read_at(&conn, &log, total - 1).unwrap().unwrap()[1],
+            Cell::Int(i64::try_from(total - 1).unwrap())
+        );
+        assert!(read_at(&conn, &log, total).unwrap().is_none());
     }
 }

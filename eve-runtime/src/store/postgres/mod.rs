@@ -577,15 +577,26 @@ impl Store for PgStore {
 
     async fn claim_channel_replies(
         &self,
-        pid: u32,
-        host: &str,
+        claim: ReplyClaim,
     ) -> StoreResult<Vec<ChannelReplyRecord>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let taken =
-            sql::claim_replies(&tx, pid, host, self.inner.liveness.as_ref(), now_ms()).await?;
+        let taken = sql::claim_replies(&tx, &claim, self.inner.liveness.as_ref(), now_ms()).await?;
         tx.commit().await?;
         Ok(taken)
+    }
+
+    async fn renew_channel_replies(&self, held: Vec<ReplyHeld>, ttl_ms: i64) -> StoreResult<usize> {
+        read!(self, renew_replies, &held, ttl_ms, now_ms())
+    }
+
+    async fn start_channel_reply_send(
+        &self,
+        held: ReplyHeld,
+        sending: Sending,
+        ttl_ms: i64,
+    ) -> StoreResult<bool> {
+        read!(self, start_send, &held, &sending, ttl_ms, now_ms())
     }
 
     async fn update_channel_reply(&self, update: ChannelReplyUpdate) -> StoreResult<()> {
@@ -638,6 +649,14 @@ impl Store for PgStore {
     async fn blob(&self, hash: &str) -> StoreResult<Option<Vec<u8>>> {
         let client = self.client().await?;
         builds::blob(&client, hash).await
+    }
+
+    async fn collect_workspace_blobs(&self) -> StoreResult<BlobsCollected> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let collected = builds::collect_blobs(&tx).await?;
+        tx.commit().await?;
+        Ok(collected)
     }
 }
 

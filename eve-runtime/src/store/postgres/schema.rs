@@ -363,4 +363,11 @@ CREATE TABLE workspace_checkpoints (
     updated_at BIGINT NOT NULL
 );
 "#,
+    // A channel reply's owner holds it under an expiry it renews and a fencing token that grows
+    // with each new owner; `sending` records a message whose send has started.
+    r#"
+ALTER TABLE channel_replies ADD COLUMN owner_token BIGINT NOT NULL DEFAULT 1;
+ALTER TABLE channel_replies ADD COLUMN owner_expires_at BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE channel_replies ADD COLUMN sending TEXT;
+"#,
 ];

@@ -1678,13 +1678,17 @@ pub(super) async fn insert_reply<C: GenericClient>(
     execute(
         c,
         "INSERT INTO channel_replies (inbox_id, channel, session_id, from_index, address, \
-         announced, done, detail, owner_pid, owner_host, created_at, updated_at) \
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$11) ON CONFLICT (inbox_id) DO UPDATE SET \
+         announced, done, detail, owner_pid, owner_host, created_at, updated_at, owner_token, \
+         owner_expires_at, sending) \
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$11,$12,$13,$14) \
+         ON CONFLICT (inbox_id) DO UPDATE SET \
          channel=excluded.channel, session_id=excluded.session_id, \
          from_index=excluded.from_index, address=excluded.address, \
          announced=excluded.announced, done=excluded.done, detail=excluded.detail, \
          owner_pid=excluded.owner_pid, owner_host=excluded.owner_host, \
-         created_at=excluded.created_at, updated_at=excluded.updated_at",
+         created_at=excluded.created_at, updated_at=excluded.updated_at, \
+         owner_token=excluded.owner_token, owner_expires_at=excluded.owner_expires_at, \
+         sending=excluded.sending",
         &[
             &r.inbox_id,
             &r.channel,
@@ -1697,6 +1701,9 @@ pub(super) async fn insert_reply<C: GenericClient>(
             &i64::from(r.owner_pid),
             &r.owner_host,
             &now,
+            &i(r.owner_token),
+            &r.owner_expires_at,
+            &r.sending.as_ref().map(serde_json::to_string).transpose()?,
         ],
     )
     .await?;
@@ -1710,7 +1717,8 @@ pub(super) async fn insert_reply<C: GenericClient>(
 }
 
 const REPLY_COLS: &str = "inbox_id, channel, session_id, from_index, address, announced, done, \
-                          detail, owner_pid, owner_host, created_at, updated_at";
+                          detail, owner_pid, owner_host, created_at, updated_at, owner_token, \
+                          owner_expires_at, sending";
 
 fn reply_row(row: &Row) -> StoreResult<ChannelReplyRecord> {
     Ok(ChannelReplyRecord {
@@ -1726,6 +1734,11 @@ fn reply_row(row: &Row) -> StoreResult<ChannelReplyRecord> {
         owner_host: g(row, 9)?,
         created_at: g(row, 10)?,
         updated_at: g(row, 11)?,
+        owner_token: u(g(row, 12)?),
+        owner_expires_at: g(row, 13)?,
+        sending: g::<Option<&str>>(row, 14)?
+            .map(serde_json::from_str::<Sending>)
+            .transpose()?,
     })
 }
 
@@ -1760,26 +1773,28 @@ pub(super) async fn reply<C: GenericClient>(
     .transpose()
 }
 
-/// Takes the owed replies whose owner is gone, inside the caller's transaction; rows another
-/// node is taking at the same moment are skipped (`SKIP LOCKED`), so each is taken once.
+/// Takes the owed replies `claim` says, inside the caller's transaction, each with a new token
+/// and a fresh hold; rows another node is taking at the same moment are skipped (`SKIP LOCKED`),
+/// so each is taken once. Only rows whose hold lapsed are read unless owners judged gone by
+/// `liveness` are wanted too.
 pub(super) async fn claim_replies<C: GenericClient>(
     c: &C,
-    pid: u32,
-    host: &str,
+    claim: &ReplyClaim,
     liveness: &dyn Liveness,
     now: i64,
 ) -> StoreResult<Vec<ChannelReplyRecord>> {
     let me = ProcessRef {
-        pid,
-        host: host.to_owned(),
+        pid: claim.pid,
+        host: claim.host.clone(),
     };
     let rows = query(
         c,
         &format!(
             "SELECT {REPLY_COLS} FROM channel_replies WHERE NOT done \
+             AND (NOT $1 OR owner_expires_at <= $2) AND NOT (inbox_id = ANY($3)) \
              ORDER BY created_at, inbox_id FOR UPDATE SKIP LOCKED"
         ),
-        &[],
+        &[&claim.expired_only, &now, &claim.skip],
     )
     .await?;
     let mut taken = Vec::new();
@@ -1789,22 +1804,80 @@ pub(super) async fn claim_replies<C: GenericClient>(
             pid: r.owner_pid,
             host: r.owner_host.clone(),
         };
-        if !liveness.reply_owner_gone(&owner, &me) {
+        if r.owner_expires_at > now && !liveness.reply_owner_gone(&owner, &me) {
             continue;
         }
+        let token = r.owner_token.saturating_add(1);
+        let expires = now.saturating_add(claim.ttl_ms);
         execute(
             c,
-            "UPDATE channel_replies SET owner_pid=$2, owner_host=$3, updated_at=$4 \
-             WHERE inbox_id=$1",
-            &[&r.inbox_id, &i64::from(pid), &host, &now],
+            "UPDATE channel_replies SET owner_pid=$2, owner_host=$3, updated_at=$4, \
+             owner_token=$5, owner_expires_at=$6 WHERE inbox_id=$1",
+            &[
+                &r.inbox_id,
+                &i64::from(claim.pid),
+                &claim.host,
+                &now,
+                &i(token),
+                &expires,
+            ],
         )
         .await?;
-        r.owner_pid = pid;
-        r.owner_host = host.to_owned();
+        r.owner_pid = claim.pid;
+        r.owner_host = claim.host.clone();
         r.updated_at = now;
+        r.owner_token = token;
+        r.owner_expires_at = expires;
         taken.push(r);
     }
     Ok(taken)
+}
+
+/// Renews the holds of the owed replies in `held` (one statement); returns how many.
+pub(super) async fn renew_replies<C: GenericClient>(
+    c: &C,
+    held: &[ReplyHeld],
+    ttl_ms: i64,
+    now: i64,
+) -> StoreResult<usize> {
+    if held.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<&str> = held.iter().map(|h| h.inbox_id.as_str()).collect();
+    let tokens: Vec<i64> = held.iter().map(|h| i(h.token)).collect();
+    let renewed = execute(
+        c,
+        "UPDATE channel_replies r SET owner_expires_at=$3 \
+         FROM unnest($1::text[], $2::bigint[]) AS h(inbox_id, token) \
+         WHERE r.inbox_id = h.inbox_id AND r.owner_token = h.token AND NOT r.done",
+        &[&ids, &tokens, &now.saturating_add(ttl_ms)],
+    )
+    .await?;
+    Ok(usize::try_from(renewed).unwrap_or(usize::MAX))
+}
+
+/// Records that `held`'s owner starts sending `sending`; `false` when it no longer holds it.
+pub(super) async fn start_send<C: GenericClient>(
+    c: &C,
+    held: &ReplyHeld,
+    sending: &Sending,
+    ttl_ms: i64,
+    now: i64,
+) -> StoreResult<bool> {
+    let changed = execute(
+        c,
+        "UPDATE channel_replies SET sending=$3, owner_expires_at=$4, updated_at=$5 \
+         WHERE inbox_id=$1 AND owner_token=$2 AND NOT done",
+        &[
+            &held.inbox_id,
+            &i(held.token),
+            &serde_json::to_string(sending)?,
+            &now.saturating_add(ttl_ms),
+            &now,
+        ],
+    )
+    .await?;
+    Ok(changed == 1)
 }
 
 pub(super) async fn update_reply<C: GenericClient>(
@@ -1814,8 +1887,8 @@ pub(super) async fn update_reply<C: GenericClient>(
 ) -> StoreResult<()> {
     execute(
         c,
-        "UPDATE channel_replies SET address=$2, announced=$3, done=$4, detail=$5, updated_at=$6 \
-         WHERE inbox_id=$1 AND NOT done",
+        "UPDATE channel_replies SET address=$2, announced=$3, done=$4, detail=$5, updated_at=$6, \
+         sending=NULL WHERE inbox_id=$1 AND NOT done",
         &[
             &update.inbox_id,
             &serde_json::to_string(&update.address)?,

@@ -4,9 +4,10 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::store::builds::conflict;
-use crate::store::workspaces::{tree_from_json, tree_json};
+use crate::store::workspaces::{referenced_blobs, tree_from_json, tree_json};
 use crate::store::{
-    BuildInfo, StoreError, StoreResult, StoredBuild, WorkspaceCheckpoint, WorkspacePut,
+    BlobsCollected, BuildInfo, StoreError, StoreResult, StoredBuild, WorkspaceCheckpoint,
+    WorkspacePut,
 };
 
 fn i(v: u64) -> i64 {
@@ -173,4 +174,28 @@ pub(super) fn blob(conn: &Connection, hash: &str) -> StoreResult<Option<Vec<u8>>
         .prepare_cached("SELECT data FROM workspace_blobs WHERE hash=?1")?
         .query_row([hash], |r| r.get(0))
         .optional()?)
+}
+
+/// Deletes the blobs no checkpoint references (inside the writer, so no put runs meanwhile).
+pub(super) fn collect_blobs(conn: &Connection) -> StoreResult<BlobsCollected> {
+    let trees: Vec<String> = conn
+        .prepare("SELECT tree FROM workspace_checkpoints")?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let keep = referenced_blobs(trees.iter().map(String::as_str))?;
+    let stored: Vec<(String, i64)> = conn
+        .prepare("SELECT hash, size FROM workspace_blobs")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut collected = BlobsCollected::default();
+    let mut delete = conn.prepare_cached("DELETE FROM workspace_blobs WHERE hash=?1")?;
+    for (hash, size) in stored {
+        if keep.contains(&hash) {
+            continue;
+        }
+        delete.execute([&hash])?;
+        collected.blobs += 1;
+        collected.bytes += u(size);
+    }
+    Ok(collected)
 }

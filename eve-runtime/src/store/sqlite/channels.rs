@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::rows::to_i64;
 use crate::store::{
     CHANNEL_ROWS_KEPT_MS, ChannelAccept, ChannelReplyRecord, ChannelReplyUpdate, Liveness,
-    ProcessRef, StoreResult,
+    ProcessRef, ReplyClaim, ReplyHeld, Sending, StoreResult,
 };
 
 /// Remembers `accept`'s delivery, forgetting those older than a day. `false` (and nothing
@@ -43,8 +43,9 @@ pub(super) fn insert_reply(conn: &Connection, accept: &ChannelAccept, now: i64) 
     };
     conn.prepare_cached(
         "INSERT OR REPLACE INTO channel_replies (inbox_id, channel, session_id, from_index, \
-         address, announced, done, detail, owner_pid, owner_host, created_at, updated_at) \
-         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?11)",
+         address, announced, done, detail, owner_pid, owner_host, created_at, updated_at, \
+         owner_token, owner_expires_at, sending) \
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?11,?12,?13,?14)",
     )?
     .execute(params![
         r.inbox_id,
@@ -57,7 +58,10 @@ pub(super) fn insert_reply(conn: &Connection, accept: &ChannelAccept, now: i64) 
         r.detail,
         i64::from(r.owner_pid),
         r.owner_host,
-        now
+        now,
+        to_i64(r.owner_token),
+        r.owner_expires_at,
+        r.sending.as_ref().map(serde_json::to_string).transpose()?,
     ])?;
     conn.prepare_cached("DELETE FROM channel_replies WHERE done = 1 AND updated_at < ?1")?
         .execute([now.saturating_sub(CHANNEL_ROWS_KEPT_MS)])?;
@@ -65,11 +69,13 @@ pub(super) fn insert_reply(conn: &Connection, accept: &ChannelAccept, now: i64) 
 }
 
 const REPLY_COLS: &str = "inbox_id, channel, session_id, from_index, address, announced, done, \
-                          detail, owner_pid, owner_host, created_at, updated_at";
+                          detail, owner_pid, owner_host, created_at, updated_at, owner_token, \
+                          owner_expires_at, sending";
 
-fn reply_from_row(
-    row: &rusqlite::Row<'_>,
-) -> rusqlite::Result<(ChannelReplyRecord, String, String)> {
+/// A row, with its JSON columns (address, announced, sending) still text.
+type RawReply = (ChannelReplyRecord, String, String, Option<String>);
+
+fn reply_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawReply> {
     Ok((
         ChannelReplyRecord {
             inbox_id: row.get(0)?,
@@ -84,17 +90,23 @@ fn reply_from_row(
             owner_host: row.get(9)?,
             created_at: row.get(10)?,
             updated_at: row.get(11)?,
+            owner_token: u64::try_from(row.get::<_, i64>(12)?).unwrap_or(0),
+            owner_expires_at: row.get(13)?,
+            sending: None,
         },
         row.get(4)?,
         row.get(5)?,
+        row.get(14)?,
     ))
 }
 
-fn decode(
-    (mut record, address, announced): (ChannelReplyRecord, String, String),
-) -> StoreResult<ChannelReplyRecord> {
+fn decode((mut record, address, announced, sending): RawReply) -> StoreResult<ChannelReplyRecord> {
     record.address = serde_json::from_str(&address)?;
     record.announced = serde_json::from_str(&announced)?;
+    record.sending = sending
+        .as_deref()
+        .map(serde_json::from_str::<Sending>)
+        .transpose()?;
     Ok(record)
 }
 
@@ -125,39 +137,98 @@ pub(super) fn reply(conn: &Connection, inbox_id: &str) -> StoreResult<Option<Cha
     .transpose()
 }
 
-/// Takes the owed replies whose process is gone, as `liveness` judges, for the process `pid` on
-/// `host`. Returns them, now ours.
+/// Takes the owed replies `claim` says (hold lapsed, or owner gone as `liveness` judges unless
+/// only lapsed holds are wanted), each with a new token and a fresh hold. Returns them, now ours.
 pub(super) fn claim_replies(
     conn: &Connection,
-    pid: u32,
-    host: &str,
+    claim: &ReplyClaim,
     liveness: &dyn Liveness,
     now: i64,
 ) -> StoreResult<Vec<ChannelReplyRecord>> {
     let me = ProcessRef {
-        pid,
-        host: host.to_owned(),
+        pid: claim.pid,
+        host: claim.host.clone(),
     };
     let mut taken = Vec::new();
     for mut r in replies(conn, true)? {
+        if claim.skip.contains(&r.inbox_id) {
+            continue;
+        }
         let owner = ProcessRef {
             pid: r.owner_pid,
             host: r.owner_host.clone(),
         };
-        if !liveness.reply_owner_gone(&owner, &me) {
+        let lapsed = r.owner_expires_at <= now;
+        if !lapsed && (claim.expired_only || !liveness.reply_owner_gone(&owner, &me)) {
             continue;
         }
+        let token = r.owner_token.saturating_add(1);
+        let expires = now.saturating_add(claim.ttl_ms);
         conn.prepare_cached(
-            "UPDATE channel_replies SET owner_pid=?2, owner_host=?3, updated_at=?4 \
-             WHERE inbox_id=?1",
+            "UPDATE channel_replies SET owner_pid=?2, owner_host=?3, updated_at=?4, \
+             owner_token=?5, owner_expires_at=?6 WHERE inbox_id=?1",
         )?
-        .execute(params![r.inbox_id, i64::from(pid), host, now])?;
-        r.owner_pid = pid;
-        r.owner_host = host.to_owned();
+        .execute(params![
+            r.inbox_id,
+            i64::from(claim.pid),
+            claim.host,
+            now,
+            to_i64(token),
+            expires
+        ])?;
+        r.owner_pid = claim.pid;
+        r.owner_host = claim.host.clone();
         r.updated_at = now;
+        r.owner_token = token;
+        r.owner_expires_at = expires;
         taken.push(r);
     }
     Ok(taken)
+}
+
+/// Renews the holds of the owed replies in `held`; returns how many were renewed.
+pub(super) fn renew_replies(
+    conn: &Connection,
+    held: &[ReplyHeld],
+    ttl_ms: i64,
+    now: i64,
+) -> StoreResult<usize> {
+    let mut renewed = 0;
+    let mut stmt = conn.prepare_cached(
+        "UPDATE channel_replies SET owner_expires_at=?3 \
+         WHERE inbox_id=?1 AND owner_token=?2 AND done=0",
+    )?;
+    for h in held {
+        renewed += stmt.execute(params![
+            h.inbox_id,
+            to_i64(h.token),
+            now.saturating_add(ttl_ms)
+        ])?;
+    }
+    Ok(renewed)
+}
+
+/// Records that `held`'s owner starts sending `sending`; `false` when it no longer holds it.
+pub(super) fn start_send(
+    conn: &Connection,
+    held: &ReplyHeld,
+    sending: &Sending,
+    ttl_ms: i64,
+    now: i64,
+) -> StoreResult<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE channel_replies SET sending=?3, owner_expires_at=?4, updated_at=?5 \
+             WHERE inbox_id=?1 AND owner_token=?2 AND done=0",
+        )?
+        .execute(params![
+            held.inbox_id,
+            to_i64(held.token),
+            serde_json::to_string(sending)?,
+            now.saturating_add(ttl_ms),
+            now
+        ])?;
+    Ok(changed == 1)
 }
 
 /// Records a reply's progress (a reply done stays done).
@@ -167,8 +238,8 @@ pub(super) fn update_reply(
     now: i64,
 ) -> StoreResult<()> {
     conn.prepare_cached(
-        "UPDATE channel_replies SET address=?2, announced=?3, done=?4, detail=?5, updated_at=?6 \
-         WHERE inbox_id=?1 AND done=0",
+        "UPDATE channel_replies SET address=?2, announced=?3, done=?4, detail=?5, updated_at=?6, \
+         sending=NULL WHERE inbox_id=?1 AND done=0",
     )?
     .execute(params![
         update.inbox_id,

@@ -523,13 +523,33 @@ impl Store for SqliteStore {
 
     async fn claim_channel_replies(
         &self,
-        pid: u32,
-        host: &str,
+        claim: ReplyClaim,
     ) -> StoreResult<Vec<ChannelReplyRecord>> {
-        let host = host.to_owned();
         let liveness = self.inner.liveness.clone();
         self.write(false, move |conn| {
-            channels::claim_replies(conn, pid, &host, liveness.as_ref(), now_ms())
+            channels::claim_replies(conn, &claim, liveness.as_ref(), now_ms())
+        })
+        .await
+    }
+
+    async fn renew_channel_replies(&self, held: Vec<ReplyHeld>, ttl_ms: i64) -> StoreResult<usize> {
+        if held.is_empty() {
+            return Ok(0);
+        }
+        self.write(false, move |conn| {
+            channels::renew_replies(conn, &held, ttl_ms, now_ms())
+        })
+        .await
+    }
+
+    async fn start_channel_reply_send(
+        &self,
+        held: ReplyHeld,
+        sending: Sending,
+        ttl_ms: i64,
+    ) -> StoreResult<bool> {
+        self.write(true, move |conn| {
+            channels::start_send(conn, &held, &sending, ttl_ms, now_ms())
         })
         .await
     }
@@ -587,5 +607,9 @@ impl Store for SqliteStore {
     async fn blob(&self, hash: &str) -> StoreResult<Option<Vec<u8>>> {
         let hash = hash.to_owned();
         self.read(move |conn| builds::blob(conn, &hash)).await
+    }
+
+    async fn collect_workspace_blobs(&self) -> StoreResult<BlobsCollected> {
+        self.write(true, builds::collect_blobs).await
     }
 }

@@ -407,4 +407,11 @@ BEGIN UPDATE store_counts SET sessions = sessions + 1 WHERE id = 1; END;
 CREATE TRIGGER store_counts_events AFTER INSERT ON events
 BEGIN UPDATE store_counts SET events = events + 1 WHERE id = 1; END;
 "#,
+    // A channel reply's owner holds it under an expiry it renews and a fencing token that grows
+    // with each new owner; `sending` records a message whose send has started.
+    r#"
+ALTER TABLE channel_replies ADD COLUMN owner_token INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE channel_replies ADD COLUMN owner_expires_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE channel_replies ADD COLUMN sending TEXT;
+"#,
 ];
