@@ -673,11 +673,13 @@ impl Runtime {
                 .inner
                 .config
                 .state_dir
-                .join(format!(".current-{}", std::process::id()));
+                // Unique per call: two follows in one process must not remove each other's link.
+                .join(format!(".current-{}-{}", std::process::id(), ulid::Ulid::new()));
             let _ = std::fs::remove_file(&tmp);
             let pointed = std::os::unix::fs::symlink(std::path::Path::new("builds").join(h), &tmp)
                 .and_then(|()| std::fs::rename(&tmp, &link));
             if let Err(e) = pointed {
+                let _ = std::fs::remove_file(&tmp);
                 tracing::warn!(error = %e, link = %link.display(), "cannot point the link at the active build");
             }
         }
