@@ -674,7 +674,11 @@ impl Runtime {
                 .config
                 .state_dir
                 // Unique per call: two follows in one process must not remove each other's link.
-                .join(format!(".current-{}-{}", std::process::id(), ulid::Ulid::new()));
+                .join(format!(
+                    ".current-{}-{}",
+                    std::process::id(),
+                    ulid::Ulid::new()
+                ));
             let _ = std::fs::remove_file(&tmp);
             let pointed = std::os::unix::fs::symlink(std::path::Path::new("builds").join(h), &tmp)
                 .and_then(|()| std::fs::rename(&tmp, &link));
