@@ -128,20 +128,30 @@ fn slack(port: u16, body: &str, retry: bool) -> (u16, Value) {
     let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
     mac.update(format!("v0:{ts}:{body}").as_bytes());
     let signature = hex::encode(mac.finalize().into_bytes());
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
     let retry = if retry {
         "X-Slack-Retry-Num: 1\r\nX-Slack-Retry-Reason: http_timeout\r\n"
     } else {
         ""
     };
+    post_channel(
+        port,
+        "slack",
+        &format!("X-Slack-Request-Timestamp: {ts}\r\nX-Slack-Signature: v0={signature}\r\n{retry}"),
+        body,
+    )
+}
+
+/// POSTs `body` to channel `name` of the server on `port` with `headers` (each line ending in
+/// CRLF) over a raw HTTP/1.1 connection; the status and the JSON body (`null` when not JSON).
+pub fn post_channel(port: u16, name: &str, headers: &str, body: &str) -> (u16, Value) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     write!(
         stream,
-        "POST /eve/v1/channels/slack HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nX-Slack-Request-Timestamp: {ts}\r\n\
-         X-Slack-Signature: v0={signature}\r\n{retry}Content-Length: {}\r\n\r\n{body}",
+        "POST /eve/v1/channels/{name} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+         Content-Type: application/json\r\n{headers}Content-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();

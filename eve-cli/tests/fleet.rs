@@ -515,30 +515,15 @@ fn hook_agent(reply_port: u16) -> TestAgent {
 /// POSTs `body` to the webhook channel of the node on `port`, signed; status and JSON body.
 fn webhook(port: u16, body: &str, delivery: &str) -> (u16, Value) {
     use hmac::{Hmac, Mac};
-    use std::io::{Read, Write};
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(HOOK_SECRET.as_bytes()).unwrap();
     mac.update(body.as_bytes());
     let signature = hex::encode(mac.finalize().into_bytes());
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    write!(
-        stream,
-        "POST /eve/v1/channels/hook HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nX-Eve-Signature: sha256={signature}\r\n\
-         X-Eve-Delivery: {delivery}\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
+    super::channels::post_channel(
+        port,
+        "hook",
+        &format!("X-Eve-Signature: sha256={signature}\r\nX-Eve-Delivery: {delivery}\r\n"),
+        body,
     )
-    .unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).unwrap();
-    let status = raw.split(' ').nth(1).unwrap().parse().unwrap();
-    let json = raw
-        .split_once("\r\n\r\n")
-        .and_then(|(_, b)| serde_json::from_str(b).ok())
-        .unwrap_or(Value::Null);
-    (status, json)
 }
 
 fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
