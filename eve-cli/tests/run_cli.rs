@@ -187,3 +187,47 @@ fn build_warnings_are_counted_before_a_run() {
         out.stderr
     );
 }
+
+/// The shipped binary confines `bash` (through the `eve-sandbox-helper` installed next to it):
+/// the model's command cannot read the store, the agent folder or `/etc/shadow`; the same
+/// attack under `provider: host` reads them, so the test can fail.
+#[test]
+fn the_shipped_binary_confines_bash_and_host_does_not() {
+    let helper = std::path::Path::new(EVE).with_file_name("eve-sandbox-helper");
+    assert!(helper.is_file(), "{} is built with eve", helper.display());
+    let attack =
+        "head -c 15 \"$STORE\"; echo; cat \"$AGENT/instructions.md\"; head -c 5 /etc/shadow; echo; echo the-command-ran";
+    let leaked = |provider: &str| {
+        // The script is set below, once the project's paths are known.
+        let p = RunProject::new(&[], json!([]));
+        let root = p.root().to_path_buf();
+        let command = attack
+            .replace("$STORE", &root.join(".eve/eve.db").display().to_string())
+            .replace("$AGENT", &root.join("agent").display().to_string());
+        let script = json!([{"tool_calls": [{"name": "bash", "input": {"command": command}}]},
+                            {"text": "done"}]);
+        p.agent.file("agent.yaml", "default_tools: true\n");
+        p.agent
+            .file("instructions.md", "The instructions are private.\n");
+        p.agent
+            .file("sandbox/sandbox.yaml", &format!("provider: {provider}\n"));
+        let out = p
+            .eve(&["run", "--json", "go"])
+            .env("EVE_MOCK_SCRIPT", script.to_string())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            stdout.contains("action.result"),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            stdout.contains("SQLite format 3"),
+            stdout.contains("The instructions are private."),
+            stdout.contains("root:"),
+        )
+    };
+    assert_eq!(leaked("isolated"), (false, false, false), "isolated");
+    assert_eq!(leaked("host"), (true, true, true), "host reads all three");
+}
