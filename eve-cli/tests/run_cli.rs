@@ -195,8 +195,7 @@ fn build_warnings_are_counted_before_a_run() {
 fn the_shipped_binary_confines_bash_and_host_does_not() {
     let helper = std::path::Path::new(EVE).with_file_name("eve-sandbox-helper");
     assert!(helper.is_file(), "{} is built with eve", helper.display());
-    let attack =
-        "head -c 15 \"$STORE\"; echo; cat \"$AGENT/instructions.md\"; head -c 5 /etc/shadow; echo; echo the-command-ran";
+    let attack = "head -c 15 \"$STORE\"; echo; cat \"$AGENT/instructions.md\"; head -c 5 /etc/shadow; echo; echo the-command-ran";
     let leaked = |provider: &str| {
         // The script is set below, once the project's paths are known.
         let p = RunProject::new(&[], json!([]));

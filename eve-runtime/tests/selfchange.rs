@@ -100,6 +100,20 @@ async fn park_triage(server: &TestServer) -> (String, Vec<Value>, Value) {
     (session, parked, request)
 }
 
+/// Answers the session's change approval and waits until the session rests again: the events
+/// after the answer.
+async fn answer_and_rest(
+    server: &TestServer,
+    session: &str,
+    request: &str,
+    approve: bool,
+    text: &str,
+) -> Vec<Value> {
+    let count = server.count(session).await;
+    answer(server, session, request, approve, text).await;
+    server.until_rest(session, count).await
+}
+
 fn results(events: &[Value], tool: &str) -> Vec<Value> {
     events
         .iter()
@@ -183,8 +197,7 @@ async fn a_proposed_skill_is_shown_for_approval_then_written_activated_and_loada
         "change.proposed is recorded"
     );
 
-    let count = server.count(&session).await;
-    answer(
+    let after = answer_and_rest(
         &server,
         &session,
         request["requestId"].as_str().unwrap(),
@@ -192,7 +205,6 @@ async fn a_proposed_skill_is_shown_for_approval_then_written_activated_and_loada
         "",
     )
     .await;
-    let after = server.until_rest(&session, count).await;
     let result = results(&after, "propose_change");
     assert_eq!(result.len(), 1, "{after:#?}");
     assert_eq!(result[0]["status"], "completed", "{result:#?}");
@@ -288,8 +300,7 @@ async fn a_denied_proposal_leaves_the_agent_folder_byte_identical() {
         diff.contains("--- a/skills/release.md") && diff.contains("+++ /dev/null"),
         "{diff}"
     );
-    let count = server.count(&session).await;
-    answer(
+    let after = answer_and_rest(
         &server,
         &session,
         request["requestId"].as_str().unwrap(),
@@ -297,7 +308,6 @@ async fn a_denied_proposal_leaves_the_agent_folder_byte_identical() {
         "not now",
     )
     .await;
-    let after = server.until_rest(&session, count).await;
     let result = results(&after, "propose_change");
     assert_eq!(result[0]["status"], "denied", "{result:#?}");
     let told = result[0]["result"]["output"].as_str().unwrap();
@@ -588,8 +598,7 @@ async fn an_agent_folder_edited_after_staging_is_not_clobbered() {
     let (session, _, request) = park_triage(&server).await;
     // Someone edits the folder while the proposal waits.
     std::fs::write(root.join("agent/instructions.md"), "Edited by hand.\n").unwrap();
-    let count = server.count(&session).await;
-    answer(
+    let after = answer_and_rest(
         &server,
         &session,
         request["requestId"].as_str().unwrap(),
@@ -597,7 +606,6 @@ async fn an_agent_folder_edited_after_staging_is_not_clobbered() {
         "",
     )
     .await;
-    let after = server.until_rest(&session, count).await;
     let result = results(&after, "propose_change");
     assert_eq!(result[0]["status"], "failed", "{result:#?}");
     let told = result[0]["result"]["output"].as_str().unwrap();
@@ -629,9 +637,7 @@ async fn a_parked_proposal_survives_a_restart_and_is_answered_after_it() {
     let request_id = request["requestId"].as_str().unwrap().to_owned();
     // A new runtime and server on the same project: the request is read from the store.
     let server = server.restart().await;
-    let count = server.count(&session).await;
-    answer(&server, &session, &request_id, true, "").await;
-    let after = server.until_rest(&session, count).await;
+    let after = answer_and_rest(&server, &session, &request_id, true, "").await;
     let result = results(&after, "propose_change");
     assert_eq!(result[0]["status"], "completed", "{after:#?}");
     assert_eq!(
