@@ -405,20 +405,28 @@ pub(crate) async fn run_process(
     let mut refused = Vec::new();
     let duration = start.elapsed();
     let output = render_output(&out, spec.output_limit, spec.mode, &err);
+    // Shell output already carries stderr (`[stderr]` above); the error does not repeat it.
+    let with_stderr = |message: String| {
+        if spec.mode == OutputMode::Shell {
+            message
+        } else {
+            with_stderr(message, &err)
+        }
+    };
     let (ok, exit_code, error) = match end {
         End::Exited(status) => match status.code() {
             Some(0) => (true, Some(0), None),
             Some(code) => (
                 false,
                 Some(code),
-                Some(with_stderr(format!("exited with code {code}"), &err)),
+                Some(with_stderr(format!("exited with code {code}"))),
             ),
             None => {
                 let signal = status.signal().unwrap_or_default();
                 (
                     false,
                     None,
-                    Some(with_stderr(format!("killed by signal {signal}"), &err)),
+                    Some(with_stderr(format!("killed by signal {signal}"))),
                 )
             }
         },
@@ -430,15 +438,12 @@ pub(crate) async fn run_process(
         End::TimedOut => (
             false,
             None,
-            Some(with_stderr(
-                format!(
-                    "{}; the process group was killed",
-                    ToolError::Timeout {
-                        ms: millis(spec.timeout)
-                    }
-                ),
-                &err,
-            )),
+            Some(with_stderr(format!(
+                "{}; the process group was killed",
+                ToolError::Timeout {
+                    ms: millis(spec.timeout)
+                }
+            ))),
         ),
         End::Cancelled => (
             false,
@@ -451,7 +456,14 @@ pub(crate) async fn run_process(
         && exit_code == Some(eve_sandbox::isolate::SANDBOX_FAILURE)
         && text_tail(&err.bytes, STDERR_TAIL).contains("eve sandbox: ");
     let error = if sandbox_failure {
-        error.map(|e| format!("the isolated sandbox could not start the process ({e})"))
+        error.map(|e| {
+            let e = if spec.mode == OutputMode::Shell {
+                self::with_stderr(e, &err)
+            } else {
+                e
+            };
+            format!("the isolated sandbox could not start the process ({e})")
+        })
     } else {
         error
     };

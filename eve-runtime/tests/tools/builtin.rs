@@ -201,11 +201,9 @@ async fn bash_runs_in_the_workspace() {
     .await;
     assert!(!r.ok);
     assert_eq!(r.exit_code, Some(7));
-    assert!(
-        r.error
-            .unwrap()
-            .contains("exited with code 7; stderr:\nbad")
-    );
+    // stderr is in the output once; the error does not repeat it.
+    assert_eq!(r.output, json!("out\n[stderr]\nbad"));
+    assert_eq!(r.error.as_deref(), Some("exited with code 7"));
 
     let start = Instant::now();
     let r = run_builtin(
