@@ -86,12 +86,11 @@ pub enum Command {
     Dev(DevArgs),
     /// Talk to the agent in the terminal (in this process, or with a server via `--url`).
     Chat(ChatArgs),
-    /// List, inspect and answer sessions in the local store.
-    #[command(subcommand)]
-    Sessions(SessionsCommand),
-    /// Show, edit and clear the notes the agent keeps with its `memory` tool.
-    #[command(subcommand)]
-    Memory(MemoryCommand),
+    /// List, inspect and answer sessions in the local store (without a subcommand: the list).
+    Sessions(SessionsArgs),
+    /// Show, edit and clear the notes the agent keeps with its `memory` tool (without a
+    /// subcommand: every note).
+    Memory(MemoryArgs),
     /// Run the eval cases in `evals/` against the current agent and report what passed.
     Eval(EvalArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
@@ -196,6 +195,16 @@ pub struct StoreMigrateArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `eve memory`: without a subcommand, `show` (its flags apply).
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct MemoryArgs {
+    #[command(subcommand)]
+    pub command: Option<MemoryCommand>,
+    #[command(flatten)]
+    pub show: MemoryShowArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -415,6 +424,16 @@ pub struct ChatArgs {
     /// Continue the session active most recently.
     #[arg(long, short = 'c', conflicts_with = "session")]
     pub last: bool,
+}
+
+/// `eve sessions`: without a subcommand, `list` (its flags apply).
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SessionsArgs {
+    #[command(subcommand)]
+    pub command: Option<SessionsCommand>,
+    #[command(flatten)]
+    pub list: SessionsListArgs,
 }
 
 #[derive(Debug, Subcommand)]

@@ -537,6 +537,8 @@ struct Node {
     subcommands: BTreeMap<String, String>,
     /// The visible aliases of the subcommands (`start` for `serve`), which the docs must name too.
     aliases: Vec<String>,
+    /// Whether the command runs only with a subcommand (`eve store`), not alone (`eve sessions`).
+    needs_subcommand: bool,
     /// Every flag the command accepts (`--json`, `-s`, clap's `--help`), aliases included.
     flags: BTreeSet<String>,
     /// The flags that take a value.
@@ -646,7 +648,7 @@ impl Cli {
         let asks_help = args
             .iter()
             .any(|a| matches!(a.as_str(), "--help" | "-h" | "--version" | "-V"));
-        if !node.subcommands.is_empty() && !asks_help {
+        if node.needs_subcommand && !asks_help {
             // In prose, `eve sessions` names the group of commands.
             if lenient {
                 return Ok((!path.is_empty()).then(|| path.join(" ")));
@@ -744,6 +746,7 @@ fn add_command(cmd: &clap::Command, path: &mut Vec<String>, map: &mut BTreeMap<S
         }
         node.flags.extend(names);
     }
+    node.needs_subcommand = cmd.is_subcommand_required_set();
     for sub in cmd.get_subcommands() {
         let name = sub.get_name().to_owned();
         node.subcommands.insert(name.clone(), name.clone());
@@ -1500,7 +1503,8 @@ fn the_convention_checks_hold() {
     assert!(check("eve run --session S --json", false).unwrap());
     assert!(check("eve run --yolo hi", false).is_err());
     assert!(check("eve sessions frobnicate", false).is_err());
-    assert!(check("eve sessions", false).is_err());
+    assert!(check("eve store", false).is_err());
+    assert!(check("eve sessions", false).unwrap());
     assert!(check("eve sessions", true).unwrap());
     assert!(check("eve sessions list|show|approve|deny", true).unwrap());
     assert!(check("eve init [DIR] [--template T]", true).unwrap());
