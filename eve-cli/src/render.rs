@@ -49,3 +49,21 @@ pub fn plural(n: usize, word: &str) -> String {
         format!("{n} {word}s")
     }
 }
+
+/// What a build holds, for its one-line summary: tools and skills always, the rest when present
+/// (`3 tools, 1 skill, 2 schedules`).
+pub(crate) fn counted(counts: &eve_compile::build::Counts) -> Vec<String> {
+    let mut parts = vec![plural(counts.tools, "tool"), plural(counts.skills, "skill")];
+    for (n, w) in [
+        (counts.subagents, "subagent"),
+        (counts.schedules, "schedule"),
+        (counts.hooks, "hook"),
+        (counts.connections, "connection"),
+        (counts.channels, "channel"),
+    ] {
+        if n > 0 {
+            parts.push(plural(n, w));
+        }
+    }
+    parts
+}

@@ -77,18 +77,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     let hash = built.hash.unwrap_or_default();
-    let mut parts = vec![plural(counts.tools, "tool"), plural(counts.skills, "skill")];
-    for (n, w) in [
-        (counts.subagents, "subagent"),
-        (counts.schedules, "schedule"),
-        (counts.hooks, "hook"),
-        (counts.connections, "connection"),
-        (counts.channels, "channel"),
-    ] {
-        if n > 0 {
-            parts.push(plural(n, w));
-        }
-    }
+    let parts = crate::render::counted(&counts);
     eprintln!(
         "{} `{}` in {}: {} → .eve/builds/{hash}{}{}",
         crate::render::paint(color, "1;32", "Built"),

@@ -99,18 +99,7 @@ fn rebuild(
     };
     let warnings = out.diagnostics.len() - errors;
     let counts = build::counts(&out.manifest.agent);
-    let mut parts = vec![plural(counts.tools, "tool"), plural(counts.skills, "skill")];
-    for (n, w) in [
-        (counts.subagents, "subagent"),
-        (counts.schedules, "schedule"),
-        (counts.hooks, "hook"),
-        (counts.connections, "connection"),
-        (counts.channels, "channel"),
-    ] {
-        if n > 0 {
-            parts.push(plural(n, w));
-        }
-    }
+    let mut parts = crate::render::counted(&counts);
     if warnings > 0 {
         parts.push(plural(warnings, "warning"));
     }
