@@ -22,6 +22,8 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     let errors = out.error_count();
     let warnings = out.diagnostics.len() - errors;
     let counts = build::counts(&out.manifest.agent);
+    // A release activated before this command ran was already the active one.
+    let before = eve_runtime::store::now_ms();
     let outcome = match &built.hash {
         Some(hash) => Some(
             tokio::runtime::Builder::new_multi_thread()
@@ -91,7 +93,18 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
             String::new()
         }
     );
-    if let Some(outcome) = &outcome
+    if let Some(ReleaseOutcome::Activated(r)) = &outcome
+        && r.activated_at.is_some_and(|at| at < before)
+    {
+        eprintln!(
+            "{}",
+            crate::render::paint(
+                color,
+                "2",
+                &format!("release {} stays active (no change)", r.id)
+            )
+        );
+    } else if let Some(outcome) = &outcome
         && super::releases::print_outcome(outcome, color)
     {
         return Ok(ExitCode::FAILURE);
