@@ -99,7 +99,7 @@ fn collect_stderr(
         let mut chunk = vec![0u8; 8 * 1024];
         let mut line: Vec<u8> = Vec::new();
         let mut cut = false;
-        let mut emit = |line: &mut Vec<u8>, cut: &mut bool| {
+        let emit = |line: &mut Vec<u8>, cut: &mut bool| {
             let mut text = String::from_utf8_lossy(line).into_owned();
             if *cut {
                 text.push('…');
