@@ -65,7 +65,10 @@ fn a_cron_expression_that_never_fires_is_an_error_naming_the_file() {
     let (code, stderr) = build(p.path());
     assert_eq!(code, 1, "{stderr}");
     for file in ["agent/schedules/feb30.md", "agent/schedules/apr31.md"] {
-        assert!(stderr.contains(&format!("--> {file}:2:7")), "{file}: {stderr}");
+        assert!(
+            stderr.contains(&format!("--> {file}:2:7")),
+            "{file}: {stderr}"
+        );
     }
     assert_eq!(stderr.matches("error[E030]").count(), 2, "{stderr}");
     assert!(stderr.contains("never fires"), "{stderr}");
@@ -115,7 +118,10 @@ fn a_folder_where_a_tool_file_belongs_is_named_not_skipped_silently() {
     std::fs::create_dir_all(p.path().join("agent/tools/search.py")).unwrap();
     let (code, stderr) = build(p.path());
     assert_eq!(code, 0, "a warning only: {stderr}");
-    assert!(stderr.contains("warning[W001]: folder holds no tools"), "{stderr}");
+    assert!(
+        stderr.contains("warning[W001]: folder holds no tools"),
+        "{stderr}"
+    );
     assert!(stderr.contains("--> agent/tools/search.py/"), "{stderr}");
 }
 
@@ -129,7 +135,10 @@ fn a_skill_larger_than_any_context_is_refused_quickly() {
     let (code, stderr) = build(p.path());
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("error[E011]"), "{stderr}");
-    assert!(stderr.contains("--> agent/skills/everything.md"), "{stderr}");
+    assert!(
+        stderr.contains("--> agent/skills/everything.md"),
+        "{stderr}"
+    );
     assert!(stderr.contains("over the limit of 4 MiB"), "{stderr}");
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
 }
@@ -141,7 +150,12 @@ fn malformed_folders_that_were_already_handled_stay_coded() {
     let cases: Vec<(&str, Layout, &str, &str)> = vec![
         (
             "invalid front matter",
-            |d| write(&d.join("agent/skills/a.md"), "---\ndescription: [unclosed\n---\nbody\n"),
+            |d| {
+                write(
+                    &d.join("agent/skills/a.md"),
+                    "---\ndescription: [unclosed\n---\nbody\n",
+                )
+            },
             "E010",
             "agent/skills/a.md:2",
         ),
@@ -158,7 +172,10 @@ fn malformed_folders_that_were_already_handled_stay_coded() {
             "folder link to a parent",
             |d| {
                 std::fs::create_dir_all(d.join("agent/skills/x")).unwrap();
-                write(&d.join("agent/skills/x/SKILL.md"), "---\ndescription: x\n---\nx\n");
+                write(
+                    &d.join("agent/skills/x/SKILL.md"),
+                    "---\ndescription: x\n---\nx\n",
+                );
                 symlink("..", d.join("agent/skills/x/up")).unwrap();
             },
             "E004",
@@ -169,7 +186,10 @@ fn malformed_folders_that_were_already_handled_stay_coded() {
             |d| {
                 use std::os::unix::ffi::OsStrExt;
                 let name = std::ffi::OsStr::from_bytes(b"a\xffb.md");
-                write(&d.join("agent/skills").join(name), "---\ndescription: x\n---\nx\n");
+                write(
+                    &d.join("agent/skills").join(name),
+                    "---\ndescription: x\n---\nx\n",
+                );
             },
             "E003",
             "agent/skills/a",
@@ -192,7 +212,10 @@ fn malformed_folders_that_were_already_handled_stay_coded() {
         layout(p.path());
         let (exit, stderr) = build(p.path());
         assert_eq!(exit, 1, "{name}: {stderr}");
-        assert!(stderr.contains(&format!("error[{code}]")), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("error[{code}]")),
+            "{name}: {stderr}"
+        );
         assert!(stderr.contains(&format!("--> {file}")), "{name}: {stderr}");
     }
 }

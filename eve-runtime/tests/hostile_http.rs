@@ -39,30 +39,162 @@ async fn ids_and_queries_that_do_not_fit_get_json_errors() {
     let deep = "[".repeat(10_000);
     let cases: Vec<(&str, String, &str, u16, &str)> = vec![
         // Axum's own rejections answered these in plain text before.
-        ("GET", "/eve/v1/memory?key=x".into(), "", 400, "invalid_query"),
-        ("GET", "/eve/v1/memory?scope=agent&scope=user".into(), "", 400, "invalid_query"),
-        ("GET", "/eve/v1/releases/stream?startIndex=-1&follow=false".into(), "", 400, "invalid_query"),
-        ("GET", "/eve/v1/releases/stream?startIndex=99999999999999999999999".into(), "", 400, "invalid_query"),
-        ("GET", "/eve/v1/releases/%FF".into(), "", 404, "release_not_found"),
-        ("POST", "/eve/v1/releases/%FF%FE/activate".into(), "{}", 404, "release_not_found"),
+        (
+            "GET",
+            "/eve/v1/memory?key=x".into(),
+            "",
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/eve/v1/memory?scope=agent&scope=user".into(),
+            "",
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/eve/v1/releases/stream?startIndex=-1&follow=false".into(),
+            "",
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/eve/v1/releases/stream?startIndex=99999999999999999999999".into(),
+            "",
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/eve/v1/releases/%FF".into(),
+            "",
+            404,
+            "release_not_found",
+        ),
+        (
+            "POST",
+            "/eve/v1/releases/%FF%FE/activate".into(),
+            "{}",
+            404,
+            "release_not_found",
+        ),
         // Already answered well; kept so they stay so.
-        ("GET", "/eve/v1/releases/..%2F..%2Fetc".into(), "", 404, "release_not_found"),
-        ("GET", format!("/eve/v1/releases/{long}"), "", 404, "release_not_found"),
-        ("POST", "/eve/v1/releases/%00/activate".into(), "{}", 404, "release_not_found"),
-        ("POST", "/eve/v1/session/..%2F..%2Fetc".into(), "{\"message\":\"x\"}", 404, "session_not_found"),
-        ("POST", "/eve/v1/session/a%00b/cancel".into(), "{}", 404, "session_not_found"),
-        ("GET", "/eve/v1/sessions/%FF".into(), "", 404, "session_not_found"),
-        ("GET", format!("/eve/v1/sessions/{long}"), "", 404, "session_not_found"),
-        ("GET", format!("/eve/v1/session/{id}/stream?startIndex=abc"), "", 400, "invalid_query"),
-        ("GET", format!("/eve/v1/session/{id}/stream?startIndex=%FF"), "", 400, "invalid_query"),
-        ("GET", "/eve/v1/sessions?limit=-1".into(), "", 400, "invalid_query"),
-        ("GET", "/eve/v1/memory?scope=..%2F".into(), "", 400, "invalid_scope"),
-        ("POST", "/eve/v1/memory".into(), "[[[[[[[[[[", 400, "invalid_body"),
-        ("POST", "/eve/v1/memory".into(), "{\"action\":\"add\",\"scope\":5}", 400, "invalid_body"),
-        ("POST", "/eve/v1/rollback".into(), "{\"to\":[1]}", 400, "invalid_body"),
-        ("POST", "/eve/v1/releases/x/activate".into(), "{\"force\":\"yes\"}", 400, "invalid_body"),
+        (
+            "GET",
+            "/eve/v1/releases/..%2F..%2Fetc".into(),
+            "",
+            404,
+            "release_not_found",
+        ),
+        (
+            "GET",
+            format!("/eve/v1/releases/{long}"),
+            "",
+            404,
+            "release_not_found",
+        ),
+        (
+            "POST",
+            "/eve/v1/releases/%00/activate".into(),
+            "{}",
+            404,
+            "release_not_found",
+        ),
+        (
+            "POST",
+            "/eve/v1/session/..%2F..%2Fetc".into(),
+            "{\"message\":\"x\"}",
+            404,
+            "session_not_found",
+        ),
+        (
+            "POST",
+            "/eve/v1/session/a%00b/cancel".into(),
+            "{}",
+            404,
+            "session_not_found",
+        ),
+        (
+            "GET",
+            "/eve/v1/sessions/%FF".into(),
+            "",
+            404,
+            "session_not_found",
+        ),
+        (
+            "GET",
+            format!("/eve/v1/sessions/{long}"),
+            "",
+            404,
+            "session_not_found",
+        ),
+        (
+            "GET",
+            format!("/eve/v1/session/{id}/stream?startIndex=abc"),
+            "",
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            format!("/eve/v1/session/{id}/stream?startIndex=%FF"),
+            "",
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/eve/v1/sessions?limit=-1".into(),
+            "",
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/eve/v1/memory?scope=..%2F".into(),
+            "",
+            400,
+            "invalid_scope",
+        ),
+        (
+            "POST",
+            "/eve/v1/memory".into(),
+            "[[[[[[[[[[",
+            400,
+            "invalid_body",
+        ),
+        (
+            "POST",
+            "/eve/v1/memory".into(),
+            "{\"action\":\"add\",\"scope\":5}",
+            400,
+            "invalid_body",
+        ),
+        (
+            "POST",
+            "/eve/v1/rollback".into(),
+            "{\"to\":[1]}",
+            400,
+            "invalid_body",
+        ),
+        (
+            "POST",
+            "/eve/v1/releases/x/activate".into(),
+            "{\"force\":\"yes\"}",
+            400,
+            "invalid_body",
+        ),
         ("POST", "/eve/v1/chat".into(), &deep, 400, "invalid_json"),
-        ("POST", "/eve/v1/channels/%FF".into(), "{}", 404, "not_found"),
+        (
+            "POST",
+            "/eve/v1/channels/%FF".into(),
+            "{}",
+            404,
+            "not_found",
+        ),
     ];
     for (method, path, body, status, code) in cases {
         let (got, json, reply) = send(&server, method, &path, body).await;
@@ -103,20 +235,26 @@ async fn an_answer_to_another_sessions_request_is_refused_and_the_request_stays_
     server.until_rest(&other, 0).await;
 
     let answer = json!({"inputResponses": [{"requestId": request, "optionId": "approve"}]});
-    let (status, body) = server.post(&format!("/eve/v1/session/{other}"), answer.clone()).await;
+    let (status, body) = server
+        .post(&format!("/eve/v1/session/{other}"), answer.clone())
+        .await;
     assert_eq!((status, body["ok"].as_bool()), (409, Some(false)), "{body}");
     // A third session that waits too: the id still is not its own.
     let third = server
         .create("/tool refund_charge {\"chargeId\": \"ch_2\"}")
         .await;
     server.until_rest(&third, 0).await;
-    let (status, body) = server.post(&format!("/eve/v1/session/{third}"), answer.clone()).await;
+    let (status, body) = server
+        .post(&format!("/eve/v1/session/{third}"), answer.clone())
+        .await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["code"], "request_not_pending", "{body}");
 
     // Nothing was lost: the request is still pending where it belongs and can be answered there.
     let from = server.count(&waiting).await;
-    let (status, body) = server.post(&format!("/eve/v1/session/{waiting}"), answer).await;
+    let (status, body) = server
+        .post(&format!("/eve/v1/session/{waiting}"), answer)
+        .await;
     assert_eq!(status, 202, "{body}");
     let after = server.until_rest(&waiting, from).await;
     let kinds: Vec<&str> = after.iter().map(|e| e["type"].as_str().unwrap()).collect();

@@ -108,7 +108,11 @@ async fn a_huge_result_is_cut_at_the_output_cap_and_says_so() {
     let result = call(&mcp, "huge", json!({"bytes": 8 * 1024 * 1024})).await;
     let out = text(&result);
     assert!(out.len() < 2 * 1024 * 1024, "{} bytes", out.len());
-    assert!(out.contains("[output truncated at"), "{}", &out[out.len() - 80..]);
+    assert!(
+        out.contains("[output truncated at"),
+        "{}",
+        &out[out.len() - 80..]
+    );
     mcp.shutdown().await;
 }
 

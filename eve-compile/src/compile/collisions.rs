@@ -43,15 +43,23 @@ impl Compiler {
             dir.tools
                 .iter()
                 .map(|t| (t.name.as_str(), t.file.path.clone()))
-                .chain(subagents.iter().map(|s| (s.name.as_str(), format!("{}/", s.path)))),
+                .chain(
+                    subagents
+                        .iter()
+                        .map(|s| (s.name.as_str(), format!("{}/", s.path))),
+                ),
         );
         self.case_clashes(
             "skill",
-            dir.skills.iter().map(|s| (s.name.as_str(), s.file.path.clone())),
+            dir.skills
+                .iter()
+                .map(|s| (s.name.as_str(), s.file.path.clone())),
         );
         self.case_clashes(
             "schedule",
-            dir.schedules.iter().map(|s| (s.name.as_str(), s.file.path.clone())),
+            dir.schedules
+                .iter()
+                .map(|s| (s.name.as_str(), s.file.path.clone())),
         );
         // Raw discovered tools, so clashes are found even among tools that failed other checks.
         for t in &dir.tools {
@@ -120,12 +128,10 @@ impl Compiler {
                         "the {what} name `{name}` differs only by case from `{prev}` ({}{prev_owner})",
                         self.shown_prefix
                     );
-                    self.push(
-                        Diagnostic::new(Code::NameCollision, owner, message).help(
-                            "on macOS and Windows the two files cannot both exist (a checkout keeps \
+                    self.push(Diagnostic::new(Code::NameCollision, owner, message).help(
+                        "on macOS and Windows the two files cannot both exist (a checkout keeps \
                              one), and a model mixes them up: rename one of them",
-                        ),
-                    );
+                    ));
                 }
                 Some(_) => {}
                 None => {

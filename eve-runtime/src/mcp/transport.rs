@@ -114,7 +114,11 @@ fn collect_stderr(
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            for piece in chunk.get(..n).unwrap_or_default().split_inclusive(|b| *b == b'\n') {
+            for piece in chunk
+                .get(..n)
+                .unwrap_or_default()
+                .split_inclusive(|b| *b == b'\n')
+            {
                 let (body, ends) = match piece.strip_suffix(b"\n") {
                     Some(body) => (body, true),
                     None => (piece, false),

@@ -9,8 +9,8 @@
 //! authentication has no user scope.
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use eve_compile::MemoryScope;
