@@ -14,6 +14,7 @@ mod engine_support;
 mod escape;
 mod hostile_http;
 mod hostile_mcp;
+mod hostile_model;
 mod integrity;
 mod mcp;
 mod memory;
