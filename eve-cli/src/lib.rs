@@ -30,9 +30,10 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// `eve sessions list | head` must end quietly when the reader goes away, as other Unix tools do:
-/// a write to a closed stdout ends the process with the status a SIGPIPE death would give (141)
-/// instead of a panic message. Every other panic keeps the default report.
+/// `eve sessions list | head` (and `eve build 2>&1 | head`) must end quietly when the reader goes
+/// away, as other Unix tools do: a write to a closed stdout or stderr ends the process with the
+/// status a SIGPIPE death would give (141) instead of a panic. Every other panic keeps the default
+/// report.
 fn quiet_broken_pipe() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -42,7 +43,9 @@ fn quiet_broken_pipe() {
             .map(String::as_str)
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or("");
-        if message.contains("failed printing to stdout") && message.contains("Broken pipe") {
+        let closed = message.contains("failed printing to stdout")
+            || message.contains("failed printing to stderr");
+        if closed && message.contains("Broken pipe") {
             std::process::exit(141);
         }
         default(info);

@@ -15,6 +15,7 @@ mod eval;
 mod examples;
 mod fail_fast;
 mod fleet;
+mod hostile_build;
 mod limits;
 mod memory;
 mod plan;

@@ -412,7 +412,18 @@ impl Walker<'_> {
             let path = join(dir, &e.name);
             if e.kind == EntryKind::Dir {
                 let sub = format!("{prefix}{}-", e.name);
+                let (tools, diagnostics) = (out.len(), self.diagnostics.len());
                 self.tools(&path, &sub, depth + 1, out);
+                // A folder such as `tools/search.py/` made by mistake would otherwise vanish
+                // without a word.
+                if out.len() == tools && self.diagnostics.len() == diagnostics {
+                    self.unknown(
+                        dir_label(&path),
+                        "folder holds no tools",
+                        "a tool is a file (`tools/NAME.yaml` or a script with front matter); \
+                         put tool files in the folder or remove it",
+                    );
+                }
                 continue;
             }
             let (stem, ext) = split_ext(&e.name);

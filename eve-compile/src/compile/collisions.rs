@@ -1,5 +1,9 @@
 //! The one namespace the model sees: tools, subagents, built-ins and connection prefixes must not
 //! share a name. Checked on the discovered files, so clashes show even when other checks fail.
+//!
+//! Names that differ only by case clash too, in every namespace (tools, skills, schedules): on a
+//! case-insensitive file system (macOS, Windows) the two files cannot both exist, so a checkout
+//! there silently keeps one of them, and a model told of `Search` and `search` confuses them.
 
 use std::collections::BTreeMap;
 
@@ -34,6 +38,29 @@ impl Compiler {
                 owners.insert(name.to_owned(), owner);
             }
         };
+        self.case_clashes(
+            "tool",
+            dir.tools
+                .iter()
+                .map(|t| (t.name.as_str(), t.file.path.clone()))
+                .chain(
+                    subagents
+                        .iter()
+                        .map(|s| (s.name.as_str(), format!("{}/", s.path))),
+                ),
+        );
+        self.case_clashes(
+            "skill",
+            dir.skills
+                .iter()
+                .map(|s| (s.name.as_str(), s.file.path.clone())),
+        );
+        self.case_clashes(
+            "schedule",
+            dir.schedules
+                .iter()
+                .map(|s| (s.name.as_str(), s.file.path.clone())),
+        );
         // Raw discovered tools, so clashes are found even among tools that failed other checks.
         for t in &dir.tools {
             claim(self, &t.name, t.file.path.clone());
@@ -86,6 +113,29 @@ impl Compiler {
                             c.name
                         )),
                     );
+                }
+            }
+        }
+    }
+
+    /// Names of one namespace that differ only by case (`Search` and `search`).
+    fn case_clashes<'a>(&mut self, what: &str, names: impl Iterator<Item = (&'a str, String)>) {
+        let mut seen: BTreeMap<String, (&'a str, String)> = BTreeMap::new();
+        for (name, owner) in names {
+            match seen.get(&name.to_ascii_lowercase()) {
+                Some((prev, prev_owner)) if *prev != name => {
+                    let message = format!(
+                        "the {what} name `{name}` differs only by case from `{prev}` ({}{prev_owner})",
+                        self.shown_prefix
+                    );
+                    self.push(Diagnostic::new(Code::NameCollision, owner, message).help(
+                        "on macOS and Windows the two files cannot both exist (a checkout keeps \
+                             one), and a model mixes them up: rename one of them",
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(name.to_ascii_lowercase(), (name, owner));
                 }
             }
         }

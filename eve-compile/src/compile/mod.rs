@@ -73,7 +73,13 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
     };
     let agent = c.agent(&discovery.agent, &options.name, true);
     let mut diagnostics = discovery.diagnostics.clone();
-    diagnostics.extend(c.diags);
+    // A file discovery could not read (not UTF-8, unreadable) is reported there; it is not also
+    // missing.
+    let unread = |d: &Diagnostic| {
+        d.code == Code::MissingInstructions
+            && discovery.diagnostics.iter().any(|seen| seen.file == d.file)
+    };
+    diagnostics.extend(c.diags.into_iter().filter(|d| !unread(d)));
     for d in &mut diagnostics {
         if let Some(f) = &d.file {
             d.file = Some(format!("{}{f}", options.file_prefix));

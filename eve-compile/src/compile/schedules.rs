@@ -23,7 +23,7 @@ impl Compiler {
         );
         let mut ok = cron.is_some();
         if let Some(expr) = &cron
-            && let Err(why) = check_cron(expr)
+            && let Err(why) = check_cron(expr).and_then(|c| fires_at_all(&c))
         {
             f.report(
                     Code::InvalidCron,
@@ -76,5 +76,21 @@ impl Compiler {
             catch_up,
             prompt,
         })
+    }
+}
+
+/// Whether a parsed expression names any time at all: `0 0 31 2 *` (February 31st) parses but
+/// never fires, which a user would only find out by waiting. Searched from a fixed date, so the
+/// build is the same whenever it runs.
+fn fires_at_all(cron: &croner::Cron) -> Result<(), String> {
+    let from = chrono::DateTime::<chrono::Utc>::from_timestamp(946_684_800, 0) // 2000-01-01
+        .unwrap_or_default();
+    match cron.find_next_occurrence(&from, false) {
+        Ok(_) => Ok(()),
+        _ => Err(
+            "it never fires: no date matches it (such as day 30 or 31 in February, or day 31 \
+             in a 30-day month)"
+                .to_owned(),
+        ),
     }
 }

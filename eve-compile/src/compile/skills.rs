@@ -7,6 +7,10 @@ use super::Compiler;
 use crate::fields::Fields;
 use crate::manifest::*;
 
+/// Largest skill file (front matter and body): about a million tokens, more than nearly every
+/// model can take in one go. The body is embedded in the manifest, which every build load reads.
+const MAX_SKILL_BYTES: usize = 4 * 1024 * 1024;
+
 impl Compiler {
     pub(super) fn skills(&mut self, files: &[SkillFile]) -> Vec<Skill> {
         let mut out: Vec<Skill> = Vec::new();
@@ -25,6 +29,28 @@ impl Compiler {
                         ),
                     )
                     .help("keep one of them, or rename one file"),
+                );
+                continue;
+            }
+            if s.file.text.len() > MAX_SKILL_BYTES {
+                self.push(
+                    Diagnostic::new(
+                        Code::InvalidField,
+                        s.file.path.clone(),
+                        format!(
+                            "skill `{}` is {:.1} MiB, over the limit of {} MiB: a loaded skill goes \
+                             whole into the conversation, and this is more than nearly every \
+                             model's context window",
+                            s.name,
+                            s.file.text.len() as f64 / (1024.0 * 1024.0),
+                            MAX_SKILL_BYTES / (1024 * 1024)
+                        ),
+                    )
+                    .help(
+                        "split it into smaller skills, or make it a packaged skill \
+                         (`skills/NAME/SKILL.md`) whose reference material stays in files beside \
+                         SKILL.md for a tool to read",
+                    ),
                 );
                 continue;
             }

@@ -21,7 +21,7 @@ use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::AsyncReadExt;
 use tokio::process::ChildStderr;
 
 use super::EnvLookup;
@@ -81,17 +81,58 @@ impl StderrTail {
     }
 }
 
+/// Bytes of one stderr line kept while it is read; the rest of a longer line is read and dropped.
+const STDERR_LINE_BYTES: usize = STDERR_LINE_CHARS * 4;
+
 /// Reads a server's stderr into its tail until EOF; each line is also traced at debug level.
+///
+/// The pipe is drained to the end whatever the server writes: bytes that are not UTF-8 are shown
+/// lossily (a reader that stopped at them would leave the pipe full and the server blocked on
+/// its next log line), and a line without end is kept to its first [`STDERR_LINE_BYTES`], so a
+/// flood without newlines costs no memory.
 fn collect_stderr(
     connection: String,
-    stderr: ChildStderr,
+    mut stderr: ChildStderr,
     tail: Arc<StderrTail>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            tracing::debug!(connection = %connection, "mcp server stderr: {line}");
-            tail.push(&line);
+        let mut chunk = vec![0u8; 8 * 1024];
+        let mut line: Vec<u8> = Vec::new();
+        let mut cut = false;
+        let emit = |line: &mut Vec<u8>, cut: &mut bool| {
+            let mut text = String::from_utf8_lossy(line).into_owned();
+            if *cut {
+                text.push('…');
+            }
+            tracing::debug!(connection = %connection, "mcp server stderr: {text}");
+            tail.push(&text);
+            line.clear();
+            *cut = false;
+        };
+        loop {
+            let n = match stderr.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            for piece in chunk
+                .get(..n)
+                .unwrap_or_default()
+                .split_inclusive(|b| *b == b'\n')
+            {
+                let (body, ends) = match piece.strip_suffix(b"\n") {
+                    Some(body) => (body, true),
+                    None => (piece, false),
+                };
+                let room = STDERR_LINE_BYTES.saturating_sub(line.len());
+                line.extend_from_slice(body.get(..room.min(body.len())).unwrap_or_default());
+                cut |= body.len() > room;
+                if ends {
+                    emit(&mut line, &mut cut);
+                }
+            }
+        }
+        if !line.is_empty() {
+            emit(&mut line, &mut cut);
         }
     })
 }

@@ -6,7 +6,10 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequestParts, Query};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
@@ -46,6 +49,31 @@ pub fn bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes,
             )
         }
     })
+}
+
+/// A query string read into `T`. A query that does not fit (an unknown parameter, a number that
+/// is not one) is a 400 `invalid_query` in the API's JSON error shape, never axum's plain-text
+/// rejection.
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(query)) => Ok(Self(query)),
+            Err(rejection) => {
+                let text = rejection.body_text();
+                let why = text
+                    .strip_prefix("Failed to deserialize query string: ")
+                    .unwrap_or(&text);
+                Err(ApiError::bad_request(
+                    "invalid_query",
+                    format!("The query does not fit this route: {why}."),
+                ))
+            }
+        }
+    }
 }
 
 /// Parses a JSON object body; an empty body is `None`.

@@ -5,6 +5,7 @@
 //! unknown route.
 
 use axum::Json;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -17,8 +18,10 @@ use crate::schedule::ScheduleError;
 /// `POST /eve/v1/dev/schedules/:id`: `202 {ok, sessionId, status: "accepted", schedule}`.
 pub async fn fire_schedule(
     State(app): State<App>,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    // A name that does not decode (not UTF-8) names no schedule.
+    let name = name.map(|Path(n)| n).unwrap_or_default();
     let Some(scheduler) = app.scheduler.as_ref() else {
         return Err(ApiError::RouteNotFound(format!(
             "POST /eve/v1/dev/schedules/{name}"

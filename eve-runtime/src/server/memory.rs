@@ -9,8 +9,8 @@
 //! authentication has no user scope.
 
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use eve_compile::MemoryScope;
@@ -97,7 +97,7 @@ fn may_write(identity: &Identity, scope: MemoryScope) -> Result<(), ApiError> {
 pub async fn show(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
-    Query(target): Query<Target>,
+    body::ApiQuery(target): body::ApiQuery<Target>,
 ) -> Result<Response, ApiError> {
     let scope = scope(target.scope.as_deref())?;
     let mut selector = selector(&identity, scope, target.session);

@@ -11,8 +11,8 @@
 use std::collections::VecDeque;
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -61,9 +61,24 @@ pub async fn list(State(app): State<App>) -> Result<Response, ApiError> {
 }
 
 /// `GET /eve/v1/releases/{id}`: `{ok, release}`.
-pub async fn show(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn show(
+    State(app): State<App>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = release_id(id)?;
     let r = app.runtime.release(&id).await.map_err(error)?;
     Ok(Json(json!({"ok": true, "release": release_json(&r)})).into_response())
+}
+
+/// The `{id}` of a release route; one that does not decode (not UTF-8) names no release.
+fn release_id(id: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    id.map(|Path(id)| id).map_err(|_| {
+        ApiError::ReleaseNotFound(
+            "no release or build with this id: it is not UTF-8 once decoded (`eve releases` \
+             lists them)"
+                .to_owned(),
+        )
+    })
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -92,9 +107,10 @@ fn parse<T: Default + for<'de> Deserialize<'de>>(bytes: &[u8], what: &str) -> Re
 pub async fn activate(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let id = release_id(id)?;
     let principal = may_change(&identity)?;
     let bytes = body::bytes(body, app.config.body_limit)?;
     let request: ActivateBody = parse(&bytes, "activate")?;
@@ -141,7 +157,7 @@ pub struct StreamQuery {
 /// `GET /eve/v1/releases/stream`: the releases' audit events, stored then live.
 pub async fn stream(
     State(app): State<App>,
-    Query(query): Query<StreamQuery>,
+    body::ApiQuery(query): body::ApiQuery<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let sse = wants_sse(&headers);

@@ -13,11 +13,11 @@ mod llama;
 mod mock;
 mod openai;
 mod overflow;
-mod server;
+pub(crate) mod server;
 mod settings;
 mod split;
 mod sse;
-mod wire;
+pub(crate) mod wire;
 
 use std::time::Duration;
 
