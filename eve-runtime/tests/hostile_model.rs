@@ -205,3 +205,61 @@ async fn a_429_with_retry_after_is_waited_for_then_answered() {
             .any(|e| e.data.to_string().contains("first answer"))
     );
 }
+
+#[tokio::test]
+async fn a_server_started_without_tool_support_is_named_with_the_flag_it_needs() {
+    for (body, hint) in [
+        (
+            serde_json::json!({"error": {"code": 500, "message": "tools param requires --jinja flag", "type": "server_error"}}),
+            "restart it with that flag",
+        ),
+        (
+            serde_json::json!({"object": "error", "message": "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set", "type": "BadRequestError", "code": 400}),
+            "--tool-call-parser NAME",
+        ),
+        (
+            serde_json::json!({"error": {"message": "registry.ollama.ai/library/gemma:2b does not support tools"}}),
+            "use one that can",
+        ),
+    ] {
+        let status = body
+            .pointer("/error/code")
+            .and_then(|c| c.as_u64())
+            .unwrap_or(400) as u16;
+        let (first, _) = session(vec![Reply::json(status, body), good("back again")], 0).await;
+        let why = failure(&first);
+        assert!(why.contains(hint), "{why}");
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_is_not_running_is_named_in_a_few_words() {
+    // A port nothing listens on: bind one, note it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let agent = agent();
+    let mut settings = fast_settings(Provider::Vllm, &format!("http://127.0.0.1:{port}/v1"));
+    settings.max_retries = 0;
+    let model = ResolvedModel {
+        client: Arc::new(OpenAiClient::new(&settings).unwrap()),
+        model: "test-model".to_owned(),
+        model_id: "vllm/test-model".to_owned(),
+        context_window: Some(100_000),
+        price_per_million: None,
+    };
+    let config = RuntimeConfig::new(
+        agent.root().join(".eve"),
+        Arc::new(FixedModelProvider(model)),
+    )
+    .unwrap();
+    let rt = Runtime::new(config);
+    let id = rt.create_session(Some("hello".to_owned())).await.unwrap();
+    rt.drive(&id).await.unwrap();
+    let why = failure(&rt.store().events(&id, 0, 10_000).await.unwrap());
+    assert!(why.contains("connection refused"), "{why}");
+    assert!(why.contains("is the model server running there?"), "{why}");
+    assert!(!why.contains("client error (Connect)"), "{why}");
+}

@@ -118,8 +118,52 @@ pub(crate) fn status_error(status: u16, body: &str, model: &str, base_url: &str)
             base_url: base_url.to_owned(),
             message,
         },
-        _ => ModelError::Http { status, message },
+        _ => ModelError::Http {
+            status,
+            message: match server_hint(&message) {
+                Some(hint) => format!("{message} ({hint})"),
+                None => message,
+            },
+        },
     }
+}
+
+/// What to do about the errors local model servers answer when they are started without what
+/// tool calls need: llama.cpp's `llama-server` without `--jinja`, vLLM without its tool-call
+/// flags, an Ollama model that cannot call tools.
+fn server_hint(message: &str) -> Option<&'static str> {
+    let text = message.to_ascii_lowercase();
+    if text.contains("--jinja") || text.contains("tools param requires") {
+        Some(
+            "llama.cpp's `llama-server` takes tool calls only with `--jinja`: restart it with that flag",
+        )
+    } else if text.contains("enable-auto-tool-choice") || text.contains("tool-call-parser") {
+        Some(
+            "vLLM takes tool calls only when started with `--enable-auto-tool-choice \
+             --tool-call-parser NAME` (the parser of the model's family, e.g. `hermes`, `llama3_json`)",
+        )
+    } else if text.contains("does not support tools") {
+        Some("this model cannot call tools: use one that can, or give the agent no tools")
+    } else {
+        None
+    }
+}
+
+/// Why a connection failed, in a few words (`connection refused`), from the I/O error under
+/// reqwest's and hyper's layers; the whole chain when there is none.
+fn connect_reason(error: &reqwest::Error) -> String {
+    let mut source: Option<&dyn std::error::Error> = Some(error);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
+                std::io::ErrorKind::TimedOut => "the connection timed out".to_owned(),
+                _ => io.to_string(),
+            };
+        }
+        source = e.source();
+    }
+    chain(error)
 }
 
 /// The provider's message in an error body: `{"error":{"message"}}`, `{"error":"…"}`,
@@ -366,6 +410,14 @@ async fn attempt_once<D: Decoder>(
                 "invalid model request to {}: {}",
                 call.url,
                 chain(&e)
+            ))));
+        }
+        Ok(Err(e)) if e.is_connect() => {
+            return Err(Failure::transient(ModelError::Transport(format!(
+                "{}: {}; is the model server running there? (start it, or point eve at it \
+                 with EVE_BASE_URL)",
+                call.url,
+                connect_reason(&e)
             ))));
         }
         Ok(Err(e)) => {
