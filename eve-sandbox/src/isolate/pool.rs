@@ -130,7 +130,10 @@ impl Pool {
                     }
                     // Died while idle: dropped, try the next.
                 }
-                if !state.filling || state.stop {
+                // A box is on its way when one is being started or the refill thread is about to.
+                let coming = state.filling
+                    || (state.idle.len() < self.shared.size && state.failures < MAX_FAILURES);
+                if !coming || state.stop {
                     return None;
                 }
             }
