@@ -67,7 +67,10 @@ fn main() {
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(2);
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start a tokio runtime: {e}");
@@ -177,7 +180,11 @@ async fn measure_warm(
         }
     };
     let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
-    let null = match std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+    let null = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
         Ok(f) => f,
         Err(e) => {
             eprintln!("cannot open /dev/null: {e}");

@@ -163,7 +163,10 @@ impl Pipes {
         let (child_in, parent_in) = if stdin {
             let (r, w) = std::io::pipe()?;
             let w = std::process::ChildStdin::from(OwnedFd::from(w));
-            (OwnedFd::from(r), Some(tokio::process::ChildStdin::from_std(w)?))
+            (
+                OwnedFd::from(r),
+                Some(tokio::process::ChildStdin::from_std(w)?),
+            )
         } else {
             (OwnedFd::from(std::fs::File::open("/dev/null")?), None)
         };

@@ -275,20 +275,25 @@ fn warm_stage1_serve(control: &UnixStream) -> Result<i32> {
         Ok(Some(line)) if line == "ready" => {}
         Ok(Some(line)) => return Err(Failure::new(line)),
         Ok(None) | Err(_) => {
-            return Err(Failure::new("the warm box's init ended before it was ready"));
+            return Err(Failure::new(
+                "the warm box's init ended before it was ready",
+            ));
         }
     }
     wire::say(control, "ready")
         .map_err(|e| Failure::new(format!("cannot report the warm box ready: {e}")))?;
-    let Some((bytes, fds)) = wire::recv(control)
-        .map_err(|e| Failure::new(format!("cannot receive the call: {e}")))?
+    let Some((bytes, fds)) =
+        wire::recv(control).map_err(|e| Failure::new(format!("cannot receive the call: {e}")))?
     else {
         // Let go unused (the pool is shutting down): the init dies with us.
         return Ok(0);
     };
     let call = parse_call(&bytes)?;
     // From here on failures are the call's and go to its stderr, as on the cold path.
-    let borrowed: Vec<_> = fds.iter().map(|f| f.try_clone()).collect::<std::io::Result<_>>()
+    let borrowed: Vec<_> = fds
+        .iter()
+        .map(|f| f.try_clone())
+        .collect::<std::io::Result<_>>()
         .map_err(|e| Failure::new(format!("cannot take the call's stdio: {e}")))?;
     take_stdio(borrowed)?;
     let listener = match &call.policy.network {

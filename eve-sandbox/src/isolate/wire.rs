@@ -98,7 +98,9 @@ pub(crate) fn recv(socket: &UnixStream) -> io::Result<Option<(Vec<u8>, Vec<Owned
     }
     let mut bytes = first.split_off(4);
     if bytes.len() > len {
-        return Err(io::Error::other("more than one call was sent to a warm box"));
+        return Err(io::Error::other(
+            "more than one call was sent to a warm box",
+        ));
     }
     let have = bytes.len();
     bytes.resize(len, 0);

@@ -44,7 +44,11 @@ fn env(f: &Fixture, extra: &[(&str, &str)]) -> Vec<(String, String)> {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
-    env.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    env.extend(
+        extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
     env
 }
 
@@ -167,7 +171,10 @@ fn a_second_call_from_the_pool_sees_nothing_of_the_first() {
     );
     assert_eq!(second.code, 0, "second: {second:?}");
     assert!(!second.stdout.contains("left-in-tmp"), "second: {second:?}");
-    assert!(!second.stdout.contains("left-in-home"), "second: {second:?}");
+    assert!(
+        !second.stdout.contains("left-in-home"),
+        "second: {second:?}"
+    );
     assert!(!second.stdout.contains("sleep 313"), "second: {second:?}");
     assert!(
         !second.stdout.contains("marker-of-the-first-call"),
@@ -298,10 +305,7 @@ fn children_of_all_threads(pid: u32) -> Vec<u32> {
 
 fn is_warm_box(pid: u32) -> bool {
     std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|c| {
-            c.split(|b| *b == 0)
-                .any(|arg| arg == b"--eve-sandbox-warm")
-        })
+        .map(|c| c.split(|b| *b == 0).any(|arg| arg == b"--eve-sandbox-warm"))
         .unwrap_or(false)
 }
 
@@ -332,7 +336,11 @@ fn idle_boxes_die_with_their_pool() {
             let pgid = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(*pid as i32)))
                 .unwrap()
                 .as_raw();
-            assert_ne!(pgid, nix::unistd::getpgrp().as_raw(), "a box shares our group");
+            assert_ne!(
+                pgid,
+                nix::unistd::getpgrp().as_raw(),
+                "a box shares our group"
+            );
         }
         drop(pool);
         found
