@@ -27,7 +27,9 @@ use eve_sandbox::egress::{self, EgressConfig, EgressPolicy, Refusal};
 use eve_sandbox::isolate::{self, Limits, Policy, Pool, Support, Warm};
 use tokio::sync::OnceCell;
 
-use super::{Confinement, ExecConfig, ExecError, Guard, Launch, Pipes, Prepared, Process, Sandbox};
+use super::{
+    Child, Confinement, ExecConfig, ExecError, Guard, Launch, Pipes, Prepared, Process, Sandbox,
+};
 
 /// The loopback port the egress forwarder listens on inside a sandbox (any port works: the
 /// network namespace is the process's own).
@@ -73,7 +75,7 @@ impl WarmCall {
             stdin,
             stdout: Some(stdout),
             stderr: Some(stderr),
-            child,
+            child: Child::Warm(child),
         })
     }
 }

@@ -112,7 +112,7 @@ impl Prepared {
             stdin: child.stdin.take(),
             stdout: child.stdout.take(),
             stderr: child.stderr.take(),
-            child,
+            child: Child::Cold(child),
         })
     }
 }
@@ -128,23 +128,38 @@ pub struct Process {
     pub stdout: Option<tokio::process::ChildStdout>,
     /// The read end of its stderr.
     pub stderr: Option<tokio::process::ChildStderr>,
-    child: tokio::process::Child,
+    child: Child,
+}
+
+#[derive(Debug)]
+enum Child {
+    Cold(tokio::process::Child),
+    Warm(eve_sandbox::isolate::WarmProcess),
 }
 
 impl Process {
     /// Its pid (also its process group id), until it has been waited for.
     pub fn id(&self) -> Option<u32> {
-        self.child.id()
+        match &self.child {
+            Child::Cold(c) => c.id(),
+            Child::Warm(w) => w.id(),
+        }
     }
 
-    /// Waits for it to exit.
+    /// Waits until it has exited (for a warm sandbox: until every process of the call has).
     pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
-        self.child.wait().await
+        match &mut self.child {
+            Child::Cold(c) => c.wait().await,
+            Child::Warm(w) => w.wait().await,
+        }
     }
 
     /// Sends it `SIGKILL`.
     pub fn start_kill(&mut self) -> std::io::Result<()> {
-        self.child.start_kill()
+        match &mut self.child {
+            Child::Cold(c) => c.start_kill(),
+            Child::Warm(w) => w.start_kill(),
+        }
     }
 }
 

@@ -316,7 +316,21 @@ fn warm_stage1_serve(control: &UnixStream) -> Result<i32> {
             .block_on(child.wait())
             .map_err(|e| Failure::new(format!("waiting for the sandbox's init process: {e}")))?,
     };
-    Ok(code_of(status))
+    let code = code_of(status);
+    // The init's exit killed everything in its PID namespace: the call is over. Let go of its
+    // stdio (so its readers see the end now) and report the status before this process's exit
+    // tears the namespaces down, which the caller need not wait for.
+    if let Ok(null) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let _ = nix::unistd::dup2_stdin(&null);
+        let _ = nix::unistd::dup2_stdout(&null);
+        let _ = nix::unistd::dup2_stderr(&null);
+    }
+    let _ = wire::say(control, &format!("exit {code}"));
+    Ok(code)
 }
 
 /// Warm stage 2: the init of a warm box. Compiles the seccomp filters, reports ready, waits for

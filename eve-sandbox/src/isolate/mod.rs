@@ -49,7 +49,7 @@ use serde::{Deserialize, Serialize};
 
 pub use helper::helper_main;
 pub use paths::{default_read_only, prepare_writable};
-pub use pool::{Pool, Warm};
+pub use pool::{Pool, Warm, WarmProcess};
 
 /// Exit code of the helper when the sandbox itself failed (as opposed to the command).
 pub const SANDBOX_FAILURE: i32 = 125;

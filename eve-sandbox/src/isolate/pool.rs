@@ -261,8 +261,9 @@ impl Warm {
 
     /// Hands the box its call: run `program args…` isolated by `policy`, with exactly the
     /// environment `env`, in `cwd`, with `stdio` (stdin, stdout, stderr) as its standard streams.
-    /// Returns the box's process, which exits with the command's status exactly as the cold
-    /// path's does. The caller may close its copies of `stdio` once this returns.
+    /// Returns the box's process, whose status is the command's exactly as the cold path's is.
+    /// The caller may close its copies of `stdio` once this returns. Call it inside the pool's
+    /// tokio runtime.
     pub fn start(
         self,
         policy: &Policy,
@@ -271,7 +272,7 @@ impl Warm {
         env: &[(String, String)],
         cwd: &Path,
         stdio: [BorrowedFd<'_>; 3],
-    ) -> Result<tokio::process::Child, Error> {
+    ) -> Result<WarmProcess, Error> {
         super::check_paths(policy)?;
         let call = Call {
             policy: policy.clone(),
@@ -286,6 +287,66 @@ impl Warm {
             return Err(Error::Warm(io::Error::other("the warm box has ended")));
         }
         wire::send(&warm.control, &bytes, &stdio).map_err(Error::Warm)?;
-        Ok(warm.child)
+        let control = warm
+            .control
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::UnixStream::from_std(warm.control))
+            .map_err(Error::Warm)?;
+        Ok(WarmProcess {
+            child: warm.child,
+            control: Some(control),
+        })
+    }
+}
+
+/// A warm box running its call (from [`Warm::start`]).
+#[derive(Debug)]
+pub struct WarmProcess {
+    child: tokio::process::Child,
+    /// Where stage 1 reports the command's status, before it tears the box's namespaces down.
+    control: Option<tokio::net::UnixStream>,
+}
+
+impl WarmProcess {
+    /// The pid of the box's stage 1, leader of its own process group: killing that group kills
+    /// the box and everything in it. `None` once it has been waited for.
+    pub fn id(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Waits until the call is over: every process of the box has ended. Returns the command's
+    /// status (its exit code, 128+N for signal N, or the sandbox's own failure code), as soon as
+    /// stage 1 reports it, without waiting for the kernel to tear the box's namespaces down.
+    pub async fn wait(&mut self) -> io::Result<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        use tokio::io::AsyncReadExt;
+        if let Some(mut control) = self.control.take() {
+            let mut line = Vec::new();
+            let reported = async {
+                let mut b = [0u8; 1];
+                while control.read(&mut b).await.ok()? == 1 && b[0] != b'\n' && line.len() < 64 {
+                    line.push(b[0]);
+                }
+                std::str::from_utf8(&line)
+                    .ok()?
+                    .strip_prefix("exit ")?
+                    .parse::<i32>()
+                    .ok()
+            };
+            tokio::select! {
+                code = reported => {
+                    if let Some(code) = code {
+                        return Ok(std::process::ExitStatus::from_raw((code & 0xff) << 8));
+                    }
+                }
+                status = self.child.wait() => return status,
+            }
+        }
+        self.child.wait().await
+    }
+
+    /// Sends the box's stage 1 `SIGKILL` (its init and everything in the box die with it).
+    pub fn start_kill(&mut self) -> io::Result<()> {
+        self.child.start_kill()
     }
 }
