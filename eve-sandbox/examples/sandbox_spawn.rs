@@ -77,6 +77,28 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // ONLY=host|cold|warm runs that one way alone (for `perf stat` or `strace -f -c` of it).
+    match std::env::var("ONLY").as_deref() {
+        Ok("host") => {
+            let (t, cpu) = cpu_of(runs, || measure(runs, plain));
+            row("unconfined", &t, cpu);
+            return;
+        }
+        Ok("cold") => {
+            let (t, cpu) = cpu_of(runs, || measure(runs, isolated));
+            row("isolated, cold", &t, cpu);
+            return;
+        }
+        Ok("warm") => {
+            let ((t, fallbacks), cpu) = cpu_of(runs, || {
+                rt.block_on(measure_warm(&exe, pool_size, &policy, &ws, runs, None))
+            });
+            row(&format!("isolated, warm ({pool_size})"), &t, cpu);
+            println!("{fallbacks} of {runs} calls found no box and went cold");
+            return;
+        }
+        _ => {}
+    }
     let load_before = load();
     let (host, host_cpu) = cpu_of(runs, || measure(runs, plain));
     let (iso, iso_cpu) = cpu_of(runs, || measure(runs, isolated));

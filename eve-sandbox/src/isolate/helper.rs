@@ -305,10 +305,10 @@ fn warm_stage1_serve(control: &UnixStream) -> Result<i32> {
         .map_err(|e| Failure::new(format!("cannot hand the call to the sandbox's init: {e}")))?;
     drop(fds);
     drop(ours);
-    // The relays need no privilege, nor does waiting.
-    confine::drop_all_capabilities()?;
     let status = match listener {
+        // The relays need no privilege: once init has the call, none is left to them.
         Some(listener) => rt.block_on(async {
+            confine::drop_all_capabilities()?;
             let listener = net::register(listener)?;
             net::relay_until(listener, super::PROXY_SOCKET_IN_SANDBOX.into(), &mut child).await
         })?,

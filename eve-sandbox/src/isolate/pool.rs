@@ -323,10 +323,17 @@ impl WarmProcess {
         if let Some(mut control) = self.control.take() {
             let mut line = Vec::new();
             let reported = async {
-                let mut b = [0u8; 1];
-                while control.read(&mut b).await.ok()? == 1 && b[0] != b'\n' && line.len() < 64 {
-                    line.push(b[0]);
+                // The status line is the last thing stage 1 writes.
+                let mut buf = [0u8; 64];
+                while !line.contains(&b'\n') && line.len() < 64 {
+                    let n = control.read(&mut buf).await.ok()?;
+                    if n == 0 {
+                        break;
+                    }
+                    line.extend_from_slice(&buf[..n]);
                 }
+                let end = line.iter().position(|b| *b == b'\n')?;
+                line.truncate(end);
                 std::str::from_utf8(&line)
                     .ok()?
                     .strip_prefix("exit ")?

@@ -115,15 +115,23 @@ pub(crate) fn say(mut socket: &UnixStream, line: &str) -> io::Result<()> {
     socket.write_all(text.as_bytes())
 }
 
-/// Reads one status line written by [`say`]; `None` at end of stream.
+/// Reads one status line written by [`say`]; `None` at end of stream. The protocol never sends
+/// anything after a status line before the other side has answered it, so a read that takes more
+/// than the line loses nothing.
 pub(crate) fn hear(mut socket: &UnixStream) -> io::Result<Option<String>> {
     let mut line = Vec::new();
-    let mut b = [0u8; 1];
+    let mut buf = [0u8; 256];
     loop {
-        match socket.read(&mut b) {
-            Ok(0) => return Ok(None),
-            Ok(_) if b[0] == b'\n' => break,
-            Ok(_) => line.push(b[0]),
+        match socket.read(&mut buf) {
+            Ok(0) if line.is_empty() => return Ok(None),
+            Ok(0) => break,
+            Ok(n) => {
+                line.extend_from_slice(&buf[..n]);
+                if let Some(end) = line.iter().position(|b| *b == b'\n') {
+                    line.truncate(end);
+                    break;
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
