@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Spawn overhead of the `isolated` sandbox (eve-sandbox/examples/sandbox_spawn.rs): p50/p99 of
-# spawn+exit of `true` isolated vs unconfined over RUNS runs (default 200), their difference
-# (target: isolation adds under 5 ms p50), and what a network namespace costs on this kernel.
+# spawn+exit of `true` unconfined, isolated cold, and isolated from a pool of POOL warm boxes
+# (default 2; the refill runs while the next calls do), back to back over RUNS runs (default
+# 200), with CPU per call of the whole process tree, the differences (target: isolation adds
+# under 5 ms p50), warm calls paced 25 ms apart, and what a network namespace costs.
 #
 #   bench/sandbox.sh            # release build, 200 runs
-#   RUNS=1000 bench/sandbox.sh
+#   RUNS=1000 POOL=1 bench/sandbox.sh
+#   ONLY=warm perf stat -e task-clock target/release/examples/sandbox_spawn 100  # one way alone
 #   PROFILE=dev bench/sandbox.sh  # skip the release build (syscall-bound: numbers stay close)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

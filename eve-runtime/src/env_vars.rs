@@ -88,6 +88,9 @@ pub const EVE_WORKSPACE_MAX_BYTES: &str = "EVE_WORKSPACE_MAX_BYTES";
 /// `off`: session workspaces are neither checkpointed into the store nor restored from it (they
 /// stay on the node that wrote them); default `on`.
 pub const EVE_WORKSPACE_CHECKPOINTS: &str = "EVE_WORKSPACE_CHECKPOINTS";
+/// Warm isolated sandboxes each runtime keeps ready ahead of their calls (default 2; `0` turns
+/// the pool off, and every isolated call then starts its sandbox cold).
+pub const EVE_SANDBOX_POOL: &str = "EVE_SANDBOX_POOL";
 
 // The tool protocol: set by eve for every tool, hook and dynamic-tool process.
 

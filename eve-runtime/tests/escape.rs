@@ -656,3 +656,42 @@ async fn an_isolated_mcp_server_is_confined_like_a_tool() {
         host_wrote.text
     );
 }
+
+/// Isolated calls come from the runtime's pool of warm sandboxes (on by default), and each call
+/// gets a sandbox of its own: the second `bash` call of a session runs under a warm box's init,
+/// and sees neither the file the first call left in its private `/tmp` nor the process it left
+/// running. (With `EVE_SANDBOX_POOL=0` the calls start cold; the rest still holds.)
+#[tokio::test]
+async fn bash_calls_take_warm_sandboxes_that_share_nothing() {
+    let p = TestProject::new();
+    let mut a = agent();
+    a.config.default_tools = true;
+    a.sandbox.provider = Provider::Isolated;
+    p.write_build(&a, &[]);
+    let first = "tr '\\0' ' ' < /proc/1/cmdline; echo; echo left-by-the-first > /tmp/first-call; \
+                 setsid sleep 317 > /dev/null 2>&1 < /dev/null & echo started";
+    let second = "tr '\\0' ' ' < /proc/1/cmdline; echo; cat /tmp/first-call 2>&1; \
+                  for c in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $c; echo; done";
+    let rt = p.runtime(json!([
+        {"tool_calls": [{"name": "bash", "input": {"command": first}}]},
+        {"tool_calls": [{"name": "bash", "input": {"command": second}}]},
+        {"text": "done"}
+    ]));
+    let (id, _) = run_prompt(&rt, "go").await;
+    let calls = rt.store().tool_calls(&id, 0).await.unwrap();
+    assert_eq!(calls.len(), 2, "two calls were journaled");
+    let text = |i: usize| match &calls[i].output {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    };
+    let (one, two) = (text(0), text(1));
+    assert!(one.contains("started"), "first: {one}");
+    if eve_runtime::exec::pool_size_from_env() > 0 {
+        for t in [&one, &two] {
+            assert!(t.contains("--eve-sandbox-warm-init"), "not a warm box: {t}");
+        }
+    }
+    assert!(!two.contains("left-by-the-first"), "second: {two}");
+    assert!(!two.contains("sleep 317"), "second: {two}");
+}

@@ -27,6 +27,7 @@ impl Sandbox for HostSandbox {
         Ok(Prepared {
             command,
             guard: Guard::default(),
+            warm: None,
         })
     }
 }

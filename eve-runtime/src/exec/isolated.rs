@@ -9,6 +9,13 @@
 //!
 //! Whether the kernel allows all this is probed once per runtime; when it does not, every launch
 //! that needs isolation fails with the probe's reason: never silently unconfined.
+//!
+//! Once the probe has passed, the runtime keeps a pool of warm boxes (`eve_sandbox::isolate::Pool`,
+//! one per runtime, never shared between runtimes): sandboxes whose helper processes and
+//! namespaces exist before their call. A launch started through `Prepared::spawn_piped` hands its
+//! policy, argv, environment, working folder and stdio to one of them ([`WarmCall`]); everything
+//! the guarantees rest on (the view, the limits, the uid, Landlock, seccomp, the environment) is
+//! still applied per call, and a box serves one call. With no box ready the cold path runs.
 
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
@@ -17,10 +24,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use eve_compile::Network;
 use eve_sandbox::egress::{self, EgressConfig, EgressPolicy, Refusal};
-use eve_sandbox::isolate::{self, Limits, Policy, Support};
+use eve_sandbox::isolate::{self, Limits, Policy, Pool, Support, Warm};
 use tokio::sync::OnceCell;
 
-use super::{Confinement, ExecConfig, ExecError, Guard, Launch, Prepared, Sandbox};
+use super::{
+    Child, Confinement, ExecConfig, ExecError, Guard, Launch, Pipes, Prepared, Process, Sandbox,
+};
 
 /// The loopback port the egress forwarder listens on inside a sandbox (any port works: the
 /// network namespace is the process's own).
@@ -32,16 +41,80 @@ pub struct IsolatedSandbox {
     config: ExecConfig,
     support: OnceCell<Result<Support, String>>,
     own_listeners: Mutex<Vec<SocketAddr>>,
+    pool_size: usize,
+    pool: OnceCell<Option<Arc<Pool>>>,
+}
+
+/// One isolated launch, ready for a warm box.
+#[derive(Debug)]
+pub(super) struct WarmCall {
+    pub(super) pool: Arc<Pool>,
+    policy: Policy,
+    program: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: PathBuf,
+}
+
+impl WarmCall {
+    /// Hands the call to `warm` with fresh pipes; the caller falls back to the cold path on error.
+    pub(super) fn start(self, warm: Warm, stdin: bool) -> std::io::Result<Process> {
+        let pipes = Pipes::new(stdin)?;
+        let child = warm
+            .start(
+                &self.policy,
+                &self.program,
+                &self.args,
+                &self.env,
+                &self.cwd,
+                pipes.child_fds(),
+            )
+            .map_err(std::io::Error::other)?;
+        let (stdin, stdout, stderr) = pipes.process;
+        Ok(Process {
+            stdin,
+            stdout: Some(stdout),
+            stderr: Some(stderr),
+            child: Child::Warm(child),
+        })
+    }
 }
 
 impl IsolatedSandbox {
-    /// A sandbox that runs its stages through `config.helper`.
-    pub fn new(config: ExecConfig) -> Self {
+    /// A sandbox that runs its stages through `config.helper`, keeping `pool_size` warm boxes
+    /// ready once isolation has been probed (0: none).
+    pub fn new(config: ExecConfig, pool_size: usize) -> Self {
         Self {
             config,
             support: OnceCell::new(),
             own_listeners: Mutex::new(Vec::new()),
+            pool_size,
+            pool: OnceCell::new(),
         }
+    }
+
+    /// How many warm boxes this sandbox keeps ready.
+    pub fn pool_size(&self) -> usize {
+        self.pool_size
+    }
+
+    /// The pool of warm boxes, started on first need (after the probe has passed).
+    async fn pool(&self) -> Option<Arc<Pool>> {
+        if self.pool_size == 0 {
+            return None;
+        }
+        self.pool
+            .get_or_init(|| async {
+                match Pool::start(self.config.helper.clone(), self.pool_size) {
+                    Ok(pool) => Some(Arc::new(pool)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot start the pool of warm sandboxes; every isolated call starts cold");
+                        None
+                    }
+                }
+            })
+            .await
+            .clone()
     }
 
     /// What the kernel enforces here, or why isolation cannot run (probed once).
@@ -229,9 +302,18 @@ impl Sandbox for IsolatedSandbox {
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir(launch.cwd);
+        let warm = self.pool().await.map(|pool| WarmCall {
+            pool,
+            policy,
+            program: launch.program.to_owned(),
+            args: launch.args.to_vec(),
+            env,
+            cwd: launch.cwd.to_path_buf(),
+        });
         Ok(Prepared {
             command,
             guard: Guard { egress, refusals },
+            warm,
         })
     }
 }

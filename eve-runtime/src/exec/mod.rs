@@ -9,6 +9,12 @@
 //! (namespaces, Landlock, seccomp, limits) and, when the network is not `none`, gives it a
 //! private egress proxy (`eve_sandbox::egress`) as its only way out.
 //!
+//! Isolated processes started with [`Prepared::spawn_piped`] (tools, hooks, dynamic-tool
+//! resolvers) come from the runtime's pool of warm boxes when one is ready (`isolated.rs`:
+//! `EVE_SANDBOX_POOL` boxes, 2 by default, 0 turns it off), else from the cold path; a caller
+//! that spawns [`Prepared::command`] itself (MCP servers, eval scorers) always takes the cold
+//! path. Both confine alike.
+//!
 //! The seam keeps the rest of the runtime free of sandbox details: the tool protocol (stdin,
 //! output caps, timeouts, process groups) stays in `tools/process.rs`, and what a tool may reach
 //! is decided once, by the build (`eve_compile::Agent::effective_sandbox`) and
@@ -19,7 +25,9 @@ mod host;
 mod isolated;
 
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use eve_compile::{EffectiveSandbox, Network, Provider, Sandbox as SandboxSettings, SandboxLimits};
@@ -69,10 +77,132 @@ pub struct Launch<'a> {
 /// A command ready to spawn, and what must live as long as its process.
 #[derive(Debug)]
 pub struct Prepared {
-    /// The command; the caller adds stdio, the process group and `kill_on_drop`.
+    /// The command (for an isolated launch, the cold path); the caller adds stdio, the process
+    /// group and `kill_on_drop`. [`Prepared::spawn_piped`] does that itself and may use a warm
+    /// box instead.
     pub command: tokio::process::Command,
     /// Keeps the process's egress proxy running; drop it once the process is gone.
     pub guard: Guard,
+    /// The same isolated launch for a warm box of the runtime's pool, when there is a pool.
+    warm: Option<isolated::WarmCall>,
+}
+
+impl Prepared {
+    /// Starts the process with stdout and stderr piped, stdin piped (`stdin`) or `/dev/null`,
+    /// as the leader of its own process group (killing the group kills it and everything it
+    /// started), killed when the [`Process`] is dropped. An isolated launch takes a warm box of
+    /// the pool when one is ready, else the cold path; both confine exactly alike.
+    pub async fn spawn_piped(&mut self, stdin: bool) -> std::io::Result<Process> {
+        if let Some(call) = self.warm.take()
+            && let Some(warm) = call.pool.take().await
+        {
+            match call.start(warm, stdin) {
+                Ok(process) => return Ok(process),
+                Err(e) => tracing::debug!(error = %e, "a warm sandbox failed; using the cold path"),
+            }
+        }
+        self.command
+            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = self.command.spawn()?;
+        Ok(Process {
+            stdin: child.stdin.take(),
+            stdout: child.stdout.take(),
+            stderr: child.stderr.take(),
+            child: Child::Cold(child),
+        })
+    }
+}
+
+/// A process started by [`Prepared::spawn_piped`]: its pipes, and the process the caller waits
+/// for (the command itself, or the sandbox's outermost stage, which exits with the command's
+/// status).
+#[derive(Debug)]
+pub struct Process {
+    /// The write end of its stdin, when piped.
+    pub stdin: Option<tokio::process::ChildStdin>,
+    /// The read end of its stdout.
+    pub stdout: Option<tokio::process::ChildStdout>,
+    /// The read end of its stderr.
+    pub stderr: Option<tokio::process::ChildStderr>,
+    child: Child,
+}
+
+#[derive(Debug)]
+enum Child {
+    Cold(tokio::process::Child),
+    Warm(eve_sandbox::isolate::WarmProcess),
+}
+
+impl Process {
+    /// Its pid (also its process group id), until it has been waited for.
+    pub fn id(&self) -> Option<u32> {
+        match &self.child {
+            Child::Cold(c) => c.id(),
+            Child::Warm(w) => w.id(),
+        }
+    }
+
+    /// Waits until it has exited (for a warm sandbox: until every process of the call has).
+    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        match &mut self.child {
+            Child::Cold(c) => c.wait().await,
+            Child::Warm(w) => w.wait().await,
+        }
+    }
+
+    /// Sends it `SIGKILL`.
+    pub fn start_kill(&mut self) -> std::io::Result<()> {
+        match &mut self.child {
+            Child::Cold(c) => c.start_kill(),
+            Child::Warm(w) => w.start_kill(),
+        }
+    }
+}
+
+/// Three pipes for a warm box: the child's ends to hand over, the parent's ends as tokio types.
+struct Pipes {
+    child: [OwnedFd; 3],
+    process: (
+        Option<tokio::process::ChildStdin>,
+        tokio::process::ChildStdout,
+        tokio::process::ChildStderr,
+    ),
+}
+
+impl Pipes {
+    fn new(stdin: bool) -> std::io::Result<Self> {
+        let (child_in, parent_in) = if stdin {
+            let (r, w) = std::io::pipe()?;
+            let w = std::process::ChildStdin::from(OwnedFd::from(w));
+            (
+                OwnedFd::from(r),
+                Some(tokio::process::ChildStdin::from_std(w)?),
+            )
+        } else {
+            (OwnedFd::from(std::fs::File::open("/dev/null")?), None)
+        };
+        let (out_r, out_w) = std::io::pipe()?;
+        let (err_r, err_w) = std::io::pipe()?;
+        let out = tokio::process::ChildStdout::from_std(std::process::ChildStdout::from(
+            OwnedFd::from(out_r),
+        ))?;
+        let err = tokio::process::ChildStderr::from_std(std::process::ChildStderr::from(
+            OwnedFd::from(err_r),
+        ))?;
+        Ok(Pipes {
+            child: [child_in, OwnedFd::from(out_w), OwnedFd::from(err_w)],
+            process: (parent_in, out, err),
+        })
+    }
+
+    fn child_fds(&self) -> [std::os::fd::BorrowedFd<'_>; 3] {
+        let [a, b, c] = &self.child;
+        [a.as_fd(), b.as_fd(), c.as_fd()]
+    }
 }
 
 /// Lives as long as a prepared process: its egress proxy and the destinations it refused.
@@ -125,6 +255,18 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     async fn prepare(&self, launch: &Launch<'_>) -> Result<Prepared, ExecError>;
 }
 
+/// How many warm boxes an executor keeps ready: `EVE_SANDBOX_POOL` (0 turns the pool off), else
+/// [`DEFAULT_POOL`]. Read once, when the executor is made.
+pub fn pool_size_from_env() -> usize {
+    std::env::var(crate::env_vars::EVE_SANDBOX_POOL)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(DEFAULT_POOL)
+}
+
+/// Warm boxes kept ready by default: two, so the parallel calls of one turn both find one.
+pub const DEFAULT_POOL: usize = 2;
+
 /// How a runtime's [`Executor`] is set up.
 #[derive(Debug, Clone)]
 pub struct ExecConfig {
@@ -147,8 +289,13 @@ impl Executor {
     pub fn new(config: ExecConfig) -> Self {
         Self {
             host: HostSandbox,
-            isolated: IsolatedSandbox::new(config),
+            isolated: IsolatedSandbox::new(config, pool_size_from_env()),
         }
+    }
+
+    /// How many warm boxes this executor keeps ready once isolation has been probed (0: none).
+    pub fn pool_size(&self) -> usize {
+        self.isolated.pool_size()
     }
 
     /// The command that runs `launch` under its confinement.

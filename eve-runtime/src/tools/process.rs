@@ -9,7 +9,7 @@
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use super::error::ToolError;
 use super::template::expand_argv;
 use super::{Refused, ToolContext, ToolResult, effective_limit, effective_timeout, millis};
 use crate::env_vars;
-use crate::exec::{Confinement, Executor, Launch, Prepared};
+use crate::exec::{Confinement, Executor, Launch};
 
 /// `PATH` when the lookup has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -318,22 +318,12 @@ pub(crate) async fn run_process(
         cwd: &spec.cwd,
         confinement: &spec.confinement,
     };
-    let Prepared { mut command, guard } = match exec.prepare(&launch).await {
+    let mut prepared = match exec.prepare(&launch).await {
         Ok(prepared) => prepared,
         Err(e) => return ToolResult::failure(e.to_string(), start.elapsed()),
     };
     let isolated = matches!(spec.confinement, Confinement::Isolated(_));
-    command
-        .stdin(if spec.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = match command.spawn() {
+    let mut child = match prepared.spawn_piped(spec.stdin.is_some()).await {
         Ok(child) => child,
         Err(source) => {
             let denied = source.kind() == std::io::ErrorKind::PermissionDenied;
@@ -350,6 +340,7 @@ pub(crate) async fn run_process(
             return ToolResult::failure(message, start.elapsed());
         }
     };
+    let guard = prepared.guard;
     let pgid = child
         .id()
         .and_then(|id| i32::try_from(id).ok())

@@ -22,8 +22,9 @@ use seccompiler::{
 use super::helper::{Failure, Mode, Result};
 use super::{DEFAULT_UID, Policy, view};
 
-/// Applies every restriction to the current process; returns Landlock's state in words.
-pub(crate) fn apply(policy: &Policy, mode: Mode) -> Result<String> {
+/// Applies every restriction to the current process, `filters` (from [`seccomp_programs`]) last;
+/// returns Landlock's state in words.
+pub(crate) fn apply(policy: &Policy, mode: Mode, filters: &[BpfProgram]) -> Result<String> {
     limits(policy)?;
     caps::clear(None, caps::CapSet::Bounding)
         .map_err(|e| Failure::new(format!("cannot empty the capability bounding set: {e}")))?;
@@ -45,7 +46,10 @@ pub(crate) fn apply(policy: &Policy, mode: Mode) -> Result<String> {
     nix::sys::prctl::set_no_new_privs()
         .map_err(|e| Failure::new(format!("prctl(PR_SET_NO_NEW_PRIVS): {e}")))?;
     let landlock = landlock(policy)?;
-    seccomp()?;
+    for prog in filters {
+        seccompiler::apply_filter(prog)
+            .map_err(|e| Failure::new(format!("cannot install the seccomp filter: {e}")))?;
+    }
     Ok(landlock)
 }
 
@@ -214,7 +218,9 @@ const NAMESPACE_FLAGS: &[i32] = &[
     libc::CLONE_NEWCGROUP,
 ];
 
-fn seccomp() -> Result<()> {
+/// The seccomp filters of every sandbox, compiled to BPF. They depend on nothing of the call, so
+/// a warm box compiles them before its call arrives.
+pub(crate) fn seccomp_programs() -> Result<Vec<BpfProgram>> {
     let fail = |e: seccompiler::BackendError| Failure::new(format!("seccomp filter: {e}"));
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|_| {
         Failure::new(format!(
@@ -270,11 +276,7 @@ fn seccomp() -> Result<()> {
     if arch == TargetArch::x86_64 {
         programs.push(deny_x32());
     }
-    for prog in &programs {
-        seccompiler::apply_filter(prog)
-            .map_err(|e| Failure::new(format!("cannot install the seccomp filter: {e}")))?;
-    }
-    Ok(())
+    Ok(programs)
 }
 
 /// On x86_64 the x32 ABI reaches every syscall again under number `0x40000000 + n`, which the

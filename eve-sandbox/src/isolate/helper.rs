@@ -14,30 +14,48 @@
 //!
 //! Stage 1 also sits in the new mount namespace, so stage 2's `pivot_root` moves its root too:
 //! the forwarder reaches the proxy through the socket's path inside the view.
+//!
+//! A **warm box** ([`super::pool`]) runs the same two stages split at the call: warm stage 1
+//! ([`WARM1`]) enters the namespaces, brings `lo` up and spawns warm stage 2 ([`WARM2`]), which
+//! compiles the seccomp filters and reports ready; both then wait. When the call's spec arrives
+//! (over stage 1's stdin, a Unix socket: see [`super::wire`]) stage 1 takes the call's stdio,
+//! binds the forwarder's listener if the call has a network, hands the spec on to its init, and
+//! from there both run exactly what the cold stages run: the view is built, the init confines
+//! itself and spawns the command, and the box ends with it. A box serves one call.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, ExitStatus};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
 
 use nix::errno::Errno;
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::prctl;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitStatus, waitpid};
-use nix::unistd::{Pid, getgid, getuid};
+use nix::unistd::{Pid, getgid, getppid, getuid};
+use seccompiler::BpfProgram;
 
+use super::wire::{self, Call};
 use super::{Policy, SANDBOX_FAILURE, confine, net, view};
 
 /// argv[1] of stage 1, which [`super::command`] builds.
 pub(crate) const STAGE1: &str = "--eve-sandbox-stage1";
 const STAGE2: &str = "--eve-sandbox-stage2";
+/// argv[1] of a warm box's stage 1, which [`super::pool`] starts; argv[2] is the pid of the
+/// process that started it.
+pub(crate) const WARM1: &str = "--eve-sandbox-warm";
+/// argv[1] of a warm box's init.
+const WARM2: &str = "--eve-sandbox-warm-init";
 /// argv[1] that makes a helper print [`PROTOCOL`] and exit: how [`super::default_helper`] tells
 /// a helper of this build from a stale or foreign binary.
 pub(crate) const PROTOCOL_ARG: &str = "--eve-sandbox-protocol";
 /// What a helper of this build answers to [`PROTOCOL_ARG`]. The number changes whenever the
 /// stages' argv or the policy's meaning does.
-pub(crate) const PROTOCOL: &str = concat!("eve-sandbox ", env!("CARGO_PKG_VERSION"), " stages/2");
+pub(crate) const PROTOCOL: &str = concat!("eve-sandbox ", env!("CARGO_PKG_VERSION"), " stages/3");
 /// The program name that makes stage 2 report instead of spawning a command (see
 /// [`super::probe`]).
 pub(crate) const PROBE: &str = "--eve-sandbox-probe";
@@ -105,6 +123,10 @@ pub fn helper_main() {
         stage1(rest)
     } else if stage == STAGE2 {
         stage2(rest)
+    } else if stage == WARM1 {
+        warm_stage1(rest)
+    } else if stage == WARM2 {
+        warm_stage2(rest)
     } else {
         return;
     };
@@ -131,6 +153,32 @@ fn stage1(rest: Vec<OsString>) -> Result<i32> {
     prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| Failure::new(format!("prctl(PR_SET_PDEATHSIG): {e}")))?;
     let policy = parse_policy(rest.first())?;
+    let mode = enter_namespaces()?;
+    net::loopback_up()?;
+    let listener = match &policy.network {
+        super::Network::Proxy { port, .. } => Some(net::listen(*port)?),
+        super::Network::None => None,
+    };
+    let mut init = Command::new(SELF_EXE);
+    init.arg(STAGE2).arg(mode.as_str()).args(&rest);
+    let status = match listener {
+        // The relays need no privilege: once init runs, none is left to them.
+        Some(listener) => net::forward_while(
+            listener,
+            super::PROXY_SOCKET_IN_SANDBOX,
+            init,
+            confine::drop_all_capabilities,
+        )?,
+        None => init
+            .status()
+            .map_err(|e| Failure::new(format!("cannot start the sandbox's init process: {e}")))?,
+    };
+    Ok(code_of(status))
+}
+
+/// Unshares every namespace of the sandbox (a user namespace too unless root) and writes the uid
+/// and gid maps; returns which mode that was.
+fn enter_namespaces() -> Result<Mode> {
     let uid = getuid();
     let gid = getgid();
     let mode = if uid.is_root() {
@@ -155,26 +203,175 @@ fn stage1(rest: Vec<OsString>) -> Result<i32> {
         write_proc("/proc/self/uid_map", &format!("0 {} 1", uid.as_raw()))?;
         write_proc("/proc/self/gid_map", &format!("0 {} 1", gid.as_raw()))?;
     }
+    Ok(mode)
+}
+
+/// The Unix socket a warm stage was given as its stdin.
+fn stdin_socket() -> Result<UnixStream> {
+    let fd = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| Failure::new(format!("internal: the warm box has no control socket: {e}")))?;
+    Ok(UnixStream::from(fd))
+}
+
+/// Makes the call's three descriptors this process's stdin, stdout and stderr.
+fn take_stdio(fds: Vec<OwnedFd>) -> Result<()> {
+    let [stdin, stdout, stderr] = <[OwnedFd; 3]>::try_from(fds)
+        .map_err(|_| Failure::new("internal: a warm box's call must carry three descriptors"))?;
+    let fail = |e: Errno| Failure::new(format!("cannot take the call's stdio: {e}"));
+    nix::unistd::dup2_stderr(&stderr).map_err(fail)?;
+    nix::unistd::dup2_stdin(&stdin).map_err(fail)?;
+    nix::unistd::dup2_stdout(&stdout).map_err(fail)?;
+    Ok(())
+}
+
+fn parse_call(bytes: &[u8]) -> Result<Call> {
+    serde_json::from_slice(bytes).map_err(|e| Failure::new(format!("bad sandbox call: {e}")))
+}
+
+/// Warm stage 1: everything of stage 1 that does not depend on the call, then one call.
+fn warm_stage1(rest: Vec<OsString>) -> Result<i32> {
+    prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| Failure::new(format!("prctl(PR_SET_PDEATHSIG): {e}")))?;
+    let control = stdin_socket()?;
+    // The starter may have died before the signal was armed: then nobody will ever call.
+    let starter = rest.first().and_then(|p| p.to_str()?.parse::<i32>().ok());
+    if starter != Some(getppid().as_raw()) {
+        return Ok(SANDBOX_FAILURE);
+    }
+    match warm_stage1_serve(&control) {
+        Ok(code) => Ok(code),
+        Err(f) => {
+            let _ = wire::say(&control, &format!("error: {}", f.message));
+            Err(f)
+        }
+    }
+}
+
+fn warm_stage1_serve(control: &UnixStream) -> Result<i32> {
+    let mode = enter_namespaces()?;
     net::loopback_up()?;
-    let listener = match &policy.network {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| Failure::new(format!("cannot start the warm box's event loop: {e}")))?;
+    let (ours, theirs) = UnixStream::pair()
+        .map_err(|e| Failure::new(format!("cannot create the warm box's socket: {e}")))?;
+    let mut init = Command::new(SELF_EXE);
+    init.arg(WARM2)
+        .arg(mode.as_str())
+        .stdin(Stdio::from(OwnedFd::from(theirs)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = {
+        let _entered = rt.enter();
+        tokio::process::Command::from(init)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| Failure::new(format!("cannot start the sandbox's init process: {e}")))?
+    };
+    match wire::hear(&ours) {
+        Ok(Some(line)) if line == "ready" => {}
+        Ok(Some(line)) => return Err(Failure::new(line)),
+        Ok(None) | Err(_) => {
+            return Err(Failure::new(
+                "the warm box's init ended before it was ready",
+            ));
+        }
+    }
+    wire::say(control, "ready")
+        .map_err(|e| Failure::new(format!("cannot report the warm box ready: {e}")))?;
+    let Some((bytes, fds)) =
+        wire::recv(control).map_err(|e| Failure::new(format!("cannot receive the call: {e}")))?
+    else {
+        // Let go unused (the pool is shutting down): the init dies with us.
+        return Ok(0);
+    };
+    let call = parse_call(&bytes)?;
+    // From here on failures are the call's and go to its stderr, as on the cold path.
+    let borrowed: Vec<_> = fds
+        .iter()
+        .map(|f| f.try_clone())
+        .collect::<std::io::Result<_>>()
+        .map_err(|e| Failure::new(format!("cannot take the call's stdio: {e}")))?;
+    take_stdio(borrowed)?;
+    let listener = match &call.policy.network {
         super::Network::Proxy { port, .. } => Some(net::listen(*port)?),
         super::Network::None => None,
     };
-    let mut init = Command::new(SELF_EXE);
-    init.arg(STAGE2).arg(mode.as_str()).args(&rest);
+    let refs: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
+    wire::send(&ours, &bytes, &refs)
+        .map_err(|e| Failure::new(format!("cannot hand the call to the sandbox's init: {e}")))?;
+    drop(fds);
+    drop(ours);
     let status = match listener {
-        // The relays need no privilege: once init runs, none is left to them.
-        Some(listener) => net::forward_while(
-            listener,
-            super::PROXY_SOCKET_IN_SANDBOX,
-            init,
-            confine::drop_all_capabilities,
-        )?,
-        None => init
-            .status()
-            .map_err(|e| Failure::new(format!("cannot start the sandbox's init process: {e}")))?,
+        // The relays need no privilege: once init has the call, none is left to them.
+        Some(listener) => rt.block_on(async {
+            confine::drop_all_capabilities()?;
+            let listener = net::register(listener)?;
+            net::relay_until(listener, super::PROXY_SOCKET_IN_SANDBOX.into(), &mut child).await
+        })?,
+        None => rt
+            .block_on(child.wait())
+            .map_err(|e| Failure::new(format!("waiting for the sandbox's init process: {e}")))?,
     };
-    Ok(code_of(status))
+    let code = code_of(status);
+    // The init's exit killed everything in its PID namespace: the call is over. Let go of its
+    // stdio (so its readers see the end now) and report the status before this process's exit
+    // tears the namespaces down, which the caller need not wait for.
+    if let Ok(null) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let _ = nix::unistd::dup2_stdin(&null);
+        let _ = nix::unistd::dup2_stdout(&null);
+        let _ = nix::unistd::dup2_stderr(&null);
+    }
+    let _ = wire::say(control, &format!("exit {code}"));
+    Ok(code)
+}
+
+/// Warm stage 2: the init of a warm box. Compiles the seccomp filters, reports ready, waits for
+/// the call, then runs it as [`stage2`] does.
+fn warm_stage2(rest: Vec<OsString>) -> Result<i32> {
+    prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| Failure::new(format!("prctl(PR_SET_PDEATHSIG): {e}")))?;
+    prctl::set_dumpable(false).map_err(|e| Failure::new(format!("prctl(PR_SET_DUMPABLE): {e}")))?;
+    let socket = stdin_socket()?;
+    let prepared = Mode::parse(
+        rest.first()
+            .ok_or_else(|| Failure::new("internal: missing stage mode"))?,
+    )
+    .and_then(|mode| Ok((mode, confine::seccomp_programs()?)));
+    let (mode, filters) = match prepared {
+        Ok(p) => p,
+        Err(f) => {
+            let _ = wire::say(&socket, &format!("error: {}", f.message));
+            return Err(f);
+        }
+    };
+    wire::say(&socket, "ready")
+        .map_err(|e| Failure::new(format!("cannot report the warm box ready: {e}")))?;
+    let Some((bytes, fds)) =
+        wire::recv(&socket).map_err(|e| Failure::new(format!("cannot receive the call: {e}")))?
+    else {
+        return Ok(0);
+    };
+    take_stdio(fds)?;
+    drop(socket);
+    let call = parse_call(&bytes)?;
+    let args: Vec<OsString> = call.args.iter().map(OsString::from).collect();
+    run_init(
+        mode,
+        &call.policy,
+        &call.cwd,
+        OsStr::new(&call.program),
+        &args,
+        Some(&call.env),
+        &filters,
+    )
 }
 
 fn write_proc(path: &str, value: &str) -> Result<()> {
@@ -254,23 +451,38 @@ fn stage2(rest: Vec<OsString>) -> Result<i32> {
         .ok_or_else(|| Failure::new("no command to run"))?;
     let cwd = std::env::current_dir()
         .map_err(|e| Failure::new(format!("cannot read the working directory: {e}")))?;
-    let built = view::build(&policy, mode)?;
+    let filters = confine::seccomp_programs()?;
+    run_init(mode, &policy, &cwd, program, &rest[3..], None, &filters)
+}
+
+/// The init's work once it knows the call: build the view, enter `cwd`, confine itself, spawn
+/// `program args…` (with `env` when given, else the inherited environment), reap until it ends.
+fn run_init(
+    mode: Mode,
+    policy: &Policy,
+    cwd: &Path,
+    program: &OsStr,
+    args: &[OsString],
+    env: Option<&[(String, String)]>,
+    filters: &[BpfProgram],
+) -> Result<i32> {
+    let built = view::build(policy, mode)?;
     let _ = nix::unistd::sethostname("eve-sandbox");
-    if !built.contains(&cwd) {
+    if !built.contains(cwd) {
         return Err(Failure::new(format!(
             "the working directory {} is not in the sandbox's view: add it to the policy's \
              read_write (or read_only) paths",
             cwd.display()
         )));
     }
-    std::env::set_current_dir(&cwd).map_err(|e| {
+    std::env::set_current_dir(cwd).map_err(|e| {
         Failure::new(format!(
             "cannot enter the working directory {} in the sandbox: {e}",
             cwd.display()
         ))
     })?;
-    if program == PROBE {
-        let landlock = confine::apply(&policy, mode)?;
+    if program == OsStr::new(PROBE) {
+        let landlock = confine::apply(policy, mode, filters)?;
         let report = super::probe_report(mode == Mode::User, &landlock)
             .map_err(|e| Failure::new(format!("probe report: {e}")))?;
         println!("{report}");
@@ -278,21 +490,25 @@ fn stage2(rest: Vec<OsString>) -> Result<i32> {
     }
     // From here on this init holds exactly what the command will hold, and needs no more: it
     // only waits for its children.
-    confine::apply(&policy, mode)?;
-    let child = Command::new(program)
-        .args(&rest[3..])
-        .spawn()
-        .map_err(|err| {
-            let code = if err.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            Failure {
-                message: format!("cannot run `{}`: {err}", program.to_string_lossy()),
-                code,
-            }
-        })?;
+    confine::apply(policy, mode, filters)?;
+    let mut command = Command::new(program);
+    command.args(args);
+    if let Some(env) = env {
+        command
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    }
+    let child = command.spawn().map_err(|err| {
+        let code = if err.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        };
+        Failure {
+            message: format!("cannot run `{}`: {err}", program.to_string_lossy()),
+            code,
+        }
+    })?;
     reap_until(Pid::from_raw(child.id() as i32))
 }
 

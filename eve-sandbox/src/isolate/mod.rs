@@ -26,12 +26,19 @@
 //!
 //! The environment of the command is the caller's `Command` environment, passed through untouched
 //! (secrets travel in env, never in argv); the policy travels in argv as JSON and holds no secret.
+//!
+//! The warm path. A [`Pool`] keeps boxes whose namespaces and helper processes exist before their
+//! call; [`Warm::start`] hands one the call (policy, argv, environment, working folder and stdio,
+//! over a private socket), and from there it runs the same stage code as the cold path: see
+//! `pool.rs` for what is prepared ahead and what stays per call.
 
 mod confine;
 mod helper;
 mod net;
 mod paths;
+mod pool;
 mod view;
+mod wire;
 
 use std::ffi::OsStr;
 use std::io;
@@ -42,6 +49,7 @@ use serde::{Deserialize, Serialize};
 
 pub use helper::helper_main;
 pub use paths::{default_read_only, prepare_writable};
+pub use pool::{Pool, Warm, WarmProcess};
 
 /// Exit code of the helper when the sandbox itself failed (as opposed to the command).
 pub const SANDBOX_FAILURE: i32 = 125;
@@ -219,6 +227,9 @@ pub enum Error {
     /// A policy path is relative.
     #[error("sandbox policy path {0:?} is relative: give an absolute path")]
     RelativePath(PathBuf),
+    /// A warm box could not take its call (it ended, or its socket failed): use the cold path.
+    #[error("the warm sandbox could not take the call: {0}")]
+    Warm(#[source] io::Error),
 }
 
 /// The `std::process::Command` that runs `program args…` isolated by `policy`, through

@@ -116,38 +116,55 @@ pub(crate) fn forward_while(
         .map_err(|e| fail("cannot start its event loop", e))?;
     let socket = PathBuf::from(socket);
     rt.block_on(async move {
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| fail("set_nonblocking", e))?;
-        let listener =
-            tokio::net::TcpListener::from_std(listener).map_err(|e| fail("register", e))?;
+        let listener = register(listener)?;
         let mut child = tokio::process::Command::from(init)
             .spawn()
             .map_err(|e| Failure::new(format!("cannot start the sandbox's init process: {e}")))?;
         spawned()?;
-        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_RELAYS));
-        let accept = async {
-            loop {
-                let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
-                    return;
-                };
-                let Ok((tcp, _)) = listener.accept().await else {
-                    continue;
-                };
-                let socket = socket.clone();
-                tokio::spawn(async move {
-                    relay(tcp, &socket).await;
-                    drop(permit);
-                });
-            }
-        };
-        tokio::select! {
-            status = child.wait() => {
-                status.map_err(|e| fail("waiting for the sandbox's init process", e))
-            }
-            () = accept => Err(Failure::new("egress forwarder: the listener closed")),
-        }
+        relay_until(listener, socket, &mut child).await
     })
+}
+
+/// Relays every connection of `listener` to the Unix socket at `socket` until `child` (the
+/// sandbox's init) exits; returns its exit status. Must run on a current-thread runtime (see
+/// [`forward_while`]).
+pub(crate) async fn relay_until(
+    listener: tokio::net::TcpListener,
+    socket: PathBuf,
+    child: &mut tokio::process::Child,
+) -> Result<std::process::ExitStatus> {
+    let fail = |what: &str, e: io::Error| Failure::new(format!("egress forwarder: {what}: {e}"));
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_RELAYS));
+    let accept = async {
+        loop {
+            let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+                return;
+            };
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let socket = socket.clone();
+            tokio::spawn(async move {
+                relay(tcp, &socket).await;
+                drop(permit);
+            });
+        }
+    };
+    tokio::select! {
+        status = child.wait() => {
+            status.map_err(|e| fail("waiting for the sandbox's init process", e))
+        }
+        () = accept => Err(Failure::new("egress forwarder: the listener closed")),
+    }
+}
+
+/// Registers a bound listener with the current (current-thread) runtime.
+pub(crate) fn register(listener: TcpListener) -> Result<tokio::net::TcpListener> {
+    let fail = |what: &str, e: io::Error| Failure::new(format!("egress forwarder: {what}: {e}"));
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| fail("set_nonblocking", e))?;
+    tokio::net::TcpListener::from_std(listener).map_err(|e| fail("register", e))
 }
 
 async fn relay(mut tcp: tokio::net::TcpStream, socket: &PathBuf) {

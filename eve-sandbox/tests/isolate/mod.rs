@@ -4,6 +4,7 @@
 mod escape;
 mod limits;
 mod network;
+mod pool;
 mod work;
 
 use std::io::Read;
