@@ -283,21 +283,57 @@ impl PgStore {
         Ok(())
     }
 
-    /// Runs `batch` (with the extra work `pre` does first, inside the same transaction) and
-    /// commits, notifying the fleet.
+    /// Runs `batch` in a transaction of its own and commits, notifying the fleet: `BEGIN`,
+    /// the fence checks, every write and the notification go out together (one round trip),
+    /// then `COMMIT` (or `ROLLBACK` when a check failed) is the second.
     async fn commit_batch(&self, batch: Batch) -> StoreResult<Committed> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        if !batch.durable {
-            // A step's checkpoint: a crash of the server (not of eve) may lose the last ones,
-            // and resume redoes that work, as on SQLite. What an API promised is durable.
-            tx.batch_execute("SET LOCAL synchronous_commit TO OFF")
-                .await?;
+        let open = OpenTransaction(Some(self.client().await?));
+        let client = open.client()?;
+        // A step's checkpoint (not durable): a crash of the server (not of eve) may lose the
+        // last ones, and resume redoes that work, as on SQLite. What an API promised is durable.
+        let begin = if batch.durable {
+            "BEGIN"
+        } else {
+            "BEGIN; SET LOCAL synchronous_commit TO OFF"
+        };
+        let notify = (self.inner.channel.as_str(), self.inner.instance.as_str());
+        let applied = sql::apply(client, batch, Some(begin), Some(notify)).await;
+        let end = if applied.is_ok() {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        };
+        client.batch_execute(end).await?;
+        open.close();
+        applied
+    }
+}
+
+/// A pooled connection inside a transaction this store opened by hand (so that `BEGIN` can
+/// travel with the first statements). Dropped before [`OpenTransaction::close`] (the caller
+/// gave up mid-way, or `COMMIT` failed), the connection leaves the pool and is closed, which
+/// rolls the transaction back on the server: no pooled connection is ever handed out inside
+/// a transaction.
+struct OpenTransaction(Option<deadpool_postgres::Client>);
+
+impl OpenTransaction {
+    fn client(&self) -> StoreResult<&deadpool_postgres::Client> {
+        self.0
+            .as_ref()
+            .ok_or_else(|| StoreError::Backend("internal: transaction already closed".into()))
+    }
+
+    /// The transaction ended (committed or rolled back): the connection goes back to the pool.
+    fn close(mut self) {
+        self.0.take();
+    }
+}
+
+impl Drop for OpenTransaction {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            drop(deadpool_postgres::Object::take(client));
         }
-        let committed = sql::apply(&tx, batch).await?;
-        self.notify(&tx).await?;
-        tx.commit().await?;
-        Ok(committed)
     }
 }
 
@@ -560,7 +596,7 @@ impl Store for PgStore {
             tx.rollback().await?;
             return Ok(None);
         }
-        let committed = sql::apply(&tx, batch).await?;
+        let committed = sql::apply(&tx, batch, None, None).await?;
         sql::insert_reply(&tx, &accept, now).await?;
         self.notify(&tx).await?;
         tx.commit().await?;

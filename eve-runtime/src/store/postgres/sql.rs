@@ -194,353 +194,480 @@ fn all<T>(rows: &[Row], f: fn(&Row) -> StoreResult<T>) -> StoreResult<Vec<T>> {
 
 // ---- batches -------------------------------------------------------------------------------
 
-/// Refuses the batch when a session it speaks for has a newer lease holder. The lease row is
-/// read `FOR KEY SHARE`: a renewal (a plain update) does not wait for it, but a takeover (which
-/// locks the row `FOR UPDATE`) cannot happen between this check and the commit.
-pub(super) async fn check_fences<C: GenericClient>(c: &C, fences: &[Fence]) -> StoreResult<()> {
-    for fence in fences {
-        let row = query_opt(
-            c,
-            "SELECT token FROM leases WHERE session_id=$1 FOR KEY SHARE",
-            &[&fence.session_id],
-        )
-        .await?;
-        let current = match row {
-            Some(r) => u(g(&r, 0)?),
-            None => 0,
+/// A statement's parameters, owned, so a whole batch can be planned before any is sent.
+type Owned = Vec<Box<dyn ToSql + Sync + Send>>;
+
+macro_rules! params {
+    ($($p:expr),* $(,)?) => {
+        vec![$(Box::new($p) as Box<dyn ToSql + Sync + Send>),*]
+    };
+}
+
+/// What a planned statement's answer means for the batch.
+enum Then {
+    /// Nothing to check.
+    Nothing,
+    /// Rows changed, or `NotFound(what)`.
+    Touch(String),
+    /// The lease row's token, checked against ours.
+    Fence(Fence),
+    /// The new message's sequence, or the session is missing.
+    Message(String),
+    /// The new event's index, or the session is missing.
+    Event(StoredEvent),
+}
+
+/// One statement of a batch, planned: its SQL, parameters and how to read its answer. Each is
+/// a single statement (a counter's increment and the row it numbers are one data-modifying
+/// `WITH`), so the server runs them in the order they were sent.
+struct Planned {
+    sql: String,
+    params: Owned,
+    then: Then,
+}
+
+impl Planned {
+    fn new(sql: impl Into<String>, params: Owned, then: Then) -> Self {
+        Self {
+            sql: sql.into(),
+            params,
+            then,
+        }
+    }
+}
+
+/// How many statements go out before their answers are awaited.
+const PIPELINE: usize = 64;
+
+/// Sends `start` (simple statements such as `BEGIN`, first) and `plan`'s statements without
+/// waiting between them (tokio-postgres pipelines requests polled together: one round trip for
+/// the lot, once their statements are prepared on this connection), then reads the answers in
+/// order. The first error wins; statements after it were refused by the server anyway.
+async fn run_planned<C: GenericClient>(
+    c: &C,
+    start: Option<&str>,
+    plan: &mut Vec<Planned>,
+    committed: &mut Committed,
+) -> StoreResult<()> {
+    let mut start = start;
+    let planned: Vec<Planned> = std::mem::take(plan);
+    let mut planned = planned.into_iter().peekable();
+    while start.is_some() || planned.peek().is_some() {
+        let chunk: Vec<Planned> = planned.by_ref().take(PIPELINE).collect();
+        // Prepared once per connection (the cache); misses are prepared together.
+        let stmts = futures::future::join_all(chunk.iter().map(|p| c.prepare_cached(&p.sql)))
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = chunk
+            .iter()
+            .map(|p| {
+                p.params
+                    .iter()
+                    .map(|b| &**b as &(dyn ToSql + Sync))
+                    .collect()
+            })
+            .collect();
+        let counting = |p: &Planned| matches!(p.then, Then::Touch(_));
+        let begin = async {
+            match start.take() {
+                Some(sql) => c.batch_execute(sql).await,
+                None => Ok(()),
+            }
         };
-        if current > fence.token {
-            return Err(StoreError::Fenced {
-                session: fence.session_id.clone(),
-                ours: fence.token,
-                current,
-            });
+        let writes = futures::future::join_all(chunk.iter().zip(&stmts).zip(&refs).map(
+            |((p, stmt), params)| async move {
+                if counting(p) {
+                    c.execute(stmt, params).await.map(Answer::Count)
+                } else {
+                    c.query(stmt, params).await.map(Answer::Rows)
+                }
+            },
+        ));
+        // `join!` polls in order: `BEGIN` is sent first, then the statements in plan order.
+        let (begun, answers) = futures::join!(begin, writes);
+        begun?;
+        for (p, answer) in chunk.into_iter().zip(answers) {
+            read_answer(p.then, answer?, committed)?;
         }
     }
     Ok(())
 }
 
-/// Applies a batch inside the caller's transaction.
-pub(super) async fn apply<C: GenericClient>(c: &C, batch: Batch) -> StoreResult<Committed> {
-    check_fences(c, &batch.fences).await?;
+enum Answer {
+    Count(u64),
+    Rows(Vec<Row>),
+}
+
+fn read_answer(then: Then, answer: Answer, committed: &mut Committed) -> StoreResult<()> {
+    let first = |answer: &Answer| -> StoreResult<Option<i64>> {
+        match answer {
+            Answer::Rows(rows) => rows.first().map(|r| g(r, 0)).transpose(),
+            Answer::Count(_) => Ok(None),
+        }
+    };
+    match then {
+        Then::Nothing => {}
+        Then::Touch(what) => {
+            if matches!(answer, Answer::Count(0)) {
+                return Err(StoreError::NotFound(what));
+            }
+        }
+        Then::Fence(fence) => {
+            let current = first(&answer)?.map_or(0, u);
+            if current > fence.token {
+                return Err(StoreError::Fenced {
+                    session: fence.session_id,
+                    ours: fence.token,
+                    current,
+                });
+            }
+        }
+        Then::Message(session) => {
+            let seq = first(&answer)?
+                .ok_or_else(|| StoreError::NotFound(format!("session {session}")))?;
+            committed.message_seqs.push(u(seq));
+        }
+        Then::Event(mut event) => {
+            let index = first(&answer)?
+                .ok_or_else(|| StoreError::NotFound(format!("session {}", event.session_id)))?;
+            event.index = u(index);
+            committed.events.push(event);
+        }
+    }
+    Ok(())
+}
+
+/// The fence check of one session: the lease row is read `FOR KEY SHARE`: a renewal (a plain
+/// update) does not wait for it, but a takeover (which locks the row `FOR UPDATE`) cannot
+/// happen between this check and the commit.
+fn fence_planned(fence: &Fence) -> Planned {
+    Planned::new(
+        "SELECT token FROM leases WHERE session_id=$1 FOR KEY SHARE",
+        params![fence.session_id.clone()],
+        Then::Fence(fence.clone()),
+    )
+}
+
+/// Refuses the batch when a session it speaks for has a newer lease holder (see
+/// [`fence_planned`]); all the fences in one round trip.
+pub(super) async fn check_fences<C: GenericClient>(c: &C, fences: &[Fence]) -> StoreResult<()> {
+    let mut plan: Vec<Planned> = fences.iter().map(fence_planned).collect();
+    run_planned(c, None, &mut plan, &mut Committed::default()).await
+}
+
+/// Applies a batch inside the caller's transaction, or inside one it opens: `start` (`BEGIN`,
+/// and any `SET LOCAL`) is sent with the batch's first statements. `notify` (channel, payload)
+/// adds the commit's notification. The fence checks come first, and every statement is
+/// planned and sent together, so a batch is one round trip (plus one for statements this
+/// connection has not prepared yet); only composition, note and release operations, which
+/// run several dependent statements, are awaited one by one, in their place in the batch.
+pub(super) async fn apply<C: GenericClient>(
+    c: &C,
+    batch: Batch,
+    start: Option<&str>,
+    notify: Option<(&str, &str)>,
+) -> StoreResult<Committed> {
     let mut committed = Committed::default();
     let now = now_ms();
+    let mut start = start;
+    let mut plan: Vec<Planned> = batch.fences.iter().map(fence_planned).collect();
     for op in batch.ops {
         match op {
-            Op::InsertSession(s) => {
-                execute(
-                    c,
-                    &format!(
-                        "INSERT INTO sessions ({SESSION_COLS}) VALUES \
-                         ($1,$2,$3,$4,$5,$6,$7,$8,0,0,0,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)"
-                    ),
-                    &[
-                        &s.id,
-                        &s.status.as_str(),
-                        &s.build_hash,
-                        &s.agent_name,
-                        &s.parent_id,
-                        &s.parent_call_id,
-                        &s.schedule,
-                        &i(s.turn_count),
-                        &i(s.usage.input_tokens),
-                        &i(s.usage.output_tokens),
-                        &i(s.usage.cache_read_tokens),
-                        &i(s.usage.cache_write_tokens),
-                        &s.cost_usd,
-                        &serde_json::to_string(&s.loaded_skills)?,
-                        &serde_json::to_string(&s.approved_tools)?,
-                        &s.cancel_requested,
-                        &s.created_at,
-                        &now,
-                    ],
-                )
-                .await?;
+            Op::Composition(op) => {
+                run_planned(c, start.take(), &mut plan, &mut committed).await?;
+                composition_apply(c, op, now).await?;
             }
-            Op::UpdateSession(s) => {
-                let n = execute(
-                    c,
-                    "UPDATE sessions SET status=$2, build_hash=$3, turn_count=$4, \
-                     input_tokens=$5, output_tokens=$6, cache_read_tokens=$7, \
-                     cache_write_tokens=$8, cost_usd=$9, loaded_skills=$10, approved_tools=$11, \
-                     updated_at=$12 WHERE id=$1",
-                    &[
-                        &s.id,
-                        &s.status.as_str(),
-                        &s.build_hash,
-                        &i(s.turn_count),
-                        &i(s.usage.input_tokens),
-                        &i(s.usage.output_tokens),
-                        &i(s.usage.cache_read_tokens),
-                        &i(s.usage.cache_write_tokens),
-                        &s.cost_usd,
-                        &serde_json::to_string(&s.loaded_skills)?,
-                        &serde_json::to_string(&s.approved_tools)?,
-                        &now,
-                    ],
-                )
-                .await?;
-                if n == 0 {
-                    return Err(StoreError::NotFound(format!("session {}", s.id)));
-                }
+            Op::Note(op) => {
+                run_planned(c, start.take(), &mut plan, &mut committed).await?;
+                note_apply(c, op).await?;
             }
-            Op::SetCancel {
-                session_id,
-                requested,
-            } => {
-                execute(
-                    c,
-                    "UPDATE sessions SET cancel_requested=$2, updated_at=$3 WHERE id=$1",
-                    &[&session_id, &requested, &now],
-                )
-                .await?;
+            Op::Release(op) => {
+                run_planned(c, start.take(), &mut plan, &mut committed).await?;
+                super::releases::apply(c, op, now, &mut committed).await?;
             }
-            Op::ClearContext { session_id } => {
-                execute(
-                    c,
-                    "UPDATE sessions SET context_start=message_count, updated_at=$2 WHERE id=$1",
-                    &[&session_id, &now],
-                )
-                .await?;
-            }
-            Op::InsertInbox(m) => {
-                execute(
-                    c,
-                    "INSERT INTO inbox (id, session_id, text, accepted_at, consumed_turn) \
-                     VALUES ($1,$2,$3,$4,$5)",
-                    &[
-                        &m.id,
-                        &m.session_id,
-                        &m.text,
-                        &m.accepted_at,
-                        &m.consumed_turn.map(i),
-                    ],
-                )
-                .await?;
-            }
-            Op::ConsumeInbox { id, turn_seq } => {
-                execute(
-                    c,
-                    "UPDATE inbox SET consumed_turn=$2 WHERE id=$1",
-                    &[&id, &i(turn_seq)],
-                )
-                .await?;
-            }
-            Op::AppendMessage {
-                session_id,
-                turn_seq,
-                kind,
-                body,
-            } => {
-                let checkpoint = kind == MESSAGE_KIND_CHECKPOINT;
-                let row = query_opt(
-                    c,
-                    "UPDATE sessions SET message_count=message_count+1, \
-                     context_start=CASE WHEN $2 THEN message_count ELSE context_start END \
-                     WHERE id=$1 RETURNING message_count-1",
-                    &[&session_id, &checkpoint],
-                )
-                .await?
-                .ok_or_else(|| StoreError::NotFound(format!("session {session_id}")))?;
-                let seq: i64 = g(&row, 0)?;
-                execute(
-                    c,
-                    "INSERT INTO messages (session_id, seq, turn_seq, kind, body, at) \
-                     VALUES ($1,$2,$3,$4,$5,$6)",
-                    &[
-                        &session_id,
-                        &seq,
-                        &turn_seq.map(i),
-                        &kind,
-                        &serde_json::to_string(&body)?,
-                        &now,
-                    ],
-                )
-                .await?;
-                committed.message_seqs.push(u(seq));
-            }
-            Op::PutTurn(t) => {
-                execute(
-                    c,
-                    &format!(
-                        "INSERT INTO turns ({TURN_COLS}) VALUES \
-                         ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) \
-                         ON CONFLICT (session_id, seq) DO UPDATE SET status=excluded.status, \
-                         phase=excluded.phase, step_index=excluded.step_index, \
-                         step_started=excluded.step_started, build_hash=excluded.build_hash, \
-                         inbox_id=excluded.inbox_id, started_at=excluded.started_at, \
-                         ended_at=excluded.ended_at, stop_reason=excluded.stop_reason, \
-                         usage=excluded.usage"
-                    ),
-                    &[
-                        &t.session_id,
-                        &i(t.seq),
-                        &t.status.as_str(),
-                        &t.phase.as_str(),
-                        &i(t.step_index),
-                        &t.step_started,
-                        &t.build_hash,
-                        &t.inbox_id,
-                        &t.started_at,
-                        &t.ended_at,
-                        &t.stop_reason,
-                        &serde_json::to_string(&t.usage)?,
-                    ],
-                )
-                .await?;
-            }
-            Op::PutStep(s) => {
-                execute(
-                    c,
-                    "INSERT INTO steps (session_id, turn_seq, step_index, model_id, response, at) \
-                     VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (session_id, turn_seq, step_index) \
-                     DO UPDATE SET model_id=excluded.model_id, response=excluded.response, \
-                     at=excluded.at",
-                    &[
-                        &s.session_id,
-                        &i(s.turn_seq),
-                        &i(s.step_index),
-                        &s.model_id,
-                        &serde_json::to_string(&s.response)?,
-                        &s.at,
-                    ],
-                )
-                .await?;
-            }
-            Op::PutToolCall(call) => {
-                let output = call
-                    .output
-                    .as_ref()
-                    .map(serde_json::to_string)
-                    .transpose()?;
-                execute(
-                    c,
-                    &format!(
-                        "INSERT INTO tool_calls ({CALL_COLS}) VALUES \
-                         ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17) \
-                         ON CONFLICT (session_id, turn_seq, call_id) DO UPDATE SET \
-                         step_index=excluded.step_index, position=excluded.position, \
-                         kind=excluded.kind, name=excluded.name, input=excluded.input, \
-                         idempotency_key=excluded.idempotency_key, effect=excluded.effect, \
-                         status=excluded.status, approval=excluded.approval, \
-                         output=excluded.output, is_error=excluded.is_error, \
-                         attempts=excluded.attempts, started_at=excluded.started_at, \
-                         ended_at=excluded.ended_at"
-                    ),
-                    &[
-                        &call.session_id,
-                        &call.call_id,
-                        &i(call.turn_seq),
-                        &i(call.step_index),
-                        &i(call.position),
-                        &call.kind,
-                        &call.name,
-                        &serde_json::to_string(&call.input)?,
-                        &call.idempotency_key,
-                        &call.effect,
-                        &call.status.as_str(),
-                        &call.approval.as_str(),
-                        &output,
-                        &call.is_error,
-                        &i64::from(call.attempts),
-                        &call.started_at,
-                        &call.ended_at,
-                    ],
-                )
-                .await?;
-            }
-            Op::PutInputRequest(r) => {
-                execute(
-                    c,
-                    &format!(
-                        "INSERT INTO input_requests ({REQUEST_COLS}) VALUES \
-                         ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) \
-                         ON CONFLICT (id) DO UPDATE SET status=excluded.status, \
-                         reason=excluded.reason, answered_at=excluded.answered_at, \
-                         responder=excluded.responder, prompt=excluded.prompt, \
-                         action=excluded.action"
-                    ),
-                    &[
-                        &r.id,
-                        &r.session_id,
-                        &i(r.turn_seq),
-                        &i(r.step_index),
-                        &r.call_id,
-                        &r.tool_name,
-                        &r.kind,
-                        &r.prompt,
-                        &serde_json::to_string(&r.action)?,
-                        &r.status.as_str(),
-                        &r.reason,
-                        &r.created_at,
-                        &r.answered_at,
-                        &r.responder,
-                    ],
-                )
-                .await?;
-            }
-            Op::PutBreaker(b) => {
-                execute(
-                    c,
-                    "INSERT INTO breakers (tool, consecutive_failures, open_until, backoff_ms, \
-                     updated_at) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (tool) DO UPDATE SET \
-                     consecutive_failures=excluded.consecutive_failures, \
-                     open_until=excluded.open_until, backoff_ms=excluded.backoff_ms, \
-                     updated_at=excluded.updated_at",
-                    &[
-                        &b.tool,
-                        &i64::from(b.consecutive_failures),
-                        &b.open_until,
-                        &b.backoff_ms,
-                        &now,
-                    ],
-                )
-                .await?;
-            }
-            Op::Composition(op) => composition_apply(c, op, now).await?,
-            Op::Note(op) => note_apply(c, op).await?,
-            Op::Release(op) => super::releases::apply(c, op, now, &mut committed).await?,
-            Op::Event {
-                session_id,
-                kind,
-                data,
-            } => {
-                let row = query_opt(
-                    c,
-                    "UPDATE sessions SET event_count=event_count+1, updated_at=$2 WHERE id=$1 \
-                     RETURNING event_count-1",
-                    &[&session_id, &now],
-                )
-                .await?
-                .ok_or_else(|| StoreError::NotFound(format!("session {session_id}")))?;
-                let index: i64 = g(&row, 0)?;
-                let id = format!("evt_{}", ulid::Ulid::new());
-                execute(
-                    c,
-                    "INSERT INTO events (session_id, idx, id, type, data, at) \
-                     VALUES ($1,$2,$3,$4,$5,$6)",
-                    &[
-                        &session_id,
-                        &index,
-                        &id,
-                        &kind,
-                        &serde_json::to_string(&data)?,
-                        &now,
-                    ],
-                )
-                .await?;
-                committed.events.push(StoredEvent {
+            op => plan.push(plan_op(op, now)?),
+        }
+    }
+    if let Some((channel, payload)) = notify {
+        plan.push(Planned::new(
+            "SELECT pg_notify($1, $2)",
+            params![channel.to_owned(), payload.to_owned()],
+            Then::Nothing,
+        ));
+    }
+    run_planned(c, start.take(), &mut plan, &mut committed).await?;
+    Ok(committed)
+}
+
+/// One operation as one statement (composition, note and release operations excepted).
+fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
+    Ok(match op {
+        Op::InsertSession(s) => Planned::new(
+            format!(
+                "INSERT INTO sessions ({SESSION_COLS}) VALUES \
+                 ($1,$2,$3,$4,$5,$6,$7,$8,0,0,0,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)"
+            ),
+            params![
+                s.id,
+                s.status.as_str(),
+                s.build_hash,
+                s.agent_name,
+                s.parent_id,
+                s.parent_call_id,
+                s.schedule,
+                i(s.turn_count),
+                i(s.usage.input_tokens),
+                i(s.usage.output_tokens),
+                i(s.usage.cache_read_tokens),
+                i(s.usage.cache_write_tokens),
+                s.cost_usd,
+                serde_json::to_string(&s.loaded_skills)?,
+                serde_json::to_string(&s.approved_tools)?,
+                s.cancel_requested,
+                s.created_at,
+                now,
+            ],
+            Then::Nothing,
+        ),
+        Op::UpdateSession(s) => {
+            let what = format!("session {}", s.id);
+            Planned::new(
+                "UPDATE sessions SET status=$2, build_hash=$3, turn_count=$4, \
+                 input_tokens=$5, output_tokens=$6, cache_read_tokens=$7, \
+                 cache_write_tokens=$8, cost_usd=$9, loaded_skills=$10, approved_tools=$11, \
+                 updated_at=$12 WHERE id=$1",
+                params![
+                    s.id,
+                    s.status.as_str(),
+                    s.build_hash,
+                    i(s.turn_count),
+                    i(s.usage.input_tokens),
+                    i(s.usage.output_tokens),
+                    i(s.usage.cache_read_tokens),
+                    i(s.usage.cache_write_tokens),
+                    s.cost_usd,
+                    serde_json::to_string(&s.loaded_skills)?,
+                    serde_json::to_string(&s.approved_tools)?,
+                    now,
+                ],
+                Then::Touch(what),
+            )
+        }
+        Op::SetCancel {
+            session_id,
+            requested,
+        } => Planned::new(
+            "UPDATE sessions SET cancel_requested=$2, updated_at=$3 WHERE id=$1",
+            params![session_id, requested, now],
+            Then::Nothing,
+        ),
+        Op::ClearContext { session_id } => Planned::new(
+            "UPDATE sessions SET context_start=message_count, updated_at=$2 WHERE id=$1",
+            params![session_id, now],
+            Then::Nothing,
+        ),
+        Op::InsertInbox(m) => Planned::new(
+            "INSERT INTO inbox (id, session_id, text, accepted_at, consumed_turn) \
+             VALUES ($1,$2,$3,$4,$5)",
+            params![
+                m.id,
+                m.session_id,
+                m.text,
+                m.accepted_at,
+                m.consumed_turn.map(i),
+            ],
+            Then::Nothing,
+        ),
+        Op::ConsumeInbox { id, turn_seq } => Planned::new(
+            "UPDATE inbox SET consumed_turn=$2 WHERE id=$1",
+            params![id, i(turn_seq)],
+            Then::Nothing,
+        ),
+        Op::AppendMessage {
+            session_id,
+            turn_seq,
+            kind,
+            body,
+        } => {
+            let checkpoint = kind == MESSAGE_KIND_CHECKPOINT;
+            Planned::new(
+                "WITH n AS (UPDATE sessions SET message_count=message_count+1, \
+                 context_start=CASE WHEN $2::BOOLEAN THEN message_count ELSE context_start END \
+                 WHERE id=$1 RETURNING message_count-1 AS seq) \
+                 INSERT INTO messages (session_id, seq, turn_seq, kind, body, at) \
+                 SELECT $1, n.seq, $3::BIGINT, $4::TEXT, $5::TEXT, $6::BIGINT FROM n RETURNING seq",
+                params![
+                    session_id.clone(),
+                    checkpoint,
+                    turn_seq.map(i),
+                    kind,
+                    serde_json::to_string(&body)?,
+                    now,
+                ],
+                Then::Message(session_id),
+            )
+        }
+        Op::PutTurn(t) => Planned::new(
+            format!(
+                "INSERT INTO turns ({TURN_COLS}) VALUES \
+                 ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) \
+                 ON CONFLICT (session_id, seq) DO UPDATE SET status=excluded.status, \
+                 phase=excluded.phase, step_index=excluded.step_index, \
+                 step_started=excluded.step_started, build_hash=excluded.build_hash, \
+                 inbox_id=excluded.inbox_id, started_at=excluded.started_at, \
+                 ended_at=excluded.ended_at, stop_reason=excluded.stop_reason, \
+                 usage=excluded.usage"
+            ),
+            params![
+                t.session_id,
+                i(t.seq),
+                t.status.as_str(),
+                t.phase.as_str(),
+                i(t.step_index),
+                t.step_started,
+                t.build_hash,
+                t.inbox_id,
+                t.started_at,
+                t.ended_at,
+                t.stop_reason,
+                serde_json::to_string(&t.usage)?,
+            ],
+            Then::Nothing,
+        ),
+        Op::PutStep(s) => Planned::new(
+            "INSERT INTO steps (session_id, turn_seq, step_index, model_id, response, at) \
+             VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (session_id, turn_seq, step_index) \
+             DO UPDATE SET model_id=excluded.model_id, response=excluded.response, \
+             at=excluded.at",
+            params![
+                s.session_id,
+                i(s.turn_seq),
+                i(s.step_index),
+                s.model_id,
+                serde_json::to_string(&s.response)?,
+                s.at,
+            ],
+            Then::Nothing,
+        ),
+        Op::PutToolCall(call) => {
+            let output = call
+                .output
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()?;
+            Planned::new(
+                format!(
+                    "INSERT INTO tool_calls ({CALL_COLS}) VALUES \
+                     ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17) \
+                     ON CONFLICT (session_id, turn_seq, call_id) DO UPDATE SET \
+                     step_index=excluded.step_index, position=excluded.position, \
+                     kind=excluded.kind, name=excluded.name, input=excluded.input, \
+                     idempotency_key=excluded.idempotency_key, effect=excluded.effect, \
+                     status=excluded.status, approval=excluded.approval, \
+                     output=excluded.output, is_error=excluded.is_error, \
+                     attempts=excluded.attempts, started_at=excluded.started_at, \
+                     ended_at=excluded.ended_at"
+                ),
+                params![
+                    call.session_id,
+                    call.call_id,
+                    i(call.turn_seq),
+                    i(call.step_index),
+                    i(call.position),
+                    call.kind,
+                    call.name,
+                    serde_json::to_string(&call.input)?,
+                    call.idempotency_key,
+                    call.effect,
+                    call.status.as_str(),
+                    call.approval.as_str(),
+                    output,
+                    call.is_error,
+                    i64::from(call.attempts),
+                    call.started_at,
+                    call.ended_at,
+                ],
+                Then::Nothing,
+            )
+        }
+        Op::PutInputRequest(r) => Planned::new(
+            format!(
+                "INSERT INTO input_requests ({REQUEST_COLS}) VALUES \
+                 ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) \
+                 ON CONFLICT (id) DO UPDATE SET status=excluded.status, \
+                 reason=excluded.reason, answered_at=excluded.answered_at, \
+                 responder=excluded.responder, prompt=excluded.prompt, \
+                 action=excluded.action"
+            ),
+            params![
+                r.id,
+                r.session_id,
+                i(r.turn_seq),
+                i(r.step_index),
+                r.call_id,
+                r.tool_name,
+                r.kind,
+                r.prompt,
+                serde_json::to_string(&r.action)?,
+                r.status.as_str(),
+                r.reason,
+                r.created_at,
+                r.answered_at,
+                r.responder,
+            ],
+            Then::Nothing,
+        ),
+        Op::PutBreaker(b) => Planned::new(
+            "INSERT INTO breakers (tool, consecutive_failures, open_until, backoff_ms, \
+             updated_at) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (tool) DO UPDATE SET \
+             consecutive_failures=excluded.consecutive_failures, \
+             open_until=excluded.open_until, backoff_ms=excluded.backoff_ms, \
+             updated_at=excluded.updated_at",
+            params![
+                b.tool,
+                i64::from(b.consecutive_failures),
+                b.open_until,
+                b.backoff_ms,
+                now,
+            ],
+            Then::Nothing,
+        ),
+        Op::Event {
+            session_id,
+            kind,
+            data,
+        } => {
+            let id = format!("evt_{}", ulid::Ulid::new());
+            Planned::new(
+                "WITH n AS (UPDATE sessions SET event_count=event_count+1, updated_at=$2 \
+                 WHERE id=$1 RETURNING event_count-1 AS idx) \
+                 INSERT INTO events (session_id, idx, id, type, data, at) \
+                 SELECT $1, n.idx, $3::TEXT, $4::TEXT, $5::TEXT, $2 FROM n RETURNING idx",
+                params![
+                    session_id.clone(),
+                    now,
+                    id.clone(),
+                    kind.clone(),
+                    serde_json::to_string(&data)?,
+                ],
+                Then::Event(StoredEvent {
                     session_id,
-                    index: u(index),
+                    index: 0,
                     id,
                     kind,
                     data,
                     at: now,
-                });
-            }
+                }),
+            )
         }
-    }
-    Ok(committed)
+        Op::Composition(_) | Op::Note(_) | Op::Release(_) => {
+            return Err(StoreError::Backend(
+                "internal: a composition, note or release operation was planned as one statement"
+                    .to_owned(),
+            ));
+        }
+    })
 }
 
 /// See `Store::prune_sessions` (the same rows as SQLite's `prune.rs`; the candidates are locked
@@ -1633,7 +1760,7 @@ pub(super) async fn claim_schedule<C: GenericClient>(
         )
         .await?;
     }
-    apply(c, batch).await.map(Some)
+    apply(c, batch, None, None).await.map(Some)
 }
 
 // ---- channels ------------------------------------------------------------------------------
