@@ -428,15 +428,16 @@ impl Store for PgStore {
     }
 
     async fn drive_state(&self, session: &str) -> StoreResult<Option<DriveState>> {
-        let mut client = self.client().await?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await?;
-        let state = sql::drive_state(&tx, session).await?;
-        tx.commit().await?;
+        let open = OpenTransaction(Some(self.client().await?));
+        let client = open.client()?;
+        let state = sql::drive_state(
+            client,
+            session,
+            Some("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
+        )
+        .await?;
+        client.batch_execute("COMMIT").await?;
+        open.close();
         Ok(state)
     }
 
@@ -445,14 +446,9 @@ impl Store for PgStore {
     }
 
     async fn acquire_lease(&self, claim: &LeaseClaim) -> StoreResult<LeaseOutcome> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let outcome = sql::acquire(&tx, claim, self.inner.liveness.as_ref()).await?;
-        if outcome == LeaseOutcome::Acquired {
-            tx.commit().await?;
-        } else {
-            tx.rollback().await?;
-        }
+        let open = OpenTransaction(Some(self.client().await?));
+        let outcome = sql::acquire(open.client()?, claim, self.inner.liveness.as_ref()).await?;
+        open.close();
         Ok(outcome)
     }
 
@@ -461,13 +457,9 @@ impl Store for PgStore {
     }
 
     async fn release_lease(&self, session: &str, holder: &str) -> StoreResult<()> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        sql::release(&tx, session, holder).await?;
-        // A released session may have work left: another node may take it at once.
-        self.notify(&tx).await?;
-        tx.commit().await?;
-        Ok(())
+        let client = self.client().await?;
+        let notify = (self.inner.channel.as_str(), self.inner.instance.as_str());
+        sql::release(&client, session, holder, notify).await
     }
 
     async fn lease(&self, session: &str) -> StoreResult<Option<LeaseRecord>> {

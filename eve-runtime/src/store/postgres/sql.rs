@@ -1202,17 +1202,47 @@ pub(super) async fn sessions_with_work<C: GenericClient>(
     Ok(out)
 }
 
-/// The run loop's combined read; the caller runs it in one `REPEATABLE READ` transaction.
+/// The run loop's combined read, in one `REPEATABLE READ` snapshot: `begin` (sent first, with
+/// the reads) opens it, or the caller has. The reads of every session go out together (one
+/// round trip); a subagent's link and budget and a parent's children's usage follow.
 pub(super) async fn drive_state<C: GenericClient>(
     c: &C,
     id: &str,
+    begin: Option<&str>,
 ) -> StoreResult<Option<DriveState>> {
-    let Some(session) = session(c, id).await? else {
+    let begin = async {
+        match begin {
+            Some(sql) => Ok(c.batch_execute(sql).await?),
+            None => Ok::<(), StoreError>(()),
+        }
+    };
+    let by_id: [&(dyn ToSql + Sync); 1] = [&id];
+    // `join!` polls in order, so `BEGIN` is sent before any read.
+    let (begun, session, last_turn, inbox, pending_requests, has_children, dynamic_resolved) = futures::join!(
+        begin,
+        session(c, id),
+        last_turn(c, id),
+        pending_inbox(c, id),
+        input_requests(c, id, true),
+        query_opt(
+            c,
+            "SELECT 1 FROM subagent_sessions WHERE parent_id=$1 LIMIT 1",
+            &by_id,
+        ),
+        query_opt(
+            c,
+            "SELECT 1 FROM dynamic_resolutions WHERE session_id=$1 \
+             AND turn_seq=(SELECT max(seq) FROM turns WHERE session_id=$1)",
+            &by_id,
+        ),
+    );
+    begun?;
+    let Some(session) = session? else {
         return Ok(None);
     };
-    let last_turn = last_turn(c, id).await?;
-    let inbox = pending_inbox(c, id).await?;
-    let pending_requests = input_requests(c, id, true).await?;
+    let (last_turn, inbox, pending_requests) = (last_turn?, inbox?, pending_requests?);
+    let has_children = has_children?.is_some();
+    let dynamic_resolved = last_turn.is_some() && dynamic_resolved?.is_some();
     let (link, budget) = if session.parent_id.is_some() {
         let link = link(c, id).await?;
         let budget = match last_turn.as_ref().and_then(|t| t.inbox_id.as_deref()) {
@@ -1223,21 +1253,10 @@ pub(super) async fn drive_state<C: GenericClient>(
     } else {
         (None, None)
     };
-    let has_children = query_opt(
-        c,
-        "SELECT 1 FROM subagent_sessions WHERE parent_id=$1 LIMIT 1",
-        &[&id],
-    )
-    .await?
-    .is_some();
     let descendant_usage = if has_children {
         descendant_usage(c, id).await?
     } else {
         (UsageTotals::default(), 0.0)
-    };
-    let dynamic_resolved = match &last_turn {
-        Some(t) => dynamic_resolved(c, id, t.seq).await?,
-        None => false,
     };
     Ok(Some(DriveState {
         session,
@@ -1527,49 +1546,64 @@ pub(super) async fn lease<C: GenericClient>(
     .transpose()
 }
 
-/// Takes the lease inside the caller's transaction. A free session's row is inserted (a
-/// concurrent insert of the same session waits, then finds the row); an existing row is
-/// locked `FOR UPDATE SKIP LOCKED`, so a claimant never queues behind another claim or a
-/// commit in flight: it is told the session is held and moves on. A new holder takes a new
-/// token from the `lease_tokens` sequence (never reused, so it only grows).
-pub(super) async fn acquire<C: GenericClient>(
-    c: &C,
+/// Takes the lease in a transaction of its own on `c` (a pooled connection outside any
+/// transaction), in two round trips: `BEGIN`, the insert of a free session's row and the lock
+/// of an existing one travel together, then the takeover's update with `COMMIT` (or
+/// `ROLLBACK`). A free session's row is inserted (a concurrent insert of the same session
+/// waits, then finds the row); an existing row is locked `FOR UPDATE SKIP LOCKED`, so a
+/// claimant never queues behind another claim or a commit in flight: it is told the session
+/// is held and moves on. A new holder takes a new token from the `lease_tokens` sequence
+/// (never reused, so it only grows). Returns whether the transaction was committed; on an
+/// error it is left open (the caller drops the connection).
+pub(super) async fn acquire(
+    c: &deadpool_postgres::Client,
     claim: &LeaseClaim,
     liveness: &dyn Liveness,
 ) -> StoreResult<LeaseOutcome> {
     let now = now_ms();
     let expires = now.saturating_add(claim.ttl_ms);
     let pid = i64::from(claim.pid);
-    let inserted = execute(
-        c,
-        "INSERT INTO leases (session_id, holder, pid, host, expires_at, acquired_at, token) \
-         VALUES ($1,$2,$3,$4,$5,$6,nextval('lease_tokens')) ON CONFLICT (session_id) DO NOTHING",
-        &[
-            &claim.session_id,
-            &claim.holder,
-            &pid,
-            &claim.host,
-            &expires,
-            &now,
-        ],
-    )
-    .await?;
+    let select_sql =
+        format!("SELECT {LEASE_COLS} FROM leases WHERE session_id=$1 FOR UPDATE SKIP LOCKED");
+    let (insert, select) = futures::try_join!(
+        c.prepare_cached(
+            "INSERT INTO leases (session_id, holder, pid, host, expires_at, acquired_at, token) \
+             VALUES ($1,$2,$3,$4,$5,$6,nextval('lease_tokens')) ON CONFLICT (session_id) DO NOTHING",
+        ),
+        c.prepare_cached(&select_sql),
+    )?;
+    let values: [&(dyn ToSql + Sync); 6] = [
+        &claim.session_id,
+        &claim.holder,
+        &pid,
+        &claim.host,
+        &expires,
+        &now,
+    ];
+    let key: [&(dyn ToSql + Sync); 1] = [&claim.session_id];
+    // `join!` polls in order: BEGIN, then the insert, then the lock.
+    let (begun, inserted, locked) = futures::join!(
+        c.batch_execute("BEGIN"),
+        c.execute(&insert, &values),
+        c.query_opt(&select, &key),
+    );
+    begun?;
+    let (inserted, locked) = (inserted?, locked?);
     if inserted > 0 {
+        c.batch_execute("COMMIT").await?;
         return Ok(LeaseOutcome::Acquired);
     }
-    let locked = query_opt(
-        c,
-        &format!("SELECT {LEASE_COLS} FROM leases WHERE session_id=$1 FOR UPDATE SKIP LOCKED"),
-        &[&claim.session_id],
-    )
-    .await?;
+    let held = |pid: u32, host: String| LeaseOutcome::HeldBy { pid, host };
     let Some(row) = locked else {
         // Another node is claiming it or committing under it right now.
-        let current = lease(c, &claim.session_id).await?;
-        return Ok(LeaseOutcome::HeldBy {
-            pid: current.as_ref().map_or(0, |l| l.pid),
-            host: current.map(|l| l.host).unwrap_or_default(),
-        });
+        let (current, ended) =
+            futures::join!(lease(c, &claim.session_id), c.batch_execute("ROLLBACK"));
+        ended?;
+        let current = current?;
+        return Ok(held(
+            current.as_ref().map_or(0, |l| l.pid),
+            current.map(|l| l.host).unwrap_or_default(),
+        ));
     };
     let current = lease_row(&row)?;
     let ours = current.holder == claim.holder;
@@ -1583,26 +1617,20 @@ pub(super) async fn acquire<C: GenericClient>(
         host: claim.host.clone(),
     };
     if !ours && !free && !liveness.lease_holder_dead(&holder, &claimant) {
-        return Ok(LeaseOutcome::HeldBy {
-            pid: holder.pid,
-            host: holder.host,
-        });
+        c.batch_execute("ROLLBACK").await?;
+        return Ok(held(holder.pid, holder.host));
     }
-    execute(
-        c,
-        "UPDATE leases SET holder=$2, pid=$3, host=$4, expires_at=$5, acquired_at=$6, \
-         token = CASE WHEN holder=$2 THEN token ELSE nextval('lease_tokens') END \
-         WHERE session_id=$1",
-        &[
-            &claim.session_id,
-            &claim.holder,
-            &pid,
-            &claim.host,
-            &expires,
-            &now,
-        ],
-    )
-    .await?;
+    let update = c
+        .prepare_cached(
+            "UPDATE leases SET holder=$2, pid=$3, host=$4, expires_at=$5, acquired_at=$6, \
+             token = CASE WHEN holder=$2 THEN token ELSE nextval('lease_tokens') END \
+             WHERE session_id=$1",
+        )
+        .await?;
+    let (updated, ended) = futures::join!(c.execute(&update, &values), c.batch_execute("COMMIT"));
+    // A failed update aborts the transaction, and its COMMIT then rolls it back.
+    updated?;
+    ended?;
     Ok(LeaseOutcome::Acquired)
 }
 
@@ -1620,15 +1648,19 @@ pub(super) async fn renew<C: GenericClient>(c: &C, claim: &LeaseClaim) -> StoreR
     Ok(n > 0)
 }
 
+/// Releases the lease and notifies the fleet (a released session may have work left: another
+/// node may take it at once), in one statement, so one round trip.
 pub(super) async fn release<C: GenericClient>(
     c: &C,
     session: &str,
     holder: &str,
+    notify: (&str, &str),
 ) -> StoreResult<()> {
-    execute(
+    query(
         c,
-        "UPDATE leases SET holder='', expires_at=0 WHERE session_id=$1 AND holder=$2",
-        &[&session, &holder],
+        "WITH r AS (UPDATE leases SET holder='', expires_at=0 WHERE session_id=$1 AND holder=$2) \
+         SELECT pg_notify($3, $4)",
+        &[&session, &holder, &notify.0, &notify.1],
     )
     .await?;
     Ok(())
