@@ -105,6 +105,10 @@ fn redact_query_password(tail: &str) -> String {
     format!("{path}?{}", parts.join("&"))
 }
 
+/// Where a URL without a host looks for the server's Unix socket, in order (Debian's and
+/// PostgreSQL's own default folders, as libpq does).
+const SOCKET_DIRS: &[&str] = &["/var/run/postgresql", "/tmp"];
+
 /// How a [`PgStore`] is set up.
 #[derive(Debug, Clone)]
 pub struct PgOptions {
@@ -161,8 +165,9 @@ impl std::fmt::Debug for PgStore {
 }
 
 impl PgStore {
-    /// Connects to `url` (`postgres://user:password@host:port/db`), applies the migrations and
-    /// starts listening for other nodes' commits.
+    /// Connects to `url` (`postgres://user:password@host:port/db`, or a Unix socket on this
+    /// machine: `postgres:///db?host=/var/run/postgresql`, or `postgres:///db` for the default
+    /// socket folders), applies the migrations and starts listening for other nodes' commits.
     pub async fn connect(url: &str) -> StoreResult<Self> {
         Self::connect_with(url, PgOptions::default()).await
     }
@@ -177,6 +182,25 @@ impl PgStore {
         let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e: tokio_postgres::Error| unreachable(format!("invalid URL: {e}")))?;
+        if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+            // `postgres:///db`, as libpq reads it: the server's Unix socket on this machine.
+            let port = config.get_ports().first().copied().unwrap_or(5432);
+            let dir = SOCKET_DIRS
+                .iter()
+                .find(|dir| {
+                    std::path::Path::new(dir)
+                        .join(format!(".s.PGSQL.{port}"))
+                        .exists()
+                })
+                .ok_or_else(|| {
+                    unreachable(format!(
+                        "the URL names no host, and no PostgreSQL socket for port {port} is in {}: \
+                         give the socket's folder (postgres:///DB?host=/path/to/folder) or a host",
+                        SOCKET_DIRS.join(" or ")
+                    ))
+                })?;
+            config.host_path(dir);
+        }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(options.connect_timeout);
         }
