@@ -109,6 +109,20 @@ fn redact_query_password(tail: &str) -> String {
 /// PostgreSQL's own default folders, as libpq does).
 const SOCKET_DIRS: &[&str] = &["/var/run/postgresql", "/tmp"];
 
+/// Prepares the run loop's statements on a connection, all in one pipelined round trip, into
+/// its statement cache. Best effort: a statement that cannot be prepared (a table a pending
+/// migration adds) is prepared on first use instead.
+async fn warm(client: &deadpool_postgres::ClientWrapper) {
+    let hot = sql::hot_statements();
+    for prepared in
+        futures::future::join_all(hot.iter().map(|sql| client.prepare_cached(sql))).await
+    {
+        if let Err(e) = prepared {
+            tracing::debug!(error = %e, "a statement was not prepared ahead");
+        }
+    }
+}
+
 /// How a [`PgStore`] is set up.
 #[derive(Debug, Clone)]
 pub struct PgOptions {
@@ -216,6 +230,14 @@ impl PgStore {
         );
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(2))
+            // Every new connection prepares the run loop's statements at once (one pipelined
+            // round trip), instead of one round trip per statement on first use mid-step.
+            .post_create(deadpool_postgres::Hook::async_fn(|client, _| {
+                Box::pin(async move {
+                    warm(client).await;
+                    Ok(())
+                })
+            }))
             .build()
             .map_err(|e| unreachable(e.to_string()))?;
         let mut client = tokio::time::timeout(options.connect_timeout, pool.get())
@@ -236,11 +258,15 @@ impl PgStore {
                 })
             })?;
         schema::migrate(&mut client).await?;
+        // The first connection was warmed before the migrations made its tables; a second is
+        // opened now, warmed too, since a step often reads on one while it commits on another.
+        warm(&client).await;
+        let second = pool.get().await?;
         let schema_name: String = client
             .query_one("SELECT current_schema()", &[])
             .await?
             .try_get(0)?;
-        drop(client);
+        drop((client, second));
         let channel = format!(
             "eve_commits_{}",
             schema_name

@@ -58,6 +58,80 @@ async fn execute<C: GenericClient>(c: &C, sql: &str, params: Params<'_>) -> Stor
     Ok(c.execute(&stmt, params).await?)
 }
 
+// ---- the statements of the run loop, by name (warmed on new connections) ----------------
+
+const INBOX_SQL: &str = "SELECT id, session_id, text, accepted_at FROM inbox \
+         WHERE session_id=$1 AND consumed_turn IS NULL ORDER BY ord";
+const CONTEXT_SQL: &str = "SELECT m.session_id, m.seq, m.turn_seq, m.kind, m.body, m.at FROM messages m \
+         JOIN sessions s ON s.id = m.session_id \
+         WHERE m.session_id=$1 AND m.seq >= s.context_start ORDER BY m.seq";
+const HAS_CHILDREN_SQL: &str = "SELECT 1 FROM subagent_sessions WHERE parent_id=$1 LIMIT 1";
+const DYNAMIC_RESOLVED_SQL: &str = "SELECT 1 FROM dynamic_resolutions WHERE session_id=$1 \
+         AND turn_seq=(SELECT max(seq) FROM turns WHERE session_id=$1)";
+const FENCE_SQL: &str = "SELECT token FROM leases WHERE session_id=$1 FOR KEY SHARE";
+const NOTIFY_SQL: &str = "SELECT pg_notify($1, $2)";
+const LEASE_INSERT_SQL: &str = "INSERT INTO leases (session_id, holder, pid, host, expires_at, acquired_at, token) \
+         VALUES ($1,$2,$3,$4,$5,$6,nextval('lease_tokens')) ON CONFLICT (session_id) DO NOTHING";
+const LEASE_TAKE_SQL: &str = "UPDATE leases SET holder=$2, pid=$3, host=$4, expires_at=$5, acquired_at=$6, \
+         token = CASE WHEN holder=$2 THEN token ELSE nextval('lease_tokens') END \
+         WHERE session_id=$1";
+const RELEASE_SQL: &str = "WITH r AS (UPDATE leases SET holder='', expires_at=0 WHERE session_id=$1 AND holder=$2) \
+         SELECT pg_notify($3, $4)";
+static SESSION_SQL: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("SELECT {SESSION_COLS} FROM sessions WHERE id=$1"));
+static LAST_TURN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("SELECT {TURN_COLS} FROM turns WHERE session_id=$1 ORDER BY seq DESC LIMIT 1")
+});
+static LEASE_SQL: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("SELECT {LEASE_COLS} FROM leases WHERE session_id=$1"));
+static REQUESTS_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {REQUEST_COLS} FROM input_requests \
+         WHERE session_id=$1 AND (NOT $2 OR status='pending') ORDER BY ord"
+    )
+});
+static TOOL_CALLS_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {CALL_COLS} FROM tool_calls WHERE session_id=$1 AND turn_seq=$2 \
+         ORDER BY step_index, position"
+    )
+});
+static LEASE_LOCK_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("SELECT {LEASE_COLS} FROM leases WHERE session_id=$1 FOR UPDATE SKIP LOCKED")
+});
+
+/// The statements of a step and of a resumed turn: prepared on every new connection in one
+/// pipelined round trip, so no step waits for a prepare.
+pub(super) fn hot_statements() -> Vec<String> {
+    let mut all = PLANNED_SQL.clone();
+    all.extend(
+        [
+            INBOX_SQL,
+            CONTEXT_SQL,
+            HAS_CHILDREN_SQL,
+            DYNAMIC_RESOLVED_SQL,
+            FENCE_SQL,
+            NOTIFY_SQL,
+            LEASE_INSERT_SQL,
+            LEASE_TAKE_SQL,
+            RELEASE_SQL,
+        ]
+        .map(String::from),
+    );
+    all.extend(
+        [
+            &*SESSION_SQL,
+            &*LAST_TURN_SQL,
+            &*LEASE_SQL,
+            &*REQUESTS_SQL,
+            &*TOOL_CALLS_SQL,
+            &*LEASE_LOCK_SQL,
+        ]
+        .map(String::clone),
+    );
+    all
+}
+
 // ---- rows ----------------------------------------------------------------------------------
 
 const SESSION_COLS: &str = "id, status, build_hash, agent_name, parent_id, parent_call_id, schedule, \
@@ -343,7 +417,7 @@ fn read_answer(then: Then, answer: Answer, committed: &mut Committed) -> StoreRe
 /// happen between this check and the commit.
 fn fence_planned(fence: &Fence) -> Planned {
     Planned::new(
-        "SELECT token FROM leases WHERE session_id=$1 FOR KEY SHARE",
+        FENCE_SQL,
         params![fence.session_id.clone()],
         Then::Fence(fence.clone()),
     )
@@ -391,7 +465,7 @@ pub(super) async fn apply<C: GenericClient>(
     }
     if let Some((channel, payload)) = notify {
         plan.push(Planned::new(
-            "SELECT pg_notify($1, $2)",
+            NOTIFY_SQL,
             params![channel.to_owned(), payload.to_owned()],
             Then::Nothing,
         ));
@@ -401,13 +475,84 @@ pub(super) async fn apply<C: GenericClient>(
 }
 
 /// One operation as one statement (composition, note and release operations excepted).
+/// The SQL of [`plan_op`]'s statements, by operation (warmed on new connections, see
+/// [`hot_statements`]).
+static PLANNED_SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    vec![
+        format!(
+            "INSERT INTO sessions ({SESSION_COLS}) VALUES \
+                 ($1,$2,$3,$4,$5,$6,$7,$8,0,0,0,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)"
+        ),
+        "UPDATE sessions SET status=$2, build_hash=$3, turn_count=$4, \
+                 input_tokens=$5, output_tokens=$6, cache_read_tokens=$7, \
+                 cache_write_tokens=$8, cost_usd=$9, loaded_skills=$10, approved_tools=$11, \
+                 updated_at=$12 WHERE id=$1"
+            .to_owned(),
+        "UPDATE sessions SET cancel_requested=$2, updated_at=$3 WHERE id=$1".to_owned(),
+        "UPDATE sessions SET context_start=message_count, updated_at=$2 WHERE id=$1".to_owned(),
+        "INSERT INTO inbox (id, session_id, text, accepted_at, consumed_turn) \
+             VALUES ($1,$2,$3,$4,$5)"
+            .to_owned(),
+        "UPDATE inbox SET consumed_turn=$2 WHERE id=$1".to_owned(),
+        "WITH n AS (UPDATE sessions SET message_count=message_count+1, \
+                 context_start=CASE WHEN $2::BOOLEAN THEN message_count ELSE context_start END \
+                 WHERE id=$1 RETURNING message_count-1 AS seq) \
+                 INSERT INTO messages (session_id, seq, turn_seq, kind, body, at) \
+                 SELECT $1, n.seq, $3::BIGINT, $4::TEXT, $5::TEXT, $6::BIGINT FROM n RETURNING seq"
+            .to_owned(),
+        format!(
+            "INSERT INTO turns ({TURN_COLS}) VALUES \
+                 ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) \
+                 ON CONFLICT (session_id, seq) DO UPDATE SET status=excluded.status, \
+                 phase=excluded.phase, step_index=excluded.step_index, \
+                 step_started=excluded.step_started, build_hash=excluded.build_hash, \
+                 inbox_id=excluded.inbox_id, started_at=excluded.started_at, \
+                 ended_at=excluded.ended_at, stop_reason=excluded.stop_reason, \
+                 usage=excluded.usage"
+        ),
+        "INSERT INTO steps (session_id, turn_seq, step_index, model_id, response, at) \
+             VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (session_id, turn_seq, step_index) \
+             DO UPDATE SET model_id=excluded.model_id, response=excluded.response, \
+             at=excluded.at"
+            .to_owned(),
+        format!(
+            "INSERT INTO tool_calls ({CALL_COLS}) VALUES \
+                     ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17) \
+                     ON CONFLICT (session_id, turn_seq, call_id) DO UPDATE SET \
+                     step_index=excluded.step_index, position=excluded.position, \
+                     kind=excluded.kind, name=excluded.name, input=excluded.input, \
+                     idempotency_key=excluded.idempotency_key, effect=excluded.effect, \
+                     status=excluded.status, approval=excluded.approval, \
+                     output=excluded.output, is_error=excluded.is_error, \
+                     attempts=excluded.attempts, started_at=excluded.started_at, \
+                     ended_at=excluded.ended_at"
+        ),
+        format!(
+            "INSERT INTO input_requests ({REQUEST_COLS}) VALUES \
+                 ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) \
+                 ON CONFLICT (id) DO UPDATE SET status=excluded.status, \
+                 reason=excluded.reason, answered_at=excluded.answered_at, \
+                 responder=excluded.responder, prompt=excluded.prompt, \
+                 action=excluded.action"
+        ),
+        "INSERT INTO breakers (tool, consecutive_failures, open_until, backoff_ms, \
+             updated_at) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (tool) DO UPDATE SET \
+             consecutive_failures=excluded.consecutive_failures, \
+             open_until=excluded.open_until, backoff_ms=excluded.backoff_ms, \
+             updated_at=excluded.updated_at"
+            .to_owned(),
+        "WITH n AS (UPDATE sessions SET event_count=event_count+1, updated_at=$2 \
+                 WHERE id=$1 RETURNING event_count-1 AS idx) \
+                 INSERT INTO events (session_id, idx, id, type, data, at) \
+                 SELECT $1, n.idx, $3::TEXT, $4::TEXT, $5::TEXT, $2 FROM n RETURNING idx"
+            .to_owned(),
+    ]
+});
+
 fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
     Ok(match op {
         Op::InsertSession(s) => Planned::new(
-            format!(
-                "INSERT INTO sessions ({SESSION_COLS}) VALUES \
-                 ($1,$2,$3,$4,$5,$6,$7,$8,0,0,0,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)"
-            ),
+            &PLANNED_SQL[0],
             params![
                 s.id,
                 s.status.as_str(),
@@ -433,10 +578,7 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
         Op::UpdateSession(s) => {
             let what = format!("session {}", s.id);
             Planned::new(
-                "UPDATE sessions SET status=$2, build_hash=$3, turn_count=$4, \
-                 input_tokens=$5, output_tokens=$6, cache_read_tokens=$7, \
-                 cache_write_tokens=$8, cost_usd=$9, loaded_skills=$10, approved_tools=$11, \
-                 updated_at=$12 WHERE id=$1",
+                &PLANNED_SQL[1],
                 params![
                     s.id,
                     s.status.as_str(),
@@ -458,18 +600,15 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
             session_id,
             requested,
         } => Planned::new(
-            "UPDATE sessions SET cancel_requested=$2, updated_at=$3 WHERE id=$1",
+            &PLANNED_SQL[2],
             params![session_id, requested, now],
             Then::Nothing,
         ),
-        Op::ClearContext { session_id } => Planned::new(
-            "UPDATE sessions SET context_start=message_count, updated_at=$2 WHERE id=$1",
-            params![session_id, now],
-            Then::Nothing,
-        ),
+        Op::ClearContext { session_id } => {
+            Planned::new(&PLANNED_SQL[3], params![session_id, now], Then::Nothing)
+        }
         Op::InsertInbox(m) => Planned::new(
-            "INSERT INTO inbox (id, session_id, text, accepted_at, consumed_turn) \
-             VALUES ($1,$2,$3,$4,$5)",
+            &PLANNED_SQL[4],
             params![
                 m.id,
                 m.session_id,
@@ -479,11 +618,9 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
             ],
             Then::Nothing,
         ),
-        Op::ConsumeInbox { id, turn_seq } => Planned::new(
-            "UPDATE inbox SET consumed_turn=$2 WHERE id=$1",
-            params![id, i(turn_seq)],
-            Then::Nothing,
-        ),
+        Op::ConsumeInbox { id, turn_seq } => {
+            Planned::new(&PLANNED_SQL[5], params![id, i(turn_seq)], Then::Nothing)
+        }
         Op::AppendMessage {
             session_id,
             turn_seq,
@@ -492,11 +629,7 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
         } => {
             let checkpoint = kind == MESSAGE_KIND_CHECKPOINT;
             Planned::new(
-                "WITH n AS (UPDATE sessions SET message_count=message_count+1, \
-                 context_start=CASE WHEN $2::BOOLEAN THEN message_count ELSE context_start END \
-                 WHERE id=$1 RETURNING message_count-1 AS seq) \
-                 INSERT INTO messages (session_id, seq, turn_seq, kind, body, at) \
-                 SELECT $1, n.seq, $3::BIGINT, $4::TEXT, $5::TEXT, $6::BIGINT FROM n RETURNING seq",
+                &PLANNED_SQL[6],
                 params![
                     session_id.clone(),
                     checkpoint,
@@ -509,16 +642,7 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
             )
         }
         Op::PutTurn(t) => Planned::new(
-            format!(
-                "INSERT INTO turns ({TURN_COLS}) VALUES \
-                 ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) \
-                 ON CONFLICT (session_id, seq) DO UPDATE SET status=excluded.status, \
-                 phase=excluded.phase, step_index=excluded.step_index, \
-                 step_started=excluded.step_started, build_hash=excluded.build_hash, \
-                 inbox_id=excluded.inbox_id, started_at=excluded.started_at, \
-                 ended_at=excluded.ended_at, stop_reason=excluded.stop_reason, \
-                 usage=excluded.usage"
-            ),
+            &PLANNED_SQL[7],
             params![
                 t.session_id,
                 i(t.seq),
@@ -536,10 +660,7 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
             Then::Nothing,
         ),
         Op::PutStep(s) => Planned::new(
-            "INSERT INTO steps (session_id, turn_seq, step_index, model_id, response, at) \
-             VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (session_id, turn_seq, step_index) \
-             DO UPDATE SET model_id=excluded.model_id, response=excluded.response, \
-             at=excluded.at",
+            &PLANNED_SQL[8],
             params![
                 s.session_id,
                 i(s.turn_seq),
@@ -557,18 +678,7 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
                 .map(serde_json::to_string)
                 .transpose()?;
             Planned::new(
-                format!(
-                    "INSERT INTO tool_calls ({CALL_COLS}) VALUES \
-                     ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17) \
-                     ON CONFLICT (session_id, turn_seq, call_id) DO UPDATE SET \
-                     step_index=excluded.step_index, position=excluded.position, \
-                     kind=excluded.kind, name=excluded.name, input=excluded.input, \
-                     idempotency_key=excluded.idempotency_key, effect=excluded.effect, \
-                     status=excluded.status, approval=excluded.approval, \
-                     output=excluded.output, is_error=excluded.is_error, \
-                     attempts=excluded.attempts, started_at=excluded.started_at, \
-                     ended_at=excluded.ended_at"
-                ),
+                &PLANNED_SQL[9],
                 params![
                     call.session_id,
                     call.call_id,
@@ -592,14 +702,7 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
             )
         }
         Op::PutInputRequest(r) => Planned::new(
-            format!(
-                "INSERT INTO input_requests ({REQUEST_COLS}) VALUES \
-                 ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) \
-                 ON CONFLICT (id) DO UPDATE SET status=excluded.status, \
-                 reason=excluded.reason, answered_at=excluded.answered_at, \
-                 responder=excluded.responder, prompt=excluded.prompt, \
-                 action=excluded.action"
-            ),
+            &PLANNED_SQL[10],
             params![
                 r.id,
                 r.session_id,
@@ -619,11 +722,7 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
             Then::Nothing,
         ),
         Op::PutBreaker(b) => Planned::new(
-            "INSERT INTO breakers (tool, consecutive_failures, open_until, backoff_ms, \
-             updated_at) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (tool) DO UPDATE SET \
-             consecutive_failures=excluded.consecutive_failures, \
-             open_until=excluded.open_until, backoff_ms=excluded.backoff_ms, \
-             updated_at=excluded.updated_at",
+            &PLANNED_SQL[11],
             params![
                 b.tool,
                 i64::from(b.consecutive_failures),
@@ -640,10 +739,7 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
         } => {
             let id = format!("evt_{}", ulid::Ulid::new());
             Planned::new(
-                "WITH n AS (UPDATE sessions SET event_count=event_count+1, updated_at=$2 \
-                 WHERE id=$1 RETURNING event_count-1 AS idx) \
-                 INSERT INTO events (session_id, idx, id, type, data, at) \
-                 SELECT $1, n.idx, $3::TEXT, $4::TEXT, $5::TEXT, $2 FROM n RETURNING idx",
+                &PLANNED_SQL[12],
                 params![
                     session_id.clone(),
                     now,
@@ -927,15 +1023,11 @@ pub(super) async fn session<C: GenericClient>(
     c: &C,
     id: &str,
 ) -> StoreResult<Option<SessionRecord>> {
-    query_opt(
-        c,
-        &format!("SELECT {SESSION_COLS} FROM sessions WHERE id=$1"),
-        &[&id],
-    )
-    .await?
-    .as_ref()
-    .map(session_row)
-    .transpose()
+    query_opt(c, &SESSION_SQL, &[&id])
+        .await?
+        .as_ref()
+        .map(session_row)
+        .transpose()
 }
 
 pub(super) async fn sessions<C: GenericClient>(
@@ -977,15 +1069,11 @@ pub(super) async fn last_turn<C: GenericClient>(
     c: &C,
     session: &str,
 ) -> StoreResult<Option<TurnRecord>> {
-    query_opt(
-        c,
-        &format!("SELECT {TURN_COLS} FROM turns WHERE session_id=$1 ORDER BY seq DESC LIMIT 1"),
-        &[&session],
-    )
-    .await?
-    .as_ref()
-    .map(turn_row)
-    .transpose()
+    query_opt(c, &LAST_TURN_SQL, &[&session])
+        .await?
+        .as_ref()
+        .map(turn_row)
+        .transpose()
 }
 
 pub(super) async fn steps<C: GenericClient>(
@@ -1017,15 +1105,7 @@ pub(super) async fn tool_calls<C: GenericClient>(
     session: &str,
     turn: u64,
 ) -> StoreResult<Vec<ToolCallRecord>> {
-    let rows = query(
-        c,
-        &format!(
-            "SELECT {CALL_COLS} FROM tool_calls WHERE session_id=$1 AND turn_seq=$2 \
-             ORDER BY step_index, position"
-        ),
-        &[&session, &i(turn)],
-    )
-    .await?;
+    let rows = query(c, &TOOL_CALLS_SQL, &[&session, &i(turn)]).await?;
     all(&rows, call_row)
 }
 
@@ -1034,15 +1114,7 @@ pub(super) async fn input_requests<C: GenericClient>(
     session: &str,
     pending_only: bool,
 ) -> StoreResult<Vec<InputRequestRecord>> {
-    let rows = query(
-        c,
-        &format!(
-            "SELECT {REQUEST_COLS} FROM input_requests \
-             WHERE session_id=$1 AND (NOT $2 OR status='pending') ORDER BY ord"
-        ),
-        &[&session, &pending_only],
-    )
-    .await?;
+    let rows = query(c, &REQUESTS_SQL, &[&session, &pending_only]).await?;
     all(&rows, request_row)
 }
 
@@ -1065,13 +1137,7 @@ pub(super) async fn pending_inbox<C: GenericClient>(
     c: &C,
     session: &str,
 ) -> StoreResult<Vec<InboxRecord>> {
-    let rows = query(
-        c,
-        "SELECT id, session_id, text, accepted_at FROM inbox \
-         WHERE session_id=$1 AND consumed_turn IS NULL ORDER BY ord",
-        &[&session],
-    )
-    .await?;
+    let rows = query(c, INBOX_SQL, &[&session]).await?;
     all(&rows, |row| {
         Ok(InboxRecord {
             id: g(row, 0)?,
@@ -1087,14 +1153,7 @@ pub(super) async fn context<C: GenericClient>(
     c: &C,
     session: &str,
 ) -> StoreResult<Vec<MessageRecord>> {
-    let rows = query(
-        c,
-        "SELECT m.session_id, m.seq, m.turn_seq, m.kind, m.body, m.at FROM messages m \
-         JOIN sessions s ON s.id = m.session_id \
-         WHERE m.session_id=$1 AND m.seq >= s.context_start ORDER BY m.seq",
-        &[&session],
-    )
-    .await?;
+    let rows = query(c, CONTEXT_SQL, &[&session]).await?;
     all(&rows, message_row)
 }
 
@@ -1224,17 +1283,8 @@ pub(super) async fn drive_state<C: GenericClient>(
         last_turn(c, id),
         pending_inbox(c, id),
         input_requests(c, id, true),
-        query_opt(
-            c,
-            "SELECT 1 FROM subagent_sessions WHERE parent_id=$1 LIMIT 1",
-            &by_id,
-        ),
-        query_opt(
-            c,
-            "SELECT 1 FROM dynamic_resolutions WHERE session_id=$1 \
-             AND turn_seq=(SELECT max(seq) FROM turns WHERE session_id=$1)",
-            &by_id,
-        ),
+        query_opt(c, HAS_CHILDREN_SQL, &by_id,),
+        query_opt(c, DYNAMIC_RESOLVED_SQL, &by_id,),
     );
     begun?;
     let Some(session) = session? else {
@@ -1535,15 +1585,11 @@ pub(super) async fn lease<C: GenericClient>(
     c: &C,
     session: &str,
 ) -> StoreResult<Option<LeaseRecord>> {
-    query_opt(
-        c,
-        &format!("SELECT {LEASE_COLS} FROM leases WHERE session_id=$1"),
-        &[&session],
-    )
-    .await?
-    .as_ref()
-    .map(lease_row)
-    .transpose()
+    query_opt(c, &LEASE_SQL, &[&session])
+        .await?
+        .as_ref()
+        .map(lease_row)
+        .transpose()
 }
 
 /// Takes the lease in a transaction of its own on `c` (a pooled connection outside any
@@ -1563,14 +1609,9 @@ pub(super) async fn acquire(
     let now = now_ms();
     let expires = now.saturating_add(claim.ttl_ms);
     let pid = i64::from(claim.pid);
-    let select_sql =
-        format!("SELECT {LEASE_COLS} FROM leases WHERE session_id=$1 FOR UPDATE SKIP LOCKED");
     let (insert, select) = futures::try_join!(
-        c.prepare_cached(
-            "INSERT INTO leases (session_id, holder, pid, host, expires_at, acquired_at, token) \
-             VALUES ($1,$2,$3,$4,$5,$6,nextval('lease_tokens')) ON CONFLICT (session_id) DO NOTHING",
-        ),
-        c.prepare_cached(&select_sql),
+        c.prepare_cached(LEASE_INSERT_SQL,),
+        c.prepare_cached(&LEASE_LOCK_SQL),
     )?;
     let values: [&(dyn ToSql + Sync); 6] = [
         &claim.session_id,
@@ -1620,13 +1661,7 @@ pub(super) async fn acquire(
         c.batch_execute("ROLLBACK").await?;
         return Ok(held(holder.pid, holder.host));
     }
-    let update = c
-        .prepare_cached(
-            "UPDATE leases SET holder=$2, pid=$3, host=$4, expires_at=$5, acquired_at=$6, \
-             token = CASE WHEN holder=$2 THEN token ELSE nextval('lease_tokens') END \
-             WHERE session_id=$1",
-        )
-        .await?;
+    let update = c.prepare_cached(LEASE_TAKE_SQL).await?;
     let (updated, ended) = futures::join!(c.execute(&update, &values), c.batch_execute("COMMIT"));
     // A failed update aborts the transaction, and its COMMIT then rolls it back.
     updated?;
@@ -1656,13 +1691,7 @@ pub(super) async fn release<C: GenericClient>(
     holder: &str,
     notify: (&str, &str),
 ) -> StoreResult<()> {
-    query(
-        c,
-        "WITH r AS (UPDATE leases SET holder='', expires_at=0 WHERE session_id=$1 AND holder=$2) \
-         SELECT pg_notify($3, $4)",
-        &[&session, &holder, &notify.0, &notify.1],
-    )
-    .await?;
+    query(c, RELEASE_SQL, &[&session, &holder, &notify.0, &notify.1]).await?;
     Ok(())
 }
 
