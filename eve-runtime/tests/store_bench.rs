@@ -690,15 +690,18 @@ async fn bench_store_traffic() {
         let before = proxy.snapshot();
         let t = Instant::now();
         let rt = runtime(&p, store, MockClient::new("echo", None).unwrap());
+        let created = t.elapsed();
         assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
-        resumed.push((t.elapsed(), proxy.snapshot() - before));
+        resumed.push((t.elapsed(), created, proxy.snapshot() - before));
     }
-    resumed.sort_by_key(|(t, _)| *t);
-    let (t, wire) = resumed[ROUNDS / 2];
+    resumed.sort_by_key(|(t, _, _)| *t);
+    let (t, created, wire) = resumed[ROUNDS / 2];
     println!(
-        "traffic, resumed turn (new store and runtime, one mock step), PostgreSQL: {} in {}",
+        "traffic, resumed turn (new store and runtime, one mock step), PostgreSQL: {} in {} \
+         (the runtime created in {})",
         wire,
-        ms(t)
+        ms(t),
+        ms(created)
     );
 
     // One no-op script-tool step: a 5-step turn less a 1-step turn, over 4.
