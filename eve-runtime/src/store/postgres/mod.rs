@@ -333,9 +333,10 @@ impl PgStore {
         Ok(())
     }
 
-    /// Runs `batch` in a transaction of its own and commits, notifying the fleet: `BEGIN`,
-    /// the fence checks, every write and the notification go out together (one round trip),
-    /// then `COMMIT` (or `ROLLBACK` when a check failed) is the second.
+    /// Runs `batch` in a transaction of its own and commits, notifying the fleet, in one round
+    /// trip: `BEGIN`, the fence checks, every write, the notification and `COMMIT` go out
+    /// together. A failed check (a newer lease holder, a missing session) fails inside the
+    /// server, which then ends the transaction at `COMMIT` by rolling it back.
     async fn commit_batch(&self, batch: Batch) -> StoreResult<Committed> {
         let open = OpenTransaction(Some(self.client().await?));
         let client = open.client()?;
@@ -347,13 +348,12 @@ impl PgStore {
             "BEGIN; SET LOCAL synchronous_commit TO OFF"
         };
         let notify = (self.inner.channel.as_str(), self.inner.instance.as_str());
-        let applied = sql::apply(client, batch, Some(begin), Some(notify)).await;
-        let end = if applied.is_ok() {
-            "COMMIT"
-        } else {
-            "ROLLBACK"
-        };
-        client.batch_execute(end).await?;
+        let applied = sql::apply(client, batch, Some(begin), Some(notify), Some("COMMIT")).await;
+        if applied.is_err() {
+            // Ends the transaction if the error came before `COMMIT` was sent (a no-op, with a
+            // warning from the server, if `COMMIT` already rolled it back).
+            client.batch_execute("ROLLBACK").await?;
+        }
         open.close();
         applied
     }
@@ -638,7 +638,7 @@ impl Store for PgStore {
             tx.rollback().await?;
             return Ok(None);
         }
-        let committed = sql::apply(&tx, batch, None, None).await?;
+        let committed = sql::apply(&tx, batch, None, None, None).await?;
         sql::insert_reply(&tx, &accept, now).await?;
         self.notify(&tx).await?;
         tx.commit().await?;

@@ -68,7 +68,7 @@ const CONTEXT_SQL: &str = "SELECT m.session_id, m.seq, m.turn_seq, m.kind, m.bod
 const HAS_CHILDREN_SQL: &str = "SELECT 1 FROM subagent_sessions WHERE parent_id=$1 LIMIT 1";
 const DYNAMIC_RESOLVED_SQL: &str = "SELECT 1 FROM dynamic_resolutions WHERE session_id=$1 \
          AND turn_seq=(SELECT max(seq) FROM turns WHERE session_id=$1)";
-const FENCE_SQL: &str = "SELECT token FROM leases WHERE session_id=$1 FOR KEY SHARE";
+const FENCE_SQL: &str = Strict::FENCE;
 const NOTIFY_SQL: &str = "SELECT pg_notify($1, $2)";
 const LEASE_INSERT_SQL: &str = "INSERT INTO leases (session_id, holder, pid, host, expires_at, acquired_at, token) \
          VALUES ($1,$2,$3,$4,$5,$6,nextval('lease_tokens')) ON CONFLICT (session_id) DO NOTHING";
@@ -310,24 +310,31 @@ impl Planned {
     }
 }
 
-/// How many statements go out before their answers are awaited.
-const PIPELINE: usize = 64;
+/// How many statements go out before their answers are awaited (at most `join_all`'s small
+/// size, below which it polls its futures in order, which is the order they are sent in).
+const PIPELINE: usize = 30;
 
 /// Sends `start` (simple statements such as `BEGIN`, first) and `plan`'s statements without
 /// waiting between them (tokio-postgres pipelines requests polled together: one round trip for
 /// the lot, once their statements are prepared on this connection), then reads the answers in
-/// order. The first error wins; statements after it were refused by the server anyway.
+/// order. The first error wins; statements after it were refused by the server anyway. `end`
+/// (`COMMIT`) is sent after the last statement, in the same round trip: every check of a
+/// strict plan fails inside the server (see [`Strict`]), so a `COMMIT` after a failed check
+/// ends an aborted transaction, which the server rolls back.
 async fn run_planned<C: GenericClient>(
     c: &C,
     start: Option<&str>,
     plan: &mut Vec<Planned>,
     committed: &mut Committed,
+    end: Option<&str>,
 ) -> StoreResult<()> {
     let mut start = start;
+    let mut end = end;
     let planned: Vec<Planned> = std::mem::take(plan);
     let mut planned = planned.into_iter().peekable();
-    while start.is_some() || planned.peek().is_some() {
+    while start.is_some() || planned.peek().is_some() || end.is_some() {
         let chunk: Vec<Planned> = planned.by_ref().take(PIPELINE).collect();
+        let last = planned.peek().is_none();
         // Prepared once per connection (the cache); misses are prepared together.
         let stmts = futures::future::join_all(chunk.iter().map(|p| c.prepare_cached(&p.sql)))
             .await
@@ -342,53 +349,106 @@ async fn run_planned<C: GenericClient>(
                     .collect()
             })
             .collect();
-        let counting = |p: &Planned| matches!(p.then, Then::Touch(_));
         let begin = async {
             match start.take() {
                 Some(sql) => c.batch_execute(sql).await,
                 None => Ok(()),
             }
         };
-        let writes = futures::future::join_all(chunk.iter().zip(&stmts).zip(&refs).map(
-            |((p, stmt), params)| async move {
-                if counting(p) {
-                    c.execute(stmt, params).await.map(Answer::Count)
-                } else {
-                    c.query(stmt, params).await.map(Answer::Rows)
-                }
-            },
-        ));
-        // `join!` polls in order: `BEGIN` is sent first, then the statements in plan order.
-        let (begun, answers) = futures::join!(begin, writes);
+        let writes = futures::future::join_all(
+            chunk
+                .iter()
+                .zip(&stmts)
+                .zip(&refs)
+                .map(|((_, stmt), params)| c.query(stmt, params)),
+        );
+        let finish = if last { end.take() } else { None };
+        let finish = async {
+            match finish {
+                Some(sql) => c.batch_execute(sql).await,
+                None => Ok(()),
+            }
+        };
+        // `join!` polls in order: `BEGIN` is sent first, then the statements in plan order,
+        // then `COMMIT`.
+        let (begun, answers, finished) = futures::join!(begin, writes, finish);
         begun?;
         for (p, answer) in chunk.into_iter().zip(answers) {
-            read_answer(p.then, answer?, committed)?;
+            match answer {
+                Ok(answer) => read_answer(p.then, answer, committed)?,
+                Err(e) => return Err(failed_check(p.then, e)),
+            }
         }
+        finished?;
     }
     Ok(())
 }
 
-enum Answer {
-    Count(u64),
-    Rows(Vec<Row>),
+/// How a strict plan's checks fail inside the server, so that nothing after them commits.
+struct Strict;
+
+impl Strict {
+    /// The fence check: the lease row read `FOR KEY SHARE`, and a cast that fails when a newer
+    /// holder's token is there (the error names the token).
+    const FENCE: &'static str = "SELECT CASE WHEN token > $2 THEN ('eve-fenced:' || token)::BIGINT \
+        ELSE token END FROM leases WHERE session_id=$1 FOR KEY SHARE";
 }
 
-fn read_answer(then: Then, answer: Answer, committed: &mut Committed) -> StoreResult<()> {
-    let first = |answer: &Answer| -> StoreResult<Option<i64>> {
-        match answer {
-            Answer::Rows(rows) => rows.first().map(|r| g(r, 0)).transpose(),
-            Answer::Count(_) => Ok(None),
+/// The error a failed statement stands for: a strict check's own failure becomes the store's
+/// error (fenced, or not found); any other is the server's.
+fn failed_check(then: Then, e: tokio_postgres::Error) -> StoreError {
+    use tokio_postgres::error::SqlState;
+    let code = e.code().cloned();
+    match (then, code) {
+        (Then::Fence(fence), Some(c)) if c == SqlState::INVALID_TEXT_REPRESENTATION => {
+            let text = e
+                .as_db_error()
+                .map(|d| d.message().to_owned())
+                .unwrap_or_default();
+            let current = text
+                .split_once("eve-fenced:")
+                .map(|(_, rest)| {
+                    rest.chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect::<String>()
+                })
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(fence.token.saturating_add(1));
+            StoreError::Fenced {
+                session: fence.session_id,
+                ours: fence.token,
+                current,
+            }
         }
-    };
+        (Then::Touch(what), Some(c)) if c == SqlState::DIVISION_BY_ZERO => {
+            StoreError::NotFound(what)
+        }
+        (Then::Message(session), Some(c)) if c == SqlState::NOT_NULL_VIOLATION => {
+            StoreError::NotFound(format!("session {session}"))
+        }
+        (Then::Event(event), Some(c)) if c == SqlState::NOT_NULL_VIOLATION => {
+            StoreError::NotFound(format!("session {}", event.session_id))
+        }
+        _ => e.into(),
+    }
+}
+
+/// Reads a statement's rows; the checks were made inside the server (see [`Strict`]), so a
+/// missing row here means a statement that should have failed did not: refused all the same.
+fn read_answer(then: Then, rows: Vec<Row>, committed: &mut Committed) -> StoreResult<()> {
+    if matches!(then, Then::Nothing) {
+        return Ok(());
+    }
+    let first: Option<i64> = rows.first().map(|r| g(r, 0)).transpose()?;
     match then {
         Then::Nothing => {}
         Then::Touch(what) => {
-            if matches!(answer, Answer::Count(0)) {
+            if first.is_none() {
                 return Err(StoreError::NotFound(what));
             }
         }
         Then::Fence(fence) => {
-            let current = first(&answer)?.map_or(0, u);
+            let current = first.map_or(0, u);
             if current > fence.token {
                 return Err(StoreError::Fenced {
                     session: fence.session_id,
@@ -398,12 +458,11 @@ fn read_answer(then: Then, answer: Answer, committed: &mut Committed) -> StoreRe
             }
         }
         Then::Message(session) => {
-            let seq = first(&answer)?
-                .ok_or_else(|| StoreError::NotFound(format!("session {session}")))?;
+            let seq = first.ok_or_else(|| StoreError::NotFound(format!("session {session}")))?;
             committed.message_seqs.push(u(seq));
         }
         Then::Event(mut event) => {
-            let index = first(&answer)?
+            let index = first
                 .ok_or_else(|| StoreError::NotFound(format!("session {}", event.session_id)))?;
             event.index = u(index);
             committed.events.push(event);
@@ -418,7 +477,7 @@ fn read_answer(then: Then, answer: Answer, committed: &mut Committed) -> StoreRe
 fn fence_planned(fence: &Fence) -> Planned {
     Planned::new(
         FENCE_SQL,
-        params![fence.session_id.clone()],
+        params![fence.session_id.clone(), i(fence.token)],
         Then::Fence(fence.clone()),
     )
 }
@@ -427,20 +486,23 @@ fn fence_planned(fence: &Fence) -> Planned {
 /// [`fence_planned`]); all the fences in one round trip.
 pub(super) async fn check_fences<C: GenericClient>(c: &C, fences: &[Fence]) -> StoreResult<()> {
     let mut plan: Vec<Planned> = fences.iter().map(fence_planned).collect();
-    run_planned(c, None, &mut plan, &mut Committed::default()).await
+    run_planned(c, None, &mut plan, &mut Committed::default(), None).await
 }
 
 /// Applies a batch inside the caller's transaction, or inside one it opens: `start` (`BEGIN`,
 /// and any `SET LOCAL`) is sent with the batch's first statements. `notify` (channel, payload)
-/// adds the commit's notification. The fence checks come first, and every statement is
-/// planned and sent together, so a batch is one round trip (plus one for statements this
-/// connection has not prepared yet); only composition, note and release operations, which
-/// run several dependent statements, are awaited one by one, in their place in the batch.
+/// adds the commit's notification, and `end` (`COMMIT`) goes with the last statements. The
+/// fence checks come first, and every statement is planned and sent together, so a batch is
+/// one round trip (plus one for statements this connection has not prepared yet); only
+/// composition, note and release operations, which run several dependent statements, are
+/// awaited one by one, in their place in the batch. Every check fails inside the server
+/// ([`Strict`]), so a `COMMIT` sent with the batch never commits a refused one.
 pub(super) async fn apply<C: GenericClient>(
     c: &C,
     batch: Batch,
     start: Option<&str>,
     notify: Option<(&str, &str)>,
+    end: Option<&str>,
 ) -> StoreResult<Committed> {
     let mut committed = Committed::default();
     let now = now_ms();
@@ -449,15 +511,15 @@ pub(super) async fn apply<C: GenericClient>(
     for op in batch.ops {
         match op {
             Op::Composition(op) => {
-                run_planned(c, start.take(), &mut plan, &mut committed).await?;
+                run_planned(c, start.take(), &mut plan, &mut committed, None).await?;
                 composition_apply(c, op, now).await?;
             }
             Op::Note(op) => {
-                run_planned(c, start.take(), &mut plan, &mut committed).await?;
+                run_planned(c, start.take(), &mut plan, &mut committed, None).await?;
                 note_apply(c, op).await?;
             }
             Op::Release(op) => {
-                run_planned(c, start.take(), &mut plan, &mut committed).await?;
+                run_planned(c, start.take(), &mut plan, &mut committed, None).await?;
                 super::releases::apply(c, op, now, &mut committed).await?;
             }
             op => plan.push(plan_op(op, now)?),
@@ -470,7 +532,7 @@ pub(super) async fn apply<C: GenericClient>(
             Then::Nothing,
         ));
     }
-    run_planned(c, start.take(), &mut plan, &mut committed).await?;
+    run_planned(c, start.take(), &mut plan, &mut committed, end).await?;
     Ok(committed)
 }
 
@@ -483,10 +545,11 @@ static PLANNED_SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(
             "INSERT INTO sessions ({SESSION_COLS}) VALUES \
                  ($1,$2,$3,$4,$5,$6,$7,$8,0,0,0,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)"
         ),
-        "UPDATE sessions SET status=$2, build_hash=$3, turn_count=$4, \
+        "WITH u AS (UPDATE sessions SET status=$2, build_hash=$3, turn_count=$4, \
                  input_tokens=$5, output_tokens=$6, cache_read_tokens=$7, \
                  cache_write_tokens=$8, cost_usd=$9, loaded_skills=$10, approved_tools=$11, \
-                 updated_at=$12 WHERE id=$1"
+                 updated_at=$12 WHERE id=$1 RETURNING 1) \
+         SELECT 1 / count(*) FROM u"
             .to_owned(),
         "UPDATE sessions SET cancel_requested=$2, updated_at=$3 WHERE id=$1".to_owned(),
         "UPDATE sessions SET context_start=message_count, updated_at=$2 WHERE id=$1".to_owned(),
@@ -498,7 +561,7 @@ static PLANNED_SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(
                  context_start=CASE WHEN $2::BOOLEAN THEN message_count ELSE context_start END \
                  WHERE id=$1 RETURNING message_count-1 AS seq) \
                  INSERT INTO messages (session_id, seq, turn_seq, kind, body, at) \
-                 SELECT $1, n.seq, $3::BIGINT, $4::TEXT, $5::TEXT, $6::BIGINT FROM n RETURNING seq"
+                 VALUES ($1, (SELECT seq FROM n), $3::BIGINT, $4::TEXT, $5::TEXT, $6::BIGINT) RETURNING seq"
             .to_owned(),
         format!(
             "INSERT INTO turns ({TURN_COLS}) VALUES \
@@ -544,7 +607,7 @@ static PLANNED_SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(
         "WITH n AS (UPDATE sessions SET event_count=event_count+1, updated_at=$2 \
                  WHERE id=$1 RETURNING event_count-1 AS idx) \
                  INSERT INTO events (session_id, idx, id, type, data, at) \
-                 SELECT $1, n.idx, $3::TEXT, $4::TEXT, $5::TEXT, $2 FROM n RETURNING idx"
+                 VALUES ($1, (SELECT idx FROM n), $3::TEXT, $4::TEXT, $5::TEXT, $2) RETURNING idx"
             .to_owned(),
     ]
 });
@@ -1821,7 +1884,7 @@ pub(super) async fn claim_schedule<C: GenericClient>(
         )
         .await?;
     }
-    apply(c, batch, None, None).await.map(Some)
+    apply(c, batch, None, None, None).await.map(Some)
 }
 
 // ---- channels ------------------------------------------------------------------------------
