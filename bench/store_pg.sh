@@ -2,7 +2,9 @@
 # PostgreSQL against SQLite, same machine, same run (release build): per-step overhead (a no-op
 # script tool, and one that writes a file so the session workspace is checkpointed each step),
 # turn latency, and resume time after 100, 1,000 and 10,000 events on both backends (target:
-# flat, under 20 ms). Every PostgreSQL line prints its ratio to SQLite's.
+# flat, under 20 ms). Every PostgreSQL line prints its ratio to SQLite's. The `traffic` lines count,
+# on the wire (a proxy reading the protocol), the round trips, transactions, statements and
+# prepares of a resumed turn and of one no-op script-tool step on PostgreSQL.
 #
 #   bench/store_pg.sh                          # starts the throwaway cluster of scripts/postgres.sh
 #   EVE_TEST_POSTGRES_URL=postgres://… bench/store_pg.sh   # another server
@@ -23,4 +25,4 @@ if ! cargo test --release -q --workspace --test all --no-run >"$log" 2>&1; then
 fi
 echo "== PostgreSQL vs SQLite ($(nproc) cores; PostgreSQL $(psql -Atc 'SHOW server_version' "$EVE_TEST_POSTGRES_URL"))"
 cargo test --release -q --workspace --test all store_bench -- --ignored --nocapture --test-threads=1 \
-  | grep -E '^(per-step|turn latency|resume after)'
+  | grep -E '^(per-step|turn latency|resume after|traffic)'

@@ -160,3 +160,50 @@ async fn an_unreachable_server_fails_with_the_url_and_cause_password_redacted() 
         .unwrap_err();
     assert!(err.to_string().contains("invalid URL"), "{err}");
 }
+
+/// The Unix socket of the test cluster of `scripts/postgres.sh` (`target/postgres/sock`), with
+/// the server's port; `None` when the tests use another server.
+fn test_cluster_socket(base: &str) -> Option<(std::path::PathBuf, u16)> {
+    let config: tokio_postgres::Config = base.parse().ok()?;
+    let port = *config.get_ports().first()?;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/postgres/sock");
+    dir.join(format!(".s.PGSQL.{port}"))
+        .exists()
+        .then(|| (dir.canonicalize().unwrap(), port))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unix_socket_url_reaches_the_same_store() {
+    let Some(base) = server_url() else { return };
+    let Some((dir, port)) = test_cluster_socket(&base) else {
+        eprintln!("SKIPPED: the test server is not scripts/postgres.sh's cluster (no socket)");
+        return;
+    };
+    let tcp = fresh_schema(&base).await;
+    let schema = tcp.rsplit_once("search_path%3D").unwrap().1.to_owned();
+    let socket_url = format!(
+        "postgres:///postgres?host={}&port={port}&user=postgres&options=-csearch_path%3D{schema}",
+        dir.display()
+    );
+    let over_socket = PgStore::connect(&socket_url).await.unwrap();
+    let mut b = Batch::durable();
+    b.push(Op::InsertSession(SessionRecord::new(
+        "wrun_socket".into(),
+        "h".into(),
+        "a".into(),
+        None,
+        now_ms(),
+    )));
+    over_socket.commit(b).await.unwrap();
+    let over_tcp = PgStore::connect(&tcp).await.unwrap();
+    assert!(over_tcp.session("wrun_socket").await.unwrap().is_some());
+
+    // A URL without a host looks in the default socket folders, and says so when none is there.
+    let err = PgStore::connect("postgres:///postgres?port=1&user=postgres")
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, StoreError::Unreachable { .. }), "{err:?}");
+    assert!(text.contains("/var/run/postgresql"), "{text}");
+    assert!(text.contains("host="), "{text}");
+}

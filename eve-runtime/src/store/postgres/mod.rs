@@ -105,6 +105,24 @@ fn redact_query_password(tail: &str) -> String {
     format!("{path}?{}", parts.join("&"))
 }
 
+/// Where a URL without a host looks for the server's Unix socket, in order (Debian's and
+/// PostgreSQL's own default folders, as libpq does).
+const SOCKET_DIRS: &[&str] = &["/var/run/postgresql", "/tmp"];
+
+/// Prepares the run loop's statements on a connection, all in one pipelined round trip, into
+/// its statement cache. Best effort: a statement that cannot be prepared (a table a pending
+/// migration adds) is prepared on first use instead.
+async fn warm(client: &deadpool_postgres::ClientWrapper) {
+    let hot = sql::hot_statements();
+    for prepared in
+        futures::future::join_all(hot.iter().map(|sql| client.prepare_cached(sql))).await
+    {
+        if let Err(e) = prepared {
+            tracing::debug!(error = %e, "a statement was not prepared ahead");
+        }
+    }
+}
+
 /// How a [`PgStore`] is set up.
 #[derive(Debug, Clone)]
 pub struct PgOptions {
@@ -161,8 +179,9 @@ impl std::fmt::Debug for PgStore {
 }
 
 impl PgStore {
-    /// Connects to `url` (`postgres://user:password@host:port/db`), applies the migrations and
-    /// starts listening for other nodes' commits.
+    /// Connects to `url` (`postgres://user:password@host:port/db`, or a Unix socket on this
+    /// machine: `postgres:///db?host=/var/run/postgresql`, or `postgres:///db` for the default
+    /// socket folders), applies the migrations and starts listening for other nodes' commits.
     pub async fn connect(url: &str) -> StoreResult<Self> {
         Self::connect_with(url, PgOptions::default()).await
     }
@@ -177,6 +196,25 @@ impl PgStore {
         let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e: tokio_postgres::Error| unreachable(format!("invalid URL: {e}")))?;
+        if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+            // `postgres:///db`, as libpq reads it: the server's Unix socket on this machine.
+            let port = config.get_ports().first().copied().unwrap_or(5432);
+            let dir = SOCKET_DIRS
+                .iter()
+                .find(|dir| {
+                    std::path::Path::new(dir)
+                        .join(format!(".s.PGSQL.{port}"))
+                        .exists()
+                })
+                .ok_or_else(|| {
+                    unreachable(format!(
+                        "the URL names no host, and no PostgreSQL socket for port {port} is in {}: \
+                         give the socket's folder (postgres:///DB?host=/path/to/folder) or a host",
+                        SOCKET_DIRS.join(" or ")
+                    ))
+                })?;
+            config.host_path(dir);
+        }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(options.connect_timeout);
         }
@@ -192,6 +230,14 @@ impl PgStore {
         );
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(2))
+            // Every new connection prepares the run loop's statements at once (one pipelined
+            // round trip), instead of one round trip per statement on first use mid-step.
+            .post_create(deadpool_postgres::Hook::async_fn(|client, _| {
+                Box::pin(async move {
+                    warm(client).await;
+                    Ok(())
+                })
+            }))
             .build()
             .map_err(|e| unreachable(e.to_string()))?;
         let mut client = tokio::time::timeout(options.connect_timeout, pool.get())
@@ -212,11 +258,15 @@ impl PgStore {
                 })
             })?;
         schema::migrate(&mut client).await?;
+        // The first connection was warmed before the migrations made its tables; a second is
+        // opened now, warmed too, since a step often reads on one while it commits on another.
+        warm(&client).await;
+        let second = pool.get().await?;
         let schema_name: String = client
             .query_one("SELECT current_schema()", &[])
             .await?
             .try_get(0)?;
-        drop(client);
+        drop((client, second));
         let channel = format!(
             "eve_commits_{}",
             schema_name
@@ -283,21 +333,57 @@ impl PgStore {
         Ok(())
     }
 
-    /// Runs `batch` (with the extra work `pre` does first, inside the same transaction) and
-    /// commits, notifying the fleet.
+    /// Runs `batch` in a transaction of its own and commits, notifying the fleet, in one round
+    /// trip: `BEGIN`, the fence checks, every write, the notification and `COMMIT` go out
+    /// together. A failed check (a newer lease holder, a missing session) fails inside the
+    /// server, which then ends the transaction at `COMMIT` by rolling it back.
     async fn commit_batch(&self, batch: Batch) -> StoreResult<Committed> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        if !batch.durable {
-            // A step's checkpoint: a crash of the server (not of eve) may lose the last ones,
-            // and resume redoes that work, as on SQLite. What an API promised is durable.
-            tx.batch_execute("SET LOCAL synchronous_commit TO OFF")
-                .await?;
+        let open = OpenTransaction(Some(self.client().await?));
+        let client = open.client()?;
+        // A step's checkpoint (not durable): a crash of the server (not of eve) may lose the
+        // last ones, and resume redoes that work, as on SQLite. What an API promised is durable.
+        let begin = if batch.durable {
+            "BEGIN"
+        } else {
+            "BEGIN; SET LOCAL synchronous_commit TO OFF"
+        };
+        let notify = (self.inner.channel.as_str(), self.inner.instance.as_str());
+        let applied = sql::apply(client, batch, Some(begin), Some(notify), Some("COMMIT")).await;
+        if applied.is_err() {
+            // Ends the transaction if the error came before `COMMIT` was sent (a no-op, with a
+            // warning from the server, if `COMMIT` already rolled it back).
+            client.batch_execute("ROLLBACK").await?;
         }
-        let committed = sql::apply(&tx, batch).await?;
-        self.notify(&tx).await?;
-        tx.commit().await?;
-        Ok(committed)
+        open.close();
+        applied
+    }
+}
+
+/// A pooled connection inside a transaction this store opened by hand (so that `BEGIN` can
+/// travel with the first statements). Dropped before [`OpenTransaction::close`] (the caller
+/// gave up mid-way, or `COMMIT` failed), the connection leaves the pool and is closed, which
+/// rolls the transaction back on the server: no pooled connection is ever handed out inside
+/// a transaction.
+struct OpenTransaction(Option<deadpool_postgres::Client>);
+
+impl OpenTransaction {
+    fn client(&self) -> StoreResult<&deadpool_postgres::Client> {
+        self.0
+            .as_ref()
+            .ok_or_else(|| StoreError::Backend("internal: transaction already closed".into()))
+    }
+
+    /// The transaction ended (committed or rolled back): the connection goes back to the pool.
+    fn close(mut self) {
+        self.0.take();
+    }
+}
+
+impl Drop for OpenTransaction {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            drop(deadpool_postgres::Object::take(client));
+        }
     }
 }
 
@@ -392,15 +478,16 @@ impl Store for PgStore {
     }
 
     async fn drive_state(&self, session: &str) -> StoreResult<Option<DriveState>> {
-        let mut client = self.client().await?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await?;
-        let state = sql::drive_state(&tx, session).await?;
-        tx.commit().await?;
+        let open = OpenTransaction(Some(self.client().await?));
+        let client = open.client()?;
+        let state = sql::drive_state(
+            client,
+            session,
+            Some("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
+        )
+        .await?;
+        client.batch_execute("COMMIT").await?;
+        open.close();
         Ok(state)
     }
 
@@ -409,14 +496,9 @@ impl Store for PgStore {
     }
 
     async fn acquire_lease(&self, claim: &LeaseClaim) -> StoreResult<LeaseOutcome> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let outcome = sql::acquire(&tx, claim, self.inner.liveness.as_ref()).await?;
-        if outcome == LeaseOutcome::Acquired {
-            tx.commit().await?;
-        } else {
-            tx.rollback().await?;
-        }
+        let open = OpenTransaction(Some(self.client().await?));
+        let outcome = sql::acquire(open.client()?, claim, self.inner.liveness.as_ref()).await?;
+        open.close();
         Ok(outcome)
     }
 
@@ -425,13 +507,9 @@ impl Store for PgStore {
     }
 
     async fn release_lease(&self, session: &str, holder: &str) -> StoreResult<()> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        sql::release(&tx, session, holder).await?;
-        // A released session may have work left: another node may take it at once.
-        self.notify(&tx).await?;
-        tx.commit().await?;
-        Ok(())
+        let client = self.client().await?;
+        let notify = (self.inner.channel.as_str(), self.inner.instance.as_str());
+        sql::release(&client, session, holder, notify).await
     }
 
     async fn lease(&self, session: &str) -> StoreResult<Option<LeaseRecord>> {
@@ -560,7 +638,7 @@ impl Store for PgStore {
             tx.rollback().await?;
             return Ok(None);
         }
-        let committed = sql::apply(&tx, batch).await?;
+        let committed = sql::apply(&tx, batch, None, None, None).await?;
         sql::insert_reply(&tx, &accept, now).await?;
         self.notify(&tx).await?;
         tx.commit().await?;

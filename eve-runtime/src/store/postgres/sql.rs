@@ -58,6 +58,80 @@ async fn execute<C: GenericClient>(c: &C, sql: &str, params: Params<'_>) -> Stor
     Ok(c.execute(&stmt, params).await?)
 }
 
+// ---- the statements of the run loop, by name (warmed on new connections) ----------------
+
+const INBOX_SQL: &str = "SELECT id, session_id, text, accepted_at FROM inbox \
+         WHERE session_id=$1 AND consumed_turn IS NULL ORDER BY ord";
+const CONTEXT_SQL: &str = "SELECT m.session_id, m.seq, m.turn_seq, m.kind, m.body, m.at FROM messages m \
+         JOIN sessions s ON s.id = m.session_id \
+         WHERE m.session_id=$1 AND m.seq >= s.context_start ORDER BY m.seq";
+const HAS_CHILDREN_SQL: &str = "SELECT 1 FROM subagent_sessions WHERE parent_id=$1 LIMIT 1";
+const DYNAMIC_RESOLVED_SQL: &str = "SELECT 1 FROM dynamic_resolutions WHERE session_id=$1 \
+         AND turn_seq=(SELECT max(seq) FROM turns WHERE session_id=$1)";
+const FENCE_SQL: &str = Strict::FENCE;
+const NOTIFY_SQL: &str = "SELECT pg_notify($1, $2)";
+const LEASE_INSERT_SQL: &str = "INSERT INTO leases (session_id, holder, pid, host, expires_at, acquired_at, token) \
+         VALUES ($1,$2,$3,$4,$5,$6,nextval('lease_tokens')) ON CONFLICT (session_id) DO NOTHING";
+const LEASE_TAKE_SQL: &str = "UPDATE leases SET holder=$2, pid=$3, host=$4, expires_at=$5, acquired_at=$6, \
+         token = CASE WHEN holder=$2 THEN token ELSE nextval('lease_tokens') END \
+         WHERE session_id=$1";
+const RELEASE_SQL: &str = "WITH r AS (UPDATE leases SET holder='', expires_at=0 WHERE session_id=$1 AND holder=$2) \
+         SELECT pg_notify($3, $4)";
+static SESSION_SQL: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("SELECT {SESSION_COLS} FROM sessions WHERE id=$1"));
+static LAST_TURN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("SELECT {TURN_COLS} FROM turns WHERE session_id=$1 ORDER BY seq DESC LIMIT 1")
+});
+static LEASE_SQL: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("SELECT {LEASE_COLS} FROM leases WHERE session_id=$1"));
+static REQUESTS_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {REQUEST_COLS} FROM input_requests \
+         WHERE session_id=$1 AND (NOT $2 OR status='pending') ORDER BY ord"
+    )
+});
+static TOOL_CALLS_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {CALL_COLS} FROM tool_calls WHERE session_id=$1 AND turn_seq=$2 \
+         ORDER BY step_index, position"
+    )
+});
+static LEASE_LOCK_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("SELECT {LEASE_COLS} FROM leases WHERE session_id=$1 FOR UPDATE SKIP LOCKED")
+});
+
+/// The statements of a step and of a resumed turn: prepared on every new connection in one
+/// pipelined round trip, so no step waits for a prepare.
+pub(super) fn hot_statements() -> Vec<String> {
+    let mut all = PLANNED_SQL.clone();
+    all.extend(
+        [
+            INBOX_SQL,
+            CONTEXT_SQL,
+            HAS_CHILDREN_SQL,
+            DYNAMIC_RESOLVED_SQL,
+            FENCE_SQL,
+            NOTIFY_SQL,
+            LEASE_INSERT_SQL,
+            LEASE_TAKE_SQL,
+            RELEASE_SQL,
+        ]
+        .map(String::from),
+    );
+    all.extend(
+        [
+            &*SESSION_SQL,
+            &*LAST_TURN_SQL,
+            &*LEASE_SQL,
+            &*REQUESTS_SQL,
+            &*TOOL_CALLS_SQL,
+            &*LEASE_LOCK_SQL,
+        ]
+        .map(String::clone),
+    );
+    all
+}
+
 // ---- rows ----------------------------------------------------------------------------------
 
 const SESSION_COLS: &str = "id, status, build_hash, agent_name, parent_id, parent_call_id, schedule, \
@@ -194,353 +268,565 @@ fn all<T>(rows: &[Row], f: fn(&Row) -> StoreResult<T>) -> StoreResult<Vec<T>> {
 
 // ---- batches -------------------------------------------------------------------------------
 
-/// Refuses the batch when a session it speaks for has a newer lease holder. The lease row is
-/// read `FOR KEY SHARE`: a renewal (a plain update) does not wait for it, but a takeover (which
-/// locks the row `FOR UPDATE`) cannot happen between this check and the commit.
-pub(super) async fn check_fences<C: GenericClient>(c: &C, fences: &[Fence]) -> StoreResult<()> {
-    for fence in fences {
-        let row = query_opt(
-            c,
-            "SELECT token FROM leases WHERE session_id=$1 FOR KEY SHARE",
-            &[&fence.session_id],
-        )
-        .await?;
-        let current = match row {
-            Some(r) => u(g(&r, 0)?),
-            None => 0,
+/// A statement's parameters, owned, so a whole batch can be planned before any is sent.
+type Owned = Vec<Box<dyn ToSql + Sync + Send>>;
+
+macro_rules! params {
+    ($($p:expr),* $(,)?) => {
+        vec![$(Box::new($p) as Box<dyn ToSql + Sync + Send>),*]
+    };
+}
+
+/// What a planned statement's answer means for the batch.
+enum Then {
+    /// Nothing to check.
+    Nothing,
+    /// Rows changed, or `NotFound(what)`.
+    Touch(String),
+    /// The lease row's token, checked against ours.
+    Fence(Fence),
+    /// The new message's sequence, or the session is missing.
+    Message(String),
+    /// The new event's index, or the session is missing.
+    Event(StoredEvent),
+}
+
+/// One statement of a batch, planned: its SQL, parameters and how to read its answer. Each is
+/// a single statement (a counter's increment and the row it numbers are one data-modifying
+/// `WITH`), so the server runs them in the order they were sent.
+struct Planned {
+    sql: String,
+    params: Owned,
+    then: Then,
+}
+
+impl Planned {
+    fn new(sql: impl Into<String>, params: Owned, then: Then) -> Self {
+        Self {
+            sql: sql.into(),
+            params,
+            then,
+        }
+    }
+}
+
+/// How many statements go out before their answers are awaited (at most `join_all`'s small
+/// size, below which it polls its futures in order, which is the order they are sent in).
+const PIPELINE: usize = 30;
+
+/// Sends `start` (simple statements such as `BEGIN`, first) and `plan`'s statements without
+/// waiting between them (tokio-postgres pipelines requests polled together: one round trip for
+/// the lot, once their statements are prepared on this connection), then reads the answers in
+/// order. The first error wins; statements after it were refused by the server anyway. `end`
+/// (`COMMIT`) is sent after the last statement, in the same round trip: every check of a
+/// strict plan fails inside the server (see [`Strict`]), so a `COMMIT` after a failed check
+/// ends an aborted transaction, which the server rolls back.
+async fn run_planned<C: GenericClient>(
+    c: &C,
+    start: Option<&str>,
+    plan: &mut Vec<Planned>,
+    committed: &mut Committed,
+    end: Option<&str>,
+) -> StoreResult<()> {
+    let mut start = start;
+    let mut end = end;
+    let planned: Vec<Planned> = std::mem::take(plan);
+    let mut planned = planned.into_iter().peekable();
+    while start.is_some() || planned.peek().is_some() || end.is_some() {
+        let chunk: Vec<Planned> = planned.by_ref().take(PIPELINE).collect();
+        let last = planned.peek().is_none();
+        // Prepared once per connection (the cache); misses are prepared together.
+        let stmts = futures::future::join_all(chunk.iter().map(|p| c.prepare_cached(&p.sql)))
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = chunk
+            .iter()
+            .map(|p| {
+                p.params
+                    .iter()
+                    .map(|b| &**b as &(dyn ToSql + Sync))
+                    .collect()
+            })
+            .collect();
+        let begin = async {
+            match start.take() {
+                Some(sql) => c.batch_execute(sql).await,
+                None => Ok(()),
+            }
         };
-        if current > fence.token {
-            return Err(StoreError::Fenced {
-                session: fence.session_id.clone(),
+        let writes = futures::future::join_all(
+            chunk
+                .iter()
+                .zip(&stmts)
+                .zip(&refs)
+                .map(|((_, stmt), params)| c.query(stmt, params)),
+        );
+        let finish = if last { end.take() } else { None };
+        let finish = async {
+            match finish {
+                Some(sql) => c.batch_execute(sql).await,
+                None => Ok(()),
+            }
+        };
+        // `join!` polls in order: `BEGIN` is sent first, then the statements in plan order,
+        // then `COMMIT`.
+        let (begun, answers, finished) = futures::join!(begin, writes, finish);
+        begun?;
+        for (p, answer) in chunk.into_iter().zip(answers) {
+            match answer {
+                Ok(answer) => read_answer(p.then, answer, committed)?,
+                Err(e) => return Err(failed_check(p.then, e)),
+            }
+        }
+        finished?;
+    }
+    Ok(())
+}
+
+/// How a strict plan's checks fail inside the server, so that nothing after them commits.
+struct Strict;
+
+impl Strict {
+    /// The fence check: the lease row read `FOR KEY SHARE`, and a cast that fails when a newer
+    /// holder's token is there (the error names the token).
+    const FENCE: &'static str = "SELECT CASE WHEN token > $2 THEN ('eve-fenced:' || token)::BIGINT \
+        ELSE token END FROM leases WHERE session_id=$1 FOR KEY SHARE";
+}
+
+/// The error a failed statement stands for: a strict check's own failure becomes the store's
+/// error (fenced, or not found); any other is the server's.
+fn failed_check(then: Then, e: tokio_postgres::Error) -> StoreError {
+    use tokio_postgres::error::SqlState;
+    let code = e.code().cloned();
+    match (then, code) {
+        (Then::Fence(fence), Some(c)) if c == SqlState::INVALID_TEXT_REPRESENTATION => {
+            let text = e
+                .as_db_error()
+                .map(|d| d.message().to_owned())
+                .unwrap_or_default();
+            let current = text
+                .split_once("eve-fenced:")
+                .map(|(_, rest)| {
+                    rest.chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect::<String>()
+                })
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(fence.token.saturating_add(1));
+            StoreError::Fenced {
+                session: fence.session_id,
                 ours: fence.token,
                 current,
-            });
+            }
+        }
+        (Then::Touch(what), Some(c)) if c == SqlState::DIVISION_BY_ZERO => {
+            StoreError::NotFound(what)
+        }
+        (Then::Message(session), Some(c)) if c == SqlState::NOT_NULL_VIOLATION => {
+            StoreError::NotFound(format!("session {session}"))
+        }
+        (Then::Event(event), Some(c)) if c == SqlState::NOT_NULL_VIOLATION => {
+            StoreError::NotFound(format!("session {}", event.session_id))
+        }
+        _ => e.into(),
+    }
+}
+
+/// Reads a statement's rows; the checks were made inside the server (see [`Strict`]), so a
+/// missing row here means a statement that should have failed did not: refused all the same.
+fn read_answer(then: Then, rows: Vec<Row>, committed: &mut Committed) -> StoreResult<()> {
+    if matches!(then, Then::Nothing) {
+        return Ok(());
+    }
+    let first: Option<i64> = rows.first().map(|r| g(r, 0)).transpose()?;
+    match then {
+        Then::Nothing => {}
+        Then::Touch(what) => {
+            if first.is_none() {
+                return Err(StoreError::NotFound(what));
+            }
+        }
+        Then::Fence(fence) => {
+            let current = first.map_or(0, u);
+            if current > fence.token {
+                return Err(StoreError::Fenced {
+                    session: fence.session_id,
+                    ours: fence.token,
+                    current,
+                });
+            }
+        }
+        Then::Message(session) => {
+            let seq = first.ok_or_else(|| StoreError::NotFound(format!("session {session}")))?;
+            committed.message_seqs.push(u(seq));
+        }
+        Then::Event(mut event) => {
+            let index = first
+                .ok_or_else(|| StoreError::NotFound(format!("session {}", event.session_id)))?;
+            event.index = u(index);
+            committed.events.push(event);
         }
     }
     Ok(())
 }
 
-/// Applies a batch inside the caller's transaction.
-pub(super) async fn apply<C: GenericClient>(c: &C, batch: Batch) -> StoreResult<Committed> {
-    check_fences(c, &batch.fences).await?;
+/// The fence check of one session: the lease row is read `FOR KEY SHARE`: a renewal (a plain
+/// update) does not wait for it, but a takeover (which locks the row `FOR UPDATE`) cannot
+/// happen between this check and the commit.
+fn fence_planned(fence: &Fence) -> Planned {
+    Planned::new(
+        FENCE_SQL,
+        params![fence.session_id.clone(), i(fence.token)],
+        Then::Fence(fence.clone()),
+    )
+}
+
+/// Refuses the batch when a session it speaks for has a newer lease holder (see
+/// [`fence_planned`]); all the fences in one round trip.
+pub(super) async fn check_fences<C: GenericClient>(c: &C, fences: &[Fence]) -> StoreResult<()> {
+    let mut plan: Vec<Planned> = fences.iter().map(fence_planned).collect();
+    run_planned(c, None, &mut plan, &mut Committed::default(), None).await
+}
+
+/// Applies a batch inside the caller's transaction, or inside one it opens: `start` (`BEGIN`,
+/// and any `SET LOCAL`) is sent with the batch's first statements. `notify` (channel, payload)
+/// adds the commit's notification, and `end` (`COMMIT`) goes with the last statements. The
+/// fence checks come first, and every statement is planned and sent together, so a batch is
+/// one round trip (plus one for statements this connection has not prepared yet); only
+/// composition, note and release operations, which run several dependent statements, are
+/// awaited one by one, in their place in the batch. Every check fails inside the server
+/// ([`Strict`]), so a `COMMIT` sent with the batch never commits a refused one.
+pub(super) async fn apply<C: GenericClient>(
+    c: &C,
+    batch: Batch,
+    start: Option<&str>,
+    notify: Option<(&str, &str)>,
+    end: Option<&str>,
+) -> StoreResult<Committed> {
     let mut committed = Committed::default();
     let now = now_ms();
+    let mut start = start;
+    let mut plan: Vec<Planned> = batch.fences.iter().map(fence_planned).collect();
     for op in batch.ops {
         match op {
-            Op::InsertSession(s) => {
-                execute(
-                    c,
-                    &format!(
-                        "INSERT INTO sessions ({SESSION_COLS}) VALUES \
-                         ($1,$2,$3,$4,$5,$6,$7,$8,0,0,0,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)"
-                    ),
-                    &[
-                        &s.id,
-                        &s.status.as_str(),
-                        &s.build_hash,
-                        &s.agent_name,
-                        &s.parent_id,
-                        &s.parent_call_id,
-                        &s.schedule,
-                        &i(s.turn_count),
-                        &i(s.usage.input_tokens),
-                        &i(s.usage.output_tokens),
-                        &i(s.usage.cache_read_tokens),
-                        &i(s.usage.cache_write_tokens),
-                        &s.cost_usd,
-                        &serde_json::to_string(&s.loaded_skills)?,
-                        &serde_json::to_string(&s.approved_tools)?,
-                        &s.cancel_requested,
-                        &s.created_at,
-                        &now,
-                    ],
-                )
-                .await?;
+            Op::Composition(op) => {
+                run_planned(c, start.take(), &mut plan, &mut committed, None).await?;
+                composition_apply(c, op, now).await?;
             }
-            Op::UpdateSession(s) => {
-                let n = execute(
-                    c,
-                    "UPDATE sessions SET status=$2, build_hash=$3, turn_count=$4, \
-                     input_tokens=$5, output_tokens=$6, cache_read_tokens=$7, \
-                     cache_write_tokens=$8, cost_usd=$9, loaded_skills=$10, approved_tools=$11, \
-                     updated_at=$12 WHERE id=$1",
-                    &[
-                        &s.id,
-                        &s.status.as_str(),
-                        &s.build_hash,
-                        &i(s.turn_count),
-                        &i(s.usage.input_tokens),
-                        &i(s.usage.output_tokens),
-                        &i(s.usage.cache_read_tokens),
-                        &i(s.usage.cache_write_tokens),
-                        &s.cost_usd,
-                        &serde_json::to_string(&s.loaded_skills)?,
-                        &serde_json::to_string(&s.approved_tools)?,
-                        &now,
-                    ],
-                )
-                .await?;
-                if n == 0 {
-                    return Err(StoreError::NotFound(format!("session {}", s.id)));
-                }
+            Op::Note(op) => {
+                run_planned(c, start.take(), &mut plan, &mut committed, None).await?;
+                note_apply(c, op).await?;
             }
-            Op::SetCancel {
-                session_id,
-                requested,
-            } => {
-                execute(
-                    c,
-                    "UPDATE sessions SET cancel_requested=$2, updated_at=$3 WHERE id=$1",
-                    &[&session_id, &requested, &now],
-                )
-                .await?;
+            Op::Release(op) => {
+                run_planned(c, start.take(), &mut plan, &mut committed, None).await?;
+                super::releases::apply(c, op, now, &mut committed).await?;
             }
-            Op::ClearContext { session_id } => {
-                execute(
-                    c,
-                    "UPDATE sessions SET context_start=message_count, updated_at=$2 WHERE id=$1",
-                    &[&session_id, &now],
-                )
-                .await?;
-            }
-            Op::InsertInbox(m) => {
-                execute(
-                    c,
-                    "INSERT INTO inbox (id, session_id, text, accepted_at, consumed_turn) \
-                     VALUES ($1,$2,$3,$4,$5)",
-                    &[
-                        &m.id,
-                        &m.session_id,
-                        &m.text,
-                        &m.accepted_at,
-                        &m.consumed_turn.map(i),
-                    ],
-                )
-                .await?;
-            }
-            Op::ConsumeInbox { id, turn_seq } => {
-                execute(
-                    c,
-                    "UPDATE inbox SET consumed_turn=$2 WHERE id=$1",
-                    &[&id, &i(turn_seq)],
-                )
-                .await?;
-            }
-            Op::AppendMessage {
-                session_id,
-                turn_seq,
-                kind,
-                body,
-            } => {
-                let checkpoint = kind == MESSAGE_KIND_CHECKPOINT;
-                let row = query_opt(
-                    c,
-                    "UPDATE sessions SET message_count=message_count+1, \
-                     context_start=CASE WHEN $2 THEN message_count ELSE context_start END \
-                     WHERE id=$1 RETURNING message_count-1",
-                    &[&session_id, &checkpoint],
-                )
-                .await?
-                .ok_or_else(|| StoreError::NotFound(format!("session {session_id}")))?;
-                let seq: i64 = g(&row, 0)?;
-                execute(
-                    c,
-                    "INSERT INTO messages (session_id, seq, turn_seq, kind, body, at) \
-                     VALUES ($1,$2,$3,$4,$5,$6)",
-                    &[
-                        &session_id,
-                        &seq,
-                        &turn_seq.map(i),
-                        &kind,
-                        &serde_json::to_string(&body)?,
-                        &now,
-                    ],
-                )
-                .await?;
-                committed.message_seqs.push(u(seq));
-            }
-            Op::PutTurn(t) => {
-                execute(
-                    c,
-                    &format!(
-                        "INSERT INTO turns ({TURN_COLS}) VALUES \
-                         ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) \
-                         ON CONFLICT (session_id, seq) DO UPDATE SET status=excluded.status, \
-                         phase=excluded.phase, step_index=excluded.step_index, \
-                         step_started=excluded.step_started, build_hash=excluded.build_hash, \
-                         inbox_id=excluded.inbox_id, started_at=excluded.started_at, \
-                         ended_at=excluded.ended_at, stop_reason=excluded.stop_reason, \
-                         usage=excluded.usage"
-                    ),
-                    &[
-                        &t.session_id,
-                        &i(t.seq),
-                        &t.status.as_str(),
-                        &t.phase.as_str(),
-                        &i(t.step_index),
-                        &t.step_started,
-                        &t.build_hash,
-                        &t.inbox_id,
-                        &t.started_at,
-                        &t.ended_at,
-                        &t.stop_reason,
-                        &serde_json::to_string(&t.usage)?,
-                    ],
-                )
-                .await?;
-            }
-            Op::PutStep(s) => {
-                execute(
-                    c,
-                    "INSERT INTO steps (session_id, turn_seq, step_index, model_id, response, at) \
-                     VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (session_id, turn_seq, step_index) \
-                     DO UPDATE SET model_id=excluded.model_id, response=excluded.response, \
-                     at=excluded.at",
-                    &[
-                        &s.session_id,
-                        &i(s.turn_seq),
-                        &i(s.step_index),
-                        &s.model_id,
-                        &serde_json::to_string(&s.response)?,
-                        &s.at,
-                    ],
-                )
-                .await?;
-            }
-            Op::PutToolCall(call) => {
-                let output = call
-                    .output
-                    .as_ref()
-                    .map(serde_json::to_string)
-                    .transpose()?;
-                execute(
-                    c,
-                    &format!(
-                        "INSERT INTO tool_calls ({CALL_COLS}) VALUES \
-                         ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17) \
-                         ON CONFLICT (session_id, turn_seq, call_id) DO UPDATE SET \
-                         step_index=excluded.step_index, position=excluded.position, \
-                         kind=excluded.kind, name=excluded.name, input=excluded.input, \
-                         idempotency_key=excluded.idempotency_key, effect=excluded.effect, \
-                         status=excluded.status, approval=excluded.approval, \
-                         output=excluded.output, is_error=excluded.is_error, \
-                         attempts=excluded.attempts, started_at=excluded.started_at, \
-                         ended_at=excluded.ended_at"
-                    ),
-                    &[
-                        &call.session_id,
-                        &call.call_id,
-                        &i(call.turn_seq),
-                        &i(call.step_index),
-                        &i(call.position),
-                        &call.kind,
-                        &call.name,
-                        &serde_json::to_string(&call.input)?,
-                        &call.idempotency_key,
-                        &call.effect,
-                        &call.status.as_str(),
-                        &call.approval.as_str(),
-                        &output,
-                        &call.is_error,
-                        &i64::from(call.attempts),
-                        &call.started_at,
-                        &call.ended_at,
-                    ],
-                )
-                .await?;
-            }
-            Op::PutInputRequest(r) => {
-                execute(
-                    c,
-                    &format!(
-                        "INSERT INTO input_requests ({REQUEST_COLS}) VALUES \
-                         ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) \
-                         ON CONFLICT (id) DO UPDATE SET status=excluded.status, \
-                         reason=excluded.reason, answered_at=excluded.answered_at, \
-                         responder=excluded.responder, prompt=excluded.prompt, \
-                         action=excluded.action"
-                    ),
-                    &[
-                        &r.id,
-                        &r.session_id,
-                        &i(r.turn_seq),
-                        &i(r.step_index),
-                        &r.call_id,
-                        &r.tool_name,
-                        &r.kind,
-                        &r.prompt,
-                        &serde_json::to_string(&r.action)?,
-                        &r.status.as_str(),
-                        &r.reason,
-                        &r.created_at,
-                        &r.answered_at,
-                        &r.responder,
-                    ],
-                )
-                .await?;
-            }
-            Op::PutBreaker(b) => {
-                execute(
-                    c,
-                    "INSERT INTO breakers (tool, consecutive_failures, open_until, backoff_ms, \
-                     updated_at) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (tool) DO UPDATE SET \
-                     consecutive_failures=excluded.consecutive_failures, \
-                     open_until=excluded.open_until, backoff_ms=excluded.backoff_ms, \
-                     updated_at=excluded.updated_at",
-                    &[
-                        &b.tool,
-                        &i64::from(b.consecutive_failures),
-                        &b.open_until,
-                        &b.backoff_ms,
-                        &now,
-                    ],
-                )
-                .await?;
-            }
-            Op::Composition(op) => composition_apply(c, op, now).await?,
-            Op::Note(op) => note_apply(c, op).await?,
-            Op::Release(op) => super::releases::apply(c, op, now, &mut committed).await?,
-            Op::Event {
-                session_id,
-                kind,
-                data,
-            } => {
-                let row = query_opt(
-                    c,
-                    "UPDATE sessions SET event_count=event_count+1, updated_at=$2 WHERE id=$1 \
-                     RETURNING event_count-1",
-                    &[&session_id, &now],
-                )
-                .await?
-                .ok_or_else(|| StoreError::NotFound(format!("session {session_id}")))?;
-                let index: i64 = g(&row, 0)?;
-                let id = format!("evt_{}", ulid::Ulid::new());
-                execute(
-                    c,
-                    "INSERT INTO events (session_id, idx, id, type, data, at) \
-                     VALUES ($1,$2,$3,$4,$5,$6)",
-                    &[
-                        &session_id,
-                        &index,
-                        &id,
-                        &kind,
-                        &serde_json::to_string(&data)?,
-                        &now,
-                    ],
-                )
-                .await?;
-                committed.events.push(StoredEvent {
+            op => plan.push(plan_op(op, now)?),
+        }
+    }
+    if let Some((channel, payload)) = notify {
+        plan.push(Planned::new(
+            NOTIFY_SQL,
+            params![channel.to_owned(), payload.to_owned()],
+            Then::Nothing,
+        ));
+    }
+    run_planned(c, start.take(), &mut plan, &mut committed, end).await?;
+    Ok(committed)
+}
+
+/// One operation as one statement (composition, note and release operations excepted).
+/// The SQL of [`plan_op`]'s statements, by operation (warmed on new connections, see
+/// [`hot_statements`]).
+static PLANNED_SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    vec![
+        format!(
+            "INSERT INTO sessions ({SESSION_COLS}) VALUES \
+                 ($1,$2,$3,$4,$5,$6,$7,$8,0,0,0,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)"
+        ),
+        "WITH u AS (UPDATE sessions SET status=$2, build_hash=$3, turn_count=$4, \
+                 input_tokens=$5, output_tokens=$6, cache_read_tokens=$7, \
+                 cache_write_tokens=$8, cost_usd=$9, loaded_skills=$10, approved_tools=$11, \
+                 updated_at=$12 WHERE id=$1 RETURNING 1) \
+         SELECT 1 / count(*) FROM u"
+            .to_owned(),
+        "UPDATE sessions SET cancel_requested=$2, updated_at=$3 WHERE id=$1".to_owned(),
+        "UPDATE sessions SET context_start=message_count, updated_at=$2 WHERE id=$1".to_owned(),
+        "INSERT INTO inbox (id, session_id, text, accepted_at, consumed_turn) \
+             VALUES ($1,$2,$3,$4,$5)"
+            .to_owned(),
+        "UPDATE inbox SET consumed_turn=$2 WHERE id=$1".to_owned(),
+        "WITH n AS (UPDATE sessions SET message_count=message_count+1, \
+                 context_start=CASE WHEN $2::BOOLEAN THEN message_count ELSE context_start END \
+                 WHERE id=$1 RETURNING message_count-1 AS seq) \
+                 INSERT INTO messages (session_id, seq, turn_seq, kind, body, at) \
+                 VALUES ($1, (SELECT seq FROM n), $3::BIGINT, $4::TEXT, $5::TEXT, $6::BIGINT) RETURNING seq"
+            .to_owned(),
+        format!(
+            "INSERT INTO turns ({TURN_COLS}) VALUES \
+                 ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) \
+                 ON CONFLICT (session_id, seq) DO UPDATE SET status=excluded.status, \
+                 phase=excluded.phase, step_index=excluded.step_index, \
+                 step_started=excluded.step_started, build_hash=excluded.build_hash, \
+                 inbox_id=excluded.inbox_id, started_at=excluded.started_at, \
+                 ended_at=excluded.ended_at, stop_reason=excluded.stop_reason, \
+                 usage=excluded.usage"
+        ),
+        "INSERT INTO steps (session_id, turn_seq, step_index, model_id, response, at) \
+             VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (session_id, turn_seq, step_index) \
+             DO UPDATE SET model_id=excluded.model_id, response=excluded.response, \
+             at=excluded.at"
+            .to_owned(),
+        format!(
+            "INSERT INTO tool_calls ({CALL_COLS}) VALUES \
+                     ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17) \
+                     ON CONFLICT (session_id, turn_seq, call_id) DO UPDATE SET \
+                     step_index=excluded.step_index, position=excluded.position, \
+                     kind=excluded.kind, name=excluded.name, input=excluded.input, \
+                     idempotency_key=excluded.idempotency_key, effect=excluded.effect, \
+                     status=excluded.status, approval=excluded.approval, \
+                     output=excluded.output, is_error=excluded.is_error, \
+                     attempts=excluded.attempts, started_at=excluded.started_at, \
+                     ended_at=excluded.ended_at"
+        ),
+        format!(
+            "INSERT INTO input_requests ({REQUEST_COLS}) VALUES \
+                 ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) \
+                 ON CONFLICT (id) DO UPDATE SET status=excluded.status, \
+                 reason=excluded.reason, answered_at=excluded.answered_at, \
+                 responder=excluded.responder, prompt=excluded.prompt, \
+                 action=excluded.action"
+        ),
+        "INSERT INTO breakers (tool, consecutive_failures, open_until, backoff_ms, \
+             updated_at) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (tool) DO UPDATE SET \
+             consecutive_failures=excluded.consecutive_failures, \
+             open_until=excluded.open_until, backoff_ms=excluded.backoff_ms, \
+             updated_at=excluded.updated_at"
+            .to_owned(),
+        "WITH n AS (UPDATE sessions SET event_count=event_count+1, updated_at=$2 \
+                 WHERE id=$1 RETURNING event_count-1 AS idx) \
+                 INSERT INTO events (session_id, idx, id, type, data, at) \
+                 VALUES ($1, (SELECT idx FROM n), $3::TEXT, $4::TEXT, $5::TEXT, $2) RETURNING idx"
+            .to_owned(),
+    ]
+});
+
+fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
+    Ok(match op {
+        Op::InsertSession(s) => Planned::new(
+            &PLANNED_SQL[0],
+            params![
+                s.id,
+                s.status.as_str(),
+                s.build_hash,
+                s.agent_name,
+                s.parent_id,
+                s.parent_call_id,
+                s.schedule,
+                i(s.turn_count),
+                i(s.usage.input_tokens),
+                i(s.usage.output_tokens),
+                i(s.usage.cache_read_tokens),
+                i(s.usage.cache_write_tokens),
+                s.cost_usd,
+                serde_json::to_string(&s.loaded_skills)?,
+                serde_json::to_string(&s.approved_tools)?,
+                s.cancel_requested,
+                s.created_at,
+                now,
+            ],
+            Then::Nothing,
+        ),
+        Op::UpdateSession(s) => {
+            let what = format!("session {}", s.id);
+            Planned::new(
+                &PLANNED_SQL[1],
+                params![
+                    s.id,
+                    s.status.as_str(),
+                    s.build_hash,
+                    i(s.turn_count),
+                    i(s.usage.input_tokens),
+                    i(s.usage.output_tokens),
+                    i(s.usage.cache_read_tokens),
+                    i(s.usage.cache_write_tokens),
+                    s.cost_usd,
+                    serde_json::to_string(&s.loaded_skills)?,
+                    serde_json::to_string(&s.approved_tools)?,
+                    now,
+                ],
+                Then::Touch(what),
+            )
+        }
+        Op::SetCancel {
+            session_id,
+            requested,
+        } => Planned::new(
+            &PLANNED_SQL[2],
+            params![session_id, requested, now],
+            Then::Nothing,
+        ),
+        Op::ClearContext { session_id } => {
+            Planned::new(&PLANNED_SQL[3], params![session_id, now], Then::Nothing)
+        }
+        Op::InsertInbox(m) => Planned::new(
+            &PLANNED_SQL[4],
+            params![
+                m.id,
+                m.session_id,
+                m.text,
+                m.accepted_at,
+                m.consumed_turn.map(i),
+            ],
+            Then::Nothing,
+        ),
+        Op::ConsumeInbox { id, turn_seq } => {
+            Planned::new(&PLANNED_SQL[5], params![id, i(turn_seq)], Then::Nothing)
+        }
+        Op::AppendMessage {
+            session_id,
+            turn_seq,
+            kind,
+            body,
+        } => {
+            let checkpoint = kind == MESSAGE_KIND_CHECKPOINT;
+            Planned::new(
+                &PLANNED_SQL[6],
+                params![
+                    session_id.clone(),
+                    checkpoint,
+                    turn_seq.map(i),
+                    kind,
+                    serde_json::to_string(&body)?,
+                    now,
+                ],
+                Then::Message(session_id),
+            )
+        }
+        Op::PutTurn(t) => Planned::new(
+            &PLANNED_SQL[7],
+            params![
+                t.session_id,
+                i(t.seq),
+                t.status.as_str(),
+                t.phase.as_str(),
+                i(t.step_index),
+                t.step_started,
+                t.build_hash,
+                t.inbox_id,
+                t.started_at,
+                t.ended_at,
+                t.stop_reason,
+                serde_json::to_string(&t.usage)?,
+            ],
+            Then::Nothing,
+        ),
+        Op::PutStep(s) => Planned::new(
+            &PLANNED_SQL[8],
+            params![
+                s.session_id,
+                i(s.turn_seq),
+                i(s.step_index),
+                s.model_id,
+                serde_json::to_string(&s.response)?,
+                s.at,
+            ],
+            Then::Nothing,
+        ),
+        Op::PutToolCall(call) => {
+            let output = call
+                .output
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()?;
+            Planned::new(
+                &PLANNED_SQL[9],
+                params![
+                    call.session_id,
+                    call.call_id,
+                    i(call.turn_seq),
+                    i(call.step_index),
+                    i(call.position),
+                    call.kind,
+                    call.name,
+                    serde_json::to_string(&call.input)?,
+                    call.idempotency_key,
+                    call.effect,
+                    call.status.as_str(),
+                    call.approval.as_str(),
+                    output,
+                    call.is_error,
+                    i64::from(call.attempts),
+                    call.started_at,
+                    call.ended_at,
+                ],
+                Then::Nothing,
+            )
+        }
+        Op::PutInputRequest(r) => Planned::new(
+            &PLANNED_SQL[10],
+            params![
+                r.id,
+                r.session_id,
+                i(r.turn_seq),
+                i(r.step_index),
+                r.call_id,
+                r.tool_name,
+                r.kind,
+                r.prompt,
+                serde_json::to_string(&r.action)?,
+                r.status.as_str(),
+                r.reason,
+                r.created_at,
+                r.answered_at,
+                r.responder,
+            ],
+            Then::Nothing,
+        ),
+        Op::PutBreaker(b) => Planned::new(
+            &PLANNED_SQL[11],
+            params![
+                b.tool,
+                i64::from(b.consecutive_failures),
+                b.open_until,
+                b.backoff_ms,
+                now,
+            ],
+            Then::Nothing,
+        ),
+        Op::Event {
+            session_id,
+            kind,
+            data,
+        } => {
+            let id = format!("evt_{}", ulid::Ulid::new());
+            Planned::new(
+                &PLANNED_SQL[12],
+                params![
+                    session_id.clone(),
+                    now,
+                    id.clone(),
+                    kind.clone(),
+                    serde_json::to_string(&data)?,
+                ],
+                Then::Event(StoredEvent {
                     session_id,
-                    index: u(index),
+                    index: 0,
                     id,
                     kind,
                     data,
                     at: now,
-                });
-            }
+                }),
+            )
         }
-    }
-    Ok(committed)
+        Op::Composition(_) | Op::Note(_) | Op::Release(_) => {
+            return Err(StoreError::Backend(
+                "internal: a composition, note or release operation was planned as one statement"
+                    .to_owned(),
+            ));
+        }
+    })
 }
 
 /// See `Store::prune_sessions` (the same rows as SQLite's `prune.rs`; the candidates are locked
@@ -800,15 +1086,11 @@ pub(super) async fn session<C: GenericClient>(
     c: &C,
     id: &str,
 ) -> StoreResult<Option<SessionRecord>> {
-    query_opt(
-        c,
-        &format!("SELECT {SESSION_COLS} FROM sessions WHERE id=$1"),
-        &[&id],
-    )
-    .await?
-    .as_ref()
-    .map(session_row)
-    .transpose()
+    query_opt(c, &SESSION_SQL, &[&id])
+        .await?
+        .as_ref()
+        .map(session_row)
+        .transpose()
 }
 
 pub(super) async fn sessions<C: GenericClient>(
@@ -850,15 +1132,11 @@ pub(super) async fn last_turn<C: GenericClient>(
     c: &C,
     session: &str,
 ) -> StoreResult<Option<TurnRecord>> {
-    query_opt(
-        c,
-        &format!("SELECT {TURN_COLS} FROM turns WHERE session_id=$1 ORDER BY seq DESC LIMIT 1"),
-        &[&session],
-    )
-    .await?
-    .as_ref()
-    .map(turn_row)
-    .transpose()
+    query_opt(c, &LAST_TURN_SQL, &[&session])
+        .await?
+        .as_ref()
+        .map(turn_row)
+        .transpose()
 }
 
 pub(super) async fn steps<C: GenericClient>(
@@ -890,15 +1168,7 @@ pub(super) async fn tool_calls<C: GenericClient>(
     session: &str,
     turn: u64,
 ) -> StoreResult<Vec<ToolCallRecord>> {
-    let rows = query(
-        c,
-        &format!(
-            "SELECT {CALL_COLS} FROM tool_calls WHERE session_id=$1 AND turn_seq=$2 \
-             ORDER BY step_index, position"
-        ),
-        &[&session, &i(turn)],
-    )
-    .await?;
+    let rows = query(c, &TOOL_CALLS_SQL, &[&session, &i(turn)]).await?;
     all(&rows, call_row)
 }
 
@@ -907,15 +1177,7 @@ pub(super) async fn input_requests<C: GenericClient>(
     session: &str,
     pending_only: bool,
 ) -> StoreResult<Vec<InputRequestRecord>> {
-    let rows = query(
-        c,
-        &format!(
-            "SELECT {REQUEST_COLS} FROM input_requests \
-             WHERE session_id=$1 AND (NOT $2 OR status='pending') ORDER BY ord"
-        ),
-        &[&session, &pending_only],
-    )
-    .await?;
+    let rows = query(c, &REQUESTS_SQL, &[&session, &pending_only]).await?;
     all(&rows, request_row)
 }
 
@@ -938,13 +1200,7 @@ pub(super) async fn pending_inbox<C: GenericClient>(
     c: &C,
     session: &str,
 ) -> StoreResult<Vec<InboxRecord>> {
-    let rows = query(
-        c,
-        "SELECT id, session_id, text, accepted_at FROM inbox \
-         WHERE session_id=$1 AND consumed_turn IS NULL ORDER BY ord",
-        &[&session],
-    )
-    .await?;
+    let rows = query(c, INBOX_SQL, &[&session]).await?;
     all(&rows, |row| {
         Ok(InboxRecord {
             id: g(row, 0)?,
@@ -960,14 +1216,7 @@ pub(super) async fn context<C: GenericClient>(
     c: &C,
     session: &str,
 ) -> StoreResult<Vec<MessageRecord>> {
-    let rows = query(
-        c,
-        "SELECT m.session_id, m.seq, m.turn_seq, m.kind, m.body, m.at FROM messages m \
-         JOIN sessions s ON s.id = m.session_id \
-         WHERE m.session_id=$1 AND m.seq >= s.context_start ORDER BY m.seq",
-        &[&session],
-    )
-    .await?;
+    let rows = query(c, CONTEXT_SQL, &[&session]).await?;
     all(&rows, message_row)
 }
 
@@ -1075,17 +1324,38 @@ pub(super) async fn sessions_with_work<C: GenericClient>(
     Ok(out)
 }
 
-/// The run loop's combined read; the caller runs it in one `REPEATABLE READ` transaction.
+/// The run loop's combined read, in one `REPEATABLE READ` snapshot: `begin` (sent first, with
+/// the reads) opens it, or the caller has. The reads of every session go out together (one
+/// round trip); a subagent's link and budget and a parent's children's usage follow.
 pub(super) async fn drive_state<C: GenericClient>(
     c: &C,
     id: &str,
+    begin: Option<&str>,
 ) -> StoreResult<Option<DriveState>> {
-    let Some(session) = session(c, id).await? else {
+    let begin = async {
+        match begin {
+            Some(sql) => Ok(c.batch_execute(sql).await?),
+            None => Ok::<(), StoreError>(()),
+        }
+    };
+    let by_id: [&(dyn ToSql + Sync); 1] = [&id];
+    // `join!` polls in order, so `BEGIN` is sent before any read.
+    let (begun, session, last_turn, inbox, pending_requests, has_children, dynamic_resolved) = futures::join!(
+        begin,
+        session(c, id),
+        last_turn(c, id),
+        pending_inbox(c, id),
+        input_requests(c, id, true),
+        query_opt(c, HAS_CHILDREN_SQL, &by_id,),
+        query_opt(c, DYNAMIC_RESOLVED_SQL, &by_id,),
+    );
+    begun?;
+    let Some(session) = session? else {
         return Ok(None);
     };
-    let last_turn = last_turn(c, id).await?;
-    let inbox = pending_inbox(c, id).await?;
-    let pending_requests = input_requests(c, id, true).await?;
+    let (last_turn, inbox, pending_requests) = (last_turn?, inbox?, pending_requests?);
+    let has_children = has_children?.is_some();
+    let dynamic_resolved = last_turn.is_some() && dynamic_resolved?.is_some();
     let (link, budget) = if session.parent_id.is_some() {
         let link = link(c, id).await?;
         let budget = match last_turn.as_ref().and_then(|t| t.inbox_id.as_deref()) {
@@ -1096,21 +1366,10 @@ pub(super) async fn drive_state<C: GenericClient>(
     } else {
         (None, None)
     };
-    let has_children = query_opt(
-        c,
-        "SELECT 1 FROM subagent_sessions WHERE parent_id=$1 LIMIT 1",
-        &[&id],
-    )
-    .await?
-    .is_some();
     let descendant_usage = if has_children {
         descendant_usage(c, id).await?
     } else {
         (UsageTotals::default(), 0.0)
-    };
-    let dynamic_resolved = match &last_turn {
-        Some(t) => dynamic_resolved(c, id, t.seq).await?,
-        None => false,
     };
     Ok(Some(DriveState {
         session,
@@ -1389,60 +1648,66 @@ pub(super) async fn lease<C: GenericClient>(
     c: &C,
     session: &str,
 ) -> StoreResult<Option<LeaseRecord>> {
-    query_opt(
-        c,
-        &format!("SELECT {LEASE_COLS} FROM leases WHERE session_id=$1"),
-        &[&session],
-    )
-    .await?
-    .as_ref()
-    .map(lease_row)
-    .transpose()
+    query_opt(c, &LEASE_SQL, &[&session])
+        .await?
+        .as_ref()
+        .map(lease_row)
+        .transpose()
 }
 
-/// Takes the lease inside the caller's transaction. A free session's row is inserted (a
-/// concurrent insert of the same session waits, then finds the row); an existing row is
-/// locked `FOR UPDATE SKIP LOCKED`, so a claimant never queues behind another claim or a
-/// commit in flight: it is told the session is held and moves on. A new holder takes a new
-/// token from the `lease_tokens` sequence (never reused, so it only grows).
-pub(super) async fn acquire<C: GenericClient>(
-    c: &C,
+/// Takes the lease in a transaction of its own on `c` (a pooled connection outside any
+/// transaction), in two round trips: `BEGIN`, the insert of a free session's row and the lock
+/// of an existing one travel together, then the takeover's update with `COMMIT` (or
+/// `ROLLBACK`). A free session's row is inserted (a concurrent insert of the same session
+/// waits, then finds the row); an existing row is locked `FOR UPDATE SKIP LOCKED`, so a
+/// claimant never queues behind another claim or a commit in flight: it is told the session
+/// is held and moves on. A new holder takes a new token from the `lease_tokens` sequence
+/// (never reused, so it only grows). Returns whether the transaction was committed; on an
+/// error it is left open (the caller drops the connection).
+pub(super) async fn acquire(
+    c: &deadpool_postgres::Client,
     claim: &LeaseClaim,
     liveness: &dyn Liveness,
 ) -> StoreResult<LeaseOutcome> {
     let now = now_ms();
     let expires = now.saturating_add(claim.ttl_ms);
     let pid = i64::from(claim.pid);
-    let inserted = execute(
-        c,
-        "INSERT INTO leases (session_id, holder, pid, host, expires_at, acquired_at, token) \
-         VALUES ($1,$2,$3,$4,$5,$6,nextval('lease_tokens')) ON CONFLICT (session_id) DO NOTHING",
-        &[
-            &claim.session_id,
-            &claim.holder,
-            &pid,
-            &claim.host,
-            &expires,
-            &now,
-        ],
-    )
-    .await?;
+    let (insert, select) = futures::try_join!(
+        c.prepare_cached(LEASE_INSERT_SQL,),
+        c.prepare_cached(&LEASE_LOCK_SQL),
+    )?;
+    let values: [&(dyn ToSql + Sync); 6] = [
+        &claim.session_id,
+        &claim.holder,
+        &pid,
+        &claim.host,
+        &expires,
+        &now,
+    ];
+    let key: [&(dyn ToSql + Sync); 1] = [&claim.session_id];
+    // `join!` polls in order: BEGIN, then the insert, then the lock.
+    let (begun, inserted, locked) = futures::join!(
+        c.batch_execute("BEGIN"),
+        c.execute(&insert, &values),
+        c.query_opt(&select, &key),
+    );
+    begun?;
+    let (inserted, locked) = (inserted?, locked?);
     if inserted > 0 {
+        c.batch_execute("COMMIT").await?;
         return Ok(LeaseOutcome::Acquired);
     }
-    let locked = query_opt(
-        c,
-        &format!("SELECT {LEASE_COLS} FROM leases WHERE session_id=$1 FOR UPDATE SKIP LOCKED"),
-        &[&claim.session_id],
-    )
-    .await?;
+    let held = |pid: u32, host: String| LeaseOutcome::HeldBy { pid, host };
     let Some(row) = locked else {
         // Another node is claiming it or committing under it right now.
-        let current = lease(c, &claim.session_id).await?;
-        return Ok(LeaseOutcome::HeldBy {
-            pid: current.as_ref().map_or(0, |l| l.pid),
-            host: current.map(|l| l.host).unwrap_or_default(),
-        });
+        let (current, ended) =
+            futures::join!(lease(c, &claim.session_id), c.batch_execute("ROLLBACK"));
+        ended?;
+        let current = current?;
+        return Ok(held(
+            current.as_ref().map_or(0, |l| l.pid),
+            current.map(|l| l.host).unwrap_or_default(),
+        ));
     };
     let current = lease_row(&row)?;
     let ours = current.holder == claim.holder;
@@ -1456,26 +1721,14 @@ pub(super) async fn acquire<C: GenericClient>(
         host: claim.host.clone(),
     };
     if !ours && !free && !liveness.lease_holder_dead(&holder, &claimant) {
-        return Ok(LeaseOutcome::HeldBy {
-            pid: holder.pid,
-            host: holder.host,
-        });
+        c.batch_execute("ROLLBACK").await?;
+        return Ok(held(holder.pid, holder.host));
     }
-    execute(
-        c,
-        "UPDATE leases SET holder=$2, pid=$3, host=$4, expires_at=$5, acquired_at=$6, \
-         token = CASE WHEN holder=$2 THEN token ELSE nextval('lease_tokens') END \
-         WHERE session_id=$1",
-        &[
-            &claim.session_id,
-            &claim.holder,
-            &pid,
-            &claim.host,
-            &expires,
-            &now,
-        ],
-    )
-    .await?;
+    let update = c.prepare_cached(LEASE_TAKE_SQL).await?;
+    let (updated, ended) = futures::join!(c.execute(&update, &values), c.batch_execute("COMMIT"));
+    // A failed update aborts the transaction, and its COMMIT then rolls it back.
+    updated?;
+    ended?;
     Ok(LeaseOutcome::Acquired)
 }
 
@@ -1493,17 +1746,15 @@ pub(super) async fn renew<C: GenericClient>(c: &C, claim: &LeaseClaim) -> StoreR
     Ok(n > 0)
 }
 
+/// Releases the lease and notifies the fleet (a released session may have work left: another
+/// node may take it at once), in one statement, so one round trip.
 pub(super) async fn release<C: GenericClient>(
     c: &C,
     session: &str,
     holder: &str,
+    notify: (&str, &str),
 ) -> StoreResult<()> {
-    execute(
-        c,
-        "UPDATE leases SET holder='', expires_at=0 WHERE session_id=$1 AND holder=$2",
-        &[&session, &holder],
-    )
-    .await?;
+    query(c, RELEASE_SQL, &[&session, &holder, &notify.0, &notify.1]).await?;
     Ok(())
 }
 
@@ -1633,7 +1884,7 @@ pub(super) async fn claim_schedule<C: GenericClient>(
         )
         .await?;
     }
-    apply(c, batch).await.map(Some)
+    apply(c, batch, None, None, None).await.map(Some)
 }
 
 // ---- channels ------------------------------------------------------------------------------
