@@ -21,7 +21,8 @@
 //! store when it opens): the commit that crossed the threshold would copy a thousand pages and
 //! `fsync` twice on its caller's thread. The writer thread checkpoints (`PASSIVE`, on a
 //! connection of its own, so commits go on meanwhile) every [`CHECKPOINT_EVERY`] commits, told by
-//! the commits made on callers' threads. Durability is unchanged: a commit is in the WAL when it
+//! the commits made on callers' threads, and holds the write connection for it only when commits
+//! kept the WAL from starting over for too long ([`checkpoint`]). Durability is unchanged: a commit is in the WAL when it
 //! is answered, and checkpoints only move committed pages into the database file.
 
 use std::any::Any;
@@ -254,9 +255,30 @@ fn run_in<R>(
     outcome
 }
 
-/// Moves the WAL's committed pages into the database file without blocking commits (`PASSIVE`,
-/// on the writer thread's checkpoint connection, opened on first need; the write connection
-/// when that cannot be opened).
+/// WAL frames past which a checkpoint holds the write connection (about 16 MiB of WAL).
+const WAL_FRAMES_MAX: i64 = 4096;
+
+/// `PRAGMA wal_checkpoint(PASSIVE)` on `conn`: the WAL's frames and how many are now in the
+/// database file.
+fn passive(conn: &Connection) -> Option<(i64, i64)> {
+    match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+    }) {
+        Ok(frames) => Some(frames),
+        Err(error) => {
+            tracing::debug!(%error, "cannot checkpoint the WAL");
+            None
+        }
+    }
+}
+
+/// Moves the WAL's committed pages into the database file (`PASSIVE`, on the writer thread's
+/// checkpoint connection, opened on first need), while commits go on. SQLite starts the WAL
+/// over only when a commit begins with every frame already in the database file, which commits
+/// arriving during the checkpoint prevent for as long as they keep coming; so once the WAL has
+/// grown past [`WAL_FRAMES_MAX`] frames, the checkpoint runs once more holding the write
+/// connection (commits queue for the writer meanwhile, as they did behind SQLite's own
+/// checkpoint; little is left to copy), and the next commit starts the WAL over.
 fn checkpoint(shared: &Shared, own: &mut Option<Connection>, db: &std::path::Path) {
     shared.since_checkpoint.store(0, Ordering::Release);
     if own.is_none() {
@@ -265,18 +287,13 @@ fn checkpoint(shared: &Shared, own: &mut Option<Connection>, db: &std::path::Pat
             Err(error) => tracing::debug!(%error, "cannot open the checkpoint connection"),
         }
     }
-    let run = |conn: &Connection| {
-        if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            tracing::debug!(%error, "cannot checkpoint the WAL");
-        }
+    // Frames of a WAL that started over are counted from its start again.
+    let behind = match own.as_ref().and_then(passive) {
+        Some((frames, _)) => frames >= WAL_FRAMES_MAX,
+        None => true,
     };
-    match own.as_ref() {
-        Some(conn) => run(conn),
-        None => {
-            if let Some(w) = shared.lock().as_ref() {
-                run(&w.conn);
-            }
-        }
+    if behind && let Some(w) = shared.lock().as_ref() {
+        passive(&w.conn);
     }
 }
 
