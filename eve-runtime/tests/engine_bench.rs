@@ -101,6 +101,22 @@ async fn step_times(rt: &Runtime, sessions: usize, steps: usize) -> Vec<Duration
     out
 }
 
+/// Runs `sessions` sessions one after the other with nobody following them, and times each
+/// whole drive of one turn divided by its `steps` steps (the lease, the message taken into the
+/// turn and its end included): what a step costs the driver, however promptly a follower is
+/// scheduled to see it.
+async fn drive_times(rt: &Runtime, sessions: usize, steps: usize) -> Vec<Duration> {
+    let mut out = Vec::new();
+    for _ in 0..sessions {
+        let id = rt.create_session(None).await.unwrap();
+        rt.post_message(&id, "go").await.unwrap();
+        let t = Instant::now();
+        assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
+        out.push(t.elapsed() / steps as u32);
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run bench/runtime.sh"]
 async fn bench_step_overhead() {
@@ -154,6 +170,14 @@ async fn bench_step_overhead() {
         println!(
             "context switches per step, {label}: {:.1}  (all threads, session setup included)",
             switched as f64 / (sessions * STEPS) as f64
+        );
+        let mut drives = drive_times(&rt, sessions, STEPS).await;
+        drives.sort();
+        println!(
+            "per-step, {label}, no follower (whole drive / steps): p50 {}  p99 {}  ({} turns)",
+            ms(percentile(&drives, 0.5)),
+            ms(percentile(&drives, 0.99)),
+            drives.len()
         );
     }
 }
