@@ -31,7 +31,7 @@ measure() {
     cd "$tree"
     if [ -n "$target" ]; then export CARGO_TARGET_DIR=$target; fi
     cargo test --release -q -p eve-runtime --test all engine_bench -- --ignored --nocapture \
-      --test-threads=1 | grep -oE '(per-step|resume after).*'
+      --test-threads=1 | grep -oE '(per-step|context switches|resume after).*'
   )
 }
 

@@ -24,6 +24,30 @@ fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// Context switches (voluntary and not) of every live thread of this process so far: each
+/// hand-off between threads (a commit to the writer and back, a wake-up of a parked worker)
+/// costs at least one, so their count per step shows the hand-offs a step makes.
+fn context_switches() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    let mut total = 0;
+    for task in tasks.flatten() {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        for line in status.lines() {
+            if let Some(rest) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                total += rest.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    total
+}
+
 fn runtime_with_client(p: &TestProject, client: MockClient) -> Runtime {
     let model = ResolvedModel {
         client: Arc::new(client),
@@ -77,10 +101,30 @@ async fn step_times(rt: &Runtime, sessions: usize, steps: usize) -> Vec<Duration
     out
 }
 
+/// Runs `sessions` sessions one after the other with nobody following them, and times each
+/// whole drive of one turn divided by its `steps` steps (the lease, the message taken into the
+/// turn and its end included): what a step costs the driver, however promptly a follower is
+/// scheduled to see it.
+async fn drive_times(rt: &Runtime, sessions: usize, steps: usize) -> Vec<Duration> {
+    let mut out = Vec::new();
+    for _ in 0..sessions {
+        let id = rt.create_session(None).await.unwrap();
+        rt.post_message(&id, "go").await.unwrap();
+        let t = Instant::now();
+        assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
+        out.push(t.elapsed() / steps as u32);
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run bench/runtime.sh"]
 async fn bench_step_overhead() {
-    const SESSIONS: usize = 100;
+    // `EVE_BENCH_SESSIONS=20` for a short run (under `strace -f`, say).
+    let sessions: usize = std::env::var("EVE_BENCH_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
     const STEPS: usize = 5;
     for (label, tool, files) in [
         ("in-process no-op action (load_skill)", "load_skill", vec![]),
@@ -113,13 +157,27 @@ async fn bench_step_overhead() {
         script.push(json!({"text": "done", "usage": {"input_tokens": 1, "output_tokens": 1}}));
         let steps = load_script(&json!(script).to_string()).unwrap();
         let rt = runtime_with_client(&p, MockClient::from_steps(steps));
-        let mut times = step_times(&rt, SESSIONS, STEPS).await;
+        let switched = context_switches();
+        let mut times = step_times(&rt, sessions, STEPS).await;
+        let switched = context_switches().saturating_sub(switched);
         times.sort();
         println!(
             "per-step, {label}: p50 {}  p99 {}  ({} steps; model call, journal and checkpoint commits included)",
             ms(percentile(&times, 0.5)),
             ms(percentile(&times, 0.99)),
             times.len()
+        );
+        println!(
+            "context switches per step, {label}: {:.1}  (all threads, session setup included)",
+            switched as f64 / (sessions * STEPS) as f64
+        );
+        let mut drives = drive_times(&rt, sessions, STEPS).await;
+        drives.sort();
+        println!(
+            "per-step, {label}, no follower (whole drive / steps): p50 {}  p99 {}  ({} turns)",
+            ms(percentile(&drives, 0.5)),
+            ms(percentile(&drives, 0.99)),
+            drives.len()
         );
     }
 }

@@ -404,3 +404,88 @@ async fn a_dead_writers_temp_mark_is_swept_at_open() {
     assert!(live.exists(), "a live writer's temp mark was removed");
     assert!(other.exists(), "a file that is no temp mark was removed");
 }
+
+/// A commit that need not wait for the disk runs on the caller's thread when the writer is
+/// idle; while another process holds the write lock it must neither fail nor block the caller's
+/// thread: it waits on the writer thread, and lands once the lock is released.
+#[tokio::test]
+async fn a_commit_behind_another_process_write_lock_waits_off_the_callers_thread() {
+    let backend = Sqlite::new();
+    let store = backend.open();
+    let mut b = Batch::new();
+    b.push(Op::InsertSession(SessionRecord::new(
+        "wrun_locked".into(),
+        "h".into(),
+        "a".into(),
+        None,
+        now_ms(),
+    )));
+    store.commit(b).await.unwrap();
+    let other = rusqlite::Connection::open(&backend.path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let committing = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut b = Batch::new();
+            b.event("wrun_locked", "probe", serde_json::json!({}));
+            store.commit(b).await
+        })
+    };
+    // This test runs on one thread: a commit that waited for the lock on it would hold this
+    // timer back until the lock was released, and the commit would have finished by then.
+    let waiting = tokio::time::timeout(std::time::Duration::from_millis(300), async {
+        while !committing.is_finished() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(
+        waiting.is_err(),
+        "the commit finished while another process held the write lock"
+    );
+    other.execute_batch("COMMIT").unwrap();
+    let committed = committing.await.unwrap().unwrap();
+    assert_eq!(committed.events.len(), 1);
+    let events = store.events("wrun_locked", 0, 10).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].kind, "probe");
+}
+
+/// The write connection does not checkpoint on its own (so no commit pays for a checkpoint on
+/// its caller's thread): the writer thread does, so the WAL stays bounded however many commits
+/// come back to back.
+#[tokio::test]
+async fn the_wal_stays_bounded_under_back_to_back_commits() {
+    let backend = Sqlite::new();
+    let store = backend.open();
+    let mut b = Batch::new();
+    b.push(Op::InsertSession(SessionRecord::new(
+        "wrun_wal".into(),
+        "h".into(),
+        "a".into(),
+        None,
+        now_ms(),
+    )));
+    store.commit(b).await.unwrap();
+    let padding = "x".repeat(3000);
+    const COMMITS: usize = 3000;
+    for i in 0..COMMITS {
+        let mut b = Batch::new();
+        b.event(
+            "wrun_wal",
+            "probe",
+            serde_json::json!({ "i": i, "pad": padding }),
+        );
+        store.commit(b).await.unwrap();
+    }
+    // Unchecked, the WAL would hold every commit's pages: more than 3,000 × 3 pages of 4 KiB.
+    let wal = std::fs::metadata(backend.path.with_file_name("eve.db-wal"))
+        .unwrap()
+        .len();
+    assert!(
+        wal < 24 * 1024 * 1024,
+        "the WAL grew to {wal} bytes over {COMMITS} commits"
+    );
+    let events = store.events("wrun_wal", 0, COMMITS + 1).await.unwrap();
+    assert_eq!(events.len(), COMMITS);
+}

@@ -35,7 +35,9 @@ use std::sync::{Arc, Mutex, mpsc};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use self::actor::{AnyBox, MarkTarget, Request, WriteFault, writer_loop};
+use self::actor::{
+    AnyBox, Here, MarkTarget, Message, Request, Shared, WriteFault, commit_here, writer_loop,
+};
 use self::apply::apply;
 use self::rows::{REQUEST_COLS, request_from_row};
 use self::schema::{migrate, open_connection};
@@ -58,7 +60,10 @@ pub struct SqliteStore {
 
 struct Inner {
     path: PathBuf,
-    writer: Mutex<Option<mpsc::Sender<Request>>>,
+    writer: Mutex<Option<mpsc::Sender<Message>>>,
+    /// The write connection, shared by the writer thread and callers committing on their own
+    /// thread while it is idle (`actor.rs`).
+    shared: Arc<Shared>,
     readers: Mutex<Vec<Connection>>,
     /// Counts the times another process was seen to commit (see [`Store::foreign_commits`]).
     foreign: tokio::sync::watch::Sender<u64>,
@@ -95,22 +100,26 @@ impl SqliteStore {
         let mut conn = open_connection(&path)?;
         migrate(&mut conn)?;
         let identity = integrity::check_open(&conn, &path)?;
+        // The writer thread checkpoints, off the commit path (`actor.rs`).
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         let marked = MarkTarget {
             db: path.clone(),
             identity,
         };
-        let (tx, rx) = mpsc::channel::<Request>();
+        let (tx, rx) = mpsc::channel::<Message>();
         let (foreign, _) = tokio::sync::watch::channel(0u64);
         let seen = foreign.clone();
         let fault = WriteFault::default();
-        let noted = fault.clone();
+        let shared = Arc::new(Shared::new(conn, fault.clone()));
+        let writing = shared.clone();
         std::thread::Builder::new()
             .name("eve-store-writer".to_owned())
-            .spawn(move || writer_loop(conn, rx, &seen, &noted, &marked))?;
+            .spawn(move || writer_loop(&writing, rx, &seen, &marked))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
                 writer: Mutex::new(Some(tx)),
+                shared,
                 readers: Mutex::new(Vec::new()),
                 foreign,
                 liveness,
@@ -124,12 +133,39 @@ impl SqliteStore {
         &self.inner.path
     }
 
-    /// Runs `job` on the writer thread inside a transaction.
+    /// Runs `job` inside a transaction on the write connection: on this thread when the
+    /// connection is free and the batch need not wait for the disk, else on the writer thread.
     async fn write<R, F>(&self, durable: bool, job: F) -> StoreResult<R>
     where
         R: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
     {
+        let shared = &self.inner.shared;
+        let job = if durable {
+            job
+        } else {
+            let open = self
+                .inner
+                .writer
+                .lock()
+                .map_err(|_| StoreError::WriterGone)?
+                .is_some();
+            if !open {
+                return Err(StoreError::WriterGone);
+            }
+            match commit_here(shared, job) {
+                Here::Done(outcome, checkpoint_due) => {
+                    if checkpoint_due
+                        && let Ok(guard) = self.inner.writer.lock()
+                        && let Some(sender) = guard.as_ref()
+                    {
+                        let _ = sender.send(Message::Checkpoint);
+                    }
+                    return outcome;
+                }
+                Here::Declined(job) => job,
+            }
+        };
         let (reply, rx) = oneshot::channel();
         let request = Request {
             durable,
@@ -143,7 +179,11 @@ impl SqliteStore {
                 .lock()
                 .map_err(|_| StoreError::WriterGone)?;
             let sender = guard.as_ref().ok_or(StoreError::WriterGone)?;
-            sender.send(request).map_err(|_| StoreError::WriterGone)?;
+            shared.queue();
+            if sender.send(Message::Commit(request)).is_err() {
+                shared.unqueue();
+                return Err(StoreError::WriterGone);
+            }
         }
         let boxed = rx.await.map_err(|_| StoreError::WriterGone)??;
         boxed

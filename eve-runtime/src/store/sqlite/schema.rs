@@ -11,7 +11,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::store::{StoreError, StoreResult};
 
 /// How long a connection waits for another process's write lock.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Opens a connection with the store's settings (WAL, `synchronous=NORMAL`, foreign keys).
 pub(super) fn open_connection(path: &Path) -> StoreResult<Connection> {
