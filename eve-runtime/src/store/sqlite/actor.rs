@@ -297,23 +297,28 @@ fn checkpoint(shared: &Shared, own: &mut Option<Connection>, db: &std::path::Pat
     }
 }
 
+/// `PRAGMA data_version` of `conn`: changes only when another connection commits.
+pub(super) fn data_version(conn: &Connection) -> Option<i64> {
+    conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
+        .ok()
+}
+
 /// The writer thread: commits queued requests in groups, and checkpoints. Between groups (and
 /// every [`WATCH_INTERVAL`] when idle) it reads `PRAGMA data_version`, which changes on this
 /// connection only when another connection commits; as this is the process's only writing
-/// connection, a change means another process wrote, and `foreign` is bumped.
+/// connection, a change means another process wrote, and `foreign` is bumped. `version` is the
+/// connection's [`data_version`] read when the store opened, before anything read through it:
+/// read later, on this thread, a commit made in between would be taken as the baseline and never
+/// reported.
 pub(super) fn writer_loop(
     shared: &Shared,
     rx: mpsc::Receiver<Message>,
     foreign: &tokio::sync::watch::Sender<u64>,
     mark: &MarkTarget,
+    mut version: Option<i64>,
 ) {
     let mut marked_at = std::time::Instant::now();
     let mut checkpointer: Option<Connection> = None;
-    let data_version = |conn: &Connection| {
-        conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
-            .ok()
-    };
-    let mut version = shared.lock().as_ref().and_then(|w| data_version(&w.conn));
     loop {
         let first = match rx.recv_timeout(WATCH_INTERVAL) {
             Ok(Message::Commit(first)) => Some(first),

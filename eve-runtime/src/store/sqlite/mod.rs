@@ -36,7 +36,8 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use self::actor::{
-    AnyBox, Here, MarkTarget, Message, Request, Shared, WriteFault, commit_here, writer_loop,
+    AnyBox, Here, MarkTarget, Message, Request, Shared, WriteFault, commit_here, data_version,
+    writer_loop,
 };
 use self::apply::apply;
 use self::rows::{REQUEST_COLS, request_from_row};
@@ -110,11 +111,13 @@ impl SqliteStore {
         let (foreign, _) = tokio::sync::watch::channel(0u64);
         let seen = foreign.clone();
         let fault = WriteFault::default();
+        // Read before any read of the store: a commit of another process after this is seen.
+        let version = data_version(&conn);
         let shared = Arc::new(Shared::new(conn, fault.clone()));
         let writing = shared.clone();
         std::thread::Builder::new()
             .name("eve-store-writer".to_owned())
-            .spawn(move || writer_loop(&writing, rx, &seen, &marked))?;
+            .spawn(move || writer_loop(&writing, rx, &seen, &marked, version))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
