@@ -49,6 +49,11 @@ fn context_switches() -> u64 {
 }
 
 fn runtime_with_client(p: &TestProject, client: MockClient) -> Runtime {
+    let store = SqliteStore::open(p.state_dir.join("eve.db")).unwrap();
+    runtime_on(p, client, Arc::new(store))
+}
+
+fn runtime_on(p: &TestProject, client: MockClient, store: Arc<SqliteStore>) -> Runtime {
     let model = ResolvedModel {
         client: Arc::new(client),
         model: "bench".into(),
@@ -56,10 +61,9 @@ fn runtime_with_client(p: &TestProject, client: MockClient) -> Runtime {
         context_window: None,
         price_per_million: None,
     };
-    let store = SqliteStore::open(p.state_dir.join("eve.db")).unwrap();
     Runtime::new(RuntimeConfig {
         state_dir: p.state_dir.clone(),
-        store: Arc::new(store),
+        store,
         models: Arc::new(FixedModelProvider(model)),
         env: Arc::new(|_: &str| None),
         autostart: false,
@@ -272,9 +276,13 @@ async fn bench_resume_time() {
             // A restored backup on purpose: its mark would (rightly) refuse the older file.
             let _ = std::fs::remove_file(p2_state.join("eve.db.mark"));
             let t = Instant::now();
-            let rt = runtime_with_client(&p, MockClient::new("echo", None).unwrap());
+            let store = Arc::new(SqliteStore::open(p.state_dir.join("eve.db")).unwrap());
+            let rt = runtime_on(&p, MockClient::new("echo", None).unwrap(), store.clone());
             assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
             finish.push(t.elapsed());
+            // The next round restores the backup: this store must have stopped writing first.
+            drop(rt);
+            store.close_and_wait();
         }
         load.sort();
         finish.sort();

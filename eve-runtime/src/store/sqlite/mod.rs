@@ -62,6 +62,8 @@ pub struct SqliteStore {
 struct Inner {
     path: PathBuf,
     writer: Mutex<Option<mpsc::Sender<Message>>>,
+    /// The writer thread, joined by [`SqliteStore::close_and_wait`].
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The write connection, shared by the writer thread and callers committing on their own
     /// thread while it is idle (`actor.rs`).
     shared: Arc<Shared>,
@@ -115,13 +117,14 @@ impl SqliteStore {
         let version = data_version(&conn);
         let shared = Arc::new(Shared::new(conn, fault.clone()));
         let writing = shared.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("eve-store-writer".to_owned())
             .spawn(move || writer_loop(&writing, rx, &seen, &marked, version))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
                 writer: Mutex::new(Some(tx)),
+                thread: Mutex::new(Some(thread)),
                 shared,
                 readers: Mutex::new(Vec::new()),
                 foreign,
@@ -224,6 +227,17 @@ impl SqliteStore {
     pub fn close(&self) {
         if let Ok(mut guard) = self.inner.writer.lock() {
             guard.take();
+        }
+    }
+
+    /// [`Self::close`], then waits (blocking) until the writer thread has written its last mark
+    /// and closed the file: after this, nothing of this store writes to the folder (restoring a
+    /// backup over it, say, is safe).
+    pub fn close_and_wait(&self) {
+        self.close();
+        let thread = self.inner.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(thread) = thread {
+            let _ = thread.join();
         }
     }
 }
