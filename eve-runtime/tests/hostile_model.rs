@@ -24,7 +24,12 @@ fn good(text: &str) -> Reply {
 
 /// A runtime of an agent with a `get_weather` tool whose model is the scripted server.
 fn runtime(agent: &AgentDir, server: &TestServer, retries: u32) -> Runtime {
-    let mut settings = fast_settings(Provider::Vllm, &server.url);
+    runtime_at(agent, &server.url, retries)
+}
+
+/// The same, with the model server at `url`.
+fn runtime_at(agent: &AgentDir, url: &str, retries: u32) -> Runtime {
+    let mut settings = fast_settings(Provider::Vllm, url);
     settings.idle_timeout = Duration::from_millis(500);
     settings.max_retries = retries;
     let model = ResolvedModel {
@@ -241,21 +246,7 @@ async fn a_server_that_is_not_running_is_named_in_a_few_words() {
         .unwrap()
         .port();
     let agent = agent();
-    let mut settings = fast_settings(Provider::Vllm, &format!("http://127.0.0.1:{port}/v1"));
-    settings.max_retries = 0;
-    let model = ResolvedModel {
-        client: Arc::new(OpenAiClient::new(&settings).unwrap()),
-        model: "test-model".to_owned(),
-        model_id: "vllm/test-model".to_owned(),
-        context_window: Some(100_000),
-        price_per_million: None,
-    };
-    let config = RuntimeConfig::new(
-        agent.root().join(".eve"),
-        Arc::new(FixedModelProvider(model)),
-    )
-    .unwrap();
-    let rt = Runtime::new(config);
+    let rt = runtime_at(&agent, &format!("http://127.0.0.1:{port}/v1"), 0);
     let id = rt.create_session(Some("hello".to_owned())).await.unwrap();
     rt.drive(&id).await.unwrap();
     let why = failure(&rt.store().events(&id, 0, 10_000).await.unwrap());
