@@ -124,7 +124,9 @@ async fn drive_times(rt: &Runtime, sessions: usize, steps: usize) -> Vec<Duratio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run bench/runtime.sh"]
 async fn bench_step_overhead() {
-    // `EVE_BENCH_SESSIONS=20` for a short run (under `strace -f`, say).
+    // `EVE_BENCH_SESSIONS=20` for a short run (under `strace -f`, say); `EVE_BENCH_ONLY=noop`
+    // (or `load_skill`) measures one action alone (under `perf record`, say).
+    let only = std::env::var("EVE_BENCH_ONLY").ok();
     let sessions: usize = std::env::var("EVE_BENCH_SESSIONS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -138,6 +140,9 @@ async fn bench_step_overhead() {
             vec![("tools/noop.sh".to_owned(), "true\n".to_owned())],
         ),
     ] {
+        if only.as_deref().is_some_and(|only| only != tool) {
+            continue;
+        }
         let p = TestProject::new();
         let mut a = agent();
         a.config.limits.max_steps_per_turn = 100_000;

@@ -110,12 +110,14 @@ async fn step_times(rt: &Runtime, sessions: usize, steps: usize) -> Vec<Duration
         let mut live = rt.subscribe(&id);
         let collector = tokio::spawn(async move {
             let mut marks = Vec::new();
-            while let Ok(e) = live.recv().await {
-                if e.kind == "step.completed" {
-                    marks.push(Instant::now());
-                }
-                if e.kind == "session.waiting" {
-                    break;
+            'commits: while let Ok(events) = live.recv().await {
+                for e in events.iter() {
+                    if e.kind == "step.completed" {
+                        marks.push(Instant::now());
+                    }
+                    if e.kind == "session.waiting" {
+                        break 'commits;
+                    }
                 }
             }
             marks

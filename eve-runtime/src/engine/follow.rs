@@ -1,7 +1,7 @@
 //! Following a session's events: stored backlog first, then live, with no gap and no repeat.
 //!
 //! Live events come from this process's broadcast (every commit of the engine publishes its
-//! events there); when the receiver lagged, saw a gap, or another process committed (the store
+//! events there, a commit's in one message); when the receiver lagged, saw a gap, or another process committed (the store
 //! reports those), the store is read again from the next expected index. Indexes are the source
 //! of truth, so the two paths cannot disagree.
 //!
@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
-use super::{Runtime, RuntimeResult};
+use super::{LiveEvents, Runtime, RuntimeResult};
 use crate::store::StoredEvent;
 
 /// How long to wait for a live event before reading the store again.
@@ -31,12 +31,22 @@ const BACKSTOP: Duration = Duration::from_secs(60);
 /// Events read from the store at once.
 const PAGE: usize = 512;
 
+/// What a live commit held for a follower.
+enum Live {
+    /// Events from the next expected index on, now buffered.
+    Taken,
+    /// Only events the follower has returned already.
+    Old,
+    /// Its first event is past the next expected one: some were missed, read the store.
+    Gap,
+}
+
 /// An ordered stream of one session's events. See [`Runtime::follow`].
 pub struct EventFollower {
     runtime: Runtime,
     session: String,
     next: u64,
-    live: broadcast::Receiver<StoredEvent>,
+    live: broadcast::Receiver<LiveEvents>,
     buffer: VecDeque<StoredEvent>,
     caught_up: bool,
     poll: Duration,
@@ -79,14 +89,11 @@ impl EventFollower {
         if let Some(e) = self.take_buffered() {
             return Ok(Some(e));
         }
-        loop {
-            match self.live.try_recv() {
-                Ok(e) if e.index == self.next => {
-                    self.next += 1;
-                    return Ok(Some(e));
-                }
-                Ok(e) if e.index < self.next => continue,
-                _ => break,
+        while let Ok(events) = self.live.try_recv() {
+            match self.take_live(&events) {
+                Live::Taken => return Ok(self.take_buffered()),
+                Live::Old => {}
+                Live::Gap => break,
             }
         }
         self.fill().await?;
@@ -135,13 +142,15 @@ impl EventFollower {
                 }
             };
             match received {
-                Ok(Ok(e)) if e.index == self.next => {
-                    self.next += 1;
-                    self.poll = POLL;
-                    return Ok(e);
-                }
-                Ok(Ok(e)) if e.index < self.next => {}
-                Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) => {
+                Ok(Ok(events)) => match self.take_live(&events) {
+                    Live::Taken => self.poll = POLL,
+                    Live::Old => {}
+                    Live::Gap => {
+                        self.caught_up = false;
+                        self.poll = POLL;
+                    }
+                },
+                Ok(Err(broadcast::error::RecvError::Lagged(_))) => {
                     self.caught_up = false;
                     self.poll = POLL;
                 }
@@ -155,6 +164,24 @@ impl EventFollower {
                     tokio::time::sleep(POLL).await;
                 }
             }
+        }
+    }
+
+    /// Buffers the events of a live commit from the next expected index on.
+    fn take_live(&mut self, events: &LiveEvents) -> Live {
+        let Some(first) = events.first() else {
+            return Live::Old;
+        };
+        if first.index > self.next {
+            return Live::Gap;
+        }
+        let start = usize::try_from(self.next - first.index).unwrap_or(usize::MAX);
+        match events.get(start..) {
+            Some(new) if !new.is_empty() => {
+                self.buffer.extend(new.iter().cloned());
+                Live::Taken
+            }
+            _ => Live::Old,
         }
     }
 

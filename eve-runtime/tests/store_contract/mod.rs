@@ -405,6 +405,44 @@ pub async fn session_rows(backend: &impl Backend) {
     assert_eq!(back.event_count, 1, "the store owns the event count");
     assert!(back.cancel_requested);
 
+    // An update that keeps the status writes every other field; one of a session that does
+    // not exist is refused whatever its status.
+    let mut same = back.clone();
+    same.turn_count = 4;
+    same.usage.output_tokens = 7;
+    let mut b = Batch::new();
+    b.push(Op::UpdateSession(same));
+    store.commit(b).await.unwrap();
+    let back = store.session("wrun_1").await.unwrap().unwrap();
+    assert_eq!(back.status, SessionStatus::Running);
+    assert_eq!((back.turn_count, back.usage.output_tokens), (4, 7));
+    let running = SessionFilter {
+        status: Some(SessionStatus::Running),
+        ..SessionFilter::default()
+    };
+    assert_eq!(store.sessions(&running).await.unwrap()[0].id, "wrun_1");
+    for status in [SessionStatus::Running, SessionStatus::Idle] {
+        let mut ghost = session("wrun_ghost");
+        ghost.status = status;
+        let mut b = Batch::new();
+        b.push(Op::UpdateSession(ghost));
+        let err = store.commit(b).await.unwrap_err();
+        assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+    }
+    // A status that changes is written, and found by it.
+    let mut idle_again = back.clone();
+    idle_again.status = SessionStatus::Idle;
+    let mut b = Batch::new();
+    b.push(Op::UpdateSession(idle_again));
+    store.commit(b).await.unwrap();
+    assert_eq!(
+        store.session("wrun_1").await.unwrap().unwrap().status,
+        SessionStatus::Idle
+    );
+    let mut b = Batch::new();
+    b.push(Op::UpdateSession(back));
+    store.commit(b).await.unwrap();
+
     let all = store.sessions(&SessionFilter::default()).await.unwrap();
     assert_eq!(
         all.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
@@ -502,6 +540,23 @@ pub async fn turn_step_call_and_request_rows(backend: &impl Backend) {
     let calls = store.tool_calls("wrun_t", 1).await.unwrap();
     assert_eq!(calls.len(), 3);
     assert_eq!(calls[0], settled);
+
+    // The same id put again at another step and position replaces the row whole.
+    let mut moved = call("wrun_t", "c_z", 1, 2, 1);
+    moved.status = CallStatus::Failed;
+    let mut b = Batch::new();
+    b.push(Op::PutToolCall(moved.clone()));
+    store.commit(b).await.unwrap();
+    let calls = store.tool_calls("wrun_t", 1).await.unwrap();
+    assert_eq!(
+        calls.iter().map(|c| c.call_id.as_str()).collect::<Vec<_>>(),
+        ["c_a", "c_b", "c_z"]
+    );
+    assert_eq!(calls[2], moved);
+    let mut b = Batch::new();
+    b.push(Op::PutToolCall(settled.clone()));
+    store.commit(b).await.unwrap();
+    assert_eq!(store.tool_calls("wrun_t", 1).await.unwrap()[0], settled);
     let pending = store.input_requests("wrun_t", true).await.unwrap();
     assert_eq!(
         pending.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),

@@ -65,29 +65,45 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                 ])?;
             }
             Op::UpdateSession(s) => {
-                let n = conn
+                // SQLite rewrites an index entry whenever its column is assigned, even to the
+                // same value: a row whose status stays (most updates, one a step) is updated
+                // without touching `status`, so `sessions_by_status` is not written again.
+                let loaded_skills = serde_json::to_string(&s.loaded_skills)?;
+                let approved_tools = serde_json::to_string(&s.approved_tools)?;
+                let params = params![
+                    s.id,
+                    s.status.as_str(),
+                    s.build_hash,
+                    to_i64(s.turn_count),
+                    to_i64(s.usage.input_tokens),
+                    to_i64(s.usage.output_tokens),
+                    to_i64(s.usage.cache_read_tokens),
+                    to_i64(s.usage.cache_write_tokens),
+                    s.cost_usd,
+                    loaded_skills,
+                    approved_tools,
+                    now,
+                ];
+                let same_status = conn
                     .prepare_cached(
-                        "UPDATE sessions SET status=?2, build_hash=?3, turn_count=?4, \
+                        "UPDATE sessions SET build_hash=?3, turn_count=?4, \
                          input_tokens=?5, output_tokens=?6, cache_read_tokens=?7, \
                          cache_write_tokens=?8, cost_usd=?9, loaded_skills=?10, approved_tools=?11, \
-                         updated_at=?12 WHERE id=?1",
+                         updated_at=?12 WHERE id=?1 AND status=?2",
                     )?
-                    .execute(params![
-                        s.id,
-                        s.status.as_str(),
-                        s.build_hash,
-                        to_i64(s.turn_count),
-                        to_i64(s.usage.input_tokens),
-                        to_i64(s.usage.output_tokens),
-                        to_i64(s.usage.cache_read_tokens),
-                        to_i64(s.usage.cache_write_tokens),
-                        s.cost_usd,
-                        serde_json::to_string(&s.loaded_skills)?,
-                        serde_json::to_string(&s.approved_tools)?,
-                        now,
-                    ])?;
-                if n == 0 {
-                    return Err(StoreError::NotFound(format!("session {}", s.id)));
+                    .execute(params)?;
+                if same_status == 0 {
+                    let n = conn
+                        .prepare_cached(
+                            "UPDATE sessions SET status=?2, build_hash=?3, turn_count=?4, \
+                             input_tokens=?5, output_tokens=?6, cache_read_tokens=?7, \
+                             cache_write_tokens=?8, cost_usd=?9, loaded_skills=?10, \
+                             approved_tools=?11, updated_at=?12 WHERE id=?1",
+                        )?
+                        .execute(params)?;
+                    if n == 0 {
+                        return Err(StoreError::NotFound(format!("session {}", s.id)));
+                    }
                 }
             }
             Op::SetCancel {
@@ -189,11 +205,9 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                 ])?;
             }
             Op::PutToolCall(c) => {
-                conn.prepare_cached(&format!(
-                    "INSERT OR REPLACE INTO tool_calls ({CALL_COLS}) VALUES \
-                     (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"
-                ))?
-                .execute(params![
+                let input = serde_json::to_string(&c.input)?;
+                let output = c.output.as_ref().map(serde_json::to_string).transpose()?;
+                let params = params![
                     c.session_id,
                     c.call_id,
                     to_i64(c.turn_seq),
@@ -201,17 +215,42 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                     to_i64(c.position),
                     c.kind,
                     c.name,
-                    serde_json::to_string(&c.input)?,
+                    input,
                     c.idempotency_key,
                     c.effect,
                     c.status.as_str(),
                     c.approval.as_str(),
-                    c.output.as_ref().map(serde_json::to_string).transpose()?,
+                    output,
                     i64::from(c.is_error),
                     i64::from(c.attempts),
                     c.started_at,
                     c.ended_at,
-                ])?;
+                ];
+                // A call settled after it was journaled is updated in place: `INSERT OR REPLACE`
+                // deletes and re-inserts the row, which rewrites its entries in the primary
+                // key's index and in `tool_calls_by_turn` as well. A row whose step or position
+                // differs (the same id asked again) is still replaced whole.
+                let written = conn
+                    .prepare_cached(&format!(
+                        "INSERT INTO tool_calls ({CALL_COLS}) VALUES \
+                         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17) \
+                         ON CONFLICT(session_id, turn_seq, call_id) DO UPDATE SET \
+                         kind=excluded.kind, name=excluded.name, input=excluded.input, \
+                         idempotency_key=excluded.idempotency_key, effect=excluded.effect, \
+                         status=excluded.status, approval=excluded.approval, \
+                         output=excluded.output, is_error=excluded.is_error, \
+                         attempts=excluded.attempts, started_at=excluded.started_at, \
+                         ended_at=excluded.ended_at \
+                         WHERE step_index=excluded.step_index AND position=excluded.position"
+                    ))?
+                    .execute(params)?;
+                if written == 0 {
+                    conn.prepare_cached(&format!(
+                        "INSERT OR REPLACE INTO tool_calls ({CALL_COLS}) VALUES \
+                         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"
+                    ))?
+                    .execute(params)?;
+                }
             }
             Op::PutInputRequest(r) => {
                 conn.prepare_cached(&format!(
