@@ -6,15 +6,20 @@
 //!
 //! This module holds the `Compiler` (diagnostics and run-time files collected so far) and what
 //! every part shares: parsing a file into a document, name checks, the parallel driver. Each part
-//! of an agent folder has its own file: `agent` (`agent.yaml`, `instructions.md`, the walk over
-//! the folder), `tools`, `skills`, `schedules`, `hooks`, `connections`, `channels`, `sandbox`, and
+//! of an agent folder has its own file: `agent` (`instructions.md`, the walk over the folder),
+//! `config` (`agent.yaml`, with its larger settings in `release`, `behaviours` and `memory`),
+//! `tools`, `skills`, `schedules`, `hooks`, `connections`, `channels`, `sandbox`, and
 //! `collisions` (the one namespace of tool names across them).
 
 mod agent;
+mod behaviours;
 mod channels;
 mod collisions;
+mod config;
 mod connections;
 mod hooks;
+mod memory;
+mod release;
 mod sandbox;
 mod schedules;
 mod skills;
@@ -28,8 +33,8 @@ use crate::frontmatter;
 use crate::manifest::*;
 use crate::yaml::{self, Doc};
 
-pub use agent::BUILTIN_TOOLS;
 pub use channels::is_env_ref;
+pub use config::BUILTIN_TOOLS;
 pub use tools::interpreter_for;
 
 /// What the compiler needs besides the discovery.

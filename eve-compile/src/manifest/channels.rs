@@ -1,0 +1,79 @@
+//! Channels: where messages come from (the session API, chat platforms, webhooks) and how an
+//! HTTP channel authenticates its callers.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// An inbound channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Channel {
+    /// Name from the path (`eve` configures the default session API).
+    pub name: String,
+    /// Source file.
+    pub source: String,
+    /// `http`, `slack`, `discord`, `telegram` or `webhook`.
+    pub kind: ChannelKind,
+    /// Authentication for `http` channels.
+    pub auth: Auth,
+    /// Other settings of the channel kind, with `${VAR}` references unresolved.
+    pub settings: BTreeMap<String, serde_json::Value>,
+}
+
+/// Channel kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelKind {
+    /// The session API.
+    Http,
+    /// Slack Events API.
+    Slack,
+    /// Discord interactions.
+    Discord,
+    /// Telegram bot webhook.
+    Telegram,
+    /// Generic signed webhook.
+    Webhook,
+}
+
+/// Authentication of an HTTP channel.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Auth {
+    /// No authentication (the default API then binds loopback only).
+    #[default]
+    None,
+    /// `Authorization: Bearer <token>`; tokens are `${VAR}` references or literals.
+    Bearer {
+        /// Accepted tokens.
+        tokens: Vec<String>,
+    },
+    /// HTTP basic authentication.
+    Basic {
+        /// User name.
+        username: String,
+        /// Password (a `${VAR}` reference).
+        password: String,
+    },
+    /// JWT signed with HMAC (HS256).
+    Jwt {
+        /// Secret (a `${VAR}` reference).
+        secret: String,
+        /// Required `iss`, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        issuer: Option<String>,
+        /// Required `aud`, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        audience: Option<String>,
+        /// Whether a token must carry `exp` (default true: a token without one would be valid
+        /// forever).
+        #[serde(default = "yes")]
+        require_exp: bool,
+    },
+}
+
+fn yes() -> bool {
+    true
+}

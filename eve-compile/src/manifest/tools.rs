@@ -1,0 +1,120 @@
+//! Tools the model can call: their schema, approval and effect, how each one runs (a script, a
+//! command line or an HTTP request), and the names the runtime keeps for its built-ins.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Phase;
+
+/// When a tool call needs a human's approval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Approval {
+    /// Never ask.
+    #[default]
+    Never,
+    /// Ask the first time in a session; later calls are approved.
+    Once,
+    /// Ask every time.
+    Always,
+    /// A reviewer model decides each call: one it judges safe runs unasked, anything else (or a
+    /// reviewer that fails, times out or answers garbage) is asked as `always`, with its reason.
+    Auto,
+}
+
+/// What a tool does to the world; decides what a resume may re-run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Effect {
+    /// Only reads: safe to re-run.
+    Read,
+    /// Writes, but running it twice with the same idempotency key is the same as once.
+    Idempotent,
+    /// Writes: an interrupted call is never silently re-run.
+    #[default]
+    Write,
+}
+
+/// A tool the model can call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Tool {
+    /// Name derived from the path (`tools/gh/issues.sh` → `gh-issues`).
+    pub name: String,
+    /// Source file, relative to the root agent folder.
+    pub source: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON Schema of the input (always an object schema).
+    pub input_schema: serde_json::Value,
+    /// SHA-256 (hex) of the canonical input schema.
+    pub schema_hash: String,
+    /// When a call needs approval.
+    pub approval: Approval,
+    /// What the tool does to the world.
+    pub effect: Effect,
+    /// Wall-clock limit of one call, in milliseconds.
+    pub timeout_ms: u64,
+    /// Cap on captured output, in bytes.
+    pub output_limit: u64,
+    /// Listed by name only until the model asks for it.
+    pub deferred: bool,
+    /// Environment variable names passed through to the process.
+    pub env: Vec<String>,
+    /// Events at which the tool is asked for dynamic tool definitions (empty = a plain tool).
+    pub dynamic: Vec<String>,
+    /// The phase the tool belongs to (`phase: explore`: withdrawn in `converge`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// How the tool runs.
+    pub runner: Runner,
+}
+
+/// How a tool runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Runner {
+    /// A script file: run directly when executable, else through `interpreter`.
+    Script {
+        /// Path of the script, relative to the root agent folder (also under `files/` in the build).
+        path: String,
+        /// Interpreter argv prefix (e.g. `["python3"]`); empty when the file is executed directly.
+        interpreter: Vec<String>,
+    },
+    /// A command line (`run:` in a YAML tool); input JSON on stdin; cwd is the workspace.
+    Command {
+        /// argv; `${VAR}` references are resolved at run time.
+        argv: Vec<String>,
+    },
+    /// An HTTP request (`http:` in a YAML tool).
+    Http(HttpRequest),
+}
+
+/// A declarative HTTP tool call. Strings are templates: `{{input.city}}`, `${ENV_VAR}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpRequest {
+    /// HTTP method, upper case.
+    pub method: String,
+    /// URL template.
+    pub url: String,
+    /// Header templates.
+    pub headers: BTreeMap<String, String>,
+    /// Body template: a string, or JSON whose strings are templates. `None` sends the input as JSON
+    /// for methods with a body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<serde_json::Value>,
+}
+
+/// Names the runtime provides itself; tools cannot take them.
+pub const RESERVED_TOOL_NAMES: &[&str] = &[
+    "eve",
+    "load_skill",
+    "bash",
+    "read_file",
+    "write_file",
+    "search_tools",
+    "call_tool",
+];
