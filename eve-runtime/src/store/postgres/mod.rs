@@ -11,7 +11,7 @@
 //! What this backend adds to the [`Store`] contract, for a fleet:
 //! - migrations run at open under an advisory lock (`schema.rs`), so nodes may start together;
 //! - a lease carries a fencing token from a sequence, and a batch carrying an older token is
-//!   refused ([`StoreError::Fenced`]) inside its own transaction (`sql.rs`);
+//!   refused ([`StoreError::Fenced`]) inside its own transaction (`sql/leases.rs`);
 //! - leases are claimed with `FOR UPDATE SKIP LOCKED`, and [`Store::sessions_with_work`] leaves
 //!   out sessions under a live lease, so nodes split the work without queueing on each other;
 //! - every commit notifies the other nodes (`listen.rs`), which is how a node learns of new

@@ -1,0 +1,171 @@
+//! SQL of session leases: who drives a session, until when, under which fencing token, and
+//! the fence check a batch runs before its writes.
+//!
+//! A lease is taken in a transaction of its own ([`acquire`]); whether an unexpired holder is
+//! dead is the store's [`Liveness`] policy. [`check_fences`] refuses a batch whose session has
+//! a newer holder, inside the batch's transaction.
+
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use super::pipeline::{Planned, Then, params, run_planned};
+use super::{
+    FENCE_SQL, LEASE_INSERT_SQL, LEASE_LOCK_SQL, LEASE_SQL, LEASE_TAKE_SQL, RELEASE_SQL, execute,
+    g, i, query, query_opt, u,
+};
+use crate::store::{
+    Committed, Fence, LeaseClaim, LeaseOutcome, LeaseRecord, Liveness, ProcessRef, StoreResult,
+    now_ms,
+};
+
+/// The fence check of one session: the lease row is read `FOR KEY SHARE`: a renewal (a plain
+/// update) does not wait for it, but a takeover (which locks the row `FOR UPDATE`) cannot
+/// happen between this check and the commit.
+pub(super) fn fence_planned(fence: &Fence) -> Planned {
+    Planned::new(
+        FENCE_SQL,
+        params![fence.session_id.clone(), i(fence.token)],
+        Then::Fence(fence.clone()),
+    )
+}
+
+/// Refuses the batch when a session it speaks for has a newer lease holder (see
+/// [`fence_planned`]); all the fences in one round trip.
+pub(in crate::store::postgres) async fn check_fences<C: GenericClient>(
+    c: &C,
+    fences: &[Fence],
+) -> StoreResult<()> {
+    let mut plan: Vec<Planned> = fences.iter().map(fence_planned).collect();
+    run_planned(c, None, &mut plan, &mut Committed::default(), None).await
+}
+
+fn lease_row(row: &Row) -> StoreResult<LeaseRecord> {
+    Ok(LeaseRecord {
+        session_id: g(row, 0)?,
+        holder: g(row, 1)?,
+        pid: u32::try_from(g::<i64>(row, 2)?).unwrap_or(0),
+        host: g(row, 3)?,
+        expires_at: g(row, 4)?,
+        token: u(g(row, 5)?),
+    })
+}
+
+pub(super) const LEASE_COLS: &str = "session_id, holder, pid, host, expires_at, token";
+
+pub(in crate::store::postgres) async fn lease<C: GenericClient>(
+    c: &C,
+    session: &str,
+) -> StoreResult<Option<LeaseRecord>> {
+    query_opt(c, &LEASE_SQL, &[&session])
+        .await?
+        .as_ref()
+        .map(lease_row)
+        .transpose()
+}
+
+/// Takes the lease in a transaction of its own on `c` (a pooled connection outside any
+/// transaction), in two round trips: `BEGIN`, the insert of a free session's row and the lock
+/// of an existing one travel together, then the takeover's update with `COMMIT` (or
+/// `ROLLBACK`). A free session's row is inserted (a concurrent insert of the same session
+/// waits, then finds the row); an existing row is locked `FOR UPDATE SKIP LOCKED`, so a
+/// claimant never queues behind another claim or a commit in flight: it is told the session
+/// is held and moves on. A new holder takes a new token from the `lease_tokens` sequence
+/// (never reused, so it only grows). Returns whether the transaction was committed; on an
+/// error it is left open (the caller drops the connection).
+pub(in crate::store::postgres) async fn acquire(
+    c: &deadpool_postgres::Client,
+    claim: &LeaseClaim,
+    liveness: &dyn Liveness,
+) -> StoreResult<LeaseOutcome> {
+    let now = now_ms();
+    let expires = now.saturating_add(claim.ttl_ms);
+    let pid = i64::from(claim.pid);
+    let (insert, select) = futures::try_join!(
+        c.prepare_cached(LEASE_INSERT_SQL,),
+        c.prepare_cached(&LEASE_LOCK_SQL),
+    )?;
+    let values: [&(dyn ToSql + Sync); 6] = [
+        &claim.session_id,
+        &claim.holder,
+        &pid,
+        &claim.host,
+        &expires,
+        &now,
+    ];
+    let key: [&(dyn ToSql + Sync); 1] = [&claim.session_id];
+    // `join!` polls in order: BEGIN, then the insert, then the lock.
+    let (begun, inserted, locked) = futures::join!(
+        c.batch_execute("BEGIN"),
+        c.execute(&insert, &values),
+        c.query_opt(&select, &key),
+    );
+    begun?;
+    let (inserted, locked) = (inserted?, locked?);
+    if inserted > 0 {
+        c.batch_execute("COMMIT").await?;
+        return Ok(LeaseOutcome::Acquired);
+    }
+    let held = |pid: u32, host: String| LeaseOutcome::HeldBy { pid, host };
+    let Some(row) = locked else {
+        // Another node is claiming it or committing under it right now.
+        let (current, ended) =
+            futures::join!(lease(c, &claim.session_id), c.batch_execute("ROLLBACK"));
+        ended?;
+        let current = current?;
+        return Ok(held(
+            current.as_ref().map_or(0, |l| l.pid),
+            current.map(|l| l.host).unwrap_or_default(),
+        ));
+    };
+    let current = lease_row(&row)?;
+    let ours = current.holder == claim.holder;
+    let free = current.holder.is_empty() || current.expires_at < now;
+    let holder = ProcessRef {
+        pid: current.pid,
+        host: current.host.clone(),
+    };
+    let claimant = ProcessRef {
+        pid: claim.pid,
+        host: claim.host.clone(),
+    };
+    if !ours && !free && !liveness.lease_holder_dead(&holder, &claimant) {
+        c.batch_execute("ROLLBACK").await?;
+        return Ok(held(holder.pid, holder.host));
+    }
+    let update = c.prepare_cached(LEASE_TAKE_SQL).await?;
+    let (updated, ended) = futures::join!(c.execute(&update, &values), c.batch_execute("COMMIT"));
+    // A failed update aborts the transaction, and its COMMIT then rolls it back.
+    updated?;
+    ended?;
+    Ok(LeaseOutcome::Acquired)
+}
+
+pub(in crate::store::postgres) async fn renew<C: GenericClient>(
+    c: &C,
+    claim: &LeaseClaim,
+) -> StoreResult<bool> {
+    let n = execute(
+        c,
+        "UPDATE leases SET expires_at=$3 WHERE session_id=$1 AND holder=$2 AND holder<>''",
+        &[
+            &claim.session_id,
+            &claim.holder,
+            &now_ms().saturating_add(claim.ttl_ms),
+        ],
+    )
+    .await?;
+    Ok(n > 0)
+}
+
+/// Releases the lease and notifies the fleet (a released session may have work left: another
+/// node may take it at once), in one statement, so one round trip.
+pub(in crate::store::postgres) async fn release<C: GenericClient>(
+    c: &C,
+    session: &str,
+    holder: &str,
+    notify: (&str, &str),
+) -> StoreResult<()> {
+    query(c, RELEASE_SQL, &[&session, &holder, &notify.0, &notify.1]).await?;
+    Ok(())
+}
