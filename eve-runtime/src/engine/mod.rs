@@ -10,9 +10,11 @@
 //! history.
 
 mod accept;
+mod active;
 mod breakers;
 mod build;
 mod compaction;
+mod config;
 mod drive;
 mod dynamic;
 mod error;
@@ -23,6 +25,7 @@ mod hooks;
 pub mod integrity;
 mod lean;
 mod limits;
+mod live;
 pub mod memory;
 mod models;
 mod phases;
@@ -45,15 +48,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use eve_compile::Agent;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 pub use accept::{Accept, Accepted, Extra, SessionRef};
 pub use breakers::{breaker_key, session_scoped as breaker_scope_is_session};
 pub use build::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_prompt};
+pub use config::{BreakerPolicy, DEFAULT_LEASE_TTL, ModelProvider, ResolvedModel, RuntimeConfig};
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::LOCAL_PRINCIPAL;
 pub use follow::EventFollower;
+pub use live::LiveEvents;
 pub use models::{FixedModelProvider, SettingsModelProvider};
 pub use releases::{
     CHANGE_APPROVED, CHANGE_DENIED, CHANGE_PROPOSED, Candidate, GateRunner, Principal,
@@ -64,137 +69,9 @@ pub use releases::{
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;
 
-use crate::model::{ModelClient, ModelError};
 use crate::store::*;
-use crate::tools::{EnvLookup, process_env};
-
-/// A model ready to call, resolved for one agent.
-#[derive(Clone)]
-pub struct ResolvedModel {
-    /// The client.
-    pub client: Arc<dyn ModelClient>,
-    /// Model name as the provider knows it (no `provider/` prefix).
-    pub model: String,
-    /// `provider/model`, as shown in events.
-    pub model_id: String,
-    /// Context window from configuration, if known without asking the provider.
-    pub context_window: Option<u64>,
-    /// Price per million input and output tokens in US dollars, if known.
-    pub price_per_million: Option<(f64, f64)>,
-}
-
-impl std::fmt::Debug for ResolvedModel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResolvedModel")
-            .field("model_id", &self.model_id)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Resolves the model of an agent (settings precedence lives with the caller).
-pub trait ModelProvider: Send + Sync {
-    /// The model for this agent.
-    fn resolve(&self, agent: &Agent) -> Result<ResolvedModel, ModelError>;
-
-    /// The model for this agent in the session tree whose root session is `root` (a root
-    /// session's own id; a subagent session's root's). A provider that resolves every session
-    /// alike keeps this default; `eve eval` resolves each case's `mock` script by its session.
-    fn resolve_in(&self, agent: &Agent, root: &str) -> Result<ResolvedModel, ModelError> {
-        let _ = root;
-        self.resolve(agent)
-    }
-}
-
-/// Circuit breaker settings.
-#[derive(Debug, Clone, Copy)]
-pub struct BreakerPolicy {
-    /// Consecutive failures that open the breaker.
-    pub threshold: u32,
-    /// First open period.
-    pub base: Duration,
-    /// Longest open period.
-    pub max: Duration,
-}
-
-impl Default for BreakerPolicy {
-    fn default() -> Self {
-        Self {
-            threshold: 3,
-            base: Duration::from_secs(30),
-            max: Duration::from_secs(600),
-        }
-    }
-}
-
-/// How long a session lease lasts without renewal unless configured (`EVE_LEASE_TTL_MS`): a
-/// killed node's sessions are continued by another within about this long.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
-
-/// How a [`Runtime`] is set up.
-pub struct RuntimeConfig {
-    /// The project's state folder (`<root>/.eve`): builds, sandboxes.
-    pub state_dir: PathBuf,
-    /// The store.
-    pub store: Arc<dyn Store>,
-    /// Model resolution.
-    pub models: Arc<dyn ModelProvider>,
-    /// Environment seen by tools (`${VAR}` and `env:` allowlists).
-    pub env: EnvLookup,
-    /// Start a driver in the background whenever work is accepted (a server); when `false` the
-    /// caller calls [`Runtime::drive`] (a one-shot CLI).
-    pub autostart: bool,
-    /// How long a session lease lasts without renewal.
-    pub lease_ttl: Duration,
-    /// Circuit breaker settings.
-    pub breaker: BreakerPolicy,
-    /// The binary that runs the isolated sandbox's stages (one whose `main` starts with
-    /// `eve_sandbox::isolate::helper_main()`): by default the small `eve-sandbox-helper` installed
-    /// next to the running binary, else the running `eve` binary itself
-    /// (`eve_sandbox::isolate::default_helper`).
-    pub sandbox_helper: PathBuf,
-    /// The values shown as `${VAR}` wherever the runtime writes or shows text; share it with the
-    /// process's log writer so logs are redacted the same way.
-    pub secrets: Arc<crate::redact::Secrets>,
-    /// Every root session (with its subagent sessions) is a world of its own: what sessions
-    /// otherwise share (notes of the `agent` and `user` memory scopes, a tool's per-agent circuit
-    /// breaker) is kept per root session. `eve eval` runs every case on one store with this on,
-    /// so no case sees what another wrote. Off by default.
-    pub isolated_roots: bool,
-}
-
-impl RuntimeConfig {
-    /// Defaults for a project whose state folder is `state_dir`, with the SQLite store at
-    /// `<state_dir>/eve.db`.
-    pub fn new(
-        state_dir: impl Into<PathBuf>,
-        models: Arc<dyn ModelProvider>,
-    ) -> RuntimeResult<Self> {
-        let state_dir = state_dir.into();
-        let store = SqliteStore::open(state_dir.join("eve.db"))?;
-        Ok(Self::with_store(state_dir, Arc::new(store), models))
-    }
-
-    /// Defaults for a project whose state folder is `state_dir`, on the store it is given (any
-    /// backend).
-    pub fn with_store(
-        state_dir: impl Into<PathBuf>,
-        store: Arc<dyn Store>,
-        models: Arc<dyn ModelProvider>,
-    ) -> Self {
-        Self {
-            state_dir: state_dir.into(),
-            store,
-            models,
-            env: process_env(),
-            autostart: true,
-            lease_ttl: DEFAULT_LEASE_TTL,
-            breaker: BreakerPolicy::default(),
-            sandbox_helper: eve_sandbox::isolate::default_helper(),
-            secrets: Arc::new(crate::redact::Secrets::new()),
-            isolated_roots: false,
-        }
-    }
-}
+use active::Active;
+use live::ALL_EVENTS_BUFFER;
 
 /// How a drive ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -217,13 +94,6 @@ pub enum DriveOutcome {
         /// Its pid.
         pid: u32,
     },
-}
-
-#[derive(Default)]
-struct Active {
-    cancel: CancellationToken,
-    dirty: bool,
-    done: Option<watch::Sender<bool>>,
 }
 
 pub(crate) struct Inner {
@@ -282,19 +152,6 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
-/// Commits kept per followed session for receivers that fall behind; one that falls further
-/// behind reads the store instead (see [`EventFollower`]). Small, because every session with an
-/// open stream holds one such buffer, allocated whole: a slot is a pointer to one commit's
-/// events (it was one event of about 200 bytes, when 128 slots were half of what an idle stream
-/// cost at 10,000 of them).
-const LIVE_BUFFER: usize = 16;
-
-/// The events of one commit for one session, in index order. A session's live channel carries
-/// a commit's events in one send, so a follower that keeps up is woken once per commit (a step
-/// commits several events at once), not once per event.
-pub type LiveEvents = Arc<[StoredEvent]>;
-/// Events kept for a slow [`Runtime::subscribe_all`] reader before it misses some.
-const ALL_EVENTS_BUFFER: usize = 1024;
 /// Shortest pause between two looks of [`Runtime::watch_store`].
 const WATCH_PAUSE: Duration = Duration::from_millis(250);
 
@@ -484,23 +341,6 @@ impl Runtime {
         Ok(self.inner.store.events(session, from, limit).await?)
     }
 
-    /// Live events of every session committed by this process from now on (a reader that falls
-    /// more than a thousand events behind misses some, and is told so by the receiver).
-    pub fn subscribe_all(&self) -> broadcast::Receiver<StoredEvent> {
-        self.inner.all_events.subscribe()
-    }
-
-    /// Live events of a session committed by this process from now on, a commit's at a time.
-    pub fn subscribe(&self, session: &str) -> broadcast::Receiver<LiveEvents> {
-        self.channel(session).subscribe()
-    }
-
-    /// Every event from `from` on, stored then live, without gaps or repeats; also sees events
-    /// committed by other processes (it polls the store when nothing arrives live).
-    pub fn follow(&self, session: &str, from: u64) -> EventFollower {
-        EventFollower::new(self.clone(), session.to_owned(), from)
-    }
-
     /// One session.
     pub async fn session(&self, id: &str) -> RuntimeResult<Option<SessionRecord>> {
         Ok(self.inner.store.session(id).await?)
@@ -678,62 +518,6 @@ impl Runtime {
         &self.inner.config.secrets
     }
 
-    /// Tells live followers and observe hooks about what a commit stored.
-    pub(crate) fn announce(&self, committed: &Committed) {
-        self.publish(&committed.events);
-        self.notify_hooks(&committed.events);
-    }
-
-    fn publish(&self, events: &[StoredEvent]) {
-        if events.is_empty() {
-            return;
-        }
-        if self.inner.all_events.receiver_count() > 0 {
-            for event in events {
-                let _ = self.inner.all_events.send(event.clone());
-            }
-        }
-        let Ok(channels) = self.inner.channels.lock() else {
-            return;
-        };
-        if channels.is_empty() {
-            return;
-        }
-        // One send per run of one session's events (a commit usually writes one session).
-        let mut rest = events;
-        while let Some(first) = rest.first() {
-            let run = rest
-                .iter()
-                .position(|e| e.session_id != first.session_id)
-                .unwrap_or(rest.len());
-            let (this, next) = rest.split_at(run);
-            if let Some(tx) = channels.get(&first.session_id) {
-                let _ = tx.send(LiveEvents::from(this));
-            }
-            rest = next;
-        }
-    }
-
-    fn channel(&self, session: &str) -> broadcast::Sender<LiveEvents> {
-        match self.inner.channels.lock() {
-            Ok(mut channels) => {
-                if let Some(tx) = channels.get(session) {
-                    return tx.clone();
-                }
-                // Channels nobody listens to any more go when the map doubles (not on every
-                // subscribe: with 10,000 open streams that scan was the cost of opening one).
-                if channels.len().is_power_of_two() {
-                    channels.retain(|_, tx| tx.receiver_count() > 0);
-                }
-                channels
-                    .entry(session.to_owned())
-                    .or_insert_with(|| broadcast::channel(LIVE_BUFFER).0)
-                    .clone()
-            }
-            Err(_) => broadcast::channel(1).0,
-        }
-    }
-
     async fn require_session(&self, session: &str) -> RuntimeResult<SessionRecord> {
         self.inner
             .store
@@ -752,116 +536,5 @@ impl Runtime {
             });
         }
         Ok(record)
-    }
-
-    fn is_active(&self, session: &str) -> bool {
-        self.inner
-            .active
-            .lock()
-            .map(|a| a.contains_key(session))
-            .unwrap_or(false)
-    }
-
-    fn cancel_token(&self, session: &str) -> Option<CancellationToken> {
-        self.inner
-            .active
-            .lock()
-            .ok()
-            .and_then(|a| a.get(session).map(|x| x.cancel.clone()))
-    }
-
-    /// New work arrived: tell a running driver, or start one (when `autostart`).
-    fn kick(&self, session: &str) {
-        if self.mark_dirty(session) {
-            return;
-        }
-        if self.inner.config.autostart {
-            self.spawn_driver(session);
-        }
-    }
-
-    async fn kick_or_drive(&self, session: &str) {
-        if self.mark_dirty(session) {
-            return;
-        }
-        if self.inner.config.autostart {
-            self.spawn_driver(session);
-        } else if let Err(e) = self.drive(session).await {
-            tracing::warn!(session, error = %e, "cancelling the session failed");
-        }
-    }
-
-    /// Marks a running driver dirty; `false` when there is none.
-    fn mark_dirty(&self, session: &str) -> bool {
-        match self.inner.active.lock() {
-            Ok(mut active) => match active.get_mut(session) {
-                Some(a) => {
-                    a.dirty = true;
-                    true
-                }
-                None => false,
-            },
-            Err(_) => false,
-        }
-    }
-
-    fn spawn_driver(&self, session: &str) {
-        let rt = self.clone();
-        let session = session.to_owned();
-        tokio::spawn(async move {
-            if let Err(e) = rt.drive(&session).await {
-                tracing::warn!(session, error = %e, "session driver stopped");
-            }
-        });
-    }
-
-    /// Registers a driver; `None` when one is already running (it is marked dirty instead).
-    fn register(&self, session: &str) -> Option<CancellationToken> {
-        let mut active = self.inner.active.lock().ok()?;
-        if let Some(a) = active.get_mut(session) {
-            a.dirty = true;
-            return None;
-        }
-        let cancel = CancellationToken::new();
-        let (done, _) = watch::channel(false);
-        active.insert(
-            session.to_owned(),
-            Active {
-                cancel: cancel.clone(),
-                dirty: false,
-                done: Some(done),
-            },
-        );
-        Some(cancel)
-    }
-
-    /// Called when a driver found no work: unregisters unless new work arrived meanwhile (then
-    /// returns `true`: go again).
-    fn finish_or_continue(&self, session: &str) -> bool {
-        let Ok(mut active) = self.inner.active.lock() else {
-            return false;
-        };
-        if let Some(a) = active.get_mut(session)
-            && a.dirty
-        {
-            a.dirty = false;
-            return true;
-        }
-        if let Some(a) = active.remove(session)
-            && let Some(done) = a.done
-        {
-            let _ = done.send(true);
-        }
-        false
-    }
-
-    /// Unregisters a driver unconditionally (errors, lease lost).
-    fn unregister(&self, session: &str) {
-        if let Ok(mut active) = self.inner.active.lock()
-            && let Some(a) = active.remove(session)
-            && let Some(done) = a.done
-        {
-            let _ = done.send(true);
-        }
     }
 }

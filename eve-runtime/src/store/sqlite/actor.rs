@@ -80,6 +80,11 @@ const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 /// Commits between two checkpoints of the WAL (a step's commit writes 10–20 pages, so about
 /// the 1,000 pages of SQLite's own automatic checkpoint).
 pub(super) const CHECKPOINT_EVERY: usize = 64;
+/// Commits since the last checkpoint past which callers stop committing on their own threads:
+/// the writer thread was asked for a checkpoint long ago and has not run (a starved thread on a
+/// loaded machine), so commits go to it, and wait for it, until it has checkpointed; otherwise
+/// back-to-back commits on callers' threads would grow the WAL without bound.
+const CHECKPOINT_OVERDUE: usize = 4 * CHECKPOINT_EVERY;
 
 pub(super) type AnyBox = Box<dyn Any + Send>;
 pub(super) type Job = Box<dyn FnOnce(&Connection) -> StoreResult<AnyBox> + Send>;
@@ -181,7 +186,9 @@ pub(super) fn commit_here<R, F>(shared: &Shared, job: F) -> Here<R, F>
 where
     F: FnOnce(&Connection) -> StoreResult<R>,
 {
-    if shared.queued.load(Ordering::Acquire) != 0 {
+    if shared.queued.load(Ordering::Acquire) != 0
+        || shared.since_checkpoint.load(Ordering::Acquire) >= CHECKPOINT_OVERDUE
+    {
         return Here::Declined(job);
     }
     let mut guard = match shared.conn.try_lock() {

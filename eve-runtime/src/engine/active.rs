@@ -1,0 +1,128 @@
+//! The drivers running in this process: one per session at most. New work marks a running
+//! driver dirty (it goes round again) or starts one; a driver that finds nothing left
+//! unregisters unless work arrived meanwhile, and wakes whoever waits for it to settle.
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::Runtime;
+
+#[derive(Default)]
+pub(super) struct Active {
+    pub(super) cancel: CancellationToken,
+    pub(super) dirty: bool,
+    pub(super) done: Option<watch::Sender<bool>>,
+}
+
+impl Runtime {
+    pub(super) fn is_active(&self, session: &str) -> bool {
+        self.inner
+            .active
+            .lock()
+            .map(|a| a.contains_key(session))
+            .unwrap_or(false)
+    }
+
+    pub(super) fn cancel_token(&self, session: &str) -> Option<CancellationToken> {
+        self.inner
+            .active
+            .lock()
+            .ok()
+            .and_then(|a| a.get(session).map(|x| x.cancel.clone()))
+    }
+
+    /// New work arrived: tell a running driver, or start one (when `autostart`).
+    pub(super) fn kick(&self, session: &str) {
+        if self.mark_dirty(session) {
+            return;
+        }
+        if self.inner.config.autostart {
+            self.spawn_driver(session);
+        }
+    }
+
+    pub(super) async fn kick_or_drive(&self, session: &str) {
+        if self.mark_dirty(session) {
+            return;
+        }
+        if self.inner.config.autostart {
+            self.spawn_driver(session);
+        } else if let Err(e) = self.drive(session).await {
+            tracing::warn!(session, error = %e, "cancelling the session failed");
+        }
+    }
+
+    /// Marks a running driver dirty; `false` when there is none.
+    pub(super) fn mark_dirty(&self, session: &str) -> bool {
+        match self.inner.active.lock() {
+            Ok(mut active) => match active.get_mut(session) {
+                Some(a) => {
+                    a.dirty = true;
+                    true
+                }
+                None => false,
+            },
+            Err(_) => false,
+        }
+    }
+
+    pub(super) fn spawn_driver(&self, session: &str) {
+        let rt = self.clone();
+        let session = session.to_owned();
+        tokio::spawn(async move {
+            if let Err(e) = rt.drive(&session).await {
+                tracing::warn!(session, error = %e, "session driver stopped");
+            }
+        });
+    }
+
+    /// Registers a driver; `None` when one is already running (it is marked dirty instead).
+    pub(super) fn register(&self, session: &str) -> Option<CancellationToken> {
+        let mut active = self.inner.active.lock().ok()?;
+        if let Some(a) = active.get_mut(session) {
+            a.dirty = true;
+            return None;
+        }
+        let cancel = CancellationToken::new();
+        let (done, _) = watch::channel(false);
+        active.insert(
+            session.to_owned(),
+            Active {
+                cancel: cancel.clone(),
+                dirty: false,
+                done: Some(done),
+            },
+        );
+        Some(cancel)
+    }
+
+    /// Called when a driver found no work: unregisters unless new work arrived meanwhile (then
+    /// returns `true`: go again).
+    pub(super) fn finish_or_continue(&self, session: &str) -> bool {
+        let Ok(mut active) = self.inner.active.lock() else {
+            return false;
+        };
+        if let Some(a) = active.get_mut(session)
+            && a.dirty
+        {
+            a.dirty = false;
+            return true;
+        }
+        if let Some(a) = active.remove(session)
+            && let Some(done) = a.done
+        {
+            let _ = done.send(true);
+        }
+        false
+    }
+
+    /// Unregisters a driver unconditionally (errors, lease lost).
+    pub(super) fn unregister(&self, session: &str) {
+        if let Ok(mut active) = self.inner.active.lock()
+            && let Some(a) = active.remove(session)
+            && let Some(done) = a.done
+        {
+            let _ = done.send(true);
+        }
+    }
+}
