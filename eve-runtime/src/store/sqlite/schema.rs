@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::store::{StoreError, StoreResult};
@@ -22,6 +23,13 @@ const STATEMENT_CACHE: usize = 256;
 pub(super) fn open_connection(path: &Path) -> StoreResult<Connection> {
     let conn = Connection::open(path)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    // The query planner's stability guarantee: a statement's plan does not depend on the values
+    // bound to it. Without it, SQLite (built with STAT4, as here) marks every parameter compared
+    // with an indexed column, and binding another value there (another session's id) throws the
+    // prepared statement away and parses and plans it again, on every read of the run loop and
+    // on writes that alternate between sessions. The store has no statistics tables and no
+    // partial index chosen by a bound value, so no plan changes.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -421,3 +429,37 @@ ALTER TABLE channel_replies ADD COLUMN owner_expires_at INTEGER NOT NULL DEFAULT
 ALTER TABLE channel_replies ADD COLUMN sending TEXT;
 "#,
 ];
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::StatementStatus;
+
+    use super::*;
+
+    /// A statement of the run loop bound to one session after another stays prepared: it is
+    /// not parsed and planned again for each new session.
+    #[test]
+    fn statements_stay_prepared_across_bound_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_connection(&dir.path().join("eve.db")).unwrap();
+        migrate(&mut conn).unwrap();
+        for sql in [
+            "SELECT seq FROM turns WHERE session_id=?1 ORDER BY seq DESC LIMIT 1",
+            "SELECT id FROM inbox WHERE session_id=?1 AND consumed_turn IS NULL ORDER BY rowid",
+            "SELECT idx FROM events WHERE session_id=?1 AND idx>=?2 ORDER BY idx LIMIT 10",
+        ] {
+            for i in 0..5_i64 {
+                let mut stmt = conn.prepare_cached(sql).unwrap();
+                let session = format!("wrun_{i}");
+                let mut rows = if stmt.parameter_count() == 1 {
+                    stmt.query(rusqlite::params![session]).unwrap()
+                } else {
+                    stmt.query(rusqlite::params![session, i]).unwrap()
+                };
+                assert!(rows.next().unwrap().is_none());
+            }
+            let stmt = conn.prepare_cached(sql).unwrap();
+            assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
+        }
+    }
+}
