@@ -226,9 +226,8 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                     c.started_at,
                     c.ended_at,
                 ];
-                // A call settled after it was journaled is updated in place: `INSERT OR REPLACE`
-                // deletes and re-inserts the row, which rewrites its entries in the primary
-                // key's index and in `tool_calls_by_turn` as well. A row whose step or position
+                // A call settled after it was journaled is updated in place (`INSERT OR
+                // REPLACE` deletes the row and inserts it again). A row whose step or position
                 // differs (the same id asked again) is still replaced whole.
                 let written = conn
                     .prepare_cached(&format!(

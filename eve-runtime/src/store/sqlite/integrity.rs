@@ -122,6 +122,19 @@ fn refuse(db: &Path, what: String) -> StoreError {
     ))
 }
 
+/// `opened`, the outcome of opening and migrating the database, with a damaged page said as
+/// the damage `quick_check` reports is (naming the file and how to restore it): SQLite reads
+/// the schema's pages, and a migration the pages it changes, before the check can run.
+pub(super) fn damage_refused<T>(db: &Path, opened: StoreResult<T>) -> StoreResult<T> {
+    match opened {
+        // SQLite's own text for `SQLITE_CORRUPT`.
+        Err(StoreError::Backend(message)) if message.contains("disk image is malformed") => {
+            Err(refuse(db, format!("the database is damaged ({message})")))
+        }
+        other => other,
+    }
+}
+
 /// Checks the files before SQLite opens (and would create) the database.
 pub(super) fn check_files(db: &Path) -> StoreResult<()> {
     let wal = sidecar(db, "-wal");

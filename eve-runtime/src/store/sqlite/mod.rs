@@ -100,8 +100,8 @@ impl SqliteStore {
             std::fs::create_dir_all(parent)?;
         }
         integrity::check_files(&path)?;
-        let mut conn = open_connection(&path)?;
-        migrate(&mut conn)?;
+        let opened = open_connection(&path).and_then(|mut conn| migrate(&mut conn).map(|()| conn));
+        let conn = integrity::damage_refused(&path, opened)?;
         let identity = integrity::check_open(&conn, &path)?;
         // The writer thread checkpoints, off the commit path (`actor.rs`).
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;

@@ -428,6 +428,39 @@ ALTER TABLE channel_replies ADD COLUMN owner_token INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE channel_replies ADD COLUMN owner_expires_at INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE channel_replies ADD COLUMN sending TEXT;
 "#,
+    // Tool calls keyed by their primary key alone (`WITHOUT ROWID`), with no second index: a
+    // turn's calls are the key's prefix, few enough to sort by step and position when read. A
+    // step's call was written into three b-trees (the rows, the key's index and
+    // `tool_calls_by_turn`), three pages of the step's commit; now one.
+    r#"
+CREATE TABLE tool_calls_keyed (
+    session_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    turn_seq INTEGER NOT NULL,
+    step_index INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    input TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    effect TEXT NOT NULL,
+    status TEXT NOT NULL,
+    approval TEXT NOT NULL,
+    output TEXT,
+    is_error INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    started_at INTEGER,
+    ended_at INTEGER,
+    PRIMARY KEY (session_id, turn_seq, call_id)
+) WITHOUT ROWID;
+INSERT INTO tool_calls_keyed (session_id, call_id, turn_seq, step_index, position, kind, name,
+    input, idempotency_key, effect, status, approval, output, is_error, attempts, started_at,
+    ended_at)
+SELECT session_id, call_id, turn_seq, step_index, position, kind, name, input, idempotency_key,
+    effect, status, approval, output, is_error, attempts, started_at, ended_at FROM tool_calls;
+DROP TABLE tool_calls;
+ALTER TABLE tool_calls_keyed RENAME TO tool_calls;
+"#,
 ];
 
 #[cfg(test)]
@@ -435,6 +468,51 @@ mod tests {
     use rusqlite::StatementStatus;
 
     use super::*;
+
+    /// A store written before tool calls were keyed by their primary key alone keeps its calls,
+    /// read back in step and position order.
+    #[test]
+    fn tool_calls_survive_the_move_to_their_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_connection(&dir.path().join("eve.db")).unwrap();
+        let before = MIGRATIONS.len() - 1;
+        let tx = conn.transaction().unwrap();
+        for sql in &MIGRATIONS[..before] {
+            tx.execute_batch(sql).unwrap();
+        }
+        tx.pragma_update(None, "user_version", before as i64)
+            .unwrap();
+        for (call, step, position) in [("c_late", 1, 0), ("c_b", 0, 1), ("c_a", 0, 0)] {
+            tx.execute(
+                "INSERT INTO tool_calls (session_id, call_id, turn_seq, step_index, position, \
+                 kind, name, input, idempotency_key, effect, status, approval, output, is_error, \
+                 attempts) VALUES ('wrun_1', ?1, 1, ?2, ?3, 'tool-call', 'echo', '{}', ?1, \
+                 'read', 'completed', 'none', '\"ok\"', 0, 1)",
+                rusqlite::params![call, step, position],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+        migrate(&mut conn).unwrap();
+        let calls = crate::store::sqlite::reads::tool_calls(&conn, "wrun_1", 1).unwrap();
+        assert_eq!(
+            calls.iter().map(|c| c.call_id.as_str()).collect::<Vec<_>>(),
+            ["c_a", "c_b", "c_late"]
+        );
+        assert_eq!(calls[0].output, Some(serde_json::json!("ok")));
+        let indexes: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE tbl_name = 'tool_calls' \
+                 AND type = 'index'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(
+            indexes, 0,
+            "a table without rowid needs no index of its own key"
+        );
+    }
 
     /// A statement of the run loop bound to one session after another stays prepared: it is
     /// not parsed and planned again for each new session.
