@@ -65,9 +65,6 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                 ])?;
             }
             Op::UpdateSession(s) => {
-                // SQLite rewrites an index entry whenever its column is assigned, even to the
-                // same value: a row whose status stays (most updates, one a step) is updated
-                // without touching `status`, so `sessions_by_status` is not written again.
                 let loaded_skills = serde_json::to_string(&s.loaded_skills)?;
                 let approved_tools = serde_json::to_string(&s.approved_tools)?;
                 let params = params![
@@ -84,27 +81,22 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                     approved_tools,
                     now,
                 ];
-                let same_status = conn
+                let n = conn
                     .prepare_cached(
                         "UPDATE sessions SET build_hash=?3, turn_count=?4, \
                          input_tokens=?5, output_tokens=?6, cache_read_tokens=?7, \
                          cache_write_tokens=?8, cost_usd=?9, loaded_skills=?10, approved_tools=?11, \
-                         updated_at=?12 WHERE id=?1 AND status=?2",
+                         updated_at=?12 WHERE id=?1",
                     )?
                     .execute(params)?;
-                if same_status == 0 {
-                    let n = conn
-                        .prepare_cached(
-                            "UPDATE sessions SET status=?2, build_hash=?3, turn_count=?4, \
-                             input_tokens=?5, output_tokens=?6, cache_read_tokens=?7, \
-                             cache_write_tokens=?8, cost_usd=?9, loaded_skills=?10, \
-                             approved_tools=?11, updated_at=?12 WHERE id=?1",
-                        )?
-                        .execute(params)?;
-                    if n == 0 {
-                        return Err(StoreError::NotFound(format!("session {}", s.id)));
-                    }
+                if n == 0 {
+                    return Err(StoreError::NotFound(format!("session {}", s.id)));
                 }
+                // Apart, and only when it changes: SQLite rewrites an index entry whenever its
+                // column is assigned, even to the value it had, and most updates (one a step)
+                // keep the status, so `sessions_by_status` is not written again for them.
+                conn.prepare_cached("UPDATE sessions SET status=?2 WHERE id=?1 AND status<>?2")?
+                    .execute(params![s.id, s.status.as_str()])?;
             }
             Op::SetCancel {
                 session_id,
