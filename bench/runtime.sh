@@ -13,15 +13,15 @@
 #   ROUNDS=3 bench/runtime.sh             # alternate baseline and checkout three times each
 #
 # The baseline is exported (`git archive`, no worktree registered) to target/bench-base/src-REV
-# (kept for later runs) and built in its own target dir, target/bench-base/target (kept too;
-# BASE_TARGET_DIR=dir to choose another). Each side runs its own `eve-runtime/tests/engine_bench.rs`.
+# (kept for later runs) and built in a target dir of its own, target/bench-base/target-REV (kept
+# too; BASE_TARGET_DIR=dir to choose another): two baselines built in one target dir mixed their
+# workspace crates. Each side runs its own `eve-runtime/tests/engine_bench.rs`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 CRASH_ITERATIONS=${CRASH_ITERATIONS:-200}
 BASE=${BASE:-f9bbee7}
 ROUNDS=${ROUNDS:-1}
-BASE_TARGET_DIR=${BASE_TARGET_DIR:-$ROOT/target/bench-base/target}
 
 # Runs the engine benchmarks of the tree in $1 (target dir $2, empty: the tree's own) and prints
 # their result lines.
@@ -55,6 +55,7 @@ base_tree=
 if [ "$BASE" != none ]; then
   rev=$(git rev-parse --verify "$BASE^{commit}")
   base_tree=$ROOT/target/bench-base/src-${rev:0:12}
+  BASE_TARGET_DIR=${BASE_TARGET_DIR:-$ROOT/target/bench-base/target-${rev:0:12}}
   if [ ! -f "$base_tree/Cargo.toml" ]; then
     echo "== exporting baseline $BASE ($rev) to $base_tree" >&2
     rm -rf "$base_tree.tmp"
