@@ -1,9 +1,9 @@
 //! Following a session's events: stored backlog first, then live, with no gap and no repeat.
 //!
 //! Live events come from this process's broadcast (every commit of the engine publishes its
-//! events there, a commit's in one message); when the receiver lagged, saw a gap, or another process committed (the store
-//! reports those), the store is read again from the next expected index. Indexes are the source
-//! of truth, so the two paths cannot disagree.
+//! events there, a commit's in one message); when the receiver lagged, saw a gap, or another
+//! process committed (the store reports those), the store is read again from the next expected
+//! index. Indexes are the source of truth, so the two paths cannot disagree.
 //!
 //! An idle follower on a store that reports other processes' commits (SQLite, PostgreSQL) sleeps
 //! until one of those two wakes it, with one backstop read a minute should a report ever be lost

@@ -65,17 +65,10 @@ impl Runtime {
             return;
         }
         // One send per run of one session's events (a commit usually writes one session).
-        let mut rest = events;
-        while let Some(first) = rest.first() {
-            let run = rest
-                .iter()
-                .position(|e| e.session_id != first.session_id)
-                .unwrap_or(rest.len());
-            let (this, next) = rest.split_at(run);
-            if let Some(tx) = channels.get(&first.session_id) {
-                let _ = tx.send(LiveEvents::from(this));
+        for run in events.chunk_by(|a, b| a.session_id == b.session_id) {
+            if let Some(tx) = run.first().and_then(|e| channels.get(&e.session_id)) {
+                let _ = tx.send(LiveEvents::from(run));
             }
-            rest = next;
         }
     }
 

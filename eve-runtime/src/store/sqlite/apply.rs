@@ -197,9 +197,13 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                 ])?;
             }
             Op::PutToolCall(c) => {
-                let input = serde_json::to_string(&c.input)?;
-                let output = c.output.as_ref().map(serde_json::to_string).transpose()?;
-                let params = params![
+                // One b-tree (`WITHOUT ROWID`, no second index): replacing the row rewrites the
+                // one leaf it sits in, as an update in place would.
+                conn.prepare_cached(&format!(
+                    "INSERT OR REPLACE INTO tool_calls ({CALL_COLS}) VALUES \
+                     (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"
+                ))?
+                .execute(params![
                     c.session_id,
                     c.call_id,
                     to_i64(c.turn_seq),
@@ -207,41 +211,17 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                     to_i64(c.position),
                     c.kind,
                     c.name,
-                    input,
+                    serde_json::to_string(&c.input)?,
                     c.idempotency_key,
                     c.effect,
                     c.status.as_str(),
                     c.approval.as_str(),
-                    output,
+                    c.output.as_ref().map(serde_json::to_string).transpose()?,
                     i64::from(c.is_error),
                     i64::from(c.attempts),
                     c.started_at,
                     c.ended_at,
-                ];
-                // A call settled after it was journaled is updated in place (`INSERT OR
-                // REPLACE` deletes the row and inserts it again). A row whose step or position
-                // differs (the same id asked again) is still replaced whole.
-                let written = conn
-                    .prepare_cached(&format!(
-                        "INSERT INTO tool_calls ({CALL_COLS}) VALUES \
-                         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17) \
-                         ON CONFLICT(session_id, turn_seq, call_id) DO UPDATE SET \
-                         kind=excluded.kind, name=excluded.name, input=excluded.input, \
-                         idempotency_key=excluded.idempotency_key, effect=excluded.effect, \
-                         status=excluded.status, approval=excluded.approval, \
-                         output=excluded.output, is_error=excluded.is_error, \
-                         attempts=excluded.attempts, started_at=excluded.started_at, \
-                         ended_at=excluded.ended_at \
-                         WHERE step_index=excluded.step_index AND position=excluded.position"
-                    ))?
-                    .execute(params)?;
-                if written == 0 {
-                    conn.prepare_cached(&format!(
-                        "INSERT OR REPLACE INTO tool_calls ({CALL_COLS}) VALUES \
-                         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"
-                    ))?
-                    .execute(params)?;
-                }
+                ])?;
             }
             Op::PutInputRequest(r) => {
                 conn.prepare_cached(&format!(

@@ -14,9 +14,9 @@ use crate::store::{StoreError, StoreResult};
 /// How long a connection waits for another process's write lock.
 pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Statements each connection keeps prepared. A step alone runs about twenty distinct ones
-/// (rusqlite keeps 16 by default, so a step's statements pushed each other out and were parsed
-/// again every step); every statement of the store fits.
+/// Statements each connection keeps prepared: a turn's writes and the run loop's reads are more
+/// than rusqlite's default of 16, which would push each other out and be parsed again; every
+/// statement of the store fits.
 const STATEMENT_CACHE: usize = 256;
 
 /// Opens a connection with the store's settings (WAL, `synchronous=NORMAL`, foreign keys).
