@@ -71,6 +71,7 @@ assert r["passed"] == r["total"] == n, f"not every case passed: {r['passed']}/{r
 wall = t2 - t1
 print(f"eve eval, {n} {suite} cases, --max-concurrency {jobs}: {wall:.2f} s wall "
       f"({r['seconds']:.2f} s in the suite, {1000 * wall / n:.1f} ms a case; an empty "
-      f"selection {empty} s); target < 2 s: {'met' if wall < 2 else 'NOT met'}")
+      f"selection {empty} s); target < 2 s: "
+      f"{'met' if wall < 2 else 'measured above it on this run (a benchmark figure, not a test)'}")
 PY
 done

@@ -30,6 +30,11 @@ if [ "${EVE_SKIP_POSTGRES:-}" = "1" ]; then
     step "SKIPPED: PostgreSQL tests (EVE_SKIP_POSTGRES=1)"
 else
     pg_start=$SECONDS
+    # A cluster this script starts is stopped when it ends, passed or failed; one that was
+    # already running, or a server given through EVE_TEST_POSTGRES_URL, is left alone.
+    if [ -z "${EVE_TEST_POSTGRES_URL:-}" ] && ! scripts/postgres.sh status; then
+        trap 'EVE_TEST_POSTGRES_URL= scripts/postgres.sh stop >/dev/null 2>&1 || true; echo "postgres: stopped the cluster this run started" >&2' EXIT
+    fi
     EVE_TEST_POSTGRES_URL="$(scripts/postgres.sh start)"
     export EVE_TEST_POSTGRES_URL
     printf 'postgres start: %ss\n' "$((SECONDS - pg_start))" >&2
