@@ -575,6 +575,7 @@ fn reply(text: String, calls: Vec<ToolCall>) -> ModelResponse {
             input_tokens: 10,
             output_tokens: 5,
             cache_read_tokens: 0,
+            estimated: false,
         },
     }
 }

@@ -219,9 +219,17 @@ pub fn message_completed(turn: &TurnRecord, step: u64, finish: &str, text: &str)
     )
 }
 
-/// Usage of one step, as in `step.completed`.
-pub fn step_usage(input: u64, output: u64, cache_read: u64) -> Value {
-    json!({"inputTokens": input, "outputTokens": output, "cacheReadTokens": cache_read})
+/// Usage of one step, as in `step.completed`; `estimated: true` when the server reported none.
+pub fn step_usage(usage: &crate::model::Usage) -> Value {
+    let mut value = json!({
+        "inputTokens": usage.input_tokens,
+        "outputTokens": usage.output_tokens,
+        "cacheReadTokens": usage.cache_read_tokens,
+    });
+    if usage.estimated {
+        value["estimated"] = Value::Bool(true);
+    }
+    value
 }
 
 /// `step.completed`.

@@ -512,6 +512,7 @@ impl ModelClient for MockClient {
                 .output_tokens
                 .unwrap_or_else(|| tokens(output_chars)),
             cache_read_tokens: scripted.cache_read_tokens.unwrap_or(0),
+            estimated: false,
         };
         let finish_reason = match step.finish.as_deref() {
             Some(finish) => super::openai::map_finish_reason(&finish.replace('-', "_")),

@@ -6,7 +6,7 @@
 //! text from `delta.content`, reasoning from `delta.reasoning_content` (DeepSeek, vLLM) or
 //! `delta.reasoning` (OpenRouter, Ollama), tool calls assembled by `index` (id and name come in the
 //! first chunk of a call, arguments in pieces), usage from the final chunk, and `[DONE]`. A stream
-//! that ends before a `finish_reason` or `[DONE]` is malformed: the answer may be cut short.
+//! that ends before a `finish_reason` is malformed: the answer may be cut short.
 //!
 //! Servers as they are, not only as OpenAI documents them (llama-cpp-python, llama.cpp, vLLM,
 //! Ollama): an assistant message that only calls tools carries `content: ""` (llama-cpp-python
@@ -14,7 +14,8 @@
 //! call id and name repeated in every chunk of a call are taken once, never appended; a legacy
 //! `delta.function_call` without `tool_calls` is call #0; no usage chunk means zero usage;
 //! `finish_reason` may be `tool_calls`, `function_call`, `stop` (with calls: tool calls),
-//! `length`, `eos` or missing before `[DONE]`. A forced `tool_choice` that a server refuses (a 400
+//! `length` or `eos`, and must come: a stream that ends without one, even with `[DONE]`, was cut
+//! short (llama-cpp-python ends an answer it stops that way) and fails like a dropped connection. A forced `tool_choice` that a server refuses (a 400
 //! or 422 naming `tool_choice`) is dropped, the call is made once more without it, and the client
 //! stops sending it to that server.
 //!
@@ -377,11 +378,19 @@ impl StreamDecoder {
             self.sse.finish(&mut pending);
         }
         self.drain(&mut pending, out)?;
-        if !self.done && self.finish.is_none() {
-            return Err(ModelError::Malformed(
-                "the stream ended before the response was complete (no finish_reason, no [DONE])"
-                    .to_owned(),
-            ));
+        if self.finish.is_none() {
+            // `[DONE]` alone does not make an answer whole: llama-cpp-python ends a stream it
+            // stopped to serve another request with `[DONE]` and no finish reason.
+            let ending = if self.done {
+                "[DONE] without a finish_reason"
+            } else {
+                "no finish_reason, no [DONE]"
+            };
+            return Err(ModelError::Malformed(format!(
+                "the stream ended before the response was complete ({ending}); a server that \
+                 serves one request at a time stops an answer when another arrives: send it one \
+                 call at a time (`eve eval --max-concurrency 1`) or give it more parallel slots"
+            )));
         }
         let mut tool_calls = Vec::with_capacity(self.calls.len());
         for call in &self.calls {
@@ -616,6 +625,7 @@ fn parse_usage(usage: &Value) -> Usage {
         cache_read_tokens: number("/prompt_tokens_details/cached_tokens")
             .or_else(|| number("/prompt_cache_hit_tokens"))
             .unwrap_or(0),
+        estimated: false,
     }
 }
 

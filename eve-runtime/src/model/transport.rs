@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 
-use super::{ModelError, ModelEvent, ModelResponse, ModelSettings};
+use super::{ModelError, ModelEvent, ModelResponse, ModelSettings, Usage};
 
 /// Largest error body we read, to quote the provider's message.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
@@ -353,7 +353,12 @@ pub(crate) async fn stream_with_retries<D: Decoder>(
         .await;
         let failure = match attempted {
             Err(_) => return Err(over_deadline()),
-            Ok(Ok(response)) => return Ok(response),
+            Ok(Ok(mut response)) => {
+                if response.usage.is_missing() {
+                    response.usage = Usage::estimate(call.body.len(), &response);
+                }
+                return Ok(response);
+            }
             Ok(Err(failure)) => failure,
         };
         if emitted || !failure.retryable || attempt >= settings.max_retries {

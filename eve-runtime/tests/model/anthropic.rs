@@ -40,7 +40,8 @@ async fn streams_text_with_usage_and_sends_the_request() {
         Usage {
             input_tokens: 125,
             output_tokens: 12,
-            cache_read_tokens: 100
+            cache_read_tokens: 100,
+            estimated: false,
         }
     );
     assert!(response.reasoning.is_none());

@@ -119,7 +119,8 @@ async fn usage_is_a_deterministic_estimate() {
         Usage {
             input_tokens: 3,
             output_tokens: 4,
-            cache_read_tokens: 0
+            cache_read_tokens: 0,
+            estimated: false,
         }
     );
     assert_eq!(run(&mock, &request).await.1.unwrap(), response);

@@ -17,6 +17,7 @@ pub(crate) mod server;
 mod settings;
 mod split;
 mod sse;
+mod unreported;
 pub(crate) mod wire;
 
 use std::time::Duration;

@@ -56,7 +56,8 @@ async fn streams_text_reasoning_and_usage_and_sends_the_request() {
         Usage {
             input_tokens: 42,
             output_tokens: 7,
-            cache_read_tokens: 30
+            cache_read_tokens: 30,
+            estimated: false,
         }
     );
     assert_eq!(response.finish_reason, FinishReason::Stop);

@@ -434,11 +434,7 @@ impl TurnDriver<'_> {
                 ev::message_completed(turn, step, &finish, &response.content),
             );
         }
-        let step_usage = ev::step_usage(
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.cache_read_tokens,
-        );
+        let step_usage = ev::step_usage(&usage);
         let step_usage_kept = step_usage.clone();
         // A final answer may go back to the model once more: the hollow-answer check's nudge,
         // or a critic's objections. The step ends; the message is the next step's last.
@@ -597,13 +593,8 @@ impl TurnDriver<'_> {
         let usage = steps
             .iter()
             .find(|s| s.step_index == turn.step_index)
-            .map(|s| s.response["usage"].clone())
-            .unwrap_or(Value::Null);
-        let get = |k: &str| usage[k].as_u64().unwrap_or(0);
-        Ok(ev::step_usage(
-            get("inputTokens"),
-            get("outputTokens"),
-            get("cacheReadTokens"),
-        ))
+            .and_then(|s| serde_json::from_value(s.response["usage"].clone()).ok())
+            .unwrap_or_default();
+        Ok(ev::step_usage(&usage))
     }
 }
