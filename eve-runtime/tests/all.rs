@@ -3,6 +3,7 @@
 
 mod behaviours;
 mod channels;
+mod compaction;
 mod composition;
 mod deferred;
 mod engine;

@@ -47,9 +47,13 @@ impl TurnDriver<'_> {
             return Ok(());
         };
         let threshold = config.compaction.threshold;
+        // Everything the request carries: the system prompt, the context and the tools' names,
+        // descriptions and schemas (often the largest part), against what the provider last
+        // reported, whichever is larger.
         let system_chars = self.build.system_prompt.len();
-        let context = self.context().await?;
-        let chars: usize = context.iter().map(message_chars).sum::<usize>() + system_chars;
+        let context_chars: usize = self.context().await?.iter().map(message_chars).sum();
+        let tool_chars: usize = self.offered_specs().iter().map(spec_chars).sum();
+        let chars = context_chars + tool_chars + system_chars;
         let estimate = (chars as u64 / 4).max(self.last_tokens);
         // With memory on, the model first gets one step to save what matters (once per context).
         if self.offer_save(turn, estimate, window).await? {
@@ -139,6 +143,11 @@ async fn provider_window(rt: &Runtime, model: &ResolvedModel) -> Option<u64> {
         c.insert(key, window);
     }
     Some(window)
+}
+
+/// What a tool costs in a request: its name, description and input schema as sent.
+fn spec_chars(spec: &crate::model::ToolSpec) -> usize {
+    spec.name.len() + spec.description.len() + spec.input_schema.to_string().len()
 }
 
 fn message_chars(message: &Message) -> usize {

@@ -224,6 +224,14 @@ pub(super) async fn pending_for_turn(
     Ok(pending)
 }
 
+/// A lower bound of the tokens the provider reported for the last model call of `turn` (its
+/// totals over its calls; a turn's context only grows, so its last call is its largest), which
+/// compaction weighs against its own estimate from the start of the next turn.
+fn reported_tokens(turn: &TurnRecord) -> u64 {
+    let calls = turn.step_index.saturating_add(1);
+    turn.usage.total() / calls
+}
+
 /// Runs turns until there is nothing to do or a turn parks.
 ///
 /// One store read per message: [`load_drive_state`] before each move. A turn this loop starts
@@ -237,6 +245,7 @@ async fn run_available(
     loop {
         let mut state = load_drive_state(rt, session).await?;
         let path = state.agent_path().to_owned();
+        let reported = state.last_turn.as_ref().map_or(0, reported_tokens);
         // The root of the session's tree (models and isolated state are resolved by it).
         let root = state
             .link
@@ -273,6 +282,7 @@ async fn run_available(
         let cancel_now = record.cancel_requested;
         let mut driver = TurnDriver::new(rt, record, root, build, cancel.clone())?;
         driver.budget = budget;
+        driver.last_tokens = reported;
         let end = if cancel_now {
             driver.end_cancelled(turn).await?
         } else {
