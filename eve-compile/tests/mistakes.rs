@@ -181,3 +181,28 @@ fn a_misspelt_folder_or_provider_gets_a_did_you_mean() {
     assert!(!help("agent/widgets/").contains("did you mean"));
     assert!(help("agent/agent.yaml").starts_with("did you mean `openai`?"));
 }
+
+/// eve's rule: a skill without `description:` is described by its first non-empty line.
+#[test]
+fn a_skill_without_front_matter_is_described_by_its_first_line() {
+    let checked = TestAgent::minimal()
+        .file("skills/haiku.md", "\n\n# Write haiku about the weather\n\nThree lines.\n")
+        .file("skills/blank.md", "---\ndescription: \"\"\n---\n\n")
+        .check_mem();
+    let skills = &checked.output.manifest.agent.skills;
+    let described: Vec<(&str, &str)> = skills
+        .iter()
+        .map(|s| (s.name.as_str(), s.description.as_str()))
+        .collect();
+    assert_eq!(
+        described,
+        [("blank", ""), ("haiku", "Write haiku about the weather")]
+    );
+    let warned: Vec<&str> = checked
+        .diagnostics()
+        .iter()
+        .filter(|d| d.code == Code::MissingToolDescription)
+        .map(|d| d.file.as_deref().unwrap_or_default())
+        .collect();
+    assert_eq!(warned, ["agent/skills/blank.md"]);
+}

@@ -70,11 +70,16 @@ impl Compiler {
                 ],
                 "skill",
             );
-            let description = f.string("description").unwrap_or_default();
+            // eve's rule: without `description:`, a skill is described by its first non-empty line.
+            let description = f
+                .string("description")
+                .filter(|d| !d.trim().is_empty())
+                .or_else(|| first_line(&parsed.body))
+                .unwrap_or_default();
             if description.trim().is_empty() {
                 f.push(
                     Diagnostic::new(Code::MissingToolDescription, s.file.path.clone(), format!("skill `{}` has no description", s.name))
-                        .help("add front matter `description:` saying when the skill applies; the model only sees the description until it loads the skill"),
+                        .help("add front matter `description:` saying when the skill applies, or a first line that says it; the model only sees the description until it loads the skill"),
                 );
             }
             let deferred = f.bool("deferred").unwrap_or(false);
@@ -97,4 +102,12 @@ impl Compiler {
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }
+}
+
+/// The first non-empty line of a skill's body, without a Markdown heading's `#`s.
+fn first_line(body: &str) -> Option<String> {
+    body.lines()
+        .map(|line| line.trim().trim_start_matches('#').trim())
+        .find(|line| !line.is_empty())
+        .map(str::to_owned)
 }
