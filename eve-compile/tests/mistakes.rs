@@ -186,7 +186,10 @@ fn a_misspelt_folder_or_provider_gets_a_did_you_mean() {
 #[test]
 fn a_skill_without_front_matter_is_described_by_its_first_line() {
     let checked = TestAgent::minimal()
-        .file("skills/haiku.md", "\n\n# Write haiku about the weather\n\nThree lines.\n")
+        .file(
+            "skills/haiku.md",
+            "\n\n# Write haiku about the weather\n\nThree lines.\n",
+        )
         .file("skills/blank.md", "---\ndescription: \"\"\n---\n\n")
         .check_mem();
     let skills = &checked.output.manifest.agent.skills;

@@ -290,3 +290,47 @@ async fn an_agent_without_deferred_tools_or_mcp_gets_no_catalogue() {
     assert!(text.contains("no tool named `call_tool`"), "{text}");
     assert!(p.side_lines().is_empty());
 }
+
+/// A deferred skill is not listed, but `search_tools` (offered for it alone) finds it and
+/// `load_skill` loads it.
+#[tokio::test]
+async fn deferred_skills_are_found_by_search_tools_even_when_no_tool_is_deferred() {
+    let p = TestProject::new();
+    let mut a = agent();
+    a.skills.push(skill("review", "Check the diff twice."));
+    let mut haiku = skill("haiku", "Five, seven, five.");
+    haiku.description = "Write poems in haiku form.".into();
+    haiku.deferred = true;
+    a.skills.push(haiku);
+    p.write_build(&a, &[]);
+    let (rt, requests) = recording_runtime(
+        &p,
+        json!([
+            call("search_tools", json!({"query": "poems"})),
+            call("load_skill", json!({"name": "haiku"})),
+            {"text": "Done."}
+        ]),
+    );
+    let (id, outcome) = run_prompt(&rt, "a poem please").await;
+    assert_eq!(outcome, DriveOutcome::Idle);
+
+    let requests = requests.lock().unwrap().clone();
+    let offered = names(&requests[0].tools);
+    assert!(offered.contains(&"search_tools"), "{offered:?}");
+    assert!(
+        requests[0].tools[offered.iter().position(|n| *n == "search_tools").unwrap()]
+            .description
+            .contains("skills"),
+    );
+    assert!(!requests[0].system.contains("Write poems"), "not listed");
+    assert!(requests[0].system.contains("1 more skill is not listed"));
+
+    let (status, found) = output(&rt, &id, 0).await;
+    assert_eq!(status, CallStatus::Completed, "{found}");
+    let found: Value = serde_json::from_str(&found).unwrap();
+    assert_eq!(found["tools"][0]["name"], "haiku", "{found}");
+    assert_eq!(found["tools"][0]["kind"], "skill", "{found}");
+    let (status, body) = output(&rt, &id, 1).await;
+    assert_eq!(status, CallStatus::Completed);
+    assert!(body.contains("Five, seven, five."), "{body}");
+}

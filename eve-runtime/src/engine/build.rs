@@ -277,7 +277,8 @@ pub fn system_prompt_with_files(manifest: &Manifest, files: Option<&Path>) -> St
     let agent = &manifest.agent;
     let mut prompt = agent.instructions.trim_end().to_owned();
     let listed: Vec<_> = agent.skills.iter().filter(|s| !s.deferred).collect();
-    if !listed.is_empty() {
+    let unlisted = agent.skills.len() - listed.len();
+    if !listed.is_empty() || unlisted > 0 {
         prompt.push_str(
             "\n\n## Skills\n\nSkills hold instructions for specific tasks. When one applies, load it \
              with the `load_skill` tool (by name) and follow it.\n\n",
@@ -287,6 +288,13 @@ pub fn system_prompt_with_files(manifest: &Manifest, files: Option<&Path>) -> St
             if let Some(note) = files.and_then(|f| skill_files_note(skill, f)) {
                 prompt.push_str(&format!("  {note}\n"));
             }
+        }
+        if unlisted > 0 {
+            prompt.push_str(&format!(
+                "- {unlisted} more skill{} not listed here: find {} with `{SEARCH_TOOLS}`.\n",
+                if unlisted == 1 { " is" } else { "s are" },
+                if unlisted == 1 { "it" } else { "them" },
+            ));
         }
     }
     // Dynamic tool providers are never offered, deferred or not.

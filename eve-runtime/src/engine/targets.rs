@@ -287,7 +287,7 @@ impl TurnDriver<'_> {
         let mut extra = Extra::default();
         let mut validators: Vec<(String, Value)> = Vec::new();
         let auto = self.build.auto_catalogue;
-        let deferred: Vec<CatalogueEntry> = self
+        let mut deferred: Vec<CatalogueEntry> = self
             .build
             .tools
             .iter()
@@ -297,8 +297,21 @@ impl TurnDriver<'_> {
                 alias: String::new(),
                 description: t.description.clone(),
                 input_schema: t.input_schema.clone(),
+                skill: false,
             })
             .collect();
+        let deferred_tools = !deferred.is_empty();
+        let skills_before = deferred.len();
+        deferred.extend(
+            self.build
+                .manifest
+                .agent
+                .skills
+                .iter()
+                .filter(|s| s.deferred)
+                .map(|s| CatalogueEntry::skill(&s.name, &s.description)),
+        );
+        let deferred_skills = deferred.len() > skills_before;
         let mut catalogue_mcp = None;
         if let Some(manager) = self.rt.mcp_manager(&self.build) {
             let tools = manager.tools().await;
@@ -320,9 +333,10 @@ impl TurnDriver<'_> {
         }
         if !deferred.is_empty() || catalogue_mcp.is_some() {
             let what = Catalogued {
-                deferred: !deferred.is_empty(),
+                deferred: deferred_tools,
                 mcp: catalogue_mcp.is_some(),
                 all_tools: auto,
+                skills: deferred_skills,
             };
             for (i, spec) in catalogue_tools_for(what).into_iter().enumerate() {
                 validators.push((spec.name.clone(), spec.input_schema.clone()));

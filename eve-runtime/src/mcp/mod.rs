@@ -373,6 +373,22 @@ pub struct CatalogueEntry {
     pub description: String,
     /// JSON Schema of the tool's input.
     pub input_schema: Value,
+    /// A deferred skill, which the model loads with `load_skill` rather than calls.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub skill: bool,
+}
+
+impl CatalogueEntry {
+    /// A deferred skill: found by its name and description, loaded with `load_skill`.
+    pub fn skill(name: &str, description: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            alias: String::new(),
+            description: description.to_owned(),
+            input_schema: Value::Null,
+            skill: true,
+        }
+    }
 }
 
 impl From<&McpTool> for CatalogueEntry {
@@ -382,6 +398,7 @@ impl From<&McpTool> for CatalogueEntry {
             alias: tool.remote_name.clone(),
             description: tool.description.clone(),
             input_schema: tool.input_schema.clone(),
+            skill: false,
         }
     }
 }
@@ -405,11 +422,20 @@ pub fn search_catalogue(entries: Vec<CatalogueEntry>, input: &Value) -> ToolResu
     let tools: Vec<Value> = rank(entries, query, limit)
         .into_iter()
         .map(|t| {
-            json!({
-                "name": t.name,
-                "description": t.description,
-                "input_schema": t.input_schema,
-            })
+            if t.skill {
+                json!({
+                    "name": t.name,
+                    "description": t.description,
+                    "kind": "skill",
+                    "use": format!("load it with `load_skill` {{\"name\": \"{}\"}}", t.name),
+                })
+            } else {
+                json!({
+                    "name": t.name,
+                    "description": t.description,
+                    "input_schema": t.input_schema,
+                })
+            }
         })
         .collect();
     ToolResult::success(json!({ "tools": tools }), start.elapsed())
@@ -425,6 +451,8 @@ pub struct Catalogued {
     /// The agent's tools are many, and all of them are in the catalogue (`lean_context`): the
     /// system prompt does not list them.
     pub all_tools: bool,
+    /// The agent's deferred skills (not listed in the system prompt, loaded with `load_skill`).
+    pub skills: bool,
 }
 
 /// The two catalogue tools offered instead of every MCP schema when there are many.
@@ -433,6 +461,7 @@ pub fn catalogue_tools() -> Vec<ToolSpec> {
         deferred: false,
         mcp: true,
         all_tools: false,
+        skills: false,
     })
 }
 
@@ -457,10 +486,22 @@ pub fn catalogue_tools_for(what: Catalogued) -> Vec<ToolSpec> {
              in the system prompt) and the tools of its MCP servers.",
             "The tool's name, as `search_tools` gives it (MCP tools: `CONNECTION__tool`).",
         ),
-        (false, _) => (
+        (false, true) => (
             "Search the tools of the connected MCP servers.",
             "Full tool name, `CONNECTION__tool`.",
         ),
+        (false, false) => (
+            "Search this agent's skills that are not listed in the system prompt.",
+            "The tool's name, as `search_tools` gives it.",
+        ),
+    };
+    let searched = if what.skills && (what.deferred || what.mcp || what.all_tools) {
+        format!(
+            "{searched} It also finds the skills not listed in the system prompt (load one with \
+             `load_skill`)."
+        )
+    } else {
+        searched.to_owned()
     };
     vec![
         ToolSpec {
@@ -607,6 +648,7 @@ mod tests {
                 alias: String::new(),
                 description: "Send a notification".into(),
                 input_schema: json!({"type": "object", "required": ["to"]}),
+                skill: false,
             },
         ];
         entries.push(CatalogueEntry::from(&tool("list_issues", "List issues")));
@@ -635,6 +677,7 @@ mod tests {
                 deferred,
                 mcp,
                 all_tools: false,
+                skills: false,
             })[0]
                 .description
                 .clone()
