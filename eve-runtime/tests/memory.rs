@@ -281,6 +281,13 @@ async fn the_probe_shows_the_sandbox_and_a_resume_sees_the_same_text() {
         .and_then(|b| b.split("</environment>").next())
         .unwrap_or_else(|| panic!("no environment block: {first}"));
     assert!(block.contains("OS: "), "{block}");
+    // Today's date, as the box's clock and `TZ` give it.
+    let today = std::process::Command::new("date")
+        .arg("+%Y-%m-%d")
+        .output()
+        .unwrap();
+    let today = String::from_utf8_lossy(&today.stdout).trim().to_owned();
+    assert!(block.contains(&format!("Date: {today} (")), "{block}");
     assert!(block.contains("- sh: "), "{block}");
     assert!(
         block.contains("Not installed: no-such-program-xyz"),

@@ -40,6 +40,7 @@ fn script(probe: &Probe) -> String {
         "os=$(uname -srm 2>/dev/null)\n\
          if [ -r /etc/os-release ]; then . /etc/os-release 2>/dev/null; os=\"$os ($PRETTY_NAME)\"; fi\n\
          echo \"OS: $os\"\n\
+         echo \"Date: $(date '+%Y-%m-%d (%A) %H:%M %Z' 2>/dev/null)\"\n\
          echo \"Shell: ${SHELL:-sh} ($(command -v sh))\"\n\
          echo \"Working folder: $(pwd)\"\n",
     );
