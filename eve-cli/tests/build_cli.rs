@@ -613,3 +613,67 @@ fn completions_cover_every_command_and_load_in_bash() {
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     assert!(bad.stderr.contains("possible values"), "{}", bad.stderr);
 }
+
+/// TypeScript tools run on Node's type stripping: `eve build` asks the Node on `PATH` its version
+/// and says what to install when it is older than 22.6, instead of letting every call fail.
+#[test]
+fn a_typescript_tool_with_a_node_too_old_is_warned_at_build() {
+    let (_tmp, project) = init_demo();
+    std::fs::write(
+        project.join("agent/tools/shout.ts"),
+        "// ---\n// description: Shout.\n// input: {type: object}\n// ---\nconsole.log('HI');\n",
+    )
+    .unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let node = bin.path().join("node");
+    let with_node = |version: &str| {
+        std::fs::write(&node, format!("#!/bin/sh\necho {version}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = format!("{}:/usr/bin:/bin", bin.path().display());
+        let out = eve(&project)
+            .args(["build", "--json"])
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+        json["diagnostics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["code"] == "W012")
+            .map(|d| format!("{} {}", d["file"], d["message"]))
+            .collect::<Vec<_>>()
+    };
+    let old = with_node("v20.20.2");
+    assert_eq!(old.len(), 1, "{old:?}");
+    assert!(old[0].contains("agent/tools/shout.ts"), "{old:?}");
+    assert!(
+        old[0].contains("Node 22.6 or later") && old[0].contains("v20.20"),
+        "{old:?}"
+    );
+    assert_eq!(with_node("v22.12.0"), Vec::<String>::new());
+    std::fs::remove_file(&node).unwrap();
+    let missing = with_node_absent(&project);
+    assert!(
+        missing.iter().any(|m| m.contains("not on PATH")),
+        "{missing:?}"
+    );
+}
+
+fn with_node_absent(project: &Path) -> Vec<String> {
+    let empty = tempfile::tempdir().unwrap();
+    let out = eve(project)
+        .args(["build", "--json"])
+        .env("PATH", empty.path())
+        .output()
+        .unwrap();
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    json["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["code"] == "W012")
+        .map(|d| d["message"].to_string())
+        .collect()
+}

@@ -84,14 +84,27 @@ pub fn check(project: &Project) -> Result<Output, BuildError> {
         source,
     })?;
     let discovery = eve_discover::discover(&source);
-    Ok(compile(
+    let prefix = project.display_prefix();
+    let mut output = compile(
         &discovery,
         &Options {
             name: project.name(),
-            file_prefix: project.display_prefix(),
+            file_prefix: prefix.clone(),
             protected_dirs: vec![project.state_dir.clone(), project.agent_dir.clone()],
         },
-    ))
+    );
+    // The interpreters the scripts will run with, where eve runs (the one check that starts a
+    // process, so only builds of a folder on disk make it).
+    let path = std::env::var_os("PATH");
+    output.diagnostics.extend(crate::interpreters::check(
+        &output.manifest,
+        path.as_deref(),
+        &prefix,
+    ));
+    output.diagnostics.sort_by(|a, b| {
+        (&a.file, a.line, a.column, a.code).cmp(&(&b.file, b.line, b.column, b.code))
+    });
+    Ok(output)
 }
 
 /// `eve build`: check, then write the artifact and point `.eve/current` at it when there are no errors.

@@ -11,6 +11,7 @@ pub mod evals;
 mod fields;
 pub mod frontmatter;
 pub mod hash;
+pub mod interpreters;
 pub mod manifest;
 pub mod pack;
 pub mod project;

@@ -115,6 +115,8 @@ codes! {
     Unconfined = "W010", Warning, "runs unconfined";
     /// A tool, hook or connection reaches more of the network than the agent's default.
     NetworkWidened = "W011", Warning, "network wider than the agent's";
+    /// A script's interpreter is not on `PATH`, or too old for the script (Node for `.ts`).
+    InterpreterUnfit = "W012", Warning, "interpreter missing or too old";
     /// A file in `evals/` that is not an eval case file.
     UnknownEvalEntry = "W100", Warning, "not an eval case file";
 }
