@@ -407,3 +407,86 @@ async fn a_jwt_principal_reads_releases_but_cannot_change_them() {
     assert_eq!(all[0].status, ReleaseStatus::Active);
     server.shutdown.cancel();
 }
+
+/// A release restored by an automatic rollback is never rolled forward again: failures on it
+/// raise one `release.rollback_held` alert, and the release rolled back stays rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_automatic_rollback_never_ping_pongs() {
+    let agent = AgentDir::new();
+    agent.file(
+        "agent.yaml",
+        "default_tools: false\nrollback: {failures: 2, window: 10m}\n",
+    );
+    let flaky = |description: &str| {
+        agent.tool(
+            "flaky",
+            &format!(
+                "description: {description}\neffect: read\ninput:\n  type: object\nsandbox: host"
+            ),
+            "grep -q fail && { echo broken >&2; exit 1; }; echo fine\n",
+        );
+    };
+    flaky("Good.");
+    let v1 = candidate(&agent);
+    let rt = runtime(&agent.root());
+    let ReleaseOutcome::Activated(good) = release(&rt, &v1).await else {
+        panic!("the first build activates")
+    };
+    flaky("Bad.");
+    let v2 = candidate(&agent);
+    let ReleaseOutcome::Activated(bad) = release(&rt, &v2).await else {
+        panic!("a clean build activates")
+    };
+    let failing_turn = async || {
+        let id = rt
+            .create_session(Some("/tool flaky {\"fail\": true}".to_owned()))
+            .await
+            .unwrap();
+        rt.drive(&id).await.unwrap();
+    };
+    let active = async || rt.active_release().await.unwrap().unwrap().id;
+    failing_turn().await;
+    failing_turn().await;
+    until("the automatic rollback to the good release", async || {
+        (active().await == good.id).then_some(())
+    })
+    .await;
+    // Failures on the restored release: an alert, no move.
+    for _ in 0..3 {
+        failing_turn().await;
+    }
+    let held = until("the held rollback's alert", async || {
+        let events = rt.release_events(0, 0).await.unwrap();
+        let held: Vec<_> = events
+            .into_iter()
+            .filter(|e| e.kind == "release.rollback_held")
+            .collect();
+        (!held.is_empty()).then_some(held)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(active().await, good.id, "the good release stays active");
+    assert_eq!(
+        rt.release(&bad.id).await.unwrap().status,
+        ReleaseStatus::RolledBack
+    );
+    let events = rt.release_events(0, 0).await.unwrap();
+    let rolled = events
+        .iter()
+        .filter(|e| e.kind == "release.rolled_back")
+        .count();
+    assert_eq!(rolled, 1, "one rollback, never a second one forward");
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.kind == "release.rollback_held")
+            .count(),
+        1,
+        "one alert per activation"
+    );
+    let reason = held[0].data["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("restored by an automatic rollback"),
+        "{reason}"
+    );
+}

@@ -62,9 +62,9 @@ pub use live::LiveEvents;
 pub use models::{FixedModelProvider, SettingsModelProvider};
 pub use releases::{
     CHANGE_APPROVED, CHANGE_DENIED, CHANGE_PROPOSED, Candidate, GateRunner, Principal,
-    RELEASE_ACTIVATED, RELEASE_BUILT, RELEASE_REJECTED, RELEASE_ROLLED_BACK, RUNTIME_PRINCIPAL,
-    Release, ReleaseFollower, ReleaseOpts, ReleaseOutcome, Verdict, local_principal,
-    source_revision,
+    RELEASE_ACTIVATED, RELEASE_BUILT, RELEASE_REJECTED, RELEASE_ROLLBACK_HELD, RELEASE_ROLLED_BACK,
+    RUNTIME_PRINCIPAL, Release, ReleaseFollower, ReleaseOpts, ReleaseOutcome, Verdict,
+    local_principal, source_revision,
 };
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;

@@ -61,6 +61,10 @@ pub const RELEASE_ACTIVATED: &str = "release.activated";
 pub const RELEASE_REJECTED: &str = "release.rejected";
 /// `release.rolled_back`: the active release was replaced by an earlier one.
 pub const RELEASE_ROLLED_BACK: &str = "release.rolled_back";
+/// `release.rollback_held`: failures reached the `rollback:` threshold, but the runtime did not
+/// move: the active release was itself restored by an automatic rollback, or every earlier
+/// release was rolled back. An alert for a principal, never a silent ping-pong.
+pub const RELEASE_ROLLBACK_HELD: &str = "release.rollback_held";
 /// `change.proposed`: the agent proposed a change to its own folder.
 pub const CHANGE_PROPOSED: &str = "change.proposed";
 /// `change.approved`: a principal approved a proposed change.

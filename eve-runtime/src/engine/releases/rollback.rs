@@ -1,6 +1,11 @@
 //! Taking a release back: a principal's rollback to an earlier release, and the automatic one,
 //! which counts the failed turns this process runs on a release with a `rollback:` policy and
 //! re-activates the previous release when too many fail within the window.
+//!
+//! The automatic rollback never ping-pongs: it only goes back to a release that was superseded
+//! in the ordinary way, never to one that was rolled back, and a release it restored is not moved
+//! again by failures: they raise `release.rollback_held` (audit log and stream) for a principal
+//! to decide.
 
 use std::sync::Weak;
 
@@ -8,7 +13,10 @@ use eve_compile::RollbackPolicy;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
-use super::{Principal, RELEASE_ROLLED_BACK, RUNTIME_PRINCIPAL, Release, find, upgrade};
+use super::{
+    Principal, RELEASE_ROLLBACK_HELD, RELEASE_ROLLED_BACK, RUNTIME_PRINCIPAL, Release, find,
+    upgrade,
+};
 use crate::engine::error::{RuntimeError, RuntimeResult};
 use crate::engine::{Inner, Runtime, events};
 use crate::store::{Batch, Op, ReleaseOp, ReleaseStatus, StoredEvent, now_ms};
@@ -197,8 +205,46 @@ impl Runtime {
             "windowMs": w.policy.window_ms,
             "threshold": w.policy.failures,
         });
+        let all = self.releases_list().await?;
+        let held = if release.activated_by.as_deref() == Some(RUNTIME_PRINCIPAL) {
+            Some(format!(
+                "release {} was restored by an automatic rollback: failures on it are reported, \
+                 not acted on (`eve rollback ID` or `eve activate ID` decides)",
+                release.id
+            ))
+        } else if automatic_target(&all, &release).is_none() {
+            Some(format!(
+                "release {} has no earlier release that was not rolled back: nothing to go back to \
+                 automatically (`eve rollback ID` decides)",
+                release.id
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = held {
+            // Once per activation: at the threshold, not at every failure after it.
+            if release.failures == u64::from(w.policy.failures) {
+                tracing::error!(release = %release.id, "{reason}; {why}");
+                let mut data = json!({
+                    "releaseId": release.id,
+                    "buildHash": release.build_hash,
+                    "reason": format!("{reason}; {why}"),
+                });
+                if let (Value::Object(d), Value::Object(e)) = (&mut data, extra) {
+                    d.extend(e);
+                }
+                let mut batch = Batch::durable();
+                batch.push(Op::Release(ReleaseOp::Event {
+                    kind: RELEASE_ROLLBACK_HELD.to_owned(),
+                    data,
+                }));
+                self.commit_releases(batch).await?;
+            }
+            return Ok(());
+        }
+        let to = automatic_target(&all, &release).map(|r| r.id.clone());
         match self
-            .rollback_from(&release, None, RUNTIME_PRINCIPAL, &reason, extra)
+            .rollback_from(&release, to.as_deref(), RUNTIME_PRINCIPAL, &reason, extra)
             .await
         {
             Ok(to) => tracing::warn!(from = %release.id, to = %to.id, "{reason}: rolled back"),
@@ -230,6 +276,20 @@ fn previous_of<'a>(all: &'a [Release], active: &Release) -> Option<&'a Release> 
                 ReleaseStatus::Superseded | ReleaseStatus::RolledBack
             )
         })
+        .max_by_key(|r| r.activated_at)
+}
+
+/// Where an automatic rollback of `active` goes: the release a principal's rollback would take,
+/// unless it was itself rolled back (then the newest earlier release that was only superseded).
+fn automatic_target<'a>(all: &'a [Release], active: &Release) -> Option<&'a Release> {
+    if let Some(prev) = previous_of(all, active)
+        && prev.status != ReleaseStatus::RolledBack
+    {
+        return Some(prev);
+    }
+    all.iter()
+        .filter(|r| r.id != active.id && r.activated_at.is_some())
+        .filter(|r| r.status == ReleaseStatus::Superseded)
         .max_by_key(|r| r.activated_at)
 }
 
