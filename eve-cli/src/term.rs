@@ -13,6 +13,7 @@ use eve_runtime::store::StoredEvent;
 use serde_json::Value;
 
 use crate::render::{paint, stderr_color};
+use crate::sanitize::{err, errln, out, outln};
 
 /// One line of JSON, cut to 120 characters.
 pub fn compact(value: &Value) -> String {
@@ -80,11 +81,11 @@ impl Printer {
     /// Ends a line of streamed text or reasoning, if one is open.
     pub fn finish_line(&mut self) {
         if self.mid_line {
-            println!();
+            outln!();
             self.mid_line = false;
         }
         if self.reasoning {
-            eprintln!();
+            errln!();
             self.reasoning = false;
         }
     }
@@ -92,7 +93,7 @@ impl Printer {
     /// A stored event.
     pub fn event(&mut self, event: &StoredEvent) {
         if self.json {
-            println!("{}", event.to_wire());
+            outln!("{}", event.to_wire());
             let _ = std::io::stdout().flush();
             return;
         }
@@ -102,7 +103,7 @@ impl Printer {
     /// An event as it comes off the wire: `{"type", "data", "meta"}`.
     pub fn wire(&mut self, envelope: &Value) {
         if self.json {
-            println!("{envelope}");
+            outln!("{envelope}");
             let _ = std::io::stdout().flush();
             return;
         }
@@ -114,26 +115,26 @@ impl Printer {
         match kind {
             ev::MESSAGE_APPENDED => {
                 if self.reasoning {
-                    eprintln!();
+                    errln!();
                     self.reasoning = false;
                 }
                 let delta = data["messageDelta"].as_str().unwrap_or_default();
                 match &self.label {
                     Some((label, color)) => {
                         if !self.replying {
-                            print!("{label} ");
+                            out!("{label} ");
                             self.replying = true;
                         }
-                        print!("{}", paint(*color, "32", delta));
+                        out!("{}", paint(*color, "32", delta));
                     }
-                    None => print!("{delta}"),
+                    None => out!("{delta}"),
                 }
                 let _ = std::io::stdout().flush();
                 self.mid_line = !delta.ends_with('\n');
             }
             ev::REASONING_APPENDED => {
                 let delta = data["reasoningDelta"].as_str().unwrap_or_default();
-                eprint!("{}", paint(self.color, "2", delta));
+                err!("{}", paint(self.color, "2", delta));
                 self.reasoning = true;
             }
             ev::MESSAGE_COMPLETED => {
@@ -155,7 +156,7 @@ impl Printer {
                             compact(&action["input"])
                         )
                     };
-                    eprintln!("{}", paint(self.color, "36", &line));
+                    errln!("{}", paint(self.color, "36", &line));
                 }
             }
             ev::ACTION_RESULT => {
@@ -166,13 +167,13 @@ impl Printer {
                     .unwrap_or_default();
                 let status = data["status"].as_str().unwrap_or_default();
                 if status == "completed" {
-                    eprintln!("{}", paint(self.color, "32", &format!("← {name}: ok")));
+                    errln!("{}", paint(self.color, "32", &format!("← {name}: ok")));
                 } else {
                     let output = match &result["output"] {
                         Value::String(s) => s.lines().next().unwrap_or_default().to_owned(),
                         other => compact(other),
                     };
-                    eprintln!(
+                    errln!(
                         "{}",
                         paint(self.color, "31", &format!("← {name}: {status}: {output}"))
                     );
@@ -183,12 +184,12 @@ impl Printer {
                 for r in data["requests"].as_array().into_iter().flatten() {
                     if r["kind"] == selfchange::REQUEST_KIND {
                         self.finish_line();
-                        eprint!("{}", proposal_card(&r["action"]["proposal"], self.color));
+                        err!("{}", proposal_card(&r["action"]["proposal"], self.color));
                     }
                 }
             }
             ev::COMPACTION_COMPLETED => {
-                eprintln!("{}", paint(self.color, "2", "(context compacted)"));
+                errln!("{}", paint(self.color, "2", "(context compacted)"));
             }
             ev::TURN_FAILED | ev::TURN_CANCELLED => self.finish_line(),
             _ => {}

@@ -25,6 +25,7 @@ use crate::cli::ChatArgs;
 use crate::project::locate;
 use crate::render::{paint, stderr_color, stdout_color};
 use crate::term::{Printer, Spinner, compact, is_yes};
+use crate::sanitize::errln;
 
 const HELP: &str = "\
 /new      start a new session
@@ -656,11 +657,11 @@ impl Chat {
     }
 
     fn note(&self, text: &str) {
-        eprintln!("{}", paint(self.color, "2", text));
+        errln!("{}", paint(self.color, "2", text));
     }
 
     fn error(&self, e: &anyhow::Error) {
-        eprintln!("{} {e:#}", paint(self.color, "1;31", "error:"));
+        errln!("{} {e:#}", paint(self.color, "1;31", "error:"));
     }
 
     /// One line from the user; `remember` keeps it in the history (not for approval answers).
@@ -720,11 +721,11 @@ impl Chat {
                 Input::Eof => break,
                 Input::Interrupt => {
                     if armed {
-                        eprintln!();
+                        errln!();
                         break;
                     }
                     armed = true;
-                    eprintln!();
+                    errln!();
                     self.note("(press Ctrl-C again, or type /exit, to leave)");
                     continue;
                 }
@@ -738,7 +739,7 @@ impl Chat {
             let command = match classify(text) {
                 Typed::Command(word) => word,
                 Typed::Unknown(word) => {
-                    eprintln!(
+                    errln!(
                         "{} unknown command {word}: /help lists the commands (start the line \
                          with // to send it to the agent as it is)",
                         paint(self.color, "1;33", "eve chat:")
@@ -754,7 +755,7 @@ impl Chat {
             };
             match command {
                 "/exit" | "/quit" => break,
-                "/help" => eprintln!("{HELP}"),
+                "/help" => errln!("{HELP}"),
                 "/new" => {
                     self.session = None;
                     self.note("(new session: it starts with your next message)");
@@ -913,7 +914,7 @@ impl Chat {
         match event["type"].as_str().unwrap_or_default() {
             ev::TURN_FAILED => {
                 let error = &event["data"]["error"];
-                eprintln!(
+                errln!(
                     "{} {} ({})",
                     paint(self.color, "1;31", "turn failed:"),
                     error["message"].as_str().unwrap_or("unknown error"),
@@ -951,12 +952,12 @@ impl Chat {
                 )
             };
             if !self.interactive {
-                eprintln!("{question}");
+                errln!("{question}");
             }
             let approve = match self.input(&question, false).await {
                 Input::Line(answer) => is_yes(&answer),
                 Input::Interrupt => {
-                    eprintln!();
+                    errln!();
                     false
                 }
                 Input::Eof => {

@@ -17,6 +17,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use crate::render::{duration, paint};
+use crate::sanitize::errln;
 
 /// Longest error or reply shown on a line, in characters.
 const SHOWN_CHARS: usize = 120;
@@ -260,7 +261,7 @@ pub(crate) async fn talk(runtime: Runtime, color: bool, shutdown: CancellationTo
         let event = match event {
             Ok(event) => event,
             Err(RecvError::Lagged(n)) => {
-                eprintln!(
+                errln!(
                     "{}",
                     paint(
                         color,
@@ -283,7 +284,7 @@ pub(crate) async fn talk(runtime: Runtime, color: bool, shutdown: CancellationTo
             None
         };
         if let Some(line) = lines.line(&event, schedule.as_deref()) {
-            eprintln!("{line}");
+            errln!("{line}");
         }
     }
 }

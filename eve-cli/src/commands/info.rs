@@ -10,6 +10,7 @@ use serde_json::json;
 use crate::cli::InfoArgs;
 use crate::project::{locate, source_reader};
 use crate::render::{paint, stderr_color, stdout_color};
+use crate::sanitize::{errln, out, outln};
 
 pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
@@ -32,16 +33,16 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
             "hooks": hook_report(&out.manifest.agent),
             "connections": connection_report(&out.manifest.agent),
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(code);
     }
     let color = stdout_color();
     let mut text = String::new();
     describe(&mut text, &out.manifest.agent, 0, color);
-    print!("{text}");
+    out!("{text}");
     if !out.diagnostics.is_empty() {
-        eprintln!();
-        eprintln!(
+        errln!();
+        errln!(
             "{}",
             render_all(
                 &out.diagnostics,

@@ -15,6 +15,7 @@ use super::run::open_runtime;
 use crate::cli::{MemoryEditArgs, MemoryShowArgs, MemoryTargetArgs};
 use crate::project::locate;
 use crate::render::{paint, stderr_color, stdout_color};
+use crate::sanitize::{errln, outln};
 
 fn selector(target: &MemoryTargetArgs) -> Selector {
     Selector {
@@ -56,11 +57,11 @@ pub fn show(args: MemoryShowArgs) -> anyhow::Result<ExitCode> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&all)?);
+        outln!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(ExitCode::SUCCESS);
     }
     if notes.is_empty() {
-        eprintln!(
+        errln!(
             "no notes yet: the agent writes them with its `memory` tool (agent.yaml `memory:`)"
         );
         return Ok(ExitCode::SUCCESS);
@@ -70,10 +71,10 @@ pub fn show(args: MemoryShowArgs) -> anyhow::Result<ExitCode> {
     for note in &notes {
         let label = scope_label(&note.namespace);
         if label != current {
-            println!("{}", paint(color, "1", &format!("{label}:")));
+            outln!("{}", paint(color, "1", &format!("{label}:")));
             current = label;
         }
-        println!("  {:<5} {}", note.key, note.text);
+        outln!("  {:<5} {}", note.key, note.text);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -96,7 +97,7 @@ pub fn edit(args: MemoryEditArgs) -> anyhow::Result<ExitCode> {
                 .await?,
         )
     })??;
-    eprintln!("{} {done}", paint(stderr_color(), "1;32", "memory:"));
+    errln!("{} {done}", paint(stderr_color(), "1;32", "memory:"));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -106,7 +107,7 @@ pub fn clear(args: MemoryTargetArgs) -> anyhow::Result<ExitCode> {
         let runtime = open_runtime(&project).await?;
         anyhow::Ok(runtime.memory_clear(&selector(&args)).await?)
     })??;
-    eprintln!(
+    errln!(
         "{} removed {removed} note{}",
         paint(stderr_color(), "1;32", "memory:"),
         if removed == 1 { "" } else { "s" }

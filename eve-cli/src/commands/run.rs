@@ -22,6 +22,7 @@ use crate::cli::RunArgs;
 use crate::project::{locate, source_reader};
 use crate::render::{paint, plural, stderr_color};
 use crate::term::{Printer, ask, compact};
+use crate::sanitize::errln;
 
 /// Exit code of a run that stopped at an approval nobody could answer.
 pub const EXIT_WAITING: u8 = 3;
@@ -54,7 +55,7 @@ pub fn build_agent(project: &Project) -> anyhow::Result<bool> {
         // Warnings do not stop a run; one line says they are there and where to read them.
         let warnings = built.output.diagnostics.len() - built.output.error_count();
         if warnings > 0 {
-            eprintln!(
+            errln!(
                 "{} the agent built with {} (`eve build` shows them)",
                 paint(color, "1;33", "warning:"),
                 plural(warnings, "warning")
@@ -62,7 +63,7 @@ pub fn build_agent(project: &Project) -> anyhow::Result<bool> {
         }
         return Ok(true);
     }
-    eprintln!(
+    errln!(
         "{}",
         render_all(
             &built.output.diagnostics,
@@ -70,7 +71,7 @@ pub fn build_agent(project: &Project) -> anyhow::Result<bool> {
             Style { color }
         )
     );
-    eprintln!(
+    errln!(
         "{} the agent has {}; fix them and run again",
         paint(color, "1;31", "error:"),
         plural(built.output.error_count(), "error")
@@ -104,7 +105,7 @@ async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> 
             (runtime.create_session(Some(prompt)).await?, 0)
         }
     };
-    eprintln!("{}", paint(color, "2", &format!("session {id}")));
+    errln!("{}", paint(color, "2", &format!("session {id}")));
     let mut printer = Printer::new(args.json);
     let mut follower = runtime.follow(&id, from);
     // Another process driving the session (an `eve serve`) is followed, and asked again after a
@@ -132,19 +133,19 @@ async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> 
         match outcome {
             DriveOutcome::Idle => return Ok(ExitCode::SUCCESS),
             DriveOutcome::Cancelled => {
-                eprintln!(
+                errln!(
                     "{} the turn was cancelled",
                     paint(color, "1;33", "warning:")
                 );
                 return Ok(ExitCode::FAILURE);
             }
             DriveOutcome::Failed { code, message } => {
-                eprintln!("{} {message} ({code})", paint(color, "1;31", "error:"));
+                errln!("{} {message} ({code})", paint(color, "1;31", "error:"));
                 return Ok(ExitCode::FAILURE);
             }
             DriveOutcome::Busy { pid } => {
                 if elsewhere.is_zero() {
-                    eprintln!(
+                    errln!(
                         "{}",
                         paint(
                             color,
@@ -191,27 +192,27 @@ async fn answer_requests(
         .iter()
         .any(|r| r.kind == eve_runtime::engine::selfchange::REQUEST_KIND);
     if change && yes && !interactive {
-        eprintln!(
+        errln!(
             "{} `--yes` does not approve a proposed change to the agent",
             paint(color, "1;33", "note:")
         );
     }
     let yes = yes && !change;
     if !yes && !interactive {
-        eprintln!(
+        errln!(
             "{} {} waiting for approval:",
             paint(color, "1;33", "paused:"),
             plural(requests.len(), "tool call")
         );
         for r in requests {
-            eprintln!(
+            errln!(
                 "  {}  {} {}",
                 r.id,
                 r.tool_name,
                 compact(&r.action["input"])
             );
         }
-        eprintln!(
+        errln!(
             "answer with `eve sessions approve {id}{}` (or `deny`), then continue with \
              `eve run --session {id}`",
             if requests.len() > 1 { " <REQUEST>" } else { "" }
@@ -220,7 +221,7 @@ async fn answer_requests(
     }
     for r in requests {
         let approve = if yes {
-            eprintln!(
+            errln!(
                 "{} {} {}",
                 paint(color, "1;32", "approved:"),
                 r.tool_name,
@@ -308,7 +309,7 @@ pub(crate) async fn warn_connections_down(
 ) {
     for (name, source, why) in runtime.connections_down().await {
         if warned.insert(name.clone()) {
-            eprintln!(
+            errln!(
                 "{} the MCP connection `{name}` ({}{source}) is down: {why}",
                 paint(color, "1;33", "warning:"),
                 project.display_prefix()

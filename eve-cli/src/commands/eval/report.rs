@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::CaseResult;
 use crate::render::{duration, paint};
+use crate::sanitize::outln;
 
 /// The live line on a terminal: `[12/200] 11 passed, 1 failed · running weather#3`.
 pub struct Progress {
@@ -94,14 +95,14 @@ pub fn list(cases: &[EvalCase], as_json: bool) {
             .iter()
             .map(|c| json!({"id": c.id, "file": c.file, "line": c.line, "tags": c.tags}))
             .collect();
-        println!("{}", json!({"cases": v}));
+        outln!("{}", json!({"cases": v}));
         return;
     }
     for c in cases {
         if c.tags.is_empty() {
-            println!("{}", c.id);
+            outln!("{}", c.id);
         } else {
-            println!("{}  [{}]", c.id, c.tags.join(", "));
+            outln!("{}  [{}]", c.id, c.tags.join(", "));
         }
     }
 }
