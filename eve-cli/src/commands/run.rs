@@ -22,7 +22,7 @@ use crate::cli::RunArgs;
 use crate::project::{locate, source_reader};
 use crate::render::{paint, plural, stderr_color};
 use crate::term::{Printer, ask, compact};
-use crate::sanitize::errln;
+use crate::sanitize::{Untrusted, errln};
 
 /// Exit code of a run that stopped at an approval nobody could answer.
 pub const EXIT_WAITING: u8 = 3;
@@ -140,7 +140,13 @@ async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> 
                 return Ok(ExitCode::FAILURE);
             }
             DriveOutcome::Failed { code, message } => {
-                errln!("{} {message} ({code})", paint(color, "1;31", "error:"));
+                // The message may quote the model or a tool.
+                errln!(
+                    "{} {} ({})",
+                    paint(color, "1;31", "error:"),
+                    Untrusted(&message),
+                    Untrusted(&code)
+                );
                 return Ok(ExitCode::FAILURE);
             }
             DriveOutcome::Busy { pid } => {
@@ -208,7 +214,7 @@ async fn answer_requests(
             errln!(
                 "  {}  {} {}",
                 r.id,
-                r.tool_name,
+                Untrusted(&r.tool_name),
                 compact(&r.action["input"])
             );
         }
@@ -224,7 +230,7 @@ async fn answer_requests(
             errln!(
                 "{} {} {}",
                 paint(color, "1;32", "approved:"),
-                r.tool_name,
+                Untrusted(&r.tool_name),
                 compact(&r.action["input"])
             );
             true
@@ -232,7 +238,7 @@ async fn answer_requests(
             let question = format!(
                 "{} {} {} [y/N] ",
                 paint(color, "1;33", "approve?"),
-                r.prompt,
+                Untrusted(&r.prompt),
                 compact(&r.action["input"])
             );
             tokio::task::spawn_blocking(move || ask(&question)).await??
@@ -310,9 +316,11 @@ pub(crate) async fn warn_connections_down(
     for (name, source, why) in runtime.connections_down().await {
         if warned.insert(name.clone()) {
             errln!(
-                "{} the MCP connection `{name}` ({}{source}) is down: {why}",
+                "{} the MCP connection `{name}` ({}{source}) is down: {}",
                 paint(color, "1;33", "warning:"),
-                project.display_prefix()
+                project.display_prefix(),
+                // What the server said on its way down.
+                Untrusted(&why)
             );
         }
     }
