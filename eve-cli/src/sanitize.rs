@@ -215,11 +215,16 @@ pub fn erase_err_line() {
 /// already escaped by it), written to stderr: other controls neutralised, and the lines after
 /// the first indented, so text inside a log event cannot pass for a log line of its own.
 pub fn write_log(event: &str) {
+    let _ = std::io::stderr().lock().write_all(log_line(event).as_bytes());
+}
+
+/// What [`write_log`] writes for one event.
+fn log_line(event: &str) -> String {
     let shown = own_styles(event);
     let body = shown.strip_suffix('\n').unwrap_or(&shown);
     let mut line = body.replace('\n', "\n    ");
     line.push('\n');
-    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    line
 }
 
 /// A JSON formatter that also escapes what [`neutralise`] would change (DEL, C1 controls, bidi

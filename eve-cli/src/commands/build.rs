@@ -52,7 +52,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
             "diagnostics": out.diagnostics,
             "release": outcome.as_ref().map(super::releases::outcome_json),
         });
-        outln!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", crate::sanitize::json_pretty(&report));
         return Ok(if errors == 0 && !refused {
             ExitCode::SUCCESS
         } else {

@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::cli::EvalArgs;
 use crate::project::{locate, source_reader};
 use crate::render::{paint, plural, stderr_color};
-use crate::sanitize::{errln, out, outln};
+use crate::sanitize::{Untrusted, errln, out, outln};
 
 /// Exit status when the suite could not run.
 const EXIT_SUITE: u8 = 2;
@@ -101,7 +101,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let cases = match select(&suite.cases, &args) {
         Ok(c) => c,
         Err(e) => {
-            errln!("{} {e}", paint(color, "1;31", "error:"));
+            errln!("{} {}", paint(color, "1;31", "error:"), Untrusted(&e));
             return Ok(ExitCode::from(EXIT_SUITE));
         }
     };
@@ -119,7 +119,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     if cases.iter().any(|c| c.expect.judge.is_some())
         && let Err(e) = judge::check_config(&cases, args.judge_model.as_deref())
     {
-        errln!("{} {e}", paint(color, "1;31", "error:"));
+        errln!("{} {}", paint(color, "1;31", "error:"), Untrusted(&e));
         return Ok(ExitCode::from(EXIT_SUITE));
     }
     let runner: Arc<Runner> = match &args.url {
@@ -134,7 +134,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             match local::Local::new(&project, &cases) {
                 Ok(l) => Arc::new(Runner::Local(Box::new(l))),
                 Err(e) => {
-                    errln!("{} {e:#}", paint(color, "1;31", "error:"));
+                    errln!("{} {}", paint(color, "1;31", "error:"), Untrusted(format!("{e:#}")));
                     return Ok(ExitCode::from(EXIT_SUITE));
                 }
             }

@@ -38,7 +38,7 @@ pub fn run(args: InitArgs, base: Option<PathBuf>) -> anyhow::Result<ExitCode> {
                 .into_iter()
                 .map(|(name, about)| serde_json::json!({"name": name, "description": about}))
                 .collect();
-            outln!("{}", serde_json::to_string_pretty(&all)?);
+            outln!("{}", crate::sanitize::json_pretty(&all));
             return Ok(ExitCode::SUCCESS);
         }
         for (name, about) in templates() {

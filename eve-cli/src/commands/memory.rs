@@ -15,7 +15,7 @@ use super::run::open_runtime;
 use crate::cli::{MemoryEditArgs, MemoryShowArgs, MemoryTargetArgs};
 use crate::project::locate;
 use crate::render::{paint, stderr_color, stdout_color};
-use crate::sanitize::{errln, outln};
+use crate::sanitize::{Untrusted, errln, json_pretty, outln};
 
 fn selector(target: &MemoryTargetArgs) -> Selector {
     Selector {
@@ -57,7 +57,7 @@ pub fn show(args: MemoryShowArgs) -> anyhow::Result<ExitCode> {
                 })
             })
             .collect();
-        outln!("{}", serde_json::to_string_pretty(&all)?);
+        outln!("{}", json_pretty(&all));
         return Ok(ExitCode::SUCCESS);
     }
     if notes.is_empty() {
@@ -71,10 +71,12 @@ pub fn show(args: MemoryShowArgs) -> anyhow::Result<ExitCode> {
     for note in &notes {
         let label = scope_label(&note.namespace);
         if label != current {
-            outln!("{}", paint(color, "1", &format!("{label}:")));
+            // The label names a platform user or a session.
+            outln!("{}", paint(color, "1", &format!("{}:", Untrusted(&label))));
             current = label;
         }
-        outln!("  {:<5} {}", note.key, note.text);
+        // The agent wrote the note (from what a model, a tool or a user said).
+        outln!("  {:<5} {}", Untrusted(&note.key), Untrusted(&note.text));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -97,7 +99,11 @@ pub fn edit(args: MemoryEditArgs) -> anyhow::Result<ExitCode> {
                 .await?,
         )
     })??;
-    errln!("{} {done}", paint(stderr_color(), "1;32", "memory:"));
+    errln!(
+        "{} {}",
+        paint(stderr_color(), "1;32", "memory:"),
+        Untrusted(&done)
+    );
     Ok(ExitCode::SUCCESS)
 }
 

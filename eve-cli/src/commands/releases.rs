@@ -5,7 +5,9 @@
 //! opens it on the project's store, installs the gate runner (the eval runner of `eve eval`, run
 //! on the candidate build) and prints what happened: the capability delta, the exact
 //! `eve activate ID` a pending release needs, the cases a failed gate names. Everything the CLI
-//! does is recorded with the principal `local:<user>`.
+//! does is recorded with the principal `local:<user>`. Principals (a JWT subject, a platform
+//! user), reasons (a self-change's rationale, a gate case quoting the model) and delta lines are
+//! foreign text: shown through [`Untrusted`].
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -22,7 +24,7 @@ use serde_json::{Value, json};
 use crate::cli::{ActivateArgs, ReleasesArgs, ReleasesCommand, RollbackArgs};
 use crate::project::locate;
 use crate::render::{paint, plural, stderr_color, stdout_color};
-use crate::sanitize::{err, errln, out, outln};
+use crate::sanitize::{Untrusted, err, errln, json_line, json_pretty, out, outln};
 
 /// The gate: the project's eval cases with the gate's tags, run in this process on the
 /// candidate build.
@@ -119,7 +121,7 @@ pub(crate) fn print_outcome(outcome: &ReleaseOutcome, color: bool) -> bool {
                 }
             );
             if !r.delta.is_empty() {
-                err!("{}", r.delta.render());
+                err!("{}", Untrusted(r.delta.render()));
             }
             false
         }
@@ -131,7 +133,7 @@ pub(crate) fn print_outcome(outcome: &ReleaseOutcome, color: bool) -> bool {
                 r.id,
                 short(&r.build_hash)
             );
-            err!("{}", r.delta.render());
+            err!("{}", Untrusted(r.delta.render()));
             errln!("activate it with:\n  eve activate {}", r.id);
             false
         }
@@ -141,15 +143,15 @@ pub(crate) fn print_outcome(outcome: &ReleaseOutcome, color: bool) -> bool {
                 paint(color, "1;31", "Refused"),
                 r.id,
                 short(&r.build_hash),
-                r.reason.clone().unwrap_or_default()
+                Untrusted(r.reason.clone().unwrap_or_default())
             );
             if let Some(gate) = &r.checks.gate {
                 for c in gate.failed() {
                     errln!(
                         "  {} {}: {}",
                         c.result,
-                        c.id,
-                        c.reason.clone().unwrap_or_default()
+                        Untrusted(&c.id),
+                        Untrusted(c.reason.clone().unwrap_or_default())
                     );
                 }
             }
@@ -226,7 +228,7 @@ async fn list(runtime: &Runtime, as_json: bool) -> anyhow::Result<ExitCode> {
     let all = runtime.releases_list().await?;
     if as_json {
         let rows: Vec<Value> = all.iter().map(release_json).collect();
-        outln!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", json_pretty(&rows));
         return Ok(ExitCode::SUCCESS);
     }
     if all.is_empty() {
@@ -274,7 +276,7 @@ async fn list(runtime: &Runtime, as_json: bool) -> anyhow::Result<ExitCode> {
             r.id,
             short(&r.build_hash),
             time(r.created_at),
-            r.principal,
+            Untrusted(&r.principal),
             if r.checks.forced { "  (forced)" } else { "" }
         );
     }
@@ -284,7 +286,7 @@ async fn list(runtime: &Runtime, as_json: bool) -> anyhow::Result<ExitCode> {
 async fn show(runtime: &Runtime, id: &str, as_json: bool) -> anyhow::Result<ExitCode> {
     let r = runtime.release(id).await?;
     if as_json {
-        outln!("{}", serde_json::to_string_pretty(&release_json(&r))?);
+        outln!("{}", json_pretty(&release_json(&r)));
         return Ok(ExitCode::SUCCESS);
     }
     outln!("release   {}", r.id);
@@ -298,15 +300,19 @@ async fn show(runtime: &Runtime, id: &str, as_json: bool) -> anyhow::Result<Exit
         ),
         None => outln!("source    (not in a git repository)"),
     }
-    outln!("recorded  {} by {}", time(r.created_at), r.principal);
+    outln!(
+        "recorded  {} by {}",
+        time(r.created_at),
+        Untrusted(&r.principal)
+    );
     if let (Some(at), Some(by)) = (r.activated_at, &r.activated_by) {
-        outln!("activated {} by {by}", time(at));
+        outln!("activated {} by {}", time(at), Untrusted(by));
     }
     if let Some(base) = &r.base {
         outln!("base      {base}");
     }
     if let Some(reason) = &r.reason {
-        outln!("reason    {reason}");
+        outln!("reason    {}", Untrusted(reason));
     }
     outln!(
         "checks    {}, {}{}",
@@ -321,22 +327,24 @@ async fn show(runtime: &Runtime, id: &str, as_json: bool) -> anyhow::Result<Exit
             if g.passed() { "passed" } else { "failed" }
         );
         if let Some(e) = &g.error {
-            outln!("          {e}");
+            outln!("          {}", Untrusted(e));
         }
         for c in &g.cases {
             outln!(
                 "          {} {}{}",
                 c.result,
-                c.id,
-                c.reason
-                    .as_deref()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default()
+                Untrusted(&c.id),
+                Untrusted(
+                    c.reason
+                        .as_deref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
+                )
             );
         }
     }
     outln!("delta");
-    out!("{}", r.delta.render());
+    out!("{}", Untrusted(r.delta.render()));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -348,9 +356,9 @@ async fn diff(runtime: &Runtime, a: &str, b: &str, as_json: bool) -> anyhow::Res
     if as_json {
         outln!(
             "{}",
-            serde_json::to_string_pretty(&json!({
+            json_pretty(&json!({
                 "from": ra.id, "to": rb.id, "widens": delta.widens(), "changes": delta.changes,
-            }))?
+            }))
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -361,7 +369,7 @@ async fn diff(runtime: &Runtime, a: &str, b: &str, as_json: bool) -> anyhow::Res
         rb.id,
         short(&rb.build_hash)
     );
-    out!("{}", delta.render());
+    out!("{}", Untrusted(delta.render()));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -384,9 +392,10 @@ fn event_line(e: &eve_runtime::store::StoredEvent) -> String {
 async fn log(runtime: &Runtime, follow: bool, as_json: bool) -> anyhow::Result<ExitCode> {
     let print = |e: &eve_runtime::store::StoredEvent| {
         if as_json {
-            outln!("{}", e.to_wire());
+            outln!("{}", json_line(&e.to_wire()));
         } else {
-            outln!("{}", event_line(e));
+            // Reasons and principals in the audit stream are foreign text.
+            outln!("{}", Untrusted(event_line(e)));
         }
     };
     if !follow {
@@ -414,7 +423,7 @@ pub fn activate(args: ActivateArgs) -> anyhow::Result<ExitCode> {
             .activate(&args.target, &local_principal(), args.force)
             .await?;
         if args.json {
-            outln!("{}", serde_json::to_string_pretty(&release_json(&r))?);
+            outln!("{}", json_pretty(&release_json(&r)));
         } else {
             errln!(
                 "{} release {} (build {}){}; running servers move idle sessions to it at their \
@@ -439,7 +448,7 @@ pub fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
             .rollback(args.id.as_deref(), &local_principal(), &args.reason)
             .await?;
         if args.json {
-            outln!("{}", serde_json::to_string_pretty(&release_json(&r))?);
+            outln!("{}", json_pretty(&release_json(&r)));
         } else {
             errln!(
                 "{} to release {} (build {}); running servers move idle sessions to it at their \

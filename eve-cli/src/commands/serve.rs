@@ -262,7 +262,7 @@ pub(crate) fn ready_line(
     if json {
         outln!(
             "{}",
-            serde_json::json!({
+            crate::sanitize::json_line(&serde_json::json!({
                 "event": "ready",
                 "url": format!("http://{local}"),
                 "host": local.ip().to_string(),
@@ -270,7 +270,7 @@ pub(crate) fn ready_line(
                 "agent": agent,
                 "build": build,
                 "console": console.then(|| format!("http://{local}/")),
-            })
+            }))
         );
     }
 }

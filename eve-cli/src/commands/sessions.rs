@@ -22,7 +22,7 @@ use crate::cli::{
 };
 use crate::project::locate;
 use crate::render::{duration, paint, stderr_color, stdout_color};
-use crate::sanitize::{errln, out, outln};
+use crate::sanitize::{Untrusted, errln, json_line, json_pretty, out, outln};
 
 fn session_json(s: &SessionRecord, status: &str) -> Value {
     json!({
@@ -202,7 +202,7 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
                 row
             })
             .collect();
-        outln!("{}", serde_json::to_string_pretty(&all)?);
+        outln!("{}", json_pretty(&all));
         return Ok(ExitCode::SUCCESS);
     }
     if rows.is_empty() {
@@ -234,9 +234,12 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
             rfc3339(s.updated_at),
             s.parent_id.as_deref().unwrap_or("-"),
             s.schedule.as_deref().unwrap_or("-"),
-            first
-                .as_deref()
-                .map_or_else(|| "-".to_owned(), |t| one_line(t, 48)),
+            // A platform user's message: shown neutralised.
+            Untrusted(
+                first
+                    .as_deref()
+                    .map_or_else(|| "-".to_owned(), |t| one_line(t, 48))
+            ),
         )
     }
     Ok(ExitCode::SUCCESS)
@@ -301,7 +304,7 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
                 "responder": r.responder, "action": r.action,
             })).collect::<Vec<_>>(),
         });
-        outln!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", json_pretty(&report));
         return Ok(ExitCode::SUCCESS);
     }
     let color = stdout_color();
@@ -320,8 +323,8 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
             outln!(
                 "{} {} ({})",
                 paint(color, "1;31", &format!("turn {turn} failed:")),
-                error["message"].as_str().unwrap_or("unknown error"),
-                error["code"].as_str().unwrap_or("error"),
+                Untrusted(error["message"].as_str().unwrap_or("unknown error")),
+                Untrusted(error["code"].as_str().unwrap_or("error")),
             );
         }
     };
@@ -341,14 +344,20 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
             continue;
         };
         match message {
-            Message::User { content } => outln!("{} {content}", paint(color, "1;34", "user:")),
+            Message::User { content } => {
+                outln!("{} {}", paint(color, "1;34", "user:"), Untrusted(&content));
+            }
             Message::Assistant {
                 content,
                 tool_calls,
                 ..
             } => {
                 if !content.is_empty() {
-                    outln!("{} {content}", paint(color, "1;32", "assistant:"));
+                    outln!(
+                        "{} {}",
+                        paint(color, "1;32", "assistant:"),
+                        Untrusted(&content)
+                    );
                 }
                 for c in tool_calls {
                     let row = calls
@@ -369,8 +378,8 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
                     outln!(
                         "  {} {} {} [{status}{took}]",
                         paint(color, "36", "→"),
-                        c.name,
-                        c.input
+                        Untrusted(&c.name),
+                        json_line(&c.input)
                     );
                     if let Some(output) = row.and_then(|x| x.output.as_ref()) {
                         let text = match output {
@@ -381,7 +390,7 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
                         outln!(
                             "    {} {}",
                             paint(color, if is_error { "31" } else { "2" }, "←"),
-                            one_line(&text, 200)
+                            Untrusted(one_line(&text, 200))
                         );
                     }
                 }
@@ -407,7 +416,12 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
                     crate::term::proposal_card(&r.action["proposal"], color)
                 );
             } else {
-                outln!("  {}  {} {}", r.id, r.tool_name, r.action["input"]);
+                outln!(
+                    "  {}  {} {}",
+                    r.id,
+                    Untrusted(&r.tool_name),
+                    json_line(&r.action["input"])
+                );
             }
         }
         let (id, request) = (&session.id, &pending[0].id);
@@ -445,10 +459,10 @@ pub fn answer(args: SessionsAnswerArgs, approve: bool) -> anyhow::Result<ExitCod
     if args.json {
         outln!(
             "{}",
-            json!({
+            json_line(&json!({
                 "ok": true, "sessionId": id, "requestId": request.id, "tool": request.tool_name,
                 "outcome": if approve { "approved" } else { "denied" }, "reason": args.reason,
-            })
+            }))
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -462,7 +476,7 @@ pub fn answer(args: SessionsAnswerArgs, approve: bool) -> anyhow::Result<ExitCod
             paint(color, "1;31", "denied")
         },
         request.id,
-        request.tool_name,
+        Untrusted(&request.tool_name),
         id
     );
     Ok(ExitCode::SUCCESS)
@@ -487,8 +501,8 @@ pub fn prune(args: SessionsPruneArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         outln!(
             "{}",
-            json!({"ok": true, "deleted": deleted, "blobsDeleted": blobs.blobs,
-                   "blobBytesDeleted": blobs.bytes})
+            json_line(&json!({"ok": true, "deleted": deleted, "blobsDeleted": blobs.blobs,
+                   "blobBytesDeleted": blobs.bytes}))
         );
         return Ok(ExitCode::SUCCESS);
     }

@@ -130,10 +130,10 @@ pub fn migrate(args: StoreMigrateArgs) -> anyhow::Result<ExitCode> {
             .collect();
         outln!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
+            crate::sanitize::json_pretty(&serde_json::json!({
                 "ok": true, "copied": report.copied(), "tables": tables,
                 "spotChecks": spot, "skipped": skipped,
-            }))?
+            }))
         );
         return Ok(ExitCode::SUCCESS);
     }
