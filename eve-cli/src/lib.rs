@@ -27,7 +27,10 @@ pub fn main() -> ExitCode {
             // An error may quote a tool, a model or a server: shown neutralised.
             let text = format!("{err:#}");
             let text = logs::secrets().redact(&text);
-            sanitize::errln!("{}", render::error_line(&sanitize::Untrusted(&text).to_string()));
+            sanitize::errln!(
+                "{}",
+                render::error_line(&sanitize::Untrusted(&text).to_string())
+            );
             ExitCode::from(2)
         }
     }

@@ -215,7 +215,9 @@ pub fn erase_err_line() {
 /// already escaped by it), written to stderr: other controls neutralised, and the lines after
 /// the first indented, so text inside a log event cannot pass for a log line of its own.
 pub fn write_log(event: &str) {
-    let _ = std::io::stderr().lock().write_all(log_line(event).as_bytes());
+    let _ = std::io::stderr()
+        .lock()
+        .write_all(log_line(event).as_bytes());
 }
 
 /// What [`write_log`] writes for one event.
@@ -283,10 +285,7 @@ impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for Escaping<F> {
     ) -> std::io::Result<()> {
         self.0.begin_object_key(w, first)
     }
-    fn begin_object_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        w: &mut W,
-    ) -> std::io::Result<()> {
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
         self.0.begin_object_value(w)
     }
     fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {

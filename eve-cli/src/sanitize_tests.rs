@@ -48,11 +48,20 @@ fn the_attacks_show_as_text() {
         // DCS, APC, PM, SOS introducers (7-bit and 8-bit).
         ("\x1bP\x1b_\x1b^\x1bX\u{90}\u{9f}", "␛P␛_␛^␛X\\u{90}\\u{9f}"),
         // A right-to-left override that makes `deny` read `yned`, and an isolate.
-        ("\u{202e}ynde\u{202c} \u{2067}x\u{2069}", "\\u{202e}ynde\\u{202c} \\u{2067}x\\u{2069}"),
+        (
+            "\u{202e}ynde\u{202c} \u{2067}x\u{2069}",
+            "\\u{202e}ynde\\u{202c} \\u{2067}x\\u{2069}",
+        ),
         // Invisible characters inside a command.
-        ("rm\u{200b} -rf\u{2060} /\u{feff}", "rm\\u{200b} -rf\\u{2060} /\\u{feff}"),
+        (
+            "rm\u{200b} -rf\u{2060} /\u{feff}",
+            "rm\\u{200b} -rf\\u{2060} /\\u{feff}",
+        ),
         // Tag characters (hidden ASCII) and a soft hyphen.
-        ("a\u{e0041}\u{e0042}b\u{ad}c", "a\\u{e0041}\\u{e0042}b\\u{ad}c"),
+        (
+            "a\u{e0041}\u{e0042}b\u{ad}c",
+            "a\\u{e0041}\\u{e0042}b\\u{ad}c",
+        ),
         // DEL, NUL, backspace, vertical tab, shift-out.
         ("\x7f\0\x08\x0b\x0e", "␡␀␈␋␎"),
         // A Windows line end is a line end; a lone CR is shown.
@@ -102,16 +111,16 @@ fn eve_keeps_its_colours_and_only_those() {
         assert!(!foreign.contains('\x1b'), "{foreign:?}");
     }
     for other in [
-        "\x1b[8m",        // concealed text
-        "\x1b[30;40m",    // black on black
-        "\x1b[38;5;1m",   // 256 colours
-        "\x1b[1;8m",      // a palette code beside one that is not
-        "\x1b[2K",        // erase line
-        "\x1b[H",         // cursor home
-        "\x1b[?1049h",    // alternate screen
-        "\x1b]0;t\x07",   // title
-        "\x1b[31",        // unterminated
-        "\x1b[31;",       // unterminated
+        "\x1b[8m",      // concealed text
+        "\x1b[30;40m",  // black on black
+        "\x1b[38;5;1m", // 256 colours
+        "\x1b[1;8m",    // a palette code beside one that is not
+        "\x1b[2K",      // erase line
+        "\x1b[H",       // cursor home
+        "\x1b[?1049h",  // alternate screen
+        "\x1b]0;t\x07", // title
+        "\x1b[31",      // unterminated
+        "\x1b[31;",     // unterminated
     ] {
         let shown = own_styles(other);
         assert!(!shown.contains('\x1b'), "{other:?} -> {shown:?}");
@@ -166,9 +175,31 @@ fn any_char() -> impl Strategy<Value = char> {
     prop_oneof![
         any::<char>(),
         prop::sample::select(vec![
-            '\x1b', '\r', '\n', '\t', '\x07', '\0', '\x7f', '\u{9b}', '\u{85}', '\u{202e}',
-            '\u{2066}', '\u{200b}', '\u{200c}', '\u{200d}', '\u{feff}', '\u{e0041}', '[', ']',
-            'm', ';', '1', 'a', 'é', '👩', '💻',
+            '\x1b',
+            '\r',
+            '\n',
+            '\t',
+            '\x07',
+            '\0',
+            '\x7f',
+            '\u{9b}',
+            '\u{85}',
+            '\u{202e}',
+            '\u{2066}',
+            '\u{200b}',
+            '\u{200c}',
+            '\u{200d}',
+            '\u{feff}',
+            '\u{e0041}',
+            '[',
+            ']',
+            'm',
+            ';',
+            '1',
+            'a',
+            'é',
+            '👩',
+            '💻',
         ]),
     ]
 }

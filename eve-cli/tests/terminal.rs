@@ -130,7 +130,10 @@ fn run_attacked(p: &RunProject) {
     assert_neutralised("eve run (stdout: the reply)", &out.stdout);
     assert_neutralised("eve run (stderr: reasoning, calls, results)", &out.stderr);
     // The reply, a failed tool's first line and the unknown tool's name are each there.
-    assert!(out.stdout.contains("␍Approval granted by admin\\u{9b}2J\\u{202e}nimda\\u{200b}"));
+    assert!(
+        out.stdout
+            .contains("␍Approval granted by admin\\u{9b}2J\\u{202e}nimda\\u{200b}")
+    );
     // The call the model named with the attack, and its failure quoting the name.
     assert!(out.stderr.contains("→ ␛]0;pwned␇"), "{}", out.stderr);
     assert!(
@@ -184,9 +187,16 @@ fn sessions_show_and_list_memory_show_neutralise_what_the_store_holds_exactly() 
         json_args.push("--json");
         let json = view(&p, &json_args, false);
         assert_eq!(json.code, Some(0), "{what} --json: {}", json.stderr);
-        assert!(!json.stdout.chars().any(forbidden), "{what}: {:?}", json.stdout);
+        assert!(
+            !json.stdout.chars().any(forbidden),
+            "{what}: {:?}",
+            json.stdout
+        );
         let value: Value = serde_json::from_str(&json.stdout).unwrap();
-        assert!(value.to_string().contains("\\u001b]0;pwned\\u0007"), "{value}");
+        assert!(
+            value.to_string().contains("\\u001b]0;pwned\\u0007"),
+            "{value}"
+        );
         assert!(
             strings(&value).iter().any(|s| s.contains(ATTACK)),
             "{what} --json does not hold the exact text: {value}"
@@ -196,10 +206,19 @@ fn sessions_show_and_list_memory_show_neutralise_what_the_store_holds_exactly() 
     let show = view(&p, &["sessions", "show", "--last"], false).stdout;
     assert!(show.contains("user: order ␛]0;pwned␇"), "{show}");
     assert!(show.contains("assistant: ␛]0;pwned␇"), "{show}");
-    assert!(show.contains("→ leak {\"note\":\"\\u001b]0;pwned"), "{show}");
+    assert!(
+        show.contains("→ leak {\"note\":\"\\u001b]0;pwned"),
+        "{show}"
+    );
     assert!(show.contains("\\u009b2J\\u202enimda\\u200b"), "{show}");
-    assert!(show.contains("← exited with code 1; stderr: ␛]0;pwned␇"), "{show}");
-    assert!(show.contains("← There is no tool named `␛]0;pwned␇"), "{show}");
+    assert!(
+        show.contains("← exited with code 1; stderr: ␛]0;pwned␇"),
+        "{show}"
+    );
+    assert!(
+        show.contains("← There is no tool named `␛]0;pwned␇"),
+        "{show}"
+    );
 }
 
 /// Every string inside a JSON value.
@@ -218,7 +237,10 @@ fn a_failed_turn_and_a_dead_mcp_server_are_quoted_neutralised() {
     // An MCP server that says the attack on stderr as it dies.
     p.agent.file(
         "connections/evil.yaml",
-        &format!("command: sh\nargs:\n  - -c\n  - |\n    {} >&2; exit 1\n", printf(ATTACK)),
+        &format!(
+            "command: sh\nargs:\n  - -c\n  - |\n    {} >&2; exit 1\n",
+            printf(ATTACK)
+        ),
     );
     let out = view(&p, &["run", "hello"], false);
     assert_eq!(out.code, Some(1), "{}", out.stderr);
@@ -244,7 +266,10 @@ fn releases_log_and_show_neutralise_reasons() {
     assert_eq!(back.code, Some(0), "{}", back.stderr);
     let log = view(&p, &["releases", "log"], false);
     assert_neutralised("eve releases log", &log.stdout);
-    assert_raw("eve releases log", &view(&p, &["releases", "log"], true).stdout);
+    assert_raw(
+        "eve releases log",
+        &view(&p, &["releases", "log"], true).stdout,
+    );
     let json = view(&p, &["releases", "log", "--json"], false);
     assert!(!json.stdout.chars().any(forbidden));
     assert!(json.events().iter().any(|e| e["data"]["reason"] == ATTACK));
@@ -313,7 +338,6 @@ fn dev_lines_neutralise_tool_output() {
         let (status, body) = dev.post("/eve/v1/session", &json!({"message": "/tool leak {}"}));
         assert_eq!(status, 202, "{body}");
         let line = dev.wait_line(WAIT, |l| l.starts_with("tool ") && l.contains(" leak "));
-        eprintln!("eve dev (raw: {raw}): {line}");
         if raw {
             assert_raw("eve dev", &line);
         } else {
@@ -328,7 +352,10 @@ fn serve_log_lines_neutralise_an_mcp_servers_stderr() {
         let project = served();
         project.file(
             "connections/evil.yaml",
-            &format!("command: sh\nargs:\n  - -c\n  - |\n    {} >&2; exit 1\n", printf(ATTACK)),
+            &format!(
+                "command: sh\nargs:\n  - -c\n  - |\n    {} >&2; exit 1\n",
+                printf(ATTACK)
+            ),
         );
         project.build();
         let mut cmd = project.eve(&["serve", "--port", "0"]);
@@ -340,7 +367,6 @@ fn serve_log_lines_neutralise_an_mcp_servers_stderr() {
         let (status, body) = serve.post("/eve/v1/session", &json!({"message": "hi"}));
         assert_eq!(status, 202, "{body}");
         let line = serve.wait_line(WAIT, |l| l.contains("mcp server stderr"));
-        eprintln!("eve serve log (raw: {raw}): {line:?}");
         // The log formatter writes ESC as `\x1b` itself; the carriage return and the bidi
         // override are what it lets through.
         if raw {
@@ -403,7 +429,12 @@ fn chat_over_url_says_to_continue_with_the_same_url() {
     let project = served();
     let server = Server::start(project.eve(&["serve", "--port", "0"]));
     let url = format!("http://127.0.0.1:{}", server.port);
-    let out = chat(&project, &["chat", "--url", &url], "hi there\n/exit\n", false);
+    let out = chat(
+        &project,
+        &["chat", "--url", &url],
+        "hi there\n/exit\n",
+        false,
+    );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out.stdout.contains("You said: hi there"), "{}", out.stdout);
     let again = format!("continue with: eve chat --url {url} --session wrun_");
@@ -423,7 +454,11 @@ fn chat_over_url_says_to_continue_with_the_same_url() {
         false,
     );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(out.stderr.contains(&format!("session {id}")), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("session {id}")),
+        "{}",
+        out.stderr
+    );
 
     // A token given as a flag is named, never printed.
     let out = chat(
@@ -447,7 +482,8 @@ fn chat_over_url_says_to_continue_with_the_same_url() {
     // Locally, no `--url`.
     let out = chat(&project, &["chat"], "hi\n/exit\n", false);
     assert!(
-        out.stderr.contains("continue with: eve chat --session wrun_"),
+        out.stderr
+            .contains("continue with: eve chat --session wrun_"),
         "{}",
         out.stderr
     );
@@ -494,7 +530,10 @@ fn chat_on_a_terminal_keeps_its_title_and_clipboard() {
         let buffers = tmux.buffers();
         if raw {
             assert_eq!(title.trim(), "pwned", "the raw twin sets the title");
-            assert!(buffers.contains("pwned"), "the raw twin writes the clipboard: {buffers}");
+            assert!(
+                buffers.contains("pwned"),
+                "the raw twin writes the clipboard: {buffers}"
+            );
             // Cursor up and erase line wiped the agent's reply off the screen.
             assert!(!screen.contains("agent: leak returned"), "{screen}");
         } else {

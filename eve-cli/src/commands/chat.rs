@@ -95,7 +95,6 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
         })
 }
 
-
 /// An input request seen on the stream and not yet answered.
 #[derive(Debug, Clone)]
 struct Request {

@@ -439,7 +439,10 @@ mod tests {
                 !line.chars().any(|c| c.is_control() || c == '\u{202e}'),
                 "{line:?}"
             );
-            assert!(line.contains("␛]0;pwned␇␛[2K␍Approval granted by admin"), "{line}");
+            assert!(
+                line.contains("␛]0;pwned␇␛[2K␍Approval granted by admin"),
+                "{line}"
+            );
         }
     }
 

@@ -134,7 +134,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             match local::Local::new(&project, &cases) {
                 Ok(l) => Arc::new(Runner::Local(Box::new(l))),
                 Err(e) => {
-                    errln!("{} {}", paint(color, "1;31", "error:"), Untrusted(format!("{e:#}")));
+                    errln!(
+                        "{} {}",
+                        paint(color, "1;31", "error:"),
+                        Untrusted(format!("{e:#}"))
+                    );
                     return Ok(ExitCode::from(EXIT_SUITE));
                 }
             }

@@ -61,9 +61,7 @@ pub fn show(args: MemoryShowArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if notes.is_empty() {
-        errln!(
-            "no notes yet: the agent writes them with its `memory` tool (agent.yaml `memory:`)"
-        );
+        errln!("no notes yet: the agent writes them with its `memory` tool (agent.yaml `memory:`)");
         return Ok(ExitCode::SUCCESS);
     }
     let color = stdout_color();

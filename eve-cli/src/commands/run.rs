@@ -21,8 +21,8 @@ use eve_runtime::store::InputRequestRecord;
 use crate::cli::RunArgs;
 use crate::project::{locate, source_reader};
 use crate::render::{paint, plural, stderr_color};
-use crate::term::{Printer, ask, compact};
 use crate::sanitize::{Untrusted, errln};
+use crate::term::{Printer, ask, compact};
 
 /// Exit code of a run that stopped at an approval nobody could answer.
 pub const EXIT_WAITING: u8 = 3;

@@ -501,8 +501,10 @@ pub fn prune(args: SessionsPruneArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         outln!(
             "{}",
-            json_line(&json!({"ok": true, "deleted": deleted, "blobsDeleted": blobs.blobs,
-                   "blobBytesDeleted": blobs.bytes}))
+            json_line(
+                &json!({"ok": true, "deleted": deleted, "blobsDeleted": blobs.blobs,
+                   "blobBytesDeleted": blobs.bytes})
+            )
         );
         return Ok(ExitCode::SUCCESS);
     }

@@ -139,12 +139,18 @@ pub fn migrate(args: StoreMigrateArgs) -> anyhow::Result<ExitCode> {
     }
     outln!(
         "{:<22} {:>10} {:>10} {:>10}",
-        "table", "sqlite", "copied", "postgres"
+        "table",
+        "sqlite",
+        "copied",
+        "postgres"
     );
     for t in &report.tables {
         outln!(
             "{:<22} {:>10} {:>10} {:>10}",
-            t.table, t.source_rows, t.copied, t.target_after
+            t.table,
+            t.source_rows,
+            t.copied,
+            t.target_after
         );
     }
     for (table, why) in &report.skipped {
