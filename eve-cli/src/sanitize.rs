@@ -41,9 +41,10 @@ use std::fmt::{self, Display, Write as _};
 use std::io::Write as _;
 
 /// The SGR parameters eve's own colours use (`crate::render::paint`, the diagnostics of
-/// `eve_compile::render`, the tracing log formatter): reset, bold, dim, and the foreground
-/// colours red to cyan. [`own_styles`] keeps `ESC [ … m` made of these and nothing else.
-pub const PALETTE: [&str; 10] = ["0", "1", "2", "22", "31", "32", "33", "34", "35", "36"];
+/// `eve_compile::render`, the log formatter of `eve serve`/`eve dev`): reset, bold, dim, italic,
+/// normal intensity, and the foreground colours red to cyan. [`own_styles`] keeps `ESC [ … m`
+/// made of these and nothing else (none of them can hide text or move the cursor).
+pub const PALETTE: [&str; 11] = ["0", "1", "2", "3", "22", "31", "32", "33", "34", "35", "36"];
 
 /// Whether the test-only switch turned neutralising off (debug builds only).
 fn raw() -> bool {
@@ -211,9 +212,10 @@ pub fn erase_err_line() {
     let _ = err.flush();
 }
 
-/// One event of the `eve serve`/`eve dev` log (the formatter's own colours, with every value
-/// already escaped by it), written to stderr: other controls neutralised, and the lines after
-/// the first indented, so text inside a log event cannot pass for a log line of its own.
+/// One event of the `eve serve`/`eve dev` log, written to stderr: the formatter's own colours
+/// kept, every other control neutralised (the formatter escapes an ESC in a message, but not in a
+/// field's value, nor `\r` or bidi controls anywhere), and the lines after the first indented, so
+/// text inside a log event cannot pass for a log line of its own.
 pub fn write_log(event: &str) {
     let _ = std::io::stderr()
         .lock()

@@ -128,6 +128,60 @@ fn eve_keeps_its_colours_and_only_those() {
     }
 }
 
+/// Collects what the log formatter writes.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[test]
+fn the_log_formatters_own_colours_are_in_the_palette() {
+    // The formatter `eve serve` and `eve dev` use, in colour, at every level, with a span and
+    // fields: every colour it writes is one the sink keeps. It escapes an ESC in the message
+    // itself, but a field's Display value (`error = %e`) comes out raw: the sink shows it.
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(true)
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(captured.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let span = tracing::info_span!("turn", session = "wrun_1");
+        let _in = span.enter();
+        let foreign = "\x1b]0;pwned\x07";
+        tracing::trace!(connection = %"evil", "a {foreign}");
+        tracing::debug!(connection = %"evil", "mcp server stderr: {foreign}");
+        tracing::info!(count = 2, "resuming");
+        tracing::warn!(error = %foreign, "platform reply failed");
+        tracing::error!(error = ?foreign, "request failed");
+    });
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(text.contains("=\x1b[0m\x1b]0;pwned\x07"), "{text:?}");
+    let shown = log_line(&text);
+    assert_eq!(
+        shown.matches("\x1b[").count(),
+        text.matches("\x1b[").count(),
+        "every colour of the formatter is kept: {shown:?}"
+    );
+    assert!(!shown.contains("\x1b]"), "{shown:?}");
+    assert!(shown.contains("=\x1b[0m␛]0;pwned␇"), "{shown:?}");
+}
+
 #[test]
 fn a_log_event_is_one_line_and_its_continuations_are_indented() {
     // What the sink makes of one formatted event: eve's colours kept, a foreign line break
