@@ -358,3 +358,40 @@ impl Spinner {
         self.shown = true;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const ATTACK: &str = "\u{1b}]0;pwned\u{7}\u{1b}[2K\rApproved\u{202e}";
+
+    #[test]
+    fn the_spinner_and_a_proposal_show_foreign_text_neutralised() {
+        // The model names the tool the spinner says is running.
+        let mut spinner = Spinner::new(false, false);
+        spinner.event(&json!({"type": ev::ACTIONS_REQUESTED,
+            "data": {"actions": [{"callId": "c1", "toolName": ATTACK}]}}));
+        let status = spinner.status();
+        assert!(
+            status.starts_with("running ␛]0;pwned␇␛[2K␍Approved\\u{202e}…"),
+            "{status}"
+        );
+        // A self-change proposal is the agent's own text.
+        let card = proposal_card(
+            &json!({"text": format!("Proposed change\n{ATTACK}\n")}),
+            true,
+        );
+        assert!(!card.contains("\u{1b}]"), "{card:?}");
+        assert!(
+            !card.contains('\r') && !card.contains('\u{202e}'),
+            "{card:?}"
+        );
+        assert!(card.contains("␛]0;pwned␇"), "{card:?}");
+        // `compact` JSON of a tool input escapes the bidi override.
+        assert_eq!(
+            compact(&json!({"to": "\u{202e}x"})),
+            "{\"to\":\"\\u202ex\"}"
+        );
+    }
+}
