@@ -9,6 +9,7 @@ pub mod commands;
 mod logs;
 mod project;
 mod render;
+mod sanitize;
 mod term;
 
 use std::process::ExitCode;
@@ -23,8 +24,13 @@ pub fn main() -> ExitCode {
     match commands::dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
+            // An error may quote a tool, a model or a server: shown neutralised.
             let text = format!("{err:#}");
-            eprintln!("{}", render::error_line(&logs::secrets().redact(&text)));
+            let text = logs::secrets().redact(&text);
+            sanitize::errln!(
+                "{}",
+                render::error_line(&sanitize::Untrusted(&text).to_string())
+            );
             ExitCode::from(2)
         }
     }

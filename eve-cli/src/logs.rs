@@ -1,5 +1,7 @@
 //! The log output of `eve serve` and `eve dev`: standard error, with every secret the runtime knows
-//! shown as `${VAR}` (the last of the redaction chokepoints listed in `eve_runtime::redact`).
+//! shown as `${VAR}` (the last of the redaction chokepoints listed in `eve_runtime::redact`), and
+//! through the terminal sink ([`crate::sanitize::write_log`]): a log line may quote an MCP
+//! server's stderr or a tool's error, and neither may drive the terminal or forge a log line.
 //!
 //! One registry per process: the runtime the command starts learns into it (its
 //! `RuntimeConfig::secrets`), and the log writer redacts each event's line with it.
@@ -44,7 +46,7 @@ impl RedactedLine {
         }
         let text = String::from_utf8_lossy(&self.buf);
         let shown = self.secrets.redact(&text);
-        let _ = std::io::stderr().lock().write_all(shown.as_bytes());
+        crate::sanitize::write_log(&shown);
         self.buf.clear();
     }
 }

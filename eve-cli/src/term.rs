@@ -3,9 +3,8 @@
 //! The reply streams to stdout as it arrives; tool calls (one line each), results, reasoning
 //! (dimmed) and notices go to stderr, so stdout holds only what the agent said. Events come either
 //! from the store ([`StoredEvent`]) or off the wire (eve's `{type, data, meta}` envelope); both
-//! render the same.
-
-use std::io::Write;
+//! render the same. Every text an event carries came from a model, a tool or a server: it is
+//! shown through [`Untrusted`] before eve's colours are added (see `crate::sanitize`).
 
 use eve_runtime::engine::events as ev;
 use eve_runtime::engine::selfchange;
@@ -13,10 +12,11 @@ use eve_runtime::store::StoredEvent;
 use serde_json::Value;
 
 use crate::render::{paint, stderr_color};
+use crate::sanitize::{Untrusted, erase_err_line, err, errln, json_line, neutralise, out, outln};
 
-/// One line of JSON, cut to 120 characters.
+/// One line of JSON, cut to 120 characters, with what the terminal must not see escaped.
 pub fn compact(value: &Value) -> String {
-    let text = value.to_string();
+    let text = json_line(value);
     if text.chars().count() > 120 {
         let cut: String = text.chars().take(117).collect();
         format!("{cut}...")
@@ -27,9 +27,7 @@ pub fn compact(value: &Value) -> String {
 
 /// Asks a yes/no question on stderr and reads the answer from stdin (`y`/`yes` is yes).
 pub fn ask(question: &str) -> anyhow::Result<bool> {
-    let mut err = std::io::stderr();
-    write!(err, "{question}")?;
-    err.flush()?;
+    err!("{question}");
     let mut line = String::new();
     std::io::stdin().read_line(&mut line)?;
     Ok(is_yes(&line))
@@ -80,11 +78,11 @@ impl Printer {
     /// Ends a line of streamed text or reasoning, if one is open.
     pub fn finish_line(&mut self) {
         if self.mid_line {
-            println!();
+            outln!();
             self.mid_line = false;
         }
         if self.reasoning {
-            eprintln!();
+            errln!();
             self.reasoning = false;
         }
     }
@@ -92,8 +90,7 @@ impl Printer {
     /// A stored event.
     pub fn event(&mut self, event: &StoredEvent) {
         if self.json {
-            println!("{}", event.to_wire());
-            let _ = std::io::stdout().flush();
+            outln!("{}", json_line(&event.to_wire()));
             return;
         }
         self.show(&event.kind, &event.data);
@@ -102,8 +99,7 @@ impl Printer {
     /// An event as it comes off the wire: `{"type", "data", "meta"}`.
     pub fn wire(&mut self, envelope: &Value) {
         if self.json {
-            println!("{envelope}");
-            let _ = std::io::stdout().flush();
+            outln!("{}", json_line(envelope));
             return;
         }
         let kind = envelope["type"].as_str().unwrap_or_default();
@@ -114,26 +110,26 @@ impl Printer {
         match kind {
             ev::MESSAGE_APPENDED => {
                 if self.reasoning {
-                    eprintln!();
+                    errln!();
                     self.reasoning = false;
                 }
-                let delta = data["messageDelta"].as_str().unwrap_or_default();
+                let raw = data["messageDelta"].as_str().unwrap_or_default();
+                let delta = &*neutralise(raw);
                 match &self.label {
                     Some((label, color)) => {
                         if !self.replying {
-                            print!("{label} ");
+                            out!("{label} ");
                             self.replying = true;
                         }
-                        print!("{}", paint(*color, "32", delta));
+                        out!("{}", paint(*color, "32", delta));
                     }
-                    None => print!("{delta}"),
+                    None => out!("{delta}"),
                 }
-                let _ = std::io::stdout().flush();
                 self.mid_line = !delta.ends_with('\n');
             }
             ev::REASONING_APPENDED => {
                 let delta = data["reasoningDelta"].as_str().unwrap_or_default();
-                eprint!("{}", paint(self.color, "2", delta));
+                err!("{}", paint(self.color, "2", &neutralise(delta)));
                 self.reasoning = true;
             }
             ev::MESSAGE_COMPLETED => {
@@ -146,35 +142,43 @@ impl Printer {
                     let line = if action["kind"] == "load-skill" {
                         format!(
                             "→ load skill {}",
-                            action["name"].as_str().unwrap_or_default()
+                            Untrusted(action["name"].as_str().unwrap_or_default())
                         )
                     } else {
                         format!(
                             "→ {} {}",
-                            action["toolName"].as_str().unwrap_or_default(),
+                            Untrusted(action["toolName"].as_str().unwrap_or_default()),
                             compact(&action["input"])
                         )
                     };
-                    eprintln!("{}", paint(self.color, "36", &line));
+                    errln!("{}", paint(self.color, "36", &line));
                 }
             }
             ev::ACTION_RESULT => {
                 let result = &data["result"];
-                let name = result["toolName"]
-                    .as_str()
-                    .or_else(|| result["name"].as_str())
-                    .unwrap_or_default();
+                let name = Untrusted(
+                    result["toolName"]
+                        .as_str()
+                        .or_else(|| result["name"].as_str())
+                        .unwrap_or_default(),
+                );
                 let status = data["status"].as_str().unwrap_or_default();
                 if status == "completed" {
-                    eprintln!("{}", paint(self.color, "32", &format!("← {name}: ok")));
+                    errln!("{}", paint(self.color, "32", &format!("← {name}: ok")));
                 } else {
                     let output = match &result["output"] {
-                        Value::String(s) => s.lines().next().unwrap_or_default().to_owned(),
+                        Value::String(s) => {
+                            neutralise(s.lines().next().unwrap_or_default()).into_owned()
+                        }
                         other => compact(other),
                     };
-                    eprintln!(
+                    errln!(
                         "{}",
-                        paint(self.color, "31", &format!("← {name}: {status}: {output}"))
+                        paint(
+                            self.color,
+                            "31",
+                            &format!("← {name}: {}: {output}", Untrusted(status))
+                        )
                     );
                 }
             }
@@ -183,12 +187,12 @@ impl Printer {
                 for r in data["requests"].as_array().into_iter().flatten() {
                     if r["kind"] == selfchange::REQUEST_KIND {
                         self.finish_line();
-                        eprint!("{}", proposal_card(&r["action"]["proposal"], self.color));
+                        err!("{}", proposal_card(&r["action"]["proposal"], self.color));
                     }
                 }
             }
             ev::COMPACTION_COMPLETED => {
-                eprintln!("{}", paint(self.color, "2", "(context compacted)"));
+                errln!("{}", paint(self.color, "2", "(context compacted)"));
             }
             ev::TURN_FAILED | ev::TURN_CANCELLED => self.finish_line(),
             _ => {}
@@ -207,6 +211,8 @@ pub fn proposal_card(proposal: &Value, color: bool) -> String {
     let mut out = String::new();
     let mut in_diff = false;
     for line in text.lines() {
+        // The proposal is the agent's own text: shown neutralised, then painted.
+        let line = &*neutralise(line);
         let painted = if line.starts_with("Proposed change") {
             paint(color, "1;33", line)
         } else if line.starts_with("Capability delta (WIDENS") {
@@ -275,9 +281,7 @@ impl Spinner {
     /// Erases the status line, if drawn.
     pub fn clear(&mut self) {
         if self.shown {
-            let mut err = std::io::stderr();
-            let _ = write!(err, "\r\x1b[2K");
-            let _ = err.flush();
+            erase_err_line();
             self.shown = false;
         }
     }
@@ -290,13 +294,17 @@ impl Spinner {
             ev::TURN_STARTED | ev::STEP_STARTED => self.turn_since = self.quiet_since,
             ev::ACTIONS_REQUESTED => {
                 for a in event["data"]["actions"].as_array().into_iter().flatten() {
+                    // The model picks the name: shown neutralised on the status line.
                     let name = a["toolName"]
                         .as_str()
                         .or_else(|| a["name"].as_str())
                         .unwrap_or("tool");
                     let id = a["callId"].as_str().unwrap_or_default();
-                    self.running
-                        .push((id.to_owned(), name.to_owned(), self.quiet_since));
+                    self.running.push((
+                        id.to_owned(),
+                        neutralise(name).into_owned(),
+                        self.quiet_since,
+                    ));
                 }
             }
             ev::INPUT_REQUESTED | ev::TURN_WAITING => {}
@@ -345,9 +353,45 @@ impl Spinner {
         }
         self.frame = (self.frame + 1) % FRAMES.len();
         let line = format!("{} {}", FRAMES[self.frame], self.status());
-        let mut err = std::io::stderr();
-        let _ = write!(err, "\r\x1b[2K{}", paint(self.color, "2", &line));
-        let _ = err.flush();
+        erase_err_line();
+        err!("{}", paint(self.color, "2", &line));
         self.shown = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const ATTACK: &str = "\u{1b}]0;pwned\u{7}\u{1b}[2K\rApproved\u{202e}";
+
+    #[test]
+    fn the_spinner_and_a_proposal_show_foreign_text_neutralised() {
+        // The model names the tool the spinner says is running.
+        let mut spinner = Spinner::new(false, false);
+        spinner.event(&json!({"type": ev::ACTIONS_REQUESTED,
+            "data": {"actions": [{"callId": "c1", "toolName": ATTACK}]}}));
+        let status = spinner.status();
+        assert!(
+            status.starts_with("running ␛]0;pwned␇␛[2K␍Approved\\u{202e}…"),
+            "{status}"
+        );
+        // A self-change proposal is the agent's own text.
+        let card = proposal_card(
+            &json!({"text": format!("Proposed change\n{ATTACK}\n")}),
+            true,
+        );
+        assert!(!card.contains("\u{1b}]"), "{card:?}");
+        assert!(
+            !card.contains('\r') && !card.contains('\u{202e}'),
+            "{card:?}"
+        );
+        assert!(card.contains("␛]0;pwned␇"), "{card:?}");
+        // `compact` JSON of a tool input escapes the bidi override.
+        assert_eq!(
+            compact(&json!({"to": "\u{202e}x"})),
+            "{\"to\":\"\\u202ex\"}"
+        );
     }
 }

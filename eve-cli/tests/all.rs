@@ -30,3 +30,4 @@ mod subagents;
 mod support_dev;
 mod support_run;
 mod templates;
+mod terminal;

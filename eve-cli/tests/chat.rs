@@ -69,7 +69,8 @@ const SCRIPT: &str = "hello there\n\
                       /exit\n\
                       never sent\n";
 
-fn check_transcript(project: &Project, code: Option<i32>, stdout: &str, stderr: &str) {
+/// `again`: how the chat says to continue (`eve chat`, or `eve chat --url …` for a server).
+fn check_transcript(project: &Project, again: &str, code: Option<i32>, stdout: &str, stderr: &str) {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("You said: hello there\n"), "{stdout}");
     assert!(
@@ -94,10 +95,7 @@ fn check_transcript(project: &Project, code: Option<i32>, stdout: &str, stderr: 
     assert_eq!(sessions.len(), 2, "{stderr}");
     assert_ne!(sessions[0], sessions[1]);
     assert!(
-        stderr.contains(&format!(
-            "continue with: eve chat --session {}",
-            sessions[1]
-        )),
+        stderr.contains(&format!("continue with: {again} --session {}", sessions[1])),
         "{stderr}"
     );
     assert_eq!(project.count("SELECT COUNT(*) FROM sessions"), 2);
@@ -112,7 +110,7 @@ fn check_transcript(project: &Project, code: Option<i32>, stdout: &str, stderr: 
 fn chat_in_process_through_piped_stdin() {
     let project = project();
     let (code, stdout, stderr) = chat(&project, project.eve(&["chat"]), SCRIPT);
-    check_transcript(&project, code, &stdout, &stderr);
+    check_transcript(&project, "eve chat", code, &stdout, &stderr);
 }
 
 #[test]
@@ -149,7 +147,9 @@ fn chat_against_a_server_with_a_token() {
         project.eve(&["chat", "--url", &url, "--token", TOKEN]),
         SCRIPT,
     );
-    check_transcript(&project, code, &stdout, &stderr);
+    // The same server again; the token is named, not printed.
+    let again = format!("eve chat --url {url} --token <TOKEN>");
+    check_transcript(&project, &again, code, &stdout, &stderr);
 }
 
 #[test]

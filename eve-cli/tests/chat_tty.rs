@@ -15,12 +15,12 @@ use eve_test_support::eventually;
 const WAIT: Duration = Duration::from_secs(30);
 
 /// A tmux server of its own (`-L`), with one window running a command.
-struct Tmux {
+pub(crate) struct Tmux {
     socket: String,
 }
 
 impl Tmux {
-    fn start(project: &Project, command: &str) -> Self {
+    pub(crate) fn start(project: &Project, command: &str) -> Self {
         static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         // A server of its own each time: a killed one may still be going away.
         let socket = format!(
@@ -46,14 +46,14 @@ impl Tmux {
         tmux
     }
 
-    fn cmd(&self) -> Command {
+    pub(crate) fn cmd(&self) -> Command {
         let mut cmd = Command::new("tmux");
         cmd.args(["-L", &self.socket, "-f", "/dev/null"]);
         cmd
     }
 
     /// Keys by tmux name (`Enter`, `Up`, `C-u`, `C-d`).
-    fn keys(&self, keys: &[&str]) {
+    pub(crate) fn keys(&self, keys: &[&str]) {
         let status = self
             .cmd()
             .args(["send-keys", "-t", "chat"])
@@ -64,7 +64,7 @@ impl Tmux {
     }
 
     /// Text typed as it is.
-    fn text(&self, text: &str) {
+    pub(crate) fn text(&self, text: &str) {
         let status = self
             .cmd()
             .args(["send-keys", "-t", "chat", "-l", text])
@@ -73,7 +73,7 @@ impl Tmux {
         assert!(status.success());
     }
 
-    fn screen(&self) -> String {
+    pub(crate) fn screen(&self) -> String {
         let out = self
             .cmd()
             .args(["capture-pane", "-p", "-J", "-t", "chat", "-S", "-200"])
@@ -82,8 +82,24 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// A format of the pane (`#{pane_title}`), as tmux expands it.
+    pub(crate) fn query(&self, format: &str) -> String {
+        let out = self
+            .cmd()
+            .args(["display-message", "-p", "-t", "chat", format])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// tmux's paste buffers (what programs wrote to the clipboard with OSC 52), listed.
+    pub(crate) fn buffers(&self) -> String {
+        let out = self.cmd().arg("list-buffers").output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Waits until the screen satisfies `check`; returns it.
-    fn wait(&self, what: &str, check: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn wait(&self, what: &str, check: impl Fn(&str) -> bool) -> String {
         eventually(WAIT, what, || {
             let screen = self.screen();
             check(&screen).then_some(screen)
@@ -91,7 +107,7 @@ impl Tmux {
     }
 
     /// Waits for `text` on the screen.
-    fn wait_for(&self, text: &str) -> String {
+    pub(crate) fn wait_for(&self, text: &str) -> String {
         self.wait(&format!("`{text}` on the screen"), |s| s.contains(text))
     }
 

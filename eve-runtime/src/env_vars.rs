@@ -55,6 +55,10 @@ pub const EVE_STORE: &str = "EVE_STORE";
 pub const EVE_LEASE_TTL_MS: &str = "EVE_LEASE_TTL_MS";
 /// Tests only: the PostgreSQL server the store tests run against (`scripts/postgres.sh url`).
 pub const EVE_TEST_POSTGRES_URL: &str = "EVE_TEST_POSTGRES_URL";
+/// Tests only, and honoured by debug builds only: `1` prints text from models, tools, hooks and
+/// servers raw, as eve did before it neutralised terminal controls (so a test can show an attack
+/// reaching the terminal when nothing stops it). A release build ignores it.
+pub const EVE_TEST_RAW_TERMINAL: &str = "EVE_TEST_RAW_TERMINAL";
 /// Tests only: `1` skips the PostgreSQL tests, each saying SKIPPED (without it and without a
 /// server URL they fail).
 pub const EVE_SKIP_POSTGRES: &str = "EVE_SKIP_POSTGRES";

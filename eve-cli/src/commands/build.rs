@@ -13,6 +13,7 @@ use serde_json::json;
 use crate::cli::BuildArgs;
 use crate::project::{locate, source_reader};
 use crate::render::{duration, plural, stderr_color};
+use crate::sanitize::{errln, outln};
 
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
@@ -51,7 +52,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
             "diagnostics": out.diagnostics,
             "release": outcome.as_ref().map(super::releases::outcome_json),
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", crate::sanitize::json_pretty(&report));
         return Ok(if errors == 0 && !refused {
             ExitCode::SUCCESS
         } else {
@@ -60,13 +61,13 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     }
     let color = stderr_color();
     if !out.diagnostics.is_empty() {
-        eprintln!(
+        errln!(
             "{}",
             render_all(&out.diagnostics, &source_reader(&project), Style { color })
         );
     }
     if errors > 0 {
-        eprintln!(
+        errln!(
             "{} build failed: {}{}",
             crate::render::paint(color, "1;31", "error:"),
             plural(errors, "error"),
@@ -80,7 +81,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     }
     let hash = built.hash.unwrap_or_default();
     let parts = crate::render::counted(&counts);
-    eprintln!(
+    errln!(
         "{} `{}` in {}: {} → .eve/builds/{hash}{}{}",
         crate::render::paint(color, "1;32", "Built"),
         out.manifest.agent.name,
@@ -96,7 +97,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     if let Some(ReleaseOutcome::Activated(r)) = &outcome
         && r.activated_at.is_some_and(|at| at < before)
     {
-        eprintln!(
+        errln!(
             "{}",
             crate::render::paint(
                 color,

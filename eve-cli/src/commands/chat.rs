@@ -13,18 +13,21 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use eve_runtime::engine::{Runtime, events as ev};
-use eve_runtime::server::{self, EventCursor, Next};
-use futures::StreamExt;
-use serde_json::{Value, json};
+use eve_runtime::engine::events as ev;
+use eve_runtime::server;
+use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use super::run::build_agent;
 use crate::cli::ChatArgs;
 use crate::project::locate;
 use crate::render::{paint, stderr_color, stdout_color};
+use crate::sanitize::{Untrusted, errln, neutralise, own_styles};
 use crate::term::{Printer, Spinner, compact, is_yes};
+
+mod backend;
+
+use backend::{Backend, Remote};
 
 const HELP: &str = "\
 /new      start a new session
@@ -90,358 +93,6 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
             };
             Chat::new(backend, history, local_project).run(resume).await
         })
-}
-
-/// A client of the session API.
-struct Remote {
-    http: reqwest::Client,
-    base: String,
-    token: Option<String>,
-}
-
-impl Remote {
-    fn new(url: &str, token: Option<String>) -> anyhow::Result<Self> {
-        let base = url.trim().trim_end_matches('/').to_owned();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            anyhow::bail!("--url must start with http:// or https://, found `{url}`");
-        }
-        let http = reqwest::Client::builder()
-            .build()
-            .context("cannot set up the HTTP client")?;
-        Ok(Self { http, base, token })
-    }
-
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let request = self.http.request(method, format!("{}{path}", self.base));
-        match &self.token {
-            Some(token) => request.bearer_auth(token),
-            None => request,
-        }
-    }
-
-    /// What a failed request says: the server's error, or for a refused token what to fix.
-    fn refusal(&self, status: reqwest::StatusCode, value: &Value) -> anyhow::Error {
-        if status == reqwest::StatusCode::UNAUTHORIZED {
-            return anyhow::anyhow!(
-                "{} refused the credentials (HTTP 401): {}; check --token (or EVE_TOKEN) \
-                 against the server's agent/channels/eve.yaml",
-                self.base,
-                if self.token.is_some() {
-                    "the token was not accepted"
-                } else {
-                    "it needs a token and none was given"
-                }
-            );
-        }
-        let message = value["error"].as_str().unwrap_or("request failed");
-        anyhow::anyhow!("{message} (HTTP {})", status.as_u16())
-    }
-
-    /// The error of a request that got no answer at all.
-    fn unreachable(&self) -> String {
-        format!(
-            "cannot reach {}: is `eve serve` (or `eve dev`) running there? Check --url (or EVE_URL)",
-            self.base
-        )
-    }
-
-    /// GETs `path`; the JSON answer, or the server's error as an error.
-    async fn get(&self, path: &str) -> anyhow::Result<Value> {
-        let response = self
-            .request(reqwest::Method::GET, path)
-            .send()
-            .await
-            .with_context(|| self.unreachable())?;
-        let status = response.status();
-        let value: Value = response.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            return Err(self.refusal(status, &value));
-        }
-        Ok(value)
-    }
-
-    /// Whether the server answers and takes our credentials, before the first prompt.
-    async fn check(&self) -> anyhow::Result<()> {
-        self.get("/eve/v1/info").await.map(|_| ())
-    }
-
-    /// The session an id, a prefix or `--last` (`None`) names on the server.
-    async fn resolve(&self, wanted: Option<&str>) -> anyhow::Result<String> {
-        if let Some(id) = wanted
-            && self.get(&format!("/eve/v1/sessions/{id}")).await.is_ok()
-        {
-            return Ok(id.to_owned());
-        }
-        let list = self.get("/eve/v1/sessions?limit=1000").await?;
-        let candidates: Vec<super::sessions::Candidate> = list["sessions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|s| super::sessions::Candidate {
-                id: s["id"].as_str().unwrap_or_default().to_owned(),
-                status: s["status"].as_str().unwrap_or_default().to_owned(),
-                updated: s["updatedAt"].as_str().unwrap_or_default().to_owned(),
-                parent: s["parent"].as_str().map(str::to_owned),
-            })
-            .collect();
-        super::sessions::pick(&candidates, wanted, &self.base)
-    }
-
-    /// POSTs `body`; returns the JSON answer, or the server's error as an error.
-    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
-        let response = self
-            .request(reqwest::Method::POST, path)
-            .json(&body)
-            .send()
-            .await
-            .with_context(|| self.unreachable())?;
-        let status = response.status();
-        let value: Value = response.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            return Err(self.refusal(status, &value));
-        }
-        Ok(value)
-    }
-
-    /// `GET …/stream` with `query`; the response, checked.
-    async fn stream(&self, session: &str, query: &str) -> anyhow::Result<reqwest::Response> {
-        let response = self
-            .request(
-                reqwest::Method::GET,
-                &format!("/eve/v1/session/{session}/stream?{query}"),
-            )
-            .send()
-            .await
-            .with_context(|| self.unreachable())?;
-        let status = response.status();
-        if !status.is_success() {
-            let value: Value = response.json().await.unwrap_or(Value::Null);
-            return Err(self.refusal(status, &value));
-        }
-        Ok(response)
-    }
-}
-
-/// Where the session lives.
-enum Backend {
-    Local(Runtime),
-    Remote(Remote),
-}
-
-/// A stream of wire events (`{type, data, meta}`) that ends when the session is at rest.
-enum Follow {
-    Local(Box<EventCursor>),
-    Remote {
-        body: futures::stream::BoxStream<'static, reqwest::Result<Vec<u8>>>,
-        buffer: Vec<u8>,
-        done: bool,
-    },
-}
-
-impl Follow {
-    async fn next(&mut self) -> anyhow::Result<Option<Value>> {
-        match self {
-            Self::Local(cursor) => match cursor.next(None).await {
-                Next::Event(event) => Ok(Some(event.to_wire())),
-                Next::Tick => Ok(Some(Value::Null)),
-                Next::End => Ok(None),
-            },
-            Self::Remote { body, buffer, done } => loop {
-                if let Some(pos) = buffer.iter().position(|b| *b == b'\n') {
-                    let line: Vec<u8> = buffer.drain(..=pos).collect();
-                    let text = String::from_utf8_lossy(&line);
-                    if text.trim().is_empty() {
-                        continue;
-                    }
-                    return Ok(Some(serde_json::from_str(text.trim()).with_context(
-                        || format!("the server sent a line that is not JSON: {}", text.trim()),
-                    )?));
-                }
-                if *done {
-                    return Ok(None);
-                }
-                match body.next().await {
-                    Some(chunk) => buffer.extend_from_slice(&chunk.context("the stream broke")?),
-                    None => {
-                        *done = true;
-                        buffer.push(b'\n');
-                    }
-                }
-            },
-        }
-    }
-}
-
-impl Backend {
-    async fn create(&self) -> anyhow::Result<String> {
-        match self {
-            Self::Local(rt) => Ok(rt.create_session(None).await?),
-            Self::Remote(r) => {
-                let answer = r.post("/eve/v1/session", json!({})).await?;
-                answer["sessionId"]
-                    .as_str()
-                    .map(str::to_owned)
-                    .context("the server did not return a session id")
-            }
-        }
-    }
-
-    /// Every stored event of a session.
-    async fn history(&self, session: &str) -> anyhow::Result<Vec<Value>> {
-        match self {
-            Self::Local(rt) => {
-                if rt.session(session).await?.is_none() {
-                    anyhow::bail!("no session `{session}` in {}", rt.state_dir().display());
-                }
-                Ok(rt
-                    .events(session, 0, 0)
-                    .await?
-                    .iter()
-                    .map(|e| e.to_wire())
-                    .collect())
-            }
-            Self::Remote(r) => {
-                let response = r.stream(session, "startIndex=0&follow=false").await?;
-                let text = response.text().await.context("cannot read the stream")?;
-                Ok(text
-                    .lines()
-                    .filter(|l| !l.trim().is_empty())
-                    .filter_map(|l| serde_json::from_str(l).ok())
-                    .collect())
-            }
-        }
-    }
-
-    /// Index of the session's next event.
-    async fn tail(&self, session: &str) -> anyhow::Result<u64> {
-        match self {
-            Self::Local(rt) => Ok(rt
-                .session(session)
-                .await?
-                .map(|s| s.event_count)
-                .unwrap_or(0)),
-            Self::Remote(r) => {
-                let response = r.stream(session, "startIndex=-1&follow=false").await?;
-                let tail: i64 = response
-                    .headers()
-                    .get("x-eve-stream-tail-index")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(-1);
-                Ok(u64::try_from(tail + 1).unwrap_or(0))
-            }
-        }
-    }
-
-    async fn follow(&self, session: &str, from: u64) -> anyhow::Result<Follow> {
-        match self {
-            Self::Local(rt) => Ok(Follow::Local(Box::new(EventCursor::follow(
-                rt.clone(),
-                session.to_owned(),
-                from,
-                CancellationToken::new(),
-            )))),
-            Self::Remote(r) => {
-                let response = r.stream(session, &format!("startIndex={from}")).await?;
-                let body = response
-                    .bytes_stream()
-                    .map(|chunk| chunk.map(|b| b.to_vec()))
-                    .boxed();
-                Ok(Follow::Remote {
-                    body,
-                    buffer: Vec::new(),
-                    done: false,
-                })
-            }
-        }
-    }
-
-    async fn send(&self, session: &str, text: &str) -> anyhow::Result<()> {
-        match self {
-            Self::Local(rt) => {
-                rt.post_message(session, text).await?;
-            }
-            Self::Remote(r) => {
-                r.post(
-                    &format!("/eve/v1/session/{session}"),
-                    json!({"message": text}),
-                )
-                .await?;
-            }
-        }
-        Ok(())
-    }
-
-    async fn answer(
-        &self,
-        session: &str,
-        request: &str,
-        approve: bool,
-        reason: Option<String>,
-    ) -> anyhow::Result<()> {
-        match self {
-            Self::Local(rt) => {
-                rt.answer_input(session, Some(request), approve, reason)
-                    .await?;
-            }
-            Self::Remote(r) => {
-                let option = if approve { "approve" } else { "cancel" };
-                let mut response = json!({"requestId": request, "optionId": option});
-                if let Some(reason) = reason {
-                    response["text"] = json!(reason);
-                }
-                r.post(
-                    &format!("/eve/v1/session/{session}"),
-                    json!({"inputResponses": [response]}),
-                )
-                .await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Cancels the turn; `false` when there was none.
-    async fn cancel(&self, session: &str) -> anyhow::Result<bool> {
-        match self {
-            Self::Local(rt) => {
-                let idle = rt.session(session).await?.is_none_or(|s| {
-                    s.status == eve_runtime::store::SessionStatus::Idle && !s.cancel_requested
-                });
-                if idle {
-                    return Ok(false);
-                }
-                rt.cancel(session).await?;
-                Ok(true)
-            }
-            Self::Remote(r) => {
-                let answer = r
-                    .post(&format!("/eve/v1/session/{session}/cancel"), json!({}))
-                    .await?;
-                Ok(answer["status"] != "no_active_turn")
-            }
-        }
-    }
-
-    async fn control(&self, session: &str, what: &str) -> anyhow::Result<()> {
-        match self {
-            Self::Local(rt) => match what {
-                "compact" => rt.compact(session).await?,
-                _ => rt.clear(session).await?,
-            },
-            Self::Remote(r) => {
-                r.post(&format!("/eve/v1/session/{session}/{what}"), json!({}))
-                    .await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Waits for in-process drivers to finish (local only).
-    async fn settle(&self, session: &str) {
-        if let Self::Local(rt) = self {
-            rt.settled(session).await;
-        }
-    }
 }
 
 /// An input request seen on the stream and not yet answered.
@@ -655,12 +306,18 @@ impl Chat {
         }
     }
 
+    /// A dim line on stderr; it may carry a session id a server sent, so it is neutralised.
     fn note(&self, text: &str) {
-        eprintln!("{}", paint(self.color, "2", text));
+        errln!("{}", paint(self.color, "2", &neutralise(text)));
     }
 
+    /// An error may quote the server, a tool or the model.
     fn error(&self, e: &anyhow::Error) {
-        eprintln!("{} {e:#}", paint(self.color, "1;31", "error:"));
+        errln!(
+            "{} {}",
+            paint(self.color, "1;31", "error:"),
+            Untrusted(format!("{e:#}"))
+        );
     }
 
     /// One line from the user; `remember` keeps it in the history (not for approval answers).
@@ -674,7 +331,9 @@ impl Chat {
                 Some(()) = self.interrupts.recv() => Input::Interrupt,
             },
             Reader::Editor { ask, answers } => {
-                if ask.send((prompt.to_owned(), remember)).is_err() {
+                // The line editor prints the prompt itself: through the same filter as the rest.
+                let prompt = own_styles(prompt).into_owned();
+                if ask.send((prompt, remember)).is_err() {
                     return Input::Eof;
                 }
                 // The editor reads Ctrl-C itself while it has the terminal.
@@ -720,11 +379,11 @@ impl Chat {
                 Input::Eof => break,
                 Input::Interrupt => {
                     if armed {
-                        eprintln!();
+                        errln!();
                         break;
                     }
                     armed = true;
-                    eprintln!();
+                    errln!();
                     self.note("(press Ctrl-C again, or type /exit, to leave)");
                     continue;
                 }
@@ -738,7 +397,7 @@ impl Chat {
             let command = match classify(text) {
                 Typed::Command(word) => word,
                 Typed::Unknown(word) => {
-                    eprintln!(
+                    errln!(
                         "{} unknown command {word}: /help lists the commands (start the line \
                          with // to send it to the agent as it is)",
                         paint(self.color, "1;33", "eve chat:")
@@ -754,7 +413,7 @@ impl Chat {
             };
             match command {
                 "/exit" | "/quit" => break,
-                "/help" => eprintln!("{HELP}"),
+                "/help" => errln!("{HELP}"),
                 "/new" => {
                     self.session = None;
                     self.note("(new session: it starts with your next message)");
@@ -796,7 +455,10 @@ impl Chat {
     fn leave(&mut self) -> ExitCode {
         self.printer.finish_line();
         if let Some(id) = &self.session {
-            self.note(&format!("continue with: eve chat --session {id}"));
+            self.note(&format!(
+                "continue with: {}",
+                self.backend.continue_command(id)
+            ));
         }
         ExitCode::SUCCESS
     }
@@ -913,11 +575,11 @@ impl Chat {
         match event["type"].as_str().unwrap_or_default() {
             ev::TURN_FAILED => {
                 let error = &event["data"]["error"];
-                eprintln!(
+                errln!(
                     "{} {} ({})",
                     paint(self.color, "1;31", "turn failed:"),
-                    error["message"].as_str().unwrap_or("unknown error"),
-                    error["code"].as_str().unwrap_or("error")
+                    Untrusted(error["message"].as_str().unwrap_or("unknown error")),
+                    Untrusted(error["code"].as_str().unwrap_or("error"))
                 );
             }
             ev::TURN_CANCELLED => self.note("(turn cancelled)"),
@@ -936,27 +598,29 @@ impl Chat {
         shown: bool,
     ) -> anyhow::Result<bool> {
         for r in requests {
+            // The prompt comes from the tool's definition or a server; the line editor prints
+            // it as it is, so it is neutralised here.
             let question = if shown {
                 format!(
                     "{} {} [y/N] ",
                     paint(self.color, "1;33", "approve?"),
-                    r.prompt
+                    Untrusted(&r.prompt)
                 )
             } else {
                 format!(
                     "{} {} {} [y/N] ",
                     paint(self.color, "1;33", "approve?"),
-                    r.prompt,
+                    Untrusted(&r.prompt),
                     compact(&r.input)
                 )
             };
             if !self.interactive {
-                eprintln!("{question}");
+                errln!("{question}");
             }
             let approve = match self.input(&question, false).await {
                 Input::Line(answer) => is_yes(&answer),
                 Input::Interrupt => {
-                    eprintln!();
+                    errln!();
                     false
                 }
                 Input::Eof => {

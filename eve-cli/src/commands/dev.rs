@@ -32,6 +32,7 @@ use super::serve::{CLOSE_DEADLINE, DRAIN_DEADLINE, drain, watch_signals};
 use crate::cli::DevArgs;
 use crate::project::{locate, source_reader};
 use crate::render::{duration, paint, plural, stderr_color};
+use crate::sanitize::errln;
 
 /// How long the watcher waits for a burst of changes (an editor's save, a `git checkout`) to end.
 const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -79,7 +80,7 @@ fn rebuild(
     let color = stderr_color();
     let out = &built.output;
     if !out.diagnostics.is_empty() {
-        eprintln!(
+        errln!(
             "{}",
             render_all(&out.diagnostics, &source_reader(project), Style { color })
         );
@@ -90,7 +91,7 @@ fn rebuild(
             Some(hash) => format!("still serving {hash}"),
             None => "nothing to serve yet: fix them and save".to_owned(),
         };
-        eprintln!(
+        errln!(
             "{} {} ({still})",
             paint(color, "1;31", "build failed:"),
             plural(errors, "error")
@@ -162,7 +163,7 @@ fn first_build(project: &Project, serving: Option<&str>) -> anyhow::Result<Outco
         line: Some(line), ..
     } = &outcome
     {
-        eprintln!("{line}");
+        errln!("{line}");
     }
     Ok(outcome)
 }
@@ -322,13 +323,13 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
     let agent = build::load(&project.state_dir, &serving)
         .map(|l| l.manifest.agent.name)
         .unwrap_or_default();
-    eprintln!("eve serving {agent} (build {serving}) on http://{local}");
+    errln!("eve serving {agent} (build {serving}) on http://{local}");
     super::serve::ready_line(args.json, local, &agent, &serving, true);
-    eprintln!(
+    errln!(
         "{} open http://{local}/ in a browser",
         paint(color, "2", "eve console:")
     );
-    eprintln!(
+    errln!(
         "{} watching {} for changes",
         paint(color, "2", "eve dev:"),
         project.display_prefix().trim_end_matches('/').to_owned() + "/"
@@ -354,7 +355,7 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
                     paths.extend(more);
                 }
                 if let Some(line) = changed_line(&project, &paths) {
-                    eprintln!("{} {line}", paint(color, "2", "eve dev:"));
+                    errln!("{} {line}", paint(color, "2", "eve dev:"));
                 }
                 let (for_build, current) = (project.clone(), serving.clone());
                 let for_release = runtime.clone();
@@ -375,7 +376,7 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
                             config,
                             options.clone(),
                         )),
-                        Err(e) => eprintln!(
+                        Err(e) => errln!(
                             "{} {e:#} (the session API keeps its previous settings)",
                             paint(color, "1;33", "warning:")
                         ),
@@ -392,14 +393,14 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
                 }
                 // Said once the server serves it, so what the line says is already true.
                 if let Some(line) = line {
-                    eprintln!("{line}");
+                    errln!("{line}");
                 }
             }
             () = shutdown.cancelled() => {
                 let closing = tokio::time::sleep(CLOSE_DEADLINE);
                 tokio::select! {
                     result = &mut serve => result?,
-                    () = closing => eprintln!(
+                    () = closing => errln!(
                         "eve: closing connections still open {}s after the signal",
                         CLOSE_DEADLINE.as_secs()
                     ),

@@ -5,7 +5,9 @@
 //! A developer watching `eve dev` should see a failing tool without opening another terminal.
 //! [`Lines`] turns the runtime's events, as they are committed in this process
 //! ([`Runtime::subscribe_all`]), into those lines; it is a pure fold over events so its output is
-//! tested without a server. [`talk`] runs it next to the server until shutdown.
+//! tested without a server. [`talk`] runs it next to the server until shutdown. Names, outputs
+//! and errors in the events come from models, tools and hooks: each is shown through
+//! [`Untrusted`] (or [`short`], which neutralises) before the line is coloured.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,6 +19,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use crate::render::{duration, paint};
+use crate::sanitize::{Untrusted, errln, neutralise};
 
 /// Longest error or reply shown on a line, in characters.
 const SHOWN_CHARS: usize = 120;
@@ -41,14 +44,15 @@ pub(crate) struct Lines {
     requests: HashMap<String, String>,
 }
 
+/// Foreign text on one line, at most [`SHOWN_CHARS`] of it, neutralised.
 fn short(text: &str) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() <= SHOWN_CHARS {
-        return flat;
+        return neutralise(&flat).into_owned();
     }
     let mut cut: String = flat.chars().take(SHOWN_CHARS - 1).collect();
     cut.push('…');
-    cut
+    neutralise(&cut).into_owned()
 }
 
 fn took(from: i64, to: i64) -> String {
@@ -140,7 +144,8 @@ impl Lines {
                         self.requests.insert(id.to_owned(), call.to_owned());
                     }
                     asked.push(format!(
-                        "{tool} {}",
+                        "{} {}",
+                        Untrusted(tool),
                         short(&r["action"]["input"].to_string())
                     ));
                 }
@@ -172,6 +177,7 @@ impl Lines {
                     .map(str::to_owned)
                     .or_else(|| r["name"].as_str().map(|n| format!("skill {n}")))
                     .unwrap_or_else(|| "tool".to_owned());
+                let name = Untrusted(name);
                 let status = d["status"].as_str().unwrap_or("completed");
                 let start = self
                     .calls
@@ -188,9 +194,10 @@ impl Lines {
                 let output = output_text(&r["output"]);
                 Some(if failed {
                     format!(
-                        "{} {} {name} {status} after {time}: {output}",
+                        "{} {} {name} {} after {time}: {output}",
                         paint(self.color, "1;31", "tool"),
                         self.prefix(sid, turn),
+                        Untrusted(status),
                     )
                 } else {
                     format!(
@@ -231,10 +238,12 @@ impl Lines {
                         paint(self.color, "1;31", "turn"),
                         self.prefix(sid, turn),
                         short(d["error"]["message"].as_str().unwrap_or("unknown error")),
-                        d["stopReason"]
-                            .as_str()
-                            .or_else(|| d["error"]["code"].as_str())
-                            .unwrap_or("error")
+                        Untrusted(
+                            d["stopReason"]
+                                .as_str()
+                                .or_else(|| d["error"]["code"].as_str())
+                                .unwrap_or("error")
+                        )
                     ),
                     _ => format!(
                         "{} {} cancelled after {time} ({counts})",
@@ -260,7 +269,7 @@ pub(crate) async fn talk(runtime: Runtime, color: bool, shutdown: CancellationTo
         let event = match event {
             Ok(event) => event,
             Err(RecvError::Lagged(n)) => {
-                eprintln!(
+                errln!(
                     "{}",
                     paint(
                         color,
@@ -283,7 +292,7 @@ pub(crate) async fn talk(runtime: Runtime, color: bool, shutdown: CancellationTo
             None
         };
         if let Some(line) = lines.line(&event, schedule.as_deref()) {
-            eprintln!("{line}");
+            errln!("{line}");
         }
     }
 }
@@ -399,6 +408,42 @@ mod tests {
              console or with `eve sessions approve wrun_1`)"
         );
         assert_eq!(lines[1], "tool wrun_1 turn 0 refund ok in 12 ms: ok");
+    }
+
+    #[test]
+    fn foreign_text_cannot_drive_the_terminal() {
+        let attack = "\u{1b}]0;pwned\u{7}\u{1b}[2K\rApproval granted by admin\u{202e}";
+        let lines = play(&[
+            event(
+                "input.requested",
+                0,
+                json!({"sequence": 0, "requests": [{"requestId": "apr_1",
+                       "action": {"callId": "c1", "toolName": attack, "input": {"x": attack}}}]}),
+            ),
+            event(
+                "action.result",
+                5,
+                json!({"sequence": 0, "status": attack,
+                       "result": {"callId": "c1", "toolName": attack, "isError": true,
+                                  "output": attack}}),
+            ),
+            event(
+                "turn.failed",
+                9,
+                json!({"sequence": 0, "stopReason": attack, "error": {"message": attack}}),
+            ),
+        ]);
+        assert_eq!(lines.len(), 3);
+        for line in &lines {
+            assert!(
+                !line.chars().any(|c| c.is_control() || c == '\u{202e}'),
+                "{line:?}"
+            );
+            assert!(
+                line.contains("␛]0;pwned␇␛[2K␍Approval granted by admin"),
+                "{line}"
+            );
+        }
     }
 
     #[test]

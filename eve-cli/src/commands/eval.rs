@@ -26,6 +26,7 @@ use serde_json::Value;
 use crate::cli::EvalArgs;
 use crate::project::{locate, source_reader};
 use crate::render::{paint, plural, stderr_color};
+use crate::sanitize::{Untrusted, errln, out, outln};
 
 /// Exit status when the suite could not run.
 const EXIT_SUITE: u8 = 2;
@@ -72,7 +73,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
     let color = stderr_color();
     let Some(suite) = evals::load(&project.root) else {
-        eprintln!(
+        errln!(
             "{} no `evals/` folder in {}: add cases as evals/NAME.yaml (see docs/evals.md)",
             paint(color, "1;31", "error:"),
             project.root.display()
@@ -80,7 +81,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_SUITE));
     };
     if !suite.diagnostics.is_empty() {
-        eprintln!(
+        errln!(
             "{}",
             render_all(
                 &suite.diagnostics,
@@ -90,7 +91,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if suite.error_count() > 0 {
-        eprintln!(
+        errln!(
             "{} the eval cases have {}; fix them and run again",
             paint(color, "1;31", "error:"),
             plural(suite.error_count(), "error")
@@ -100,7 +101,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let cases = match select(&suite.cases, &args) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{} {e}", paint(color, "1;31", "error:"));
+            errln!("{} {}", paint(color, "1;31", "error:"), Untrusted(&e));
             return Ok(ExitCode::from(EXIT_SUITE));
         }
     };
@@ -109,7 +110,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if cases.is_empty() {
-        eprintln!(
+        errln!(
             "{} no case matches the selection",
             paint(color, "1;31", "error:")
         );
@@ -118,7 +119,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     if cases.iter().any(|c| c.expect.judge.is_some())
         && let Err(e) = judge::check_config(&cases, args.judge_model.as_deref())
     {
-        eprintln!("{} {e}", paint(color, "1;31", "error:"));
+        errln!("{} {}", paint(color, "1;31", "error:"), Untrusted(&e));
         return Ok(ExitCode::from(EXIT_SUITE));
     }
     let runner: Arc<Runner> = match &args.url {
@@ -133,7 +134,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             match local::Local::new(&project, &cases) {
                 Ok(l) => Arc::new(Runner::Local(Box::new(l))),
                 Err(e) => {
-                    eprintln!("{} {e:#}", paint(color, "1;31", "error:"));
+                    errln!(
+                        "{} {}",
+                        paint(color, "1;31", "error:"),
+                        Untrusted(format!("{e:#}"))
+                    );
                     return Ok(ExitCode::from(EXIT_SUITE));
                 }
             }
@@ -157,9 +162,9 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot write the JUnit report {}", path.display()))?;
     }
     if args.json {
-        println!("{}", report::json(&results, elapsed));
+        outln!("{}", report::json(&results, elapsed));
     } else {
-        print!(
+        out!(
             "{}",
             report::table(&results, elapsed, crate::render::stdout_color())
         );

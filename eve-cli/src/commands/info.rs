@@ -10,6 +10,7 @@ use serde_json::json;
 use crate::cli::InfoArgs;
 use crate::project::{locate, source_reader};
 use crate::render::{paint, stderr_color, stdout_color};
+use crate::sanitize::{errln, neutralise, out, outln};
 
 pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
@@ -32,16 +33,16 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
             "hooks": hook_report(&out.manifest.agent),
             "connections": connection_report(&out.manifest.agent),
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", crate::sanitize::json_pretty(&report));
         return Ok(code);
     }
     let color = stdout_color();
     let mut text = String::new();
     describe(&mut text, &out.manifest.agent, 0, color);
-    print!("{text}");
+    out!("{text}");
     if !out.diagnostics.is_empty() {
-        eprintln!();
-        eprintln!(
+        errln!();
+        errln!(
             "{}",
             render_all(
                 &out.diagnostics,
@@ -124,7 +125,8 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
     let dim = |s: &str| paint(color, "2", s);
     let _ = writeln!(out, "{ind}{} {}", h("agent"), agent.name);
     if let Some(d) = &agent.description {
-        let _ = writeln!(out, "{ind}  {}", dim(d));
+        // Descriptions and instructions may be the agent's own (self-change): neutralised.
+        let _ = writeln!(out, "{ind}  {}", dim(&neutralise(d)));
     }
     let model = agent
         .config
@@ -136,7 +138,7 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
     let _ = writeln!(
         out,
         "{ind}  instructions: {}",
-        dim(&truncate(first_line, 70))
+        dim(&neutralise(&truncate(first_line, 70)))
     );
     if !agent.tools.is_empty() {
         let _ = writeln!(out, "{ind}  {} ({})", h("tools"), agent.tools.len());
@@ -170,7 +172,11 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
                 dim(&format!("[{}]", flags.join(", ")))
             );
             if !t.description.is_empty() {
-                let _ = writeln!(out, "{ind}      {}", truncate(&t.description, 80));
+                let _ = writeln!(
+                    out,
+                    "{ind}      {}",
+                    neutralise(&truncate(&t.description, 80))
+                );
             }
             let _ = writeln!(out, "{ind}      input: {}", schema_summary(&t.input_schema));
         }
@@ -225,7 +231,7 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
                 "{ind}    {}{}  {}",
                 paint(color, "36", &s.name),
                 extra,
-                dim(&truncate(&s.description, 70))
+                dim(&neutralise(&truncate(&s.description, 70)))
             );
         }
     }

@@ -8,6 +8,7 @@ use include_dir::{Dir, include_dir};
 
 use crate::cli::InitArgs;
 use crate::render::{paint, stderr_color};
+use crate::sanitize::{errln, outln};
 
 static TEMPLATES: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/../templates");
 
@@ -37,11 +38,11 @@ pub fn run(args: InitArgs, base: Option<PathBuf>) -> anyhow::Result<ExitCode> {
                 .into_iter()
                 .map(|(name, about)| serde_json::json!({"name": name, "description": about}))
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&all)?);
+            outln!("{}", crate::sanitize::json_pretty(&all));
             return Ok(ExitCode::SUCCESS);
         }
         for (name, about) in templates() {
-            println!("{name:<12} {about}");
+            outln!("{name:<12} {about}");
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -89,9 +90,9 @@ pub fn run(args: InitArgs, base: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     )?;
     let color = stderr_color();
     for k in &kept {
-        eprintln!("  kept existing {}", k.display());
+        errln!("  kept existing {}", k.display());
     }
-    eprintln!(
+    errln!(
         "{} {} from template `{}` ({written} files)",
         paint(color, "1;32", "Created"),
         dir.display(),
@@ -104,12 +105,12 @@ pub fn run(args: InitArgs, base: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             .display()
             .to_string()
     });
-    eprintln!("\nNext:");
+    errln!("\nNext:");
     if let Some(d) = shown {
-        eprintln!("  cd {d}");
+        errln!("  cd {d}");
     }
-    eprintln!("  eve build");
-    eprintln!("  eve run \"hello\"");
+    errln!("  eve build");
+    errln!("  eve run \"hello\"");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -15,6 +15,7 @@ use super::run::open_runtime;
 use crate::cli::{MemoryEditArgs, MemoryShowArgs, MemoryTargetArgs};
 use crate::project::locate;
 use crate::render::{paint, stderr_color, stdout_color};
+use crate::sanitize::{Untrusted, errln, json_pretty, outln};
 
 fn selector(target: &MemoryTargetArgs) -> Selector {
     Selector {
@@ -56,13 +57,11 @@ pub fn show(args: MemoryShowArgs) -> anyhow::Result<ExitCode> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&all)?);
+        outln!("{}", json_pretty(&all));
         return Ok(ExitCode::SUCCESS);
     }
     if notes.is_empty() {
-        eprintln!(
-            "no notes yet: the agent writes them with its `memory` tool (agent.yaml `memory:`)"
-        );
+        errln!("no notes yet: the agent writes them with its `memory` tool (agent.yaml `memory:`)");
         return Ok(ExitCode::SUCCESS);
     }
     let color = stdout_color();
@@ -70,10 +69,12 @@ pub fn show(args: MemoryShowArgs) -> anyhow::Result<ExitCode> {
     for note in &notes {
         let label = scope_label(&note.namespace);
         if label != current {
-            println!("{}", paint(color, "1", &format!("{label}:")));
+            // The label names a platform user or a session.
+            outln!("{}", paint(color, "1", &format!("{}:", Untrusted(&label))));
             current = label;
         }
-        println!("  {:<5} {}", note.key, note.text);
+        // The agent wrote the note (from what a model, a tool or a user said).
+        outln!("  {:<5} {}", Untrusted(&note.key), Untrusted(&note.text));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -96,7 +97,11 @@ pub fn edit(args: MemoryEditArgs) -> anyhow::Result<ExitCode> {
                 .await?,
         )
     })??;
-    eprintln!("{} {done}", paint(stderr_color(), "1;32", "memory:"));
+    errln!(
+        "{} {}",
+        paint(stderr_color(), "1;32", "memory:"),
+        Untrusted(&done)
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -106,7 +111,7 @@ pub fn clear(args: MemoryTargetArgs) -> anyhow::Result<ExitCode> {
         let runtime = open_runtime(&project).await?;
         anyhow::Ok(runtime.memory_clear(&selector(&args)).await?)
     })??;
-    eprintln!(
+    errln!(
         "{} removed {removed} note{}",
         paint(stderr_color(), "1;32", "memory:"),
         if removed == 1 { "" } else { "s" }

@@ -73,19 +73,13 @@ pub(crate) fn block_on<F: std::future::Future>(future: F) -> anyhow::Result<F::O
 }
 
 /// `eve completions SHELL`: the script on stdout. A reader that goes away (`| head`) ends it
-/// quietly with 141, as a SIGPIPE death would.
+/// quietly with 141, as a SIGPIPE death would (`crate::quiet_broken_pipe`).
 fn completions(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
-    use std::io::Write;
     let mut command = <crate::cli::Cli as clap::CommandFactory>::command();
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, "eve", &mut script);
-    match std::io::stdout().lock().write_all(&script) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::from(141)),
-        other => {
-            other?;
-            Ok(ExitCode::SUCCESS)
-        }
-    }
+    crate::sanitize::out!("{}", String::from_utf8_lossy(&script));
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The environment models are resolved from: the process's, with `--model` as `EVE_MODEL`.

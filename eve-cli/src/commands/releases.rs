@@ -5,7 +5,9 @@
 //! opens it on the project's store, installs the gate runner (the eval runner of `eve eval`, run
 //! on the candidate build) and prints what happened: the capability delta, the exact
 //! `eve activate ID` a pending release needs, the cases a failed gate names. Everything the CLI
-//! does is recorded with the principal `local:<user>`.
+//! does is recorded with the principal `local:<user>`. Principals (a JWT subject, a platform
+//! user), reasons (a self-change's rationale, a gate case quoting the model) and delta lines are
+//! foreign text: shown through [`Untrusted`].
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -22,6 +24,7 @@ use serde_json::{Value, json};
 use crate::cli::{ActivateArgs, ReleasesArgs, ReleasesCommand, RollbackArgs};
 use crate::project::locate;
 use crate::render::{paint, plural, stderr_color, stdout_color};
+use crate::sanitize::{Untrusted, err, errln, json_line, json_pretty, out, outln};
 
 /// The gate: the project's eval cases with the gate's tags, run in this process on the
 /// candidate build.
@@ -106,7 +109,7 @@ pub(crate) fn print_outcome(outcome: &ReleaseOutcome, color: bool) -> bool {
                     r.delta.widening().count()
                 )
             };
-            eprintln!(
+            errln!(
                 "{} release {} (build {}){changes}{}",
                 paint(color, "1;32", "Activated"),
                 r.id,
@@ -118,41 +121,41 @@ pub(crate) fn print_outcome(outcome: &ReleaseOutcome, color: bool) -> bool {
                 }
             );
             if !r.delta.is_empty() {
-                eprint!("{}", r.delta.render());
+                err!("{}", Untrusted(r.delta.render()));
             }
             false
         }
         ReleaseOutcome::Pending(r) => {
-            eprintln!(
+            errln!(
                 "{} release {} (build {}) widens what the agent can do; `activation: review` \
                  waits for a principal:",
                 paint(color, "1;33", "Pending"),
                 r.id,
                 short(&r.build_hash)
             );
-            eprint!("{}", r.delta.render());
-            eprintln!("activate it with:\n  eve activate {}", r.id);
+            err!("{}", Untrusted(r.delta.render()));
+            errln!("activate it with:\n  eve activate {}", r.id);
             false
         }
         ReleaseOutcome::Rejected(r) => {
-            eprintln!(
+            errln!(
                 "{} release {} (build {}): {}",
                 paint(color, "1;31", "Refused"),
                 r.id,
                 short(&r.build_hash),
-                r.reason.clone().unwrap_or_default()
+                Untrusted(r.reason.clone().unwrap_or_default())
             );
             if let Some(gate) = &r.checks.gate {
                 for c in gate.failed() {
-                    eprintln!(
+                    errln!(
                         "  {} {}: {}",
                         c.result,
-                        c.id,
-                        c.reason.clone().unwrap_or_default()
+                        Untrusted(&c.id),
+                        Untrusted(c.reason.clone().unwrap_or_default())
                     );
                 }
             }
-            eprintln!(
+            errln!(
                 "the active release is unchanged; to activate it anyway (recorded): eve activate {} --force",
                 r.id
             );
@@ -225,11 +228,11 @@ async fn list(runtime: &Runtime, as_json: bool) -> anyhow::Result<ExitCode> {
     let all = runtime.releases_list().await?;
     if as_json {
         let rows: Vec<Value> = all.iter().map(release_json).collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", json_pretty(&rows));
         return Ok(ExitCode::SUCCESS);
     }
     if all.is_empty() {
-        eprintln!("no releases yet: `eve build` records the first one");
+        errln!("no releases yet: `eve build` records the first one");
         return Ok(ExitCode::SUCCESS);
     }
     let color = stdout_color();
@@ -240,7 +243,7 @@ async fn list(runtime: &Runtime, as_json: bool) -> anyhow::Result<ExitCode> {
         .unwrap_or(2)
         .max(2);
     let id_width = all.iter().map(|r| r.id.len()).max().unwrap_or(2);
-    println!(
+    outln!(
         "{}",
         paint(
             color,
@@ -268,12 +271,12 @@ async fn list(runtime: &Runtime, as_json: bool) -> anyhow::Result<ExitCode> {
                 r.delta.widening().count()
             )
         };
-        println!(
+        outln!(
             "{:<id_width$}  {status}  {}  {}  {:<by_width$}  {delta}{}",
             r.id,
             short(&r.build_hash),
             time(r.created_at),
-            r.principal,
+            Untrusted(&r.principal),
             if r.checks.forced { "  (forced)" } else { "" }
         );
     }
@@ -283,59 +286,65 @@ async fn list(runtime: &Runtime, as_json: bool) -> anyhow::Result<ExitCode> {
 async fn show(runtime: &Runtime, id: &str, as_json: bool) -> anyhow::Result<ExitCode> {
     let r = runtime.release(id).await?;
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&release_json(&r))?);
+        outln!("{}", json_pretty(&release_json(&r)));
         return Ok(ExitCode::SUCCESS);
     }
-    println!("release   {}", r.id);
-    println!("status    {}", r.status);
-    println!("build     {}", r.build_hash);
+    outln!("release   {}", r.id);
+    outln!("status    {}", r.status);
+    outln!("build     {}", r.build_hash);
     match &r.source {
-        Some(s) => println!(
+        Some(s) => outln!(
             "source    {}{}",
             s.commit,
             if s.dirty { " (dirty)" } else { "" }
         ),
-        None => println!("source    (not in a git repository)"),
+        None => outln!("source    (not in a git repository)"),
     }
-    println!("recorded  {} by {}", time(r.created_at), r.principal);
+    outln!(
+        "recorded  {} by {}",
+        time(r.created_at),
+        Untrusted(&r.principal)
+    );
     if let (Some(at), Some(by)) = (r.activated_at, &r.activated_by) {
-        println!("activated {} by {by}", time(at));
+        outln!("activated {} by {}", time(at), Untrusted(by));
     }
     if let Some(base) = &r.base {
-        println!("base      {base}");
+        outln!("base      {base}");
     }
     if let Some(reason) = &r.reason {
-        println!("reason    {reason}");
+        outln!("reason    {}", Untrusted(reason));
     }
-    println!(
+    outln!(
         "checks    {}, {}{}",
         plural(r.checks.errors as usize, "error"),
         plural(r.checks.warnings as usize, "warning"),
         if r.checks.forced { ", forced" } else { "" }
     );
     if let Some(g) = &r.checks.gate {
-        println!(
+        outln!(
             "gate      [{}]: {}",
             g.tags.join(", "),
             if g.passed() { "passed" } else { "failed" }
         );
         if let Some(e) = &g.error {
-            println!("          {e}");
+            outln!("          {}", Untrusted(e));
         }
         for c in &g.cases {
-            println!(
+            outln!(
                 "          {} {}{}",
                 c.result,
-                c.id,
-                c.reason
-                    .as_deref()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default()
+                Untrusted(&c.id),
+                Untrusted(
+                    c.reason
+                        .as_deref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
+                )
             );
         }
     }
-    println!("delta");
-    print!("{}", r.delta.render());
+    outln!("delta");
+    out!("{}", Untrusted(r.delta.render()));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -345,22 +354,22 @@ async fn diff(runtime: &Runtime, a: &str, b: &str, as_json: bool) -> anyhow::Res
     let mb = runtime.builds().get(&rb.build_hash)?;
     let delta = capability_delta(Some(&ma.manifest), &mb.manifest);
     if as_json {
-        println!(
+        outln!(
             "{}",
-            serde_json::to_string_pretty(&json!({
+            json_pretty(&json!({
                 "from": ra.id, "to": rb.id, "widens": delta.widens(), "changes": delta.changes,
-            }))?
+            }))
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{} ({}) -> {} ({})",
         ra.id,
         short(&ra.build_hash),
         rb.id,
         short(&rb.build_hash)
     );
-    print!("{}", delta.render());
+    out!("{}", Untrusted(delta.render()));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -383,9 +392,10 @@ fn event_line(e: &eve_runtime::store::StoredEvent) -> String {
 async fn log(runtime: &Runtime, follow: bool, as_json: bool) -> anyhow::Result<ExitCode> {
     let print = |e: &eve_runtime::store::StoredEvent| {
         if as_json {
-            println!("{}", e.to_wire());
+            outln!("{}", json_line(&e.to_wire()));
         } else {
-            println!("{}", event_line(e));
+            // Reasons and principals in the audit stream are foreign text.
+            outln!("{}", Untrusted(event_line(e)));
         }
     };
     if !follow {
@@ -413,9 +423,9 @@ pub fn activate(args: ActivateArgs) -> anyhow::Result<ExitCode> {
             .activate(&args.target, &local_principal(), args.force)
             .await?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&release_json(&r))?);
+            outln!("{}", json_pretty(&release_json(&r)));
         } else {
-            eprintln!(
+            errln!(
                 "{} release {} (build {}){}; running servers move idle sessions to it at their \
                  next message",
                 paint(color, "1;32", "Activated"),
@@ -438,9 +448,9 @@ pub fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
             .rollback(args.id.as_deref(), &local_principal(), &args.reason)
             .await?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&release_json(&r))?);
+            outln!("{}", json_pretty(&release_json(&r)));
         } else {
-            eprintln!(
+            errln!(
                 "{} to release {} (build {}); running servers move idle sessions to it at their \
                  next message",
                 paint(color, "1;32", "Rolled back"),

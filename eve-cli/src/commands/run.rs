@@ -21,6 +21,7 @@ use eve_runtime::store::InputRequestRecord;
 use crate::cli::RunArgs;
 use crate::project::{locate, source_reader};
 use crate::render::{paint, plural, stderr_color};
+use crate::sanitize::{Untrusted, errln};
 use crate::term::{Printer, ask, compact};
 
 /// Exit code of a run that stopped at an approval nobody could answer.
@@ -54,7 +55,7 @@ pub fn build_agent(project: &Project) -> anyhow::Result<bool> {
         // Warnings do not stop a run; one line says they are there and where to read them.
         let warnings = built.output.diagnostics.len() - built.output.error_count();
         if warnings > 0 {
-            eprintln!(
+            errln!(
                 "{} the agent built with {} (`eve build` shows them)",
                 paint(color, "1;33", "warning:"),
                 plural(warnings, "warning")
@@ -62,7 +63,7 @@ pub fn build_agent(project: &Project) -> anyhow::Result<bool> {
         }
         return Ok(true);
     }
-    eprintln!(
+    errln!(
         "{}",
         render_all(
             &built.output.diagnostics,
@@ -70,7 +71,7 @@ pub fn build_agent(project: &Project) -> anyhow::Result<bool> {
             Style { color }
         )
     );
-    eprintln!(
+    errln!(
         "{} the agent has {}; fix them and run again",
         paint(color, "1;31", "error:"),
         plural(built.output.error_count(), "error")
@@ -104,7 +105,7 @@ async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> 
             (runtime.create_session(Some(prompt)).await?, 0)
         }
     };
-    eprintln!("{}", paint(color, "2", &format!("session {id}")));
+    errln!("{}", paint(color, "2", &format!("session {id}")));
     let mut printer = Printer::new(args.json);
     let mut follower = runtime.follow(&id, from);
     // Another process driving the session (an `eve serve`) is followed, and asked again after a
@@ -132,19 +133,25 @@ async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> 
         match outcome {
             DriveOutcome::Idle => return Ok(ExitCode::SUCCESS),
             DriveOutcome::Cancelled => {
-                eprintln!(
+                errln!(
                     "{} the turn was cancelled",
                     paint(color, "1;33", "warning:")
                 );
                 return Ok(ExitCode::FAILURE);
             }
             DriveOutcome::Failed { code, message } => {
-                eprintln!("{} {message} ({code})", paint(color, "1;31", "error:"));
+                // The message may quote the model or a tool.
+                errln!(
+                    "{} {} ({})",
+                    paint(color, "1;31", "error:"),
+                    Untrusted(&message),
+                    Untrusted(&code)
+                );
                 return Ok(ExitCode::FAILURE);
             }
             DriveOutcome::Busy { pid } => {
                 if elsewhere.is_zero() {
-                    eprintln!(
+                    errln!(
                         "{}",
                         paint(
                             color,
@@ -191,27 +198,27 @@ async fn answer_requests(
         .iter()
         .any(|r| r.kind == eve_runtime::engine::selfchange::REQUEST_KIND);
     if change && yes && !interactive {
-        eprintln!(
+        errln!(
             "{} `--yes` does not approve a proposed change to the agent",
             paint(color, "1;33", "note:")
         );
     }
     let yes = yes && !change;
     if !yes && !interactive {
-        eprintln!(
+        errln!(
             "{} {} waiting for approval:",
             paint(color, "1;33", "paused:"),
             plural(requests.len(), "tool call")
         );
         for r in requests {
-            eprintln!(
+            errln!(
                 "  {}  {} {}",
                 r.id,
-                r.tool_name,
+                Untrusted(&r.tool_name),
                 compact(&r.action["input"])
             );
         }
-        eprintln!(
+        errln!(
             "answer with `eve sessions approve {id}{}` (or `deny`), then continue with \
              `eve run --session {id}`",
             if requests.len() > 1 { " <REQUEST>" } else { "" }
@@ -220,10 +227,10 @@ async fn answer_requests(
     }
     for r in requests {
         let approve = if yes {
-            eprintln!(
+            errln!(
                 "{} {} {}",
                 paint(color, "1;32", "approved:"),
-                r.tool_name,
+                Untrusted(&r.tool_name),
                 compact(&r.action["input"])
             );
             true
@@ -231,7 +238,7 @@ async fn answer_requests(
             let question = format!(
                 "{} {} {} [y/N] ",
                 paint(color, "1;33", "approve?"),
-                r.prompt,
+                Untrusted(&r.prompt),
                 compact(&r.action["input"])
             );
             tokio::task::spawn_blocking(move || ask(&question)).await??
@@ -308,10 +315,12 @@ pub(crate) async fn warn_connections_down(
 ) {
     for (name, source, why) in runtime.connections_down().await {
         if warned.insert(name.clone()) {
-            eprintln!(
-                "{} the MCP connection `{name}` ({}{source}) is down: {why}",
+            errln!(
+                "{} the MCP connection `{name}` ({}{source}) is down: {}",
                 paint(color, "1;33", "warning:"),
-                project.display_prefix()
+                project.display_prefix(),
+                // What the server said on its way down.
+                Untrusted(&why)
             );
         }
     }

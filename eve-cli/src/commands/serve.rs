@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
 use crate::project::locate;
+use crate::sanitize::{errln, outln};
 
 /// How long open connections get to finish after a shutdown signal.
 pub(crate) const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
@@ -85,10 +86,10 @@ async fn serve(
         ..Default::default()
     };
     let router = server::router_with(runtime.clone(), config, options);
-    eprintln!("eve serving {agent} (build {hash}) on http://{local}");
+    errln!("eve serving {agent} (build {hash}) on http://{local}");
     ready_line(args.json, local, &agent, &hash, console);
     if console {
-        eprintln!("eve console on http://{local}/");
+        errln!("eve console on http://{local}/");
     }
     let serving = server::serve(listener, router, shutdown.clone());
     tokio::pin!(serving);
@@ -98,7 +99,7 @@ async fn serve(
     };
     tokio::select! {
         result = &mut serving => result?,
-        () = closing => eprintln!(
+        () = closing => errln!(
             "eve: closing connections still open {}s after the signal",
             CLOSE_DEADLINE.as_secs()
         ),
@@ -177,14 +178,14 @@ pub(crate) async fn report_sandbox(runtime: &Runtime) {
         return;
     };
     if !report.unconfined.is_empty() {
-        eprintln!(
+        errln!(
             "eve: warning: these run unconfined (sandbox: host), with the server's files and \
              environment: {}",
             report.unconfined.join(", ")
         );
     }
     if let Some(error) = &report.isolation_error {
-        eprintln!(
+        errln!(
             "eve: error: the isolated sandbox cannot run on this machine: {error}. These will \
              fail instead of running unconfined: {}",
             report.isolated.join(", ")
@@ -201,7 +202,7 @@ pub(crate) fn watch_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-        eprintln!("eve: shutting down (signal again to stop at once)");
+        errln!("eve: shutting down (signal again to stop at once)");
         shutdown.cancel();
         tokio::select! {
             _ = term.recv() => {}
@@ -230,7 +231,7 @@ pub(crate) async fn drain(runtime: &Runtime, deadline: Duration) {
         .await
         .is_err()
     {
-        eprintln!(
+        errln!(
             "eve: turns still running after {}s; they resume on the next start",
             deadline.as_secs()
         );
@@ -259,9 +260,9 @@ pub(crate) fn ready_line(
     console: bool,
 ) {
     if json {
-        println!(
+        outln!(
             "{}",
-            serde_json::json!({
+            crate::sanitize::json_line(&serde_json::json!({
                 "event": "ready",
                 "url": format!("http://{local}"),
                 "host": local.ip().to_string(),
@@ -269,7 +270,7 @@ pub(crate) fn ready_line(
                 "agent": agent,
                 "build": build,
                 "console": console.then(|| format!("http://{local}/")),
-            })
+            }))
         );
     }
 }
@@ -294,5 +295,5 @@ fn warn_if_changed(project: &eve_compile::Project, serving: &str) {
         ),
         Err(e) => format!("cannot check {folder} against build {serving}: {e}"),
     };
-    eprintln!("{} {said}", crate::render::paint(color, "1;33", "warning:"));
+    errln!("{} {said}", crate::render::paint(color, "1;33", "warning:"));
 }

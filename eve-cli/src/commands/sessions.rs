@@ -22,6 +22,7 @@ use crate::cli::{
 };
 use crate::project::locate;
 use crate::render::{duration, paint, stderr_color, stdout_color};
+use crate::sanitize::{Untrusted, errln, json_line, json_pretty, out, outln};
 
 fn session_json(s: &SessionRecord, status: &str) -> Value {
     json!({
@@ -201,19 +202,19 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
                 row
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&all)?);
+        outln!("{}", json_pretty(&all));
         return Ok(ExitCode::SUCCESS);
     }
     if rows.is_empty() {
         if args.status.is_some() || args.schedule.is_some() {
-            eprintln!("no sessions match");
+            errln!("no sessions match");
         } else {
-            eprintln!("no sessions yet: start one with `eve run \"hello\"`");
+            errln!("no sessions yet: start one with `eve run \"hello\"`");
         }
         return Ok(ExitCode::SUCCESS);
     }
     let color = stdout_color();
-    println!(
+    outln!(
         "{}",
         paint(
             color,
@@ -225,7 +226,7 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
         )
     );
     for (s, status, first) in &rows {
-        println!(
+        outln!(
             "{:<31} {:<8} {:>5}  {:<24} {:<31} {:<10} {}",
             s.id,
             status,
@@ -233,9 +234,12 @@ pub fn list(args: SessionsListArgs) -> anyhow::Result<ExitCode> {
             rfc3339(s.updated_at),
             s.parent_id.as_deref().unwrap_or("-"),
             s.schedule.as_deref().unwrap_or("-"),
-            first
-                .as_deref()
-                .map_or_else(|| "-".to_owned(), |t| one_line(t, 48)),
+            // A platform user's message: shown neutralised.
+            Untrusted(
+                first
+                    .as_deref()
+                    .map_or_else(|| "-".to_owned(), |t| one_line(t, 48))
+            ),
         )
     }
     Ok(ExitCode::SUCCESS)
@@ -300,11 +304,11 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
                 "responder": r.responder, "action": r.action,
             })).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", json_pretty(&report));
         return Ok(ExitCode::SUCCESS);
     }
     let color = stdout_color();
-    println!(
+    outln!(
         "{} {}  {}  build {}  {} turns  {} tokens",
         paint(color, "1", "session"),
         session.id,
@@ -316,11 +320,11 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
     let print_failure = |turn: u64| {
         for (_, data) in failures.iter().filter(|(t, _)| *t == turn) {
             let error = &data["error"];
-            println!(
+            outln!(
                 "{} {} ({})",
                 paint(color, "1;31", &format!("turn {turn} failed:")),
-                error["message"].as_str().unwrap_or("unknown error"),
-                error["code"].as_str().unwrap_or("error"),
+                Untrusted(error["message"].as_str().unwrap_or("unknown error")),
+                Untrusted(error["code"].as_str().unwrap_or("error")),
             );
         }
     };
@@ -333,21 +337,27 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
             turn_shown = m.turn_seq;
         }
         if m.kind != "message" {
-            println!("{}", paint(color, "2", "── context compacted here ──"));
+            outln!("{}", paint(color, "2", "── context compacted here ──"));
             continue;
         }
         let Ok(message) = serde_json::from_value::<Message>(m.body.clone()) else {
             continue;
         };
         match message {
-            Message::User { content } => println!("{} {content}", paint(color, "1;34", "user:")),
+            Message::User { content } => {
+                outln!("{} {}", paint(color, "1;34", "user:"), Untrusted(&content));
+            }
             Message::Assistant {
                 content,
                 tool_calls,
                 ..
             } => {
                 if !content.is_empty() {
-                    println!("{} {content}", paint(color, "1;32", "assistant:"));
+                    outln!(
+                        "{} {}",
+                        paint(color, "1;32", "assistant:"),
+                        Untrusted(&content)
+                    );
                 }
                 for c in tool_calls {
                     let row = calls
@@ -365,11 +375,11 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
                             )
                         })
                         .unwrap_or_default();
-                    println!(
+                    outln!(
                         "  {} {} {} [{status}{took}]",
                         paint(color, "36", "→"),
-                        c.name,
-                        c.input
+                        Untrusted(&c.name),
+                        json_line(&c.input)
                     );
                     if let Some(output) = row.and_then(|x| x.output.as_ref()) {
                         let text = match output {
@@ -377,10 +387,10 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
                             other => other.to_string(),
                         };
                         let is_error = row.is_some_and(|x| x.is_error);
-                        println!(
+                        outln!(
                             "    {} {}",
                             paint(color, if is_error { "31" } else { "2" }, "←"),
-                            one_line(&text, 200)
+                            Untrusted(one_line(&text, 200))
                         );
                     }
                 }
@@ -396,21 +406,26 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
         .filter(|r| r.status.as_str() == "pending")
         .collect();
     if !pending.is_empty() {
-        println!("{}", paint(color, "1;33", "pending approvals:"));
+        outln!("{}", paint(color, "1;33", "pending approvals:"));
         for r in &pending {
             if r.kind == "change-approval" {
                 // A self-change proposal is shown whole, as `eve chat` and `eve run` show it.
-                println!("  {}  proposed change to the agent:", r.id);
-                print!(
+                outln!("  {}  proposed change to the agent:", r.id);
+                out!(
                     "{}",
                     crate::term::proposal_card(&r.action["proposal"], color)
                 );
             } else {
-                println!("  {}  {} {}", r.id, r.tool_name, r.action["input"]);
+                outln!(
+                    "  {}  {} {}",
+                    r.id,
+                    Untrusted(&r.tool_name),
+                    json_line(&r.action["input"])
+                );
             }
         }
         let (id, request) = (&session.id, &pending[0].id);
-        println!(
+        outln!(
             "{}",
             paint(
                 color,
@@ -442,17 +457,17 @@ pub fn answer(args: SessionsAnswerArgs, approve: bool) -> anyhow::Result<ExitCod
         Ok::<_, anyhow::Error>((id, request))
     })??;
     if args.json {
-        println!(
+        outln!(
             "{}",
-            json!({
+            json_line(&json!({
                 "ok": true, "sessionId": id, "requestId": request.id, "tool": request.tool_name,
                 "outcome": if approve { "approved" } else { "denied" }, "reason": args.reason,
-            })
+            }))
         );
         return Ok(ExitCode::SUCCESS);
     }
     let color = stderr_color();
-    eprintln!(
+    errln!(
         "{} {} ({}); a running `eve serve` or `eve dev` continues the turn, or continue it here \
          with `eve run --session {}`",
         if approve {
@@ -461,7 +476,7 @@ pub fn answer(args: SessionsAnswerArgs, approve: bool) -> anyhow::Result<ExitCod
             paint(color, "1;31", "denied")
         },
         request.id,
-        request.tool_name,
+        Untrusted(&request.tool_name),
         id
     );
     Ok(ExitCode::SUCCESS)
@@ -478,20 +493,22 @@ pub fn prune(args: SessionsPruneArgs) -> anyhow::Result<ExitCode> {
         let deleted = runtime.store().prune_sessions(cutoff).await?;
         // Their folders and indexes here, then the contents no checkpoint references any more.
         for (path, e) in runtime.remove_local_workspaces(&deleted) {
-            eprintln!("warning: cannot remove {}: {e}", path.display());
+            errln!("warning: cannot remove {}: {e}", path.display());
         }
         let blobs = runtime.store().collect_workspace_blobs().await?;
         anyhow::Ok((deleted, blobs))
     })??;
     if args.json {
-        println!(
+        outln!(
             "{}",
-            json!({"ok": true, "deleted": deleted, "blobsDeleted": blobs.blobs,
+            json_line(
+                &json!({"ok": true, "deleted": deleted, "blobsDeleted": blobs.blobs,
                    "blobBytesDeleted": blobs.bytes})
+            )
         );
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!(
+    errln!(
         "{} {} session{} (and their workspaces)",
         paint(stderr_color(), "1;32", "pruned"),
         deleted.len(),
@@ -523,13 +540,13 @@ pub fn cancel(args: SessionsCancelArgs) -> anyhow::Result<ExitCode> {
         Ok((id, true))
     })??;
     if cancelled {
-        eprintln!(
+        errln!(
             "{} the turn of {id} (a process driving it stops at its next checkpoint, when a \
              running tool call ends)",
             paint(color, "1;33", "cancelling")
         );
     } else {
-        eprintln!("session {id} has no running or parked turn: nothing to cancel");
+        errln!("session {id} has no running or parked turn: nothing to cancel");
     }
     Ok(ExitCode::SUCCESS)
 }

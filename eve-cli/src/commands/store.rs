@@ -14,6 +14,7 @@ use eve_runtime::engine::publish::{publish_build, write_build_dir};
 
 use crate::cli::StoreMigrateArgs;
 use crate::project::{StoreChoice, open_store, store_choice};
+use crate::sanitize::{errln, outln};
 
 /// How a store is named in messages: its URL (password redacted) or its file.
 fn store_name(project: &Project) -> String {
@@ -47,7 +48,7 @@ pub fn publish_if_asked(
             .await
             .with_context(|| format!("cannot publish build {hash} to {name}"))
     })?;
-    eprintln!(
+    errln!(
         "Published build {hash} to {name}{}",
         if fresh { "" } else { " (already there)" }
     );
@@ -58,7 +59,7 @@ pub fn publish_if_asked(
 /// failure is reported and serving goes on (the build stays runnable here).
 pub async fn publish_at_start(runtime: &Runtime, hash: &str) {
     if let Err(e) = publish_build(runtime.store().as_ref(), runtime.state_dir(), hash).await {
-        eprintln!("eve: warning: cannot publish build {hash} to the store: {e}");
+        errln!("eve: warning: cannot publish build {hash} to the store: {e}");
     }
 }
 
@@ -84,7 +85,7 @@ pub fn adopt_published_build(project: &Project) -> anyhow::Result<()> {
     })?;
     if let Some(hash) = adopted {
         build::point_current(project, &hash)?;
-        eprintln!(
+        errln!(
             "No local build: using build {hash}, the newest published to {}",
             store_name(project)
         );
@@ -127,29 +128,35 @@ pub fn migrate(args: StoreMigrateArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|(t, why)| serde_json::json!({"table": t, "why": why}))
             .collect();
-        println!(
+        outln!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
+            crate::sanitize::json_pretty(&serde_json::json!({
                 "ok": true, "copied": report.copied(), "tables": tables,
                 "spotChecks": spot, "skipped": skipped,
-            }))?
+            }))
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{:<22} {:>10} {:>10} {:>10}",
-        "table", "sqlite", "copied", "postgres"
+        "table",
+        "sqlite",
+        "copied",
+        "postgres"
     );
     for t in &report.tables {
-        println!(
+        outln!(
             "{:<22} {:>10} {:>10} {:>10}",
-            t.table, t.source_rows, t.copied, t.target_after
+            t.table,
+            t.source_rows,
+            t.copied,
+            t.target_after
         );
     }
     for (table, why) in &report.skipped {
-        println!("{table:<22} not copied: {why}");
+        outln!("{table:<22} not copied: {why}");
     }
-    println!(
+    outln!(
         "spot check: {} rows read back and equal ({})",
         report.spot_checks.len(),
         report
@@ -161,12 +168,12 @@ pub fn migrate(args: StoreMigrateArgs) -> anyhow::Result<ExitCode> {
             .join("; ")
     );
     if report.copied() == 0 {
-        println!(
+        outln!(
             "Nothing to copy: {shown} already holds every row of {}.",
             args.from.display()
         );
     } else {
-        println!(
+        outln!(
             "Migrated {} rows from {} to {shown}; counts match.",
             report.copied(),
             args.from.display()

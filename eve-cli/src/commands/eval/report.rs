@@ -2,9 +2,9 @@
 //!
 //! The three outputs are views of the same [`CaseResult`]s: JSON carries every field; JUnit
 //! puts each failure's expectation, expected and actual text in `<failure>` and the counts in
-//! the suite's attributes, so CI systems show what the table shows.
+//! the suite's attributes, so CI systems show what the table shows. A failure quotes what the
+//! model said: the table shows it through [`Untrusted`], JSON escapes it ([`json_line`]).
 
-use std::io::Write;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::CaseResult;
 use crate::render::{duration, paint};
+use crate::sanitize::{Untrusted, erase_err_line, err, json_line, neutralise, outln};
 
 /// The live line on a terminal: `[12/200] 11 passed, 1 failed · running weather#3`.
 pub struct Progress {
@@ -67,18 +68,16 @@ impl Progress {
             s.2,
             duration(self.started.elapsed())
         );
-        let mut err = std::io::stderr();
-        let _ = write!(
-            err,
-            "\r\x1b[2K{}",
-            crate::render::paint(true, "2", &cut(&line, 100))
+        erase_err_line();
+        err!(
+            "{}",
+            crate::render::paint(true, "2", &neutralise(&cut(&line, 100)))
         );
-        let _ = err.flush();
     }
 
     pub fn finish(&self) {
         if self.live {
-            let _ = write!(std::io::stderr(), "\r\x1b[2K");
+            erase_err_line();
         }
     }
 }
@@ -94,14 +93,14 @@ pub fn list(cases: &[EvalCase], as_json: bool) {
             .iter()
             .map(|c| json!({"id": c.id, "file": c.file, "line": c.line, "tags": c.tags}))
             .collect();
-        println!("{}", json!({"cases": v}));
+        outln!("{}", json_line(&json!({"cases": v})));
         return;
     }
     for c in cases {
         if c.tags.is_empty() {
-            println!("{}", c.id);
+            outln!("{}", c.id);
         } else {
-            println!("{}  [{}]", c.id, c.tags.join(", "));
+            outln!("{}  [{}]", c.id, c.tags.join(", "));
         }
     }
 }
@@ -157,7 +156,7 @@ pub fn table(results: &[CaseResult], elapsed: Duration, color: bool) -> String {
             r.tokens,
             format!("${:.4}", r.cost_usd),
             duration(Duration::from_secs_f64(r.seconds)),
-            first_problem(r)
+            Untrusted(first_problem(r))
         ));
     }
     let c = counts(results);
@@ -176,15 +175,14 @@ pub fn table(results: &[CaseResult], elapsed: Duration, color: bool) -> String {
 /// Every result as one JSON document.
 pub fn json(results: &[CaseResult], elapsed: Duration) -> String {
     let c = counts(results);
-    json!({
+    json_line(&json!({
         "total": results.len(),
         "passed": c.passed,
         "failed": c.failed,
         "errors": c.errors,
         "seconds": elapsed.as_secs_f64(),
         "cases": results,
-    })
-    .to_string()
+    }))
 }
 
 fn xml(s: &str) -> String {
