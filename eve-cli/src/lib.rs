@@ -6,7 +6,7 @@
 
 pub mod cli;
 pub mod commands;
-mod logs;
+pub mod logs;
 mod project;
 mod render;
 mod sanitize;

@@ -11,6 +11,11 @@ use std::sync::{Arc, OnceLock};
 
 use eve_runtime::redact::Secrets;
 
+/// `eve serve`'s log filter when `EVE_LOG` is not set (`docs/cli.md` names it; a docs test checks).
+pub const SERVE_FILTER: &str = "warn";
+/// `eve dev`'s: warnings, and each schedule fire (`docs/cli.md` names it; a docs test checks).
+pub const DEV_FILTER: &str = "warn,eve_runtime::schedule=info";
+
 static SECRETS: OnceLock<Arc<Secrets>> = OnceLock::new();
 
 /// The process's registry of secrets.

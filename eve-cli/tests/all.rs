@@ -10,6 +10,7 @@ mod crash;
 mod dev;
 mod dev_lines;
 mod docs;
+mod docs_drift;
 mod docs_env;
 mod eval;
 mod examples;

@@ -61,7 +61,9 @@ pub fn render(d: &Diagnostic, source: &dyn Fn(&str) -> Option<String>, style: St
             let caret_len = text
                 .chars()
                 .skip(caret_at)
-                .take_while(|c| !c.is_whitespace() && *c != ':')
+                // The token: up to a space, a key's colon, or a YAML flow indicator
+                // (`{type: objekt}` marks `objekt`, not `objekt}`).
+                .take_while(|c| !c.is_whitespace() && !matches!(c, ':' | ',' | '}' | ']'))
                 .count()
                 .max(1);
             let _ = writeln!(out, "{pad} {}", style.paint(blue, "|"));

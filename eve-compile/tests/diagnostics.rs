@@ -232,6 +232,8 @@ diagnostic_tests! {
         => minimal().file("sandbox/sandbox.yaml", "provider: host\n").file("tools/search.yaml", "description: Search.\ninput:\n  type: object\nrun: [echo]\n").on_disk().check();
     w011_tool_widens_network: NetworkWidened, "agent/tools/search.yaml", None
         => minimal().file("tools/search.yaml", "description: Search.\ninput:\n  type: object\nrun: [echo]\nnetwork: all\n").on_disk().check();
+    w012_interpreter_not_on_path: InterpreterUnfit, "agent/tools/shout.sh", None
+        => minimal().file("tools/shout.sh", "# ---\n# description: Shout.\n# input: {type: object}\n# interpreter: [no-such-interpreter-for-eve]\n# ---\necho HI\n").on_disk().check();
     w003_empty_instructions: EmptyInstructions, "agent/instructions.md", None
         => TestAgent::new().file("instructions.md", "  \n").on_disk().check();
     w004_tool_without_description: MissingToolDescription, "agent/tools/search.yaml", None

@@ -41,9 +41,8 @@ pub fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env(EVE_LOG).unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("warn,eve_runtime::schedule=info")
-            }),
+            tracing_subscriber::EnvFilter::try_from_env(EVE_LOG)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(crate::logs::DEV_FILTER)),
         )
         .with_writer(crate::logs::RedactingStderr)
         .with_ansi(stderr_color())

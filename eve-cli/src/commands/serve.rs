@@ -45,7 +45,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env(eve_runtime::env_vars::EVE_LOG)
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(crate::logs::SERVE_FILTER)),
         )
         .with_writer(crate::logs::RedactingStderr)
         .try_init();
