@@ -45,13 +45,16 @@ pub(crate) struct RequestRefused {
     pub(crate) port: u16,
     /// Why, in words fit for the model.
     pub(crate) reason: String,
+    /// Refused as the destination of a redirect.
+    pub(crate) redirect: bool,
 }
 
 impl std::fmt::Display for RequestRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.redirect { "a redirect to " } else { "" };
         write!(
             f,
-            "eve refused {}:{}: {}",
+            "eve refused {what}{}:{}: {}",
             self.host, self.port, self.reason
         )
     }
@@ -103,7 +106,10 @@ fn build(egress: &Egress, port: u16) -> Result<reqwest::Client, String> {
         // tool as the 3xx answer), each hop checked against the rules first, and no `Referer`.
         .redirect(reqwest::redirect::Policy::custom(move |attempt| {
             match check_url(attempt.url(), &hops) {
-                Err(refused) => attempt.error(refused),
+                Err(refused) => attempt.error(RequestRefused {
+                    redirect: true,
+                    ..refused
+                }),
                 Ok(()) => same_origin_redirects(attempt),
             }
         }))
@@ -130,6 +136,7 @@ pub(crate) fn check_url(url: &Url, egress: &Egress) -> Result<(), RequestRefused
         host: host.clone(),
         port,
         reason,
+        redirect: false,
     };
     if !matches!(url.scheme(), "http" | "https") {
         return Err(refuse(format!(
@@ -169,8 +176,12 @@ impl Resolve for CheckedResolver {
         Box::pin(async move {
             match egress::resolve(&host, port, &rules.policy, &rules.own, RESOLVE_LIMIT).await {
                 Ok(addrs) => Ok(Box::new(addrs.into_iter()) as Addrs),
-                Err(Denied::Refused(reason)) => Err(Box::new(RequestRefused { host, port, reason })
-                    as Box<dyn std::error::Error + Send + Sync>),
+                Err(Denied::Refused(reason)) => Err(Box::new(RequestRefused {
+                    host,
+                    port,
+                    reason,
+                    redirect: false,
+                }) as Box<dyn std::error::Error + Send + Sync>),
                 Err(other) => Err(other.to_string().into()),
             }
         })

@@ -253,7 +253,14 @@ fn policy(
 /// `sandbox.egress.refused`) like a box's.
 fn refused_result(refused: RequestRefused, url: &str, start: Instant) -> ToolResult {
     let error = ToolError::Refused {
-        url: url.to_owned(),
+        url: if refused.redirect {
+            format!(
+                "the redirect of {url} to {}:{}",
+                refused.host, refused.port
+            )
+        } else {
+            url.to_owned()
+        },
         reason: refused.reason.clone(),
     };
     let mut result = ToolResult::failure(error.to_string(), start.elapsed());
@@ -278,10 +285,8 @@ pub(crate) async fn run_http_tool(
     let limit = effective_limit(tool.output_limit);
     let input = declared_input(tool, request, input);
     let lookup = |name: &str| ctx.lookup(name);
-    let planned = prepare(request, &input, ctx).and_then(|prepared| {
-        let policy = policy(request, ctx.network.as_ref(), &lookup)?;
-        Ok((prepared, policy))
-    });
+    let planned = policy(request, ctx.network.as_ref(), &lookup)
+        .and_then(|policy| Ok((prepare(request, &input, ctx)?, policy)));
     let (prepared, policy) = match planned {
         Ok(planned) => planned,
         Err(e) => {
