@@ -474,3 +474,73 @@ async fn an_api_without_auth_answers_loopback_peers_only_whatever_the_host_heade
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn an_mcp_server_over_http_reaches_its_own_origin_only() {
+    use eve_compile::{Approval, Connection, ToolFilter, Transport};
+    use eve_runtime::mcp::McpManager;
+    // A server that answers the MCP endpoint with a redirect to another origin, which counts
+    // what reaches it (and the header that came along).
+    let other = echo().await;
+    let b = other.addr;
+    let redirecting = Router::new().route(
+        "/mcp",
+        axum::routing::post(move || async move {
+            (
+                StatusCode::TEMPORARY_REDIRECT,
+                [("location", format!("http://{b}/mcp"))],
+            )
+        }),
+    );
+    let a = echo_on("127.0.0.1:0", redirecting).await;
+    let connection = |url: String| Connection {
+        name: "web".to_owned(),
+        source: "connections/web.yaml".to_owned(),
+        transport: Transport::Http {
+            url,
+            headers: BTreeMap::from([("X-Api-Key".to_owned(), "mcp-s3cret".to_owned())]),
+        },
+        tools: ToolFilter::default(),
+        approval: Approval::Never,
+        timeout_ms: 0,
+        start_timeout_ms: None,
+    };
+    let env: eve_runtime::tools::EnvLookup = Arc::new(|_: &str| None);
+    let mcp = McpManager::new(
+        &[connection(format!("http://{}/mcp", a.addr))],
+        env.clone(),
+        std::env::temp_dir(),
+    );
+    assert!(mcp.tools().await.is_empty());
+    let said = mcp.status().await[0].last_error.clone().unwrap_or_default();
+    assert!(said.contains("redirect"), "{said}");
+    mcp.shutdown().await;
+    assert_eq!(other.hits.load(Ordering::SeqCst), 0, "the redirect was followed: {said}");
+
+    // eve's own listener, named by the connection itself, is refused before any request.
+    let exec = Arc::new(eve_runtime::exec::Executor::default());
+    exec.set_own_listeners(vec![other.addr]);
+    let mcp = McpManager::with_exec(
+        &[connection(format!("http://{}/mcp", other.addr))],
+        env,
+        std::env::temp_dir(),
+        exec,
+        Default::default(),
+    );
+    assert!(mcp.tools().await.is_empty());
+    let said = mcp.status().await[0].last_error.clone().unwrap_or_default();
+    assert!(said.contains("eve's own API"), "{said}");
+    mcp.shutdown().await;
+    assert_eq!(other.hits.load(Ordering::SeqCst), 0);
+
+    // Twin: the client rmcp uses by default follows the same redirect, header and all.
+    let followed = reqwest::Client::new()
+        .post(format!("http://{}/mcp", a.addr))
+        .header("x-api-key", "mcp-s3cret")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(followed.status(), 200);
+    assert_eq!(other.hits.load(Ordering::SeqCst), 1);
+}

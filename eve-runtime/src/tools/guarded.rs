@@ -1,4 +1,5 @@
-//! The HTTP client of the requests the runtime makes for a tool, under the tool's network policy.
+//! The HTTP client of the requests the runtime makes for a tool, under the tool's network policy
+//! (`http:` tools; MCP servers over Streamable HTTP, limited to the origin their `url:` names).
 //!
 //! An `http:` tool's request leaves from eve's own process, not from a box, so no egress proxy
 //! stands in its way: this module applies the box's rules (`eve_sandbox::egress::resolve`, the
@@ -94,6 +95,24 @@ impl HttpClient {
         clients.insert(key, client.clone());
         Ok(client)
     }
+}
+
+/// A client limited to the origin of `url` (its host and port, listed by name), for a
+/// connection the author configured (MCP over Streamable HTTP): what the URL names is reached,
+/// redirects stay within it, eve's own listeners never. `Err` says why the URL cannot be used.
+pub(crate) fn origin_client(url: &Url, own: Vec<SocketAddr>) -> Result<reqwest::Client, String> {
+    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+        return Err("the URL has no host".to_owned());
+    };
+    let rule = format!("{host}:{port}")
+        .parse::<eve_sandbox::egress::Rule>()
+        .map_err(|e| e.to_string())?;
+    let egress = Egress {
+        policy: EgressPolicy::Allow(vec![rule]),
+        own,
+    };
+    check_url(url, &egress).map_err(|refused| refused.to_string())?;
+    build(&egress, port)
 }
 
 fn build(egress: &Egress, port: u16) -> Result<reqwest::Client, String> {

@@ -12,7 +12,7 @@
 
 pub mod builtin;
 mod error;
-mod guarded;
+pub(crate) mod guarded;
 mod http;
 mod process;
 pub(crate) mod template;
