@@ -111,13 +111,19 @@ async fn a_tool_listing_one_host_reaches_no_other() {
         (r.refused[0].host.as_str(), r.refused[0].port),
         ("127.0.0.1", port)
     );
-    assert!(!r.input_refused, "a refused destination counts as a failure");
+    assert!(
+        !r.input_refused,
+        "a refused destination counts as a failure"
+    );
 
     // `all` is the internet, not loopback: in every spelling, by name (the resolved address is
     // checked) and by literal.
     for (host, said) in [
         ("127.0.0.1", "loopback address 127.0.0.1 not listed by name"),
-        ("2130706433", "loopback address 127.0.0.1 not listed by name"),
+        (
+            "2130706433",
+            "loopback address 127.0.0.1 not listed by name",
+        ),
         ("127.1", "loopback address 127.0.0.1 not listed by name"),
         ("[::ffff:127.0.0.1]", "loopback address ::ffff:127.0.0.1"),
         ("localhost", "loopback address"),
@@ -128,14 +134,22 @@ async fn a_tool_listing_one_host_reaches_no_other() {
         assert_eq!(r.refused.len(), 1, "{host}: {r:?}");
     }
     let r = call(&loopback, Some(Network::None), json!({})).await;
-    assert!(error(&r).contains("`network: none` allows no destination"), "{r:?}");
+    assert!(
+        error(&r).contains("`network: none` allows no destination"),
+        "{r:?}"
+    );
     assert_eq!(api.hits.load(Ordering::SeqCst), 0, "never reached");
 
     // Twins: listed by address or by name, and with no `network:` (the origin the author
     // wrote in `url:`), the same requests go through.
     let r = call(&loopback, allow(&[&format!("127.0.0.1:{port}")]), json!({})).await;
     assert!(r.ok, "{r:?}");
-    let r = call(&at("localhost"), allow(&[&format!("localhost:{port}")]), json!({})).await;
+    let r = call(
+        &at("localhost"),
+        allow(&[&format!("localhost:{port}")]),
+        json!({}),
+    )
+    .await;
     assert!(r.ok, "{r:?}");
     let r = call(&loopback, None, json!({})).await;
     assert!(r.ok, "{r:?}");
@@ -144,7 +158,12 @@ async fn a_tool_listing_one_host_reaches_no_other() {
     // With no `network:`, a host taken from the input is not the author's: refused until the
     // tool lists where it may go.
     let from_input = http_tool("GET", "http://{{input.host}}/data", &[], None);
-    let r = call(&from_input, None, json!({"host": format!("127.0.0.1:{port}")})).await;
+    let r = call(
+        &from_input,
+        None,
+        json!({"host": format!("127.0.0.1:{port}")}),
+    )
+    .await;
     assert!(error(&r).contains("comes from its input"), "{r:?}");
     assert_eq!(api.hits.load(Ordering::SeqCst), 3);
 }
@@ -152,7 +171,12 @@ async fn a_tool_listing_one_host_reaches_no_other() {
 #[tokio::test]
 async fn eves_own_api_is_refused_even_at_the_url_the_author_wrote() {
     let api = echo().await;
-    let t = http_tool("GET", &format!("http://{}/eve/v1/info", api.addr), &[], None);
+    let t = http_tool(
+        "GET",
+        &format!("http://{}/eve/v1/info", api.addr),
+        &[],
+        None,
+    );
     let fx = Fixture::new();
     fx.ctx.exec.set_own_listeners(vec![api.addr]);
     let r = run_tool(&t, &json!({}), &fx.ctx, CancellationToken::new()).await;
@@ -175,7 +199,10 @@ async fn a_redirect_to_a_destination_not_listed_is_refused_at_the_hop() {
         .route(
             "/away",
             get(move || async move {
-                (StatusCode::FOUND, [("location", format!("http://{b}/stolen"))])
+                (
+                    StatusCode::FOUND,
+                    [("location", format!("http://{b}/stolen"))],
+                )
             }),
         )
         .route(
@@ -199,14 +226,25 @@ async fn a_redirect_to_a_destination_not_listed_is_refused_at_the_hop() {
     let r = call(&away, allow(&[&listed_a]), json!({})).await;
     assert!(!r.ok, "{r:?}");
     assert!(
-        error(&r).contains(&format!("the redirect of http://{}/away to 127.0.0.1:{}", a.addr, b.port()))
-            && error(&r).contains("not in this tool's network allowlist"),
+        error(&r).contains(&format!(
+            "the redirect of http://{}/away to 127.0.0.1:{}",
+            a.addr,
+            b.port()
+        )) && error(&r).contains("not in this tool's network allowlist"),
         "{r:?}"
     );
     assert_eq!(r.refused[0].port, b.port());
-    let meta = http_tool("GET", &format!("http://{}/metadata", a.addr), &headers, None);
+    let meta = http_tool(
+        "GET",
+        &format!("http://{}/metadata", a.addr),
+        &headers,
+        None,
+    );
     let r = call(&meta, Some(Network::All), json!({})).await;
-    assert!(error(&r).contains("loopback address"), "a itself is loopback: {r:?}");
+    assert!(
+        error(&r).contains("loopback address"),
+        "a itself is loopback: {r:?}"
+    );
     let r = call(&meta, allow(&[&listed_a, "*.amazonaws.com"]), json!({})).await;
     assert!(error(&r).contains("169.254.169.254"), "{r:?}");
 
@@ -225,7 +263,11 @@ async fn a_redirect_to_a_destination_not_listed_is_refused_at_the_hop() {
     let r = call(&here, allow(&[&listed_a]), json!({})).await;
     assert!(r.ok, "{r:?}");
     assert_eq!(r.output["path"], "/landed");
-    assert_eq!(other.hits.load(Ordering::SeqCst), 0, "the second host was reached");
+    assert_eq!(
+        other.hits.load(Ordering::SeqCst),
+        0,
+        "the second host was reached"
+    );
 }
 
 #[tokio::test]
@@ -242,7 +284,7 @@ async fn a_value_in_a_url_path_is_one_segment_never_dot_or_dot_dot() {
         if team.contains('%') {
             assert!(r.ok, "{team}: {r:?}");
             assert!(
-                r.output["path"].as_str().unwrap().starts_with("/teams/") ,
+                r.output["path"].as_str().unwrap().starts_with("/teams/"),
                 "{team}: {r:?}"
             );
             continue;
@@ -327,9 +369,13 @@ async fn input_fields_the_tool_does_not_declare_are_never_sent() {
 
     // Twin: a schema that declares every field (`additionalProperties: true`) sends them.
     let mut open = with("GET", None);
-    open.input_schema = json!({"type": "object", "properties": {"q": {}}, "additionalProperties": true});
+    open.input_schema =
+        json!({"type": "object", "properties": {"q": {}}, "additionalProperties": true});
     let r = call(&open, None, input).await;
-    assert_eq!(r.output["query"], "q=x&admin=true&token=t0k&extra=e", "{r:?}");
+    assert_eq!(
+        r.output["query"], "q=x&admin=true&token=t0k&extra=e",
+        "{r:?}"
+    );
 }
 
 /// This host's IPv4 and IPv6 addresses off loopback (link-local left out); when it has none, one
@@ -385,7 +431,9 @@ impl Drop for Added {
 async fn network_all_does_not_reach_this_hosts_own_addresses() {
     let (addrs, _added) = host_addresses();
     if addrs.is_empty() {
-        eprintln!("SKIPPED network_all_does_not_reach_this_hosts_own_addresses: no address off loopback, and none could be added");
+        eprintln!(
+            "SKIPPED network_all_does_not_reach_this_hosts_own_addresses: no address off loopback, and none could be added"
+        );
         return;
     }
     // Services bound on every address, as a host's `0.0.0.0` and `::` services are.
@@ -413,7 +461,15 @@ async fn network_all_does_not_reach_this_hosts_own_addresses() {
     }
     eprintln!("{tried} of this host's own addresses refused under `all`, reached when listed");
     // Private ranges, by literal: refused before any connection is tried.
-    for host in ["10.0.0.1", "192.168.1.1", "172.20.0.1", "100.64.1.1", "[fd00::1]", "[::ffff:10.0.0.1]", "[64:ff9b::a00:1]"] {
+    for host in [
+        "10.0.0.1",
+        "192.168.1.1",
+        "172.20.0.1",
+        "100.64.1.1",
+        "[fd00::1]",
+        "[::ffff:10.0.0.1]",
+        "[64:ff9b::a00:1]",
+    ] {
         let t = http_tool("GET", &format!("http://{host}:9/"), &[], None);
         let r = call(&t, Some(Network::All), json!({})).await;
         assert!(error(&r).contains("private address"), "{host}: {r:?}");
@@ -454,7 +510,9 @@ async fn raw_get(to: SocketAddr, path: &str) -> String {
 async fn an_api_without_auth_answers_loopback_peers_only_whatever_the_host_header() {
     let (addrs, _added) = host_addresses();
     let Some(outside) = addrs.into_iter().find(IpAddr::is_ipv4) else {
-        eprintln!("SKIPPED an_api_without_auth_answers_loopback_peers_only: no IPv4 address off loopback");
+        eprintln!(
+            "SKIPPED an_api_without_auth_answers_loopback_peers_only: no IPv4 address off loopback"
+        );
         return;
     };
     let server = TestServer::start(AgentDir::new()).await;
@@ -464,7 +522,10 @@ async fn an_api_without_auth_answers_loopback_peers_only_whatever_the_host_heade
     let outside_fwd = forwarder(SocketAddr::new(outside, 0), api, Some(outside)).await;
     let answer = raw_get(outside_fwd, "/eve/v1/info").await;
     assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
-    assert!(answer.contains("only answers connections from this machine's loopback"), "{answer}");
+    assert!(
+        answer.contains("only answers connections from this machine's loopback"),
+        "{answer}"
+    );
     assert!(answer.contains(&outside.to_string()), "{answer}");
     // Twin: the same forwarder with its connections from loopback, and a direct client.
     let loopback_fwd = forwarder(SocketAddr::new(outside, 0), api, None).await;
@@ -515,7 +576,11 @@ async fn an_mcp_server_over_http_reaches_its_own_origin_only() {
     let said = mcp.status().await[0].last_error.clone().unwrap_or_default();
     assert!(said.contains("redirect"), "{said}");
     mcp.shutdown().await;
-    assert_eq!(other.hits.load(Ordering::SeqCst), 0, "the redirect was followed: {said}");
+    assert_eq!(
+        other.hits.load(Ordering::SeqCst),
+        0,
+        "the redirect was followed: {said}"
+    );
 
     // eve's own listener, named by the connection itself, is refused before any request.
     let exec = Arc::new(eve_runtime::exec::Executor::default());

@@ -57,7 +57,13 @@ impl Dummy {
         let label = format!("lo:{name}");
         if ok(&["addr", "add", cidr, "dev", "lo", "label", &label]) {
             return Some(Self {
-                undo: vec!["addr".into(), "del".into(), cidr.into(), "dev".into(), "lo".into()],
+                undo: vec![
+                    "addr".into(),
+                    "del".into(),
+                    cidr.into(),
+                    "dev".into(),
+                    "lo".into(),
+                ],
             });
         }
         eprintln!("cannot add {cidr} to this host (not root, or no `ip`)");
@@ -141,19 +147,31 @@ async fn all_refuses_private_ranges_and_every_form_that_carries_them() {
         ("[::ffff:10.0.0.1]:80", "private address ::ffff:10.0.0.1"),
         ("[::10.0.0.1]:80", "private address ::a00:1"),
         ("[64:ff9b::a00:1]:80", "private address 64:ff9b::a00:1"),
-        ("[64:ff9b:1::a9fe:a9fe]:80", "cloud metadata address 64:ff9b:1::a9fe:a9fe"),
+        (
+            "[64:ff9b:1::a9fe:a9fe]:80",
+            "cloud metadata address 64:ff9b:1::a9fe:a9fe",
+        ),
         ("[2002:a00:1::1]:80", "private address 2002:a00:1::1"),
         ("[2002:7f00:1::]:80", "loopback address 2002:7f00:1::"),
         // Teredo: the client's IPv4 address is stored inverted (127.0.0.1 → 80ff:fffe).
-        ("[2001:0:4136:e378:8000:63bf:80ff:fffe]:80", "loopback address 2001:0:4136:e378:8000:63bf:80ff:fffe"),
+        (
+            "[2001:0:4136:e378:8000:63bf:80ff:fffe]:80",
+            "loopback address 2001:0:4136:e378:8000:63bf:80ff:fffe",
+        ),
         ("192.0.0.192:80", "cloud metadata address 192.0.0.192"),
         ("169.254.170.2:80", "cloud metadata address 169.254.170.2"),
-        ("255.255.255.255:80", "multicast or broadcast address 255.255.255.255"),
+        (
+            "255.255.255.255:80",
+            "multicast or broadcast address 255.255.255.255",
+        ),
         ("0.1.2.3:80", "unspecified address 0.1.2.3"),
     ] {
         let resp = exchange(&p.path, &connect_req(target)).await;
         assert_eq!(status(&resp), 403, "{target}: {resp}");
-        assert!(resp.contains(&format!("{kind} not listed")), "{target}: {resp}");
+        assert!(
+            resp.contains(&format!("{kind} not listed")),
+            "{target}: {resp}"
+        );
     }
     // Public addresses, v4 and v6 (plain and in each carrying form), are not guarded: the
     // checks above are about ranges, not about refusing everything.
@@ -236,7 +254,14 @@ async fn all_refuses_this_hosts_own_addresses_and_connect_is_judged_on_them() {
             let [a, b, c, d] = v4.octets();
             for form in [
                 format!("[::ffff:{v4}]:{}", fwd.port()),
-                format!("[64:ff9b::{:x}{:02x}:{:x}{:02x}]:{}", a, b, c, d, fwd.port()),
+                format!(
+                    "[64:ff9b::{:x}{:02x}:{:x}{:02x}]:{}",
+                    a,
+                    b,
+                    c,
+                    d,
+                    fwd.port()
+                ),
             ] {
                 let resp = exchange(&all.path, &connect_req(&form)).await;
                 assert_eq!(status(&resp), 403, "{form}: {resp}");
@@ -282,7 +307,10 @@ async fn an_address_added_after_start_is_this_hosts_at_once() {
     let port = listener.local_addr().unwrap().port();
     let all = proxy(EgressPolicy::All, vec![]).await;
     let resp = exchange(&all.path, &connect_req(&format!("{ip}:{port}"))).await;
-    assert!(resp.contains("this host's own address 198.51.100.213"), "{resp}");
+    assert!(
+        resp.contains("this host's own address 198.51.100.213"),
+        "{resp}"
+    );
     drop(listener);
     drop(dummy);
     assert_eq!(egress::guard(ip), None, "a public address again, after");

@@ -348,12 +348,13 @@ async fn start_http(
     }
     // The requests go through the egress rules of the runtime's own requests: the origin the
     // connection names (nothing else, redirects included), never eve's own listeners.
-    let client = crate::tools::guarded::origin_client(&parsed, exec.own_listeners()).map_err(
-        |reason| McpError::Config {
-            connection: name.to_owned(),
-            reason: format!("{reason} (url `{template}`)"),
-        },
-    )?;
+    let client =
+        crate::tools::guarded::origin_client(&parsed, exec.own_listeners()).map_err(|reason| {
+            McpError::Config {
+                connection: name.to_owned(),
+                reason: format!("{reason} (url `{template}`)"),
+            }
+        })?;
     let mut last = String::new();
     for attempt in 0..2 {
         if attempt > 0 {

@@ -123,15 +123,15 @@ fn build(egress: &Egress, port: u16) -> Result<reqwest::Client, String> {
         // Templated headers and query secrets must not follow a redirect to another origin:
         // redirects are followed within the origin only (a cross-origin one comes back to the
         // tool as the 3xx answer), each hop checked against the rules first, and no `Referer`.
-        .redirect(reqwest::redirect::Policy::custom(move |attempt| {
-            match check_url(attempt.url(), &hops) {
+        .redirect(reqwest::redirect::Policy::custom(
+            move |attempt| match check_url(attempt.url(), &hops) {
                 Err(refused) => attempt.error(RequestRefused {
                     redirect: true,
                     ..refused
                 }),
                 Ok(()) => same_origin_redirects(attempt),
-            }
-        }))
+            },
+        ))
         .referer(false)
         .no_proxy()
         .dns_resolver(Arc::new(CheckedResolver { rules, port }))
@@ -158,10 +158,7 @@ pub(crate) fn check_url(url: &Url, egress: &Egress) -> Result<(), RequestRefused
         redirect: false,
     };
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(refuse(format!(
-            "`{}:` is not http or https",
-            url.scheme()
-        )));
+        return Err(refuse(format!("`{}:` is not http or https", url.scheme())));
     }
     if host.is_empty() {
         return Err(refuse("the URL has no host".to_owned()));
@@ -200,7 +197,8 @@ impl Resolve for CheckedResolver {
                     port,
                     reason,
                     redirect: false,
-                }) as Box<dyn std::error::Error + Send + Sync>),
+                })
+                    as Box<dyn std::error::Error + Send + Sync>),
                 Err(other) => Err(other.to_string().into()),
             }
         })

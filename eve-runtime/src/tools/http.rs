@@ -173,7 +173,12 @@ fn declared_input(tool: &Tool, request: &HttpRequest, input: &Value) -> Value {
     };
     add_properties(schema);
     for key in ["allOf", "anyOf", "oneOf"] {
-        for branch in schema.get(key).and_then(Value::as_array).into_iter().flatten() {
+        for branch in schema
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             add_properties(branch);
         }
     }
@@ -216,7 +221,11 @@ fn policy(
         None => {
             let template = &request.url;
             let first_input = template.find("{{");
-            let written = expand_env(&template[..first_input.unwrap_or(template.len())], lookup, "url")?;
+            let written = expand_env(
+                &template[..first_input.unwrap_or(template.len())],
+                lookup,
+                "url",
+            )?;
             let whole_authority = first_input.is_none()
                 || written
                     .find("://")
@@ -254,10 +263,7 @@ fn policy(
 fn refused_result(refused: RequestRefused, url: &str, start: Instant) -> ToolResult {
     let error = ToolError::Refused {
         url: if refused.redirect {
-            format!(
-                "the redirect of {url} to {}:{}",
-                refused.host, refused.port
-            )
+            format!("the redirect of {url} to {}:{}", refused.host, refused.port)
         } else {
             url.to_owned()
         },

@@ -385,12 +385,7 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
 /// translated to) that IPv4 address, so it is judged as that address.
 pub fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = v6.segments();
-    let low = Ipv4Addr::new(
-        (s[6] >> 8) as u8,
-        s[6] as u8,
-        (s[7] >> 8) as u8,
-        s[7] as u8,
-    );
+    let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     if s[..6] == [0; 6] && !(s[6] == 0 && s[7] <= 1) {
         // IPv4-compatible (deprecated); `::` and `::1` are not.
         return Some(low);

@@ -74,7 +74,9 @@ pub async fn resolve(
             match tokio::time::timeout(limit, tokio::net::lookup_host((name.as_str(), port))).await
             {
                 Ok(Ok(found)) => found.collect(),
-                Ok(Err(e)) => return Err(Denied::Unresolved(format!("cannot resolve `{name}`: {e}"))),
+                Ok(Err(e)) => {
+                    return Err(Denied::Unresolved(format!("cannot resolve `{name}`: {e}")));
+                }
                 Err(_) => {
                     return Err(Denied::Unresolved(format!(
                         "resolving `{name}` took longer than {} s",
