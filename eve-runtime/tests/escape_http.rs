@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::process::Command;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -28,18 +28,15 @@ use crate::tools::{Fixture, tool};
 struct Echo {
     addr: SocketAddr,
     hits: Arc<AtomicUsize>,
-    seen: Arc<Mutex<Vec<String>>>,
 }
 
 async fn echo_on(bind: &str, extra: Router) -> Echo {
     let hits = Arc::new(AtomicUsize::new(0));
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let (h, s) = (hits.clone(), seen.clone());
+    let h = hits.clone();
     let app = extra.fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
-        let (h, s) = (h.clone(), s.clone());
+        let h = h.clone();
         async move {
             h.fetch_add(1, Ordering::SeqCst);
-            s.lock().unwrap().push(uri.to_string());
             let header = |n: &str| headers.get(n).map(|v| v.to_str().unwrap().to_owned());
             axum::Json(json!({
                 "path": uri.path(),
@@ -53,7 +50,7 @@ async fn echo_on(bind: &str, extra: Router) -> Echo {
     let listener = TcpListener::bind(bind).await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Echo { addr, hits, seen }
+    Echo { addr, hits }
 }
 
 async fn echo() -> Echo {

@@ -396,4 +396,43 @@ mod tests {
             json!({"a": 3, "b": "n=3", "c": [["a", "b"]], "d": input})
         );
     }
+
+    #[test]
+    fn url_path_values_are_one_segment_never_dot_or_dot_dot() {
+        let url = |t: &str, input: Value| render_url(t, &input, &env, &mut BTreeSet::new());
+        assert_eq!(
+            url(
+                "${BASE}/t/{{input.a}}/u?q={{input.a}}",
+                json!({"a": "x/../y"})
+            )
+            .unwrap(),
+            "http://h/x/t/x%2F..%2Fy/u?q=x%2F..%2Fy"
+        );
+        for (template, input) in [
+            ("http://h/t/{{input.a}}/u", json!({"a": ".."})),
+            ("http://h/t/{{input.a}}", json!({"a": "."})),
+            (
+                "http://h/t/{{input.a}}{{input.b}}/u",
+                json!({"a": ".", "b": "."}),
+            ),
+            ("http://h/t/.{{input.a}}/u", json!({"a": "."})),
+            ("http://h/t/%2e{{input.a}}/u", json!({"a": "."})),
+        ] {
+            let err = url(template, input).unwrap_err().to_string();
+            assert!(err.contains("URL path segment"), "{template}: {err}");
+        }
+        // Dots in the query, the author's own dot segments, and other dotted values pass.
+        for (template, input) in [
+            ("http://h/t?q={{input.a}}", json!({"a": ".."})),
+            ("http://h/../t/{{input.a}}", json!({"a": "x"})),
+            ("http://h/t/{{input.a}}", json!({"a": "..."})),
+            ("http://h/t/{{input.a}}.json", json!({"a": "."})),
+        ] {
+            assert!(url(template, input).is_ok(), "{template}");
+        }
+        let mut fields = BTreeSet::new();
+        referenced_fields("{{input.a.b}} {{ input.c }} {{input}}", &mut fields);
+        referenced_fields_json(&json!({"x": ["{{input.d}}"]}), &mut fields);
+        assert_eq!(fields.into_iter().collect::<Vec<_>>(), ["a", "c", "d"]);
+    }
 }
