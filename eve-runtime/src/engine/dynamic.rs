@@ -169,6 +169,7 @@ impl TurnDriver<'_> {
                         Some(&workspace),
                         Some(&agent_dir),
                     ),
+                    network: None,
                 };
                 let input = json!({"event": event, "session_id": self.session.id});
                 let result = run_tool(&provider, &input, &ctx, self.cancel.child_token()).await;

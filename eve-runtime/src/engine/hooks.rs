@@ -160,6 +160,7 @@ impl TurnDriver<'_> {
                     Some(workspace),
                     Some(&agent_dir),
                 ),
+                network: None,
             };
             let stdin = json!({
                 "event": TOOL_BEFORE,
@@ -321,6 +322,7 @@ impl Runtime {
                                 Some(&workspace),
                                 Some(&agent_dir),
                             ),
+                            network: None,
                         };
                         let result =
                             run_tool(&hook_tool(&hook), &stdin, &ctx, CancellationToken::new())

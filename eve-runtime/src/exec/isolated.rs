@@ -140,7 +140,7 @@ impl IsolatedSandbox {
             .unwrap_or_else(PoisonError::into_inner) = addrs;
     }
 
-    fn own_listeners(&self) -> Vec<SocketAddr> {
+    pub(crate) fn own_listeners(&self) -> Vec<SocketAddr> {
         self.own_listeners
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -318,6 +318,12 @@ impl Executor {
         self.isolated.set_own_listeners(addrs);
     }
 
+    /// eve's own listening addresses, as last set (the runtime's own requests for a tool refuse
+    /// them too).
+    pub fn own_listeners(&self) -> Vec<SocketAddr> {
+        self.isolated.own_listeners()
+    }
+
     /// Turns an effective sandbox into the confinement of one process running in `workspace`,
     /// with the build's files at `files` (read-only inside).
     pub fn confinement(

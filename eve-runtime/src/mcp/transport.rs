@@ -4,7 +4,9 @@
 //! This is the one place that knows how rmcp builds transports, so an rmcp upgrade touches this file
 //! and [`super::result`] only. `${VAR}` references (command, args, env values, url, header values) are
 //! resolved here, at start time, from the manager's environment lookup; an unset variable fails the
-//! start of that connection alone. A stdio server runs in its own process group so that killing it
+//! start of that connection alone. A Streamable HTTP session's requests go through the runtime's
+//! egress rules ([`crate::tools::guarded`]): the origin its `url:` names and no other, redirects
+//! included, and never eve's own listeners. A stdio server runs in its own process group so that killing it
 //! also kills whatever it spawned; its stderr is kept as a short tail for error messages.
 
 use std::collections::{HashMap, VecDeque};
@@ -182,7 +184,7 @@ pub(crate) async fn start(
             start_stdio(connection, command, args, launch, start_timeout).await
         }
         Transport::Http { url, headers } => {
-            start_http(connection, url, headers, env, start_timeout).await
+            start_http(connection, url, headers, env, start_timeout, exec).await
         }
     }
 }
@@ -315,6 +317,7 @@ async fn start_http(
     headers: &std::collections::BTreeMap<String, String>,
     env: &EnvLookup,
     start_timeout: Duration,
+    exec: &crate::exec::Executor,
 ) -> Result<Started, McpError> {
     let name = connection.name.as_str();
     // Messages show `template` (as configured): the expanded URL may carry a secret.
@@ -343,6 +346,15 @@ async fn start_http(
         })?;
         map.insert(header, value);
     }
+    // The requests go through the egress rules of the runtime's own requests: the origin the
+    // connection names (nothing else, redirects included), never eve's own listeners.
+    let client =
+        crate::tools::guarded::origin_client(&parsed, exec.own_listeners()).map_err(|reason| {
+            McpError::Config {
+                connection: name.to_owned(),
+                reason: format!("{reason} (url `{template}`)"),
+            }
+        })?;
     let mut last = String::new();
     for attempt in 0..2 {
         if attempt > 0 {
@@ -350,7 +362,7 @@ async fn start_http(
         }
         let config =
             StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map.clone());
-        let transport = StreamableHttpClientTransport::from_config(config);
+        let transport = StreamableHttpClientTransport::with_client(client.clone(), config);
         match tokio::time::timeout(start_timeout, client_config().serve(transport)).await {
             Ok(Ok(service)) => {
                 return Ok(Started {

@@ -21,6 +21,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -195,10 +196,10 @@ pub async fn serve_with(
             a = listener.accept() => a,
             () = shutdown.cancelled() => break,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => {
+        let (stream, peer) = match accepted {
+            Ok(accepted) => {
                 backoff = Duration::from_millis(5);
-                stream
+                accepted
             }
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
@@ -217,7 +218,7 @@ pub async fn serve_with(
         let limits = limits.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            serve_connection(stream, router, &limits, shutdown).await;
+            serve_connection(stream, peer, router, &limits, shutdown).await;
             drop(permit);
         });
     }
@@ -323,6 +324,7 @@ impl Activity {
 
 async fn serve_connection(
     stream: TcpStream,
+    peer: SocketAddr,
     router: Router,
     limits: &ListenerLimits,
     shutdown: CancellationToken,
@@ -335,6 +337,7 @@ async fn serve_connection(
     let service = ConnService {
         router,
         activity: activity.clone(),
+        peer,
     };
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
@@ -420,11 +423,13 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// The router, with each request's body and response watched.
+/// The router, with each request's body and response watched, and the connection's peer
+/// address attached (`ConnectInfo<SocketAddr>`: an API without auth answers loopback peers only).
 #[derive(Clone)]
 struct ConnService {
     router: Router,
     activity: Arc<Activity>,
+    peer: SocketAddr,
 }
 
 impl Service<axum::http::Request<Incoming>> for ConnService {
@@ -440,12 +445,15 @@ impl Service<axum::http::Request<Incoming>> for ConnService {
         let has_body = !http_body::Body::is_end_stream(request.body());
         self.activity.request_started(has_body);
         let guard = ResponseGuard(self.activity.clone());
-        let request = request.map(|body| {
+        let mut request = request.map(|body| {
             Body::new(WatchedBody {
                 inner: body,
                 activity: has_body.then(|| self.activity.clone()),
             })
         });
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(self.peer));
         let mut router = self.router.clone();
         Box::pin(async move {
             let response = match router.call(request).await {

@@ -73,11 +73,26 @@ impl<S: Send + Sync> FromRequestParts<S> for SessionId {
     }
 }
 
-/// Authentication, and for an API without it, protection of a loopback server from browsers:
-/// a `Host` that is not a loopback name (DNS rebinding) or a foreign `Origin` is refused.
+/// Authentication, and for an API without it: only connections whose peer is a loopback
+/// address (the socket's, never a header's word: a forwarder on another address, or a packet
+/// routed to loopback from elsewhere, is refused), and protection of that loopback server from
+/// browsers: a `Host` that is not a loopback name (DNS rebinding) or a foreign `Origin` is refused.
 pub async fn guard(State(app): State<App>, mut request: Request, next: Next) -> Response {
     let headers = request.headers();
     if !app.config.auth.is_required() {
+        let peer = request
+            .extensions()
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|info| info.0);
+        if !peer.is_some_and(|p| eve_sandbox::egress::canonical(p.ip()).is_loopback()) {
+            let from = peer.map_or_else(|| "an unknown address".to_owned(), |p| p.ip().to_string());
+            return ApiError::Forbidden(format!(
+                "This API has no authentication and only answers connections from this \
+                 machine's loopback; this one came from {from}. Configure `auth:` in \
+                 agent/channels/eve.yaml to serve other machines."
+            ))
+            .into_response();
+        }
         let host = headers
             .get(header::HOST)
             .and_then(|v| v.to_str().ok())

@@ -104,6 +104,28 @@ pub enum ToolError {
     /// The HTTP method is not a method.
     #[error("invalid HTTP method `{0}`")]
     InvalidMethod(String),
+    /// An input value placed in an HTTP tool's URL path would make a `.` or `..` segment, which
+    /// moves the request to another folder of the server.
+    #[error(
+        "input `{field}` makes the URL path segment `{segment}`: a value placed in a URL path is one segment and may not be `.` or `..`"
+    )]
+    PathSegment {
+        /// The input field (`team`, `a.b`).
+        field: String,
+        /// The segment it made.
+        segment: String,
+    },
+    /// The tool's network policy refuses the destination of a request (or of a redirect).
+    #[error("refused {url}: {reason}")]
+    Refused {
+        /// The URL (or `host:port`) that was refused.
+        url: String,
+        /// Why, as the egress rules say it.
+        reason: String,
+    },
+    /// The tool's network policy cannot be applied as written.
+    #[error("{0}")]
+    Network(String),
     /// The HTTP request failed at the transport level.
     #[error("HTTP request failed: {0}")]
     Request(String),
@@ -133,6 +155,7 @@ impl ToolError {
             | Self::InvalidUrl { .. }
             | Self::InvalidHeader { .. }
             | Self::InvalidMethod(_)
+            | Self::PathSegment { .. }
             | Self::UnknownTemplate { .. } => true,
             Self::Io { source, .. } => matches!(
                 source.kind(),

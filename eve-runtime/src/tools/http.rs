@@ -1,65 +1,37 @@
 //! Declarative HTTP tools: one templated request per call.
 //!
 //! An `http:` tool is the cheapest way to give an agent an API: no script, no process. The URL,
-//! headers and body are templates (see [`super::template`]); input values placed in the URL are
-//! percent-encoded. Without a body template the input itself is sent: as a JSON body for methods that
-//! carry one, as query parameters (the fields the URL did not already use) for the others. Requests
-//! that may write carry the call's idempotency key as `Idempotency-Key`, so a retried call can be
-//! recognised by the server. The response is capped like process output.
+//! headers and body are templates (see [`super::template`]); an input value placed in the URL is
+//! percent-encoded, and in the path it is one segment, never `.` or `..`. Only the input fields the
+//! tool declares (its schema's `properties`, or a `{{input.FIELD}}` of its templates) reach the
+//! request: without a body template they are sent as a JSON body for methods that carry one, as
+//! query parameters (those the URL did not already use) for the others. Requests that may write
+//! carry the call's idempotency key as `Idempotency-Key`, so a retried call can be recognised by
+//! the server. The request obeys the tool's network policy through [`super::guarded`]: its
+//! `network:`, or without one the origin its `url:` names. The response is capped like process
+//! output.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use eve_compile::{HttpRequest, Tool};
+use eve_compile::{HttpRequest, Network, Tool};
+use eve_sandbox::egress::{EgressPolicy, Rule};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::error::ToolError;
+use super::guarded::{Egress, RequestRefused, check_url, refusal_in};
 use super::process::{STDERR_TAIL, capture_text, text_tail, truncation_note};
-use super::template::{render, render_json, value_text};
-use super::{ToolContext, ToolResult, effective_limit, effective_timeout, millis};
+use super::template::{
+    expand_env, referenced_fields, referenced_fields_json, render, render_json, render_url,
+    value_text,
+};
+use super::{Refused, ToolContext, ToolResult, effective_limit, effective_timeout, millis};
 
 /// The header carrying [`ToolContext::idempotency_key`].
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
-
-/// The HTTP client of the HTTP tools of one runtime: built on first use, then shared by every
-/// call (connection pools are shared). Cheap to clone; clones share the client. Each runtime
-/// holds its own, so two runtimes in one process share no connections.
-#[derive(Clone, Default)]
-pub struct HttpClient(Arc<OnceLock<Result<reqwest::Client, String>>>);
-
-impl std::fmt::Debug for HttpClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpClient").finish_non_exhaustive()
-    }
-}
-
-impl HttpClient {
-    /// A client not built yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn get(&self) -> Result<&reqwest::Client, ToolError> {
-        self.0
-            .get_or_init(|| {
-                reqwest::Client::builder()
-                    .user_agent(concat!("eve/", env!("CARGO_PKG_VERSION")))
-                    // Templated headers and query secrets must not follow a redirect to another
-                    // origin: redirects are followed within the origin only (a cross-origin one
-                    // comes back to the tool as the 3xx answer), and no `Referer` is sent.
-                    .redirect(reqwest::redirect::Policy::custom(same_origin_redirects))
-                    .referer(false)
-                    .build()
-                    .map_err(|e| e.to_string())
-            })
-            .as_ref()
-            .map_err(|e| ToolError::Request(format!("could not create the HTTP client: {e}")))
-    }
-}
 
 /// A request ready to send.
 struct Prepared {
@@ -69,13 +41,13 @@ struct Prepared {
     body: Option<Vec<u8>>,
 }
 
-/// Renders the request of an HTTP tool for one input.
+/// Renders the request of an HTTP tool for one input (already reduced to its declared fields).
 fn prepare(request: &HttpRequest, input: &Value, ctx: &ToolContext) -> Result<Prepared, ToolError> {
     let lookup = |name: &str| ctx.lookup(name);
     let method = Method::from_bytes(request.method.trim().to_ascii_uppercase().as_bytes())
         .map_err(|_| ToolError::InvalidMethod(request.method.clone()))?;
     let mut used = BTreeSet::new();
-    let rendered = render(&request.url, input, &lookup, true, "url", &mut used)?;
+    let rendered = render_url(&request.url, input, &lookup, &mut used)?;
     let mut url = Url::parse(&rendered).map_err(|e| ToolError::InvalidUrl {
         url: rendered.clone(),
         reason: e.to_string(),
@@ -179,6 +151,133 @@ fn add_query(url: &mut Url, input: &Value, used: &BTreeSet<String>) {
     }
 }
 
+/// The input with only the fields the tool declares: its schema's `properties` (also within
+/// top-level `allOf`/`anyOf`/`oneOf`), and those its templates name. A schema that says
+/// `additionalProperties: true` (or gives it a schema) declares every field.
+fn declared_input(tool: &Tool, request: &HttpRequest, input: &Value) -> Value {
+    let Value::Object(fields) = input else {
+        return input.clone();
+    };
+    let schema = &tool.input_schema;
+    if matches!(
+        schema.get("additionalProperties"),
+        Some(Value::Bool(true) | Value::Object(_))
+    ) {
+        return input.clone();
+    }
+    let mut declared = BTreeSet::new();
+    let mut add_properties = |s: &Value| {
+        if let Some(properties) = s.get("properties").and_then(Value::as_object) {
+            declared.extend(properties.keys().cloned());
+        }
+    };
+    add_properties(schema);
+    for key in ["allOf", "anyOf", "oneOf"] {
+        for branch in schema
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            add_properties(branch);
+        }
+    }
+    referenced_fields(&request.url, &mut declared);
+    for template in request.headers.values() {
+        referenced_fields(template, &mut declared);
+    }
+    if let Some(body) = &request.body {
+        referenced_fields_json(body, &mut declared);
+    }
+    Value::Object(
+        fields
+            .iter()
+            .filter(|(key, _)| declared.contains(*key))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect(),
+    )
+}
+
+/// The egress policy of an HTTP tool: its own `network:`, or without one the origin its `url:`
+/// names as the author wrote it (`${VAR}`s expanded), which must then not come from the input.
+fn policy(
+    request: &HttpRequest,
+    network: Option<&Network>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<EgressPolicy, ToolError> {
+    match network {
+        Some(Network::None) => Ok(EgressPolicy::Allow(Vec::new())),
+        Some(Network::All) => Ok(EgressPolicy::All),
+        Some(Network::Allow(entries)) => EgressPolicy::allow_list(entries).map_err(|errors| {
+            ToolError::Network(format!(
+                "this tool's `network:` cannot be used: {}",
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ))
+        }),
+        None => {
+            let template = &request.url;
+            let first_input = template.find("{{");
+            let written = expand_env(
+                &template[..first_input.unwrap_or(template.len())],
+                lookup,
+                "url",
+            )?;
+            let whole_authority = first_input.is_none()
+                || written
+                    .find("://")
+                    .is_some_and(|i| written[i + 3..].contains(['/', '?', '#']));
+            let from_input = || {
+                ToolError::Network(
+                    "the host of this tool's `url` comes from its input: list the destinations it \
+                     may reach with `network:` in the tool's file"
+                        .to_owned(),
+                )
+            };
+            if !whole_authority {
+                return Err(from_input());
+            }
+            let url = Url::parse(&written).map_err(|e| ToolError::InvalidUrl {
+                url: written.clone(),
+                reason: e.to_string(),
+            })?;
+            let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+                return Err(from_input());
+            };
+            let rule = format!("{host}:{port}").parse::<Rule>().map_err(|e| {
+                ToolError::Network(format!(
+                    "the host of this tool's `url` cannot be its destination ({e}): list the \
+                     destinations it may reach with `network:` in the tool's file"
+                ))
+            })?;
+            Ok(EgressPolicy::Allow(vec![rule]))
+        }
+    }
+}
+
+/// A failed result for a destination the rules refused, with the refusal recorded (as
+/// `sandbox.egress.refused`) like a box's.
+fn refused_result(refused: RequestRefused, url: &str, start: Instant) -> ToolResult {
+    let error = ToolError::Refused {
+        url: if refused.redirect {
+            format!("the redirect of {url} to {}:{}", refused.host, refused.port)
+        } else {
+            url.to_owned()
+        },
+        reason: refused.reason.clone(),
+    };
+    let mut result = ToolResult::failure(error.to_string(), start.elapsed());
+    result.refused.push(Refused {
+        host: refused.host,
+        port: refused.port,
+        reason: refused.reason,
+    });
+    result
+}
+
 /// Runs an `http:` tool.
 pub(crate) async fn run_http_tool(
     tool: &Tool,
@@ -190,28 +289,44 @@ pub(crate) async fn run_http_tool(
     let start = Instant::now();
     let timeout = effective_timeout(tool.timeout_ms);
     let limit = effective_limit(tool.output_limit);
+    let input = declared_input(tool, request, input);
+    let lookup = |name: &str| ctx.lookup(name);
+    let planned = policy(request, ctx.network.as_ref(), &lookup)
+        .and_then(|policy| Ok((prepare(request, &input, ctx)?, policy)));
+    let (prepared, policy) = match planned {
+        Ok(planned) => planned,
+        Err(e) => {
+            let mut result = ToolResult::failure(e.to_string(), start.elapsed());
+            // A value that would climb the URL path is the caller's mistake, not the tool's.
+            result.input_refused = matches!(e, ToolError::PathSegment { .. });
+            return result;
+        }
+    };
+    let egress = Egress {
+        policy,
+        own: ctx.exec.own_listeners(),
+    };
+    let shown = prepared.url.to_string();
+    if let Err(refused) = check_url(&prepared.url, &egress) {
+        return refused_result(refused, &shown, start);
+    }
+    let port = prepared.url.port_or_known_default().unwrap_or(0);
     let call = async {
-        let prepared = prepare(request, input, ctx)?;
-        let mut builder = ctx
+        let client = ctx
             .http
-            .get()?
+            .client(&egress, port)
+            .map_err(|e| ToolError::Request(format!("could not create the HTTP client: {e}")))?;
+        let mut builder = client
             .request(prepared.method, prepared.url)
             .headers(prepared.headers);
         if let Some(body) = prepared.body {
             builder = builder.body(body);
         }
-        let mut response = builder
-            .send()
-            .await
-            .map_err(|e| ToolError::Request(error_chain(&e)))?;
+        let mut response = builder.send().await.map_err(Failure::from)?;
         let status = response.status();
         let mut body = Vec::new();
         let mut truncated = false;
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| ToolError::Request(error_chain(&e)))?
-        {
+        while let Some(chunk) = response.chunk().await.map_err(Failure::from)? {
             let room = limit.saturating_sub(body.len());
             if chunk.len() > room {
                 body.extend_from_slice(chunk.get(..room).unwrap_or_default());
@@ -220,19 +335,20 @@ pub(crate) async fn run_http_tool(
             }
             body.extend_from_slice(&chunk);
         }
-        Ok::<_, ToolError>((status, body, truncated))
+        Ok::<_, Failure>((status, body, truncated))
     };
     let outcome = tokio::select! {
         biased;
-        () = cancel.cancelled() => Err(ToolError::Cancelled),
+        () = cancel.cancelled() => Err(Failure::Tool(ToolError::Cancelled)),
         result = tokio::time::timeout(timeout, call) => match result {
             Ok(result) => result,
-            Err(_) => Err(ToolError::Timeout { ms: millis(timeout) }),
+            Err(_) => Err(Failure::Tool(ToolError::Timeout { ms: millis(timeout) })),
         },
     };
     let (status, body, truncated) = match outcome {
         Ok(parts) => parts,
-        Err(e) => return ToolResult::failure(e.to_string(), start.elapsed()),
+        Err(Failure::Refused(refused)) => return refused_result(refused, &shown, start),
+        Err(Failure::Tool(e)) => return ToolResult::failure(e.to_string(), start.elapsed()),
     };
     let output = response_output(&body, truncated, limit);
     let ok = status.is_success();
@@ -254,6 +370,28 @@ pub(crate) async fn run_http_tool(
         error,
         refused: Vec::new(),
         input_refused: false,
+    }
+}
+
+/// Why a request did not complete: the egress rules refused a destination (at the start, a
+/// redirect hop or a connection), or anything else.
+enum Failure {
+    Refused(RequestRefused),
+    Tool(ToolError),
+}
+
+impl From<ToolError> for Failure {
+    fn from(e: ToolError) -> Self {
+        Self::Tool(e)
+    }
+}
+
+impl From<reqwest::Error> for Failure {
+    fn from(e: reqwest::Error) -> Self {
+        match refusal_in(&e) {
+            Some(refused) => Self::Refused(refused),
+            None => Self::Tool(ToolError::Request(error_chain(&e))),
+        }
     }
 }
 
@@ -284,25 +422,4 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-/// The redirect policy of HTTP tools: follow up to 10 redirects that keep the scheme, host and
-/// port of the first request; stop (answer the 3xx) at one that changes origin.
-fn same_origin_redirects(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirect::Action {
-    let origin = |u: &reqwest::Url| {
-        (
-            u.scheme().to_owned(),
-            u.host_str().map(str::to_owned),
-            u.port_or_known_default(),
-        )
-    };
-    let same = attempt
-        .previous()
-        .first()
-        .is_some_and(|first| origin(first) == origin(attempt.url()));
-    if !same || attempt.previous().len() > 10 {
-        attempt.stop()
-    } else {
-        attempt.follow()
-    }
 }

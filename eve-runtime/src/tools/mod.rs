@@ -12,6 +12,7 @@
 
 pub mod builtin;
 mod error;
+pub(crate) mod guarded;
 mod http;
 mod process;
 pub(crate) mod template;
@@ -32,7 +33,7 @@ use crate::env_vars;
 
 pub use builtin::{builtin_tools, is_builtin, run_builtin};
 pub use error::ToolError;
-pub use http::HttpClient;
+pub use guarded::HttpClient;
 pub use validate::Validators;
 pub use workspace::prepare_workspace;
 
@@ -68,6 +69,9 @@ pub struct ToolContext {
     pub exec: Arc<Executor>,
     /// How the call's processes are confined (its effective sandbox, resolved).
     pub confinement: Confinement,
+    /// What the tool's own `network:` says, for the requests the runtime makes for it (`http:`
+    /// tools); `None` when it says nothing (an `http:` tool then reaches the origin of its `url:`).
+    pub network: Option<eve_compile::Network>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -79,6 +83,7 @@ impl std::fmt::Debug for ToolContext {
             .field("workspace", &self.workspace)
             .field("agent_dir", &self.agent_dir)
             .field("confinement", &self.confinement)
+            .field("network", &self.network)
             .finish_non_exhaustive()
     }
 }

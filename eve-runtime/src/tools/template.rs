@@ -171,6 +171,74 @@ pub(crate) fn render(
     place: &str,
     used: &mut BTreeSet<String>,
 ) -> Result<String, ToolError> {
+    render_spans(template, input, lookup, url_encode, place, used, None)
+}
+
+/// Renders a URL template ([`render`] with every input value percent-encoded), then checks the
+/// path: an input value is one segment (`/` in it is encoded), and a segment that an input value
+/// helped make may not be `.` or `..` (written plainly or as `%2e`), which a URL parser would
+/// resolve into another folder of the server.
+pub(crate) fn render_url(
+    template: &str,
+    input: &Value,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    used: &mut BTreeSet<String>,
+) -> Result<String, ToolError> {
+    let mut spans = Vec::new();
+    let url = render_spans(template, input, lookup, true, "url", used, Some(&mut spans))?;
+    let (start, end) = path_range(&url);
+    let mut at = start;
+    for segment in url[start..end].split('/') {
+        let seg_end = at + segment.len();
+        let touched = spans
+            .iter()
+            .find(|(from, to, _)| from < to && *from < seg_end && *to > at);
+        if let Some((_, _, field)) = touched
+            && is_dot_segment(segment)
+        {
+            return Err(ToolError::PathSegment {
+                field: field.clone(),
+                segment: segment.to_owned(),
+            });
+        }
+        at = seg_end + 1;
+    }
+    Ok(url)
+}
+
+/// Where the path of an absolute URL string starts and ends (after the authority, before `?` or
+/// `#`); an empty range when there is no `scheme://`.
+fn path_range(url: &str) -> (usize, usize) {
+    let Some(authority) = url.find("://").map(|i| i + 3) else {
+        return (url.len(), url.len());
+    };
+    let start = url[authority..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| authority + i);
+    let end = url[start..]
+        .find(['?', '#'])
+        .map_or(url.len(), |i| start + i);
+    (start, end)
+}
+
+/// `.` or `..`, with any dot written `%2e` (as URL parsers read it).
+fn is_dot_segment(segment: &str) -> bool {
+    let lower = segment.to_ascii_lowercase();
+    let dots = lower.replace("%2e", ".");
+    dots == "." || dots == ".."
+}
+
+/// [`render`], noting where each input value landed in the output (byte range and field path)
+/// when `spans` is given.
+fn render_spans(
+    template: &str,
+    input: &Value,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    url_encode: bool,
+    place: &str,
+    used: &mut BTreeSet<String>,
+    mut spans: Option<&mut Vec<(usize, usize, String)>>,
+) -> Result<String, ToolError> {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(start) = rest.find("{{") {
@@ -183,15 +251,50 @@ pub(crate) fn render(
             used.insert(top.to_owned());
         }
         let text = value_text(lookup_input(input, path));
+        let from = out.len();
         if url_encode {
             out.extend(utf8_percent_encode(&text, URL_VALUE));
         } else {
             out.push_str(&text);
         }
+        if let Some(spans) = spans.as_deref_mut() {
+            let field = if path.is_empty() { "input" } else { path };
+            spans.push((from, out.len(), field.to_owned()));
+        }
         rest = &rest[start + 2 + len + 2..];
     }
     out.push_str(&expand_env(rest, lookup, place)?);
     Ok(out)
+}
+
+/// The top-level input fields a template names (`{{input.team}}` → `team`), added to `out`.
+/// `{{input}}` names none.
+pub(crate) fn referenced_fields(template: &str, out: &mut BTreeSet<String>) {
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        let Some(len) = rest[start + 2..].find("}}") else {
+            break;
+        };
+        let expr = rest[start + 2..start + 2 + len].trim();
+        if let Some(top) = expr
+            .strip_prefix("input.")
+            .and_then(|p| p.split('.').next())
+            .filter(|t| !t.is_empty())
+        {
+            out.insert(top.to_owned());
+        }
+        rest = &rest[start + 2 + len + 2..];
+    }
+}
+
+/// [`referenced_fields`] of every string in a JSON body template.
+pub(crate) fn referenced_fields_json(template: &Value, out: &mut BTreeSet<String>) {
+    match template {
+        Value::String(s) => referenced_fields(s, out),
+        Value::Array(items) => items.iter().for_each(|i| referenced_fields_json(i, out)),
+        Value::Object(map) => map.values().for_each(|v| referenced_fields_json(v, out)),
+        _ => {}
+    }
 }
 
 /// Renders a JSON body template: every string is a template, and a string that is exactly one
@@ -292,5 +395,44 @@ mod tests {
             body,
             json!({"a": 3, "b": "n=3", "c": [["a", "b"]], "d": input})
         );
+    }
+
+    #[test]
+    fn url_path_values_are_one_segment_never_dot_or_dot_dot() {
+        let url = |t: &str, input: Value| render_url(t, &input, &env, &mut BTreeSet::new());
+        assert_eq!(
+            url(
+                "${BASE}/t/{{input.a}}/u?q={{input.a}}",
+                json!({"a": "x/../y"})
+            )
+            .unwrap(),
+            "http://h/x/t/x%2F..%2Fy/u?q=x%2F..%2Fy"
+        );
+        for (template, input) in [
+            ("http://h/t/{{input.a}}/u", json!({"a": ".."})),
+            ("http://h/t/{{input.a}}", json!({"a": "."})),
+            (
+                "http://h/t/{{input.a}}{{input.b}}/u",
+                json!({"a": ".", "b": "."}),
+            ),
+            ("http://h/t/.{{input.a}}/u", json!({"a": "."})),
+            ("http://h/t/%2e{{input.a}}/u", json!({"a": "."})),
+        ] {
+            let err = url(template, input).unwrap_err().to_string();
+            assert!(err.contains("URL path segment"), "{template}: {err}");
+        }
+        // Dots in the query, the author's own dot segments, and other dotted values pass.
+        for (template, input) in [
+            ("http://h/t?q={{input.a}}", json!({"a": ".."})),
+            ("http://h/../t/{{input.a}}", json!({"a": "x"})),
+            ("http://h/t/{{input.a}}", json!({"a": "..."})),
+            ("http://h/t/{{input.a}}.json", json!({"a": "."})),
+        ] {
+            assert!(url(template, input).is_ok(), "{template}");
+        }
+        let mut fields = BTreeSet::new();
+        referenced_fields("{{input.a.b}} {{ input.c }} {{input}}", &mut fields);
+        referenced_fields_json(&json!({"x": ["{{input.d}}"]}), &mut fields);
+        assert_eq!(fields.into_iter().collect::<Vec<_>>(), ["a", "c", "d"]);
     }
 }

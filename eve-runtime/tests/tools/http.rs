@@ -77,15 +77,18 @@ fn http_tool(method: &str, url: String, headers: &[(&str, &str)], body: Option<V
 async fn get_puts_unused_input_fields_in_the_query() {
     let addr = server().await;
     let fx = Fixture::with_env(&[("UNITS", "metric")]);
-    let t = http_tool(
+    let mut t = http_tool(
         "GET",
         format!("http://{addr}/weather/{{{{input.city}}}}?units=${{UNITS}}"),
         &[],
         None,
     );
+    t.input_schema = json!({"type": "object", "properties": {
+        "days": {"type": "integer"}, "tags": {"type": "array"}, "none": {}
+    }});
     let r = run_tool(
         &t,
-        &json!({"city": "São Paulo/SP", "days": 3, "tags": ["a b", "c"], "none": null}),
+        &json!({"city": "São Paulo/SP", "days": 3, "tags": ["a b", "c"], "none": null, "extra": 1}),
         &fx.ctx,
         CancellationToken::new(),
     )
@@ -139,7 +142,10 @@ async fn post_renders_body_and_header_templates() {
 async fn post_without_body_template_sends_the_input() {
     let addr = server().await;
     let fx = Fixture::new();
-    let t = http_tool("POST", format!("http://{addr}/items"), &[], None);
+    let mut t = http_tool("POST", format!("http://{addr}/items"), &[], None);
+    t.input_schema = json!({"type": "object", "properties": {
+        "name": {"type": "string"}, "n": {"type": "array"}
+    }});
     let input = json!({"name": "widget", "n": [1, 2]});
     let r = run_tool(&t, &input, &fx.ctx, CancellationToken::new()).await;
     assert!(r.ok, "{r:?}");

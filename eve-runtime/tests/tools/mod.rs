@@ -54,6 +54,7 @@ impl Fixture {
             http: Default::default(),
             exec: Default::default(),
             confinement: eve_runtime::exec::Confinement::Host,
+            network: None,
         };
         Self { dir, ctx }
     }

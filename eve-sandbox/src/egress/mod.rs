@@ -5,12 +5,14 @@
 //! connection byte for byte to the Unix socket this proxy listens on. The proxy reads one HTTP
 //! request head per connection (`CONNECT host:port` or an absolute-form `GET http://…`), checks
 //! the destination against the tool's [`EgressPolicy`], resolves it once, checks every resolved
-//! address (loopback, link-local, unspecified, multicast and metadata addresses only when a rule
-//! names the host explicitly; eve's own listeners never), connects to the checked address itself
-//! (no second resolution, so DNS rebinding cannot redirect it) and splices the bytes. A resolved
-//! address that fails the check is never tried; the request is refused (`403`) only when none is
-//! left. `All` means any public or private address (a LAN included), never the guarded ones. A
-//! rule naming a host matches requests for that name only, not for the IPs it resolves to.
+//! address (loopback, link-local, unspecified, multicast, metadata, private ranges and this
+//! host's own addresses only when a rule names the host or address explicitly; eve's own
+//! listeners never), connects to the checked address itself (no second resolution, so DNS
+//! rebinding cannot redirect it) and splices the bytes. A resolved address that fails the check
+//! is never tried; the request is refused (`403`) only when none is left. `All` means the
+//! internet: public addresses only. A rule naming a host matches requests for that name only,
+//! not for the IPs it resolves to. The same decision ([`resolve`]) serves the runtime's own
+//! requests for a tool, so both follow one set of rules.
 //!
 //! One proxy serves one sandboxed call: [`start`] binds the socket the caller chose, and dropping
 //! the [`EgressHandle`] (or [`EgressHandle::shutdown`]) closes the socket and every connection
@@ -20,6 +22,7 @@
 mod head;
 mod policy;
 mod proxy;
+mod resolve;
 
 use std::fmt;
 use std::io;
@@ -31,8 +34,10 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use policy::{
-    EgressPolicy, Guarded, Permit, Rule, RuleError, canonical, classify, is_own_listener,
+    EgressPolicy, Guarded, Permit, Rule, RuleError, canonical, classify, embedded_ipv4, guard,
+    is_host_address, is_own_listener,
 };
+pub use resolve::{Denied, check_address, resolve};
 
 /// A destination the proxy refused, reported to the caller (who records an event and tells the
 /// model). The client got `403 Forbidden` with the same reason.

@@ -2,19 +2,21 @@
 //!
 //! A policy is `All` or an allowlist of [`Rule`]s parsed from the strings a tool's front matter or
 //! `sandbox.yaml` writes (`api.github.com`, `"*.slack.com:443"`, `127.0.0.1:8123`, `[::1]:9000`).
-//! Matching a name is only half of the decision: [`classify`] says which resolved addresses are
-//! dangerous (loopback, link-local, unspecified, multicast, cloud metadata), and those are reached
-//! only when the rule that allowed the request names the host or IP explicitly. Keeping both here,
-//! apart from the socket code, lets the rules be tested without a network.
+//! Matching a name is only half of the decision: [`guard`] says which resolved addresses are
+//! dangerous (loopback, link-local, unspecified, multicast, cloud metadata, private ranges, this
+//! host's own addresses, and every IPv6 form that carries one of those IPv4 addresses), and those
+//! are reached only when the rule that allowed the request names the host or IP explicitly.
+//! Keeping both here, apart from the socket code, lets the rules be tested without a network.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
 /// Where a sandboxed tool may connect through the egress proxy.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum EgressPolicy {
-    /// Any destination, except the dangerous addresses of [`classify`] and eve's own listeners.
+    /// The internet: any destination except the guarded addresses of [`guard`] (loopback,
+    /// link-local, metadata, private ranges, this host's own addresses) and eve's own listeners.
     All,
     /// Only destinations matched by one of these rules.
     Allow(Vec<Rule>),
@@ -73,13 +75,13 @@ pub struct Permit {
 }
 
 /// One allowlist entry: a host (exact name, `*.suffix`, or IP literal) with an optional port.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Rule {
     host: RuleHost,
     port: Option<u16>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum RuleHost {
     /// An exact host name, lowercased, without a trailing dot.
     Name(String),
@@ -330,7 +332,8 @@ impl Target {
     }
 }
 
-/// An address family the proxy never connects to unless a rule names the host explicitly.
+/// An address family the proxy never connects to unless a rule names the host or address
+/// explicitly (`network: all` and `*.suffix` rules never reach them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Guarded {
     /// 127.0.0.0/8, ::1.
@@ -341,8 +344,13 @@ pub enum Guarded {
     Unspecified,
     /// 224.0.0.0/4, 255.255.255.255, ff00::/8.
     Multicast,
-    /// 169.254.169.254, fd00:ec2::254, 100.100.100.200.
+    /// 169.254.169.254, 169.254.170.2, fd00:ec2::254, 100.100.100.200, 192.0.0.192.
     Metadata,
+    /// 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10 (carrier-grade NAT),
+    /// fc00::/7 (unique local), fec0::/10 (site-local).
+    Private,
+    /// An address of one of this host's own interfaces (or routed to this host as local).
+    Host,
 }
 
 impl Guarded {
@@ -354,12 +362,13 @@ impl Guarded {
             Self::Unspecified => "unspecified address",
             Self::Multicast => "multicast or broadcast address",
             Self::Metadata => "cloud metadata address",
+            Self::Private => "private address",
+            Self::Host => "this host's own address",
         }
     }
 }
 
-/// Maps IPv4-mapped and IPv4-compatible IPv6 addresses to IPv4, so `::ffff:127.0.0.1` is judged
-/// as `127.0.0.1`.
+/// Maps IPv4-mapped IPv6 addresses to IPv4, so `::ffff:127.0.0.1` is judged as `127.0.0.1`.
 pub fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -370,25 +379,59 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Which guarded family an address belongs to, if any.
+/// The IPv4 address an IPv6 address carries, in every form that reaches it: IPv4-compatible
+/// (`::a.b.c.d`), NAT64 (`64:ff9b::/96` and the local-use `64:ff9b:1::/48`), 6to4 (`2002::/16`)
+/// and Teredo (`2001::/32`, the client's address). A packet to such an address ends at (or is
+/// translated to) that IPv4 address, so it is judged as that address.
+pub fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    if s[..6] == [0; 6] && !(s[6] == 0 && s[7] <= 1) {
+        // IPv4-compatible (deprecated); `::` and `::1` are not.
+        return Some(low);
+    }
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1) {
+        return Some(low);
+    }
+    if s[0] == 0x2002 {
+        return Some(Ipv4Addr::new(
+            (s[1] >> 8) as u8,
+            s[1] as u8,
+            (s[2] >> 8) as u8,
+            s[2] as u8,
+        ));
+    }
+    if s[0] == 0x2001 && s[1] == 0 {
+        return Some(Ipv4Addr::from(!u32::from(low)));
+    }
+    None
+}
+
+/// Which guarded family an address belongs to by its range alone, if any (see [`guard`] for the
+/// host's own addresses too).
 pub fn classify(ip: IpAddr) -> Option<Guarded> {
-    const METADATA_V4: [Ipv4Addr; 2] = [
+    const METADATA_V4: [Ipv4Addr; 4] = [
         Ipv4Addr::new(169, 254, 169, 254),
+        Ipv4Addr::new(169, 254, 170, 2),
         Ipv4Addr::new(100, 100, 100, 200),
+        Ipv4Addr::new(192, 0, 0, 192),
     ];
     const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254);
     match canonical(ip) {
         IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
             if METADATA_V4.contains(&v4) {
                 Some(Guarded::Metadata)
             } else if v4.is_loopback() {
                 Some(Guarded::Loopback)
             } else if v4.is_link_local() {
                 Some(Guarded::LinkLocal)
-            } else if v4.octets()[0] == 0 {
+            } else if a == 0 {
                 Some(Guarded::Unspecified)
             } else if v4.is_multicast() || v4.is_broadcast() {
                 Some(Guarded::Multicast)
+            } else if v4.is_private() || (a == 100 && b & 0xc0 == 64) {
+                Some(Guarded::Private)
             } else {
                 None
             }
@@ -405,14 +448,33 @@ pub fn classify(ip: IpAddr) -> Option<Guarded> {
                 Some(Guarded::LinkLocal)
             } else if v6.is_multicast() {
                 Some(Guarded::Multicast)
-            } else if let Some(v4) = v6.to_ipv4() {
-                // IPv4-compatible (`::a.b.c.d`, deprecated): judge the embedded IPv4 address.
+            } else if first & 0xfe00 == 0xfc00 || first & 0xffc0 == 0xfec0 {
+                Some(Guarded::Private)
+            } else if let Some(v4) = embedded_ipv4(v6) {
                 classify(IpAddr::V4(v4))
             } else {
                 None
             }
         }
     }
+}
+
+/// Which guarded family an address belongs to: its range ([`classify`]), or one of this host's
+/// own addresses (checked on the live system at each call, so an address added since start
+/// counts). An IPv6 form carrying an IPv4 address is judged by that address too.
+pub fn guard(ip: IpAddr) -> Option<Guarded> {
+    if let Some(kind) = classify(ip) {
+        return Some(kind);
+    }
+    let ip = canonical(ip);
+    let embedded = match ip {
+        IpAddr::V6(v6) => embedded_ipv4(v6).map(IpAddr::V4),
+        IpAddr::V4(_) => None,
+    };
+    if is_host_address(ip) || embedded.is_some_and(is_host_address) {
+        return Some(Guarded::Host);
+    }
+    None
 }
 
 /// Whether `dest` is one of eve's own listeners: same port as one of `own`, and an address that
@@ -432,10 +494,36 @@ pub fn is_own_listener(dest: SocketAddr, own: &[SocketAddr]) -> bool {
     {
         return true;
     }
-    is_local_address(ip)
+    guard(ip).is_some_and(|g| matches!(g, Guarded::Loopback | Guarded::Host))
 }
 
-/// Binding a UDP socket to an address succeeds only when the address belongs to this host.
-fn is_local_address(ip: IpAddr) -> bool {
-    std::net::UdpSocket::bind((ip, 0)).is_ok()
+/// Whether `ip` belongs to this host: one of its interfaces' addresses, or one the kernel would
+/// deliver here (binding a socket to it succeeds; not trusted where `ip_nonlocal_bind` lets any
+/// address bind).
+pub fn is_host_address(ip: IpAddr) -> bool {
+    let ip = canonical(ip);
+    if interface_addresses().contains(&ip) {
+        return true;
+    }
+    let sysctl = match ip {
+        IpAddr::V4(_) => "/proc/sys/net/ipv4/ip_nonlocal_bind",
+        IpAddr::V6(_) => "/proc/sys/net/ipv6/ip_nonlocal_bind",
+    };
+    let nonlocal = std::fs::read_to_string(sysctl).is_ok_and(|v| v.trim() != "0");
+    !nonlocal && std::net::UdpSocket::bind((ip, 0)).is_ok()
+}
+
+/// The addresses of this host's interfaces, read now (`getifaddrs`).
+fn interface_addresses() -> Vec<IpAddr> {
+    let Ok(found) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    found
+        .filter_map(|i| i.address)
+        .filter_map(|a| {
+            a.as_sockaddr_in()
+                .map(|v4| IpAddr::V4(v4.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|v6| canonical(IpAddr::V6(v6.ip()))))
+        })
+        .collect()
 }

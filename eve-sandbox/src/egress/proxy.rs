@@ -2,10 +2,10 @@
 //!
 //! Each accepted connection runs as a task in a `JoinSet` owned by the accept loop, so stopping
 //! the loop aborts them all. A connection reads one request head (size- and time-capped), decides
-//! with the policy, resolves once, checks each address, connects to a checked address and then
+//! with the policy, resolves once and checks each address (both in [`super::resolve`], shared with
+//! the runtime's own requests), connects to a checked address and then
 //! splices bytes: both ways for `CONNECT`, request body up and response down for plain http.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 use tokio::time::timeout;
 
 use super::head::{self, HeadError, Kind, RequestHead, ResponseHead};
-use super::policy::{Target, classify, is_own_listener};
+use super::resolve::{Denied, resolve};
 use super::{EgressConfig, Refusal};
 
 /// Largest upstream response head rewritten; a larger one is relayed unchanged.
@@ -209,50 +209,16 @@ enum Failure {
     Upstream(String),
 }
 
-/// Decides, resolves once, checks every address, and connects to a checked one.
+/// Decides, resolves once, checks every address ([`resolve`]), and connects to a checked one.
 async fn open(host: &str, port: u16, config: &EgressConfig) -> Result<TcpStream, Failure> {
-    let target = Target::parse(host).ok_or(Failure::BadHost)?;
-    let permit = config
-        .policy
-        .permits(host, port)
-        .ok_or_else(|| Failure::Refused("not in this tool's network allowlist".to_string()))?;
     let limit = config.limits.connect_timeout;
-    let addrs: Vec<SocketAddr> = match target {
-        Target::Ip(ip) => vec![SocketAddr::new(ip, port)],
-        Target::Name(name) => match timeout(limit, tokio::net::lookup_host((name.as_str(), port)))
-            .await
-        {
-            Ok(Ok(found)) => found.collect(),
-            Ok(Err(e)) => return Err(Failure::Upstream(format!("cannot resolve `{name}`: {e}"))),
-            Err(_) => {
-                return Err(Failure::Upstream(format!(
-                    "resolving `{name}` took longer than {} s",
-                    limit.as_secs_f32()
-                )));
-            }
-        },
-    };
-    let mut refusal = None;
-    let mut allowed = Vec::with_capacity(addrs.len());
-    for addr in addrs {
-        if is_own_listener(addr, &config.own_listeners) {
-            refusal.get_or_insert_with(|| {
-                format!("{addr} is eve's own API, which tools may never reach")
-            });
-        } else if let Some(kind) = classify(addr.ip()).filter(|_| !permit.explicit) {
-            refusal.get_or_insert_with(|| {
-                format!("{} {} not listed by name", kind.describe(), addr.ip())
-            });
-        } else {
-            allowed.push(addr);
-        }
-    }
-    if allowed.is_empty() {
-        return Err(match refusal {
-            Some(reason) => Failure::Refused(reason),
-            None => Failure::Upstream(format!("`{host}` resolved to no address")),
-        });
-    }
+    let allowed = resolve(host, port, &config.policy, &config.own_listeners, limit)
+        .await
+        .map_err(|denied| match denied {
+            Denied::Refused(why) => Failure::Refused(why),
+            Denied::BadHost => Failure::BadHost,
+            Denied::Unresolved(why) => Failure::Upstream(why),
+        })?;
     let mut last = String::new();
     for addr in allowed {
         match timeout(limit, TcpStream::connect(addr)).await {

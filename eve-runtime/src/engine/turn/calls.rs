@@ -592,6 +592,14 @@ impl TurnDriver<'_> {
             http: self.rt.inner.http.clone(),
             exec: self.rt.inner.exec.clone(),
             confinement,
+            network: match &resolved.target {
+                targets::Target::Build(tool) => agent
+                    .sandbox
+                    .tools
+                    .get(&tool.name)
+                    .and_then(|own| own.network.clone()),
+                _ => None,
+            },
         };
         let token = self.cancel.child_token();
         let input = resolved.run_input(&call.input);

@@ -114,6 +114,7 @@ impl TurnDriver<'_> {
             http: self.rt.inner.http.clone(),
             exec: self.rt.inner.exec.clone(),
             confinement,
+            network: None,
         };
         let found = probe::run(agent, &config, &ctx).await;
         let now = now_ms();
