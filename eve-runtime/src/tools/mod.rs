@@ -10,6 +10,7 @@
 //! Every failure (a spawn error, a timeout, a non-zero exit, an unset `${VAR}`) becomes a
 //! [`ToolResult`] with `ok: false` and a sentence the model can act on; nothing here panics.
 
+pub mod beneath;
 pub mod builtin;
 mod error;
 mod http;
@@ -34,6 +35,7 @@ pub use builtin::{builtin_tools, is_builtin, run_builtin};
 pub use error::ToolError;
 pub use http::HttpClient;
 pub use validate::Validators;
+pub use beneath::Beneath;
 pub use workspace::prepare_workspace;
 
 /// How tool processes look up environment variables: `${VAR}` references and the `env:` allowlist
