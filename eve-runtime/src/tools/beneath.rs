@@ -42,6 +42,10 @@ const DIR: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
+/// How a folder on a model's path is opened: a symlink to it is followed, beneath the handle.
+const DIR_BENEATH: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::CLOEXEC);
 /// How a file is opened for reading: a FIFO must not block the open, nor a device become eve's
 /// terminal.
 const READ: OFlags = OFlags::RDONLY
@@ -87,7 +91,7 @@ fn probe() -> Option<String> {
         Ok(fd) => fd,
         Err(e) => return Some(format!("cannot open `/` to probe `openat2`: {e}")),
     };
-    match rustix::fs::openat2(&root, ".", DIR, Mode::empty(), RESOLVE) {
+    match rustix::fs::openat2(&root, ".", DIR_BENEATH, Mode::empty(), RESOLVE) {
         Ok(_) => None,
         Err(e) => Some(format!(
             "the kernel refuses `openat2` ({e}); eve needs it (Linux 5.6 or later) to open \
@@ -226,7 +230,7 @@ impl Beneath {
         let mut prefix = PathBuf::new();
         for part in names(rel)? {
             prefix.push(part);
-            let next = match self.beneath(&prefix, DIR, Mode::empty()) {
+            let next = match self.beneath(&prefix, DIR_BENEATH, Mode::empty()) {
                 Ok(fd) => fd,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     let parent = held.as_ref().map_or(self.fd.as_fd(), AsFd::as_fd);
@@ -236,7 +240,7 @@ impl Beneath {
                         Err(Errno::EXIST) => false,
                         Err(e) => return Err(e.into()),
                     };
-                    let fd = self.beneath(&prefix, DIR, Mode::empty())?;
+                    let fd = self.beneath(&prefix, DIR_BENEATH, Mode::empty())?;
                     if made {
                         self.give(&fd);
                     }
@@ -447,6 +451,8 @@ mod tests {
         let e = ws.write(Path::new("link/new"), b"x").unwrap_err();
         assert!(is_escape(&e), "{e}");
         assert!(!outside.path().join("new").exists());
+        ws.write(Path::new("rel/g"), b"g").unwrap();
+        assert!(dir.path().join("real/g").exists());
         ws.write(Path::new("a/b/c.txt"), b"abc").unwrap();
         assert_eq!(
             std::fs::read_to_string(dir.path().join("a/b/c.txt")).unwrap(),
