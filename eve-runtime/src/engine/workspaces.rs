@@ -657,6 +657,76 @@ mod tests {
         ));
     }
 
+    /// The walk of checkpoints before they held folder handles: names joined into paths, each
+    /// checked with `lstat`, then listed or read by path. Returns the contents it read.
+    fn naive_scan(dir: &Path, out: &mut Vec<Vec<u8>>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            match std::fs::symlink_metadata(entry.path()) {
+                Ok(m) if m.is_dir() => naive_scan(&entry.path(), out),
+                Ok(m) if m.is_file() => out.extend(std::fs::read(entry.path()).ok()),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn a_folder_swapped_for_a_symlink_mid_checkpoint_is_not_read() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let deep = "d1/d2/d3";
+        std::fs::create_dir_all(ws.path().join("sub").join(deep)).unwrap();
+        std::fs::create_dir_all(outside.path().join(deep)).unwrap();
+        for i in 0..8 {
+            let name = format!("{deep}/f{i}");
+            std::fs::write(ws.path().join("sub").join(&name), "inside").unwrap();
+            std::fs::write(outside.path().join(&name), "OUTSIDE-SECRET").unwrap();
+        }
+        std::os::unix::fs::symlink(outside.path(), ws.path().join("alt")).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flips = {
+            let (a, b, stop) = (ws.path().join("sub"), ws.path().join("alt"), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    rustix::fs::renameat_with(
+                        rustix::fs::CWD,
+                        &a,
+                        rustix::fs::CWD,
+                        &b,
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    )
+                    .unwrap();
+                }
+            })
+        };
+        let secret = |data: &[u8]| String::from_utf8_lossy(data).contains("OUTSIDE-SECRET");
+        let (mut rounds, mut leaked, mut naive_leaked) = (0, 0, 0);
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_secs(10)
+            && (rounds < 300 || naive_leaked == 0)
+        {
+            if let Ok(Prepared::Changed(c)) = prepare(ws.path(), &Index::default(), 1 << 20) {
+                leaked += c.read.values().filter(|d| secret(d)).count();
+            }
+            let mut read = Vec::new();
+            naive_scan(ws.path(), &mut read);
+            naive_leaked += read.iter().filter(|d| secret(d)).count();
+            rounds += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        flips.join().unwrap();
+        eprintln!(
+            "checkpoint race: {rounds} walks: {leaked} secret files read by the checkpoint, \
+             {naive_leaked} by the naive walk"
+        );
+        assert_eq!(leaked, 0, "the checkpoint read through the swapped symlink");
+        assert!(naive_leaked > 0, "the naive walk never won: the race is not real here");
+    }
+
     fn age(path: &Path) {
         let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
         std::fs::File::options()
