@@ -173,7 +173,10 @@ async fn a_folder_swapped_for_a_symlink_mid_call_is_never_followed() {
     );
     assert_eq!(secret_reads, 0, "read_file followed the swapped symlink");
     assert_eq!(runtime_writes_outside, 0, "write_file wrote outside");
-    assert!(inside_reads > 0, "the race never let the honest read through");
+    assert!(
+        inside_reads > 0,
+        "the race never let the honest read through"
+    );
     assert!(
         naive_secret > 0 && naive_writes > 0,
         "the naive resolver did not win both races in {rounds} rounds: the race is not real here \
@@ -242,7 +245,10 @@ fn handing_the_workspace_to_the_sandbox_user_never_follows_a_swapped_symlink() {
         "chown race: {attempts} hand-overs ({swaps} swaps): {runtime_handed} files outside handed \
          to the sandbox user; the naive walk handed {naive_handed} in {naive_tries} tries"
     );
-    assert_eq!(runtime_handed, 0, "the hand-over followed the swapped symlink");
+    assert_eq!(
+        runtime_handed, 0,
+        "the hand-over followed the swapped symlink"
+    );
     assert!(
         naive_handed > 0,
         "the naive walk never won in {naive_tries} tries: the race is not real here"
@@ -282,7 +288,12 @@ fn files_under(dir: &Path) -> Vec<String> {
             if entry.file_type().unwrap().is_dir() {
                 stack.push(entry.path());
             } else {
-                let rel = entry.path().strip_prefix(dir).unwrap().display().to_string();
+                let rel = entry
+                    .path()
+                    .strip_prefix(dir)
+                    .unwrap()
+                    .display()
+                    .to_string();
                 out.push(rel);
             }
         }
@@ -363,7 +374,11 @@ async fn planted_symlinks_are_refused_by_the_file_tools_checkpoints_and_restores
         "x",
         "a relative symlink that stays inside is followed"
     );
-    assert_eq!(files_under(&outside), ["secret.txt"], "nothing written outside");
+    assert_eq!(
+        files_under(&outside),
+        ["secret.txt"],
+        "nothing written outside"
+    );
     // The twin: the planted links do lead to the secret for whoever follows them.
     for planted in [
         "link/secret.txt",
@@ -383,7 +398,12 @@ async fn planted_symlinks_are_refused_by_the_file_tools_checkpoints_and_restores
     let paths: Vec<&str> = checkpoint.entries.iter().map(|e| e.path.as_str()).collect();
     assert_eq!(paths, ["real/deep/f.txt", "real/deep/w.txt"], "{paths:?}");
     for entry in &checkpoint.entries {
-        let blob = rt.store().blob(&entry.hash).await.unwrap().unwrap_or_default();
+        let blob = rt
+            .store()
+            .blob(&entry.hash)
+            .await
+            .unwrap()
+            .unwrap_or_default();
         assert!(!String::from_utf8_lossy(&blob).contains(SECRET));
     }
 
@@ -431,7 +451,12 @@ async fn planted_symlinks_are_refused_by_the_file_tools_checkpoints_and_restores
         "the restore wrote outside"
     );
     assert!(ws.join("link").symlink_metadata().unwrap().is_dir());
-    let mode = ws.join("link/restored.txt").metadata().unwrap().permissions().mode();
+    let mode = ws
+        .join("link/restored.txt")
+        .metadata()
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o7000, 0, "no set-id bit is restored: {mode:o}");
 }
 
@@ -495,7 +520,10 @@ async fn without_openat2_the_file_tools_refuse_and_the_start_report_says_why() {
         let written = ws_of(&p, &id).join("a.txt").exists();
         if missing {
             let error = report.file_tools_error.expect("the start report names it");
-            assert!(error.contains("openat2") && error.contains("5.6"), "{error}");
+            assert!(
+                error.contains("openat2") && error.contains("5.6"),
+                "{error}"
+            );
             for (call, text, is_error) in &seen {
                 assert!(is_error, "{call} ran without openat2: {text}");
                 assert!(

@@ -14,11 +14,10 @@
 //! lost the lease cannot overwrite the new holder's files. Symbolic links are not carried.
 //!
 //! The agent's processes may change the folder while it is read (a task still running): the
-//! walk and the reads take one name at a time from folder handles they hold and never follow a
-//! symlink ([`Beneath`]), so a folder swapped for a symlink to `/` mid-walk is skipped, not read.
-//! A file that vanished or stopped being a regular file between the walk and its read is left out
-//! of the checkpoint. A restore writes only into its own fresh staging folder, the same way, and
-//! never restores set-id or sticky bits.
+//! walk and the reads (`walk.rs`) take one name at a time from folder handles they hold and never
+//! follow a symlink, so a folder swapped for a symlink to `/` mid-walk is skipped, not read. A
+//! restore writes only into its own fresh staging folder, the same way ([`Beneath`]), and never
+//! restores set-id or sticky bits.
 //!
 //! A checkpoint sends only the blobs the store lacks when it looks; if the store collects one
 //! of the others before the checkpoint commits (`eve sessions prune`), the put is refused and
@@ -26,7 +25,6 @@
 //! [`Runtime::remove_local_workspaces`] removes their folders and index files on this node.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
@@ -35,9 +33,9 @@ use sha2::{Digest, Sha256};
 
 use super::Runtime;
 use super::error::{RuntimeError, RuntimeResult};
+use super::walk::{Found, gone, read_plain, scan};
 use crate::store::{StoreError, WorkspaceEntry, WorkspacePut};
 use crate::tools::Beneath;
-use crate::tools::beneath::Kind;
 
 /// The default of [`crate::env_vars::EVE_WORKSPACE_MAX_BYTES`]: 256 MiB.
 pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
@@ -172,18 +170,6 @@ fn save_index(path: &Path, index: Index) -> RuntimeResult<()> {
     Ok(())
 }
 
-/// A file as found on disk now.
-struct Found {
-    rel: String,
-    /// The names leading to it, as on disk (`rel` is their lossy UTF-8 join).
-    parts: Vec<OsString>,
-    size: u64,
-    mtime_ns: i128,
-    ctime_ns: i128,
-    inode: u64,
-    mode: u32,
-}
-
 impl Found {
     fn same_as(&self, known: &Known) -> bool {
         !known.racy
@@ -193,71 +179,6 @@ impl Found {
             && self.inode == known.inode
             && self.mode == known.mode
     }
-}
-
-/// Every regular file and every empty folder under `root` (symbolic links are skipped, and
-/// never followed).
-fn scan(root: &Beneath) -> std::io::Result<(Vec<Found>, Vec<String>)> {
-    let mut files = Vec::new();
-    let mut empty = Vec::new();
-    let mut stack: Vec<(Option<Beneath>, Vec<OsString>)> = vec![(None, Vec::new())];
-    while let Some((dir, parts)) = stack.pop() {
-        let at = dir.as_ref().unwrap_or(root);
-        let entries = at.entries()?;
-        for (name, meta) in &entries {
-            let mut path = parts.clone();
-            path.push(name.clone());
-            match meta.kind {
-                Kind::Dir => match at.child(name) {
-                    Ok(child) => stack.push((Some(child), path)),
-                    // Swapped for a symlink or removed since it was listed: not followed.
-                    Err(e) if gone(&e) => {}
-                    Err(e) => return Err(e),
-                },
-                Kind::File => files.push(Found {
-                    rel: join(&path),
-                    parts: path,
-                    size: meta.size,
-                    mtime_ns: meta.mtime_ns,
-                    ctime_ns: meta.ctime_ns,
-                    inode: meta.inode,
-                    mode: meta.mode,
-                }),
-                Kind::Symlink | Kind::Other => {}
-            }
-        }
-        if entries.is_empty() && !parts.is_empty() {
-            empty.push(join(&parts));
-        }
-    }
-    files.sort_by(|a, b| a.rel.cmp(&b.rel));
-    empty.sort();
-    Ok((files, empty))
-}
-
-/// `a/b/c` of the names `[a, b, c]`.
-fn join(parts: &[OsString]) -> String {
-    parts
-        .iter()
-        .map(|p| p.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join("/")
-}
-
-/// Whether an entry changed under a walk: removed, or no longer what it was (a symlink now, or
-/// another kind of file).
-fn gone(e: &std::io::Error) -> bool {
-    use std::io::ErrorKind::{InvalidInput, NotADirectory, NotFound};
-    matches!(e.kind(), NotFound | NotADirectory | InvalidInput)
-        || crate::tools::beneath::is_escape(e)
-}
-
-/// The contents of the regular file at `parts` under `ws`, following no symlink.
-fn read_plain(ws: &Beneath, parts: &[OsString]) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut data = Vec::new();
-    ws.open_plain(parts)?.read_to_end(&mut data)?;
-    Ok(data)
 }
 
 /// Whether `EVE_WORKSPACE_CHECKPOINTS=off` turned checkpoints off.
@@ -655,76 +576,6 @@ mod tests {
             prepare(dir.path(), &Index::default(), 2).unwrap(),
             Prepared::TooLarge(3)
         ));
-    }
-
-    /// The walk of checkpoints before they held folder handles: names joined into paths, each
-    /// checked with `lstat`, then listed or read by path. Returns the contents it read.
-    fn naive_scan(dir: &Path, out: &mut Vec<Vec<u8>>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            match std::fs::symlink_metadata(entry.path()) {
-                Ok(m) if m.is_dir() => naive_scan(&entry.path(), out),
-                Ok(m) if m.is_file() => out.extend(std::fs::read(entry.path()).ok()),
-                _ => {}
-            }
-        }
-    }
-
-    #[test]
-    fn a_folder_swapped_for_a_symlink_mid_checkpoint_is_not_read() {
-        use std::sync::Arc;
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let ws = tempfile::tempdir().unwrap();
-        let outside = tempfile::tempdir().unwrap();
-        let deep = "d1/d2/d3";
-        std::fs::create_dir_all(ws.path().join("sub").join(deep)).unwrap();
-        std::fs::create_dir_all(outside.path().join(deep)).unwrap();
-        for i in 0..8 {
-            let name = format!("{deep}/f{i}");
-            std::fs::write(ws.path().join("sub").join(&name), "inside").unwrap();
-            std::fs::write(outside.path().join(&name), "OUTSIDE-SECRET").unwrap();
-        }
-        std::os::unix::fs::symlink(outside.path(), ws.path().join("alt")).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flips = {
-            let (a, b, stop) = (ws.path().join("sub"), ws.path().join("alt"), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    rustix::fs::renameat_with(
-                        rustix::fs::CWD,
-                        &a,
-                        rustix::fs::CWD,
-                        &b,
-                        rustix::fs::RenameFlags::EXCHANGE,
-                    )
-                    .unwrap();
-                }
-            })
-        };
-        let secret = |data: &[u8]| String::from_utf8_lossy(data).contains("OUTSIDE-SECRET");
-        let (mut rounds, mut leaked, mut naive_leaked) = (0, 0, 0);
-        let start = std::time::Instant::now();
-        while start.elapsed() < std::time::Duration::from_secs(10)
-            && (rounds < 300 || naive_leaked == 0)
-        {
-            if let Ok(Prepared::Changed(c)) = prepare(ws.path(), &Index::default(), 1 << 20) {
-                leaked += c.read.values().filter(|d| secret(d)).count();
-            }
-            let mut read = Vec::new();
-            naive_scan(ws.path(), &mut read);
-            naive_leaked += read.iter().filter(|d| secret(d)).count();
-            rounds += 1;
-        }
-        stop.store(true, Ordering::Relaxed);
-        flips.join().unwrap();
-        eprintln!(
-            "checkpoint race: {rounds} walks: {leaked} secret files read by the checkpoint, \
-             {naive_leaked} by the naive walk"
-        );
-        assert_eq!(leaked, 0, "the checkpoint read through the swapped symlink");
-        assert!(naive_leaked > 0, "the naive walk never won: the race is not real here");
     }
 
     fn age(path: &Path) {

@@ -234,8 +234,7 @@ impl Beneath {
                 Ok(fd) => fd,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     let parent = held.as_ref().map_or(self.fd.as_fd(), AsFd::as_fd);
-                    let made = match rustix::fs::mkdirat(parent, part, Mode::from_raw_mode(0o777))
-                    {
+                    let made = match rustix::fs::mkdirat(parent, part, Mode::from_raw_mode(0o777)) {
                         Ok(()) => true,
                         Err(Errno::EXIST) => false,
                         Err(e) => return Err(e.into()),

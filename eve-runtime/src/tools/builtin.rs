@@ -17,11 +17,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::beneath::{self, Beneath};
 use super::error::ToolError;
 use super::process::{
     OutputMode, ProcessSpec, capture_text, run_process, tool_env, truncation_note,
 };
-use super::beneath::{self, Beneath};
 use super::workspace::relative;
 use super::{BUILTIN_ARGV, ToolContext, ToolResult, effective_limit};
 
@@ -160,7 +160,11 @@ pub async fn run_builtin(
         },
         READ_FILE | WRITE_FILE if let Some(reason) = beneath::refusal(&|n| ctx.lookup(n)) => {
             Err(ToolError::FileToolsUnavailable {
-                tool: if name == READ_FILE { READ_FILE } else { WRITE_FILE },
+                tool: if name == READ_FILE {
+                    READ_FILE
+                } else {
+                    WRITE_FILE
+                },
                 reason,
             })
         }

@@ -31,11 +31,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::env_vars;
 
+pub use beneath::Beneath;
 pub use builtin::{builtin_tools, is_builtin, run_builtin};
 pub use error::ToolError;
 pub use http::HttpClient;
 pub use validate::Validators;
-pub use beneath::Beneath;
 pub use workspace::prepare_workspace;
 
 /// How tool processes look up environment variables: `${VAR}` references and the `env:` allowlist

@@ -243,9 +243,7 @@ impl Local {
             beneath
                 .write(std::path::Path::new(path), text.as_bytes())
                 .with_context(|| {
-                    format!(
-                        "cannot write the scorer's file {path} beneath the session's workspace"
-                    )
+                    format!("cannot write the scorer's file {path} beneath the session's workspace")
                 })?;
         }
         let env_of = process_env();
