@@ -382,6 +382,15 @@ async fn planted_symlinks_are_refused_by_the_file_tools_checkpoints_and_restores
         ["secret.txt"],
         "nothing written outside"
     );
+    {
+        use std::os::unix::fs::MetadataExt;
+        let owner = ws.metadata().unwrap().uid();
+        assert_eq!(
+            ws.join("real/deep/w.txt").metadata().unwrap().uid(),
+            owner,
+            "what write_file creates belongs to the workspace's owner, not to eve's root"
+        );
+    }
     // The twin: the planted links do lead to the secret for whoever follows them.
     for planted in [
         "link/secret.txt",

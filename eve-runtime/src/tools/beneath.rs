@@ -155,7 +155,8 @@ impl Meta {
 pub struct Beneath {
     fd: OwnedFd,
     path: PathBuf,
-    /// Owner of the folder, given to what [`Beneath::write`] creates when eve runs as root.
+    /// Owner of the folder, given to what [`Beneath::write`] and [`Beneath::create_dirs`] create
+    /// when eve runs as root (for a handle made by [`Beneath::open`]).
     owner: Option<(u32, u32)>,
 }
 
@@ -163,16 +164,6 @@ impl Beneath {
     /// Opens the folder at `path` (not through a symlink: a runtime path, never a model's).
     pub fn open(path: &Path) -> io::Result<Self> {
         let fd = rustix::fs::open(path, DIR, Mode::empty())?;
-        Ok(Self::from_fd(fd, path.to_path_buf()))
-    }
-
-    /// Creates the folder at `path` with its parents when missing, then opens it.
-    pub fn create(path: &Path) -> io::Result<Self> {
-        std::fs::create_dir_all(path)?;
-        Self::open(path)
-    }
-
-    fn from_fd(fd: OwnedFd, path: PathBuf) -> Self {
         let owner = if nix::unistd::geteuid().is_root() {
             rustix::fs::fstat(&fd)
                 .ok()
@@ -181,7 +172,17 @@ impl Beneath {
         } else {
             None
         };
-        Self { fd, path, owner }
+        Ok(Self {
+            fd,
+            path: path.to_path_buf(),
+            owner,
+        })
+    }
+
+    /// Creates the folder at `path` with its parents when missing, then opens it.
+    pub fn create(path: &Path) -> io::Result<Self> {
+        std::fs::create_dir_all(path)?;
+        Self::open(path)
     }
 
     /// The folder's path, for messages.
@@ -308,7 +309,12 @@ impl Beneath {
     /// The folder `name` in this one, not through a symlink (`ELOOP` or `ENOTDIR` otherwise).
     pub fn child(&self, name: &OsStr) -> io::Result<Beneath> {
         let fd = rustix::fs::openat(&self.fd, one_name(name)?, DIR, Mode::empty())?;
-        Ok(Self::from_fd(fd, self.path.join(name)))
+        // Walks create nothing they would hand over: no owner to look up.
+        Ok(Self {
+            fd,
+            path: self.path.join(name),
+            owner: None,
+        })
     }
 
     /// Opens the regular file at `parts` (names, one per level) for reading, following no

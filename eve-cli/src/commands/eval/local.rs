@@ -238,7 +238,8 @@ impl Local {
         let workspace = dir.join("sandboxes").join(session);
         // The agent's run may have left symlinks in its workspace: the scorer's files are written
         // beneath it, never through one leading out.
-        let beneath = eve_runtime::tools::Beneath::create(&workspace)?;
+        let beneath = eve_runtime::tools::Beneath::create(&workspace)
+            .with_context(|| format!("cannot open the workspace {}", workspace.display()))?;
         for (path, text) in &cmd.files {
             beneath
                 .write(std::path::Path::new(path), text.as_bytes())
