@@ -19,6 +19,7 @@ mod fleet;
 mod hostile_build;
 mod limits;
 mod memory;
+mod paths_start;
 mod plan;
 mod redaction;
 mod releases;

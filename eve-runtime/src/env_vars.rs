@@ -62,6 +62,9 @@ pub const EVE_TEST_RAW_TERMINAL: &str = "EVE_TEST_RAW_TERMINAL";
 /// Tests only: `1` skips the PostgreSQL tests, each saying SKIPPED (without it and without a
 /// server URL they fail).
 pub const EVE_SKIP_POSTGRES: &str = "EVE_SKIP_POSTGRES";
+/// Tests only: `1` makes eve act as on a kernel without `openat2`: `read_file` and `write_file`
+/// refuse to run, and `eve serve` says so at start.
+pub const EVE_TEST_NO_OPENAT2: &str = "EVE_TEST_NO_OPENAT2";
 /// The port (`--port`) of `eve serve` and `eve dev`.
 pub const PORT: &str = "PORT";
 /// A server's base URL for `eve chat` (`--url`).

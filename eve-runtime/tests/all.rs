@@ -14,6 +14,7 @@ mod engine_store;
 mod engine_support;
 mod escape;
 mod escape_http;
+mod escape_paths;
 mod hostile_http;
 mod hostile_mcp;
 mod hostile_model;

@@ -171,8 +171,8 @@ async fn listen(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
     }))
 }
 
-/// Says at start which tools run unconfined, and, when the kernel refuses isolation, what it
-/// refused and which tools will fail because of it.
+/// Says at start which tools run unconfined, and, when the kernel refuses isolation (or the
+/// `openat2` the file tools need), what it refused and which tools will fail because of it.
 pub(crate) async fn report_sandbox(runtime: &Runtime) {
     let Some(report) = runtime.sandbox_report().await else {
         return;
@@ -189,6 +189,13 @@ pub(crate) async fn report_sandbox(runtime: &Runtime) {
             "eve: error: the isolated sandbox cannot run on this machine: {error}. These will \
              fail instead of running unconfined: {}",
             report.isolated.join(", ")
+        );
+    }
+    if let Some(error) = &report.file_tools_error {
+        eprintln!(
+            "eve: error: read_file and write_file cannot run on this machine: {error}. They will \
+             fail rather than open workspace paths a tool could swap meanwhile; bash and the \
+             other tools are not affected"
         );
     }
 }

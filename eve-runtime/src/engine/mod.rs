@@ -40,6 +40,7 @@ mod strategy;
 mod subagents;
 mod targets;
 mod turn;
+mod walk;
 mod workspaces;
 
 use std::collections::HashMap;

@@ -2,7 +2,8 @@
 //!
 //! A server says at start which tools run unconfined (`sandbox: host`) and, when the kernel
 //! refuses isolation, exactly what it refused and which tools will therefore fail: eve never runs
-//! a tool that needs isolation unconfined in silence.
+//! a tool that needs isolation unconfined in silence. Likewise when the kernel cannot open paths
+//! beneath a workspace handle (`openat2`): the file tools will refuse, and the server says so.
 
 use eve_compile::{Agent, EffectiveSandbox, Provider};
 
@@ -17,6 +18,9 @@ pub struct SandboxReport {
     pub isolated: Vec<String>,
     /// `None` when isolation works here (or nothing needs it); otherwise what the kernel refused.
     pub isolation_error: Option<String>,
+    /// `None` when the file tools (`read_file`, `write_file`) can run here (or none is offered);
+    /// otherwise why they will refuse (the kernel lacks `openat2`).
+    pub file_tools_error: Option<String>,
 }
 
 impl Runtime {
@@ -28,13 +32,22 @@ impl Runtime {
             unconfined: Vec::new(),
             isolated: Vec::new(),
             isolation_error: None,
+            file_tools_error: None,
         };
         collect(&build.manifest.agent, "", &mut report);
+        if offers_file_tools(&build.manifest.agent) {
+            report.file_tools_error = crate::tools::beneath::refusal(&*self.inner.config.env);
+        }
         if !report.isolated.is_empty() {
             report.isolation_error = self.inner.exec.isolation().await.err();
         }
         Some(report)
     }
+}
+
+/// Whether the agent or one of its subagents offers the built-in file tools.
+fn offers_file_tools(agent: &Agent) -> bool {
+    agent.config.default_tools || agent.subagents.iter().any(offers_file_tools)
 }
 
 fn collect(agent: &Agent, prefix: &str, report: &mut SandboxReport) {

@@ -13,6 +13,12 @@
 //! folder renamed into place). Checkpoints carry the session's fencing token, so a node that
 //! lost the lease cannot overwrite the new holder's files. Symbolic links are not carried.
 //!
+//! The agent's processes may change the folder while it is read (a task still running): the
+//! walk and the reads (`walk.rs`) take one name at a time from folder handles they hold and never
+//! follow a symlink, so a folder swapped for a symlink to `/` mid-walk is skipped, not read. A
+//! restore writes only into its own fresh staging folder, the same way ([`Beneath`]), and never
+//! restores set-id or sticky bits.
+//!
 //! A checkpoint sends only the blobs the store lacks when it looks; if the store collects one
 //! of the others before the checkpoint commits (`eve sessions prune`), the put is refused and
 //! the checkpoint is taken again from scratch, reading every file. When sessions are deleted,
@@ -27,7 +33,9 @@ use sha2::{Digest, Sha256};
 
 use super::Runtime;
 use super::error::{RuntimeError, RuntimeResult};
+use super::walk::{Found, gone, read_plain, scan};
 use crate::store::{StoreError, WorkspaceEntry, WorkspacePut};
+use crate::tools::Beneath;
 
 /// The default of [`crate::env_vars::EVE_WORKSPACE_MAX_BYTES`]: 256 MiB.
 pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
@@ -162,17 +170,6 @@ fn save_index(path: &Path, index: Index) -> RuntimeResult<()> {
     Ok(())
 }
 
-/// A file as found on disk now.
-struct Found {
-    rel: String,
-    path: PathBuf,
-    size: u64,
-    mtime_ns: i128,
-    ctime_ns: i128,
-    inode: u64,
-    mode: u32,
-}
-
 impl Found {
     fn same_as(&self, known: &Known) -> bool {
         !known.racy
@@ -182,49 +179,6 @@ impl Found {
             && self.inode == known.inode
             && self.mode == known.mode
     }
-}
-
-/// Every regular file and every empty folder under `root` (symbolic links are skipped).
-fn scan(root: &Path) -> std::io::Result<(Vec<Found>, Vec<String>)> {
-    use std::os::unix::fs::MetadataExt;
-    let mut files = Vec::new();
-    let mut empty = Vec::new();
-    let mut stack = vec![(root.to_path_buf(), String::new())];
-    while let Some((dir, prefix)) = stack.pop() {
-        let mut any = false;
-        for entry in std::fs::read_dir(&dir)? {
-            let entry = entry?;
-            any = true;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let rel = if prefix.is_empty() {
-                name
-            } else {
-                format!("{prefix}/{name}")
-            };
-            let meta = std::fs::symlink_metadata(entry.path())?;
-            if meta.is_dir() {
-                stack.push((entry.path(), rel));
-            } else if meta.is_file() {
-                files.push(Found {
-                    rel,
-                    path: entry.path(),
-                    size: meta.len(),
-                    mtime_ns: i128::from(meta.mtime()) * 1_000_000_000
-                        + i128::from(meta.mtime_nsec()),
-                    ctime_ns: i128::from(meta.ctime()) * 1_000_000_000
-                        + i128::from(meta.ctime_nsec()),
-                    inode: meta.ino(),
-                    mode: meta.mode() & 0o7777,
-                });
-            }
-        }
-        if !any && !prefix.is_empty() {
-            empty.push(prefix);
-        }
-    }
-    files.sort_by(|a, b| a.rel.cmp(&b.rel));
-    empty.sort();
-    Ok((files, empty))
 }
 
 /// Whether `EVE_WORKSPACE_CHECKPOINTS=off` turned checkpoints off.
@@ -357,7 +311,8 @@ enum Prepared {
 }
 
 fn prepare(dir: &Path, index: &Index, cap: u64) -> RuntimeResult<Prepared> {
-    let (found, dirs) = scan(dir).map_err(|e| other(&dir.display().to_string(), e))?;
+    let ws = Beneath::open(dir).map_err(|e| other(&dir.display().to_string(), e))?;
+    let (found, dirs) = scan(&ws).map_err(|e| other(&dir.display().to_string(), e))?;
     let unchanged = index.version > 0
         && found.len() == index.files.len()
         && dirs == index.dirs
@@ -383,8 +338,12 @@ fn prepare(dir: &Path, index: &Index, cap: u64) -> RuntimeResult<Prepared> {
         let hash = match index.files.get(&f.rel).filter(|k| f.same_as(k)) {
             Some(known) => known.hash.clone(),
             None => {
-                let data =
-                    std::fs::read(&f.path).map_err(|e| other(&f.path.display().to_string(), e))?;
+                let data = match read_plain(&ws, &f.parts) {
+                    Ok(data) => data,
+                    // Removed or replaced since the walk saw it: not in this checkpoint.
+                    Err(e) if gone(&e) => continue,
+                    Err(e) => return Err(other(&dir.join(&f.rel).display().to_string(), e)),
+                };
                 let hash = hex::encode(Sha256::digest(&data));
                 if index.files.get(&f.rel).is_none_or(|k| k.hash != hash) {
                     read.insert(hash.clone(), data);
@@ -497,7 +456,8 @@ fn materialize(
     checkpoint: &crate::store::WorkspaceCheckpoint,
     blobs: &HashMap<String, Vec<u8>>,
 ) -> RuntimeResult<Index> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
     let parent = dir.parent().unwrap_or_else(|| Path::new("."));
     let name = dir
         .file_name()
@@ -510,29 +470,40 @@ fn materialize(
         other(&format!("cannot restore {}", what.display()), e)
     };
     std::fs::create_dir(&staging).map_err(|e| fail(e, &staging))?;
+    // Everything below is written beneath this handle, one name at a time, never through a
+    // symlink.
+    let into = Beneath::open(&staging).map_err(|e| fail(e, &staging))?;
     let mut next = Index {
         version: checkpoint.version,
         files: BTreeMap::new(),
         dirs: checkpoint.dirs.clone(),
     };
     for rel in &checkpoint.dirs {
-        let Some(path) = inside(&staging, rel) else {
+        let Some(parts) = inside(rel) else {
             continue;
         };
-        std::fs::create_dir_all(&path).map_err(|e| fail(e, &path))?;
+        into.mkdirs_plain(&parts)
+            .map_err(|e| fail(e, &staging.join(rel)))?;
     }
     for entry in &checkpoint.entries {
-        let Some(path) = inside(&staging, &entry.path) else {
+        let Some(parts) = inside(&entry.path) else {
             continue;
         };
-        if let Some(p) = path.parent() {
-            std::fs::create_dir_all(p).map_err(|e| fail(e, p))?;
-        }
+        let path = staging.join(&entry.path);
         let data = blobs.get(&entry.hash).map_or(&[][..], Vec::as_slice);
-        std::fs::write(&path, data).map_err(|e| fail(e, &path))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(entry.mode & 0o7777))
-            .map_err(|e| fail(e, &path))?;
-        let meta = std::fs::metadata(&path).map_err(|e| fail(e, &path))?;
+        // Never a set-id or sticky bit: the restored file is eve's until a box takes it.
+        let written = into
+            .create_plain(&parts, entry.mode & 0o777)
+            .and_then(|mut file| {
+                file.write_all(data)?;
+                file.metadata()
+            });
+        let meta = match written {
+            Ok(meta) => meta,
+            // The same path twice: the first stays.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(fail(e, &path)),
+        };
         next.files.insert(
             entry.path.clone(),
             Known {
@@ -563,17 +534,18 @@ fn materialize(
     Ok(next)
 }
 
-/// `rel` under `root`, or `None` when it would leave it (an absolute path, `..`).
-fn inside(root: &Path, rel: &str) -> Option<PathBuf> {
-    let mut path = root.to_path_buf();
+/// The names of `rel` (`/`, `.` and empty parts dropped), or `None` when it would leave its
+/// root (`..`) or names nothing.
+fn inside(rel: &str) -> Option<Vec<&str>> {
+    let mut parts = Vec::new();
     for part in rel.split('/') {
         match part {
             "" | "." => {}
             ".." => return None,
-            p => path.push(p),
+            p => parts.push(p),
         }
     }
-    (path != root).then_some(path)
+    (!parts.is_empty()).then_some(parts)
 }
 
 #[cfg(test)]
@@ -582,14 +554,10 @@ mod tests {
 
     #[test]
     fn paths_from_the_store_stay_inside_the_workspace() {
-        let root = Path::new("/ws");
-        assert_eq!(inside(root, "a/b.txt"), Some(PathBuf::from("/ws/a/b.txt")));
-        assert_eq!(
-            inside(root, "/etc/passwd"),
-            Some(PathBuf::from("/ws/etc/passwd"))
-        );
-        assert_eq!(inside(root, "a/../../x"), None);
-        assert_eq!(inside(root, ""), None);
+        assert_eq!(inside("a/b.txt"), Some(vec!["a", "b.txt"]));
+        assert_eq!(inside("/etc/passwd"), Some(vec!["etc", "passwd"]));
+        assert_eq!(inside("a/../../x"), None);
+        assert_eq!(inside(""), None);
     }
 
     #[test]
@@ -600,7 +568,7 @@ mod tests {
         std::fs::write(dir.path().join("sub/deep/f.txt"), "x").unwrap();
         std::fs::write(dir.path().join("top.txt"), "yz").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", dir.path().join("link")).unwrap();
-        let (files, empty) = scan(dir.path()).unwrap();
+        let (files, empty) = scan(&Beneath::open(dir.path()).unwrap()).unwrap();
         let names: Vec<_> = files.iter().map(|f| (f.rel.as_str(), f.size)).collect();
         assert_eq!(names, vec![("sub/deep/f.txt", 1), ("top.txt", 2)]);
         assert_eq!(empty, vec!["empty".to_owned()]);

@@ -1,13 +1,15 @@
 //! The built-in tools: `bash`, `read_file` and `write_file`.
 //!
 //! They give an agent a working directory without writing a single tool (`default_tools` in
-//! `agent.yaml`). The file tools are confined to the session workspace: absolute paths, `..` above
-//! it and symlinks leading out are refused. `bash` runs with the workspace as cwd through the same
+//! `agent.yaml`). The file tools are confined to the session workspace: absolute paths and `..`
+//! above it are refused as written; every other path is resolved by the kernel beneath a handle of
+//! the workspace ([`super::beneath`]), so a symlink leading out is refused even when a tool plants
+//! it while the path is being opened. `bash` runs with the workspace as cwd through the same
 //! process machinery as script tools (process group, timeout, cancellation, output cap, allowlisted
 //! environment); it is a shell, so it is not a sandbox.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Component, Path};
 use std::time::{Duration, Instant};
 
 use eve_compile::{Approval, DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_MS, Effect, Runner, Tool};
@@ -15,11 +17,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::beneath::{self, Beneath};
 use super::error::ToolError;
 use super::process::{
     OutputMode, ProcessSpec, capture_text, run_process, tool_env, truncation_note,
 };
-use super::workspace::resolve_in_workspace;
+use super::workspace::relative;
 use super::{BUILTIN_ARGV, ToolContext, ToolResult, effective_limit};
 
 /// Name of the shell tool.
@@ -155,6 +158,16 @@ pub async fn run_builtin(
             Ok(input) => return run_bash(input, ctx, cancel).await,
             Err(e) => Err(e),
         },
+        READ_FILE | WRITE_FILE if let Some(reason) = beneath::refusal(&|n| ctx.lookup(n)) => {
+            Err(ToolError::FileToolsUnavailable {
+                tool: if name == READ_FILE {
+                    READ_FILE
+                } else {
+                    WRITE_FILE
+                },
+                reason,
+            })
+        }
         READ_FILE => match parse::<ReadInput>(input) {
             Ok(input) => {
                 let skills = ctx.agent_dir.join("skills");
@@ -218,10 +231,10 @@ async fn run_bash(input: BashInput, ctx: &ToolContext, cancel: CancellationToken
     run_process(spec, &ctx.exec, cancel).await
 }
 
-/// Where `read_file` reads `path`: in the workspace, or, given absolute as the system prompt and
-/// `load_skill` state it, under the build's `files/skills/` (packaged skills' files, read-only:
-/// `write_file` never resolves there), with no `..` and no symlink on the way.
-fn resolve_readable(workspace: &Path, skills: &Path, path: &str) -> Result<PathBuf, ToolError> {
+/// Opens what `read_file` reads at `path`: in the workspace, or, given absolute as the system
+/// prompt and `load_skill` state it, under the build's `files/skills/` (packaged skills' files,
+/// read-only: `write_file` never resolves there), with no `..` and no symlink on the way.
+fn open_readable(workspace: &Path, skills: &Path, path: &str) -> Result<std::fs::File, ToolError> {
     let given = Path::new(path);
     let root = std::path::absolute(skills).unwrap_or_else(|_| skills.to_path_buf());
     let Some(rel) = given
@@ -229,25 +242,73 @@ fn resolve_readable(workspace: &Path, skills: &Path, path: &str) -> Result<PathB
         .then(|| given.strip_prefix(&root).ok())
         .flatten()
     else {
-        return resolve_in_workspace(workspace, path);
+        let rel = relative(path)?;
+        let ws = open_workspace(workspace)?;
+        return ws
+            .open_read(&rel)
+            .map_err(|e| file_error("could not read", path, e));
     };
     let escape = |reason: &str| ToolError::PathEscape {
         path: path.to_owned(),
         reason: reason.to_owned(),
     };
-    let mut current = root.clone();
+    let mut parts = Vec::new();
     for component in rel.components() {
         let Component::Normal(part) = component else {
             return Err(escape("`..` leads out of the build's skill files"));
         };
-        current.push(part);
-        if std::fs::symlink_metadata(&current).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(escape(
-                "a symlink in the build's skill files is not followed",
-            ));
-        }
+        parts.push(part);
     }
-    Ok(current)
+    let io_err = |source| ToolError::Io {
+        action: "could not read",
+        path: path.to_owned(),
+        source,
+    };
+    Beneath::open(&root)
+        .and_then(|skills| skills.open_plain(&parts))
+        .map_err(|e| {
+            if beneath::is_escape(&e) {
+                escape("a symlink in the build's skill files is not followed")
+            } else if e.kind() == std::io::ErrorKind::InvalidInput {
+                not_regular(path, "a special file")
+            } else {
+                io_err(e)
+            }
+        })
+}
+
+/// A handle of the session workspace, created when missing.
+fn open_workspace(workspace: &Path) -> Result<Beneath, ToolError> {
+    Beneath::create(workspace).map_err(|source| ToolError::Workspace {
+        path: workspace.to_owned(),
+        source,
+    })
+}
+
+/// What a failed open or write beneath the workspace tells the model.
+fn file_error(action: &'static str, path: &str, e: std::io::Error) -> ToolError {
+    if beneath::is_escape(&e) {
+        return ToolError::PathEscape {
+            path: path.to_owned(),
+            reason: "a symlink on the way is absolute, leads out of it, loops, or is a `/proc` \
+                     magic link (the file tools follow only relative symlinks that stay inside \
+                     the workspace)"
+                .to_owned(),
+        };
+    }
+    match e.kind() {
+        std::io::ErrorKind::IsADirectory => not_regular(path, "a directory"),
+        std::io::ErrorKind::InvalidInput => not_regular(path, "a special file"),
+        _ => ToolError::Io {
+            action,
+            path: path.to_owned(),
+            source: e,
+        },
+    }
+}
+
+fn not_regular(path: &str, what: &str) -> ToolError {
+    ToolError::InvalidInput(format!("`{path}` is {what}, not a regular file"))
 }
 
 fn read_file(
@@ -255,30 +316,30 @@ fn read_file(
     skills: &Path,
     input: ReadInput,
 ) -> Result<(Value, bool), ToolError> {
-    let path = resolve_readable(workspace, skills, &input.path)?;
+    let file = open_readable(workspace, skills, &input.path)?;
     let io_err = |source| ToolError::Io {
         action: "could not read",
         path: input.path.clone(),
         source,
     };
-    let meta = std::fs::metadata(&path).map_err(io_err)?;
+    // The metadata of what was opened, not of a name looked up again.
+    let meta = file.metadata().map_err(io_err)?;
     if !meta.is_file() {
-        return Err(ToolError::InvalidInput(format!(
-            "`{}` is {}, not a regular file",
-            input.path,
+        return Err(not_regular(
+            &input.path,
             if meta.is_dir() {
                 "a directory"
             } else {
                 "a special file"
-            }
-        )));
+            },
+        ));
     }
     let offset = input.offset.unwrap_or(1).max(1);
     let limit = input.limit.unwrap_or(DEFAULT_READ_LINES).max(1);
     let cap = effective_limit(DEFAULT_OUTPUT_LIMIT);
     // Read by bytes, never a whole line: a line can be gigabytes (a file without newlines), and
     // at most `cap` bytes of it are ever held.
-    let mut reader = BufReader::new(std::fs::File::open(&path).map_err(io_err)?);
+    let mut reader = BufReader::new(file);
     let mut line_no: u64 = 0;
     let mut taken: u64 = 0;
     let mut out = Vec::new();
@@ -342,29 +403,13 @@ fn read_file(
 }
 
 fn write_file(workspace: &Path, input: WriteInput) -> Result<(Value, bool), ToolError> {
-    let path = resolve_in_workspace(workspace, &input.path)?;
-    let io_err = |source| ToolError::Io {
-        action: "could not write",
-        path: input.path.clone(),
-        source,
-    };
-    if let Ok(meta) = std::fs::metadata(&path)
-        && !meta.is_file()
-    {
-        return Err(ToolError::InvalidInput(format!(
-            "`{}` is {}, not a regular file",
-            input.path,
-            if meta.is_dir() {
-                "a directory"
-            } else {
-                "a special file"
-            }
-        )));
+    let rel = relative(&input.path)?;
+    if rel.as_os_str().is_empty() {
+        return Err(not_regular(&input.path, "the workspace's own folder"));
     }
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io_err)?;
-    }
-    std::fs::write(&path, input.content.as_bytes()).map_err(io_err)?;
+    open_workspace(workspace)?
+        .write(&rel, input.content.as_bytes())
+        .map_err(|e| file_error("could not write", &input.path, e))?;
     Ok((
         Value::String(format!(
             "wrote {} bytes to {}",

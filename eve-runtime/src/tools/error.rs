@@ -72,6 +72,17 @@ pub enum ToolError {
         /// How it escapes (`..`, a symlink).
         reason: String,
     },
+    /// The kernel cannot open paths beneath the workspace (no `openat2`): the file tools refuse
+    /// rather than resolve a path a tool could swap while it is looked at.
+    #[error(
+        "{tool} cannot run on this machine: {reason}. Use `bash` to read and write files instead"
+    )]
+    FileToolsUnavailable {
+        /// The tool (`read_file`, `write_file`).
+        tool: &'static str,
+        /// What the kernel refused.
+        reason: String,
+    },
     /// A file operation of a built-in tool failed.
     #[error("{action} `{path}`: {source}")]
     Io {

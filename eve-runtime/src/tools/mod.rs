@@ -10,6 +10,7 @@
 //! Every failure (a spawn error, a timeout, a non-zero exit, an unset `${VAR}`) becomes a
 //! [`ToolResult`] with `ok: false` and a sentence the model can act on; nothing here panics.
 
+pub mod beneath;
 pub mod builtin;
 mod error;
 pub(crate) mod guarded;
@@ -31,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::env_vars;
 
+pub use beneath::Beneath;
 pub use builtin::{builtin_tools, is_builtin, run_builtin};
 pub use error::ToolError;
 pub use guarded::HttpClient;

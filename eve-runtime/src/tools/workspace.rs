@@ -1,13 +1,16 @@
-//! Session workspaces: seeding them, and keeping built-in file tools inside them.
+//! Session workspaces: seeding them, and the lexical half of the file tools' path confinement.
 //!
 //! Every session gets a folder that is its tools' cwd. A new one is seeded with the agent's
 //! `sandbox/workspace/**` files; seeding happens in a sibling folder that is renamed into place, so a
-//! crash mid-seed never leaves a half-seeded workspace that later looks finished. The file tools
-//! resolve the model's paths here: relative, no `..` above the root, no symlink leading out.
+//! crash mid-seed never leaves a half-seeded workspace that later looks finished. Seeds are read
+//! from the build and written into the staging folder one name at a time, never through a symlink
+//! ([`super::beneath`]). The file tools' paths are refused here when absolute or climbing above the
+//! workspace with `..`; the kernel resolves the rest beneath a handle of the workspace.
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
+use super::beneath::Beneath;
 use super::error::ToolError;
 
 /// Prefix of seed files in the agent folder; it is stripped when they are copied.
@@ -52,24 +55,31 @@ pub fn prepare_workspace(
 
 /// Copies the seed files into a fresh `dir`.
 fn seed_into(dir: &Path, seed_root: &Path, seed_files: &[String]) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir(dir)?;
+    let into = Beneath::open(dir)?;
+    let from = Beneath::open(seed_root)?;
     for file in seed_files {
-        let relative = Path::new(file);
-        let target = relative.strip_prefix(SEED_PREFIX).unwrap_or(relative);
-        let target = normalize(target).ok_or_else(|| {
+        let bad = || {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("seed file `{file}` is not a relative path inside the agent folder"),
             )
-        })?;
+        };
+        let relative = normalize(Path::new(file)).ok_or_else(bad)?;
+        let target = relative.strip_prefix(SEED_PREFIX).unwrap_or(&relative);
         if target.as_os_str().is_empty() {
             continue;
         }
-        let destination = dir.join(&target);
-        if let Some(parent) = destination.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::copy(seed_root.join(relative), &destination).map_err(|e| {
+        let parts = |p: &Path| -> Vec<std::ffi::OsString> {
+            p.iter().map(std::ffi::OsStr::to_os_string).collect()
+        };
+        let copied = from.open_plain(&parts(&relative)).and_then(|mut source| {
+            let mode = source.metadata()?.permissions().mode() & 0o777;
+            let mut copy = into.create_plain(&parts(target), mode)?;
+            io::copy(&mut source, &mut copy).map(drop)
+        });
+        copied.map_err(|e| {
             io::Error::new(e.kind(), format!("could not copy seed file `{file}`: {e}"))
         })?;
     }
@@ -94,54 +104,19 @@ fn normalize(path: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
-/// Resolves a path given to a built-in tool inside `workspace` (created when missing).
-///
-/// Absolute paths, `..` above the workspace and symlinks that resolve outside it (or cannot be
-/// resolved) are refused. The returned path is the workspace joined with the normalised path.
-pub(crate) fn resolve_in_workspace(workspace: &Path, path: &str) -> Result<PathBuf, ToolError> {
+/// The lexical check of a path given to a file tool: relative, and not above the workspace with
+/// `..`. Returns it normalised (`a/./b/../c` is `a/c`); the kernel resolves the rest beneath a
+/// handle of the workspace ([`Beneath`]), symlinks included.
+pub(crate) fn relative(path: &str) -> Result<PathBuf, ToolError> {
     if Path::new(path).is_absolute() {
         return Err(ToolError::AbsolutePath {
             path: path.to_owned(),
         });
     }
-    let relative = normalize(Path::new(path)).ok_or_else(|| ToolError::PathEscape {
+    normalize(Path::new(path)).ok_or_else(|| ToolError::PathEscape {
         path: path.to_owned(),
         reason: "`..` leads above the workspace".to_owned(),
-    })?;
-    std::fs::create_dir_all(workspace).map_err(|source| ToolError::Workspace {
-        path: workspace.to_owned(),
-        source,
-    })?;
-    let root = workspace
-        .canonicalize()
-        .map_err(|source| ToolError::Workspace {
-            path: workspace.to_owned(),
-            source,
-        })?;
-    let mut current = root.clone();
-    for component in relative.components() {
-        current.push(component);
-        match std::fs::symlink_metadata(&current) {
-            Ok(meta) if meta.file_type().is_symlink() => match current.canonicalize() {
-                Ok(target) if target.starts_with(&root) => {}
-                Ok(_) => {
-                    return Err(ToolError::PathEscape {
-                        path: path.to_owned(),
-                        reason: "a symlink on the way points out of the workspace".to_owned(),
-                    });
-                }
-                Err(_) => {
-                    return Err(ToolError::PathEscape {
-                        path: path.to_owned(),
-                        reason: "a symlink on the way cannot be resolved".to_owned(),
-                    });
-                }
-            },
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
-    Ok(root.join(relative))
+    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! Helpers for the caller that builds a [`Policy`]: the read-only defaults found on `PATH`, and
 //! handing the writable tree to the sandbox uid.
 
-use std::fs;
 use std::io;
 use std::os::unix::fs::lchown;
 use std::path::{Component, Path, PathBuf};
@@ -74,11 +73,45 @@ pub fn prepare_writable(path: &Path, policy: &Policy) -> io::Result<()> {
 }
 
 fn chown_tree(path: &Path, id: u32) -> io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
     lchown(path, Some(id), Some(id))?;
-    let meta = fs::symlink_metadata(path)?;
-    if meta.is_dir() {
-        for entry in fs::read_dir(path)? {
-            chown_tree(&entry?.path(), id)?;
+    // Below the top, every step is taken from a folder handle already open, by one name, never
+    // through a symlink: another box of the same session may be swapping a folder of this tree
+    // for a symlink to `/` while it is walked, and a path walked by name would then hand files
+    // outside the tree to the sandbox uid.
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(dir) => chown_below(&dir, id),
+        // A file, or a symlink (changed as a link by `lchown`, never followed).
+        Err(rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Hands every entry below the open folder `dir` to `id`, one name at a time.
+fn chown_below(dir: &std::os::fd::OwnedFd, id: u32) -> io::Result<()> {
+    use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Uid};
+    use rustix::io::Errno;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if matches!(name.to_bytes(), b"." | b"..") {
+            continue;
+        }
+        let owner = (Some(Uid::from_raw(id)), Some(Gid::from_raw(id)));
+        match rustix::fs::chownat(dir, name, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(()) => {}
+            Err(Errno::NOENT) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        if matches!(entry.file_type(), FileType::Directory | FileType::Unknown) {
+            match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+                Ok(sub) => chown_below(&sub, id)?,
+                // Not a folder (any more): nothing below it.
+                Err(Errno::NOTDIR | Errno::LOOP | Errno::NOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
     }
     Ok(())

@@ -236,14 +236,16 @@ impl Local {
         cmd: &CommandExpect,
     ) -> anyhow::Result<Option<Failure>> {
         let workspace = dir.join("sandboxes").join(session);
-        std::fs::create_dir_all(&workspace)?;
+        // The agent's run may have left symlinks in its workspace: the scorer's files are written
+        // beneath it, never through one leading out.
+        let beneath = eve_runtime::tools::Beneath::create(&workspace)
+            .with_context(|| format!("cannot open the workspace {}", workspace.display()))?;
         for (path, text) in &cmd.files {
-            let target = workspace.join(path);
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
-            std::fs::write(&target, text)
-                .with_context(|| format!("cannot write the scorer's file {path}"))?;
+            beneath
+                .write(std::path::Path::new(path), text.as_bytes())
+                .with_context(|| {
+                    format!("cannot write the scorer's file {path} beneath the session's workspace")
+                })?;
         }
         let env_of = process_env();
         let env: Vec<(String, String)> = [PATH, HOME, LANG]
