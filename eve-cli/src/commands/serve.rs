@@ -190,6 +190,23 @@ pub(crate) async fn report_sandbox(runtime: &Runtime) {
             report.isolated.join(", ")
         );
     }
+    print_left_out(&report.left_out);
+}
+
+/// Says at start which `PATH` entries an isolated tool will not see, and why (`eve run` and
+/// `eve chat`; `eve serve` and `eve dev` say it in [`report_sandbox`]).
+pub(crate) fn report_view(runtime: &Runtime) {
+    print_left_out(&runtime.view_left_out());
+}
+
+fn print_left_out(left_out: &[eve_sandbox::isolate::LeftOut]) {
+    for left in left_out {
+        eprintln!(
+            "eve: warning: the PATH entry {} is left out of the sandbox's view: {}",
+            left.entry.display(),
+            left.reason
+        );
+    }
 }
 
 /// Cancels `shutdown` on the first SIGTERM or SIGINT; a second one exits at once.
