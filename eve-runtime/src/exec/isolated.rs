@@ -50,7 +50,23 @@ pub struct IsolatedSandbox {
     protected: Vec<Protected>,
     /// `PATH` entries already said to be left out.
     warned: Mutex<BTreeSet<PathBuf>>,
+    /// The last view `PATH` gave, for the calls that follow it closely (a turn's parallel calls):
+    /// choosing one lists and resolves every entry, which costs more than the rest of a spawn's
+    /// policy.
+    last_view: Mutex<Option<RecentView>>,
 }
+
+/// A view `PATH` gave, for whom and when.
+#[derive(Debug)]
+struct RecentView {
+    path_var: String,
+    home: Option<PathBuf>,
+    at: std::time::Instant,
+    view: isolate::PathView,
+}
+
+/// How long a computed view is reused for the same `PATH` and `HOME`.
+const VIEW_REUSE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One isolated launch, ready for a warm box.
 #[derive(Debug)]
@@ -99,12 +115,31 @@ impl IsolatedSandbox {
             pool_size,
             pool: OnceCell::new(),
             warned: Mutex::new(BTreeSet::new()),
+            last_view: Mutex::new(None),
         }
     }
 
     /// What `path_var` (with `home`) adds to a view, warning once about each entry left out.
     fn path_view(&self, path_var: &str, home: Option<&Path>) -> isolate::PathView {
+        let mut last = self
+            .last_view
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(recent) = last.as_ref()
+            && recent.path_var == path_var
+            && recent.home.as_deref() == home
+            && recent.at.elapsed() < VIEW_REUSE
+        {
+            return recent.view.clone();
+        }
         let view = isolate::path_view(path_var, home, &self.protected);
+        *last = Some(RecentView {
+            path_var: path_var.to_owned(),
+            home: home.map(Path::to_path_buf),
+            at: std::time::Instant::now(),
+            view: view.clone(),
+        });
+        drop(last);
         for left in self.first_time(&view.left_out) {
             tracing::warn!(
                 entry = %left.entry.display(),

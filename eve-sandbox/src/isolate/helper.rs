@@ -6,7 +6,9 @@
 //! of the same binary; every exec costs the dynamic loader's start-up again (about a millisecond),
 //! so there is no third one: stage 2 builds the view, then puts every restriction the command
 //! must have (limits, uid, capabilities, `no_new_privs`, Landlock, seccomp) on itself and spawns
-//! the command directly, which inherits them. That is safe because the reaper needs nothing the
+//! the command directly, which inherits them. Before any of that, stage 2 leaves the caller's
+//! terminal behind: a session of its own, `/dev/null` for a standard stream that is a terminal,
+//! every other inherited descriptor closed (see `detach_from_terminal`). That is safe because the reaper needs nothing the
 //! restrictions take away: it only calls `waitpid`. A change of uid clears the parent-death
 //! signal and the non-dumpable flag: both are set again right after it (see [`confine::apply`]).
 //! What needs more stays in stage 1, outside the sandbox's PID namespace where the command cannot
@@ -54,8 +56,10 @@ const WARM2: &str = "--eve-sandbox-warm-init";
 /// a helper of this build from a stale or foreign binary.
 pub(crate) const PROTOCOL_ARG: &str = "--eve-sandbox-protocol";
 /// What a helper of this build answers to [`PROTOCOL_ARG`]. The number changes whenever the
-/// stages' argv or the policy's meaning does.
-pub(crate) const PROTOCOL: &str = concat!("eve-sandbox ", env!("CARGO_PKG_VERSION"), " stages/3");
+/// stages' argv, the policy's meaning or what the stages guarantee does (4: the box leaves the
+/// caller's terminal and inherited descriptors behind), so a helper left from an older build is
+/// never used.
+pub(crate) const PROTOCOL: &str = concat!("eve-sandbox ", env!("CARGO_PKG_VERSION"), " stages/4");
 /// The program name that makes stage 2 report instead of spawning a command (see
 /// [`super::probe`]).
 pub(crate) const PROBE: &str = "--eve-sandbox-probe";

@@ -242,7 +242,8 @@ impl Rules {
 
     /// Why `entry` (canonical `canon`) must stay out of the view, or `None`.
     fn refusal(&self, entry: &Path, canon: &Path) -> Option<String> {
-        [entry, canon].into_iter().find_map(|p| self.refusal_of(p))
+        self.refusal_of(entry)
+            .or_else(|| (canon != entry).then(|| self.refusal_of(canon)).flatten())
     }
 
     fn refusal_of(&self, p: &Path) -> Option<String> {
@@ -276,9 +277,11 @@ impl Rules {
                 return Some(format!("it holds {what}"));
             }
         }
-        CREDENTIAL_NAMES
-            .iter()
-            .find(|name| fs::symlink_metadata(p.join(name)).is_ok())
+        // One listing rather than a lookup per name: this runs for every isolated call.
+        let names = fs::read_dir(p).ok()?;
+        names
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .find(|name| CREDENTIAL_NAMES.contains(&name.as_str()))
             .map(|name| format!("it holds `{name}`, which holds credentials"))
     }
 
