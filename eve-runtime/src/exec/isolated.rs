@@ -398,14 +398,20 @@ impl Sandbox for IsolatedSandbox {
 /// session's workspace), the project holding it (the agent's source), and eve's private sockets.
 fn protected(config: &ExecConfig) -> Vec<Protected> {
     let mut out = Vec::new();
-    if let Some(state) = &config.state_dir {
+    // `PATH` entries are absolute: so must these be, to be compared with them.
+    let state = config
+        .state_dir
+        .as_ref()
+        .map(|s| std::path::absolute(s).unwrap_or_else(|_| s.clone()));
+    if let Some(state) = &state {
         out.push(Protected::new(state, "eve's state folder"));
         if let Some(project) = state.parent().filter(|p| !p.as_os_str().is_empty()) {
             out.push(Protected::new(project, "the project"));
         }
     }
     let sockets = std::env::temp_dir().join(format!("eve-run-{}", nix::unistd::geteuid()));
-    for dir in [config.run_dir.clone(), sockets] {
+    let run_dir = std::path::absolute(&config.run_dir).unwrap_or_else(|_| config.run_dir.clone());
+    for dir in [run_dir, sockets] {
         out.push(Protected::new(dir, "eve's private sockets"));
     }
     out

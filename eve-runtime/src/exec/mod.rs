@@ -103,8 +103,9 @@ impl Prepared {
 
     /// Starts the process with stdout and stderr piped, stdin piped (`stdin`) or `/dev/null`,
     /// as the leader of its own process group (a host process: of its own session; killing the
-    /// group kills it and everything it started), killed when the [`Process`] is dropped. An isolated launch takes a warm box of
-    /// the pool when one is ready, else the cold path; both confine exactly alike.
+    /// group kills it and everything it started), killed when the [`Process`] is dropped. An
+    /// isolated launch takes a warm box of the pool when one is ready, else the cold path; both
+    /// confine exactly alike.
     pub async fn spawn_piped(&mut self, stdin: bool) -> std::io::Result<Process> {
         if !self.own_session {
             self.command.process_group(0);
