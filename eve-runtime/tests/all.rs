@@ -15,6 +15,7 @@ mod engine_support;
 mod escape;
 mod escape_http;
 mod escape_paths;
+mod escape_view;
 mod hostile_http;
 mod hostile_mcp;
 mod hostile_model;

@@ -72,6 +72,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
                 Some(project) => {
                     let rt =
                         super::open_runtime(&project, args.model.model.as_deref(), true).await?;
+                    super::serve::report_view(&rt);
                     let resume = match wanted {
                         Some(w) => Some(super::sessions::resolve(&rt, &project, w).await?),
                         None => None,

@@ -86,6 +86,7 @@ pub async fn open_runtime(project: &Project) -> anyhow::Result<Runtime> {
 
 async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> {
     let runtime = super::open_runtime(&project, args.model.model.as_deref(), false).await?;
+    super::serve::report_view(&runtime);
     let color = stderr_color();
     let wanted = super::sessions::wanted(args.session.as_deref(), args.last)?;
     let (id, from) = match wanted {

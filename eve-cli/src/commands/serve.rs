@@ -192,10 +192,27 @@ pub(crate) async fn report_sandbox(runtime: &Runtime) {
         );
     }
     if let Some(error) = &report.file_tools_error {
-        eprintln!(
+        errln!(
             "eve: error: read_file and write_file cannot run on this machine: {error}. They will \
              fail rather than open workspace paths a tool could swap meanwhile; bash and the \
              other tools are not affected"
+        );
+    }
+    print_left_out(&report.left_out);
+}
+
+/// Says at start which `PATH` entries an isolated tool will not see, and why (`eve run` and
+/// `eve chat`; `eve serve` and `eve dev` say it in [`report_sandbox`]).
+pub(crate) fn report_view(runtime: &Runtime) {
+    print_left_out(&runtime.view_left_out());
+}
+
+fn print_left_out(left_out: &[eve_sandbox::isolate::LeftOut]) {
+    for left in left_out {
+        errln!(
+            "eve: warning: the PATH entry {} is left out of the sandbox's view: {}",
+            left.entry.display(),
+            left.reason
         );
     }
 }

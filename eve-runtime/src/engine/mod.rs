@@ -170,6 +170,7 @@ impl Runtime {
         let exec = Arc::new(crate::exec::Executor::new(crate::exec::ExecConfig {
             helper: config.sandbox_helper.clone(),
             run_dir: config.state_dir.join("run"),
+            state_dir: Some(config.state_dir.clone()),
         }));
         let rt = Self {
             inner: Arc::new(Inner {

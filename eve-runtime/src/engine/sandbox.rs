@@ -1,9 +1,10 @@
 //! What the current build asks of the sandbox, for the warnings a starting server prints.
 //!
-//! A server says at start which tools run unconfined (`sandbox: host`) and, when the kernel
-//! refuses isolation, exactly what it refused and which tools will therefore fail: eve never runs
-//! a tool that needs isolation unconfined in silence. Likewise when the kernel cannot open paths
-//! beneath a workspace handle (`openat2`): the file tools will refuse, and the server says so.
+//! A server says at start which tools run unconfined (`sandbox: host`), when the kernel refuses
+//! isolation, exactly what it refused and which tools will therefore fail (eve never runs a tool
+//! that needs isolation unconfined in silence), when the kernel cannot open paths beneath a
+//! workspace handle (`openat2`) so the file tools will refuse, and which `PATH` entries are left
+//! out of an isolated process's view.
 
 use eve_compile::{Agent, EffectiveSandbox, Provider};
 
@@ -21,6 +22,9 @@ pub struct SandboxReport {
     /// `None` when the file tools (`read_file`, `write_file`) can run here (or none is offered);
     /// otherwise why they will refuse (the kernel lacks `openat2`).
     pub file_tools_error: Option<String>,
+    /// The `PATH` entries left out of an isolated process's view, and why (empty when nothing
+    /// needs isolation).
+    pub left_out: Vec<eve_sandbox::isolate::LeftOut>,
 }
 
 impl Runtime {
@@ -33,6 +37,7 @@ impl Runtime {
             isolated: Vec::new(),
             isolation_error: None,
             file_tools_error: None,
+            left_out: Vec::new(),
         };
         collect(&build.manifest.agent, "", &mut report);
         if offers_file_tools(&build.manifest.agent) {
@@ -40,8 +45,21 @@ impl Runtime {
         }
         if !report.isolated.is_empty() {
             report.isolation_error = self.inner.exec.isolation().await.err();
+            report.left_out = self.view_left_out();
         }
         Some(report)
+    }
+
+    /// The `PATH` entries left out of the view of an isolated process started now (its `PATH`
+    /// and `HOME` are the runtime's environment's), and why. Said once: the log does not repeat
+    /// them when a tool runs.
+    pub fn view_left_out(&self) -> Vec<eve_sandbox::isolate::LeftOut> {
+        let env = &self.inner.config.env;
+        let path = env(crate::env_vars::PATH).unwrap_or_default();
+        let home = env(crate::env_vars::HOME)
+            .map(std::path::PathBuf::from)
+            .filter(|h| h.is_absolute() && h != std::path::Path::new("/"));
+        self.inner.exec.view_left_out(&path, home.as_deref())
     }
 }
 

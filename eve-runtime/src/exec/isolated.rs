@@ -2,10 +2,12 @@
 //!
 //! The confinement itself is `eve_sandbox::isolate` (namespaces, a filesystem view with only the
 //! system paths, the build's files read-only and the workspace writable, no capabilities,
-//! Landlock, seccomp, limits). This file turns a [`Launch`] into its policy: the read-only paths
-//! version managers keep under `HOME` (so `python3` as a pyenv shim still works), the private
-//! `HOME`, the limits, and, when the network is not `none`, a private egress proxy whose socket is
-//! the sandbox's only way out (`HTTP_PROXY` and friends point at its forwarder inside).
+//! Landlock, seccomp, limits, no terminal). This file turns a [`Launch`] into its policy: the
+//! folders its `PATH` adds (each entry its own folder, chosen by `isolate::path_view`, never the
+//! project, `.eve/`, eve's sockets or a credentials folder; what is left out is warned about once),
+//! the private `HOME`, the limits, and, when the network is not `none`, a private egress proxy
+//! whose socket is the sandbox's only way out (`HTTP_PROXY` and friends point at its forwarder
+//! inside).
 //!
 //! Whether the kernel allows all this is probed once per runtime; when it does not, every launch
 //! that needs isolation fails with the probe's reason: never silently unconfined.
@@ -17,6 +19,7 @@
 //! the guarantees rest on (the view, the limits, the uid, Landlock, seccomp, the environment) is
 //! still applied per call, and a box serves one call. With no box ready the cold path runs.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -24,7 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use eve_compile::Network;
 use eve_sandbox::egress::{self, EgressConfig, EgressPolicy, Refusal};
-use eve_sandbox::isolate::{self, Limits, Policy, Pool, Support, Warm};
+use eve_sandbox::isolate::{self, LeftOut, Limits, Policy, Pool, Protected, Support, Warm};
 use tokio::sync::OnceCell;
 
 use super::{
@@ -43,7 +46,27 @@ pub struct IsolatedSandbox {
     own_listeners: Mutex<Vec<SocketAddr>>,
     pool_size: usize,
     pool: OnceCell<Option<Arc<Pool>>>,
+    /// Folders no `PATH` entry may bring into a view.
+    protected: Vec<Protected>,
+    /// `PATH` entries already said to be left out.
+    warned: Mutex<BTreeSet<PathBuf>>,
+    /// The last view `PATH` gave, for the calls that follow it closely (a turn's parallel calls):
+    /// choosing one lists and resolves every entry, which costs more than the rest of a spawn's
+    /// policy.
+    last_view: Mutex<Option<RecentView>>,
 }
+
+/// A view `PATH` gave, for whom and when.
+#[derive(Debug)]
+struct RecentView {
+    path_var: String,
+    home: Option<PathBuf>,
+    at: std::time::Instant,
+    view: isolate::PathView,
+}
+
+/// How long a computed view is reused for the same `PATH` and `HOME`.
+const VIEW_REUSE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One isolated launch, ready for a warm box.
 #[derive(Debug)]
@@ -85,12 +108,63 @@ impl IsolatedSandbox {
     /// ready once isolation has been probed (0: none).
     pub fn new(config: ExecConfig, pool_size: usize) -> Self {
         Self {
+            protected: protected(&config),
             config,
             support: OnceCell::new(),
             own_listeners: Mutex::new(Vec::new()),
             pool_size,
             pool: OnceCell::new(),
+            warned: Mutex::new(BTreeSet::new()),
+            last_view: Mutex::new(None),
         }
+    }
+
+    /// What `path_var` (with `home`) adds to a view, warning once about each entry left out.
+    fn path_view(&self, path_var: &str, home: Option<&Path>) -> isolate::PathView {
+        let mut last = self
+            .last_view
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(recent) = last.as_ref()
+            && recent.path_var == path_var
+            && recent.home.as_deref() == home
+            && recent.at.elapsed() < VIEW_REUSE
+        {
+            return recent.view.clone();
+        }
+        let view = isolate::path_view(path_var, home, &self.protected);
+        *last = Some(RecentView {
+            path_var: path_var.to_owned(),
+            home: home.map(Path::to_path_buf),
+            at: std::time::Instant::now(),
+            view: view.clone(),
+        });
+        drop(last);
+        for left in self.first_time(&view.left_out) {
+            tracing::warn!(
+                entry = %left.entry.display(),
+                reason = %left.reason,
+                "a PATH entry is left out of the sandbox's view"
+            );
+        }
+        view
+    }
+
+    /// The entries of `left` not said before, now marked as said.
+    fn first_time(&self, left: &[LeftOut]) -> Vec<LeftOut> {
+        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+        left.iter()
+            .filter(|l| warned.insert(l.entry.clone()))
+            .cloned()
+            .collect()
+    }
+
+    /// The `PATH` entries left out of the view `path_var` and `home` give, all of them, for the
+    /// start-up report; the log does not repeat them afterwards.
+    pub fn view_left_out(&self, path_var: &str, home: Option<&Path>) -> Vec<LeftOut> {
+        let left = isolate::path_view(path_var, home, &self.protected).left_out;
+        self.first_time(&left);
+        left
     }
 
     /// How many warm boxes this sandbox keeps ready.
@@ -207,12 +281,10 @@ impl Sandbox for IsolatedSandbox {
             .map(PathBuf::from)
             .filter(|h| h.is_absolute() && h != Path::new("/"));
         let mut read_only = spec.read_only.clone();
-        if let Some(home) = &home {
-            read_only.extend(isolate::default_read_only(
-                var(crate::env_vars::PATH).unwrap_or(""),
-                home,
-            ));
-        }
+        read_only.extend(
+            self.path_view(var(crate::env_vars::PATH).unwrap_or(""), home.as_deref())
+                .read_only,
+        );
         read_only.sort();
         read_only.dedup();
         for path in &spec.read_write {
@@ -301,7 +373,10 @@ impl Sandbox for IsolatedSandbox {
         command
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .current_dir(launch.cwd);
+            .current_dir(launch.cwd)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
         let warm = self.pool().await.map(|pool| WarmCall {
             pool,
             policy,
@@ -314,8 +389,32 @@ impl Sandbox for IsolatedSandbox {
             command,
             guard: Guard { egress, refusals },
             warm,
+            own_session: false,
         })
     }
+}
+
+/// What no `PATH` entry may bring into a view: eve's state folder (the store, builds, every
+/// session's workspace), the project holding it (the agent's source), and eve's private sockets.
+fn protected(config: &ExecConfig) -> Vec<Protected> {
+    let mut out = Vec::new();
+    // `PATH` entries are absolute: so must these be, to be compared with them.
+    let state = config
+        .state_dir
+        .as_ref()
+        .map(|s| std::path::absolute(s).unwrap_or_else(|_| s.clone()));
+    if let Some(state) = &state {
+        out.push(Protected::new(state, "eve's state folder"));
+        if let Some(project) = state.parent().filter(|p| !p.as_os_str().is_empty()) {
+            out.push(Protected::new(project, "the project"));
+        }
+    }
+    let sockets = std::env::temp_dir().join(format!("eve-run-{}", nix::unistd::geteuid()));
+    let run_dir = std::path::absolute(&config.run_dir).unwrap_or_else(|_| config.run_dir.clone());
+    for dir in [run_dir, sockets] {
+        out.push(Protected::new(dir, "eve's private sockets"));
+    }
+    out
 }
 
 /// Whether `name` is a proxy setting a sandboxed process must not take from the server.

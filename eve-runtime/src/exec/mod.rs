@@ -77,22 +77,39 @@ pub struct Launch<'a> {
 /// A command ready to spawn, and what must live as long as its process.
 #[derive(Debug)]
 pub struct Prepared {
-    /// The command (for an isolated launch, the cold path); the caller adds stdio, the process
-    /// group and `kill_on_drop`. [`Prepared::spawn_piped`] does that itself and may use a warm
-    /// box instead.
+    /// The command (for an isolated launch, the cold path); the caller adds stdio (each stream
+    /// is `/dev/null` until it does: never eve's own terminal), the process group (unless
+    /// [`Prepared::starts_own_session`]) and `kill_on_drop`. [`Prepared::spawn_piped`] does that
+    /// itself and may use a warm box instead.
     pub command: tokio::process::Command,
     /// Keeps the process's egress proxy running; drop it once the process is gone.
     pub guard: Guard,
     /// The same isolated launch for a warm box of the runtime's pool, when there is a pool.
     warm: Option<isolated::WarmCall>,
+    /// The command makes itself the leader of a new session (and so of a new process group)
+    /// before `exec`: a host process, which must not share eve's terminal.
+    own_session: bool,
 }
 
 impl Prepared {
+    /// Whether the command starts a session of its own, which makes it the leader of a new
+    /// process group too: a caller must then not ask for a process group itself (`setsid` fails
+    /// in a group's leader), and kills the group by the process's pid as usual. True of host
+    /// processes; an isolated box starts its session inside, so its outer process is still put
+    /// in a group of its own by the caller.
+    pub fn starts_own_session(&self) -> bool {
+        self.own_session
+    }
+
     /// Starts the process with stdout and stderr piped, stdin piped (`stdin`) or `/dev/null`,
-    /// as the leader of its own process group (killing the group kills it and everything it
-    /// started), killed when the [`Process`] is dropped. An isolated launch takes a warm box of
-    /// the pool when one is ready, else the cold path; both confine exactly alike.
+    /// as the leader of its own process group (a host process: of its own session; killing the
+    /// group kills it and everything it started), killed when the [`Process`] is dropped. An
+    /// isolated launch takes a warm box of the pool when one is ready, else the cold path; both
+    /// confine exactly alike.
     pub async fn spawn_piped(&mut self, stdin: bool) -> std::io::Result<Process> {
+        if !self.own_session {
+            self.command.process_group(0);
+        }
         if let Some(call) = self.warm.take()
             && let Some(warm) = call.pool.take().await
         {
@@ -105,7 +122,6 @@ impl Prepared {
             .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
         let mut child = self.command.spawn()?;
         Ok(Process {
@@ -275,6 +291,9 @@ pub struct ExecConfig {
     pub helper: PathBuf,
     /// Private folder for the egress proxies' sockets (`.eve/run`).
     pub run_dir: PathBuf,
+    /// The project's state folder (`.eve`): no `PATH` entry brings it, or the project holding it,
+    /// into a box's view (see `eve_sandbox::isolate::path_view`).
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Starts every process of one runtime, under the sandbox each asks for.
@@ -310,6 +329,16 @@ impl Executor {
     /// Probed once per runtime (a trivial isolated command), then remembered.
     pub async fn isolation(&self) -> Result<eve_sandbox::isolate::Support, String> {
         self.isolated.support().await
+    }
+
+    /// The `PATH` entries an isolated process would be given by `path_var` and `home` that are
+    /// left out of its view, and why (each is then said once: the log does not repeat it).
+    pub fn view_left_out(
+        &self,
+        path_var: &str,
+        home: Option<&Path>,
+    ) -> Vec<eve_sandbox::isolate::LeftOut> {
+        self.isolated.view_left_out(path_var, home)
     }
 
     /// eve's own listening addresses: the egress proxies never connect to them, whatever a
@@ -366,6 +395,7 @@ impl Default for Executor {
         Self::new(ExecConfig {
             helper: eve_sandbox::isolate::default_helper(),
             run_dir: std::env::temp_dir().join(format!("eve-run-{}", nix::unistd::geteuid())),
+            state_dir: None,
         })
     }
 }

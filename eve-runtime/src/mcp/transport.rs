@@ -6,8 +6,9 @@
 //! resolved here, at start time, from the manager's environment lookup; an unset variable fails the
 //! start of that connection alone. A Streamable HTTP session's requests go through the runtime's
 //! egress rules ([`crate::tools::guarded`]): the origin its `url:` names and no other, redirects
-//! included, and never eve's own listeners. A stdio server runs in its own process group so that killing it
-//! also kills whatever it spawned; its stderr is kept as a short tail for error messages.
+//! included, and never eve's own listeners. A stdio server runs in its own process group (a host
+//! server in its own session, away from eve's terminal) so that killing it also kills whatever it
+//! spawned; its stderr is kept as a short tail for error messages.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -249,10 +250,15 @@ async fn start_stdio(
             program: program.clone(),
             reason: e.to_string(),
         })?;
+    // A host server makes itself a session's (and so a group's) leader; an isolated one is put
+    // in a group of its own here.
+    let own_session = prepared.starts_own_session();
     let cmd = prepared.command;
     let guard = prepared.guard;
     let mut wrapped = CommandWrap::from(cmd);
-    wrapped.wrap(ProcessGroup::leader());
+    if !own_session {
+        wrapped.wrap(ProcessGroup::leader());
+    }
     let (process, stderr) = TokioChildProcess::builder(wrapped)
         .stderr(Stdio::piped())
         .spawn()

@@ -6,7 +6,9 @@
 //! of the same binary; every exec costs the dynamic loader's start-up again (about a millisecond),
 //! so there is no third one: stage 2 builds the view, then puts every restriction the command
 //! must have (limits, uid, capabilities, `no_new_privs`, Landlock, seccomp) on itself and spawns
-//! the command directly, which inherits them. That is safe because the reaper needs nothing the
+//! the command directly, which inherits them. Before any of that, stage 2 leaves the caller's
+//! terminal behind: a session of its own, `/dev/null` for a standard stream that is a terminal,
+//! every other inherited descriptor closed (see `detach_from_terminal`). That is safe because the reaper needs nothing the
 //! restrictions take away: it only calls `waitpid`. A change of uid clears the parent-death
 //! signal and the non-dumpable flag: both are set again right after it (see [`confine::apply`]).
 //! What needs more stays in stage 1, outside the sandbox's PID namespace where the command cannot
@@ -54,8 +56,10 @@ const WARM2: &str = "--eve-sandbox-warm-init";
 /// a helper of this build from a stale or foreign binary.
 pub(crate) const PROTOCOL_ARG: &str = "--eve-sandbox-protocol";
 /// What a helper of this build answers to [`PROTOCOL_ARG`]. The number changes whenever the
-/// stages' argv or the policy's meaning does.
-pub(crate) const PROTOCOL: &str = concat!("eve-sandbox ", env!("CARGO_PKG_VERSION"), " stages/3");
+/// stages' argv, the policy's meaning or what the stages guarantee does (4: the box leaves the
+/// caller's terminal and inherited descriptors behind), so a helper left from an older build is
+/// never used.
+pub(crate) const PROTOCOL: &str = concat!("eve-sandbox ", env!("CARGO_PKG_VERSION"), " stages/4");
 /// The program name that makes stage 2 report instead of spawning a command (see
 /// [`super::probe`]).
 pub(crate) const PROBE: &str = "--eve-sandbox-probe";
@@ -466,6 +470,7 @@ fn run_init(
     env: Option<&[(String, String)]>,
     filters: &[BpfProgram],
 ) -> Result<i32> {
+    detach_from_terminal()?;
     let built = view::build(policy, mode)?;
     let _ = nix::unistd::sethostname("eve-sandbox");
     if !built.contains(cwd) {
@@ -510,6 +515,82 @@ fn run_init(
         }
     })?;
     reap_until(Pid::from_raw(child.id() as i32))
+}
+
+/// Leaves the caller's terminal behind, before anything of the call runs: a session of our own
+/// (so the box has no controlling terminal: `/dev/tty` cannot be opened, `tcsetpgrp` and
+/// `TIOCSCTTY` have nothing to act on, and the terminal's signals never reach the box), `/dev/null`
+/// in place of any of the three standard streams that is a terminal, and every other descriptor
+/// this process inherited closed (eve's own are close-on-exec, but eve may have inherited open
+/// ones, a terminal among them, from whatever started it).
+///
+/// The init is never a process group leader (stage 1 spawns it in its own group), so `setsid`
+/// cannot fail for that reason; if it fails anyway, the call fails rather than run attached.
+fn detach_from_terminal() -> Result<()> {
+    nix::unistd::setsid().map_err(|e| {
+        Failure::new(format!(
+            "cannot start a session of the sandbox's own (setsid: {e}): the command would share \
+             the caller's terminal"
+        ))
+    })?;
+    use std::io::IsTerminal;
+    let terminal = [
+        std::io::stdin().is_terminal(),
+        std::io::stdout().is_terminal(),
+        std::io::stderr().is_terminal(),
+    ];
+    if terminal.contains(&true) {
+        let null = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map_err(|e| Failure::new(format!("cannot open /dev/null: {e}")))?;
+        let fail =
+            |e: Errno| Failure::new(format!("cannot put /dev/null in place of a terminal: {e}"));
+        if terminal[1] || terminal[2] {
+            eprintln!(
+                "eve sandbox: note: the command's {} a terminal, which a box never holds: it gets \
+                 /dev/null instead (give it a pipe to keep its output)",
+                match terminal {
+                    [_, true, true] => "stdout and stderr are",
+                    [_, true, false] => "stdout is",
+                    _ => "stderr is",
+                }
+            );
+        }
+        if terminal[0] {
+            nix::unistd::dup2_stdin(&null).map_err(fail)?;
+        }
+        if terminal[1] {
+            nix::unistd::dup2_stdout(&null).map_err(fail)?;
+        }
+        if terminal[2] {
+            nix::unistd::dup2_stderr(&null).map_err(fail)?;
+        }
+    }
+    close_inherited_descriptors()
+}
+
+/// Closes every descriptor above the standard three. Called while this process owns none of them
+/// itself (the warm path's socket and the call's descriptors are gone by then).
+fn close_inherited_descriptors() -> Result<()> {
+    let fds: Vec<i32> = fs::read_dir("/proc/self/fd")
+        .map_err(|e| Failure::new(format!("cannot list the inherited descriptors: {e}")))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        // The listing's own descriptor is among them, already closed: EBADF is expected.
+        match nix::unistd::close(fd) {
+            Ok(()) | Err(Errno::EBADF) => {}
+            Err(e) => {
+                return Err(Failure::new(format!(
+                    "cannot close the inherited descriptor {fd}: {e}"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reaps every child (orphans of the namespace are re-parented to us) until `command` ends.

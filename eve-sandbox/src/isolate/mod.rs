@@ -5,7 +5,8 @@
 //! itself (nothing to install): its own mount, PID, network, IPC, UTS and cgroup namespaces (plus a
 //! user namespace when eve is not root), a filesystem view holding only the system paths, the
 //! policy's read-only and writable paths, a private `/tmp` and `HOME`; an unprivileged uid when eve
-//! runs as root; no capabilities; `no_new_privs`; Landlock; a seccomp filter; resource limits.
+//! runs as root; no capabilities; `no_new_privs`; Landlock; a seccomp filter; resource limits; a
+//! session of its own with no terminal at all (see `helper.rs`).
 //!
 //! How it runs. The binary re-executes itself in a hidden helper mode, so [`helper_main`] must be
 //! the first call of `main()` (before any thread exists: a multithreaded process cannot create a
@@ -48,7 +49,7 @@ use std::process::Command;
 use serde::{Deserialize, Serialize};
 
 pub use helper::helper_main;
-pub use paths::{default_read_only, prepare_writable};
+pub use paths::{CREDENTIALS, LeftOut, PathView, Protected, path_view, prepare_writable};
 pub use pool::{Pool, Warm, WarmProcess};
 
 /// Exit code of the helper when the sandbox itself failed (as opposed to the command).
@@ -66,7 +67,7 @@ pub const PROXY_SOCKET_IN_SANDBOX: &str = "/run/eve/egress.sock";
 #[serde(deny_unknown_fields)]
 pub struct Policy {
     /// Extra read-only paths (executable too), bound at the same absolute path: the build's files,
-    /// version managers under `HOME` (see [`default_read_only`]), `sandbox.yaml` `read:`. Paths
+    /// the folders `PATH` adds (see [`path_view`]), `sandbox.yaml` `read:`. Paths
     /// that do not exist are skipped. The system paths (`/usr`, `/bin`, `/sbin`, `/lib*`, `/etc`
     /// without its secrets, `/opt`) are always there and need not be listed.
     #[serde(default)]

@@ -37,8 +37,10 @@ const SECRET_FILES: &[&str] = &[
     "/etc/krb5.keytab",
 ];
 
-/// Device nodes bound from the host's `/dev`.
-const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+/// Device nodes bound from the host's `/dev`. No terminal: `/dev/tty` (the caller's controlling
+/// terminal), `/dev/console` and `/dev/pts` are absent, and the box runs in a session of its own
+/// with no controlling terminal (see `helper.rs`).
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 
 /// Where the host tree and the new root live while the view is built.
 const OLD: &str = "/oldroot";

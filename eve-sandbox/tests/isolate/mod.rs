@@ -5,6 +5,8 @@ mod escape;
 mod limits;
 mod network;
 mod pool;
+mod terminal;
+mod view;
 mod work;
 
 use std::io::Read;
@@ -57,7 +59,7 @@ impl Fixture {
     pub fn policy(&self) -> Policy {
         let home = real_home();
         Policy {
-            read_only: isolate::default_read_only(&path_var(), &home),
+            read_only: isolate::path_view(&path_var(), Some(&home), &[]).read_only,
             read_write: vec![self.ws.clone()],
             home: Some(home),
             limits: Limits::defaults(),

@@ -118,13 +118,18 @@ fn the_probe_reports_what_works() {
     assert!(err.message.contains("/nonexistent/helper"), "{err}");
 }
 
+/// What `PATH` adds, through the public API: each entry its own folder, a version manager's
+/// shims its root, a version's `bin` its sibling `lib`; HOME itself and relative, missing or
+/// repeated entries nothing (the full table is in `paths.rs`'s unit tests).
 #[test]
-fn default_read_only_finds_version_manager_roots() {
+fn path_view_adds_each_entry_and_a_managers_one_neighbour() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path();
     for d in [
         ".pyenv/shims",
+        ".pyenv/libexec",
         ".nvm/versions/node/v22/bin",
+        ".nvm/versions/node/v22/lib",
         ".local/bin",
         ".local/lib",
         ".local/share/keyrings",
@@ -138,10 +143,11 @@ fn default_read_only_finds_version_manager_roots() {
     let path = format!(
         "{h}/.pyenv/shims:/usr/bin:{h}/.nvm/versions/node/v22/bin:{h}/.local/bin:{h}/.cargo/bin:{h}/bin:{h}:relative/bin:{h}/.pyenv/shims:{h}/missing/bin"
     );
-    let got = isolate::default_read_only(&path, home);
+    let got = isolate::path_view(&path, Some(home), &[]);
     let want: Vec<_> = [
         ".pyenv",
-        ".nvm",
+        ".nvm/versions/node/v22/bin",
+        ".nvm/versions/node/v22/lib",
         ".local/bin",
         ".local/lib",
         ".cargo/bin",
@@ -151,7 +157,9 @@ fn default_read_only_finds_version_manager_roots() {
     .iter()
     .map(|p| home.join(p))
     .collect();
-    assert_eq!(got, want);
+    assert_eq!(got.read_only, want);
+    assert_eq!(got.left_out.len(), 1, "{:?}", got.left_out);
+    assert_eq!(got.left_out[0].entry, home);
 }
 
 /// The runtime re-executes a helper only when it speaks this build's stage protocol: this
