@@ -43,7 +43,7 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
-use eve_compile::{Approval, Effect, Tool};
+use eve_compile::{Approval, Tool};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -135,7 +135,7 @@ pub(super) fn policy() -> Tool {
         &spec.description,
         spec.input_schema,
         Approval::Always,
-        Effect::Write,
+        eve_compile::PROPOSE_CHANGE_EFFECT,
     )
 }
 
