@@ -37,6 +37,7 @@ mod apply;
 mod check;
 mod deny;
 mod folder;
+mod review;
 mod stage;
 #[cfg(test)]
 mod tests;
@@ -53,8 +54,9 @@ use super::{Runtime, RuntimeResult};
 use crate::model::ToolSpec;
 use crate::store::{ApprovalState, Batch, CallStatus, InputRequestRecord, ToolCallRecord};
 
-pub use self::check::{check_on_disk, check_path, parse};
-pub use self::folder::{apply, diff, fingerprint};
+pub use self::check::{check_on_disk, check_path, check_protected, parse};
+pub use self::folder::{apply, fingerprint};
+pub use self::review::review;
 pub use self::stage::render_text;
 pub(in crate::engine) use self::stage::{discard_staged, proposed_event, staged_request};
 
@@ -76,10 +78,10 @@ const MAX_PATH_BYTES: usize = 255;
 /// Longest summary and rationale, in characters.
 const MAX_SUMMARY_CHARS: usize = 500;
 const MAX_RATIONALE_CHARS: usize = 8000;
-/// The diff a reviewer is shown is cut after this many lines.
-pub const DIFF_MAX_LINES: usize = 400;
-/// … or this many bytes.
-const DIFF_MAX_BYTES: usize = 48 * 1024;
+/// Each changed file's diff a reviewer is shown is cut on its own after this many lines …
+pub const FILE_DIFF_MAX_LINES: usize = 300;
+/// … or this many bytes (one file's diff never takes another's room).
+pub const FILE_DIFF_MAX_BYTES: usize = 16 * 1024;
 /// Most diagnostics listed (the counts are complete).
 const LISTED_DIAGNOSTICS: usize = 20;
 /// A copy of `agent/` larger than this is refused (the staging folder is a full copy).
