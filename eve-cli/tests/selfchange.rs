@@ -125,6 +125,29 @@ fn eve_run_shows_the_proposal_and_a_principal_approves_it() {
             .starts_with("local"),
         "the approver is the release's principal: {releases:#}"
     );
+    // `eve releases log` says what each change event was about, not just its kind.
+    let (code, out, err) = run(&p, &["releases", "log"]);
+    assert_eq!(code, Some(0), "{err}");
+    let line = |kind: &str| {
+        out.lines()
+            .find(|l| l.contains(kind))
+            .unwrap_or_else(|| panic!("no {kind} in:\n{out}"))
+            .to_owned()
+    };
+    let proposed = line("change.proposed");
+    for part in [
+        "chg_",
+        "session=wrun_",
+        "files=skills/triage.md",
+        "widens=no",
+        "summary=\"Add a triage skill\"",
+    ] {
+        assert!(proposed.contains(part), "{part:?} in {proposed}");
+    }
+    let approved = line("change.approved");
+    for part in ["chg_", "by=local", "build=", "release=rel_", "files=skills/triage.md"] {
+        assert!(approved.contains(part), "{part:?} in {approved}");
+    }
 }
 
 #[test]
