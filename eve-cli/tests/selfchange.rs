@@ -145,7 +145,13 @@ fn eve_run_shows_the_proposal_and_a_principal_approves_it() {
         assert!(proposed.contains(part), "{part:?} in {proposed}");
     }
     let approved = line("change.approved");
-    for part in ["chg_", "by=local", "build=", "release=rel_", "files=skills/triage.md"] {
+    for part in [
+        "chg_",
+        "by=local",
+        "build=",
+        "release=rel_",
+        "files=skills/triage.md",
+    ] {
         assert!(approved.contains(part), "{part:?} in {approved}");
     }
 }

@@ -110,7 +110,10 @@ async fn a_padded_proposal_cannot_hide_a_host_tool_edit() {
         .collect();
     assert_eq!(
         listed,
-        [("modified", "tools/deploy.sh"), ("modified", "instructions.md")]
+        [
+            ("modified", "tools/deploy.sh"),
+            ("modified", "instructions.md")
+        ]
     );
     let tool_diff = files[0]["diff"].as_str().unwrap();
     assert!(tool_diff.contains(&format!("+{EXFILTRATE}")), "{tool_diff}");
@@ -150,12 +153,15 @@ async fn a_padded_proposal_cannot_hide_a_host_tool_edit() {
         .release_build(&staged, "local:test", ReleaseOpts::default())
         .await
         .unwrap();
-    assert!(
-        matches!(outcome, ReleaseOutcome::Pending(_)),
-        "{outcome:?}"
-    );
+    assert!(matches!(outcome, ReleaseOutcome::Pending(_)), "{outcome:?}");
     assert_eq!(
-        server.runtime.active_release().await.unwrap().unwrap().build_hash,
+        server
+            .runtime
+            .active_release()
+            .await
+            .unwrap()
+            .unwrap()
+            .build_hash,
         active
     );
 
@@ -210,7 +216,11 @@ async fn a_rename_and_a_mode_change_are_listed_as_such() {
             .contains("old mode 100755\nnew mode 100644"),
         "{renamed:#}"
     );
-    assert!(files.iter().any(|f| f["path"] == "skills/notes.md" && f["status"] == "added"));
+    assert!(
+        files
+            .iter()
+            .any(|f| f["path"] == "skills/notes.md" && f["status"] == "added")
+    );
     assert_eq!(files.len(), 2, "a rename is one entry: {files:#?}");
     let text = proposal["text"].as_str().unwrap();
     assert!(

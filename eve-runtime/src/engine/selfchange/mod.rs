@@ -12,8 +12,10 @@
 //!    computed (capability delta against the active release, gate evals). A proposal with build
 //!    errors or failing gate evals goes back to the model as the call's result and is never
 //!    offered. Otherwise the call parks on a durable input request of kind `change-approval`
-//!    whose `action.proposal` holds everything a reviewer needs: summary, rationale, the unified
-//!    diff (capped), diagnostics counts, eval results and the delta with widening changes marked.
+//!    whose `action.proposal` holds everything a reviewer needs: summary, rationale, every file
+//!    that differs between `agent/` and the staged copy with its own diff and its own cap (so a
+//!    padded file cannot push another out of sight), diagnostics counts, eval results and the
+//!    delta with widening changes marked (host code and hook bodies among them).
 //! 2. **Apply** (approved by a principal through the one answer path, `Runtime::answer_input_as`).
 //!    `agent/` must be as it was when the proposal was staged (a fingerprint of every file), else
 //!    nothing is written and the model is told why. The same checked changes are written into
@@ -26,11 +28,13 @@
 //! Each move is recorded as an event (`change.proposed`, `change.approved`, `change.denied`) in
 //! the session's stream and in the releases' audit stream. The tool's approval is always
 //! `always`, whatever `agent.yaml` says, and only the active build's settings count: a proposal
+//! cannot relax its own review.
 //!
 //! The moves live apart: `stage.rs` (copy, apply, build, the candidate, what a reviewer is
 //! shown), `apply.rs` (an approved proposal written into `agent/` and activated) and `deny.rs`;
-//! `check.rs` checks a proposal's input and paths, and `folder.rs` does the file work on a
-//! folder (writing changes, fingerprints, the staging copy, the diff). This module holds the
+//! `check.rs` checks a proposal's input and paths (the project's state and `evals/` out of
+//! reach), `folder.rs` does the file work on a folder (writing changes, fingerprints, the
+//! staging copy) and `review.rs` lists the files a reviewer reads, each with its own diff. This module holds the
 //! tool, the proposal types and the dispatch of a call to its move.
 
 mod apply;

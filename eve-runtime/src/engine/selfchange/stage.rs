@@ -348,7 +348,7 @@ pub fn render_text(p: &Value) -> String {
     out
 }
 
-/// One changed file in the card's list: `modified tools/deploy.sh (812 -> 1,904 bytes; diff cut:
+/// One changed file in the card's list: `modified tools/deploy.sh (812 -> 1904 bytes; diff cut:
 /// 3 KiB not shown)`, `renamed tools/a.sh -> tools/b.sh (mode 755 -> 644)`.
 fn file_line(f: &Value) -> String {
     let s = |k: &str| f[k].as_str().unwrap_or_default();
