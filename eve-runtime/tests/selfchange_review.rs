@@ -229,3 +229,29 @@ async fn a_rename_and_a_mode_change_are_listed_as_such() {
     );
     server.stop().await;
 }
+
+/// The runtime builds its built-in tools from the table the delta reads: `write_file` is
+/// `idempotent` in both, and every built-in the runtime offers is in the table.
+#[test]
+fn built_in_tools_run_with_the_effects_the_delta_shows() {
+    let tools = eve_runtime::tools::builtin_tools();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    let table: Vec<&str> = eve_compile::DEFAULT_TOOL_EFFECTS
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(names, table);
+    assert_eq!(names, eve_compile::compile::BUILTIN_TOOLS);
+    for t in &tools {
+        assert_eq!(
+            eve_compile::default_tool_effect(&t.name),
+            Some(t.effect),
+            "{}",
+            t.name
+        );
+    }
+    assert_eq!(
+        eve_compile::default_tool_effect("write_file"),
+        Some(eve_compile::Effect::Idempotent)
+    );
+}

@@ -322,10 +322,13 @@ fn any_change_to_a_hook_body_widens_even_isolated() {
     assert!(hooks.iter().all(|c| c.widening));
 }
 
+/// A change that loosens one bound of a manifest.
+type Loosen = Box<dyn Fn(&mut Manifest)>;
+
 #[test]
 fn every_loosened_limit_widens_and_a_tightened_one_does_not() {
     let a = manifest(vec![tool("x", Effect::Read, Approval::Never)]);
-    let cases: Vec<(&str, Box<dyn Fn(&mut Manifest)>)> = vec![
+    let cases: Vec<(&str, Loosen)> = vec![
         (
             "limits.max_steps_per_turn",
             Box::new(|m| m.agent.config.limits.max_steps_per_turn = 500),
