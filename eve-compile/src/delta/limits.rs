@@ -164,25 +164,21 @@ impl Differ {
         }
     }
 
-    /// `limits:`, `timeout` and `output_limit` of one agent's `sandbox.yaml`.
+    /// `limits:`, `timeout` and `output_limit` of one agent's `sandbox.yaml`: every number of
+    /// the settings and of their `limits:`, so a bound added to either later is compared too.
     pub(super) fn sandbox_limits(&mut self, prefix: &str, old: &Sandbox, new: &Sandbox) {
         let subject = format!("{prefix}sandbox");
         let (a, b) = (
-            serde_json::to_value(old.limits).unwrap_or(Value::Null),
-            serde_json::to_value(new.limits).unwrap_or(Value::Null),
+            serde_json::to_value(old).unwrap_or(Value::Null),
+            serde_json::to_value(new).unwrap_or(Value::Null),
         );
-        self.bounds(&format!("{subject}.limits"), &a, &b, &[], &|_| None);
-        self.timeout(
-            &subject,
-            "timeout_ms",
-            Some(old.timeout_ms),
-            Some(new.timeout_ms),
-        );
-        self.timeout(
-            &subject,
-            "output_limit",
-            Some(old.output_limit),
-            Some(new.output_limit),
+        self.bounds(&subject, &a, &b, &[], &|_| None);
+        self.bounds(
+            &format!("{subject}.limits"),
+            &a["limits"],
+            &b["limits"],
+            &[],
+            &|_| None,
         );
     }
 
