@@ -254,15 +254,31 @@ pub fn cap(text: &str) -> (String, Option<(usize, usize)>) {
     }
     let mut kept = String::new();
     let mut shown = 0;
+    let mut shown_bytes = 0;
     for line in text.lines() {
-        if shown == FILE_DIFF_MAX_LINES || kept.len() + line.len() + 1 > FILE_DIFF_MAX_BYTES {
+        if shown == FILE_DIFF_MAX_LINES {
+            break;
+        }
+        if kept.len() + line.len() + 1 > FILE_DIFF_MAX_BYTES {
+            // A line longer than what is left (a minified script) shows its head, never nothing.
+            let room = FILE_DIFF_MAX_BYTES.saturating_sub(kept.len() + 1);
+            let mut end = room.min(line.len());
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            if end > 0 {
+                kept.push_str(&line[..end]);
+                kept.push_str("…\n");
+                shown_bytes += end;
+            }
             break;
         }
         kept.push_str(line);
         kept.push('\n');
+        shown_bytes += line.len() + 1;
         shown += 1;
     }
-    let (rest_lines, rest_bytes) = (lines - shown, text.len().saturating_sub(kept.len()));
+    let (rest_lines, rest_bytes) = (lines - shown, text.len().saturating_sub(shown_bytes));
     kept.push_str(&format!(
         "… {} more of this file's diff not shown ({rest_lines} more line{})\n",
         size(rest_bytes),

@@ -178,3 +178,15 @@ fn a_pipe_in_the_agent_folder_is_refused_not_read() {
     let err = check_on_disk(dir.path(), &change).unwrap_err();
     assert!(err.contains("not a regular file"), "{err}");
 }
+
+#[test]
+fn one_long_line_shows_its_head() {
+    let line = format!("+{}\n", "x".repeat(40_000));
+    let (kept, cut) = super::review::cap(&line);
+    assert!(kept.starts_with("+xxx"), "{}", &kept[..20]);
+    assert!(kept.len() <= FILE_DIFF_MAX_BYTES + 200);
+    let (lines, bytes) = cut.unwrap();
+    assert_eq!(lines, 1);
+    assert!(bytes > 20_000 && bytes < 30_000, "{bytes}");
+    assert!(kept.contains("more of this file's diff not shown"));
+}
