@@ -160,6 +160,8 @@ fn review_parks_a_widening_build_and_activate_and_rollback_reach_a_running_serve
         [
             ("tool_added".to_owned(), "deploy".to_owned(), true),
             ("approval_loosened".to_owned(), "notify".to_owned(), true),
+            // The agent runs on the host (`provider: host`): `notify.sh`'s bytes changed.
+            ("host_code_changed".to_owned(), "notify".to_owned(), true),
         ],
         "exactly the delta of the change"
     );

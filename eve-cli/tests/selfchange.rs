@@ -125,6 +125,35 @@ fn eve_run_shows_the_proposal_and_a_principal_approves_it() {
             .starts_with("local"),
         "the approver is the release's principal: {releases:#}"
     );
+    // `eve releases log` says what each change event was about, not just its kind.
+    let (code, out, err) = run(&p, &["releases", "log"]);
+    assert_eq!(code, Some(0), "{err}");
+    let line = |kind: &str| {
+        out.lines()
+            .find(|l| l.contains(kind))
+            .unwrap_or_else(|| panic!("no {kind} in:\n{out}"))
+            .to_owned()
+    };
+    let proposed = line("change.proposed");
+    for part in [
+        "chg_",
+        "session=wrun_",
+        "files=skills/triage.md",
+        "widens=no",
+        "summary=\"Add a triage skill\"",
+    ] {
+        assert!(proposed.contains(part), "{part:?} in {proposed}");
+    }
+    let approved = line("change.approved");
+    for part in [
+        "chg_",
+        "by=local",
+        "build=",
+        "release=rel_",
+        "files=skills/triage.md",
+    ] {
+        assert!(approved.contains(part), "{part:?} in {approved}");
+    }
 }
 
 #[test]
@@ -212,4 +241,53 @@ fn a_proposal_failing_the_gate_evals_is_never_offered() {
     );
     assert!(!p.path("agent/skills/triage.md").exists());
     assert_eq!(current(&p), before);
+}
+
+/// With the agent folder at the project's root (`--agent .`), `evals/` (the gate) and `.eve/`
+/// sit inside it: a proposal may not touch them. The twin: the path check alone (`check_path`,
+/// what guarded proposals before) lets `evals/smoke.yaml` through.
+#[test]
+fn a_proposal_cannot_rewrite_the_project_s_evals_from_a_root_agent_folder() {
+    let p = Project::new();
+    std::fs::write(p.root().join("agent.yaml"), "self_change: true\n").unwrap();
+    std::fs::write(p.root().join("instructions.md"), "You help.\n").unwrap();
+    std::fs::create_dir_all(p.root().join("evals")).unwrap();
+    let gate = "- id: greets\n  messages: [\"hello\"]\n  expect:\n    text: {contains: hello}\n";
+    std::fs::write(p.root().join("evals/smoke.yaml"), gate).unwrap();
+    let out = p.eve(&["--agent", ".", "build"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let weaker = "- id: greets\n  messages: [\"hello\"]\n  expect: {}\n";
+    assert!(
+        eve_runtime::engine::selfchange::check_path("evals/smoke.yaml").is_ok(),
+        "the path check alone accepts it"
+    );
+    for change in [
+        json!({"path": "evals/smoke.yaml", "content": weaker}),
+        json!({"path": "evals/smoke.yaml", "delete": true}),
+        json!({"path": "evals/new.yaml", "content": weaker}),
+    ] {
+        let input = json!({"summary": "Fix the evals", "rationale": "They are wrong.",
+                           "changes": [change]});
+        let message = format!("/tool propose_change {input}");
+        let (code, out, err) = run(&p, &["--agent", ".", "run", "--json", &message]);
+        assert_eq!(code, Some(0), "{out}\n{err}");
+        assert!(!out.contains("\"input.requested\""), "never offered: {out}");
+        let result: Value = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["type"] == "action.result")
+            .unwrap_or_else(|| panic!("no result: {out}"));
+        assert_eq!(result["data"]["status"], "failed", "{result:#}");
+        let told = result["data"]["result"]["output"].as_str().unwrap();
+        assert!(told.contains("belongs to the project"), "{change}: {told}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(p.root().join("evals/smoke.yaml")).unwrap(),
+        gate
+    );
+    assert!(!p.root().join("evals/new.yaml").exists());
 }

@@ -27,6 +27,7 @@ mod releases;
 mod review;
 mod schedule;
 mod selfchange;
+mod selfchange_review;
 mod server_auth;
 mod server_limits;
 mod server_memory;

@@ -376,6 +376,9 @@ async fn diff(runtime: &Runtime, a: &str, b: &str, as_json: bool) -> anyhow::Res
 fn event_line(e: &eve_runtime::store::StoredEvent) -> String {
     let d = &e.data;
     let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
+    if e.kind.starts_with("change.") {
+        return change_line(e);
+    }
     let mut line = format!("{}  {:<20} {}", time(e.at), e.kind, s("releaseId"));
     for key in ["status", "principal", "reason"] {
         let v = s(key);
@@ -385,6 +388,45 @@ fn event_line(e: &eve_runtime::store::StoredEvent) -> String {
     }
     if let Some(from) = d.get("from").and_then(Value::as_str) {
         line.push_str(&format!("  from={from}"));
+    }
+    line
+}
+
+/// A `change.*` event of self-change (proposed, approved, denied): the proposal's id, then
+/// the session, principal, build, release, files, whether it widens, and summary or reason.
+fn change_line(e: &eve_runtime::store::StoredEvent) -> String {
+    let d = &e.data;
+    let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
+    let mut line = format!("{}  {:<20} {}", time(e.at), e.kind, s("id"));
+    for (key, label) in [
+        ("sessionId", "session"),
+        ("by", "by"),
+        ("build", "build"),
+        ("release", "release"),
+    ] {
+        let v = s(key);
+        if !v.is_empty() {
+            line.push_str(&format!("  {label}={v}"));
+        }
+    }
+    if let Some(files) = d.get("files").and_then(Value::as_array) {
+        let paths: Vec<&str> = files
+            .iter()
+            .filter_map(|f| f.as_str().or_else(|| f["path"].as_str()))
+            .collect();
+        line.push_str(&format!("  files={}", paths.join(",")));
+    }
+    if let Some(widens) = d.get("widens").and_then(Value::as_bool) {
+        line.push_str(&format!("  widens={}", if widens { "yes" } else { "no" }));
+    }
+    if d.get("conflict").and_then(Value::as_bool) == Some(true) {
+        line.push_str("  conflict=yes");
+    }
+    for key in ["summary", "reason"] {
+        let v = s(key);
+        if !v.is_empty() {
+            line.push_str(&format!("  {key}={v:?}"));
+        }
     }
     line
 }

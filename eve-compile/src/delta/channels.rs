@@ -1,10 +1,57 @@
-//! Channels in the delta: added or removed channels, changed settings, and whether a changed
-//! `auth:` lets in someone it did not.
+//! Channels in the delta: added or removed channels, changed settings, and how a channel
+//! authenticates what it receives: `auth:` of an `http` channel, and the signature a platform
+//! channel checks with a setting of its own (a webhook's HMAC `secret`, Slack's
+//! `signing_secret`, Discord's `public_key`, Telegram's `secret_token`). A changed credential
+//! lets in someone it did not; any other changed field (settings, or a field added to channels
+//! later) is compared generically, so nothing about a channel changes unseen.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde_json::Value;
+
 use super::{ChangeKind, Differ};
 use crate::manifest::*;
+
+/// The setting a platform channel checks each request's signature with, and how.
+fn signature(kind: ChannelKind) -> Option<(&'static str, &'static str)> {
+    match kind {
+        ChannelKind::Http => None,
+        ChannelKind::Webhook => Some(("secret", "hmac-sha256")),
+        ChannelKind::Slack => Some(("signing_secret", "slack signature")),
+        ChannelKind::Discord => Some(("public_key", "ed25519 signature")),
+        ChannelKind::Telegram => Some(("secret_token", "telegram secret token")),
+    }
+}
+
+/// How a channel authenticates what it receives: `hmac-sha256 (secret ${HOOK_SECRET})` for a
+/// signed webhook, `auth:` for the session API.
+fn channel_auth(c: &Channel) -> String {
+    let mut out = match signature(c.kind) {
+        None => auth_summary(&c.auth),
+        Some((key, how)) => match c.settings.get(key) {
+            Some(Value::String(v)) if v.starts_with("${") => format!("{how} ({key} {v})"),
+            Some(Value::String(_)) => format!("{how} ({key} written in the file)"),
+            _ => format!("none ({key} not set)"),
+        },
+    };
+    if c.kind != ChannelKind::Http && c.auth != Auth::None {
+        out.push_str(&format!(", auth {}", auth_summary(&c.auth)));
+    }
+    out
+}
+
+/// A channel's fields apart from its name, source, kind, settings and auth: whatever else a
+/// channel carries, compared as JSON.
+fn other_fields(c: &Channel) -> serde_json::Map<String, Value> {
+    let mut map = match serde_json::to_value(c) {
+        Ok(Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    for key in ["name", "source", "kind", "settings", "auth"] {
+        map.remove(key);
+    }
+    map
+}
 
 fn auth_summary(a: &Auth) -> String {
     match a {
@@ -70,21 +117,30 @@ impl Differ {
                     ChangeKind::ChannelAdded,
                     subject,
                     None,
-                    Some(format!("{}, auth {}", kind(c), auth_summary(&c.auth))),
+                    Some(format!("{}, auth {}", kind(c), channel_auth(c))),
                     true,
                 );
                 continue;
             };
-            if o.kind != c.kind || o.settings != c.settings {
-                let changed: Vec<&str> = o
-                    .settings
-                    .keys()
-                    .chain(c.settings.keys())
-                    .filter(|k| o.settings.get(*k) != c.settings.get(*k))
-                    .map(String::as_str)
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect();
+            let sig = |ch: &Channel| signature(ch.kind).map(|(key, _)| key);
+            let (a, b) = (other_fields(o), other_fields(c));
+            let changed: Vec<&str> = o
+                .settings
+                .keys()
+                .chain(c.settings.keys())
+                .filter(|k| o.settings.get(*k) != c.settings.get(*k))
+                .filter(|k| o.kind != c.kind || Some(k.as_str()) != sig(c))
+                .map(String::as_str)
+                .chain(
+                    a.keys()
+                        .chain(b.keys())
+                        .filter(|k| a.get(*k) != b.get(*k))
+                        .map(String::as_str),
+                )
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if o.kind != c.kind || !changed.is_empty() {
                 self.push(
                     ChangeKind::ChannelChanged,
                     subject.clone(),
@@ -97,13 +153,19 @@ impl Differ {
                     true,
                 );
             }
-            if o.auth != c.auth {
+            let (before, after) = (channel_auth(o), channel_auth(c));
+            let signed = |ch: &Channel| sig(ch).and_then(|key| ch.settings.get(key).cloned());
+            if o.auth != c.auth || signed(o) != signed(c) || before != after {
+                // Another signing secret or key accepts requests the old one refused.
+                let widens = auth_widens(&o.auth, &c.auth)
+                    || signed(o) != signed(c)
+                    || (o.kind != c.kind && before != after);
                 self.push(
                     ChangeKind::AuthChanged,
                     subject,
-                    Some(auth_summary(&o.auth)),
-                    Some(auth_summary(&c.auth)),
-                    auth_widens(&o.auth, &c.auth),
+                    Some(before),
+                    Some(after),
+                    widens,
                 );
             }
         }

@@ -94,6 +94,7 @@ impl Differ {
                 );
             }
             self.approval(&subject, o.approval, c.approval);
+            self.connection_limits(&subject, o, c);
             if let Some(prev) = prev {
                 let old_sb = prev.connection_sandbox(o);
                 let new_sb = next.connection_sandbox(c);

@@ -3,17 +3,24 @@
 //! Activation is the runtime's decision, and a reviewer needs to see what a new build changes
 //! in what the agent can reach: a new tool, a tool whose `effect` or `approval` moved, a wider
 //! sandbox or network, environment variables newly read, a changed MCP command, a new channel or
-//! auth, hooks, subagents, schedules, and the release policy itself (`activation`, `gate`,
-//! `rollback`). [`capability_delta`] compares two manifests and lists every such change, each
-//! marked widening or not; under `activation: review` a widening delta parks the build until a
-//! principal activates it. Pure: no I/O, so the CLI, the runtime and the self-change proposal
-//! all compute the same delta.
+//! auth, hooks, subagents, schedules, code that runs on the host, a loosened limit, the model,
+//! and the release policy itself (`activation`, `gate`, `rollback`). [`capability_delta`]
+//! compares two manifests and lists every such change, each marked widening or not; under
+//! `activation: review` a widening delta parks the build until a principal activates it. Pure:
+//! no I/O, so the CLI, the runtime and the self-change proposal all compute the same delta.
 //!
-//! One file per kind of capability, each adding its `Differ` methods: `tools` (tools, their
-//! effect and approval), `sandbox` (the agent's `sandbox.yaml` and each process's effective
-//! sandbox), `connections`, `channels` (and their auth), `policy` (the release policy) and `env`
+//! A change can hide where the manifest looks the same: a script tool's file rewritten under an
+//! unchanged front matter, a library a host command loads, a hook's body. So the delta compares
+//! the build files' digests the manifest records (`files`), not only the manifest's entries.
+//!
+//! One file per kind of capability, each adding its `Differ` methods: `tools` (tools, the
+//! built-ins included, their effect, approval and request), `sandbox` (the agent's `sandbox.yaml`
+//! and each process's effective sandbox), `code` (code that runs on the host, and hook bodies,
+//! from the runners and the file digests), `hooks`, `limits` (every bound of `limits:` in
+//! `agent.yaml` and `sandbox.yaml`, and each process's timeout and output cap), `model`,
+//! `connections`, `channels` (and their auth), `policy` (the release policy) and `env`
 //! (environment variables the build reads). This file holds the types, the walk over an agent
-//! and its subagents (with its hooks and schedules), and [`capability_delta`].
+//! and its subagents (with its schedules), and [`capability_delta`].
 
 use std::collections::BTreeMap;
 
@@ -22,13 +29,16 @@ use serde::{Deserialize, Serialize};
 use crate::manifest::*;
 
 mod channels;
+mod code;
 mod connections;
 mod env;
+mod hooks;
+mod limits;
+mod model;
 mod policy;
 mod sandbox;
 mod tools;
 
-use sandbox::describe_sandbox;
 use tools::{tool_summary, tools_of};
 
 /// What changed in one capability.
@@ -43,11 +53,32 @@ pub enum ChangeKind {
     EffectWidened,
     /// A tool's `effect` moved down.
     EffectNarrowed,
+    /// A tool's environment, dynamic-tool events or HTTP request changed; widening when it is
+    /// given a variable it was not, defines tools at more events, sends its request to another
+    /// origin or with more `${VAR}` values, or (the built-in `memory`) writes a wider scope.
+    ToolChanged,
+    /// Code that runs on the host changed: the script, command line or interpreter of a
+    /// `sandbox: host` tool, dynamic-tool provider or MCP server, or a build file one of them
+    /// runs or may load (a script's bytes or mode, a `_lib/` file). Always widening.
+    HostCodeChanged,
+    /// A hook's body changed (its script's bytes or mode, its command, the events it receives,
+    /// its environment, a file it may load), whatever its sandbox: a hook can allow, deny or
+    /// rewrite calls. Always widening.
+    HookChanged,
+    /// A bound was raised or removed: `limits:` of `agent.yaml` (steps, tokens, cost, time,
+    /// model calls), `limits:` and defaults of `sandbox.yaml` (memory, processes, file size,
+    /// CPU, timeout, output cap), a tool's, hook's or connection's own timeout or output cap.
+    LimitLoosened,
+    /// A bound was lowered or set.
+    LimitTightened,
+    /// The model (`model`, `review_model`, a critic's model) changed. Not widening by itself,
+    /// but always shown.
+    ModelChanged,
     /// A tool's or connection's `approval` asks less (`always` > `once` > `auto` > `never`).
     ApprovalLoosened,
     /// A tool's or connection's `approval` asks more.
     ApprovalTightened,
-    /// A process may run unconfined (`host`), write or read more paths, or use more resources.
+    /// A process may run unconfined (`host`), or write or read more paths.
     SandboxWidened,
     /// A process may reach destinations it could not.
     NetworkWidened,
@@ -96,6 +127,12 @@ impl ChangeKind {
             Self::ToolRemoved => "tool_removed",
             Self::EffectWidened => "effect_widened",
             Self::EffectNarrowed => "effect_narrowed",
+            Self::ToolChanged => "tool_changed",
+            Self::HostCodeChanged => "host_code_changed",
+            Self::HookChanged => "hook_changed",
+            Self::LimitLoosened => "limit_loosened",
+            Self::LimitTightened => "limit_tightened",
+            Self::ModelChanged => "model_changed",
             Self::ApprovalLoosened => "approval_loosened",
             Self::ApprovalTightened => "approval_tightened",
             Self::SandboxWidened => "sandbox_widened",
@@ -195,14 +232,28 @@ pub fn capability_delta(prev: Option<&Manifest>, next: &Manifest) -> Delta {
     let mut d = Differ::default();
     d.policy(prev.map(|m| &m.agent.config), &next.agent.config);
     d.agent("", prev.map(|m| &m.agent), &next.agent);
+    d.files(prev, next);
     d.env(prev, next);
     Delta { changes: d.changes }
+}
+
+/// What a first build (or a new subagent) is compared with: `next`'s settings with the default
+/// limits, so a bound set above its default shows.
+fn default_config(next: &Agent) -> AgentConfig {
+    AgentConfig {
+        limits: Limits::default(),
+        critic: None,
+        ..next.config.clone()
+    }
 }
 
 /// The changes found so far; each kind of capability's module adds the methods that compare it.
 #[derive(Default)]
 struct Differ {
     changes: Vec<Change>,
+    /// The agent compared now has nothing before it (a first build, a new subagent): settings
+    /// are compared with their defaults, and only what widens is listed.
+    first: bool,
 }
 
 impl Differ {
@@ -256,6 +307,15 @@ impl Differ {
         let default_sandbox = Sandbox::default();
         let old_sb = prev.map(|a| &a.sandbox).unwrap_or(&default_sandbox);
         self.sandbox(prefix, old_sb, &next.sandbox);
+        let default_config = default_config(next);
+        let old_config = prev.map_or(&default_config, |a| &a.config);
+        self.first = prev.is_none();
+        self.sandbox_limits(prefix, old_sb, &next.sandbox);
+        self.limits(prefix, old_config, &next.config);
+        self.first = false;
+        if let Some(prev) = prev {
+            self.model(prefix, &prev.config, &next.config);
+        }
         self.connections(prefix, prev, next);
         self.channels(prefix, prev, next);
         self.hooks(prefix, prev, next);
@@ -316,48 +376,9 @@ impl Differ {
             }
         }
     }
-
-    fn hooks(&mut self, prefix: &str, prev: Option<&Agent>, next: &Agent) {
-        let old: BTreeMap<&str, &Hook> = prev
-            .map(|a| a.hooks.iter().map(|h| (h.name.as_str(), h)).collect())
-            .unwrap_or_default();
-        for h in &next.hooks {
-            let subject = format!("{prefix}{}", h.name);
-            match old.get(h.name.as_str()) {
-                None => self.push(
-                    ChangeKind::HookAdded,
-                    subject,
-                    None,
-                    Some(format!(
-                        "{}, {}",
-                        h.events.join(","),
-                        describe_sandbox(&next.hook_sandbox(h))
-                    )),
-                    true,
-                ),
-                Some(o) => {
-                    if let Some(prev) = prev {
-                        let (a, b) = (prev.hook_sandbox(o), next.hook_sandbox(h));
-                        self.process_sandbox(&subject, Some(&a), Some(&b));
-                    }
-                }
-            }
-        }
-        for (n, h) in old {
-            if !next.hooks.iter().any(|x| x.name == n) {
-                // A `tool.before` hook guards calls: removing it lets through what it denied.
-                let guard = h.events.iter().any(|e| e == "tool.before" || e == "*");
-                self.push(
-                    ChangeKind::HookRemoved,
-                    format!("{prefix}{n}"),
-                    Some(h.events.join(",")),
-                    None,
-                    guard,
-                );
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hidden;

@@ -1,5 +1,5 @@
-//! Sandboxes in the delta: an agent's `sandbox.yaml` (provider, network, extra paths, limits)
-//! and the effective sandbox of one tool, hook or connection process.
+//! Sandboxes in the delta: an agent's `sandbox.yaml` (provider, network, extra paths; its
+//! limits are `limits`'s) and the effective sandbox of one tool, hook or connection process.
 
 use super::{ChangeKind, Differ};
 use crate::manifest::*;
@@ -69,27 +69,6 @@ impl Differ {
                     format!("{subject}.{what}"),
                     None,
                     Some(path.clone()),
-                    true,
-                );
-            }
-        }
-        let limits = [
-            ("memory", old.limits.memory, new.limits.memory),
-            ("processes", old.limits.processes, new.limits.processes),
-            ("file_size", old.limits.file_size, new.limits.file_size),
-            (
-                "cpu_seconds",
-                old.limits.cpu_seconds,
-                new.limits.cpu_seconds,
-            ),
-        ];
-        for (what, a, b) in limits {
-            if b > a {
-                self.push(
-                    ChangeKind::SandboxWidened,
-                    format!("{subject}.limits.{what}"),
-                    Some(a.to_string()),
-                    Some(b.to_string()),
                     true,
                 );
             }

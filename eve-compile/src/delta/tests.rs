@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn manifest(tools: Vec<Tool>) -> Manifest {
+pub(super) fn manifest(tools: Vec<Tool>) -> Manifest {
     let json = serde_json::json!({
         "version": 1,
         "eve_version": "0",
@@ -24,7 +24,7 @@ fn manifest(tools: Vec<Tool>) -> Manifest {
     m
 }
 
-fn tool(name: &str, effect: Effect, approval: Approval) -> Tool {
+pub(super) fn tool(name: &str, effect: Effect, approval: Approval) -> Tool {
     Tool {
         name: name.to_owned(),
         source: format!("tools/{name}.sh"),

@@ -1,8 +1,12 @@
-//! Tools in the delta: which the model may call (the built-ins of `default_tools` included), and
-//! how each one's effect, approval and sandbox moved.
+//! Tools in the delta: which the model may call (the built-ins included: those of
+//! `default_tools`, with the effects the runtime gives them from the one table both read,
+//! `memory` and `propose_change`), and how each one's effect, approval, sandbox, environment,
+//! dynamic-tool events, HTTP request, command line and bounds moved.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use super::code::runner_summary;
+use super::hooks::list;
 use super::sandbox::describe_sandbox;
 use super::{ChangeKind, Differ};
 use crate::manifest::*;
@@ -48,14 +52,28 @@ pub(super) struct ToolView {
     effect: Effect,
     approval: Approval,
     sandbox: Option<EffectiveSandbox>,
+    /// The tool of the build (`None` for a built-in).
+    tool: Option<Tool>,
+    /// The scopes the built-in `memory` writes.
+    scopes: Vec<String>,
 }
 
-/// Built-in tools offered with `default_tools: true`, with the effect the runtime gives them.
-const DEFAULT_TOOLS: &[(&str, Effect)] = &[
-    ("bash", Effect::Write),
-    ("read_file", Effect::Read),
-    ("write_file", Effect::Write),
-];
+impl ToolView {
+    fn builtin(effect: Effect, approval: Approval) -> Self {
+        Self {
+            effect,
+            approval,
+            sandbox: None,
+            tool: None,
+            scopes: Vec::new(),
+        }
+    }
+}
+
+/// The built-in `memory` tool's name.
+const MEMORY: &str = "memory";
+/// The built-in `propose_change` tool's name.
+const PROPOSE_CHANGE: &str = "propose_change";
 
 pub(super) fn tools_of(agent: &Agent) -> BTreeMap<String, ToolView> {
     let mut out = BTreeMap::new();
@@ -66,29 +84,43 @@ pub(super) fn tools_of(agent: &Agent) -> BTreeMap<String, ToolView> {
                 effect: t.effect,
                 approval: t.approval,
                 sandbox: agent.effective_sandbox(t),
+                tool: Some(t.clone()),
+                scopes: Vec::new(),
             },
         );
     }
     if agent.config.default_tools {
-        for (name, effect) in DEFAULT_TOOLS {
+        for (name, effect) in DEFAULT_TOOL_EFFECTS {
             if out.contains_key(*name) {
                 continue;
             }
-            let sandbox = (*name == "bash").then(|| agent.bash_sandbox());
-            out.insert(
-                (*name).to_owned(),
-                ToolView {
-                    effect: *effect,
-                    approval: agent
-                        .config
-                        .approvals
-                        .get(*name)
-                        .copied()
-                        .unwrap_or_default(),
-                    sandbox,
-                },
-            );
+            let approval = agent
+                .config
+                .approvals
+                .get(*name)
+                .copied()
+                .unwrap_or_default();
+            let mut view = ToolView::builtin(*effect, approval);
+            view.sandbox = (*name == "bash").then(|| agent.bash_sandbox());
+            out.insert((*name).to_owned(), view);
         }
+    }
+    if let Some(memory) = &agent.config.memory
+        && !out.contains_key(MEMORY)
+    {
+        let mut view = ToolView::builtin(Effect::Write, Approval::Never);
+        view.scopes = memory
+            .scopes
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .collect();
+        out.insert(MEMORY.to_owned(), view);
+    }
+    if agent.config.self_change && agent.path.is_empty() {
+        out.insert(
+            PROPOSE_CHANGE.to_owned(),
+            ToolView::builtin(PROPOSE_CHANGE_EFFECT, Approval::Always),
+        );
     }
     out
 }
@@ -102,7 +134,43 @@ pub(super) fn tool_summary(t: &ToolView) -> String {
     if let Some(sb) = &t.sandbox {
         s.push_str(&format!(", {}", describe_sandbox(sb)));
     }
+    if !t.scopes.is_empty() {
+        s.push_str(&format!(", scopes {}", t.scopes.join(",")));
+    }
     s
+}
+
+/// `scheme://host[:port]` of a URL template (its text up to the path), lowercased.
+fn origin(url: &str) -> String {
+    let after = url.find("://").map_or(0, |i| i + 3);
+    let end = url[after..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| after + i);
+    url[..end].to_ascii_lowercase()
+}
+
+/// Every `${VAR}` named in `text`.
+fn var_refs(text: &str, out: &mut BTreeSet<String>) {
+    let mut rest = text;
+    while let Some(i) = rest.find("${") {
+        rest = &rest[i + 2..];
+        let Some(end) = rest.find('}') else { break };
+        out.insert(rest[..end].to_owned());
+        rest = &rest[end..];
+    }
+}
+
+/// The `${VAR}` values an HTTP request sends (URL, headers, body).
+fn request_vars(r: &HttpRequest) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    var_refs(&r.url, &mut out);
+    for v in r.headers.values() {
+        var_refs(v, &mut out);
+    }
+    if let Some(body) = &r.body {
+        var_refs(&body.to_string(), &mut out);
+    }
+    out
 }
 
 impl Differ {
@@ -123,6 +191,98 @@ impl Differ {
         }
         self.approval(subject, old.approval, new.approval);
         self.process_sandbox(subject, old.sandbox.as_ref(), new.sandbox.as_ref());
+        if old.scopes != new.scopes {
+            let wider = new.scopes.iter().any(|s| !old.scopes.contains(s));
+            self.push(
+                ChangeKind::ToolChanged,
+                subject.to_owned(),
+                Some(format!("scopes {}", list(&old.scopes))),
+                Some(format!("scopes {}", list(&new.scopes))),
+                wider,
+            );
+        }
+        if let (Some(a), Some(b)) = (&old.tool, &new.tool) {
+            self.tool_definition(subject, a, b, new.sandbox.as_ref());
+        }
+    }
+
+    /// What a tool of the build runs and is given: its command line (host code when the tool
+    /// runs on the host), environment, dynamic-tool events, HTTP request, timeout and output
+    /// cap.
+    fn tool_definition(
+        &mut self,
+        subject: &str,
+        old: &Tool,
+        new: &Tool,
+        sandbox: Option<&EffectiveSandbox>,
+    ) {
+        if old.env != new.env {
+            let added = new.env.iter().any(|e| !old.env.contains(e));
+            self.push(
+                ChangeKind::ToolChanged,
+                subject.to_owned(),
+                Some(format!("env {}", list(&old.env))),
+                Some(format!("env {}", list(&new.env))),
+                added,
+            );
+        }
+        if old.dynamic != new.dynamic {
+            // A provider defines tools the delta never sees; more events define more.
+            let more = new.dynamic.iter().any(|e| !old.dynamic.contains(e));
+            self.push(
+                ChangeKind::ToolChanged,
+                subject.to_owned(),
+                Some(format!("dynamic {}", list(&old.dynamic))),
+                Some(format!("dynamic {}", list(&new.dynamic))),
+                more,
+            );
+        }
+        match (&old.runner, &new.runner) {
+            (a, b) if a == b => {}
+            (Runner::Http(a), Runner::Http(b)) => {
+                let (va, vb) = (request_vars(a), request_vars(b));
+                let elsewhere = origin(&a.url) != origin(&b.url);
+                let more = vb.iter().any(|v| !va.contains(v));
+                self.push(
+                    ChangeKind::ToolChanged,
+                    subject.to_owned(),
+                    Some(format!("{} {}", a.method, a.url)),
+                    Some(format!("{} {}", b.method, b.url)),
+                    elsewhere || more,
+                );
+            }
+            (a, b) => {
+                // A process's command line: host code when it runs on the host. An isolated
+                // one is bounded by its sandbox, unless it became (or stopped being) a request.
+                let host = sandbox.is_some_and(|s| s.provider == Provider::Host);
+                let kind = matches!(a, Runner::Http(_)) != matches!(b, Runner::Http(_));
+                if host || kind {
+                    self.push(
+                        if host {
+                            ChangeKind::HostCodeChanged
+                        } else {
+                            ChangeKind::ToolChanged
+                        },
+                        subject.to_owned(),
+                        Some(runner_summary(a)),
+                        Some(runner_summary(b)),
+                        true,
+                    );
+                }
+            }
+        }
+        self.timeout(
+            subject,
+            "timeout_ms",
+            Some(old.timeout_ms),
+            Some(new.timeout_ms),
+        );
+        self.timeout(
+            subject,
+            "output_limit",
+            Some(old.output_limit),
+            Some(new.output_limit),
+        );
     }
 
     pub(super) fn approval(&mut self, subject: &str, old: Approval, new: Approval) {

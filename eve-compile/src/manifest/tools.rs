@@ -108,6 +108,26 @@ pub struct HttpRequest {
     pub body: Option<serde_json::Value>,
 }
 
+/// The built-in tools `default_tools: true` offers, with the effect the runtime gives each: the one
+/// table the runtime builds them from and the capability delta compares them with.
+pub const DEFAULT_TOOL_EFFECTS: &[(&str, Effect)] = &[
+    ("bash", Effect::Write),
+    ("read_file", Effect::Read),
+    ("write_file", Effect::Idempotent),
+];
+
+/// The effect of the built-in `propose_change` (`self_change: true`): it writes the agent folder
+/// once a principal approves.
+pub const PROPOSE_CHANGE_EFFECT: Effect = Effect::Write;
+
+/// The effect the runtime gives the built-in tool `name` of [`DEFAULT_TOOL_EFFECTS`].
+pub fn default_tool_effect(name: &str) -> Option<Effect> {
+    DEFAULT_TOOL_EFFECTS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, e)| *e)
+}
+
 /// Names the runtime provides itself; tools cannot take them.
 pub const RESERVED_TOOL_NAMES: &[&str] = &[
     "eve",

@@ -63,7 +63,7 @@ pub fn builtin_tools() -> Vec<Tool> {
                 "required": ["command"],
                 "additionalProperties": false
             }),
-            Effect::Write,
+            builtin_effect(BASH),
         ),
         builtin(
             READ_FILE,
@@ -80,7 +80,7 @@ pub fn builtin_tools() -> Vec<Tool> {
                 "required": ["path"],
                 "additionalProperties": false
             }),
-            Effect::Read,
+            builtin_effect(READ_FILE),
         ),
         builtin(
             WRITE_FILE,
@@ -95,9 +95,15 @@ pub fn builtin_tools() -> Vec<Tool> {
                 "required": ["path", "content"],
                 "additionalProperties": false
             }),
-            Effect::Idempotent,
+            builtin_effect(WRITE_FILE),
         ),
     ]
+}
+
+/// The effect of built-in `name`, from the table the capability delta reads too
+/// ([`eve_compile::DEFAULT_TOOL_EFFECTS`]); a name missing from it is a `write`.
+fn builtin_effect(name: &str) -> Effect {
+    eve_compile::default_tool_effect(name).unwrap_or(Effect::Write)
 }
 
 /// One built-in tool definition.

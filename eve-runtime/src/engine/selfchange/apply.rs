@@ -8,7 +8,8 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::{
-    CHANGE_APPROVED, CHANGE_DENIED, ChangeStep, Proposal, apply, fingerprint, staging_dir,
+    CHANGE_APPROVED, CHANGE_DENIED, ChangeStep, Proposal, apply, check_protected, fingerprint,
+    staging_dir,
 };
 use crate::engine::events as ev;
 use crate::engine::turn::TurnDriver;
@@ -51,7 +52,11 @@ impl TurnDriver<'_> {
         // Written already (a restart after the write): the folder is the staged result.
         let changes = proposal.changes.clone();
         let (dir, b, r) = (agent_dir.clone(), base.clone(), result.clone());
+        let protected = self.rt.protected_dirs();
         let written = tokio::task::spawn_blocking(move || -> Result<Vec<String>, String> {
+            for change in &changes {
+                check_protected(&dir, &protected, change)?;
+            }
             let now = fingerprint(&dir)?;
             if now == r {
                 return Ok(changes.iter().map(|c| c.path().to_owned()).collect());

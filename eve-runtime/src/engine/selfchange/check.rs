@@ -168,8 +168,8 @@ pub fn parse(input: &Value) -> Result<Proposal, Vec<String>> {
 }
 
 /// Checks `change` against the folder `root` it is applied to: no symbolic link on the way (it
-/// could lead outside), no file where a folder is needed, a folder is not replaced, a deleted
-/// file exists.
+/// could lead outside), no file where a folder is needed, a folder or a special file (a pipe
+/// would hang the diff) is not replaced, a deleted file exists.
 pub fn check_on_disk(root: &Path, change: &FileChange) -> Result<(), String> {
     let rel = change.path();
     let parts: Vec<&str> = rel.split('/').collect();
@@ -194,6 +194,12 @@ pub fn check_on_disk(root: &Path, change: &FileChange) -> Result<(), String> {
             Ok(meta) if last && meta.is_dir() => {
                 return Err(format!("`{rel}` is a folder; name a file"));
             }
+            Ok(meta) if last && !meta.is_file() => {
+                return Err(format!(
+                    "`{rel}` is not a regular file (a pipe, socket or device); only files are \
+                     changed"
+                ));
+            }
             Ok(_) => {}
             Err(_) => {
                 if let FileChange::Delete { .. } = change {
@@ -201,6 +207,32 @@ pub fn check_on_disk(root: &Path, change: &FileChange) -> Result<(), String> {
                 }
                 return Ok(());
             }
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `change`, written under the agent folder `agent_dir`, stays out of `protected`:
+/// the project's state folder and its `evals/` (the gate a proposal must not rewrite), which the
+/// agent folder holds when it is the project's root (`--agent .`).
+pub fn check_protected(
+    agent_dir: &Path,
+    protected: &[std::path::PathBuf],
+    change: &FileChange,
+) -> Result<(), String> {
+    let base = agent_dir
+        .canonicalize()
+        .unwrap_or_else(|_| agent_dir.to_path_buf());
+    let target = base.join(change.path());
+    for dir in protected {
+        let dir = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+        if target.starts_with(&dir) {
+            return Err(format!(
+                "`{}` is inside {}, which belongs to the project, not the agent; a change \
+                 cannot touch it",
+                change.path(),
+                dir.display()
+            ));
         }
     }
     Ok(())

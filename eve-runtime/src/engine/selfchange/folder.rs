@@ -1,12 +1,13 @@
 //! The file work on a folder (`agent/` or its staged copy): writing checked changes,
-//! fingerprinting, copying `agent/` into the staging folder, and the diff a reviewer reads.
+//! fingerprinting, and copying `agent/` into the staging folder (what a reviewer reads of the
+//! difference is `review`'s).
 
 use std::io::Write as _;
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use super::{DIFF_MAX_BYTES, DIFF_MAX_LINES, FileChange, MAX_COPY_BYTES, check_on_disk};
+use super::{FileChange, MAX_COPY_BYTES, check_on_disk};
 
 /// Writes (or deletes) the checked `changes` under `root`, checking each on disk first. Every
 /// check runs before anything is written, so a refused change leaves `root` untouched.
@@ -38,7 +39,13 @@ pub fn apply(root: &Path, changes: &[FileChange]) -> Result<(), String> {
                         .unwrap_or_default()
                 ));
                 let written = (|| -> std::io::Result<()> {
-                    let mut f = std::fs::File::create(&tmp)?;
+                    // A new file, never one that is there (a link planted at the temporary name
+                    // would be followed): a stale one from a crash is removed first.
+                    let _ = std::fs::remove_file(&tmp);
+                    let mut f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&tmp)?;
                     f.write_all(content.as_bytes())?;
                     f.sync_all()?;
                     if let Some(perms) = mode {
@@ -86,7 +93,7 @@ pub fn fingerprint(root: &Path) -> Result<String, String> {
     Ok(hex::encode(h.finalize()))
 }
 
-fn walk(
+pub(super) fn walk(
     dir: &Path,
     rel: &str,
     depth: usize,
@@ -165,71 +172,4 @@ fn symlink(target: &Path, link: &Path) -> std::io::Result<()> {
 #[cfg(not(unix))]
 fn symlink(_target: &Path, _link: &Path) -> std::io::Result<()> {
     Ok(())
-}
-
-/// The unified diff of `changes` against `root` (what is there now), cut at [`DIFF_MAX_LINES`]
-/// lines. Returns the diff and whether it was cut.
-pub fn diff(root: &Path, changes: &[FileChange]) -> (String, bool) {
-    let mut out = String::new();
-    for change in changes {
-        let path = change.path();
-        let old = std::fs::read(root.join(path)).ok();
-        let old_text = match &old {
-            Some(bytes) => match std::str::from_utf8(bytes) {
-                Ok(t) => Some(t.to_owned()),
-                Err(_) => {
-                    out.push_str(&format!("Binary file {path} is replaced or deleted\n"));
-                    continue;
-                }
-            },
-            None => None,
-        };
-        let new_text = match change {
-            FileChange::Write { content, .. } => Some(content.as_str()),
-            FileChange::Delete { .. } => None,
-        };
-        let a = if old_text.is_some() {
-            format!("a/{path}")
-        } else {
-            "/dev/null".to_owned()
-        };
-        let b = if new_text.is_some() {
-            format!("b/{path}")
-        } else {
-            "/dev/null".to_owned()
-        };
-        let old_s = old_text.as_deref().unwrap_or("");
-        let new_s = new_text.unwrap_or("");
-        if old_text.is_some() && old_s == new_s {
-            out.push_str(&format!("(unchanged: {path})\n"));
-            continue;
-        }
-        let text = similar::TextDiff::from_lines(old_s, new_s)
-            .unified_diff()
-            .context_radius(3)
-            .header(&a, &b)
-            .to_string();
-        out.push_str(&text);
-        if !text.ends_with('\n') {
-            out.push('\n');
-        }
-    }
-    let lines = out.lines().count();
-    if lines <= DIFF_MAX_LINES && out.len() <= DIFF_MAX_BYTES {
-        return (out, false);
-    }
-    let mut cut = String::new();
-    for line in out.lines().take(DIFF_MAX_LINES) {
-        if cut.len() + line.len() + 1 > DIFF_MAX_BYTES {
-            break;
-        }
-        cut.push_str(line);
-        cut.push('\n');
-    }
-    let shown = cut.lines().count();
-    cut.push_str(&format!(
-        "… the diff is cut here: {} more lines\n",
-        lines.saturating_sub(shown)
-    ));
-    (cut, true)
 }

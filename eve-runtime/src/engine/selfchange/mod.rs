@@ -12,8 +12,10 @@
 //!    computed (capability delta against the active release, gate evals). A proposal with build
 //!    errors or failing gate evals goes back to the model as the call's result and is never
 //!    offered. Otherwise the call parks on a durable input request of kind `change-approval`
-//!    whose `action.proposal` holds everything a reviewer needs: summary, rationale, the unified
-//!    diff (capped), diagnostics counts, eval results and the delta with widening changes marked.
+//!    whose `action.proposal` holds everything a reviewer needs: summary, rationale, every file
+//!    that differs between `agent/` and the staged copy with its own diff and its own cap (so a
+//!    padded file cannot push another out of sight), diagnostics counts, eval results and the
+//!    delta with widening changes marked (host code and hook bodies among them).
 //! 2. **Apply** (approved by a principal through the one answer path, `Runtime::answer_input_as`).
 //!    `agent/` must be as it was when the proposal was staged (a fingerprint of every file), else
 //!    nothing is written and the model is told why. The same checked changes are written into
@@ -26,24 +28,27 @@
 //! Each move is recorded as an event (`change.proposed`, `change.approved`, `change.denied`) in
 //! the session's stream and in the releases' audit stream. The tool's approval is always
 //! `always`, whatever `agent.yaml` says, and only the active build's settings count: a proposal
+//! cannot relax its own review.
 //!
 //! The moves live apart: `stage.rs` (copy, apply, build, the candidate, what a reviewer is
 //! shown), `apply.rs` (an approved proposal written into `agent/` and activated) and `deny.rs`;
-//! `check.rs` checks a proposal's input and paths, and `folder.rs` does the file work on a
-//! folder (writing changes, fingerprints, the staging copy, the diff). This module holds the
+//! `check.rs` checks a proposal's input and paths (the project's state and `evals/` out of
+//! reach), `folder.rs` does the file work on a folder (writing changes, fingerprints, the
+//! staging copy) and `review.rs` lists the files a reviewer reads, each with its own diff. This module holds the
 //! tool, the proposal types and the dispatch of a call to its move.
 
 mod apply;
 mod check;
 mod deny;
 mod folder;
+mod review;
 mod stage;
 #[cfg(test)]
 mod tests;
 
 use std::path::{Path, PathBuf};
 
-use eve_compile::{Approval, Effect, Tool};
+use eve_compile::{Approval, Tool};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -53,8 +58,9 @@ use super::{Runtime, RuntimeResult};
 use crate::model::ToolSpec;
 use crate::store::{ApprovalState, Batch, CallStatus, InputRequestRecord, ToolCallRecord};
 
-pub use self::check::{check_on_disk, check_path, parse};
-pub use self::folder::{apply, diff, fingerprint};
+pub use self::check::{check_on_disk, check_path, check_protected, parse};
+pub use self::folder::{apply, fingerprint};
+pub use self::review::review;
 pub use self::stage::render_text;
 pub(in crate::engine) use self::stage::{discard_staged, proposed_event, staged_request};
 
@@ -76,10 +82,10 @@ const MAX_PATH_BYTES: usize = 255;
 /// Longest summary and rationale, in characters.
 const MAX_SUMMARY_CHARS: usize = 500;
 const MAX_RATIONALE_CHARS: usize = 8000;
-/// The diff a reviewer is shown is cut after this many lines.
-pub const DIFF_MAX_LINES: usize = 400;
-/// … or this many bytes.
-const DIFF_MAX_BYTES: usize = 48 * 1024;
+/// Each changed file's diff a reviewer is shown is cut on its own after this many lines …
+pub const FILE_DIFF_MAX_LINES: usize = 300;
+/// … or this many bytes (one file's diff never takes another's room).
+pub const FILE_DIFF_MAX_BYTES: usize = 16 * 1024;
 /// Most diagnostics listed (the counts are complete).
 const LISTED_DIAGNOSTICS: usize = 20;
 /// A copy of `agent/` larger than this is refused (the staging folder is a full copy).
@@ -135,7 +141,7 @@ pub(super) fn policy() -> Tool {
         &spec.description,
         spec.input_schema,
         Approval::Always,
-        Effect::Write,
+        eve_compile::PROPOSE_CHANGE_EFFECT,
     )
 }
 

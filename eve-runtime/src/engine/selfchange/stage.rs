@@ -9,9 +9,10 @@ use eve_compile::Project;
 use serde_json::{Value, json};
 
 use super::folder::copy_tree;
+use super::review::{joined, size};
 use super::{
     FileChange, LISTED_DIAGNOSTICS, PROPOSE_CHANGE, Proposal, REQUEST_KIND, apply, check_on_disk,
-    diff, fingerprint, proposal_id, staging_dir,
+    check_protected, fingerprint, proposal_id, review, staging_dir,
 };
 use crate::engine::events as ev;
 use crate::engine::{Runtime, RuntimeError, RuntimeResult};
@@ -62,6 +63,13 @@ impl Runtime {
         }
     }
 
+    /// What a proposal must never write, wherever the agent folder is: the project's state
+    /// folder and its `evals/`.
+    pub(super) fn protected_dirs(&self) -> Vec<PathBuf> {
+        let project = self.project_for(self.agent_dir());
+        vec![project.state_dir.clone(), project.root.join("evals")]
+    }
+
     /// Compiles `agent_dir` as the project's agent (named as `eve build` names it, diagnostics
     /// under `agent/`) and writes the build without activating it. `Err` holds the diagnostics
     /// lines when the build has errors.
@@ -106,7 +114,7 @@ impl Runtime {
             tokio::task::spawn_blocking(move || rt.prepare_staging(&agent_dir, &staging, &changes))
                 .await
                 .map_err(|e| RuntimeError::Other(format!("staging stopped: {e}")))??;
-        let (base, result, diff_text, truncated, built) = match prepared {
+        let (base, result, files, built) = match prepared {
             Err(refused) => return Ok(Staged::Refused(refused)),
             Ok(p) => p,
         };
@@ -148,17 +156,7 @@ impl Runtime {
             .filter(|d| d.severity != eve_discover::Severity::Error)
             .map(diagnostic_line)
             .collect();
-        let files: Vec<Value> = proposal
-            .changes
-            .iter()
-            .map(|c| match c {
-                FileChange::Write { path, content } => json!({
-                    "path": path, "op": "write", "bytes": content.len(),
-                    "new": !self.agent_dir().join(path).exists(),
-                }),
-                FileChange::Delete { path } => json!({"path": path, "op": "delete"}),
-            })
-            .collect();
+        let (diff_text, truncated) = joined(&files);
         let mut shown = json!({
             "id": id,
             "summary": proposal.summary,
@@ -204,8 +202,7 @@ impl Runtime {
             (
                 String,
                 String,
-                String,
-                bool,
+                Vec<Value>,
                 Result<(String, eve_compile::Output), eve_compile::Output>,
             ),
             String,
@@ -228,9 +225,14 @@ impl Runtime {
                     .to_owned(),
             ));
         }
+        let protected = self.protected_dirs();
         let problems: Vec<String> = changes
             .iter()
-            .filter_map(|c| check_on_disk(agent_dir, c).err())
+            .filter_map(|c| {
+                check_protected(agent_dir, &protected, c)
+                    .and_then(|()| check_on_disk(agent_dir, c))
+                    .err()
+            })
             .collect();
         if !problems.is_empty() {
             return Ok(Err(format!(
@@ -243,7 +245,6 @@ impl Runtime {
             )));
         }
         let base = fingerprint(agent_dir).map_err(RuntimeError::Other)?;
-        let (diff_text, truncated) = diff(agent_dir, changes);
         let _ = std::fs::remove_dir_all(staging);
         let copy = staging.join("agent");
         if let Err(e) = copy_tree(agent_dir, &copy) {
@@ -257,8 +258,16 @@ impl Runtime {
             )));
         }
         let result = fingerprint(&copy).map_err(RuntimeError::Other)?;
+        // What the reviewer reads is the difference of the two folders, not the proposal's list.
+        let files = match review(agent_dir, &copy) {
+            Ok(files) => files,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(staging);
+                return Ok(Err(format!("The proposal could not be staged: {e}")));
+            }
+        };
         let built = self.build_unpointed(copy)?;
-        Ok(Ok((base, result, diff_text, truncated, built)))
+        Ok(Ok((base, result, files, built)))
     }
 
     /// The candidate of a staged build as shown: delta against the active release and the gate
@@ -303,17 +312,13 @@ pub fn render_text(p: &Value) -> String {
     let mut out = String::new();
     out.push_str(&format!("Proposed change {}: {}\n", s("id"), s("summary")));
     out.push_str(&format!("Why: {}\n", s("rationale")));
-    out.push_str("Files:\n");
-    for f in p["files"].as_array().into_iter().flatten() {
-        let path = f["path"].as_str().unwrap_or_default();
-        match f["op"].as_str() {
-            Some("delete") => out.push_str(&format!("  - delete {path}\n")),
-            _ => out.push_str(&format!(
-                "  - {} {path} ({} bytes)\n",
-                if f["new"] == true { "add" } else { "write" },
-                f["bytes"]
-            )),
-        }
+    let files = p["files"].as_array().cloned().unwrap_or_default();
+    out.push_str(&format!(
+        "Files ({}; each diff below is cut on its own):\n",
+        files.len()
+    ));
+    for f in &files {
+        out.push_str(&format!("  - {}\n", file_line(f)));
     }
     out.push_str(&format!(
         "Build {}: {} errors, {} warnings\n",
@@ -341,6 +346,40 @@ pub fn render_text(p: &Value) -> String {
     out.push_str("Diff:\n");
     out.push_str(&s("diff"));
     out
+}
+
+/// One changed file in the card's list: `modified tools/deploy.sh (812 -> 1904 bytes; diff cut:
+/// 3 KiB not shown)`, `renamed tools/a.sh -> tools/b.sh (mode 755 -> 644)`.
+fn file_line(f: &Value) -> String {
+    let s = |k: &str| f[k].as_str().unwrap_or_default();
+    let n = |k: &str| f[k].as_u64();
+    let path = s("path");
+    let mut line = match s("status") {
+        "renamed" => format!("renamed {} -> {path}", s("from")),
+        "mode" => format!("mode changed {path}"),
+        status => format!("{status} {path}"),
+    };
+    let mut notes = Vec::new();
+    match (n("bytesBefore"), n("bytesAfter")) {
+        (Some(a), Some(b)) if a != b => notes.push(format!("{a} -> {b} bytes")),
+        (None, Some(b)) => notes.push(format!("{b} bytes")),
+        _ => {}
+    }
+    match (f["modeBefore"].as_str(), f["modeAfter"].as_str()) {
+        (Some(a), Some(b)) if a != b => notes.push(format!("mode {a} -> {b}")),
+        (None, Some(b)) => notes.push(format!("mode {b}")),
+        _ => {}
+    }
+    if let Some(bytes) = f["cut"]["bytes"].as_u64() {
+        notes.push(format!(
+            "diff cut: {} not shown",
+            size(usize::try_from(bytes).unwrap_or(usize::MAX))
+        ));
+    }
+    if !notes.is_empty() {
+        line.push_str(&format!(" ({})", notes.join("; ")));
+    }
+    line
 }
 
 /// One line about gate eval results: `3 passed, 0 failed (tags: smoke)`.
@@ -430,9 +469,21 @@ pub(in crate::engine) fn discard_staged(state_dir: &Path, call: &ToolCallRecord)
 /// `change.proposed`: what was offered for approval (the proposal without its file contents).
 pub(in crate::engine) fn proposed_event(call: &ToolCallRecord, action: &Value) -> Value {
     let p = &action["proposal"];
+    let files: Vec<Value> = p["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            let mut f = f.clone();
+            if let Some(map) = f.as_object_mut() {
+                map.remove("diff");
+            }
+            f
+        })
+        .collect();
     json!({
         "id": p["id"], "callId": call.call_id, "summary": p["summary"],
-        "rationale": p["rationale"], "files": p["files"], "build": p["build"],
+        "rationale": p["rationale"], "files": files, "build": p["build"],
         "diagnostics": {"errors": p["diagnostics"]["errors"], "warnings": p["diagnostics"]["warnings"]},
         "evals": p["evals"], "delta": p["delta"], "widens": p["widens"],
     })
