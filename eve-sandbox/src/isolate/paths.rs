@@ -9,6 +9,7 @@
 //! system's live state (`/proc`, `/sys`, `/dev`, `/run`), `/` or `HOME` itself: such an entry is
 //! left out, and the caller says so once ([`LeftOut`]).
 
+use std::fs;
 use std::io;
 use std::os::unix::fs::lchown;
 use std::path::{Component, Path, PathBuf};
