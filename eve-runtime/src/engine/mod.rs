@@ -12,6 +12,7 @@
 mod accept;
 mod active;
 mod breakers;
+mod checkpoint_blobs;
 mod build;
 mod compaction;
 mod config;
@@ -53,6 +54,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use accept::{Accept, Accepted, Extra, SessionRef};
 pub use breakers::{breaker_key, session_scoped as breaker_scope_is_session};
+#[doc(hidden)]
+pub use checkpoint_blobs::checkpoint_secrets_in_clear_for_tests;
 pub use build::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_prompt};
 pub use config::{BreakerPolicy, DEFAULT_LEASE_TTL, ModelProvider, ResolvedModel, RuntimeConfig};
 pub use error::{RuntimeError, RuntimeResult};
