@@ -127,8 +127,7 @@ fn refuse(db: &Path, what: String) -> StoreError {
 /// the schema's pages, and a migration the pages it changes, before the check can run.
 pub(super) fn damage_refused<T>(db: &Path, opened: StoreResult<T>) -> StoreResult<T> {
     match opened {
-        // SQLite's own text for `SQLITE_CORRUPT`.
-        Err(StoreError::Backend(message)) if message.contains("disk image is malformed") => {
+        Err(StoreError::Damaged(message)) => {
             Err(refuse(db, format!("the database is damaged ({message})")))
         }
         other => other,

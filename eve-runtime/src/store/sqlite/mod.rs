@@ -49,7 +49,21 @@ const READERS_KEPT: usize = 8;
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        StoreError::Backend(e.to_string())
+        use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+        match &e {
+            rusqlite::Error::SqliteFailure(f, _)
+                if matches!(f.code, DatabaseCorrupt | NotADatabase) =>
+            {
+                StoreError::Damaged(e.to_string())
+            }
+            // A stored value that is not what its column holds (invalid UTF-8 in a text
+            // column, a blob where an integer belongs): the bytes were changed under SQLite.
+            rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::Utf8Error(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..) => StoreError::Damaged(e.to_string()),
+            _ => StoreError::Backend(e.to_string()),
+        }
     }
 }
 
