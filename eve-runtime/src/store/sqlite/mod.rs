@@ -105,15 +105,26 @@ impl SqliteStore {
         Self::open_with(path, Arc::new(LocalHost))
     }
 
+    /// [`Self::open`], except that a missing (or 0-byte) database beside signs that a store was
+    /// there (session workspaces, checkpoint indexes) but no mark is started empty instead of
+    /// refused: what `EVE_NEW_STORE=1` asks for, once, on purpose.
+    pub fn open_new_ok(path: impl AsRef<Path>) -> StoreResult<Self> {
+        Self::open_checked(path.as_ref(), Arc::new(LocalHost), true)
+    }
+
     /// Opens the database at `path` with a chosen lease liveness policy.
     pub fn open_with(path: impl AsRef<Path>, liveness: Arc<dyn Liveness>) -> StoreResult<Self> {
-        let path = path.as_ref().to_path_buf();
+        Self::open_checked(path.as_ref(), liveness, false)
+    }
+
+    fn open_checked(path: &Path, liveness: Arc<dyn Liveness>, new_ok: bool) -> StoreResult<Self> {
+        let path = path.to_path_buf();
         if let Some(parent) = path.parent()
             && !parent.as_os_str().is_empty()
         {
             std::fs::create_dir_all(parent)?;
         }
-        integrity::check_files(&path)?;
+        integrity::check_files(&path, new_ok)?;
         let opened = open_connection(&path).and_then(|mut conn| migrate(&mut conn).map(|()| conn));
         let conn = integrity::damage_refused(&path, opened)?;
         let identity = integrity::check_open(&conn, &path)?;
