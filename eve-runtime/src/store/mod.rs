@@ -13,6 +13,7 @@
 
 mod builds;
 mod channels;
+mod check;
 mod composition;
 mod drive;
 mod liveness;
@@ -25,6 +26,7 @@ mod sqlite;
 mod workspaces;
 
 pub use builds::{BuildInfo, StoredBuild};
+pub use check::{CheckCounts, CheckItem, CheckStatus, StoreCheck};
 pub use channels::{
     CHANNEL_ROWS_KEPT_MS, ChannelAccept, ChannelDelivery, ChannelReplyRecord, ChannelReplyUpdate,
     FIRST_REPLY_TOKEN, ReplyClaim, ReplyHeld, Sending,

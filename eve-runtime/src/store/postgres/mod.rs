@@ -22,6 +22,7 @@
 //! role's default, `public`) chooses it, so one server can hold several projects (or test runs).
 
 mod builds;
+mod check;
 mod import;
 mod listen;
 mod releases;

@@ -49,7 +49,7 @@ pub(super) struct Mark {
 }
 
 impl Mark {
-    fn shows_history(&self) -> bool {
+    pub(super) fn shows_history(&self) -> bool {
         self.sessions > 0 || self.events > 0 || self.releases > 0
     }
 }
@@ -61,13 +61,13 @@ pub(super) fn mark_path(db: &Path) -> PathBuf {
     db.with_file_name(name)
 }
 
-fn sidecar(db: &Path, suffix: &str) -> PathBuf {
+pub(super) fn sidecar(db: &Path, suffix: &str) -> PathBuf {
     let mut name = db.file_name().unwrap_or_default().to_os_string();
     name.push(suffix);
     db.with_file_name(name)
 }
 
-fn read_mark(db: &Path) -> Option<Mark> {
+pub(super) fn read_mark(db: &Path) -> Option<Mark> {
     let text = std::fs::read_to_string(mark_path(db)).ok()?;
     serde_json::from_str(&text).ok()
 }
@@ -129,7 +129,7 @@ fn entries_beside(db: &Path, name: &str, keep: impl Fn(&str) -> bool) -> usize {
 }
 
 /// What beside the store shows that a store with history was there, in words (empty: nothing).
-fn history_beside(db: &Path) -> Vec<String> {
+pub(super) fn history_beside(db: &Path) -> Vec<String> {
     let shown = |name: &str| !name.starts_with('.');
     let workspaces = entries_beside(db, "sandboxes", shown);
     let indexes = entries_beside(db, "workspaces", |n| shown(n) && n.ends_with(".json"));
@@ -239,7 +239,7 @@ pub(super) fn check_files(db: &Path, new_ok: bool) -> StoreResult<()> {
 }
 
 /// Sessions and events ever stored: those in the tables plus those pruned since.
-fn counts(conn: &Connection) -> StoreResult<(i64, i64)> {
+pub(super) fn counts(conn: &Connection) -> StoreResult<(i64, i64)> {
     let sessions: i64 = conn.query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))?;
     let events: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
     let pruned: (i64, i64) = conn

@@ -18,6 +18,7 @@ mod actor;
 mod apply;
 mod builds;
 mod channels;
+mod check;
 mod composition;
 mod integrity;
 mod leases;
@@ -157,6 +158,14 @@ impl SqliteStore {
                 fault,
             }),
         })
+    }
+
+    /// Checks the store at `path` in full, on demand (`eve store check`): its files, SQLite's
+    /// `PRAGMA integrity_check`, every stored text, its mark, and eve's consistency checks. Opens
+    /// the file without creating, migrating or writing it, so a store the start-up check refuses
+    /// can be checked, also while a server runs on it.
+    pub async fn check_file(path: impl AsRef<Path>) -> StoreCheck {
+        check::check_file(path.as_ref()).await
     }
 
     /// Path of the database file.
