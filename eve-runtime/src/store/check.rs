@@ -230,7 +230,9 @@ impl<S: super::Store + ?Sized> CheckReads for S {
 }
 
 /// Reads a numbered series page by page (`read(from, limit)`), checking that the numbers run
-/// from 0 without a gap; returns how many were read and whether the read got to the end.
+/// from 0 without a gap; returns the number after the last one read. A page that cannot be read
+/// is read again one item at a time, so the problem names the item, and the read goes on past
+/// it.
 async fn numbered<T, F, Fut>(
     what: &str,
     mut read: F,
@@ -245,9 +247,24 @@ where
     loop {
         let page = match read(next, PAGE).await {
             Ok(page) => page,
-            Err(e) => {
-                problems.push(format!("{what} from index {next} on cannot be read: {e}"));
-                return next;
+            Err(_) => {
+                // One at a time up to the page's end: each unreadable item is a problem.
+                let mut any = false;
+                for at in next..next + PAGE as u64 {
+                    match read(at, 1).await {
+                        Ok(one) if one.is_empty() => return next.max(at),
+                        Ok(_) => any = true,
+                        Err(e) => {
+                            any = true;
+                            problems.push(format!("{what}: index {at} cannot be read: {e}"));
+                        }
+                    }
+                }
+                if !any {
+                    return next;
+                }
+                next += PAGE as u64;
+                continue;
             }
         };
         let n = page.len();

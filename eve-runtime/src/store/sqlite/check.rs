@@ -205,15 +205,20 @@ fn table_texts(conn: &Connection, table: &str, problems: &mut Problems) -> Store
             if let ValueRef::Text(bytes) = row.get_ref(i)?
                 && std::str::from_utf8(bytes).is_err()
             {
-                let key = match row.get_ref(0)? {
-                    ValueRef::Text(k) => String::from_utf8_lossy(k).into_owned(),
-                    ValueRef::Integer(k) => k.to_string(),
-                    _ => "?".to_owned(),
-                };
+                // The row by its first two columns (a session's rows by session and index).
+                let mut key = Vec::new();
+                for (k, column) in names.iter().enumerate().take(2.min(names.len())) {
+                    let shown = match row.get_ref(k)? {
+                        ValueRef::Text(v) => format!("{:?}", String::from_utf8_lossy(v)),
+                        ValueRef::Integer(v) => v.to_string(),
+                        _ => continue,
+                    };
+                    key.push(format!("{column}={shown}"));
+                }
                 problems.push(format!(
-                    "table {table}, row {}={key:?}: column {name} is not UTF-8 (bytes changed \
-                     under SQLite)",
-                    names[0]
+                    "table {table}, row {}: column {name} is not UTF-8 (bytes changed under \
+                     SQLite)",
+                    key.join(", ")
                 ));
             }
         }
