@@ -84,6 +84,13 @@ pub async fn open_store(project: &Project) -> anyhow::Result<Arc<dyn Store>> {
     Ok(match store_choice(project)? {
         StoreChoice::Sqlite(path) => Arc::new(
             if new_store_asked() {
+                if std::fs::metadata(&path).map_or(true, |m| m.len() == 0) {
+                    eprintln!(
+                        "eve: {}=1: starting an empty store at {}",
+                        env_vars::EVE_NEW_STORE,
+                        path.display()
+                    );
+                }
                 SqliteStore::open_new_ok(&path)
             } else {
                 SqliteStore::open(&path)

@@ -11,6 +11,7 @@ mod dev;
 mod dev_lines;
 mod docs;
 mod docs_env;
+mod escape_store;
 mod eval;
 mod examples;
 mod fail_fast;
