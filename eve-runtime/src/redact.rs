@@ -425,6 +425,73 @@ mod tests {
     }
 
     #[test]
+    fn base64_forms_are_redacted_at_every_alignment() {
+        use base64::Engine;
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+        let s = Secrets::new();
+        s.learn("API_TOKEN", "tok-3f9a/b+c=d");
+        for prefix in ["", "u:", "user:", "a", "ab", "abc"] {
+            for encoded in [
+                STANDARD.encode(format!("{prefix}tok-3f9a/b+c=d!")),
+                URL_SAFE_NO_PAD.encode(format!("{prefix}tok-3f9a/b+c=d")),
+            ] {
+                let shown = s.redact(&encoded);
+                assert!(shown.contains("${API_TOKEN}"), "{prefix:?}: {encoded} -> {shown}");
+                // What is left around the name is at most the characters shared with the
+                // neighbouring bytes: no run of the value's own encoding.
+                assert!(shown.len() < encoded.len(), "{shown}");
+            }
+        }
+        assert_eq!(s.redact("plain text"), "plain text");
+    }
+
+    #[test]
+    fn bytes_are_redacted_text_or_not() {
+        let s = Secrets::new();
+        s.learn("API_TOKEN", "tok-3f9a/b+c=d");
+        let data = b"\x00\xfe key=tok-3f9a/b+c=d \xff".to_vec();
+        assert_eq!(
+            s.redact_bytes(data),
+            b"\x00\xfe key=${API_TOKEN} \xff".to_vec()
+        );
+        let plain = b"\x00\xfe nothing".to_vec();
+        assert_eq!(s.redact_bytes(plain.clone()), plain);
+    }
+
+    #[test]
+    fn dynamic_tool_definitions_and_release_records_are_redacted() {
+        use crate::store::{CompositionOp, DynamicToolRecord};
+        let s = Secrets::new();
+        s.learn("API_TOKEN", "tok-3f9a/b+c=d");
+        let mut batch = Batch::new();
+        batch.push(Op::Composition(CompositionOp::PutDynamicTools {
+            session_id: "wrun_1".to_owned(),
+            providers: vec!["p".to_owned()],
+            tools: vec![DynamicToolRecord {
+                session_id: "wrun_1".to_owned(),
+                name: "t".to_owned(),
+                provider: "p".to_owned(),
+                description: "calls https://x/?k=tok-3f9a/b+c=d".to_owned(),
+                input_schema: json!({"default": "tok-3f9a/b+c=d"}),
+                provider_tool: json!({}),
+                build_hash: "h".to_owned(),
+                turn_seq: 0,
+                resolved_at: 0,
+            }],
+            turn_seq: 0,
+            detail: json!({}),
+        }));
+        batch.push(Op::Release(ReleaseOp::Event {
+            kind: "change.proposed".to_owned(),
+            data: json!({"summary": "use tok-3f9a/b+c=d"}),
+        }));
+        s.redact_batch(&mut batch);
+        let text = format!("{:?}", batch.ops);
+        assert!(!text.contains("tok-3f9a"), "{text}");
+        assert_eq!(text.matches("${API_TOKEN}").count(), 3, "{text}");
+    }
+
+    #[test]
     fn longest_match_wins_when_values_overlap() {
         let s = Secrets::new();
         s.learn("A", "secret-value");
