@@ -108,8 +108,8 @@ pub enum StoreError {
     /// A value in the database is not one this version understands.
     #[error("unexpected stored value: {0}")]
     Corrupt(String),
-    /// A read hit damaged storage: a page SQLite cannot decode (`SQLITE_CORRUPT`,
-    /// `SQLITE_NOTADB`), a stored value that is not of its column's type, or PostgreSQL's
+    /// A read hit damaged storage: a page SQLite cannot decode (`SQLITE_CORRUPT`), a stored
+    /// value that is not of its column's type, or PostgreSQL's
     /// `data_corrupted`/`index_corrupted`. `eve store check` says where; restore a backup.
     #[error("the store is damaged: {0}")]
     Damaged(String),
@@ -123,9 +123,7 @@ impl StoreError {
         match self {
             Self::Damaged(_) | Self::Json(_) | Self::Corrupt(_) => true,
             // A write that read a damaged page (the writer's error keeps SQLite's text).
-            Self::Commit(m) => {
-                m.contains("disk image is malformed") || m.contains("file is not a database")
-            }
+            Self::Commit(m) => m.contains("disk image is malformed"),
             _ => false,
         }
     }

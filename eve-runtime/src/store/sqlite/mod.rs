@@ -50,10 +50,11 @@ const READERS_KEPT: usize = 8;
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
         match &e {
+            // A file that is not a database at all is a wrong path more often than damage:
+            // it keeps the backend's message.
             rusqlite::Error::SqliteFailure(f, _)
-                if matches!(f.code, DatabaseCorrupt | NotADatabase) =>
+                if f.code == rusqlite::ErrorCode::DatabaseCorrupt =>
             {
                 StoreError::Damaged(e.to_string())
             }
