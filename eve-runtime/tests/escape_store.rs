@@ -361,3 +361,101 @@ async fn the_full_check_passes_a_healthy_store() {
         assert!(names.contains(&name), "{names:?}");
     }
 }
+
+/// On PostgreSQL the check says plainly what ran: `amcheck` when the database has it (skipped,
+/// saying so, when it does not), then eve's consistency checks, which find rows changed under the
+/// store (an event that no longer decodes, a blob whose contents no longer match its hash).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_full_check_on_postgresql_says_what_ran_and_finds_changed_rows() {
+    use eve_runtime::store::{Op, PgStore, SessionRecord, WorkspaceEntry, WorkspacePut, now_ms};
+    let Some(base) = crate::store_postgres::server_url() else {
+        return;
+    };
+    let url = crate::store_postgres::fresh_schema(&base).await;
+    let store = PgStore::connect(&url).await.unwrap();
+    let mut batch = Batch::durable();
+    batch.push(Op::InsertSession(SessionRecord::new(
+        "wrun_pgcheck".into(),
+        "h".into(),
+        "a".into(),
+        None,
+        now_ms(),
+    )));
+    for i in 0..5 {
+        batch.event("wrun_pgcheck", "probe", json!({ "i": i }));
+    }
+    store.commit(batch).await.unwrap();
+    let data = b"hello".to_vec();
+    let hash = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&data))
+    };
+    store
+        .put_workspace(WorkspacePut {
+            session_id: "wrun_pgcheck".into(),
+            entries: vec![WorkspaceEntry {
+                path: "a.txt".into(),
+                hash: hash.clone(),
+                size: 5,
+                mode: 0o644,
+            }],
+            dirs: Vec::new(),
+            blobs: vec![(hash.clone(), data)],
+            fence: None,
+        })
+        .await
+        .unwrap();
+
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let installed = client
+        .query_opt("SELECT 1 FROM pg_extension WHERE extname = 'amcheck'", &[])
+        .await
+        .unwrap()
+        .is_some();
+    let report = store.check().await;
+    assert!(report.ok(), "{report:#?}");
+    assert_eq!(report.backend, "postgres");
+    assert_eq!(report.counts.events, 5);
+    let amcheck = report.checks.iter().find(|c| c.name == "amcheck").unwrap();
+    if installed {
+        assert_eq!(amcheck.status, CheckStatus::Passed, "{amcheck:?}");
+    } else {
+        assert_eq!(amcheck.status, CheckStatus::Skipped, "{amcheck:?}");
+        assert!(
+            amcheck.detail.contains("not installed")
+                && amcheck.detail.contains("only eve's consistency checks ran"),
+            "{amcheck:?}"
+        );
+    }
+
+    // Rows changed under the store: eve's own checks see them.
+    client
+        .execute(
+            "UPDATE events SET data = '{\"i\": ' WHERE session_id = 'wrun_pgcheck' AND idx = 3",
+            &[],
+        )
+        .await
+        .unwrap();
+    client
+        .execute("UPDATE workspace_blobs SET data = 'jello'::bytea", &[])
+        .await
+        .unwrap();
+    let report = store.check().await;
+    assert!(!report.ok(), "{report:#?}");
+    let problems: Vec<&String> = report.checks.iter().flat_map(|c| &c.problems).collect();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("session wrun_pgcheck: events: index 3 cannot be read")),
+        "{problems:#?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("a.txt") && p.contains("holds contents whose SHA-256")),
+        "{problems:#?}"
+    );
+}

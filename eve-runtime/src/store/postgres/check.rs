@@ -30,17 +30,24 @@ impl PgStore {
 
     async fn amcheck(&self) -> StoreResult<CheckItem> {
         let client = self.client().await?;
-        let installed = client
-            .query_opt("SELECT 1 FROM pg_extension WHERE extname = 'amcheck'", &[])
+        // The extension's functions live in the schema it was created in, which the store's
+        // `search_path` (its own schema) may not include: they are called by that name.
+        let installed: Option<String> = client
+            .query_opt(
+                "SELECT n.nspname FROM pg_extension e \
+                 JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'amcheck'",
+                &[],
+            )
             .await?
-            .is_some();
-        if !installed {
+            .map(|r| r.get(0));
+        let Some(schema) = installed else {
             return Ok(CheckItem::skipped(
                 "amcheck",
                 "the amcheck extension is not installed in this database (a superuser can add \
                  it: CREATE EXTENSION amcheck); only eve's consistency checks ran",
             ));
-        }
+        };
+        let home = format!("\"{}\"", schema.replace('"', "\"\""));
         let indexes: Vec<String> = client
             .query(
                 "SELECT c.oid::regclass::text FROM pg_index i \
@@ -57,7 +64,10 @@ impl PgStore {
         let mut problems = Problems::default();
         for index in &indexes {
             if let Err(e) = client
-                .execute("SELECT bt_index_check($1::text::regclass)", &[index])
+                .execute(
+                    &format!("SELECT {home}.bt_index_check($1::text::regclass)"),
+                    &[index],
+                )
                 .await
             {
                 problems.push(format!("index {index}: {}", crate::store::StoreError::from(e)));
@@ -65,8 +75,9 @@ impl PgStore {
         }
         let heap = client
             .query_opt(
-                "SELECT 1 FROM pg_proc WHERE proname = 'verify_heapam'",
-                &[],
+                "SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+                 WHERE p.proname = 'verify_heapam' AND n.nspname = $1",
+                &[&schema],
             )
             .await?
             .is_some();
@@ -87,7 +98,9 @@ impl PgStore {
             for table in &names {
                 match client
                     .query(
-                        "SELECT blkno, offnum, msg FROM verify_heapam($1::text::regclass)",
+                        &format!(
+                            "SELECT blkno, offnum, msg FROM {home}.verify_heapam($1::text::regclass)"
+                        ),
                         &[table],
                     )
                     .await
