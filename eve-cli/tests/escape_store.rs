@@ -85,7 +85,11 @@ fn a_store_deleted_beside_session_workspaces_is_refused_and_a_fresh_project_star
             "EVE_NEW_STORE=1",
             "restore the store from your backup",
         ] {
-            assert!(out.stderr.contains(said), "{args:?}: {said}: {}", out.stderr);
+            assert!(
+                out.stderr.contains(said),
+                "{args:?}: {said}: {}",
+                out.stderr
+            );
         }
         assert!(
             !p.root().join(".eve/eve.db").exists(),
@@ -102,7 +106,8 @@ fn a_store_deleted_beside_session_workspaces_is_refused_and_a_fresh_project_star
     let out = run_with_env(&p, &["run", "again"], &[("EVE_NEW_STORE", "1")]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
-        out.stderr.contains("EVE_NEW_STORE=1: starting an empty store at"),
+        out.stderr
+            .contains("EVE_NEW_STORE=1: starting an empty store at"),
         "{}",
         out.stderr
     );
@@ -153,7 +158,11 @@ fn damage_event(db: &Path, session: &str, index: i64) {
         .map(|(i, _)| i + needle.len())
         .collect();
     for start in found {
-        assert_eq!(start / 4096, (start + 15) / 4096, "16 bytes inside one page");
+        assert_eq!(
+            start / 4096,
+            (start + 15) / 4096,
+            "16 bytes inside one page"
+        );
         let mut bytes = clean.clone();
         for b in &mut bytes[start..start + 16] {
             *b ^= 0xFF;
@@ -171,7 +180,11 @@ fn a_damaged_page_is_an_error_the_client_and_the_log_see_and_store_check_finds_i
     let p = Project::new();
     p.build();
     let out = p.eve(&["run", "hello there"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let session: String = p
         .db()
         .query_row("SELECT id FROM sessions", [], |r| r.get(0))
@@ -210,7 +223,9 @@ fn a_damaged_page_is_an_error_the_client_and_the_log_see_and_store_check_finds_i
     let text = String::from_utf8_lossy(&check.stdout);
     assert_eq!(check.status.code(), Some(1), "{text}");
     assert!(
-        text.contains(&format!("session {session}: events: index 2 cannot be read")),
+        text.contains(&format!(
+            "session {session}: events: index 2 cannot be read"
+        )),
         "{text}"
     );
     let check = p.eve(&["store", "check", "--json"]).output().unwrap();
@@ -229,7 +244,10 @@ fn a_damaged_page_is_an_error_the_client_and_the_log_see_and_store_check_finds_i
     let line = server.wait_line(Duration::from_secs(10), |l| {
         l.contains("ERROR") && l.contains("damaged storage")
     });
-    assert!(line.contains("malformed") || line.contains("utf-8"), "{line}");
+    assert!(
+        line.contains("malformed") || line.contains("utf-8"),
+        "{line}"
+    );
     // Reading past the damage still works.
     let tail = server.stream(&session, "?follow=false&startIndex=3");
     assert!(!tail.is_empty());

@@ -436,7 +436,10 @@ mod tests {
                 URL_SAFE_NO_PAD.encode(format!("{prefix}tok-3f9a/b+c=d")),
             ] {
                 let shown = s.redact(&encoded);
-                assert!(shown.contains("${API_TOKEN}"), "{prefix:?}: {encoded} -> {shown}");
+                assert!(
+                    shown.contains("${API_TOKEN}"),
+                    "{prefix:?}: {encoded} -> {shown}"
+                );
                 // What is left around the name is at most the characters shared with the
                 // neighbouring bytes: no run of the value's own encoding.
                 assert!(shown.len() < encoded.len(), "{shown}");

@@ -56,7 +56,9 @@ fn leaky_project() -> TestProject {
 /// A runtime on `p` whose tools see `SECRET_TOKEN` (and whose model plays `steps`).
 fn runtime_with_secret(p: &TestProject, steps: Value) -> Runtime {
     let model = ResolvedModel {
-        client: Arc::new(MockClient::from_steps(load_script(&steps.to_string()).unwrap())),
+        client: Arc::new(MockClient::from_steps(
+            load_script(&steps.to_string()).unwrap(),
+        )),
         model: "script".to_owned(),
         model_id: "mock/script".to_owned(),
         context_window: None,
@@ -136,7 +138,11 @@ async fn a_secret_a_tool_writes_into_its_workspace_is_never_stored_in_clear() {
     let p = leaky_project();
     let (rt, id, blobs) = leak(&p).await;
     for (path, data) in &blobs {
-        assert!(!holds(data, SECRET), "{path}: {}", String::from_utf8_lossy(data));
+        assert!(
+            !holds(data, SECRET),
+            "{path}: {}",
+            String::from_utf8_lossy(data)
+        );
         assert!(
             holds(data, "${SECRET_TOKEN}"),
             "{path}: {}",
@@ -152,7 +158,10 @@ async fn a_secret_a_tool_writes_into_its_workspace_is_never_stored_in_clear() {
     // Another node (or this one after losing its copy) restores the workspace from the store:
     // it sees `${SECRET_TOKEN}` where the value was, as documented.
     let local = p.state_dir.join("sandboxes").join(&id);
-    assert!(rt.remove_local_workspaces(std::slice::from_ref(&id)).is_empty());
+    assert!(
+        rt.remove_local_workspaces(std::slice::from_ref(&id))
+            .is_empty()
+    );
     assert!(!local.exists());
     rt.shutdown().await;
     drop(rt);
@@ -187,7 +196,10 @@ async fn without_the_redaction_the_secret_reaches_the_store() {
     let auth = blobs.iter().find(|(path, _)| path == "auth.b64").unwrap();
     assert!(holds(&auth.1, &encoded_pair()));
     let raw = raw_store(&p.state_dir);
-    assert!(holds(&raw, SECRET), "the twin must see the secret in the store's bytes");
+    assert!(
+        holds(&raw, SECRET),
+        "the twin must see the secret in the store's bytes"
+    );
     rt.shutdown().await;
 }
 
@@ -226,7 +238,11 @@ fn damage_event(db: &Path, session: &str, index: u64) {
     assert!(!found.is_empty(), "the row of event {index} is in the file");
     let page = 4096;
     for start in found {
-        assert_eq!(start / page, (start + 15) / page, "the 16 bytes are in one page");
+        assert_eq!(
+            start / page,
+            (start + 15) / page,
+            "the 16 bytes are in one page"
+        );
         let mut bytes = clean.clone();
         for b in &mut bytes[start..start + 16] {
             *b ^= 0xFF;

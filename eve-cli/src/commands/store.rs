@@ -99,16 +99,18 @@ pub fn check(args: StoreCheckArgs) -> anyhow::Result<ExitCode> {
     let report = small_runtime()?.block_on(async {
         anyhow::Ok(match store_choice(&project)? {
             StoreChoice::Sqlite(path) => eve_runtime::store::SqliteStore::check_file(&path).await,
-            StoreChoice::Postgres(url) => eve_runtime::store::PgStore::connect(&url)
-                .await
-                .with_context(|| {
-                    format!(
-                        "cannot check the store at {}",
-                        eve_runtime::store::redact_url(&url)
-                    )
-                })?
-                .check()
-                .await,
+            StoreChoice::Postgres(url) => {
+                eve_runtime::store::PgStore::connect(&url)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "cannot check the store at {}",
+                            eve_runtime::store::redact_url(&url)
+                        )
+                    })?
+                    .check()
+                    .await
+            }
         })
     })?;
     if args.json {

@@ -70,7 +70,11 @@ mod tests {
             stored,
             b"token=${API_TOKEN}\n\x00\xffbinary ${API_TOKEN}".to_vec()
         );
-        assert_eq!(blob(None, file.clone()), file, "the test switch stores it as is");
+        assert_eq!(
+            blob(None, file.clone()),
+            file,
+            "the test switch stores it as is"
+        );
         let plain = b"nothing secret".to_vec();
         assert_eq!(blob(Some(&secrets), plain.clone()), plain);
     }

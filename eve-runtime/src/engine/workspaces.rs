@@ -646,7 +646,8 @@ mod tests {
         std::fs::write(&a, "one").unwrap();
         std::fs::write(&b, "two").unwrap();
         age(&a);
-        let Prepared::Changed(first) = prepare(dir.path(), &Index::default(), 100, None).unwrap() else {
+        let Prepared::Changed(first) = prepare(dir.path(), &Index::default(), 100, None).unwrap()
+        else {
             panic!("a first scan is a change");
         };
         assert_eq!(first.read.len(), 2);

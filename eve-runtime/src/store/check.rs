@@ -14,11 +14,11 @@
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::{InputRequestRecord, StepRecord, ToolCallRecord, TurnRecord};
 use super::{
     MessageRecord, NoteRecord, ReleaseRecord, SessionRecord, StoreResult, StoredEvent,
     WorkspaceCheckpoint,
 };
-use super::{InputRequestRecord, StepRecord, ToolCallRecord, TurnRecord};
 
 /// Problems listed per check at most (the rest are counted).
 const LISTED: usize = 50;

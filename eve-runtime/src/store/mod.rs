@@ -26,11 +26,11 @@ mod sqlite;
 mod workspaces;
 
 pub use builds::{BuildInfo, StoredBuild};
-pub use check::{CheckCounts, CheckItem, CheckStatus, StoreCheck};
 pub use channels::{
     CHANNEL_ROWS_KEPT_MS, ChannelAccept, ChannelDelivery, ChannelReplyRecord, ChannelReplyUpdate,
     FIRST_REPLY_TOKEN, ReplyClaim, ReplyHeld, Sending,
 };
+pub use check::{CheckCounts, CheckItem, CheckStatus, StoreCheck};
 pub use composition::{Budget, CompositionOp, DynamicToolRecord, SubagentCall, SubagentLink};
 pub use drive::DriveState;
 pub use liveness::{ExpiryOnly, Liveness, LocalHost, ProcessRef, lease_is_live, pid_alive};

@@ -70,7 +70,10 @@ impl PgStore {
                 )
                 .await
             {
-                problems.push(format!("index {index}: {}", crate::store::StoreError::from(e)));
+                problems.push(format!(
+                    "index {index}: {}",
+                    crate::store::StoreError::from(e)
+                ));
             }
         }
         let heap = client

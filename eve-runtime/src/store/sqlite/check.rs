@@ -150,7 +150,9 @@ fn schema_check(conn: &Connection, report: &mut StoreCheck) -> bool {
         }
         Ok(v) => (
             false,
-            format!("version {v}, older than this eve's {supported}: eve migrates it at its next start"),
+            format!(
+                "version {v}, older than this eve's {supported}: eve migrates it at its next start"
+            ),
         ),
         Err(e) => {
             problems.push(format!("the schema version cannot be read: {e}"));
