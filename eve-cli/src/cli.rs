@@ -101,7 +101,7 @@ pub enum Command {
     Activate(ActivateArgs),
     /// Make an earlier release active again (default: the one before the active release).
     Rollback(RollbackArgs),
-    /// Move a project's store to another backend.
+    /// Check a project's store in full, or move it to another backend.
     #[command(subcommand)]
     Store(StoreCommand),
 }
@@ -182,6 +182,18 @@ pub enum StoreCommand {
     /// Copy every row of a SQLite store into PostgreSQL (idempotent: a second run copies
     /// nothing), then compare counts per table and spot-check rows.
     Migrate(StoreMigrateArgs),
+    /// Check the store in full: SQLite's integrity_check (PostgreSQL's amcheck where installed)
+    /// and eve's consistency checks. Exit 0 when nothing is wrong, 1 otherwise.
+    Check(StoreCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StoreCheckArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -74,12 +74,28 @@ pub fn store_choice(project: &Project) -> anyhow::Result<StoreChoice> {
     }
 }
 
+/// Whether `EVE_NEW_STORE=1` asks for an empty store where one is missing beside history.
+fn new_store_asked() -> bool {
+    std::env::var(env_vars::EVE_NEW_STORE).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
+}
+
 /// Opens the chosen store.
 pub async fn open_store(project: &Project) -> anyhow::Result<Arc<dyn Store>> {
     Ok(match store_choice(project)? {
         StoreChoice::Sqlite(path) => Arc::new(
-            SqliteStore::open(&path)
-                .with_context(|| format!("cannot open the store at {}", path.display()))?,
+            if new_store_asked() {
+                if std::fs::metadata(&path).map_or(true, |m| m.len() == 0) {
+                    eprintln!(
+                        "eve: {}=1: starting an empty store at {}",
+                        env_vars::EVE_NEW_STORE,
+                        path.display()
+                    );
+                }
+                SqliteStore::open_new_ok(&path)
+            } else {
+                SqliteStore::open(&path)
+            }
+            .with_context(|| format!("cannot open the store at {}", path.display()))?,
         ),
         StoreChoice::Postgres(url) => Arc::new(PgStore::connect(&url).await.with_context(|| {
             format!(

@@ -12,6 +12,7 @@ mod dev_lines;
 mod docs;
 mod docs_drift;
 mod docs_env;
+mod escape_store;
 mod eval;
 mod examples;
 mod fail_fast;

@@ -50,6 +50,10 @@ pub const EVE_AGENT: &str = "EVE_AGENT";
 /// The store (`--store`) of every command that opens one: `postgres://…` for PostgreSQL, or a
 /// SQLite file path; the project's `.eve/eve.db` when unset.
 pub const EVE_STORE: &str = "EVE_STORE";
+/// `1`: where the SQLite store is missing (or 0 bytes) with no mark while session workspaces
+/// beside it show a store was there, start an empty store instead of refusing to (once, on
+/// purpose; the workspaces stay on disk).
+pub const EVE_NEW_STORE: &str = "EVE_NEW_STORE";
 /// How long a session lease lasts without renewal, in milliseconds (default 5000); it is renewed
 /// every third of that. A killed node's sessions are continued by another within about this long.
 pub const EVE_LEASE_TTL_MS: &str = "EVE_LEASE_TTL_MS";

@@ -10,14 +10,22 @@
 //! nothing.
 //!
 //! Each value is matched as written and in the forms it takes on the way out: percent-encoded in a
-//! URL, escaped inside a JSON string, escaped by `Debug` in a log line.
+//! URL, escaped inside a JSON string, escaped by `Debug` in a log line, and base64-encoded
+//! (standard and URL-safe alphabets, at any of the three alignments it can have inside a longer
+//! encoded text, such as an HTTP basic `Authorization` header or a `user:token` pair: the
+//! characters that depend only on the value's own bytes are matched). Other encodings (hex,
+//! compressed, split across separate writes, spelled out by a process that holds the value) are
+//! not recognised: redaction keeps values out of what eve writes by accident, it cannot stop a
+//! process that holds a secret from disguising it.
 //!
 //! The chokepoints that cover everything the runtime writes or shows:
 //! - a tool call's result as it is settled (`engine/turn/calls.rs`), before the model sees it;
 //! - every batch the engine commits (`Runtime::commit` and the engine's other commits), which
 //!   carries event data (streams and the store), journal rows, messages (the model's context) and
 //!   turn errors (a model client's error text included);
-//! - the log output of `eve serve` and `eve dev` (a redacting writer in `eve-cli`).
+//! - the log output of `eve serve` and `eve dev` (a redacting writer in `eve-cli`);
+//! - the contents of session workspace files as they become blobs of a workspace checkpoint
+//!   (`engine/workspaces.rs`, through [`Secrets::redact_bytes`]).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -28,7 +36,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
 
 use crate::env_vars;
-use crate::store::{Batch, Op};
+use crate::store::{Batch, Op, ReleaseOp};
 
 /// Shortest value that is redacted, in bytes.
 pub const MIN_LEN: usize = 6;
@@ -131,6 +139,7 @@ impl Secrets {
         }
         let debug = format!("{value:?}");
         forms.push(debug[1..debug.len() - 1].to_owned());
+        forms.extend(base64_forms(value.as_bytes()));
         let Ok(mut state) = self.state.write() else {
             return;
         };
@@ -203,6 +212,18 @@ impl Secrets {
         }
     }
 
+    /// `data` (any bytes: text or not) with every known secret replaced by `${NAME}`; the same
+    /// vector when nothing matches. A binary file holding a secret changes length where the value
+    /// was, which is the point: its stored copy must not hold the value.
+    pub fn redact_bytes(&self, data: Vec<u8>) -> Vec<u8> {
+        match self.matcher() {
+            Some(m) if m.automaton.is_match(data.as_slice()) => {
+                m.automaton.replace_all_bytes(&data, &m.replacements)
+            }
+            _ => data,
+        }
+    }
+
     /// Redacts every string (and object key) in `value`, in place.
     pub fn redact_json(&self, value: &mut Value) {
         if let Some(m) = self.matcher() {
@@ -247,14 +268,70 @@ impl Secrets {
                     }
                 }
                 Op::Composition(crate::store::CompositionOp::PutDynamicTools {
-                    detail, ..
-                }) => redact_value(&m, detail),
+                    detail,
+                    tools,
+                    ..
+                }) => {
+                    redact_value(&m, detail);
+                    // A provider script runs with its `env:` and prints these definitions.
+                    for tool in tools {
+                        text(&mut tool.description);
+                        redact_value(&m, &mut tool.input_schema);
+                        redact_value(&m, &mut tool.provider_tool);
+                    }
+                }
+                Op::Release(ReleaseOp::Event { data, .. }) => redact_value(&m, data),
+                Op::Release(ReleaseOp::Put(release)) => {
+                    if let Some(reason) = &mut release.reason {
+                        text(reason);
+                    }
+                    if let Some(gate) = &mut release.checks.gate {
+                        if let Some(error) = &mut gate.error {
+                            text(error);
+                        }
+                        for case in &mut gate.cases {
+                            if let Some(reason) = &mut case.reason {
+                                text(reason);
+                            }
+                        }
+                    }
+                }
+                Op::Release(ReleaseOp::Activate {
+                    reason: Some(reason),
+                    ..
+                }) => text(reason),
                 // Memory outlives the session: a secret the model saw never lands in it.
                 Op::Note(crate::store::NoteOp::Put(note)) => text(&mut note.text),
                 _ => {}
             }
         }
     }
+}
+
+/// The base64 texts (standard and URL-safe alphabets) that encode `value` wherever it starts in
+/// a longer encoded text: for each of the three alignments, the characters whose six bits all
+/// come from `value` (the ones at either end also depend on the neighbouring bytes).
+fn base64_forms(value: &[u8]) -> Vec<String> {
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    let bits = value.len() * 8;
+    let mut forms = Vec::new();
+    for offset in 0..3usize {
+        let mut padded = vec![0u8; offset];
+        padded.extend_from_slice(value);
+        let first = (offset * 8).div_ceil(6);
+        let end = (offset * 8 + bits) / 6;
+        if end <= first {
+            continue;
+        }
+        for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+            let encoded = engine.encode(&padded);
+            if let Some(form) = encoded.get(first..end) {
+                forms.push(form.to_owned());
+            }
+        }
+    }
+    forms
 }
 
 fn build_matcher(forms: &BTreeMap<String, String>) -> Option<Arc<Matcher>> {
@@ -345,6 +422,76 @@ mod tests {
         let mut v = json!({"a": "tok-3f9a/b+c=d"});
         s.redact_json(&mut v);
         assert_eq!(v, json!({"a": "tok-3f9a/b+c=d"}));
+    }
+
+    #[test]
+    fn base64_forms_are_redacted_at_every_alignment() {
+        use base64::Engine;
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+        let s = Secrets::new();
+        s.learn("API_TOKEN", "tok-3f9a/b+c=d");
+        for prefix in ["", "u:", "user:", "a", "ab", "abc"] {
+            for encoded in [
+                STANDARD.encode(format!("{prefix}tok-3f9a/b+c=d!")),
+                URL_SAFE_NO_PAD.encode(format!("{prefix}tok-3f9a/b+c=d")),
+            ] {
+                let shown = s.redact(&encoded);
+                assert!(
+                    shown.contains("${API_TOKEN}"),
+                    "{prefix:?}: {encoded} -> {shown}"
+                );
+                // What is left around the name is at most the characters shared with the
+                // neighbouring bytes: no run of the value's own encoding.
+                assert!(shown.len() < encoded.len(), "{shown}");
+            }
+        }
+        assert_eq!(s.redact("plain text"), "plain text");
+    }
+
+    #[test]
+    fn bytes_are_redacted_text_or_not() {
+        let s = Secrets::new();
+        s.learn("API_TOKEN", "tok-3f9a/b+c=d");
+        let data = b"\x00\xfe key=tok-3f9a/b+c=d \xff".to_vec();
+        assert_eq!(
+            s.redact_bytes(data),
+            b"\x00\xfe key=${API_TOKEN} \xff".to_vec()
+        );
+        let plain = b"\x00\xfe nothing".to_vec();
+        assert_eq!(s.redact_bytes(plain.clone()), plain);
+    }
+
+    #[test]
+    fn dynamic_tool_definitions_and_release_records_are_redacted() {
+        use crate::store::{CompositionOp, DynamicToolRecord};
+        let s = Secrets::new();
+        s.learn("API_TOKEN", "tok-3f9a/b+c=d");
+        let mut batch = Batch::new();
+        batch.push(Op::Composition(CompositionOp::PutDynamicTools {
+            session_id: "wrun_1".to_owned(),
+            providers: vec!["p".to_owned()],
+            tools: vec![DynamicToolRecord {
+                session_id: "wrun_1".to_owned(),
+                name: "t".to_owned(),
+                provider: "p".to_owned(),
+                description: "calls https://x/?k=tok-3f9a/b+c=d".to_owned(),
+                input_schema: json!({"default": "tok-3f9a/b+c=d"}),
+                provider_tool: json!({}),
+                build_hash: "h".to_owned(),
+                turn_seq: 0,
+                resolved_at: 0,
+            }],
+            turn_seq: 0,
+            detail: json!({}),
+        }));
+        batch.push(Op::Release(ReleaseOp::Event {
+            kind: "change.proposed".to_owned(),
+            data: json!({"summary": "use tok-3f9a/b+c=d"}),
+        }));
+        s.redact_batch(&mut batch);
+        let text = format!("{:?}", batch.ops);
+        assert!(!text.contains("tok-3f9a"), "{text}");
+        assert_eq!(text.matches("${API_TOKEN}").count(), 3, "{text}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod escape;
 mod escape_http;
 mod escape_paths;
 mod escape_view;
+mod escape_store;
 mod hostile_http;
 mod hostile_mcp;
 mod hostile_model;

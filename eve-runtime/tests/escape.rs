@@ -110,6 +110,11 @@ async fn the_store_other_workspaces_and_the_agent_folder_are_absent() {
         let iso = TestProject::new();
         let host = TestProject::new();
         for p in [&iso, &host] {
+            // The store first, as in a project that ran: a workspace planted beside no store
+            // would (rightly) make the store's start refuse to create one.
+            eve_runtime::store::SqliteStore::open(p.state_dir.join("eve.db"))
+                .unwrap()
+                .close_and_wait();
             let path = root(p).join(rel);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             // The store is the runtime's own (it must stay a database); the rest are planted.

@@ -254,6 +254,16 @@ impl TestServer {
         Self::start(self.agent).await
     }
 
+    /// Stops the server and its runtime, and hands back the project (to change its files
+    /// before [`TestServer::start`] serves it again).
+    pub async fn stop_keeping(self) -> AgentDir {
+        self.shutdown.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+        self.runtime.shutdown().await;
+        drop(self.runtime);
+        self.agent
+    }
+
     /// Stops the server and waits for it.
     pub async fn stop(self) {
         self.shutdown.cancel();

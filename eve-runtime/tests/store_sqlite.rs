@@ -381,6 +381,100 @@ async fn a_damaged_page_is_refused_at_start() {
     );
 }
 
+/// Removes what `rm .eve/eve.db*` removes beside `db`.
+fn remove_store_files(db: &std::path::Path) {
+    for entry in std::fs::read_dir(db.parent().unwrap()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name().to_string_lossy().starts_with("eve.db") {
+            std::fs::remove_file(entry.path()).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_store_deleted_with_its_mark_beside_workspaces_is_refused() {
+    let backend = Sqlite::new();
+    let db = backend_path(&backend);
+    {
+        let store = SqliteStore::open(&db).unwrap();
+        add_sessions(&store, "a", 1).await;
+        store.close_and_wait();
+    }
+    std::fs::create_dir_all(db.with_file_name("sandboxes").join("wrun_a0")).unwrap();
+    std::fs::create_dir_all(db.with_file_name("workspaces")).unwrap();
+    std::fs::write(db.with_file_name("workspaces").join("wrun_a0.json"), "{}").unwrap();
+    remove_store_files(&db);
+    let text = refusal(&db);
+    for said in [
+        "the store is missing and has no mark",
+        "1 session workspace under",
+        "1 workspace checkpoint index under",
+        "eve store check",
+        "EVE_NEW_STORE=1",
+    ] {
+        assert!(text.contains(said), "{said}: {text}");
+    }
+    assert!(!db.exists(), "the refusal created the database");
+    // 0 bytes, the same.
+    std::fs::write(&db, b"").unwrap();
+    let text = refusal(&db);
+    assert!(
+        text.contains("the store is empty (0 bytes) and has no mark"),
+        "{text}"
+    );
+    // Asked for on purpose, an empty store starts; from then on it opens as any store.
+    drop(SqliteStore::open_new_ok(&db).unwrap());
+    let store = SqliteStore::open(&db).unwrap();
+    assert!(store.session("wrun_a0").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_missing_store_whose_mark_counts_releases_is_refused() {
+    let backend = Sqlite::new();
+    let db = backend_path(&backend);
+    {
+        let store = SqliteStore::open(&db).unwrap();
+        let mut b = Batch::durable();
+        b.push(Op::Release(ReleaseOp::Event {
+            kind: "release.built".into(),
+            data: serde_json::json!({}),
+        }));
+        store.commit(b).await.unwrap();
+        let release = ReleaseRecord {
+            id: "rel_1".into(),
+            build_hash: "h".into(),
+            source: None,
+            created_at: 1,
+            principal: "local".into(),
+            checks: Checks {
+                errors: 0,
+                warnings: 0,
+                gate: None,
+                forced: false,
+            },
+            status: ReleaseStatus::Active,
+            delta: eve_compile::Delta::default(),
+            base: None,
+            activated_at: Some(1),
+            activated_by: Some("local".into()),
+            previous: None,
+            reason: None,
+            failures: 0,
+        };
+        let mut b = Batch::durable();
+        b.push(Op::Release(ReleaseOp::Put(Box::new(release))));
+        store.commit(b).await.unwrap();
+        store.close_and_wait();
+    }
+    let mark = std::fs::read_to_string(db.with_file_name("eve.db.mark")).unwrap();
+    assert!(mark.contains("\"releases\":1"), "{mark}");
+    std::fs::remove_file(&db).unwrap();
+    let _ = std::fs::remove_file(db.with_file_name("eve.db-wal"));
+    let _ = std::fs::remove_file(db.with_file_name("eve.db-shm"));
+    let text = refusal(&db);
+    assert!(text.contains("1 releases"), "{text}");
+}
+
 #[tokio::test]
 async fn a_dead_writers_temp_mark_is_swept_at_open() {
     let dir = tempfile::tempdir().unwrap();

@@ -57,6 +57,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Some(MemoryCommand::Clear(args)) => memory::clear(args),
         },
         Command::Store(StoreCommand::Migrate(args)) => store::migrate(args),
+        Command::Store(StoreCommand::Check(args)) => store::check(args),
     }
 }
 

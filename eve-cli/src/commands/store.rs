@@ -1,4 +1,4 @@
-//! `eve store migrate`, and the store side of builds: `eve build --publish`, the build
+//! `eve store check`, `eve store migrate`, and the store side of builds: `eve build --publish`, the build
 //! `eve serve` publishes at start, and the published build a node without one adopts.
 //!
 //! Builds live in the store so a fleet's nodes need nothing locally but the connection string:
@@ -12,9 +12,9 @@ use eve_compile::{Project, build};
 use eve_runtime::engine::Runtime;
 use eve_runtime::engine::publish::{publish_build, write_build_dir};
 
-use crate::cli::StoreMigrateArgs;
-use crate::project::{StoreChoice, open_store, store_choice};
-use crate::sanitize::{errln, outln};
+use crate::cli::{StoreCheckArgs, StoreMigrateArgs};
+use crate::project::{StoreChoice, locate, open_store, store_choice};
+use crate::sanitize::{errln, json_pretty, outln};
 
 /// How a store is named in messages: its URL (password redacted) or its file.
 fn store_name(project: &Project) -> String {
@@ -91,6 +91,76 @@ pub fn adopt_published_build(project: &Project) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `eve store check [--json]`: the full check of the project's store (`--store` names another);
+/// exit 0 when no check failed, 1 otherwise.
+pub fn check(args: StoreCheckArgs) -> anyhow::Result<ExitCode> {
+    let project = locate(&args.project)?;
+    let report = small_runtime()?.block_on(async {
+        anyhow::Ok(match store_choice(&project)? {
+            StoreChoice::Sqlite(path) => eve_runtime::store::SqliteStore::check_file(&path).await,
+            StoreChoice::Postgres(url) => {
+                eve_runtime::store::PgStore::connect(&url)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "cannot check the store at {}",
+                            eve_runtime::store::redact_url(&url)
+                        )
+                    })?
+                    .check()
+                    .await
+            }
+        })
+    })?;
+    if args.json {
+        let mut value = serde_json::to_value(&report)?;
+        value["ok"] = serde_json::json!(report.ok());
+        outln!("{}", json_pretty(&value));
+    } else {
+        print_check(&report);
+    }
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn print_check(report: &eve_runtime::store::StoreCheck) {
+    use eve_runtime::store::CheckStatus;
+    outln!("Checking {} ({})", report.store, report.backend);
+    for item in &report.checks {
+        let status = match item.status {
+            CheckStatus::Passed => "ok     ",
+            CheckStatus::Failed => "FAILED ",
+            CheckStatus::Skipped => "skipped",
+        };
+        outln!("  {status} {:<16} {}", item.name, item.detail);
+        for problem in &item.problems {
+            outln!("          - {problem}");
+        }
+    }
+    let c = &report.counts;
+    outln!(
+        "Read {} sessions, {} events, {} messages, {} workspace checkpoints ({} blobs), {} releases.",
+        c.sessions, c.events, c.messages, c.workspaces, c.blobs, c.releases
+    );
+    if report.ok() {
+        outln!("No problems found.");
+    } else {
+        let failed = report
+            .checks
+            .iter()
+            .filter(|i| i.status == CheckStatus::Failed)
+            .count();
+        outln!(
+            "{failed} check{} failed: stop eve and restore the store from a backup \
+             (docs/operations.md#backups), then run `eve store check` again.",
+            if failed == 1 { "" } else { "s" }
+        );
+    }
 }
 
 /// `eve store migrate --from FILE --to URL`: copies, then prints the counts per table on both

@@ -84,6 +84,17 @@ impl EventFollower {
         self.next
     }
 
+    /// Reads the stored events from the follower's position now, so a read that fails (damaged
+    /// storage) is reported before a caller has answered anything; [`Self::next`] returns what it
+    /// read. Does nothing once the follower has read the store.
+    pub async fn prefetch(&mut self) -> RuntimeResult<()> {
+        if self.buffer.is_empty() && !self.caught_up {
+            self.fill().await?;
+            self.caught_up = self.buffer.is_empty();
+        }
+        Ok(())
+    }
+
     /// Events already available, without waiting (reads the store when the buffer is empty).
     pub async fn try_next(&mut self) -> RuntimeResult<Option<StoredEvent>> {
         if let Some(e) = self.take_buffered() {

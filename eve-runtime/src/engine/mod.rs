@@ -13,6 +13,7 @@ mod accept;
 mod active;
 mod breakers;
 mod build;
+mod checkpoint_blobs;
 mod compaction;
 mod config;
 mod drive;
@@ -55,6 +56,8 @@ use tokio_util::sync::CancellationToken;
 pub use accept::{Accept, Accepted, Extra, SessionRef};
 pub use breakers::{breaker_key, session_scoped as breaker_scope_is_session};
 pub use build::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_prompt};
+#[doc(hidden)]
+pub use checkpoint_blobs::checkpoint_secrets_in_clear_for_tests;
 pub use config::{BreakerPolicy, DEFAULT_LEASE_TTL, ModelProvider, ResolvedModel, RuntimeConfig};
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::LOCAL_PRINCIPAL;

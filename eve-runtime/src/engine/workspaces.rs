@@ -23,6 +23,9 @@
 //! of the others before the checkpoint commits (`eve sessions prune`), the put is refused and
 //! the checkpoint is taken again from scratch, reading every file. When sessions are deleted,
 //! [`Runtime::remove_local_workspaces`] removes their folders and index files on this node.
+//!
+//! A file's contents become a blob with every secret redacted (`checkpoint_blobs.rs`); its
+//! hash is the blob's.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -72,6 +75,11 @@ struct Index {
     version: u64,
     files: BTreeMap<String, Known>,
     dirs: Vec<String>,
+    /// The hashes are of the contents as stored, secrets redacted (`checkpoint_blobs.rs`). An
+    /// index written before that is not trusted: every file is read again, so no checkpoint
+    /// keeps a blob that holds a secret in clear.
+    #[serde(default)]
+    redacted: bool,
 }
 
 /// Indexes read or written by this process, by index file.
@@ -234,16 +242,19 @@ async fn checkpoint_once(
         return Ok(Ok(()));
     }
     let index_file = index_path(rt, session);
-    let index = if from_scratch {
-        Index::default()
-    } else {
-        load_index(&index_file)
+    let index = match load_index(&index_file) {
+        known if known.redacted && !from_scratch => known,
+        known => Index {
+            version: known.version,
+            ..Index::default()
+        },
     };
     let cap = max_bytes(rt);
+    let secrets = super::checkpoint_blobs::redactor(rt);
     let scanned = {
         let dir = dir.clone();
         let index = index.clone();
-        tokio::task::spawn_blocking(move || prepare(&dir, &index, cap))
+        tokio::task::spawn_blocking(move || prepare(&dir, &index, cap, secrets.as_deref()))
             .await
             .map_err(|e| other("the workspace checkpoint stopped", e))??
     };
@@ -310,7 +321,12 @@ enum Prepared {
     Changed(Changed),
 }
 
-fn prepare(dir: &Path, index: &Index, cap: u64) -> RuntimeResult<Prepared> {
+fn prepare(
+    dir: &Path,
+    index: &Index,
+    cap: u64,
+    secrets: Option<&crate::redact::Secrets>,
+) -> RuntimeResult<Prepared> {
     let ws = Beneath::open(dir).map_err(|e| other(&dir.display().to_string(), e))?;
     let (found, dirs) = scan(&ws).map_err(|e| other(&dir.display().to_string(), e))?;
     let unchanged = index.version > 0
@@ -331,6 +347,7 @@ fn prepare(dir: &Path, index: &Index, cap: u64) -> RuntimeResult<Prepared> {
         version: index.version,
         files: BTreeMap::new(),
         dirs: dirs.clone(),
+        redacted: true,
     };
     let mut entries = Vec::with_capacity(found.len());
     let mut read = BTreeMap::new();
@@ -344,6 +361,7 @@ fn prepare(dir: &Path, index: &Index, cap: u64) -> RuntimeResult<Prepared> {
                     Err(e) if gone(&e) => continue,
                     Err(e) => return Err(other(&dir.join(&f.rel).display().to_string(), e)),
                 };
+                let data = super::checkpoint_blobs::blob(secrets, data);
                 let hash = hex::encode(Sha256::digest(&data));
                 if index.files.get(&f.rel).is_none_or(|k| k.hash != hash) {
                     read.insert(hash.clone(), data);
@@ -477,6 +495,7 @@ fn materialize(
         version: checkpoint.version,
         files: BTreeMap::new(),
         dirs: checkpoint.dirs.clone(),
+        redacted: true,
     };
     for rel in &checkpoint.dirs {
         let Some(parts) = inside(rel) else {
@@ -573,7 +592,7 @@ mod tests {
         assert_eq!(names, vec![("sub/deep/f.txt", 1), ("top.txt", 2)]);
         assert_eq!(empty, vec!["empty".to_owned()]);
         assert!(matches!(
-            prepare(dir.path(), &Index::default(), 2).unwrap(),
+            prepare(dir.path(), &Index::default(), 2, None).unwrap(),
             Prepared::TooLarge(3)
         ));
     }
@@ -595,7 +614,8 @@ mod tests {
         std::fs::write(&a, "one").unwrap();
         std::fs::write(&b, "two").unwrap();
         age(&a);
-        let Prepared::Changed(first) = prepare(dir.path(), &Index::default(), 100).unwrap() else {
+        let Prepared::Changed(first) = prepare(dir.path(), &Index::default(), 100, None).unwrap()
+        else {
             panic!("a first scan is a change");
         };
         assert_eq!(first.read.len(), 2);
@@ -604,11 +624,11 @@ mod tests {
         assert!(!index.files["a.txt"].racy);
         assert!(index.files["b.txt"].racy, "b.txt was written a moment ago");
         // b.txt is read again (its metadata cannot be trusted yet) and found the same.
-        let Prepared::Refreshed(index) = prepare(dir.path(), &index, 100).unwrap() else {
+        let Prepared::Refreshed(index) = prepare(dir.path(), &index, 100, None).unwrap() else {
             panic!("same contents: only the index is refreshed");
         };
         std::fs::write(&b, "2wo").unwrap();
-        let Prepared::Changed(second) = prepare(dir.path(), &index, 100).unwrap() else {
+        let Prepared::Changed(second) = prepare(dir.path(), &index, 100, None).unwrap() else {
             panic!("a same-size rewrite in the same clock tick is still seen");
         };
         assert_eq!(
@@ -618,13 +638,13 @@ mod tests {
         );
         age(&b);
         let mut index = second.next;
-        let Prepared::Refreshed(refreshed) = prepare(dir.path(), &index, 100).unwrap() else {
+        let Prepared::Refreshed(refreshed) = prepare(dir.path(), &index, 100, None).unwrap() else {
             panic!("aged, b.txt is read once more and found the same");
         };
         index = refreshed;
         assert!(
             matches!(
-                prepare(dir.path(), &index, 100).unwrap(),
+                prepare(dir.path(), &index, 100, None).unwrap(),
                 Prepared::Unchanged
             ),
             "nothing changed: nothing is read"

@@ -66,6 +66,11 @@ pub enum ApiError {
     /// The agent cannot serve sessions now (no loadable build).
     #[error("{0}")]
     Unavailable(String),
+    /// A read hit damaged storage (the cause, as the store said it); logged as an error too.
+    #[error(
+        "A read hit damaged storage ({0}); run `eve store check` and restore the store from a backup (docs/operations.md)."
+    )]
+    StoreDamaged(String),
     /// Something failed on our side; details are logged, not sent.
     #[error("Internal error.")]
     Internal(String),
@@ -96,7 +101,7 @@ impl ApiError {
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Internal(_) | Self::StoreDamaged(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -117,6 +122,7 @@ impl ApiError {
             Self::ReleaseRefused(_) => "release_refused",
             Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal_error",
+            Self::StoreDamaged(_) => "store_damaged",
         }
     }
 
@@ -128,8 +134,12 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let Self::Internal(detail) = &self {
-            tracing::error!(error = %detail, "request failed");
+        match &self {
+            Self::Internal(detail) => tracing::error!(error = %detail, "request failed"),
+            Self::StoreDamaged(detail) => {
+                tracing::error!(error = %detail, "request failed: a read hit damaged storage");
+            }
+            _ => {}
         }
         let mut response = (self.status(), axum::Json(self.body())).into_response();
         if let Self::Unauthorized { challenge } = &self {
@@ -158,6 +168,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::Store(s) if s.is_storage_fault() => Self::Unavailable(format!(
                 "The store cannot be written now ({s}); nothing was accepted. Try again later."
             )),
+            RuntimeError::Store(s) if s.is_damage() => Self::StoreDamaged(s.to_string()),
             other => Self::Internal(other.to_string()),
         }
     }

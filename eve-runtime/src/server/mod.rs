@@ -44,7 +44,9 @@ pub use listener::{
     raise_fd_limit, serve_with,
 };
 pub use reload::ReloadableRouter;
-pub use stream::{EventCursor, Next, STREAM_VERSION, at_rest, is_rest_point};
+pub use stream::{
+    EventCursor, Next, STREAM_ERROR, STREAM_VERSION, StreamFailure, at_rest, is_rest_point,
+};
 pub use ui::{UI_STREAM_VERSION, chat_session_id};
 
 use crate::engine::Runtime;

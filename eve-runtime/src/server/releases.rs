@@ -231,7 +231,8 @@ pub async fn stream(
                 match next {
                     None => st.out.push_back(Bytes::from_static(b": keep-alive\n\n")),
                     Some(Err(e)) => {
-                        tracing::warn!(error = %e, "the releases' stream stopped");
+                        let failure = super::stream::StreamFailure::of("releases", e);
+                        st.out.push_back(failure.bytes(sse));
                         st.done = true;
                     }
                     Some(Ok(event)) => {

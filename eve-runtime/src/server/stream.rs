@@ -8,6 +8,12 @@
 //! that is the newest stored event while the session has no work left (no accepted message, no
 //! answered input, no running turn). A follow that starts at rest waits for the next turn, so a
 //! reconnecting client never spins. Every open stream ends when the server shuts down.
+//!
+//! A read that fails (a damaged page, a stored value that does not decode) is never an empty
+//! stream: before the response starts, the first read is made and its failure is the route's
+//! error (`500 store_damaged`); once events were sent, the stream ends with a `stream.error`
+//! line (`{"type": "stream.error", "data": {"code", "error"}, "meta": {"at"}}`, also the `data:`
+//! of an SSE message; an `error` chunk in the AI SDK stream). Both are logged as errors.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -21,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
 use super::ui::UiStream;
-use crate::engine::{EventFollower, Runtime, events as ev};
+use crate::engine::{EventFollower, Runtime, RuntimeError, RuntimeResult, events as ev};
 use crate::store::{SessionStatus, StoredEvent};
 
 /// eve's stream format version, sent as `x-eve-stream-version`.
@@ -38,44 +44,82 @@ pub fn is_rest_point(kind: &str) -> bool {
 }
 
 /// Whether the session is at rest right after the event at `index`: it is the newest stored
-/// event and nothing is left to do until a client acts.
+/// event and nothing is left to do until a client acts. A failed read counts as rest.
 pub async fn at_rest(runtime: &Runtime, session: &str, index: u64) -> bool {
-    let record = match runtime.session(session).await {
-        Ok(Some(r)) => r,
-        _ => return true,
+    rest_after(runtime, session, index).await.unwrap_or(true)
+}
+
+/// [`at_rest`], with a failed read of the session said.
+async fn rest_after(runtime: &Runtime, session: &str, index: u64) -> RuntimeResult<bool> {
+    let Some(record) = runtime.session(session).await? else {
+        return Ok(true);
     };
     if record.event_count > index + 1 || record.cancel_requested {
-        return false;
+        return Ok(false);
     }
-    match record.status {
+    Ok(match record.status {
         SessionStatus::Running => false,
-        SessionStatus::Waiting => runtime
-            .pending_inputs(session)
-            .await
-            .map(|p| !p.is_empty())
-            .unwrap_or(true),
+        SessionStatus::Waiting => !runtime.pending_inputs(session).await?.is_empty(),
         SessionStatus::Idle => {
-            let empty = runtime
-                .store()
-                .pending_inbox(session)
-                .await
-                .map(|inbox| inbox.is_empty())
-                .unwrap_or(true);
+            let empty = runtime.store().pending_inbox(session).await?.is_empty();
             if !empty {
-                return false;
+                return Ok(false);
             }
             // The record and the inbox are two reads: a turn that started between them took the
             // message out of the inbox in the same commit that stored its first events, so a
             // second look at the record tells a real rest from a turn just begun.
-            match runtime.session(session).await {
-                Ok(Some(again)) => {
+            match runtime.session(session).await? {
+                Some(again) => {
                     again.event_count == record.event_count && again.status == SessionStatus::Idle
                 }
-                _ => true,
+                None => true,
             }
+        }
+    })
+}
+
+/// Why a stream ended before its end: the error body the route would have answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamFailure {
+    /// Machine-readable code (`store_damaged`, `internal_error`).
+    pub code: &'static str,
+    /// What went wrong and what to do, as the client sees it.
+    pub error: String,
+}
+
+impl StreamFailure {
+    /// Logs `error` (a read for the stream of `stream`, a session id, failed) and says it as the
+    /// client sees it.
+    pub(crate) fn of(stream: &str, error: RuntimeError) -> Self {
+        tracing::error!(stream, error = %error, "a read for an event stream failed; the stream ends with an error");
+        let api = ApiError::from(error);
+        Self {
+            code: api.code(),
+            error: api.to_string(),
+        }
+    }
+
+    /// The `stream.error` envelope.
+    fn wire(&self) -> serde_json::Value {
+        serde_json::json!({
+            "type": STREAM_ERROR,
+            "data": {"code": self.code, "error": self.error},
+            "meta": {"at": crate::store::rfc3339(crate::store::now_ms())},
+        })
+    }
+
+    /// The last line of an NDJSON stream, or the last message of an SSE one.
+    pub(crate) fn bytes(&self, sse: bool) -> Bytes {
+        if sse {
+            Bytes::from(format!("data: {}\n\n", self.wire()))
+        } else {
+            Bytes::from(format!("{}\n", self.wire()))
         }
     }
 }
+
+/// The last line of a stream a failed read ended: not a stored event (no `meta.id`, no index).
+pub const STREAM_ERROR: &str = "stream.error";
 
 /// What a cursor produced.
 pub enum Next {
@@ -85,6 +129,8 @@ pub enum Next {
     Tick,
     /// The stream is over.
     End,
+    /// A read failed (logged already): the stream ends with this error.
+    Failed(StreamFailure),
 }
 
 enum Mode {
@@ -154,6 +200,23 @@ impl EventCursor {
         }
     }
 
+    /// Makes the cursor's first read of the store now, so its failure can be the route's
+    /// answer instead of an empty stream; the events read are the first [`Self::next`] returns.
+    pub async fn prefetch(&mut self) -> RuntimeResult<()> {
+        match &mut self.mode {
+            Mode::Done => Ok(()),
+            Mode::Bounded { next, end, buffer } => {
+                if buffer.is_empty() && *next < *end {
+                    let limit = usize::try_from((*end - *next).min(PAGE)).unwrap_or(256);
+                    let events = self.runtime.events(&self.session, *next, limit).await?;
+                    buffer.extend(events.into_iter().filter(|e| e.index < *end));
+                }
+                Ok(())
+            }
+            Mode::Follow { follower, .. } => follower.prefetch().await,
+        }
+    }
+
     /// The next event; [`Next::Tick`] after `heartbeat` without one (when given). Cancel-safe:
     /// dropping the future before it completes loses no event.
     pub async fn next(&mut self, heartbeat: Option<Duration>) -> Next {
@@ -165,7 +228,8 @@ impl EventCursor {
                     match self.runtime.events(&self.session, *next, limit).await {
                         Ok(events) => buffer.extend(events.into_iter().filter(|e| e.index < *end)),
                         Err(e) => {
-                            tracing::warn!(session = %self.session, error = %e, "reading events failed");
+                            self.mode = Mode::Done;
+                            return Next::Failed(StreamFailure::of(&self.session, e));
                         }
                     }
                 }
@@ -194,17 +258,25 @@ impl EventCursor {
                     match event {
                         Ok(event) => *pending = Some(event),
                         Err(e) => {
-                            tracing::warn!(session = %self.session, error = %e, "following events failed");
                             self.mode = Mode::Done;
-                            return Next::End;
+                            return Next::Failed(StreamFailure::of(&self.session, e));
                         }
                     }
                 }
                 let Some(event) = pending.as_ref() else {
                     return Next::End;
                 };
-                let rest = is_rest_point(&event.kind)
-                    && at_rest(&self.runtime, &self.session, event.index).await;
+                let rest = if is_rest_point(&event.kind) {
+                    match rest_after(&self.runtime, &self.session, event.index).await {
+                        Ok(rest) => rest,
+                        Err(e) => {
+                            self.mode = Mode::Done;
+                            return Next::Failed(StreamFailure::of(&self.session, e));
+                        }
+                    }
+                } else {
+                    false
+                };
                 let Some(event) = pending.take() else {
                     return Next::End;
                 };
@@ -277,6 +349,20 @@ impl Format {
     fn end(&mut self, out: &mut VecDeque<Bytes>) {
         if let Self::Ui(ui) = self {
             ui.finish(out);
+        }
+    }
+
+    /// Ends the stream with `failure`: the `stream.error` line, its SSE message, or the AI SDK
+    /// stream's `error` chunk before its end.
+    fn fail(&mut self, failure: &StreamFailure, out: &mut VecDeque<Bytes>) {
+        match self {
+            Self::Ndjson => out.push_back(failure.bytes(false)),
+            Self::Sse => out.push_back(failure.bytes(true)),
+            Self::Ui(ui) => {
+                let chunk = serde_json::json!({"type": "error", "errorText": failure.error});
+                out.push_back(Bytes::from(format!("data: {chunk}\n\n")));
+                ui.finish(out);
+            }
         }
     }
 
@@ -500,6 +586,10 @@ pub fn body_stream(
                     st.format.end(&mut st.out);
                     st.finished = true;
                 }
+                Next::Failed(failure) => {
+                    st.format.fail(&failure, &mut st.out);
+                    st.finished = true;
+                }
             }
         }
     })
@@ -599,11 +689,13 @@ pub async fn respond(
         (None, n) => count.saturating_sub(n.unsigned_abs()),
     };
     let tail = i64::try_from(count).unwrap_or(i64::MAX) - 1;
-    let cursor = if query.follow {
+    let mut cursor = if query.follow {
         EventCursor::follow(runtime, session.clone(), start, shutdown)
     } else {
         EventCursor::bounded(runtime, session.clone(), start, count, shutdown)
     };
+    // A first read that fails is the answer (logged as an error), never a 200 with no events.
+    cursor.prefetch().await?;
     let format = if sse { Format::Sse } else { Format::Ndjson };
     let mut response = Response::new(Body::from_stream(body_stream(cursor, format, heartbeat)));
     *response.status_mut() = StatusCode::OK;

@@ -13,6 +13,7 @@
 
 mod builds;
 mod channels;
+mod check;
 mod composition;
 mod drive;
 mod liveness;
@@ -29,6 +30,7 @@ pub use channels::{
     CHANNEL_ROWS_KEPT_MS, ChannelAccept, ChannelDelivery, ChannelReplyRecord, ChannelReplyUpdate,
     FIRST_REPLY_TOKEN, ReplyClaim, ReplyHeld, Sending,
 };
+pub use check::{CheckCounts, CheckItem, CheckStatus, StoreCheck};
 pub use composition::{Budget, CompositionOp, DynamicToolRecord, SubagentCall, SubagentLink};
 pub use drive::DriveState;
 pub use liveness::{ExpiryOnly, Liveness, LocalHost, ProcessRef, lease_is_live, pid_alive};
@@ -106,9 +108,26 @@ pub enum StoreError {
     /// A value in the database is not one this version understands.
     #[error("unexpected stored value: {0}")]
     Corrupt(String),
+    /// A read hit damaged storage: a page SQLite cannot decode (`SQLITE_CORRUPT`), a stored
+    /// value that is not of its column's type, or PostgreSQL's
+    /// `data_corrupted`/`index_corrupted`. `eve store check` says where; restore a backup.
+    #[error("the store is damaged: {0}")]
+    Damaged(String),
 }
 
 impl StoreError {
+    /// Whether this error means stored data cannot be read back as it was written (damaged
+    /// pages, a value that is not its column's type, stored JSON that does not parse): the
+    /// reader must say so, never treat it as "nothing there".
+    pub fn is_damage(&self) -> bool {
+        match self {
+            Self::Damaged(_) | Self::Json(_) | Self::Corrupt(_) => true,
+            // A write that read a damaged page (the writer's error keeps SQLite's text).
+            Self::Commit(m) => m.contains("disk image is malformed"),
+            _ => false,
+        }
+    }
+
     /// Whether this error means the storage cannot be written now (disk full, read-only file
     /// system, I/O errors) rather than a problem with the request: the caller should answer
     /// "unavailable, try later", never claim the write happened.

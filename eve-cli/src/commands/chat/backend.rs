@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use eve_runtime::engine::Runtime;
-use eve_runtime::server::{EventCursor, Next};
+use eve_runtime::server::{self, EventCursor, Next};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -173,6 +173,9 @@ impl Follow {
                 Next::Event(event) => Ok(Some(event.to_wire())),
                 Next::Tick => Ok(Some(Value::Null)),
                 Next::End => Ok(None),
+                Next::Failed(failure) => {
+                    anyhow::bail!("the session's events cannot be read: {}", failure.error)
+                }
             },
             Self::Remote { body, buffer, done } => loop {
                 if let Some(pos) = buffer.iter().position(|b| *b == b'\n') {
@@ -181,9 +184,16 @@ impl Follow {
                     if text.trim().is_empty() {
                         continue;
                     }
-                    return Ok(Some(serde_json::from_str(text.trim()).with_context(
-                        || format!("the server sent a line that is not JSON: {}", text.trim()),
-                    )?));
+                    let value: Value = serde_json::from_str(text.trim()).with_context(|| {
+                        format!("the server sent a line that is not JSON: {}", text.trim())
+                    })?;
+                    if value["type"] == server::STREAM_ERROR {
+                        anyhow::bail!(
+                            "the server could not read the session's events: {}",
+                            value["data"]["error"].as_str().unwrap_or("no reason given")
+                        );
+                    }
+                    return Ok(Some(value));
                 }
                 if *done {
                     return Ok(None);

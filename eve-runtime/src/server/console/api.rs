@@ -188,7 +188,10 @@ pub(crate) async fn show(
         .ok_or(ApiError::SessionNotFound)?;
     let (status, failure) = shown_status(runtime, &session).await;
     let store = runtime.store();
-    let internal = |e: crate::store::StoreError| ApiError::Internal(e.to_string());
+    let internal = |e: crate::store::StoreError| match e.is_damage() {
+        true => ApiError::StoreDamaged(e.to_string()),
+        false => ApiError::Internal(e.to_string()),
+    };
     let build = runtime.builds().get(&session.build_hash).ok();
     let mut calls = Vec::new();
     for turn in 0..session.turn_count {

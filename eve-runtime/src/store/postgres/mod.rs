@@ -22,6 +22,7 @@
 //! role's default, `public`) chooses it, so one server can hold several projects (or test runs).
 
 mod builds;
+mod check;
 mod import;
 mod listen;
 mod releases;
@@ -41,7 +42,14 @@ pub use import::{ImportReport, SpotCheck, TableImport, import_sqlite};
 
 impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> Self {
+        use tokio_postgres::error::SqlState;
         match e.as_db_error() {
+            Some(db)
+                if *db.code() == SqlState::DATA_CORRUPTED
+                    || *db.code() == SqlState::INDEX_CORRUPTED =>
+            {
+                StoreError::Damaged(format!("{} ({})", db.message(), db.code().code()))
+            }
             Some(db) => StoreError::Backend(format!("{} ({})", db.message(), db.code().code())),
             None => StoreError::Backend(error_chain(&e)),
         }

@@ -7,9 +7,14 @@
 //! (`eve.db.mark`: the store's identity and its high-water mark, the session and event counts),
 //! refreshed by the writer every few seconds after commits from counts that triggers keep in
 //! `store_counts` (one row read; counting the events table would scan it under the writer):
-//! - a missing database with its `-wal` still there, a missing or 0-byte database while the
-//!   mark shows history, or a 0-byte one while session workspaces under `sandboxes/` do, is
-//!   refused;
+//! - a missing database with its `-wal` still there, or a missing or 0-byte database while the
+//!   mark shows history (sessions, events or releases), is refused;
+//! - so is a missing or 0-byte database with no mark while the folder beside it shows that a
+//!   store was there: session workspaces under `sandboxes/`, or workspace checkpoint indexes
+//!   under `workspaces/` (`rm .eve/eve.db*` deletes the database and its mark, not those). Builds
+//!   are no such sign: every command writes the build it runs before it opens the store, so a
+//!   first run has builds and no store. Starting an empty store there anyway is asked for
+//!   explicitly ([`SqliteStore::open_new_ok`](super::SqliteStore::open_new_ok), `EVE_NEW_STORE=1`);
 //! - a database with another identity, or with fewer sessions or events than the mark recorded
 //!   (a truncated file, a rolled-back WAL), is refused: published event ids never change;
 //! - `PRAGMA quick_check` runs (interrupted after [`QUICK_CHECK_LIMIT`], then skipped with a
@@ -38,6 +43,15 @@ pub(super) struct Mark {
     pub(super) sessions: i64,
     /// Events stored (events are never deleted, so this only grows).
     pub(super) events: i64,
+    /// Releases stored (absent from marks written before releases were counted).
+    #[serde(default)]
+    pub(super) releases: i64,
+}
+
+impl Mark {
+    pub(super) fn shows_history(&self) -> bool {
+        self.sessions > 0 || self.events > 0 || self.releases > 0
+    }
 }
 
 /// The mark file of the database at `db`.
@@ -47,13 +61,13 @@ pub(super) fn mark_path(db: &Path) -> PathBuf {
     db.with_file_name(name)
 }
 
-fn sidecar(db: &Path, suffix: &str) -> PathBuf {
+pub(super) fn sidecar(db: &Path, suffix: &str) -> PathBuf {
     let mut name = db.file_name().unwrap_or_default().to_os_string();
     name.push(suffix);
     db.with_file_name(name)
 }
 
-fn read_mark(db: &Path) -> Option<Mark> {
+pub(super) fn read_mark(db: &Path) -> Option<Mark> {
     let text = std::fs::read_to_string(mark_path(db)).ok()?;
     serde_json::from_str(&text).ok()
 }
@@ -105,10 +119,36 @@ fn sweep_stale_marks(db: &Path) {
     }
 }
 
-/// Session workspaces under `sandboxes/` beside the store.
-fn workspaces(db: &Path) -> usize {
-    let dir = db.with_file_name("sandboxes");
-    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+/// Entries of the folder `name` beside the store that `keep` accepts.
+fn entries_beside(db: &Path, name: &str, keep: impl Fn(&str) -> bool) -> usize {
+    std::fs::read_dir(db.with_file_name(name)).map_or(0, |dir| {
+        dir.flatten()
+            .filter(|e| e.file_name().to_str().is_some_and(&keep))
+            .count()
+    })
+}
+
+/// What beside the store shows that a store with history was there, in words (empty: nothing).
+pub(super) fn history_beside(db: &Path) -> Vec<String> {
+    let shown = |name: &str| !name.starts_with('.');
+    let workspaces = entries_beside(db, "sandboxes", shown);
+    let indexes = entries_beside(db, "workspaces", |n| shown(n) && n.ends_with(".json"));
+    let mut found = Vec::new();
+    if workspaces > 0 {
+        found.push(format!(
+            "{workspaces} session workspace{} under {}",
+            if workspaces == 1 { "" } else { "s" },
+            db.with_file_name("sandboxes").display()
+        ));
+    }
+    if indexes > 0 {
+        found.push(format!(
+            "{indexes} workspace checkpoint index{} under {}",
+            if indexes == 1 { "" } else { "es" },
+            db.with_file_name("workspaces").display()
+        ));
+    }
+    found
 }
 
 fn refuse(db: &Path, what: String) -> StoreError {
@@ -127,16 +167,16 @@ fn refuse(db: &Path, what: String) -> StoreError {
 /// the schema's pages, and a migration the pages it changes, before the check can run.
 pub(super) fn damage_refused<T>(db: &Path, opened: StoreResult<T>) -> StoreResult<T> {
     match opened {
-        // SQLite's own text for `SQLITE_CORRUPT`.
-        Err(StoreError::Backend(message)) if message.contains("disk image is malformed") => {
+        Err(StoreError::Damaged(message)) => {
             Err(refuse(db, format!("the database is damaged ({message})")))
         }
         other => other,
     }
 }
 
-/// Checks the files before SQLite opens (and would create) the database.
-pub(super) fn check_files(db: &Path) -> StoreResult<()> {
+/// Checks the files before SQLite opens (and would create) the database. `new_ok`: a missing
+/// or 0-byte database beside signs of an earlier store (but no mark) is started empty, on purpose.
+pub(super) fn check_files(db: &Path, new_ok: bool) -> StoreResult<()> {
     let wal = sidecar(db, "-wal");
     let size = std::fs::metadata(db).map(|m| m.len()).ok();
     let wal_size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
@@ -151,38 +191,55 @@ pub(super) fn check_files(db: &Path) -> StoreResult<()> {
         ));
     }
     if size.unwrap_or(0) == 0 {
-        if let Some(mark) = read_mark(db).filter(|m| m.sessions > 0 || m.events > 0) {
+        let state = if size.is_some() {
+            "empty (0 bytes)"
+        } else {
+            "missing"
+        };
+        if let Some(mark) = read_mark(db).filter(Mark::shows_history) {
+            let releases = if mark.releases > 0 {
+                format!(" and {} releases", mark.releases)
+            } else {
+                String::new()
+            };
             return Err(refuse(
                 db,
                 format!(
-                    "the database is {} but held {} sessions and {} events",
-                    if size.is_some() {
-                        "empty (0 bytes)"
-                    } else {
-                        "missing"
-                    },
-                    mark.sessions,
-                    mark.events
+                    "the database is {state} but held {} sessions and {} events{releases}",
+                    mark.sessions, mark.events
                 ),
             ));
         }
-        // A missing file is a new project (workspaces may be made first); a 0-byte one is not.
-        let n = workspaces(db);
-        if size == Some(0) && n > 0 {
-            return Err(refuse(
-                db,
-                format!(
-                    "the database is empty (0 bytes) while {n} session workspaces under \
-                     sandboxes/ show history"
-                ),
-            ));
+        let found = history_beside(db);
+        if !found.is_empty() && !new_ok {
+            return Err(StoreError::Integrity(format!(
+                "{}: the store is {state} and has no mark ({}), but a store was here: {}. \
+                 Starting an empty store would serve those sessions as unknown. Stop eve and \
+                 restore the store from your backup (`eve.db`, without stale `-wal`/`-shm` \
+                 files; see docs/operations.md), then run `eve store check`; if this project's \
+                 store is elsewhere, name it with --store ({}); to start an empty store here on \
+                 purpose, run once with {}=1 (the workspaces stay on disk)",
+                db.display(),
+                mark_path(db).display(),
+                found.join(" and "),
+                crate::env_vars::EVE_STORE,
+                crate::env_vars::EVE_NEW_STORE,
+            )));
+        }
+        if !found.is_empty() {
+            tracing::warn!(
+                store = %db.display(),
+                "starting an empty store beside {} ({}=1)",
+                found.join(" and "),
+                crate::env_vars::EVE_NEW_STORE
+            );
         }
     }
     Ok(())
 }
 
 /// Sessions and events ever stored: those in the tables plus those pruned since.
-fn counts(conn: &Connection) -> StoreResult<(i64, i64)> {
+pub(super) fn counts(conn: &Connection) -> StoreResult<(i64, i64)> {
     let sessions: i64 = conn.query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))?;
     let events: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
     let pruned: (i64, i64) = conn
@@ -206,6 +263,11 @@ fn kept_counts(conn: &Connection) -> StoreResult<(i64, i64)> {
     )?)
 }
 
+/// Releases stored (a small table: one row per build handed to the runtime).
+fn releases(conn: &Connection) -> StoreResult<i64> {
+    Ok(conn.query_row("SELECT count(*) FROM releases", [], |r| r.get(0))?)
+}
+
 /// The current mark of an open store.
 pub(super) fn current_mark(conn: &Connection, identity: &str) -> StoreResult<Mark> {
     let (sessions, events) = kept_counts(conn)?;
@@ -213,6 +275,7 @@ pub(super) fn current_mark(conn: &Connection, identity: &str) -> StoreResult<Mar
         identity: identity.to_owned(),
         sessions,
         events,
+        releases: releases(conn)?,
     })
 }
 
@@ -245,7 +308,7 @@ pub(super) fn check_open(conn: &Connection, db: &Path) -> StoreResult<String> {
                     ),
                 ));
             }
-            None if mark.sessions > 0 || mark.events > 0 => {
+            None if mark.shows_history() => {
                 return Err(refuse(
                     db,
                     format!(
@@ -294,6 +357,7 @@ pub(super) fn check_open(conn: &Connection, db: &Path) -> StoreResult<String> {
         identity: identity.clone(),
         sessions,
         events,
+        releases: releases(conn)?,
     };
     write_mark(db, &mark)?;
     Ok(identity)

@@ -18,6 +18,7 @@ mod actor;
 mod apply;
 mod builds;
 mod channels;
+mod check;
 mod composition;
 mod integrity;
 mod leases;
@@ -49,7 +50,22 @@ const READERS_KEPT: usize = 8;
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        StoreError::Backend(e.to_string())
+        match &e {
+            // A file that is not a database at all is a wrong path more often than damage:
+            // it keeps the backend's message.
+            rusqlite::Error::SqliteFailure(f, _)
+                if f.code == rusqlite::ErrorCode::DatabaseCorrupt =>
+            {
+                StoreError::Damaged(e.to_string())
+            }
+            // A stored value that is not what its column holds (invalid UTF-8 in a text
+            // column, a blob where an integer belongs): the bytes were changed under SQLite.
+            rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::Utf8Error(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..) => StoreError::Damaged(e.to_string()),
+            _ => StoreError::Backend(e.to_string()),
+        }
     }
 }
 
@@ -91,15 +107,26 @@ impl SqliteStore {
         Self::open_with(path, Arc::new(LocalHost))
     }
 
+    /// [`Self::open`], except that a missing (or 0-byte) database beside signs that a store was
+    /// there (session workspaces, checkpoint indexes) but no mark is started empty instead of
+    /// refused: what `EVE_NEW_STORE=1` asks for, once, on purpose.
+    pub fn open_new_ok(path: impl AsRef<Path>) -> StoreResult<Self> {
+        Self::open_checked(path.as_ref(), Arc::new(LocalHost), true)
+    }
+
     /// Opens the database at `path` with a chosen lease liveness policy.
     pub fn open_with(path: impl AsRef<Path>, liveness: Arc<dyn Liveness>) -> StoreResult<Self> {
-        let path = path.as_ref().to_path_buf();
+        Self::open_checked(path.as_ref(), liveness, false)
+    }
+
+    fn open_checked(path: &Path, liveness: Arc<dyn Liveness>, new_ok: bool) -> StoreResult<Self> {
+        let path = path.to_path_buf();
         if let Some(parent) = path.parent()
             && !parent.as_os_str().is_empty()
         {
             std::fs::create_dir_all(parent)?;
         }
-        integrity::check_files(&path)?;
+        integrity::check_files(&path, new_ok)?;
         let opened = open_connection(&path).and_then(|mut conn| migrate(&mut conn).map(|()| conn));
         let conn = integrity::damage_refused(&path, opened)?;
         let identity = integrity::check_open(&conn, &path)?;
@@ -132,6 +159,14 @@ impl SqliteStore {
                 fault,
             }),
         })
+    }
+
+    /// Checks the store at `path` in full, on demand (`eve store check`): its files, SQLite's
+    /// `PRAGMA integrity_check`, every stored text, its mark, and eve's consistency checks. Opens
+    /// the file without creating, migrating or writing it, so a store the start-up check refuses
+    /// can be checked, also while a server runs on it.
+    pub async fn check_file(path: impl AsRef<Path>) -> StoreCheck {
+        check::check_file(path.as_ref()).await
     }
 
     /// Path of the database file.
