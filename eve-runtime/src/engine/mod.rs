@@ -39,6 +39,7 @@ pub mod selfchange;
 mod strategy;
 mod subagents;
 mod targets;
+mod tenancy;
 mod turn;
 mod workspaces;
 
@@ -68,6 +69,7 @@ pub use releases::{
 };
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;
+pub use tenancy::Caller;
 
 use crate::store::*;
 use active::Active;

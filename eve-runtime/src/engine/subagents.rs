@@ -412,6 +412,8 @@ impl TurnDriver<'_> {
                     .push(Op::InsertSession(SessionRecord {
                         parent_id: Some(self.id().to_owned()),
                         parent_call_id: Some(call.call_id.clone()),
+                        // A child belongs to whoever started its root (the parent's owner).
+                        owner: self.session.owner.clone(),
                         ..SessionRecord::new(
                             child.clone(),
                             self.build.hash.clone(),

@@ -188,7 +188,42 @@ impl Runtime {
     /// answered (`token:EVE_API_TOKEN`, `jwt:<sub>`, `basic:<user>`, `slack:<user id>`,
     /// `anonymous`, `local`…). The principal is stored with the answer and shown in
     /// `approval.settled` and `input.resolved` (`responderPrincipalId`).
+    ///
+    /// The first answer wins: the store settles the request by compare-and-set in the commit
+    /// that announces it, so of answers racing (in this process or across processes and nodes)
+    /// exactly one commits its `approval.settled`; every other gets
+    /// [`RuntimeError::InputAlreadyAnswered`] with the answer that won.
     pub async fn answer_input_as(
+        &self,
+        session: &str,
+        request_id: Option<&str>,
+        approve: bool,
+        reason: Option<String>,
+        principal: &str,
+    ) -> RuntimeResult<InputRequestRecord> {
+        // Another answer to another request of the same turn may commit between this one's
+        // reads and its commit (the store then refuses it as `InputsMoved`): read again, so the
+        // last answer of a turn always sees its wait resolved. Each retry follows a commit that
+        // settled a request, so retries are bounded by the turn's requests.
+        let mut moved = 0usize;
+        loop {
+            let outcome = self
+                .answer_once(session, request_id, approve, reason.clone(), principal)
+                .await;
+            match outcome {
+                Err(RuntimeError::Store(StoreError::InputsMoved { .. })) if moved < MAX_MOVED => {
+                    moved += 1;
+                }
+                Err(RuntimeError::Store(StoreError::AlreadyAnswered(stored))) => {
+                    return Err(already_answered(*stored));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One attempt of [`Runtime::answer_input_as`].
+    async fn answer_once(
         &self,
         session: &str,
         request_id: Option<&str>,
@@ -211,6 +246,12 @@ impl Runtime {
             .await?
         {
             return Ok(answered);
+        }
+        if let Some(id) = request_id
+            && !pending.iter().any(|r| r.id == id)
+            && let Some(stored) = self.answered_in_tree(session, id).await?
+        {
+            return Err(already_answered(stored));
         }
         let mut request = match request_id {
             Some(id) => pending
@@ -262,8 +303,23 @@ impl Runtime {
         request.reason = reason.filter(|r| !r.trim().is_empty());
         request.answered_at = Some(now_ms());
         request.responder = Some(principal.to_owned());
+        // The other requests of this turn still waiting, as read: the store refuses the commit
+        // if one of them was answered meanwhile (see `answer_input_as`).
+        let others_pending: Vec<String> = pending
+            .iter()
+            .filter(|r| r.id != request.id && r.turn_seq == request.turn_seq)
+            .map(|r| r.id.clone())
+            .collect();
+        let still_pending = !others_pending.is_empty();
         let mut batch = Batch::durable();
-        batch.push(Op::PutInputRequest(request.clone()));
+        if self.inner.config.unguarded_answers_for_tests {
+            batch.push(Op::PutInputRequest(request.clone()));
+        } else {
+            batch.push(Op::AnswerInputRequest {
+                request: request.clone(),
+                others_pending,
+            });
+        }
         let calls_now = self
             .inner
             .store
@@ -286,9 +342,6 @@ impl Runtime {
             ev::APPROVAL_SETTLED,
             ev::approval_settled(&request, approve),
         );
-        let still_pending = pending
-            .iter()
-            .any(|r| r.id != request.id && r.turn_seq == request.turn_seq);
         if !still_pending {
             // Resolutions of this wait: answered requests whose calls have not run yet.
             let waiting_calls: Vec<&str> = calls_now
@@ -318,4 +371,52 @@ impl Runtime {
         }
         Ok(request)
     }
+
+    /// The request `id` of `session` or of a session below it, when it is no longer pending.
+    async fn answered_in_tree(
+        &self,
+        session: &str,
+        id: &str,
+    ) -> RuntimeResult<Option<InputRequestRecord>> {
+        let Some(stored) = self.inner.store.input_request(id).await? else {
+            return Ok(None);
+        };
+        if stored.status == RequestStatus::Pending {
+            return Ok(None);
+        }
+        // Up the parents of the request's session, to `session` (subagents nest a few deep).
+        let mut at = Some(stored.session_id.clone());
+        for _ in 0..MAX_DEPTH {
+            match at {
+                Some(s) if s == session => return Ok(Some(stored)),
+                Some(s) => {
+                    at = self
+                        .inner
+                        .store
+                        .session(&s)
+                        .await?
+                        .and_then(|r| r.parent_id);
+                }
+                None => break,
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Retries of an answer whose turn's other requests were answered meanwhile.
+const MAX_MOVED: usize = 64;
+/// Deepest subagent nesting looked through for a request answered below a session.
+const MAX_DEPTH: usize = 64;
+
+/// The error for an answer that came second: the request was answered first (with the winning
+/// answer), or withdrawn (the turn was cancelled).
+fn already_answered(stored: InputRequestRecord) -> RuntimeError {
+    if stored.status == RequestStatus::Cancelled {
+        return RuntimeError::NoSuchRequest(format!(
+            "input request `{}` was withdrawn (its turn was cancelled or reset)",
+            stored.id
+        ));
+    }
+    RuntimeError::InputAlreadyAnswered(Box::new(stored))
 }
