@@ -166,6 +166,7 @@ impl Runtime {
         approve: bool,
         reason: Option<String>,
         principal: &str,
+        may_activate: bool,
     ) -> RuntimeResult<Option<InputRequestRecord>> {
         if !self.may_have_children(session).await? {
             return Ok(None);
@@ -185,12 +186,13 @@ impl Runtime {
         let Some(target) = target else {
             return Ok(None);
         };
-        let answered = Box::pin(self.answer_input_as(
+        let answered = Box::pin(self.answer_input_with(
             &target.session_id,
             Some(&target.id),
             approve,
             reason,
             principal,
+            may_activate,
         ))
         .await?;
         let still = !self

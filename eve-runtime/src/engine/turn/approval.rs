@@ -193,6 +193,10 @@ impl Runtime {
     /// that announces it, so of answers racing (in this process or across processes and nodes)
     /// exactly one commits its `approval.settled`; every other gets
     /// [`RuntimeError::InputAlreadyAnswered`] with the answer that won.
+    ///
+    /// Approving a proposed change to the agent activates a release, an operator's act: here a
+    /// JWT principal may not (see [`Runtime::answer_input_by`] to decide by the operators of
+    /// `channels/eve.yaml`).
     pub async fn answer_input_as(
         &self,
         session: &str,
@@ -201,6 +205,41 @@ impl Runtime {
         reason: Option<String>,
         principal: &str,
     ) -> RuntimeResult<InputRequestRecord> {
+        let may_activate = !principal.starts_with("jwt:");
+        self.answer_input_with(session, request_id, approve, reason, principal, may_activate)
+            .await
+    }
+
+    /// [`Runtime::answer_input_as`] for `caller`: only an operator approves a proposed change
+    /// to the agent (a tenant may deny it).
+    pub async fn answer_input_by(
+        &self,
+        session: &str,
+        request_id: Option<&str>,
+        approve: bool,
+        reason: Option<String>,
+        caller: &crate::engine::Caller,
+    ) -> RuntimeResult<InputRequestRecord> {
+        self.answer_input_with(
+            session,
+            request_id,
+            approve,
+            reason,
+            caller.id(),
+            caller.is_operator(),
+        )
+        .await
+    }
+
+    pub(crate) async fn answer_input_with(
+        &self,
+        session: &str,
+        request_id: Option<&str>,
+        approve: bool,
+        reason: Option<String>,
+        principal: &str,
+        may_activate: bool,
+    ) -> RuntimeResult<InputRequestRecord> {
         // Another answer to another request of the same turn may commit between this one's
         // reads and its commit (the store then refuses it as `InputsMoved`): read again, so the
         // last answer of a turn always sees its wait resolved. Each retry follows a commit that
@@ -208,7 +247,14 @@ impl Runtime {
         let mut moved = 0usize;
         loop {
             let outcome = self
-                .answer_once(session, request_id, approve, reason.clone(), principal)
+                .answer_once(
+                    session,
+                    request_id,
+                    approve,
+                    reason.clone(),
+                    principal,
+                    may_activate,
+                )
                 .await;
             match outcome {
                 Err(RuntimeError::Store(StoreError::InputsMoved { .. })) if moved < MAX_MOVED => {
@@ -230,6 +276,7 @@ impl Runtime {
         approve: bool,
         reason: Option<String>,
         principal: &str,
+        may_activate: bool,
     ) -> RuntimeResult<InputRequestRecord> {
         self.require_session(session).await?;
         let pending = self.inner.store.input_requests(session, true).await?;
@@ -242,6 +289,7 @@ impl Runtime {
                 approve,
                 reason.clone(),
                 principal,
+                may_activate,
             )
             .await?
         {
@@ -249,7 +297,7 @@ impl Runtime {
         }
         if let Some(id) = request_id
             && !pending.iter().any(|r| r.id == id)
-            && let Some(stored) = self.answered_in_tree(session, id).await?
+            && let Some(stored) = self.answered_request(session, id).await?
         {
             return Err(already_answered(stored));
         }
@@ -282,10 +330,7 @@ impl Runtime {
         };
         // Approving a change to the agent activates a release: an operator's act, as for the
         // release routes, not an API end user's (a JWT principal may still deny it).
-        if approve
-            && request.kind == crate::engine::selfchange::REQUEST_KIND
-            && principal.starts_with("jwt:")
-        {
+        if approve && request.kind == crate::engine::selfchange::REQUEST_KIND && !may_activate {
             return Err(RuntimeError::Release(format!(
                 "approving the proposed change `{}` to the agent activates a release, an \
                  operator's act (a bearer or basic credential, the terminal or a channel), not a \
@@ -372,8 +417,9 @@ impl Runtime {
         Ok(request)
     }
 
-    /// The request `id` of `session` or of a session below it, when it is no longer pending.
-    async fn answered_in_tree(
+    /// The request `id` of `session` or of a session below it, when it is no longer pending
+    /// (answered, or withdrawn): what an answer to it that came too late is told.
+    pub async fn answered_request(
         &self,
         session: &str,
         id: &str,
@@ -409,14 +455,21 @@ const MAX_MOVED: usize = 64;
 /// Deepest subagent nesting looked through for a request answered below a session.
 const MAX_DEPTH: usize = 64;
 
-/// The error for an answer that came second: the request was answered first (with the winning
-/// answer), or withdrawn (the turn was cancelled).
-fn already_answered(stored: InputRequestRecord) -> RuntimeError {
-    if stored.status == RequestStatus::Cancelled {
-        return RuntimeError::NoSuchRequest(format!(
-            "input request `{}` was withdrawn (its turn was cancelled or reset)",
-            stored.id
-        ));
+impl RuntimeError {
+    /// The error for an answer to `stored`, a request no longer pending: answered first by
+    /// someone else ([`RuntimeError::InputAlreadyAnswered`], with the answer that won), or
+    /// withdrawn (its turn was cancelled).
+    pub fn from_settled(stored: InputRequestRecord) -> Self {
+        if stored.status == RequestStatus::Cancelled {
+            return Self::NoSuchRequest(format!(
+                "input request `{}` was withdrawn (its turn was cancelled or reset)",
+                stored.id
+            ));
+        }
+        Self::InputAlreadyAnswered(Box::new(stored))
     }
-    RuntimeError::InputAlreadyAnswered(Box::new(stored))
+}
+
+fn already_answered(stored: InputRequestRecord) -> RuntimeError {
+    RuntimeError::from_settled(stored)
 }
