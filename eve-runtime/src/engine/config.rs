@@ -105,10 +105,6 @@ pub struct RuntimeConfig {
     /// breaker) is kept per root session. `eve eval` runs every case on one store with this on,
     /// so no case sees what another wrote. Off by default.
     pub isolated_roots: bool,
-    /// Tests only: answers overwrite an input request whatever its state, as before the store
-    /// settled them by compare-and-set, so a test can show two racing answers both counting.
-    #[doc(hidden)]
-    pub unguarded_answers_for_tests: bool,
 }
 
 impl RuntimeConfig {
@@ -141,7 +137,6 @@ impl RuntimeConfig {
             sandbox_helper: eve_sandbox::isolate::default_helper(),
             secrets: Arc::new(crate::redact::Secrets::new()),
             isolated_roots: false,
-            unguarded_answers_for_tests: false,
         }
     }
 }

@@ -128,6 +128,8 @@ pub(crate) struct Inner {
     pub(crate) releases: releases::ReleaseState,
     /// The agent folder `propose_change` proposals are written into (see `selfchange`).
     pub(crate) agent_dir: std::sync::OnceLock<PathBuf>,
+    /// Tests only: see [`Runtime::set_unguarded_answers_for_tests`].
+    pub(crate) unguarded_answers: std::sync::atomic::AtomicBool,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -194,6 +196,7 @@ impl Runtime {
                 exec,
                 releases: releases::ReleaseState::default(),
                 agent_dir: std::sync::OnceLock::new(),
+                unguarded_answers: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         integrity::register(&rt);

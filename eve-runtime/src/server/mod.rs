@@ -106,9 +106,9 @@ pub fn router(runtime: Runtime, config: ServerConfig) -> Router {
 
 /// Every route of the API with who may call it: the table [`router_with`] builds the router
 /// from (each route's access is enforced by a layer made from its entry), so this list is
-/// complete by construction. `options` adds the dev and console routes as the router would.
-pub fn routes(options: &RouterOptions) -> Vec<Route> {
-    table(options.dev.is_some(), options.console)
+/// complete by construction. `dev` and `console` add the routes those options add.
+pub fn routes(dev: bool, console: bool) -> Vec<Route> {
+    table(dev, console)
         .into_iter()
         .map(|(route, _)| route)
         .collect()

@@ -357,7 +357,11 @@ impl Runtime {
             .collect();
         let still_pending = !others_pending.is_empty();
         let mut batch = Batch::durable();
-        if self.inner.config.unguarded_answers_for_tests {
+        if self
+            .inner
+            .unguarded_answers
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
             batch.push(Op::PutInputRequest(request.clone()));
         } else {
             batch.push(Op::AnswerInputRequest {
@@ -415,6 +419,15 @@ impl Runtime {
             self.kick(session);
         }
         Ok(request)
+    }
+
+    /// Tests only: answers overwrite an input request whatever its state, as before the store
+    /// settled them by compare-and-set, so a test can show racing answers all counting.
+    #[doc(hidden)]
+    pub fn set_unguarded_answers_for_tests(&self, on: bool) {
+        self.inner
+            .unguarded_answers
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The request `id` of `session` or of a session below it, when it is no longer pending
