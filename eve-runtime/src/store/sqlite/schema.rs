@@ -524,6 +524,36 @@ mod tests {
         );
     }
 
+    /// A session stored before sessions recorded their owner has none once migrated (only
+    /// operators reach it); sessions stored after keep theirs.
+    #[test]
+    fn sessions_stored_before_owners_have_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_connection(&dir.path().join("eve.db")).unwrap();
+        let before = MIGRATIONS
+            .iter()
+            .position(|m| m.contains("ADD COLUMN owner"))
+            .unwrap();
+        let tx = conn.transaction().unwrap();
+        for sql in &MIGRATIONS[..before] {
+            tx.execute_batch(sql).unwrap();
+        }
+        tx.pragma_update(None, "user_version", before as i64)
+            .unwrap();
+        tx.execute(
+            "INSERT INTO sessions (id, status, build_hash, agent_name, created_at, updated_at) \
+             VALUES ('wrun_old', 'idle', 'h', 'a', 1, 1)",
+            [],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        migrate(&mut conn).unwrap();
+        let old = crate::store::sqlite::reads::session(&conn, "wrun_old")
+            .unwrap()
+            .unwrap();
+        assert_eq!(old.owner, None);
+    }
+
     /// A statement of the run loop bound to one session after another stays prepared: it is
     /// not parsed and planned again for each new session.
     #[test]
