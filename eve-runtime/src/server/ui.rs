@@ -7,9 +7,10 @@
 //! fields the AI SDK's strict chunk schema allows. The session is the source of truth: earlier
 //! messages in the body are not replayed, because the session already holds them.
 //!
-//! A chat id that is a session id (`wrun_…`) addresses that session; any other id maps to a
-//! stable session id derived from it, so the same chat reaches the same session across restarts
-//! without a mapping table.
+//! A chat id addresses a session of the caller's, the same across restarts without a mapping
+//! table ([`chat_session`]): any id that is not a session id maps to a session id derived from
+//! it (and, for a caller that is not an operator, from its principal); a session id (`wrun_…`)
+//! addresses that session, if the caller reaches it.
 
 use std::collections::{HashSet, VecDeque};
 
