@@ -25,14 +25,14 @@ fn operator_errors(checked: &crate::support::Checked) -> Vec<String> {
 #[test]
 fn tokens_subjects_claims_and_platform_users_become_principals() {
     let bearer = with_eve(
-        "auth:\n  type: bearer\n  tokens: [\"${EVE_API_TOKEN}\", \"${EVE_ADMIN_TOKEN}\"]\n\
-         operators:\n  tokens: [EVE_ADMIN_TOKEN]\n  principals: [\"slack:U024BE7LH\"]\n",
+        "auth:\n  type: bearer\n  tokens: [\"${EVE_API_TOKEN}\", \"${OPS_TOKEN}\"]\n\
+         operators:\n  tokens: [OPS_TOKEN]\n  principals: [\"slack:U024BE7LH\"]\n",
     );
     assert!(bearer.errors().is_empty(), "{:?}", bearer.errors());
     let channel = &bearer.output.manifest.agent.channels[0];
     assert_eq!(
         channel.operators.principals,
-        ["token:EVE_ADMIN_TOKEN", "slack:U024BE7LH"]
+        ["token:OPS_TOKEN", "slack:U024BE7LH"]
     );
     assert!(channel.settings.get("operators").is_none());
 

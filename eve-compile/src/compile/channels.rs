@@ -136,7 +136,7 @@ impl Compiler {
                 Code::InvalidOperators,
                 "/operators",
                 format!("`operators` must be a mapping, found {}", crate::fields::kind(&raw)),
-                "write `operators:` with `tokens: [EVE_ADMIN_TOKEN]`, `subjects: [ops@example.com]`, \
+                "write `operators:` with `tokens: [OPS_TOKEN]`, `subjects: [ops@example.com]`, \
                  `claims: {role: operator}` or `principals: [slack:U024BE7LH]`",
             );
             return None;
