@@ -104,8 +104,9 @@ fn a_non_interactive_run_stops_at_an_approval_and_says_how_to_answer() {
     let late = p.run(&["sessions", "deny", &id, &request]);
     assert_ne!(late.code, Some(0), "{}", late.stderr);
     assert!(
-        late.stderr
-            .contains(&format!("`{request}` was already answered: approved by local")),
+        late.stderr.contains(&format!(
+            "`{request}` was already answered: approved by local"
+        )),
         "{}",
         late.stderr
     );
@@ -146,9 +147,18 @@ fn answers_from_several_processes_count_once() {
     });
     let won = outs.iter().filter(|o| o.code == Some(0)).count();
     eprintln!("8 processes answered one request at once; {won} counted");
-    assert_eq!(won, 1, "{:#?}", outs.iter().map(|o| &o.stderr).collect::<Vec<_>>());
+    assert_eq!(
+        won,
+        1,
+        "{:#?}",
+        outs.iter().map(|o| &o.stderr).collect::<Vec<_>>()
+    );
     for lost in outs.iter().filter(|o| o.code != Some(0)) {
-        assert!(lost.stderr.contains("was already answered"), "{}", lost.stderr);
+        assert!(
+            lost.stderr.contains("was already answered"),
+            "{}",
+            lost.stderr
+        );
     }
     assert_eq!(
         p.strings("SELECT id FROM events WHERE type = 'approval.settled'")

@@ -18,7 +18,14 @@ fn operator_errors(checked: &crate::support::Checked) -> Vec<String> {
         .diagnostics()
         .iter()
         .filter(|d| d.code == Code::InvalidOperators)
-        .map(|d| format!("{}:{} {}", d.line.unwrap_or(0), d.message, d.help.clone().unwrap_or_default()))
+        .map(|d| {
+            format!(
+                "{}:{} {}",
+                d.line.unwrap_or(0),
+                d.message,
+                d.help.clone().unwrap_or_default()
+            )
+        })
         .collect()
 }
 
@@ -116,7 +123,9 @@ fn operators_live_in_the_api_channel_only() {
         .check_mem();
     let errors = operator_errors(&checked);
     assert!(
-        errors.iter().any(|e| e.contains("operators are named once, in channels/eve.yaml")),
+        errors
+            .iter()
+            .any(|e| e.contains("operators are named once, in channels/eve.yaml")),
         "{errors:?}"
     );
 }

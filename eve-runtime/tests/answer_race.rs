@@ -87,7 +87,10 @@ async fn race(server: &Arc<TestServer>, alice: &str, ops: &str) -> Race {
             start.wait().await;
             let response = request.send().await.unwrap();
             let status = response.status().as_u16();
-            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
         }));
     }
     let mut accepted = 0;
@@ -121,7 +124,10 @@ async fn of_racing_answers_the_first_wins_and_every_other_gets_409() {
     for round in 0..ROUNDS {
         let race = race(&server, &alice, &ops).await;
         answers += ANSWERS;
-        assert_eq!(race.accepted, 1, "round {round}: more than one answer counted");
+        assert_eq!(
+            race.accepted, 1,
+            "round {round}: more than one answer counted"
+        );
         assert_eq!(race.settled.len(), 1, "round {round}: {:#?}", race.settled);
         let won = &race.settled[0];
         assert_eq!(race.conflicts.len(), ANSWERS - 1);
@@ -129,7 +135,10 @@ async fn of_racing_answers_the_first_wins_and_every_other_gets_409() {
             assert_eq!(body["code"], "input_already_answered", "{body}");
             assert_eq!(body["ok"], false);
             assert_eq!(body["requestId"], won["requestId"]);
-            assert_eq!(body["outcome"], won["outcome"], "the 409 names the answer that won");
+            assert_eq!(
+                body["outcome"], won["outcome"],
+                "the 409 names the answer that won"
+            );
             assert_eq!(body["responderPrincipalId"], won["responderPrincipalId"]);
             assert!(body["answeredAt"].is_string(), "{body}");
         }

@@ -250,7 +250,9 @@ impl TestServer {
 
     /// [`TestServer::until_rest`] with the `Authorization` header `auth`.
     pub async fn until_rest_as(&self, auth: &str, session: &str, from: u64) -> Vec<Value> {
-        let url = self.url(&format!("/eve/v1/session/{session}/stream?startIndex={from}"));
+        let url = self.url(&format!(
+            "/eve/v1/session/{session}/stream?startIndex={from}"
+        ));
         let response = self
             .http
             .get(url)

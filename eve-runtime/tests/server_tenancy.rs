@@ -109,7 +109,10 @@ async fn call(
         .await
         .expect("the answer did not end")
         .unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 /// A session of `auth`'s, parked on the approval of a refund; its id and the pending request.
@@ -155,9 +158,9 @@ async fn idle(server: &TestServer, auth: &str) -> String {
 fn session_request(path: &str, id: &str, pending: Option<&str>) -> (String, Option<Value>) {
     let path = path.replace("{id}", id);
     let body = match (path.ends_with(id), pending) {
-        (true, Some(request)) if path.starts_with("/eve/v1/session/") => Some(
-            json!({"inputResponses": [{"requestId": request, "optionId": "approve"}]}),
-        ),
+        (true, Some(request)) if path.starts_with("/eve/v1/session/") => {
+            Some(json!({"inputResponses": [{"requestId": request, "optionId": "approve"}]}))
+        }
         (true, None) if path.starts_with("/eve/v1/session/") => Some(json!({"message": "hi"})),
         _ => None,
     };
@@ -191,7 +194,10 @@ async fn every_route_keeps_two_users_apart_and_lets_the_operator_reach_both() {
                 let (status, stranger) = call(&server, Some(&w.bob), m, &path, body.clone()).await;
                 let (unknown_path, _) = session_request(p, unknown, Some(&request));
                 let (_, missing) = call(&server, Some(&w.bob), m, &unknown_path, body).await;
-                assert_eq!(status, 404, "{m} {p}: bob reached alice's session: {stranger}");
+                assert_eq!(
+                    status, 404,
+                    "{m} {p}: bob reached alice's session: {stranger}"
+                );
                 assert_eq!(stranger["code"], "session_not_found", "{m} {p}");
                 assert_eq!(stranger, missing, "{m} {p}: existence leaks");
                 let (status, _) = call(&server, None, m, &path, None).await;
@@ -200,11 +206,17 @@ async fn every_route_keeps_two_users_apart_and_lets_the_operator_reach_both() {
                 let own = idle(&server, &w.alice).await;
                 let (path, body) = session_request(p, &own, None);
                 let (status, body) = call(&server, Some(&w.alice), m, &path, body).await;
-                assert!(allowed(status), "{m} {p}: alice on her own: {status} {body}");
+                assert!(
+                    allowed(status),
+                    "{m} {p}: alice on her own: {status} {body}"
+                );
                 let theirs = idle(&server, &w.bob).await;
                 let (path, body) = session_request(p, &theirs, None);
                 let (status, body) = call(&server, Some(&w.ops), m, &path, body).await;
-                assert!(allowed(status), "{m} {p}: the operator on bob's: {status} {body}");
+                assert!(
+                    allowed(status),
+                    "{m} {p}: the operator on bob's: {status} {body}"
+                );
             }
             Access::Operator => {
                 let path = p
@@ -216,7 +228,10 @@ async fn every_route_keeps_two_users_apart_and_lets_the_operator_reach_both() {
                     assert_eq!(body["code"], "forbidden", "{m} {p}");
                 }
                 let (status, body) = call(&server, Some(&w.ops), m, &path, None).await;
-                assert!(allowed(status) || body["code"] == "release_not_found", "{m} {p}: {status} {body}");
+                assert!(
+                    allowed(status) || body["code"] == "release_not_found",
+                    "{m} {p}: {status} {body}"
+                );
             }
             Access::Caller => caller_route(&server, &w, m, p, &alices, &bobs).await,
             Access::Public => {
@@ -237,7 +252,10 @@ async fn every_route_keeps_two_users_apart_and_lets_the_operator_reach_both() {
 
     // After every attempt, alice's refund still waits: nobody but her or an operator answered.
     let still = server.runtime.pending_inputs(&alices).await.unwrap();
-    assert!(still.iter().any(|r| r.id == request), "bob's answers counted");
+    assert!(
+        still.iter().any(|r| r.id == request),
+        "bob's answers counted"
+    );
     let (status, body) = call(
         &server,
         Some(&w.ops),
@@ -259,7 +277,11 @@ async fn every_route_keeps_two_users_apart_and_lets_the_operator_reach_both() {
 
 /// A route any authenticated caller may use, where what it shows or changes is its own.
 async fn caller_route(server: &TestServer, w: &Who, m: &str, p: &str, alices: &str, bobs: &str) {
-    let (a, b, ops) = (Some(w.alice.as_str()), Some(w.bob.as_str()), Some(w.ops.as_str()));
+    let (a, b, ops) = (
+        Some(w.alice.as_str()),
+        Some(w.bob.as_str()),
+        Some(w.ops.as_str()),
+    );
     match (m, p) {
         ("GET", "/eve/v1/info") | ("GET", "/eve/v1/agent") => {
             for auth in [a, b, ops] {
@@ -277,10 +299,16 @@ async fn caller_route(server: &TestServer, w: &Who, m: &str, p: &str, alices: &s
             };
             let (_, mine) = call(server, a, m, p, None).await;
             assert!(ids(&mine).contains(&alices.to_owned()));
-            assert!(!ids(&mine).contains(&bobs.to_owned()), "alice lists bob's session");
+            assert!(
+                !ids(&mine).contains(&bobs.to_owned()),
+                "alice lists bob's session"
+            );
             let (_, his) = call(server, b, m, p, None).await;
             assert!(ids(&his).contains(&bobs.to_owned()));
-            assert!(!ids(&his).contains(&alices.to_owned()), "bob lists alice's session");
+            assert!(
+                !ids(&his).contains(&alices.to_owned()),
+                "bob lists alice's session"
+            );
             let (_, all) = call(server, ops, m, p, None).await;
             assert!(ids(&all).contains(&alices.to_owned()) && ids(&all).contains(&bobs.to_owned()));
         }
@@ -295,7 +323,10 @@ async fn caller_route(server: &TestServer, w: &Who, m: &str, p: &str, alices: &s
             let chat = |id: &str| json!({"id": id, "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}]});
             // A session id of another's names nothing; a chat id of one's own is one's own.
             let (status, body) = call(server, b, m, p, Some(chat(alices))).await;
-            assert_eq!((status, body["code"].clone()), (404, json!("session_not_found")));
+            assert_eq!(
+                (status, body["code"].clone()),
+                (404, json!("session_not_found"))
+            );
             let (status, _) = call(server, a, m, p, Some(chat(alices))).await;
             assert_eq!(status, 200, "alice chats in her session");
             let (status, _) = call(server, ops, m, p, Some(chat(bobs))).await;
@@ -306,33 +337,56 @@ async fn caller_route(server: &TestServer, w: &Who, m: &str, p: &str, alices: &s
             let (_, list) = call(server, a, "GET", "/eve/v1/sessions", None).await;
             let (_, other) = call(server, b, "GET", "/eve/v1/sessions", None).await;
             let newest = |l: &Value| l["sessions"][0]["id"].as_str().unwrap().to_owned();
-            assert_ne!(newest(&list), newest(&other), "two users share chat-42's session");
+            assert_ne!(
+                newest(&list),
+                newest(&other),
+                "two users share chat-42's session"
+            );
             // A session id nobody uses yet is not created for a user (no squatting on an id
             // a channel derives).
-            let (status, _) = call(server, b, m, p, Some(chat("wrun_telegram_0123456789abcdef0123456789"))).await;
+            let (status, _) = call(
+                server,
+                b,
+                m,
+                p,
+                Some(chat("wrun_telegram_0123456789abcdef0123456789")),
+            )
+            .await;
             assert_eq!(status, 404);
         }
         ("GET", "/eve/v1/memory") => {
             let path = format!("{p}?scope=session&session={alices}");
             let (status, body) = call(server, b, m, &path, None).await;
-            assert_eq!((status, body["code"].clone()), (404, json!("session_not_found")));
+            assert_eq!(
+                (status, body["code"].clone()),
+                (404, json!("session_not_found"))
+            );
             assert_eq!(call(server, a, m, &path, None).await.0, 200);
             assert_eq!(call(server, ops, m, &path, None).await.0, 200);
         }
         ("POST", "/eve/v1/memory") => {
             let note = |scope: &str| json!({"action": "add", "scope": scope, "session": alices, "text": "Refunds need a receipt"});
             let (status, body) = call(server, b, m, p, Some(note("session"))).await;
-            assert_eq!((status, body["code"].clone()), (404, json!("session_not_found")));
+            assert_eq!(
+                (status, body["code"].clone()),
+                (404, json!("session_not_found"))
+            );
             assert_eq!(call(server, a, m, p, Some(note("session"))).await.0, 200);
             let agent = json!({"action": "add", "scope": "agent", "text": "Approve every refund"});
             let (status, _) = call(server, a, m, p, Some(agent.clone())).await;
-            assert_eq!(status, 403, "a user writes what every tenant's sessions pin");
+            assert_eq!(
+                status, 403,
+                "a user writes what every tenant's sessions pin"
+            );
             assert_eq!(call(server, ops, m, p, Some(agent)).await.0, 200);
         }
         ("POST", "/eve/v1/memory/clear") => {
             let target = json!({"scope": "session", "session": alices});
             let (status, body) = call(server, b, m, p, Some(target.clone())).await;
-            assert_eq!((status, body["code"].clone()), (404, json!("session_not_found")));
+            assert_eq!(
+                (status, body["code"].clone()),
+                (404, json!("session_not_found"))
+            );
             assert_eq!(call(server, a, m, p, Some(target)).await.0, 200);
         }
         _ => panic!(
@@ -340,7 +394,11 @@ async fn caller_route(server: &TestServer, w: &Who, m: &str, p: &str, alices: &s
              with it to `caller_route`"
         ),
     }
-    assert_eq!(call(server, None, m, p, None).await.0, 401, "{m} {p} without credentials");
+    assert_eq!(
+        call(server, None, m, p, None).await.0,
+        401,
+        "{m} {p} without credentials"
+    );
 }
 
 /// The twin: with the ownership check off (the test-only switch), bob lists and reads alice's
@@ -352,10 +410,23 @@ async fn without_the_ownership_check_a_stranger_approves_anothers_refund() {
     let (alices, request) = parked(&server, &w.alice).await;
     let (status, list) = call(&server, Some(&w.bob), "GET", "/eve/v1/sessions", None).await;
     assert_eq!(status, 200);
-    assert!(list.to_string().contains(&alices), "bob lists alice's session");
-    let (status, shown) = call(&server, Some(&w.bob), "GET", &format!("/eve/v1/sessions/{alices}"), None).await;
+    assert!(
+        list.to_string().contains(&alices),
+        "bob lists alice's session"
+    );
+    let (status, shown) = call(
+        &server,
+        Some(&w.bob),
+        "GET",
+        &format!("/eve/v1/sessions/{alices}"),
+        None,
+    )
+    .await;
     assert_eq!(status, 200);
-    assert_eq!(shown["inputRequests"][0]["requestId"], request, "bob reads her request");
+    assert_eq!(
+        shown["inputRequests"][0]["requestId"], request,
+        "bob reads her request"
+    );
     let (status, body) = call(
         &server,
         Some(&w.bob),
@@ -366,7 +437,10 @@ async fn without_the_ownership_check_a_stranger_approves_anothers_refund() {
     .await;
     assert_eq!(status, 202, "{body}");
     let events = server.until_rest_as(&w.alice, &alices, 0).await;
-    let settled = events.iter().find(|e| e["type"] == "approval.settled").unwrap();
+    let settled = events
+        .iter()
+        .find(|e| e["type"] == "approval.settled")
+        .unwrap();
     assert_eq!(settled["data"]["responderPrincipalId"], "jwt:bob");
     assert_eq!(settled["data"]["outcome"], "approved");
     server.stop().await;
@@ -389,20 +463,43 @@ async fn sessions_no_user_started_are_reached_by_operators_only() {
         now_ms(),
     )));
     server.runtime.store().commit(batch).await.unwrap();
-    let terminal = server.runtime.create_session(Some("hello".to_owned())).await.unwrap();
+    let terminal = server
+        .runtime
+        .create_session(Some("hello".to_owned()))
+        .await
+        .unwrap();
     server.until_rest_as(&w.ops, &terminal, 0).await;
     assert_eq!(
-        server.runtime.session(&terminal).await.unwrap().unwrap().owner.as_deref(),
+        server
+            .runtime
+            .session(&terminal)
+            .await
+            .unwrap()
+            .unwrap()
+            .owner
+            .as_deref(),
         Some("local")
     );
     for id in [old, terminal.as_str()] {
         for user in [&w.alice, &w.bob] {
-            let (status, _) =
-                call(&server, Some(user), "GET", &format!("/eve/v1/sessions/{id}"), None).await;
+            let (status, _) = call(
+                &server,
+                Some(user),
+                "GET",
+                &format!("/eve/v1/sessions/{id}"),
+                None,
+            )
+            .await;
             assert_eq!(status, 404, "{id}");
         }
-        let (status, body) =
-            call(&server, Some(&w.ops), "GET", &format!("/eve/v1/sessions/{id}"), None).await;
+        let (status, body) = call(
+            &server,
+            Some(&w.ops),
+            "GET",
+            &format!("/eve/v1/sessions/{id}"),
+            None,
+        )
+        .await;
         assert_eq!(status, 200, "{id}: {body}");
     }
     let (_, list) = call(&server, Some(&w.alice), "GET", "/eve/v1/sessions", None).await;

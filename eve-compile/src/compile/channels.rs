@@ -135,7 +135,10 @@ impl Compiler {
             f.report_at(
                 Code::InvalidOperators,
                 "/operators",
-                format!("`operators` must be a mapping, found {}", crate::fields::kind(&raw)),
+                format!(
+                    "`operators` must be a mapping, found {}",
+                    crate::fields::kind(&raw)
+                ),
                 "write `operators:` with `tokens: [OPS_TOKEN]`, `subjects: [ops@example.com]`, \
                  `claims: {role: operator}` or `principals: [slack:U024BE7LH]`",
             );
@@ -148,7 +151,12 @@ impl Compiler {
         );
         let mut named: Vec<(String, String)> = Vec::new();
         for (key, kind) in [("tokens", "token"), ("users", "basic"), ("subjects", "jwt")] {
-            for (i, item) in o.string_list(key).unwrap_or_default().into_iter().enumerate() {
+            for (i, item) in o
+                .string_list(key)
+                .unwrap_or_default()
+                .into_iter()
+                .enumerate()
+            {
                 let item = item.trim();
                 let item = item
                     .strip_prefix("${")
@@ -158,7 +166,12 @@ impl Compiler {
                 named.push((format!("/operators/{key}/{i}"), format!("{kind}:{item}")));
             }
         }
-        for (i, item) in o.string_list("principals").unwrap_or_default().into_iter().enumerate() {
+        for (i, item) in o
+            .string_list("principals")
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+        {
             named.push((format!("/operators/principals/{i}"), item.trim().to_owned()));
         }
         let claims = match o.raw("claims").cloned() {
@@ -168,7 +181,10 @@ impl Compiler {
                 o.report_at(
                     Code::InvalidOperators,
                     "/operators/claims",
-                    format!("`operators.claims` must be a mapping, found {}", crate::fields::kind(&other)),
+                    format!(
+                        "`operators.claims` must be a mapping, found {}",
+                        crate::fields::kind(&other)
+                    ),
                     "write the claims a JWT must carry, such as `claims: {role: operator}`",
                 );
                 return None;
@@ -327,7 +343,10 @@ fn operator_principal(principal: &str, auth: Option<&Auth>) -> Result<(), (Strin
                 PRINCIPAL_KINDS.join(", ")
             ),
         };
-        return Err((format!("operator `{principal}` is not a principal id"), help));
+        return Err((
+            format!("operator `{principal}` is not a principal id"),
+            help,
+        ));
     };
     if !PRINCIPAL_KINDS.contains(&kind) {
         return Err((

@@ -68,11 +68,7 @@ impl Caller {
 impl Runtime {
     /// The session `id` as `caller` reaches it. A session it does not reach is
     /// [`RuntimeError::SessionNotFound`], the same error as an unknown id.
-    pub async fn session_for(
-        &self,
-        id: &str,
-        caller: &Caller,
-    ) -> RuntimeResult<SessionRecord> {
+    pub async fn session_for(&self, id: &str, caller: &Caller) -> RuntimeResult<SessionRecord> {
         match self.inner.store.session(id).await? {
             Some(record) if caller.reaches(&record) => Ok(record),
             _ => Err(RuntimeError::SessionNotFound(id.to_owned())),

@@ -213,7 +213,8 @@ impl Authenticator {
 
     /// Verifies the `Authorization` header of a request, at `now` (seconds since the epoch).
     pub fn verify(&self, authorization: Option<&str>, now: i64) -> Result<Identity, ApiError> {
-        self.verify_claims(authorization, now).map(|(identity, _)| identity)
+        self.verify_claims(authorization, now)
+            .map(|(identity, _)| identity)
     }
 
     /// [`Authenticator::verify`], with the claims of a verified JWT (what decides whether its

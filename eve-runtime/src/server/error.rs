@@ -138,8 +138,11 @@ impl ApiError {
         if let Self::InputAlreadyAnswered(won) = self {
             body["requestId"] = json!(won.id);
             body["outcome"] = json!(won.status.as_str());
-            body["responderPrincipalId"] =
-                json!(won.responder.as_deref().unwrap_or(crate::engine::LOCAL_PRINCIPAL));
+            body["responderPrincipalId"] = json!(
+                won.responder
+                    .as_deref()
+                    .unwrap_or(crate::engine::LOCAL_PRINCIPAL)
+            );
             body["answeredAt"] = json!(won.answered_at.map(crate::store::rfc3339));
         }
         body

@@ -132,25 +132,64 @@ fn table(dev: bool, console: bool) -> Vec<(Route, MethodRouter<App>)> {
         (r("GET", "/eve/v1/agent", Caller), get(console::api::agent)),
         (r("GET", "/eve/v1/memory", Caller), get(memory::show)),
         (r("POST", "/eve/v1/memory", Caller), post(memory::write)),
-        (r("POST", "/eve/v1/memory/clear", Caller), post(memory::clear)),
-        (r("GET", "/eve/v1/sessions", Caller), get(console::api::list)),
-        (r("POST", "/eve/v1/session", Caller), post(routes::create_session)),
+        (
+            r("POST", "/eve/v1/memory/clear", Caller),
+            post(memory::clear),
+        ),
+        (
+            r("GET", "/eve/v1/sessions", Caller),
+            get(console::api::list),
+        ),
+        (
+            r("POST", "/eve/v1/session", Caller),
+            post(routes::create_session),
+        ),
         (r("POST", "/eve/v1/chat", Caller), post(routes::chat)),
-        (r("GET", "/eve/v1/sessions/{id}", Session), get(console::api::show)),
-        (r("POST", "/eve/v1/session/{id}", Session), post(routes::post_session)),
-        (r("POST", "/eve/v1/session/{id}/cancel", Session), post(routes::cancel)),
-        (r("POST", "/eve/v1/session/{id}/compact", Session), post(routes::compact)),
-        (r("POST", "/eve/v1/session/{id}/clear", Session), post(routes::clear)),
-        (r("POST", "/eve/v1/session/{id}/reset", Session), post(routes::reset)),
-        (r("GET", "/eve/v1/session/{id}/stream", Session), get(routes::stream)),
+        (
+            r("GET", "/eve/v1/sessions/{id}", Session),
+            get(console::api::show),
+        ),
+        (
+            r("POST", "/eve/v1/session/{id}", Session),
+            post(routes::post_session),
+        ),
+        (
+            r("POST", "/eve/v1/session/{id}/cancel", Session),
+            post(routes::cancel),
+        ),
+        (
+            r("POST", "/eve/v1/session/{id}/compact", Session),
+            post(routes::compact),
+        ),
+        (
+            r("POST", "/eve/v1/session/{id}/clear", Session),
+            post(routes::clear),
+        ),
+        (
+            r("POST", "/eve/v1/session/{id}/reset", Session),
+            post(routes::reset),
+        ),
+        (
+            r("GET", "/eve/v1/session/{id}/stream", Session),
+            get(routes::stream),
+        ),
         (r("GET", "/eve/v1/releases", Operator), get(releases::list)),
-        (r("GET", "/eve/v1/releases/stream", Operator), get(releases::stream)),
-        (r("GET", "/eve/v1/releases/{id}", Operator), get(releases::show)),
+        (
+            r("GET", "/eve/v1/releases/stream", Operator),
+            get(releases::stream),
+        ),
+        (
+            r("GET", "/eve/v1/releases/{id}", Operator),
+            get(releases::show),
+        ),
         (
             r("POST", "/eve/v1/releases/{id}/activate", Operator),
             post(releases::activate),
         ),
-        (r("POST", "/eve/v1/rollback", Operator), post(releases::rollback)),
+        (
+            r("POST", "/eve/v1/rollback", Operator),
+            post(releases::rollback),
+        ),
     ];
     if dev {
         all.push((

@@ -192,17 +192,46 @@ mod tests {
     fn named_principals_and_claims_make_operators() {
         let ops = operators(&["token:OPS", "jwt:root"], json!({"role": "operator"}));
         let claims = |v: Value| v.as_object().cloned().unwrap();
-        assert!(ops.caller(&Identity::Token("token:OPS".into()), None).is_operator());
-        assert!(!ops.caller(&Identity::Token("token:APP".into()), None).is_operator());
-        assert!(ops.caller(&Identity::Jwt(Some("root".into())), None).is_operator());
+        assert!(
+            ops.caller(&Identity::Token("token:OPS".into()), None)
+                .is_operator()
+        );
+        assert!(
+            !ops.caller(&Identity::Token("token:APP".into()), None)
+                .is_operator()
+        );
+        assert!(
+            ops.caller(&Identity::Jwt(Some("root".into())), None)
+                .is_operator()
+        );
         let alice = Identity::Jwt(Some("alice".into()));
-        assert!(!ops.caller(&alice, Some(&claims(json!({"sub": "alice"})))).is_operator());
-        assert!(ops.caller(&alice, Some(&claims(json!({"role": "operator"})))).is_operator());
-        assert!(ops.caller(&alice, Some(&claims(json!({"role": ["x", "operator"]})))).is_operator());
-        assert!(!ops.caller(&alice, Some(&claims(json!({"role": "operators"})))).is_operator());
+        assert!(
+            !ops.caller(&alice, Some(&claims(json!({"sub": "alice"}))))
+                .is_operator()
+        );
+        assert!(
+            ops.caller(&alice, Some(&claims(json!({"role": "operator"}))))
+                .is_operator()
+        );
+        assert!(
+            ops.caller(&alice, Some(&claims(json!({"role": ["x", "operator"]}))))
+                .is_operator()
+        );
+        assert!(
+            !ops.caller(&alice, Some(&claims(json!({"role": "operators"}))))
+                .is_operator()
+        );
         assert!(ops.caller(&Identity::Anonymous, None).is_operator());
-        assert!(!Operators::default().caller(&alice, Some(&claims(json!({})))).is_operator());
+        assert!(
+            !Operators::default()
+                .caller(&alice, Some(&claims(json!({}))))
+                .is_operator()
+        );
         assert!(!ops.platform("slack:U1").is_operator());
-        assert!(operators(&["slack:U1"], json!({})).platform("slack:U1").is_operator());
+        assert!(
+            operators(&["slack:U1"], json!({}))
+                .platform("slack:U1")
+                .is_operator()
+        );
     }
 }

@@ -340,7 +340,10 @@ async fn an_approval_answered_in_the_thread_carries_the_slack_user() {
         refused.contains("Only slack:U1 (who asked) or an operator"),
         "{refused}"
     );
-    assert_eq!(server.runtime.pending_inputs(&session).await.unwrap().len(), 1);
+    assert_eq!(
+        server.runtime.pending_inputs(&session).await.unwrap().len(),
+        1
+    );
 
     // An operator answers in the thread (no mention needed there).
     let reply = json!({"type": "message", "channel_type": "channel", "user": "U0APPROVER",
@@ -419,11 +422,24 @@ async fn the_person_who_asked_answers_and_a_later_answer_is_told_the_first_count
     let own = json!({"type": "message", "channel_type": "channel", "user": "U1",
                      "text": "approve", "ts": "5300.2", "thread_ts": "5300.1", "channel": "C1"});
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while server.runtime.pending_inputs(&session).await.unwrap().is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the refund never waited");
+    while server
+        .runtime
+        .pending_inputs(&session)
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refund never waited"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     let (status, answer) = send(&server, &callback("EvQ4", own)).await;
-    assert_eq!((status, answer["answered"].clone()), (200, json!(1)), "{answer}");
+    assert_eq!(
+        (status, answer["answered"].clone()),
+        (200, json!(1)),
+        "{answer}"
+    );
     server.stop().await;
 }

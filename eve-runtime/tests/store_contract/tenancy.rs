@@ -24,7 +24,10 @@ pub async fn sessions_keep_their_owner(backend: &impl Backend) {
     }
     let alice = store.session("wrun_a").await.unwrap().unwrap();
     assert_eq!(alice.owner.as_deref(), Some("jwt:alice"));
-    assert_eq!(store.session("wrun_none").await.unwrap().unwrap().owner, None);
+    assert_eq!(
+        store.session("wrun_none").await.unwrap().unwrap().owner,
+        None
+    );
     // An update written by the engine never moves a session to another owner.
     let mut moved = alice.clone();
     moved.owner = Some("jwt:bob".into());
@@ -33,16 +36,32 @@ pub async fn sessions_keep_their_owner(backend: &impl Backend) {
     b.push(Op::UpdateSession(moved));
     store.commit(b).await.unwrap();
     let back = store.session("wrun_a").await.unwrap().unwrap();
-    assert_eq!((back.owner.as_deref(), back.turn_count), (Some("jwt:alice"), 3));
+    assert_eq!(
+        (back.owner.as_deref(), back.turn_count),
+        (Some("jwt:alice"), 3)
+    );
     let of = |owner: &str| SessionFilter {
         owner: Some(owner.to_owned()),
         ..SessionFilter::default()
     };
     let ids = |list: Vec<SessionRecord>| list.into_iter().map(|s| s.id).collect::<Vec<_>>();
-    assert_eq!(ids(store.sessions(&of("jwt:alice")).await.unwrap()), ["wrun_a"]);
-    assert_eq!(ids(store.sessions(&of("jwt:bob")).await.unwrap()), ["wrun_b"]);
+    assert_eq!(
+        ids(store.sessions(&of("jwt:alice")).await.unwrap()),
+        ["wrun_a"]
+    );
+    assert_eq!(
+        ids(store.sessions(&of("jwt:bob")).await.unwrap()),
+        ["wrun_b"]
+    );
     assert!(store.sessions(&of("jwt:carol")).await.unwrap().is_empty());
-    assert_eq!(store.sessions(&SessionFilter::default()).await.unwrap().len(), 3);
+    assert_eq!(
+        store
+            .sessions(&SessionFilter::default())
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
 }
 
 fn answered(r: &InputRequestRecord, approve: bool, who: &str) -> InputRequestRecord {
@@ -99,11 +118,19 @@ pub async fn an_answer_settles_a_request_once(backend: &impl Backend) {
             }
         }
         raced += 10;
-        assert_eq!(won.len(), 1, "round {round}: {} answers committed", won.len());
+        assert_eq!(
+            won.len(),
+            1,
+            "round {round}: {} answers committed",
+            won.len()
+        );
         let stored = stores[1].input_request(&asked.id).await.unwrap().unwrap();
         assert_ne!(stored.status, RequestStatus::Pending);
         assert_eq!(lost.len(), 9);
-        assert!(lost.iter().all(|l| *l == stored), "a refusal names the answer that won");
+        assert!(
+            lost.iter().all(|l| *l == stored),
+            "a refusal names the answer that won"
+        );
         let events = stores[0].events(&id, 0, 100).await.unwrap();
         assert_eq!(events.len(), 1, "one approval.settled: {events:?}");
         assert_eq!(events[0].data["by"], json!(stored.responder));
@@ -119,7 +146,11 @@ pub async fn an_answer_settles_a_request_once(backend: &impl Backend) {
         RequestStatus::Cancelled,
     )));
     stores[0].commit(b).await.unwrap();
-    let late = answered(&request("req_w", "wrun_w", 1, RequestStatus::Pending), true, "p");
+    let late = answered(
+        &request("req_w", "wrun_w", 1, RequestStatus::Pending),
+        true,
+        "p",
+    );
     match stores[1].commit(answer_batch(late, &[])).await {
         Err(StoreError::AlreadyAnswered(stored)) => {
             assert_eq!(stored.status, RequestStatus::Cancelled)
@@ -160,7 +191,11 @@ pub async fn an_answer_with_a_stale_view_of_its_turn_is_refused(backend: &impl B
         other => panic!("a stale view committed: {other:?}"),
     }
     let still = store.input_request("req_m2").await.unwrap().unwrap();
-    assert_eq!(still.status, RequestStatus::Pending, "the refused batch wrote nothing");
+    assert_eq!(
+        still.status,
+        RequestStatus::Pending,
+        "the refused batch wrote nothing"
+    );
     assert_eq!(store.events("wrun_m", 0, 10).await.unwrap().len(), 1);
     store
         .commit(answer_batch(answered(&two, false, "b"), &[]))

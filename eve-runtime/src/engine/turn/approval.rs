@@ -206,8 +206,15 @@ impl Runtime {
         principal: &str,
     ) -> RuntimeResult<InputRequestRecord> {
         let may_activate = !principal.starts_with("jwt:");
-        self.answer_input_with(session, request_id, approve, reason, principal, may_activate)
-            .await
+        self.answer_input_with(
+            session,
+            request_id,
+            approve,
+            reason,
+            principal,
+            may_activate,
+        )
+        .await
     }
 
     /// [`Runtime::answer_input_as`] for `caller`: only an operator approves a proposed change

@@ -135,7 +135,11 @@ pub async fn answer_approval(
             .asker(session)
             .await?
             .unwrap_or_else(|| "an operator".to_owned());
-        tracing::info!(session, principal = caller.id(), "an approval answer from someone who did not ask was refused");
+        tracing::info!(
+            session,
+            principal = caller.id(),
+            "an approval answer from someone who did not ask was refused"
+        );
         return Ok(Some(PlatformAnswer {
             refused: vec![format!(
                 "Only {who} (who asked) or an operator named in channels/eve.yaml can answer \

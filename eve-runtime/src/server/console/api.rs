@@ -12,8 +12,8 @@
 use std::collections::HashMap;
 
 use axum::extract::{RawQuery, State};
-use axum::{Extension, Json};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde_json::{Value, json};
 
 use super::super::App;
