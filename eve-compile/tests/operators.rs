@@ -41,7 +41,7 @@ fn tokens_subjects_claims_and_platform_users_become_principals() {
         channel.operators.principals,
         ["token:OPS_TOKEN", "slack:U024BE7LH"]
     );
-    assert!(channel.settings.get("operators").is_none());
+    assert!(!channel.settings.contains_key("operators"));
 
     let jwt = with_eve(
         "auth:\n  type: jwt\n  secret: ${JWT_SECRET}\noperators:\n  subjects: [ops@example.com]\n  \

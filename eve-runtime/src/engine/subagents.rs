@@ -163,10 +163,7 @@ impl Runtime {
         session: &str,
         request_id: Option<&str>,
         own_pending: &[InputRequestRecord],
-        approve: bool,
-        reason: Option<String>,
-        principal: &str,
-        may_activate: bool,
+        answer: &super::turn::Answer<'_>,
     ) -> RuntimeResult<Option<InputRequestRecord>> {
         if !self.may_have_children(session).await? {
             return Ok(None);
@@ -186,15 +183,12 @@ impl Runtime {
         let Some(target) = target else {
             return Ok(None);
         };
-        let answered = Box::pin(self.answer_input_with(
-            &target.session_id,
-            Some(&target.id),
-            approve,
-            reason,
-            principal,
-            may_activate,
-        ))
-        .await?;
+        let again = super::turn::Answer {
+            reason: answer.reason.clone(),
+            ..*answer
+        };
+        let answered =
+            Box::pin(self.answer_input_with(&target.session_id, Some(&target.id), again)).await?;
         let still = !self
             .inner
             .store
@@ -211,7 +205,7 @@ impl Runtime {
         batch.event(
             session,
             ev::APPROVAL_SETTLED,
-            ev::approval_settled(&answered, approve),
+            ev::approval_settled(&answered, answer.approve),
         );
         if !still {
             batch.event(

@@ -205,16 +205,13 @@ impl Runtime {
         reason: Option<String>,
         principal: &str,
     ) -> RuntimeResult<InputRequestRecord> {
-        let may_activate = !principal.starts_with("jwt:");
-        self.answer_input_with(
-            session,
-            request_id,
+        let answer = Answer {
             approve,
             reason,
             principal,
-            may_activate,
-        )
-        .await
+            may_activate: !principal.starts_with("jwt:"),
+        };
+        self.answer_input_with(session, request_id, answer).await
     }
 
     /// [`Runtime::answer_input_as`] for `caller`: only an operator approves a proposed change
@@ -227,25 +224,20 @@ impl Runtime {
         reason: Option<String>,
         caller: &crate::engine::Caller,
     ) -> RuntimeResult<InputRequestRecord> {
-        self.answer_input_with(
-            session,
-            request_id,
+        let answer = Answer {
             approve,
             reason,
-            caller.id(),
-            caller.is_operator(),
-        )
-        .await
+            principal: caller.id(),
+            may_activate: caller.is_operator(),
+        };
+        self.answer_input_with(session, request_id, answer).await
     }
 
     pub(crate) async fn answer_input_with(
         &self,
         session: &str,
         request_id: Option<&str>,
-        approve: bool,
-        reason: Option<String>,
-        principal: &str,
-        may_activate: bool,
+        answer: Answer<'_>,
     ) -> RuntimeResult<InputRequestRecord> {
         // Another answer to another request of the same turn may commit between this one's
         // reads and its commit (the store then refuses it as `InputsMoved`): read again, so the
@@ -253,16 +245,7 @@ impl Runtime {
         // settled a request, so retries are bounded by the turn's requests.
         let mut moved = 0usize;
         loop {
-            let outcome = self
-                .answer_once(
-                    session,
-                    request_id,
-                    approve,
-                    reason.clone(),
-                    principal,
-                    may_activate,
-                )
-                .await;
+            let outcome = self.answer_once(session, request_id, &answer).await;
             match outcome {
                 Err(RuntimeError::Store(StoreError::InputsMoved { .. })) if moved < MAX_MOVED => {
                     moved += 1;
@@ -280,24 +263,20 @@ impl Runtime {
         &self,
         session: &str,
         request_id: Option<&str>,
-        approve: bool,
-        reason: Option<String>,
-        principal: &str,
-        may_activate: bool,
+        answer: &Answer<'_>,
     ) -> RuntimeResult<InputRequestRecord> {
+        let Answer {
+            approve,
+            principal,
+            may_activate,
+            ..
+        } = *answer;
+        let reason = answer.reason.clone();
         self.require_session(session).await?;
         let pending = self.inner.store.input_requests(session, true).await?;
         // A request of a subagent's session, answered on an ancestor (the root's stream shows it).
         if let Some(answered) = self
-            .answer_for_descendant(
-                session,
-                request_id,
-                &pending,
-                approve,
-                reason.clone(),
-                principal,
-                may_activate,
-            )
+            .answer_for_descendant(session, request_id, &pending, answer)
             .await?
         {
             return Ok(answered);
@@ -340,8 +319,8 @@ impl Runtime {
         if approve && request.kind == crate::engine::selfchange::REQUEST_KIND && !may_activate {
             return Err(RuntimeError::Release(format!(
                 "approving the proposed change `{}` to the agent activates a release, an \
-                 operator's act (a bearer or basic credential, the terminal or a channel), not a \
-                 JWT principal's; it stays pending",
+                 operator's act (a principal named under `operators:` in channels/eve.yaml, or \
+                 the terminal), and {principal} is not one; it stays pending",
                 request.action["proposal"]["id"]
                     .as_str()
                     .unwrap_or(&request.id)
@@ -468,6 +447,18 @@ impl Runtime {
         }
         Ok(None)
     }
+}
+
+/// One answer to an input request, as given.
+pub(crate) struct Answer<'a> {
+    /// Approve, or deny.
+    pub(crate) approve: bool,
+    /// The reason given with it.
+    pub(crate) reason: Option<String>,
+    /// Who answered (recorded with it).
+    pub(crate) principal: &'a str,
+    /// Whether it may approve a proposed change to the agent (an operator's act).
+    pub(crate) may_activate: bool,
 }
 
 /// Retries of an answer whose turn's other requests were answered meanwhile.
