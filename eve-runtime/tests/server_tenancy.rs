@@ -519,3 +519,43 @@ async fn sessions_no_user_started_are_reached_by_operators_only() {
     assert!(!events.is_empty());
     server.stop().await;
 }
+
+/// A subagent's session belongs to whoever started its root: alice reaches her helper's
+/// session, bob does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagents_session_belongs_to_its_roots_principal() {
+    let agent = agent();
+    agent
+        .file("subagents/helper/agent.yaml", "description: Helps.\n")
+        .file("subagents/helper/instructions.md", "Help.\n");
+    let server = TestServer::start_with(agent, &[("JWT_SECRET", SECRET)], |c| c).await;
+    let w = who();
+    let (status, body) = call(
+        &server,
+        Some(&w.alice),
+        "POST",
+        "/eve/v1/session",
+        Some(json!({"message": "/tool helper {\"message\": \"hi\"}"})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let root = body["sessionId"].as_str().unwrap().to_owned();
+    server.until_rest_as(&w.alice, &root, 0).await;
+    let all = server
+        .runtime
+        .sessions(&eve_runtime::store::SessionFilter::default())
+        .await
+        .unwrap();
+    let child = all
+        .iter()
+        .find(|s| s.parent_id.as_deref() == Some(root.as_str()))
+        .expect("the helper ran in a child session");
+    assert_eq!(child.owner.as_deref(), Some("jwt:alice"));
+    let path = format!("/eve/v1/sessions/{}", child.id);
+    assert_eq!(
+        call(&server, Some(&w.alice), "GET", &path, None).await.0,
+        200
+    );
+    assert_eq!(call(&server, Some(&w.bob), "GET", &path, None).await.0, 404);
+    server.stop().await;
+}
