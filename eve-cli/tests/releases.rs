@@ -367,7 +367,7 @@ fn release_routes_need_the_api_auth_and_record_the_principal() {
     let p = project("default_tools: false\n");
     p.file(
         "channels/eve.yaml",
-        "auth:\n  type: bearer\n  tokens: [\"${EVE_API_TOKEN}\"]\n",
+        "auth:\n  type: bearer\n  tokens: [\"${EVE_API_TOKEN}\"]\noperators:\n  tokens: [EVE_API_TOKEN]\n",
     );
     p.build();
     let v1 = active(&p);

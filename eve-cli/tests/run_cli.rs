@@ -99,10 +99,72 @@ fn a_non_interactive_run_stops_at_an_approval_and_says_how_to_answer() {
     let settled = p.strings("SELECT data FROM events WHERE type = 'approval.settled'");
     let settled: serde_json::Value = serde_json::from_str(&settled[0]).unwrap();
     assert_eq!(settled["responderPrincipalId"], "local");
+    // A second answer does not count: it is told which answer did.
+    let request = p.strings("SELECT id FROM input_requests").remove(0);
+    let late = p.run(&["sessions", "deny", &id, &request]);
+    assert_ne!(late.code, Some(0), "{}", late.stderr);
+    assert!(
+        late.stderr.contains(&format!(
+            "`{request}` was already answered: approved by local"
+        )),
+        "{}",
+        late.stderr
+    );
+    assert_eq!(
+        p.strings("SELECT id FROM events WHERE type = 'approval.settled'")
+            .len(),
+        1
+    );
     let out = p.run(&["run", "--session", &id]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(out.stdout, "Refunded.\n");
     assert_eq!(p.side_lines().len(), 2);
+}
+
+/// `eve sessions approve` and `deny` run at once from several processes on one store: exactly
+/// one answer counts (the store's compare-and-set), every other process is told which did.
+#[test]
+fn answers_from_several_processes_count_once() {
+    let p = RunProject::new(
+        &[refund_tool()],
+        json!([{"tool_calls": [{"name": "refund", "input": {"charge": "ch_1"}}]},
+               {"text": "Done."}]),
+    );
+    assert_eq!(p.run(&["run", "refund ch_1"]).code, Some(3));
+    let id = p.session_id().unwrap();
+    let request = p.strings("SELECT id FROM input_requests").remove(0);
+    let outs: Vec<_> = std::thread::scope(|scope| {
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let (p, id, request) = (&p, &id, &request);
+                scope.spawn(move || {
+                    let verb = if i % 2 == 0 { "approve" } else { "deny" };
+                    p.run(&["sessions", verb, id, request])
+                })
+            })
+            .collect();
+        tasks.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let won = outs.iter().filter(|o| o.code == Some(0)).count();
+    eprintln!("8 processes answered one request at once; {won} counted");
+    assert_eq!(
+        won,
+        1,
+        "{:#?}",
+        outs.iter().map(|o| &o.stderr).collect::<Vec<_>>()
+    );
+    for lost in outs.iter().filter(|o| o.code != Some(0)) {
+        assert!(
+            lost.stderr.contains("was already answered"),
+            "{}",
+            lost.stderr
+        );
+    }
+    assert_eq!(
+        p.strings("SELECT id FROM events WHERE type = 'approval.settled'")
+            .len(),
+        1
+    );
 }
 
 #[test]

@@ -7,6 +7,7 @@ mod diagnostics;
 mod hash;
 mod hostile;
 mod mistakes;
+mod operators;
 mod release_policy;
 mod sandbox;
 mod schema;

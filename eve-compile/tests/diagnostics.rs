@@ -210,6 +210,8 @@ diagnostic_tests! {
         => minimal().file("channels/slack.yaml", "kind: slack\nbot_token: ${SLACK_BOT_TOKEN}\n").on_disk().check();
     e070_channel_without_kind: InvalidChannel, "agent/channels/support.yaml", Some(1)
         => minimal().file("channels/support.yaml", "secret: ${WEBHOOK_SECRET}\n").on_disk().check();
+    e071_operator_token_not_accepted: InvalidOperators, "agent/channels/eve.yaml", Some(5)
+        => minimal().file("channels/eve.yaml", "auth:\n  type: bearer\n  tokens: [\"${EVE_API_TOKEN}\"]\noperators:\n  tokens: [OPS_TOKEN]\n").on_disk().check();
     e080_network_entry_with_bad_port: InvalidSandbox, "agent/sandbox/sandbox.yaml", Some(1)
         => minimal().file("sandbox/sandbox.yaml", "network: [api.github.com, \"api.slack.com:99999\"]\n").on_disk().check();
     e080_tool_sandbox_unknown: InvalidSandbox, "agent/tools/search.yaml", Some(5)

@@ -89,6 +89,10 @@ codes! {
     InvalidConnection = "E060", Error, "invalid connection";
     /// A channel is of an unknown kind or lacks what its kind needs.
     InvalidChannel = "E070", Error, "invalid channel";
+    /// `operators:` of `channels/eve.yaml` names a principal that cannot be (an unknown kind, a
+    /// token or user the API does not accept, JWT claims without JWT auth), or sits in another
+    /// channel's file.
+    InvalidOperators = "E071", Error, "invalid operators";
     /// A sandbox setting is wrong: provider, network entry, path, size or count.
     InvalidSandbox = "E080", Error, "invalid sandbox setting";
     /// `model:` names a provider eve has no client for.

@@ -254,7 +254,7 @@ impl Secrets {
                         redact_value(&m, output);
                     }
                 }
-                Op::PutInputRequest(request) => {
+                Op::PutInputRequest(request) | Op::AnswerInputRequest { request, .. } => {
                     text(&mut request.prompt);
                     redact_value(&m, &mut request.action);
                     if let Some(reason) = &mut request.reason {

@@ -1,6 +1,7 @@
 //! Integration tests of eve-runtime: one binary, one module per area.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod answer_race;
 mod behaviours;
 mod channels;
 mod compaction;
@@ -36,6 +37,7 @@ mod server_principals;
 mod server_routes;
 mod server_stream;
 mod server_support;
+mod server_tenancy;
 mod store_bench;
 mod store_contract;
 mod store_postgres;

@@ -23,6 +23,7 @@ fn session(id: &str) -> SessionRecord {
         cancel_requested: false,
         created_at: now_ms(),
         updated_at: now_ms(),
+        owner: None,
     }
 }
 

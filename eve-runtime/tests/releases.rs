@@ -354,9 +354,10 @@ async fn another_process_activation_is_followed_through_the_store() {
     assert_eq!((next.index, next.kind.as_str()), (4, "change.proposed"));
 }
 
-/// A JWT principal (an end user of the API) may read releases but not activate or roll back.
+/// Every release route is an operator's: a JWT user (not named under `operators:`) can neither
+/// read releases nor activate or roll back; the operator reads them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_jwt_principal_reads_releases_but_cannot_change_them() {
+async fn releases_are_an_operators_and_a_jwt_user_can_neither_read_nor_change_them() {
     use crate::server_support::TestServer;
     use eve_runtime::server::sign_hs256;
     use serde_json::json;
@@ -364,7 +365,7 @@ async fn a_jwt_principal_reads_releases_but_cannot_change_them() {
     let agent = AgentDir::standard();
     agent.file(
         "channels/eve.yaml",
-        "auth:\n  type: jwt\n  secret: ${JWT_SECRET}\n",
+        "auth:\n  type: jwt\n  secret: ${JWT_SECRET}\noperators:\n  subjects: [ops]\n",
     );
     let server = TestServer::start_with(agent, &[("JWT_SECRET", secret)], |c| c).await;
     let ReleaseOutcome::Activated(r1) = release(&server.runtime, &server.hash).await else {
@@ -378,15 +379,21 @@ async fn a_jwt_principal_reads_releases_but_cannot_change_them() {
             secret.as_bytes()
         )
     );
-    let get = server
-        .http
-        .get(server.url("/eve/v1/releases"))
-        .header("authorization", &alice)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(get.status(), 200);
-    let body: serde_json::Value = get.json().await.unwrap();
+    let ops = format!(
+        "Bearer {}",
+        sign_hs256(&json!({"sub": "ops", "exp": now + 300}), secret.as_bytes())
+    );
+    let get = |auth: String| {
+        server
+            .http
+            .get(server.url("/eve/v1/releases"))
+            .header("authorization", auth)
+            .send()
+    };
+    assert_eq!(get(alice.clone()).await.unwrap().status(), 403);
+    let shown = get(ops).await.unwrap();
+    assert_eq!(shown.status(), 200);
+    let body: serde_json::Value = shown.json().await.unwrap();
     assert_eq!(body["active"], r1.id.as_str());
     for path in [
         format!("/eve/v1/releases/{}/activate", r1.id),

@@ -1,6 +1,6 @@
 //! The agent's memory over the session API: each caller reads and writes its own `user` scope
-//! (never another principal's), the agent scope is shared, a JWT principal (an end user) cannot
-//! write the agent scope that every session's prompt pins, and bad requests are refused clearly.
+//! (never another principal's), the agent scope is shared, only an operator writes the agent
+//! scope that every session's prompt pins, and bad requests are refused clearly.
 
 use eve_runtime::server::sign_hs256;
 use serde_json::{Value, json};
@@ -52,7 +52,11 @@ fn texts(body: &Value) -> Vec<(String, String)> {
 #[tokio::test]
 async fn each_principal_has_its_own_user_memory_and_shares_the_agents() {
     let server = TestServer::start_with(
-        memory_agent("auth:\n  type: bearer\n  tokens: [\"${ALICE_TOKEN}\", \"${BOB_TOKEN}\"]\n"),
+        // Bob is an operator: he writes the agent's memory.
+        memory_agent(
+            "auth:\n  type: bearer\n  tokens: [\"${ALICE_TOKEN}\", \"${BOB_TOKEN}\"]\n\
+             operators:\n  tokens: [BOB_TOKEN]\n",
+        ),
         &[
             ("ALICE_TOKEN", "alice-secret-1"),
             ("BOB_TOKEN", "bob-secret-22"),
@@ -141,7 +145,7 @@ async fn each_principal_has_its_own_user_memory_and_shares_the_agents() {
         ),
     ] {
         let (status, answer) =
-            call(&server, alice, "POST", "/eve/v1/memory", Some(body.clone())).await;
+            call(&server, bob, "POST", "/eve/v1/memory", Some(body.clone())).await;
         assert_eq!(status, 400, "{body} → {answer}");
         assert_eq!(answer["code"], code, "{body} → {answer}");
     }

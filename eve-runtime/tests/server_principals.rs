@@ -101,7 +101,8 @@ async fn approve_as(
 async fn a_bearer_token_answers_as_its_variable_name_or_position() {
     let server = TestServer::start_with(
         with_channel(
-            "kind: http\nauth:\n  type: bearer\n  tokens: [\"${EVE_API_TOKEN}\", \"${OPS_TOKEN}\"]\n",
+            "kind: http\nauth:\n  type: bearer\n  tokens: [\"${EVE_API_TOKEN}\", \"${OPS_TOKEN}\"]\n\
+             operators:\n  tokens: [OPS_TOKEN]\n",
         ),
         &[("EVE_API_TOKEN", "alpha-secret-token"), ("OPS_TOKEN", "ops-secret-token")],
         |c| c,
@@ -112,7 +113,8 @@ async fn a_bearer_token_answers_as_its_variable_name_or_position() {
     assert_eq!(settled, "token:EVE_API_TOKEN");
     assert_eq!(resolved, "token:EVE_API_TOKEN");
     assert_eq!(stored.as_deref(), Some("token:EVE_API_TOKEN"));
-    // Asked with one token, answered with the other: the answer's principal is recorded.
+    // Asked with one token, answered with the other (an operator's): the answer's principal is
+    // recorded.
     let (settled, _, stored) = approve_as(&server, a, Some("Bearer ops-secret-token")).await;
     assert_eq!(settled, "token:OPS_TOKEN");
     assert_eq!(stored.as_deref(), Some("token:OPS_TOKEN"));
@@ -123,7 +125,9 @@ async fn a_bearer_token_answers_as_its_variable_name_or_position() {
 async fn a_jwt_answers_as_its_subject() {
     let secret = "jwt-principal-secret-0123456789";
     let server = TestServer::start_with(
-        with_channel("auth:\n  type: jwt\n  secret: ${JWT_SECRET}\n"),
+        with_channel(
+            "auth:\n  type: jwt\n  secret: ${JWT_SECRET}\noperators:\n  claims: {role: operator}\n",
+        ),
         &[("JWT_SECRET", secret)],
         |c| c,
     )
@@ -136,9 +140,13 @@ async fn a_jwt_answers_as_its_subject() {
             secret.as_bytes()
         )
     );
+    // An operator's token without a `sub` answers as `jwt`.
     let nobody = format!(
         "Bearer {}",
-        sign_hs256(&json!({"exp": now + 300}), secret.as_bytes())
+        sign_hs256(
+            &json!({"exp": now + 300, "role": "operator"}),
+            secret.as_bytes()
+        )
     );
     let (settled, resolved, stored) = approve_as(&server, Some(&alice), Some(&alice)).await;
     assert_eq!(

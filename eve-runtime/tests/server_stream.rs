@@ -157,10 +157,13 @@ async fn approval_flow_matches_the_captures() {
             json!({"inputResponses": [{"requestId": request_id, "optionId": "approve"}]}),
         )
         .await;
+    // A second answer to an answered request: the first counts, and the 409 says which it was.
     assert_eq!(
         (status, body["code"].as_str()),
-        (409, Some("session_not_active"))
+        (409, Some("input_already_answered"))
     );
+    assert_eq!(body["outcome"], "approved", "{body}");
+    assert_eq!(body["responderPrincipalId"], "anonymous", "{body}");
     server.stop().await;
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use eve_compile::Project;
 use eve_runtime::engine::{FixedModelProvider, ResolvedModel, Runtime, RuntimeConfig};
 use eve_runtime::model::mock::MockClient;
-use eve_runtime::server::{self, ServerConfig};
+use eve_runtime::server::{self, RouterOptions, ServerConfig};
 use eve_test_support::capture::parse_ndjson;
 use eve_test_support::{TestAgent, json_or_text};
 use serde_json::Value;
@@ -89,6 +89,11 @@ impl AgentDir {
 
 /// The runtime of a project: `mock/echo`, the store at `.eve/eve.db`.
 pub fn runtime(root: &std::path::Path) -> Runtime {
+    runtime_with(root, |_| {})
+}
+
+/// [`runtime`], with `tweak` applied to its configuration first.
+pub fn runtime_with(root: &std::path::Path, tweak: impl FnOnce(&mut RuntimeConfig)) -> Runtime {
     let model = ResolvedModel {
         client: Arc::new(MockClient::new("echo", None).unwrap()),
         model: "echo".to_owned(),
@@ -99,6 +104,7 @@ pub fn runtime(root: &std::path::Path) -> Runtime {
     let mut config =
         RuntimeConfig::new(root.join(".eve"), Arc::new(FixedModelProvider(model))).unwrap();
     config.sandbox_helper = std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox"));
+    tweak(&mut config);
     Runtime::new(config)
 }
 
@@ -126,8 +132,20 @@ impl TestServer {
         vars: &[(&str, &str)],
         tweak: impl FnOnce(ServerConfig) -> ServerConfig,
     ) -> Self {
+        Self::start_full(agent, vars, tweak, |_| {}, |_| RouterOptions::default()).await
+    }
+
+    /// [`TestServer::start_with`], with `tweak_runtime` applied to the runtime's configuration
+    /// and the router's options made by `options` (given the runtime).
+    pub async fn start_full(
+        agent: AgentDir,
+        vars: &[(&str, &str)],
+        tweak: impl FnOnce(ServerConfig) -> ServerConfig,
+        tweak_runtime: impl FnOnce(&mut RuntimeConfig),
+        options: impl FnOnce(&Runtime) -> RouterOptions,
+    ) -> Self {
         let hash = agent.build();
-        let runtime = runtime(&agent.root());
+        let runtime = runtime_with(&agent.root(), tweak_runtime);
         let vars: HashMap<String, String> = vars
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -138,7 +156,8 @@ impl TestServer {
         let mut config = tweak(config);
         config.heartbeat = Duration::from_millis(200);
         let shutdown = config.shutdown.clone();
-        let router = server::router(runtime.clone(), config);
+        let options = options(&runtime);
+        let router = server::router_with(runtime.clone(), config, options);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let stop = shutdown.clone();
@@ -227,6 +246,26 @@ impl TestServer {
     /// Follows the session from `from` until it is at rest.
     pub async fn until_rest(&self, session: &str, from: u64) -> Vec<Value> {
         self.stream(session, &format!("?startIndex={from}")).await
+    }
+
+    /// [`TestServer::until_rest`] with the `Authorization` header `auth`.
+    pub async fn until_rest_as(&self, auth: &str, session: &str, from: u64) -> Vec<Value> {
+        let url = self.url(&format!(
+            "/eve/v1/session/{session}/stream?startIndex={from}"
+        ));
+        let response = self
+            .http
+            .get(url)
+            .header("authorization", auth)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let text = tokio::time::timeout(Duration::from_secs(20), response.text())
+            .await
+            .expect("the stream did not end")
+            .unwrap();
+        parse_ndjson(&text)
     }
 
     /// Every stored event.

@@ -644,7 +644,9 @@ impl Chat {
             } else {
                 None
             };
-            self.backend.answer(id, &r.id, approve, reason).await?;
+            if let Some(note) = self.backend.answer(id, &r.id, approve, reason).await? {
+                self.note(&note);
+            }
         }
         Ok(true)
     }

@@ -70,7 +70,7 @@ impl Compiler {
         let mut settings = BTreeMap::new();
         if let Value::Object(map) = &parsed.doc.value {
             for (k, v) in map {
-                if k == "kind" || k == "auth" {
+                if k == "kind" || k == "auth" || k == "operators" {
                     continue;
                 }
                 if secrets.contains(&k.as_str()) && !is_env_ref(v) {
@@ -90,12 +90,141 @@ impl Compiler {
         if auth.is_none() {
             ok = false;
         }
+        let operators = self.operators(&c.file, &parsed.doc, &c.name, auth.as_ref());
+        if operators.is_none() {
+            ok = false;
+        }
         ok.then(|| Channel {
             name: c.name.clone(),
             source: c.file.path.clone(),
             kind,
             auth: auth.unwrap_or_default(),
             settings,
+            operators: operators.unwrap_or_default(),
+        })
+    }
+
+    /// `operators:` of `channels/eve.yaml`: who reaches every session. Principals by kind
+    /// (`tokens` by the variable a bearer token is read from, basic `users`, JWT `subjects`, any
+    /// principal id under `principals`) and JWT `claims`, each checked against the channel's
+    /// `auth` so a name that can never match is an error, not a silent no-op. `None` after
+    /// reporting what is wrong.
+    fn operators(
+        &mut self,
+        file: &SourceFile,
+        doc: &Doc,
+        channel: &str,
+        auth: Option<&Auth>,
+    ) -> Option<Operators> {
+        let raw = match doc.value.get("operators") {
+            None | Some(Value::Null) => return Some(Operators::default()),
+            Some(raw) => raw.clone(),
+        };
+        let mut f = Fields::new(&file.path, doc, "", &mut self.diags);
+        if channel != "eve" {
+            f.report_at(
+                Code::InvalidOperators,
+                "/operators",
+                format!("`operators` in the `{channel}` channel: operators are named once, in channels/eve.yaml"),
+                "move `operators:` to agent/channels/eve.yaml; a platform user is named there as \
+                 `principals: [slack:U024BE7LH]`",
+            );
+            return None;
+        }
+        if !raw.is_object() {
+            f.report_at(
+                Code::InvalidOperators,
+                "/operators",
+                format!(
+                    "`operators` must be a mapping, found {}",
+                    crate::fields::kind(&raw)
+                ),
+                "write `operators:` with `tokens: [OPS_TOKEN]`, `subjects: [ops@example.com]`, \
+                 `claims: {role: operator}` or `principals: [slack:U024BE7LH]`",
+            );
+            return None;
+        }
+        let mut o = Fields::new(&file.path, doc, "/operators", &mut self.diags);
+        o.unknown_keys(
+            &["tokens", "users", "subjects", "claims", "principals"],
+            "operators",
+        );
+        let mut named: Vec<(String, String)> = Vec::new();
+        for (key, kind) in [("tokens", "token"), ("users", "basic"), ("subjects", "jwt")] {
+            for (i, item) in o
+                .string_list(key)
+                .unwrap_or_default()
+                .into_iter()
+                .enumerate()
+            {
+                let item = item.trim();
+                let item = item
+                    .strip_prefix("${")
+                    .and_then(|v| v.strip_suffix('}'))
+                    .unwrap_or(item);
+                let item = item.strip_prefix(&format!("{kind}:")).unwrap_or(item);
+                named.push((format!("/operators/{key}/{i}"), format!("{kind}:{item}")));
+            }
+        }
+        for (i, item) in o
+            .string_list("principals")
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+        {
+            named.push((format!("/operators/principals/{i}"), item.trim().to_owned()));
+        }
+        let claims = match o.raw("claims").cloned() {
+            None | Some(Value::Null) => BTreeMap::new(),
+            Some(Value::Object(map)) => map.into_iter().collect(),
+            Some(other) => {
+                o.report_at(
+                    Code::InvalidOperators,
+                    "/operators/claims",
+                    format!(
+                        "`operators.claims` must be a mapping, found {}",
+                        crate::fields::kind(&other)
+                    ),
+                    "write the claims a JWT must carry, such as `claims: {role: operator}`",
+                );
+                return None;
+            }
+        };
+        let mut ok = true;
+        for (pointer, principal) in &named {
+            if let Err((message, help)) = operator_principal(principal, auth) {
+                o.report_at(Code::InvalidOperators, pointer, message, &help);
+                ok = false;
+            }
+        }
+        for (claim, value) in &claims {
+            let pointer = format!("/operators/claims/{claim}");
+            if !matches!(auth, Some(Auth::Jwt { .. })) {
+                o.report_at(
+                    Code::InvalidOperators,
+                    &pointer,
+                    format!("`operators.claims.{claim}` needs JWT authentication, and `auth` is not `type: jwt`"),
+                    "name operators by what this API authenticates: `tokens:` for bearer, `users:` \
+                     for basic",
+                );
+                ok = false;
+            } else if !matches!(value, Value::String(_) | Value::Number(_) | Value::Bool(_)) {
+                o.report_at(
+                    Code::InvalidOperators,
+                    &pointer,
+                    format!(
+                        "`operators.claims.{claim}` must be a string, number or boolean, found {}",
+                        crate::fields::kind(value)
+                    ),
+                    "a token is an operator when its claim equals this value, or is a list \
+                     holding it",
+                );
+                ok = false;
+            }
+        }
+        ok.then(|| Operators {
+            principals: named.into_iter().map(|(_, p)| p).collect(),
+            claims,
         })
     }
 
@@ -195,6 +324,94 @@ impl Compiler {
             }
         }
     }
+}
+
+/// Kinds of principal an operator is named by (the prefix of what `approval.settled` shows).
+const PRINCIPAL_KINDS: &[&str] = &["token", "basic", "jwt", "slack", "discord", "telegram"];
+
+/// Checks that `principal` (`kind:name`) can be an authenticated caller of this agent under
+/// `auth`; the message and help of a diagnostic when it cannot.
+fn operator_principal(principal: &str, auth: Option<&Auth>) -> Result<(), (String, String)> {
+    let Some((kind, name)) = principal.split_once(':') else {
+        let help = match principal {
+            "local" => "the terminal is always an operator; leave it out".to_owned(),
+            "anonymous" => "every caller of an API without authentication is already an \
+                            operator (it answers loopback only); leave it out"
+                .to_owned(),
+            _ => format!(
+                "write a principal as `kind:name`, the kind one of {}",
+                PRINCIPAL_KINDS.join(", ")
+            ),
+        };
+        return Err((
+            format!("operator `{principal}` is not a principal id"),
+            help,
+        ));
+    };
+    if !PRINCIPAL_KINDS.contains(&kind) {
+        return Err((
+            format!("operator `{principal}`: `{kind}` is not a kind of principal"),
+            format!("the kinds are {}", PRINCIPAL_KINDS.join(", ")),
+        ));
+    }
+    if name.trim().is_empty() {
+        return Err((
+            format!("operator `{principal}` names nobody"),
+            format!("write the {kind} principal's name after `{kind}:`"),
+        ));
+    }
+    match (kind, auth) {
+        ("token", Some(Auth::Bearer { tokens })) => {
+            let names: Vec<&str> = tokens.iter().filter_map(|t| token_var(t)).collect();
+            if names.contains(&name) {
+                Ok(())
+            } else {
+                Err((
+                    format!("operator token `{name}` is not one of `auth.tokens`"),
+                    format!(
+                        "name a token by the variable it is read from: {}",
+                        names.join(", ")
+                    ),
+                ))
+            }
+        }
+        ("basic", Some(Auth::Basic { username, .. })) => {
+            if is_env_ref(&Value::String(username.clone())) || username == name {
+                Ok(())
+            } else {
+                Err((
+                    format!("operator user `{name}` is not `auth.username` (`{username}`)"),
+                    format!("basic authentication has one user: name `{username}`"),
+                ))
+            }
+        }
+        ("jwt", Some(Auth::Jwt { .. })) => Ok(()),
+        ("token" | "basic" | "jwt", _) => {
+            let wanted = match kind {
+                "token" => "bearer",
+                "basic" => "basic",
+                _ => "jwt",
+            };
+            Err((
+                format!(
+                    "operator `{principal}` needs `auth: {{type: {wanted}}}`, and this API's \
+                     `auth` is another"
+                ),
+                "name operators by what this API authenticates (`tokens:` for bearer, `users:` \
+                 for basic, `subjects:` or `claims:` for jwt)"
+                    .to_owned(),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The variable a bearer token is read from (`${EVE_API_TOKEN}` → `EVE_API_TOKEN`).
+fn token_var(template: &str) -> Option<&str> {
+    let rest = template.split("${").nth(1)?;
+    let name = &rest[..rest.find('}')?];
+    (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .then_some(name)
 }
 
 /// Whether a value is exactly a `${VAR}` reference.

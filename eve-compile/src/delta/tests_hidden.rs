@@ -540,6 +540,7 @@ fn a_signed_webhook_shows_its_signature_and_a_new_secret_widens() {
         kind: ChannelKind::Webhook,
         auth: Auth::None,
         settings: [("secret".to_owned(), serde_json::json!(secret))].into(),
+        operators: Default::default(),
     };
     let a = manifest(vec![]);
     let mut b = a.clone();

@@ -20,6 +20,34 @@ pub struct Channel {
     pub auth: Auth,
     /// Other settings of the channel kind, with `${VAR}` references unresolved.
     pub settings: BTreeMap<String, serde_json::Value>,
+    /// Who reaches every session (`operators:` of `channels/eve.yaml`); everyone else reaches
+    /// only the sessions they started.
+    #[serde(default, skip_serializing_if = "Operators::is_empty")]
+    pub operators: Operators,
+}
+
+/// The principals that reach every session of the agent, and answer any approval: the
+/// `operators:` of `channels/eve.yaml`. The terminal is always one; so is every caller of an
+/// API without authentication (it answers loopback only).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Operators {
+    /// Principal ids as `approval.settled` shows them: `token:<VAR>` (a bearer token by the
+    /// variable it is read from), `basic:<user>`, `jwt:<sub>`, `slack:<user id>`,
+    /// `discord:<user id>`, `telegram:<user id>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub principals: Vec<String>,
+    /// JWT claims that make a token's holder an operator: every listed claim must hold (the
+    /// token's claim equals the value, or is a list holding it), such as `role: operator`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub claims: BTreeMap<String, serde_json::Value>,
+}
+
+impl Operators {
+    /// Whether nobody is named.
+    pub fn is_empty(&self) -> bool {
+        self.principals.is_empty() && self.claims.is_empty()
+    }
 }
 
 /// Channel kinds.

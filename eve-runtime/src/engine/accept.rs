@@ -71,6 +71,9 @@ pub enum Extra {
     /// `jwt:sub`) or a channel identity (`slack:U123`). Kept beside the message, so the turn
     /// that takes it knows whose `user`-scoped memory it sees.
     Sender(String),
+    /// The principal that starts the session, when this creates it (see
+    /// [`SessionRecord::owner`]); ignored for a session that exists already.
+    Owner(String),
 }
 
 /// What to accept.
@@ -123,21 +126,28 @@ impl Runtime {
         let id = session.id().to_owned();
         let now = now_ms();
         let mut batch = Batch::durable();
+        let owner = extra.iter().find_map(|e| match e {
+            Extra::Owner(owner) => Some(owner.clone()),
+            _ => None,
+        });
         let from = match session {
             SessionRef::New { id, schedule } => {
                 let build = self.inner.builds.current()?;
-                batch.push(Op::InsertSession(SessionRecord::new(
-                    id,
-                    build.hash.clone(),
-                    build.manifest.agent.name.clone(),
-                    schedule,
-                    now,
-                )));
+                batch.push(Op::InsertSession(SessionRecord {
+                    owner,
+                    ..SessionRecord::new(
+                        id,
+                        build.hash.clone(),
+                        build.manifest.agent.name.clone(),
+                        schedule,
+                        now,
+                    )
+                }));
                 0
             }
             SessionRef::Existing(id) => self.require_session(&id).await?.event_count,
             SessionRef::Ensure(id) => {
-                self.ensure_session(&id).await?;
+                self.ensure_session_owned(&id, owner).await?;
                 self.require_session(&id).await?.event_count
             }
         };
@@ -198,6 +208,7 @@ impl Runtime {
                     });
                 }
                 Extra::ScheduleFire(claim) => schedule = Some(claim),
+                Extra::Owner(_) => {}
                 Extra::Sender(sender) => {
                     if let Some(inbox_id) = &inbox_id {
                         batch.push(Op::Note(NoteOp::Put(NoteRecord {
@@ -245,17 +256,26 @@ impl Runtime {
     /// Makes sure the session `id` exists, creating it on the current build when it does not
     /// (another process creating it first is fine).
     pub async fn ensure_session(&self, id: &str) -> RuntimeResult<()> {
+        self.ensure_session_owned(id, None).await
+    }
+
+    /// [`Runtime::ensure_session`], recording `owner` as the principal that started it when
+    /// this creates it (a session that exists keeps its owner).
+    pub async fn ensure_session_owned(&self, id: &str, owner: Option<String>) -> RuntimeResult<()> {
         if self.inner.store.session(id).await?.is_some() {
             return Ok(());
         }
         let build = self.inner.builds.current()?;
-        let record = SessionRecord::new(
-            id.to_owned(),
-            build.hash.clone(),
-            build.manifest.agent.name.clone(),
-            None,
-            now_ms(),
-        );
+        let record = SessionRecord {
+            owner,
+            ..SessionRecord::new(
+                id.to_owned(),
+                build.hash.clone(),
+                build.manifest.agent.name.clone(),
+                None,
+                now_ms(),
+            )
+        };
         let mut batch = Batch::durable();
         batch.push(Op::InsertSession(record));
         if let Err(e) = self.inner.store.commit(batch).await {
@@ -280,8 +300,9 @@ impl Runtime {
         Ok(committed.is_some())
     }
 
-    /// Creates a session on the current build; with a first message, accepts it (it is in the
-    /// inbox when this returns) and starts the first turn.
+    /// Creates a session on the current build, started by the terminal
+    /// ([`LOCAL_PRINCIPAL`](super::LOCAL_PRINCIPAL)); with a first message, accepts it (it is in
+    /// the inbox when this returns) and starts the first turn.
     pub async fn create_session(&self, first_message: Option<String>) -> RuntimeResult<String> {
         self.create_session_with(first_message, None).await
     }
@@ -296,7 +317,7 @@ impl Runtime {
             .accept(Accept {
                 session: SessionRef::new_session(schedule),
                 message: first_message,
-                extra: Vec::new(),
+                extra: vec![Extra::Owner(super::LOCAL_PRINCIPAL.to_owned())],
             })
             .await?;
         accepted

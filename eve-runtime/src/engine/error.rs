@@ -31,6 +31,15 @@ pub enum RuntimeError {
     /// No pending input request matches.
     #[error("{0}")]
     NoSuchRequest(String),
+    /// The input request was answered first by someone else: this answer does not count.
+    /// Carries the request as stored, with the answer that won.
+    #[error(
+        "input request `{}` was already answered: {} by {}",
+        .0.id,
+        .0.status,
+        .0.responder.as_deref().unwrap_or(crate::engine::LOCAL_PRINCIPAL)
+    )]
+    InputAlreadyAnswered(Box<crate::store::InputRequestRecord>),
     /// The build could not be loaded.
     #[error("cannot load build {what}: {message}")]
     Build {

@@ -40,6 +40,7 @@ pub mod selfchange;
 mod strategy;
 mod subagents;
 mod targets;
+mod tenancy;
 mod turn;
 mod walk;
 mod workspaces;
@@ -72,6 +73,7 @@ pub use releases::{
 };
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;
+pub use tenancy::Caller;
 
 use crate::store::*;
 use active::Active;
@@ -130,6 +132,8 @@ pub(crate) struct Inner {
     pub(crate) releases: releases::ReleaseState,
     /// The agent folder `propose_change` proposals are written into (see `selfchange`).
     pub(crate) agent_dir: std::sync::OnceLock<PathBuf>,
+    /// Tests only: see [`Runtime::set_unguarded_answers_for_tests`].
+    pub(crate) unguarded_answers: std::sync::atomic::AtomicBool,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -197,6 +201,7 @@ impl Runtime {
                 exec,
                 releases: releases::ReleaseState::default(),
                 agent_dir: std::sync::OnceLock::new(),
+                unguarded_answers: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         integrity::register(&rt);

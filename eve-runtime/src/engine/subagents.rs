@@ -163,9 +163,7 @@ impl Runtime {
         session: &str,
         request_id: Option<&str>,
         own_pending: &[InputRequestRecord],
-        approve: bool,
-        reason: Option<String>,
-        principal: &str,
+        answer: &super::turn::Answer<'_>,
     ) -> RuntimeResult<Option<InputRequestRecord>> {
         if !self.may_have_children(session).await? {
             return Ok(None);
@@ -185,14 +183,12 @@ impl Runtime {
         let Some(target) = target else {
             return Ok(None);
         };
-        let answered = Box::pin(self.answer_input_as(
-            &target.session_id,
-            Some(&target.id),
-            approve,
-            reason,
-            principal,
-        ))
-        .await?;
+        let again = super::turn::Answer {
+            reason: answer.reason.clone(),
+            ..*answer
+        };
+        let answered =
+            Box::pin(self.answer_input_with(&target.session_id, Some(&target.id), again)).await?;
         let still = !self
             .inner
             .store
@@ -209,7 +205,7 @@ impl Runtime {
         batch.event(
             session,
             ev::APPROVAL_SETTLED,
-            ev::approval_settled(&answered, approve),
+            ev::approval_settled(&answered, answer.approve),
         );
         if !still {
             batch.event(
@@ -412,6 +408,8 @@ impl TurnDriver<'_> {
                     .push(Op::InsertSession(SessionRecord {
                         parent_id: Some(self.id().to_owned()),
                         parent_call_id: Some(call.call_id.clone()),
+                        // A child belongs to whoever started its root (the parent's owner).
+                        owner: self.session.owner.clone(),
                         ..SessionRecord::new(
                             child.clone(),
                             self.build.hash.clone(),

@@ -213,17 +213,28 @@ impl Authenticator {
 
     /// Verifies the `Authorization` header of a request, at `now` (seconds since the epoch).
     pub fn verify(&self, authorization: Option<&str>, now: i64) -> Result<Identity, ApiError> {
+        self.verify_claims(authorization, now)
+            .map(|(identity, _)| identity)
+    }
+
+    /// [`Authenticator::verify`], with the claims of a verified JWT (what decides whether its
+    /// holder is an operator).
+    pub fn verify_claims(
+        &self,
+        authorization: Option<&str>,
+        now: i64,
+    ) -> Result<(Identity, Option<serde_json::Map<String, Value>>), ApiError> {
         let unauthorized = || ApiError::Unauthorized {
             challenge: self.challenge(),
         };
         if let Self::None = self {
-            return Ok(Identity::Anonymous);
+            return Ok((Identity::Anonymous, None));
         }
         let header = authorization.map(str::trim).ok_or_else(unauthorized)?;
         let (scheme, credentials) = header.split_once(' ').ok_or_else(unauthorized)?;
         let credentials = credentials.trim();
         match self {
-            Self::None => Ok(Identity::Anonymous),
+            Self::None => Ok((Identity::Anonymous, None)),
             Self::Bearer(digests) => {
                 if !scheme.eq_ignore_ascii_case("bearer") || credentials.is_empty() {
                     return Err(unauthorized());
@@ -237,7 +248,7 @@ impl Authenticator {
                     }
                 }
                 found
-                    .map(|name| Identity::Token(name.clone()))
+                    .map(|name| (Identity::Token(name.clone()), None))
                     .ok_or_else(unauthorized)
             }
             Self::Basic {
@@ -254,7 +265,7 @@ impl Authenticator {
                 let user_ok = same(user_digest, &digest(user.as_bytes()));
                 let password_ok = same(password_digest, &digest(password.as_bytes()));
                 if user_ok & password_ok {
-                    Ok(Identity::User(username.clone()))
+                    Ok((Identity::User(username.clone()), None))
                 } else {
                     Err(unauthorized())
                 }
@@ -294,9 +305,8 @@ impl Authenticator {
                         ));
                     }
                 }
-                Ok(Identity::Jwt(
-                    claims.get("sub").and_then(Value::as_str).map(str::to_owned),
-                ))
+                let sub = claims.get("sub").and_then(Value::as_str).map(str::to_owned);
+                Ok((Identity::Jwt(sub), Some(claims)))
             }
         }
     }

@@ -1,7 +1,7 @@
 //! Settings of the session API, resolved once before the server starts.
 //!
-//! They come from the `eve` channel of the manifest (`agent/channels/eve.yaml`: `auth`, `cors`,
-//! `max_body_bytes`) with `${VAR}` references resolved from the environment. Without that file
+//! They come from the `eve` channel of the manifest (`agent/channels/eve.yaml`: `auth`,
+//! `operators`, `cors`, `max_body_bytes`) with `${VAR}` references resolved from the environment. Without that file
 //! the API has no authentication, so it may only listen on loopback: [`ServerConfig::check_host`]
 //! refuses anything else before a socket is opened.
 
@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::auth::{Authenticator, resolve_refs};
 use super::channels::Channels;
 use super::error::ServerError;
+use super::tenancy::Operators;
 
 /// Default largest request body: 1 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
@@ -46,6 +47,12 @@ pub struct ServerConfig {
     pub shutdown: CancellationToken,
     /// Platform channels (`slack`, `discord`, `telegram`, `webhook`), secrets resolved.
     pub channels: Channels,
+    /// Who reaches every session (`operators:` of `channels/eve.yaml`).
+    pub operators: Operators,
+    /// Tests only: every caller reaches every session, as before sessions had owners, so a
+    /// test can show a stranger reaching another's session when the check is off.
+    #[doc(hidden)]
+    pub ownership_unchecked_for_tests: bool,
 }
 
 impl Default for ServerConfig {
@@ -57,6 +64,8 @@ impl Default for ServerConfig {
             heartbeat: Duration::from_secs(15),
             shutdown: CancellationToken::new(),
             channels: Channels::default(),
+            operators: Operators::default(),
+            ownership_unchecked_for_tests: false,
         }
     }
 }
@@ -82,6 +91,7 @@ impl ServerConfig {
         };
         let file = channel.source.as_str();
         config.auth = Authenticator::resolve(&channel.auth, env, file)?;
+        config.operators = Operators::from_manifest(&channel.operators);
         if let Some(cors) = channel.settings.get("cors") {
             config.cors = Some(parse_cors(cors, env, file)?);
         }

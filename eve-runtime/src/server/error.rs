@@ -21,9 +21,18 @@ pub enum ApiError {
     /// The session cannot do this in its current state.
     #[error("{0}")]
     SessionNotActive(String),
-    /// An answer names an input request that is not pending (answered, withdrawn or unknown).
+    /// An answer names an input request that is not pending (withdrawn or unknown).
     #[error("{0}")]
     RequestNotPending(String),
+    /// An answer to an input request someone else answered first; the body carries the answer
+    /// that won (`outcome`, `responderPrincipalId`, `answeredAt`).
+    #[error(
+        "Input request {} was already answered ({} by {}): the first answer counts.",
+        .0.id,
+        .0.status,
+        .0.responder.as_deref().unwrap_or(crate::engine::LOCAL_PRINCIPAL)
+    )]
+    InputAlreadyAnswered(Box<crate::store::InputRequestRecord>),
     /// The body or query is not what the route takes.
     #[error("{message}")]
     BadRequest {
@@ -92,9 +101,10 @@ impl ApiError {
             | Self::RouteNotFound(_)
             | Self::ScheduleNotFound(_)
             | Self::ReleaseNotFound(_) => StatusCode::NOT_FOUND,
-            Self::SessionNotActive(_) | Self::RequestNotPending(_) | Self::ReleaseRefused(_) => {
-                StatusCode::CONFLICT
-            }
+            Self::SessionNotActive(_)
+            | Self::RequestNotPending(_)
+            | Self::InputAlreadyAnswered(_)
+            | Self::ReleaseRefused(_) => StatusCode::CONFLICT,
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -111,6 +121,7 @@ impl ApiError {
             Self::SessionNotFound => "session_not_found",
             Self::SessionNotActive(_) => "session_not_active",
             Self::RequestNotPending(_) => "request_not_pending",
+            Self::InputAlreadyAnswered(_) => "input_already_answered",
             Self::BadRequest { code, .. } => code,
             Self::Unauthorized { .. } => "unauthorized",
             Self::Forbidden(_) => "forbidden",
@@ -126,9 +137,21 @@ impl ApiError {
         }
     }
 
-    /// The JSON body: `{"code", "error", "ok": false}`.
+    /// The JSON body: `{"code", "error", "ok": false}`; an answer that came second also gets
+    /// the one that won: `requestId`, `outcome`, `responderPrincipalId`, `answeredAt`.
     pub fn body(&self) -> serde_json::Value {
-        json!({"code": self.code(), "error": self.to_string(), "ok": false})
+        let mut body = json!({"code": self.code(), "error": self.to_string(), "ok": false});
+        if let Self::InputAlreadyAnswered(won) = self {
+            body["requestId"] = json!(won.id);
+            body["outcome"] = json!(won.status.as_str());
+            body["responderPrincipalId"] = json!(
+                won.responder
+                    .as_deref()
+                    .unwrap_or(crate::engine::LOCAL_PRINCIPAL)
+            );
+            body["answeredAt"] = json!(won.answered_at.map(crate::store::rfc3339));
+        }
+        body
     }
 }
 
@@ -158,6 +181,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::SessionNotFound(_) => Self::SessionNotFound,
             RuntimeError::SessionNotActive { .. } => Self::SessionNotActive(format!("{e}.")),
             RuntimeError::NoSuchRequest(m) => Self::RequestNotPending(format!("{m}.")),
+            RuntimeError::InputAlreadyAnswered(won) => Self::InputAlreadyAnswered(won),
             RuntimeError::EmptyMessage => {
                 Self::bad_request("empty_message", "`message` is empty: send some text.")
             }

@@ -3,10 +3,11 @@
 //! a scope (see `engine::memory`).
 //!
 //! A caller reaches the `agent` scope, its **own** `user` scope (the principal it authenticated
-//! as; never another user's), and a session's scope by `session`. Agent memory is pinned into
-//! every session's prompt, so writing it is an operator's act: a JWT principal (an end user of
-//! the API) may read it but not write it; bearer and basic credentials may. An API without
-//! authentication has no user scope.
+//! as; never another user's), and the scope of a session it reaches by `session` (one it
+//! started, or any for an operator; another's is `404 session_not_found`, as on the session
+//! routes). Agent memory is pinned into every session's prompt, every tenant's included, so
+//! writing it is an operator's act (the `operators:` of `channels/eve.yaml`, `eve memory edit`):
+//! anyone else may read it but not write it. An API without authentication has no user scope.
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -21,6 +22,7 @@ use super::App;
 use super::auth::Identity;
 use super::body;
 use super::error::ApiError;
+use crate::engine::Caller;
 use crate::engine::memory::{MemoryError, Selector};
 use crate::store::rfc3339;
 
@@ -81,14 +83,24 @@ fn error(e: MemoryError) -> ApiError {
     }
 }
 
-/// Refuses a write to the agent scope by an end user of the API.
-fn may_write(identity: &Identity, scope: MemoryScope) -> Result<(), ApiError> {
-    if scope == MemoryScope::Agent && matches!(identity, Identity::Jwt(_)) {
-        return Err(ApiError::Forbidden(
-            "agent memory is pinned into every session; it is written by operators (a bearer or \
-             basic credential, or `eve memory edit`), not by a JWT principal"
-                .to_owned(),
-        ));
+/// Refuses a write to the agent scope by anyone but an operator.
+fn may_write(caller: &Caller, scope: MemoryScope) -> Result<(), ApiError> {
+    if scope == MemoryScope::Agent && !caller.is_operator() {
+        return Err(ApiError::Forbidden(format!(
+            "agent memory is pinned into every session; it is written by operators (named under \
+             `operators:` in agent/channels/eve.yaml, or `eve memory edit`), and {} is not one",
+            caller.id()
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a `session` the caller does not reach, as the session routes do.
+async fn may_reach(app: &App, caller: &Caller, session: Option<&str>) -> Result<(), ApiError> {
+    if let Some(id) = session {
+        app.runtime
+            .session_for(id, &super::tenancy::reach(app, caller))
+            .await?;
     }
     Ok(())
 }
@@ -97,9 +109,11 @@ fn may_write(identity: &Identity, scope: MemoryScope) -> Result<(), ApiError> {
 pub async fn show(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
+    Extension(caller): Extension<Caller>,
     body::ApiQuery(target): body::ApiQuery<Target>,
 ) -> Result<Response, ApiError> {
     let scope = scope(target.scope.as_deref())?;
+    may_reach(&app, &caller, target.session.as_deref()).await?;
     let mut selector = selector(&identity, scope, target.session);
     let scopes = match scope {
         Some(s) => vec![s],
@@ -129,6 +143,7 @@ pub async fn show(
 pub async fn write(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.body_limit)?;
@@ -136,7 +151,8 @@ pub async fn write(
         ApiError::bad_request("invalid_body", format!("invalid memory request: {e}"))
     })?;
     let scope = scope(request.scope.as_deref())?.unwrap_or(MemoryScope::Agent);
-    may_write(&identity, scope)?;
+    may_write(&caller, scope)?;
+    may_reach(&app, &caller, request.session.as_deref()).await?;
     let input: Value = json!({"action": request.action, "id": request.id, "text": request.text});
     let result = app
         .runtime
@@ -151,6 +167,7 @@ pub async fn write(
 pub async fn clear(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.body_limit)?;
@@ -162,7 +179,8 @@ pub async fn clear(
         })?
     };
     let scope = scope(target.scope.as_deref())?.unwrap_or(MemoryScope::Agent);
-    may_write(&identity, scope)?;
+    may_write(&caller, scope)?;
+    may_reach(&app, &caller, target.session.as_deref()).await?;
     let removed = app
         .runtime
         .memory_clear(&selector(&identity, Some(scope), target.session))

@@ -22,6 +22,7 @@ mod releases;
 mod reload;
 mod routes;
 mod stream;
+mod tenancy;
 mod ui;
 
 use std::sync::Arc;
@@ -30,7 +31,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, Method, header};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 pub use auth::{Authenticator, Identity, sign_hs256, verify_hs256};
@@ -47,6 +48,7 @@ pub use reload::ReloadableRouter;
 pub use stream::{
     EventCursor, Next, STREAM_ERROR, STREAM_VERSION, StreamFailure, at_rest, is_rest_point,
 };
+pub use tenancy::{Access, Operators, Route};
 pub use ui::{UI_STREAM_VERSION, chat_session_id};
 
 use crate::engine::Runtime;
@@ -104,6 +106,109 @@ pub fn router(runtime: Runtime, config: ServerConfig) -> Router {
     router_with(runtime, config, RouterOptions::default())
 }
 
+/// Every route of the API with who may call it: the table [`router_with`] builds the router
+/// from (each route's access is enforced by a layer made from its entry), so this list is
+/// complete by construction. `dev` and `console` add the routes those options add.
+pub fn routes(dev: bool, console: bool) -> Vec<Route> {
+    table(dev, console)
+        .into_iter()
+        .map(|(route, _)| route)
+        .collect()
+}
+
+/// The routes with their handlers (see [`routes`]).
+fn table(dev: bool, console: bool) -> Vec<(Route, MethodRouter<App>)> {
+    use Access::{Caller, Operator, Public, Session};
+    let r = |method: &'static str, path: &'static str, access: Access| Route {
+        method,
+        path,
+        access,
+    };
+    let mut all = vec![
+        (r("GET", "/eve/v1/health", Public), get(routes::health)),
+        (
+            r("POST", "/eve/v1/channels/{name}", Public),
+            post(channels::handle),
+        ),
+        (r("GET", "/eve/v1/info", Caller), get(routes::info)),
+        (r("GET", "/eve/v1/agent", Caller), get(console::api::agent)),
+        (r("GET", "/eve/v1/memory", Caller), get(memory::show)),
+        (r("POST", "/eve/v1/memory", Caller), post(memory::write)),
+        (
+            r("POST", "/eve/v1/memory/clear", Caller),
+            post(memory::clear),
+        ),
+        (
+            r("GET", "/eve/v1/sessions", Caller),
+            get(console::api::list),
+        ),
+        (
+            r("POST", "/eve/v1/session", Caller),
+            post(routes::create_session),
+        ),
+        (r("POST", "/eve/v1/chat", Caller), post(routes::chat)),
+        (
+            r("GET", "/eve/v1/sessions/{id}", Session),
+            get(console::api::show),
+        ),
+        (
+            r("POST", "/eve/v1/session/{id}", Session),
+            post(routes::post_session),
+        ),
+        (
+            r("POST", "/eve/v1/session/{id}/cancel", Session),
+            post(routes::cancel),
+        ),
+        (
+            r("POST", "/eve/v1/session/{id}/compact", Session),
+            post(routes::compact),
+        ),
+        (
+            r("POST", "/eve/v1/session/{id}/clear", Session),
+            post(routes::clear),
+        ),
+        (
+            r("POST", "/eve/v1/session/{id}/reset", Session),
+            post(routes::reset),
+        ),
+        (
+            r("GET", "/eve/v1/session/{id}/stream", Session),
+            get(routes::stream),
+        ),
+        (r("GET", "/eve/v1/releases", Operator), get(releases::list)),
+        (
+            r("GET", "/eve/v1/releases/stream", Operator),
+            get(releases::stream),
+        ),
+        (
+            r("GET", "/eve/v1/releases/{id}", Operator),
+            get(releases::show),
+        ),
+        (
+            r("POST", "/eve/v1/releases/{id}/activate", Operator),
+            post(releases::activate),
+        ),
+        (
+            r("POST", "/eve/v1/rollback", Operator),
+            post(releases::rollback),
+        ),
+    ];
+    if dev {
+        all.push((
+            r("POST", "/eve/v1/dev/schedules/{id}", Operator),
+            post(dev::fire_schedule),
+        ));
+    }
+    if console {
+        all.extend([
+            (r("GET", "/", Public), get(console::index)),
+            (r("GET", "/console/app.js", Public), get(console::script)),
+            (r("GET", "/console/app.css", Public), get(console::style)),
+        ]);
+    }
+    all
+}
+
 /// Like [`router`], with the dev routes when `options.dev` is set.
 pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOptions) -> Router {
     let dev = options.dev.is_some();
@@ -114,40 +219,31 @@ pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOption
         config: Arc::new(config),
         scheduler: options.dev,
     };
+    let mut open = Router::new();
     let mut guarded = Router::new();
-    if dev {
-        guarded = guarded.route("/eve/v1/dev/schedules/{id}", post(dev::fire_schedule));
-    }
-    let guarded = console::api_routes(guarded)
-        .route("/eve/v1/info", get(routes::info))
-        .route("/eve/v1/memory", get(memory::show).post(memory::write))
-        .route("/eve/v1/memory/clear", post(memory::clear))
-        .route("/eve/v1/session", post(routes::create_session))
-        .route("/eve/v1/session/{id}", post(routes::post_session))
-        .route("/eve/v1/session/{id}/cancel", post(routes::cancel))
-        .route("/eve/v1/session/{id}/compact", post(routes::compact))
-        .route("/eve/v1/session/{id}/clear", post(routes::clear))
-        .route("/eve/v1/session/{id}/reset", post(routes::reset))
-        .route("/eve/v1/session/{id}/stream", get(routes::stream))
-        .route("/eve/v1/chat", post(routes::chat))
-        .route("/eve/v1/releases", get(releases::list))
-        .route("/eve/v1/releases/stream", get(releases::stream))
-        .route("/eve/v1/releases/{id}", get(releases::show))
-        .route("/eve/v1/releases/{id}/activate", post(releases::activate))
-        .route("/eve/v1/rollback", post(releases::rollback))
-        .route_layer(axum::middleware::from_fn_with_state(
-            app.clone(),
-            routes::guard,
-        ));
-    let mut router = Router::new()
-        .route("/eve/v1/health", get(routes::health))
-        .route("/eve/v1/channels/{name}", post(channels::handle))
-        .merge(guarded)
-        .merge(if console {
-            console::assets()
+    for (route, handler) in table(dev, console) {
+        let handler = match route.access {
+            Access::Public | Access::Caller => handler,
+            Access::Session => handler.route_layer(axum::middleware::from_fn_with_state(
+                app.clone(),
+                tenancy::session_access,
+            )),
+            Access::Operator => {
+                handler.route_layer(axum::middleware::from_fn(tenancy::operator_access))
+            }
+        };
+        if route.access == Access::Public {
+            open = open.route(route.path, handler);
         } else {
-            Router::new()
-        })
+            guarded = guarded.route(route.path, handler);
+        }
+    }
+    let guarded = guarded.route_layer(axum::middleware::from_fn_with_state(
+        app.clone(),
+        routes::guard,
+    ));
+    let mut router = open
+        .merge(guarded)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(app.config.body_limit));

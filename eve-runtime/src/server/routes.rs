@@ -22,7 +22,7 @@ use super::config::{authority_host, is_loopback_host};
 use super::error::ApiError;
 use super::stream::{self, EventCursor, Format};
 use super::ui::{self, ChatInput, UI_STREAM_VERSION, UiStream};
-use crate::engine::{Accept, Extra, Runtime, SessionRef};
+use crate::engine::{Accept, Caller, Extra, Runtime, RuntimeError, SessionRef};
 use crate::store::SessionStatus;
 
 /// Longest session id looked up; longer ones cannot exist.
@@ -123,10 +123,12 @@ pub async fn guard(State(app): State<App>, mut request: Request, next: Next) -> 
     match app
         .config
         .auth
-        .verify(authorization, chrono::Utc::now().timestamp())
+        .verify_claims(authorization, chrono::Utc::now().timestamp())
     {
-        Ok(identity) => {
+        Ok((identity, claims)) => {
+            let caller = app.config.operators.caller(&identity, claims.as_ref());
             request.extensions_mut().insert(identity);
+            request.extensions_mut().insert(caller);
             next.run(request).await
         }
         Err(e) => e.into_response(),
@@ -162,7 +164,8 @@ fn sender(identity: &Identity) -> Option<String> {
     }
 }
 
-/// `POST /eve/v1/session`: a new session, with an optional first message.
+/// `POST /eve/v1/session`: a new session, with an optional first message. It belongs to the
+/// caller (see `engine::tenancy`).
 pub async fn create_session(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
@@ -170,12 +173,14 @@ pub async fn create_session(
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.body_limit)?;
     let message = body::create(&bytes)?;
+    let mut extra: Vec<Extra> = sender(&identity).map(Extra::Sender).into_iter().collect();
+    extra.push(Extra::Owner(identity.principal_id()));
     let accepted = app
         .runtime
         .accept(Accept {
             session: SessionRef::new_session(None),
             message,
-            extra: sender(&identity).map(Extra::Sender).into_iter().collect(),
+            extra,
         })
         .await?
         .ok_or_else(|| ApiError::Internal("the new session was not stored".to_owned()))?;
@@ -185,24 +190,29 @@ pub async fn create_session(
     ))
 }
 
-/// Answers `responses` on session `id` as `identity` (its principal lands in `approval.settled`).
+/// Answers `responses` on session `id` as `caller` (its principal lands in `approval.settled`).
+/// Every response is checked before any is answered: one naming a request answered first is
+/// `409 input_already_answered` with the answer that won, one naming no waiting request
+/// `409 request_not_pending`.
 async fn answer(
     runtime: &Runtime,
     id: &str,
     responses: &[InputResponse],
-    identity: &Identity,
+    caller: &Caller,
 ) -> Result<(), ApiError> {
-    let principal = identity.principal_id();
     let pending = runtime.pending_inputs(id).await?;
-    if pending.is_empty() {
-        return Err(ApiError::SessionNotActive(format!(
-            "Session {id} is not waiting for input."
-        )));
-    }
-    if let Some(r) = responses
-        .iter()
-        .find(|r| !pending.iter().any(|p| p.id == r.request_id))
-    {
+    for r in responses {
+        if pending.iter().any(|p| p.id == r.request_id) {
+            continue;
+        }
+        if let Some(won) = runtime.answered_request(id, &r.request_id).await? {
+            return Err(ApiError::from(RuntimeError::from_settled(won)));
+        }
+        if pending.is_empty() {
+            return Err(ApiError::SessionNotActive(format!(
+                "Session {id} is not waiting for input."
+            )));
+        }
         return Err(ApiError::RequestNotPending(format!(
             "Input request {} is not pending in session {id}.",
             r.request_id
@@ -210,13 +220,7 @@ async fn answer(
     }
     for r in responses {
         runtime
-            .answer_input_as(
-                id,
-                Some(&r.request_id),
-                r.approve,
-                r.text.clone(),
-                &principal,
-            )
+            .answer_input_by(id, Some(&r.request_id), r.approve, r.text.clone(), caller)
             .await?;
     }
     Ok(())
@@ -227,6 +231,7 @@ pub async fn post_session(
     State(app): State<App>,
     SessionId(id): SessionId,
     Extension(identity): Extension<Identity>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.body_limit)?;
@@ -242,7 +247,7 @@ pub async fn post_session(
             if app.runtime.session(&id).await?.is_none() {
                 return Err(ApiError::SessionNotFound);
             }
-            answer(&app.runtime, &id, &responses, &identity).await?;
+            answer(&app.runtime, &id, &responses, &caller).await?;
         }
     }
     Ok(accepted(&id))
@@ -344,15 +349,18 @@ pub async fn stream(
     .await
 }
 
-/// `POST /eve/v1/chat`: one turn as an AI SDK UI message stream.
+/// `POST /eve/v1/chat`: one turn as an AI SDK UI message stream. The chat id names a session of
+/// the caller's own (see [`ui::chat_session`]); a session it does not reach is a 404.
 pub async fn chat(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.body_limit)?;
     let request = ui::parse_chat(&bytes)?;
-    let id = ui::chat_session_id(&request.chat_id);
+    let reach = super::tenancy::reach(&app, &caller);
+    let (id, may_create) = ui::chat_session(&request.chat_id, &reach);
     if let ChatInput::Message(text) = &request.input {
         if text.trim().is_empty() {
             return Err(ApiError::bad_request(
@@ -360,13 +368,13 @@ pub async fn chat(
                 "The last message has no text.",
             ));
         }
-        ui::ensure_session(&app.runtime, &id).await?;
+        if may_create {
+            app.runtime
+                .ensure_session_owned(&id, Some(caller.id().to_owned()))
+                .await?;
+        }
     }
-    let record = app
-        .runtime
-        .session(&id)
-        .await?
-        .ok_or(ApiError::SessionNotFound)?;
+    let record = app.runtime.session_for(&id, &reach).await?;
     let from = record.event_count;
     match &request.input {
         ChatInput::Message(text) => {
@@ -375,7 +383,7 @@ pub async fn chat(
                 .await?;
         }
         ChatInput::InputResponses(responses) => {
-            answer(&app.runtime, &id, responses, &identity).await?
+            answer(&app.runtime, &id, responses, &caller).await?
         }
     }
     let cursor = EventCursor::follow(

@@ -7,9 +7,10 @@
 //! fields the AI SDK's strict chunk schema allows. The session is the source of truth: earlier
 //! messages in the body are not replayed, because the session already holds them.
 //!
-//! A chat id that is a session id (`wrun_…`) addresses that session; any other id maps to a
-//! stable session id derived from it, so the same chat reaches the same session across restarts
-//! without a mapping table.
+//! A chat id addresses a session of the caller's, the same across restarts without a mapping
+//! table ([`chat_session`]): any id that is not a session id maps to a session id derived from
+//! it (and, for a caller that is not an operator, from its principal); a session id (`wrun_…`)
+//! addresses that session, if the caller reaches it.
 
 use std::collections::{HashSet, VecDeque};
 
@@ -19,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::body::{self, InputResponse};
 use super::error::ApiError;
-use crate::engine::{Runtime, events as ev};
+use crate::engine::{Caller, events as ev};
 use crate::store::StoredEvent;
 
 /// Value of the `x-vercel-ai-ui-message-stream` response header.
@@ -113,9 +114,26 @@ pub fn chat_session_id(chat_id: &str) -> String {
     format!("wrun_chat_{}", &digest[..26])
 }
 
-/// Makes sure the session `id` exists, creating it on the current build when it does not.
-pub async fn ensure_session(runtime: &Runtime, id: &str) -> Result<(), ApiError> {
-    Ok(runtime.ensure_session(id).await?)
+/// The session a chat id addresses for `caller`, and whether a message may create it. An
+/// operator's chat ids map as [`chat_session_id`] says. Anyone else's chat ids are their own:
+/// an id that is not a session id maps to a session derived from the caller's principal and the
+/// chat id (two callers' chats `42` are two sessions); a session id (`wrun_…`) addresses that
+/// session only if it exists and is the caller's, and is never created, so no caller can take
+/// an id another channel derives (a Telegram chat's, a Slack thread's) before its first message.
+pub fn chat_session(chat_id: &str, caller: &Caller) -> (String, bool) {
+    let id = chat_session_id(chat_id);
+    if caller.is_operator() {
+        return (id, true);
+    }
+    if id == chat_id {
+        return (id, false);
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(caller.id().as_bytes());
+    hasher.update([0u8]);
+    hasher.update(chat_id.as_bytes());
+    let digest = hex::encode(hasher.finalize());
+    (format!("wrun_chat_{}", &digest[..26]), true)
 }
 
 fn sse(chunk: &Value) -> Bytes {

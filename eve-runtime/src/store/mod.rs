@@ -113,6 +113,19 @@ pub enum StoreError {
     /// `data_corrupted`/`index_corrupted`. `eve store check` says where; restore a backup.
     #[error("the store is damaged: {0}")]
     Damaged(String),
+    /// An answer to an input request that was answered (or withdrawn) first: the batch was
+    /// refused whole. Carries the request as stored, with the answer that won.
+    #[error("input request {} was already answered ({})", .0.id, .0.status)]
+    AlreadyAnswered(Box<InputRequestRecord>),
+    /// An answer's view of its turn's pending requests is stale (another answer settled one of
+    /// them first): the batch was refused whole; read them again and retry.
+    #[error("the pending requests of session {session} turn {turn} changed during the answer")]
+    InputsMoved {
+        /// Session.
+        session: String,
+        /// Turn.
+        turn: u64,
+    },
 }
 
 impl StoreError {

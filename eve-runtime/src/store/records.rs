@@ -205,6 +205,12 @@ pub struct SessionRecord {
     pub created_at: i64,
     /// Last change.
     pub updated_at: i64,
+    /// The principal that started it (`jwt:<sub>`, `token:NAME`, `basic:user`, `slack:U…`,
+    /// `local`…); a subagent's session has its root's. `None`: no principal started it (a
+    /// schedule, a signed webhook, or a session stored before owners were recorded), so only
+    /// operators reach it. Written once, when the session is inserted.
+    #[serde(default)]
+    pub owner: Option<String>,
 }
 
 impl SessionRecord {
@@ -235,6 +241,7 @@ impl SessionRecord {
             cancel_requested: false,
             created_at: now,
             updated_at: now,
+            owner: None,
         }
     }
 }
@@ -248,6 +255,8 @@ pub struct SessionFilter {
     pub status: Option<SessionStatus>,
     /// At most this many (0 = no limit).
     pub limit: usize,
+    /// Only sessions started by this principal (see [`SessionRecord::owner`]).
+    pub owner: Option<String>,
 }
 
 /// A turn row.
@@ -559,8 +568,21 @@ pub enum Op {
     PutStep(StepRecord),
     /// Inserts or replaces a tool call.
     PutToolCall(ToolCallRecord),
-    /// Inserts or replaces an input request.
+    /// Inserts or replaces an input request (asking it, or withdrawing it).
     PutInputRequest(InputRequestRecord),
+    /// Settles a pending input request with its answer (status, reason, time, responder), as a
+    /// compare-and-set in the commit: the batch is refused whole with
+    /// [`super::StoreError::AlreadyAnswered`] (carrying the stored answer) when the request is no
+    /// longer pending, so of two answers racing, across processes or nodes, exactly one commits;
+    /// and with [`super::StoreError::InputsMoved`] when the other requests of its turn that are
+    /// still pending are not exactly `others_pending` (another answer settled one of them since
+    /// the caller read them: read again and retry, so exactly one answer sees the wait resolved).
+    AnswerInputRequest {
+        /// The request as answered.
+        request: InputRequestRecord,
+        /// Ids of the other requests of the same session and turn the caller saw pending.
+        others_pending: Vec<String>,
+    },
     /// Inserts or replaces a breaker.
     PutBreaker(BreakerRecord),
     /// Subagent links and waits, dynamic tools, hook cursors.
@@ -594,7 +616,7 @@ impl Op {
             Op::PutTurn(t) => &t.session_id,
             Op::PutStep(s) => &s.session_id,
             Op::PutToolCall(c) => &c.session_id,
-            Op::PutInputRequest(r) => &r.session_id,
+            Op::PutInputRequest(r) | Op::AnswerInputRequest { request: r, .. } => &r.session_id,
             Op::Composition(C::InsertLink(l)) => &l.session_id,
             Op::Composition(C::PutSubagentCall(c)) => &c.parent_id,
             Op::Composition(C::PutDynamicTools { session_id, .. })

@@ -304,7 +304,14 @@ async fn approvals_are_announced_in_the_thread() {
 #[tokio::test]
 async fn an_approval_answered_in_the_thread_carries_the_slack_user() {
     let fake = Fake::start().await;
-    let (_agent, root) = agent(&[("slack", channel(&fake))]);
+    // U0APPROVER is an operator; U0STRANGER is only someone else in the channel.
+    let (_agent, root) = agent(&[
+        ("slack", channel(&fake)),
+        (
+            "eve",
+            "auth: none\noperators:\n  principals: [\"slack:U0APPROVER\"]\n".to_owned(),
+        ),
+    ]);
     let server = Served::start(&root, &vars()).await;
     let ask = mention(
         "/tool refund_charge {\"chargeId\": \"ch_7\", \"amount\": 5}",
@@ -322,21 +329,38 @@ async fn an_approval_answered_in_the_thread_carries_the_slack_user() {
             .contains("reply `approve`")
     );
 
-    // Another person answers in the thread (no mention needed there).
+    // Someone else in the channel, who neither asked nor is an operator, is refused.
+    let stranger = json!({"type": "message", "channel_type": "channel", "user": "U0STRANGER",
+                          "text": "approve", "ts": "5100.2", "thread_ts": "5100.1", "channel": "C1"});
+    let (status, answer) = send(&server, &callback("EvP2", stranger)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["answered"], 0, "{answer}");
+    let refused = answer["refused"][0].as_str().unwrap();
+    assert!(
+        refused.contains("Only slack:U1 (who asked) or an operator"),
+        "{refused}"
+    );
+    assert_eq!(
+        server.runtime.pending_inputs(&session).await.unwrap().len(),
+        1
+    );
+
+    // An operator answers in the thread (no mention needed there).
     let reply = json!({"type": "message", "channel_type": "channel", "user": "U0APPROVER",
-                       "text": "approve", "ts": "5100.2", "thread_ts": "5100.1", "channel": "C1"});
-    let (status, answer) = send(&server, &callback("EvP2", reply)).await;
+                       "text": "approve", "ts": "5100.3", "thread_ts": "5100.1", "channel": "C1"});
+    let (status, answer) = send(&server, &callback("EvP3", reply)).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["answered"], 1, "{answer}");
     let replies = fake.wait(2).await;
     let text = replies[1].json["text"].as_str().unwrap();
     assert!(text.starts_with("refund_charge returned:"), "{text}");
     let events = server.runtime.events(&session, 0, 0).await.unwrap();
-    let settled = events
+    let settled: Vec<_> = events
         .iter()
-        .find(|e| e.kind == "approval.settled")
-        .expect("approval.settled");
-    assert_eq!(settled.data["responderPrincipalId"], "slack:U0APPROVER");
+        .filter(|e| e.kind == "approval.settled")
+        .collect();
+    assert_eq!(settled.len(), 1, "the stranger's answer did not count");
+    assert_eq!(settled[0].data["responderPrincipalId"], "slack:U0APPROVER");
     let resolved = events.iter().find(|e| e.kind == "input.resolved").unwrap();
     assert_eq!(
         resolved.data["resolutions"][0]["responderPrincipalId"],
@@ -344,5 +368,78 @@ async fn an_approval_answered_in_the_thread_carries_the_slack_user() {
     );
     // The answer is not a message to the agent.
     assert_eq!(server.received(&session).await.len(), 1);
+    server.stop().await;
+}
+
+/// The person who asked answers their own request in the thread; a second answer after it is
+/// told the first one counts.
+#[tokio::test]
+async fn the_person_who_asked_answers_and_a_later_answer_is_told_the_first_counts() {
+    let fake = Fake::start().await;
+    let (_agent, root) = agent(&[("slack", channel(&fake))]);
+    let server = Served::start(&root, &vars()).await;
+    let ask = mention(
+        "/tool refund_charge {\"chargeId\": \"ch_8\", \"amount\": 5}",
+        "C1",
+        "5200.1",
+        None,
+    );
+    let (_, answer) = send(&server, &callback("EvQ1", ask)).await;
+    let session = answer["sessionId"].as_str().unwrap().to_owned();
+    fake.wait(1).await;
+    let pending = server.runtime.pending_inputs(&session).await.unwrap();
+    let request = pending[0].id.clone();
+    // The terminal answers first; U1's answer, naming the request, comes second.
+    server
+        .runtime
+        .answer_input(&session, Some(&request), false, None)
+        .await
+        .unwrap();
+    let late = json!({"type": "message", "channel_type": "channel", "user": "U1",
+                      "text": format!("approve {request}"), "ts": "5200.2", "thread_ts": "5200.1",
+                      "channel": "C1"});
+    let (status, answer) = send(&server, &callback("EvQ2", late)).await;
+    assert_eq!(status, 200, "{answer}");
+    // Nothing waits any more: the text is an ordinary message, not a second answer.
+    assert!(answer.get("answered").is_none(), "{answer}");
+    let events = server.runtime.events(&session, 0, 0).await.unwrap();
+    let settled: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == "approval.settled")
+        .collect();
+    assert_eq!(settled.len(), 1);
+    assert_eq!(settled[0].data["outcome"], "denied");
+
+    // A new request in a new thread: the asker approves it.
+    let ask = mention(
+        "/tool refund_charge {\"chargeId\": \"ch_9\", \"amount\": 5}",
+        "C1",
+        "5300.1",
+        None,
+    );
+    let (_, answer) = send(&server, &callback("EvQ3", ask)).await;
+    let session = answer["sessionId"].as_str().unwrap().to_owned();
+    let own = json!({"type": "message", "channel_type": "channel", "user": "U1",
+                     "text": "approve", "ts": "5300.2", "thread_ts": "5300.1", "channel": "C1"});
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while server
+        .runtime
+        .pending_inputs(&session)
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refund never waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let (status, answer) = send(&server, &callback("EvQ4", own)).await;
+    assert_eq!(
+        (status, answer["answered"].clone()),
+        (200, json!(1)),
+        "{answer}"
+    );
     server.stop().await;
 }

@@ -11,6 +11,12 @@ use std::time::Duration;
 use eve_runtime::store::*;
 use serde_json::json;
 
+mod tenancy;
+pub use tenancy::{
+    an_answer_settles_a_request_once, an_answer_with_a_stale_view_of_its_turn_is_refused,
+    sessions_keep_their_owner,
+};
+
 /// A backend under test: fresh, empty storage that can be opened more than once (each
 /// [`Backend::open`] is another process's view of the same data).
 pub trait Backend: Send + Sync {
@@ -51,6 +57,9 @@ pub async fn run_all<B: Backend>(make: impl Fn() -> B) {
     rows_written_twice_in_a_batch_and_commit_reading(&make()).await;
     channel_reply_ownership(&make()).await;
     workspace_blobs_are_collected(&make()).await;
+    sessions_keep_their_owner(&make()).await;
+    an_answer_settles_a_request_once(&make()).await;
+    an_answer_with_a_stale_view_of_its_turn_is_refused(&make()).await;
 }
 
 /// One `#[tokio::test]` per promise, on backends made by `$make`.
@@ -97,6 +106,9 @@ macro_rules! store_contract_tests {
             rows_written_twice_in_a_batch_and_commit_reading,
             channel_reply_ownership,
             workspace_blobs_are_collected,
+            sessions_keep_their_owner,
+            an_answer_settles_a_request_once,
+            an_answer_with_a_stale_view_of_its_turn_is_refused,
         );
     };
 }

@@ -310,17 +310,34 @@ impl Backend {
         Ok(())
     }
 
+    /// Answers `request`; `Some(note)` when someone else answered it first (a console, a
+    /// platform user, `eve sessions approve`): their answer counts, and the note says whose.
     pub(super) async fn answer(
         &self,
         session: &str,
         request: &str,
         approve: bool,
         reason: Option<String>,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Option<String>> {
+        let first = |request: &str, outcome: &str, by: &str| {
+            format!("({request} was already answered: {outcome} by {by}; the first answer counts)")
+        };
         match self {
             Self::Local(rt) => {
-                rt.answer_input(session, Some(request), approve, reason)
-                    .await?;
+                match rt
+                    .answer_input(session, Some(request), approve, reason)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(eve_runtime::engine::RuntimeError::InputAlreadyAnswered(won)) => {
+                        let by = won
+                            .responder
+                            .as_deref()
+                            .unwrap_or(eve_runtime::engine::LOCAL_PRINCIPAL);
+                        return Ok(Some(first(&won.id, won.status.as_str(), by)));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             Self::Remote(r) => {
                 let option = if approve { "approve" } else { "cancel" };
@@ -328,14 +345,30 @@ impl Backend {
                 if let Some(reason) = reason {
                     response["text"] = json!(reason);
                 }
-                r.post(
-                    &format!("/eve/v1/session/{session}"),
-                    json!({"inputResponses": [response]}),
-                )
-                .await?;
+                let answer = r
+                    .request(reqwest::Method::POST, &format!("/eve/v1/session/{session}"))
+                    .json(&json!({"inputResponses": [response]}))
+                    .send()
+                    .await
+                    .with_context(|| r.unreachable())?;
+                let status = answer.status();
+                let value: Value = answer.json().await.unwrap_or(Value::Null);
+                if status == reqwest::StatusCode::CONFLICT
+                    && value["code"] == "input_already_answered"
+                {
+                    let text = |k: &str| value[k].as_str().unwrap_or("?").to_owned();
+                    return Ok(Some(first(
+                        &text("requestId"),
+                        &text("outcome"),
+                        &text("responderPrincipalId"),
+                    )));
+                }
+                if !status.is_success() {
+                    return Err(r.refusal(status, &value));
+                }
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Cancels the turn; `false` when there was none.

@@ -188,6 +188,15 @@ impl Runtime {
     /// answered (`token:EVE_API_TOKEN`, `jwt:<sub>`, `basic:<user>`, `slack:<user id>`,
     /// `anonymous`, `local`…). The principal is stored with the answer and shown in
     /// `approval.settled` and `input.resolved` (`responderPrincipalId`).
+    ///
+    /// The first answer wins: the store settles the request by compare-and-set in the commit
+    /// that announces it, so of answers racing (in this process or across processes and nodes)
+    /// exactly one commits its `approval.settled`; every other gets
+    /// [`RuntimeError::InputAlreadyAnswered`] with the answer that won.
+    ///
+    /// Approving a proposed change to the agent activates a release, an operator's act: here a
+    /// JWT principal may not (see [`Runtime::answer_input_by`] to decide by the operators of
+    /// `channels/eve.yaml`).
     pub async fn answer_input_as(
         &self,
         session: &str,
@@ -196,21 +205,87 @@ impl Runtime {
         reason: Option<String>,
         principal: &str,
     ) -> RuntimeResult<InputRequestRecord> {
+        let answer = Answer {
+            approve,
+            reason,
+            principal,
+            may_activate: !principal.starts_with("jwt:"),
+        };
+        self.answer_input_with(session, request_id, answer).await
+    }
+
+    /// [`Runtime::answer_input_as`] for `caller`: only an operator approves a proposed change
+    /// to the agent (a tenant may deny it).
+    pub async fn answer_input_by(
+        &self,
+        session: &str,
+        request_id: Option<&str>,
+        approve: bool,
+        reason: Option<String>,
+        caller: &crate::engine::Caller,
+    ) -> RuntimeResult<InputRequestRecord> {
+        let answer = Answer {
+            approve,
+            reason,
+            principal: caller.id(),
+            may_activate: caller.is_operator(),
+        };
+        self.answer_input_with(session, request_id, answer).await
+    }
+
+    pub(crate) async fn answer_input_with(
+        &self,
+        session: &str,
+        request_id: Option<&str>,
+        answer: Answer<'_>,
+    ) -> RuntimeResult<InputRequestRecord> {
+        // Another answer to another request of the same turn may commit between this one's
+        // reads and its commit (the store then refuses it as `InputsMoved`): read again, so the
+        // last answer of a turn always sees its wait resolved. Each retry follows a commit that
+        // settled a request, so retries are bounded by the turn's requests.
+        let mut moved = 0usize;
+        loop {
+            let outcome = self.answer_once(session, request_id, &answer).await;
+            match outcome {
+                Err(RuntimeError::Store(StoreError::InputsMoved { .. })) if moved < MAX_MOVED => {
+                    moved += 1;
+                }
+                Err(RuntimeError::Store(StoreError::AlreadyAnswered(stored))) => {
+                    return Err(already_answered(*stored));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One attempt of [`Runtime::answer_input_as`].
+    async fn answer_once(
+        &self,
+        session: &str,
+        request_id: Option<&str>,
+        answer: &Answer<'_>,
+    ) -> RuntimeResult<InputRequestRecord> {
+        let Answer {
+            approve,
+            principal,
+            may_activate,
+            ..
+        } = *answer;
+        let reason = answer.reason.clone();
         self.require_session(session).await?;
         let pending = self.inner.store.input_requests(session, true).await?;
         // A request of a subagent's session, answered on an ancestor (the root's stream shows it).
         if let Some(answered) = self
-            .answer_for_descendant(
-                session,
-                request_id,
-                &pending,
-                approve,
-                reason.clone(),
-                principal,
-            )
+            .answer_for_descendant(session, request_id, &pending, answer)
             .await?
         {
             return Ok(answered);
+        }
+        if let Some(id) = request_id
+            && !pending.iter().any(|r| r.id == id)
+            && let Some(stored) = self.answered_request(session, id).await?
+        {
+            return Err(already_answered(stored));
         }
         let mut request = match request_id {
             Some(id) => pending
@@ -241,14 +316,11 @@ impl Runtime {
         };
         // Approving a change to the agent activates a release: an operator's act, as for the
         // release routes, not an API end user's (a JWT principal may still deny it).
-        if approve
-            && request.kind == crate::engine::selfchange::REQUEST_KIND
-            && principal.starts_with("jwt:")
-        {
+        if approve && request.kind == crate::engine::selfchange::REQUEST_KIND && !may_activate {
             return Err(RuntimeError::Release(format!(
                 "approving the proposed change `{}` to the agent activates a release, an \
-                 operator's act (a bearer or basic credential, the terminal or a channel), not a \
-                 JWT principal's; it stays pending",
+                 operator's act (a principal named under `operators:` in channels/eve.yaml, or \
+                 the terminal), and {principal} is not one; it stays pending",
                 request.action["proposal"]["id"]
                     .as_str()
                     .unwrap_or(&request.id)
@@ -262,8 +334,27 @@ impl Runtime {
         request.reason = reason.filter(|r| !r.trim().is_empty());
         request.answered_at = Some(now_ms());
         request.responder = Some(principal.to_owned());
+        // The other requests of this turn still waiting, as read: the store refuses the commit
+        // if one of them was answered meanwhile (see `answer_input_as`).
+        let others_pending: Vec<String> = pending
+            .iter()
+            .filter(|r| r.id != request.id && r.turn_seq == request.turn_seq)
+            .map(|r| r.id.clone())
+            .collect();
+        let still_pending = !others_pending.is_empty();
         let mut batch = Batch::durable();
-        batch.push(Op::PutInputRequest(request.clone()));
+        if self
+            .inner
+            .unguarded_answers
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            batch.push(Op::PutInputRequest(request.clone()));
+        } else {
+            batch.push(Op::AnswerInputRequest {
+                request: request.clone(),
+                others_pending,
+            });
+        }
         let calls_now = self
             .inner
             .store
@@ -286,9 +377,6 @@ impl Runtime {
             ev::APPROVAL_SETTLED,
             ev::approval_settled(&request, approve),
         );
-        let still_pending = pending
-            .iter()
-            .any(|r| r.id != request.id && r.turn_seq == request.turn_seq);
         if !still_pending {
             // Resolutions of this wait: answered requests whose calls have not run yet.
             let waiting_calls: Vec<&str> = calls_now
@@ -318,4 +406,81 @@ impl Runtime {
         }
         Ok(request)
     }
+
+    /// Tests only: answers overwrite an input request whatever its state, as before the store
+    /// settled them by compare-and-set, so a test can show racing answers all counting.
+    #[doc(hidden)]
+    pub fn set_unguarded_answers_for_tests(&self, on: bool) {
+        self.inner
+            .unguarded_answers
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The request `id` of `session` or of a session below it, when it is no longer pending
+    /// (answered, or withdrawn): what an answer to it that came too late is told.
+    pub async fn answered_request(
+        &self,
+        session: &str,
+        id: &str,
+    ) -> RuntimeResult<Option<InputRequestRecord>> {
+        let Some(stored) = self.inner.store.input_request(id).await? else {
+            return Ok(None);
+        };
+        if stored.status == RequestStatus::Pending {
+            return Ok(None);
+        }
+        // Up the parents of the request's session, to `session` (subagents nest a few deep).
+        let mut at = Some(stored.session_id.clone());
+        for _ in 0..MAX_DEPTH {
+            match at {
+                Some(s) if s == session => return Ok(Some(stored)),
+                Some(s) => {
+                    at = self
+                        .inner
+                        .store
+                        .session(&s)
+                        .await?
+                        .and_then(|r| r.parent_id);
+                }
+                None => break,
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// One answer to an input request, as given.
+pub(crate) struct Answer<'a> {
+    /// Approve, or deny.
+    pub(crate) approve: bool,
+    /// The reason given with it.
+    pub(crate) reason: Option<String>,
+    /// Who answered (recorded with it).
+    pub(crate) principal: &'a str,
+    /// Whether it may approve a proposed change to the agent (an operator's act).
+    pub(crate) may_activate: bool,
+}
+
+/// Retries of an answer whose turn's other requests were answered meanwhile.
+const MAX_MOVED: usize = 64;
+/// Deepest subagent nesting looked through for a request answered below a session.
+const MAX_DEPTH: usize = 64;
+
+impl RuntimeError {
+    /// The error for an answer to `stored`, a request no longer pending: answered first by
+    /// someone else ([`RuntimeError::InputAlreadyAnswered`], with the answer that won), or
+    /// withdrawn (its turn was cancelled).
+    pub fn from_settled(stored: InputRequestRecord) -> Self {
+        if stored.status == RequestStatus::Cancelled {
+            return Self::NoSuchRequest(format!(
+                "input request `{}` was withdrawn (its turn was cancelled or reset)",
+                stored.id
+            ));
+        }
+        Self::InputAlreadyAnswered(Box::new(stored))
+    }
+}
+
+fn already_answered(stored: InputRequestRecord) -> RuntimeError {
+    RuntimeError::from_settled(stored)
 }

@@ -13,6 +13,7 @@
 //! [`super::breakers`].
 
 mod approval;
+pub(crate) use approval::Answer;
 mod calls;
 mod pin;
 mod prompt;

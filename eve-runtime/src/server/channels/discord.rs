@@ -161,12 +161,17 @@ impl Discord {
             .or_else(|| s("/user/id"))
             .map(|user| format!("discord:{user}"));
         if let Some(principal) = &principal
-            && let Some(answered) =
-                session::answer_approval(runtime, &session, &text, principal).await?
+            && let Some(answered) = session::answer_approval(
+                runtime,
+                &session,
+                &text,
+                &ctx.app.config.operators.platform(principal),
+            )
+            .await?
         {
             return Ok(Json(json!({
                 "type": 4,
-                "data": {"content": format!("Answered {answered} approval request(s).")},
+                "data": {"content": answered.text()},
             }))
             .into_response());
         }

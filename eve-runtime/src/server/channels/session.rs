@@ -36,9 +36,12 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::{Accept, Extra, Runtime, SessionRef, events};
+use crate::engine::{Accept, Caller, Extra, Runtime, RuntimeError, SessionRef, events};
 use crate::server::error::ApiError;
-use crate::store::{ChannelReplyRecord, ChannelReplyUpdate, FIRST_REPLY_TOKEN, ReplyHeld, Sending};
+use crate::store::{
+    ChannelReplyRecord, ChannelReplyUpdate, FIRST_REPLY_TOKEN, InputRequestRecord, ReplyHeld,
+    Sending,
+};
 
 /// The session id of conversation `key` on the channel `channel` of kind `kind`.
 pub fn session_id(kind: &str, channel: &str, key: &str) -> String {
@@ -50,17 +53,69 @@ pub fn session_id(kind: &str, channel: &str, key: &str) -> String {
     format!("wrun_{kind}_{}", &digest[..26])
 }
 
+/// What an `approve` / `deny` sent on a platform did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlatformAnswer {
+    /// Requests this answer settled.
+    pub answered: usize,
+    /// Requests someone else answered first (their answer counts, with its principal).
+    pub already: Vec<InputRequestRecord>,
+    /// Why this sender may not answer (not the person who asked nor an operator, or a change
+    /// to the agent only an operator approves); empty when nothing was refused.
+    pub refused: Vec<String>,
+}
+
+impl PlatformAnswer {
+    /// What the sender is told.
+    pub fn text(&self) -> String {
+        let mut lines = Vec::new();
+        if self.answered > 0 {
+            lines.push(format!("Answered {} approval request(s).", self.answered));
+        }
+        for won in &self.already {
+            lines.push(format!(
+                "{} was already answered ({} by {}): the first answer counts.",
+                won.id,
+                won.status,
+                won.responder.as_deref().unwrap_or(events::LOCAL_PRINCIPAL)
+            ));
+        }
+        lines.extend(self.refused.iter().cloned());
+        lines.join("\n")
+    }
+
+    /// The JSON the platform's request is answered with.
+    pub fn json(&self, session: &str) -> Value {
+        let already: Vec<Value> = self
+            .already
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "requestId": r.id,
+                    "outcome": r.status.as_str(),
+                    "responderPrincipalId": r.responder.as_deref().unwrap_or(events::LOCAL_PRINCIPAL),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "ok": self.refused.is_empty(), "sessionId": session, "answered": self.answered,
+            "alreadyAnswered": already, "refused": self.refused,
+        })
+    }
+}
+
 /// An approval answered from a platform: `approve` or `deny [reason]` (or `approve <request id>`)
 /// sent in a conversation whose session waits for approval. The answer is recorded as given by
-/// `principal` (`slack:<user id>`, `discord:<user id>`, `telegram:<user id>`). `None` when the text
-/// is not an answer or nothing is pending (it is then an ordinary message); otherwise the number
-/// of requests answered.
+/// `caller` (`slack:<user id>`, `discord:<user id>`, `telegram:<user id>`), who must be the
+/// person who asked (the sender of the message whose turn waits) or an operator named in
+/// `channels/eve.yaml`: anyone else in the conversation is refused. `None` when the text is not
+/// an answer or nothing is pending (it is then an ordinary message).
 pub async fn answer_approval(
     runtime: &Runtime,
     session: &str,
     text: &str,
-    principal: &str,
-) -> Result<Option<usize>, ApiError> {
+    caller: &Caller,
+) -> Result<Option<PlatformAnswer>, ApiError> {
     let mut words = text.split_whitespace();
     let approve = match words.next().map(str::to_ascii_lowercase).as_deref() {
         Some("approve" | "approved" | "yes") => true,
@@ -74,6 +129,25 @@ pub async fn answer_approval(
     let pending = runtime.pending_inputs(session).await?;
     if pending.is_empty() {
         return Ok(None);
+    }
+    if !runtime.may_answer(session, caller).await? {
+        let who = runtime
+            .asker(session)
+            .await?
+            .unwrap_or_else(|| "an operator".to_owned());
+        tracing::info!(
+            session,
+            principal = caller.id(),
+            "an approval answer from someone who did not ask was refused"
+        );
+        return Ok(Some(PlatformAnswer {
+            refused: vec![format!(
+                "Only {who} (who asked) or an operator named in channels/eve.yaml can answer \
+                 this request; {} cannot.",
+                caller.id()
+            )],
+            ..PlatformAnswer::default()
+        }));
     }
     // `approve apr_…` names one request; otherwise every pending one (those the thread was shown).
     let named = rest
@@ -89,12 +163,21 @@ pub async fn answer_approval(
         Some(id) => vec![id],
         None => pending.iter().map(|r| r.id.clone()).collect(),
     };
+    let mut outcome = PlatformAnswer::default();
     for id in &ids {
-        runtime
-            .answer_input_as(session, Some(id), approve, reason.clone(), principal)
-            .await?;
+        match runtime
+            .answer_input_by(session, Some(id), approve, reason.clone(), caller)
+            .await
+        {
+            Ok(_) => outcome.answered += 1,
+            Err(RuntimeError::InputAlreadyAnswered(won)) => outcome.already.push(*won),
+            // Withdrawn meanwhile (the turn was cancelled): nothing to answer.
+            Err(RuntimeError::NoSuchRequest(_)) => {}
+            Err(RuntimeError::Release(why)) => outcome.refused.push(why),
+            Err(e) => return Err(e.into()),
+        }
     }
-    Ok(Some(ids.len()))
+    Ok(Some(outcome))
 }
 
 /// A message durably accepted into a session.
@@ -182,6 +265,9 @@ async fn accept_into(
     }
     if let Some(sender) = incoming.sender {
         extra.push(Extra::Sender(sender.to_owned()));
+        // A conversation's session belongs to whoever wrote first; a webhook's (signed, with
+        // nobody named) to no one: operators only.
+        extra.push(Extra::Owner(sender.to_owned()));
     }
     if let Some(reply) = incoming.reply {
         extra.push(Extra::ChannelReply {

@@ -147,12 +147,10 @@ impl Slack {
         let runtime = &ctx.app.runtime;
         // `approve` / `deny` in a thread waiting for approval answers it, as this Slack user.
         let principal = format!("slack:{}", message.user);
-        match session::answer_approval(runtime, &message.session, &message.text, &principal).await {
+        let caller = ctx.app.config.operators.platform(&principal);
+        match session::answer_approval(runtime, &message.session, &message.text, &caller).await {
             Ok(Some(answered)) => {
-                return Ok(Json(json!({
-                    "ok": true, "sessionId": message.session, "answered": answered,
-                }))
-                .into_response());
+                return Ok(Json(answered.json(&message.session)).into_response());
             }
             Ok(None) => {}
             Err(e) => {

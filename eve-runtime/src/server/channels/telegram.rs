@@ -136,12 +136,10 @@ impl Telegram {
                 format!("telegram:{user}")
             });
         if let Some(principal) = &principal {
-            match session::answer_approval(runtime, &session, text.trim(), principal).await {
+            let caller = ctx.app.config.operators.platform(principal);
+            match session::answer_approval(runtime, &session, text.trim(), &caller).await {
                 Ok(Some(answered)) => {
-                    return Ok(Json(json!({
-                        "ok": true, "sessionId": session, "answered": answered,
-                    }))
-                    .into_response());
+                    return Ok(Json(answered.json(&session)).into_response());
                 }
                 Ok(None) => {}
                 Err(e) => {

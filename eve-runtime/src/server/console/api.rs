@@ -3,22 +3,24 @@
 //! of the current build as it runs (`GET /eve/v1/agent`).
 //!
 //! They sit behind the same guard as every other `/eve/v1` route, so a console served by
-//! `eve serve --console` shows nothing to a caller without the channel's credentials. They only
+//! `eve serve --console` shows nothing to a caller without the channel's credentials, and a
+//! caller sees only the sessions it reaches (its own; every one for an operator). They only
 //! read: every change a console makes goes through the session API (messages, answers, cancel,
 //! compact, clear) and the dev schedule route, so what a person does in the browser is exactly
 //! what a client of the API could do.
 
 use std::collections::HashMap;
 
-use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde_json::{Value, json};
 
 use super::super::App;
 use super::super::error::ApiError;
 use super::super::routes::SessionId;
-use crate::engine::Runtime;
+use super::super::tenancy::reach;
+use crate::engine::{Caller, Runtime};
 use crate::store::{SessionFilter, SessionRecord, now_ms, rfc3339};
 
 /// Sessions listed when the query names no `limit`.
@@ -132,13 +134,19 @@ fn session_json(s: &SessionRecord, status: &str) -> Value {
     })
 }
 
-/// `GET /eve/v1/sessions?status=&limit=&prefix=`: newest activity first.
+/// `GET /eve/v1/sessions?status=&limit=&prefix=`: newest activity first; the sessions the
+/// caller reaches (its own; every one for an operator).
 pub(crate) async fn list(
     State(app): State<App>,
+    Extension(caller): Extension<Caller>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let query = parse_list_query(query.as_deref())?;
-    let all = app.runtime.sessions(&SessionFilter::default()).await?;
+    let caller = reach(&app, &caller);
+    let all = app
+        .runtime
+        .sessions_for(&SessionFilter::default(), &caller)
+        .await?;
     let mut children: HashMap<&str, Vec<&str>> = HashMap::new();
     for s in &all {
         if let Some(parent) = &s.parent_id {
@@ -179,13 +187,12 @@ pub(crate) async fn list(
 /// effect and sandbox) and its input requests.
 pub(crate) async fn show(
     State(app): State<App>,
+    Extension(caller): Extension<Caller>,
     SessionId(id): SessionId,
 ) -> Result<Response, ApiError> {
     let runtime = &app.runtime;
-    let session = runtime
-        .session(&id)
-        .await?
-        .ok_or(ApiError::SessionNotFound)?;
+    let caller = reach(&app, &caller);
+    let session = runtime.session_for(&id, &caller).await?;
     let (status, failure) = shown_status(runtime, &session).await;
     let store = runtime.store();
     let internal = |e: crate::store::StoreError| match e.is_damage() {
@@ -231,7 +238,7 @@ pub(crate) async fn show(
         })
         .collect();
     let children: Vec<Value> = runtime
-        .sessions(&SessionFilter::default())
+        .sessions_for(&SessionFilter::default(), &caller)
         .await?
         .iter()
         .filter(|s| s.parent_id.as_deref() == Some(id.as_str()))

@@ -12,12 +12,8 @@
 
 pub(crate) mod api;
 
-use axum::Router;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-
-use super::App;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
@@ -44,30 +40,14 @@ fn asset(body: &'static str, content_type: &'static str) -> Response {
     response
 }
 
-async fn index() -> Response {
+pub(crate) async fn index() -> Response {
     asset(INDEX_HTML, "text/html; charset=utf-8")
 }
 
-async fn script() -> Response {
+pub(crate) async fn script() -> Response {
     asset(APP_JS, "text/javascript; charset=utf-8")
 }
 
-async fn style() -> Response {
+pub(crate) async fn style() -> Response {
     asset(APP_CSS, "text/css; charset=utf-8")
-}
-
-/// The page and its assets.
-pub(crate) fn assets() -> Router<App> {
-    Router::new()
-        .route("/", get(index))
-        .route("/console/app.js", get(script))
-        .route("/console/app.css", get(style))
-}
-
-/// The read-only API routes of the console (added to the guarded routes).
-pub(crate) fn api_routes(router: Router<App>) -> Router<App> {
-    router
-        .route("/eve/v1/sessions", get(api::list))
-        .route("/eve/v1/sessions/{id}", get(api::show))
-        .route("/eve/v1/agent", get(api::agent))
 }

@@ -370,4 +370,11 @@ ALTER TABLE channel_replies ADD COLUMN owner_token BIGINT NOT NULL DEFAULT 1;
 ALTER TABLE channel_replies ADD COLUMN owner_expires_at BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE channel_replies ADD COLUMN sending TEXT;
 "#,
+    // The principal that started each session (`jwt:<sub>`, `token:NAME`, `slack:U…`, `local`),
+    // so a principal reaches only its own sessions. Sessions stored before have none: only
+    // operators reach them.
+    r#"
+ALTER TABLE sessions ADD COLUMN owner TEXT;
+CREATE INDEX sessions_by_owner ON sessions(owner, created_at) WHERE owner IS NOT NULL;
+"#,
 ];

@@ -41,7 +41,7 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
             Op::InsertSession(s) => {
                 conn.prepare_cached(&format!(
                     "INSERT INTO sessions ({SESSION_COLS}) VALUES \
-                     (?1,?2,?3,?4,?5,?6,?7,?8,0,0,0,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)"
+                     (?1,?2,?3,?4,?5,?6,?7,?8,0,0,0,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)"
                 ))?
                 .execute(params![
                     s.id,
@@ -62,6 +62,7 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                     i64::from(s.cancel_requested),
                     s.created_at,
                     now,
+                    s.owner,
                 ])?;
             }
             Op::UpdateSession(s) => {
@@ -249,6 +250,10 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                     r.responder,
                 ])?;
             }
+            Op::AnswerInputRequest {
+                request,
+                others_pending,
+            } => super::answers::settle(conn, &request, &others_pending)?,
             Op::PutBreaker(b) => {
                 conn.prepare_cached(
                     "INSERT OR REPLACE INTO breakers \

@@ -15,6 +15,7 @@
 //! caller is answered.
 
 mod actor;
+mod answers;
 mod apply;
 mod builds;
 mod channels;

@@ -35,11 +35,17 @@ pub(super) fn sessions(
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {SESSION_COLS} FROM sessions \
          WHERE (?1 IS NULL OR schedule=?1) AND (?2 IS NULL OR status=?2) \
+         AND (?4 IS NULL OR owner=?4) \
          ORDER BY created_at DESC, id DESC LIMIT ?3"
     ))?;
     collect(
         &mut stmt,
-        params![filter.schedule, filter.status.map(|s| s.as_str()), limit],
+        params![
+            filter.schedule,
+            filter.status.map(|s| s.as_str()),
+            limit,
+            filter.owner
+        ],
         session_from_row,
     )
 }

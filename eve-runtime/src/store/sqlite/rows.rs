@@ -30,7 +30,7 @@ pub(super) fn json_col(text: &str) -> StoreResult<Value> {
 pub(super) const SESSION_COLS: &str = "id, status, build_hash, agent_name, parent_id, parent_call_id, schedule, \
     turn_count, event_count, message_count, context_start, input_tokens, output_tokens, \
     cache_read_tokens, cache_write_tokens, cost_usd, loaded_skills, approved_tools, \
-    cancel_requested, created_at, updated_at";
+    cancel_requested, created_at, updated_at, owner";
 
 pub(super) fn session_from_row(
     row: &rusqlite::Row<'_>,
@@ -63,6 +63,7 @@ pub(super) fn session_from_row(
             cancel_requested: row.get::<_, i64>(18)? != 0,
             created_at: row.get(19)?,
             updated_at: row.get(20)?,
+            owner: row.get(21)?,
         })
     };
     Ok(build())

@@ -461,6 +461,13 @@ SELECT session_id, call_id, turn_seq, step_index, position, kind, name, input, i
 DROP TABLE tool_calls;
 ALTER TABLE tool_calls_keyed RENAME TO tool_calls;
 "#,
+    // The principal that started each session (`jwt:<sub>`, `token:NAME`, `slack:U…`, `local`),
+    // so a principal reaches only its own sessions. Sessions stored before have none: only
+    // operators reach them.
+    r#"
+ALTER TABLE sessions ADD COLUMN owner TEXT;
+CREATE INDEX sessions_by_owner ON sessions(owner, created_at) WHERE owner IS NOT NULL;
+"#,
 ];
 
 #[cfg(test)]
@@ -475,7 +482,10 @@ mod tests {
     fn tool_calls_survive_the_move_to_their_key() {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = open_connection(&dir.path().join("eve.db")).unwrap();
-        let before = MIGRATIONS.len() - 1;
+        let before = MIGRATIONS
+            .iter()
+            .position(|m| m.contains("CREATE TABLE tool_calls_keyed"))
+            .unwrap();
         let tx = conn.transaction().unwrap();
         for sql in &MIGRATIONS[..before] {
             tx.execute_batch(sql).unwrap();
@@ -512,6 +522,36 @@ mod tests {
             indexes, 0,
             "a table without rowid needs no index of its own key"
         );
+    }
+
+    /// A session stored before sessions recorded their owner has none once migrated (only
+    /// operators reach it); sessions stored after keep theirs.
+    #[test]
+    fn sessions_stored_before_owners_have_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_connection(&dir.path().join("eve.db")).unwrap();
+        let before = MIGRATIONS
+            .iter()
+            .position(|m| m.contains("ADD COLUMN owner"))
+            .unwrap();
+        let tx = conn.transaction().unwrap();
+        for sql in &MIGRATIONS[..before] {
+            tx.execute_batch(sql).unwrap();
+        }
+        tx.pragma_update(None, "user_version", before as i64)
+            .unwrap();
+        tx.execute(
+            "INSERT INTO sessions (id, status, build_hash, agent_name, created_at, updated_at) \
+             VALUES ('wrun_old', 'idle', 'h', 'a', 1, 1)",
+            [],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        migrate(&mut conn).unwrap();
+        let old = crate::store::sqlite::reads::session(&conn, "wrun_old")
+            .unwrap()
+            .unwrap();
+        assert_eq!(old.owner, None);
     }
 
     /// A statement of the run loop bound to one session after another stays prepared: it is

@@ -1,14 +1,14 @@
 //! Applying a [`Batch`] inside one transaction: each [`Op`] becomes one planned statement
 //! (a counter's increment and the row it numbers are one data-modifying `WITH`), sent together
-//! with the batch's fence checks; composition, note and release operations, which run several
-//! dependent statements, are awaited in their place.
+//! with the batch's fence checks; composition, note, release and answer operations, which run
+//! several dependent statements, are awaited in their place.
 
 use deadpool_postgres::GenericClient;
 
 use super::leases::fence_planned;
 use super::pipeline::{Planned, Then, params, run_planned};
 use super::rows::{CALL_COLS, REQUEST_COLS, SESSION_COLS, TURN_COLS};
-use super::{NOTIFY_SQL, composition, i, notes};
+use super::{NOTIFY_SQL, answers, composition, i, notes};
 use crate::store::postgres::releases;
 use crate::store::{
     Batch, Committed, MESSAGE_KIND_CHECKPOINT, Op, StoreError, StoreResult, StoredEvent, now_ms,
@@ -48,6 +48,13 @@ pub(in crate::store::postgres) async fn apply<C: GenericClient>(
                 run_planned(c, start.take(), &mut plan, &mut committed, None).await?;
                 releases::apply(c, op, now, &mut committed).await?;
             }
+            Op::AnswerInputRequest {
+                request,
+                others_pending,
+            } => {
+                run_planned(c, start.take(), &mut plan, &mut committed, None).await?;
+                answers::settle(c, &request, &others_pending).await?;
+            }
             op => plan.push(plan_op(op, now)?),
         }
     }
@@ -69,7 +76,7 @@ pub(super) static PLANNED_SQL: std::sync::LazyLock<Vec<String>> = std::sync::Laz
     vec![
         format!(
             "INSERT INTO sessions ({SESSION_COLS}) VALUES \
-                 ($1,$2,$3,$4,$5,$6,$7,$8,0,0,0,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)"
+                 ($1,$2,$3,$4,$5,$6,$7,$8,0,0,0,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)"
         ),
         "WITH u AS (UPDATE sessions SET status=$2, build_hash=$3, turn_count=$4, \
                  input_tokens=$5, output_tokens=$6, cache_read_tokens=$7, \
@@ -161,6 +168,7 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
                 s.cancel_requested,
                 s.created_at,
                 now,
+                s.owner,
             ],
             Then::Nothing,
         ),
@@ -346,9 +354,10 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
                 }),
             )
         }
-        Op::Composition(_) | Op::Note(_) | Op::Release(_) => {
+        Op::Composition(_) | Op::Note(_) | Op::Release(_) | Op::AnswerInputRequest { .. } => {
             return Err(StoreError::Backend(
-                "internal: a composition, note or release operation was planned as one statement"
+                "internal: a composition, note, release or answer operation was planned as one \
+                 statement"
                     .to_owned(),
             ));
         }

@@ -16,6 +16,7 @@
 //! `channels.rs`, `notes.rs` and `prune.rs` hold their own statements, and `rows.rs` maps
 //! columns to records.
 
+mod answers;
 mod apply;
 mod channels;
 mod composition;

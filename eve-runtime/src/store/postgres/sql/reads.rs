@@ -42,9 +42,10 @@ pub(in crate::store::postgres) async fn sessions<C: GenericClient>(
         &format!(
             "SELECT {SESSION_COLS} FROM sessions \
              WHERE ($1::TEXT IS NULL OR schedule=$1) AND ($2::TEXT IS NULL OR status=$2) \
+             AND ($4::TEXT IS NULL OR owner=$4) \
              ORDER BY created_at DESC, id DESC LIMIT $3"
         ),
-        &[&filter.schedule, &status, &limit],
+        &[&filter.schedule, &status, &limit, &filter.owner],
     )
     .await?;
     all(&rows, session_row)

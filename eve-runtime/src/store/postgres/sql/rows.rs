@@ -16,7 +16,7 @@ use crate::store::{
 pub(super) const SESSION_COLS: &str = "id, status, build_hash, agent_name, parent_id, parent_call_id, schedule, \
     turn_count, event_count, message_count, context_start, input_tokens, output_tokens, \
     cache_read_tokens, cache_write_tokens, cost_usd, loaded_skills, approved_tools, \
-    cancel_requested, created_at, updated_at";
+    cancel_requested, created_at, updated_at, owner";
 
 pub(super) fn session_row(row: &Row) -> StoreResult<SessionRecord> {
     Ok(SessionRecord {
@@ -43,6 +43,7 @@ pub(super) fn session_row(row: &Row) -> StoreResult<SessionRecord> {
         cancel_requested: g(row, 18)?,
         created_at: g(row, 19)?,
         updated_at: g(row, 20)?,
+        owner: g(row, 21)?,
     })
 }
 
