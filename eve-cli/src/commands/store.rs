@@ -145,7 +145,12 @@ fn print_check(report: &eve_runtime::store::StoreCheck) {
     let c = &report.counts;
     outln!(
         "Read {} sessions, {} events, {} messages, {} workspace checkpoints ({} blobs), {} releases.",
-        c.sessions, c.events, c.messages, c.workspaces, c.blobs, c.releases
+        c.sessions,
+        c.events,
+        c.messages,
+        c.workspaces,
+        c.blobs,
+        c.releases
     );
     if report.ok() {
         outln!("No problems found.");
