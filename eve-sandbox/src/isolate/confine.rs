@@ -71,16 +71,18 @@ pub(crate) fn drop_all_capabilities() -> Result<()> {
     clear_capability_sets(&caps::CapsHashSet::new())
 }
 
-/// What stage 1 keeps while it relays and watches a quota: only reading and changing files of
+/// What stage 1 keeps while it relays and watches a quota: reading and changing the files of
 /// the quota's folder whatever their owner and mode (the command could otherwise hide what it
-/// wrote in a folder it made unreadable). The bounding set is emptied all the same.
-pub(crate) fn drop_capabilities_but_files() -> Result<()> {
+/// wrote in a folder it made unreadable), and killing the box's init, which runs as another
+/// uid. The bounding set is emptied all the same.
+pub(crate) fn drop_capabilities_but_watch() -> Result<()> {
     caps::clear(None, caps::CapSet::Bounding)
         .map_err(|e| Failure::new(format!("cannot empty the capability bounding set: {e}")))?;
     let keep: caps::CapsHashSet = [
         caps::Capability::CAP_DAC_OVERRIDE,
         caps::Capability::CAP_DAC_READ_SEARCH,
         caps::Capability::CAP_FOWNER,
+        caps::Capability::CAP_KILL,
     ]
     .into_iter()
     .collect();
@@ -141,13 +143,12 @@ fn limits(policy: &Policy, mode: Mode) -> Result<()> {
     let counted_by_cgroup = policy.cgroup.as_ref().is_some_and(|c| c.processes);
     if counted_by_cgroup && mode == Mode::Root {
         // Counted per uid over the whole host: boxes sharing a uid would share it. The box's
-        // cgroup counts its processes, and only its.
-        setrlimit(
-            Resource::RLIMIT_NPROC,
-            nix::sys::resource::RLIM_INFINITY,
-            nix::sys::resource::RLIM_INFINITY,
-        )
-        .map_err(|e| Failure::new(format!("cannot lift the per-uid processes limit: {e}")))?;
+        // cgroup counts its processes, and only its; the per-uid count is raised as far as
+        // this process may (its hard limit without `CAP_SYS_RESOURCE`).
+        let (_, hard) = nix::sys::resource::getrlimit(Resource::RLIMIT_NPROC)
+            .map_err(|e| Failure::new(format!("cannot read the processes limit: {e}")))?;
+        setrlimit(Resource::RLIMIT_NPROC, hard, hard)
+            .map_err(|e| Failure::new(format!("cannot lift the per-uid processes limit: {e}")))?;
     } else {
         set(Resource::RLIMIT_NPROC, "processes", l.processes)?;
     }

@@ -200,6 +200,8 @@ fn supervise(
         .enable_time()
         .build()
         .map_err(|e| Failure::new(format!("cannot start the sandbox's event loop: {e}")))?;
+    // Before the init exists: the watch's start is earlier than anything the call changes.
+    let watch = quota::Watch::new(quota).map_err(Failure::new)?;
     let mut child = {
         let _entered = rt.enter();
         tokio::process::Command::from(init)
@@ -208,9 +210,8 @@ fn supervise(
             .map_err(|e| Failure::new(format!("cannot start the sandbox's init process: {e}")))?
     };
     // Only the watch's file access stays: the relays need nothing.
-    confine::drop_capabilities_but_files()?;
-    let status = watch_until(&rt, &mut child, listener, quota)?;
-    Ok(status)
+    confine::drop_capabilities_but_watch()?;
+    watch_until(&rt, &mut child, listener, watch)
 }
 
 /// Waits for the init (relaying `listener` meanwhile) under the quota's watch; the code to
@@ -219,13 +220,13 @@ fn watch_until(
     rt: &tokio::runtime::Runtime,
     child: &mut tokio::process::Child,
     listener: Option<std::net::TcpListener>,
-    quota: &super::Quota,
+    mut watch: quota::Watch,
 ) -> Result<i32> {
     let pid = child
         .id()
         .map(|p| Pid::from_raw(p as i32))
         .ok_or_else(|| Failure::new("the sandbox's init ended at once"))?;
-    let mut watch = quota::Watch::new(quota, pid);
+    watch.set_init(pid);
     let status = rt.block_on(async {
         let waited = async {
             match listener {
@@ -385,16 +386,21 @@ fn warm_stage1_serve(control: &UnixStream) -> Result<i32> {
         super::Network::Proxy { port, .. } => Some(net::listen(*port)?),
         super::Network::None => None,
     };
+    // Before the init has the call: the watch's start is earlier than anything it changes.
+    let watch = match &call.policy.quota {
+        Some(quota) => Some(quota::Watch::new(quota).map_err(Failure::new)?),
+        None => None,
+    };
     let refs: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
     wire::send(&ours, &bytes, &refs)
         .map_err(|e| Failure::new(format!("cannot hand the call to the sandbox's init: {e}")))?;
     drop(fds);
     drop(ours);
-    let code = match &call.policy.quota {
-        Some(quota) => {
+    let code = match watch {
+        Some(watch) => {
             // Only the watch's file access stays: the relays need nothing.
-            confine::drop_capabilities_but_files()?;
-            watch_until(&rt, &mut child, listener, quota)?
+            confine::drop_capabilities_but_watch()?;
+            watch_until(&rt, &mut child, listener, watch)?
         }
         None => code_of(match listener {
             // The relays need no privilege: once init has the call, none is left to them.

@@ -5,22 +5,24 @@
 //! quota's folder during the call: it sums the folder's size (every file, folder and link, each
 //! the larger of its length and the blocks it holds, so neither sparse nor preallocated files
 //! hide) on a short interval that grows with what one look costs (from 25 ms), and the moment
-//! the sum passes the quota it kills the box's init, which ends every process of the call. A
-//! single file cannot outrun the watch: the init caps each file at the quota (`RLIMIT_FSIZE`).
+//! the sum passes the quota it kills the box's init, which ends every process of the call; one
+//! more look once the call has ended catches writes made after the last one. A single file
+//! cannot outrun the watch: the init caps each file at the quota (`RLIMIT_FSIZE`).
 //!
-//! Then it undoes what the call added. As the call starts, the watch notes every file not
-//! changed since the call began (its inode and size; the kernel's change time, which no process
-//! can set, tells). After the kill, every entry changed during the call is put back: a file
-//! noted at the start is cut back to its size then; anything else changed during the call (files
-//! and links it created, or changed before the first look reached them) is removed, and so is
-//! every folder created during the call once empty. What the call overwrote inside a file's old
-//! size stays overwritten: the quota bounds size, it is not a checkpoint. The command's stderr
-//! gets one `eve sandbox: …` line saying so, and the call exits [`super::SANDBOX_FAILURE`].
+//! Then it undoes what the call added. The first look, started as the box starts, notes every
+//! entry not changed since that moment (by inode, with each file's length); changes made before
+//! the call always read as earlier, the kernel's change time being something no process can
+//! set. After the kill, every file noted then is cut back to its length then, and every entry
+//! not noted then is removed (files and links the call created; folders, once empty). What the
+//! call overwrote inside a file's old length stays overwritten: the quota bounds size, it is not
+//! a checkpoint. The command's stderr gets one `eve sandbox: …` line saying so, and the call
+//! exits [`super::SANDBOX_FAILURE`]. Anything else that wrote to the folder while the call ran
+//! (a parallel call of the same session) is undone alike.
 //!
-//! Every step resolves beneath a handle of the quota's folder without following a symbolic link
-//! (`openat` with `O_NOFOLLOW`), so what another process running at the same time plants cannot
-//! make the watch read or change anything outside it. A tree deeper than [`MAX_DEPTH`] folders
-//! counts as over the quota.
+//! The folder is opened once, before the box's init exists, and every look and every change
+//! resolves beneath that handle without following a symbolic link (`openat` with `O_NOFOLLOW`),
+//! so neither the box's change of root nor what a process plants can make the watch read or
+//! change anything outside it. A tree deeper than [`MAX_DEPTH`] folders counts as over the quota.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
@@ -38,6 +40,8 @@ pub const MAX_DEPTH: usize = 1024;
 const MIN_INTERVAL: Duration = Duration::from_millis(25);
 /// Longest pause between two looks.
 const MAX_INTERVAL: Duration = Duration::from_secs(1);
+/// Entries one slice of a look reads before it yields.
+const SLICE: usize = 256;
 
 /// A folder whose size a call may not grow past `max_bytes`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,34 +61,47 @@ pub struct Quota {
 /// slices, yielding between them, so the egress relays keep moving.
 pub(crate) struct Watch {
     quota: Quota,
-    init: nix::unistd::Pid,
+    root: OwnedFd,
+    init: Option<nix::unistd::Pid>,
     start: (i64, u64),
     baseline: Baseline,
     /// The size found past the quota; 0 while under it.
     over: u64,
 }
 
-/// What the first look found unchanged since the call began: regular files by inode, with their
-/// length and cost; folders by inode.
+/// What the first look found unchanged since the box started: regular files by inode, with
+/// their length; everything else by inode.
 #[derive(Debug, Default)]
 struct Baseline {
-    files: HashMap<u64, (u64, u64)>,
-    dirs: HashSet<u64>,
+    files: HashMap<u64, u64>,
+    others: HashSet<u64>,
 }
 
-/// Entries one slice of a look reads before it yields.
-const SLICE: usize = 256;
-
 impl Watch {
-    /// A watch of `quota` for the call whose init is `init`, from now on.
-    pub(crate) fn new(quota: &Quota, init: nix::unistd::Pid) -> Watch {
-        Watch {
+    /// Opens the quota's folder and takes the time: call it before the box's init exists.
+    pub(crate) fn new(quota: &Quota) -> Result<Watch, String> {
+        let path = CString::new(quota.path.as_os_str().as_encoded_bytes())
+            .map_err(|_| format!("the quota's folder {} holds a NUL", quota.path.display()))?;
+        let root = open_dir(rustix::fs::CWD, &path).ok_or_else(|| {
+            format!(
+                "cannot open the quota's folder {}: it must be an existing folder, not a link",
+                quota.path.display()
+            )
+        })?;
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
+        Ok(Watch {
             quota: quota.clone(),
-            init,
-            start: now(),
+            root,
+            init: None,
+            start: (t.tv_sec, t.tv_nsec as u64),
             baseline: Baseline::default(),
             over: 0,
-        }
+        })
+    }
+
+    /// The process to kill when the quota is passed: the box's init.
+    pub(crate) fn set_init(&mut self, init: nix::unistd::Pid) {
+        self.init = Some(init);
     }
 
     /// Looks until the folder passes the quota, then kills the init and returns; while it stays
@@ -93,14 +110,16 @@ impl Watch {
         let mut first = true;
         loop {
             let began = Instant::now();
-            let mut walk = Walk::new(&self.quota.path, self.quota.max_bytes, first);
+            let mut walk = Walk::new(&self.root, self.quota.max_bytes, first);
             while !walk.step(self.start, SLICE, &mut self.baseline) {
                 tokio::task::yield_now().await;
             }
             first = false;
             if walk.total > self.quota.max_bytes {
                 self.over = walk.total;
-                let _ = nix::sys::signal::kill(self.init, nix::sys::signal::Signal::SIGKILL);
+                if let Some(init) = self.init {
+                    let _ = nix::sys::signal::kill(init, nix::sys::signal::Signal::SIGKILL);
+                }
                 return;
             }
             let pause = (began.elapsed() * 4).clamp(MIN_INTERVAL, MAX_INTERVAL);
@@ -108,13 +127,19 @@ impl Watch {
         }
     }
 
-    /// Once the init has exited: when the quota was passed, undoes what the call added and
-    /// returns the line to report.
-    pub(crate) fn finish(self) -> Option<String> {
+    /// Once the init has exited: when the quota was passed (during the call, or by its last
+    /// writes, which one more look sees), undoes what the call added and returns the line to
+    /// report.
+    pub(crate) fn finish(mut self) -> Option<String> {
         if self.over == 0 {
-            return None;
+            let last = measure(&self.root, self.quota.max_bytes);
+            if last <= self.quota.max_bytes {
+                return None;
+            }
+            self.over = last;
         }
-        let left = undo(&self.quota, self.start, &self.baseline);
+        undo_in(&self.root, &self.baseline, 0);
+        let left = measure(&self.root, u64::MAX);
         let raise = self
             .quota
             .setting
@@ -123,7 +148,7 @@ impl Watch {
             .unwrap_or_default();
         Some(format!(
             "the call was stopped: {} grew to {} bytes, past its quota of {} bytes; what the call \
-             added was removed (files it created deleted, files it grew cut back to their size \
+             added was removed (files it created deleted, files it grew cut back to their length \
              before the call), leaving {left} bytes. Delete files the session no longer needs{raise}",
             self.quota.path.display(),
             self.over,
@@ -132,8 +157,35 @@ impl Watch {
     }
 }
 
-/// One look at a folder's size, in slices: beneath a handle of the folder, never following a
-/// link; stops early once past `max` (unless it notes the baseline, which needs every entry).
+#[allow(clippy::unnecessary_cast)]
+fn changed_since(st: &rustix::fs::Stat, start: (i64, u64)) -> bool {
+    (st.st_ctime as i64, st.st_ctime_nsec as u64) >= start
+}
+
+/// What an entry costs: the larger of its length and the blocks it holds.
+#[allow(clippy::unnecessary_cast)]
+fn cost(st: &rustix::fs::Stat) -> u64 {
+    let blocks = u64::try_from(st.st_blocks as i64).unwrap_or(0);
+    length(st).max(blocks.saturating_mul(512))
+}
+
+#[allow(clippy::unnecessary_cast)]
+fn length(st: &rustix::fs::Stat) -> u64 {
+    u64::try_from(st.st_size as i64).unwrap_or(0)
+}
+
+fn open_dir(parent: impl AsFd, name: &std::ffi::CStr) -> Option<OwnedFd> {
+    openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()
+}
+
+/// One look at a folder's size, in slices: beneath its handle, never following a link; stops
+/// early once past `max` (unless it notes the baseline, which needs every entry).
 struct Walk {
     stack: Vec<(OwnedFd, usize)>,
     current: Option<(Dir, OwnedFd, usize)>,
@@ -143,12 +195,9 @@ struct Walk {
 }
 
 impl Walk {
-    fn new(path: &std::path::Path, max: u64, note: bool) -> Walk {
-        let root = CString::new(path.as_os_str().as_encoded_bytes())
-            .ok()
-            .and_then(|p| open_dir(rustix::fs::CWD, &p));
+    fn new(root: &OwnedFd, max: u64, note: bool) -> Walk {
         Walk {
-            stack: root.into_iter().map(|r| (r, 0)).collect(),
+            stack: open_dir(root, c".").into_iter().map(|r| (r, 0)).collect(),
             current: None,
             total: 0,
             max,
@@ -194,16 +243,10 @@ impl Walk {
             self.total = self.total.saturating_add(cost(&st));
             let kind = FileType::from_raw_mode(st.st_mode);
             if self.note && !changed_since(&st, start) {
-                match kind {
-                    FileType::RegularFile => {
-                        baseline
-                            .files
-                            .insert(st.st_ino as u64, (length(&st), cost(&st)));
-                    }
-                    FileType::Directory => {
-                        baseline.dirs.insert(st.st_ino as u64);
-                    }
-                    _ => {}
+                if kind == FileType::RegularFile {
+                    baseline.files.insert(st.st_ino as u64, length(&st));
+                } else {
+                    baseline.others.insert(st.st_ino as u64);
                 }
             }
             if kind == FileType::Directory
@@ -220,65 +263,17 @@ impl Walk {
     }
 }
 
-/// The folder's size in one go (no baseline).
-fn measure(quota: &Quota) -> u64 {
-    let mut walk = Walk::new(&quota.path, quota.max_bytes, false);
+/// The folder's size in one go, stopping early once past `max`.
+fn measure(root: &OwnedFd, max: u64) -> u64 {
+    let mut walk = Walk::new(root, max, false);
     let mut unused = Baseline::default();
     while !walk.step((0, 0), usize::MAX, &mut unused) {}
     walk.total
 }
 
-/// The coarse real-time clock, as file times are stamped: a change after this reads as later.
-fn now() -> (i64, u64) {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
-    (t.tv_sec, t.tv_nsec as u64)
-}
-
+/// Puts back every entry beneath `dir` (see the module's header).
 #[allow(clippy::unnecessary_cast)]
-fn changed_since(st: &rustix::fs::Stat, start: (i64, u64)) -> bool {
-    (st.st_ctime as i64, st.st_ctime_nsec as u64) >= start
-}
-
-/// What an entry costs: the larger of its length and the blocks it holds.
-#[allow(clippy::unnecessary_cast)]
-fn cost(st: &rustix::fs::Stat) -> u64 {
-    let blocks = u64::try_from(st.st_blocks as i64).unwrap_or(0);
-    length(st).max(blocks.saturating_mul(512))
-}
-
-#[allow(clippy::unnecessary_cast)]
-fn length(st: &rustix::fs::Stat) -> u64 {
-    u64::try_from(st.st_size as i64).unwrap_or(0)
-}
-
-fn open_dir(parent: impl AsFd, name: &std::ffi::CStr) -> Option<OwnedFd> {
-    openat(
-        parent,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()
-}
-
-/// Puts back every entry changed since `start` (see the module's header); returns the folder's
-/// size afterwards.
-fn undo(quota: &Quota, start: (i64, u64), baseline: &Baseline) -> u64 {
-    let Ok(path) = CString::new(quota.path.as_os_str().as_encoded_bytes()) else {
-        return 0;
-    };
-    if let Some(root) = open_dir(rustix::fs::CWD, &path) {
-        undo_in(&root, start, baseline, 0);
-    }
-    let everything = Quota {
-        max_bytes: u64::MAX,
-        ..quota.clone()
-    };
-    measure(&everything)
-}
-
-#[allow(clippy::unnecessary_cast)]
-fn undo_in(dir: &OwnedFd, start: (i64, u64), baseline: &Baseline, depth: usize) {
+fn undo_in(dir: &OwnedFd, baseline: &Baseline, depth: usize) {
     let mut names: Vec<CString> = Vec::new();
     if let Ok(mut entries) = Dir::read_from(dir) {
         while let Some(Ok(entry)) = entries.read() {
@@ -295,20 +290,18 @@ fn undo_in(dir: &OwnedFd, start: (i64, u64), baseline: &Baseline, depth: usize) 
         let ino = st.st_ino as u64;
         match FileType::from_raw_mode(st.st_mode) {
             FileType::Directory => {
-                if depth >= MAX_DEPTH {
-                    let _ = unlinkat(dir, &name, AtFlags::REMOVEDIR);
-                    continue;
+                if depth < MAX_DEPTH
+                    && let Some(sub) = open_dir(dir, &name)
+                {
+                    undo_in(&sub, baseline, depth + 1);
                 }
-                if let Some(sub) = open_dir(dir, &name) {
-                    undo_in(&sub, start, baseline, depth + 1);
-                }
-                if !baseline.dirs.contains(&ino) && changed_since(&st, start) {
+                if !baseline.others.contains(&ino) {
                     // Fails while it still holds something that was there before: kept then.
                     let _ = unlinkat(dir, &name, AtFlags::REMOVEDIR);
                 }
             }
-            FileType::RegularFile if changed_since(&st, start) => match baseline.files.get(&ino) {
-                Some(&(len, before)) if length(&st) > len || cost(&st) > before => {
+            FileType::RegularFile => match baseline.files.get(&ino) {
+                Some(&len) if cost(&st) > len.max(cost_of_length(len)) || length(&st) > len => {
                     cut_back(dir, &name, ino, len)
                 }
                 Some(_) => {}
@@ -316,7 +309,7 @@ fn undo_in(dir: &OwnedFd, start: (i64, u64), baseline: &Baseline, depth: usize) 
                     let _ = unlinkat(dir, &name, AtFlags::empty());
                 }
             },
-            _ if changed_since(&st, start) && !baseline.files.contains_key(&ino) => {
+            _ if !baseline.others.contains(&ino) => {
                 let _ = unlinkat(dir, &name, AtFlags::empty());
             }
             _ => {}
@@ -324,9 +317,14 @@ fn undo_in(dir: &OwnedFd, start: (i64, u64), baseline: &Baseline, depth: usize) 
     }
 }
 
-/// Truncates the regular file `name` (still inode `ino`) to `size`.
+/// The blocks a file of `len` bytes may hold without having grown (rounded up to 4 KiB).
+fn cost_of_length(len: u64) -> u64 {
+    len.div_ceil(4096).saturating_mul(4096)
+}
+
+/// Truncates the regular file `name` (still inode `ino`) to `len`.
 #[allow(clippy::unnecessary_cast)]
-fn cut_back(dir: &OwnedFd, name: &std::ffi::CStr, ino: u64, size: u64) {
+fn cut_back(dir: &OwnedFd, name: &std::ffi::CStr, ino: u64, len: u64) {
     let Ok(fd) = openat(
         dir,
         name,
@@ -337,7 +335,7 @@ fn cut_back(dir: &OwnedFd, name: &std::ffi::CStr, ino: u64, size: u64) {
     };
     let Ok(st) = fstat(&fd) else { return };
     if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && st.st_ino as u64 == ino {
-        let _ = ftruncate(&fd, size);
+        let _ = ftruncate(&fd, len);
     }
 }
 
@@ -346,24 +344,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn undo_removes_new_files_and_cuts_grown_ones_back() {
+    fn undo_removes_new_entries_and_cuts_grown_files_back() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path();
         std::fs::write(ws.join("old.txt"), b"0123456789").unwrap();
         std::fs::create_dir(ws.join("keep")).unwrap();
         std::fs::write(ws.join("keep/old2.txt"), b"abc").unwrap();
-        std::thread::sleep(Duration::from_millis(30));
         let quota = Quota {
             path: ws.to_path_buf(),
             max_bytes: 1 << 20,
             setting: None,
         };
-        let start = now();
-        let mut baseline = Baseline::default();
-        let mut walk = Walk::new(ws, quota.max_bytes, true);
-        while !walk.step(start, 1, &mut baseline) {}
-        assert_eq!(baseline.files.len(), 2);
-        std::thread::sleep(Duration::from_millis(30));
+        let mut watch = Watch::new(&quota).unwrap();
+        let mut walk = Walk::new(&watch.root, quota.max_bytes, true);
+        while !walk.step(watch.start, 1, &mut watch.baseline) {}
+        assert_eq!(watch.baseline.files.len(), 2);
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new()
             .append(true)
@@ -374,13 +369,28 @@ mod tests {
         std::fs::write(ws.join("new/deep/junk"), vec![0u8; 3 << 20]).unwrap();
         std::fs::write(ws.join("keep/junk"), b"junk").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", ws.join("link")).unwrap();
-        assert!(measure(&quota) > quota.max_bytes);
-        undo(&quota, start, &baseline);
+        assert!(measure(&watch.root, quota.max_bytes) > quota.max_bytes);
+        let line = watch.finish().expect("over the quota");
+        assert!(line.contains("past its quota"), "{line}");
         assert_eq!(std::fs::read(ws.join("old.txt")).unwrap(), b"0123456789");
         assert_eq!(std::fs::read(ws.join("keep/old2.txt")).unwrap(), b"abc");
         assert!(!ws.join("new").exists());
         assert!(!ws.join("keep/junk").exists());
         assert!(std::fs::symlink_metadata(ws.join("link")).is_err());
         assert!(std::path::Path::new("/etc/passwd").exists());
+    }
+
+    #[test]
+    fn a_call_under_the_quota_leaves_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let quota = Quota {
+            path: dir.path().to_path_buf(),
+            max_bytes: 1 << 20,
+            setting: None,
+        };
+        let watch = Watch::new(&quota).unwrap();
+        std::fs::write(dir.path().join("new.txt"), b"small").unwrap();
+        assert_eq!(watch.finish(), None);
+        assert!(dir.path().join("new.txt").exists());
     }
 }

@@ -32,10 +32,10 @@ use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-/// Tasks (processes and threads) of a box that are not the command's: stage 1 (with its event
-/// loop, relay and quota-watch threads) and the init. Added to the call's `processes` in
-/// `pids.max`.
-pub const BOX_OVERHEAD_TASKS: u64 = 8;
+/// Tasks (processes and threads) of a box that are not the command's: stage 1 and the init (one
+/// thread each: stage 1 unshared its PID namespace, which forbids it threads). Added to the
+/// call's `processes` in `pids.max`, so the command gets exactly its own.
+pub const BOX_OVERHEAD_TASKS: u64 = 2;
 
 /// How long removal keeps trying a box's cgroup before leaving it to the next start's sweep.
 const REMOVE_FOR: Duration = Duration::from_secs(30);
@@ -230,26 +230,25 @@ impl BoxCgroup {
             .unwrap_or(0)
     }
 
-    /// Times the box's memory reached its limit (v1 `memory.failcnt`, v2 `memory.events` `max`).
-    pub fn memory_hits(&self) -> u64 {
+    /// Processes of the box the kernel killed for want of memory within its limit (v1
+    /// `memory.oom_control`, v2 `memory.events`: `oom_kill`).
+    pub fn oom_kills(&self) -> u64 {
         let Some(d) = self.dirs.iter().find(|d| d.memory) else {
             return 0;
         };
-        if d.v2 {
-            fs::read_to_string(d.dir.join("memory.events"))
-                .ok()
-                .and_then(|s| {
-                    s.lines()
-                        .find_map(|l| l.strip_prefix("max ").map(|v| v.trim().parse().ok()))
-                        .flatten()
-                })
-                .unwrap_or(0)
+        let file = if d.v2 {
+            "memory.events"
         } else {
-            fs::read_to_string(d.dir.join("memory.failcnt"))
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(0)
-        }
+            "memory.oom_control"
+        };
+        fs::read_to_string(d.dir.join(file))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("oom_kill ").map(|v| v.trim().parse().ok()))
+                    .flatten()
+            })
+            .unwrap_or(0)
     }
 }
 
