@@ -346,7 +346,7 @@ pub struct WarmProcess {
     control: Option<tokio::net::UnixStream>,
     /// Removed (after killing what is left in it) when this is dropped.
     cgroup: Option<BoxCgroup>,
-    held: Vec<Box<dyn std::fmt::Debug + Send>>,
+    held: Vec<Box<dyn std::fmt::Debug + Send + Sync>>,
 }
 
 impl WarmProcess {
@@ -406,7 +406,7 @@ impl WarmProcess {
 
     /// Keeps `thing` (the box's uid lease) until the box's cgroup has been emptied and removed,
     /// or until this is dropped when the box has no cgroup.
-    pub fn hold_until_removed(&mut self, thing: Box<dyn std::fmt::Debug + Send>) {
+    pub fn hold_until_removed(&mut self, thing: Box<dyn std::fmt::Debug + Send + Sync>) {
         match &mut self.cgroup {
             Some(cg) => cg.hold_until_removed(thing),
             None => self.held.push(thing),

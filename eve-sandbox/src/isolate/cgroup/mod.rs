@@ -90,14 +90,14 @@ pub struct Cgroups {
 #[derive(Debug)]
 pub struct BoxCgroup {
     dirs: Vec<Hierarchy>,
-    held: Vec<Box<dyn std::fmt::Debug + Send>>,
+    held: Vec<Box<dyn std::fmt::Debug + Send + Sync>>,
     reaper: Option<mpsc::Sender<Removal>>,
 }
 
 #[derive(Debug)]
 struct Removal {
     dirs: Vec<Hierarchy>,
-    held: Vec<Box<dyn std::fmt::Debug + Send>>,
+    held: Vec<Box<dyn std::fmt::Debug + Send + Sync>>,
     since: Instant,
 }
 
@@ -207,7 +207,7 @@ impl BoxCgroup {
     }
 
     /// Keeps `thing` (a uid lease) until the cgroup has been emptied and removed.
-    pub fn hold_until_removed(&mut self, thing: Box<dyn std::fmt::Debug + Send>) {
+    pub fn hold_until_removed(&mut self, thing: Box<dyn std::fmt::Debug + Send + Sync>) {
         self.held.push(thing);
     }
 
