@@ -12,6 +12,7 @@ mod engine_resume;
 mod engine_store;
 mod engine_support;
 mod escape;
+mod escape_fate;
 mod hostile_http;
 mod hostile_mcp;
 mod hostile_model;

@@ -169,11 +169,13 @@ impl Runtime {
         let host = hostname();
         let holder = format!("{host}:{}:{}", std::process::id(), ulid::Ulid::new());
         config.secrets.learn_model_keys(&*config.env);
-        let exec = Arc::new(crate::exec::Executor::new(crate::exec::ExecConfig::from_env(
-            config.sandbox_helper.clone(),
-            config.state_dir.join("run"),
-            &*config.env,
-        )));
+        let exec = Arc::new(crate::exec::Executor::new(
+            crate::exec::ExecConfig::from_env(
+                config.sandbox_helper.clone(),
+                config.state_dir.join("run"),
+                &*config.env,
+            ),
+        ));
         let rt = Self {
             inner: Arc::new(Inner {
                 store: config.store.clone(),

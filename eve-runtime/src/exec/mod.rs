@@ -235,7 +235,10 @@ impl Guard {
 
     /// The uid the process runs as, when it has one of its own.
     pub fn uid(&self) -> Option<u32> {
-        self.fate.uid.as_ref().map(eve_sandbox::isolate::UidLease::uid)
+        self.fate
+            .uid
+            .as_ref()
+            .map(eve_sandbox::isolate::UidLease::uid)
     }
 }
 
