@@ -170,8 +170,9 @@ async fn listen(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
     }))
 }
 
-/// Says at start which tools run unconfined, and, when the kernel refuses isolation, what it
-/// refused and which tools will fail because of it.
+/// Says at start which tools run unconfined, what the sandbox enforces per call here (and how),
+/// and, when the kernel refuses isolation, what it refused and which tools will fail because of
+/// it.
 pub(crate) async fn report_sandbox(runtime: &Runtime) {
     let Some(report) = runtime.sandbox_report().await else {
         return;
@@ -189,6 +190,8 @@ pub(crate) async fn report_sandbox(runtime: &Runtime) {
              fail instead of running unconfined: {}",
             report.isolated.join(", ")
         );
+    } else if let Some(enforced) = &report.enforced {
+        eprintln!("eve: sandbox limits per call: {}", enforced.line());
     }
 }
 

@@ -1,8 +1,9 @@
 //! What the current build asks of the sandbox, for the warnings a starting server prints.
 //!
-//! A server says at start which tools run unconfined (`sandbox: host`) and, when the kernel
-//! refuses isolation, exactly what it refused and which tools will therefore fail: eve never runs
-//! a tool that needs isolation unconfined in silence.
+//! A server says at start which tools run unconfined (`sandbox: host`), what the sandbox enforces
+//! per call on this machine (and what it cannot), and, when the kernel refuses isolation, exactly
+//! what it refused and which tools will therefore fail: eve never runs a tool that needs
+//! isolation unconfined in silence.
 
 use eve_compile::{Agent, EffectiveSandbox, Provider};
 
@@ -17,6 +18,9 @@ pub struct SandboxReport {
     pub isolated: Vec<String>,
     /// `None` when isolation works here (or nothing needs it); otherwise what the kernel refused.
     pub isolation_error: Option<String>,
+    /// What this machine enforces per isolated call (uids, cgroups, the workspace quota, socket
+    /// families), with the agent's limits; `None` when nothing needs isolation.
+    pub enforced: Option<crate::exec::Enforced>,
 }
 
 impl Runtime {
@@ -28,10 +32,12 @@ impl Runtime {
             unconfined: Vec::new(),
             isolated: Vec::new(),
             isolation_error: None,
+            enforced: None,
         };
         collect(&build.manifest.agent, "", &mut report);
         if !report.isolated.is_empty() {
             report.isolation_error = self.inner.exec.isolation().await.err();
+            report.enforced = Some(self.inner.exec.enforced(&build.manifest.agent.sandbox.limits));
         }
         Some(report)
     }
