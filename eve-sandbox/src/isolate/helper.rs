@@ -184,7 +184,7 @@ fn stage1(rest: Vec<OsString>) -> Result<i32> {
 /// Joins the box's cgroup (see [`super::cgroup`]).
 fn join_cgroup(spec: Option<&super::CgroupSpec>) -> Result<()> {
     let Some(spec) = spec else { return Ok(()) };
-    cgroup::join(&spec.dirs, std::process::id())
+    cgroup::join_self(&spec.dirs)
         .map_err(|e| Failure::new(format!("cannot join the box's cgroup: {e}")))
 }
 

@@ -272,11 +272,21 @@ impl Drop for BoxCgroup {
     }
 }
 
-/// Makes `pid` (0: the calling process) a member of every cgroup in `dirs`: what stage 1 does
-/// first, so every process of the box is created inside.
-pub(crate) fn join(dirs: &[PathBuf], pid: u32) -> io::Result<()> {
+/// Makes the calling process, which must have one thread only, a member of every cgroup in
+/// `dirs`: what stage 1 does first, so every process of the box is created inside.
+///
+/// Under v1 it moves its own thread (`0` written to `tasks`): the kernel then skips the global
+/// lock that moving a whole process takes, whose release waits for an RCU grace period and
+/// stalls every fork on the host meanwhile (milliseconds under load, per box). v2 has no such
+/// per-thread move between resource domains: there it is `cgroup.procs`.
+pub(crate) fn join_self(dirs: &[PathBuf]) -> io::Result<()> {
     for dir in dirs {
-        write(&dir.join("cgroup.procs"), &pid.to_string())?;
+        let tasks = dir.join("tasks");
+        if tasks.exists() {
+            write(&tasks, "0")?;
+        } else {
+            write(&dir.join("cgroup.procs"), &std::process::id().to_string())?;
+        }
     }
     Ok(())
 }
