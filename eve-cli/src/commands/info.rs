@@ -67,7 +67,11 @@ fn sandbox_limits(agent: &Agent) -> eve_runtime::exec::Enforced {
 fn describe_limits(out: &mut String, agent: &Agent, color: bool) {
     let e = sandbox_limits(agent);
     let h = |s: &str| paint(color, "1", s);
-    let _ = writeln!(out, "  {}", h("sandbox limits per isolated call, on this machine"));
+    let _ = writeln!(
+        out,
+        "  {}",
+        h("sandbox limits per isolated call, on this machine")
+    );
     for (name, how) in [
         ("processes", &e.processes),
         ("memory", &e.memory),

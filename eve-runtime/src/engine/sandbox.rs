@@ -37,7 +37,11 @@ impl Runtime {
         collect(&build.manifest.agent, "", &mut report);
         if !report.isolated.is_empty() {
             report.isolation_error = self.inner.exec.isolation().await.err();
-            report.enforced = Some(self.inner.exec.enforced(&build.manifest.agent.sandbox.limits));
+            report.enforced = Some(
+                self.inner
+                    .exec
+                    .enforced(&build.manifest.agent.sandbox.limits),
+            );
         }
         Some(report)
     }

@@ -254,7 +254,7 @@ fn bytes(n: u64) -> String {
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
     let unit = |u: u64, name: &str| {
-        if n % u == 0 {
+        if n.is_multiple_of(u) {
             format!("{} {name}", n / u)
         } else {
             format!("{:.1} {name}", n as f64 / u as f64)
