@@ -4,7 +4,8 @@
 //! So stage 1, outside the box's PID namespace and out of the command's reach, watches the
 //! quota's folder during the call: it sums the folder's size (every file, folder and link, each
 //! the larger of its length and the blocks it holds, so neither sparse nor preallocated files
-//! hide) on a short interval that grows with what one look costs (from 25 ms), and the moment
+//! hide) on a short interval that grows with what one look costs (25 ms, or ten times a look,
+//! at most 1 s: the watch takes at most about a tenth of a core), and the moment
 //! the sum passes the quota it kills the box's init, which ends every process of the call; one
 //! more look once the call has ended catches writes made after the last one. A single file
 //! cannot outrun the watch: the init caps each file at the quota (`RLIMIT_FSIZE`).
@@ -27,6 +28,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::fs::{
@@ -122,7 +124,8 @@ impl Watch {
                 }
                 return;
             }
-            let pause = (began.elapsed() * 4).clamp(MIN_INTERVAL, MAX_INTERVAL);
+            // A look costs at most about a tenth of a core, however large the folder.
+            let pause = (began.elapsed() * 10).clamp(MIN_INTERVAL, MAX_INTERVAL);
             tokio::time::sleep(pause).await;
         }
     }
@@ -138,7 +141,7 @@ impl Watch {
             }
             self.over = last;
         }
-        undo_in(&self.root, &self.baseline, 0);
+        undo(&self.root, &self.baseline);
         let left = measure(&self.root, u64::MAX);
         let raise = self
             .quota
@@ -175,20 +178,27 @@ fn length(st: &rustix::fs::Stat) -> u64 {
 }
 
 fn open_dir(parent: impl AsFd, name: &std::ffi::CStr) -> Option<OwnedFd> {
+    try_open_dir(parent, name).ok()
+}
+
+fn try_open_dir(parent: impl AsFd, name: &std::ffi::CStr) -> rustix::io::Result<OwnedFd> {
     openat(
         parent,
         name,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .ok()
 }
 
 /// One look at a folder's size, in slices: beneath its handle, never following a link; stops
-/// early once past `max` (unless it notes the baseline, which needs every entry).
+/// early once past `max` (unless it notes the baseline, which needs every entry). A folder is
+/// opened only when its turn comes (its parent's handle kept meanwhile), so the handles open at
+/// once are bounded by the depth, not by how many folders there are; a folder that cannot be
+/// opened for want of descriptors counts as over the quota rather than as empty.
 struct Walk {
-    stack: Vec<(OwnedFd, usize)>,
-    current: Option<(Dir, OwnedFd, usize)>,
+    /// Folders still to read: their parent's handle, their name, their depth.
+    stack: Vec<(Arc<OwnedFd>, CString, usize)>,
+    current: Option<(Dir, Arc<OwnedFd>, usize)>,
     total: u64,
     max: u64,
     note: bool,
@@ -196,8 +206,9 @@ struct Walk {
 
 impl Walk {
     fn new(root: &OwnedFd, max: u64, note: bool) -> Walk {
+        let root = open_dir(root, c".").map(Arc::new);
         Walk {
-            stack: open_dir(root, c".").into_iter().map(|r| (r, 0)).collect(),
+            stack: root.into_iter().map(|r| (r, c".".to_owned(), 0)).collect(),
             current: None,
             total: 0,
             max,
@@ -214,14 +225,22 @@ impl Walk {
                 return true;
             }
             if self.current.is_none() {
-                let Some((fd, depth)) = self.stack.pop() else {
+                let Some((parent, name, depth)) = self.stack.pop() else {
                     return true;
                 };
                 if depth > MAX_DEPTH {
                     self.total = u64::MAX;
                     return true;
                 }
-                match Dir::read_from(&fd).ok() {
+                let fd = match try_open_dir(&*parent, &name) {
+                    Ok(fd) => Arc::new(fd),
+                    Err(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE) => {
+                        self.total = u64::MAX;
+                        return true;
+                    }
+                    Err(_) => continue,
+                };
+                match Dir::read_from(&*fd).ok() {
                     Some(dir) => self.current = Some((dir, fd, depth)),
                     None => continue,
                 }
@@ -237,7 +256,7 @@ impl Walk {
             if name == c"." || name == c".." {
                 continue;
             }
-            let Ok(st) = statat(&*fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
+            let Ok(st) = statat(&**fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
                 continue;
             };
             self.total = self.total.saturating_add(cost(&st));
@@ -249,11 +268,9 @@ impl Walk {
                     baseline.others.insert(st.st_ino as u64);
                 }
             }
-            if kind == FileType::Directory
-                && let Some(sub) = open_dir(&*fd, name)
-            {
+            if kind == FileType::Directory {
                 let depth = *depth + 1;
-                self.stack.push((sub, depth));
+                self.stack.push((Arc::clone(fd), name.to_owned(), depth));
             }
             left = left.saturating_sub(1);
             if left == 0 {
@@ -271,9 +288,33 @@ fn measure(root: &OwnedFd, max: u64) -> u64 {
     walk.total
 }
 
-/// Puts back every entry beneath `dir` (see the module's header).
+/// Puts back every entry beneath `root` (see the module's header). A folder created during the
+/// call deeper than [`UNDO_DEPTH`] is first moved up to `root` (under a name of its own), so no
+/// depth of nesting keeps what it holds on disk, and the handles open at once stay bounded.
+fn undo(root: &OwnedFd, baseline: &Baseline) {
+    let mut moved: Vec<CString> = Vec::new();
+    let mut next = 0u64;
+    undo_in(root, root, baseline, 0, &mut moved, &mut next);
+    while let Some(name) = moved.pop() {
+        if let Some(sub) = open_dir(root, &name) {
+            undo_in(root, &sub, baseline, 1, &mut moved, &mut next);
+        }
+        let _ = unlinkat(root, &name, AtFlags::REMOVEDIR);
+    }
+}
+
+/// Nesting below which [`undo`] works in place.
+const UNDO_DEPTH: usize = 64;
+
 #[allow(clippy::unnecessary_cast)]
-fn undo_in(dir: &OwnedFd, baseline: &Baseline, depth: usize) {
+fn undo_in(
+    root: &OwnedFd,
+    dir: &OwnedFd,
+    baseline: &Baseline,
+    depth: usize,
+    moved: &mut Vec<CString>,
+    next: &mut u64,
+) {
     let mut names: Vec<CString> = Vec::new();
     if let Ok(mut entries) = Dir::read_from(dir) {
         while let Some(Ok(entry)) = entries.read() {
@@ -288,14 +329,18 @@ fn undo_in(dir: &OwnedFd, baseline: &Baseline, depth: usize) {
             continue;
         };
         let ino = st.st_ino as u64;
+        let known = baseline.others.contains(&ino);
         match FileType::from_raw_mode(st.st_mode) {
-            FileType::Directory => {
-                if depth < MAX_DEPTH
-                    && let Some(sub) = open_dir(dir, &name)
-                {
-                    undo_in(&sub, baseline, depth + 1);
+            FileType::Directory if !known && depth >= UNDO_DEPTH => {
+                if let Some(up) = move_up(root, dir, &name, next) {
+                    moved.push(up);
                 }
-                if !baseline.others.contains(&ino) {
+            }
+            FileType::Directory => {
+                if let Some(sub) = open_dir(dir, &name) {
+                    undo_in(root, &sub, baseline, depth + 1, moved, next);
+                }
+                if !known {
                     // Fails while it still holds something that was there before: kept then.
                     let _ = unlinkat(dir, &name, AtFlags::REMOVEDIR);
                 }
@@ -309,12 +354,31 @@ fn undo_in(dir: &OwnedFd, baseline: &Baseline, depth: usize) {
                     let _ = unlinkat(dir, &name, AtFlags::empty());
                 }
             },
-            _ if !baseline.others.contains(&ino) => {
+            _ if !known => {
                 let _ = unlinkat(dir, &name, AtFlags::empty());
             }
             _ => {}
         }
     }
+}
+
+/// Moves the folder `name` of `dir` to `root` under a new name; returns that name.
+fn move_up(
+    root: &OwnedFd,
+    dir: &OwnedFd,
+    name: &std::ffi::CStr,
+    next: &mut u64,
+) -> Option<CString> {
+    for _ in 0..16 {
+        *next += 1;
+        let up = CString::new(format!(".eve-quota-undo-{}-{next}", std::process::id())).ok()?;
+        if rustix::fs::renameat_with(dir, name, root, &up, rustix::fs::RenameFlags::NOREPLACE)
+            .is_ok()
+        {
+            return Some(up);
+        }
+    }
+    None
 }
 
 /// The blocks a file of `len` bytes may hold without having grown (rounded up to 4 KiB).
@@ -378,6 +442,55 @@ mod tests {
         assert!(!ws.join("keep/junk").exists());
         assert!(std::fs::symlink_metadata(ws.join("link")).is_err());
         assert!(std::path::Path::new("/etc/passwd").exists());
+    }
+
+    #[test]
+    fn a_deep_tree_the_call_made_is_removed_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("kept.txt"), b"kept").unwrap();
+        let quota = Quota {
+            path: dir.path().to_path_buf(),
+            max_bytes: 1 << 20,
+            setting: None,
+        };
+        let mut watch = Watch::new(&quota).unwrap();
+        let mut walk = Walk::new(&watch.root, quota.max_bytes, true);
+        while !walk.step(watch.start, usize::MAX, &mut watch.baseline) {}
+        // 300 levels (more than the undo works in place), a large file at the bottom.
+        let mut deep = dir.path().to_path_buf();
+        for _ in 0..300 {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("junk"), vec![0u8; 2 << 20]).unwrap();
+        assert!(measure(&watch.root, quota.max_bytes) > quota.max_bytes);
+        assert!(watch.finish().is_some());
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("kept.txt")]);
+    }
+
+    #[test]
+    fn a_tree_deeper_than_the_walk_counts_as_over() {
+        let dir = tempfile::tempdir().unwrap();
+        // Deeper than one path can name: made a level at a time.
+        let mut fd = open_dir(
+            rustix::fs::CWD,
+            &CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap(),
+        )
+        .unwrap();
+        for _ in 0..(MAX_DEPTH + 2) {
+            rustix::fs::mkdirat(&fd, c"d", Mode::from_raw_mode(0o755)).unwrap();
+            fd = open_dir(&fd, c"d").unwrap();
+        }
+        let root = open_dir(
+            rustix::fs::CWD,
+            &CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(measure(&root, 1 << 30), u64::MAX);
     }
 
     #[test]
