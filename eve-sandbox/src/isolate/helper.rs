@@ -54,8 +54,10 @@ const WARM2: &str = "--eve-sandbox-warm-init";
 /// a helper of this build from a stale or foreign binary.
 pub(crate) const PROTOCOL_ARG: &str = "--eve-sandbox-protocol";
 /// What a helper of this build answers to [`PROTOCOL_ARG`]. The number changes whenever the
-/// stages' argv or the policy's meaning does.
-pub(crate) const PROTOCOL: &str = concat!("eve-sandbox ", env!("CARGO_PKG_VERSION"), " stages/3");
+/// stages' argv or the policy's meaning does (`+fate`: the warm stage's cgroup argument, the
+/// policy's `cgroup` and `quota`).
+pub(crate) const PROTOCOL: &str =
+    concat!("eve-sandbox ", env!("CARGO_PKG_VERSION"), " stages/3+fate");
 /// The program name that makes stage 2 report instead of spawning a command (see
 /// [`super::probe`]).
 pub(crate) const PROBE: &str = "--eve-sandbox-probe";
