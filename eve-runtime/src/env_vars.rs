@@ -93,8 +93,9 @@ pub const EVE_IDLE_TIMEOUT_SECS: &str = "EVE_IDLE_TIMEOUT_SECS";
 /// Most connections a listener holds open at once (default: sized from the file-descriptor
 /// limit, whose soft value is raised to the hard one at start).
 pub const EVE_MAX_CONNECTIONS: &str = "EVE_MAX_CONNECTIONS";
-/// Largest session workspace, in bytes, checkpointed into the store with each step (default
-/// 256 MiB); a step that leaves a larger one fails its turn, naming the size and this setting.
+/// Largest session workspace, in bytes (default 256 MiB): an isolated call that grows it past
+/// this is stopped while it runs and what it added is removed; a step that leaves a larger one
+/// (a `host` tool's writes) fails its turn at its checkpoint, naming the size and this setting.
 pub const EVE_WORKSPACE_MAX_BYTES: &str = "EVE_WORKSPACE_MAX_BYTES";
 /// `off`: session workspaces are neither checkpointed into the store nor restored from it (they
 /// stay on the node that wrote them); default `on`.
@@ -102,6 +103,10 @@ pub const EVE_WORKSPACE_CHECKPOINTS: &str = "EVE_WORKSPACE_CHECKPOINTS";
 /// Warm isolated sandboxes each runtime keeps ready ahead of their calls (default 2; `0` turns
 /// the pool off, and every isolated call then starts its sandbox cold).
 pub const EVE_SANDBOX_POOL: &str = "EVE_SANDBOX_POOL";
+/// The uids isolated boxes run as when eve runs as root, one per box, `FIRST-LAST` (default
+/// `1879048192-1879113727`, 65,536 uids no distribution allocates); eve processes of one host
+/// share the range without handing out a uid twice.
+pub const EVE_SANDBOX_UIDS: &str = "EVE_SANDBOX_UIDS";
 
 // The tool protocol: set by eve for every tool, hook and dynamic-tool process.
 

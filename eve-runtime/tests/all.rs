@@ -14,6 +14,7 @@ mod engine_resume;
 mod engine_store;
 mod engine_support;
 mod escape;
+mod escape_fate;
 mod escape_http;
 mod escape_paths;
 mod escape_store;

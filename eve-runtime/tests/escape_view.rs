@@ -307,11 +307,11 @@ async fn under_a_terminal() {
         assert_reached_nothing(&label, &report_in(&label, &text), &term).await;
     }
     let run_dir = tempfile::tempdir().unwrap();
-    let exec = Executor::new(ExecConfig {
-        helper: PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox")),
-        run_dir: run_dir.path().to_path_buf(),
-        state_dir: None,
-    });
+    let exec = Executor::new(ExecConfig::from_env(
+        PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox")),
+        run_dir.path().to_path_buf(),
+        &|_| None,
+    ));
     for isolated in [false, true] {
         let outputs = spawned_like_mcp_and_eval(&exec, isolated).await;
         for (text, how) in outputs.iter().zip(["like an MCP server", "like a scorer"]) {

@@ -1,6 +1,7 @@
 //! Spawn overhead of the `isolated` sandbox: `true` isolated vs unconfined, p50/p99 of spawn+exit
-//! over N runs (default 200), and, to see what the network namespace costs, `unshare --net true`
-//! vs `unshare --ipc true` (util-linux, when present). Run by `bench/sandbox.sh`.
+//! over N runs (default 200), with the ratio to the unconfined spawn, and, to see what the network
+//! namespace costs, `unshare --net true` vs `unshare --ipc true` (util-linux, when present). Run
+//! by `bench/sandbox.sh`.
 //!
 //! Three ways are measured, each back to back: unconfined, the cold path (`isolate::command`,
 //! what every call paid before the pool), and the warm path (`isolate::Pool`, POOL boxes,
@@ -10,15 +11,85 @@
 //! but unused at the end included), from `getrusage`. A last row paces warm calls 25 ms apart,
 //! the gap in which a real turn's model call lets the refill finish.
 //!
+//! Every isolated call pays what keeps boxes apart, as the runtime's does: a uid leased per box
+//! (when root), a cgroup per box (made per call on the cold path, ahead by the pool on the warm
+//! path, its limits written per call) and the workspace quota's watch. A row without them (the
+//! cold path as it was) shows what they add.
+//!
 //! This example is its own sandbox helper: `helper_main()` comes first in `main`.
 
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eve_sandbox::isolate::{self, Policy, Pool};
+use eve_sandbox::isolate::{self, BoxCgroup, Cgroups, Policy, Pool, Quota, UidLease, Uids};
 use nix::sys::resource::{UsageWho, getrusage};
+
+/// What keeps boxes apart, as the runtime sets it up per call.
+struct Fate {
+    uids: Option<Arc<Uids>>,
+    cgroups: Option<&'static Cgroups>,
+}
+
+/// What one call holds until it has ended.
+#[allow(dead_code)]
+struct Held(Option<UidLease>, Option<BoxCgroup>);
+
+impl Fate {
+    fn new() -> Fate {
+        let uids = nix::unistd::getuid()
+            .is_root()
+            .then(|| Uids::new(isolate::DEFAULT_UIDS, isolate::uid_lock_dir()).ok())
+            .flatten();
+        let c = Cgroups::shared();
+        Fate {
+            uids,
+            cgroups: c.available().then_some(c),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "uid per box: {}; cgroup per box: {:?}",
+            self.uids
+                .as_ref()
+                .map_or("no (not root)".to_owned(), |u| u.range().to_string()),
+            self.cgroups.map(|c| c.enforcement().clone())
+        )
+    }
+
+    /// `policy` with this call's uid and quota (and, `cold`, its own cgroup, limited).
+    fn apply(&self, policy: &Policy, ws: &Path, cold: bool) -> (Policy, Held) {
+        let mut policy = policy.clone();
+        let lease = self
+            .uids
+            .as_ref()
+            .and_then(|u| u.lease(&policy.read_write).ok());
+        if let Some(l) = &lease {
+            policy.uid = Some(l.uid());
+            let owner = std::os::unix::fs::MetadataExt::uid(
+                &std::fs::metadata(ws).unwrap_or_else(|_| std::process::exit(2)),
+            );
+            if owner != l.uid() {
+                let _ = isolate::prepare_writable(ws, &policy);
+            }
+        }
+        policy.quota = Some(Quota {
+            path: ws.to_path_buf(),
+            max_bytes: 256 << 20,
+            setting: None,
+        });
+        let mut cgroup = None;
+        if cold && let Some(Ok(Some(cg))) = self.cgroups.map(Cgroups::create) {
+            let _ = cg.limit(policy.limits.processes, policy.limits.memory);
+            policy.cgroup = Some(cg.spec());
+            cgroup = Some(cg);
+        }
+        (policy, Held(lease, cgroup))
+    }
+}
 
 fn main() {
     isolate::helper_main();
@@ -50,18 +121,29 @@ fn main() {
             std::process::exit(2);
         }
     }
-    let isolated = || {
+    let fate = Fate::new();
+    eprintln!("{}", fate.describe());
+    let bare = || {
         isolate::command(&exe, &policy, "true", Vec::<String>::new())
             .map(|mut c| {
                 c.current_dir(&ws).env("PATH", "/usr/bin:/bin");
-                c
+                (c, None)
+            })
+            .ok()
+    };
+    let isolated = || {
+        let (policy, held) = fate.apply(&policy, &ws, true);
+        isolate::command(&exe, &policy, "true", Vec::<String>::new())
+            .map(|mut c| {
+                c.current_dir(&ws).env("PATH", "/usr/bin:/bin");
+                (c, Some(held))
             })
             .ok()
     };
     let plain = || {
         let mut c = Command::new("true");
         c.current_dir(&ws).env("PATH", "/usr/bin:/bin");
-        Some(c)
+        Some((c, None))
     };
     let pool_size: usize = std::env::var("POOL")
         .ok()
@@ -91,7 +173,9 @@ fn main() {
         }
         Ok("warm") => {
             let ((t, fallbacks), cpu) = cpu_of(runs, || {
-                rt.block_on(measure_warm(&exe, pool_size, &policy, &ws, runs, None))
+                rt.block_on(measure_warm(
+                    &exe, pool_size, &policy, &ws, runs, None, &fate,
+                ))
             });
             row(&format!("isolated, warm ({pool_size})"), &t, cpu);
             println!("{fallbacks} of {runs} calls found no box and went cold");
@@ -101,9 +185,24 @@ fn main() {
     }
     let load_before = load();
     let (host, host_cpu) = cpu_of(runs, || measure(runs, plain));
-    let (iso, iso_cpu) = cpu_of(runs, || measure(runs, isolated));
+    // Interleaved, so both see the same load: the difference is what the per-box setup costs.
+    let ((bare_iso, iso), pair_cpu) = cpu_of(runs * 2, || measure_pair(runs, bare, isolated));
+    let (bare_cpu, iso_cpu) = (pair_cpu, pair_cpu);
+    let setup = {
+        let mut t: Vec<Duration> = (0..runs)
+            .map(|_| {
+                let start = Instant::now();
+                drop(fate.apply(&policy, &ws, true));
+                start.elapsed()
+            })
+            .collect();
+        t.sort();
+        t
+    };
     let ((warm, cold_fallbacks), warm_cpu) = cpu_of(runs, || {
-        rt.block_on(measure_warm(&exe, pool_size, &policy, &ws, runs, None))
+        rt.block_on(measure_warm(
+            &exe, pool_size, &policy, &ws, runs, None, &fate,
+        ))
     });
     let ((paced, _), _) = cpu_of(runs, || {
         rt.block_on(measure_warm(
@@ -113,6 +212,7 @@ fn main() {
             &ws,
             runs,
             Some(Duration::from_millis(25)),
+            &fate,
         ))
     });
     println!(
@@ -120,17 +220,30 @@ fn main() {
         load()
     );
     row("unconfined", &host, host_cpu);
+    row("isolated, cold, bare", &bare_iso, bare_cpu);
     row("isolated, cold", &iso, iso_cpu);
-    row(&format!("isolated, warm ({pool_size})"), &warm, warm_cpu);
     println!(
-        "isolation adds, cold  p50 {:>8.2} ms   p99 {:>8.2} ms",
-        ms(pct(&iso, 50)) - ms(pct(&host, 50)),
-        ms(pct(&iso, 99)) - ms(pct(&host, 99))
+        "per-box setup alone   p50 {:>8.3} ms   p99 {:>8.3} ms   (uid lease, cgroup made and limited, quota; removal in the background)",
+        ms(pct(&setup, 50)),
+        ms(pct(&setup, 99))
+    );
+    row(&format!("isolated, warm ({pool_size})"), &warm, warm_cpu);
+    let ratio = |t: &[Duration]| ms(pct(t, 50)) / ms(pct(&host, 50)).max(f64::EPSILON);
+    println!(
+        "per-box uid, cgroup and quota add, cold  p50 {:>6.2} ms",
+        ms(pct(&iso, 50)) - ms(pct(&bare_iso, 50))
     );
     println!(
-        "isolation adds, warm  p50 {:>8.2} ms   p99 {:>8.2} ms   ({cold_fallbacks} of {runs} calls found no box and went cold)",
+        "isolation adds, cold  p50 {:>8.2} ms   p99 {:>8.2} ms   ({:.1}x the unconfined spawn)",
+        ms(pct(&iso, 50)) - ms(pct(&host, 50)),
+        ms(pct(&iso, 99)) - ms(pct(&host, 99)),
+        ratio(&iso)
+    );
+    println!(
+        "isolation adds, warm  p50 {:>8.2} ms   p99 {:>8.2} ms   ({:.1}x the unconfined spawn; {cold_fallbacks} of {runs} calls found no box and went cold)",
         ms(pct(&warm, 50)) - ms(pct(&host, 50)),
-        ms(pct(&warm, 99)) - ms(pct(&host, 99))
+        ms(pct(&warm, 99)) - ms(pct(&host, 99)),
+        ratio(&warm)
     );
     println!(
         "warm, paced 25 ms     p50 {:>8.2} ms   p99 {:>8.2} ms   (adds p50 {:.2} ms)",
@@ -142,12 +255,12 @@ fn main() {
         let net = measure(runs, || {
             let mut c = Command::new("unshare");
             c.args(["--net", "true"]);
-            Some(c)
+            Some((c, None))
         });
         let ipc = measure(runs, || {
             let mut c = Command::new("unshare");
             c.args(["--ipc", "true"]);
-            Some(c)
+            Some((c, None))
         });
         row("unshare --ipc true", &ipc, Duration::ZERO);
         row("unshare --net true", &net, Duration::ZERO);
@@ -193,8 +306,9 @@ async fn measure_warm(
     ws: &Path,
     runs: usize,
     gap: Option<Duration>,
+    fate: &Fate,
 ) -> (Vec<Duration>, usize) {
-    let pool = match Pool::start(exe.to_path_buf(), size) {
+    let pool = match Pool::with_cgroups(exe.to_path_buf(), size, fate.cgroups) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("cannot start the pool: {e}");
@@ -226,6 +340,8 @@ async fn measure_warm(
             tokio::time::sleep(gap).await;
         }
         let start = Instant::now();
+        let (policy, held) = fate.apply(policy, ws, false);
+        let policy = &policy;
         let status = match pool.take().await {
             Some(warm) => {
                 let started = warm.start(
@@ -237,7 +353,12 @@ async fn measure_warm(
                     [null.as_fd(), null.as_fd(), stderr.as_fd()],
                 );
                 match started {
-                    Ok(mut child) => child.wait().await,
+                    Ok(mut child) => {
+                        if let Held(Some(lease), _) = held {
+                            child.hold_until_removed(Box::new(lease));
+                        }
+                        child.wait().await
+                    }
                     Err(e) => {
                         eprintln!("a warm box refused its call: {e}");
                         std::process::exit(1);
@@ -275,18 +396,39 @@ async fn measure_warm(
     (times, cold)
 }
 
-fn measure(runs: usize, mut make: impl FnMut() -> Option<Command>) -> Vec<Duration> {
+/// `runs` of each of `a` and `b`, alternating; both sorted.
+fn measure_pair(
+    runs: usize,
+    mut a: impl FnMut() -> Option<(Command, Option<Held>)>,
+    mut b: impl FnMut() -> Option<(Command, Option<Held>)>,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut ta, mut tb) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for _ in 0..runs {
+        ta.extend(measure(1, &mut a));
+        tb.extend(measure(1, &mut b));
+    }
+    ta.sort();
+    tb.sort();
+    (ta, tb)
+}
+
+fn measure(
+    runs: usize,
+    mut make: impl FnMut() -> Option<(Command, Option<Held>)>,
+) -> Vec<Duration> {
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let Some(mut cmd) = make() else {
+        let start = Instant::now();
+        let Some((mut cmd, held)) = make() else {
             eprintln!("cannot build the command");
             std::process::exit(2);
         };
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        let start = Instant::now();
-        match cmd.status() {
+        let status = cmd.status();
+        drop(held);
+        match status {
             Ok(s) if s.success() => times.push(start.elapsed()),
             Ok(s) => {
                 eprintln!("the benchmarked command failed: {s}");

@@ -32,6 +32,7 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
             "tools": tool_report(&out.manifest.agent),
             "hooks": hook_report(&out.manifest.agent),
             "connections": connection_report(&out.manifest.agent),
+            "sandbox_limits": sandbox_limits(&out.manifest.agent),
         });
         outln!("{}", crate::sanitize::json_pretty(&report));
         return Ok(code);
@@ -39,6 +40,7 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
     let color = stdout_color();
     let mut text = String::new();
     describe(&mut text, &out.manifest.agent, 0, color);
+    describe_limits(&mut text, &out.manifest.agent, color);
     out!("{text}");
     if !out.diagnostics.is_empty() {
         errln!();
@@ -54,6 +56,32 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(code)
+}
+
+/// What this machine enforces per isolated call of `agent` (its `sandbox.yaml` limits), as eve
+/// running here with this environment would.
+fn sandbox_limits(agent: &Agent) -> eve_runtime::exec::Enforced {
+    eve_runtime::exec::enforced(&agent.sandbox.limits, &|name| std::env::var(name).ok())
+}
+
+/// The `sandbox limits` section: one line per limit, saying how it is enforced here.
+fn describe_limits(out: &mut String, agent: &Agent, color: bool) {
+    let e = sandbox_limits(agent);
+    let h = |s: &str| paint(color, "1", s);
+    let _ = writeln!(
+        out,
+        "  {}",
+        h("sandbox limits per isolated call, on this machine")
+    );
+    for (name, how) in [
+        ("processes", &e.processes),
+        ("memory", &e.memory),
+        ("uids", &e.uids),
+        ("workspace", &e.workspace),
+        ("sockets", &e.sockets),
+    ] {
+        let _ = writeln!(out, "    {name}: {how}");
+    }
 }
 
 /// `sandbox isolated, network none`, `sandbox host` or `in-process`.

@@ -171,8 +171,9 @@ async fn listen(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
     }))
 }
 
-/// Says at start which tools run unconfined, and, when the kernel refuses isolation (or the
-/// `openat2` the file tools need), what it refused and which tools will fail because of it.
+/// Says at start which tools run unconfined, what the sandbox enforces per call here (and how),
+/// and, when the kernel refuses isolation (or the `openat2` the file tools need), what it refused
+/// and which tools will fail because of it.
 pub(crate) async fn report_sandbox(runtime: &Runtime) {
     let Some(report) = runtime.sandbox_report().await else {
         return;
@@ -190,6 +191,8 @@ pub(crate) async fn report_sandbox(runtime: &Runtime) {
              fail instead of running unconfined: {}",
             report.isolated.join(", ")
         );
+    } else if let Some(enforced) = &report.enforced {
+        eprintln!("eve: sandbox limits per call: {}", enforced.line());
     }
     if let Some(error) = &report.file_tools_error {
         errln!(

@@ -53,12 +53,17 @@ pub trait ModelProvider: Send + Sync {
 /// Circuit breaker settings.
 #[derive(Debug, Clone, Copy)]
 pub struct BreakerPolicy {
-    /// Consecutive failures that open the breaker.
+    /// Consecutive failures in one session that open the tool's breaker in that session.
     pub threshold: u32,
     /// First open period.
     pub base: Duration,
     /// Longest open period.
     pub max: Duration,
+    /// Distinct sessions whose breaker of one tool must open within [`Self::agent_window`] for
+    /// the tool to be refused in every session.
+    pub agent_sessions: u32,
+    /// How far back the sessions of [`Self::agent_sessions`] are counted.
+    pub agent_window: Duration,
 }
 
 impl Default for BreakerPolicy {
@@ -67,6 +72,8 @@ impl Default for BreakerPolicy {
             threshold: 3,
             base: Duration::from_secs(30),
             max: Duration::from_secs(600),
+            agent_sessions: 3,
+            agent_window: Duration::from_secs(600),
         }
     }
 }

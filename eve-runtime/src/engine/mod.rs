@@ -74,6 +74,7 @@ pub use releases::{
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;
 pub use tenancy::Caller;
+pub use workspaces::DEFAULT_MAX_BYTES as DEFAULT_WORKSPACE_MAX_BYTES;
 
 use crate::store::*;
 use active::Active;
@@ -116,6 +117,8 @@ pub(crate) struct Inner {
     /// one of these sessions carries its token, so it is refused once another node took over.
     pub(crate) fences: Mutex<HashMap<String, u64>>,
     pub(crate) breakers: tokio::sync::Mutex<HashMap<String, BreakerRecord>>,
+    /// Sessions whose breaker of a tool opened lately, by the tool's agent-wide key.
+    pub(crate) breaker_trips: Mutex<breakers::Trips>,
     /// MCP managers by the JSON of their connections.
     pub(crate) mcp: Mutex<HashMap<String, crate::mcp::McpManager>>,
     /// Sessions with a running observe-hook delivery (`true`: more events arrived meanwhile).
@@ -174,10 +177,14 @@ impl Runtime {
         let host = hostname();
         let holder = format!("{host}:{}:{}", std::process::id(), ulid::Ulid::new());
         config.secrets.learn_model_keys(&*config.env);
-        let exec = Arc::new(crate::exec::Executor::new(crate::exec::ExecConfig {
-            helper: config.sandbox_helper.clone(),
-            run_dir: config.state_dir.join("run"),
-            state_dir: Some(config.state_dir.clone()),
+        let exec = Arc::new(crate::exec::Executor::new({
+            let mut exec = crate::exec::ExecConfig::from_env(
+                config.sandbox_helper.clone(),
+                config.state_dir.join("run"),
+                &*config.env,
+            );
+            exec.state_dir = Some(config.state_dir.clone());
+            exec
         }));
         let rt = Self {
             inner: Arc::new(Inner {
@@ -193,6 +200,7 @@ impl Runtime {
                 active: Mutex::new(HashMap::new()),
                 fences: Mutex::new(HashMap::new()),
                 breakers: tokio::sync::Mutex::new(HashMap::new()),
+                breaker_trips: Mutex::new(breakers::Trips::default()),
                 mcp: Mutex::new(HashMap::new()),
                 hook_workers: Mutex::new(HashMap::new()),
                 windows: Mutex::new(HashMap::new()),

@@ -1,10 +1,11 @@
 //! What the current build asks of the sandbox, for the warnings a starting server prints.
 //!
-//! A server says at start which tools run unconfined (`sandbox: host`), when the kernel refuses
-//! isolation, exactly what it refused and which tools will therefore fail (eve never runs a tool
-//! that needs isolation unconfined in silence), when the kernel cannot open paths beneath a
-//! workspace handle (`openat2`) so the file tools will refuse, and which `PATH` entries are left
-//! out of an isolated process's view.
+//! A server says at start which tools run unconfined (`sandbox: host`), what the sandbox enforces
+//! per call on this machine (and what it cannot), when the kernel refuses isolation, exactly what
+//! it refused and which tools will therefore fail (eve never runs a tool that needs isolation
+//! unconfined in silence), when the kernel cannot open paths beneath a workspace handle
+//! (`openat2`) so the file tools will refuse, and which `PATH` entries are left out of an isolated
+//! process's view.
 
 use eve_compile::{Agent, EffectiveSandbox, Provider};
 
@@ -25,6 +26,9 @@ pub struct SandboxReport {
     /// The `PATH` entries left out of an isolated process's view, and why (empty when nothing
     /// needs isolation).
     pub left_out: Vec<eve_sandbox::isolate::LeftOut>,
+    /// What this machine enforces per isolated call (uids, cgroups, the workspace quota, socket
+    /// families), with the agent's limits; `None` when nothing needs isolation.
+    pub enforced: Option<crate::exec::Enforced>,
 }
 
 impl Runtime {
@@ -38,6 +42,7 @@ impl Runtime {
             isolation_error: None,
             file_tools_error: None,
             left_out: Vec::new(),
+            enforced: None,
         };
         collect(&build.manifest.agent, "", &mut report);
         if offers_file_tools(&build.manifest.agent) {
@@ -46,6 +51,11 @@ impl Runtime {
         if !report.isolated.is_empty() {
             report.isolation_error = self.inner.exec.isolation().await.err();
             report.left_out = self.view_left_out();
+            report.enforced = Some(
+                self.inner
+                    .exec
+                    .enforced(&build.manifest.agent.sandbox.limits),
+            );
         }
         Some(report)
     }

@@ -30,8 +30,10 @@ use eve_sandbox::egress::{self, EgressConfig, EgressPolicy, Refusal};
 use eve_sandbox::isolate::{self, LeftOut, Limits, Policy, Pool, Protected, Support, Warm};
 use tokio::sync::OnceCell;
 
+use super::fate::Fate;
 use super::{
-    Child, Confinement, ExecConfig, ExecError, Guard, Launch, Pipes, Prepared, Process, Sandbox,
+    Child, Confinement, Enforced, ExecConfig, ExecError, Guard, Launch, Pipes, Prepared, Process,
+    Sandbox,
 };
 
 /// The loopback port the egress forwarder listens on inside a sandbox (any port works: the
@@ -54,6 +56,7 @@ pub struct IsolatedSandbox {
     /// choosing one lists and resolves every entry, which costs more than the rest of a spawn's
     /// policy.
     last_view: Mutex<Option<RecentView>>,
+    fate: Fate,
 }
 
 /// A view `PATH` gave, for whom and when.
@@ -77,13 +80,15 @@ pub(super) struct WarmCall {
     args: Vec<String>,
     env: Vec<(String, String)>,
     cwd: PathBuf,
+    /// The launch's uid, held by the box until its cgroup is gone.
+    uid: Option<eve_sandbox::isolate::UidLease>,
 }
 
 impl WarmCall {
     /// Hands the call to `warm` with fresh pipes; the caller falls back to the cold path on error.
     pub(super) fn start(self, warm: Warm, stdin: bool) -> std::io::Result<Process> {
         let pipes = Pipes::new(stdin)?;
-        let child = warm
+        let mut child = warm
             .start(
                 &self.policy,
                 &self.program,
@@ -93,6 +98,9 @@ impl WarmCall {
                 pipes.child_fds(),
             )
             .map_err(std::io::Error::other)?;
+        if let Some(uid) = self.uid {
+            child.hold_until_removed(Box::new(uid));
+        }
         let (stdin, stdout, stderr) = pipes.process;
         Ok(Process {
             stdin,
@@ -109,6 +117,7 @@ impl IsolatedSandbox {
     pub fn new(config: ExecConfig, pool_size: usize) -> Self {
         Self {
             protected: protected(&config),
+            fate: Fate::new(&config),
             config,
             support: OnceCell::new(),
             own_listeners: Mutex::new(Vec::new()),
@@ -179,7 +188,8 @@ impl IsolatedSandbox {
         }
         self.pool
             .get_or_init(|| async {
-                match Pool::start(self.config.helper.clone(), self.pool_size) {
+                let cgroups = self.fate.cgroups();
+                match Pool::with_cgroups(self.config.helper.clone(), self.pool_size, cgroups) {
                     Ok(pool) => Some(Arc::new(pool)),
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot start the pool of warm sandboxes; every isolated call starts cold");
@@ -204,6 +214,16 @@ impl IsolatedSandbox {
             })
             .await
             .clone()
+    }
+
+    /// What is enforced for isolated calls with `limits`.
+    pub fn enforced(&self, limits: &eve_compile::SandboxLimits) -> Enforced {
+        self.fate.enforced(limits)
+    }
+
+    /// Tests only: see `Executor::set_shared_fate`.
+    pub(super) fn set_shared_fate(&self, shared: bool) {
+        self.fate.set_shared(shared);
     }
 
     /// eve's own listening addresses, which no egress proxy connects to.
@@ -310,6 +330,8 @@ impl Sandbox for IsolatedSandbox {
             },
             uid: None,
             home,
+            cgroup: None,
+            quota: None,
         };
         let mut env: Vec<(String, String)> = launch.env.to_vec();
         let refusals = Arc::new(Mutex::new(Vec::new()));
@@ -353,6 +375,7 @@ impl Sandbox for IsolatedSandbox {
                 Some(handle)
             }
         };
+        let fate = self.fate.apply(&mut policy, spec)?;
         if nix::unistd::geteuid().is_root() {
             for path in &policy.read_write {
                 let owner = std::fs::metadata(path).map(|m| m.uid()).unwrap_or(0);
@@ -379,15 +402,24 @@ impl Sandbox for IsolatedSandbox {
             .stderr(std::process::Stdio::null());
         let warm = self.pool().await.map(|pool| WarmCall {
             pool,
-            policy,
+            // A warm box brings its own cgroup.
+            policy: Policy {
+                cgroup: None,
+                ..policy
+            },
             program: launch.program.to_owned(),
             args: launch.args.to_vec(),
             env,
             cwd: launch.cwd.to_path_buf(),
+            uid: fate.uid.clone(),
         });
         Ok(Prepared {
             command,
-            guard: Guard { egress, refusals },
+            guard: Guard {
+                egress,
+                refusals,
+                fate,
+            },
             warm,
             own_session: false,
         })

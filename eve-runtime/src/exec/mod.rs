@@ -21,6 +21,7 @@
 //! [`Executor::confinement`].
 
 mod deadline;
+mod fate;
 mod host;
 mod isolated;
 
@@ -34,6 +35,7 @@ use eve_compile::{EffectiveSandbox, Network, Provider, Sandbox as SandboxSetting
 use eve_sandbox::egress::{EgressHandle, Refusal};
 
 pub use deadline::{DeadlineExceeded, with_deadline};
+pub use fate::{Enforced, enforced};
 pub use host::HostSandbox;
 pub use isolated::IsolatedSandbox;
 
@@ -57,6 +59,9 @@ pub struct IsolatedSpec {
     pub network: Network,
     /// Resource limits.
     pub limits: SandboxLimits,
+    /// The session workspace (one of `read_write`), whose size each call may not grow past the
+    /// runtime's quota.
+    pub workspace: Option<PathBuf>,
 }
 
 /// One process to start.
@@ -221,11 +226,13 @@ impl Pipes {
     }
 }
 
-/// Lives as long as a prepared process: its egress proxy and the destinations it refused.
+/// Lives as long as a prepared process: its egress proxy and the destinations it refused, its
+/// uid lease and its cgroup (removed, after what is left in it is killed, when this is dropped).
 #[derive(Debug, Default)]
 pub struct Guard {
     egress: Option<EgressHandle>,
     refusals: Arc<Mutex<Vec<Refusal>>>,
+    fate: fate::BoxFate,
 }
 
 impl Guard {
@@ -240,6 +247,14 @@ impl Guard {
     /// Whether the process has a proxy (its network is not `none`).
     pub fn has_egress(&self) -> bool {
         self.egress.is_some()
+    }
+
+    /// The uid the process runs as, when it has one of its own.
+    pub fn uid(&self) -> Option<u32> {
+        self.fate
+            .uid
+            .as_ref()
+            .map(eve_sandbox::isolate::UidLease::uid)
     }
 }
 
@@ -294,6 +309,40 @@ pub struct ExecConfig {
     /// The project's state folder (`.eve`): no `PATH` entry brings it, or the project holding it,
     /// into a box's view (see `eve_sandbox::isolate::path_view`).
     pub state_dir: Option<PathBuf>,
+    /// Largest size of a session workspace, enforced while each isolated call runs
+    /// (`EVE_WORKSPACE_MAX_BYTES`); `None`: no quota.
+    pub workspace_quota: Option<u64>,
+    /// The uids boxes run as when eve is root, one per box (`EVE_SANDBOX_UIDS`), or why the
+    /// setting cannot be used (then every box runs as 65534, and [`Executor::enforced`] says so).
+    pub uids: Result<eve_sandbox::isolate::UidRange, String>,
+}
+
+impl ExecConfig {
+    /// A configuration with `EVE_WORKSPACE_MAX_BYTES` and `EVE_SANDBOX_UIDS` read through `env`.
+    pub fn from_env(
+        helper: PathBuf,
+        run_dir: PathBuf,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Self {
+        use crate::env_vars::{EVE_SANDBOX_UIDS, EVE_WORKSPACE_MAX_BYTES};
+        let workspace_quota = Some(
+            env(EVE_WORKSPACE_MAX_BYTES)
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(crate::engine::DEFAULT_WORKSPACE_MAX_BYTES),
+        );
+        let uids = match env(EVE_SANDBOX_UIDS) {
+            Some(v) if !v.trim().is_empty() => eve_sandbox::isolate::UidRange::parse(&v)
+                .map_err(|e| format!("{EVE_SANDBOX_UIDS}: {e}")),
+            _ => Ok(eve_sandbox::isolate::DEFAULT_UIDS),
+        };
+        ExecConfig {
+            helper,
+            run_dir,
+            state_dir: None,
+            workspace_quota,
+            uids,
+        }
+    }
 }
 
 /// Starts every process of one runtime, under the sandbox each asks for.
@@ -341,6 +390,20 @@ impl Executor {
         self.isolated.view_left_out(path_var, home)
     }
 
+    /// What this executor enforces for isolated calls with `limits` (uids, cgroups, quota,
+    /// socket families), in words for the start-up line and `eve info`.
+    pub fn enforced(&self, limits: &SandboxLimits) -> Enforced {
+        self.isolated.enforced(limits)
+    }
+
+    /// Tests only: runs every box on one uid, without cgroup or workspace quota (the behaviour
+    /// before boxes were kept apart), so an escape test can show the attack its protection
+    /// stops. Call it before the first isolated launch (the warm pool starts with it).
+    #[doc(hidden)]
+    pub fn set_shared_fate(&self, shared: bool) {
+        self.isolated.set_shared_fate(shared);
+    }
+
     /// eve's own listening addresses: the egress proxies never connect to them, whatever a
     /// tool's allowlist says (a tool must not reach the API that answers its own approvals).
     pub fn set_own_listeners(&self, addrs: Vec<SocketAddr>) {
@@ -383,6 +446,7 @@ impl Executor {
             read_write,
             network: effective.network.clone(),
             limits: settings.limits,
+            workspace: workspace.map(Path::to_path_buf),
         }))
     }
 }
@@ -392,10 +456,10 @@ impl Default for Executor {
     /// helper next to the running binary, else the binary itself) and whose egress sockets live in a
     /// private folder under the system's temporary folder.
     fn default() -> Self {
-        Self::new(ExecConfig {
-            helper: eve_sandbox::isolate::default_helper(),
-            run_dir: std::env::temp_dir().join(format!("eve-run-{}", nix::unistd::geteuid())),
-            state_dir: None,
-        })
+        Self::new(ExecConfig::from_env(
+            eve_sandbox::isolate::default_helper(),
+            std::env::temp_dir().join(format!("eve-run-{}", nix::unistd::geteuid())),
+            &|name| std::env::var(name).ok(),
+        ))
     }
 }

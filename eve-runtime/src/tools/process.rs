@@ -446,7 +446,20 @@ pub(crate) async fn run_process(
     let sandbox_failure = isolated
         && exit_code == Some(eve_sandbox::isolate::SANDBOX_FAILURE)
         && text_tail(&err.bytes, STDERR_TAIL).contains("eve sandbox: ");
-    let error = if sandbox_failure {
+    // A call the sandbox stopped while it ran (the workspace passed its quota) did start: its
+    // one line says what happened and what was undone.
+    let stopped = sandbox_failure
+        .then(|| {
+            text_tail(&err.bytes, STDERR_TAIL)
+                .lines()
+                .rev()
+                .find_map(|l| l.strip_prefix("eve sandbox: the call was stopped"))
+                .map(|rest| format!("the sandbox stopped the call{rest}"))
+        })
+        .flatten();
+    let error = if let Some(stopped) = stopped {
+        Some(stopped)
+    } else if sandbox_failure {
         error.map(|e| {
             let e = if spec.mode == OutputMode::Shell {
                 self::with_stderr(e, &err)

@@ -25,7 +25,7 @@ use super::{DEFAULT_UID, Policy, view};
 /// Applies every restriction to the current process, `filters` (from [`seccomp_programs`]) last;
 /// returns Landlock's state in words.
 pub(crate) fn apply(policy: &Policy, mode: Mode, filters: &[BpfProgram]) -> Result<String> {
-    limits(policy)?;
+    limits(policy, mode)?;
     caps::clear(None, caps::CapSet::Bounding)
         .map_err(|e| Failure::new(format!("cannot empty the capability bounding set: {e}")))?;
     let keep = caps::CapsHashSet::new();
@@ -71,6 +71,24 @@ pub(crate) fn drop_all_capabilities() -> Result<()> {
     clear_capability_sets(&caps::CapsHashSet::new())
 }
 
+/// What stage 1 keeps while it relays and watches a quota: reading and changing the files of
+/// the quota's folder whatever their owner and mode (the command could otherwise hide what it
+/// wrote in a folder it made unreadable), and killing the box's init, which runs as another
+/// uid. The bounding set is emptied all the same.
+pub(crate) fn drop_capabilities_but_watch() -> Result<()> {
+    caps::clear(None, caps::CapSet::Bounding)
+        .map_err(|e| Failure::new(format!("cannot empty the capability bounding set: {e}")))?;
+    let keep: caps::CapsHashSet = [
+        caps::Capability::CAP_DAC_OVERRIDE,
+        caps::Capability::CAP_DAC_READ_SEARCH,
+        caps::Capability::CAP_FOWNER,
+        caps::Capability::CAP_KILL,
+    ]
+    .into_iter()
+    .collect();
+    clear_capability_sets(&keep)
+}
+
 /// Leaves only `keep` in the effective and permitted sets; empties the others.
 fn clear_capability_sets(keep: &caps::CapsHashSet) -> Result<()> {
     for set in [caps::CapSet::Ambient, caps::CapSet::Inheritable] {
@@ -107,7 +125,7 @@ fn give_stdio_pipes(id: u32) -> Result<()> {
     Ok(())
 }
 
-fn limits(policy: &Policy) -> Result<()> {
+fn limits(policy: &Policy, mode: Mode) -> Result<()> {
     let l = &policy.limits;
     let set = |res: Resource, name: &str, v: Option<u64>| -> Result<()> {
         // The CPU hard limit is a second later, so the process first gets a catchable SIGXCPU.
@@ -122,8 +140,25 @@ fn limits(policy: &Policy) -> Result<()> {
         }
     };
     set(Resource::RLIMIT_DATA, "memory", l.memory)?;
-    set(Resource::RLIMIT_NPROC, "processes", l.processes)?;
-    set(Resource::RLIMIT_FSIZE, "file_size", l.file_size)?;
+    let counted_by_cgroup = policy.cgroup.as_ref().is_some_and(|c| c.processes);
+    if counted_by_cgroup && mode == Mode::Root {
+        // Counted per uid over the whole host: boxes sharing a uid would share it. The box's
+        // cgroup counts its processes, and only its; the per-uid count is raised as far as
+        // this process may (its hard limit without `CAP_SYS_RESOURCE`).
+        let (_, hard) = nix::sys::resource::getrlimit(Resource::RLIMIT_NPROC)
+            .map_err(|e| Failure::new(format!("cannot read the processes limit: {e}")))?;
+        setrlimit(Resource::RLIMIT_NPROC, hard, hard)
+            .map_err(|e| Failure::new(format!("cannot lift the per-uid processes limit: {e}")))?;
+    } else {
+        set(Resource::RLIMIT_NPROC, "processes", l.processes)?;
+    }
+    // No single file may outgrow the quota between two looks of its watch.
+    let file_size = match (&policy.quota, l.file_size) {
+        (Some(q), Some(f)) => Some(f.min(q.max_bytes)),
+        (Some(q), None) => Some(q.max_bytes),
+        (None, f) => f,
+    };
+    set(Resource::RLIMIT_FSIZE, "file_size", file_size)?;
     set(Resource::RLIMIT_CPU, "cpu_seconds", l.cpu_seconds)?;
     // A crashing tool must not dump its memory (which may hold what it read) into the workspace.
     set(Resource::RLIMIT_CORE, "core", Some(0))
@@ -262,6 +297,7 @@ pub(crate) fn seccomp_programs() -> Result<Vec<BpfProgram>> {
     .map_err(fail)?;
     // clone3 passes its flags in memory, out of the filter's sight: ENOSYS makes libc fall back
     // to clone, whose flags the filter above checks.
+    let families = socket_families(arch)?;
     let enosys = SeccompFilter::new(
         BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
         SeccompAction::Allow,
@@ -270,13 +306,62 @@ pub(crate) fn seccomp_programs() -> Result<Vec<BpfProgram>> {
     )
     .map_err(fail)?;
     let mut programs = Vec::new();
-    for filter in [eperm, enosys] {
+    for filter in [eperm, families, enosys] {
         programs.push(BpfProgram::try_from(filter).map_err(fail)?);
     }
     if arch == TargetArch::x86_64 {
         programs.push(deny_x32());
     }
     Ok(programs)
+}
+
+/// Socket families a command may open: local, IPv4, IPv6, and netlink for the routing table
+/// (`ip`, `getaddrinfo`) and socket listings (`ss`). Everything else (`AF_VSOCK`, which reaches
+/// the host's hypervisor sockets; `AF_PACKET`; `AF_BLUETOOTH`; `AF_ALG`; `AF_KEY`; `AF_XDP`;
+/// netlink's audit, uevent, netfilter and generic families…) is refused with `EAFNOSUPPORT`, as if
+/// the kernel lacked it. An allowlist, so a family a later kernel adds is refused too.
+pub(crate) const SOCKET_FAMILIES: &[i32] = &[
+    libc::AF_UNIX,
+    libc::AF_INET,
+    libc::AF_INET6,
+    libc::AF_NETLINK,
+];
+/// Netlink protocols a command may open (see [`SOCKET_FAMILIES`]).
+pub(crate) const NETLINK_PROTOCOLS: &[i32] = &[libc::NETLINK_ROUTE, libc::NETLINK_SOCK_DIAG];
+
+fn socket_families(arch: TargetArch) -> Result<SeccompFilter> {
+    let fail = |e: seccompiler::BackendError| Failure::new(format!("seccomp filter: {e}"));
+    let cond = |arg: u8, op: SeccompCmpOp, v: i32| {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, v as u32 as u64).map_err(fail)
+    };
+    // A rule's conditions all hold together: "the family is none of the allowed".
+    let other_family: Vec<SeccompCondition> = SOCKET_FAMILIES
+        .iter()
+        .map(|f| cond(0, SeccompCmpOp::Ne, *f))
+        .collect::<Result<_>>()?;
+    let mut other_netlink = vec![cond(0, SeccompCmpOp::Eq, libc::AF_NETLINK)?];
+    for p in NETLINK_PROTOCOLS {
+        other_netlink.push(cond(2, SeccompCmpOp::Ne, *p)?);
+    }
+    let rules = |conds: Vec<Vec<SeccompCondition>>| -> Result<Vec<SeccompRule>> {
+        conds
+            .into_iter()
+            .map(|c| SeccompRule::new(c).map_err(fail))
+            .collect()
+    };
+    SeccompFilter::new(
+        BTreeMap::from([
+            (
+                libc::SYS_socket,
+                rules(vec![other_family.clone(), other_netlink])?,
+            ),
+            (libc::SYS_socketpair, rules(vec![other_family])?),
+        ]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EAFNOSUPPORT as u32),
+        arch,
+    )
+    .map_err(fail)
 }
 
 /// On x86_64 the x32 ABI reaches every syscall again under number `0x40000000 + n`, which the

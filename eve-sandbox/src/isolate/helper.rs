@@ -42,7 +42,7 @@ use nix::unistd::{Pid, getgid, getppid, getuid};
 use seccompiler::BpfProgram;
 
 use super::wire::{self, Call};
-use super::{Policy, SANDBOX_FAILURE, confine, net, view};
+use super::{Policy, SANDBOX_FAILURE, cgroup, confine, net, quota, view};
 
 /// argv[1] of stage 1, which [`super::command`] builds.
 pub(crate) const STAGE1: &str = "--eve-sandbox-stage1";
@@ -57,9 +57,9 @@ const WARM2: &str = "--eve-sandbox-warm-init";
 pub(crate) const PROTOCOL_ARG: &str = "--eve-sandbox-protocol";
 /// What a helper of this build answers to [`PROTOCOL_ARG`]. The number changes whenever the
 /// stages' argv, the policy's meaning or what the stages guarantee does (4: the box leaves the
-/// caller's terminal and inherited descriptors behind), so a helper left from an older build is
-/// never used.
-pub(crate) const PROTOCOL: &str = concat!("eve-sandbox ", env!("CARGO_PKG_VERSION"), " stages/4");
+/// caller's terminal and inherited descriptors behind; 5: the warm stage's cgroup argument, the
+/// policy's `cgroup` and `quota`), so a helper left from an older build is never used.
+pub(crate) const PROTOCOL: &str = concat!("eve-sandbox ", env!("CARGO_PKG_VERSION"), " stages/5");
 /// The program name that makes stage 2 report instead of spawning a command (see
 /// [`super::probe`]).
 pub(crate) const PROBE: &str = "--eve-sandbox-probe";
@@ -157,6 +157,8 @@ fn stage1(rest: Vec<OsString>) -> Result<i32> {
     prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| Failure::new(format!("prctl(PR_SET_PDEATHSIG): {e}")))?;
     let policy = parse_policy(rest.first())?;
+    // Before anything else of the box exists: every process of it is created inside.
+    join_cgroup(policy.cgroup.as_ref())?;
     let mode = enter_namespaces()?;
     net::loopback_up()?;
     let listener = match &policy.network {
@@ -165,6 +167,9 @@ fn stage1(rest: Vec<OsString>) -> Result<i32> {
     };
     let mut init = Command::new(SELF_EXE);
     init.arg(STAGE2).arg(mode.as_str()).args(&rest);
+    if let Some(quota) = &policy.quota {
+        return supervise(init, listener, quota);
+    }
     let status = match listener {
         // The relays need no privilege: once init runs, none is left to them.
         Some(listener) => net::forward_while(
@@ -178,6 +183,80 @@ fn stage1(rest: Vec<OsString>) -> Result<i32> {
             .map_err(|e| Failure::new(format!("cannot start the sandbox's init process: {e}")))?,
     };
     Ok(code_of(status))
+}
+
+/// Joins the box's cgroup (see [`super::cgroup`]).
+fn join_cgroup(spec: Option<&super::CgroupSpec>) -> Result<()> {
+    let Some(spec) = spec else { return Ok(()) };
+    cgroup::join_self(&spec.dirs)
+        .map_err(|e| Failure::new(format!("cannot join the box's cgroup: {e}")))
+}
+
+/// Cold stage 1 with a quota: runs `init` (relaying `listener` when there is one) while the
+/// quota's watch looks on; reports and undoes a passed quota (see [`super::quota`]).
+fn supervise(
+    init: Command,
+    listener: Option<std::net::TcpListener>,
+    quota: &super::Quota,
+) -> Result<i32> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| Failure::new(format!("cannot start the sandbox's event loop: {e}")))?;
+    // Before the init exists: the watch's start is earlier than anything the call changes.
+    let watch = quota::Watch::new(quota).map_err(Failure::new)?;
+    let mut child = {
+        let _entered = rt.enter();
+        tokio::process::Command::from(init)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| Failure::new(format!("cannot start the sandbox's init process: {e}")))?
+    };
+    // Only the watch's file access stays: the relays need nothing.
+    confine::drop_capabilities_but_watch()?;
+    watch_until(&rt, &mut child, listener, watch)
+}
+
+/// Waits for the init (relaying `listener` meanwhile) under the quota's watch; the code to
+/// report: the command's, or [`SANDBOX_FAILURE`] with a line on stderr when the quota was passed.
+fn watch_until(
+    rt: &tokio::runtime::Runtime,
+    child: &mut tokio::process::Child,
+    listener: Option<std::net::TcpListener>,
+    mut watch: quota::Watch,
+) -> Result<i32> {
+    let pid = child
+        .id()
+        .map(|p| Pid::from_raw(p as i32))
+        .ok_or_else(|| Failure::new("the sandbox's init ended at once"))?;
+    watch.set_init(pid);
+    let status = rt.block_on(async {
+        let waited = async {
+            match listener {
+                Some(listener) => {
+                    let listener = net::register(listener)?;
+                    net::relay_until(listener, super::PROXY_SOCKET_IN_SANDBOX.into(), child).await
+                }
+                None => child.wait().await.map_err(|e| {
+                    Failure::new(format!("waiting for the sandbox's init process: {e}"))
+                }),
+            }
+        };
+        tokio::select! {
+            status = waited => status,
+            () = watch.run() => child.wait().await.map_err(|e| {
+                Failure::new(format!("waiting for the sandbox's init process: {e}"))
+            }),
+        }
+    })?;
+    match watch.finish() {
+        Some(line) => {
+            eprintln!("eve sandbox: {line}");
+            Ok(SANDBOX_FAILURE)
+        }
+        None => Ok(code_of(status)),
+    }
 }
 
 /// Unshares every namespace of the sandbox (a user namespace too unless root) and writes the uid
@@ -244,7 +323,13 @@ fn warm_stage1(rest: Vec<OsString>) -> Result<i32> {
     if starter != Some(getppid().as_raw()) {
         return Ok(SANDBOX_FAILURE);
     }
-    match warm_stage1_serve(&control) {
+    let joined = match rest.get(1).and_then(|j| j.to_str()) {
+        Some(json) => serde_json::from_str::<super::CgroupSpec>(json)
+            .map_err(|e| Failure::new(format!("internal: bad cgroup argument: {e}")))
+            .and_then(|spec| join_cgroup(Some(&spec))),
+        None => Ok(()),
+    };
+    match joined.and_then(|()| warm_stage1_serve(&control)) {
         Ok(code) => Ok(code),
         Err(f) => {
             let _ = wire::say(&control, &format!("error: {}", f.message));
@@ -258,6 +343,7 @@ fn warm_stage1_serve(control: &UnixStream) -> Result<i32> {
     net::loopback_up()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
+        .enable_time()
         .build()
         .map_err(|e| Failure::new(format!("cannot start the warm box's event loop: {e}")))?;
     let (ours, theirs) = UnixStream::pair()
@@ -304,23 +390,34 @@ fn warm_stage1_serve(control: &UnixStream) -> Result<i32> {
         super::Network::Proxy { port, .. } => Some(net::listen(*port)?),
         super::Network::None => None,
     };
+    // Before the init has the call: the watch's start is earlier than anything it changes.
+    let watch = match &call.policy.quota {
+        Some(quota) => Some(quota::Watch::new(quota).map_err(Failure::new)?),
+        None => None,
+    };
     let refs: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
     wire::send(&ours, &bytes, &refs)
         .map_err(|e| Failure::new(format!("cannot hand the call to the sandbox's init: {e}")))?;
     drop(fds);
     drop(ours);
-    let status = match listener {
-        // The relays need no privilege: once init has the call, none is left to them.
-        Some(listener) => rt.block_on(async {
-            confine::drop_all_capabilities()?;
-            let listener = net::register(listener)?;
-            net::relay_until(listener, super::PROXY_SOCKET_IN_SANDBOX.into(), &mut child).await
-        })?,
-        None => rt
-            .block_on(child.wait())
-            .map_err(|e| Failure::new(format!("waiting for the sandbox's init process: {e}")))?,
+    let code = match watch {
+        Some(watch) => {
+            // Only the watch's file access stays: the relays need nothing.
+            confine::drop_capabilities_but_watch()?;
+            watch_until(&rt, &mut child, listener, watch)?
+        }
+        None => code_of(match listener {
+            // The relays need no privilege: once init has the call, none is left to them.
+            Some(listener) => rt.block_on(async {
+                confine::drop_all_capabilities()?;
+                let listener = net::register(listener)?;
+                net::relay_until(listener, super::PROXY_SOCKET_IN_SANDBOX.into(), &mut child).await
+            })?,
+            None => rt.block_on(child.wait()).map_err(|e| {
+                Failure::new(format!("waiting for the sandbox's init process: {e}"))
+            })?,
+        }),
     };
-    let code = code_of(status);
     // The init's exit killed everything in its PID namespace: the call is over. Let go of its
     // stdio (so its readers see the end now) and report the status before this process's exit
     // tears the namespaces down, which the caller need not wait for.

@@ -33,11 +33,14 @@
 //! over a private socket), and from there it runs the same stage code as the cold path: see
 //! `pool.rs` for what is prepared ahead and what stays per call.
 
+mod cgroup;
 mod confine;
 mod helper;
 mod net;
 mod paths;
 mod pool;
+mod quota;
+mod uids;
 mod view;
 mod wire;
 
@@ -48,9 +51,12 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
+pub use cgroup::{BOX_OVERHEAD_TASKS, BoxCgroup, Cgroups, Enforcement, Mechanism};
 pub use helper::helper_main;
 pub use paths::{CREDENTIALS, LeftOut, PathView, Protected, path_view, prepare_writable};
 pub use pool::{Pool, Warm, WarmProcess};
+pub use quota::{MAX_DEPTH as QUOTA_MAX_DEPTH, Quota};
+pub use uids::{DEFAULT_UIDS, UidLease, UidRange, Uids, lock_dir as uid_lock_dir};
 
 /// Exit code of the helper when the sandbox itself failed (as opposed to the command).
 pub const SANDBOX_FAILURE: i32 = 125;
@@ -96,6 +102,28 @@ pub struct Policy {
     /// name.
     #[serde(default)]
     pub home: Option<PathBuf>,
+    /// The box's own cgroup ([`Cgroups::create`], its limits set with [`BoxCgroup::limit`]): on
+    /// the cold path stage 1 joins it before anything of the box runs. A warm box joined its own
+    /// before its call ([`Warm::start`] fills this in).
+    #[serde(default)]
+    pub cgroup: Option<CgroupSpec>,
+    /// A writable folder whose size the call may not grow past a bound, enforced while it runs
+    /// (see [`Quota`]).
+    #[serde(default)]
+    pub quota: Option<Quota>,
+}
+
+/// The cgroup a box runs in (from [`BoxCgroup::spec`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CgroupSpec {
+    /// Its folder in each hierarchy.
+    pub dirs: Vec<PathBuf>,
+    /// Whether it bounds the box's processes (`pids.max`). Then, when eve is root,
+    /// `RLIMIT_NPROC` (a count per uid over the whole host, which boxes sharing a uid would
+    /// share) is lifted: the cgroup counts the box's processes, and only the box's.
+    #[serde(default)]
+    pub processes: bool,
 }
 
 /// Network access of an isolated command.
@@ -124,11 +152,13 @@ pub enum Network {
 pub struct Limits {
     /// Bytes of data memory per process (`RLIMIT_DATA`: heap and private writable mappings; unlike
     /// `RLIMIT_AS` it leaves the large address-space reservations of V8, Go or the JVM alone).
+    /// With a [`CgroupSpec`], the caller also bounds the whole box by it ([`BoxCgroup::limit`]).
     #[serde(default)]
     pub memory: Option<u64>,
     /// Processes (threads included) of the command's user (`RLIMIT_NPROC`). When eve runs as root
-    /// the count is that of the sandbox uid on the whole host, so concurrent isolated calls share
-    /// it; otherwise it is counted in the sandbox's own user namespace.
+    /// the count is that of the box's uid on the whole host (boxes sharing a uid share it);
+    /// otherwise it is counted in the sandbox's own user namespace. With a [`CgroupSpec`] that
+    /// bounds processes, the cgroup counts them instead (see [`CgroupSpec::processes`]).
     #[serde(default)]
     pub processes: Option<u64>,
     /// Largest file a process may write, in bytes (`RLIMIT_FSIZE`; a bigger write fails `EFBIG`).
@@ -228,6 +258,12 @@ pub enum Error {
     /// A policy path is relative.
     #[error("sandbox policy path {0:?} is relative: give an absolute path")]
     RelativePath(PathBuf),
+    /// The quota's folder is not one of the policy's writable paths.
+    #[error(
+        "the sandbox quota's folder {0:?} is not one of the writable paths: quota a folder the \
+         command may write"
+    )]
+    QuotaPath(PathBuf),
     /// A warm box could not take its call (it ended, or its socket failed): use the cold path.
     #[error("the warm sandbox could not take the call: {0}")]
     Warm(#[source] io::Error),
@@ -275,12 +311,16 @@ fn check_paths(policy: &Policy) -> Result<(), Error> {
         Network::Proxy { socket, .. } => Some(socket),
         Network::None => None,
     };
+    let cgroups = policy.cgroup.iter().flat_map(|c| &c.dirs);
+    let quota = policy.quota.iter().map(|q| &q.path);
     for p in policy
         .read_only
         .iter()
         .chain(&policy.read_write)
         .chain(policy.home.iter())
         .chain(socket)
+        .chain(cgroups)
+        .chain(quota)
     {
         if p.is_relative() {
             return Err(Error::RelativePath(p.clone()));
@@ -288,6 +328,11 @@ fn check_paths(policy: &Policy) -> Result<(), Error> {
         if p.to_str().is_none() {
             return Err(Error::NonUtf8Path(p.clone()));
         }
+    }
+    if let Some(q) = &policy.quota
+        && !policy.read_write.contains(&q.path)
+    {
+        return Err(Error::QuotaPath(q.path.clone()));
     }
     Ok(())
 }

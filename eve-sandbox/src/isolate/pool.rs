@@ -26,6 +26,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use super::cgroup::{BoxCgroup, Cgroups};
 use super::helper::WARM1;
 use super::wire::{self, Call};
 use super::{Error, Policy};
@@ -49,6 +50,8 @@ pub struct Pool {
 struct Shared {
     helper: PathBuf,
     size: usize,
+    /// Where each box's cgroup is made, before its call; `None`: boxes have none.
+    cgroups: Option<&'static Cgroups>,
     handle: tokio::runtime::Handle,
     state: Mutex<State>,
     /// Wakes the refill thread.
@@ -72,6 +75,8 @@ struct State {
 pub struct Warm {
     child: tokio::process::Child,
     control: UnixStream,
+    /// The box's own cgroup, which its stage 1 joined as it started; limits come with the call.
+    cgroup: Option<BoxCgroup>,
 }
 
 impl Pool {
@@ -79,11 +84,27 @@ impl Pool {
     /// [`super::helper_main`]) ready, filled in the background from now on. Call it inside a tokio
     /// runtime: the boxes are that runtime's child processes. `size` 0 gives a pool that never
     /// has a box.
+    ///
+    /// Each box gets a cgroup of its own ([`Cgroups::shared`]) when the machine offers one; see
+    /// [`Pool::with_cgroups`].
     pub fn start(helper: PathBuf, size: usize) -> io::Result<Pool> {
+        let cgroups = Cgroups::shared();
+        Pool::with_cgroups(helper, size, cgroups.available().then_some(cgroups))
+    }
+
+    /// A pool as [`Pool::start`] makes, whose boxes each get a cgroup of `cgroups`, made before
+    /// the call and limited by the call's policy (`None`: no cgroup, only the policy's
+    /// `setrlimit` limits).
+    pub fn with_cgroups(
+        helper: PathBuf,
+        size: usize,
+        cgroups: Option<&'static Cgroups>,
+    ) -> io::Result<Pool> {
         let handle = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
         let shared = Arc::new(Shared {
             helper,
             size,
+            cgroups,
             handle,
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
@@ -219,10 +240,19 @@ impl Shared {
     fn start_box(&self) -> Result<Warm, String> {
         let (ours, theirs) =
             UnixStream::pair().map_err(|e| format!("cannot create a warm box's socket: {e}"))?;
+        let cgroup = match self.cgroups {
+            Some(c) => c
+                .create()
+                .map_err(|e| format!("cannot create a warm box's cgroup: {e}"))?,
+            None => None,
+        };
         let mut command = tokio::process::Command::new(&self.helper);
+        command.arg(WARM1).arg(std::process::id().to_string());
+        if let Some(cg) = &cgroup {
+            let spec = serde_json::to_string(&cg.spec()).map_err(|e| e.to_string())?;
+            command.arg(spec);
+        }
         command
-            .arg(WARM1)
-            .arg(std::process::id().to_string())
             .stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -244,6 +274,7 @@ impl Shared {
             Ok(Some(line)) if line == "ready" => Ok(Warm {
                 child,
                 control: ours,
+                cgroup,
             }),
             Ok(Some(line)) => Err(line.strip_prefix("error: ").unwrap_or(&line).to_owned()),
             Ok(None) => Err("a warm box ended before it was ready".to_owned()),
@@ -274,8 +305,14 @@ impl Warm {
         stdio: [BorrowedFd<'_>; 3],
     ) -> Result<WarmProcess, Error> {
         super::check_paths(policy)?;
+        let mut policy = policy.clone();
+        if let Some(cg) = &self.cgroup {
+            cg.limit(policy.limits.processes, policy.limits.memory)
+                .map_err(Error::Warm)?;
+            policy.cgroup = Some(cg.spec());
+        }
         let call = Call {
-            policy: policy.clone(),
+            policy,
             program: program.to_owned(),
             args: args.to_vec(),
             env: env.to_vec(),
@@ -295,6 +332,8 @@ impl Warm {
         Ok(WarmProcess {
             child: warm.child,
             control: Some(control),
+            cgroup: warm.cgroup,
+            held: Vec::new(),
         })
     }
 }
@@ -305,6 +344,9 @@ pub struct WarmProcess {
     child: tokio::process::Child,
     /// Where stage 1 reports the command's status, before it tears the box's namespaces down.
     control: Option<tokio::net::UnixStream>,
+    /// Removed (after killing what is left in it) when this is dropped.
+    cgroup: Option<BoxCgroup>,
+    held: Vec<Box<dyn std::fmt::Debug + Send + Sync>>,
 }
 
 impl WarmProcess {
@@ -355,5 +397,19 @@ impl WarmProcess {
     /// Sends the box's stage 1 `SIGKILL` (its init and everything in the box die with it).
     pub fn start_kill(&mut self) -> io::Result<()> {
         self.child.start_kill()
+    }
+
+    /// The box's cgroup, when it has one.
+    pub fn cgroup(&self) -> Option<&BoxCgroup> {
+        self.cgroup.as_ref()
+    }
+
+    /// Keeps `thing` (the box's uid lease) until the box's cgroup has been emptied and removed,
+    /// or until this is dropped when the box has no cgroup.
+    pub fn hold_until_removed(&mut self, thing: Box<dyn std::fmt::Debug + Send + Sync>) {
+        match &mut self.cgroup {
+            Some(cg) => cg.hold_until_removed(thing),
+            None => self.held.push(thing),
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! succeeds when the same script runs unconfined, so each test can fail.
 
 mod escape;
+mod fate;
 mod limits;
 mod network;
 mod pool;
@@ -161,7 +162,8 @@ pub fn run(mut cmd: Command, limit: Duration) -> Out {
                 nix::sys::signal::Signal::SIGKILL,
             );
             let _ = child.wait();
-            panic!("command did not end within {limit:?}");
+            let (out, err) = (t_out.join().unwrap(), t_err.join().unwrap());
+            panic!("command did not end within {limit:?}\n--- stdout\n{out}\n--- stderr\n{err}");
         }
         std::thread::sleep(Duration::from_millis(5));
     };

@@ -158,10 +158,7 @@ impl TurnDriver<'_> {
                 )),
             ));
         }
-        if let Some(message) = self
-            .breaker_refusal(&tool.name, &self.breaker_key(&tool.name))
-            .await?
-        {
+        if let Some(message) = self.breaker_refusal(&tool.name).await? {
             return Ok(Decision::Settle(CallStatus::Failed, json!(message)));
         }
         let auto = tool.approval == Approval::Auto && call.approval == ApprovalState::None;
@@ -679,14 +676,16 @@ impl TurnDriver<'_> {
             (CallStatus::Failed, json!(text))
         };
         // A refused input is the caller's mistake, not a failure of the tool.
-        let breaker = if result.input_refused {
-            None
+        let breakers = if result.input_refused {
+            Vec::new()
         } else {
-            let key = self.breaker_key(&tool.name);
-            self.rt.breaker_update(&key, result.ok).await?
+            self.breaker_outcome(&tool.name, result.ok).await?
         };
         // Refused destinations are events, committed with the result that reports them.
         let mut batch = Batch::new();
+        for b in breakers {
+            batch.push(Op::PutBreaker(b));
+        }
         for refused in &result.refused {
             batch.event(
                 self.id(),
@@ -694,7 +693,7 @@ impl TurnDriver<'_> {
                 ev::egress_refused(turn, step, &call, refused),
             );
         }
-        self.settle_with(batch, turn, step, call, status, output, breaker)
+        self.settle_with(batch, turn, step, call, status, output, None)
             .await
             .map(Some)
     }
