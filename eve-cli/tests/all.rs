@@ -25,6 +25,7 @@ mod releases;
 mod run_cli;
 mod schedules;
 mod selfchange;
+mod source_size;
 mod serve;
 mod sessions_cli;
 mod subagents;
