@@ -3,7 +3,7 @@
 // build's diagnostics. Under `eve dev`, a rebuild that failed is shown first, with its
 // diagnostics and the build still served. Refreshed every few seconds, so an edit shows up.
 
-import { agentInfo, api, badge, el, fill, json, main, plural, say } from "./lib.js";
+import { agentInfo, api, badge, el, fill, json, main, plural, say, showAgent } from "./lib.js";
 
 function section(title, rows, empty) {
   return el("section", { class: "panel" }, el("h2", { text: title }),
@@ -95,6 +95,7 @@ export function agentView() {
         render(a);
         for (const d of main.querySelectorAll("details[data-tool]")) d.open = open.has(d.dataset.tool);
         shown = text;
+        showAgent(false); // the header's build, from the answer just read
       }
     } catch (e) {
       if (!stopped && shown === null) fill(main, el("p", { class: "error", text: "cannot read the agent: " + e.message }));
