@@ -5,7 +5,10 @@
 # `eve` binary, lays out a mock-model agent with an `approval: always` tool, a tool that runs
 # until a gate file exists and a schedule, and runs scripts/console-test/console-test.mjs with
 # Node's test runner. Screenshots of the main views go to target/console-test/shots (or to the
-# folder given as `--screenshots DIR`; `docs/console/` holds the ones the docs show).
+# folder given as `--screenshots DIR`; `docs/console/` holds the ones the docs show, and
+# docs/console/shots.json the structure of each view when it was taken: the test fails when a
+# view no longer has the structure its documented screenshot shows, until
+# `--screenshots docs/console` takes them again).
 # Exits non-zero when any step fails. `./scripts/test.sh` runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -116,4 +119,4 @@ JSON
 
 cd "$REPO/$DIR"
 EVE="$EVE" EVE_PROJECT_DIR="$PROJECT" EVE_MOCK_SCRIPT="$ROOT/script.json" CHROMIUM="$CHROMIUM" \
-    SHOTS="$SHOTS" node --test --test-reporter=spec console-test.mjs
+    SHOTS="$SHOTS" DOCS_SHOTS="$REPO/docs/console" node --test --test-reporter=spec console-test.mjs

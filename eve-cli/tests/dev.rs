@@ -241,3 +241,84 @@ fn the_dev_route_fires_a_schedule_and_eve_serve_does_not_serve_it() {
     let (status, body) = serve.post("/eve/v1/dev/schedules/digest", &json!({}));
     assert_eq!((status, body["code"].as_str()), (404, Some("not_found")));
 }
+
+/// The codes and files of a `failedBuild`'s diagnostics.
+fn failed_codes(info: &Value) -> Vec<(String, String)> {
+    info["failedBuild"]["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["code"].as_str().unwrap().to_owned(),
+                d["file"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_failed_rebuild_is_in_the_agent_route_until_a_build_succeeds() {
+    let project = project();
+    project.build();
+    // Broken before `eve dev` starts: it serves the build from before, and says why not the folder.
+    project.file("agent.yaml", "turn_policy: sideways\n");
+    let mut dev = Server::start(project.eve(&["dev", "--port", "0"]));
+    let (status, info) = dev.get("/eve/v1/agent");
+    assert_eq!(status, 200);
+    let good = info["build"]["hash"].as_str().unwrap().to_owned();
+    assert_eq!(tool_names(&info), ["greet"]);
+    assert_eq!(info["failedBuild"]["errors"], 1, "{info:#}");
+    assert_eq!(info["failedBuild"]["warnings"], 0);
+    let codes = failed_codes(&info);
+    assert_eq!(codes.len(), 1, "{codes:?}");
+    assert!(codes[0].1.ends_with("agent.yaml"), "{codes:?}");
+    assert!(
+        info["failedBuild"]["diagnostics"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("turn_policy"),
+        "{info:#}"
+    );
+    assert!(info["failedBuild"]["at"].as_str().unwrap().ends_with('Z'));
+    // The served build's own diagnostics are its own, not the failure's.
+    assert_eq!(info["diagnostics"], json!([]));
+
+    // Fixed: the failure is gone.
+    let mark = dev.stderr().len();
+    project.file("agent.yaml", "model: mock/echo\n");
+    dev.wait_line_after(mark, WAIT, |l| l.starts_with("rebuilt in "));
+    let (_, info) = dev.get("/eve/v1/agent");
+    assert_eq!(info["failedBuild"], Value::Null, "{info:#}");
+
+    // Broken while serving: two errors in two files; the last good build keeps serving.
+    let mark = dev.stderr().len();
+    project.file("agent.yaml", "turn_policy: sideways\n");
+    project.tool("bad name!", "description: x", "echo '{}'\n");
+    dev.wait_line_after(mark, WAIT, |l| l.starts_with("build failed: "));
+    let (_, info) = dev.get("/eve/v1/agent");
+    let serving = info["build"]["hash"].as_str().unwrap().to_owned();
+    assert_ne!(serving, good, "the fixed build serves");
+    assert_eq!(info["failedBuild"]["errors"], 2, "{info:#}");
+    let files: Vec<String> = failed_codes(&info).into_iter().map(|(_, f)| f).collect();
+    assert!(files.iter().any(|f| f.ends_with("agent.yaml")), "{files:?}");
+    assert!(
+        files.iter().any(|f| f.ends_with("bad name!.sh")),
+        "{files:?}"
+    );
+
+    // Fixed again: gone again.
+    let mark = dev.stderr().len();
+    project.file("agent.yaml", "model: mock/echo\n");
+    std::fs::remove_file(project.path("agent/tools/bad name!.sh")).unwrap();
+    dev.wait_line_after(mark, WAIT, |l| l.starts_with("rebuilt in "));
+    let (_, info) = dev.get("/eve/v1/agent");
+    assert_eq!(info["failedBuild"], Value::Null, "{info:#}");
+    assert_eq!(dev.stop(), Some(0));
+
+    // `eve serve` does not rebuild: it has no failed build to report.
+    project.file("agent.yaml", "turn_policy: sideways\n");
+    let serve = Server::start(project.eve(&["serve", "--port", "0"]));
+    let (_, info) = serve.get("/eve/v1/agent");
+    assert_eq!(info["failedBuild"], Value::Null, "{info:#}");
+}

@@ -127,9 +127,45 @@ fn dev_serves_the_console_and_its_routes() {
     assert!(page.contains("/console/app.js"));
     let (status, script) = http(dev.port, "GET", "/console/app.js", None, None);
     assert_eq!(status, 200);
-    assert!(script.contains("/eve/v1/sessions"));
+    // Every module the page's script imports is served.
+    let mut modules: Vec<&str> = script
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("import ")?
+                .split("from \"./")
+                .nth(1)?
+                .split('"')
+                .next()
+        })
+        .collect();
+    modules.sort_unstable();
+    assert_eq!(
+        modules,
+        [
+            "agent.js",
+            "lib.js",
+            "releases.js",
+            "session.js",
+            "sessions.js"
+        ]
+    );
+    let mut all = String::new();
+    for module in modules {
+        let (status, text) = http(dev.port, "GET", &format!("/console/{module}"), None, None);
+        assert_eq!(status, 200, "{module}");
+        // The DOM's replaceChildren writes a `null` child as the text "null": the views go
+        // through lib.js's fill(), which leaves it out.
+        assert!(
+            module == "lib.js" || !text.contains(".replaceChildren("),
+            "{module} calls replaceChildren: use fill()"
+        );
+        all.push_str(&text);
+    }
+    assert!(all.contains("/eve/v1/sessions"));
     let (status, _) = http(dev.port, "GET", "/console/app.css", None, None);
     assert_eq!(status, 200);
+    let (status, _) = http(dev.port, "GET", "/console/nope.js", None, None);
+    assert_eq!(status, 404);
 
     let (status, body) = dev.post("/eve/v1/session", &json!({"message": "hello console"}));
     assert_eq!(status, 202);

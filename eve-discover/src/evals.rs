@@ -5,7 +5,9 @@
 //! YAML (that is `eve_compile::evals`): it finds the files, reads them as text, and reports
 //! anything it does not understand. The same ignore rules apply (`_x`, `.x`, `*.test.*`).
 
-use crate::{Code, Diagnostic, EntryKind, MAX_DEPTH, Source, SourceFile, Walker, join, split_ext};
+use crate::names::{join, split_ext};
+use crate::walk::Walker;
+use crate::{Code, Diagnostic, EntryKind, MAX_DEPTH, Source, SourceFile};
 
 /// One eval case file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,10 +30,7 @@ pub struct EvalDiscovery {
 
 /// Walks the `evals/` folder behind `source` (rooted at that folder).
 pub fn discover_evals(source: &dyn Source) -> EvalDiscovery {
-    let mut walker = Walker {
-        source,
-        diagnostics: Vec::new(),
-    };
+    let mut walker = Walker::new(source);
     let mut files = Vec::new();
     walk(&mut walker, "", 0, &mut files);
     files.sort_by(|a, b| a.file.path.cmp(&b.file.path));

@@ -69,6 +69,7 @@ async fn start(unchecked: bool) -> TestServer {
         |rt| RouterOptions {
             dev: Some(Scheduler::new(rt.clone(), std::sync::Arc::new(SystemClock))),
             console: true,
+            dev_build: Default::default(),
         },
     )
     .await
@@ -235,7 +236,12 @@ async fn every_route_keeps_two_users_apart_and_lets_the_operator_reach_both() {
             }
             Access::Caller => caller_route(&server, &w, m, p, &alices, &bobs).await,
             Access::Public => {
-                let path = p.replace("{name}", "none");
+                // A console file that exists; a channel that does not.
+                let path = if p == "/console/{name}" {
+                    p.replace("{name}", "app.js")
+                } else {
+                    p.replace("{name}", "none")
+                };
                 let (status, body) = call(&server, None, m, &path, None).await;
                 assert_ne!(status, 401, "{m} {p} is public: {body}");
                 if p == "/eve/v1/channels/{name}" {

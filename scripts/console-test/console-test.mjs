@@ -2,25 +2,40 @@
 //
 // Run by scripts/test-console.sh as `node --test console-test.mjs` with EVE (the binary),
 // EVE_PROJECT_DIR (an agent with the approval-gated `refund` tool and the `slow` tool that runs
-// until a gate file exists), EVE_MOCK_SCRIPT, CHROMIUM (the browser) and SHOTS (where the
-// screenshots go). It starts `eve dev` on 127.0.0.1:0, opens the console, starts a session,
-// sends a message, watches the reply stream, approves the tool by its button, sees its output
-// card, reloads the page while a tool runs, and checks the timeline continues with every event
-// index once, from 0, with no gap.
-import { test } from "node:test";
+// until a gate file exists), EVE_MOCK_SCRIPT, CHROMIUM (the browser), SHOTS (where the
+// screenshots go) and DOCS_SHOTS (docs/console: the screenshots the docs show). It starts
+// `eve dev` on 127.0.0.1:0, opens the console, starts a session, sends a message, watches the
+// reply stream, approves the tool by its button, sees its output card, reloads the page while a
+// tool runs, and checks the timeline continues with every event index once, from 0, with no gap.
+//
+// At each screenshot it checks the page shows no stray `null`, `undefined`, `NaN` or
+// `[object Object]` outside code, and compares the view's structure (every element shown, by
+// tag, id and classes, with the labels of buttons, headings, columns and links, numbers left
+// out) with the structure recorded in DOCS_SHOTS/shots.json when the docs' screenshot was
+// taken: a console that changed since its documented screenshot fails the test until the
+// screenshots are taken again (`scripts/test-console.sh --screenshots docs/console`, which
+// records the structures anew).
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { chromium } from "playwright-core";
 
 const EVE = process.env.EVE;
 const PROJECT = process.env.EVE_PROJECT_DIR;
 const CHROMIUM = process.env.CHROMIUM;
 const SHOTS = process.env.SHOTS;
+const DOCS_SHOTS = process.env.DOCS_SHOTS;
 const GATE = join(PROJECT, "slow.gate");
 const DEADLINE_MS = 30_000;
+// Taking the docs' screenshots: the structures are recorded, not compared.
+const RECORDING = Boolean(SHOTS && DOCS_SHOTS && resolve(SHOTS) === resolve(DOCS_SHOTS));
+const STRUCTURES = DOCS_SHOTS ? join(DOCS_SHOTS, "shots.json") : null;
+const recorded = STRUCTURES && existsSync(STRUCTURES) && !RECORDING ? JSON.parse(readFileSync(STRUCTURES, "utf8")) : {};
+// The structure of every view a screenshot was taken of in this run.
+const taken = {};
 
 // Starts `eve dev --port 0` (in `cwd`, with `extraEnv`) and resolves with its URL once it prints
 // the serving line.
@@ -83,11 +98,71 @@ function assertContiguous(indexes, what) {
   });
 }
 
+// Text the page shows outside code that is a value rendered by mistake (`null`, `undefined`...).
+async function strayText(page) {
+  return page.evaluate(() => {
+    const found = [];
+    const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      if (n.parentElement.closest("pre, code, textarea, .mono")) continue;
+      if (/\b(null|undefined|NaN)\b|\[object Object\]/.test(n.textContent)) {
+        found.push(n.parentElement.tagName.toLowerCase() + "." + n.parentElement.className + ": " + n.textContent.trim());
+      }
+    }
+    return found;
+  });
+}
+
+// The view's structure: each element shown (outside code), as `tag#id.classes`, with the own text
+// of buttons, headings, column heads, links of the navigation, labels and summaries (numbers as
+// `#`); sorted, each once.
+async function structure(page) {
+  return page.evaluate(() => {
+    const labelled = "button, h1, h2, th, nav a, label, summary";
+    const seen = new Set();
+    for (const node of document.body.querySelectorAll("*")) {
+      if (!node.checkVisibility() || node.closest("pre")) continue;
+      let sig = node.tagName.toLowerCase() + (node.id ? "#" + node.id : "");
+      const classes = [...node.classList].sort();
+      if (classes.length) sig += "." + classes.join(".");
+      if (node.matches(labelled) && !node.matches(".mono")) {
+        const own = [...node.childNodes].filter((c) => c.nodeType === Node.TEXT_NODE)
+          .map((c) => c.textContent).join("").trim().replace(/\d+/g, "#");
+        if (own) sig += ' "' + own + '"';
+      }
+      seen.add(sig);
+    }
+    return [...seen].sort();
+  });
+}
+
+// A main view as the docs show it: no stray values, the same structure as when the docs'
+// screenshot `name` was taken, and the screenshot itself (into SHOTS).
 async function shot(page, name) {
+  assert.deepEqual(await strayText(page), [], `the ${name} view shows stray text`);
+  const now = await structure(page);
+  taken[name] = now;
+  const documented = DOCS_SHOTS && existsSync(join(DOCS_SHOTS, name + ".png"));
+  if (!RECORDING && documented) {
+    const then = recorded[name];
+    assert.ok(then, `docs/console/${name}.png has no recorded structure in docs/console/shots.json: ` +
+      "take the screenshots again with scripts/test-console.sh --screenshots docs/console");
+    const added = now.filter((s) => !then.includes(s));
+    const gone = then.filter((s) => !now.includes(s));
+    assert.ok(added.length === 0 && gone.length === 0,
+      `the ${name} view changed since docs/console/${name}.png was taken ` +
+      `(new: ${JSON.stringify(added)}; gone: ${JSON.stringify(gone)}): ` +
+      "take the screenshots again with scripts/test-console.sh --screenshots docs/console");
+  }
   if (!SHOTS) return;
   mkdirSync(SHOTS, { recursive: true });
   await page.screenshot({ path: join(SHOTS, name + ".png"), fullPage: false });
 }
+
+// Taking the docs' screenshots records the structure each one shows.
+after(() => {
+  if (RECORDING) writeFileSync(STRUCTURES, JSON.stringify(taken, null, 1) + "\n");
+});
 
 test("the console drives a session: streamed reply, approval by button, reload mid-turn", async (t) => {
   assert.ok(EVE && PROJECT && CHROMIUM, "EVE, EVE_PROJECT_DIR and CHROMIUM must be set");
@@ -146,6 +221,9 @@ test("the console drives a session: streamed reply, approval by button, reload m
   const refund = page.locator(".card[data-tool='refund']");
   await refund.locator("button.approve").waitFor();
   assert.match(await refund.locator(".card-input pre").textContent(), /"amount": 5/);
+  const asked = await refund.locator(".approval").textContent();
+  assert.match(asked, /^Approve refund\?\s*Approve\s*Deny$/, "the approval card says only its question and buttons");
+  assert.doesNotMatch(asked, /null|undefined/);
   await page.waitForFunction(() => document.querySelector("#session-status").textContent === "waiting");
   await shot(page, "approval");
   await refund.locator("button.approve").click();
@@ -334,4 +412,49 @@ test("the releases view lists each build's release, rolls back and activates", a
   assert.match(asked[1], /WIDENS/);
   assert.match(await page.locator("#status").textContent(), new RegExp("activate: " + v2));
   assert.deepEqual(errors, [], "no script errors in the page");
+});
+
+test("the agent view shows a failed rebuild's diagnostics and the build it still serves", async (t) => {
+  const { project, dev, base } = await devProject(t, "broken-agent", "You answer briefly.\n", "default_tools: false\n");
+  const good = (await (await fetch(base + "/eve/v1/agent")).json()).build.hash;
+
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
+  t.after(() => browser.close());
+  const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 }, colorScheme: "light" })).newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.setDefaultTimeout(DEADLINE_MS);
+  await page.goto(`${base}/#/agent`);
+  await page.waitForSelector("text=no diagnostics: the build is clean");
+
+  // A broken edit, with the view open: it shows the failure by itself.
+  writeFileSync(join(project, "agent", "agent.yaml"), "default_tools: false\nturn_policy: sideways\n");
+  const failed = page.locator("#failed-build");
+  await failed.waitFor();
+  const said = await failed.textContent();
+  assert.match(said, /The last build failed/);
+  assert.match(said, /1 error/);
+  assert.match(said, new RegExp("still serving build " + good + ", the last good one"));
+  assert.match(await failed.locator(".diag-error").first().textContent(), /agent\.yaml/);
+  assert.match(await failed.locator(".diag-error").first().textContent(), /turn_policy/);
+  assert.ok(dev.lines.some((l) => l.startsWith("build failed: ")), dev.lines.join("\n"));
+  assert.doesNotMatch(await page.locator("main").textContent(), /the build is clean/,
+    "a failed build is not called clean");
+  await shot(page, "failed-build");
+
+  // Fixed: the failure goes away.
+  writeFileSync(join(project, "agent", "agent.yaml"), "default_tools: false\n");
+  await failed.waitFor({ state: "detached" });
+  await page.waitForSelector("text=no diagnostics: the build is clean");
+  assert.deepEqual(errors, [], "no script errors in the page");
+});
+
+// Last: every screenshot the docs show was taken, and checked, by the tests above.
+test("every documented screenshot is of a view the tests show", () => {
+  if (!DOCS_SHOTS || RECORDING) return;
+  const documented = readdirSync(DOCS_SHOTS).filter((f) => f.endsWith(".png")).map((f) => f.slice(0, -4));
+  const untaken = documented.filter((name) => !taken[name]);
+  assert.deepEqual(untaken, [], "docs/console has screenshots of views no test shows: remove them or take them again");
+  const stale = Object.keys(recorded).filter((name) => !documented.includes(name));
+  assert.deepEqual(stale, [], "docs/console/shots.json records screenshots docs/console does not have");
 });

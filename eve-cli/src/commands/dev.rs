@@ -6,7 +6,8 @@
 //! sessions and idle sessions' next messages use it at once, while a turn already running finishes
 //! on the build it started on. The channel settings (auth, CORS, body limit) are reloaded with it.
 //! A build with errors changes nothing: the last good build keeps serving and the diagnostics are
-//! printed as `eve build` prints them. Every rebuild prints the file that caused it and one line
+//! printed as `eve build` prints them, and kept (`DevBuild`) for the console, whose agent view
+//! shows them until a rebuild succeeds. Every rebuild prints the file that caused it and one line
 //! of result; every turn, tool call, approval and schedule fire of its sessions prints one line
 //! too (`dev_lines`). The web console is served at `/`.
 
@@ -21,7 +22,7 @@ use eve_compile::render::{Style, render_all};
 use eve_runtime::engine::ReleaseOutcome;
 use eve_runtime::env_vars::EVE_LOG;
 use eve_runtime::schedule::{Scheduler, clock_from_env};
-use eve_runtime::server::{self, ReloadableRouter, RouterOptions, ServerConfig};
+use eve_runtime::server::{self, DevBuild, ReloadableRouter, RouterOptions, ServerConfig};
 use notify_debouncer_full::notify::event::{AccessKind, AccessMode};
 use notify_debouncer_full::notify::{EventKind, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, new_debouncer};
@@ -68,12 +69,14 @@ enum Outcome {
 
 /// Builds, hands the build to the runtime as a release (as `eve build` does: under the active
 /// release's policy), and prints the one-line result (after the diagnostics, if any). A build
-/// left pending or refused keeps the active release serving.
+/// left pending or refused keeps the active release serving. A build with errors is recorded in
+/// `record` with its diagnostics, for the console; one without clears it.
 fn rebuild(
     project: &Project,
     serving: Option<&str>,
     first: bool,
     runtime: Option<&eve_runtime::engine::Runtime>,
+    record: &DevBuild,
 ) -> anyhow::Result<Outcome> {
     let built: Built = build::build_candidate(project)?;
     let color = stderr_color();
@@ -86,6 +89,7 @@ fn rebuild(
     }
     let errors = out.error_count();
     let Some(hash) = built.hash.clone() else {
+        record.failed(out.diagnostics.clone());
         let still = match serving {
             Some(hash) => format!("still serving {hash}"),
             None => "nothing to serve yet: fix them and save".to_owned(),
@@ -97,6 +101,7 @@ fn rebuild(
         );
         return Ok(Outcome::Failed);
     };
+    record.built();
     let warnings = out.diagnostics.len() - errors;
     let counts = build::counts(&out.manifest.agent);
     let mut parts = crate::render::counted(&counts);
@@ -151,10 +156,14 @@ fn rebuild(
 
 /// The first build, before the server's runtime exists: released on a runtime of its own,
 /// off the async runtime's threads.
-fn first_build(project: &Project, serving: Option<&str>) -> anyhow::Result<Outcome> {
+fn first_build(
+    project: &Project,
+    serving: Option<&str>,
+    record: &DevBuild,
+) -> anyhow::Result<Outcome> {
     let (project, serving) = (project.clone(), serving.map(str::to_owned));
     let outcome = std::thread::scope(|s| {
-        s.spawn(|| rebuild(&project, serving.as_deref(), true, None))
+        s.spawn(|| rebuild(&project, serving.as_deref(), true, None, record))
             .join()
             .unwrap_or_else(|_| anyhow::bail!("the build stopped"))
     })?;
@@ -278,8 +287,9 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
     watch_signals(shutdown.clone())?;
 
     // A first good build (or the last one from before) to serve.
+    let dev_build = DevBuild::default();
     let previous = build::current_hash(&project.state_dir);
-    let mut serving = match first_build(&project, previous.as_deref())? {
+    let mut serving = match first_build(&project, previous.as_deref(), &dev_build)? {
         Outcome::Good { hash, .. } => hash,
         Outcome::Failed => match previous {
             Some(hash) => hash,
@@ -292,7 +302,7 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
                     anyhow::bail!("the agent folder watcher stopped");
                 }
                 while changes.try_recv().is_ok() {}
-                if let Outcome::Good { hash, .. } = first_build(&project, None)? {
+                if let Outcome::Good { hash, .. } = first_build(&project, None, &dev_build)? {
                     break hash;
                 }
             },
@@ -313,6 +323,7 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
     let options = RouterOptions {
         dev: Some(scheduler.clone()),
         console: true,
+        dev_build: dev_build.clone(),
     };
     let routes = ReloadableRouter::new(server::router_with(
         runtime.clone(),
@@ -357,9 +368,9 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
                     errln!("{} {line}", paint(color, "2", "eve dev:"));
                 }
                 let (for_build, current) = (project.clone(), serving.clone());
-                let for_release = runtime.clone();
+                let (for_release, record) = (runtime.clone(), dev_build.clone());
                 let outcome = tokio::task::spawn_blocking(move || {
-                    rebuild(&for_build, Some(&current), false, Some(&for_release))
+                    rebuild(&for_build, Some(&current), false, Some(&for_release), &record)
                 })
                 .await
                 .context("the rebuild stopped")??;

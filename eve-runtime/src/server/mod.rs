@@ -15,6 +15,7 @@ mod channels;
 mod config;
 mod console;
 mod dev;
+mod dev_build;
 mod error;
 mod listener;
 mod memory;
@@ -39,6 +40,7 @@ pub use channels::{ChannelError, Channels, REPLAY_WINDOW_SECS, session_id as cha
 pub use config::{
     API_CHANNEL, CorsOrigins, DEFAULT_BODY_LIMIT, ServerConfig, authority_host, is_loopback_host,
 };
+pub use dev_build::{DevBuild, FailedBuild};
 pub use error::{ApiError, ServerError};
 pub use listener::{
     DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ListenerLimits,
@@ -61,6 +63,8 @@ pub(crate) struct App {
     pub(crate) config: Arc<ServerConfig>,
     /// Dev mode: the scheduler the dev routes fire.
     pub(crate) scheduler: Option<Scheduler>,
+    /// Dev mode: the outcome of the last rebuild (a failure the console shows).
+    pub(crate) dev_build: DevBuild,
 }
 
 /// What else a router serves besides the session API.
@@ -71,6 +75,9 @@ pub struct RouterOptions {
     pub dev: Option<Scheduler>,
     /// Serves the web console at `/` (always in `eve dev`; `eve serve --console`).
     pub console: bool,
+    /// Dev mode: where `eve dev` records a rebuild that failed, reported by `GET /eve/v1/agent`
+    /// as `failedBuild` (never set outside `eve dev`).
+    pub dev_build: DevBuild,
 }
 
 fn cors_layer(origins: &CorsOrigins) -> CorsLayer {
@@ -202,8 +209,7 @@ fn table(dev: bool, console: bool) -> Vec<(Route, MethodRouter<App>)> {
     if console {
         all.extend([
             (r("GET", "/", Public), get(console::index)),
-            (r("GET", "/console/app.js", Public), get(console::script)),
-            (r("GET", "/console/app.css", Public), get(console::style)),
+            (r("GET", "/console/{name}", Public), get(console::file)),
         ]);
     }
     all
@@ -218,6 +224,7 @@ pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOption
         runtime,
         config: Arc::new(config),
         scheduler: options.dev,
+        dev_build: options.dev_build,
     };
     let mut open = Router::new();
     let mut guarded = Router::new();

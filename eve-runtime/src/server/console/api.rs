@@ -270,7 +270,8 @@ async fn next_fires(app: &App) -> HashMap<String, i64> {
 
 /// `GET /eve/v1/agent`: what the current build offers and how it runs: tools with their schemas
 /// and effective approval and sandbox, skills, subagents, schedules with their next fire,
-/// connections with their state, and the build's diagnostics.
+/// connections with their state, and the build's diagnostics; under `eve dev`, `failedBuild`
+/// when the last rebuild failed (the current build is then the last good one, still served).
 pub(crate) async fn agent(State(app): State<App>) -> Result<Response, ApiError> {
     let build = app.runtime.builds().current()?;
     let agent = &build.manifest.agent;
@@ -348,6 +349,15 @@ pub(crate) async fn agent(State(app): State<App>) -> Result<Response, ApiError> 
         .ok()
         .and_then(|text| serde_json::from_str::<Value>(&text).ok())
         .unwrap_or_else(|| json!([]));
+    let failed_build = app.dev_build.failure().map(|f| {
+        let errors = eve_discover::error_count(&f.diagnostics);
+        json!({
+            "at": rfc3339(f.at_ms),
+            "errors": errors,
+            "warnings": f.diagnostics.len() - errors,
+            "diagnostics": f.diagnostics,
+        })
+    });
     Ok(Json(json!({
         "ok": true,
         "agent": {
@@ -369,6 +379,7 @@ pub(crate) async fn agent(State(app): State<App>) -> Result<Response, ApiError> 
             .map(|c| json!({"name": c.name, "kind": c.kind, "source": c.source}))
             .collect::<Vec<_>>(),
         "diagnostics": diagnostics,
+        "failedBuild": failed_build,
         "stream": {"formats": ["ndjson", "sse"], "version": crate::server::STREAM_VERSION},
     }))
     .into_response())

@@ -4,7 +4,8 @@
 //!
 //! Its HTML, CSS and JavaScript are plain files under `assets/`, embedded in the binary with
 //! `include_str!`: there is no build step and nothing is fetched from elsewhere (the page's
-//! content security policy forbids it). The page is only a client of the HTTP API: it reads the
+//! content security policy forbids it). The script is `app.js` and the modules it imports (one
+//! per view, and `lib.js`), served under `/console/` by file name. The page is only a client of the HTTP API: it reads the
 //! session API and the read-only routes of [`api`], which sit behind the channel's guard like
 //! every `/eve/v1` route. The page itself holds no data, so it is served without credentials; a
 //! console of a server with `auth:` asks for the token (or lets the browser ask for basic
@@ -12,12 +13,22 @@
 
 pub(crate) mod api;
 
-use axum::http::{HeaderValue, header};
+use axum::extract::Path;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
-const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
+
+/// The page's JavaScript modules by file name: `app.js` (routing) and those it imports.
+const SCRIPTS: [(&str, &str); 6] = [
+    ("app.js", include_str!("assets/app.js")),
+    ("lib.js", include_str!("assets/lib.js")),
+    ("sessions.js", include_str!("assets/sessions.js")),
+    ("session.js", include_str!("assets/session.js")),
+    ("agent.js", include_str!("assets/agent.js")),
+    ("releases.js", include_str!("assets/releases.js")),
+];
 
 /// What the page may load: itself, and the API of the server it came from.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
@@ -44,10 +55,13 @@ pub(crate) async fn index() -> Response {
     asset(INDEX_HTML, "text/html; charset=utf-8")
 }
 
-pub(crate) async fn script() -> Response {
-    asset(APP_JS, "text/javascript; charset=utf-8")
-}
-
-pub(crate) async fn style() -> Response {
-    asset(APP_CSS, "text/css; charset=utf-8")
+/// `/console/NAME`: the style sheet or one of [`SCRIPTS`]; anything else is a 404.
+pub(crate) async fn file(Path(name): Path<String>) -> Response {
+    if name == "app.css" {
+        return asset(APP_CSS, "text/css; charset=utf-8");
+    }
+    match SCRIPTS.iter().find(|(file, _)| *file == name) {
+        Some((_, body)) => asset(body, "text/javascript; charset=utf-8"),
+        None => (StatusCode::NOT_FOUND, "no such console file\n").into_response(),
+    }
 }
