@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod ai_sdk;
+mod big_output;
 mod build_cli;
 mod channels;
 mod chat;
@@ -18,16 +19,19 @@ mod fleet;
 mod hostile_build;
 mod limits;
 mod memory;
+mod model_exit;
 mod plan;
 mod redaction;
 mod releases;
 mod run_cli;
+mod run_hooks;
 mod schedules;
 mod selfchange;
 mod serve;
 mod sessions_cli;
 mod subagents;
 mod support_dev;
+mod support_model;
 mod support_run;
 mod templates;
 mod terminal;

@@ -33,6 +33,10 @@ pub const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
 /// on the new model (announced by a `turn.model_switched` event); without it that turn fails
 /// with `model_changed`.
 pub const EVE_ALLOW_MODEL_SWITCH: &str = "EVE_ALLOW_MODEL_SWITCH";
+/// Seconds `eve run` waits, before it exits, for its turn's events to reach the observe hooks
+/// (default 10; `0`: no wait). A hook running on an event then is left to finish; what is left
+/// is said on stderr, for a server on the store to deliver.
+pub const EVE_HOOK_WAIT: &str = "EVE_HOOK_WAIT";
 /// Script of the `mock` provider: a path to a JSON file, or inline JSON when it starts with `[`.
 pub const EVE_MOCK_SCRIPT: &str = "EVE_MOCK_SCRIPT";
 /// The judge model of `eve eval` (`provider/name`) for cases with `expect.judge`.
