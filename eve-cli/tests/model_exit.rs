@@ -37,6 +37,7 @@ fn fails_naming(case: &str, base: &str, setting: &str) {
         .lines()
         .rfind(|l| l.starts_with("error:"))
         .unwrap_or_else(|| panic!("{case}: no error line: {}", out.stderr));
+    eprintln!("{case}: {error}");
     assert!(
         error.contains(setting),
         "{case}: the error names {setting}: {error}"
@@ -61,9 +62,8 @@ fn an_unusable_model_ends_eve_run_naming_the_setting_to_change() {
             serde_json::json!({"error": {"message": "The model `test-model` does not exist"}}),
         )
     });
-    let no_api = ModelServer::start(|_, _| {
-        Answer::Status(404, serde_json::json!({"detail": "Not Found"}))
-    });
+    let no_api =
+        ModelServer::start(|_, _| Answer::Status(404, serde_json::json!({"detail": "Not Found"})));
     let cut = ModelServer::start(|_, _| cut_stream("half an ans"));
     let cases: Vec<(&str, String, &str)> = vec![
         ("nothing listening", closed, "EVE_BASE_URL"),
@@ -74,7 +74,11 @@ fn an_unusable_model_ends_eve_run_naming_the_setting_to_change() {
         ),
         ("a refused key", unauthorized.base.clone(), "EVE_API_KEY"),
         ("an unknown model", no_model.base.clone(), "EVE_MODEL"),
-        ("no API at the base URL", no_api.base.clone(), "EVE_BASE_URL"),
+        (
+            "no API at the base URL",
+            no_api.base.clone(),
+            "EVE_BASE_URL",
+        ),
         ("a stream cut short", cut.base.clone(), "--max-concurrency"),
     ];
     std::thread::scope(|s| {

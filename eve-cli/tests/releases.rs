@@ -558,10 +558,7 @@ fn failing_eve_run_turns_are_counted_in_the_store_whichever_process_ran_them() {
         );
     };
     let failures = |id: &Value| {
-        releases(&p)
-            .into_iter()
-            .find(|r| r["id"] == *id)
-            .unwrap()["failures"]
+        releases(&p).into_iter().find(|r| r["id"] == *id).unwrap()["failures"]
             .as_u64()
             .unwrap()
     };
@@ -598,7 +595,11 @@ fn failing_eve_run_turns_are_counted_in_the_store_whichever_process_ran_them() {
     failing_run();
     failing_run();
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(failures(&v2["id"]), 2, "counted once, with a server watching");
+    assert_eq!(
+        failures(&v2["id"]),
+        2,
+        "counted once, with a server watching"
+    );
     new_session(&server, "/tool flaky {}");
     eventually(LIMIT, "the server's automatic rollback", || {
         (active(&p)["id"] == v1["id"]).then_some(())

@@ -114,11 +114,7 @@ fn a_cut_wait_is_said_and_a_server_delivers_the_rest_once() {
     let p = project("[message.received, turn.completed]");
     // The first event's hook takes 3 s; `eve run` waits 1 s, lets that event finish (never
     // killing the hook), then leaves the second to a server.
-    let out = run(
-        &p,
-        "hello",
-        &[("HOOK_SLEEP", "3"), ("EVE_HOOK_WAIT", "1")],
-    );
+    let out = run(&p, "hello", &[("HOOK_SLEEP", "3"), ("EVE_HOOK_WAIT", "1")]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let (begins, events) = log(&p);
     assert_eq!(begins, events.len(), "no hook killed half way: {events:?}");
@@ -172,7 +168,9 @@ fn with_a_server_on_the_store_every_event_reaches_each_hook_once() {
     let (begins, delivered_after) = log(&p);
     let mut times: HashMap<String, usize> = HashMap::new();
     for e in &delivered_after {
-        *times.entry(e["id"].as_str().unwrap().to_owned()).or_default() += 1;
+        *times
+            .entry(e["id"].as_str().unwrap().to_owned())
+            .or_default() += 1;
     }
     let twice: Vec<_> = times.iter().filter(|(_, n)| **n > 1).collect();
     eprintln!(

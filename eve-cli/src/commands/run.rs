@@ -34,12 +34,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.prompt.is_none() && args.session.is_none() && !args.last {
         anyhow::bail!("give a prompt (`eve run \"hello\"`), or `--session ID` to resume a session");
     }
+    let hook_wait = hook_wait()?;
     let project = locate(&args.project)?;
     if !build_agent(&project)? {
         return Ok(ExitCode::FAILURE);
     }
     check_models(&project, args.model.model.as_deref())?;
-    let hook_wait = hook_wait()?;
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -130,10 +130,7 @@ async fn finish_hooks(runtime: &Runtime, wait: Duration, color: bool) {
         return;
     }
     let reason = if backlog.cut {
-        format!(
-            "the wait reached {EVE_HOOK_WAIT}={}s",
-            wait.as_secs_f64()
-        )
+        format!("the wait reached {EVE_HOOK_WAIT}={}s", wait.as_secs_f64())
     } else if !backlog.failed.is_empty() {
         "a hook did not acknowledge an event".to_owned()
     } else {
@@ -164,8 +161,13 @@ async fn finish_hooks(runtime: &Runtime, wait: Duration, color: bool) {
         errln!("  eve process {pid} is delivering the events of session {session}");
     }
     errln!(
-        "a server on this store (`eve serve`, `eve dev`) delivers them: at once when one is \
-         running, else when one starts"
+        "a server on this store (`eve serve`, `eve dev`) delivers {}: at once when one is \
+         running, else when one starts",
+        if backlog.pending.len() == 1 {
+            "it"
+        } else {
+            "them"
+        }
     );
 }
 
@@ -180,7 +182,7 @@ async fn drive_to_rest(
     let wanted = super::sessions::wanted(args.session.as_deref(), args.last)?;
     let (id, from) = match wanted {
         Some(wanted) => {
-            let id = super::sessions::resolve(&runtime, &project, wanted).await?;
+            let id = super::sessions::resolve(runtime, project, wanted).await?;
             let session = runtime
                 .session(&id)
                 .await?
@@ -219,7 +221,7 @@ async fn drive_to_rest(
             printer.event(&event);
         }
         printer.finish_line();
-        warn_connections_down(&runtime, &project, &mut warned, color).await;
+        warn_connections_down(runtime, project, &mut warned, color).await;
         match outcome {
             DriveOutcome::Idle => return Ok(ExitCode::SUCCESS),
             DriveOutcome::Cancelled => {
@@ -265,7 +267,7 @@ async fn drive_to_rest(
                 }
             }
             DriveOutcome::WaitingInput(requests) => {
-                if !answer_requests(&runtime, &id, &requests, args.yes, color).await? {
+                if !answer_requests(runtime, &id, &requests, args.yes, color).await? {
                     return Ok(ExitCode::from(EXIT_WAITING));
                 }
             }

@@ -261,17 +261,14 @@ impl Runtime {
                 let events = store.events(session, next, 256).await?;
                 let Some(last) = events.last() else { break };
                 next = last.index + 1;
-                out.extend(
-                    events
-                        .iter()
-                        .filter(|e| observes(hook, &e.kind))
-                        .map(|e| PendingHookEvent {
-                            session: session.to_owned(),
-                            hook: hook.name.clone(),
-                            index: e.index,
-                            kind: e.kind.clone(),
-                        }),
-                );
+                out.extend(events.iter().filter(|e| observes(hook, &e.kind)).map(|e| {
+                    PendingHookEvent {
+                        session: session.to_owned(),
+                        hook: hook.name.clone(),
+                        index: e.index,
+                        kind: e.kind.clone(),
+                    }
+                }));
             }
         }
         Ok(out)

@@ -125,7 +125,7 @@ pub(crate) struct Inner {
     pub(crate) http: crate::tools::HttpClient,
     /// Starts every process of this runtime's tools, hooks and MCP servers (the execution seam).
     pub(crate) exec: Arc<crate::exec::Executor>,
-    /// The gate runner, release followers and the failure monitor.
+    /// The gate runner, release followers and the lock of release decisions.
     pub(crate) releases: releases::ReleaseState,
     /// The agent folder `propose_change` proposals are written into (see `selfchange`).
     pub(crate) agent_dir: std::sync::OnceLock<PathBuf>,

@@ -139,7 +139,7 @@ impl Runtime {
         let Ok(build) = self.inner.builds.get(&turn.build_hash) else {
             return Ok(None);
         };
-        let Some(policy) = build.manifest.agent.config.rollback.clone() else {
+        let Some(policy) = build.manifest.agent.config.rollback else {
             return Ok(None);
         };
         let failed = match status {

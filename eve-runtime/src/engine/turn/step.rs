@@ -531,7 +531,10 @@ impl TurnDriver<'_> {
                     ev::session_waiting(&self.session.id, &self.session.usage),
                 );
             // A failed call under the release's `rollback:` policy counts in this very commit.
-            counted = self.rt.failure_to_count(turn, TurnStatus::Completed).await?;
+            counted = self
+                .rt
+                .failure_to_count(turn, TurnStatus::Completed)
+                .await?;
             if let Some((op, _)) = &counted {
                 batch.push(op.clone());
             }
