@@ -609,3 +609,60 @@ fn failing_eve_run_turns_are_counted_in_the_store_whichever_process_ran_them() {
     assert_eq!(all[1]["data"]["failures"], 3);
     assert_eq!(all[1]["data"]["from"], v2["id"]);
 }
+
+/// Several `eve run` processes fail at once past the threshold: each counts its own turn, and
+/// exactly one of them rolls back (one process decides at a time, on the release as stored).
+#[test]
+fn concurrent_failing_runs_roll_back_once() {
+    let p = project("default_tools: false\n");
+    p.tool(
+        "flaky",
+        "description: Works.\neffect: read\ninput:\n  type: object",
+        "cat >/dev/null\necho fine\n",
+    );
+    p.build();
+    let v1 = active(&p);
+    p.file(
+        "agent.yaml",
+        "default_tools: false\nrollback: {failures: 2, window: 10m}\n",
+    );
+    p.tool(
+        "flaky",
+        "description: Always fails.\neffect: read\ninput:\n  type: object",
+        "cat >/dev/null\nsleep 0.2\necho broken >&2\nexit 1\n",
+    );
+    p.build();
+    let v2 = active(&p);
+    let runs = 6;
+    std::thread::scope(|s| {
+        for _ in 0..runs {
+            s.spawn(|| {
+                let out = p.eve(&["run", "/tool flaky {}"]).output().unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            });
+        }
+    });
+    let out = p.eve(&["releases", "log", "--json"]).output().unwrap();
+    let rolled: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == "release.rolled_back")
+        .collect();
+    let counted = releases(&p)
+        .into_iter()
+        .find(|r| r["id"] == v2["id"])
+        .unwrap()["failures"]
+        .as_u64()
+        .unwrap();
+    eprintln!(
+        "{runs} concurrent failing runs: {counted} counted, {} rollbacks",
+        rolled.len()
+    );
+    assert_eq!(rolled.len(), 1, "one rollback: {rolled:?}");
+    assert_eq!(active(&p)["id"], v1["id"]);
+    assert!(counted >= 2, "{counted}");
+}

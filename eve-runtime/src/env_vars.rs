@@ -63,6 +63,11 @@ pub const EVE_TEST_POSTGRES_URL: &str = "EVE_TEST_POSTGRES_URL";
 /// servers raw, as eve did before it neutralised terminal controls (so a test can show an attack
 /// reaching the terminal when nothing stops it). A release build ignores it.
 pub const EVE_TEST_RAW_TERMINAL: &str = "EVE_TEST_RAW_TERMINAL";
+/// Tests only, and honoured by debug builds only: `1` delivers observe-hook events without the
+/// session's delivery claim, as eve did before two processes could deliver one session's events
+/// (so a test can show the same event delivered twice when nothing stops it). A release build
+/// ignores it.
+pub const EVE_TEST_NO_HOOK_CLAIM: &str = "EVE_TEST_NO_HOOK_CLAIM";
 /// Tests only: `1` skips the PostgreSQL tests, each saying SKIPPED (without it and without a
 /// server URL they fail).
 pub const EVE_SKIP_POSTGRES: &str = "EVE_SKIP_POSTGRES";

@@ -368,13 +368,25 @@ impl Runtime {
         if self.inner.hooks.stopped.load(Ordering::Relaxed) {
             return Ok(Delivery::Stopped);
         }
+        if self.no_claim_for_tests() {
+            return self.deliver_claimed(session, &build, &hooks, None).await;
+        }
         let claim = match self.try_claim(&claim_key(session)).await? {
             Ok(claim) => claim,
             Err(pid) => return Ok(Delivery::Held(pid)),
         };
-        let outcome = self.deliver_claimed(session, &build, &hooks, &claim).await;
+        let outcome = self
+            .deliver_claimed(session, &build, &hooks, Some(&claim))
+            .await;
         claim.release().await;
         outcome
+    }
+
+    /// Whether the test-only switch turned the delivery claim off (debug builds only).
+    fn no_claim_for_tests(&self) -> bool {
+        cfg!(debug_assertions)
+            && (self.inner.config.env)(crate::env_vars::EVE_TEST_NO_HOOK_CLAIM).as_deref()
+                == Some("1")
     }
 
     async fn deliver_claimed(
@@ -382,7 +394,7 @@ impl Runtime {
         session: &str,
         build: &super::LoadedBuild,
         hooks: &[Hook],
-        claim: &super::claims::HeldClaim,
+        claim: Option<&super::claims::HeldClaim>,
     ) -> RuntimeResult<Delivery> {
         let store = self.inner.store.clone();
         // Read under the claim: what another holder acknowledged is past these.
@@ -404,7 +416,7 @@ impl Runtime {
                             self.save_cursor(session, &hook.name, next).await?;
                             return Ok(Delivery::Stopped);
                         }
-                        if claim.lost() {
+                        if claim.is_some_and(|c| c.lost()) {
                             self.save_cursor(session, &hook.name, next).await?;
                             return Ok(Delivery::Failed(format!(
                                 "the delivery claim of session {session} was lost"
