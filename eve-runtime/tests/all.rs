@@ -13,6 +13,7 @@ mod engine_resume;
 mod engine_store;
 mod engine_support;
 mod escape;
+mod hook_claims;
 mod hostile_http;
 mod hostile_mcp;
 mod hostile_model;
