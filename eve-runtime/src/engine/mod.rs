@@ -396,9 +396,10 @@ impl Runtime {
 
     /// Picks up, until `shutdown`, work that other processes leave in the shared store: an
     /// approval answered by `eve sessions approve`, a message accepted by another process, a turn
-    /// whose driver died, events their hooks have not acknowledged. Looks when the store reports another process's commit, and every
-    /// lease interval anyway (a dead process commits nothing). Sessions a live process holds are
-    /// left to it (their lease says so).
+    /// whose driver died, events their observe hooks have not acknowledged. Looks when the store
+    /// reports another process's commit, and every lease interval anyway (a dead process commits
+    /// nothing). Sessions a live process holds are left to it (their lease or delivery claim
+    /// says so).
     pub fn watch_store(&self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
         let rt = self.clone();
         let mut foreign = self.inner.store.foreign_commits();

@@ -20,9 +20,9 @@ use crate::tools::builtin::WRITE_FILE;
 use crate::tools::{ToolContext, run_builtin};
 
 /// A result may take a quarter of the window.
-pub(super) const SHARE: u64 = 4;
+const SHARE: u64 = 4;
 /// Characters per token, the estimate compaction uses too.
-pub(super) const CHARS_PER_TOKEN: u64 = 4;
+const CHARS_PER_TOKEN: u64 = 4;
 /// Results this short are never cut (no usable window is smaller than four times this).
 const FLOOR: usize = 2_000;
 /// Room kept for the note between head and tail.
