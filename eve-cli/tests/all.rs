@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod ai_sdk;
+mod big_output;
 mod build_cli;
 mod channels;
 mod chat;
@@ -21,11 +22,13 @@ mod fleet;
 mod hostile_build;
 mod limits;
 mod memory;
+mod model_exit;
 mod paths_start;
 mod plan;
 mod redaction;
 mod releases;
 mod run_cli;
+mod run_hooks;
 mod schedules;
 mod selfchange;
 mod serve;
@@ -33,6 +36,7 @@ mod sessions_cli;
 mod source_size;
 mod subagents;
 mod support_dev;
+mod support_model;
 mod support_run;
 mod templates;
 mod terminal;

@@ -524,3 +524,147 @@ fn release_routes_need_the_api_auth_and_record_the_principal() {
         .collect();
     assert_eq!(data, stored[2..]);
 }
+
+/// `eve run` exits right after its turn: its failed turns are counted in the store in the commit
+/// that ends them, so three failing `eve run` turns are three failures, and the process that
+/// reaches the threshold rolls back, an `eve run` as much as a server. With a server on the same
+/// store, no turn is counted twice.
+#[test]
+fn failing_eve_run_turns_are_counted_in_the_store_whichever_process_ran_them() {
+    let p = project("default_tools: false\n");
+    p.tool(
+        "flaky",
+        "description: Works.\neffect: read\ninput:\n  type: object",
+        "cat >/dev/null\necho fine\n",
+    );
+    p.build();
+    let v1 = active(&p);
+    p.file(
+        "agent.yaml",
+        "default_tools: false\nrollback: {failures: 3, window: 10m}\n",
+    );
+    p.tool(
+        "flaky",
+        "description: Always fails.\neffect: read\ninput:\n  type: object",
+        "cat >/dev/null\necho broken >&2\nexit 1\n",
+    );
+    p.build();
+    let v2 = active(&p);
+    assert_ne!(v2["id"], v1["id"]);
+    let failing_run = || {
+        let out = p.eve(&["run", "/tool flaky {}"]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let failures = |id: &Value| {
+        releases(&p).into_iter().find(|r| r["id"] == *id).unwrap()["failures"]
+            .as_u64()
+            .unwrap()
+    };
+    failing_run();
+    failing_run();
+    assert_eq!(failures(&v2["id"]), 2, "each `eve run` turn counted");
+    assert_eq!(active(&p)["id"], v2["id"]);
+    // The third reaches the threshold in the `eve run` process itself.
+    failing_run();
+    assert_eq!(
+        active(&p)["id"],
+        v1["id"],
+        "the `eve run` that reached the threshold rolled back before it exited"
+    );
+    let rolled_back = |p: &Project| -> Vec<Value> {
+        let out = p.eve(&["releases", "log", "--json"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|e| e["type"] == "release.rolled_back")
+            .collect()
+    };
+    let first = rolled_back(&p);
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0]["data"]["failures"], 3);
+    assert_eq!(first[0]["data"]["automatic"], true);
+
+    // v2 again by hand, a server on the store: two `eve run` turns count two (the server does
+    // not count them again), and the third, run by the server, rolls back there.
+    let (code, _, err) = out_json(&mut p.eve(&["activate", v2["id"].as_str().unwrap(), "--json"]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(failures(&v2["id"]), 0, "activation starts a new count");
+    let server = serve(&p);
+    failing_run();
+    failing_run();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        failures(&v2["id"]),
+        2,
+        "counted once, with a server watching"
+    );
+    new_session(&server, "/tool flaky {}");
+    eventually(LIMIT, "the server's automatic rollback", || {
+        (active(&p)["id"] == v1["id"]).then_some(())
+    });
+    let all = rolled_back(&p);
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all[1]["data"]["failures"], 3);
+    assert_eq!(all[1]["data"]["from"], v2["id"]);
+}
+
+/// Several `eve run` processes fail at once past the threshold: each counts its own turn, and
+/// exactly one of them rolls back (one process decides at a time, on the release as stored).
+#[test]
+fn concurrent_failing_runs_roll_back_once() {
+    let p = project("default_tools: false\n");
+    p.tool(
+        "flaky",
+        "description: Works.\neffect: read\ninput:\n  type: object",
+        "cat >/dev/null\necho fine\n",
+    );
+    p.build();
+    let v1 = active(&p);
+    p.file(
+        "agent.yaml",
+        "default_tools: false\nrollback: {failures: 2, window: 10m}\n",
+    );
+    p.tool(
+        "flaky",
+        "description: Always fails.\neffect: read\ninput:\n  type: object",
+        "cat >/dev/null\nsleep 0.2\necho broken >&2\nexit 1\n",
+    );
+    p.build();
+    let v2 = active(&p);
+    let runs = 6;
+    std::thread::scope(|s| {
+        for _ in 0..runs {
+            s.spawn(|| {
+                let out = p.eve(&["run", "/tool flaky {}"]).output().unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            });
+        }
+    });
+    let out = p.eve(&["releases", "log", "--json"]).output().unwrap();
+    let rolled: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == "release.rolled_back")
+        .collect();
+    let counted = releases(&p)
+        .into_iter()
+        .find(|r| r["id"] == v2["id"])
+        .unwrap()["failures"]
+        .as_u64()
+        .unwrap();
+    eprintln!(
+        "{runs} concurrent failing runs: {counted} counted, {} rollbacks",
+        rolled.len()
+    );
+    assert_eq!(rolled.len(), 1, "one rollback: {rolled:?}");
+    assert_eq!(active(&p)["id"], v1["id"]);
+    assert!(counted >= 2, "{counted}");
+}

@@ -33,6 +33,10 @@ pub const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
 /// on the new model (announced by a `turn.model_switched` event); without it that turn fails
 /// with `model_changed`.
 pub const EVE_ALLOW_MODEL_SWITCH: &str = "EVE_ALLOW_MODEL_SWITCH";
+/// Seconds `eve run` waits, before it exits, for its turn's events to reach the observe hooks
+/// (default 10; `0`: no wait). A hook running on an event then is left to finish; what is left
+/// is said on stderr, for a server on the store to deliver.
+pub const EVE_HOOK_WAIT: &str = "EVE_HOOK_WAIT";
 /// Script of the `mock` provider: a path to a JSON file, or inline JSON when it starts with `[`.
 pub const EVE_MOCK_SCRIPT: &str = "EVE_MOCK_SCRIPT";
 /// The judge model of `eve eval` (`provider/name`) for cases with `expect.judge`.
@@ -63,6 +67,11 @@ pub const EVE_TEST_POSTGRES_URL: &str = "EVE_TEST_POSTGRES_URL";
 /// servers raw, as eve did before it neutralised terminal controls (so a test can show an attack
 /// reaching the terminal when nothing stops it). A release build ignores it.
 pub const EVE_TEST_RAW_TERMINAL: &str = "EVE_TEST_RAW_TERMINAL";
+/// Tests only, and honoured by debug builds only: `1` delivers observe-hook events without the
+/// session's delivery claim, as eve did before two processes could deliver one session's events
+/// (so a test can show the same event delivered twice when nothing stops it). A release build
+/// ignores it.
+pub const EVE_TEST_NO_HOOK_CLAIM: &str = "EVE_TEST_NO_HOOK_CLAIM";
 /// Tests only: `1` skips the PostgreSQL tests, each saying SKIPPED (without it and without a
 /// server URL they fail).
 pub const EVE_SKIP_POSTGRES: &str = "EVE_SKIP_POSTGRES";

@@ -19,6 +19,7 @@ mod escape_http;
 mod escape_paths;
 mod escape_store;
 mod escape_view;
+mod hook_claims;
 mod hostile_http;
 mod hostile_mcp;
 mod hostile_model;

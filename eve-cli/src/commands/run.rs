@@ -15,7 +15,7 @@ use eve_compile::Project;
 use eve_compile::build;
 use eve_compile::render::{Style, render_all};
 use eve_runtime::engine::{DriveOutcome, Runtime, SettingsModelProvider};
-use eve_runtime::env_vars::EVE_MODEL;
+use eve_runtime::env_vars::{EVE_HOOK_WAIT, EVE_MODEL};
 use eve_runtime::store::InputRequestRecord;
 
 use crate::cli::RunArgs;
@@ -27,10 +27,14 @@ use crate::term::{Printer, ask, compact};
 /// Exit code of a run that stopped at an approval nobody could answer.
 pub const EXIT_WAITING: u8 = 3;
 
+/// How long `eve run` waits for its observe-hook deliveries before it exits, by default.
+const DEFAULT_HOOK_WAIT: Duration = Duration::from_secs(10);
+
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.prompt.is_none() && args.session.is_none() && !args.last {
         anyhow::bail!("give a prompt (`eve run \"hello\"`), or `--session ID` to resume a session");
     }
+    let hook_wait = hook_wait()?;
     let project = locate(&args.project)?;
     if !build_agent(&project)? {
         return Ok(ExitCode::FAILURE);
@@ -41,7 +45,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    tokio.block_on(run_async(args, project))
+    tokio.block_on(run_async(args, project, hook_wait))
 }
 
 /// Builds the agent and hands the build to the runtime as a release (a build left pending or
@@ -84,14 +88,102 @@ pub async fn open_runtime(project: &Project) -> anyhow::Result<Runtime> {
     super::open_runtime(project, None, false).await
 }
 
-async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> {
+/// How long `eve run` waits for its hook deliveries before it exits ([`EVE_HOOK_WAIT`]).
+fn hook_wait() -> anyhow::Result<Duration> {
+    let Some(value) = std::env::var(EVE_HOOK_WAIT)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    else {
+        return Ok(DEFAULT_HOOK_WAIT);
+    };
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && (0.0..=86_400.0).contains(s))
+        .map(Duration::from_secs_f64)
+        .with_context(|| {
+            format!(
+                "{EVE_HOOK_WAIT}={value} is not a number of seconds: use for example 10, or 0 to \
+                 exit without waiting for observe hooks"
+            )
+        })
+}
+
+async fn run_async(
+    args: RunArgs,
+    project: Project,
+    hook_wait: Duration,
+) -> anyhow::Result<ExitCode> {
     let runtime = super::open_runtime(&project, args.model.model.as_deref(), false).await?;
     super::serve::report_view(&runtime);
     let color = stderr_color();
+    let code = drive_to_rest(&runtime, &args, &project, color).await;
+    // The turn's events reach the hooks before the process (and the hooks it runs) ends.
+    finish_hooks(&runtime, hook_wait, color).await;
+    code
+}
+
+/// Says what observe hooks did not get before the exit, and who delivers it.
+async fn finish_hooks(runtime: &Runtime, wait: Duration, color: bool) {
+    let backlog = runtime.finish_hooks(wait).await;
+    if backlog.pending.is_empty() {
+        return;
+    }
+    let reason = if backlog.cut {
+        format!("the wait reached {EVE_HOOK_WAIT}={}s", wait.as_secs_f64())
+    } else if !backlog.failed.is_empty() {
+        "a hook did not acknowledge an event".to_owned()
+    } else {
+        "another eve process is delivering them".to_owned()
+    };
+    errln!(
+        "{} {} not delivered to observe hooks before `eve run` exits ({reason}):",
+        paint(color, "1;33", "warning:"),
+        plural(backlog.pending.len(), "event")
+    );
+    const SHOWN: usize = 10;
+    for p in backlog.pending.iter().take(SHOWN) {
+        errln!(
+            "  `{}` <- {} (session {}, event {})",
+            Untrusted(&p.hook),
+            p.kind,
+            p.session,
+            p.index
+        );
+    }
+    if backlog.pending.len() > SHOWN {
+        errln!("  … and {} more", backlog.pending.len() - SHOWN);
+    }
+    for (_, why) in &backlog.failed {
+        errln!("  {}", Untrusted(why));
+    }
+    for (session, pid) in &backlog.elsewhere {
+        errln!("  eve process {pid} is delivering the events of session {session}");
+    }
+    errln!(
+        "a server on this store (`eve serve`, `eve dev`) delivers {}: at once when one is \
+         running, else when one starts",
+        if backlog.pending.len() == 1 {
+            "it"
+        } else {
+            "them"
+        }
+    );
+}
+
+/// Drives the session of `args` until it rests (idle, failed, cancelled, or parked on an
+/// approval nobody here answers); the exit code says which.
+async fn drive_to_rest(
+    runtime: &Runtime,
+    args: &RunArgs,
+    project: &Project,
+    color: bool,
+) -> anyhow::Result<ExitCode> {
     let wanted = super::sessions::wanted(args.session.as_deref(), args.last)?;
     let (id, from) = match wanted {
         Some(wanted) => {
-            let id = super::sessions::resolve(&runtime, &project, wanted).await?;
+            let id = super::sessions::resolve(runtime, project, wanted).await?;
             let session = runtime
                 .session(&id)
                 .await?
@@ -130,7 +222,7 @@ async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> 
             printer.event(&event);
         }
         printer.finish_line();
-        warn_connections_down(&runtime, &project, &mut warned, color).await;
+        warn_connections_down(runtime, project, &mut warned, color).await;
         match outcome {
             DriveOutcome::Idle => return Ok(ExitCode::SUCCESS),
             DriveOutcome::Cancelled => {
@@ -176,7 +268,7 @@ async fn run_async(args: RunArgs, project: Project) -> anyhow::Result<ExitCode> 
                 }
             }
             DriveOutcome::WaitingInput(requests) => {
-                if !answer_requests(&runtime, &id, &requests, args.yes, color).await? {
+                if !answer_requests(runtime, &id, &requests, args.yes, color).await? {
                     return Ok(ExitCode::from(EXIT_WAITING));
                 }
             }

@@ -35,10 +35,7 @@ impl TurnDriver<'_> {
         let window = match self.window {
             Some(w) => w,
             None => {
-                let w = match config.context_window.or(self.model.context_window) {
-                    Some(w) => Some(w),
-                    None => provider_window(self.rt, &self.model).await,
-                };
+                let w = self.context_window().await;
                 self.window = Some(w);
                 w
             }
@@ -73,6 +70,25 @@ impl TurnDriver<'_> {
         self.context = None;
         self.refresh_session().await?;
         Ok(())
+    }
+
+    /// The model's context window: `agent.yaml` `context_window`, else the model client's (a
+    /// provider's answer is asked once per runtime). `None` when nobody knows it.
+    pub(in crate::engine) async fn context_window(&self) -> Option<u64> {
+        if let Some(w) = self.window {
+            return w;
+        }
+        match self
+            .build
+            .manifest
+            .agent
+            .config
+            .context_window
+            .or(self.model.context_window)
+        {
+            Some(w) => Some(w),
+            None => provider_window(self.rt, &self.model).await,
+        }
     }
 
     /// After the provider answered "context too long" for this step: compacts, so the caller

@@ -1,5 +1,5 @@
 //! Live events: what a commit of this process tells the followers of its sessions and the
-//! readers of every event (the dev console, the release monitor), once it is stored.
+//! readers of every event (the dev console), once it is stored.
 //!
 //! Nothing is published before it is committed, so a follower never sees an event the store
 //! lacks; a follower that falls behind reads the store instead ([`super::follow`]).

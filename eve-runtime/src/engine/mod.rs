@@ -14,6 +14,7 @@ mod active;
 mod breakers;
 mod build;
 mod checkpoint_blobs;
+mod claims;
 mod compaction;
 mod config;
 mod drive;
@@ -22,6 +23,7 @@ mod error;
 pub mod events;
 mod follow;
 mod hollow;
+mod hook_delivery;
 mod hooks;
 pub mod integrity;
 mod lean;
@@ -63,6 +65,7 @@ pub use config::{BreakerPolicy, DEFAULT_LEASE_TTL, ModelProvider, ResolvedModel,
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::LOCAL_PRINCIPAL;
 pub use follow::EventFollower;
+pub use hook_delivery::{HookBacklog, PendingHookEvent};
 pub use live::LiveEvents;
 pub use models::{FixedModelProvider, SettingsModelProvider};
 pub use releases::{
@@ -121,8 +124,8 @@ pub(crate) struct Inner {
     pub(crate) breaker_trips: Mutex<breakers::Trips>,
     /// MCP managers by the JSON of their connections.
     pub(crate) mcp: Mutex<HashMap<String, crate::mcp::McpManager>>,
-    /// Sessions with a running observe-hook delivery (`true`: more events arrived meanwhile).
-    pub(crate) hook_workers: Mutex<HashMap<String, bool>>,
+    /// Delivery of events to observe hooks.
+    pub(crate) hooks: hook_delivery::HookState,
     /// Context windows the providers reported, by model id and client: asked once per runtime.
     pub(crate) windows: Mutex<HashMap<String, u64>>,
     /// Channel replies followed by this runtime.
@@ -131,7 +134,7 @@ pub(crate) struct Inner {
     pub(crate) http: crate::tools::HttpClient,
     /// Starts every process of this runtime's tools, hooks and MCP servers (the execution seam).
     pub(crate) exec: Arc<crate::exec::Executor>,
-    /// The gate runner, release followers and the failure monitor.
+    /// The gate runner, release followers and the lock of release decisions.
     pub(crate) releases: releases::ReleaseState,
     /// The agent folder `propose_change` proposals are written into (see `selfchange`).
     pub(crate) agent_dir: std::sync::OnceLock<PathBuf>,
@@ -202,7 +205,7 @@ impl Runtime {
                 breakers: tokio::sync::Mutex::new(HashMap::new()),
                 breaker_trips: Mutex::new(breakers::Trips::default()),
                 mcp: Mutex::new(HashMap::new()),
-                hook_workers: Mutex::new(HashMap::new()),
+                hooks: hook_delivery::HookState::default(),
                 windows: Mutex::new(HashMap::new()),
                 following: replies::Following::default(),
                 http: crate::tools::HttpClient::new(),
@@ -411,9 +414,10 @@ impl Runtime {
 
     /// Picks up, until `shutdown`, work that other processes leave in the shared store: an
     /// approval answered by `eve sessions approve`, a message accepted by another process, a turn
-    /// whose driver died. Looks when the store reports another process's commit, and every
-    /// lease interval anyway (a dead process commits nothing). Sessions a live process holds are
-    /// left to it (their lease says so).
+    /// whose driver died, events their observe hooks have not acknowledged. Looks when the store
+    /// reports another process's commit, and every lease interval anyway (a dead process commits
+    /// nothing). Sessions a live process holds are left to it (their lease or delivery claim
+    /// says so).
     pub fn watch_store(&self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
         let rt = self.clone();
         let mut foreign = self.inner.store.foreign_commits();
@@ -445,6 +449,10 @@ impl Runtime {
                         }
                     }
                     Err(e) => tracing::warn!(error = %e, "cannot look for sessions with work"),
+                }
+                // Events another process stored (an `eve run` turn) and left to its hooks.
+                if let Err(e) = rt.resume_hooks().await {
+                    tracing::warn!(error = %e, "cannot look for events behind their hooks");
                 }
                 // At most a few looks a second, however busy the other processes are.
                 tokio::select! {

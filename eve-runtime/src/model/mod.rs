@@ -337,7 +337,11 @@ pub struct ModelResponse {
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     /// 401/403: the key is missing or wrong.
-    #[error("the model provider rejected the API key (HTTP {status}): {message}")]
+    #[error(
+        "the model provider rejected the API key (HTTP {status}): {message}; set the key eve \
+         sends with EVE_API_KEY (or the provider's own variable: OPENAI_API_KEY, \
+         ANTHROPIC_API_KEY, DEEPSEEK_API_KEY)"
+    )]
     Auth {
         /// HTTP status.
         status: u16,
@@ -345,7 +349,10 @@ pub enum ModelError {
         message: String,
     },
     /// 404: the model does not exist on this server.
-    #[error("model `{model}` was not found on {base_url}: {message}")]
+    #[error(
+        "model `{model}` was not found on {base_url}: {message}; name one this server serves \
+         with EVE_MODEL (or `model:` in agent.yaml)"
+    )]
     UnknownModel {
         /// Model name.
         model: String,

@@ -94,7 +94,7 @@ pub(crate) fn status_error(status: u16, body: &str, model: &str, base_url: &str)
         // A web page (a UI, a proxy's error page): the base URL most likely misses the API.
         Some(text) => format!(
             "an HTML page ({}), not an API answer: is {base_url} the API's base URL? \
-             (OpenAI-compatible servers usually serve it under /v1)",
+             (OpenAI-compatible servers usually serve it under /v1; set it with EVE_BASE_URL)",
             quote(text.as_bytes())
         ),
         None => error_message(body, status),
@@ -110,7 +110,7 @@ pub(crate) fn status_error(status: u16, body: &str, model: &str, base_url: &str)
             status,
             message: format!(
                 "{message}: there is no API at {base_url}; is it the API's base URL? \
-                 (OpenAI-compatible servers usually serve it under /v1)"
+                 (OpenAI-compatible servers usually serve it under /v1; set it with EVE_BASE_URL)"
             ),
         },
         404 => ModelError::UnknownModel {

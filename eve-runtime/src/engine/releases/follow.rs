@@ -1,5 +1,5 @@
-//! Following the releases: this process points its build store, `.eve/current` and the failure
-//! monitor at the active release (again whenever another process or fleet node commits), and
+//! Following the releases: this process points its build store and `.eve/current` at the active
+//! release (again whenever another process or fleet node commits), and
 //! [`ReleaseFollower`] streams the releases' audit events, stored then live.
 
 use std::sync::Arc;
@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, watch};
 
-use super::rollback::{Watched, monitor};
 use super::{Release, upgrade};
 use crate::engine::Runtime;
 use crate::engine::error::RuntimeResult;
@@ -29,8 +28,8 @@ impl Runtime {
         }
     }
 
-    /// Points this process at the active release: the build store's current build, the
-    /// `.eve/current` link, and the failure monitor.
+    /// Points this process at the active release: the build store's current build and the
+    /// `.eve/current` link.
     pub(crate) async fn follow_active(&self, active: Option<&Release>) {
         let hash = active.map(|r| r.build_hash.clone());
         if let Some(h) = &hash
@@ -58,35 +57,6 @@ impl Runtime {
             }
         }
         self.inner.builds.set_active(hash);
-        let watched = match active {
-            Some(r) => match (self.inner.builds.get(&r.build_hash), r.activated_at) {
-                (Ok(b), Some(at)) => b.manifest.agent.config.rollback.map(|policy| Watched {
-                    release: r.id.clone(),
-                    build_hash: r.build_hash.clone(),
-                    activated_at: at,
-                    policy,
-                }),
-                _ => None,
-            },
-            None => None,
-        };
-        let sender = self
-            .inner
-            .releases
-            .watched
-            .lock()
-            .ok()
-            .and_then(|w| w.clone());
-        if let Some(tx) = sender {
-            tx.send_if_modified(|w| {
-                if *w == watched {
-                    false
-                } else {
-                    *w = watched;
-                    true
-                }
-            });
-        }
     }
 
     /// Reads the active release and follows it; then again whenever another process commits.
@@ -95,38 +65,30 @@ impl Runtime {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (tx, rx) = watch::channel(None);
-        if let Ok(mut w) = self.inner.releases.watched.lock() {
-            *w = Some(tx);
-        }
         let weak = Arc::downgrade(&self.inner);
         let mut foreign = self.inner.store.foreign_commits();
-        handle.spawn({
-            let weak = weak.clone();
-            async move {
-                loop {
-                    {
-                        let Some(rt) = upgrade(&weak) else { return };
-                        match rt.inner.store.releases().await {
-                            Ok(all) => {
-                                let active = all.iter().find(|r| r.status == ReleaseStatus::Active);
-                                rt.follow_active(active).await;
-                            }
-                            Err(e) => tracing::warn!(error = %e, "cannot read the active release"),
+        handle.spawn(async move {
+            loop {
+                {
+                    let Some(rt) = upgrade(&weak) else { return };
+                    match rt.inner.store.releases().await {
+                        Ok(all) => {
+                            let active = all.iter().find(|r| r.status == ReleaseStatus::Active);
+                            rt.follow_active(active).await;
+                        }
+                        Err(e) => tracing::warn!(error = %e, "cannot read the active release"),
+                    }
+                }
+                match foreign.as_mut() {
+                    Some(rx) => {
+                        if rx.changed().await.is_err() {
+                            return;
                         }
                     }
-                    match foreign.as_mut() {
-                        Some(rx) => {
-                            if rx.changed().await.is_err() {
-                                return;
-                            }
-                        }
-                        None => return,
-                    }
+                    None => return,
                 }
             }
         });
-        handle.spawn(monitor(weak, rx));
     }
 }
 

@@ -9,14 +9,14 @@
 //! decisions. The active release is the source of truth for "current": the [`BuildStore`]
 //! follows it (refreshed when another process or fleet node commits), and `.eve/current` is kept
 //! pointed at its build for tools that read the link. Nothing is rebuilt: builds stay in
-//! `.eve/builds/`. Automatic rollback watches the turns this process runs on a release with a
-//! `rollback:` policy and re-activates the previous release when too many fail in the window.
+//! `.eve/builds/`. Automatic rollback counts, in the store, the failed turns of a release with a
+//! `rollback:` policy, whichever process ran them, and re-activates the previous release when
+//! too many fail in the window.
 //!
 //! Here: the release types, the releases' share of the runtime's state, and the reads every
 //! move shares. `activation.rs` judges a candidate (delta, gate) and records or activates it;
 //! `rollback.rs` takes a release back, by a principal or automatically; `follow.rs` keeps this
-//! process (its build store, `.eve/current`, the failure monitor) on the active release and
-//! streams the audit events.
+//! process (its build store, `.eve/current`) on the active release and streams the audit events.
 //!
 //! [`BuildStore`]: super::BuildStore
 
@@ -30,9 +30,8 @@ use eve_compile::{Activation, Delta, Manifest};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::broadcast;
 
-use self::rollback::Watched;
 use super::error::{RuntimeError, RuntimeResult};
 use super::{Inner, Runtime};
 use crate::store::{
@@ -147,8 +146,6 @@ pub(crate) struct ReleaseState {
     gate: Mutex<Option<Arc<dyn GateRunner>>>,
     /// Release events this process committed.
     live: Mutex<Option<broadcast::Sender<StoredEvent>>>,
-    /// The active release when it has a `rollback:` policy (what the failure monitor watches).
-    watched: Mutex<Option<watch::Sender<Option<Watched>>>>,
     /// Serialises this process's release decisions.
     pub(crate) lock: tokio::sync::Mutex<()>,
 }

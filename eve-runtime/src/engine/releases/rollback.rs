@@ -1,34 +1,33 @@
 //! Taking a release back: a principal's rollback to an earlier release, and the automatic one,
-//! which counts the failed turns this process runs on a release with a `rollback:` policy and
-//! re-activates the previous release when too many fail within the window.
+//! which re-activates the previous release when too many turns fail on a release with a
+//! `rollback:` policy within its window.
+//!
+//! Failures are counted in the store, whichever process ran the turns: a failed turn (or one
+//! that completed with a failed tool call) on the active release, started after its activation
+//! and ending within its window, carries `ReleaseOp::CountFailure` in the very commit that ends
+//! it ([`Runtime::failure_to_count`]), so it counts once, also when the process exits right after
+//! (`eve run`) and also when another process (a server) watches the store. The process that ran
+//! the turn then decides, before its driver returns ([`Runtime::failure_counted`]): under the
+//! store claim `releases:rollback` (one process decides at a time) it reads the release as
+//! stored and, at the threshold, rolls back; whichever process counts the failure that reaches
+//! the threshold is the one that acts.
 //!
 //! The automatic rollback never ping-pongs: it only goes back to a release that was superseded
 //! in the ordinary way, never to one that was rolled back, and a release it restored is not moved
 //! again by failures: they raise `release.rollback_held` (audit log and stream) for a principal
 //! to decide.
 
-use std::sync::Weak;
+use std::time::Duration;
 
 use eve_compile::RollbackPolicy;
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, watch};
 
 use super::{
     Principal, RELEASE_ROLLBACK_HELD, RELEASE_ROLLED_BACK, RUNTIME_PRINCIPAL, Release, find,
-    upgrade,
 };
+use crate::engine::Runtime;
 use crate::engine::error::{RuntimeError, RuntimeResult};
-use crate::engine::{Inner, Runtime, events};
-use crate::store::{Batch, Op, ReleaseOp, ReleaseStatus, StoredEvent, now_ms};
-
-/// The active release when it has a `rollback:` policy: what the failure monitor watches.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Watched {
-    pub(super) release: String,
-    pub(super) build_hash: String,
-    pub(super) activated_at: i64,
-    pub(super) policy: RollbackPolicy,
-}
+use crate::store::{Batch, Op, ReleaseOp, ReleaseStatus, TurnRecord, TurnStatus, now_ms};
 
 impl Runtime {
     /// Makes an earlier release active again at once: `to` (a release id, prefix or build
@@ -114,81 +113,106 @@ impl Runtime {
     }
 }
 
-/// Counts the failed turns this process runs on a watched release; rolls back at the limit.
-pub(super) async fn monitor(weak: Weak<Inner>, mut watched: watch::Receiver<Option<Watched>>) {
-    loop {
-        let current = watched.borrow_and_update().clone();
-        let Some(w) = current else {
-            if watched.changed().await.is_err() {
-                return;
-            }
-            continue;
-        };
-        let Some(mut events) = upgrade(&weak).map(|rt| rt.subscribe_all()) else {
-            return;
-        };
-        loop {
-            tokio::select! {
-                changed = watched.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    break;
-                }
-                event = events.recv() => {
-                    let event = match event {
-                        Ok(e) => e,
-                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(broadcast::error::RecvError::Closed) => return,
-                    };
-                    if event.kind != events::TURN_COMPLETED && event.kind != events::TURN_FAILED {
-                        continue;
-                    }
-                    let Some(rt) = upgrade(&weak) else { return };
-                    if let Err(e) = rt.count_turn(&w, &event).await {
-                        tracing::warn!(error = %e, "cannot count a failed turn for automatic rollback");
-                    }
-                }
-            }
-        }
-    }
+/// The claim under which one process at a time decides an automatic rollback.
+const ROLLBACK_CLAIM: &str = "releases:rollback";
+/// Longest wait for another process's rollback decision to end.
+const DECISION_WAIT: Duration = Duration::from_secs(10);
+
+/// A failed turn counted on a release with a `rollback:` policy: what
+/// [`Runtime::failure_counted`] decides on.
+#[derive(Debug, Clone)]
+pub(crate) struct CountedFailure {
+    release: String,
+    policy: RollbackPolicy,
 }
 
 impl Runtime {
-    async fn count_turn(&self, w: &Watched, event: &StoredEvent) -> RuntimeResult<()> {
-        let Some(seq) = event.data.get("sequence").and_then(Value::as_u64) else {
-            return Ok(());
+    /// Whether the turn ending now with `status` counts as a failure under its release's
+    /// `rollback:` policy: it ran on the active release, started after its activation, ends
+    /// within its window, and failed (or completed with a failed tool call). `Some` holds the
+    /// operation to commit with the turn's end, and what to decide once it is stored.
+    pub(crate) async fn failure_to_count(
+        &self,
+        turn: &TurnRecord,
+        status: TurnStatus,
+    ) -> RuntimeResult<Option<(Op, CountedFailure)>> {
+        let Ok(build) = self.inner.builds.get(&turn.build_hash) else {
+            return Ok(None);
         };
-        let Some(turn) = self.inner.store.turn(&event.session_id, seq).await? else {
-            return Ok(());
+        let Some(policy) = build.manifest.agent.config.rollback else {
+            return Ok(None);
         };
-        let now = now_ms();
-        let window_end = w
-            .activated_at
-            .saturating_add(i64::try_from(w.policy.window_ms).unwrap_or(i64::MAX));
-        if turn.build_hash != w.build_hash || turn.started_at < w.activated_at || now > window_end {
-            return Ok(());
-        }
-        let failed = event.kind == events::TURN_FAILED
-            || self
+        let failed = match status {
+            TurnStatus::Failed => true,
+            TurnStatus::Completed => self
                 .inner
                 .store
-                .tool_calls(&event.session_id, seq)
+                .tool_calls(&turn.session_id, turn.seq)
                 .await?
                 .iter()
-                .any(|c| c.is_error);
+                .any(|c| c.is_error),
+            _ => false,
+        };
         if !failed {
-            return Ok(());
+            return Ok(None);
         }
+        let Some(active) = self.active_release().await? else {
+            return Ok(None);
+        };
+        let Some(activated_at) = active.activated_at else {
+            return Ok(None);
+        };
+        let window_end =
+            activated_at.saturating_add(i64::try_from(policy.window_ms).unwrap_or(i64::MAX));
+        if active.build_hash != turn.build_hash
+            || turn.started_at < activated_at
+            || now_ms() > window_end
+        {
+            return Ok(None);
+        }
+        Ok(Some((
+            Op::Release(ReleaseOp::CountFailure {
+                id: active.id.clone(),
+            }),
+            CountedFailure {
+                release: active.id,
+                policy,
+            },
+        )))
+    }
+
+    /// A failed turn was counted on a release: at the threshold, rolls back, or raises
+    /// `release.rollback_held` when it must not move. Decided on the release as stored now, by
+    /// one process at a time; a failure never fails the turn that was counted.
+    pub(crate) async fn failure_counted(&self, counted: CountedFailure) {
+        if let Err(e) = self.decide_rollback(&counted).await {
+            tracing::warn!(release = %counted.release, error = %e, "cannot decide an automatic rollback");
+        }
+    }
+
+    async fn decide_rollback(&self, counted: &CountedFailure) -> RuntimeResult<()> {
         let _guard = self.inner.releases.lock.lock().await;
-        let mut batch = Batch::new();
-        batch.push(Op::Release(ReleaseOp::CountFailure {
-            id: w.release.clone(),
-        }));
-        self.commit_releases(batch).await?;
-        let release = self.release(&w.release).await?;
-        if release.status != ReleaseStatus::Active
-            || release.failures < u64::from(w.policy.failures)
+        let claim = match self.claim_within(ROLLBACK_CLAIM, DECISION_WAIT).await? {
+            Ok(claim) => claim,
+            Err(pid) => {
+                tracing::warn!(
+                    pid,
+                    release = %counted.release,
+                    "another eve process has been deciding an automatic rollback for too long; \
+                     leaving this failure to its count"
+                );
+                return Ok(());
+            }
+        };
+        let decided = self.decide_claimed(counted).await;
+        claim.release().await;
+        decided
+    }
+
+    async fn decide_claimed(&self, counted: &CountedFailure) -> RuntimeResult<()> {
+        let policy = &counted.policy;
+        let release = self.release(&counted.release).await?;
+        if release.status != ReleaseStatus::Active || release.failures < u64::from(policy.failures)
         {
             return Ok(());
         }
@@ -196,14 +220,14 @@ impl Runtime {
             "{} failed turns on release {} within {} of its activation (rollback: {{failures: {}, window: {}}})",
             release.failures,
             release.id,
-            window(w.policy.window_ms),
-            w.policy.failures,
-            window(w.policy.window_ms),
+            window(policy.window_ms),
+            policy.failures,
+            window(policy.window_ms),
         );
         let extra = json!({
             "failures": release.failures,
-            "windowMs": w.policy.window_ms,
-            "threshold": w.policy.failures,
+            "windowMs": policy.window_ms,
+            "threshold": policy.failures,
         });
         let all = self.releases_list().await?;
         let held = if release.activated_by.as_deref() == Some(RUNTIME_PRINCIPAL) {
@@ -222,24 +246,26 @@ impl Runtime {
             None
         };
         if let Some(why) = held {
-            // Once per activation: at the threshold, not at every failure after it.
-            if release.failures == u64::from(w.policy.failures) {
-                tracing::error!(release = %release.id, "{reason}; {why}");
-                let mut data = json!({
-                    "releaseId": release.id,
-                    "buildHash": release.build_hash,
-                    "reason": format!("{reason}; {why}"),
-                });
-                if let (Value::Object(d), Value::Object(e)) = (&mut data, extra) {
-                    d.extend(e);
-                }
-                let mut batch = Batch::durable();
-                batch.push(Op::Release(ReleaseOp::Event {
-                    kind: RELEASE_ROLLBACK_HELD.to_owned(),
-                    data,
-                }));
-                self.commit_releases(batch).await?;
+            // Once per activation, whichever process counts the failures after it.
+            if self.held_raised(&release).await? {
+                return Ok(());
             }
+            tracing::error!(release = %release.id, "{reason}; {why}");
+            let mut data = json!({
+                "releaseId": release.id,
+                "buildHash": release.build_hash,
+                "activatedAt": release.activated_at,
+                "reason": format!("{reason}; {why}"),
+            });
+            if let (Value::Object(d), Value::Object(e)) = (&mut data, extra) {
+                d.extend(e);
+            }
+            let mut batch = Batch::durable();
+            batch.push(Op::Release(ReleaseOp::Event {
+                kind: RELEASE_ROLLBACK_HELD.to_owned(),
+                data,
+            }));
+            self.commit_releases(batch).await?;
             return Ok(());
         }
         let to = automatic_target(&all, &release).map(|r| r.id.clone());
@@ -253,6 +279,15 @@ impl Runtime {
             }
         }
         Ok(())
+    }
+
+    /// Whether `release.rollback_held` was raised for this activation of `release`.
+    async fn held_raised(&self, release: &Release) -> RuntimeResult<bool> {
+        Ok(self.release_events(0, 0).await?.iter().any(|e| {
+            e.kind == RELEASE_ROLLBACK_HELD
+                && e.data["releaseId"] == release.id.as_str()
+                && e.data["activatedAt"] == json!(release.activated_at)
+        }))
     }
 }
 

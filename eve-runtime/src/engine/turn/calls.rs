@@ -675,6 +675,11 @@ impl TurnDriver<'_> {
             };
             (CallStatus::Failed, json!(text))
         };
+        // Redacted before anything keeps it, then fitted to the model's window (the whole
+        // output saved in the workspace when it is cut).
+        let mut output = output;
+        self.rt.secrets().redact_json(&mut output);
+        let output = self.fit_output(&call, output, &ctx).await;
         // A refused input is the caller's mistake, not a failure of the tool.
         let breakers = if result.input_refused {
             Vec::new()

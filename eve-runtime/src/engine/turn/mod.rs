@@ -8,13 +8,15 @@
 //! process) knows what to do next from that row and the turn's tool calls alone.
 //!
 //! This module holds the machine itself and how a turn ends; a step's model call and journal live
-//! in [`step`], settling tool calls in [`calls`], approvals in [`approval`]. Limits, compaction and
+//! in [`step`], settling tool calls in [`calls`] (a long result cut to the model's window in
+//! [`fit`]), approvals in [`approval`]. Limits, compaction and
 //! breakers, which a turn consults, are the engine's [`super::limits`], [`super::compaction`] and
 //! [`super::breakers`].
 
 mod approval;
 pub(crate) use approval::Answer;
 mod calls;
+mod fit;
 mod pin;
 mod prompt;
 mod step;
@@ -398,6 +400,11 @@ impl<'a> TurnDriver<'a> {
         turn.ended_at = Some(now_ms());
         turn.stop_reason = Some(reason.to_owned());
         self.session.status = SessionStatus::Idle;
+        // A failure under the release's `rollback:` policy counts in this very commit.
+        let counted = self.rt.failure_to_count(&turn, status).await?;
+        if let Some((op, _)) = &counted {
+            batch.push(op.clone());
+        }
         batch
             .push(Op::PutTurn(turn))
             .push(Op::UpdateSession(self.session.clone()))
@@ -416,6 +423,9 @@ impl<'a> TurnDriver<'a> {
         }
         self.rt.commit(batch).await?;
         self.context = None;
+        if let Some((_, counted)) = counted {
+            self.rt.failure_counted(counted).await;
+        }
         Ok(TurnEnd::Finished)
     }
 }

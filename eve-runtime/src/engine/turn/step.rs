@@ -488,6 +488,7 @@ impl TurnDriver<'_> {
         }
         let done = calls.is_empty() && send_back.is_none();
         let mut nudge = None;
+        let mut counted = None;
         if let Some((text, events)) = send_back {
             batch.event(
                 self.id(),
@@ -529,6 +530,14 @@ impl TurnDriver<'_> {
                     ev::SESSION_WAITING,
                     ev::session_waiting(&self.session.id, &self.session.usage),
                 );
+            // A failed call under the release's `rollback:` policy counts in this very commit.
+            counted = self
+                .rt
+                .failure_to_count(turn, TurnStatus::Completed)
+                .await?;
+            if let Some((op, _)) = &counted {
+                batch.push(op.clone());
+            }
         } else {
             turn.phase = TurnPhase::Tools;
             batch.event(
@@ -552,6 +561,9 @@ impl TurnDriver<'_> {
             self.held = Some(batch);
         } else {
             self.rt.commit(batch).await?;
+        }
+        if let Some((_, counted)) = counted {
+            self.rt.failure_counted(counted).await;
         }
         if let Some(context) = self.context.as_mut() {
             context.push(assistant);
