@@ -496,4 +496,13 @@ async fn an_automatic_rollback_never_ping_pongs() {
         reason.contains("restored by an automatic rollback"),
         "{reason}"
     );
+
+    // Building the rolled-back folder again (what `eve run` and `eve dev` do) does not bring it
+    // back: only a principal's activation does.
+    let again = release(&rt, &v2).await;
+    assert!(
+        matches!(&again, ReleaseOutcome::Rejected(r) if r.id == bad.id),
+        "{again:?}"
+    );
+    assert_eq!(active().await, good.id);
 }

@@ -43,6 +43,20 @@ impl Runtime {
             return Ok(ReleaseOutcome::Activated(active.clone()));
         }
         let all = self.releases_list().await?;
+        // A build that was rolled back is not made active again by building it again (`eve run`,
+        // `eve dev` and `eve build` release what they build): only a principal's `eve activate`
+        // brings it back. Otherwise an unchanged folder would undo every rollback.
+        if !opts.force
+            && let Some(rolled) = all.iter().rev().find(|r| r.build_hash == hash)
+            && rolled.status == ReleaseStatus::RolledBack
+        {
+            let mut held = rolled.clone();
+            held.reason = Some(format!(
+                "this build was rolled back ({}); building it again does not make it active",
+                rolled.reason.as_deref().unwrap_or("no reason recorded")
+            ));
+            return Ok(ReleaseOutcome::Rejected(held));
+        }
         if !opts.force
             && let Some(pending) = all
                 .iter()
