@@ -17,6 +17,7 @@ use eve_runtime::env_vars;
 use eve_runtime::store::{PgStore, SqliteStore, Store};
 
 use crate::cli::ProjectArgs;
+use crate::sanitize::errln;
 
 /// The `--store` of this command, as resolved by [`locate`].
 static STORE: OnceLock<Option<String>> = OnceLock::new();
@@ -85,7 +86,7 @@ pub async fn open_store(project: &Project) -> anyhow::Result<Arc<dyn Store>> {
         StoreChoice::Sqlite(path) => Arc::new(
             if new_store_asked() {
                 if std::fs::metadata(&path).map_or(true, |m| m.len() == 0) {
-                    eprintln!(
+                    errln!(
                         "eve: {}=1: starting an empty store at {}",
                         env_vars::EVE_NEW_STORE,
                         path.display()

@@ -192,7 +192,7 @@ pub(crate) async fn report_sandbox(runtime: &Runtime) {
             report.isolated.join(", ")
         );
     } else if let Some(enforced) = &report.enforced {
-        eprintln!("eve: sandbox limits per call: {}", enforced.line());
+        errln!("eve: sandbox limits per call: {}", enforced.line());
     }
     if let Some(error) = &report.file_tools_error {
         errln!(
