@@ -26,10 +26,9 @@ static STORE: OnceLock<Option<String>> = OnceLock::new();
 /// its `--store`.
 pub fn locate(args: &ProjectArgs) -> anyhow::Result<Project> {
     let _ = STORE.set(args.store.clone().filter(|s| !s.trim().is_empty()));
-    Ok(Project::locate(
-        args.project.as_deref(),
-        args.agent.as_deref(),
-    )?)
+    let mut project = Project::locate(args.project.as_deref(), args.agent.as_deref())?;
+    project.interpreter_path = std::env::var_os(env_vars::PATH);
+    Ok(project)
 }
 
 /// Reads a file by the path diagnostics show (relative to the project root).

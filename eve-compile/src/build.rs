@@ -94,13 +94,14 @@ pub fn check(project: &Project) -> Result<Output, BuildError> {
         },
     );
     // The interpreters the scripts will run with, where eve runs (the one check that starts a
-    // process, so only builds of a folder on disk make it).
-    let path = std::env::var_os("PATH");
-    output.diagnostics.extend(crate::interpreters::check(
-        &output.manifest,
-        path.as_deref(),
-        &prefix,
-    ));
+    // process, so only builds of a folder on disk whose caller gave a `PATH` make it).
+    if let Some(path) = &project.interpreter_path {
+        output.diagnostics.extend(crate::interpreters::check(
+            &output.manifest,
+            Some(path.as_os_str()),
+            &prefix,
+        ));
+    }
     output.diagnostics.sort_by(|a, b| {
         (&a.file, a.line, a.column, a.code).cmp(&(&b.file, b.line, b.column, b.code))
     });

@@ -25,6 +25,9 @@ pub struct Project {
     pub agent_dir: PathBuf,
     /// `<root>/.eve`.
     pub state_dir: PathBuf,
+    /// The `PATH` the scripts' interpreters are looked up in at build (W012, see
+    /// [`crate::interpreters`]); `None` (the default) skips that check. The CLI sets it.
+    pub interpreter_path: Option<std::ffi::OsString>,
 }
 
 impl Project {
@@ -57,6 +60,7 @@ impl Project {
             root,
             agent_dir,
             state_dir,
+            interpreter_path: None,
         }
     }
 

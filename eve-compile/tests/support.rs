@@ -108,10 +108,10 @@ impl TestAgent {
         for (path, entry) in &self.entries {
             write_entry(&agent, path, entry).unwrap();
         }
-        OnDisk {
-            project: Project::at(root, agent),
-            _tmp: tmp,
-        }
+        let mut project = Project::at(root, agent);
+        // As the CLI does: the interpreters are looked up where the test runs.
+        project.interpreter_path = std::env::var_os("PATH");
+        OnDisk { project, _tmp: tmp }
     }
 
     /// Discovers and compiles the in-memory folder, as `eve build` would with `agent/` as prefix.

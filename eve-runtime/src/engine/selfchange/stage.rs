@@ -60,6 +60,7 @@ impl Runtime {
             root,
             agent_dir,
             state_dir,
+            interpreter_path: None,
         }
     }
 
