@@ -108,24 +108,32 @@ fn size_of(dir: &Path) -> u64 {
     total
 }
 
-/// Forks until refused, notes how many in `holding`, holds every process until `release`.
+/// Forks until refused, notes how many in `holding`, holds every process until `release`, and
+/// keeps taking any process slot that frees up meanwhile (its other calls start and end short
+/// processes), so a limit it shares stays full however the calls interleave.
 const HOLD_PROCESSES: &str = r#"python3 -c '
 import os, time
 n = 0
-while n < 4096:
+def grab():
+    global n
     try:
         pid = os.fork()
     except OSError:
-        break
+        return False
     if pid == 0:
         while not os.path.exists("release"):
             time.sleep(0.2)
         os._exit(0)
     n += 1
+    return True
+while n < 4096 and grab():
+    pass
 while not os.path.exists("release"):
     # Written again and again: a parallel call stopped at the quota removes what changed.
     open("holding", "w").write(str(n))
-    time.sleep(0.1)
+    while n < 4096 and grab():
+        pass
+    time.sleep(0.01)
 print("held", n)
 '"#;
 
