@@ -39,6 +39,11 @@ fn small_agent() -> Agent {
 }
 
 /// A runtime on `p` whose model plays `steps` (every session the same script), with the
+/// The twins run every box on one uid, whose process count is the host's: two twins at once (the
+/// test harness runs tests in parallel) would fail each other, which is the very fate they show.
+/// The tests of this file take turns.
+static TAKE_TURNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// workspace quota at [`QUOTA`]; `shared` turns on the test-only shared fate.
 fn runtime(p: &TestProject, steps: Value, shared: bool) -> Runtime {
     let steps = load_script(&steps.to_string()).unwrap();
@@ -226,6 +231,7 @@ async fn one_holds_another_works(shared: bool) -> Held {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_at_its_limits_does_not_make_another_fail() {
+    let _turn = TAKE_TURNS.lock().await;
     if !nix::unistd::geteuid().is_root() {
         eprintln!("SKIPPED: per-box uids and cgroups need eve to run as root");
         return;
@@ -281,6 +287,7 @@ async fn a_session_at_its_limits_does_not_make_another_fail() {
 
 #[tokio::test]
 async fn a_calls_memory_is_bounded_in_total() {
+    let _turn = TAKE_TURNS.lock().await;
     if !nix::unistd::geteuid().is_root() {
         eprintln!("SKIPPED: cgroups need eve to run as root here");
         return;
@@ -305,6 +312,7 @@ async fn a_calls_memory_is_bounded_in_total() {
 
 #[tokio::test]
 async fn a_write_past_the_workspace_quota_is_stopped_and_does_not_stay() {
+    let _turn = TAKE_TURNS.lock().await;
     let endless = r#"mkdir -p fill; i=0; while [ $i -lt 48 ]; do head -c 1048576 /dev/zero > fill/f$i; i=$((i+1)); done; echo wrote all"#;
     let mut runs = Vec::new();
     for shared in [false, true] {
