@@ -6,8 +6,9 @@
 //! history. [`Store`] has two backends: [`SqliteStore`], the embedded default at `.eve/eve.db`,
 //! and [`PgStore`], PostgreSQL shared by a fleet of nodes (one contract suite runs against both).
 //!
-//! This module and the record types are backend-neutral: no SQL and no driver type appear here.
-//! Everything SQLite lives under `sqlite/`, which maps its driver's errors into [`StoreError`]
+//! This module and the record types are backend-neutral: no driver type appears here. Each
+//! record's columns and their conversions are described once, in `rows/`, for both backends;
+//! everything SQLite lives under `sqlite/`, which maps its driver's errors into [`StoreError`]
 //! (keeping their message). Who counts as a dead lease holder is a [`Liveness`] policy the
 //! store is given, not SQL; the run loop's combined read is [`Store::drive_state`].
 
@@ -21,6 +22,7 @@ mod notes;
 mod postgres;
 mod records;
 mod releases;
+mod rows;
 mod schedules;
 mod sqlite;
 mod workspaces;

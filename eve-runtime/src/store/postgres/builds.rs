@@ -10,8 +10,12 @@
 
 use deadpool_postgres::GenericClient;
 
+use super::sql::{all, bind, opt};
 use crate::store::builds::conflict;
-use crate::store::workspaces::{referenced_blobs, tree_from_json, tree_json};
+use crate::store::rows::{
+    self, BUILD_COLS, BUILD_INFO_COLS, WORKSPACE_COLS, to_i64 as i, to_u64 as u,
+};
+use crate::store::workspaces::{referenced_blobs, tree_json};
 use crate::store::{
     BlobsCollected, BuildInfo, Fence, StoreError, StoreResult, StoredBuild, WorkspaceCheckpoint,
     WorkspacePut,
@@ -20,35 +24,14 @@ use crate::store::{
 /// The key of the workspace advisory lock of the store's schema.
 const BLOBS_LOCK: &str = "hashtext('eve-workspace-blobs:' || current_schema())";
 
-fn i(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn u(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
-}
-
 pub(super) async fn put_build<C: GenericClient>(c: &C, build: &StoredBuild) -> StoreResult<bool> {
-    let bytes = i((build.manifest.len() + build.diagnostics.len() + build.pack.len()) as u64);
     let stmt = c
-        .prepare_cached(
-            "INSERT INTO builds (hash, manifest, diagnostics, pack, bytes, created_at) \
-             VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (hash) DO NOTHING",
-        )
+        .prepare_cached(&format!(
+            "INSERT INTO builds ({BUILD_COLS}) VALUES ($1,$2,$3,$4,$5,$6) \
+             ON CONFLICT (hash) DO NOTHING"
+        ))
         .await?;
-    let inserted = c
-        .execute(
-            &stmt,
-            &[
-                &build.hash,
-                &build.manifest,
-                &build.diagnostics,
-                &build.pack,
-                &bytes,
-                &build.created_at,
-            ],
-        )
-        .await?;
+    let inserted = c.execute(&stmt, &bind(&rows::build_values(build))).await?;
     if inserted == 1 {
         return Ok(true);
     }
@@ -66,39 +49,18 @@ pub(super) async fn put_build<C: GenericClient>(c: &C, build: &StoredBuild) -> S
 
 pub(super) async fn build<C: GenericClient>(c: &C, hash: &str) -> StoreResult<Option<StoredBuild>> {
     let stmt = c
-        .prepare_cached(
-            "SELECT hash, manifest, diagnostics, pack, created_at FROM builds WHERE hash=$1",
-        )
+        .prepare_cached(&format!("SELECT {BUILD_COLS} FROM builds WHERE hash=$1"))
         .await?;
-    let Some(row) = c.query_opt(&stmt, &[&hash]).await? else {
-        return Ok(None);
-    };
-    Ok(Some(StoredBuild {
-        hash: row.try_get(0)?,
-        manifest: row.try_get(1)?,
-        diagnostics: row.try_get(2)?,
-        pack: row.try_get(3)?,
-        created_at: row.try_get(4)?,
-    }))
+    opt(c.query_opt(&stmt, &[&hash]).await?, rows::build)
 }
 
 pub(super) async fn builds<C: GenericClient>(c: &C) -> StoreResult<Vec<BuildInfo>> {
     let stmt = c
-        .prepare_cached(
-            "SELECT hash, bytes, created_at FROM builds ORDER BY created_at DESC, hash DESC",
-        )
+        .prepare_cached(&format!(
+            "SELECT {BUILD_INFO_COLS} FROM builds ORDER BY created_at DESC, hash DESC"
+        ))
         .await?;
-    c.query(&stmt, &[])
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(BuildInfo {
-                hash: r.try_get(0)?,
-                bytes: u(r.try_get(1)?),
-                created_at: r.try_get(2)?,
-            })
-        })
-        .collect()
+    all(&c.query(&stmt, &[]).await?, rows::build_info)
 }
 
 pub(super) async fn put_workspace<C: GenericClient>(
@@ -173,24 +135,14 @@ pub(super) async fn workspace<C: GenericClient>(
     session: &str,
 ) -> StoreResult<Option<WorkspaceCheckpoint>> {
     let stmt = c
-        .prepare_cached(
-            "SELECT version, tree, bytes, updated_at FROM workspace_checkpoints \
-             WHERE session_id=$1",
-        )
+        .prepare_cached(&format!(
+            "SELECT {WORKSPACE_COLS} FROM workspace_checkpoints WHERE session_id=$1"
+        ))
         .await?;
-    let Some(row) = c.query_opt(&stmt, &[&session]).await? else {
-        return Ok(None);
-    };
-    let tree: String = row.try_get(1)?;
-    let (entries, dirs) = tree_from_json(&tree)?;
-    Ok(Some(WorkspaceCheckpoint {
-        session_id: session.to_owned(),
-        version: u(row.try_get(0)?),
-        entries,
-        dirs,
-        bytes: u(row.try_get(2)?),
-        updated_at: row.try_get(3)?,
-    }))
+    c.query_opt(&stmt, &[&session])
+        .await?
+        .map(|row| rows::workspace(&row, session))
+        .transpose()
 }
 
 pub(super) async fn missing_blobs<C: GenericClient>(

@@ -4,33 +4,28 @@
 //! active at a time and the audit stream's indexes stay dense.
 
 use deadpool_postgres::GenericClient;
-use tokio_postgres::types::ToSql;
 
+use super::sql::{all, bind};
 use crate::store::releases::activate;
+use crate::store::rows::{self, Cell, RELEASE_COLS, RELEASE_EVENT_COLS, to_i64, to_u64};
 use crate::store::{
     Committed, RELEASE_STREAM, ReleaseOp, ReleaseRecord, StoreError, StoreResult, StoredEvent,
 };
 
-type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
-
-async fn execute<C: GenericClient>(c: &C, sql: &str, params: Params<'_>) -> StoreResult<u64> {
+async fn write<C: GenericClient>(c: &C, sql: &str, values: &[Cell]) -> StoreResult<u64> {
     let stmt = c.prepare_cached(sql).await?;
-    Ok(c.execute(&stmt, params).await?)
+    Ok(c.execute(&stmt, &bind(values)).await?)
 }
 
 async fn put<C: GenericClient>(c: &C, r: &ReleaseRecord) -> StoreResult<()> {
-    execute(
+    write(
         c,
-        "INSERT INTO releases (id, build_hash, status, created_at, record) VALUES ($1,$2,$3,$4,$5) \
-         ON CONFLICT (id) DO UPDATE SET build_hash=excluded.build_hash, status=excluded.status, \
-         record=excluded.record",
-        &[
-            &r.id,
-            &r.build_hash,
-            &r.status.as_str(),
-            &r.created_at,
-            &serde_json::to_string(r)?,
-        ],
+        &format!(
+            "INSERT INTO releases ({RELEASE_COLS}) VALUES ($1,$2,$3,$4,$5) \
+             ON CONFLICT (id) DO UPDATE SET build_hash=excluded.build_hash, \
+             status=excluded.status, record=excluded.record"
+        ),
+        &rows::release_values(r)?,
     )
     .await?;
     Ok(())
@@ -76,21 +71,21 @@ pub(super) async fn apply<C: GenericClient>(
                 .prepare_cached("SELECT COALESCE(MAX(idx) + 1, 0) FROM release_events")
                 .await?;
             let index: i64 = c.query_one(&stmt, &[]).await?.try_get(0)?;
-            let id = format!("evt_{}", ulid::Ulid::new());
-            execute(
-                c,
-                "INSERT INTO release_events (idx, id, type, data, at) VALUES ($1,$2,$3,$4,$5)",
-                &[&index, &id, &kind, &serde_json::to_string(&data)?, &now],
-            )
-            .await?;
-            committed.events.push(StoredEvent {
+            let event = StoredEvent {
                 session_id: RELEASE_STREAM.to_owned(),
-                index: u64::try_from(index).unwrap_or(0),
-                id,
+                index: to_u64(index),
+                id: format!("evt_{}", ulid::Ulid::new()),
                 kind,
                 data,
                 at: now,
-            });
+            };
+            write(
+                c,
+                &format!("INSERT INTO release_events ({RELEASE_EVENT_COLS}) VALUES ($1,$2,$3,$4,$5)"),
+                &rows::release_event_values(&event)?,
+            )
+            .await?;
+            committed.events.push(event);
         }
     }
     Ok(())
@@ -99,14 +94,11 @@ pub(super) async fn apply<C: GenericClient>(
 /// Every release, oldest first.
 pub(super) async fn releases<C: GenericClient>(c: &C) -> StoreResult<Vec<ReleaseRecord>> {
     let stmt = c
-        .prepare_cached("SELECT record FROM releases ORDER BY created_at, id")
+        .prepare_cached(&format!(
+            "SELECT {RELEASE_COLS} FROM releases ORDER BY created_at, id"
+        ))
         .await?;
-    let mut out = Vec::new();
-    for row in c.query(&stmt, &[]).await? {
-        let text: String = row.try_get(0)?;
-        out.push(serde_json::from_str(&text)?);
-    }
-    Ok(out)
+    all(&c.query(&stmt, &[]).await?, rows::release)
 }
 
 /// Release events from `from` on, at most `limit`.
@@ -116,25 +108,11 @@ pub(super) async fn events<C: GenericClient>(
     limit: usize,
 ) -> StoreResult<Vec<StoredEvent>> {
     let stmt = c
-        .prepare_cached(
-            "SELECT idx, id, type, data, at FROM release_events WHERE idx >= $1 \
-             ORDER BY idx LIMIT $2",
-        )
+        .prepare_cached(&format!(
+            "SELECT {RELEASE_EVENT_COLS} FROM release_events WHERE idx >= $1 \
+             ORDER BY idx LIMIT $2"
+        ))
         .await?;
-    let from = i64::try_from(from).unwrap_or(i64::MAX);
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut out = Vec::new();
-    for row in c.query(&stmt, &[&from, &limit]).await? {
-        let idx: i64 = row.try_get(0)?;
-        let data: String = row.try_get(3)?;
-        out.push(StoredEvent {
-            session_id: RELEASE_STREAM.to_owned(),
-            index: u64::try_from(idx).unwrap_or(0),
-            id: row.try_get(1)?,
-            kind: row.try_get(2)?,
-            data: serde_json::from_str(&data)?,
-            at: row.try_get(4)?,
-        });
-    }
-    Ok(out)
+    all(&c.query(&stmt, &[&to_i64(from), &limit]).await?, rows::release_event)
 }

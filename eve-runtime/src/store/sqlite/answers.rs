@@ -11,9 +11,10 @@
 //! transaction (one writer at a time, across processes), so the reads here see every earlier
 //! commit.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
-use super::rows::{REQUEST_COLS, request_from_row, to_i64};
+use super::rows::{one, write};
+use crate::store::rows::{self, REQUEST_COLS, to_i64};
 use crate::store::{InputRequestRecord, RequestStatus, StoreError, StoreResult};
 
 pub(super) fn settle(
@@ -21,34 +22,27 @@ pub(super) fn settle(
     request: &InputRequestRecord,
     others_pending: &[String],
 ) -> StoreResult<()> {
-    let changed = conn
-        .prepare_cached(
-            "UPDATE input_requests SET status=?2, reason=?3, answered_at=?4, responder=?5 \
-             WHERE id=?1 AND status='pending'",
-        )?
-        .execute(params![
-            request.id,
-            request.status.as_str(),
-            request.reason,
-            request.answered_at,
-            request.responder,
-        ])?;
+    let changed = write(
+        conn,
+        "UPDATE input_requests SET status=?2, reason=?3, answered_at=?4, responder=?5 \
+         WHERE id=?1 AND status='pending'",
+        &rows::answer_values(request),
+    )?;
     if changed == 0 {
-        let stored = conn
-            .prepare_cached(&format!(
-                "SELECT {REQUEST_COLS} FROM input_requests WHERE id=?1"
-            ))?
-            .query_row([&request.id], request_from_row)
-            .optional()?
-            .transpose()?
-            .ok_or_else(|| StoreError::NotFound(format!("input request {}", request.id)))?;
+        let stored = one(
+            conn,
+            &format!("SELECT {REQUEST_COLS} FROM input_requests WHERE id=?1"),
+            [&request.id],
+            rows::request,
+        )?
+        .ok_or_else(|| StoreError::NotFound(format!("input request {}", request.id)))?;
         return Err(StoreError::AlreadyAnswered(Box::new(stored)));
     }
     let mut stmt = conn.prepare_cached(
         "SELECT id FROM input_requests WHERE session_id=?1 AND turn_seq=?2 \
          AND status=?3 AND id<>?4 ORDER BY id",
     )?;
-    let mut now: Vec<String> = stmt
+    let pending: Vec<String> = stmt
         .query_map(
             params![
                 request.session_id,
@@ -59,15 +53,5 @@ pub(super) fn settle(
             |r| r.get(0),
         )?
         .collect::<Result<_, _>>()?;
-    now.sort();
-    let mut seen = others_pending.to_vec();
-    seen.sort();
-    seen.dedup();
-    if now != seen {
-        return Err(StoreError::InputsMoved {
-            session: request.session_id.clone(),
-            turn: request.turn_seq,
-        });
-    }
-    Ok(())
+    rows::others_unmoved(request, pending, others_pending)
 }

@@ -15,8 +15,12 @@ use std::collections::{HashMap, HashSet};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::rows::{CALL_COLS, REQUEST_COLS, SESSION_COLS, TURN_COLS, to_i64, to_u64};
+use super::rows::write;
 use super::{composition, notes, releases};
+use crate::store::rows::{
+    self, BREAKER_COLS, CALL_COLS, Cell, EVENT_COLS, INBOX_COLS, MESSAGE_COLS, REQUEST_COLS,
+    SESSION_COLS, STEP_COLS, TURN_COLS, cells, to_i64, to_u64,
+};
 use crate::store::{
     Batch, Committed, MESSAGE_KIND_CHECKPOINT, Op, StoreError, StoreResult, StoredEvent, now_ms,
 };
@@ -39,57 +43,24 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
         }
         match op {
             Op::InsertSession(s) => {
-                conn.prepare_cached(&format!(
-                    "INSERT INTO sessions ({SESSION_COLS}) VALUES \
-                     (?1,?2,?3,?4,?5,?6,?7,?8,0,0,0,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)"
-                ))?
-                .execute(params![
-                    s.id,
-                    s.status.as_str(),
-                    s.build_hash,
-                    s.agent_name,
-                    s.parent_id,
-                    s.parent_call_id,
-                    s.schedule,
-                    to_i64(s.turn_count),
-                    to_i64(s.usage.input_tokens),
-                    to_i64(s.usage.output_tokens),
-                    to_i64(s.usage.cache_read_tokens),
-                    to_i64(s.usage.cache_write_tokens),
-                    s.cost_usd,
-                    serde_json::to_string(&s.loaded_skills)?,
-                    serde_json::to_string(&s.approved_tools)?,
-                    i64::from(s.cancel_requested),
-                    s.created_at,
-                    now,
-                    s.owner,
-                ])?;
+                write(
+                    conn,
+                    &format!(
+                        "INSERT INTO sessions ({SESSION_COLS}) VALUES \
+                         (?1,?2,?3,?4,?5,?6,?7,?8,0,0,0,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)"
+                    ),
+                    &rows::session_insert(&s, now)?,
+                )?;
             }
             Op::UpdateSession(s) => {
-                let loaded_skills = serde_json::to_string(&s.loaded_skills)?;
-                let approved_tools = serde_json::to_string(&s.approved_tools)?;
-                let params = params![
-                    s.id,
-                    s.status.as_str(),
-                    s.build_hash,
-                    to_i64(s.turn_count),
-                    to_i64(s.usage.input_tokens),
-                    to_i64(s.usage.output_tokens),
-                    to_i64(s.usage.cache_read_tokens),
-                    to_i64(s.usage.cache_write_tokens),
-                    s.cost_usd,
-                    loaded_skills,
-                    approved_tools,
-                    now,
-                ];
-                let n = conn
-                    .prepare_cached(
-                        "UPDATE sessions SET build_hash=?3, turn_count=?4, \
-                         input_tokens=?5, output_tokens=?6, cache_read_tokens=?7, \
-                         cache_write_tokens=?8, cost_usd=?9, loaded_skills=?10, approved_tools=?11, \
-                         updated_at=?12 WHERE id=?1",
-                    )?
-                    .execute(params)?;
+                let n = write(
+                    conn,
+                    "UPDATE sessions SET build_hash=?3, turn_count=?4, \
+                     input_tokens=?5, output_tokens=?6, cache_read_tokens=?7, \
+                     cache_write_tokens=?8, cost_usd=?9, loaded_skills=?10, approved_tools=?11, \
+                     updated_at=?12 WHERE id=?1",
+                    &rows::session_update(&s, now)?,
+                )?;
                 if n == 0 {
                     return Err(StoreError::NotFound(format!("session {}", s.id)));
                 }
@@ -115,17 +86,11 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                 .execute(params![session_id, now])?;
             }
             Op::InsertInbox(m) => {
-                conn.prepare_cached(
-                    "INSERT INTO inbox (id, session_id, text, accepted_at, consumed_turn) \
-                     VALUES (?1,?2,?3,?4,?5)",
-                )?
-                .execute(params![
-                    m.id,
-                    m.session_id,
-                    m.text,
-                    m.accepted_at,
-                    m.consumed_turn.map(to_i64)
-                ])?;
+                write(
+                    conn,
+                    &format!("INSERT INTO inbox ({INBOX_COLS}) VALUES (?1,?2,?3,?4,?5)"),
+                    &rows::inbox_values(&m),
+                )?;
             }
             Op::ConsumeInbox { id, turn_seq } => {
                 conn.prepare_cached("UPDATE inbox SET consumed_turn=?2 WHERE id=?1")?
@@ -148,125 +113,66 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                     })
                     .optional()?
                     .ok_or_else(|| StoreError::NotFound(format!("session {session_id}")))?;
-                conn.prepare_cached(
-                    "INSERT INTO messages (session_id, seq, turn_seq, kind, body, at) \
-                     VALUES (?1,?2,?3,?4,?5,?6)",
-                )?
-                .execute(params![
-                    session_id,
-                    seq,
-                    turn_seq.map(to_i64),
-                    kind,
-                    serde_json::to_string(&body)?,
-                    now
-                ])?;
+                write(
+                    conn,
+                    &format!("INSERT INTO messages ({MESSAGE_COLS}) VALUES (?1,?2,?3,?4,?5,?6)"),
+                    &cells![&session_id, seq, turn_seq, &kind, Cell::json(&body)?, now],
+                )?;
                 committed.message_seqs.push(to_u64(seq));
             }
             Op::PutTurn(t) => {
-                conn.prepare_cached(&format!(
-                    "INSERT OR REPLACE INTO turns ({TURN_COLS}) VALUES \
-                     (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)"
-                ))?
-                .execute(params![
-                    t.session_id,
-                    to_i64(t.seq),
-                    t.status.as_str(),
-                    t.phase.as_str(),
-                    to_i64(t.step_index),
-                    i64::from(t.step_started),
-                    t.build_hash,
-                    t.inbox_id,
-                    t.started_at,
-                    t.ended_at,
-                    t.stop_reason,
-                    serde_json::to_string(&t.usage)?,
-                ])?;
+                write(
+                    conn,
+                    &format!(
+                        "INSERT OR REPLACE INTO turns ({TURN_COLS}) VALUES \
+                         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)"
+                    ),
+                    &rows::turn_values(&t)?,
+                )?;
             }
             Op::PutStep(s) => {
-                conn.prepare_cached(
-                    "INSERT OR REPLACE INTO steps \
-                     (session_id, turn_seq, step_index, model_id, response, at) \
-                     VALUES (?1,?2,?3,?4,?5,?6)",
-                )?
-                .execute(params![
-                    s.session_id,
-                    to_i64(s.turn_seq),
-                    to_i64(s.step_index),
-                    s.model_id,
-                    serde_json::to_string(&s.response)?,
-                    s.at
-                ])?;
+                write(
+                    conn,
+                    &format!("INSERT OR REPLACE INTO steps ({STEP_COLS}) VALUES (?1,?2,?3,?4,?5,?6)"),
+                    &rows::step_values(&s)?,
+                )?;
             }
             Op::PutToolCall(c) => {
                 // One b-tree (`WITHOUT ROWID`, no second index): replacing the row rewrites the
                 // one leaf it sits in, as an update in place would.
-                conn.prepare_cached(&format!(
-                    "INSERT OR REPLACE INTO tool_calls ({CALL_COLS}) VALUES \
-                     (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"
-                ))?
-                .execute(params![
-                    c.session_id,
-                    c.call_id,
-                    to_i64(c.turn_seq),
-                    to_i64(c.step_index),
-                    to_i64(c.position),
-                    c.kind,
-                    c.name,
-                    serde_json::to_string(&c.input)?,
-                    c.idempotency_key,
-                    c.effect,
-                    c.status.as_str(),
-                    c.approval.as_str(),
-                    c.output.as_ref().map(serde_json::to_string).transpose()?,
-                    i64::from(c.is_error),
-                    i64::from(c.attempts),
-                    c.started_at,
-                    c.ended_at,
-                ])?;
+                write(
+                    conn,
+                    &format!(
+                        "INSERT OR REPLACE INTO tool_calls ({CALL_COLS}) VALUES \
+                         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"
+                    ),
+                    &rows::call_values(&c)?,
+                )?;
             }
             Op::PutInputRequest(r) => {
-                conn.prepare_cached(&format!(
-                    "INSERT INTO input_requests ({REQUEST_COLS}) VALUES \
-                     (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14) \
-                     ON CONFLICT(id) DO UPDATE SET status=excluded.status, \
-                     reason=excluded.reason, answered_at=excluded.answered_at, \
-                     responder=excluded.responder, \
-                     prompt=excluded.prompt, action=excluded.action"
-                ))?
-                .execute(params![
-                    r.id,
-                    r.session_id,
-                    to_i64(r.turn_seq),
-                    to_i64(r.step_index),
-                    r.call_id,
-                    r.tool_name,
-                    r.kind,
-                    r.prompt,
-                    serde_json::to_string(&r.action)?,
-                    r.status.as_str(),
-                    r.reason,
-                    r.created_at,
-                    r.answered_at,
-                    r.responder,
-                ])?;
+                write(
+                    conn,
+                    &format!(
+                        "INSERT INTO input_requests ({REQUEST_COLS}) VALUES \
+                         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14) \
+                         ON CONFLICT(id) DO UPDATE SET status=excluded.status, \
+                         reason=excluded.reason, answered_at=excluded.answered_at, \
+                         responder=excluded.responder, \
+                         prompt=excluded.prompt, action=excluded.action"
+                    ),
+                    &rows::request_values(&r)?,
+                )?;
             }
             Op::AnswerInputRequest {
                 request,
                 others_pending,
             } => super::answers::settle(conn, &request, &others_pending)?,
             Op::PutBreaker(b) => {
-                conn.prepare_cached(
-                    "INSERT OR REPLACE INTO breakers \
-                     (tool, consecutive_failures, open_until, backoff_ms, updated_at) \
-                     VALUES (?1,?2,?3,?4,?5)",
-                )?
-                .execute(params![
-                    b.tool,
-                    i64::from(b.consecutive_failures),
-                    b.open_until,
-                    b.backoff_ms,
-                    now
-                ])?;
+                write(
+                    conn,
+                    &format!("INSERT OR REPLACE INTO breakers ({BREAKER_COLS}) VALUES (?1,?2,?3,?4,?5)"),
+                    &rows::breaker_values(&b, now),
+                )?;
             }
             Op::Composition(op) => composition::apply(conn, op, now)?,
             Op::Note(op) => notes::apply(conn, op)?,
@@ -291,18 +197,11 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                 };
                 *next = Some(index + 1);
                 let id = format!("evt_{}", ulid::Ulid::new());
-                conn.prepare_cached(
-                    "INSERT INTO events (session_id, idx, id, type, data, at) \
-                     VALUES (?1,?2,?3,?4,?5,?6)",
-                )?
-                .execute(params![
-                    session_id,
-                    index,
-                    id,
-                    kind,
-                    serde_json::to_string(&data)?,
-                    now
-                ])?;
+                write(
+                    conn,
+                    &format!("INSERT INTO events ({EVENT_COLS}) VALUES (?1,?2,?3,?4,?5,?6)"),
+                    &cells![&session_id, index, &id, &kind, Cell::json(&data)?, now],
+                )?;
                 committed.events.push(StoredEvent {
                     session_id,
                     index: to_u64(index),

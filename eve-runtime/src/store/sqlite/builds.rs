@@ -3,20 +3,16 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::rows::{all, one, write};
 use crate::store::builds::conflict;
-use crate::store::workspaces::{referenced_blobs, tree_from_json, tree_json};
+use crate::store::rows::{
+    self, BUILD_COLS, BUILD_INFO_COLS, WORKSPACE_COLS, to_i64 as i, to_u64 as u,
+};
+use crate::store::workspaces::{referenced_blobs, tree_json};
 use crate::store::{
     BlobsCollected, BuildInfo, StoreError, StoreResult, StoredBuild, WorkspaceCheckpoint,
     WorkspacePut,
 };
-
-fn i(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn u(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
-}
 
 /// Inserts a build unless its hash is stored; a different build under the hash is refused.
 pub(super) fn put_build(conn: &Connection, build: &StoredBuild) -> StoreResult<bool> {
@@ -30,51 +26,30 @@ pub(super) fn put_build(conn: &Connection, build: &StoredBuild) -> StoreResult<b
         }
         return Ok(false);
     }
-    let bytes = build.manifest.len() + build.diagnostics.len() + build.pack.len();
-    conn.prepare_cached(
-        "INSERT INTO builds (hash, manifest, diagnostics, pack, bytes, created_at) \
-         VALUES (?1,?2,?3,?4,?5,?6)",
-    )?
-    .execute(params![
-        build.hash,
-        build.manifest,
-        build.diagnostics,
-        build.pack,
-        i(bytes as u64),
-        build.created_at
-    ])?;
+    write(
+        conn,
+        &format!("INSERT INTO builds ({BUILD_COLS}) VALUES (?1,?2,?3,?4,?5,?6)"),
+        &rows::build_values(build),
+    )?;
     Ok(true)
 }
 
 pub(super) fn build(conn: &Connection, hash: &str) -> StoreResult<Option<StoredBuild>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT hash, manifest, diagnostics, pack, created_at FROM builds WHERE hash=?1",
-        )?
-        .query_row([hash], |r| {
-            Ok(StoredBuild {
-                hash: r.get(0)?,
-                manifest: r.get(1)?,
-                diagnostics: r.get(2)?,
-                pack: r.get(3)?,
-                created_at: r.get(4)?,
-            })
-        })
-        .optional()?)
+    one(
+        conn,
+        &format!("SELECT {BUILD_COLS} FROM builds WHERE hash=?1"),
+        [hash],
+        rows::build,
+    )
 }
 
 pub(super) fn builds(conn: &Connection) -> StoreResult<Vec<BuildInfo>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT hash, bytes, created_at FROM builds ORDER BY created_at DESC, hash DESC",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        Ok(BuildInfo {
-            hash: r.get(0)?,
-            bytes: u(r.get(1)?),
-            created_at: r.get(2)?,
-        })
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    all(
+        conn,
+        &format!("SELECT {BUILD_INFO_COLS} FROM builds ORDER BY created_at DESC, hash DESC"),
+        [],
+        rows::build_info,
+    )
 }
 
 fn has_blob(conn: &Connection, hash: &str) -> StoreResult<bool> {
@@ -136,27 +111,12 @@ pub(super) fn workspace(
     conn: &Connection,
     session: &str,
 ) -> StoreResult<Option<WorkspaceCheckpoint>> {
-    let row: Option<(i64, String, i64, i64)> = conn
-        .prepare_cached(
-            "SELECT version, tree, bytes, updated_at FROM workspace_checkpoints \
-             WHERE session_id=?1",
-        )?
-        .query_row([session], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-        })
-        .optional()?;
-    let Some((version, tree, bytes, updated_at)) = row else {
-        return Ok(None);
-    };
-    let (entries, dirs) = tree_from_json(&tree)?;
-    Ok(Some(WorkspaceCheckpoint {
-        session_id: session.to_owned(),
-        version: u(version),
-        entries,
-        dirs,
-        bytes: u(bytes),
-        updated_at,
-    }))
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {WORKSPACE_COLS} FROM workspace_checkpoints WHERE session_id=?1"
+    ))?;
+    stmt.query_row([session], |row| Ok(rows::workspace(row, session)))
+        .optional()?
+        .transpose()
 }
 
 pub(super) fn missing_blobs(conn: &Connection, hashes: &[String]) -> StoreResult<Vec<String>> {

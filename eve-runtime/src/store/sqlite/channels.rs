@@ -3,10 +3,10 @@
 //! The rows are described in [`crate::store::ChannelReplyRecord`] and [`crate::store::ChannelAccept`];
 //! this module writes and reads them inside the SQLite store's transactions.
 
-use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::Value;
+use rusqlite::{Connection, params};
 
-use super::rows::to_i64;
+use super::rows::{all, one, write};
+use crate::store::rows::{self, REPLY_COLS, to_i64};
 use crate::store::{
     CHANNEL_ROWS_KEPT_MS, ChannelAccept, ChannelReplyRecord, ChannelReplyUpdate, Liveness,
     ProcessRef, ReplyClaim, ReplyHeld, Sending, StoreResult,
@@ -41,73 +41,17 @@ pub(super) fn insert_reply(conn: &Connection, accept: &ChannelAccept, now: i64) 
     let Some(r) = &accept.reply else {
         return Ok(());
     };
-    conn.prepare_cached(
-        "INSERT OR REPLACE INTO channel_replies (inbox_id, channel, session_id, from_index, \
-         address, announced, done, detail, owner_pid, owner_host, created_at, updated_at, \
-         owner_token, owner_expires_at, sending) \
-         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?11,?12,?13,?14)",
-    )?
-    .execute(params![
-        r.inbox_id,
-        r.channel,
-        r.session_id,
-        to_i64(r.from_index),
-        serde_json::to_string(&r.address)?,
-        serde_json::to_string(&r.announced)?,
-        r.done,
-        r.detail,
-        i64::from(r.owner_pid),
-        r.owner_host,
-        now,
-        to_i64(r.owner_token),
-        r.owner_expires_at,
-        r.sending.as_ref().map(serde_json::to_string).transpose()?,
-    ])?;
+    write(
+        conn,
+        &format!(
+            "INSERT OR REPLACE INTO channel_replies ({REPLY_COLS}) \
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?11,?12,?13,?14)"
+        ),
+        &rows::reply_insert(r, now)?,
+    )?;
     conn.prepare_cached("DELETE FROM channel_replies WHERE done = 1 AND updated_at < ?1")?
         .execute([now.saturating_sub(CHANNEL_ROWS_KEPT_MS)])?;
     Ok(())
-}
-
-const REPLY_COLS: &str = "inbox_id, channel, session_id, from_index, address, announced, done, \
-                          detail, owner_pid, owner_host, created_at, updated_at, owner_token, \
-                          owner_expires_at, sending";
-
-/// A row, with its JSON columns (address, announced, sending) still text.
-type RawReply = (ChannelReplyRecord, String, String, Option<String>);
-
-fn reply_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawReply> {
-    Ok((
-        ChannelReplyRecord {
-            inbox_id: row.get(0)?,
-            channel: row.get(1)?,
-            session_id: row.get(2)?,
-            from_index: u64::try_from(row.get::<_, i64>(3)?).unwrap_or(0),
-            address: Value::Null,
-            announced: Vec::new(),
-            done: row.get(6)?,
-            detail: row.get(7)?,
-            owner_pid: u32::try_from(row.get::<_, i64>(8)?).unwrap_or(0),
-            owner_host: row.get(9)?,
-            created_at: row.get(10)?,
-            updated_at: row.get(11)?,
-            owner_token: u64::try_from(row.get::<_, i64>(12)?).unwrap_or(0),
-            owner_expires_at: row.get(13)?,
-            sending: None,
-        },
-        row.get(4)?,
-        row.get(5)?,
-        row.get(14)?,
-    ))
-}
-
-fn decode((mut record, address, announced, sending): RawReply) -> StoreResult<ChannelReplyRecord> {
-    record.address = serde_json::from_str(&address)?;
-    record.announced = serde_json::from_str(&announced)?;
-    record.sending = sending
-        .as_deref()
-        .map(serde_json::from_str::<Sending>)
-        .transpose()?;
-    Ok(record)
 }
 
 /// Replies (only those still owed when `pending_only`), oldest first.
@@ -119,22 +63,17 @@ pub(super) fn replies(
         "SELECT {REPLY_COLS} FROM channel_replies {} ORDER BY created_at, inbox_id",
         if pending_only { "WHERE done = 0" } else { "" }
     );
-    let rows = conn
-        .prepare_cached(&sql)?
-        .query_map([], reply_from_row)?
-        .collect::<Result<Vec<_>, _>>()?;
-    rows.into_iter().map(decode).collect()
+    all(conn, &sql, [], rows::reply)
 }
 
 /// One reply.
 pub(super) fn reply(conn: &Connection, inbox_id: &str) -> StoreResult<Option<ChannelReplyRecord>> {
-    conn.prepare_cached(&format!(
-        "SELECT {REPLY_COLS} FROM channel_replies WHERE inbox_id=?1"
-    ))?
-    .query_row([inbox_id], reply_from_row)
-    .optional()?
-    .map(decode)
-    .transpose()
+    one(
+        conn,
+        &format!("SELECT {REPLY_COLS} FROM channel_replies WHERE inbox_id=?1"),
+        [inbox_id],
+        rows::reply,
+    )
 }
 
 /// Takes the owed replies `claim` says (hold lapsed, or owner gone as `liveness` judges unless
@@ -162,25 +101,17 @@ pub(super) fn claim_replies(
         if !lapsed && (claim.expired_only || !liveness.reply_owner_gone(&owner, &me)) {
             continue;
         }
-        let token = r.owner_token.saturating_add(1);
-        let expires = now.saturating_add(claim.ttl_ms);
-        conn.prepare_cached(
-            "UPDATE channel_replies SET owner_pid=?2, owner_host=?3, updated_at=?4, \
-             owner_token=?5, owner_expires_at=?6 WHERE inbox_id=?1",
-        )?
-        .execute(params![
-            r.inbox_id,
-            i64::from(claim.pid),
-            claim.host,
-            now,
-            to_i64(token),
-            expires
-        ])?;
+        r.owner_token = r.owner_token.saturating_add(1);
+        r.owner_expires_at = now.saturating_add(claim.ttl_ms);
         r.owner_pid = claim.pid;
         r.owner_host = claim.host.clone();
         r.updated_at = now;
-        r.owner_token = token;
-        r.owner_expires_at = expires;
+        write(
+            conn,
+            "UPDATE channel_replies SET owner_pid=?2, owner_host=?3, updated_at=?4, \
+             owner_token=?5, owner_expires_at=?6 WHERE inbox_id=?1",
+            &rows::reply_owner(&r),
+        )?;
         taken.push(r);
     }
     Ok(taken)
@@ -216,18 +147,12 @@ pub(super) fn start_send(
     ttl_ms: i64,
     now: i64,
 ) -> StoreResult<bool> {
-    let changed = conn
-        .prepare_cached(
-            "UPDATE channel_replies SET sending=?3, owner_expires_at=?4, updated_at=?5 \
-             WHERE inbox_id=?1 AND owner_token=?2 AND done=0",
-        )?
-        .execute(params![
-            held.inbox_id,
-            to_i64(held.token),
-            serde_json::to_string(sending)?,
-            now.saturating_add(ttl_ms),
-            now
-        ])?;
+    let changed = write(
+        conn,
+        "UPDATE channel_replies SET sending=?3, owner_expires_at=?4, updated_at=?5 \
+         WHERE inbox_id=?1 AND owner_token=?2 AND done=0",
+        &rows::send_values(held, sending, now.saturating_add(ttl_ms), now)?,
+    )?;
     Ok(changed == 1)
 }
 
@@ -237,17 +162,11 @@ pub(super) fn update_reply(
     update: &ChannelReplyUpdate,
     now: i64,
 ) -> StoreResult<()> {
-    conn.prepare_cached(
+    write(
+        conn,
         "UPDATE channel_replies SET address=?2, announced=?3, done=?4, detail=?5, updated_at=?6, \
          sending=NULL WHERE inbox_id=?1 AND done=0",
-    )?
-    .execute(params![
-        update.inbox_id,
-        serde_json::to_string(&update.address)?,
-        serde_json::to_string(&update.announced)?,
-        update.done,
-        update.detail,
-        now
-    ])?;
+        &rows::reply_update(update, now)?,
+    )?;
     Ok(())
 }

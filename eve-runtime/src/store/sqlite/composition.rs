@@ -5,7 +5,10 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::rows::{to_i64, to_u64};
+use super::rows::{all, one, write};
+use crate::store::rows::{
+    self, DYNAMIC_TOOL_COLS, LINK_COLS, REQUEST_COLS, SUBCALL_COLS, cells, to_i64, to_u64,
+};
 use crate::store::{
     CompositionOp, DynamicToolRecord, InputRequestRecord, StoreResult, SubagentCall, SubagentLink,
     UsageTotals,
@@ -15,35 +18,21 @@ use crate::store::{
 pub(super) fn apply(conn: &Connection, op: CompositionOp, now: i64) -> StoreResult<()> {
     match op {
         CompositionOp::InsertLink(l) => {
-            conn.prepare_cached(
-                "INSERT OR REPLACE INTO subagent_sessions \
-                 (session_id, parent_id, call_id, root_id, agent_path, created_at) \
-                 VALUES (?1,?2,?3,?4,?5,?6)",
-            )?
-            .execute(params![
-                l.session_id,
-                l.parent_id,
-                l.call_id,
-                l.root_id,
-                l.agent_path,
-                l.created_at
-            ])?;
+            write(
+                conn,
+                &format!("INSERT OR REPLACE INTO subagent_sessions ({LINK_COLS}) VALUES (?1,?2,?3,?4,?5,?6)"),
+                &rows::link_values(&l),
+            )?;
         }
         CompositionOp::PutSubagentCall(c) => {
-            conn.prepare_cached(
-                "INSERT OR REPLACE INTO subagent_calls (parent_id, turn_seq, call_id, child_id, \
-                 inbox_id, task_id, budget, created_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
-            )?
-            .execute(params![
-                c.parent_id,
-                to_i64(c.turn_seq),
-                c.call_id,
-                c.child_id,
-                c.inbox_id,
-                c.task_id,
-                serde_json::to_string(&c.budget)?,
-                c.created_at
-            ])?;
+            write(
+                conn,
+                &format!(
+                    "INSERT OR REPLACE INTO subagent_calls ({SUBCALL_COLS}) \
+                     VALUES (?1,?2,?3,?4,?5,?6,?7,?8)"
+                ),
+                &rows::subcall_values(&c)?,
+            )?;
         }
         CompositionOp::PutDynamicTools {
             session_id,
@@ -59,71 +48,47 @@ pub(super) fn apply(conn: &Connection, op: CompositionOp, now: i64) -> StoreResu
                 .execute(params![session_id, provider])?;
             }
             for t in tools {
-                conn.prepare_cached(
-                    "INSERT OR REPLACE INTO dynamic_tools (session_id, name, provider, description, \
-                     input_schema, provider_tool, build_hash, turn_seq, resolved_at) \
-                     VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
-                )?
-                .execute(params![
-                    t.session_id,
-                    t.name,
-                    t.provider,
-                    t.description,
-                    serde_json::to_string(&t.input_schema)?,
-                    serde_json::to_string(&t.provider_tool)?,
-                    t.build_hash,
-                    to_i64(t.turn_seq),
-                    t.resolved_at
-                ])?;
+                write(
+                    conn,
+                    &format!(
+                        "INSERT OR REPLACE INTO dynamic_tools ({DYNAMIC_TOOL_COLS}) \
+                         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)"
+                    ),
+                    &rows::dynamic_tool_values(&t)?,
+                )?;
             }
-            conn.prepare_cached(
+            write(
+                conn,
                 "INSERT OR REPLACE INTO dynamic_resolutions (session_id, turn_seq, detail, at) \
                  VALUES (?1,?2,?3,?4)",
-            )?
-            .execute(params![
-                session_id,
-                to_i64(turn_seq),
-                serde_json::to_string(&detail)?,
-                now
-            ])?;
+                &rows::resolution_values(&session_id, turn_seq, &detail, now)?,
+            )?;
         }
         CompositionOp::HookCursor {
             session_id,
             hook,
             delivered,
         } => {
-            conn.prepare_cached(
+            write(
+                conn,
                 "INSERT INTO hook_cursors (session_id, hook, delivered, updated_at) \
                  VALUES (?1,?2,?3,?4) ON CONFLICT(session_id, hook) DO UPDATE SET \
                  delivered=MAX(delivered, excluded.delivered), updated_at=excluded.updated_at",
-            )?
-            .execute(params![session_id, hook, to_i64(delivered), now])?;
+                &cells![&session_id, &hook, delivered, now],
+            )?;
         }
     }
     Ok(())
 }
 
-fn link_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SubagentLink> {
-    Ok(SubagentLink {
-        session_id: row.get(0)?,
-        parent_id: row.get(1)?,
-        call_id: row.get(2)?,
-        root_id: row.get(3)?,
-        agent_path: row.get(4)?,
-        created_at: row.get(5)?,
-    })
-}
-
-const LINK_COLS: &str = "session_id, parent_id, call_id, root_id, agent_path, created_at";
-
 /// The link of a child session.
 pub(super) fn link(conn: &Connection, session: &str) -> StoreResult<Option<SubagentLink>> {
-    Ok(conn
-        .prepare_cached(&format!(
-            "SELECT {LINK_COLS} FROM subagent_sessions WHERE session_id=?1"
-        ))?
-        .query_row([session], link_from_row)
-        .optional()?)
+    one(
+        conn,
+        &format!("SELECT {LINK_COLS} FROM subagent_sessions WHERE session_id=?1"),
+        [session],
+        rows::link,
+    )
 }
 
 /// The child a continuation token names (the oldest, should a call id repeat).
@@ -132,34 +97,16 @@ pub(super) fn link_by_token(
     parent: &str,
     call_id: &str,
 ) -> StoreResult<Option<SubagentLink>> {
-    Ok(conn
-        .prepare_cached(&format!(
+    one(
+        conn,
+        &format!(
             "SELECT {LINK_COLS} FROM subagent_sessions WHERE parent_id=?1 AND call_id=?2 \
              ORDER BY created_at, rowid LIMIT 1"
-        ))?
-        .query_row([parent, call_id], link_from_row)
-        .optional()?)
+        ),
+        [parent, call_id],
+        rows::link,
+    )
 }
-
-fn call_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<SubagentCall>> {
-    let budget: String = row.get(6)?;
-    let build = || -> StoreResult<SubagentCall> {
-        Ok(SubagentCall {
-            parent_id: row.get(0)?,
-            turn_seq: to_u64(row.get(1)?),
-            call_id: row.get(2)?,
-            child_id: row.get(3)?,
-            inbox_id: row.get(4)?,
-            task_id: row.get(5)?,
-            budget: serde_json::from_str(&budget)?,
-            created_at: row.get(7)?,
-        })
-    };
-    Ok(build())
-}
-
-const CALL_COLS: &str =
-    "parent_id, turn_seq, call_id, child_id, inbox_id, task_id, budget, created_at";
 
 /// The child turn a parent call waits on.
 pub(super) fn subagent_call(
@@ -168,12 +115,15 @@ pub(super) fn subagent_call(
     turn: u64,
     call_id: &str,
 ) -> StoreResult<Option<SubagentCall>> {
-    conn.prepare_cached(&format!(
-        "SELECT {CALL_COLS} FROM subagent_calls WHERE parent_id=?1 AND turn_seq=?2 AND call_id=?3"
-    ))?
-    .query_row(params![parent, to_i64(turn), call_id], call_from_row)
-    .optional()?
-    .transpose()
+    one(
+        conn,
+        &format!(
+            "SELECT {SUBCALL_COLS} FROM subagent_calls \
+             WHERE parent_id=?1 AND turn_seq=?2 AND call_id=?3"
+        ),
+        params![parent, to_i64(turn), call_id],
+        rows::subcall,
+    )
 }
 
 /// The parent call that put the inbox message `inbox_id` in a child's inbox.
@@ -181,12 +131,12 @@ pub(super) fn subagent_call_by_inbox(
     conn: &Connection,
     inbox_id: &str,
 ) -> StoreResult<Option<SubagentCall>> {
-    conn.prepare_cached(&format!(
-        "SELECT {CALL_COLS} FROM subagent_calls WHERE inbox_id=?1"
-    ))?
-    .query_row([inbox_id], call_from_row)
-    .optional()?
-    .transpose()
+    one(
+        conn,
+        &format!("SELECT {SUBCALL_COLS} FROM subagent_calls WHERE inbox_id=?1"),
+        [inbox_id],
+        rows::subcall,
+    )
 }
 
 /// The turn that took an inbox message: `None` when there is no such message, `Some(None)` while
@@ -215,19 +165,16 @@ const DESCENDANTS: &str = "WITH RECURSIVE tree(id) AS ( \
 pub(super) fn descendant_requests(
     conn: &Connection,
     session: &str,
-    request_cols: &str,
-    from_row: fn(&rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<InputRequestRecord>>,
 ) -> StoreResult<Vec<InputRequestRecord>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "{DESCENDANTS} SELECT {request_cols} FROM input_requests \
-         WHERE session_id IN (SELECT id FROM tree) AND status='pending' ORDER BY rowid"
-    ))?;
-    let rows = stmt.query_map([session], from_row)?;
-    let mut out = Vec::new();
-    for row in rows {
-        out.push(row??);
-    }
-    Ok(out)
+    all(
+        conn,
+        &format!(
+            "{DESCENDANTS} SELECT {REQUEST_COLS} FROM input_requests \
+             WHERE session_id IN (SELECT id FROM tree) AND status='pending' ORDER BY rowid"
+        ),
+        [session],
+        rows::request,
+    )
 }
 
 /// Token totals and cost of every session below `session`.
@@ -259,41 +206,12 @@ pub(super) fn dynamic_tools(
     conn: &Connection,
     session: &str,
 ) -> StoreResult<Vec<DynamicToolRecord>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT session_id, name, provider, description, input_schema, provider_tool, build_hash, \
-         turn_seq, resolved_at FROM dynamic_tools WHERE session_id=?1 ORDER BY name",
-    )?;
-    let rows = stmt.query_map([session], |row| {
-        let schema: String = row.get(4)?;
-        let provider: String = row.get(5)?;
-        Ok((
-            row.get::<_, String>(0)?,
-            row.get::<_, String>(1)?,
-            row.get::<_, String>(2)?,
-            row.get::<_, String>(3)?,
-            schema,
-            provider,
-            row.get::<_, String>(6)?,
-            row.get::<_, i64>(7)?,
-            row.get::<_, i64>(8)?,
-        ))
-    })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (session_id, name, provider, description, schema, tool, build_hash, turn, at) = row?;
-        out.push(DynamicToolRecord {
-            session_id,
-            name,
-            provider,
-            description,
-            input_schema: serde_json::from_str(&schema)?,
-            provider_tool: serde_json::from_str(&tool)?,
-            build_hash,
-            turn_seq: to_u64(turn),
-            resolved_at: at,
-        });
-    }
-    Ok(out)
+    all(
+        conn,
+        &format!("SELECT {DYNAMIC_TOOL_COLS} FROM dynamic_tools WHERE session_id=?1 ORDER BY name"),
+        [session],
+        rows::dynamic_tool,
+    )
 }
 
 /// Whether dynamic tools were resolved for a turn.

@@ -7,6 +7,8 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::rows::{one, write};
+use crate::store::rows::{self, LEASE_COLS, LEASE_WRITE_COLS};
 use crate::store::{
     Fence, LeaseClaim, LeaseOutcome, LeaseRecord, Liveness, ProcessRef, StoreError, StoreResult,
     now_ms,
@@ -44,19 +46,13 @@ pub(super) fn acquire(
             current.token.saturating_add(1)
         };
     }
-    conn.prepare_cached(
-        "INSERT OR REPLACE INTO leases (session_id, holder, pid, host, expires_at, \
-         acquired_at, token) VALUES (?1,?2,?3,?4,?5,?6,?7)",
-    )?
-    .execute(params![
-        claim.session_id,
-        claim.holder,
-        i64::from(claim.pid),
-        claim.host,
-        now.saturating_add(claim.ttl_ms),
-        now,
-        i64::try_from(token).unwrap_or(i64::MAX)
-    ])?;
+    let mut values = rows::lease_values(claim, now);
+    values.push(token.into());
+    write(
+        conn,
+        &format!("INSERT OR REPLACE INTO leases ({LEASE_WRITE_COLS}) VALUES (?1,?2,?3,?4,?5,?6,?7)"),
+        &values,
+    )?;
     Ok(LeaseOutcome::Acquired)
 }
 
@@ -85,22 +81,12 @@ pub(super) fn release(conn: &Connection, session: &str, holder: &str) -> StoreRe
 
 /// The stored lease of a session.
 pub(super) fn lease(conn: &Connection, session: &str) -> StoreResult<Option<LeaseRecord>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT session_id, holder, pid, host, expires_at, token FROM leases \
-             WHERE session_id=?1",
-        )?
-        .query_row([session], |r| {
-            Ok(LeaseRecord {
-                session_id: r.get(0)?,
-                holder: r.get(1)?,
-                pid: u32::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
-                host: r.get(3)?,
-                expires_at: r.get(4)?,
-                token: u64::try_from(r.get::<_, i64>(5)?).unwrap_or(0),
-            })
-        })
-        .optional()?)
+    one(
+        conn,
+        &format!("SELECT {LEASE_COLS} FROM leases WHERE session_id=?1"),
+        [session],
+        rows::lease,
+    )
 }
 
 /// Refuses the batch when a session it speaks for has a lease holder newer than its fence.

@@ -42,7 +42,6 @@ use self::actor::{
     writer_loop,
 };
 use self::apply::apply;
-use self::rows::{REQUEST_COLS, request_from_row};
 use self::schema::{migrate, open_connection};
 use super::*;
 
@@ -530,7 +529,7 @@ impl Store for SqliteStore {
     async fn descendant_requests(&self, session: &str) -> StoreResult<Vec<InputRequestRecord>> {
         let session = session.to_owned();
         self.read(move |conn| {
-            composition::descendant_requests(conn, &session, REQUEST_COLS, request_from_row)
+            composition::descendant_requests(conn, &session)
         })
         .await
     }

@@ -2,23 +2,22 @@
 
 use rusqlite::{Connection, params};
 
+use super::rows::{all, one, write};
+use crate::store::rows::{self, NOTE_COLS};
 use crate::store::{NoteOp, NoteRecord, StoreResult};
 
 pub(super) fn apply(conn: &Connection, op: NoteOp) -> StoreResult<()> {
     match op {
         NoteOp::Put(n) => {
-            conn.prepare_cached(
-                "INSERT INTO notes (namespace, key, text, created_at, updated_at) \
-                 VALUES (?1,?2,?3,?4,?5) ON CONFLICT (namespace, key) \
-                 DO UPDATE SET text=excluded.text, updated_at=excluded.updated_at",
-            )?
-            .execute(params![
-                n.namespace,
-                n.key,
-                n.text,
-                n.created_at,
-                n.updated_at
-            ])?;
+            write(
+                conn,
+                &format!(
+                    "INSERT INTO notes ({NOTE_COLS}) VALUES (?1,?2,?3,?4,?5) \
+                     ON CONFLICT (namespace, key) \
+                     DO UPDATE SET text=excluded.text, updated_at=excluded.updated_at"
+                ),
+                &rows::note_values(&n),
+            )?;
         }
         NoteOp::Delete { namespace, key } => {
             conn.prepare_cached("DELETE FROM notes WHERE namespace=?1 AND key=?2")?
@@ -32,46 +31,39 @@ pub(super) fn apply(conn: &Connection, op: NoteOp) -> StoreResult<()> {
     Ok(())
 }
 
-const COLS: &str = "namespace, key, text, created_at, updated_at";
-
-fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<NoteRecord> {
-    Ok(NoteRecord {
-        namespace: r.get(0)?,
-        key: r.get(1)?,
-        text: r.get(2)?,
-        created_at: r.get(3)?,
-        updated_at: r.get(4)?,
-    })
-}
-
 /// One note.
 pub(super) fn note(
     conn: &Connection,
     namespace: &str,
     key: &str,
 ) -> StoreResult<Option<NoteRecord>> {
-    use rusqlite::OptionalExtension;
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLS} FROM notes WHERE namespace=?1 AND key=?2"
-    ))?;
-    Ok(stmt.query_row(params![namespace, key], row).optional()?)
+    one(
+        conn,
+        &format!("SELECT {NOTE_COLS} FROM notes WHERE namespace=?1 AND key=?2"),
+        params![namespace, key],
+        rows::note,
+    )
 }
 
 /// The notes of `namespace`, oldest first.
 pub(super) fn notes(conn: &Connection, namespace: &str) -> StoreResult<Vec<NoteRecord>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLS} FROM notes WHERE namespace=?1 ORDER BY created_at, key"
-    ))?;
-    let rows = stmt.query_map([namespace], row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    all(
+        conn,
+        &format!("SELECT {NOTE_COLS} FROM notes WHERE namespace=?1 ORDER BY created_at, key"),
+        [namespace],
+        rows::note,
+    )
 }
 
 /// The notes of every namespace starting with `prefix`, by namespace, oldest first.
 pub(super) fn notes_under(conn: &Connection, prefix: &str) -> StoreResult<Vec<NoteRecord>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLS} FROM notes WHERE substr(namespace, 1, length(?1)) = ?1 \
-         ORDER BY namespace, created_at, key"
-    ))?;
-    let rows = stmt.query_map([prefix], row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    all(
+        conn,
+        &format!(
+            "SELECT {NOTE_COLS} FROM notes WHERE substr(namespace, 1, length(?1)) = ?1 \
+             ORDER BY namespace, created_at, key"
+        ),
+        [prefix],
+        rows::note,
+    )
 }

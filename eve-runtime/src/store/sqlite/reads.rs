@@ -4,12 +4,13 @@
 //! Each function runs on a pooled read connection (WAL: readers never block the writer) with
 //! statements prepared once per connection (`prepare_cached`).
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
 use super::composition;
-use super::rows::{
-    CALL_COLS, REQUEST_COLS, SESSION_COLS, TURN_COLS, call_from_row, collect, json_col,
-    message_from_row, request_from_row, session_from_row, to_i64, to_u64, turn_from_row,
+use super::rows::{all, one};
+use crate::store::rows::{
+    self, BREAKER_COLS, CALL_COLS, EVENT_COLS, INBOX_COLS, MESSAGE_COLS, REQUEST_COLS, SESSION_COLS, STEP_COLS,
+    TURN_COLS, to_i64,
 };
 use crate::store::{
     BreakerRecord, DriveState, InboxRecord, InputRequestRecord, MessageRecord, SessionFilter,
@@ -17,10 +18,12 @@ use crate::store::{
 };
 
 pub(super) fn session(conn: &Connection, id: &str) -> StoreResult<Option<SessionRecord>> {
-    conn.prepare_cached(&format!("SELECT {SESSION_COLS} FROM sessions WHERE id=?1"))?
-        .query_row([id], session_from_row)
-        .optional()?
-        .transpose()
+    one(
+        conn,
+        &format!("SELECT {SESSION_COLS} FROM sessions WHERE id=?1"),
+        [id],
+        rows::session,
+    )
 }
 
 pub(super) fn sessions(
@@ -32,61 +35,51 @@ pub(super) fn sessions(
     } else {
         i64::try_from(filter.limit).unwrap_or(-1)
     };
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {SESSION_COLS} FROM sessions \
-         WHERE (?1 IS NULL OR schedule=?1) AND (?2 IS NULL OR status=?2) \
-         AND (?4 IS NULL OR owner=?4) \
-         ORDER BY created_at DESC, id DESC LIMIT ?3"
-    ))?;
-    collect(
-        &mut stmt,
+    all(
+        conn,
+        &format!(
+            "SELECT {SESSION_COLS} FROM sessions \
+             WHERE (?1 IS NULL OR schedule=?1) AND (?2 IS NULL OR status=?2) \
+             AND (?4 IS NULL OR owner=?4) \
+             ORDER BY created_at DESC, id DESC LIMIT ?3"
+        ),
         params![
             filter.schedule,
             filter.status.map(|s| s.as_str()),
             limit,
             filter.owner
         ],
-        session_from_row,
+        rows::session,
     )
 }
 
 pub(super) fn turn(conn: &Connection, session: &str, seq: u64) -> StoreResult<Option<TurnRecord>> {
-    conn.prepare_cached(&format!(
-        "SELECT {TURN_COLS} FROM turns WHERE session_id=?1 AND seq=?2"
-    ))?
-    .query_row(params![session, to_i64(seq)], turn_from_row)
-    .optional()?
-    .transpose()
+    one(
+        conn,
+        &format!("SELECT {TURN_COLS} FROM turns WHERE session_id=?1 AND seq=?2"),
+        params![session, to_i64(seq)],
+        rows::turn,
+    )
 }
 
 pub(super) fn last_turn(conn: &Connection, session: &str) -> StoreResult<Option<TurnRecord>> {
-    conn.prepare_cached(&format!(
-        "SELECT {TURN_COLS} FROM turns WHERE session_id=?1 ORDER BY seq DESC LIMIT 1"
-    ))?
-    .query_row([session], turn_from_row)
-    .optional()?
-    .transpose()
+    one(
+        conn,
+        &format!("SELECT {TURN_COLS} FROM turns WHERE session_id=?1 ORDER BY seq DESC LIMIT 1"),
+        [session],
+        rows::turn,
+    )
 }
 
 pub(super) fn steps(conn: &Connection, session: &str, turn: u64) -> StoreResult<Vec<StepRecord>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT session_id, turn_seq, step_index, model_id, response, at FROM steps \
-         WHERE session_id=?1 AND turn_seq=?2 ORDER BY step_index",
-    )?;
-    collect(&mut stmt, params![session, to_i64(turn)], |row| {
-        let response: String = row.get(4)?;
-        let build = || -> StoreResult<StepRecord> {
-            Ok(StepRecord {
-                session_id: row.get(0)?,
-                turn_seq: to_u64(row.get(1)?),
-                step_index: to_u64(row.get(2)?),
-                model_id: row.get(3)?,
-                response: json_col(&response)?,
-                at: row.get(5)?,
-            })
-        };
-        Ok(build())
-    })
+    all(
+        conn,
+        &format!(
+            "SELECT {STEP_COLS} FROM steps WHERE session_id=?1 AND turn_seq=?2 ORDER BY step_index"
+        ),
+        params![session, to_i64(turn)],
+        rows::step,
+    )
 }
 
 pub(super) fn tool_calls(
@@ -94,11 +87,15 @@ pub(super) fn tool_calls(
     session: &str,
     turn: u64,
 ) -> StoreResult<Vec<ToolCallRecord>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {CALL_COLS} FROM tool_calls WHERE session_id=?1 AND turn_seq=?2 \
-         ORDER BY step_index, position"
-    ))?;
-    collect(&mut stmt, params![session, to_i64(turn)], call_from_row)
+    all(
+        conn,
+        &format!(
+            "SELECT {CALL_COLS} FROM tool_calls WHERE session_id=?1 AND turn_seq=?2 \
+             ORDER BY step_index, position"
+        ),
+        params![session, to_i64(turn)],
+        rows::call,
+    )
 }
 
 pub(super) fn input_requests(
@@ -106,14 +103,14 @@ pub(super) fn input_requests(
     session: &str,
     pending_only: bool,
 ) -> StoreResult<Vec<InputRequestRecord>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {REQUEST_COLS} FROM input_requests \
-         WHERE session_id=?1 AND (?2 = 0 OR status='pending') ORDER BY rowid"
-    ))?;
-    collect(
-        &mut stmt,
+    all(
+        conn,
+        &format!(
+            "SELECT {REQUEST_COLS} FROM input_requests \
+             WHERE session_id=?1 AND (?2 = 0 OR status='pending') ORDER BY rowid"
+        ),
         params![session, i64::from(pending_only)],
-        request_from_row,
+        rows::request,
     )
 }
 
@@ -121,37 +118,35 @@ pub(super) fn input_request(
     conn: &Connection,
     id: &str,
 ) -> StoreResult<Option<InputRequestRecord>> {
-    conn.prepare_cached(&format!(
-        "SELECT {REQUEST_COLS} FROM input_requests WHERE id=?1"
-    ))?
-    .query_row([id], request_from_row)
-    .optional()?
-    .transpose()
+    one(
+        conn,
+        &format!("SELECT {REQUEST_COLS} FROM input_requests WHERE id=?1"),
+        [id],
+        rows::request,
+    )
 }
 
 pub(super) fn pending_inbox(conn: &Connection, session: &str) -> StoreResult<Vec<InboxRecord>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, session_id, text, accepted_at FROM inbox \
-         WHERE session_id=?1 AND consumed_turn IS NULL ORDER BY rowid",
-    )?;
-    collect(&mut stmt, [session], |row| {
-        Ok(Ok(InboxRecord {
-            id: row.get(0)?,
-            session_id: row.get(1)?,
-            text: row.get(2)?,
-            accepted_at: row.get(3)?,
-            consumed_turn: None,
-        }))
-    })
+    all(
+        conn,
+        &format!(
+            "SELECT {INBOX_COLS} FROM inbox \
+             WHERE session_id=?1 AND consumed_turn IS NULL ORDER BY rowid"
+        ),
+        [session],
+        rows::inbox,
+    )
 }
 
 pub(super) fn context(conn: &Connection, session: &str) -> StoreResult<Vec<MessageRecord>> {
-    let mut stmt = conn.prepare_cached(
+    all(
+        conn,
         "SELECT m.session_id, m.seq, m.turn_seq, m.kind, m.body, m.at FROM messages m \
          JOIN sessions s ON s.id = m.session_id \
          WHERE m.session_id=?1 AND m.seq >= s.context_start ORDER BY m.seq",
-    )?;
-    collect(&mut stmt, [session], message_from_row)
+        [session],
+        rows::message,
+    )
 }
 
 pub(super) fn messages(
@@ -160,14 +155,14 @@ pub(super) fn messages(
     from: u64,
     limit: usize,
 ) -> StoreResult<Vec<MessageRecord>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT session_id, seq, turn_seq, kind, body, at FROM messages \
-         WHERE session_id=?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
-    )?;
-    collect(
-        &mut stmt,
+    all(
+        conn,
+        &format!(
+            "SELECT {MESSAGE_COLS} FROM messages WHERE session_id=?1 AND seq >= ?2 \
+             ORDER BY seq LIMIT ?3"
+        ),
         params![session, to_i64(from), i64::try_from(limit).unwrap_or(-1)],
-        message_from_row,
+        rows::message,
     )
 }
 
@@ -177,52 +172,33 @@ pub(super) fn events(
     from: u64,
     limit: usize,
 ) -> StoreResult<Vec<StoredEvent>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT session_id, idx, id, type, data, at FROM events \
-         WHERE session_id=?1 AND idx >= ?2 ORDER BY idx LIMIT ?3",
-    )?;
-    collect(
-        &mut stmt,
+    all(
+        conn,
+        &format!(
+            "SELECT {EVENT_COLS} FROM events WHERE session_id=?1 AND idx >= ?2 \
+             ORDER BY idx LIMIT ?3"
+        ),
         params![session, to_i64(from), i64::try_from(limit).unwrap_or(-1)],
-        |row| {
-            let data: String = row.get(4)?;
-            let build = || -> StoreResult<StoredEvent> {
-                Ok(StoredEvent {
-                    session_id: row.get(0)?,
-                    index: to_u64(row.get(1)?),
-                    id: row.get(2)?,
-                    kind: row.get(3)?,
-                    data: json_col(&data)?,
-                    at: row.get(5)?,
-                })
-            };
-            Ok(build())
-        },
+        rows::event,
     )
 }
 
 pub(super) fn breaker(conn: &Connection, tool: &str) -> StoreResult<Option<BreakerRecord>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT tool, consecutive_failures, open_until, backoff_ms FROM breakers \
-             WHERE tool=?1",
-        )?
-        .query_row([tool], |row| {
-            Ok(BreakerRecord {
-                tool: row.get(0)?,
-                consecutive_failures: u32::try_from(row.get::<_, i64>(1)?).unwrap_or(0),
-                open_until: row.get(2)?,
-                backoff_ms: row.get(3)?,
-            })
-        })
-        .optional()?)
+    one(
+        conn,
+        &format!("SELECT {BREAKER_COLS} FROM breakers WHERE tool=?1"),
+        [tool],
+        rows::breaker,
+    )
 }
 
 pub(super) fn sessions_with_work(
     conn: &Connection,
     liveness: &dyn crate::store::Liveness,
 ) -> StoreResult<Vec<String>> {
-    let mut stmt = conn.prepare_cached(
+    let now = crate::store::now_ms();
+    let rows = all(
+        conn,
         "SELECT s.id, l.holder, l.pid, l.host, l.expires_at FROM sessions s \
          LEFT JOIN leases l ON l.session_id = s.id \
          WHERE s.status = 'running' \
@@ -231,17 +207,17 @@ pub(super) fn sessions_with_work(
          OR EXISTS (SELECT 1 FROM inbox i WHERE i.session_id = s.id \
              AND i.consumed_turn IS NULL) \
          ORDER BY s.updated_at",
+        [],
+        |row| {
+            Ok((
+                row.text(0)?,
+                row.opt_text(1)?,
+                row.opt_int(2)?,
+                row.opt_text(3)?,
+                row.opt_int(4)?,
+            ))
+        },
     )?;
-    let now = crate::store::now_ms();
-    let rows = collect(&mut stmt, [], |row| {
-        Ok(Ok((
-            row.get::<_, String>(0)?,
-            row.get::<_, Option<String>>(1)?,
-            row.get::<_, Option<i64>>(2)?,
-            row.get::<_, Option<String>>(3)?,
-            row.get::<_, Option<i64>>(4)?,
-        )))
-    })?;
     Ok(rows
         .into_iter()
         .filter(|(_, holder, pid, host, expires)| match (holder, expires) {

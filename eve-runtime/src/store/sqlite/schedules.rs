@@ -6,7 +6,8 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::apply::apply;
-use super::rows::{FIRE_COLS, collect, fire_from_row};
+use super::rows::{all, write};
+use crate::store::rows::{self, FIRE_COLS, SCHEDULE_COLS};
 use crate::store::{
     Batch, Committed, FireStatus, FireWrite, ScheduleClaim, ScheduleFire, ScheduleState,
     StateExpect, StoreResult, now_ms,
@@ -14,17 +15,12 @@ use crate::store::{
 
 /// Stored state of every schedule.
 pub(super) fn states(conn: &Connection) -> StoreResult<Vec<ScheduleState>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT name, spec, next_fire_at, updated_at FROM schedules ORDER BY name",
-    )?;
-    collect(&mut stmt, [], |row| {
-        Ok(Ok(ScheduleState {
-            name: row.get(0)?,
-            spec: row.get(1)?,
-            next_fire_at: row.get(2)?,
-            updated_at: row.get(3)?,
-        }))
-    })
+    all(
+        conn,
+        &format!("SELECT {SCHEDULE_COLS} FROM schedules ORDER BY name"),
+        [],
+        rows::schedule,
+    )
 }
 
 /// Fires of one schedule, newest first.
@@ -39,14 +35,14 @@ pub(super) fn fires(
     } else {
         i64::try_from(limit).unwrap_or(-1)
     };
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {FIRE_COLS} FROM schedule_fires WHERE schedule=?1 \
-         AND (?2 IS NULL OR status=?2) ORDER BY fire_at DESC, created_at DESC LIMIT ?3"
-    ))?;
-    collect(
-        &mut stmt,
+    all(
+        conn,
+        &format!(
+            "SELECT {FIRE_COLS} FROM schedule_fires WHERE schedule=?1 \
+             AND (?2 IS NULL OR status=?2) ORDER BY fire_at DESC, created_at DESC LIMIT ?3"
+        ),
         params![schedule, status.map(FireStatus::as_str), limit],
-        fire_from_row,
+        rows::fire,
     )
 }
 
@@ -73,20 +69,14 @@ pub(super) fn claim(
         let fire = match write {
             FireWrite::Insert(f) | FireWrite::Promote { to: f, .. } => f,
         };
-        conn.prepare_cached(&format!(
-            "INSERT OR REPLACE INTO schedule_fires ({FIRE_COLS}) \
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8)"
-        ))?
-        .execute(params![
-            fire.schedule,
-            fire.fire_at,
-            fire.trigger.as_str(),
-            fire.status.as_str(),
-            fire.session_id,
-            fire.detail,
-            fire.created_at,
-            now
-        ])?;
+        write(
+            conn,
+            &format!(
+                "INSERT OR REPLACE INTO schedule_fires ({FIRE_COLS}) \
+                 VALUES (?1,?2,?3,?4,?5,?6,?7,?8)"
+            ),
+            &rows::fire_values(fire, now),
+        )?;
     }
     apply(conn, batch).map(Some)
 }

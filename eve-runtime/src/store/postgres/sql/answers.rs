@@ -12,8 +12,9 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::rows::{REQUEST_COLS, request_row};
-use super::{execute, g, i, query, query_opt};
+use super::rows::opt;
+use super::{g, i, query, query_opt, write};
+use crate::store::rows::{self, REQUEST_COLS};
 use crate::store::{InputRequestRecord, RequestStatus, StoreError, StoreResult};
 
 pub(super) async fn settle<C: GenericClient>(
@@ -27,33 +28,25 @@ pub(super) async fn settle<C: GenericClient>(
         &[&request.session_id],
     )
     .await?;
-    let changed = execute(
+    let changed = write(
         c,
         "UPDATE input_requests SET status=$2, reason=$3, answered_at=$4, responder=$5 \
          WHERE id=$1 AND status='pending'",
-        &[
-            &request.id,
-            &request.status.as_str(),
-            &request.reason,
-            &request.answered_at,
-            &request.responder,
-        ],
+        &rows::answer_values(request),
     )
     .await?;
     if changed == 0 {
-        let stored = query_opt(
+        let row = query_opt(
             c,
             &format!("SELECT {REQUEST_COLS} FROM input_requests WHERE id=$1"),
             &[&request.id],
         )
-        .await?
-        .as_ref()
-        .map(request_row)
-        .transpose()?
-        .ok_or_else(|| StoreError::NotFound(format!("input request {}", request.id)))?;
+        .await?;
+        let stored = opt(row, rows::request)?
+            .ok_or_else(|| StoreError::NotFound(format!("input request {}", request.id)))?;
         return Err(StoreError::AlreadyAnswered(Box::new(stored)));
     }
-    let rows = query(
+    let pending = query(
         c,
         "SELECT id FROM input_requests WHERE session_id=$1 AND turn_seq=$2 AND status=$3 \
          AND id<>$4 ORDER BY id",
@@ -65,19 +58,9 @@ pub(super) async fn settle<C: GenericClient>(
         ],
     )
     .await?;
-    let mut now = rows
+    let pending = pending
         .iter()
         .map(|r| g::<String>(r, 0))
         .collect::<StoreResult<Vec<_>>>()?;
-    now.sort();
-    let mut seen = others_pending.to_vec();
-    seen.sort();
-    seen.dedup();
-    if now != seen {
-        return Err(StoreError::InputsMoved {
-            session: request.session_id.clone(),
-            turn: request.turn_seq,
-        });
-    }
-    Ok(())
+    rows::others_unmoved(request, pending, others_pending)
 }

@@ -6,10 +6,13 @@
 use deadpool_postgres::GenericClient;
 
 use super::leases::fence_planned;
-use super::pipeline::{Planned, Then, params, run_planned};
-use super::rows::{CALL_COLS, REQUEST_COLS, SESSION_COLS, TURN_COLS};
-use super::{NOTIFY_SQL, answers, composition, i, notes};
+use super::pipeline::{Planned, Then, run_planned};
+use super::{NOTIFY_SQL, answers, composition, notes};
 use crate::store::postgres::releases;
+use crate::store::rows::{
+    self, BREAKER_COLS, CALL_COLS, Cell, EVENT_COLS, INBOX_COLS, MESSAGE_COLS, REQUEST_COLS,
+    SESSION_COLS, STEP_COLS, TURN_COLS, cells,
+};
 use crate::store::{
     Batch, Committed, MESSAGE_KIND_CHECKPOINT, Op, StoreError, StoreResult, StoredEvent, now_ms,
 };
@@ -61,7 +64,7 @@ pub(in crate::store::postgres) async fn apply<C: GenericClient>(
     if let Some((channel, payload)) = notify {
         plan.push(Planned::new(
             NOTIFY_SQL,
-            params![channel.to_owned(), payload.to_owned()],
+            cells![channel, payload],
             Then::Nothing,
         ));
     }
@@ -86,16 +89,15 @@ pub(super) static PLANNED_SQL: std::sync::LazyLock<Vec<String>> = std::sync::Laz
             .to_owned(),
         "UPDATE sessions SET cancel_requested=$2, updated_at=$3 WHERE id=$1".to_owned(),
         "UPDATE sessions SET context_start=message_count, updated_at=$2 WHERE id=$1".to_owned(),
-        "INSERT INTO inbox (id, session_id, text, accepted_at, consumed_turn) \
-             VALUES ($1,$2,$3,$4,$5)"
-            .to_owned(),
+        format!("INSERT INTO inbox ({INBOX_COLS}) VALUES ($1,$2,$3,$4,$5)"),
         "UPDATE inbox SET consumed_turn=$2 WHERE id=$1".to_owned(),
-        "WITH n AS (UPDATE sessions SET message_count=message_count+1, \
+        format!(
+            "WITH n AS (UPDATE sessions SET message_count=message_count+1, \
                  context_start=CASE WHEN $2::BOOLEAN THEN message_count ELSE context_start END \
                  WHERE id=$1 RETURNING message_count-1 AS seq) \
-                 INSERT INTO messages (session_id, seq, turn_seq, kind, body, at) \
+                 INSERT INTO messages ({MESSAGE_COLS}) \
                  VALUES ($1, (SELECT seq FROM n), $3::BIGINT, $4::TEXT, $5::TEXT, $6::BIGINT) RETURNING seq"
-            .to_owned(),
+        ),
         format!(
             "INSERT INTO turns ({TURN_COLS}) VALUES \
                  ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) \
@@ -106,11 +108,12 @@ pub(super) static PLANNED_SQL: std::sync::LazyLock<Vec<String>> = std::sync::Laz
                  ended_at=excluded.ended_at, stop_reason=excluded.stop_reason, \
                  usage=excluded.usage"
         ),
-        "INSERT INTO steps (session_id, turn_seq, step_index, model_id, response, at) \
+        format!(
+            "INSERT INTO steps ({STEP_COLS}) \
              VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (session_id, turn_seq, step_index) \
              DO UPDATE SET model_id=excluded.model_id, response=excluded.response, \
              at=excluded.at"
-            .to_owned(),
+        ),
         format!(
             "INSERT INTO tool_calls ({CALL_COLS}) VALUES \
                      ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17) \
@@ -131,93 +134,37 @@ pub(super) static PLANNED_SQL: std::sync::LazyLock<Vec<String>> = std::sync::Laz
                  responder=excluded.responder, prompt=excluded.prompt, \
                  action=excluded.action"
         ),
-        "INSERT INTO breakers (tool, consecutive_failures, open_until, backoff_ms, \
-             updated_at) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (tool) DO UPDATE SET \
+        format!(
+            "INSERT INTO breakers ({BREAKER_COLS}) VALUES ($1,$2,$3,$4,$5) \
+             ON CONFLICT (tool) DO UPDATE SET \
              consecutive_failures=excluded.consecutive_failures, \
              open_until=excluded.open_until, backoff_ms=excluded.backoff_ms, \
              updated_at=excluded.updated_at"
-            .to_owned(),
-        "WITH n AS (UPDATE sessions SET event_count=event_count+1, updated_at=$2 \
+        ),
+        format!(
+            "WITH n AS (UPDATE sessions SET event_count=event_count+1, updated_at=$2 \
                  WHERE id=$1 RETURNING event_count-1 AS idx) \
-                 INSERT INTO events (session_id, idx, id, type, data, at) \
+                 INSERT INTO events ({EVENT_COLS}) \
                  VALUES ($1, (SELECT idx FROM n), $3::TEXT, $4::TEXT, $5::TEXT, $2) RETURNING idx"
-            .to_owned(),
+        ),
     ]
 });
 
 fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
-    Ok(match op {
-        Op::InsertSession(s) => Planned::new(
-            &PLANNED_SQL[0],
-            params![
-                s.id,
-                s.status.as_str(),
-                s.build_hash,
-                s.agent_name,
-                s.parent_id,
-                s.parent_call_id,
-                s.schedule,
-                i(s.turn_count),
-                i(s.usage.input_tokens),
-                i(s.usage.output_tokens),
-                i(s.usage.cache_read_tokens),
-                i(s.usage.cache_write_tokens),
-                s.cost_usd,
-                serde_json::to_string(&s.loaded_skills)?,
-                serde_json::to_string(&s.approved_tools)?,
-                s.cancel_requested,
-                s.created_at,
-                now,
-                s.owner,
-            ],
-            Then::Nothing,
+    let (sql, values, then) = match op {
+        Op::InsertSession(s) => (0, rows::session_insert(&s, now)?, Then::Nothing),
+        Op::UpdateSession(s) => (
+            1,
+            rows::session_update(&s, now)?,
+            Then::Touch(format!("session {}", s.id)),
         ),
-        Op::UpdateSession(s) => {
-            let what = format!("session {}", s.id);
-            Planned::new(
-                &PLANNED_SQL[1],
-                params![
-                    s.id,
-                    s.status.as_str(),
-                    s.build_hash,
-                    i(s.turn_count),
-                    i(s.usage.input_tokens),
-                    i(s.usage.output_tokens),
-                    i(s.usage.cache_read_tokens),
-                    i(s.usage.cache_write_tokens),
-                    s.cost_usd,
-                    serde_json::to_string(&s.loaded_skills)?,
-                    serde_json::to_string(&s.approved_tools)?,
-                    now,
-                ],
-                Then::Touch(what),
-            )
-        }
         Op::SetCancel {
             session_id,
             requested,
-        } => Planned::new(
-            &PLANNED_SQL[2],
-            params![session_id, requested, now],
-            Then::Nothing,
-        ),
-        Op::ClearContext { session_id } => {
-            Planned::new(&PLANNED_SQL[3], params![session_id, now], Then::Nothing)
-        }
-        Op::InsertInbox(m) => Planned::new(
-            &PLANNED_SQL[4],
-            params![
-                m.id,
-                m.session_id,
-                m.text,
-                m.accepted_at,
-                m.consumed_turn.map(i),
-            ],
-            Then::Nothing,
-        ),
-        Op::ConsumeInbox { id, turn_seq } => {
-            Planned::new(&PLANNED_SQL[5], params![id, i(turn_seq)], Then::Nothing)
-        }
+        } => (2, cells![session_id, requested, now], Then::Nothing),
+        Op::ClearContext { session_id } => (3, cells![session_id, now], Then::Nothing),
+        Op::InsertInbox(m) => (4, rows::inbox_values(&m), Then::Nothing),
+        Op::ConsumeInbox { id, turn_seq } => (5, cells![id, turn_seq], Then::Nothing),
         Op::AppendMessage {
             session_id,
             turn_seq,
@@ -225,134 +172,37 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
             body,
         } => {
             let checkpoint = kind == MESSAGE_KIND_CHECKPOINT;
-            Planned::new(
-                &PLANNED_SQL[6],
-                params![
-                    session_id.clone(),
-                    checkpoint,
-                    turn_seq.map(i),
-                    kind,
-                    serde_json::to_string(&body)?,
-                    now,
-                ],
-                Then::Message(session_id),
-            )
+            let values = cells![
+                &session_id,
+                checkpoint,
+                turn_seq,
+                kind,
+                Cell::json(&body)?,
+                now
+            ];
+            (6, values, Then::Message(session_id))
         }
-        Op::PutTurn(t) => Planned::new(
-            &PLANNED_SQL[7],
-            params![
-                t.session_id,
-                i(t.seq),
-                t.status.as_str(),
-                t.phase.as_str(),
-                i(t.step_index),
-                t.step_started,
-                t.build_hash,
-                t.inbox_id,
-                t.started_at,
-                t.ended_at,
-                t.stop_reason,
-                serde_json::to_string(&t.usage)?,
-            ],
-            Then::Nothing,
-        ),
-        Op::PutStep(s) => Planned::new(
-            &PLANNED_SQL[8],
-            params![
-                s.session_id,
-                i(s.turn_seq),
-                i(s.step_index),
-                s.model_id,
-                serde_json::to_string(&s.response)?,
-                s.at,
-            ],
-            Then::Nothing,
-        ),
-        Op::PutToolCall(call) => {
-            let output = call
-                .output
-                .as_ref()
-                .map(serde_json::to_string)
-                .transpose()?;
-            Planned::new(
-                &PLANNED_SQL[9],
-                params![
-                    call.session_id,
-                    call.call_id,
-                    i(call.turn_seq),
-                    i(call.step_index),
-                    i(call.position),
-                    call.kind,
-                    call.name,
-                    serde_json::to_string(&call.input)?,
-                    call.idempotency_key,
-                    call.effect,
-                    call.status.as_str(),
-                    call.approval.as_str(),
-                    output,
-                    call.is_error,
-                    i64::from(call.attempts),
-                    call.started_at,
-                    call.ended_at,
-                ],
-                Then::Nothing,
-            )
-        }
-        Op::PutInputRequest(r) => Planned::new(
-            &PLANNED_SQL[10],
-            params![
-                r.id,
-                r.session_id,
-                i(r.turn_seq),
-                i(r.step_index),
-                r.call_id,
-                r.tool_name,
-                r.kind,
-                r.prompt,
-                serde_json::to_string(&r.action)?,
-                r.status.as_str(),
-                r.reason,
-                r.created_at,
-                r.answered_at,
-                r.responder,
-            ],
-            Then::Nothing,
-        ),
-        Op::PutBreaker(b) => Planned::new(
-            &PLANNED_SQL[11],
-            params![
-                b.tool,
-                i64::from(b.consecutive_failures),
-                b.open_until,
-                b.backoff_ms,
-                now,
-            ],
-            Then::Nothing,
-        ),
+        Op::PutTurn(t) => (7, rows::turn_values(&t)?, Then::Nothing),
+        Op::PutStep(s) => (8, rows::step_values(&s)?, Then::Nothing),
+        Op::PutToolCall(call) => (9, rows::call_values(&call)?, Then::Nothing),
+        Op::PutInputRequest(r) => (10, rows::request_values(&r)?, Then::Nothing),
+        Op::PutBreaker(b) => (11, rows::breaker_values(&b, now), Then::Nothing),
         Op::Event {
             session_id,
             kind,
             data,
         } => {
             let id = format!("evt_{}", ulid::Ulid::new());
-            Planned::new(
-                &PLANNED_SQL[12],
-                params![
-                    session_id.clone(),
-                    now,
-                    id.clone(),
-                    kind.clone(),
-                    serde_json::to_string(&data)?,
-                ],
-                Then::Event(StoredEvent {
-                    session_id,
-                    index: 0,
-                    id,
-                    kind,
-                    data,
-                    at: now,
-                }),
-            )
+            let values = cells![&session_id, now, &id, &kind, Cell::json(&data)?];
+            let event = StoredEvent {
+                session_id,
+                index: 0,
+                id,
+                kind,
+                data,
+                at: now,
+            };
+            (12, values, Then::Event(event))
         }
         Op::Composition(_) | Op::Note(_) | Op::Release(_) | Op::AnswerInputRequest { .. } => {
             return Err(StoreError::Backend(
@@ -361,5 +211,6 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
                     .to_owned(),
             ));
         }
-    })
+    };
+    Ok(Planned::new(&PLANNED_SQL[sql], values, then))
 }

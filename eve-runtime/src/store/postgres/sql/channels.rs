@@ -6,10 +6,10 @@
 //! store's transactions, claims deciding once across the fleet under row locks.
 
 use deadpool_postgres::GenericClient;
-use tokio_postgres::Row;
 
-use super::rows::all;
-use super::{execute, g, i, json, query, query_opt, u};
+use super::rows::{all, opt};
+use super::{execute, i, query, query_opt, write};
+use crate::store::rows::{self, REPLY_COLS};
 use crate::store::{
     CHANNEL_ROWS_KEPT_MS, ChannelAccept, ChannelReplyRecord, ChannelReplyUpdate, Liveness,
     ProcessRef, ReplyClaim, ReplyHeld, Sending, StoreResult,
@@ -52,36 +52,21 @@ pub(in crate::store::postgres) async fn insert_reply<C: GenericClient>(
     let Some(r) = &accept.reply else {
         return Ok(());
     };
-    execute(
+    write(
         c,
-        "INSERT INTO channel_replies (inbox_id, channel, session_id, from_index, address, \
-         announced, done, detail, owner_pid, owner_host, created_at, updated_at, owner_token, \
-         owner_expires_at, sending) \
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$11,$12,$13,$14) \
-         ON CONFLICT (inbox_id) DO UPDATE SET \
-         channel=excluded.channel, session_id=excluded.session_id, \
-         from_index=excluded.from_index, address=excluded.address, \
-         announced=excluded.announced, done=excluded.done, detail=excluded.detail, \
-         owner_pid=excluded.owner_pid, owner_host=excluded.owner_host, \
-         created_at=excluded.created_at, updated_at=excluded.updated_at, \
-         owner_token=excluded.owner_token, owner_expires_at=excluded.owner_expires_at, \
-         sending=excluded.sending",
-        &[
-            &r.inbox_id,
-            &r.channel,
-            &r.session_id,
-            &i(r.from_index),
-            &serde_json::to_string(&r.address)?,
-            &serde_json::to_string(&r.announced)?,
-            &r.done,
-            &r.detail,
-            &i64::from(r.owner_pid),
-            &r.owner_host,
-            &now,
-            &i(r.owner_token),
-            &r.owner_expires_at,
-            &r.sending.as_ref().map(serde_json::to_string).transpose()?,
-        ],
+        &format!(
+            "INSERT INTO channel_replies ({REPLY_COLS}) \
+             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$11,$12,$13,$14) \
+             ON CONFLICT (inbox_id) DO UPDATE SET \
+             channel=excluded.channel, session_id=excluded.session_id, \
+             from_index=excluded.from_index, address=excluded.address, \
+             announced=excluded.announced, done=excluded.done, detail=excluded.detail, \
+             owner_pid=excluded.owner_pid, owner_host=excluded.owner_host, \
+             created_at=excluded.created_at, updated_at=excluded.updated_at, \
+             owner_token=excluded.owner_token, owner_expires_at=excluded.owner_expires_at, \
+             sending=excluded.sending"
+        ),
+        &rows::reply_insert(r, now)?,
     )
     .await?;
     execute(
@@ -91,32 +76,6 @@ pub(in crate::store::postgres) async fn insert_reply<C: GenericClient>(
     )
     .await?;
     Ok(())
-}
-
-const REPLY_COLS: &str = "inbox_id, channel, session_id, from_index, address, announced, done, \
-                          detail, owner_pid, owner_host, created_at, updated_at, owner_token, \
-                          owner_expires_at, sending";
-
-fn reply_row(row: &Row) -> StoreResult<ChannelReplyRecord> {
-    Ok(ChannelReplyRecord {
-        inbox_id: g(row, 0)?,
-        channel: g(row, 1)?,
-        session_id: g(row, 2)?,
-        from_index: u(g(row, 3)?),
-        address: json(g(row, 4)?)?,
-        announced: serde_json::from_str(g(row, 5)?)?,
-        done: g(row, 6)?,
-        detail: g(row, 7)?,
-        owner_pid: u32::try_from(g::<i64>(row, 8)?).unwrap_or(0),
-        owner_host: g(row, 9)?,
-        created_at: g(row, 10)?,
-        updated_at: g(row, 11)?,
-        owner_token: u(g(row, 12)?),
-        owner_expires_at: g(row, 13)?,
-        sending: g::<Option<&str>>(row, 14)?
-            .map(serde_json::from_str::<Sending>)
-            .transpose()?,
-    })
 }
 
 pub(in crate::store::postgres) async fn replies<C: GenericClient>(
@@ -132,22 +91,20 @@ pub(in crate::store::postgres) async fn replies<C: GenericClient>(
         &[&pending_only],
     )
     .await?;
-    all(&rows, reply_row)
+    all(&rows, rows::reply)
 }
 
 pub(in crate::store::postgres) async fn reply<C: GenericClient>(
     c: &C,
     inbox_id: &str,
 ) -> StoreResult<Option<ChannelReplyRecord>> {
-    query_opt(
+    let row = query_opt(
         c,
         &format!("SELECT {REPLY_COLS} FROM channel_replies WHERE inbox_id=$1"),
         &[&inbox_id],
     )
-    .await?
-    .as_ref()
-    .map(reply_row)
-    .transpose()
+    .await?;
+    opt(row, rows::reply)
 }
 
 /// Takes the owed replies `claim` says, inside the caller's transaction, each with a new token
@@ -175,8 +132,7 @@ pub(in crate::store::postgres) async fn claim_replies<C: GenericClient>(
     )
     .await?;
     let mut taken = Vec::new();
-    for row in &rows {
-        let mut r = reply_row(row)?;
+    for mut r in all(&rows, rows::reply)? {
         let owner = ProcessRef {
             pid: r.owner_pid,
             host: r.owner_host.clone(),
@@ -184,27 +140,18 @@ pub(in crate::store::postgres) async fn claim_replies<C: GenericClient>(
         if r.owner_expires_at > now && !liveness.reply_owner_gone(&owner, &me) {
             continue;
         }
-        let token = r.owner_token.saturating_add(1);
-        let expires = now.saturating_add(claim.ttl_ms);
-        execute(
-            c,
-            "UPDATE channel_replies SET owner_pid=$2, owner_host=$3, updated_at=$4, \
-             owner_token=$5, owner_expires_at=$6 WHERE inbox_id=$1",
-            &[
-                &r.inbox_id,
-                &i64::from(claim.pid),
-                &claim.host,
-                &now,
-                &i(token),
-                &expires,
-            ],
-        )
-        .await?;
+        r.owner_token = r.owner_token.saturating_add(1);
+        r.owner_expires_at = now.saturating_add(claim.ttl_ms);
         r.owner_pid = claim.pid;
         r.owner_host = claim.host.clone();
         r.updated_at = now;
-        r.owner_token = token;
-        r.owner_expires_at = expires;
+        write(
+            c,
+            "UPDATE channel_replies SET owner_pid=$2, owner_host=$3, updated_at=$4, \
+             owner_token=$5, owner_expires_at=$6 WHERE inbox_id=$1",
+            &rows::reply_owner(&r),
+        )
+        .await?;
         taken.push(r);
     }
     Ok(taken)
@@ -241,17 +188,11 @@ pub(in crate::store::postgres) async fn start_send<C: GenericClient>(
     ttl_ms: i64,
     now: i64,
 ) -> StoreResult<bool> {
-    let changed = execute(
+    let changed = write(
         c,
         "UPDATE channel_replies SET sending=$3, owner_expires_at=$4, updated_at=$5 \
          WHERE inbox_id=$1 AND owner_token=$2 AND NOT done",
-        &[
-            &held.inbox_id,
-            &i(held.token),
-            &serde_json::to_string(sending)?,
-            &now.saturating_add(ttl_ms),
-            &now,
-        ],
+        &rows::send_values(held, sending, now.saturating_add(ttl_ms), now)?,
     )
     .await?;
     Ok(changed == 1)
@@ -262,18 +203,11 @@ pub(in crate::store::postgres) async fn update_reply<C: GenericClient>(
     update: &ChannelReplyUpdate,
     now: i64,
 ) -> StoreResult<()> {
-    execute(
+    write(
         c,
         "UPDATE channel_replies SET address=$2, announced=$3, done=$4, detail=$5, updated_at=$6, \
          sending=NULL WHERE inbox_id=$1 AND NOT done",
-        &[
-            &update.inbox_id,
-            &serde_json::to_string(&update.address)?,
-            &serde_json::to_string(&update.announced)?,
-            &update.done,
-            &update.detail,
-            &now,
-        ],
+        &rows::reply_update(update, now)?,
     )
     .await?;
     Ok(())

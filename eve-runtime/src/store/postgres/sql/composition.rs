@@ -5,10 +5,12 @@
 //! writes them inside a batch's transaction and reads them back for the engine.
 
 use deadpool_postgres::GenericClient;
-use tokio_postgres::Row;
 
-use super::rows::{REQUEST_COLS, all, request_row};
-use super::{execute, g, i, json, query, query_opt, u};
+use super::rows::{all, opt};
+use super::{execute, g, i, query, query_opt, u, write};
+use crate::store::rows::{
+    self, DYNAMIC_TOOL_COLS, LINK_COLS, REQUEST_COLS, SUBCALL_COLS, cells,
+};
 use crate::store::{
     CompositionOp, DynamicToolRecord, InputRequestRecord, StoreResult, SubagentCall, SubagentLink,
     UsageTotals,
@@ -18,43 +20,30 @@ use crate::store::{
 pub(super) async fn apply<C: GenericClient>(c: &C, op: CompositionOp, now: i64) -> StoreResult<()> {
     match op {
         CompositionOp::InsertLink(l) => {
-            execute(
+            write(
                 c,
-                "INSERT INTO subagent_sessions \
-                 (session_id, parent_id, call_id, root_id, agent_path, created_at) \
-                 VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (session_id) DO UPDATE SET \
-                 parent_id=excluded.parent_id, call_id=excluded.call_id, \
-                 root_id=excluded.root_id, agent_path=excluded.agent_path, \
-                 created_at=excluded.created_at",
-                &[
-                    &l.session_id,
-                    &l.parent_id,
-                    &l.call_id,
-                    &l.root_id,
-                    &l.agent_path,
-                    &l.created_at,
-                ],
+                &format!(
+                    "INSERT INTO subagent_sessions ({LINK_COLS}) \
+                     VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (session_id) DO UPDATE SET \
+                     parent_id=excluded.parent_id, call_id=excluded.call_id, \
+                     root_id=excluded.root_id, agent_path=excluded.agent_path, \
+                     created_at=excluded.created_at"
+                ),
+                &rows::link_values(&l),
             )
             .await?;
         }
         CompositionOp::PutSubagentCall(call) => {
-            execute(
+            write(
                 c,
-                "INSERT INTO subagent_calls (parent_id, turn_seq, call_id, child_id, inbox_id, \
-                 task_id, budget, created_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8) \
-                 ON CONFLICT (parent_id, turn_seq, call_id) DO UPDATE SET \
-                 child_id=excluded.child_id, inbox_id=excluded.inbox_id, \
-                 task_id=excluded.task_id, budget=excluded.budget, created_at=excluded.created_at",
-                &[
-                    &call.parent_id,
-                    &i(call.turn_seq),
-                    &call.call_id,
-                    &call.child_id,
-                    &call.inbox_id,
-                    &call.task_id,
-                    &serde_json::to_string(&call.budget)?,
-                    &call.created_at,
-                ],
+                &format!(
+                    "INSERT INTO subagent_calls ({SUBCALL_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8) \
+                     ON CONFLICT (parent_id, turn_seq, call_id) DO UPDATE SET \
+                     child_id=excluded.child_id, inbox_id=excluded.inbox_id, \
+                     task_id=excluded.task_id, budget=excluded.budget, \
+                     created_at=excluded.created_at"
+                ),
+                &rows::subcall_values(&call)?,
             )
             .await?;
         }
@@ -74,40 +63,26 @@ pub(super) async fn apply<C: GenericClient>(c: &C, op: CompositionOp, now: i64) 
                 .await?;
             }
             for t in tools {
-                execute(
+                write(
                     c,
-                    "INSERT INTO dynamic_tools (session_id, name, provider, description, \
-                     input_schema, provider_tool, build_hash, turn_seq, resolved_at) \
-                     VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9) ON CONFLICT (session_id, name) \
-                     DO UPDATE SET provider=excluded.provider, \
-                     description=excluded.description, input_schema=excluded.input_schema, \
-                     provider_tool=excluded.provider_tool, build_hash=excluded.build_hash, \
-                     turn_seq=excluded.turn_seq, resolved_at=excluded.resolved_at",
-                    &[
-                        &t.session_id,
-                        &t.name,
-                        &t.provider,
-                        &t.description,
-                        &serde_json::to_string(&t.input_schema)?,
-                        &serde_json::to_string(&t.provider_tool)?,
-                        &t.build_hash,
-                        &i(t.turn_seq),
-                        &t.resolved_at,
-                    ],
+                    &format!(
+                        "INSERT INTO dynamic_tools ({DYNAMIC_TOOL_COLS}) \
+                         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9) ON CONFLICT (session_id, name) \
+                         DO UPDATE SET provider=excluded.provider, \
+                         description=excluded.description, input_schema=excluded.input_schema, \
+                         provider_tool=excluded.provider_tool, build_hash=excluded.build_hash, \
+                         turn_seq=excluded.turn_seq, resolved_at=excluded.resolved_at"
+                    ),
+                    &rows::dynamic_tool_values(&t)?,
                 )
                 .await?;
             }
-            execute(
+            write(
                 c,
                 "INSERT INTO dynamic_resolutions (session_id, turn_seq, detail, at) \
                  VALUES ($1,$2,$3,$4) ON CONFLICT (session_id, turn_seq) DO UPDATE SET \
                  detail=excluded.detail, at=excluded.at",
-                &[
-                    &session_id,
-                    &i(turn_seq),
-                    &serde_json::to_string(&detail)?,
-                    &now,
-                ],
+                &rows::resolution_values(&session_id, turn_seq, &detail, now)?,
             )
             .await?;
         }
@@ -116,13 +91,13 @@ pub(super) async fn apply<C: GenericClient>(c: &C, op: CompositionOp, now: i64) 
             hook,
             delivered,
         } => {
-            execute(
+            write(
                 c,
                 "INSERT INTO hook_cursors (session_id, hook, delivered, updated_at) \
                  VALUES ($1,$2,$3,$4) ON CONFLICT (session_id, hook) DO UPDATE SET \
                  delivered=GREATEST(hook_cursors.delivered, excluded.delivered), \
                  updated_at=excluded.updated_at",
-                &[&session_id, &hook, &i(delivered), &now],
+                &cells![&session_id, &hook, delivered, now],
             )
             .await?;
         }
@@ -130,32 +105,17 @@ pub(super) async fn apply<C: GenericClient>(c: &C, op: CompositionOp, now: i64) 
     Ok(())
 }
 
-const LINK_COLS: &str = "session_id, parent_id, call_id, root_id, agent_path, created_at";
-
-fn link_row(row: &Row) -> StoreResult<SubagentLink> {
-    Ok(SubagentLink {
-        session_id: g(row, 0)?,
-        parent_id: g(row, 1)?,
-        call_id: g(row, 2)?,
-        root_id: g(row, 3)?,
-        agent_path: g(row, 4)?,
-        created_at: g(row, 5)?,
-    })
-}
-
 pub(in crate::store::postgres) async fn link<C: GenericClient>(
     c: &C,
     session: &str,
 ) -> StoreResult<Option<SubagentLink>> {
-    query_opt(
+    let row = query_opt(
         c,
         &format!("SELECT {LINK_COLS} FROM subagent_sessions WHERE session_id=$1"),
         &[&session],
     )
-    .await?
-    .as_ref()
-    .map(link_row)
-    .transpose()
+    .await?;
+    opt(row, rows::link)
 }
 
 pub(in crate::store::postgres) async fn link_by_token<C: GenericClient>(
@@ -163,7 +123,7 @@ pub(in crate::store::postgres) async fn link_by_token<C: GenericClient>(
     parent: &str,
     call_id: &str,
 ) -> StoreResult<Option<SubagentLink>> {
-    query_opt(
+    let row = query_opt(
         c,
         &format!(
             "SELECT {LINK_COLS} FROM subagent_sessions WHERE parent_id=$1 AND call_id=$2 \
@@ -171,26 +131,8 @@ pub(in crate::store::postgres) async fn link_by_token<C: GenericClient>(
         ),
         &[&parent, &call_id],
     )
-    .await?
-    .as_ref()
-    .map(link_row)
-    .transpose()
-}
-
-const SUBCALL_COLS: &str =
-    "parent_id, turn_seq, call_id, child_id, inbox_id, task_id, budget, created_at";
-
-fn subcall_row(row: &Row) -> StoreResult<SubagentCall> {
-    Ok(SubagentCall {
-        parent_id: g(row, 0)?,
-        turn_seq: u(g(row, 1)?),
-        call_id: g(row, 2)?,
-        child_id: g(row, 3)?,
-        inbox_id: g(row, 4)?,
-        task_id: g(row, 5)?,
-        budget: serde_json::from_str(g(row, 6)?)?,
-        created_at: g(row, 7)?,
-    })
+    .await?;
+    opt(row, rows::link)
 }
 
 pub(in crate::store::postgres) async fn subagent_call<C: GenericClient>(
@@ -199,7 +141,7 @@ pub(in crate::store::postgres) async fn subagent_call<C: GenericClient>(
     turn: u64,
     call_id: &str,
 ) -> StoreResult<Option<SubagentCall>> {
-    query_opt(
+    let row = query_opt(
         c,
         &format!(
             "SELECT {SUBCALL_COLS} FROM subagent_calls \
@@ -207,25 +149,21 @@ pub(in crate::store::postgres) async fn subagent_call<C: GenericClient>(
         ),
         &[&parent, &i(turn), &call_id],
     )
-    .await?
-    .as_ref()
-    .map(subcall_row)
-    .transpose()
+    .await?;
+    opt(row, rows::subcall)
 }
 
 pub(in crate::store::postgres) async fn subagent_call_by_inbox<C: GenericClient>(
     c: &C,
     inbox_id: &str,
 ) -> StoreResult<Option<SubagentCall>> {
-    query_opt(
+    let row = query_opt(
         c,
         &format!("SELECT {SUBCALL_COLS} FROM subagent_calls WHERE inbox_id=$1"),
         &[&inbox_id],
     )
-    .await?
-    .as_ref()
-    .map(subcall_row)
-    .transpose()
+    .await?;
+    opt(row, rows::subcall)
 }
 
 pub(in crate::store::postgres) async fn inbox_turn<C: GenericClient>(
@@ -275,7 +213,7 @@ pub(in crate::store::postgres) async fn descendant_requests<C: GenericClient>(
         &[&session],
     )
     .await?;
-    all(&rows, request_row)
+    all(&rows, rows::request)
 }
 
 pub(in crate::store::postgres) async fn descendant_usage<C: GenericClient>(
@@ -313,24 +251,11 @@ pub(in crate::store::postgres) async fn dynamic_tools<C: GenericClient>(
 ) -> StoreResult<Vec<DynamicToolRecord>> {
     let rows = query(
         c,
-        "SELECT session_id, name, provider, description, input_schema, provider_tool, build_hash, \
-         turn_seq, resolved_at FROM dynamic_tools WHERE session_id=$1 ORDER BY name",
+        &format!("SELECT {DYNAMIC_TOOL_COLS} FROM dynamic_tools WHERE session_id=$1 ORDER BY name"),
         &[&session],
     )
     .await?;
-    all(&rows, |row| {
-        Ok(DynamicToolRecord {
-            session_id: g(row, 0)?,
-            name: g(row, 1)?,
-            provider: g(row, 2)?,
-            description: g(row, 3)?,
-            input_schema: json(g(row, 4)?)?,
-            provider_tool: json(g(row, 5)?)?,
-            build_hash: g(row, 6)?,
-            turn_seq: u(g(row, 7)?),
-            resolved_at: g(row, 8)?,
-        })
-    })
+    all(&rows, rows::dynamic_tool)
 }
 
 pub(in crate::store::postgres) async fn dynamic_resolved<C: GenericClient>(

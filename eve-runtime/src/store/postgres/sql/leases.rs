@@ -9,11 +9,13 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use super::pipeline::{Planned, Then, params, run_planned};
+use super::pipeline::{Planned, Then, run_planned};
+use super::rows::{bind, opt};
 use super::{
     FENCE_SQL, LEASE_INSERT_SQL, LEASE_LOCK_SQL, LEASE_SQL, LEASE_TAKE_SQL, RELEASE_SQL, execute,
-    g, i, query, query_opt, u,
+    query, query_opt,
 };
+use crate::store::rows::{self, cells};
 use crate::store::{
     Committed, Fence, LeaseClaim, LeaseOutcome, LeaseRecord, Liveness, ProcessRef, StoreResult,
     now_ms,
@@ -25,7 +27,7 @@ use crate::store::{
 pub(super) fn fence_planned(fence: &Fence) -> Planned {
     Planned::new(
         FENCE_SQL,
-        params![fence.session_id.clone(), i(fence.token)],
+        cells![&fence.session_id, fence.token],
         Then::Fence(fence.clone()),
     )
 }
@@ -40,28 +42,11 @@ pub(in crate::store::postgres) async fn check_fences<C: GenericClient>(
     run_planned(c, None, &mut plan, &mut Committed::default(), None).await
 }
 
-fn lease_row(row: &Row) -> StoreResult<LeaseRecord> {
-    Ok(LeaseRecord {
-        session_id: g(row, 0)?,
-        holder: g(row, 1)?,
-        pid: u32::try_from(g::<i64>(row, 2)?).unwrap_or(0),
-        host: g(row, 3)?,
-        expires_at: g(row, 4)?,
-        token: u(g(row, 5)?),
-    })
-}
-
-pub(super) const LEASE_COLS: &str = "session_id, holder, pid, host, expires_at, token";
-
 pub(in crate::store::postgres) async fn lease<C: GenericClient>(
     c: &C,
     session: &str,
 ) -> StoreResult<Option<LeaseRecord>> {
-    query_opt(c, &LEASE_SQL, &[&session])
-        .await?
-        .as_ref()
-        .map(lease_row)
-        .transpose()
+    opt(query_opt(c, &LEASE_SQL, &[&session]).await?, rows::lease)
 }
 
 /// Takes the lease in a transaction of its own on `c` (a pooled connection outside any
@@ -79,20 +64,12 @@ pub(in crate::store::postgres) async fn acquire(
     liveness: &dyn Liveness,
 ) -> StoreResult<LeaseOutcome> {
     let now = now_ms();
-    let expires = now.saturating_add(claim.ttl_ms);
-    let pid = i64::from(claim.pid);
     let (insert, select) = futures::try_join!(
         c.prepare_cached(LEASE_INSERT_SQL,),
         c.prepare_cached(&LEASE_LOCK_SQL),
     )?;
-    let values: [&(dyn ToSql + Sync); 6] = [
-        &claim.session_id,
-        &claim.holder,
-        &pid,
-        &claim.host,
-        &expires,
-        &now,
-    ];
+    let cells = rows::lease_values(claim, now);
+    let values = bind(&cells);
     let key: [&(dyn ToSql + Sync); 1] = [&claim.session_id];
     // `join!` polls in order: BEGIN, then the insert, then the lock.
     let (begun, inserted, locked) = futures::join!(
@@ -118,7 +95,7 @@ pub(in crate::store::postgres) async fn acquire(
             current.map(|l| l.host).unwrap_or_default(),
         ));
     };
-    let current = lease_row(&row)?;
+    let current = rows::lease(&row)?;
     let ours = current.holder == claim.holder;
     let free = current.holder.is_empty() || current.expires_at < now;
     let holder = ProcessRef {

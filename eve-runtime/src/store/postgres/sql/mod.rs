@@ -13,8 +13,8 @@
 //! The statements of the run loop are named here, so every new connection can prepare them at
 //! once ([`hot_statements`]); the rest lives with its feature: `apply.rs` plans and sends a
 //! batch (through `pipeline.rs`), `reads.rs`, `leases.rs`, `schedules.rs`, `composition.rs`,
-//! `channels.rs`, `notes.rs` and `prune.rs` hold their own statements, and `rows.rs` maps
-//! columns to records.
+//! `channels.rs`, `notes.rs` and `prune.rs` hold their own statements, and `rows.rs` reads
+//! and binds the shared row mapping (`store/rows/`) through the driver.
 
 mod answers;
 mod apply;
@@ -29,15 +29,16 @@ mod rows;
 mod schedules;
 
 use deadpool_postgres::GenericClient;
-use serde_json::Value;
 use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql};
 
 use self::apply::PLANNED_SQL;
-use self::leases::LEASE_COLS;
 use self::pipeline::Strict;
-use self::rows::{CALL_COLS, REQUEST_COLS, SESSION_COLS, TURN_COLS};
-use crate::store::{StoreError, StoreResult};
+use crate::store::StoreResult;
+use crate::store::rows::{
+    CALL_COLS, Cell, INBOX_COLS, LEASE_COLS, REQUEST_COLS, SESSION_COLS, TURN_COLS, to_i64 as i,
+    to_u64 as u,
+};
 
 pub(super) use self::apply::apply;
 pub(super) use self::channels::{
@@ -52,6 +53,7 @@ pub(super) use self::composition::{
 pub(super) use self::leases::{acquire, check_fences, lease, release, renew};
 pub(super) use self::notes::{note, notes, notes_under};
 pub(super) use self::prune::prune;
+pub(super) use self::rows::{all, bind, opt};
 pub(super) use self::reads::{
     breaker, context, drive_state, events, input_request, input_requests, last_turn, messages,
     pending_inbox, session, sessions, sessions_with_work, steps, tool_calls, turn,
@@ -60,24 +62,8 @@ pub(super) use self::schedules::{claim_schedule, schedule_fires, schedule_states
 
 type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
-fn i(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn u(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
-}
-
 fn g<'a, T: FromSql<'a>>(row: &'a Row, idx: usize) -> StoreResult<T> {
     Ok(row.try_get(idx)?)
-}
-
-fn json(text: &str) -> StoreResult<Value> {
-    Ok(serde_json::from_str(text)?)
-}
-
-fn parse_enum<T>(text: &str, parse: fn(&str) -> Option<T>) -> StoreResult<T> {
-    parse(text).ok_or_else(|| StoreError::Corrupt(format!("unknown state `{text}`")))
 }
 
 async fn query<C: GenericClient>(c: &C, sql: &str, params: Params<'_>) -> StoreResult<Vec<Row>> {
@@ -99,14 +85,17 @@ async fn execute<C: GenericClient>(c: &C, sql: &str, params: Params<'_>) -> Stor
     Ok(c.execute(&stmt, params).await?)
 }
 
+/// Runs `sql` with a record's `values`; returns the rows it changed.
+async fn write<C: GenericClient>(c: &C, sql: &str, values: &[Cell]) -> StoreResult<u64> {
+    execute(c, sql, &rows::bind(values)).await
+}
+
 fn limit(n: usize) -> Option<i64> {
     i64::try_from(n).ok()
 }
 
 // ---- the statements of the run loop, by name (warmed on new connections) ----------------
 
-const INBOX_SQL: &str = "SELECT id, session_id, text, accepted_at FROM inbox \
-         WHERE session_id=$1 AND consumed_turn IS NULL ORDER BY ord";
 const CONTEXT_SQL: &str = "SELECT m.session_id, m.seq, m.turn_seq, m.kind, m.body, m.at FROM messages m \
          JOIN sessions s ON s.id = m.session_id \
          WHERE m.session_id=$1 AND m.seq >= s.context_start ORDER BY m.seq";
@@ -122,6 +111,11 @@ const LEASE_TAKE_SQL: &str = "UPDATE leases SET holder=$2, pid=$3, host=$4, expi
          WHERE session_id=$1";
 const RELEASE_SQL: &str = "WITH r AS (UPDATE leases SET holder='', expires_at=0 WHERE session_id=$1 AND holder=$2) \
          SELECT pg_notify($3, $4)";
+static INBOX_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {INBOX_COLS} FROM inbox WHERE session_id=$1 AND consumed_turn IS NULL ORDER BY ord"
+    )
+});
 static SESSION_SQL: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| format!("SELECT {SESSION_COLS} FROM sessions WHERE id=$1"));
 static LAST_TURN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
@@ -151,7 +145,6 @@ pub(super) fn hot_statements() -> Vec<String> {
     let mut all = PLANNED_SQL.clone();
     all.extend(
         [
-            INBOX_SQL,
             CONTEXT_SQL,
             HAS_CHILDREN_SQL,
             DYNAMIC_RESOLVED_SQL,
@@ -165,6 +158,7 @@ pub(super) fn hot_statements() -> Vec<String> {
     );
     all.extend(
         [
+            &*INBOX_SQL,
             &*SESSION_SQL,
             &*LAST_TURN_SQL,
             &*LEASE_SQL,

@@ -2,21 +2,24 @@
 //! key, written inside a batch's transaction and read back by namespace or prefix.
 
 use deadpool_postgres::GenericClient;
-use tokio_postgres::Row;
 
-use super::{execute, g, query, query_opt};
+use super::rows::{all, opt};
+use super::{execute, query, query_opt, write};
+use crate::store::rows::{self, NOTE_COLS};
 use crate::store::{NoteOp, NoteRecord, StoreResult};
 
 /// Applies one note write.
 pub(super) async fn apply<C: GenericClient>(c: &C, op: NoteOp) -> StoreResult<()> {
     match op {
         NoteOp::Put(n) => {
-            execute(
+            write(
                 c,
-                "INSERT INTO notes (namespace, key, text, created_at, updated_at) \
-                 VALUES ($1,$2,$3,$4,$5) ON CONFLICT (namespace, key) \
-                 DO UPDATE SET text=excluded.text, updated_at=excluded.updated_at",
-                &[&n.namespace, &n.key, &n.text, &n.created_at, &n.updated_at],
+                &format!(
+                    "INSERT INTO notes ({NOTE_COLS}) VALUES ($1,$2,$3,$4,$5) \
+                     ON CONFLICT (namespace, key) \
+                     DO UPDATE SET text=excluded.text, updated_at=excluded.updated_at"
+                ),
+                &rows::note_values(&n),
             )
             .await?;
         }
@@ -35,31 +38,18 @@ pub(super) async fn apply<C: GenericClient>(c: &C, op: NoteOp) -> StoreResult<()
     Ok(())
 }
 
-fn note_row(row: &Row) -> StoreResult<NoteRecord> {
-    Ok(NoteRecord {
-        namespace: g(row, 0)?,
-        key: g(row, 1)?,
-        text: g(row, 2)?,
-        created_at: g(row, 3)?,
-        updated_at: g(row, 4)?,
-    })
-}
-
 pub(in crate::store::postgres) async fn note<C: GenericClient>(
     c: &C,
     namespace: &str,
     key: &str,
 ) -> StoreResult<Option<NoteRecord>> {
-    query_opt(
+    let row = query_opt(
         c,
-        "SELECT namespace, key, text, created_at, updated_at FROM notes \
-         WHERE namespace=$1 AND key=$2",
+        &format!("SELECT {NOTE_COLS} FROM notes WHERE namespace=$1 AND key=$2"),
         &[&namespace, &key],
     )
-    .await?
-    .as_ref()
-    .map(note_row)
-    .transpose()
+    .await?;
+    opt(row, rows::note)
 }
 
 pub(in crate::store::postgres) async fn notes<C: GenericClient>(
@@ -68,12 +58,11 @@ pub(in crate::store::postgres) async fn notes<C: GenericClient>(
 ) -> StoreResult<Vec<NoteRecord>> {
     let rows = query(
         c,
-        "SELECT namespace, key, text, created_at, updated_at FROM notes WHERE namespace=$1 \
-         ORDER BY created_at, key",
+        &format!("SELECT {NOTE_COLS} FROM notes WHERE namespace=$1 ORDER BY created_at, key"),
         &[&namespace],
     )
     .await?;
-    rows.iter().map(note_row).collect()
+    all(&rows, rows::note)
 }
 
 pub(in crate::store::postgres) async fn notes_under<C: GenericClient>(
@@ -82,10 +71,12 @@ pub(in crate::store::postgres) async fn notes_under<C: GenericClient>(
 ) -> StoreResult<Vec<NoteRecord>> {
     let rows = query(
         c,
-        "SELECT namespace, key, text, created_at, updated_at FROM notes \
-         WHERE left(namespace, length($1)) = $1 ORDER BY namespace, created_at, key",
+        &format!(
+            "SELECT {NOTE_COLS} FROM notes WHERE left(namespace, length($1)) = $1 \
+             ORDER BY namespace, created_at, key"
+        ),
         &[&prefix],
     )
     .await?;
-    rows.iter().map(note_row).collect()
+    all(&rows, rows::note)
 }

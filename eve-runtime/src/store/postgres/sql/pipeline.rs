@@ -9,18 +9,10 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
+use super::rows::bind;
 use super::{g, u};
+use crate::store::rows::Cell;
 use crate::store::{Committed, Fence, StoreError, StoreResult, StoredEvent};
-
-/// A statement's parameters, owned, so a whole batch can be planned before any is sent.
-pub(super) type Owned = Vec<Box<dyn ToSql + Sync + Send>>;
-
-macro_rules! params {
-    ($($p:expr),* $(,)?) => {
-        vec![$(Box::new($p) as Box<dyn tokio_postgres::types::ToSql + Sync + Send>),*]
-    };
-}
-pub(super) use params;
 
 /// What a planned statement's answer means for the batch.
 pub(super) enum Then {
@@ -41,12 +33,13 @@ pub(super) enum Then {
 /// `WITH`), so the server runs them in the order they were sent.
 pub(super) struct Planned {
     sql: String,
-    params: Owned,
+    /// The parameters, owned, so a whole batch can be planned before any is sent.
+    params: Vec<Cell>,
     then: Then,
 }
 
 impl Planned {
-    pub(super) fn new(sql: impl Into<String>, params: Owned, then: Then) -> Self {
+    pub(super) fn new(sql: impl Into<String>, params: Vec<Cell>, then: Then) -> Self {
         Self {
             sql: sql.into(),
             params,
@@ -85,15 +78,7 @@ pub(super) async fn run_planned<C: GenericClient>(
             .await
             .into_iter()
             .collect::<Result<Vec<_>, _>>()?;
-        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = chunk
-            .iter()
-            .map(|p| {
-                p.params
-                    .iter()
-                    .map(|b| &**b as &(dyn ToSql + Sync))
-                    .collect()
-            })
-            .collect();
+        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = chunk.iter().map(|p| bind(&p.params)).collect();
         let begin = async {
             match start.take() {
                 Some(sql) => c.batch_execute(sql).await,

@@ -6,13 +6,13 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
 use super::composition::{descendant_usage, link, subagent_call_by_inbox};
-use super::rows::{
-    REQUEST_COLS, SESSION_COLS, TURN_COLS, all, call_row, message_row, request_row, session_row,
-    turn_row,
-};
+use super::rows::{all, opt};
 use super::{
     CONTEXT_SQL, DYNAMIC_RESOLVED_SQL, HAS_CHILDREN_SQL, INBOX_SQL, LAST_TURN_SQL, REQUESTS_SQL,
-    SESSION_SQL, TOOL_CALLS_SQL, g, i, json, limit, query, query_opt, u,
+    SESSION_SQL, TOOL_CALLS_SQL, g, i, limit, query, query_opt,
+};
+use crate::store::rows::{
+    self, BREAKER_COLS, EVENT_COLS, MESSAGE_COLS, REQUEST_COLS, SESSION_COLS, STEP_COLS, TURN_COLS,
 };
 use crate::store::{
     BreakerRecord, DriveState, InboxRecord, InputRequestRecord, Liveness, MessageRecord,
@@ -24,11 +24,7 @@ pub(in crate::store::postgres) async fn session<C: GenericClient>(
     c: &C,
     id: &str,
 ) -> StoreResult<Option<SessionRecord>> {
-    query_opt(c, &SESSION_SQL, &[&id])
-        .await?
-        .as_ref()
-        .map(session_row)
-        .transpose()
+    opt(query_opt(c, &SESSION_SQL, &[&id]).await?, rows::session)
 }
 
 pub(in crate::store::postgres) async fn sessions<C: GenericClient>(
@@ -48,7 +44,7 @@ pub(in crate::store::postgres) async fn sessions<C: GenericClient>(
         &[&filter.schedule, &status, &limit, &filter.owner],
     )
     .await?;
-    all(&rows, session_row)
+    all(&rows, rows::session)
 }
 
 pub(in crate::store::postgres) async fn turn<C: GenericClient>(
@@ -56,26 +52,20 @@ pub(in crate::store::postgres) async fn turn<C: GenericClient>(
     session: &str,
     seq: u64,
 ) -> StoreResult<Option<TurnRecord>> {
-    query_opt(
+    let row = query_opt(
         c,
         &format!("SELECT {TURN_COLS} FROM turns WHERE session_id=$1 AND seq=$2"),
         &[&session, &i(seq)],
     )
-    .await?
-    .as_ref()
-    .map(turn_row)
-    .transpose()
+    .await?;
+    opt(row, rows::turn)
 }
 
 pub(in crate::store::postgres) async fn last_turn<C: GenericClient>(
     c: &C,
     session: &str,
 ) -> StoreResult<Option<TurnRecord>> {
-    query_opt(c, &LAST_TURN_SQL, &[&session])
-        .await?
-        .as_ref()
-        .map(turn_row)
-        .transpose()
+    opt(query_opt(c, &LAST_TURN_SQL, &[&session]).await?, rows::turn)
 }
 
 pub(in crate::store::postgres) async fn steps<C: GenericClient>(
@@ -85,21 +75,13 @@ pub(in crate::store::postgres) async fn steps<C: GenericClient>(
 ) -> StoreResult<Vec<StepRecord>> {
     let rows = query(
         c,
-        "SELECT session_id, turn_seq, step_index, model_id, response, at FROM steps \
-         WHERE session_id=$1 AND turn_seq=$2 ORDER BY step_index",
+        &format!(
+            "SELECT {STEP_COLS} FROM steps WHERE session_id=$1 AND turn_seq=$2 ORDER BY step_index"
+        ),
         &[&session, &i(turn)],
     )
     .await?;
-    all(&rows, |row| {
-        Ok(StepRecord {
-            session_id: g(row, 0)?,
-            turn_seq: u(g(row, 1)?),
-            step_index: u(g(row, 2)?),
-            model_id: g(row, 3)?,
-            response: json(g(row, 4)?)?,
-            at: g(row, 5)?,
-        })
-    })
+    all(&rows, rows::step)
 }
 
 pub(in crate::store::postgres) async fn tool_calls<C: GenericClient>(
@@ -108,7 +90,7 @@ pub(in crate::store::postgres) async fn tool_calls<C: GenericClient>(
     turn: u64,
 ) -> StoreResult<Vec<ToolCallRecord>> {
     let rows = query(c, &TOOL_CALLS_SQL, &[&session, &i(turn)]).await?;
-    all(&rows, call_row)
+    all(&rows, rows::call)
 }
 
 pub(in crate::store::postgres) async fn input_requests<C: GenericClient>(
@@ -117,38 +99,28 @@ pub(in crate::store::postgres) async fn input_requests<C: GenericClient>(
     pending_only: bool,
 ) -> StoreResult<Vec<InputRequestRecord>> {
     let rows = query(c, &REQUESTS_SQL, &[&session, &pending_only]).await?;
-    all(&rows, request_row)
+    all(&rows, rows::request)
 }
 
 pub(in crate::store::postgres) async fn input_request<C: GenericClient>(
     c: &C,
     id: &str,
 ) -> StoreResult<Option<InputRequestRecord>> {
-    query_opt(
+    let row = query_opt(
         c,
         &format!("SELECT {REQUEST_COLS} FROM input_requests WHERE id=$1"),
         &[&id],
     )
-    .await?
-    .as_ref()
-    .map(request_row)
-    .transpose()
+    .await?;
+    opt(row, rows::request)
 }
 
 pub(in crate::store::postgres) async fn pending_inbox<C: GenericClient>(
     c: &C,
     session: &str,
 ) -> StoreResult<Vec<InboxRecord>> {
-    let rows = query(c, INBOX_SQL, &[&session]).await?;
-    all(&rows, |row| {
-        Ok(InboxRecord {
-            id: g(row, 0)?,
-            session_id: g(row, 1)?,
-            text: g(row, 2)?,
-            accepted_at: g(row, 3)?,
-            consumed_turn: None,
-        })
-    })
+    let rows = query(c, &INBOX_SQL, &[&session]).await?;
+    all(&rows, rows::inbox)
 }
 
 pub(in crate::store::postgres) async fn context<C: GenericClient>(
@@ -156,7 +128,7 @@ pub(in crate::store::postgres) async fn context<C: GenericClient>(
     session: &str,
 ) -> StoreResult<Vec<MessageRecord>> {
     let rows = query(c, CONTEXT_SQL, &[&session]).await?;
-    all(&rows, message_row)
+    all(&rows, rows::message)
 }
 
 pub(in crate::store::postgres) async fn messages<C: GenericClient>(
@@ -167,12 +139,14 @@ pub(in crate::store::postgres) async fn messages<C: GenericClient>(
 ) -> StoreResult<Vec<MessageRecord>> {
     let rows = query(
         c,
-        "SELECT session_id, seq, turn_seq, kind, body, at FROM messages \
-         WHERE session_id=$1 AND seq >= $2 ORDER BY seq LIMIT $3",
+        &format!(
+            "SELECT {MESSAGE_COLS} FROM messages WHERE session_id=$1 AND seq >= $2 \
+             ORDER BY seq LIMIT $3"
+        ),
         &[&session, &i(from), &limit(max)],
     )
     .await?;
-    all(&rows, message_row)
+    all(&rows, rows::message)
 }
 
 pub(in crate::store::postgres) async fn events<C: GenericClient>(
@@ -183,42 +157,27 @@ pub(in crate::store::postgres) async fn events<C: GenericClient>(
 ) -> StoreResult<Vec<StoredEvent>> {
     let rows = query(
         c,
-        "SELECT session_id, idx, id, type, data, at FROM events \
-         WHERE session_id=$1 AND idx >= $2 ORDER BY idx LIMIT $3",
+        &format!(
+            "SELECT {EVENT_COLS} FROM events WHERE session_id=$1 AND idx >= $2 \
+             ORDER BY idx LIMIT $3"
+        ),
         &[&session, &i(from), &limit(max)],
     )
     .await?;
-    all(&rows, |row| {
-        Ok(StoredEvent {
-            session_id: g(row, 0)?,
-            index: u(g(row, 1)?),
-            id: g(row, 2)?,
-            kind: g(row, 3)?,
-            data: json(g(row, 4)?)?,
-            at: g(row, 5)?,
-        })
-    })
+    all(&rows, rows::event)
 }
 
 pub(in crate::store::postgres) async fn breaker<C: GenericClient>(
     c: &C,
     tool: &str,
 ) -> StoreResult<Option<BreakerRecord>> {
-    query_opt(
+    let row = query_opt(
         c,
-        "SELECT tool, consecutive_failures, open_until, backoff_ms FROM breakers WHERE tool=$1",
+        &format!("SELECT {BREAKER_COLS} FROM breakers WHERE tool=$1"),
         &[&tool],
     )
-    .await?
-    .map(|row| {
-        Ok(BreakerRecord {
-            tool: g(&row, 0)?,
-            consecutive_failures: u32::try_from(g::<i64>(&row, 1)?).unwrap_or(0),
-            open_until: g(&row, 2)?,
-            backoff_ms: g(&row, 3)?,
-        })
-    })
-    .transpose()
+    .await?;
+    opt(row, rows::breaker)
 }
 
 /// Sessions with work and no live lease: a node looking for work skips the sessions another

@@ -1,147 +1,75 @@
-//! Column lists and row decoders shared by the PostgreSQL store's reads and writes (as
-//! `store/sqlite/rows.rs` is for SQLite).
-//!
-//! One place maps a table's columns to a record type (`SESSION_COLS` with `session_row`, …), so
-//! a read, a batch's statement and the run loop's combined read cannot disagree on column order.
+//! The PostgreSQL driver's side of the shared row mapping (`store/rows/`): a `tokio-postgres`
+//! row read through [`StoredRow`], a [`Cell`] bound as a parameter of the column's type, and
+//! rows decoded with a record type's decoder.
 
+use bytes::BytesMut;
 use tokio_postgres::Row;
+use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
-use super::{g, json, parse_enum, u};
-use crate::store::{
-    ApprovalState, CallStatus, FireStatus, FireTrigger, InputRequestRecord, MessageRecord,
-    RequestStatus, ScheduleFire, SessionRecord, SessionStatus, StoreResult, ToolCallRecord,
-    TurnPhase, TurnRecord, TurnStatus, UsageTotals,
-};
+use super::g;
+use crate::store::StoreResult;
+use crate::store::rows::{Cell, Decode, StoredRow};
 
-pub(super) const SESSION_COLS: &str = "id, status, build_hash, agent_name, parent_id, parent_call_id, schedule, \
-    turn_count, event_count, message_count, context_start, input_tokens, output_tokens, \
-    cache_read_tokens, cache_write_tokens, cost_usd, loaded_skills, approved_tools, \
-    cancel_requested, created_at, updated_at, owner";
-
-pub(super) fn session_row(row: &Row) -> StoreResult<SessionRecord> {
-    Ok(SessionRecord {
-        id: g(row, 0)?,
-        status: parse_enum(g::<&str>(row, 1)?, SessionStatus::parse)?,
-        build_hash: g(row, 2)?,
-        agent_name: g(row, 3)?,
-        parent_id: g(row, 4)?,
-        parent_call_id: g(row, 5)?,
-        schedule: g(row, 6)?,
-        turn_count: u(g(row, 7)?),
-        event_count: u(g(row, 8)?),
-        message_count: u(g(row, 9)?),
-        context_start: u(g(row, 10)?),
-        usage: UsageTotals {
-            input_tokens: u(g(row, 11)?),
-            output_tokens: u(g(row, 12)?),
-            cache_read_tokens: u(g(row, 13)?),
-            cache_write_tokens: u(g(row, 14)?),
-        },
-        cost_usd: g(row, 15)?,
-        loaded_skills: serde_json::from_str(g(row, 16)?)?,
-        approved_tools: serde_json::from_str(g(row, 17)?)?,
-        cancel_requested: g(row, 18)?,
-        created_at: g(row, 19)?,
-        updated_at: g(row, 20)?,
-        owner: g(row, 21)?,
-    })
+impl StoredRow for Row {
+    fn int(&self, i: usize) -> StoreResult<i64> {
+        g(self, i)
+    }
+    fn opt_int(&self, i: usize) -> StoreResult<Option<i64>> {
+        g(self, i)
+    }
+    fn real(&self, i: usize) -> StoreResult<f64> {
+        g(self, i)
+    }
+    fn text(&self, i: usize) -> StoreResult<String> {
+        g(self, i)
+    }
+    fn opt_text(&self, i: usize) -> StoreResult<Option<String>> {
+        g(self, i)
+    }
+    fn flag(&self, i: usize) -> StoreResult<bool> {
+        g(self, i)
+    }
+    fn bytes(&self, i: usize) -> StoreResult<Vec<u8>> {
+        g(self, i)
+    }
 }
 
-pub(super) const TURN_COLS: &str = "session_id, seq, status, phase, step_index, step_started, build_hash, \
-    inbox_id, started_at, ended_at, stop_reason, usage";
+/// A cell is sent as its own Rust type, checked against the parameter's type (an integer for
+/// a `BIGINT`, a flag for a `BOOLEAN`, …), as a parameter of that type would be.
+impl ToSql for Cell {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Cell::Null => Ok(IsNull::Yes),
+            Cell::Int(v) => v.to_sql_checked(ty, out),
+            Cell::Real(v) => v.to_sql_checked(ty, out),
+            Cell::Text(v) => v.to_sql_checked(ty, out),
+            Cell::Flag(v) => v.to_sql_checked(ty, out),
+            Cell::Bytes(v) => v.to_sql_checked(ty, out),
+        }
+    }
 
-pub(super) fn turn_row(row: &Row) -> StoreResult<TurnRecord> {
-    Ok(TurnRecord {
-        session_id: g(row, 0)?,
-        seq: u(g(row, 1)?),
-        status: parse_enum(g::<&str>(row, 2)?, TurnStatus::parse)?,
-        phase: parse_enum(g::<&str>(row, 3)?, TurnPhase::parse)?,
-        step_index: u(g(row, 4)?),
-        step_started: g(row, 5)?,
-        build_hash: g(row, 6)?,
-        inbox_id: g(row, 7)?,
-        started_at: g(row, 8)?,
-        ended_at: g(row, 9)?,
-        stop_reason: g(row, 10)?,
-        usage: serde_json::from_str(g(row, 11)?)?,
-    })
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
 }
 
-pub(super) const CALL_COLS: &str = "session_id, call_id, turn_seq, step_index, position, kind, name, input, \
-    idempotency_key, effect, status, approval, output, is_error, attempts, started_at, ended_at";
-
-pub(super) fn call_row(row: &Row) -> StoreResult<ToolCallRecord> {
-    let output: Option<&str> = g(row, 12)?;
-    Ok(ToolCallRecord {
-        session_id: g(row, 0)?,
-        call_id: g(row, 1)?,
-        turn_seq: u(g(row, 2)?),
-        step_index: u(g(row, 3)?),
-        position: u(g(row, 4)?),
-        kind: g(row, 5)?,
-        name: g(row, 6)?,
-        input: json(g(row, 7)?)?,
-        idempotency_key: g(row, 8)?,
-        effect: g(row, 9)?,
-        status: parse_enum(g::<&str>(row, 10)?, CallStatus::parse)?,
-        approval: parse_enum(g::<&str>(row, 11)?, ApprovalState::parse)?,
-        output: output.map(json).transpose()?,
-        is_error: g(row, 13)?,
-        attempts: u32::try_from(g::<i64>(row, 14)?).unwrap_or(0),
-        started_at: g(row, 15)?,
-        ended_at: g(row, 16)?,
-    })
+/// `values` as the parameters of one statement.
+pub(in crate::store::postgres) fn bind(values: &[Cell]) -> Vec<&(dyn ToSql + Sync)> {
+    values.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
 }
 
-pub(super) const REQUEST_COLS: &str = "id, session_id, turn_seq, step_index, call_id, tool_name, kind, prompt, \
-    action, status, reason, created_at, answered_at, responder";
-
-pub(super) fn request_row(row: &Row) -> StoreResult<InputRequestRecord> {
-    Ok(InputRequestRecord {
-        id: g(row, 0)?,
-        session_id: g(row, 1)?,
-        turn_seq: u(g(row, 2)?),
-        step_index: u(g(row, 3)?),
-        call_id: g(row, 4)?,
-        tool_name: g(row, 5)?,
-        kind: g(row, 6)?,
-        prompt: g(row, 7)?,
-        action: json(g(row, 8)?)?,
-        status: parse_enum(g::<&str>(row, 9)?, RequestStatus::parse)?,
-        reason: g(row, 10)?,
-        created_at: g(row, 11)?,
-        answered_at: g(row, 12)?,
-        responder: g(row, 13)?,
-    })
+/// Every row, decoded.
+pub(in crate::store::postgres) fn all<T>(rows: &[Row], decode: Decode<T>) -> StoreResult<Vec<T>> {
+    rows.iter().map(|r| decode(r)).collect()
 }
 
-pub(super) fn message_row(row: &Row) -> StoreResult<MessageRecord> {
-    Ok(MessageRecord {
-        session_id: g(row, 0)?,
-        seq: u(g(row, 1)?),
-        turn_seq: g::<Option<i64>>(row, 2)?.map(u),
-        kind: g(row, 3)?,
-        body: json(g(row, 4)?)?,
-        at: g(row, 5)?,
-    })
-}
-
-pub(super) const FIRE_COLS: &str =
-    "schedule, fire_at, trigger, status, session_id, detail, created_at, updated_at";
-
-pub(super) fn fire_row(row: &Row) -> StoreResult<ScheduleFire> {
-    Ok(ScheduleFire {
-        schedule: g(row, 0)?,
-        fire_at: g(row, 1)?,
-        trigger: parse_enum(g::<&str>(row, 2)?, FireTrigger::parse)?,
-        status: parse_enum(g::<&str>(row, 3)?, FireStatus::parse)?,
-        session_id: g(row, 4)?,
-        detail: g(row, 5)?,
-        created_at: g(row, 6)?,
-        updated_at: g(row, 7)?,
-    })
-}
-
-pub(super) fn all<T>(rows: &[Row], f: fn(&Row) -> StoreResult<T>) -> StoreResult<Vec<T>> {
-    rows.iter().map(f).collect()
+/// The row, if any, decoded.
+pub(in crate::store::postgres) fn opt<T>(row: Option<Row>, decode: Decode<T>) -> StoreResult<Option<T>> {
+    row.as_ref().map(|r| decode(r)).transpose()
 }

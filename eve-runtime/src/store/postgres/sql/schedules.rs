@@ -4,8 +4,9 @@
 use deadpool_postgres::GenericClient;
 
 use super::apply::apply;
-use super::rows::{FIRE_COLS, all, fire_row};
-use super::{execute, g, limit, query, query_opt};
+use super::rows::all;
+use super::{execute, g, limit, query, query_opt, write};
+use crate::store::rows::{self, FIRE_COLS, SCHEDULE_COLS};
 use crate::store::{
     Batch, Committed, FireStatus, FireWrite, ScheduleClaim, ScheduleFire, ScheduleState,
     StateExpect, StoreResult, now_ms,
@@ -16,18 +17,11 @@ pub(in crate::store::postgres) async fn schedule_states<C: GenericClient>(
 ) -> StoreResult<Vec<ScheduleState>> {
     let rows = query(
         c,
-        "SELECT name, spec, next_fire_at, updated_at FROM schedules ORDER BY name",
+        &format!("SELECT {SCHEDULE_COLS} FROM schedules ORDER BY name"),
         &[],
     )
     .await?;
-    all(&rows, |row| {
-        Ok(ScheduleState {
-            name: g(row, 0)?,
-            spec: g(row, 1)?,
-            next_fire_at: g(row, 2)?,
-            updated_at: g(row, 3)?,
-        })
-    })
+    all(&rows, rows::schedule)
 }
 
 pub(in crate::store::postgres) async fn schedule_fires<C: GenericClient>(
@@ -47,7 +41,7 @@ pub(in crate::store::postgres) async fn schedule_fires<C: GenericClient>(
         &[&schedule, &status, &max],
     )
     .await?;
-    all(&rows, fire_row)
+    all(&rows, rows::fire)
 }
 
 /// A claim's compare-and-set, inside the caller's transaction. Claims of one schedule are
@@ -116,7 +110,7 @@ pub(in crate::store::postgres) async fn claim_schedule<C: GenericClient>(
         let fire = match write {
             FireWrite::Insert(f) | FireWrite::Promote { to: f, .. } => f,
         };
-        execute(
+        write(
             c,
             &format!(
                 "INSERT INTO schedule_fires ({FIRE_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8) \
@@ -124,16 +118,7 @@ pub(in crate::store::postgres) async fn claim_schedule<C: GenericClient>(
                  session_id=excluded.session_id, detail=excluded.detail, \
                  created_at=excluded.created_at, updated_at=excluded.updated_at"
             ),
-            &[
-                &fire.schedule,
-                &fire.fire_at,
-                &fire.trigger.as_str(),
-                &fire.status.as_str(),
-                &fire.session_id,
-                &fire.detail,
-                &fire.created_at,
-                &now,
-            ],
+            &rows::fire_values(fire, now),
         )
         .await?;
     }
