@@ -4,10 +4,10 @@
 
 use serde_json::Value;
 
-use super::{Cell, StoredRow, cells};
+use super::{Cell, StoredRow};
 use crate::store::{
     BuildInfo, ChannelReplyRecord, ChannelReplyUpdate, DynamicToolRecord, FireStatus, FireTrigger,
-    NoteRecord, RELEASE_STREAM, ReleaseRecord, ReplyHeld, Sending, ScheduleFire, ScheduleState, StoreResult,
+    NoteRecord, RELEASE_STREAM, ReleaseRecord, ReplyClaim, ReplyHeld, Sending, ScheduleFire, ScheduleState, StoreResult,
     StoredBuild, StoredEvent, SubagentCall, SubagentLink, WorkspaceCheckpoint,
 };
 use crate::store::workspaces::tree_from_json;
@@ -207,6 +207,15 @@ pub(crate) fn reply_update(u: &ChannelReplyUpdate, now: i64) -> StoreResult<Vec<
         u.detail.as_ref(),
         now,
     ])
+}
+
+/// Hands `r` to `claim`'s process: a new fencing token, a fresh hold, updated now.
+pub(crate) fn take_reply(r: &mut ChannelReplyRecord, claim: &ReplyClaim, now: i64) {
+    r.owner_token = r.owner_token.saturating_add(1);
+    r.owner_expires_at = now.saturating_add(claim.ttl_ms);
+    r.owner_pid = claim.pid;
+    r.owner_host = claim.host.clone();
+    r.updated_at = now;
 }
 
 /// The values of a reply taken by a new owner: inbox id, pid, host, now, token, expiry.

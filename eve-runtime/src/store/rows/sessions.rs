@@ -1,11 +1,11 @@
 //! Rows of a session's own tables: the session, its turns, steps, tool calls, input requests,
 //! inbox, messages and events, and the breakers and leases the run loop keeps.
 
-use super::{Cell, StoredRow, cells};
+use super::{Cell, StoredRow};
 use crate::store::{
     ApprovalState, BreakerRecord, CallStatus, InboxRecord, InputRequestRecord, LeaseClaim,
     LeaseRecord, MessageRecord, RequestStatus, SessionRecord, SessionStatus, StepRecord,
-    StoreError, StoreResult, StoredEvent, ToolCallRecord, TurnPhase, TurnRecord, TurnStatus, UsageTotals,
+    Liveness, ProcessRef, StoreError, StoreResult, StoredEvent, lease_is_live, ToolCallRecord, TurnPhase, TurnRecord, TurnStatus, UsageTotals,
 };
 // ---- sessions ---------------------------------------------------------------------------
 
@@ -348,6 +348,43 @@ pub(crate) fn lease(r: &dyn StoredRow) -> StoreResult<LeaseRecord> {
         expires_at: r.int(4)?,
         token: r.count(5)?,
     })
+}
+
+/// A session with work, as the sessions-with-work read returns it: its id, then the holder,
+/// pid, host and expiry of its lease (all `NULL` when it has none).
+pub(crate) struct Work {
+    id: String,
+    lease: Option<(String, ProcessRef, i64)>,
+}
+
+pub(crate) fn work(r: &dyn StoredRow) -> StoreResult<Work> {
+    let lease = match (r.opt_text(1)?, r.opt_int(4)?) {
+        (Some(holder), Some(expires)) => {
+            let process = ProcessRef {
+                pid: u32::try_from(r.opt_int(2)?.unwrap_or(0)).unwrap_or(0),
+                host: r.opt_text(3)?.unwrap_or_default(),
+            };
+            Some((holder, process, expires))
+        }
+        _ => None,
+    };
+    Ok(Work {
+        id: r.text(0)?,
+        lease,
+    })
+}
+
+/// The ids of the sessions of `work` that no live lease holds (see [`lease_is_live`]).
+pub(crate) fn unleased(work: Vec<Work>, liveness: &dyn Liveness, now: i64) -> Vec<String> {
+    work.into_iter()
+        .filter(|w| match &w.lease {
+            Some((holder, process, expires)) => {
+                !lease_is_live(liveness, holder, process, *expires, now)
+            }
+            None => true,
+        })
+        .map(|w| w.id)
+        .collect()
 }
 
 /// The columns of a lease's write: [`LEASE_COLS`] with the time it was taken before the token.

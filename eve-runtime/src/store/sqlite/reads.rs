@@ -208,33 +208,9 @@ pub(super) fn sessions_with_work(
              AND i.consumed_turn IS NULL) \
          ORDER BY s.updated_at",
         [],
-        |row| {
-            Ok((
-                row.text(0)?,
-                row.opt_text(1)?,
-                row.opt_int(2)?,
-                row.opt_text(3)?,
-                row.opt_int(4)?,
-            ))
-        },
+        rows::work,
     )?;
-    Ok(rows
-        .into_iter()
-        .filter(|(_, holder, pid, host, expires)| match (holder, expires) {
-            (Some(holder), Some(expires)) => !crate::store::lease_is_live(
-                liveness,
-                holder,
-                &crate::store::ProcessRef {
-                    pid: pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
-                    host: host.clone().unwrap_or_default(),
-                },
-                *expires,
-                now,
-            ),
-            _ => true,
-        })
-        .map(|(id, ..)| id)
-        .collect())
+    Ok(rows::unleased(rows, liveness, now))
 }
 
 /// Everything the run loop reads before it acts on a session, from one read transaction (one

@@ -65,8 +65,8 @@ pub(super) fn claim(
         )?
         .execute(params![claim.schedule, spec, next, now])?;
     }
-    for write in &claim.fires {
-        let fire = match write {
+    for fire_write in &claim.fires {
+        let fire = match fire_write {
             FireWrite::Insert(f) | FireWrite::Promote { to: f, .. } => f,
         };
         write(

@@ -140,11 +140,7 @@ pub(in crate::store::postgres) async fn claim_replies<C: GenericClient>(
         if r.owner_expires_at > now && !liveness.reply_owner_gone(&owner, &me) {
             continue;
         }
-        r.owner_token = r.owner_token.saturating_add(1);
-        r.owner_expires_at = now.saturating_add(claim.ttl_ms);
-        r.owner_pid = claim.pid;
-        r.owner_host = claim.host.clone();
-        r.updated_at = now;
+        rows::take_reply(&mut r, claim, now);
         write(
             c,
             "UPDATE channel_replies SET owner_pid=$2, owner_host=$3, updated_at=$4, \

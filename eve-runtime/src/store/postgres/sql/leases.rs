@@ -6,7 +6,6 @@
 //! a newer holder, inside the batch's transaction.
 
 use deadpool_postgres::GenericClient;
-use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::pipeline::{Planned, Then, run_planned};

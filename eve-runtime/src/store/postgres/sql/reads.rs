@@ -9,15 +9,15 @@ use super::composition::{descendant_usage, link, subagent_call_by_inbox};
 use super::rows::{all, opt};
 use super::{
     CONTEXT_SQL, DYNAMIC_RESOLVED_SQL, HAS_CHILDREN_SQL, INBOX_SQL, LAST_TURN_SQL, REQUESTS_SQL,
-    SESSION_SQL, TOOL_CALLS_SQL, g, i, limit, query, query_opt,
+    SESSION_SQL, TOOL_CALLS_SQL, i, limit, query, query_opt,
 };
 use crate::store::rows::{
     self, BREAKER_COLS, EVENT_COLS, MESSAGE_COLS, REQUEST_COLS, SESSION_COLS, STEP_COLS, TURN_COLS,
 };
 use crate::store::{
     BreakerRecord, DriveState, InboxRecord, InputRequestRecord, Liveness, MessageRecord,
-    ProcessRef, SessionFilter, SessionRecord, StepRecord, StoreError, StoreResult, StoredEvent,
-    ToolCallRecord, TurnRecord, UsageTotals, lease_is_live, now_ms,
+    SessionFilter, SessionRecord, StepRecord, StoreError, StoreResult, StoredEvent,
+    ToolCallRecord, TurnRecord, UsageTotals, now_ms,
 };
 
 pub(in crate::store::postgres) async fn session<C: GenericClient>(
@@ -200,22 +200,7 @@ pub(in crate::store::postgres) async fn sessions_with_work<C: GenericClient>(
         &[],
     )
     .await?;
-    let mut out = Vec::new();
-    for r in &rows {
-        let holder: Option<String> = g(r, 1)?;
-        let expires: Option<i64> = g(r, 4)?;
-        if let (Some(holder), Some(expires)) = (holder, expires) {
-            let process = ProcessRef {
-                pid: u32::try_from(g::<Option<i64>>(r, 2)?.unwrap_or(0)).unwrap_or(0),
-                host: g::<Option<String>>(r, 3)?.unwrap_or_default(),
-            };
-            if lease_is_live(liveness, &holder, &process, expires, now) {
-                continue;
-            }
-        }
-        out.push(g::<String>(r, 0)?);
-    }
-    Ok(out)
+    Ok(rows::unleased(all(&rows, rows::work)?, liveness, now))
 }
 
 /// The run loop's combined read, in one `REPEATABLE READ` snapshot: `begin` (sent first, with

@@ -106,8 +106,8 @@ pub(in crate::store::postgres) async fn claim_schedule<C: GenericClient>(
         )
         .await?;
     }
-    for write in &claim.fires {
-        let fire = match write {
+    for fire_write in &claim.fires {
+        let fire = match fire_write {
             FireWrite::Insert(f) | FireWrite::Promote { to: f, .. } => f,
         };
         write(
