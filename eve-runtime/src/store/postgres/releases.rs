@@ -81,7 +81,9 @@ pub(super) async fn apply<C: GenericClient>(
             };
             write(
                 c,
-                &format!("INSERT INTO release_events ({RELEASE_EVENT_COLS}) VALUES ($1,$2,$3,$4,$5)"),
+                &format!(
+                    "INSERT INTO release_events ({RELEASE_EVENT_COLS}) VALUES ($1,$2,$3,$4,$5)"
+                ),
                 &rows::release_event_values(&event)?,
             )
             .await?;
@@ -114,5 +116,8 @@ pub(super) async fn events<C: GenericClient>(
         ))
         .await?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    all(&c.query(&stmt, &[&to_i64(from), &limit]).await?, rows::release_event)
+    all(
+        &c.query(&stmt, &[&to_i64(from), &limit]).await?,
+        rows::release_event,
+    )
 }

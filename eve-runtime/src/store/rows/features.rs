@@ -5,12 +5,13 @@
 use serde_json::Value;
 
 use super::{Cell, StoredRow};
+use crate::store::workspaces::tree_from_json;
 use crate::store::{
     BuildInfo, ChannelReplyRecord, ChannelReplyUpdate, DynamicToolRecord, FireStatus, FireTrigger,
-    NoteRecord, RELEASE_STREAM, ReleaseRecord, ReplyClaim, ReplyHeld, Sending, ScheduleFire, ScheduleState, StoreResult,
-    StoredBuild, StoredEvent, SubagentCall, SubagentLink, WorkspaceCheckpoint,
+    NoteRecord, RELEASE_STREAM, ReleaseRecord, ReplyClaim, ReplyHeld, ScheduleFire, ScheduleState,
+    Sending, StoreResult, StoredBuild, StoredEvent, SubagentCall, SubagentLink,
+    WorkspaceCheckpoint,
 };
-use crate::store::workspaces::tree_from_json;
 // ---- schedules ----------------------------------------------------------------------------
 
 pub(crate) const SCHEDULE_COLS: &str = "name, spec, next_fire_at, updated_at";
@@ -139,6 +140,11 @@ pub(crate) fn dynamic_tool_values(t: &DynamicToolRecord) -> StoreResult<Vec<Cell
         t.turn_seq,
         t.resolved_at,
     ])
+}
+
+/// The values of an observe hook's delivery cursor: session, hook, next event index, and now.
+pub(crate) fn cursor_values(session_id: &str, hook: &str, delivered: u64, now: i64) -> Vec<Cell> {
+    cells![session_id, hook, delivered, now]
 }
 
 /// The values of a turn's dynamic-tool resolution: session, turn, detail, and now.

@@ -1,11 +1,14 @@
 //! Rows of a session's own tables: the session, its turns, steps, tool calls, input requests,
 //! inbox, messages and events, and the breakers and leases the run loop keeps.
 
+use serde_json::Value;
+
 use super::{Cell, StoredRow};
 use crate::store::{
     ApprovalState, BreakerRecord, CallStatus, InboxRecord, InputRequestRecord, LeaseClaim,
-    LeaseRecord, MessageRecord, RequestStatus, SessionRecord, SessionStatus, StepRecord,
-    Liveness, ProcessRef, StoreError, StoreResult, StoredEvent, lease_is_live, ToolCallRecord, TurnPhase, TurnRecord, TurnStatus, UsageTotals,
+    LeaseRecord, Liveness, MessageRecord, ProcessRef, RequestStatus, SessionRecord, SessionStatus,
+    StepRecord, StoreError, StoreResult, StoredEvent, ToolCallRecord, TurnPhase, TurnRecord,
+    TurnStatus, UsageTotals, lease_is_live,
 };
 // ---- sessions ---------------------------------------------------------------------------
 
@@ -58,7 +61,12 @@ pub(crate) fn session_insert(s: &SessionRecord, now: i64) -> StoreResult<Vec<Cel
         s.turn_count,
     ];
     v.extend(session_usage(s)?);
-    v.extend(cells![s.cancel_requested, s.created_at, now, s.owner.as_ref()]);
+    v.extend(cells![
+        s.cancel_requested,
+        s.created_at,
+        now,
+        s.owner.as_ref()
+    ]);
     Ok(v)
 }
 
@@ -302,6 +310,25 @@ pub(crate) fn message(r: &dyn StoredRow) -> StoreResult<MessageRecord> {
     })
 }
 
+/// The values of a message row (in [`MESSAGE_COLS`] order), stored at `at`.
+pub(crate) fn message_values(
+    session_id: &str,
+    seq: u64,
+    turn_seq: Option<u64>,
+    kind: &str,
+    body: &Value,
+    at: i64,
+) -> StoreResult<Vec<Cell>> {
+    Ok(cells![
+        session_id,
+        seq,
+        turn_seq,
+        kind,
+        Cell::json(body)?,
+        at
+    ])
+}
+
 pub(crate) const EVENT_COLS: &str = "session_id, idx, id, type, data, at";
 
 pub(crate) fn event(r: &dyn StoredRow) -> StoreResult<StoredEvent> {
@@ -313,6 +340,18 @@ pub(crate) fn event(r: &dyn StoredRow) -> StoreResult<StoredEvent> {
         data: r.json(4)?,
         at: r.int(5)?,
     })
+}
+
+/// The values of an event row (in [`EVENT_COLS`] order).
+pub(crate) fn event_values(e: &StoredEvent) -> StoreResult<Vec<Cell>> {
+    Ok(cells![
+        &e.session_id,
+        e.index,
+        &e.id,
+        &e.kind,
+        Cell::json(&e.data)?,
+        e.at
+    ])
 }
 
 pub(crate) const BREAKER_COLS: &str =

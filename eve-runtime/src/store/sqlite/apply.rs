@@ -18,8 +18,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::rows::write;
 use super::{composition, notes, releases};
 use crate::store::rows::{
-    self, BREAKER_COLS, CALL_COLS, Cell, EVENT_COLS, INBOX_COLS, MESSAGE_COLS, REQUEST_COLS,
-    SESSION_COLS, STEP_COLS, TURN_COLS, cells, to_i64, to_u64,
+    self, BREAKER_COLS, CALL_COLS, EVENT_COLS, INBOX_COLS, MESSAGE_COLS, REQUEST_COLS,
+    SESSION_COLS, STEP_COLS, TURN_COLS, to_i64, to_u64,
 };
 use crate::store::{
     Batch, Committed, MESSAGE_KIND_CHECKPOINT, Op, StoreError, StoreResult, StoredEvent, now_ms,
@@ -116,7 +116,7 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                 write(
                     conn,
                     &format!("INSERT INTO messages ({MESSAGE_COLS}) VALUES (?1,?2,?3,?4,?5,?6)"),
-                    &cells![&session_id, seq, turn_seq, &kind, Cell::json(&body)?, now],
+                    &rows::message_values(&session_id, to_u64(seq), turn_seq, &kind, &body, now)?,
                 )?;
                 committed.message_seqs.push(to_u64(seq));
             }
@@ -133,7 +133,9 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
             Op::PutStep(s) => {
                 write(
                     conn,
-                    &format!("INSERT OR REPLACE INTO steps ({STEP_COLS}) VALUES (?1,?2,?3,?4,?5,?6)"),
+                    &format!(
+                        "INSERT OR REPLACE INTO steps ({STEP_COLS}) VALUES (?1,?2,?3,?4,?5,?6)"
+                    ),
                     &rows::step_values(&s)?,
                 )?;
             }
@@ -170,7 +172,9 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
             Op::PutBreaker(b) => {
                 write(
                     conn,
-                    &format!("INSERT OR REPLACE INTO breakers ({BREAKER_COLS}) VALUES (?1,?2,?3,?4,?5)"),
+                    &format!(
+                        "INSERT OR REPLACE INTO breakers ({BREAKER_COLS}) VALUES (?1,?2,?3,?4,?5)"
+                    ),
                     &rows::breaker_values(&b, now),
                 )?;
             }
@@ -196,20 +200,20 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                         .ok_or_else(|| StoreError::NotFound(format!("session {session_id}")))?,
                 };
                 *next = Some(index + 1);
-                let id = format!("evt_{}", ulid::Ulid::new());
-                write(
-                    conn,
-                    &format!("INSERT INTO events ({EVENT_COLS}) VALUES (?1,?2,?3,?4,?5,?6)"),
-                    &cells![&session_id, index, &id, &kind, Cell::json(&data)?, now],
-                )?;
-                committed.events.push(StoredEvent {
+                let event = StoredEvent {
                     session_id,
                     index: to_u64(index),
-                    id,
+                    id: format!("evt_{}", ulid::Ulid::new()),
                     kind,
                     data,
                     at: now,
-                });
+                };
+                write(
+                    conn,
+                    &format!("INSERT INTO events ({EVENT_COLS}) VALUES (?1,?2,?3,?4,?5,?6)"),
+                    &rows::event_values(&event)?,
+                )?;
+                committed.events.push(event);
             }
         }
     }

@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::rows::{all, one, write};
 use crate::store::rows::{
-    self, DYNAMIC_TOOL_COLS, LINK_COLS, REQUEST_COLS, SUBCALL_COLS, cells, to_i64, to_u64,
+    self, DYNAMIC_TOOL_COLS, LINK_COLS, REQUEST_COLS, SUBCALL_COLS, to_i64, to_u64,
 };
 use crate::store::{
     CompositionOp, DynamicToolRecord, InputRequestRecord, StoreResult, SubagentCall, SubagentLink,
@@ -20,7 +20,9 @@ pub(super) fn apply(conn: &Connection, op: CompositionOp, now: i64) -> StoreResu
         CompositionOp::InsertLink(l) => {
             write(
                 conn,
-                &format!("INSERT OR REPLACE INTO subagent_sessions ({LINK_COLS}) VALUES (?1,?2,?3,?4,?5,?6)"),
+                &format!(
+                    "INSERT OR REPLACE INTO subagent_sessions ({LINK_COLS}) VALUES (?1,?2,?3,?4,?5,?6)"
+                ),
                 &rows::link_values(&l),
             )?;
         }
@@ -74,7 +76,7 @@ pub(super) fn apply(conn: &Connection, op: CompositionOp, now: i64) -> StoreResu
                 "INSERT INTO hook_cursors (session_id, hook, delivered, updated_at) \
                  VALUES (?1,?2,?3,?4) ON CONFLICT(session_id, hook) DO UPDATE SET \
                  delivered=MAX(delivered, excluded.delivered), updated_at=excluded.updated_at",
-                &cells![&session_id, &hook, delivered, now],
+                &rows::cursor_values(&session_id, &hook, delivered, now),
             )?;
         }
     }

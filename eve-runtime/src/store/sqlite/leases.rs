@@ -50,7 +50,9 @@ pub(super) fn acquire(
     values.push(token.into());
     write(
         conn,
-        &format!("INSERT OR REPLACE INTO leases ({LEASE_WRITE_COLS}) VALUES (?1,?2,?3,?4,?5,?6,?7)"),
+        &format!(
+            "INSERT OR REPLACE INTO leases ({LEASE_WRITE_COLS}) VALUES (?1,?2,?3,?4,?5,?6,?7)"
+        ),
         &values,
     )?;
     Ok(LeaseOutcome::Acquired)

@@ -528,10 +528,8 @@ impl Store for SqliteStore {
 
     async fn descendant_requests(&self, session: &str) -> StoreResult<Vec<InputRequestRecord>> {
         let session = session.to_owned();
-        self.read(move |conn| {
-            composition::descendant_requests(conn, &session)
-        })
-        .await
+        self.read(move |conn| composition::descendant_requests(conn, &session))
+            .await
     }
 
     async fn descendant_usage(&self, session: &str) -> StoreResult<(UsageTotals, f64)> {

@@ -9,8 +9,8 @@ use rusqlite::{Connection, params};
 use super::composition;
 use super::rows::{all, one};
 use crate::store::rows::{
-    self, BREAKER_COLS, CALL_COLS, EVENT_COLS, INBOX_COLS, MESSAGE_COLS, REQUEST_COLS, SESSION_COLS, STEP_COLS,
-    TURN_COLS, to_i64,
+    self, BREAKER_COLS, CALL_COLS, EVENT_COLS, INBOX_COLS, MESSAGE_COLS, REQUEST_COLS,
+    SESSION_COLS, STEP_COLS, TURN_COLS, to_i64,
 };
 use crate::store::{
     BreakerRecord, DriveState, InboxRecord, InputRequestRecord, MessageRecord, SessionFilter,

@@ -66,7 +66,9 @@ pub(super) fn apply(
             };
             write(
                 conn,
-                &format!("INSERT INTO release_events ({RELEASE_EVENT_COLS}) VALUES (?1,?2,?3,?4,?5)"),
+                &format!(
+                    "INSERT INTO release_events ({RELEASE_EVENT_COLS}) VALUES (?1,?2,?3,?4,?5)"
+                ),
                 &rows::release_event_values(&event)?,
             )?;
             committed.events.push(event);

@@ -8,9 +8,7 @@ use deadpool_postgres::GenericClient;
 
 use super::rows::{all, opt};
 use super::{execute, g, i, query, query_opt, u, write};
-use crate::store::rows::{
-    self, DYNAMIC_TOOL_COLS, LINK_COLS, REQUEST_COLS, SUBCALL_COLS, cells,
-};
+use crate::store::rows::{self, DYNAMIC_TOOL_COLS, LINK_COLS, REQUEST_COLS, SUBCALL_COLS};
 use crate::store::{
     CompositionOp, DynamicToolRecord, InputRequestRecord, StoreResult, SubagentCall, SubagentLink,
     UsageTotals,
@@ -97,7 +95,7 @@ pub(super) async fn apply<C: GenericClient>(c: &C, op: CompositionOp, now: i64) 
                  VALUES ($1,$2,$3,$4) ON CONFLICT (session_id, hook) DO UPDATE SET \
                  delivered=GREATEST(hook_cursors.delivered, excluded.delivered), \
                  updated_at=excluded.updated_at",
-                &cells![&session_id, &hook, delivered, now],
+                &rows::cursor_values(&session_id, &hook, delivered, now),
             )
             .await?;
         }

@@ -53,11 +53,11 @@ pub(super) use self::composition::{
 pub(super) use self::leases::{acquire, check_fences, lease, release, renew};
 pub(super) use self::notes::{note, notes, notes_under};
 pub(super) use self::prune::prune;
-pub(super) use self::rows::{all, bind, opt};
 pub(super) use self::reads::{
     breaker, context, drive_state, events, input_request, input_requests, last_turn, messages,
     pending_inbox, session, sessions, sessions_with_work, steps, tool_calls, turn,
 };
+pub(super) use self::rows::{all, bind, opt};
 pub(super) use self::schedules::{claim_schedule, schedule_fires, schedule_states};
 
 type Params<'a> = &'a [&'a (dyn ToSql + Sync)];

@@ -70,6 +70,9 @@ pub(in crate::store::postgres) fn all<T>(rows: &[Row], decode: Decode<T>) -> Sto
 }
 
 /// The row, if any, decoded.
-pub(in crate::store::postgres) fn opt<T>(row: Option<Row>, decode: Decode<T>) -> StoreResult<Option<T>> {
+pub(in crate::store::postgres) fn opt<T>(
+    row: Option<Row>,
+    decode: Decode<T>,
+) -> StoreResult<Option<T>> {
     row.as_ref().map(|r| decode(r)).transpose()
 }
