@@ -196,6 +196,20 @@ pub enum ReleaseOp {
     },
 }
 
+/// Applies a [`ReleaseOp::CountFailure`] to the stored releases: the release `id` with one more
+/// failure, to be written back. Errors when `id` is not a release.
+pub(crate) fn count_failure(
+    rows: Vec<ReleaseRecord>,
+    id: &str,
+) -> super::StoreResult<ReleaseRecord> {
+    let mut r = rows
+        .into_iter()
+        .find(|r| r.id == id)
+        .ok_or_else(|| super::StoreError::NotFound(format!("release {id}")))?;
+    r.failures += 1;
+    Ok(r)
+}
+
 /// Applies an [`ReleaseOp::Activate`] to the stored releases (oldest first); returns the ones
 /// that changed, to be written back. The same rule for every backend. Errors when `id` is not a
 /// release.

@@ -6,7 +6,7 @@
 use deadpool_postgres::GenericClient;
 
 use super::sql::{all, bind};
-use crate::store::releases::activate;
+use crate::store::releases::{activate, count_failure};
 use crate::store::rows::{self, Cell, RELEASE_COLS, RELEASE_EVENT_COLS, to_i64, to_u64};
 use crate::store::{
     Committed, RELEASE_STREAM, ReleaseOp, ReleaseRecord, StoreError, StoreResult, StoredEvent,
@@ -56,12 +56,7 @@ pub(super) async fn apply<C: GenericClient>(
         ReleaseOp::CountFailure { id } => {
             c.batch_execute("LOCK TABLE releases IN SHARE ROW EXCLUSIVE MODE")
                 .await?;
-            let mut r = releases(c)
-                .await?
-                .into_iter()
-                .find(|r| r.id == id)
-                .ok_or_else(|| StoreError::NotFound(format!("release {id}")))?;
-            r.failures += 1;
+            let r = count_failure(releases(c).await?, &id)?;
             put(c, &r).await?;
         }
         ReleaseOp::Event { kind, data } => {
@@ -71,14 +66,7 @@ pub(super) async fn apply<C: GenericClient>(
                 .prepare_cached("SELECT COALESCE(MAX(idx) + 1, 0) FROM release_events")
                 .await?;
             let index: i64 = c.query_one(&stmt, &[]).await?.try_get(0)?;
-            let event = StoredEvent {
-                session_id: RELEASE_STREAM.to_owned(),
-                index: to_u64(index),
-                id: format!("evt_{}", ulid::Ulid::new()),
-                kind,
-                data,
-                at: now,
-            };
+            let event = rows::new_event(RELEASE_STREAM.to_owned(), to_u64(index), kind, data, now);
             write(
                 c,
                 &format!(

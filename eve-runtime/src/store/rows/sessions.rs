@@ -342,6 +342,24 @@ pub(crate) fn event(r: &dyn StoredRow) -> StoreResult<StoredEvent> {
     })
 }
 
+/// A new event (a fresh `evt_<ULID>` id) at `index` of its stream.
+pub(crate) fn new_event(
+    session_id: String,
+    index: u64,
+    kind: String,
+    data: Value,
+    at: i64,
+) -> StoredEvent {
+    StoredEvent {
+        session_id,
+        index,
+        id: format!("evt_{}", ulid::Ulid::new()),
+        kind,
+        data,
+        at,
+    }
+}
+
 /// The values of an event row (in [`EVENT_COLS`] order).
 pub(crate) fn event_values(e: &StoredEvent) -> StoreResult<Vec<Cell>> {
     Ok(cells![

@@ -200,14 +200,7 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
                         .ok_or_else(|| StoreError::NotFound(format!("session {session_id}")))?,
                 };
                 *next = Some(index + 1);
-                let event = StoredEvent {
-                    session_id,
-                    index: to_u64(index),
-                    id: format!("evt_{}", ulid::Ulid::new()),
-                    kind,
-                    data,
-                    at: now,
-                };
+                let event = rows::new_event(session_id, to_u64(index), kind, data, now);
                 write(
                     conn,
                     &format!("INSERT INTO events ({EVENT_COLS}) VALUES (?1,?2,?3,?4,?5,?6)"),

@@ -5,7 +5,7 @@
 use rusqlite::{Connection, params};
 
 use super::rows::{all, write};
-use crate::store::releases::activate;
+use crate::store::releases::{activate, count_failure};
 use crate::store::rows::{self, RELEASE_COLS, RELEASE_EVENT_COLS, to_i64};
 use crate::store::{
     Committed, RELEASE_STREAM, ReleaseOp, ReleaseRecord, StoreError, StoreResult, StoredEvent,
@@ -45,25 +45,20 @@ pub(super) fn apply(
             }
         }
         ReleaseOp::CountFailure { id } => {
-            let mut r = releases(conn)?
-                .into_iter()
-                .find(|r| r.id == id)
-                .ok_or_else(|| StoreError::NotFound(format!("release {id}")))?;
-            r.failures += 1;
+            let r = count_failure(releases(conn)?, &id)?;
             put(conn, &r)?;
         }
         ReleaseOp::Event { kind, data } => {
             let index: i64 = conn
                 .prepare_cached("SELECT COALESCE(MAX(idx) + 1, 0) FROM release_events")?
                 .query_row([], |r| r.get(0))?;
-            let event = StoredEvent {
-                session_id: RELEASE_STREAM.to_owned(),
-                index: rows::to_u64(index),
-                id: format!("evt_{}", ulid::Ulid::new()),
+            let event = rows::new_event(
+                RELEASE_STREAM.to_owned(),
+                rows::to_u64(index),
                 kind,
                 data,
-                at: now,
-            };
+                now,
+            );
             write(
                 conn,
                 &format!(

@@ -192,16 +192,15 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
             kind,
             data,
         } => {
-            let id = format!("evt_{}", ulid::Ulid::new());
-            let values = cells![&session_id, now, &id, &kind, Cell::json(&data)?];
-            let event = StoredEvent {
-                session_id,
-                index: 0,
-                id,
-                kind,
-                data,
-                at: now,
-            };
+            // The index is the statement's answer.
+            let event = rows::new_event(session_id, 0, kind, data, now);
+            let values = cells![
+                &event.session_id,
+                now,
+                &event.id,
+                &event.kind,
+                Cell::json(&event.data)?
+            ];
             (12, values, Then::Event(event))
         }
         Op::Composition(_) | Op::Note(_) | Op::Release(_) | Op::AnswerInputRequest { .. } => {
