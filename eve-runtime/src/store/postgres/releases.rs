@@ -8,9 +8,7 @@ use deadpool_postgres::GenericClient;
 use super::sql::{all, bind};
 use crate::store::releases::{activate, count_failure};
 use crate::store::rows::{self, Cell, RELEASE_COLS, RELEASE_EVENT_COLS, to_i64, to_u64};
-use crate::store::{
-    Committed, RELEASE_STREAM, ReleaseOp, ReleaseRecord, StoreError, StoreResult, StoredEvent,
-};
+use crate::store::{Committed, RELEASE_STREAM, ReleaseOp, ReleaseRecord, StoreResult, StoredEvent};
 
 async fn write<C: GenericClient>(c: &C, sql: &str, values: &[Cell]) -> StoreResult<u64> {
     let stmt = c.prepare_cached(sql).await?;

@@ -22,7 +22,7 @@ use crate::store::rows::{
     SESSION_COLS, STEP_COLS, TURN_COLS, to_i64, to_u64,
 };
 use crate::store::{
-    Batch, Committed, MESSAGE_KIND_CHECKPOINT, Op, StoreError, StoreResult, StoredEvent, now_ms,
+    Batch, Committed, MESSAGE_KIND_CHECKPOINT, Op, StoreError, StoreResult, now_ms,
 };
 
 pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {

@@ -7,9 +7,7 @@ use rusqlite::{Connection, params};
 use super::rows::{all, write};
 use crate::store::releases::{activate, count_failure};
 use crate::store::rows::{self, RELEASE_COLS, RELEASE_EVENT_COLS, to_i64};
-use crate::store::{
-    Committed, RELEASE_STREAM, ReleaseOp, ReleaseRecord, StoreError, StoreResult, StoredEvent,
-};
+use crate::store::{Committed, RELEASE_STREAM, ReleaseOp, ReleaseRecord, StoreResult, StoredEvent};
 
 fn put(conn: &Connection, r: &ReleaseRecord) -> StoreResult<()> {
     write(

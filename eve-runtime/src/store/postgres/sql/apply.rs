@@ -14,7 +14,7 @@ use crate::store::rows::{
     SESSION_COLS, STEP_COLS, TURN_COLS, cells,
 };
 use crate::store::{
-    Batch, Committed, MESSAGE_KIND_CHECKPOINT, Op, StoreError, StoreResult, StoredEvent, now_ms,
+    Batch, Committed, MESSAGE_KIND_CHECKPOINT, Op, StoreError, StoreResult, now_ms,
 };
 
 /// Applies a batch inside the caller's transaction, or inside one it opens: `start` (`BEGIN`,
