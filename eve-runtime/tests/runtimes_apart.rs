@@ -158,7 +158,10 @@ async fn two_runtimes_with_one_session_id_and_one_build_keep_apart() {
     say(&rt_a, SESSION, "get").await;
     let (status, text) = last_call(&rt_a, SESSION).await;
     assert_eq!(status, CallStatus::Completed);
-    assert!(text.contains(&a.side_file.to_string_lossy().into_owned()), "{text}");
+    assert!(
+        text.contains(&a.side_file.to_string_lossy().into_owned()),
+        "{text}"
+    );
 
     // B continues: its workspace comes back from B's store, whatever A compared with its own.
     say(&rt_b, SESSION, "get the note").await;
@@ -182,7 +185,10 @@ async fn two_runtimes_with_one_session_id_and_one_build_keep_apart() {
     say(&rt_a, SESSION, "get again").await;
     let (status, text) = last_call(&rt_a, SESSION).await;
     assert_eq!(status, CallStatus::Failed, "{text}");
-    assert!(text.contains("the build file tools/get.sh was altered"), "{text}");
+    assert!(
+        text.contains("the build file tools/get.sh was altered"),
+        "{text}"
+    );
     assert_eq!(tampered(&rt_a, SESSION).await, 1);
     assert_eq!(tampered(&rt_b, SESSION).await, 0);
     rt_a.shutdown().await;
