@@ -1,7 +1,7 @@
 //! Two runtimes in one process keep their state apart: what one knows of its session workspaces
 //! and of its builds' files is never what the other decides by. Each runtime holds its own
 //! (created with it), so two projects whose sessions share an id (a conversation-derived id, as
-//! channels make) and whose builds share a hash each restore, check and report for themselves.
+//! channels make) and whose builds are the same each restore, check and report for themselves.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -34,7 +34,7 @@ fn write(root: &Path, rel: &str, text: &str, executable: bool) {
 }
 
 /// A project with two unconfined script tools: `put` writes `note.txt` into the workspace
-/// (naming the project's side file), `get` prints it (or `missing`). Built with `eve build`, so
+/// (naming the workspace, so each project's note is its own), `get` prints it (or `missing`). Built with `eve build`, so
 /// the manifest holds every file's digest. Returns the build's hash.
 fn project(p: &TestProject) -> String {
     let root = p.dir.path();
@@ -45,7 +45,7 @@ fn project(p: &TestProject) -> String {
         root,
         "tools/put.sh",
         "#!/bin/sh\n# ---\n# description: Writes the note.\n# env: [SIDE_FILE]\n# ---\n\
-         cat >/dev/null\necho \"note of $SIDE_FILE\" > note.txt\necho ran >> \"$SIDE_FILE\"\n\
+         cat >/dev/null\necho \"note of $EVE_WORKSPACE\" > note.txt\necho ran >> \"$SIDE_FILE\"\n\
          echo '{\"ok\": true}'\n",
         true,
     );
@@ -103,9 +103,16 @@ async fn say(rt: &Runtime, id: &str, text: &str) {
     rt.drive(id).await.unwrap();
 }
 
-/// The last tool call of `id`: its status and output text.
+/// The last tool call of `id` (in its last turn): its status and output text.
 async fn last_call(rt: &Runtime, id: &str) -> (CallStatus, String) {
-    let call = rt.store().tool_calls(id, 0).await.unwrap().pop().unwrap();
+    let turn = rt.store().last_turn(id).await.unwrap().unwrap();
+    let call = rt
+        .store()
+        .tool_calls(id, turn.seq)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
     let text = match call.output {
         Some(Value::String(s)) => s,
         Some(other) => other.to_string(),
@@ -126,11 +133,15 @@ async fn tampered(rt: &Runtime, id: &str) -> usize {
 async fn two_runtimes_with_one_session_id_and_one_build_keep_apart() {
     let (a, b) = (TestProject::new(), TestProject::new());
     let hash = project(&a);
-    assert_eq!(project(&b), hash, "one build, in two state folders");
+    project(&b);
     let rt_b = runtime(
         &b,
         "eve.db",
-        json!([call("put"), {"text": "put"}, call("get"), {"text": "got"}]),
+        json!([
+            call("put"), {"text": "put"},
+            call("get"), {"text": "got"},
+            call("get"), {"text": "again"}
+        ]),
     );
     // B's session writes its note, checkpointed into B's store; then B's local copy is lost.
     say(&rt_b, SESSION, "put the note").await;
@@ -158,10 +169,8 @@ async fn two_runtimes_with_one_session_id_and_one_build_keep_apart() {
     say(&rt_a, SESSION, "get").await;
     let (status, text) = last_call(&rt_a, SESSION).await;
     assert_eq!(status, CallStatus::Completed);
-    assert!(
-        text.contains(&a.side_file.to_string_lossy().into_owned()),
-        "{text}"
-    );
+    let workspace = |p: &TestProject| p.state_dir.join("sandboxes").join(SESSION);
+    assert_eq!(text.trim(), format!("note of {}", workspace(&a).display()));
 
     // B continues: its workspace comes back from B's store, whatever A compared with its own.
     say(&rt_b, SESSION, "get the note").await;
@@ -169,12 +178,12 @@ async fn two_runtimes_with_one_session_id_and_one_build_keep_apart() {
     assert_eq!(status, CallStatus::Completed, "{text}");
     assert_eq!(
         text.trim(),
-        format!("note of {}", b.side_file.display()),
+        format!("note of {}", workspace(&b).display()),
         "B's workspace was not restored from B's store"
     );
 
-    // A's copy of the build is altered: A refuses it and says so in A's store; B's copy (same
-    // hash, same relative path) is untouched, runs, and B records nothing.
+    // A's copy of the build is altered: A refuses it and says so in A's store; B's copy (the
+    // same file at the same path in B's build) is untouched, runs, and B records nothing.
     let files = a.state_dir.join("builds").join(&hash).join("files");
     let mut f = std::fs::OpenOptions::new()
         .append(true)
@@ -190,6 +199,10 @@ async fn two_runtimes_with_one_session_id_and_one_build_keep_apart() {
         "{text}"
     );
     assert_eq!(tampered(&rt_a, SESSION).await, 1);
+    say(&rt_b, SESSION, "get it again").await;
+    let (status, text) = last_call(&rt_b, SESSION).await;
+    assert_eq!(status, CallStatus::Completed, "{text}");
+    assert!(!text.contains("altered"), "{text}");
     assert_eq!(tampered(&rt_b, SESSION).await, 0);
     rt_a.shutdown().await;
     rt_b.shutdown().await;
