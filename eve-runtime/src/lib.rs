@@ -11,3 +11,4 @@ pub mod server;
 pub mod store;
 pub mod tools;
 pub mod wire;
+pub mod workspace;

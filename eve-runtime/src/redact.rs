@@ -25,7 +25,7 @@
 //!   turn errors (a model client's error text included);
 //! - the log output of `eve serve` and `eve dev` (a redacting writer in `eve-cli`);
 //! - the contents of session workspace files as they become blobs of a workspace checkpoint
-//!   (`engine/workspaces.rs`, through [`Secrets::redact_bytes`]).
+//!   (`workspace/checkpoint.rs`, through [`Secrets::redact_bytes`]).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

@@ -29,6 +29,7 @@ mod memory;
 mod model;
 mod releases;
 mod review;
+mod runtimes_apart;
 mod schedule;
 mod selfchange;
 mod selfchange_review;

@@ -15,6 +15,7 @@ use super::error::{RuntimeError, RuntimeResult};
 use crate::mcp::{CALL_TOOL, SEARCH_TOOLS};
 use crate::model::ToolSpec;
 use crate::tools::{Validators, builtin_tools};
+use crate::workspace::integrity::{Digests, FileChecks};
 
 /// Name of the built-in skill loader tool.
 pub const LOAD_SKILL: &str = "load_skill";
@@ -46,6 +47,8 @@ pub struct LoadedBuild {
     /// Whether the build's tools are many enough (`lean_context.max_inline_tools`) to be offered
     /// through the catalogue, with only the most used inline.
     pub auto_catalogue: bool,
+    /// What its build store knows of its builds' files (whether `files/` was verified).
+    checks: Arc<FileChecks>,
 }
 
 impl LoadedBuild {
@@ -131,7 +134,14 @@ impl LoadedBuild {
             providers,
             observe_hooks,
             auto_catalogue,
+            checks: Arc::new(FileChecks::new()),
         }
+    }
+
+    /// The same build, its files checked with `checks` (its build store's).
+    fn checked_by(mut self, checks: &Arc<FileChecks>) -> Self {
+        self.checks = checks.clone();
+        self
     }
 
     /// The view of this build for the agent at `path` (`""`: the root; a subagent's manifest
@@ -148,22 +158,21 @@ impl LoadedBuild {
             agent: agent.clone(),
             ..self.manifest.clone()
         };
-        Some(LoadedBuild::new(
-            self.hash.clone(),
-            self.dir.clone(),
-            manifest,
-        ))
+        Some(
+            LoadedBuild::new(self.hash.clone(), self.dir.clone(), manifest)
+                .checked_by(&self.checks),
+        )
     }
 
     /// Folder holding the agent's files (`files/` of the build): scripts, seeds. Unpacked from
     /// the build's pack the first time anything asks.
     pub fn files(&self) -> RuntimeResult<PathBuf> {
-        super::integrity::files_verified(&self.dir, &self.manifest.files).map_err(|e| {
-            RuntimeError::Build {
+        self.checks
+            .files_verified(&self.dir, &self.manifest.files)
+            .map_err(|e| RuntimeError::Build {
                 what: self.hash.clone(),
                 message: e.to_string(),
-            }
-        })
+            })
     }
 
     /// Whether a skill of this agent or of a subagent is packaged with other files, which tools
@@ -334,6 +343,8 @@ pub struct BuildStore {
     active: Mutex<Option<(String, Option<String>)>>,
     /// Where a build missing from disk is fetched from (the fleet's store).
     source: Option<Arc<dyn crate::store::Store>>,
+    /// What is known of the builds' files: verified digests, manifests read, verified builds.
+    checks: Arc<FileChecks>,
 }
 
 impl std::fmt::Debug for BuildStore {
@@ -355,6 +366,7 @@ impl BuildStore {
             secrets: None,
             active: Mutex::new(None),
             source: None,
+            checks: Arc::new(FileChecks::new()),
         }
     }
 
@@ -447,7 +459,8 @@ impl BuildStore {
                 }
             }
         }
-        let build = Arc::new(LoadedBuild::new(hash.clone(), dir, manifest));
+        let build =
+            Arc::new(LoadedBuild::new(hash.clone(), dir, manifest).checked_by(&self.checks));
         // Skill files are read at the path the system prompt states, from the first turn on.
         if build.has_skill_files()
             && let Err(e) = build.files()
@@ -492,11 +505,10 @@ impl BuildStore {
                 let base = self.agent(hash, base)?;
                 let mut manifest = base.manifest.clone();
                 manifest.agent = super::strategy::worker_agent(&manifest.agent);
-                Arc::new(LoadedBuild::new(
-                    base.hash.clone(),
-                    base.dir.clone(),
-                    manifest,
-                ))
+                Arc::new(
+                    LoadedBuild::new(base.hash.clone(), base.dir.clone(), manifest)
+                        .checked_by(&self.checks),
+                )
             }
             None => Arc::new(root.for_agent(path).ok_or_else(|| RuntimeError::Build {
                 what: hash.to_owned(),
@@ -520,6 +532,37 @@ impl BuildStore {
     /// no agent uses them).
     pub fn observe_hooks_seen(&self) -> bool {
         self.hooks_seen.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// What this store knows of its builds' files.
+    pub(crate) fn file_checks(&self) -> Arc<FileChecks> {
+        self.checks.clone()
+    }
+
+    /// The file digests of the build `hash` in `build_dir`: the loaded build's when `build_dir`
+    /// is this store's folder of that build, else those of the `manifest.json` in `build_dir`.
+    pub(crate) fn digests(&self, hash: &str, build_dir: &Path) -> Option<Digests> {
+        let own = self.state_dir.join("builds").join(hash);
+        let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        if absolute(&own) == absolute(build_dir)
+            && let Ok(build) = self.get(hash)
+        {
+            return Some(Arc::new(build.manifest.files.clone()));
+        }
+        self.checks.digests_on_disk(build_dir)
+    }
+
+    /// The unpacked files of build `hash`, checked against its manifest's digests like
+    /// [`LoadedBuild::files`], without loading the build.
+    pub(crate) fn unpack(&self, hash: &str) -> RuntimeResult<PathBuf> {
+        let dir = self.state_dir.join("builds").join(hash);
+        let digests = self.checks.digests_on_disk(&dir).unwrap_or_default();
+        self.checks
+            .files_verified(&dir, &digests)
+            .map_err(|e| RuntimeError::Build {
+                what: hash.to_owned(),
+                message: e.to_string(),
+            })
     }
 }
 
@@ -555,16 +598,6 @@ fn current_hash(state_dir: &Path) -> RuntimeResult<String> {
 
 /// Reads `<state_dir>/builds/<hash>/manifest.json` (the current build when `hash` is `None`).
 /// Returns the hash, the build folder and the manifest.
-/// The unpacked files of build `hash` in `dir`.
-/// Checked against the manifest's digests like [`LoadedBuild::files`].
-pub(crate) fn unpack(hash: &str, dir: &Path) -> RuntimeResult<PathBuf> {
-    let digests = super::integrity::digests_on_disk(dir).unwrap_or_default();
-    super::integrity::files_verified(dir, &digests).map_err(|e| RuntimeError::Build {
-        what: hash.to_owned(),
-        message: e.to_string(),
-    })
-}
-
 pub fn load_build(
     state_dir: &Path,
     hash: Option<&str>,

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::turn::TurnDriver;
 use super::{Runtime, RuntimeResult};
 use crate::store::*;
-use crate::tools::{ToolContext, ToolResult, run_tool};
+use crate::tools::{ToolContext, ToolResult};
 
 /// A definition a provider printed: name, description, input schema.
 type Definition = (String, String, Value);
@@ -97,8 +97,7 @@ fn truncate(text: &str) -> String {
 impl Runtime {
     /// Files of build `hash`: where the scripts of a dynamic tool resolved on it live.
     pub(super) fn build_files(&self, hash: &str) -> RuntimeResult<PathBuf> {
-        let dir = self.inner.config.state_dir.join("builds").join(hash);
-        crate::engine::build::unpack(hash, &dir)
+        self.inner.builds.unpack(hash)
     }
 }
 
@@ -116,7 +115,7 @@ pub(super) async fn run_dynamic(
         Err(e) => return ToolResult::failure(e.to_string(), std::time::Duration::ZERO),
     };
     let payload = json!({"tool": record.name, "input": input});
-    run_tool(provider, &payload, &ctx, cancel).await
+    rt.run_tool(provider, &payload, &ctx, cancel).await
 }
 
 impl TurnDriver<'_> {
@@ -172,7 +171,10 @@ impl TurnDriver<'_> {
                     network: None,
                 };
                 let input = json!({"event": event, "session_id": self.session.id});
-                let result = run_tool(&provider, &input, &ctx, self.cancel.child_token()).await;
+                let result = self
+                    .rt
+                    .run_tool(&provider, &input, &ctx, self.cancel.child_token())
+                    .await;
                 if !result.ok {
                     let error = result.error.unwrap_or_else(|| "failed".to_owned());
                     tracing::warn!(provider = %provider.name, %error, "a dynamic tool script failed");

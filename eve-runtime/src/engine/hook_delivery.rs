@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use super::hooks::{hook_tool, is_observe, observes};
 use super::{Runtime, RuntimeResult};
 use crate::store::*;
-use crate::tools::{ToolContext, run_tool};
+use crate::tools::ToolContext;
 
 /// The cursor of a session whose build has no observe hook: its events up to there need no
 /// delivery (so a server looking for sessions behind their hooks does not look at it again).
@@ -443,9 +443,9 @@ impl Runtime {
                             ),
                             network: None,
                         };
-                        let result =
-                            run_tool(&hook_tool(hook), &stdin, &ctx, CancellationToken::new())
-                                .await;
+                        let result = self
+                            .run_tool(&hook_tool(hook), &stdin, &ctx, CancellationToken::new())
+                            .await;
                         if !result.ok {
                             let error = result.error.unwrap_or_default();
                             tracing::warn!(

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use super::subagents::synthetic_tool;
 use super::turn::TurnDriver;
 use crate::store::*;
-use crate::tools::{ToolContext, ToolResult, run_tool};
+use crate::tools::{ToolContext, ToolResult};
 
 /// The blocking event.
 pub const TOOL_BEFORE: &str = "tool.before";
@@ -164,7 +164,10 @@ impl TurnDriver<'_> {
                 "tool": call.name,
                 "input": input,
             });
-            let result = run_tool(&hook_tool(hook), &stdin, &ctx, self.cancel.child_token()).await;
+            let result = self
+                .rt
+                .run_tool(&hook_tool(hook), &stdin, &ctx, self.cancel.child_token())
+                .await;
             match decide(&hook.name, &result) {
                 Ok(None) => {}
                 Ok(Some(rewritten)) => {

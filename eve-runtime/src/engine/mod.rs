@@ -13,7 +13,6 @@ mod accept;
 mod active;
 mod breakers;
 mod build;
-mod checkpoint_blobs;
 mod claims;
 mod compaction;
 mod config;
@@ -25,7 +24,6 @@ mod follow;
 mod hollow;
 mod hook_delivery;
 mod hooks;
-pub mod integrity;
 mod lean;
 mod limits;
 mod live;
@@ -37,6 +35,7 @@ pub mod publish;
 mod releases;
 mod replies;
 mod review;
+mod run_tool;
 mod sandbox;
 pub mod selfchange;
 mod strategy;
@@ -44,8 +43,6 @@ mod subagents;
 mod targets;
 mod tenancy;
 mod turn;
-mod walk;
-mod workspaces;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -56,11 +53,12 @@ use eve_compile::Agent;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::workspace::DEFAULT_MAX_BYTES as DEFAULT_WORKSPACE_MAX_BYTES;
+#[doc(hidden)]
+pub use crate::workspace::checkpoint_secrets_in_clear_for_tests;
 pub use accept::{Accept, Accepted, Extra, SessionRef};
 pub use breakers::{breaker_key, session_scoped as breaker_scope_is_session};
 pub use build::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_prompt};
-#[doc(hidden)]
-pub use checkpoint_blobs::checkpoint_secrets_in_clear_for_tests;
 pub use config::{BreakerPolicy, DEFAULT_LEASE_TTL, ModelProvider, ResolvedModel, RuntimeConfig};
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::LOCAL_PRINCIPAL;
@@ -77,7 +75,6 @@ pub use releases::{
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;
 pub use tenancy::Caller;
-pub use workspaces::DEFAULT_MAX_BYTES as DEFAULT_WORKSPACE_MAX_BYTES;
 
 use crate::store::*;
 use active::Active;
@@ -140,6 +137,8 @@ pub(crate) struct Inner {
     pub(crate) agent_dir: std::sync::OnceLock<PathBuf>,
     /// Tests only: see [`Runtime::set_unguarded_answers_for_tests`].
     pub(crate) unguarded_answers: std::sync::atomic::AtomicBool,
+    /// This runtime's session workspaces: their checkpoints and what this node knows of them.
+    pub(crate) workspaces: crate::workspace::Workspaces,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -189,6 +188,12 @@ impl Runtime {
             exec.state_dir = Some(config.state_dir.clone());
             exec
         }));
+        let workspaces = crate::workspace::Workspaces::new(
+            config.state_dir.clone(),
+            config.store.clone(),
+            config.env.clone(),
+            config.secrets.clone(),
+        );
         let rt = Self {
             inner: Arc::new(Inner {
                 store: config.store.clone(),
@@ -213,9 +218,9 @@ impl Runtime {
                 releases: releases::ReleaseState::default(),
                 agent_dir: std::sync::OnceLock::new(),
                 unguarded_answers: std::sync::atomic::AtomicBool::new(false),
+                workspaces,
             }),
         };
-        integrity::register(&rt);
         rt.start_releases();
         rt
     }
@@ -516,6 +521,22 @@ impl Runtime {
         self.inner.config.secrets.redact_batch(&mut batch);
         self.fence(&mut batch);
         Ok(self.inner.store.commit(batch).await?)
+    }
+
+    /// The fencing token of the lease this runtime holds on `session`, if it holds it.
+    pub(crate) fn fence_of(&self, session: &str) -> Option<u64> {
+        self.inner
+            .fences
+            .lock()
+            .ok()
+            .and_then(|f| f.get(session).copied())
+    }
+
+    /// Removes this node's copies of the workspaces of `sessions` (deleted from the store): the
+    /// folder `.eve/sandboxes/<session>/` and the index `.eve/workspaces/<session>.json`.
+    /// Returns what could not be removed, with why.
+    pub fn remove_local_workspaces(&self, sessions: &[String]) -> Vec<(PathBuf, std::io::Error)> {
+        self.inner.workspaces.remove_local(sessions)
     }
 
     /// Adds the fencing token of every session the batch writes whose lease this runtime holds.

@@ -126,9 +126,6 @@ pub(crate) async fn run_process_tool(
     cancel: CancellationToken,
 ) -> ToolResult {
     let start = Instant::now();
-    if let Some(refused) = crate::engine::integrity::refuse_altered(tool, ctx).await {
-        return refused;
-    }
     let (argv, shell_secrets) = match tool_argv(tool, ctx) {
         Ok(found) => found,
         Err(e) => return ToolResult::failure(e.to_string(), start.elapsed()),

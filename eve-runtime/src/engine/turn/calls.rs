@@ -18,7 +18,7 @@ use crate::engine::{
 };
 use crate::model::Message;
 use crate::store::*;
-use crate::tools::{ToolContext, ToolResult, prepare_workspace, run_tool};
+use crate::tools::{ToolContext, ToolResult, prepare_workspace};
 
 /// What to do with one unsettled call.
 enum Decision {
@@ -384,7 +384,10 @@ impl TurnDriver<'_> {
         }
         if !to_run.is_empty() {
             // A session continued from another node finds the files its steps wrote there.
-            crate::engine::workspaces::restore_if_behind(self.rt, self.id()).await?;
+            let fence = self.rt.fence_of(self.id());
+            (self.rt.inner.workspaces)
+                .restore_if_behind(self.id(), fence)
+                .await?;
             let workspace = self.workspace()?;
             let futures = to_run
                 .into_iter()
@@ -396,7 +399,14 @@ impl TurnDriver<'_> {
                     None => parked = true,
                 }
             }
-            if let Err(message) = crate::engine::workspaces::checkpoint(self.rt, self.id()).await? {
+            let fence = self.rt.fence_of(self.id());
+            if let Err(message) = self
+                .rt
+                .inner
+                .workspaces
+                .checkpoint(self.id(), fence)
+                .await?
+            {
                 return self
                     .end_failed(turn.clone(), "workspace_too_large", &message, None)
                     .await
@@ -603,7 +613,7 @@ impl TurnDriver<'_> {
         let run: std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send + '_>> =
             match &resolved.target {
                 targets::Target::Build(tool) => {
-                    Box::pin(run_tool(tool, &input, &ctx, token.clone()))
+                    Box::pin(self.rt.run_tool(tool, &input, &ctx, token.clone()))
                 }
                 targets::Target::Mcp(manager) => {
                     let (manager, name, input, token) = (

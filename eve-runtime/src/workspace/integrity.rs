@@ -5,10 +5,11 @@
 //! later call, in every session, runs the altered code. The isolated sandbox mounts the build's
 //! files read-only; this check is the second line of defence, and the only one under `host`.
 //! Before a script tool, a `run:` tool whose argv names a file of the build, a hook or a
-//! dynamic-tool provider runs (they all go through `run_process_tool`), every build file it will
-//! execute is compared with the manifest's SHA-256. A mismatch fails the call with an error the
-//! model sees, records a `build.tampered` event in the session, puts a fresh copy of `files/` in
-//! place from the pack, and never runs the altered file.
+//! dynamic-tool provider runs (the engine runs them all through `Runtime::run_tool`), every
+//! build file it will execute ([`executed_files`]) is compared with the manifest's SHA-256
+//! ([`check`]). A mismatch comes back by value ([`Altered`]): the engine fails the call with an
+//! error the model sees, records a `build.tampered` event in the session, puts a fresh copy of
+//! `files/` in place from the pack ([`Altered::restore`]), and never runs the altered file.
 //!
 //! Hashing on every call would cost a read of every script per call, so a verified file is
 //! remembered by its stat stamp: device, inode, size, mode, mtime and **ctime**. The attacker
@@ -17,18 +18,20 @@
 //! to "now". Timestamps are coarse (a kernel tick), so a write in the same tick as the last change
 //! leaves ctime unchanged: like git's "racily clean" index entries, a file whose ctime is within
 //! [`RACY`] of the moment it was checked is not remembered, and is hashed again next time.
+//!
+//! What is remembered (the verified stamps, the manifests read from disk, the builds whose whole
+//! `files/` was verified) lives in one [`FileChecks`], which a build store creates with itself:
+//! nothing is shared between two runtimes of one process.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use eve_compile::{FileDigest, Runner, Tool};
 use serde_json::{Value, json};
 
-use super::{Inner, Runtime};
-use crate::store::Batch;
-use crate::tools::{ToolContext, ToolResult};
+use crate::tools::ToolContext;
 
 /// A build file was found altered before it ran (`path`, `tool`, `reason`, `buildHash`).
 pub const BUILD_TAMPERED: &str = "build.tampered";
@@ -157,58 +160,116 @@ impl DigestCache {
     }
 }
 
-/// The process's cache.
-fn cache() -> &'static DigestCache {
-    static CACHE: std::sync::OnceLock<DigestCache> = std::sync::OnceLock::new();
-    CACHE.get_or_init(|| DigestCache::new(RACY))
+/// A build's file digests, by path relative to the agent folder (as in the manifest).
+pub type Digests = Arc<BTreeMap<String, FileDigest>>;
+
+/// What one build store knows of its builds' files: the files verified against a digest (by
+/// stamp), the manifests read from disk, and the builds whose whole `files/` was verified.
+/// Created with the build store (so with the runtime): two runtimes never share one.
+#[derive(Debug)]
+pub struct FileChecks {
+    digests: DigestCache,
+    /// The digests of builds read from their `manifest.json`, by build folder.
+    read: Mutex<HashMap<PathBuf, Digests>>,
+    /// Builds whose `files/` was verified whole (or unpacked from the pack), by build folder.
+    verified: Mutex<HashSet<PathBuf>>,
 }
 
-/// Runtimes of this process by state folder: where a check finds the loaded build's manifest and
-/// the store its event goes to.
-static RUNTIMES: Mutex<Vec<(PathBuf, Weak<Inner>)>> = Mutex::new(Vec::new());
-
-/// Makes `rt` the runtime that checks and reports the builds under its state folder.
-pub(crate) fn register(rt: &Runtime) {
-    let key = absolute(&rt.inner.config.state_dir);
-    let mut all = RUNTIMES.lock().unwrap_or_else(PoisonError::into_inner);
-    all.retain(|(_, weak)| weak.strong_count() > 0);
-    all.push((key, Arc::downgrade(&rt.inner)));
+impl Default for FileChecks {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
-fn runtime_for(state_dir: &Path) -> Option<Runtime> {
-    let key = absolute(state_dir);
-    let all = RUNTIMES.lock().unwrap_or_else(PoisonError::into_inner);
-    all.iter()
-        .rev()
-        .filter(|(dir, _)| *dir == key)
-        .find_map(|(_, weak)| weak.upgrade())
-        .map(|inner| Runtime { inner })
+impl FileChecks {
+    /// Nothing known yet; a file whose ctime is within [`RACY`] of its check is not remembered.
+    pub fn new() -> Self {
+        Self {
+            digests: DigestCache::new(RACY),
+            read: Mutex::new(HashMap::new()),
+            verified: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The digests of the build in `build_dir`, from its `manifest.json` (read once).
+    pub(crate) fn digests_on_disk(&self, build_dir: &Path) -> Option<Digests> {
+        let mut read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(d) = read.get(build_dir) {
+            return Some(d.clone());
+        }
+        let text = std::fs::read_to_string(build_dir.join("manifest.json")).ok()?;
+        let manifest: eve_compile::Manifest = serde_json::from_str(&text).ok()?;
+        let digests = Arc::new(manifest.files);
+        read.insert(build_dir.to_path_buf(), digests.clone());
+        Some(digests)
+    }
+
+    /// Verifies a build's whole `files/` once (restoring it from the pack when it no longer
+    /// matches), then answers from memory while the folder is there.
+    pub(crate) fn files_verified(
+        &self,
+        build_dir: &Path,
+        digests: &BTreeMap<String, FileDigest>,
+    ) -> Result<PathBuf, eve_compile::pack::PackError> {
+        let files = build_dir.join(eve_compile::pack::FILES);
+        if self
+            .verified
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(build_dir)
+            && files.is_dir()
+        {
+            return Ok(files);
+        }
+        let files = eve_compile::pack::unpack_verified(build_dir, digests)?;
+        self.verified
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(build_dir.to_path_buf());
+        Ok(files)
+    }
+
+    /// Every file of `rels` under `agent_dir` checked against `digests`; a file the manifest
+    /// does not list is refused when it exists (nothing of the build put it there).
+    fn check_all(
+        &self,
+        agent_dir: &Path,
+        rels: &[String],
+        digests: &BTreeMap<String, FileDigest>,
+    ) -> Result<(), Tampered> {
+        for rel in rels {
+            let path = agent_dir.join(rel);
+            match digests.get(rel) {
+                Some(want) => self.digests.check(&path, rel, want)?,
+                None => {
+                    if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_dir()) {
+                        return Err(Tampered {
+                            path: rel.clone(),
+                            reason: "it is not a file of the build",
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// The digests of the build in `build_dir`, from its `manifest.json` (read once per process).
-pub(crate) fn digests_on_disk(build_dir: &Path) -> Option<Arc<BTreeMap<String, FileDigest>>> {
-    type Digests = Arc<BTreeMap<String, FileDigest>>;
-    static READ: Mutex<Option<HashMap<PathBuf, Digests>>> = Mutex::new(None);
-    let mut read = READ.lock().unwrap_or_else(PoisonError::into_inner);
-    let read = read.get_or_insert_with(HashMap::new);
-    if let Some(d) = read.get(build_dir) {
-        return Some(d.clone());
-    }
-    let text = std::fs::read_to_string(build_dir.join("manifest.json")).ok()?;
-    let manifest: eve_compile::Manifest = serde_json::from_str(&text).ok()?;
-    let digests = Arc::new(manifest.files);
-    read.insert(build_dir.to_path_buf(), digests.clone());
-    Some(digests)
+/// The build whose `files/` `agent_dir` is: its folder and its hash (the folder's name).
+pub(crate) fn build_of(agent_dir: &Path) -> Option<(PathBuf, String)> {
+    let build_dir = agent_dir.parent()?.to_path_buf();
+    let hash = build_dir.file_name()?.to_string_lossy().into_owned();
+    Some((build_dir, hash))
 }
 
 /// The build files `tool` will execute, relative to the agent folder: a script's path, and every
 /// argument of a `run:` command (or of a script's interpreter) that names a path in `files/`
 /// (whole, or after `=` in `--flag=path`). Relative arguments resolve in the workspace, not here.
-fn executed_files(tool: &Tool, ctx: &ToolContext) -> Vec<String> {
+pub(crate) fn executed_files(tool: &Tool, ctx: &ToolContext) -> Vec<String> {
     let lookup = |name: &str| ctx.lookup(name);
     let mut args: Vec<String> = Vec::new();
     let mut files = Vec::new();
@@ -253,113 +314,76 @@ fn relative_key(rel: &Path) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("/"))
 }
 
-/// Checks every build file `tool` will execute against the manifest of the build `ctx.agent_dir`
-/// belongs to. `None`: run it. `Some(result)`: the failed result to return instead; the
-/// `build.tampered` event is recorded and `files/` is restored from the pack first. A context
-/// whose folder is not a build's `files/` (no manifest next to it) is not checked.
-pub(crate) async fn refuse_altered(tool: &Tool, ctx: &ToolContext) -> Option<ToolResult> {
-    let start = std::time::Instant::now();
-    let rels = executed_files(tool, ctx);
-    if rels.is_empty() {
-        return None;
+/// A build file a call would have executed, found altered: what the engine reports (the
+/// `build.tampered` event, the failed call) and then puts right ([`Altered::restore`]).
+#[derive(Debug)]
+pub(crate) struct Altered {
+    /// The build's hash.
+    pub(crate) hash: String,
+    /// Which file, and how it differs.
+    pub(crate) tampered: Tampered,
+    build_dir: PathBuf,
+    digests: Digests,
+}
+
+impl Altered {
+    /// The `build.tampered` event's data for a call of `tool`.
+    pub(crate) fn event(&self, tool: &str) -> Value {
+        build_tampered(&self.hash, tool, &self.tampered.path, self.tampered.reason)
     }
-    let build_dir = ctx.agent_dir.parent()?.to_path_buf();
-    let hash = build_dir.file_name()?.to_string_lossy().into_owned();
-    let state_dir = build_dir.parent()?.parent()?.to_path_buf();
-    let rt = runtime_for(&state_dir);
-    let digests = match rt.as_ref().and_then(|rt| rt.inner.builds.get(&hash).ok()) {
-        Some(build) => Arc::new(build.manifest.files.clone()),
-        None => digests_on_disk(&build_dir)?,
-    };
-    if digests.is_empty() {
-        // A build written before digests existed: nothing to compare with.
-        return None;
+
+    /// Puts the build's own files back from its pack, so later calls run what was built.
+    pub(crate) async fn restore(self) {
+        let Self {
+            hash,
+            build_dir,
+            digests,
+            ..
+        } = self;
+        let restored =
+            tokio::task::spawn_blocking(move || eve_compile::pack::restore(&build_dir, &digests))
+                .await;
+        if let Ok(Err(e)) = restored {
+            tracing::warn!(build = %hash, error = %e, "cannot restore the build's files");
+        }
     }
-    let agent_dir = ctx.agent_dir.clone();
+}
+
+/// Why a call may not run, found before it runs.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// A build file it would execute was altered.
+    Altered(Altered),
+    /// The check itself could not finish.
+    Unchecked(String),
+}
+
+/// Checks `rels` (the build files a call of a tool will execute, [`executed_files`]) under
+/// `agent_dir`, the `files/` of the build `build_dir` with `hash`, against `digests` (its
+/// manifest's), remembering verified files in `checks`. `Ok`: run it.
+pub(crate) async fn check(
+    checks: Arc<FileChecks>,
+    agent_dir: PathBuf,
+    (build_dir, hash): (PathBuf, String),
+    rels: Vec<String>,
+    digests: Digests,
+) -> Result<(), Refusal> {
     let checked = {
         let digests = digests.clone();
-        tokio::task::spawn_blocking(move || check_all(&agent_dir, &rels, &digests)).await
+        tokio::task::spawn_blocking(move || checks.check_all(&agent_dir, &rels, &digests)).await
     };
-    let tampered = match checked {
-        Ok(Ok(())) => return None,
-        Ok(Err(t)) => t,
-        Err(e) => {
-            return Some(ToolResult::failure(
-                format!("could not check the build's files: {e}"),
-                start.elapsed(),
-            ));
-        }
-    };
-    tracing::warn!(build = %hash, tool = %tool.name, path = %tampered.path, "build file altered");
-    if let Some(rt) = &rt {
-        let mut batch = Batch::new();
-        batch.event(
-            &ctx.session_id,
-            BUILD_TAMPERED,
-            build_tampered(&hash, &tool.name, &tampered.path, tampered.reason),
-        );
-        if let Err(e) = rt.commit(batch).await {
-            tracing::warn!(error = %e, "cannot record build.tampered");
-        }
+    match checked {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(tampered)) => Err(Refusal::Altered(Altered {
+            hash,
+            tampered,
+            build_dir,
+            digests,
+        })),
+        Err(e) => Err(Refusal::Unchecked(format!(
+            "could not check the build's files: {e}"
+        ))),
     }
-    // Put the build's own files back, so later calls run what was built.
-    let restored =
-        tokio::task::spawn_blocking(move || eve_compile::pack::restore(&build_dir, &digests)).await;
-    if let Ok(Err(e)) = restored {
-        tracing::warn!(build = %hash, error = %e, "cannot restore the build's files");
-    }
-    Some(ToolResult::failure(tampered.to_string(), start.elapsed()))
-}
-
-/// Every file of `rels` under `agent_dir` checked against `digests`; a file the manifest does not
-/// list is refused when it exists (nothing of the build put it there).
-fn check_all(
-    agent_dir: &Path,
-    rels: &[String],
-    digests: &BTreeMap<String, FileDigest>,
-) -> Result<(), Tampered> {
-    for rel in rels {
-        let path = agent_dir.join(rel);
-        match digests.get(rel) {
-            Some(want) => cache().check(&path, rel, want)?,
-            None => {
-                if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_dir()) {
-                    return Err(Tampered {
-                        path: rel.clone(),
-                        reason: "it is not a file of the build",
-                    });
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Verifies a build's whole `files/` once per process (restoring it from the pack when it no
-/// longer matches), then answers from memory while the folder is there.
-pub(crate) fn files_verified(
-    build_dir: &Path,
-    digests: &BTreeMap<String, FileDigest>,
-) -> Result<PathBuf, eve_compile::pack::PackError> {
-    static VERIFIED: Mutex<Option<std::collections::HashSet<PathBuf>>> = Mutex::new(None);
-    let files = build_dir.join(eve_compile::pack::FILES);
-    {
-        let mut verified = VERIFIED.lock().unwrap_or_else(PoisonError::into_inner);
-        if verified
-            .get_or_insert_with(Default::default)
-            .contains(build_dir)
-            && files.is_dir()
-        {
-            return Ok(files);
-        }
-    }
-    let files = eve_compile::pack::unpack_verified(build_dir, digests)?;
-    VERIFIED
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get_or_insert_with(Default::default)
-        .insert(build_dir.to_path_buf());
-    Ok(files)
 }
 
 #[cfg(test)]

@@ -3,15 +3,16 @@
 //!
 //! A workspace (`.eve/sandboxes/<session>/`) is local to the node that drives the session; on
 //! a fleet, the next turn may run elsewhere. After a step's tool calls settle,
-//! [`checkpoint`] records the workspace in the store: a tree of (path, mode, size, SHA-256)
-//! whose contents are content-addressed blobs, so an unchanged file is never sent twice and
-//! sessions share identical files. It is cheap when nothing changed: the files' metadata is
-//! compared with the node's index of the last checkpoint (`.eve/workspaces/<session>.json`)
-//! and nothing is read, hashed or written. Before a step runs tools, [`restore_if_behind`]
-//! compares the index's version with the store's, once per lease this node takes, and
-//! rebuilds the folder from the store when the local copy is missing or older (into a staging
-//! folder renamed into place). Checkpoints carry the session's fencing token, so a node that
-//! lost the lease cannot overwrite the new holder's files. Symbolic links are not carried.
+//! [`Workspaces::checkpoint`] records the workspace in the store: a tree of (path, mode, size,
+//! SHA-256) whose contents are content-addressed blobs, so an unchanged file is never sent twice
+//! and sessions share identical files. It is cheap when nothing changed: the files' metadata is
+//! compared with the node's index of the last checkpoint (`.eve/workspaces/<session>.json`) and
+//! nothing is read, hashed or written. Before a step runs tools,
+//! [`Workspaces::restore_if_behind`] compares the index's version with the store's, once per
+//! lease this node takes, and rebuilds the folder from the store when the local copy is missing
+//! or older (into a staging folder renamed into place). Checkpoints carry the session's fencing
+//! token, so a node that lost the lease cannot overwrite the new holder's files. Symbolic links
+//! are not carried.
 //!
 //! The agent's processes may change the folder while it is read (a task still running): the
 //! walk and the reads (`walk.rs`) take one name at a time from folder handles they hold and never
@@ -22,23 +23,27 @@
 //! A checkpoint sends only the blobs the store lacks when it looks; if the store collects one
 //! of the others before the checkpoint commits (`eve sessions prune`), the put is refused and
 //! the checkpoint is taken again from scratch, reading every file. When sessions are deleted,
-//! [`Runtime::remove_local_workspaces`] removes their folders and index files on this node.
+//! [`Workspaces::remove_local`] (`Runtime::remove_local_workspaces`) removes their folders and
+//! index files on this node.
+//!
+//! What this node knows (the indexes read or written, the lease under which each session was
+//! last compared with the store) is held by the runtime's [`Workspaces`], created with it.
 //!
 //! A file's contents become a blob with every secret redacted (`checkpoint_blobs.rs`); its
 //! hash is the blob's.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::Runtime;
-use super::error::{RuntimeError, RuntimeResult};
 use super::walk::{Found, gone, read_plain, scan};
-use crate::store::{StoreError, WorkspaceEntry, WorkspacePut};
-use crate::tools::Beneath;
+use crate::engine::{RuntimeError, RuntimeResult};
+use crate::redact::Secrets;
+use crate::store::{Store, StoreError, WorkspaceEntry, WorkspacePut};
+use crate::tools::{Beneath, EnvLookup};
 
 /// The default of [`crate::env_vars::EVE_WORKSPACE_MAX_BYTES`]: 256 MiB.
 pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
@@ -82,10 +87,6 @@ struct Index {
     redacted: bool,
 }
 
-/// Indexes read or written by this process, by index file.
-static INDEXES: Mutex<Option<HashMap<PathBuf, Index>>> = Mutex::new(None);
-/// The fencing token under which each session's workspace was last compared with the store.
-static CHECKED: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
 /// Indexes kept in memory at most (beyond, the cache starts again from the files).
 const INDEXES_KEPT: usize = 4096;
 
@@ -93,33 +94,117 @@ fn other(what: &str, e: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::Other(format!("{what}: {e}"))
 }
 
-impl Runtime {
+/// The session workspaces of one runtime: where they are, the store they are checkpointed
+/// into, and what this node knows of them. Created with the runtime; two runtimes never share
+/// one, so neither decides by what the other read, wrote or compared.
+pub(crate) struct Workspaces {
+    state_dir: PathBuf,
+    store: Arc<dyn Store>,
+    env: EnvLookup,
+    secrets: Arc<Secrets>,
+    /// Indexes read or written by this runtime, by index file.
+    indexes: Mutex<HashMap<PathBuf, Index>>,
+    /// The fencing token under which each session's workspace was last compared with the store.
+    checked: Mutex<HashMap<String, u64>>,
+}
+
+impl Workspaces {
+    /// The workspaces under `state_dir` (`sandboxes/`, with their indexes in `workspaces/`),
+    /// checkpointed into `store` with `secrets` redacted; settings read through `env`.
+    pub(crate) fn new(
+        state_dir: PathBuf,
+        store: Arc<dyn Store>,
+        env: EnvLookup,
+        secrets: Arc<Secrets>,
+    ) -> Self {
+        Self {
+            state_dir,
+            store,
+            env,
+            secrets,
+            indexes: Mutex::new(HashMap::new()),
+            checked: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// Removes this node's copies of the workspaces of `sessions` (deleted from the store): the
     /// folder `.eve/sandboxes/<session>/` and the index `.eve/workspaces/<session>.json`.
     /// Returns what could not be removed, with why.
-    pub fn remove_local_workspaces(&self, sessions: &[String]) -> Vec<(PathBuf, std::io::Error)> {
+    pub(crate) fn remove_local(&self, sessions: &[String]) -> Vec<(PathBuf, std::io::Error)> {
         let mut failed = Vec::new();
         for session in sessions.iter().filter(|s| safe_id(s)) {
-            let dir = workspace_dir(self, session);
+            let dir = self.workspace_dir(session);
             if dir.is_dir()
                 && let Err(e) = std::fs::remove_dir_all(&dir)
             {
                 failed.push((dir, e));
             }
-            let index = index_path(self, session);
-            if let Some(cache) = INDEXES
+            let index = self.index_path(session);
+            self.indexes
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .as_mut()
-            {
-                cache.remove(&index);
-            }
+                .remove(&index);
             match std::fs::remove_file(&index) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => failed.push((index, e)),
                 _ => {}
             }
         }
         failed
+    }
+
+    fn index_path(&self, session: &str) -> PathBuf {
+        self.state_dir
+            .join("workspaces")
+            .join(format!("{session}.json"))
+    }
+
+    fn workspace_dir(&self, session: &str) -> PathBuf {
+        self.state_dir.join("sandboxes").join(session)
+    }
+
+    fn load_index(&self, path: &Path) -> Index {
+        let mut cache = self.indexes.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(index) = cache.get(path) {
+            return index.clone();
+        }
+        let index: Index = std::fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        cache.insert(path.to_path_buf(), index.clone());
+        index
+    }
+
+    fn save_index(&self, path: &Path, index: Index) -> RuntimeResult<()> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| other(&parent.display().to_string(), e))?;
+        }
+        let tmp = path.with_extension(format!("json.{}", ulid::Ulid::new()));
+        let text = serde_json::to_vec(&index)?;
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                other(&path.display().to_string(), e)
+            })?;
+        let mut cache = self.indexes.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.len() >= INDEXES_KEPT {
+            cache.clear();
+        }
+        cache.insert(path.to_path_buf(), index);
+        Ok(())
+    }
+
+    /// Whether `EVE_WORKSPACE_CHECKPOINTS=off` turned checkpoints off.
+    fn disabled(&self) -> bool {
+        (self.env)(crate::env_vars::EVE_WORKSPACE_CHECKPOINTS)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("off"))
+    }
+
+    fn max_bytes(&self) -> u64 {
+        (self.env)(crate::env_vars::EVE_WORKSPACE_MAX_BYTES)
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DEFAULT_MAX_BYTES)
     }
 }
 
@@ -129,53 +214,6 @@ fn safe_id(session: &str) -> bool {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':' | '.'))
         && !session.starts_with('.')
-}
-
-fn index_path(rt: &Runtime, session: &str) -> PathBuf {
-    rt.inner
-        .config
-        .state_dir
-        .join("workspaces")
-        .join(format!("{session}.json"))
-}
-
-fn workspace_dir(rt: &Runtime, session: &str) -> PathBuf {
-    rt.inner.config.state_dir.join("sandboxes").join(session)
-}
-
-fn load_index(path: &Path) -> Index {
-    let mut cache = INDEXES.lock().unwrap_or_else(PoisonError::into_inner);
-    let cache = cache.get_or_insert_with(HashMap::new);
-    if let Some(index) = cache.get(path) {
-        return index.clone();
-    }
-    let index: Index = std::fs::read(path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    cache.insert(path.to_path_buf(), index.clone());
-    index
-}
-
-fn save_index(path: &Path, index: Index) -> RuntimeResult<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| other(&parent.display().to_string(), e))?;
-    }
-    let tmp = path.with_extension(format!("json.{}", ulid::Ulid::new()));
-    let text = serde_json::to_vec(&index)?;
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            other(&path.display().to_string(), e)
-        })?;
-    let mut cache = INDEXES.lock().unwrap_or_else(PoisonError::into_inner);
-    let cache = cache.get_or_insert_with(HashMap::new);
-    if cache.len() >= INDEXES_KEPT {
-        cache.clear();
-    }
-    cache.insert(path.to_path_buf(), index);
-    Ok(())
 }
 
 impl Found {
@@ -189,26 +227,6 @@ impl Found {
     }
 }
 
-/// Whether `EVE_WORKSPACE_CHECKPOINTS=off` turned checkpoints off.
-fn disabled(rt: &Runtime) -> bool {
-    (rt.inner.config.env)(crate::env_vars::EVE_WORKSPACE_CHECKPOINTS)
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("off"))
-}
-
-fn max_bytes(rt: &Runtime) -> u64 {
-    (rt.inner.config.env)(crate::env_vars::EVE_WORKSPACE_MAX_BYTES)
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(DEFAULT_MAX_BYTES)
-}
-
-fn fence_of(rt: &Runtime, session: &str) -> Option<u64> {
-    rt.inner
-        .fences
-        .lock()
-        .ok()
-        .and_then(|f| f.get(session).copied())
-}
-
 fn size(bytes: u64) -> String {
     match bytes {
         0..1024 => format!("{bytes} bytes"),
@@ -217,92 +235,99 @@ fn size(bytes: u64) -> String {
     }
 }
 
-/// Checkpoints the workspace of `session` into the store when it changed since the last
-/// checkpoint. `Ok(Err(message))` when it is larger than the cap: nothing is stored, and the
-/// message names the size, the cap and the setting that raises it.
-pub(crate) async fn checkpoint(rt: &Runtime, session: &str) -> RuntimeResult<Result<(), String>> {
-    match checkpoint_once(rt, session, false).await {
-        // A blob the store held when looked at was collected before the put: again, sending
-        // every file.
-        Err(RuntimeError::Store(StoreError::NotFound(why))) => {
-            tracing::debug!(session, %why, "a workspace blob was collected; checkpointing again");
-            checkpoint_once(rt, session, true).await
+impl Workspaces {
+    /// Checkpoints the workspace of `session` into the store when it changed since the last
+    /// checkpoint, under `fence` (the session's fencing token, when this node holds its lease).
+    /// `Ok(Err(message))` when it is larger than the cap: nothing is stored, and the message
+    /// names the size, the cap and the setting that raises it.
+    pub(crate) async fn checkpoint(
+        &self,
+        session: &str,
+        fence: Option<u64>,
+    ) -> RuntimeResult<Result<(), String>> {
+        match self.checkpoint_once(session, fence, false).await {
+            // A blob the store held when looked at was collected before the put: again, sending
+            // every file.
+            Err(RuntimeError::Store(StoreError::NotFound(why))) => {
+                tracing::debug!(session, %why, "a workspace blob was collected; checkpointing again");
+                self.checkpoint_once(session, fence, true).await
+            }
+            other => other,
         }
-        other => other,
     }
-}
 
-async fn checkpoint_once(
-    rt: &Runtime,
-    session: &str,
-    from_scratch: bool,
-) -> RuntimeResult<Result<(), String>> {
-    let dir = workspace_dir(rt, session);
-    if !safe_id(session) || disabled(rt) || !dir.is_dir() {
-        return Ok(Ok(()));
-    }
-    let index_file = index_path(rt, session);
-    let index = match load_index(&index_file) {
-        known if known.redacted && !from_scratch => known,
-        known => Index {
-            version: known.version,
-            ..Index::default()
-        },
-    };
-    let cap = max_bytes(rt);
-    let secrets = super::checkpoint_blobs::redactor(rt);
-    let scanned = {
-        let dir = dir.clone();
-        let index = index.clone();
-        tokio::task::spawn_blocking(move || prepare(&dir, &index, cap, secrets.as_deref()))
-            .await
-            .map_err(|e| other("the workspace checkpoint stopped", e))??
-    };
-    let prepared = match scanned {
-        Prepared::Unchanged => return Ok(Ok(())),
-        Prepared::Refreshed(next) => {
-            save_index(&index_file, next)?;
+    async fn checkpoint_once(
+        &self,
+        session: &str,
+        fence: Option<u64>,
+        from_scratch: bool,
+    ) -> RuntimeResult<Result<(), String>> {
+        let dir = self.workspace_dir(session);
+        if !safe_id(session) || self.disabled() || !dir.is_dir() {
             return Ok(Ok(()));
         }
-        Prepared::TooLarge(bytes) => {
-            return Ok(Err(format!(
-                "the workspace of session {session} ({}) is larger than the {} a step may \
+        let index_file = self.index_path(session);
+        let index = match self.load_index(&index_file) {
+            known if known.redacted && !from_scratch => known,
+            known => Index {
+                version: known.version,
+                ..Index::default()
+            },
+        };
+        let cap = self.max_bytes();
+        let secrets = super::checkpoint_blobs::redactor(&self.state_dir, &self.secrets);
+        let scanned = {
+            let dir = dir.clone();
+            let index = index.clone();
+            tokio::task::spawn_blocking(move || prepare(&dir, &index, cap, secrets.as_deref()))
+                .await
+                .map_err(|e| other("the workspace checkpoint stopped", e))??
+        };
+        let prepared = match scanned {
+            Prepared::Unchanged => return Ok(Ok(())),
+            Prepared::Refreshed(next) => {
+                self.save_index(&index_file, next)?;
+                return Ok(Ok(()));
+            }
+            Prepared::TooLarge(bytes) => {
+                return Ok(Err(format!(
+                    "the workspace of session {session} ({}) is larger than the {} a step may \
                  checkpoint into the store ({}={cap}); delete files the session no longer \
                  needs from {}, or raise {}",
-                size(bytes),
-                size(cap),
-                crate::env_vars::EVE_WORKSPACE_MAX_BYTES,
-                dir.display(),
-                crate::env_vars::EVE_WORKSPACE_MAX_BYTES,
-            )));
-        }
-        Prepared::Changed(p) => p,
-    };
-    let Changed {
-        mut next,
-        entries,
-        dirs,
-        mut read,
-    } = prepared;
-    let fresh: Vec<String> = read.keys().cloned().collect();
-    let missing: HashSet<String> = rt
-        .inner
-        .store
-        .missing_blobs(&fresh)
-        .await?
-        .into_iter()
-        .collect();
-    read.retain(|hash, _| missing.contains(hash));
-    let put = WorkspacePut {
-        session_id: session.to_owned(),
-        entries,
-        dirs,
-        blobs: read.into_iter().collect(),
-        fence: fence_of(rt, session),
-    };
-    next.version = rt.inner.store.put_workspace(put).await?;
-    save_index(&index_file, next)?;
-    Ok(Ok(()))
+                    size(bytes),
+                    size(cap),
+                    crate::env_vars::EVE_WORKSPACE_MAX_BYTES,
+                    dir.display(),
+                    crate::env_vars::EVE_WORKSPACE_MAX_BYTES,
+                )));
+            }
+            Prepared::Changed(p) => p,
+        };
+        let Changed {
+            mut next,
+            entries,
+            dirs,
+            mut read,
+        } = prepared;
+        let fresh: Vec<String> = read.keys().cloned().collect();
+        let missing: HashSet<String> = self
+            .store
+            .missing_blobs(&fresh)
+            .await?
+            .into_iter()
+            .collect();
+        read.retain(|hash, _| missing.contains(hash));
+        let put = WorkspacePut {
+            session_id: session.to_owned(),
+            entries,
+            dirs,
+            blobs: read.into_iter().collect(),
+            fence,
+        };
+        next.version = self.store.put_workspace(put).await?;
+        self.save_index(&index_file, next)?;
+        Ok(Ok(()))
+    }
 }
 
 struct Changed {
@@ -408,64 +433,70 @@ fn prepare(
     }))
 }
 
-/// Rebuilds the workspace of `session` from the store when the store's checkpoint is newer
-/// than the local copy (or the local copy is missing). Compared once per lease this node
-/// holds; returns whether it restored.
-pub(crate) async fn restore_if_behind(rt: &Runtime, session: &str) -> RuntimeResult<bool> {
-    if !safe_id(session) || disabled(rt) {
-        return Ok(false);
-    }
-    let token = fence_of(rt, session).unwrap_or(0);
-    if CHECKED
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get_or_insert_with(HashMap::new)
-        .get(session)
-        == Some(&token)
-    {
-        return Ok(false);
-    }
-    let restored = restore(rt, session).await?;
-    let mut checked = CHECKED.lock().unwrap_or_else(PoisonError::into_inner);
-    let checked = checked.get_or_insert_with(HashMap::new);
-    if checked.len() >= INDEXES_KEPT {
-        checked.clear();
-    }
-    checked.insert(session.to_owned(), token);
-    Ok(restored)
-}
-
-async fn restore(rt: &Runtime, session: &str) -> RuntimeResult<bool> {
-    let Some(checkpoint) = rt.inner.store.workspace(session).await? else {
-        return Ok(false);
-    };
-    let dir = workspace_dir(rt, session);
-    let index_file = index_path(rt, session);
-    let index = load_index(&index_file);
-    if dir.is_dir() && index.version >= checkpoint.version {
-        return Ok(false);
-    }
-    let mut blobs: HashMap<String, Vec<u8>> = HashMap::new();
-    for entry in &checkpoint.entries {
-        if blobs.contains_key(&entry.hash) {
-            continue;
+impl Workspaces {
+    /// Rebuilds the workspace of `session` from the store when the store's checkpoint is newer
+    /// than the local copy (or the local copy is missing). Compared once per lease this node
+    /// holds (`fence`, the session's fencing token); returns whether it restored.
+    pub(crate) async fn restore_if_behind(
+        &self,
+        session: &str,
+        fence: Option<u64>,
+    ) -> RuntimeResult<bool> {
+        if !safe_id(session) || self.disabled() {
+            return Ok(false);
         }
-        let data = rt.inner.store.blob(&entry.hash).await?.ok_or_else(|| {
-            RuntimeError::Other(format!(
-                "the store's checkpoint of the workspace of session {session} names blob {} \
-                 (for `{}`), which the store does not hold",
-                entry.hash, entry.path
-            ))
-        })?;
-        blobs.insert(entry.hash.clone(), data);
+        let token = fence.unwrap_or(0);
+        if self
+            .checked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(session)
+            == Some(&token)
+        {
+            return Ok(false);
+        }
+        let restored = self.restore(session).await?;
+        let mut checked = self.checked.lock().unwrap_or_else(PoisonError::into_inner);
+        if checked.len() >= INDEXES_KEPT {
+            checked.clear();
+        }
+        checked.insert(session.to_owned(), token);
+        Ok(restored)
     }
-    let dir_owned = dir.clone();
-    let next = tokio::task::spawn_blocking(move || materialize(&dir_owned, &checkpoint, &blobs))
-        .await
-        .map_err(|e| other("the workspace restore stopped", e))??;
-    save_index(&index_file, next)?;
-    tracing::info!(session, "restored the session workspace from the store");
-    Ok(true)
+
+    async fn restore(&self, session: &str) -> RuntimeResult<bool> {
+        let Some(checkpoint) = self.store.workspace(session).await? else {
+            return Ok(false);
+        };
+        let dir = self.workspace_dir(session);
+        let index_file = self.index_path(session);
+        let index = self.load_index(&index_file);
+        if dir.is_dir() && index.version >= checkpoint.version {
+            return Ok(false);
+        }
+        let mut blobs: HashMap<String, Vec<u8>> = HashMap::new();
+        for entry in &checkpoint.entries {
+            if blobs.contains_key(&entry.hash) {
+                continue;
+            }
+            let data = self.store.blob(&entry.hash).await?.ok_or_else(|| {
+                RuntimeError::Other(format!(
+                    "the store's checkpoint of the workspace of session {session} names blob {} \
+                     (for `{}`), which the store does not hold",
+                    entry.hash, entry.path
+                ))
+            })?;
+            blobs.insert(entry.hash.clone(), data);
+        }
+        let dir_owned = dir.clone();
+        let next =
+            tokio::task::spawn_blocking(move || materialize(&dir_owned, &checkpoint, &blobs))
+                .await
+                .map_err(|e| other("the workspace restore stopped", e))??;
+        self.save_index(&index_file, next)?;
+        tracing::info!(session, "restored the session workspace from the store");
+        Ok(true)
+    }
 }
 
 /// Writes the checkpoint into a staging folder beside `dir`, then renames it into place.

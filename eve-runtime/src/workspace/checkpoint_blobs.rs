@@ -3,7 +3,7 @@
 //!
 //! A tool given a secret through its `env:` allowlist may write it into a workspace file (a
 //! config file, a log, a `curl --trace`). Workspace checkpoints carry those files into the store
-//! (`workspaces.rs`), where every node of a fleet, every backup and every `pg_dump` would then
+//! (`checkpoint.rs`), where every node of a fleet, every backup and every `pg_dump` would then
 //! hold the value. So the contents are redacted at the point where a file becomes a blob, with
 //! the runtime's [`Secrets`] (the same values, in the same forms, as every other write to the
 //! store), and the blob is addressed by the SHA-256 of what is stored. The local file keeps the
@@ -16,7 +16,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::Runtime;
 use crate::redact::Secrets;
 
 /// State folders whose checkpoints store files as they are (the behaviour before checkpoints
@@ -35,17 +34,17 @@ pub fn checkpoint_secrets_in_clear_for_tests(state_dir: &Path) {
         .push(dir);
 }
 
-/// The secrets a checkpoint of `rt` redacts from workspace files (`None`: the test switch above).
-pub(super) fn redactor(rt: &Runtime) -> Option<Arc<Secrets>> {
+/// The secrets a checkpoint of the workspaces under `state_dir` redacts from their files: the
+/// runtime's `secrets` (`None`: the test switch above).
+pub(super) fn redactor(state_dir: &Path, secrets: &Arc<Secrets>) -> Option<Arc<Secrets>> {
     let clear = IN_CLEAR.lock().unwrap_or_else(PoisonError::into_inner);
     if !clear.is_empty() {
-        let dir = &rt.inner.config.state_dir;
-        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+        let dir = std::path::absolute(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
         if clear.contains(&dir) {
             return None;
         }
     }
-    Some(rt.inner.config.secrets.clone())
+    Some(secrets.clone())
 }
 
 /// The blob a file's `contents` are stored as.
