@@ -2,13 +2,12 @@
 //! accepted messages from the inbox one turn at a time until nothing is left or a turn parks.
 //!
 //! This is the only place that holds a session's lease for turns (manual compaction takes it too,
-//! in [`super::compaction`]). Everything the loop reads from the store per message is one
+//! in [`crate::features::compaction`]). Everything the loop reads from the store per message is one
 //! [`crate::store::Store::drive_state`] call ([`load_drive_state`]), one consistent snapshot.
 
 use tokio_util::sync::CancellationToken;
 
 use super::events as ev;
-use super::subagents;
 use super::turn::{TurnDriver, TurnEnd};
 use super::{DriveOutcome, Runtime, RuntimeError, RuntimeResult};
 use crate::model::Message;
@@ -170,7 +169,7 @@ async fn outcome_of(rt: &Runtime, state: DriveState) -> RuntimeResult<DriveOutco
                 .filter(|r| r.turn_seq == turn.seq)
                 .collect();
             if has_children {
-                pending.extend(subagents::descendant_pending(rt, &turn.session_id).await?);
+                pending.extend(descendant_pending(rt, &turn.session_id).await?);
             }
             DriveOutcome::WaitingInput(pending)
         }
@@ -220,7 +219,7 @@ pub(super) async fn pending_for_turn(
         .into_iter()
         .filter(|r| r.turn_seq == turn.seq)
         .collect();
-    pending.extend(subagents::descendant_pending(rt, &turn.session_id).await?);
+    pending.extend(descendant_pending(rt, &turn.session_id).await?);
     Ok(pending)
 }
 
@@ -383,4 +382,16 @@ impl Runtime {
         }
         token
     }
+}
+
+/// Pending input requests of every session below `session` (none unless a loaded build has
+/// subagents).
+pub(crate) async fn descendant_pending(
+    rt: &Runtime,
+    session: &str,
+) -> RuntimeResult<Vec<InputRequestRecord>> {
+    if !rt.inner.builds.subagents_seen() {
+        return Ok(Vec::new());
+    }
+    Ok(rt.inner.store.descendant_requests(session).await?)
 }

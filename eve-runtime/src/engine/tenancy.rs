@@ -14,7 +14,7 @@
 //! ([`Runtime::asker`]), or an operator.
 
 use super::events::LOCAL_PRINCIPAL;
-use super::memory::sender_namespace;
+use crate::features::memory::sender_namespace;
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::store::{SessionFilter, SessionRecord};
 

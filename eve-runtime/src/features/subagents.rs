@@ -19,10 +19,12 @@ use std::time::Duration;
 use eve_compile::{Agent, Approval, Effect, Runner, Tool};
 use serde_json::{Value, json};
 
-use super::drive::failure_message;
-use super::events as ev;
-use super::turn::TurnDriver;
-use super::{DriveOutcome, Runtime, RuntimeResult, new_session_id};
+use async_trait::async_trait;
+
+use crate::engine::drive::failure_message;
+use crate::engine::events as ev;
+use crate::engine::turn::seam::{TurnExtension, TurnView, min_opt, spent};
+use crate::engine::{DriveOutcome, LoadedBuild, Runtime, RuntimeResult, new_session_id};
 use crate::model::{Message, ToolSpec};
 use crate::store::*;
 
@@ -92,18 +94,6 @@ pub(super) fn synthetic_tool(
     }
 }
 
-/// Pending input requests of every session below `session` (none unless a loaded build has
-/// subagents).
-pub(super) async fn descendant_pending(
-    rt: &Runtime,
-    session: &str,
-) -> RuntimeResult<Vec<InputRequestRecord>> {
-    if !rt.inner.builds.subagents_seen() {
-        return Ok(Vec::new());
-    }
-    Ok(rt.inner.store.descendant_requests(session).await?)
-}
-
 impl Runtime {
     /// Whether `session` may have child sessions: some loaded build has subagents (its own build
     /// is loaded to know).
@@ -150,7 +140,7 @@ impl Runtime {
         &self,
         hash: &str,
         record: &SessionRecord,
-    ) -> RuntimeResult<std::sync::Arc<super::LoadedBuild>> {
+    ) -> RuntimeResult<std::sync::Arc<LoadedBuild>> {
         let path = self.agent_path(record).await?;
         self.inner.builds.agent(hash, &path)
     }
@@ -163,7 +153,7 @@ impl Runtime {
         session: &str,
         request_id: Option<&str>,
         own_pending: &[InputRequestRecord],
-        answer: &super::turn::Answer<'_>,
+        answer: &crate::engine::turn::Answer<'_>,
     ) -> RuntimeResult<Option<InputRequestRecord>> {
         if !self.may_have_children(session).await? {
             return Ok(None);
@@ -183,7 +173,7 @@ impl Runtime {
         let Some(target) = target else {
             return Ok(None);
         };
-        let again = super::turn::Answer {
+        let again = crate::engine::turn::Answer {
             reason: answer.reason.clone(),
             ..*answer
         };
@@ -228,400 +218,32 @@ enum ChildEnd {
     Failed(String),
 }
 
-impl TurnDriver<'_> {
-    /// Runs (or reconnects to) the child session of a subagent call. `None` when the child parked
-    /// on input: the call stays running and the parent turn parks on the child's requests.
-    pub(super) async fn run_subagent(
-        &self,
-        turn: &TurnRecord,
-        step: u64,
-        mut call: ToolCallRecord,
-        sub: &Agent,
-    ) -> RuntimeResult<Option<(u64, Message)>> {
-        let store = self.rt.inner.store.clone();
-        let wait = match store
-            .subagent_call(self.id(), turn.seq, &call.call_id)
-            .await?
-        {
-            Some(wait) => wait,
-            None => match self.start_child(turn, &mut call, sub).await? {
-                Ok(wait) => wait,
-                Err(message) => {
-                    return self
-                        .settle(turn, step, call, CallStatus::Failed, json!(message), None)
-                        .await
-                        .map(Some);
-                }
-            },
-        };
-        let mut idle_rounds = 0u32;
-        loop {
-            if let Some(end) = self.child_end(&wait).await? {
-                let (status, output) = match end {
-                    ChildEnd::Answer(answer) => (
-                        CallStatus::Completed,
-                        json!({"task_id": wait.task_id, "answer": answer}),
-                    ),
-                    ChildEnd::Failed(error) => (
-                        CallStatus::Failed,
-                        json!({"task_id": wait.task_id, "error": error}),
-                    ),
-                };
-                return self
-                    .settle(turn, step, call, status, output, None)
-                    .await
-                    .map(Some);
-            }
-            let child = wait.child_id.clone();
-            let mut drive = Box::pin(self.rt.drive(&child));
-            let mut cancelled = false;
-            let outcome = loop {
-                tokio::select! {
-                    o = &mut drive => break o?,
-                    () = self.cancel.cancelled(), if !cancelled => {
-                        // Stop the child through its own cancel, then let its driver finish.
-                        cancelled = true;
-                        if let Err(e) = Box::pin(self.rt.cancel(&child)).await {
-                            tracing::warn!(session = %child, error = %e, "cannot cancel the subagent");
-                        }
-                    }
-                }
-            };
-            if cancelled {
-                return self
-                    .settle(
-                        turn,
-                        step,
-                        call,
-                        CallStatus::Cancelled,
-                        json!("The turn was cancelled while the subagent worked; it was cancelled too."),
-                        None,
-                    )
-                    .await
-                    .map(Some);
-            }
-            match outcome {
-                DriveOutcome::WaitingInput(requests) if !requests.is_empty() => return Ok(None),
-                DriveOutcome::Busy { .. } => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                _ => {
-                    idle_rounds += 1;
-                    if idle_rounds > 50 {
-                        return self
-                            .settle(
-                                turn,
-                                step,
-                                call,
-                                CallStatus::Failed,
-                                json!(format!(
-                                    "The subagent `{}` (session {}) did not take the message.",
-                                    sub.name, wait.child_id
-                                )),
-                                None,
-                            )
-                            .await
-                            .map(Some);
-                    }
-                    if idle_rounds > 2 {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                }
-            }
-        }
+/// Subagents as a feature of the turn: a turn that stops early cancels the children its
+/// unsettled calls wait on.
+pub(crate) struct Subagents;
+
+#[async_trait]
+impl TurnExtension for Subagents {
+    fn name(&self) -> &'static str {
+        "subagents"
     }
 
-    /// Creates (or finds) the child and sends it the message, with the call marked running, in one
-    /// durable commit. `Err` is a message for the model (bad input, unknown `task_id`).
-    async fn start_child(
-        &self,
-        turn: &TurnRecord,
-        call: &mut ToolCallRecord,
-        sub: &Agent,
-    ) -> RuntimeResult<Result<SubagentCall, String>> {
-        let store = self.rt.inner.store.clone();
-        let Some(message) = call
-            .input
-            .get("message")
-            .and_then(Value::as_str)
-            .filter(|m| !m.trim().is_empty())
-        else {
-            return Ok(Err(format!(
-                "`{}` needs a non-empty `message`: what to ask the subagent.",
-                sub.name
-            )));
-        };
-        let task = call
-            .input
-            .get("task_id")
-            .and_then(Value::as_str)
-            .filter(|t| !t.trim().is_empty());
-        let now = now_ms();
-        let mut batch = Batch::durable();
-        let (child_id, task_id) = match task {
-            Some(task) => {
-                let Some((parent, origin)) = task.split_once(':') else {
-                    return Ok(Err(format!(
-                        "`{task}` is not a task_id: use the `task_id` an earlier answer of `{}` \
-                         returned, or leave it out to start a new conversation.",
-                        sub.name
-                    )));
-                };
-                if parent != self.id() {
-                    return Ok(Err(format!(
-                        "task_id `{task}` belongs to another session; leave it out to start a new \
-                         conversation with `{}`.",
-                        sub.name
-                    )));
-                }
-                let Some(link) = store.subagent_by_token(parent, origin).await? else {
-                    return Ok(Err(format!(
-                        "There is no conversation with task_id `{task}`; leave it out to start a \
-                         new one with `{}`.",
-                        sub.name
-                    )));
-                };
-                if link.agent_path != sub.path {
-                    return Ok(Err(format!(
-                        "task_id `{task}` is a conversation with another subagent, not `{}`.",
-                        sub.name
-                    )));
-                }
-                (link.session_id, task.to_owned())
-            }
-            None => {
-                let child = new_session_id();
-                let root_id = match store.subagent_link(self.id()).await? {
-                    Some(link) => link.root_id,
-                    None => self.id().to_owned(),
-                };
-                let link = SubagentLink {
-                    session_id: child.clone(),
-                    parent_id: self.id().to_owned(),
-                    call_id: call.call_id.clone(),
-                    root_id,
-                    agent_path: sub.path.clone(),
-                    created_at: now,
-                };
-                let task_id = link.task_id();
-                batch
-                    .push(Op::InsertSession(SessionRecord {
-                        parent_id: Some(self.id().to_owned()),
-                        parent_call_id: Some(call.call_id.clone()),
-                        // A child belongs to whoever started its root (the parent's owner).
-                        owner: self.session.owner.clone(),
-                        ..SessionRecord::new(
-                            child.clone(),
-                            self.build.hash.clone(),
-                            sub.name.clone(),
-                            None,
-                            now,
-                        )
-                    }))
-                    .push(Op::Composition(CompositionOp::InsertLink(link)));
-                (child, task_id)
-            }
-        };
-        let budget = self.child_budget(turn, &child_id, task.is_some()).await?;
-        let inbox_id = format!("msg_{}", ulid::Ulid::new());
-        let wait = SubagentCall {
-            parent_id: self.id().to_owned(),
-            turn_seq: turn.seq,
-            call_id: call.call_id.clone(),
-            child_id: child_id.clone(),
-            inbox_id: inbox_id.clone(),
-            task_id,
-            budget,
-            created_at: now,
-        };
-        call.status = CallStatus::Running;
-        call.attempts = call.attempts.saturating_add(1);
-        call.started_at = Some(now);
-        batch
-            .push(Op::InsertInbox(InboxRecord {
-                id: inbox_id,
-                session_id: child_id,
-                text: message.to_owned(),
-                accepted_at: now,
-                consumed_turn: None,
-            }))
-            .push(Op::Composition(CompositionOp::PutSubagentCall(
-                wait.clone(),
-            )))
-            .push(Op::PutToolCall(call.clone()));
-        self.rt.commit(batch).await?;
-        Ok(Ok(wait))
-    }
-
-    /// What the child may spend: what remains of this session's budget (its limits and its own
-    /// inherited budget, less what it and its descendants spent), as caps on the child's totals.
-    async fn child_budget(
-        &self,
-        turn: &TurnRecord,
-        child: &str,
-        existing: bool,
-    ) -> RuntimeResult<Budget> {
-        let limits = &self.build.manifest.agent.config.limits;
-        let own = self.budget.unwrap_or_default();
-        let cap_tokens = min_opt(limits.max_tokens, own.max_tokens);
-        let cap_cost = min_opt_f(limits.max_cost_usd, own.max_cost_usd);
-        let deadline = min_opt_i(
-            limits.max_turn_seconds.map(|s| {
-                turn.started_at
-                    .saturating_add(i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX))
-            }),
-            own.deadline_ms,
-        );
-        let mut budget = Budget {
-            max_tokens: None,
-            max_cost_usd: None,
-            deadline_ms: deadline,
-        };
-        if cap_tokens.is_none() && cap_cost.is_none() {
-            return Ok(budget);
-        }
-        let (spent_tokens, spent_cost) = self.spent().await?;
-        let (child_tokens, child_cost) = if existing {
-            let store = &self.rt.inner.store;
-            let record = store.session(child).await?;
-            let (below, below_cost) = store.descendant_usage(child).await?;
-            (
-                record
-                    .as_ref()
-                    .map(|r| r.usage.total())
-                    .unwrap_or(0)
-                    .saturating_add(below.total()),
-                record.map(|r| r.cost_usd).unwrap_or(0.0) + below_cost,
-            )
-        } else {
-            (0, 0.0)
-        };
-        budget.max_tokens =
-            cap_tokens.map(|cap| child_tokens.saturating_add(cap.saturating_sub(spent_tokens)));
-        budget.max_cost_usd = cap_cost.map(|cap| child_cost + (cap - spent_cost).max(0.0));
-        Ok(budget)
-    }
-
-    /// Tokens and cost this session and its descendants spent.
-    pub(super) async fn spent(&self) -> RuntimeResult<(u64, f64)> {
-        let mut tokens = self.session.usage.total();
-        let mut cost = self.session.cost_usd;
-        if self.build.has_children() {
-            let (below, below_cost) = self.rt.inner.store.descendant_usage(self.id()).await?;
-            tokens = tokens.saturating_add(below.total());
-            cost += below_cost;
-        }
-        Ok((tokens, cost))
-    }
-
-    /// A budget or limit that counts what descendants spent, or an inherited budget, is used up.
-    pub(super) async fn budget_hit(&self) -> RuntimeResult<Option<(&'static str, String)>> {
-        let limits = &self.build.manifest.agent.config.limits;
-        let own = self.budget.unwrap_or_default();
-        let inherited = self.budget.is_some();
-        let has_children = self.build.has_children();
-        if !inherited && !has_children {
-            return Ok(None);
-        }
-        let cap_tokens = min_opt(limits.max_tokens, own.max_tokens);
-        let cap_cost = min_opt_f(limits.max_cost_usd, own.max_cost_usd);
-        if cap_tokens.is_some() || cap_cost.is_some() {
-            let (tokens, cost) = self.spent().await?;
-            if let Some(max) = cap_tokens
-                && tokens >= max
-            {
-                return Ok(Some((
-                    "max_tokens",
-                    format!(
-                        "the session and its subagents used {tokens} tokens, the budget is {max} \
-                         (limits.max_tokens, inherited from the parent for a subagent)"
-                    ),
-                )));
-            }
-            if let Some(max) = cap_cost
-                && cost >= max
-            {
-                return Ok(Some((
-                    "max_cost_usd",
-                    format!(
-                        "the session and its subagents cost ${cost:.4}, the budget is ${max:.4} \
-                         (limits.max_cost_usd, inherited from the parent for a subagent)"
-                    ),
-                )));
-            }
-        }
-        if let Some(deadline) = own.deadline_ms
-            && now_ms() >= deadline
-        {
-            return Ok(Some((
-                "max_turn_seconds",
-                "the parent's turn ran out of wall-clock time (limits.max_turn_seconds), so this \
-                 subagent's did too"
-                    .to_owned(),
-            )));
-        }
-        Ok(None)
-    }
-
-    /// The child turn's end, once the turn that took the message ended.
-    async fn child_end(&self, wait: &SubagentCall) -> RuntimeResult<Option<ChildEnd>> {
-        let store = &self.rt.inner.store;
-        let seq = match store.inbox_turn(&wait.inbox_id).await? {
-            None => {
-                return Ok(Some(ChildEnd::Failed(
-                    "the message to the subagent was lost".to_owned(),
-                )));
-            }
-            Some(None) => return Ok(None),
-            Some(Some(seq)) => seq,
-        };
-        let Some(turn) = store.turn(&wait.child_id, seq).await? else {
-            return Ok(None);
-        };
-        Ok(match turn.status {
-            TurnStatus::Running | TurnStatus::Waiting => None,
-            TurnStatus::Completed => {
-                let steps = store.steps(&wait.child_id, seq).await?;
-                let answer = steps
-                    .last()
-                    .and_then(|s| s.response.get("content"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned();
-                Some(ChildEnd::Answer(answer))
-            }
-            TurnStatus::Cancelled => Some(ChildEnd::Failed(
-                "the subagent's turn was cancelled".to_owned(),
-            )),
-            TurnStatus::Failed => {
-                let reason = failure_message(self.rt, &wait.child_id)
-                    .await
-                    .or(turn.stop_reason.clone())
-                    .unwrap_or_else(|| "failed".to_owned());
-                Some(ChildEnd::Failed(format!(
-                    "the subagent's turn failed: {reason}"
-                )))
-            }
-        })
-    }
-
-    /// Cancels the children that unsettled subagent calls of this turn wait on.
-    pub(super) async fn cancel_children(&self, turn: &TurnRecord) -> RuntimeResult<()> {
-        if !self.build.has_children() {
-            return Ok(());
-        }
-        let store = self.rt.inner.store.clone();
-        for call in store.tool_calls(self.id(), turn.seq).await? {
-            let plan_step = call.name == super::strategy::PLAN_STEP && self.plans();
-            if call.status.is_terminal()
-                || (self.build.manifest.agent.subagent(&call.name).is_none() && !plan_step)
-            {
+    async fn turn_ended(
+        &mut self,
+        view: &TurnView<'_>,
+        unsettled: &[ToolCallRecord],
+    ) -> RuntimeResult<()> {
+        let plans = view.build.manifest.agent.config.strategy == eve_compile::Strategy::Plan;
+        let store = view.rt.inner.store.clone();
+        for call in unsettled {
+            let plan_step = plans && call.name == crate::features::strategy::PLAN_STEP;
+            if view.build.manifest.agent.subagent(&call.name).is_none() && !plan_step {
                 continue;
             }
             if let Some(wait) = store
-                .subagent_call(self.id(), turn.seq, &call.call_id)
+                .subagent_call(view.id(), view.turn.seq, &call.call_id)
                 .await?
-                && let Err(e) = Box::pin(self.rt.cancel(&wait.child_id)).await
+                && let Err(e) = Box::pin(view.rt.cancel(&wait.child_id)).await
             {
                 tracing::warn!(session = %wait.child_id, error = %e, "cannot cancel the subagent");
             }
@@ -630,23 +252,309 @@ impl TurnDriver<'_> {
     }
 }
 
-fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+/// How a subagent call starts.
+pub(crate) enum Start {
+    /// Its child already has the message: wait on it.
+    Waiting(SubagentCall),
+    /// The child is created (or found) and sent the message with these writes (durable), which
+    /// mark the call running.
+    Send(SubagentCall, Batch),
+    /// The call cannot start: a message for the model (bad input, unknown `task_id`).
+    Refused(String),
+}
+
+/// The first move of a subagent call: reconnect to its child, or make the writes that create
+/// (or find) the child and send it the message, with the call marked running.
+pub(crate) async fn start(
+    view: &TurnView<'_>,
+    call: &mut ToolCallRecord,
+    sub: &Agent,
+) -> RuntimeResult<Start> {
+    if let Some(wait) = view
+        .rt
+        .inner
+        .store
+        .subagent_call(view.id(), view.turn.seq, &call.call_id)
+        .await?
+    {
+        return Ok(Start::Waiting(wait));
+    }
+    start_child(view, call, sub).await
+}
+
+/// Waits for the child of a subagent call to answer, driving it in this task: `Some((status,
+/// output))` settles the call; `None` when the child parked on input (the call stays running
+/// and the parent turn parks on the child's requests).
+pub(crate) async fn await_child(
+    view: &TurnView<'_>,
+    wait: &SubagentCall,
+    sub: &Agent,
+) -> RuntimeResult<Option<(CallStatus, Value)>> {
+    let rt = view.rt;
+    let mut idle_rounds = 0u32;
+    loop {
+        if let Some(end) = child_end(rt, wait).await? {
+            return Ok(Some(match end {
+                ChildEnd::Answer(answer) => (
+                    CallStatus::Completed,
+                    json!({"task_id": wait.task_id, "answer": answer}),
+                ),
+                ChildEnd::Failed(error) => (
+                    CallStatus::Failed,
+                    json!({"task_id": wait.task_id, "error": error}),
+                ),
+            }));
+        }
+        let child = wait.child_id.clone();
+        let mut drive = Box::pin(rt.drive(&child));
+        let mut cancelled = false;
+        let outcome = loop {
+            tokio::select! {
+                o = &mut drive => break o?,
+                () = view.cancel.cancelled(), if !cancelled => {
+                    // Stop the child through its own cancel, then let its driver finish.
+                    cancelled = true;
+                    if let Err(e) = Box::pin(rt.cancel(&child)).await {
+                        tracing::warn!(session = %child, error = %e, "cannot cancel the subagent");
+                    }
+                }
+            }
+        };
+        if cancelled {
+            return Ok(Some((
+                CallStatus::Cancelled,
+                json!("The turn was cancelled while the subagent worked; it was cancelled too."),
+            )));
+        }
+        match outcome {
+            DriveOutcome::WaitingInput(requests) if !requests.is_empty() => return Ok(None),
+            DriveOutcome::Busy { .. } => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            _ => {
+                idle_rounds += 1;
+                if idle_rounds > 50 {
+                    return Ok(Some((
+                        CallStatus::Failed,
+                        json!(format!(
+                            "The subagent `{}` (session {}) did not take the message.",
+                            sub.name, wait.child_id
+                        )),
+                    )));
+                }
+                if idle_rounds > 2 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
     }
 }
 
-fn min_opt_f(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+/// Creates (or finds) the child and sends it the message, with the call marked running, in one
+/// durable commit. `Err` is a message for the model (bad input, unknown `task_id`).
+async fn start_child(
+    view: &TurnView<'_>,
+    call: &mut ToolCallRecord,
+    sub: &Agent,
+) -> RuntimeResult<Start> {
+    let turn = view.turn;
+    let store = view.rt.inner.store.clone();
+    let Some(message) = call
+        .input
+        .get("message")
+        .and_then(Value::as_str)
+        .filter(|m| !m.trim().is_empty())
+    else {
+        return Ok(Start::Refused(format!(
+            "`{}` needs a non-empty `message`: what to ask the subagent.",
+            sub.name
+        )));
+    };
+    let task = call
+        .input
+        .get("task_id")
+        .and_then(Value::as_str)
+        .filter(|t| !t.trim().is_empty());
+    let now = now_ms();
+    let mut batch = Batch::durable();
+    let (child_id, task_id) = match task {
+        Some(task) => {
+            let Some((parent, origin)) = task.split_once(':') else {
+                return Ok(Start::Refused(format!(
+                    "`{task}` is not a task_id: use the `task_id` an earlier answer of `{}` \
+                     returned, or leave it out to start a new conversation.",
+                    sub.name
+                )));
+            };
+            if parent != view.id() {
+                return Ok(Start::Refused(format!(
+                    "task_id `{task}` belongs to another session; leave it out to start a new \
+                     conversation with `{}`.",
+                    sub.name
+                )));
+            }
+            let Some(link) = store.subagent_by_token(parent, origin).await? else {
+                return Ok(Start::Refused(format!(
+                    "There is no conversation with task_id `{task}`; leave it out to start a \
+                     new one with `{}`.",
+                    sub.name
+                )));
+            };
+            if link.agent_path != sub.path {
+                return Ok(Start::Refused(format!(
+                    "task_id `{task}` is a conversation with another subagent, not `{}`.",
+                    sub.name
+                )));
+            }
+            (link.session_id, task.to_owned())
+        }
+        None => {
+            let child = new_session_id();
+            let root_id = match store.subagent_link(view.id()).await? {
+                Some(link) => link.root_id,
+                None => view.id().to_owned(),
+            };
+            let link = SubagentLink {
+                session_id: child.clone(),
+                parent_id: view.id().to_owned(),
+                call_id: call.call_id.clone(),
+                root_id,
+                agent_path: sub.path.clone(),
+                created_at: now,
+            };
+            let task_id = link.task_id();
+            batch
+                .push(Op::InsertSession(SessionRecord {
+                    parent_id: Some(view.id().to_owned()),
+                    parent_call_id: Some(call.call_id.clone()),
+                    // A child belongs to whoever started its root (the parent's owner).
+                    owner: view.session.owner.clone(),
+                    ..SessionRecord::new(
+                        child.clone(),
+                        view.build.hash.clone(),
+                        sub.name.clone(),
+                        None,
+                        now,
+                    )
+                }))
+                .push(Op::Composition(CompositionOp::InsertLink(link)));
+            (child, task_id)
+        }
+    };
+    let budget = child_budget(view, &child_id, task.is_some()).await?;
+    let inbox_id = format!("msg_{}", ulid::Ulid::new());
+    let wait = SubagentCall {
+        parent_id: view.id().to_owned(),
+        turn_seq: turn.seq,
+        call_id: call.call_id.clone(),
+        child_id: child_id.clone(),
+        inbox_id: inbox_id.clone(),
+        task_id,
+        budget,
+        created_at: now,
+    };
+    call.status = CallStatus::Running;
+    call.attempts = call.attempts.saturating_add(1);
+    call.started_at = Some(now);
+    batch
+        .push(Op::InsertInbox(InboxRecord {
+            id: inbox_id,
+            session_id: child_id,
+            text: message.to_owned(),
+            accepted_at: now,
+            consumed_turn: None,
+        }))
+        .push(Op::Composition(CompositionOp::PutSubagentCall(
+            wait.clone(),
+        )))
+        .push(Op::PutToolCall(call.clone()));
+    Ok(Start::Send(wait, batch))
 }
 
-fn min_opt_i(a: Option<i64>, b: Option<i64>) -> Option<i64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+/// What the child may spend: what remains of this session's budget (its limits and its own
+/// inherited budget, less what it and its descendants spent), as caps on the child's totals.
+async fn child_budget(view: &TurnView<'_>, child: &str, existing: bool) -> RuntimeResult<Budget> {
+    let turn = view.turn;
+    let limits = &view.build.manifest.agent.config.limits;
+    let own = view.budget.unwrap_or_default();
+    let cap_tokens = min_opt(limits.max_tokens, own.max_tokens);
+    let cap_cost = min_opt(limits.max_cost_usd, own.max_cost_usd);
+    let deadline = min_opt(
+        limits.max_turn_seconds.map(|s| {
+            turn.started_at
+                .saturating_add(i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX))
+        }),
+        own.deadline_ms,
+    );
+    let mut budget = Budget {
+        max_tokens: None,
+        max_cost_usd: None,
+        deadline_ms: deadline,
+    };
+    if cap_tokens.is_none() && cap_cost.is_none() {
+        return Ok(budget);
     }
+    let (spent_tokens, spent_cost) = spent(view.rt, view.session, view.build).await?;
+    let (child_tokens, child_cost) = if existing {
+        let store = &view.rt.inner.store;
+        let record = store.session(child).await?;
+        let (below, below_cost) = store.descendant_usage(child).await?;
+        (
+            record
+                .as_ref()
+                .map(|r| r.usage.total())
+                .unwrap_or(0)
+                .saturating_add(below.total()),
+            record.map(|r| r.cost_usd).unwrap_or(0.0) + below_cost,
+        )
+    } else {
+        (0, 0.0)
+    };
+    budget.max_tokens =
+        cap_tokens.map(|cap| child_tokens.saturating_add(cap.saturating_sub(spent_tokens)));
+    budget.max_cost_usd = cap_cost.map(|cap| child_cost + (cap - spent_cost).max(0.0));
+    Ok(budget)
+}
+
+
+/// The child turn's end, once the turn that took the message ended.
+async fn child_end(rt: &Runtime, wait: &SubagentCall) -> RuntimeResult<Option<ChildEnd>> {
+    let store = &rt.inner.store;
+    let seq = match store.inbox_turn(&wait.inbox_id).await? {
+        None => {
+            return Ok(Some(ChildEnd::Failed(
+                "the message to the subagent was lost".to_owned(),
+            )));
+        }
+        Some(None) => return Ok(None),
+        Some(Some(seq)) => seq,
+    };
+    let Some(turn) = store.turn(&wait.child_id, seq).await? else {
+        return Ok(None);
+    };
+    Ok(match turn.status {
+        TurnStatus::Running | TurnStatus::Waiting => None,
+        TurnStatus::Completed => {
+            let steps = store.steps(&wait.child_id, seq).await?;
+            let answer = steps
+                .last()
+                .and_then(|s| s.response.get("content"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            Some(ChildEnd::Answer(answer))
+        }
+        TurnStatus::Cancelled => Some(ChildEnd::Failed(
+            "the subagent's turn was cancelled".to_owned(),
+        )),
+        TurnStatus::Failed => {
+            let reason = failure_message(rt, &wait.child_id)
+                .await
+                .or(turn.stop_reason.clone())
+                .unwrap_or_else(|| "failed".to_owned());
+            Some(ChildEnd::Failed(format!(
+                "the subagent's turn failed: {reason}"
+            )))
+        }
+    })
 }

@@ -14,6 +14,8 @@ pub mod anthropic;
 pub mod mock;
 pub mod openai;
 pub mod sse;
+mod side;
+pub use side::{SideError, side_call};
 mod transport;
 mod usage;
 pub mod windows;

@@ -4,11 +4,13 @@
 
 use std::time::Duration;
 
-use super::turn::TurnDriver;
+use super::TurnDriver;
+use super::seam::{min_opt, spent};
+use crate::engine::RuntimeResult;
 use crate::store::*;
 
 impl TurnDriver<'_> {
-    pub(in crate::engine) fn limit_hit(&self, turn: &TurnRecord) -> Option<(&'static str, String)> {
+    pub(super) fn limit_hit(&self, turn: &TurnRecord) -> Option<(&'static str, String)> {
         let limits = &self.build.manifest.agent.config.limits;
         if turn.step_index >= u64::from(limits.max_steps_per_turn) {
             return Some((
@@ -53,7 +55,7 @@ impl TurnDriver<'_> {
         None
     }
 
-    pub(in crate::engine) fn deadline(&self, turn: &TurnRecord) -> Option<tokio::time::Instant> {
+    pub(super) fn deadline(&self, turn: &TurnRecord) -> Option<tokio::time::Instant> {
         let own = self
             .build
             .manifest
@@ -74,6 +76,57 @@ impl TurnDriver<'_> {
             (a, b) => a.or(b)?,
         };
         Some(tokio::time::Instant::now() + Duration::from_millis(left))
+    }
+}
+
+impl TurnDriver<'_> {
+    /// A budget or limit that counts what descendants spent, or an inherited budget, is used up.
+    pub(super) async fn budget_hit(&self) -> RuntimeResult<Option<(&'static str, String)>> {
+        let limits = &self.build.manifest.agent.config.limits;
+        let own = self.budget.unwrap_or_default();
+        let inherited = self.budget.is_some();
+        let has_children = self.build.has_children();
+        if !inherited && !has_children {
+            return Ok(None);
+        }
+        let cap_tokens = min_opt(limits.max_tokens, own.max_tokens);
+        let cap_cost = min_opt(limits.max_cost_usd, own.max_cost_usd);
+        if cap_tokens.is_some() || cap_cost.is_some() {
+            let (tokens, cost) = spent(self.rt, &self.session, &self.build).await?;
+            if let Some(max) = cap_tokens
+                && tokens >= max
+            {
+                return Ok(Some((
+                    "max_tokens",
+                    format!(
+                        "the session and its subagents used {tokens} tokens, the budget is {max} \
+                         (limits.max_tokens, inherited from the parent for a subagent)"
+                    ),
+                )));
+            }
+            if let Some(max) = cap_cost
+                && cost >= max
+            {
+                return Ok(Some((
+                    "max_cost_usd",
+                    format!(
+                        "the session and its subagents cost ${cost:.4}, the budget is ${max:.4} \
+                         (limits.max_cost_usd, inherited from the parent for a subagent)"
+                    ),
+                )));
+            }
+        }
+        if let Some(deadline) = own.deadline_ms
+            && now_ms() >= deadline
+        {
+            return Ok(Some((
+                "max_turn_seconds",
+                "the parent's turn ran out of wall-clock time (limits.max_turn_seconds), so this \
+                 subagent's did too"
+                    .to_owned(),
+            )));
+        }
+        Ok(None)
     }
 }
 
