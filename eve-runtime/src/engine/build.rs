@@ -92,7 +92,9 @@ impl LoadedBuild {
             specs.push(load_skill_spec());
         }
         if let Some(memory) = &agent.config.memory
-            && !tools.iter().any(|t| t.name == crate::features::memory::MEMORY_TOOL)
+            && !tools
+                .iter()
+                .any(|t| t.name == crate::features::memory::MEMORY_TOOL)
         {
             let spec = crate::features::memory::spec(memory);
             validators.insert(&spec.name, &spec.input_schema);

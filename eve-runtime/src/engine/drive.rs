@@ -82,7 +82,7 @@ async fn drive_registered(
 
 /// Takes a session's lease for this runtime and remembers its fencing token, so every commit
 /// of the session carries it (see `Runtime::fence`).
-pub(super) async fn take_lease(rt: &Runtime, claim: &LeaseClaim) -> RuntimeResult<LeaseOutcome> {
+pub(crate) async fn take_lease(rt: &Runtime, claim: &LeaseClaim) -> RuntimeResult<LeaseOutcome> {
     let store = &rt.inner.store;
     let outcome = store.acquire_lease(claim).await?;
     if outcome == LeaseOutcome::Acquired {
@@ -106,7 +106,7 @@ pub(super) async fn take_lease(rt: &Runtime, claim: &LeaseClaim) -> RuntimeResul
 }
 
 /// Releases a lease taken with [`take_lease`] and forgets its token.
-pub(super) async fn give_back_lease(rt: &Runtime, claim: &LeaseClaim) {
+pub(crate) async fn give_back_lease(rt: &Runtime, claim: &LeaseClaim) {
     if let Ok(mut fences) = rt.inner.fences.lock() {
         fences.remove(&claim.session_id);
     }
@@ -121,7 +121,7 @@ pub(super) async fn give_back_lease(rt: &Runtime, claim: &LeaseClaim) {
 }
 
 /// A claim on `session`'s lease for one drive of this runtime (a fresh holder id each time).
-pub(super) fn lease_claim(rt: &Runtime, session: &str) -> LeaseClaim {
+pub(crate) fn lease_claim(rt: &Runtime, session: &str) -> LeaseClaim {
     LeaseClaim {
         session_id: session.to_owned(),
         holder: format!("{}:{}", rt.inner.holder, ulid::Ulid::new()),
@@ -190,7 +190,7 @@ async fn outcome_of(rt: &Runtime, state: DriveState) -> RuntimeResult<DriveOutco
     })
 }
 
-pub(super) async fn failure_message(rt: &Runtime, session: &str) -> Option<String> {
+pub(crate) async fn failure_message(rt: &Runtime, session: &str) -> Option<String> {
     let record = rt.inner.store.session(session).await.ok()??;
     failure_message_at(rt, session, record.event_count).await
 }

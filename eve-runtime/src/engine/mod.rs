@@ -43,8 +43,9 @@ use eve_compile::Agent;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-pub use accept::{Accept, Accepted, Extra, SessionRef};
 pub use crate::features::breakers::{breaker_key, session_scoped as breaker_scope_is_session};
+pub use crate::features::hooks::delivery::{HookBacklog, PendingHookEvent};
+pub use accept::{Accept, Accepted, Extra, SessionRef};
 pub use build::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_prompt};
 #[doc(hidden)]
 pub use checkpoint_blobs::checkpoint_secrets_in_clear_for_tests;
@@ -52,7 +53,6 @@ pub use config::{BreakerPolicy, DEFAULT_LEASE_TTL, ModelProvider, ResolvedModel,
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::LOCAL_PRINCIPAL;
 pub use follow::EventFollower;
-pub use crate::features::hooks::delivery::{HookBacklog, PendingHookEvent};
 pub use live::LiveEvents;
 pub use models::{FixedModelProvider, SettingsModelProvider};
 pub use releases::{
@@ -539,7 +539,11 @@ impl Runtime {
             .ok_or_else(|| RuntimeError::SessionNotFound(session.to_owned()))
     }
 
-    pub(crate) async fn require_idle(&self, session: &str, what: &str) -> RuntimeResult<SessionRecord> {
+    pub(crate) async fn require_idle(
+        &self,
+        session: &str,
+        what: &str,
+    ) -> RuntimeResult<SessionRecord> {
         let record = self.require_session(session).await?;
         if record.status != SessionStatus::Idle || self.is_active(session) {
             return Err(RuntimeError::SessionNotActive {

@@ -117,7 +117,6 @@ async fn refusal(view: &TurnView<'_>, tool: &str) -> RuntimeResult<Option<String
         }
         Ok(None)
     }
-
 }
 
 /// Applies a call's outcome to `tool`'s breakers; returns the rows to store.
@@ -144,10 +143,7 @@ async fn outcome(view: &TurnView<'_>, tool: &str, ok: bool) -> RuntimeResult<Vec
 }
 
 impl Runtime {
-    pub(crate) async fn breaker(
-        &self,
-        key: &str,
-    ) -> RuntimeResult<Option<BreakerRecord>> {
+    pub(crate) async fn breaker(&self, key: &str) -> RuntimeResult<Option<BreakerRecord>> {
         let mut cache = self.inner.breakers.lock().await;
         if let Some(b) = cache.get(key) {
             return Ok(Some(b.clone()));

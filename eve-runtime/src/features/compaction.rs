@@ -11,8 +11,6 @@
 //! long for the summary call, the oldest of them are left out of the summary (whole turns at a
 //! time, so tool calls stay paired with their results) and the summary says so.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -62,7 +60,7 @@ impl TurnExtension for Compaction {
         let window = match self.window {
             Some(w) => w,
             None => {
-                let w = context_window(view).await;
+                let w = view.context_window().await;
                 self.window = Some(w);
                 w
             }
@@ -183,22 +181,6 @@ impl Compaction {
     }
 }
 
-/// The model's context window: `agent.yaml` `context_window`, else the model client's (a
-/// provider's answer is asked once per runtime). `None` when nobody knows it.
-async fn context_window(view: &TurnView<'_>) -> Option<u64> {
-    match view
-        .build
-        .manifest
-        .agent
-        .config
-        .context_window
-        .or(view.model.context_window)
-    {
-        Some(w) => Some(w),
-        None => provider_window(view.rt, view.model).await,
-    }
-}
-
 /// What [`compact`] did.
 #[derive(Debug)]
 enum Compacted {
@@ -208,21 +190,6 @@ enum Compacted {
     NothingOlder,
     /// The summary call failed; the context is unchanged.
     Failed(String),
-}
-
-/// The context window the provider reports for `model`, asked once per runtime and client (the
-/// cache is the runtime's `windows`, so two runtimes in one process never share an answer).
-async fn provider_window(rt: &Runtime, model: &ResolvedModel) -> Option<u64> {
-    let key = format!("{}@{:p}", model.model_id, Arc::as_ptr(&model.client));
-    let cache = &rt.inner.windows;
-    if let Some(w) = cache.lock().ok().and_then(|c| c.get(&key).copied()) {
-        return Some(w);
-    }
-    let window = model.client.context_window(&model.model).await?;
-    if let Ok(mut c) = cache.lock() {
-        c.insert(key, window);
-    }
-    Some(window)
 }
 
 /// What a tool costs in a request: its name, description and input schema as sent.

@@ -209,13 +209,15 @@ async fn resolve(view: &TurnView<'_>, start: &mut StepStart) -> RuntimeResult<()
                 });
             }
         }
-        start.before.push(Op::Composition(CompositionOp::PutDynamicTools {
-            session_id: view.id().to_owned(),
-            providers: providers_done,
-            tools: records,
-            turn_seq: turn.seq,
-            detail: Value::Object(detail),
-        }));
+        start
+            .before
+            .push(Op::Composition(CompositionOp::PutDynamicTools {
+                session_id: view.id().to_owned(),
+                providers: providers_done,
+                tools: records,
+                turn_seq: turn.seq,
+                detail: Value::Object(detail),
+            }));
         start.tools_changed = true;
         Ok(())
     }

@@ -13,6 +13,8 @@
 //! All of it is computed from the stored context when a request is made and never written back:
 //! the journal keeps every output whole, and a resumed turn sends the same request.
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 
 use crate::engine::RuntimeResult;

@@ -44,7 +44,9 @@ impl TurnExtension for Probe {
         if self.text.is_none() {
             self.text = Some(text(view, writes).await?);
         }
-        request.system.push_str(self.text.as_deref().unwrap_or_default());
+        request
+            .system
+            .push_str(self.text.as_deref().unwrap_or_default());
         Ok(Shaped::Call)
     }
 }

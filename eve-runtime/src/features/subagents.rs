@@ -25,7 +25,7 @@ use crate::engine::drive::failure_message;
 use crate::engine::events as ev;
 use crate::engine::turn::seam::{TurnExtension, TurnView, min_opt, spent};
 use crate::engine::{DriveOutcome, LoadedBuild, Runtime, RuntimeResult, new_session_id};
-use crate::model::{Message, ToolSpec};
+use crate::model::ToolSpec;
 use crate::store::*;
 
 /// The tool a subagent is offered as.
@@ -57,7 +57,7 @@ pub(crate) fn tool_spec(sub: &Agent) -> ToolSpec {
 
 /// The policy of a subagent call as a tool: never asks approval (the child's own tools do), and
 /// is `idempotent` so an interrupted call is picked up again (it reconnects to its child).
-pub(super) fn policy_tool(sub: &Agent) -> Tool {
+pub(crate) fn policy_tool(sub: &Agent) -> Tool {
     let spec = tool_spec(sub);
     synthetic_tool(
         &spec.name,
@@ -69,7 +69,7 @@ pub(super) fn policy_tool(sub: &Agent) -> Tool {
 }
 
 /// A tool definition for a call target that is not a tool of the build.
-pub(super) fn synthetic_tool(
+pub(crate) fn synthetic_tool(
     name: &str,
     description: &str,
     input_schema: Value,
@@ -515,7 +515,6 @@ async fn child_budget(view: &TurnView<'_>, child: &str, existing: bool) -> Runti
     budget.max_cost_usd = cap_cost.map(|cap| child_cost + (cap - spent_cost).max(0.0));
     Ok(budget)
 }
-
 
 /// The child turn's end, once the turn that took the message ended.
 async fn child_end(rt: &Runtime, wait: &SubagentCall) -> RuntimeResult<Option<ChildEnd>> {

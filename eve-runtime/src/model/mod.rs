@@ -13,8 +13,8 @@
 pub mod anthropic;
 pub mod mock;
 pub mod openai;
-pub mod sse;
 mod side;
+pub mod sse;
 pub use side::{SideError, side_call};
 mod transport;
 mod usage;

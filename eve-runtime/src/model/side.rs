@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Message, ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse, ToolChoice};
+use super::{
+    Message, ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse, ToolChoice,
+};
 
 impl ModelRequest {
     /// A request without tools for a side call: `system`, then `messages`.

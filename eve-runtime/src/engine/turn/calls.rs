@@ -480,7 +480,7 @@ impl TurnDriver<'_> {
 
     /// [`Self::settle`], committing `batch`'s operations first in the same commit.
     #[allow(clippy::too_many_arguments)]
-    async fn settle_with(
+    pub(super) async fn settle_with(
         &self,
         mut batch: Batch,
         turn: &TurnRecord,

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use super::TurnDriver;
 use super::seam::{min_opt, spent};
-use crate::engine::RuntimeResult;
+use std::sync::Arc;
+
+use crate::engine::{LoadedBuild, ResolvedModel, Runtime, RuntimeResult};
 use crate::store::*;
 
 impl TurnDriver<'_> {
@@ -80,6 +82,11 @@ impl TurnDriver<'_> {
 }
 
 impl TurnDriver<'_> {
+    /// The model's context window (see [`context_window`]).
+    pub(super) async fn context_window(&self) -> Option<u64> {
+        context_window(self.rt, &self.build, &self.model).await
+    }
+
     /// A budget or limit that counts what descendants spent, or an inherited budget, is used up.
     pub(super) async fn budget_hit(&self) -> RuntimeResult<Option<(&'static str, String)>> {
         let limits = &self.build.manifest.agent.config.limits;
@@ -128,6 +135,40 @@ impl TurnDriver<'_> {
         }
         Ok(None)
     }
+}
+
+/// The model's context window: `agent.yaml` `context_window`, else the model client's (a
+/// provider's answer is asked once per runtime). `None` when nobody knows it.
+pub(super) async fn context_window(
+    rt: &Runtime,
+    build: &LoadedBuild,
+    model: &ResolvedModel,
+) -> Option<u64> {
+    match build
+        .manifest
+        .agent
+        .config
+        .context_window
+        .or(model.context_window)
+    {
+        Some(w) => Some(w),
+        None => provider_window(rt, model).await,
+    }
+}
+
+/// The context window the provider reports for `model`, asked once per runtime and client (the
+/// cache is the runtime's `windows`, so two runtimes in one process never share an answer).
+async fn provider_window(rt: &Runtime, model: &ResolvedModel) -> Option<u64> {
+    let key = format!("{}@{:p}", model.model_id, Arc::as_ptr(&model.client));
+    let cache = &rt.inner.windows;
+    if let Some(w) = cache.lock().ok().and_then(|c| c.get(&key).copied()) {
+        return Some(w);
+    }
+    let window = model.client.context_window(&model.model).await?;
+    if let Ok(mut c) = cache.lock() {
+        c.insert(key, window);
+    }
+    Some(window)
 }
 
 pub(super) async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {

@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use self::seam::{TurnExtension, TurnView};
+use self::seam::TurnExtension;
 use super::build::LoadedBuild;
 use super::drive::pending_for_turn;
 use super::events as ev;
@@ -91,7 +91,11 @@ fn content_for_model(output: &Value) -> String {
 }
 
 /// The workspace of `session`, prepared (seeded from `build`) on first use.
-fn workspace_of(rt: &Runtime, build: &LoadedBuild, session: &str) -> RuntimeResult<std::path::PathBuf> {
+fn workspace_of(
+    rt: &Runtime,
+    build: &LoadedBuild,
+    session: &str,
+) -> RuntimeResult<std::path::PathBuf> {
     let dir = rt.inner.config.state_dir.join("sandboxes").join(session);
     if dir.is_dir() {
         return Ok(dir);
@@ -161,35 +165,35 @@ macro_rules! view {
 use view;
 
 pub(super) struct TurnDriver<'a> {
-    pub(super) rt: &'a Runtime,
-    pub(super) session: SessionRecord,
+    rt: &'a Runtime,
+    session: SessionRecord,
     /// The root session of this session's tree (its own id for a root session).
-    pub(super) root: String,
-    pub(super) build: Arc<LoadedBuild>,
-    pub(super) model: ResolvedModel,
-    pub(super) cancel: CancellationToken,
-    pub(super) context: Option<Vec<Message>>,
+    root: String,
+    build: Arc<LoadedBuild>,
+    model: ResolvedModel,
+    cancel: CancellationToken,
+    context: Option<Vec<Message>>,
     pub(super) last_tokens: u64,
     /// Calls the last journaled response asked for (saves re-reading them to settle).
-    pub(super) fresh_calls: Option<Vec<ToolCallRecord>>,
+    fresh_calls: Option<Vec<ToolCallRecord>>,
     /// Call ids used in this turn so far (loaded once).
-    pub(super) call_ids: Option<HashSet<String>>,
+    call_ids: Option<HashSet<String>>,
     /// Usage of the step the model just answered, for `step.completed`.
-    pub(super) last_usage: Option<(u64, Value)>,
+    last_usage: Option<(u64, Value)>,
     /// MCP and dynamic tools of this turn run (loaded on first need).
-    pub(super) extra: Option<tools::Extra>,
+    extra: Option<tools::Extra>,
     /// What a subagent's turn may spend, passed down by its parent.
     pub(super) budget: Option<Budget>,
     /// The session's cancel flag as read with the last step's final commit, for the next
     /// step's check (`Some(None)`: the session row was not found).
-    pub(super) next_cancel: Option<Option<bool>>,
+    next_cancel: Option<Option<bool>>,
     /// Writes of this step held back to go out with its next commit (`step.started`, the
     /// journal of a response whose calls all settle without running): see [`step`].
-    pub(super) held: Option<Batch>,
+    held: Option<Batch>,
     /// The turn's features, in the order their hooks are called.
-    pub(super) features: Vec<Box<dyn TurnExtension>>,
+    features: Vec<Box<dyn TurnExtension>>,
     /// The built-in tools of the turn: name, the feature answering it, its policy.
-    pub(super) builtins: Option<HashMap<String, (usize, Option<Tool>)>>,
+    builtins: Option<HashMap<String, (usize, Option<Tool>)>>,
 }
 
 impl<'a> TurnDriver<'a> {
@@ -233,6 +237,11 @@ impl<'a> TurnDriver<'a> {
                 crate::engine::models::UnavailableModel::resolved(&build.manifest.agent, &e)
             });
         let features = crate::features::for_turn(&build);
+        tracing::debug!(
+            session = %session.id,
+            features = %features.iter().map(|f| f.name()).collect::<Vec<_>>().join(","),
+            "the turn's features"
+        );
         Ok(Self {
             features,
             rt,

@@ -157,9 +157,7 @@ impl TurnDriver<'_> {
         let input = resolved.run_input(&call.input);
         let run: std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send + '_>> =
             match &resolved.target {
-                Target::Build(tool) => {
-                    Box::pin(run_tool(tool, &input, &ctx, token.clone()))
-                }
+                Target::Build(tool) => Box::pin(run_tool(tool, &input, &ctx, token.clone())),
                 Target::Mcp(manager) => {
                     let (manager, name, input, token) = (
                         manager.clone(),
@@ -257,7 +255,6 @@ impl TurnDriver<'_> {
             .await
             .map(Some)
     }
-
 }
 
 /// Runs a call of a dynamic tool: its provider script, on the build it was resolved on.
@@ -269,7 +266,12 @@ async fn run_dynamic(
     mut ctx: ToolContext,
     cancel: CancellationToken,
 ) -> ToolResult {
-    let dir = rt.inner.config.state_dir.join("builds").join(&record.build_hash);
+    let dir = rt
+        .inner
+        .config
+        .state_dir
+        .join("builds")
+        .join(&record.build_hash);
     ctx.agent_dir = match crate::engine::build::unpack(&record.build_hash, &dir) {
         Ok(dir) => dir,
         Err(e) => return ToolResult::failure(e.to_string(), Duration::ZERO),

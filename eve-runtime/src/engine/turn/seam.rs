@@ -85,6 +85,12 @@ impl TurnView<'_> {
         }
     }
 
+    /// The model's context window: `agent.yaml` `context_window`, else the model client's (a
+    /// provider's answer is asked once per runtime). `None` when nobody knows it.
+    pub async fn context_window(&self) -> Option<u64> {
+        super::limits::context_window(self.rt, self.build, self.model).await
+    }
+
     /// The session's workspace, prepared (seeded from the build) on first use.
     pub fn workspace(&self) -> RuntimeResult<PathBuf> {
         super::workspace_of(self.rt, self.build, &self.session.id)

@@ -204,7 +204,9 @@ impl TurnDriver<'_> {
             Ok(Ok(request)) => request,
             Ok(Err(Shaped::Respond(response))) => return Ok(response),
             Ok(Err(Shaped::Fail(code, message))) => return Err(CallError::Failed(code, message)),
-            Ok(Err(Shaped::Call)) => return Err(CallError::Model("no request was made".to_owned())),
+            Ok(Err(Shaped::Call)) => {
+                return Err(CallError::Model("no request was made".to_owned()));
+            }
             Err(e) => return Err(CallError::Model(e.to_string())),
         };
         let (tx, mut rx) = mpsc::unbounded_channel::<ModelEvent>();
@@ -324,7 +326,9 @@ impl TurnDriver<'_> {
         let mut writes = Batch::new();
         let mut shaped = Shaped::Call;
         for feature in &mut self.features {
-            shaped = feature.shape_request(&view, &mut request, &mut writes).await?;
+            shaped = feature
+                .shape_request(&view, &mut request, &mut writes)
+                .await?;
             if !matches!(shaped, Shaped::Call) {
                 break;
             }
@@ -532,8 +536,9 @@ impl TurnDriver<'_> {
         self.last_usage = Some((step, step_usage_kept));
         // Calls that all settle without running (skill loads): their results and
         // `step.completed` carry this journal (see the module header).
-        let hold =
-            !calls.is_empty() && calls.iter().all(|c| c.kind == "load-skill") && self.may_hold();
+        let hold = !calls.is_empty()
+            && calls.iter().all(|c| c.kind == "load-skill")
+            && self.may_hold(turn);
         self.fresh_calls = (!calls.is_empty()).then(|| calls.clone());
         let batch = self.with_held(batch);
         if hold {

@@ -343,7 +343,11 @@ fn inline_specs(
 
 /// Every tool spec offered to the model: the build's (the most used inline when the catalogue
 /// is automatic), then the turn's MCP, catalogue and dynamic tools.
-fn offered(build: &LoadedBuild, extra: Option<&Extra>, context: Option<&[Message]>) -> Vec<ToolSpec> {
+fn offered(
+    build: &LoadedBuild,
+    extra: Option<&Extra>,
+    context: Option<&[Message]>,
+) -> Vec<ToolSpec> {
     let mut specs = build.specs.clone();
     if build.auto_catalogue {
         let counts = context.map(use_counts).unwrap_or_default();
@@ -377,7 +381,12 @@ fn validate(
         return build
             .validators
             .validate(named, &inner_input(input))
-            .map_err(|errors| errors.into_iter().map(|e| format!("`{named}` {e}")).collect());
+            .map_err(|errors| {
+                errors
+                    .into_iter()
+                    .map(|e| format!("`{named}` {e}"))
+                    .collect()
+            });
     }
     Ok(())
 }
@@ -484,11 +493,6 @@ impl TurnDriver<'_> {
         }
         self.extra = Some(extra);
         Ok(())
-    }
-
-    /// Every tool spec offered to the model this step.
-    pub(super) fn offered_specs(&self) -> Vec<ToolSpec> {
-        offered(&self.build, self.extra.as_ref(), self.context.as_deref())
     }
 
     /// Why there is no tool `name`, for the model: when it names a tool of an MCP connection of

@@ -36,7 +36,9 @@ impl TurnExtension for MemoryFeature {
             let block = self.load_block(view).await?;
             self.block = Some(block);
         }
-        request.system.push_str(self.block.as_deref().unwrap_or_default());
+        request
+            .system
+            .push_str(self.block.as_deref().unwrap_or_default());
         Ok(Shaped::Call)
     }
 

@@ -17,7 +17,8 @@ use crate::engine::{Runtime, RuntimeError, RuntimeResult};
 use crate::store::{Batch, CallStatus, ToolCallRecord};
 
 /// Writes an approved proposal into `agent/`, stages it in git, and activates its build.
-pub(super) async fn apply_change(view: &TurnView<'_>,
+pub(super) async fn apply_change(
+    view: &TurnView<'_>,
     call: &ToolCallRecord,
     id: &str,
     proposal: &Proposal,
@@ -145,7 +146,8 @@ pub(super) async fn apply_change(view: &TurnView<'_>,
 
 /// An approved proposal that could not be applied: the call fails with `text`, recorded as
 /// `change.denied` (`conflict: true`), with the approver.
-async fn refused_after_approval(view: &TurnView<'_>,
+async fn refused_after_approval(
+    view: &TurnView<'_>,
     call: &ToolCallRecord,
     id: &str,
     by: &str,

@@ -11,7 +11,8 @@ use crate::store::{Batch, CallStatus, ToolCallRecord};
 
 /// Drops a denied proposal: the staging folder is removed and the call settles as denied,
 /// with the principal's reason when they gave one.
-pub(super) async fn deny_change(view: &TurnView<'_>,
+pub(super) async fn deny_change(
+    view: &TurnView<'_>,
     call: &ToolCallRecord,
     id: &str,
     proposal: &Proposal,
@@ -34,9 +35,9 @@ pub(super) async fn deny_change(view: &TurnView<'_>,
             "The change `{id}` was denied by {by}. Reason: {r}\nNothing in the agent \
              folder changed."
         ),
-        None => format!(
-            "The change `{id}` was denied by {by}. Nothing in the agent folder changed."
-        ),
+        None => {
+            format!("The change `{id}` was denied by {by}. Nothing in the agent folder changed.")
+        }
     };
     Ok(ChangeStep::Settle(CallStatus::Denied, json!(text), batch))
 }

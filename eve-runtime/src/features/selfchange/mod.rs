@@ -313,9 +313,7 @@ impl TurnExtension for SelfChange {
 
 /// Moves a `propose_change` call on: stages a fresh one, applies an approved one, drops a
 /// denied one.
-async fn change_call(view: &TurnView<'_>,
-    call: &ToolCallRecord,
-) -> RuntimeResult<ChangeStep> {
+async fn change_call(view: &TurnView<'_>, call: &ToolCallRecord) -> RuntimeResult<ChangeStep> {
     let id = proposal_id(call);
     let proposal = match parse(&call.input) {
         Ok(p) => p,
@@ -357,10 +355,11 @@ async fn change_call(view: &TurnView<'_>,
 }
 
 /// The input request of a `propose_change` call, newest first.
-pub(super) async fn change_request(view: &TurnView<'_>,
+pub(super) async fn change_request(
+    view: &TurnView<'_>,
     call: &ToolCallRecord,
 ) -> RuntimeResult<Option<InputRequestRecord>> {
-    Ok(self
+    Ok(view
         .rt
         .inner
         .store

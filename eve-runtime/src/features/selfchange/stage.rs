@@ -444,10 +444,7 @@ impl CandidateView {
 
 /// The request shown for a staged proposal of `call`: kind and action (with `proposal`), read
 /// from the staging folder; `None` when `call` is no proposal or nothing is staged.
-pub(crate) fn staged_request(
-    state_dir: &Path,
-    call: &ToolCallRecord,
-) -> Option<(String, Value)> {
+pub(crate) fn staged_request(state_dir: &Path, call: &ToolCallRecord) -> Option<(String, Value)> {
     if call.name != PROPOSE_CHANGE {
         return None;
     }

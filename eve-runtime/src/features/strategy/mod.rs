@@ -27,9 +27,7 @@ use async_trait::async_trait;
 
 use crate::engine::RuntimeResult;
 use crate::engine::events as ev;
-use crate::engine::turn::seam::{
-    AnswerVerdict, Builtin, Handled, Shaped, TurnExtension, TurnView,
-};
+use crate::engine::turn::seam::{AnswerVerdict, Builtin, Handled, Shaped, TurnExtension, TurnView};
 use crate::model::{
     FinishReason, Message, ModelRequest, ModelResponse, SideError, ToolCall, ToolChoice, ToolSpec,
     Usage, side_call,
@@ -307,9 +305,15 @@ impl TurnExtension for StrategyFeature {
             ),
         };
         let (kind, data) = if status == CallStatus::Completed {
-            (ev::PLAN_CREATED, ev::plan_created(turn, turn.step_index, &output))
+            (
+                ev::PLAN_CREATED,
+                ev::plan_created(turn, turn.step_index, &output),
+            )
         } else {
-            (ev::PLAN_REJECTED, ev::plan_rejected(turn, turn.step_index, &output))
+            (
+                ev::PLAN_REJECTED,
+                ev::plan_rejected(turn, turn.step_index, &output),
+            )
         };
         let mut writes = Batch::new();
         writes.event(view.id(), kind, data);
