@@ -3,6 +3,7 @@
 pub mod engine;
 pub mod env_vars;
 pub mod exec;
+pub mod features;
 pub mod mcp;
 pub mod model;
 pub mod redact;

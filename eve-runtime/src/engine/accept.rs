@@ -212,7 +212,7 @@ impl Runtime {
                 Extra::Sender(sender) => {
                     if let Some(inbox_id) = &inbox_id {
                         batch.push(Op::Note(NoteOp::Put(NoteRecord {
-                            namespace: super::memory::sender_namespace(&id),
+                            namespace: crate::features::memory::sender_namespace(&id),
                             key: inbox_id.clone(),
                             text: sender,
                             created_at: now,

@@ -32,7 +32,7 @@ impl Runtime {
     }
 
     /// New work arrived: tell a running driver, or start one (when `autostart`).
-    pub(super) fn kick(&self, session: &str) {
+    pub(crate) fn kick(&self, session: &str) {
         if self.mark_dirty(session) {
             return;
         }
@@ -77,7 +77,7 @@ impl Runtime {
     }
 
     /// Registers a driver; `None` when one is already running (it is marked dirty instead).
-    pub(super) fn register(&self, session: &str) -> Option<CancellationToken> {
+    pub(crate) fn register(&self, session: &str) -> Option<CancellationToken> {
         let mut active = self.inner.active.lock().ok()?;
         if let Some(a) = active.get_mut(session) {
             a.dirty = true;
@@ -98,7 +98,7 @@ impl Runtime {
 
     /// Called when a driver found no work: unregisters unless new work arrived meanwhile (then
     /// returns `true`: go again).
-    pub(super) fn finish_or_continue(&self, session: &str) -> bool {
+    pub(crate) fn finish_or_continue(&self, session: &str) -> bool {
         let Ok(mut active) = self.inner.active.lock() else {
             return false;
         };
@@ -117,7 +117,7 @@ impl Runtime {
     }
 
     /// Unregisters a driver unconditionally (errors, lease lost).
-    pub(super) fn unregister(&self, session: &str) {
+    pub(crate) fn unregister(&self, session: &str) {
         if let Ok(mut active) = self.inner.active.lock()
             && let Some(a) = active.remove(session)
             && let Some(done) = a.done

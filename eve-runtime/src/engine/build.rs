@@ -86,23 +86,25 @@ impl LoadedBuild {
                 // The critic reviews answers; it is not a tool of the agent.
                 continue;
             }
-            let spec = super::subagents::tool_spec(sub);
+            let spec = crate::features::subagents::tool_spec(sub);
             validators.insert(&spec.name, &spec.input_schema);
             specs.push(spec);
         }
-        let observe_hooks = super::hooks::has_observe_hooks(agent);
+        let observe_hooks = crate::features::hooks::has_observe_hooks(agent);
         if !agent.skills.is_empty() {
             specs.push(load_skill_spec());
         }
         if let Some(memory) = &agent.config.memory
-            && !tools.iter().any(|t| t.name == super::memory::MEMORY_TOOL)
+            && !tools
+                .iter()
+                .any(|t| t.name == crate::features::memory::MEMORY_TOOL)
         {
-            let spec = super::memory::spec(memory);
+            let spec = crate::features::memory::spec(memory);
             validators.insert(&spec.name, &spec.input_schema);
             specs.push(spec);
         }
         if agent.config.self_change && agent.path.is_empty() {
-            specs.push(super::selfchange::spec());
+            specs.push(crate::features::selfchange::spec());
         }
         let files = std::path::absolute(dir.join(eve_compile::pack::FILES))
             .unwrap_or_else(|_| dir.join(eve_compile::pack::FILES));
@@ -499,12 +501,12 @@ impl BuildStore {
         {
             return Ok(build.clone());
         }
-        let view = match path.strip_suffix(super::strategy::WORKER_SUFFIX) {
+        let view = match path.strip_suffix(crate::features::strategy::WORKER_SUFFIX) {
             // The child sessions of a plan's steps: the agent itself, running `react`.
             Some(base) => {
                 let base = self.agent(hash, base)?;
                 let mut manifest = base.manifest.clone();
-                manifest.agent = super::strategy::worker_agent(&manifest.agent);
+                manifest.agent = crate::features::strategy::worker_agent(&manifest.agent);
                 Arc::new(
                     LoadedBuild::new(base.hash.clone(), base.dir.clone(), manifest)
                         .checked_by(&self.checks),

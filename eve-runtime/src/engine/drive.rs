@@ -2,13 +2,12 @@
 //! accepted messages from the inbox one turn at a time until nothing is left or a turn parks.
 //!
 //! This is the only place that holds a session's lease for turns (manual compaction takes it too,
-//! in [`super::compaction`]). Everything the loop reads from the store per message is one
+//! in [`crate::features::compaction`]). Everything the loop reads from the store per message is one
 //! [`crate::store::Store::drive_state`] call ([`load_drive_state`]), one consistent snapshot.
 
 use tokio_util::sync::CancellationToken;
 
 use super::events as ev;
-use super::subagents;
 use super::turn::{TurnDriver, TurnEnd};
 use super::{DriveOutcome, Runtime, RuntimeError, RuntimeResult};
 use crate::model::Message;
@@ -83,7 +82,7 @@ async fn drive_registered(
 
 /// Takes a session's lease for this runtime and remembers its fencing token, so every commit
 /// of the session carries it (see `Runtime::fence`).
-pub(super) async fn take_lease(rt: &Runtime, claim: &LeaseClaim) -> RuntimeResult<LeaseOutcome> {
+pub(crate) async fn take_lease(rt: &Runtime, claim: &LeaseClaim) -> RuntimeResult<LeaseOutcome> {
     let store = &rt.inner.store;
     let outcome = store.acquire_lease(claim).await?;
     if outcome == LeaseOutcome::Acquired {
@@ -107,7 +106,7 @@ pub(super) async fn take_lease(rt: &Runtime, claim: &LeaseClaim) -> RuntimeResul
 }
 
 /// Releases a lease taken with [`take_lease`] and forgets its token.
-pub(super) async fn give_back_lease(rt: &Runtime, claim: &LeaseClaim) {
+pub(crate) async fn give_back_lease(rt: &Runtime, claim: &LeaseClaim) {
     if let Ok(mut fences) = rt.inner.fences.lock() {
         fences.remove(&claim.session_id);
     }
@@ -122,7 +121,7 @@ pub(super) async fn give_back_lease(rt: &Runtime, claim: &LeaseClaim) {
 }
 
 /// A claim on `session`'s lease for one drive of this runtime (a fresh holder id each time).
-pub(super) fn lease_claim(rt: &Runtime, session: &str) -> LeaseClaim {
+pub(crate) fn lease_claim(rt: &Runtime, session: &str) -> LeaseClaim {
     LeaseClaim {
         session_id: session.to_owned(),
         holder: format!("{}:{}", rt.inner.holder, ulid::Ulid::new()),
@@ -170,7 +169,7 @@ async fn outcome_of(rt: &Runtime, state: DriveState) -> RuntimeResult<DriveOutco
                 .filter(|r| r.turn_seq == turn.seq)
                 .collect();
             if has_children {
-                pending.extend(subagents::descendant_pending(rt, &turn.session_id).await?);
+                pending.extend(descendant_pending(rt, &turn.session_id).await?);
             }
             DriveOutcome::WaitingInput(pending)
         }
@@ -191,7 +190,7 @@ async fn outcome_of(rt: &Runtime, state: DriveState) -> RuntimeResult<DriveOutco
     })
 }
 
-pub(super) async fn failure_message(rt: &Runtime, session: &str) -> Option<String> {
+pub(crate) async fn failure_message(rt: &Runtime, session: &str) -> Option<String> {
     let record = rt.inner.store.session(session).await.ok()??;
     failure_message_at(rt, session, record.event_count).await
 }
@@ -220,7 +219,7 @@ pub(super) async fn pending_for_turn(
         .into_iter()
         .filter(|r| r.turn_seq == turn.seq)
         .collect();
-    pending.extend(subagents::descendant_pending(rt, &turn.session_id).await?);
+    pending.extend(descendant_pending(rt, &turn.session_id).await?);
     Ok(pending)
 }
 
@@ -383,4 +382,16 @@ impl Runtime {
         }
         token
     }
+}
+
+/// Pending input requests of every session below `session` (none unless a loaded build has
+/// subagents).
+pub(crate) async fn descendant_pending(
+    rt: &Runtime,
+    session: &str,
+) -> RuntimeResult<Vec<InputRequestRecord>> {
+    if !rt.inner.builds.subagents_seen() {
+        return Ok(Vec::new());
+    }
+    Ok(rt.inner.store.descendant_requests(session).await?)
 }

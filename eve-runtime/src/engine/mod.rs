@@ -11,38 +11,25 @@
 
 mod accept;
 mod active;
-mod breakers;
 mod build;
-mod claims;
-mod compaction;
+pub(crate) mod claims;
 mod config;
-mod drive;
-mod dynamic;
+pub(crate) mod drive;
 mod error;
 pub mod events;
 mod follow;
-mod hollow;
-mod hook_delivery;
-mod hooks;
-mod lean;
-mod limits;
 mod live;
-pub mod memory;
 mod models;
-mod phases;
-mod probe;
 pub mod publish;
 mod releases;
 mod replies;
-mod review;
 mod run_tool;
 mod sandbox;
-pub mod selfchange;
-mod strategy;
-mod subagents;
-mod targets;
 mod tenancy;
-mod turn;
+pub(crate) mod turn;
+
+/// The features of a turn (`crate::features`), where callers of the engine found them before.
+pub use crate::features::{memory, selfchange};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -53,17 +40,17 @@ use eve_compile::Agent;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::features::breakers::{breaker_key, session_scoped as breaker_scope_is_session};
+pub use crate::features::hooks::delivery::{HookBacklog, PendingHookEvent};
 pub use crate::workspace::DEFAULT_MAX_BYTES as DEFAULT_WORKSPACE_MAX_BYTES;
 #[doc(hidden)]
 pub use crate::workspace::checkpoint_secrets_in_clear_for_tests;
 pub use accept::{Accept, Accepted, Extra, SessionRef};
-pub use breakers::{breaker_key, session_scoped as breaker_scope_is_session};
 pub use build::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_prompt};
 pub use config::{BreakerPolicy, DEFAULT_LEASE_TTL, ModelProvider, ResolvedModel, RuntimeConfig};
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::LOCAL_PRINCIPAL;
 pub use follow::EventFollower;
-pub use hook_delivery::{HookBacklog, PendingHookEvent};
 pub use live::LiveEvents;
 pub use models::{FixedModelProvider, SettingsModelProvider};
 pub use releases::{
@@ -118,11 +105,11 @@ pub(crate) struct Inner {
     pub(crate) fences: Mutex<HashMap<String, u64>>,
     pub(crate) breakers: tokio::sync::Mutex<HashMap<String, BreakerRecord>>,
     /// Sessions whose breaker of a tool opened lately, by the tool's agent-wide key.
-    pub(crate) breaker_trips: Mutex<breakers::Trips>,
+    pub(crate) breaker_trips: Mutex<crate::features::breakers::Trips>,
     /// MCP managers by the JSON of their connections.
     pub(crate) mcp: Mutex<HashMap<String, crate::mcp::McpManager>>,
     /// Delivery of events to observe hooks.
-    pub(crate) hooks: hook_delivery::HookState,
+    pub(crate) hooks: crate::features::hooks::delivery::HookState,
     /// Context windows the providers reported, by model id and client: asked once per runtime.
     pub(crate) windows: Mutex<HashMap<String, u64>>,
     /// Channel replies followed by this runtime.
@@ -208,9 +195,9 @@ impl Runtime {
                 active: Mutex::new(HashMap::new()),
                 fences: Mutex::new(HashMap::new()),
                 breakers: tokio::sync::Mutex::new(HashMap::new()),
-                breaker_trips: Mutex::new(breakers::Trips::default()),
+                breaker_trips: Mutex::new(crate::features::breakers::Trips::default()),
                 mcp: Mutex::new(HashMap::new()),
-                hooks: hook_delivery::HookState::default(),
+                hooks: crate::features::hooks::delivery::HookState::default(),
                 windows: Mutex::new(HashMap::new()),
                 following: replies::Following::default(),
                 http: crate::tools::HttpClient::new(),
@@ -305,7 +292,7 @@ impl Runtime {
 
     /// Compacts the context of an idle session now.
     pub async fn compact(&self, session: &str) -> RuntimeResult<()> {
-        compaction::manual_compact(self, session).await
+        crate::features::compaction::manual_compact(self, session).await
     }
 
     /// Empties the context of an idle session (the history stays in the store).
@@ -573,7 +560,11 @@ impl Runtime {
             .ok_or_else(|| RuntimeError::SessionNotFound(session.to_owned()))
     }
 
-    async fn require_idle(&self, session: &str, what: &str) -> RuntimeResult<SessionRecord> {
+    pub(crate) async fn require_idle(
+        &self,
+        session: &str,
+        what: &str,
+    ) -> RuntimeResult<SessionRecord> {
         let record = self.require_session(session).await?;
         if record.status != SessionStatus::Idle || self.is_active(session) {
             return Err(RuntimeError::SessionNotActive {

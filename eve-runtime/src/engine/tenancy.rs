@@ -14,8 +14,8 @@
 //! ([`Runtime::asker`]), or an operator.
 
 use super::events::LOCAL_PRINCIPAL;
-use super::memory::sender_namespace;
 use super::{Runtime, RuntimeError, RuntimeResult};
+use crate::features::memory::sender_namespace;
 use crate::store::{SessionFilter, SessionRecord};
 
 /// Who acts on sessions, as the caller was authenticated: its principal id (`jwt:<sub>`,

@@ -13,7 +13,9 @@
 pub mod anthropic;
 pub mod mock;
 pub mod openai;
+mod side;
 pub mod sse;
+pub use side::{SideError, side_call};
 mod transport;
 mod usage;
 pub mod windows;

@@ -1,24 +1,18 @@
-//! Tool dispatch: settling the calls a step asked for. Each call is decided (skill load, unknown
-//! tool, denied, interrupted, invalid input, breaker open, needs approval, or run), the runnable
-//! ones run in parallel in the session workspace against their target (build tool, MCP, dynamic
-//! tool, subagent), and each result is journaled with its message and `action.result`.
+//! Tool dispatch: settling the calls a step asked for. Each call is decided (skill load, a
+//! built-in tool of a feature, refused by a feature's gate, unknown tool, denied, interrupted,
+//! invalid input, needs approval, or run), the runnable ones run in parallel in the session
+//! workspace ([`super::run`]), and each result is journaled with its message and `action.result`.
 
-use std::time::Duration;
-
-use eve_compile::{Approval, Effect};
+use eve_compile::{Approval, Effect, Tool};
 use serde_json::{Value, json};
 
-use super::{TurnDriver, TurnEnd, content_for_model};
-use crate::engine::drive::pending_for_turn;
+use super::seam::{AskAs, GateAt, Handled, InputVerdict};
+use super::{TurnDriver, TurnEnd, content_for_model, view};
+use crate::engine::RuntimeResult;
+use crate::engine::drive::{descendant_pending, pending_for_turn};
 use crate::engine::events as ev;
-use crate::engine::limits::sleep_until_opt;
-use crate::engine::{
-    RuntimeError, RuntimeResult, dynamic, hooks, phases, review, selfchange, strategy, subagents,
-    targets,
-};
 use crate::model::Message;
 use crate::store::*;
-use crate::tools::{ToolContext, ToolResult, prepare_workspace};
 
 /// What to do with one unsettled call.
 enum Decision {
@@ -29,15 +23,17 @@ enum Decision {
     Ask(String, Option<Value>),
     /// Ask the reviewer of an `approval: auto` tool, with the input the hooks let through.
     Review(Option<Value>),
-    /// A call of the built-in `memory` tool: settled in-process with its note writes.
-    Memory,
-    /// A call of the built-in `propose_change` tool: staged, applied or dropped (`selfchange`).
-    Change,
+    /// A call of a feature's built-in tool (the index of the feature in the turn's list).
+    Builtin(usize),
     Wait,
 }
 
 impl TurnDriver<'_> {
-    async fn decide(&mut self, call: &ToolCallRecord) -> RuntimeResult<Decision> {
+    async fn decide(
+        &mut self,
+        turn: &TurnRecord,
+        call: &ToolCallRecord,
+    ) -> RuntimeResult<Decision> {
         if call.kind == "load-skill" {
             let name = call.input.get("name").and_then(Value::as_str).unwrap_or("");
             return Ok(match self.build.manifest.agent.skill(name) {
@@ -67,36 +63,19 @@ impl TurnDriver<'_> {
                 }
             });
         }
-        if self.is_memory_call(&call.name) {
-            return Ok(Decision::Memory);
+        if let Some(index) = self.builtin(turn, &call.name) {
+            return Ok(Decision::Builtin(index));
         }
-        if self.is_change_call(&call.name) {
-            return Ok(match call.approval {
-                ApprovalState::Pending => Decision::Wait,
-                _ => Decision::Change,
-            });
-        }
-        if call.name == strategy::SUBMIT_PLAN && self.plans() {
-            return Ok(match strategy::validate_plan(&call.input) {
-                Ok(steps) => Decision::Settle(CallStatus::Completed, strategy::plan_json(&steps)),
-                Err(errors) => Decision::Settle(
-                    CallStatus::Failed,
-                    json!(format!(
-                        "The plan was not accepted; submit a corrected one:\n{}",
-                        errors
-                            .iter()
-                            .map(|e| format!("- {e}"))
-                            .collect::<Vec<_>>()
-                            .join("\n")
-                    )),
-                ),
-            });
-        }
-        if self.withdrawn(&call.name) {
-            return Ok(Decision::Settle(
-                CallStatus::Failed,
-                json!(phases::withdrawn_refusal(&call.name)),
-            ));
+        {
+            let view = view!(self, turn);
+            for feature in &mut self.features {
+                if let Some(refusal) = feature
+                    .gate_call(&view, call, &call.name, GateAt::Offered)
+                    .await?
+                {
+                    return Ok(Decision::Settle(CallStatus::Failed, json!(refusal)));
+                }
+            }
         }
         let Some(tool) = self.target(&call.name, &call.input).map(|t| t.policy) else {
             return Ok(Decision::Settle(
@@ -158,8 +137,16 @@ impl TurnDriver<'_> {
                 )),
             ));
         }
-        if let Some(message) = self.breaker_refusal(&tool.name).await? {
-            return Ok(Decision::Settle(CallStatus::Failed, json!(message)));
+        {
+            let view = view!(self, turn);
+            for feature in &mut self.features {
+                if let Some(refusal) = feature
+                    .gate_call(&view, call, &tool.name, GateAt::Run)
+                    .await?
+                {
+                    return Ok(Decision::Settle(CallStatus::Failed, json!(refusal)));
+                }
+            }
         }
         let auto = tool.approval == Approval::Auto && call.approval == ApprovalState::None;
         if auto || (call.approval == ApprovalState::None && self.needs_approval(&tool)) {
@@ -174,16 +161,16 @@ impl TurnDriver<'_> {
             let workspace = self.workspace()?;
             return Ok(
                 match self
-                    .tool_before(&resolved.as_called(call), &workspace)
+                    .check_input(turn, &resolved.as_called(call), &workspace)
                     .await
                 {
-                    hooks::Verdict::Deny(reason) => {
+                    InputVerdict::Deny(reason) => {
                         Decision::Settle(CallStatus::Denied, json!(reason))
                     }
-                    hooks::Verdict::Allow(input) if auto => {
+                    InputVerdict::Allow(input) if auto => {
                         Decision::Review(Some(resolved.with_input(&call.input, input)))
                     }
-                    hooks::Verdict::Allow(input) => Decision::Ask(
+                    InputVerdict::Allow(input) => Decision::Ask(
                         format!("Approve {}?", tool.name),
                         Some(resolved.with_input(&call.input, input)),
                     ),
@@ -193,48 +180,61 @@ impl TurnDriver<'_> {
         Ok(Decision::Run)
     }
 
-    /// Asks the reviewer about each `approval: auto` call in `reviews`. A call judged safe is
-    /// journaled `reviewed` with its verdict, then joins `to_run`; any other joins `asks`, and its
-    /// verdict is returned to be committed with the approval requests.
-    async fn review_calls(
+    /// The feature answering `name` when it is a built-in tool of this turn (the table is made
+    /// from the features once per turn run).
+    fn builtin(&mut self, turn: &TurnRecord, name: &str) -> Option<usize> {
+        self.builtin_table(turn).get(name).map(|(index, _)| *index)
+    }
+
+    /// The turn's built-in tools: name, the feature answering it, its policy.
+    fn builtin_table(
         &mut self,
-        turn: &mut TurnRecord,
-        step: u64,
-        reviews: Vec<ToolCallRecord>,
-        to_run: &mut Vec<ToolCallRecord>,
-        asks: &mut Vec<(ToolCallRecord, String)>,
-    ) -> RuntimeResult<Batch> {
-        let mut asked = Batch::new();
-        for mut call in reviews {
-            let Some(resolved) = self.target(&call.name, &call.input) else {
-                continue;
-            };
-            let input = resolved.as_called(&call).input.clone();
-            let (verdict, data) = self
-                .review_call(turn, &call.call_id, &resolved.policy, &input)
-                .await;
-            let data = ev::approval_reviewed(turn, step, data);
-            if let review::Verdict::Safe(_) = verdict {
-                call.approval = ApprovalState::Reviewed;
-                let mut batch = Batch::new();
-                batch
-                    .event(self.id(), ev::APPROVAL_REVIEWED, data)
-                    .push(Op::PutToolCall(call.clone()))
-                    .push(Op::UpdateSession(self.session.clone()))
-                    .push(Op::PutTurn(turn.clone()));
-                self.rt.commit(batch).await?;
-                to_run.push(call);
-            } else {
-                asked.event(self.id(), ev::APPROVAL_REVIEWED, data);
-                asks.push((call, verdict.prompt(&resolved.policy.name)));
+        turn: &TurnRecord,
+    ) -> &std::collections::HashMap<String, (usize, Option<Tool>)> {
+        if self.builtins.is_none() {
+            let view = view!(self, turn);
+            let mut table = std::collections::HashMap::new();
+            for (index, feature) in self.features.iter().enumerate() {
+                for builtin in feature.builtins(&view) {
+                    table.entry(builtin.name).or_insert((index, builtin.policy));
+                }
+            }
+            self.builtins = Some(table);
+        }
+        self.builtins.get_or_insert_with(Default::default)
+    }
+
+    /// The policy a call of `name` is journaled and approved under: a built-in tool's, else the
+    /// tool it resolves to.
+    pub(super) fn policy_of(
+        &mut self,
+        turn: &TurnRecord,
+        name: &str,
+        input: &Value,
+    ) -> Option<Tool> {
+        if let Some((_, policy)) = self.builtin_table(turn).get(name) {
+            return policy.clone();
+        }
+        self.target(name, input).map(|t| t.policy)
+    }
+
+    /// The features' verdict on a call before it is reviewed, asked about or run (`tool.before`
+    /// hooks): each sees the input the one before let through.
+    pub(super) async fn check_input(
+        &self,
+        turn: &TurnRecord,
+        call: &ToolCallRecord,
+        workspace: &std::path::Path,
+    ) -> InputVerdict {
+        let view = view!(self, turn);
+        let mut input = call.input.clone();
+        for feature in &self.features {
+            match feature.check_input(&view, call, input, workspace).await {
+                InputVerdict::Allow(next) => input = next,
+                deny => return deny,
             }
         }
-        if !asked.is_empty() {
-            asked
-                .push(Op::UpdateSession(self.session.clone()))
-                .push(Op::PutTurn(turn.clone()));
-        }
-        Ok(asked)
+        InputVerdict::Allow(input)
     }
 
     /// Settles every unsettled call of the turn. Returns `Some` when the turn parks or ends.
@@ -243,7 +243,6 @@ impl TurnDriver<'_> {
         turn: &mut TurnRecord,
     ) -> RuntimeResult<Option<TurnEnd>> {
         self.ensure_extra().await?;
-        self.step_phase(turn).await?;
         let calls: Vec<ToolCallRecord> = match self.fresh_calls.take() {
             Some(calls) => calls,
             None => self
@@ -258,7 +257,7 @@ impl TurnDriver<'_> {
         };
         let step = turn.step_index;
         let mut to_run = Vec::new();
-        let mut asks: Vec<(ToolCallRecord, String)> = Vec::new();
+        let mut asks: Vec<(ToolCallRecord, String, Option<AskAs>)> = Vec::new();
         let mut settled: Vec<(u64, Message)> = Vec::new();
         let mut once_approved = Vec::new();
         // A subagent call whose child parked on input stays running; the turn parks on the
@@ -271,7 +270,7 @@ impl TurnDriver<'_> {
         let mut waits = false;
         let mut reviews: Vec<ToolCallRecord> = Vec::new();
         for call in calls {
-            match self.decide(&call).await? {
+            match self.decide(turn, &call).await? {
                 Decision::Settle(status, output) => {
                     if call.kind == "load-skill" && status == CallStatus::Completed {
                         let name = call.input["name"].as_str().unwrap_or_default().to_owned();
@@ -280,14 +279,6 @@ impl TurnDriver<'_> {
                         }
                     }
                     let mut batch = Batch::new();
-                    if call.name == strategy::SUBMIT_PLAN && self.plans() {
-                        let (kind, data) = if status == CallStatus::Completed {
-                            (ev::PLAN_CREATED, ev::plan_created(turn, step, &output))
-                        } else {
-                            (ev::PLAN_REJECTED, ev::plan_rejected(turn, step, &output))
-                        };
-                        batch.event(self.id(), kind, data);
-                    }
                     let message =
                         self.settle_into(&mut batch, turn, step, call, status, output, None)?;
                     inline.push((batch, message));
@@ -309,7 +300,7 @@ impl TurnDriver<'_> {
                     if let Some(input) = input {
                         call.input = input;
                     }
-                    asks.push((call, prompt));
+                    asks.push((call, prompt, None));
                 }
                 Decision::Review(input) => {
                     let mut call = call;
@@ -318,32 +309,32 @@ impl TurnDriver<'_> {
                     }
                     reviews.push(call);
                 }
-                Decision::Memory => {
-                    let (ok, output, mut batch) = self.memory_call(turn, &call.input).await?;
-                    let status = if ok {
-                        CallStatus::Completed
-                    } else {
-                        CallStatus::Failed
+                Decision::Builtin(index) => {
+                    let handled = {
+                        let view = view!(self, &*turn);
+                        self.features[index].call_builtin(&view, &call).await?
                     };
-                    let message = self.settle_into(
-                        &mut batch,
-                        turn,
-                        step,
-                        call,
-                        status,
-                        json!(output),
-                        None,
-                    )?;
-                    inline.push((batch, message));
-                }
-                Decision::Change => match self.change_call(&call).await? {
-                    selfchange::ChangeStep::Settle(status, output, mut batch) => {
-                        let message =
-                            self.settle_into(&mut batch, turn, step, call, status, output, None)?;
-                        inline.push((batch, message));
+                    match handled {
+                        Handled::Settle {
+                            status,
+                            output,
+                            mut writes,
+                        } => {
+                            let message = self.settle_into(
+                                &mut writes,
+                                turn,
+                                step,
+                                call,
+                                status,
+                                output,
+                                None,
+                            )?;
+                            inline.push((writes, message));
+                        }
+                        Handled::Ask { prompt, request } => asks.push((call, prompt, request)),
+                        Handled::Wait => waits = true,
                     }
-                    selfchange::ChangeStep::Ask(prompt) => asks.push((call, prompt)),
-                },
+                }
                 Decision::Wait => waits = true,
             }
         }
@@ -423,7 +414,7 @@ impl TurnDriver<'_> {
         let pending = if alone {
             // Nothing was asked and no call waits on an answer, so the turn has no pending
             // request of its own (a request and its call's approval change together).
-            subagents::descendant_pending(self.rt, &turn.session_id).await?
+            descendant_pending(self.rt, &turn.session_id).await?
         } else {
             pending_for_turn(self.rt, turn).await?
         };
@@ -483,236 +474,6 @@ impl TurnDriver<'_> {
         Ok(None)
     }
 
-    pub(in crate::engine) fn workspace(&self) -> RuntimeResult<std::path::PathBuf> {
-        let dir = self
-            .rt
-            .inner
-            .config
-            .state_dir
-            .join("sandboxes")
-            .join(&self.session.id);
-        if dir.is_dir() {
-            return Ok(dir);
-        }
-        let seeds = &self.build.manifest.agent.sandbox.workspace;
-        let seed_root = if seeds.is_empty() {
-            std::path::PathBuf::new()
-        } else {
-            self.build.files()?
-        };
-        prepare_workspace(&dir, &seed_root, seeds).map_err(|e| {
-            RuntimeError::Other(format!("cannot prepare the session workspace: {e}"))
-        })?;
-        Ok(dir)
-    }
-
-    pub(in crate::engine) async fn run_call(
-        &self,
-        turn: &TurnRecord,
-        step: u64,
-        mut call: ToolCallRecord,
-        workspace: std::path::PathBuf,
-    ) -> RuntimeResult<Option<(u64, Message)>> {
-        let Some(resolved) = self.target(&call.name, &call.input) else {
-            return self
-                .settle(
-                    turn,
-                    step,
-                    call,
-                    CallStatus::Failed,
-                    json!("unknown tool"),
-                    None,
-                )
-                .await
-                .map(Some);
-        };
-        // `tool.before` hooks see a call once, before it first runs (an interrupted call that is
-        // picked up again was already allowed, with its journaled input; a call a principal was
-        // asked about passed them before it was asked, in `decide`).
-        if call.status == CallStatus::Pending && call.approval == ApprovalState::None {
-            // A `call_tool` call is shown to the hooks as the call of the tool it names.
-            let verdict = self
-                .tool_before(&resolved.as_called(&call), &workspace)
-                .await;
-            match verdict {
-                hooks::Verdict::Allow(input) => {
-                    call.input = resolved.with_input(&call.input, input)
-                }
-                hooks::Verdict::Deny(reason) => {
-                    return self
-                        .settle(turn, step, call, CallStatus::Denied, json!(reason), None)
-                        .await
-                        .map(Some);
-                }
-            }
-        }
-        let tool = &resolved.policy;
-        if let targets::Target::Subagent(sub) = &resolved.target {
-            return self.run_subagent(turn, step, call, sub).await;
-        }
-        call.status = CallStatus::Running;
-        call.attempts = call.attempts.saturating_add(1);
-        call.started_at = Some(now_ms());
-        let mut batch = if tool.effect == Effect::Write {
-            Batch::durable()
-        } else {
-            Batch::new()
-        };
-        batch.push(Op::PutToolCall(call.clone()));
-        self.rt.commit(batch).await?;
-        let files = match &resolved.target {
-            targets::Target::Build(tool) if crate::tools::needs_files(tool) => self.build.files(),
-            _ => Ok(self.build.dir.join(eve_compile::pack::FILES)),
-        };
-        let agent_dir = match files {
-            Ok(dir) => dir,
-            Err(e) => {
-                return self
-                    .settle(
-                        turn,
-                        step,
-                        call,
-                        CallStatus::Failed,
-                        json!(e.to_string()),
-                        None,
-                    )
-                    .await
-                    .map(Some);
-            }
-        };
-        let agent = &self.build.manifest.agent;
-        let effective = match &resolved.target {
-            targets::Target::Build(tool) => agent.effective_sandbox(tool),
-            targets::Target::Dynamic(_, provider) => agent.effective_sandbox(provider),
-            _ => None,
-        };
-        let confinement = self
-            .rt
-            .confinement(agent, effective, Some(&workspace), Some(&agent_dir));
-        let ctx = ToolContext {
-            session_id: self.session.id.clone(),
-            call_id: call.call_id.clone(),
-            idempotency_key: call.idempotency_key.clone(),
-            workspace,
-            agent_dir,
-            env: self.rt.inner.config.env.clone(),
-            http: self.rt.inner.http.clone(),
-            exec: self.rt.inner.exec.clone(),
-            confinement,
-            network: match &resolved.target {
-                targets::Target::Build(tool) => agent
-                    .sandbox
-                    .tools
-                    .get(&tool.name)
-                    .and_then(|own| own.network.clone()),
-                _ => None,
-            },
-        };
-        let token = self.cancel.child_token();
-        let input = resolved.run_input(&call.input);
-        let run: std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send + '_>> =
-            match &resolved.target {
-                targets::Target::Build(tool) => {
-                    Box::pin(self.rt.run_tool(tool, &input, &ctx, token.clone()))
-                }
-                targets::Target::Mcp(manager) => {
-                    let (manager, name, input, token) = (
-                        manager.clone(),
-                        call.name.clone(),
-                        input.clone(),
-                        token.clone(),
-                    );
-                    Box::pin(async move { manager.call(&name, input, token).await })
-                }
-                targets::Target::Catalogue(manager) => {
-                    let (manager, name, input, token) = (
-                        manager.clone(),
-                        call.name.clone(),
-                        input.clone(),
-                        token.clone(),
-                    );
-                    Box::pin(async move {
-                        manager
-                            .call_catalogue(&name, input, token)
-                            .await
-                            .unwrap_or_else(|| {
-                                ToolResult::failure("not a catalogue tool", Duration::ZERO)
-                            })
-                    })
-                }
-                targets::Target::Dynamic(record, provider) => Box::pin(dynamic::run_dynamic(
-                    self.rt,
-                    record,
-                    provider,
-                    &input,
-                    ctx.clone(),
-                    token.clone(),
-                )),
-                targets::Target::Subagent(_) => Box::pin(async {
-                    ToolResult::failure("a subagent call cannot run as a tool", Duration::ZERO)
-                }),
-            };
-        let mut run = run;
-        let deadline = self.deadline(turn);
-        let result: ToolResult = tokio::select! {
-            r = &mut run => r,
-            () = sleep_until_opt(deadline) => { token.cancel(); run.await }
-        };
-        if self.cancel.is_cancelled() {
-            return self
-                .settle(
-                    turn,
-                    step,
-                    call,
-                    CallStatus::Cancelled,
-                    json!("The turn was cancelled while this call ran; its outcome is unknown."),
-                    None,
-                )
-                .await
-                .map(Some);
-        }
-        let (status, output) = if result.ok {
-            (CallStatus::Completed, result.output.clone())
-        } else {
-            let error = result
-                .error
-                .clone()
-                .unwrap_or_else(|| "the tool failed".to_owned());
-            let text = match &result.output {
-                Value::Null => error,
-                Value::String(s) if s.is_empty() => error,
-                other => format!("{error}\n{}", content_for_model(other)),
-            };
-            (CallStatus::Failed, json!(text))
-        };
-        // Redacted before anything keeps it, then fitted to the model's window (the whole
-        // output saved in the workspace when it is cut).
-        let mut output = output;
-        self.rt.secrets().redact_json(&mut output);
-        let output = self.fit_output(&call, output, &ctx).await;
-        // A refused input is the caller's mistake, not a failure of the tool.
-        let breakers = if result.input_refused {
-            Vec::new()
-        } else {
-            self.breaker_outcome(&tool.name, result.ok).await?
-        };
-        // Refused destinations are events, committed with the result that reports them.
-        let mut batch = Batch::new();
-        for b in breakers {
-            batch.push(Op::PutBreaker(b));
-        }
-        for refused in &result.refused {
-            batch.event(
-                self.id(),
-                ev::EGRESS_REFUSED,
-                ev::egress_refused(turn, step, &call, refused),
-            );
-        }
-        self.settle_with(batch, turn, step, call, status, output, None)
-            .await
-            .map(Some)
-    }
-
     /// Records a call's result, its message and its `action.result` in one commit.
     pub(in crate::engine) async fn settle(
         &self,
@@ -729,7 +490,7 @@ impl TurnDriver<'_> {
 
     /// [`Self::settle`], committing `batch`'s operations first in the same commit.
     #[allow(clippy::too_many_arguments)]
-    async fn settle_with(
+    pub(super) async fn settle_with(
         &self,
         mut batch: Batch,
         turn: &TurnRecord,

@@ -1,4 +1,5 @@
-//! One turn as a durable state machine: the [`TurnDriver`] moving a stored turn forward.
+//! One turn as a durable state machine: the turn core, the [`TurnDriver`] moving a stored turn
+//! forward, and the [`seam`] its features plug into.
 //!
 //! A turn is a small state machine stored in its row (`phase`, `step_index`, `step_started`):
 //! `model` (call the model for this step), `tools` (settle the calls it asked for, then complete
@@ -8,34 +9,39 @@
 //! process) knows what to do next from that row and the turn's tool calls alone.
 //!
 //! This module holds the machine itself and how a turn ends; a step's model call and journal live
-//! in [`step`], settling tool calls in [`calls`] (a long result cut to the model's window in
-//! [`fit`]), approvals in [`approval`]. Limits, compaction and
-//! breakers, which a turn consults, are the engine's [`super::limits`], [`super::compaction`] and
-//! [`super::breakers`].
+//! in [`step`], deciding and settling tool calls in [`calls`] (running one in [`run`], a long
+//! result cut to the model's window in [`fit`]), approvals in [`approvals`], the turn's tools in
+//! [`tools`], its limits in [`limits`]. Everything else a turn does is a feature
+//! (`crate::features`) behind the [`seam`]: the core calls its hooks at fixed points and commits
+//! what they add.
 
-mod approval;
-pub(crate) use approval::Answer;
+mod approvals;
+pub(crate) use approvals::Answer;
 mod calls;
 mod fit;
+mod limits;
 mod pin;
-mod prompt;
+mod run;
+pub(crate) mod seam;
 mod step;
+pub(super) mod tools;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use eve_compile::Effect;
+use eve_compile::{Effect, Tool};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
+use self::seam::TurnExtension;
 use super::build::LoadedBuild;
 use super::drive::pending_for_turn;
 use super::events as ev;
-use super::targets;
-use super::{ResolvedModel, Runtime, RuntimeResult};
+use super::{ResolvedModel, Runtime, RuntimeError, RuntimeResult};
 use crate::model::{Message, ModelResponse};
 use crate::store::*;
+use crate::tools::{ToolContext, prepare_workspace};
 
 /// How a turn run ended.
 pub(super) enum TurnEnd {
@@ -84,42 +90,110 @@ fn content_for_model(output: &Value) -> String {
     }
 }
 
+/// The workspace of `session`, prepared (seeded from `build`) on first use.
+fn workspace_of(
+    rt: &Runtime,
+    build: &LoadedBuild,
+    session: &str,
+) -> RuntimeResult<std::path::PathBuf> {
+    let dir = rt.inner.config.state_dir.join("sandboxes").join(session);
+    if dir.is_dir() {
+        return Ok(dir);
+    }
+    let seeds = &build.manifest.agent.sandbox.workspace;
+    let seed_root = if seeds.is_empty() {
+        std::path::PathBuf::new()
+    } else {
+        build.files()?
+    };
+    prepare_workspace(&dir, &seed_root, seeds)
+        .map_err(|e| RuntimeError::Other(format!("cannot prepare the session workspace: {e}")))?;
+    Ok(dir)
+}
+
+/// The context of one process started for a turn of `session` (see [`TurnView::tool_context`]).
+#[allow(clippy::too_many_arguments)]
+fn tool_context(
+    rt: &Runtime,
+    build: &LoadedBuild,
+    session: &str,
+    call_id: String,
+    idempotency_key: String,
+    workspace: std::path::PathBuf,
+    agent_dir: std::path::PathBuf,
+    sandbox: Option<eve_compile::EffectiveSandbox>,
+) -> ToolContext {
+    let confinement = rt.confinement(
+        &build.manifest.agent,
+        sandbox,
+        Some(&workspace),
+        Some(&agent_dir),
+    );
+    ToolContext {
+        session_id: session.to_owned(),
+        call_id,
+        idempotency_key,
+        workspace,
+        agent_dir,
+        env: rt.inner.config.env.clone(),
+        http: rt.inner.http.clone(),
+        exec: rt.inner.exec.clone(),
+        confinement,
+        network: None,
+    }
+}
+
+/// The [`TurnView`] of a driver for `$turn`, built from its fields (so the driver's features
+/// can be borrowed mutably beside it).
+macro_rules! view {
+    ($d:expr, $turn:expr) => {
+        $crate::engine::turn::seam::TurnView {
+            rt: $d.rt,
+            session: &$d.session,
+            root: &$d.root,
+            build: &$d.build,
+            model: &$d.model,
+            turn: $turn,
+            cancel: &$d.cancel,
+            budget: $d.budget,
+            context: $d.context.as_deref().unwrap_or(&[]),
+            last_tokens: $d.last_tokens,
+            extra: $d.extra.as_ref(),
+        }
+    };
+}
+use view;
+
 pub(super) struct TurnDriver<'a> {
-    pub(super) rt: &'a Runtime,
-    pub(super) session: SessionRecord,
+    rt: &'a Runtime,
+    session: SessionRecord,
     /// The root session of this session's tree (its own id for a root session).
-    pub(super) root: String,
-    pub(super) build: Arc<LoadedBuild>,
-    pub(super) model: ResolvedModel,
-    pub(super) cancel: CancellationToken,
-    pub(super) context: Option<Vec<Message>>,
+    root: String,
+    build: Arc<LoadedBuild>,
+    model: ResolvedModel,
+    cancel: CancellationToken,
+    context: Option<Vec<Message>>,
     pub(super) last_tokens: u64,
-    pub(super) window: Option<Option<u64>>,
     /// Calls the last journaled response asked for (saves re-reading them to settle).
-    pub(super) fresh_calls: Option<Vec<ToolCallRecord>>,
+    fresh_calls: Option<Vec<ToolCallRecord>>,
     /// Call ids used in this turn so far (loaded once).
-    pub(super) call_ids: Option<HashSet<String>>,
+    call_ids: Option<HashSet<String>>,
     /// Usage of the step the model just answered, for `step.completed`.
-    pub(super) last_usage: Option<(u64, Value)>,
+    last_usage: Option<(u64, Value)>,
     /// MCP and dynamic tools of this turn run (loaded on first need).
-    pub(super) extra: Option<targets::Extra>,
+    extra: Option<tools::Extra>,
     /// What a subagent's turn may spend, passed down by its parent.
     pub(super) budget: Option<Budget>,
     /// The session's cancel flag as read with the last step's final commit, for the next
     /// step's check (`Some(None)`: the session row was not found).
-    pub(super) next_cancel: Option<Option<bool>>,
-    /// What the system prompt carries beyond the build's: the environment probe's text and the
-    /// memory block (loaded on first need; cleared when the agent writes a note).
-    pub(super) pinned: Option<String>,
-    /// The sender of the turn's message (the `user` memory scope), once read.
-    pub(super) sender: Option<Option<String>>,
-    /// This step's model call is first told to save what matters (the context is near full).
-    pub(super) save_nudge: bool,
-    /// The `limits.phases` phase of the current step (computed once per step).
-    pub(in crate::engine) phase: Option<super::phases::StepPhase>,
+    next_cancel: Option<Option<bool>>,
     /// Writes of this step held back to go out with its next commit (`step.started`, the
     /// journal of a response whose calls all settle without running): see [`step`].
-    pub(super) held: Option<Batch>,
+    held: Option<Batch>,
+    /// The turn's features, in the order their hooks are called.
+    features: Vec<Box<dyn TurnExtension>>,
+    /// The built-in tools of the turn: name, the feature answering it, its policy.
+    builtins: Option<HashMap<String, (usize, Option<Tool>)>>,
 }
 
 impl<'a> TurnDriver<'a> {
@@ -162,7 +236,14 @@ impl<'a> TurnDriver<'a> {
             .unwrap_or_else(|e| {
                 crate::engine::models::UnavailableModel::resolved(&build.manifest.agent, &e)
             });
+        let features = crate::features::for_turn(&build);
+        tracing::debug!(
+            session = %session.id,
+            features = %features.iter().map(|f| f.name()).collect::<Vec<_>>().join(","),
+            "the turn's features"
+        );
         Ok(Self {
+            features,
             rt,
             session,
             root,
@@ -174,31 +255,16 @@ impl<'a> TurnDriver<'a> {
             fresh_calls: None,
             call_ids: None,
             last_usage: None,
-            window: None,
             extra: None,
             budget: None,
             next_cancel: None,
-            pinned: None,
-            sender: None,
-            save_nudge: false,
-            phase: None,
             held: None,
+            builtins: None,
         })
     }
 
     pub(in crate::engine) fn id(&self) -> &str {
         &self.session.id
-    }
-
-    /// The key under which state shared between sessions (memory notes of the `agent` and `user`
-    /// scopes, per-agent breakers) is kept for `name`: `name` itself, or `name@root` when every
-    /// root session is a world of its own ([`super::RuntimeConfig::isolated_roots`]).
-    pub(in crate::engine) fn shared_key(&self, name: &str) -> String {
-        if self.rt.inner.config.isolated_roots {
-            format!("{name}@{}", self.root)
-        } else {
-            name.to_owned()
-        }
     }
 
     /// Moves `turn` forward until it ends or parks. A subagent's [`Self::budget`] is set by the
@@ -257,10 +323,7 @@ impl<'a> TurnDriver<'a> {
                             return self.end_failed(turn, code, &message, None).await;
                         }
                         Err(CallError::ContextTooLong(message)) => {
-                            match self
-                                .compact_after_overflow(&turn, overflow_compacted)
-                                .await?
-                            {
+                            match self.make_room(&turn, overflow_compacted).await? {
                                 Ok(()) => overflow_compacted = true,
                                 Err(why) => {
                                     let text = format!("{message}; {why}");
@@ -316,6 +379,32 @@ impl<'a> TurnDriver<'a> {
         Ok(())
     }
 
+    /// After the provider answered "context too long" for this step: a feature makes room (a
+    /// compaction), so the caller can call the model again. `Err(why)` when none can.
+    async fn make_room(
+        &mut self,
+        turn: &TurnRecord,
+        already_compacted: bool,
+    ) -> RuntimeResult<Result<(), String>> {
+        let view = view!(self, turn);
+        let mut answer = Err("nothing can make room in this turn".to_owned());
+        for feature in &mut self.features {
+            if let Some(made) = feature.context_overflow(&view, already_compacted).await? {
+                answer = made;
+                break;
+            }
+        }
+        match answer {
+            Ok(writes) => {
+                self.rt.commit(writes).await?;
+                self.context = None;
+                self.refresh_session().await?;
+                Ok(Ok(()))
+            }
+            Err(why) => Ok(Err(why)),
+        }
+    }
+
     pub(in crate::engine) async fn end_failed(
         &mut self,
         turn: TurnRecord,
@@ -360,17 +449,24 @@ impl<'a> TurnDriver<'a> {
         data: Value,
     ) -> RuntimeResult<TurnEnd> {
         let store = self.rt.inner.store.clone();
-        self.cancel_children(&turn).await?;
         let calls = store.tool_calls(self.id(), turn.seq).await?;
+        let unsettled: Vec<ToolCallRecord> = calls
+            .iter()
+            .filter(|c| !c.status.is_terminal())
+            .cloned()
+            .collect();
+        // Features let go of what the unsettled calls hold (children, staged proposals).
+        let view = view!(self, &turn);
+        for feature in &mut self.features {
+            feature.turn_ended(&view, &unsettled).await?;
+        }
         let requests: Vec<InputRequestRecord> = pending_for_turn(self.rt, &turn)
             .await?
             .into_iter()
             .filter(|r| r.session_id == turn.session_id)
             .collect();
         let mut batch = Batch::new();
-        for mut call in calls.into_iter().filter(|c| !c.status.is_terminal()) {
-            // A proposal parked with the turn is dropped with it: nothing stays staged.
-            super::selfchange::discard_staged(&self.rt.inner.config.state_dir, &call);
+        for mut call in unsettled {
             let text = format!("This call did not run: the turn stopped ({reason}).");
             call.status = CallStatus::Cancelled;
             call.is_error = true;

@@ -23,15 +23,12 @@
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::{CallError, TurnDriver, TurnEnd, effect_str, finish_str, idempotency_key};
+use super::limits::sleep_until_opt;
+use super::seam::{AnswerVerdict, Shaped, StepStart, to_message};
+use super::{CallError, TurnDriver, TurnEnd, effect_str, finish_str, idempotency_key, view};
 use crate::engine::RuntimeResult;
 use crate::engine::build::LOAD_SKILL;
-use crate::engine::compaction::to_message;
 use crate::engine::events as ev;
-use crate::engine::hollow;
-use crate::engine::limits::sleep_until_opt;
-use crate::engine::phases::converge_note;
-use crate::engine::strategy;
 use crate::model::{Message, ModelEvent, ModelRequest, ModelResponse, ToolCall, ToolChoice};
 use crate::store::*;
 
@@ -66,16 +63,33 @@ impl TurnDriver<'_> {
                 .await
                 .map(Some);
         }
-        if turn.step_index == 0 {
-            self.resolve_dynamic(turn).await?;
-        }
         if turn.step_index > 0
             && self.build.manifest.agent.config.turn_policy == eve_compile::TurnPolicy::Steer
         {
             self.fold_steering(turn).await?;
         }
-        self.maybe_compact(turn).await?;
-        let hold = self.may_hold();
+        // The features' writes before `step.started` (dynamic tools, a compaction), committed
+        // first; then what goes out with it.
+        self.context().await?;
+        let mut start = StepStart::default();
+        {
+            let view = view!(self, turn);
+            for feature in &mut self.features {
+                feature.prepare_step(&view, &mut start).await?;
+            }
+        }
+        if !start.before.is_empty() {
+            let before = self.with_held(std::mem::take(&mut start.before));
+            self.rt.commit(before).await?;
+        }
+        if start.context_replaced {
+            self.context = None;
+            self.refresh_session().await?;
+        }
+        if start.tools_changed {
+            self.extra = None;
+        }
+        let hold = self.may_hold(turn);
         turn.step_started = true;
         let mut batch = Batch::new();
         batch.push(Op::PutTurn(turn.clone())).event(
@@ -83,23 +97,18 @@ impl TurnDriver<'_> {
             ev::STEP_STARTED,
             ev::step_started(turn, turn.step_index, &self.model.model_id),
         );
-        if let Some(phase) = self.step_phase(turn).await?
-            && phase.previous != Some(phase.phase)
-        {
+        if self.features.iter().any(|f| f.needs_tools_at_start()) {
             self.ensure_extra().await?;
-            batch.event(
-                self.id(),
-                ev::PHASE_CHANGED,
-                ev::phase_changed(
-                    turn,
-                    turn.step_index,
-                    phase.previous.map(|p| p.as_str()),
-                    phase.phase.as_str(),
-                    phase.progress,
-                    &self.withdrawn_names(),
-                ),
-            );
         }
+        self.context().await?;
+        {
+            let view = view!(self, turn);
+            for feature in &mut self.features {
+                feature.step_started(&view, &mut start).await?;
+            }
+        }
+        batch.ops.extend(start.with.ops);
+        batch.durable |= start.with.durable;
         let batch = self.with_held(batch);
         if hold {
             self.held = Some(batch);
@@ -112,12 +121,12 @@ impl TurnDriver<'_> {
     /// Whether this step may hold writes back: nothing between `step.started` and the journal
     /// commits on its own (the turn's tools and the prompt's pinned block are loaded, no plan, no
     /// critic, no phases that read the journal).
-    fn may_hold(&self) -> bool {
-        let config = &self.build.manifest.agent.config;
-        self.extra.is_some()
-            && self.pinned.is_some()
-            && config.strategy == eve_compile::Strategy::React
-            && config.limits.phases.is_none()
+    fn may_hold(&self, turn: &TurnRecord) -> bool {
+        if self.extra.is_none() {
+            return false;
+        }
+        let view = view!(self, turn);
+        self.features.iter().all(|f| f.lets_hold(&view))
     }
 
     /// `batch` after the writes held back, which go first.
@@ -191,63 +200,14 @@ impl TurnDriver<'_> {
         &mut self,
         turn: &TurnRecord,
     ) -> Result<ModelResponse, CallError> {
-        if let Err(e) = self.ensure_extra().await {
-            return Err(CallError::Model(e.to_string()));
-        }
-        let cut_lines = self.build.manifest.agent.config.lean_context.cut_lines as usize;
-        let messages = match self.context().await {
-            Ok(c) => crate::engine::lean::lean_messages(c, cut_lines),
-            Err(e) => return Err(CallError::Model(e.to_string())),
-        };
-        if let Err(e) = self.step_phase(turn).await {
-            return Err(CallError::Model(e.to_string()));
-        }
-        let (mut tools, withdrawn) = self.without_withdrawn(self.offered_specs());
-        let mut system = match self.system_text(turn).await {
-            Ok(system) => system,
-            Err(e) => return Err(CallError::Model(e.to_string())),
-        };
-        if !withdrawn.is_empty() {
-            system.push_str("\n\n");
-            system.push_str(&converge_note(&withdrawn));
-        }
-        let mut forced = None;
-        if self.plans() {
-            let action = match self.plan_action(turn).await {
-                Ok(a) => a,
-                Err(e) => return Err(CallError::Model(e.to_string())),
-            };
-            match action {
-                strategy::PlanAction::Plan => {
-                    tools = vec![strategy::submit_plan_spec()];
-                    system.push_str("\n\n");
-                    system.push_str(strategy::PLANNING_NOTE);
-                    forced = Some(ToolChoice::Tool(strategy::SUBMIT_PLAN.to_owned()));
-                }
-                strategy::PlanAction::Wave(calls) => return Ok(strategy::wave_response(calls)),
-                strategy::PlanAction::Synthesize { failed } => {
-                    tools = Vec::new();
-                    system.push_str("\n\n");
-                    system.push_str(&strategy::synthesis_note(&failed));
-                }
-                strategy::PlanAction::NoPlan(message) => {
-                    return Err(CallError::Failed("plan_failed", message));
-                }
+        let request = match self.shape_request(turn).await {
+            Ok(Ok(request)) => request,
+            Ok(Err(Shaped::Respond(response))) => return Ok(response),
+            Ok(Err(Shaped::Fail(code, message))) => return Err(CallError::Failed(code, message)),
+            Ok(Err(Shaped::Call)) => {
+                return Err(CallError::Model("no request was made".to_owned()));
             }
-        }
-        let config = &self.build.manifest.agent.config;
-        let tool_choice = forced.unwrap_or_else(|| {
-            ToolChoice::for_step(config.tool_choice.as_deref(), turn.step_index, &tools)
-        });
-        let request = ModelRequest {
-            model: self.model.model.clone(),
-            system,
-            messages,
-            tools,
-            reasoning: config.reasoning.clone(),
-            max_output_tokens: None,
-            tool_choice,
-            temperature: None,
+            Err(e) => return Err(CallError::Model(e.to_string())),
         };
         let (tx, mut rx) = mpsc::unbounded_channel::<ModelEvent>();
         let client = self.model.client.clone();
@@ -342,6 +302,62 @@ impl TurnDriver<'_> {
         })
     }
 
+    /// This step's model request: the build's prompt, the context and the offered tools, as the
+    /// features shape them (their writes go out first, or with the held `step.started`).
+    /// `Err(shaped)` when a feature answered instead of the model or failed the turn.
+    async fn shape_request(
+        &mut self,
+        turn: &TurnRecord,
+    ) -> RuntimeResult<Result<ModelRequest, Shaped>> {
+        self.ensure_extra().await?;
+        self.context().await?;
+        let config = &self.build.manifest.agent.config;
+        let view = view!(self, turn);
+        let mut request = ModelRequest {
+            model: self.model.model.clone(),
+            system: self.build.system_prompt.clone(),
+            messages: view.context.to_vec(),
+            tools: view.offered_specs(),
+            reasoning: config.reasoning.clone(),
+            max_output_tokens: None,
+            tool_choice: ToolChoice::Auto,
+            temperature: None,
+        };
+        let mut writes = Batch::new();
+        let mut shaped = Shaped::Call;
+        for feature in &mut self.features {
+            shaped = feature
+                .shape_request(&view, &mut request, &mut writes)
+                .await?;
+            if !matches!(shaped, Shaped::Call) {
+                break;
+            }
+        }
+        if !writes.is_empty() {
+            match self.held.as_mut() {
+                Some(held) => {
+                    held.ops.extend(writes.ops);
+                    held.durable |= writes.durable;
+                }
+                None => {
+                    self.rt.commit(writes).await?;
+                }
+            }
+        }
+        if !matches!(shaped, Shaped::Call) {
+            return Ok(Err(shaped));
+        }
+        // A choice no feature made is the agent's `tool_choice` for this step.
+        if request.tool_choice.is_auto() {
+            request.tool_choice = ToolChoice::for_step(
+                self.build.manifest.agent.config.tool_choice.as_deref(),
+                turn.step_index,
+                &request.tools,
+            );
+        }
+        Ok(Ok(request))
+    }
+
     /// Journals a response; returns `true` when the turn is finished.
     pub(in crate::engine) async fn journal_response(
         &mut self,
@@ -371,8 +387,8 @@ impl TurnDriver<'_> {
             }
             used.insert(call_id.clone());
             let is_skill = call.name == LOAD_SKILL;
-            let effect = match self.target(&call.name, &call.input) {
-                Some(target) => effect_str(target.policy.effect),
+            let effect = match self.policy_of(&*turn, &call.name, &call.input) {
+                Some(policy) => effect_str(policy.effect),
                 None => "read",
             };
             calls.push(ToolCallRecord {
@@ -440,50 +456,17 @@ impl TurnDriver<'_> {
         // or a critic's objections. The step ends; the message is the next step's last.
         let mut send_back: Option<(String, Vec<(&str, Value)>)> = None;
         let mut final_events: Vec<(&str, Value)> = Vec::new();
+
         if calls.is_empty() {
-            if let Some(hollow) = self.hollow_answer(turn, &response.content).await? {
-                let data = ev::hollow_nudged(turn, step, &hollow.claims, &hollow.reason);
-                send_back = Some((hollow.nudge(), vec![(ev::HOLLOW_NUDGED, data)]));
-            } else if let Some((critic, rounds)) = self.review_due(turn).await? {
-                let round = rounds + 1;
-                match self.review(turn, &critic, &response.content).await? {
-                    strategy::Verdict::Revise(objections) => {
-                        let data =
-                            ev::reflect_round(turn, step, round, "revise", Some(&objections));
-                        send_back = Some((
-                            strategy::send_back(round, &objections),
-                            vec![(ev::REFLECT_ROUND, data)],
-                        ));
-                    }
-                    strategy::Verdict::Accept => {
-                        final_events.push((
-                            ev::REFLECT_ROUND,
-                            ev::reflect_round(turn, step, round, "accept", None),
-                        ));
-                        final_events.push((
-                            ev::REFLECT_COMPLETED,
-                            ev::reflect_completed(turn, step, round, true, &response.content),
-                        ));
-                    }
-                    strategy::Verdict::Error(error) => {
-                        tracing::warn!(session = %self.session.id, %error, "the critic failed; the answer stands");
-                        final_events.push((
-                            ev::REFLECT_ROUND,
-                            ev::reflect_round(turn, step, round, "error", Some(&error)),
-                        ));
-                        final_events.push((
-                            ev::REFLECT_COMPLETED,
-                            ev::reflect_completed(turn, step, round, false, &response.content),
-                        ));
+            let view = view!(self, &*turn);
+            for feature in &mut self.features {
+                match feature.final_answer(&view, &response.content).await? {
+                    AnswerVerdict::Accept(events) => final_events.extend(events),
+                    AnswerVerdict::SendBack { message, events } => {
+                        send_back = Some((message, events));
+                        break;
                     }
                 }
-            } else if self.build.manifest.agent.config.strategy == eve_compile::Strategy::Reflect {
-                // No review left (`max_rounds` spent, or no step left): the answer is final.
-                let rounds = self.review_rounds(turn).await?;
-                final_events.push((
-                    ev::REFLECT_COMPLETED,
-                    ev::reflect_completed(turn, step, rounds, false, &response.content),
-                ));
             }
         }
         let done = calls.is_empty() && send_back.is_none();
@@ -553,8 +536,9 @@ impl TurnDriver<'_> {
         self.last_usage = Some((step, step_usage_kept));
         // Calls that all settle without running (skill loads): their results and
         // `step.completed` carry this journal (see the module header).
-        let hold =
-            !calls.is_empty() && calls.iter().all(|c| c.kind == "load-skill") && self.may_hold();
+        let hold = !calls.is_empty()
+            && calls.iter().all(|c| c.kind == "load-skill")
+            && self.may_hold(turn);
         self.fresh_calls = (!calls.is_empty()).then(|| calls.clone());
         let batch = self.with_held(batch);
         if hold {
@@ -570,34 +554,6 @@ impl TurnDriver<'_> {
             context.extend(nudge);
         }
         Ok(done)
-    }
-
-    /// The hollow-answer check of a final answer (`hollow_check: true`): `Some` when the answer
-    /// gets its one nudge (never twice in a turn, never past the step limit).
-    async fn hollow_answer(
-        &self,
-        turn: &TurnRecord,
-        answer: &str,
-    ) -> RuntimeResult<Option<hollow::Hollow>> {
-        let config = &self.build.manifest.agent.config;
-        if !config.hollow_check
-            || turn.step_index + 1 >= u64::from(config.limits.max_steps_per_turn)
-        {
-            return Ok(None);
-        }
-        let store = &self.rt.inner.store;
-        let nudged = store.context(self.id()).await?.iter().any(|row| {
-            row.turn_seq == Some(turn.seq)
-                && row.body["role"] == "user"
-                && row.body["content"]
-                    .as_str()
-                    .is_some_and(|c| c.starts_with(hollow::NUDGE_PREFIX))
-        });
-        if nudged {
-            return Ok(None);
-        }
-        let calls = store.tool_calls(self.id(), turn.seq).await?;
-        Ok(hollow::check(answer, &calls))
     }
 
     pub(in crate::engine) async fn step_usage(&self, turn: &TurnRecord) -> RuntimeResult<Value> {

@@ -15,61 +15,36 @@
 
 use std::collections::HashMap;
 
-use crate::mcp::CALL_TOOL;
-use crate::model::{Message, ToolSpec};
+use async_trait::async_trait;
 
-/// The tool a call in the context ran: the named tool for `call_tool`.
-fn called_name(name: &str, input: &serde_json::Value) -> String {
-    if name == CALL_TOOL
-        && let Some(named) = input.get("name").and_then(|v| v.as_str())
-    {
-        return named.to_owned();
+use crate::engine::RuntimeResult;
+use crate::engine::turn::seam::{Shaped, TurnExtension, TurnView};
+use crate::model::{Message, ModelRequest};
+use crate::store::Batch;
+
+/// Lean context as a feature of the turn: the request's messages, leaned.
+pub(crate) struct Lean;
+
+#[async_trait]
+impl TurnExtension for Lean {
+    fn name(&self) -> &'static str {
+        "lean"
     }
-    name.to_owned()
-}
 
-/// How often each tool was called in `context`.
-pub(super) fn use_counts(context: &[Message]) -> HashMap<String, usize> {
-    let mut counts = HashMap::new();
-    for message in context {
-        if let Message::Assistant { tool_calls, .. } = message {
-            for call in tool_calls {
-                *counts
-                    .entry(called_name(&call.name, &call.input))
-                    .or_insert(0) += 1;
-            }
-        }
+    async fn shape_request(
+        &mut self,
+        view: &TurnView<'_>,
+        request: &mut ModelRequest,
+        _writes: &mut Batch,
+    ) -> RuntimeResult<Shaped> {
+        let cut_lines = view.build.manifest.agent.config.lean_context.cut_lines as usize;
+        request.messages = lean_messages(&request.messages, cut_lines);
+        Ok(Shaped::Call)
     }
-    counts
-}
-
-/// The specs kept inline: every spec `catalogued` says no to, plus the `keep` most used of the
-/// others, in their original order.
-pub(super) fn inline_specs(
-    specs: Vec<ToolSpec>,
-    keep: usize,
-    counts: &HashMap<String, usize>,
-    catalogued: impl Fn(&str) -> bool,
-) -> Vec<ToolSpec> {
-    let mut ranked: Vec<(usize, usize)> = specs
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| catalogued(&s.name))
-        .map(|(i, s)| (i, counts.get(&s.name).copied().unwrap_or(0)))
-        .collect();
-    // Most used first; the sort is stable, so ties keep the build's order.
-    ranked.sort_by_key(|r| std::cmp::Reverse(r.1));
-    let kept: Vec<usize> = ranked.iter().take(keep).map(|(i, _)| *i).collect();
-    specs
-        .into_iter()
-        .enumerate()
-        .filter(|(i, s)| !catalogued(&s.name) || kept.contains(i))
-        .map(|(_, s)| s)
-        .collect()
 }
 
 /// The context as sent: old long outputs cut, repeated identical calls folded.
-pub(super) fn lean_messages(messages: &[Message], cut_lines: usize) -> Vec<Message> {
+pub(crate) fn lean_messages(messages: &[Message], cut_lines: usize) -> Vec<Message> {
     let last_user = messages
         .iter()
         .rposition(|m| matches!(m, Message::User { .. }))
@@ -123,7 +98,7 @@ pub(super) fn lean_messages(messages: &[Message], cut_lines: usize) -> Vec<Messa
 }
 
 /// `text` cut to its first and last lines around `[N lines cut]` when it has more than `max`.
-pub(super) fn cut(text: &str, max: usize) -> String {
+pub(crate) fn cut(text: &str, max: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     if lines.len() <= max {
         return text.to_owned();
@@ -208,31 +183,5 @@ mod tests {
             long,
             "the current turn's output stays whole"
         );
-    }
-
-    #[test]
-    fn the_most_used_tools_stay_inline_in_build_order() {
-        let spec = |n: &str| ToolSpec {
-            name: n.into(),
-            description: String::new(),
-            input_schema: json!({}),
-        };
-        let specs = vec![
-            spec("a"),
-            spec("b"),
-            spec("c"),
-            spec("d"),
-            spec("load_skill"),
-        ];
-        let context = vec![
-            assistant(&[
-                ("1", "c", json!({})),
-                ("2", CALL_TOOL, json!({"name": "d"})),
-            ]),
-            assistant(&[("3", "d", json!({}))]),
-        ];
-        let kept = inline_specs(specs, 2, &use_counts(&context), |n| n != "load_skill");
-        let names: Vec<&str> = kept.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["c", "d", "load_skill"]);
     }
 }

@@ -1,13 +1,20 @@
-//! Approvals: whether a call must be approved before it runs, the input requests a turn parks on,
-//! and answering them ([`Runtime::answer_input`]), which lets the parked turn resume.
+//! Approvals, in one place: whether a call must be approved before it runs, the reviewer that
+//! judges `approval: auto` calls ([`reviewer`]), the input requests a turn parks on, and
+//! answering them ([`Runtime::answer_input`]), which lets the parked turn resume. The order of
+//! the gates a call passes (input validation, the features' gates and `tool.before` verdicts,
+//! the reviewer, then a principal) is `super::calls`' `decide`.
 
 use eve_compile::{Approval, Tool};
 use serde_json::Value;
 
+mod reviewer;
+
 use super::TurnDriver;
+use super::seam::AskAs;
 use crate::engine::events as ev;
 use crate::engine::events::LOCAL_PRINCIPAL;
-use crate::engine::{Runtime, RuntimeError, RuntimeResult, review};
+use crate::engine::{Runtime, RuntimeError, RuntimeResult};
+use reviewer as review;
 
 /// The agent name a reviewer is resolved under (see `review_call`).
 const REVIEWER: &str = "review";
@@ -16,11 +23,11 @@ use crate::store::*;
 impl TurnDriver<'_> {
     /// Parks `asks` (calls with the prompt to show) on approval: each call is marked pending and
     /// gets an input request, in one durable commit.
-    pub(in crate::engine) async fn request_approvals(
+    pub(super) async fn request_approvals(
         &self,
         turn: &TurnRecord,
         step: u64,
-        asks: Vec<(ToolCallRecord, String)>,
+        asks: Vec<(ToolCallRecord, String, Option<AskAs>)>,
         reviewed: Batch,
     ) -> RuntimeResult<()> {
         // The reviewer's verdicts on these calls go out with the requests: a resume finds the
@@ -28,24 +35,17 @@ impl TurnDriver<'_> {
         let mut batch = Batch::durable();
         batch.ops.extend(reviewed.ops);
         let now = now_ms();
-        for (mut call, prompt) in asks {
+        for (mut call, prompt, ask_as) in asks {
             call.approval = ApprovalState::Pending;
             call.status = CallStatus::Pending;
-            // A staged `propose_change` parks on a request of its own kind that shows the proposal.
-            let (kind, action) =
-                crate::engine::selfchange::staged_request(&self.rt.inner.config.state_dir, &call)
-                    .unwrap_or_else(|| ("tool-approval".to_owned(), ev::action(&call)));
-            if kind == crate::engine::selfchange::REQUEST_KIND {
-                let data = crate::engine::selfchange::proposed_event(&call, &action);
-                self.rt
-                    .change_event(
-                        &mut batch,
-                        &self.session.id,
-                        crate::engine::selfchange::CHANGE_PROPOSED,
-                        data,
-                    )
-                    .await?;
-            }
+            // A feature's request of its own kind (a proposed change), else a tool approval.
+            let (kind, action) = match ask_as {
+                Some(ask) => {
+                    batch.ops.extend(ask.writes.ops);
+                    (ask.kind, ask.action)
+                }
+                None => ("tool-approval".to_owned(), ev::action(&call)),
+            };
             let request = InputRequestRecord {
                 id: format!("apr_{}", ulid::Ulid::new()),
                 session_id: self.session.id.clone(),
@@ -73,7 +73,7 @@ impl TurnDriver<'_> {
     /// Asks the reviewer about an `approval: auto` call of `tool` with `input` (see
     /// `engine::review`), charges its tokens to the session and `turn`, and returns the verdict
     /// with its `approval.reviewed` data. The caller journals both.
-    pub(in crate::engine) async fn review_call(
+    async fn review_call(
         &mut self,
         turn: &mut TurnRecord,
         call_id: &str,
@@ -140,9 +140,53 @@ impl TurnDriver<'_> {
         (result.verdict, data)
     }
 
+    /// Asks the reviewer about each `approval: auto` call in `reviews`. A call judged safe is
+    /// journaled `reviewed` with its verdict, then joins `to_run`; any other joins `asks`, and its
+    /// verdict is returned to be committed with the approval requests.
+    pub(super) async fn review_calls(
+        &mut self,
+        turn: &mut TurnRecord,
+        step: u64,
+        reviews: Vec<ToolCallRecord>,
+        to_run: &mut Vec<ToolCallRecord>,
+        asks: &mut Vec<(ToolCallRecord, String, Option<AskAs>)>,
+    ) -> RuntimeResult<Batch> {
+        let mut asked = Batch::new();
+        for mut call in reviews {
+            let Some(resolved) = self.target(&call.name, &call.input) else {
+                continue;
+            };
+            let input = resolved.as_called(&call).input.clone();
+            let (verdict, data) = self
+                .review_call(turn, &call.call_id, &resolved.policy, &input)
+                .await;
+            let data = ev::approval_reviewed(turn, step, data);
+            if let review::Verdict::Safe(_) = verdict {
+                call.approval = ApprovalState::Reviewed;
+                let mut batch = Batch::new();
+                batch
+                    .event(self.id(), ev::APPROVAL_REVIEWED, data)
+                    .push(Op::PutToolCall(call.clone()))
+                    .push(Op::UpdateSession(self.session.clone()))
+                    .push(Op::PutTurn(turn.clone()));
+                self.rt.commit(batch).await?;
+                to_run.push(call);
+            } else {
+                asked.event(self.id(), ev::APPROVAL_REVIEWED, data);
+                asks.push((call, verdict.prompt(&resolved.policy.name), None));
+            }
+        }
+        if !asked.is_empty() {
+            asked
+                .push(Op::UpdateSession(self.session.clone()))
+                .push(Op::PutTurn(turn.clone()));
+        }
+        Ok(asked)
+    }
+
     /// Whether a call of `tool` must be approved before it runs (an `auto` tool is decided by
     /// its reviewer first, in `turn::calls`).
-    pub(in crate::engine) fn needs_approval(&self, tool: &Tool) -> bool {
+    pub(super) fn needs_approval(&self, tool: &Tool) -> bool {
         match tool.approval {
             Approval::Never | Approval::Auto => false,
             Approval::Always => true,
@@ -151,7 +195,7 @@ impl TurnDriver<'_> {
     }
 
     /// The reason given with the denial of `call`, if any.
-    pub(in crate::engine) async fn denial_reason(
+    pub(super) async fn denial_reason(
         &self,
         call: &ToolCallRecord,
     ) -> RuntimeResult<Option<String>> {
@@ -316,7 +360,7 @@ impl Runtime {
         };
         // Approving a change to the agent activates a release: an operator's act, as for the
         // release routes, not an API end user's (a JWT principal may still deny it).
-        if approve && request.kind == crate::engine::selfchange::REQUEST_KIND && !may_activate {
+        if approve && request.kind == crate::features::selfchange::REQUEST_KIND && !may_activate {
             return Err(RuntimeError::Release(format!(
                 "approving the proposed change `{}` to the agent activates a release, an \
                  operator's act (a principal named under `operators:` in channels/eve.yaml, or \

@@ -6,36 +6,61 @@
 //! The window comes from `agent.yaml` `context_window`, else the model client (the server's
 //! `/models` listing, else the table of well-known models in `model::windows`). Estimates can be
 //! wrong, so a provider's "context too long" answer is recovered from too: the step compacts once
-//! and calls the model again ([`TurnDriver::compact_after_overflow`]); a second overflow in the
+//! and calls the model again ([`TurnExtension::context_overflow`]); a second overflow in the
 //! same step fails the turn with `context_too_long`. When the older messages are themselves too
 //! long for the summary call, the oldest of them are left out of the summary (whole turns at a
 //! time, so tool calls stay paired with their results) and the summary says so.
 
-use std::sync::Arc;
-
+use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::build::LoadedBuild;
-use super::drive::{give_back_lease, lease_claim, take_lease};
-use super::events as ev;
-use super::turn::TurnDriver;
-use super::{ResolvedModel, Runtime, RuntimeError, RuntimeResult};
-use crate::model::{Message, ModelEvent, ModelRequest, ToolChoice};
+use crate::engine::drive::{give_back_lease, lease_claim, take_lease};
+use crate::engine::events as ev;
+use crate::engine::turn::seam::{Shaped, StepStart, TurnExtension, TurnView, to_message};
+use crate::engine::{LoadedBuild, ResolvedModel, Runtime, RuntimeError, RuntimeResult};
+use crate::features::memory;
+use crate::model::{Message, ModelRequest, SideError, side_call};
 use crate::store::*;
 
-impl TurnDriver<'_> {
-    pub(in crate::engine) async fn maybe_compact(
+/// What the model is told, for one step, when the context nears its window and memory is on.
+const SAVE_NUDGE: &str = "\n\n<context-nearly-full>\nYour context is nearly full: older messages \
+will soon be replaced by a summary. Before you continue, save anything that will matter later \
+(facts, decisions, where things are) with the `memory` tool. Then carry on with the task.\n\
+</context-nearly-full>\n";
+
+/// Namespace recording at which context start the save step was offered.
+fn offer_namespace(session: &str) -> String {
+    format!("memory-offer:{session}")
+}
+
+/// Compaction as a feature of the turn.
+#[derive(Default)]
+pub(crate) struct Compaction {
+    /// The model's context window, once known (`Some(None)`: nobody knows it).
+    window: Option<Option<u64>>,
+    /// This step's model call is first told to save what matters (the context is near full).
+    save_nudge: bool,
+}
+
+#[async_trait]
+impl TurnExtension for Compaction {
+    fn name(&self) -> &'static str {
+        "compaction"
+    }
+
+    async fn prepare_step(
         &mut self,
-        turn: &TurnRecord,
+        view: &TurnView<'_>,
+        start: &mut StepStart,
     ) -> RuntimeResult<()> {
-        let config = &self.build.manifest.agent.config;
+        let config = &view.build.manifest.agent.config;
         if !config.compaction.enabled {
             return Ok(());
         }
         let window = match self.window {
             Some(w) => w,
             None => {
-                let w = self.context_window().await;
+                let w = view.context_window().await;
                 self.window = Some(w);
                 w
             }
@@ -47,118 +72,124 @@ impl TurnDriver<'_> {
         // Everything the request carries: the system prompt, the context and the tools' names,
         // descriptions and schemas (often the largest part), against what the provider last
         // reported, whichever is larger.
-        let system_chars = self.build.system_prompt.len();
-        let context_chars: usize = self.context().await?.iter().map(message_chars).sum();
-        let tool_chars: usize = self.offered_specs().iter().map(spec_chars).sum();
+        let system_chars = view.build.system_prompt.len();
+        let context_chars: usize = view.context.iter().map(message_chars).sum();
+        let tool_chars: usize = view.offered_specs().iter().map(spec_chars).sum();
         let chars = context_chars + tool_chars + system_chars;
-        let estimate = (chars as u64 / 4).max(self.last_tokens);
+        let estimate = (chars as u64 / 4).max(view.last_tokens);
         // With memory on, the model first gets one step to save what matters (once per context).
-        if self.offer_save(turn, estimate, window).await? {
+        if self.offer_save(view, estimate, window, start).await? {
             return Ok(());
         }
         if (estimate as f64) < threshold * window as f64 {
             return Ok(());
         }
-        compact(
-            self.rt,
-            &self.session.id,
-            &self.build,
-            &self.model,
-            Some(turn),
-        )
-        .await?;
-        self.context = None;
-        self.refresh_session().await?;
+        if let Compacted::Done(writes) =
+            compact(view.rt, view.id(), view.build, view.model, Some(view.turn)).await?
+        {
+            start.before.ops.extend(writes.ops);
+            start.context_replaced = true;
+        }
         Ok(())
     }
 
-    /// The model's context window: `agent.yaml` `context_window`, else the model client's (a
-    /// provider's answer is asked once per runtime). `None` when nobody knows it.
-    pub(in crate::engine) async fn context_window(&self) -> Option<u64> {
-        if let Some(w) = self.window {
-            return w;
+    async fn shape_request(
+        &mut self,
+        _view: &TurnView<'_>,
+        request: &mut ModelRequest,
+        _writes: &mut Batch,
+    ) -> RuntimeResult<Shaped> {
+        if std::mem::take(&mut self.save_nudge) {
+            request.system.push_str(SAVE_NUDGE);
         }
-        match self
-            .build
-            .manifest
-            .agent
-            .config
-            .context_window
-            .or(self.model.context_window)
-        {
-            Some(w) => Some(w),
-            None => provider_window(self.rt, &self.model).await,
-        }
+        Ok(Shaped::Call)
     }
 
-    /// After the provider answered "context too long" for this step: compacts, so the caller
-    /// can call the model again. `Ok(Err(why))` when that cannot help: the step already
-    /// compacted once, or there is nothing older than the running turn to compact.
-    pub(in crate::engine) async fn compact_after_overflow(
+    /// After the provider answered "context too long" for this step: compacts, so the core can
+    /// call the model again. `Err(why)` when that cannot help: the step already compacted once,
+    /// or there is nothing older than the running turn to compact.
+    async fn context_overflow(
         &mut self,
-        turn: &TurnRecord,
+        view: &TurnView<'_>,
         already_compacted: bool,
-    ) -> RuntimeResult<Result<(), String>> {
+    ) -> RuntimeResult<Option<Result<Batch, String>>> {
         const ADVICE: &str = "start a new session, shorten what the tools return, or use a model \
             with a longer context window (agent.yaml `context_window` makes eve compact earlier)";
         if already_compacted {
-            return Ok(Err(format!(
+            return Ok(Some(Err(format!(
                 "it still did not fit after compacting the conversation: {ADVICE}"
-            )));
+            ))));
         }
         tracing::info!(
-            session = %self.session.id,
-            turn = turn.seq,
+            session = %view.id(),
+            turn = view.turn.seq,
             "the model's context window is full; compacting and calling again"
         );
-        let outcome = compact(
-            self.rt,
-            &self.session.id,
-            &self.build,
-            &self.model,
-            Some(turn),
-        )
-        .await?;
-        match outcome {
-            Compacted::Done => {
-                self.context = None;
-                self.refresh_session().await?;
-                Ok(Ok(()))
-            }
-            Compacted::NothingOlder => Ok(Err(format!(
+        let outcome = compact(view.rt, view.id(), view.build, view.model, Some(view.turn)).await?;
+        Ok(Some(match outcome {
+            Compacted::Done(writes) => Ok(writes),
+            Compacted::NothingOlder => Err(format!(
                 "the running turn alone is too long and there is nothing older to compact: {ADVICE}"
-            ))),
-            Compacted::Failed(error) => Ok(Err(format!(
+            )),
+            Compacted::Failed(error) => Err(format!(
                 "compacting the conversation failed ({error}): {ADVICE}"
-            ))),
+            )),
+        }))
+    }
+}
+
+impl Compaction {
+    /// Near a full context, with memory on: offers the model one step to save what matters
+    /// before compaction summarises, once per context (a compaction starts a new one). Returns
+    /// whether this step carries the offer (then it does not compact yet).
+    async fn offer_save(
+        &mut self,
+        view: &TurnView<'_>,
+        estimate: u64,
+        window: u64,
+        start: &mut StepStart,
+    ) -> RuntimeResult<bool> {
+        let Some(config) = &view.build.manifest.agent.config.memory else {
+            return Ok(false);
+        };
+        if (estimate as f64) < config.save_at * window as f64 {
+            return Ok(false);
         }
+        let ns = offer_namespace(view.id());
+        let context_start = view.session.context_start.to_string();
+        let offered = view.rt.inner.store.note(&ns, "context_start").await?;
+        if offered.is_some_and(|n| n.text == context_start) {
+            return Ok(false);
+        }
+        let now = now_ms();
+        start
+            .before
+            .push(Op::Note(NoteOp::Put(NoteRecord {
+                namespace: ns,
+                key: "context_start".to_owned(),
+                text: context_start,
+                created_at: now,
+                updated_at: now,
+            })))
+            .event(
+                view.id(),
+                memory::MEMORY_SAVE_OFFERED,
+                ev::memory_save_offered(view.turn, estimate, window),
+            );
+        self.save_nudge = true;
+        Ok(true)
     }
 }
 
 /// What [`compact`] did.
 #[derive(Debug)]
 enum Compacted {
-    /// A checkpoint replaced the older messages.
-    Done,
+    /// A checkpoint replaces the older messages with these writes.
+    Done(Batch),
     /// Nothing older than the running turn: nothing to compact.
     NothingOlder,
     /// The summary call failed; the context is unchanged.
     Failed(String),
-}
-
-/// The context window the provider reports for `model`, asked once per runtime and client (the
-/// cache is the runtime's `windows`, so two runtimes in one process never share an answer).
-async fn provider_window(rt: &Runtime, model: &ResolvedModel) -> Option<u64> {
-    let key = format!("{}@{:p}", model.model_id, Arc::as_ptr(&model.client));
-    let cache = &rt.inner.windows;
-    if let Some(w) = cache.lock().ok().and_then(|c| c.get(&key).copied()) {
-        return Some(w);
-    }
-    let window = model.client.context_window(&model.model).await?;
-    if let Ok(mut c) = cache.lock() {
-        c.insert(key, window);
-    }
-    Some(window)
 }
 
 /// What a tool costs in a request: its name, description and input schema as sent.
@@ -183,27 +214,6 @@ fn message_chars(message: &Message) -> usize {
         }
         Message::Tool { content, .. } => content.len(),
     }
-}
-
-/// A stored message row as the model sees it (a checkpoint becomes a user message holding the
-/// summary and the pinned skills, verbatim).
-pub(super) fn to_message(row: &MessageRecord) -> RuntimeResult<Message> {
-    if row.kind == MESSAGE_KIND_CHECKPOINT {
-        let summary = row.body["summary"].as_str().unwrap_or_default();
-        let mut content = format!(
-            "[Earlier conversation, compacted into a summary]\n\n{}",
-            summary.trim()
-        );
-        if let Some(skills) = row.body["skills"].as_array() {
-            for skill in skills {
-                let name = skill["name"].as_str().unwrap_or_default();
-                let body = skill["body"].as_str().unwrap_or_default();
-                content.push_str(&format!("\n\n[Loaded skill `{name}`]\n{body}"));
-            }
-        }
-        return Ok(Message::User { content });
-    }
-    Ok(serde_json::from_value(row.body.clone())?)
 }
 
 const SUMMARY_PROMPT: &str = "Summarize the conversation so far for your own later use: the \
@@ -280,8 +290,7 @@ async fn compact(
             ev::session_waiting(session, &record.usage),
         );
     }
-    rt.commit(batch).await?;
-    Ok(Compacted::Done)
+    Ok(Compacted::Done(batch))
 }
 
 /// Asks the model for a summary of `history`. When the provider answers that even that is too
@@ -291,7 +300,7 @@ async fn summarize(
     build: &LoadedBuild,
     model: &ResolvedModel,
     history: &[Message],
-) -> Result<String, crate::model::ModelError> {
+) -> Result<String, String> {
     let mut start = 0;
     loop {
         let kept = history.get(start..).unwrap_or_default();
@@ -300,18 +309,9 @@ async fn summarize(
         messages.push(Message::User {
             content: SUMMARY_PROMPT.to_owned(),
         });
-        let request = ModelRequest {
-            model: model.model.clone(),
-            system: build.system_prompt.clone(),
-            messages,
-            tools: Vec::new(),
-            reasoning: None,
-            max_output_tokens: None,
-            tool_choice: ToolChoice::Auto,
-            temperature: None,
-        };
-        let mut ignore = |_event: ModelEvent| {};
-        match model.client.stream(&request, &mut ignore).await {
+        let request = ModelRequest::side(&model.model, build.system_prompt.clone(), messages);
+        let answer = side_call(model.client.as_ref(), &request, None, None).await;
+        match answer {
             Ok(response) if start == 0 => return Ok(response.content),
             Ok(response) => {
                 return Ok(format!(
@@ -319,7 +319,7 @@ async fn summarize(
                     response.content.trim()
                 ));
             }
-            Err(error) if error.is_context_overflow() => {
+            Err(SideError::Model(error)) if error.is_context_overflow() => {
                 let half = start + (history.len() - start) / 2;
                 let next = history
                     .iter()
@@ -329,16 +329,17 @@ async fn summarize(
                     .map(|(i, _)| i);
                 match next {
                     Some(next) => start = next,
-                    None => return Err(error),
+                    None => return Err(error.to_string()),
                 }
             }
-            Err(error) => return Err(error),
+            Err(SideError::Model(error)) => return Err(error.to_string()),
+            Err(other) => return Err(other.to_string()),
         }
     }
 }
 
 /// `Runtime::compact`: compacts an idle session under its lease.
-pub(super) async fn manual_compact(rt: &Runtime, session: &str) -> RuntimeResult<()> {
+pub(crate) async fn manual_compact(rt: &Runtime, session: &str) -> RuntimeResult<()> {
     let record = rt.require_idle(session, "compact").await?;
     let Some(_cancel) = rt.register(session) else {
         return Err(RuntimeError::SessionNotActive {
@@ -358,9 +359,13 @@ pub(super) async fn manual_compact(rt: &Runtime, session: &str) -> RuntimeResult
         }
         let build = rt.inner.builds.get(&record.build_hash)?;
         let model = rt.inner.config.models.resolve(&build.manifest.agent)?;
-        let done = compact(rt, session, &build, &model, None).await;
+        let done = match compact(rt, session, &build, &model, None).await {
+            Ok(Compacted::Done(writes)) => rt.commit(writes).await.map(|_| ()),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        };
         give_back_lease(rt, &claim).await;
-        done.map(|_| ())
+        done
     }
     .await;
     if rt.finish_or_continue(session) {

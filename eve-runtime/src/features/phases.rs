@@ -8,16 +8,97 @@
 //! turn computes the same phase, and `phase.changed` goes out with the `step.started` commit of
 //! the step that changes it, exactly once.
 
-use eve_compile::{Phase, Phases};
+use async_trait::async_trait;
+use eve_compile::{Phase, Phases as PhasesConfig};
 
-use super::RuntimeResult;
-use super::turn::TurnDriver;
-use crate::model::ToolSpec;
+use crate::engine::RuntimeResult;
+use crate::engine::events as ev;
+use crate::engine::turn::seam::{GateAt, Shaped, StepStart, TurnExtension, TurnView};
+use crate::model::{ModelRequest, ToolSpec};
 use crate::store::*;
+
+/// Phased budgets as a feature of the turn: the phase of the current step (computed once per
+/// step).
+#[derive(Default)]
+pub(crate) struct Phases {
+    phase: Option<StepPhase>,
+}
+
+#[async_trait]
+impl TurnExtension for Phases {
+    fn name(&self) -> &'static str {
+        "phases"
+    }
+
+    /// The phase reads the journal between `step.started` and the model call.
+    fn lets_hold(&self, _view: &TurnView<'_>) -> bool {
+        false
+    }
+
+    fn needs_tools_at_start(&self) -> bool {
+        true
+    }
+
+    async fn step_started(
+        &mut self,
+        view: &TurnView<'_>,
+        start: &mut StepStart,
+    ) -> RuntimeResult<()> {
+        let turn = view.turn;
+        if let Some(phase) = self.step_phase(view).await?
+            && phase.previous != Some(phase.phase)
+        {
+            let withdrawn = self.without_withdrawn(view, view.offered_specs()).1;
+            start.with.event(
+                view.id(),
+                ev::PHASE_CHANGED,
+                ev::phase_changed(
+                    turn,
+                    turn.step_index,
+                    phase.previous.map(|p| p.as_str()),
+                    phase.phase.as_str(),
+                    phase.progress,
+                    &withdrawn,
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    async fn shape_request(
+        &mut self,
+        view: &TurnView<'_>,
+        request: &mut ModelRequest,
+        _writes: &mut Batch,
+    ) -> RuntimeResult<Shaped> {
+        self.step_phase(view).await?;
+        let (tools, withdrawn) = self.without_withdrawn(view, std::mem::take(&mut request.tools));
+        request.tools = tools;
+        if !withdrawn.is_empty() {
+            request.system.push_str("\n\n");
+            request.system.push_str(&converge_note(&withdrawn));
+        }
+        Ok(Shaped::Call)
+    }
+
+    async fn gate_call(
+        &mut self,
+        view: &TurnView<'_>,
+        _call: &ToolCallRecord,
+        tool: &str,
+        at: GateAt,
+    ) -> RuntimeResult<Option<String>> {
+        if at != GateAt::Offered {
+            return Ok(None);
+        }
+        self.step_phase(view).await?;
+        Ok(self.withdrawn(view, tool).then(|| withdrawn_refusal(tool)))
+    }
+}
 
 /// The phase of one step, and the phase of the step before it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct StepPhase {
+pub(crate) struct StepPhase {
     /// The step it was computed for.
     pub step: u64,
     /// Its phase.
@@ -28,18 +109,16 @@ pub(super) struct StepPhase {
     pub progress: f64,
 }
 
-impl TurnDriver<'_> {
-    fn phases_config(&self) -> Option<&Phases> {
-        self.build.manifest.agent.config.limits.phases.as_ref()
-    }
+fn phases_config<'v>(view: &'v TurnView<'_>) -> Option<&'v PhasesConfig> {
+    view.build.manifest.agent.config.limits.phases.as_ref()
+}
 
+impl Phases {
     /// The phase of the turn's current step (`None` without `limits.phases`), computed once per
     /// step from the journal.
-    pub(in crate::engine) async fn step_phase(
-        &mut self,
-        turn: &TurnRecord,
-    ) -> RuntimeResult<Option<StepPhase>> {
-        let Some(phases) = self.phases_config().cloned() else {
+    async fn step_phase(&mut self, view: &TurnView<'_>) -> RuntimeResult<Option<StepPhase>> {
+        let turn = view.turn;
+        let Some(phases) = phases_config(view).cloned() else {
             return Ok(None);
         };
         if let Some(known) = self.phase
@@ -47,10 +126,10 @@ impl TurnDriver<'_> {
         {
             return Ok(Some(known));
         }
-        let max_steps = f64::from(self.build.manifest.agent.config.limits.max_steps_per_turn);
+        let max_steps = f64::from(view.build.manifest.agent.config.limits.max_steps_per_turn);
         let token_cap = match (
-            self.build.manifest.agent.config.limits.max_tokens,
-            self.budget.and_then(|b| b.max_tokens),
+            view.build.manifest.agent.config.limits.max_tokens,
+            view.budget.and_then(|b| b.max_tokens),
         ) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -58,7 +137,7 @@ impl TurnDriver<'_> {
         // Tokens each earlier step of this turn used, from the stored responses.
         let mut per_step: Vec<(u64, u64)> = Vec::new();
         if token_cap.is_some() {
-            for step in self.rt.inner.store.steps(self.id(), turn.seq).await? {
+            for step in view.rt.inner.store.steps(view.id(), turn.seq).await? {
                 let usage = &step.response["usage"];
                 let get = |k: &str| usage[k].as_u64().unwrap_or(0);
                 per_step.push((
@@ -68,7 +147,7 @@ impl TurnDriver<'_> {
             }
         }
         let turn_total: u64 = per_step.iter().map(|(_, t)| t).sum();
-        let at_turn_start = self.session.usage.total().saturating_sub(turn_total);
+        let at_turn_start = view.session.usage.total().saturating_sub(turn_total);
         let progress_at = |step: u64| -> f64 {
             let by_steps = step as f64 / max_steps.max(1.0);
             let by_tokens = match token_cap {
@@ -100,27 +179,17 @@ impl TurnDriver<'_> {
     }
 
     /// Whether `name` is withdrawn at this step (tagged `explore`, and the turn is converging).
-    pub(in crate::engine) fn withdrawn(&self, name: &str) -> bool {
+    fn withdrawn(&self, view: &TurnView<'_>, name: &str) -> bool {
         if !matches!(self.phase, Some(p) if p.phase == Phase::Converge) {
             return false;
         }
-        self.is_explore_tool(name)
-    }
-
-    fn is_explore_tool(&self, name: &str) -> bool {
-        let tagged = self
-            .build
-            .tool(name)
-            .is_some_and(|t| t.phase == Some(Phase::Explore));
-        tagged
-            || self
-                .phases_config()
-                .is_some_and(|p| p.explore_tools.iter().any(|t| t == name))
+        is_explore_tool(view, name)
     }
 
     /// The offered specs without the tools withdrawn in this phase, and the names withdrawn.
-    pub(in crate::engine) fn without_withdrawn(
+    fn without_withdrawn(
         &self,
+        view: &TurnView<'_>,
         specs: Vec<ToolSpec>,
     ) -> (Vec<ToolSpec>, Vec<String>) {
         if !matches!(self.phase, Some(p) if p.phase == Phase::Converge) {
@@ -128,18 +197,21 @@ impl TurnDriver<'_> {
         }
         let (gone, kept): (Vec<ToolSpec>, Vec<ToolSpec>) = specs
             .into_iter()
-            .partition(|s| self.is_explore_tool(&s.name));
+            .partition(|s| is_explore_tool(view, &s.name));
         (kept, gone.into_iter().map(|s| s.name).collect())
-    }
-
-    /// The names withdrawn at this step, for `phase.changed`.
-    pub(in crate::engine) fn withdrawn_names(&self) -> Vec<String> {
-        self.without_withdrawn(self.offered_specs()).1
     }
 }
 
+fn is_explore_tool(view: &TurnView<'_>, name: &str) -> bool {
+    let tagged = view
+        .build
+        .tool(name)
+        .is_some_and(|t| t.phase == Some(Phase::Explore));
+    tagged || phases_config(view).is_some_and(|p| p.explore_tools.iter().any(|t| t == name))
+}
+
 /// The sentence that tells the model why tools went away.
-pub(super) fn converge_note(withdrawn: &[String]) -> String {
+fn converge_note(withdrawn: &[String]) -> String {
     format!(
         "This turn has used most of its budget and is now converging: the exploration tools ({}) \
          are withdrawn, so finish the task with what you have learned and give your answer.",
@@ -152,7 +224,7 @@ pub(super) fn converge_note(withdrawn: &[String]) -> String {
 }
 
 /// The refusal a call of a withdrawn tool gets.
-pub(super) fn withdrawn_refusal(name: &str) -> String {
+fn withdrawn_refusal(name: &str) -> String {
     format!(
         "`{name}` is an exploration tool and this turn is converging (limits.phases): it was \
          withdrawn and did not run. Finish with what you have."

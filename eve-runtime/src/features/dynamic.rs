@@ -10,16 +10,33 @@
 //! `{"tool": NAME, "input": …}`. A provider that fails or prints something else than such a map
 //! contributes nothing (and keeps what it defined before); nothing here panics on its output.
 
-use std::path::PathBuf;
-
-use eve_compile::Tool;
+use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-use super::turn::TurnDriver;
-use super::{Runtime, RuntimeResult};
+use crate::engine::RuntimeResult;
+use crate::engine::turn::seam::{StepStart, TurnExtension, TurnView, idempotency_key};
 use crate::store::*;
-use crate::tools::{ToolContext, ToolResult};
+
+/// Dynamic tools as a feature of the turn: the providers run once at a turn's first step.
+pub(crate) struct DynamicTools;
+
+#[async_trait]
+impl TurnExtension for DynamicTools {
+    fn name(&self) -> &'static str {
+        "dynamic"
+    }
+
+    async fn prepare_step(
+        &mut self,
+        view: &TurnView<'_>,
+        start: &mut StepStart,
+    ) -> RuntimeResult<()> {
+        if view.turn.step_index == 0 {
+            resolve(view, start).await?;
+        }
+        Ok(())
+    }
+}
 
 /// A definition a provider printed: name, description, input schema.
 type Definition = (String, String, Value);
@@ -94,51 +111,28 @@ fn truncate(text: &str) -> String {
     }
 }
 
-impl Runtime {
-    /// Files of build `hash`: where the scripts of a dynamic tool resolved on it live.
-    pub(super) fn build_files(&self, hash: &str) -> RuntimeResult<PathBuf> {
-        self.inner.builds.unpack(hash)
-    }
-}
-
-/// Runs a call of a dynamic tool: its provider script, on the build it was resolved on.
-pub(super) async fn run_dynamic(
-    rt: &Runtime,
-    record: &DynamicToolRecord,
-    provider: &Tool,
-    input: &Value,
-    mut ctx: ToolContext,
-    cancel: CancellationToken,
-) -> ToolResult {
-    ctx.agent_dir = match rt.build_files(&record.build_hash) {
-        Ok(dir) => dir,
-        Err(e) => return ToolResult::failure(e.to_string(), std::time::Duration::ZERO),
-    };
-    let payload = json!({"tool": record.name, "input": input});
-    rt.run_tool(provider, &payload, &ctx, cancel).await
-}
-
-impl TurnDriver<'_> {
-    /// Runs the dynamic tool providers due at the start of this turn (once per turn: a resume does
-    /// not run them again) and journals what they define.
-    pub(super) async fn resolve_dynamic(&mut self, turn: &TurnRecord) -> RuntimeResult<()> {
-        if self.build.providers.is_empty()
-            || self
+/// Runs the dynamic tool providers due at the start of this turn (once per turn: a resume does
+/// not run them again); what they define goes out before the step starts.
+async fn resolve(view: &TurnView<'_>, start: &mut StepStart) -> RuntimeResult<()> {
+    let turn = view.turn;
+    {
+        if view.build.providers.is_empty()
+            || view
                 .rt
                 .inner
                 .store
-                .dynamic_resolved(self.id(), turn.seq)
+                .dynamic_resolved(view.id(), turn.seq)
                 .await?
         {
             return Ok(());
         }
-        let workspace = self.workspace()?;
-        let agent_dir = self.build.files()?;
+        let workspace = view.workspace()?;
+        let agent_dir = view.build.files()?;
         let mut providers_done = Vec::new();
         let mut records = Vec::new();
         let mut detail = serde_json::Map::new();
         let now = now_ms();
-        for provider in self.build.providers.clone() {
+        for provider in view.build.providers.clone() {
             let mut events = Vec::new();
             if turn.seq == 0 && provider.dynamic.iter().any(|e| e == "session.started") {
                 events.push("session.started");
@@ -149,31 +143,21 @@ impl TurnDriver<'_> {
             let mut defined: Vec<Definition> = Vec::new();
             let mut ok = false;
             for event in events {
-                let ctx = ToolContext {
-                    session_id: self.session.id.clone(),
-                    call_id: format!("dyn_{}_{}", turn.seq, provider.name),
-                    idempotency_key: super::turn::idempotency_key(
-                        &self.session.id,
+                let ctx = view.tool_context(
+                    format!("dyn_{}_{}", turn.seq, provider.name),
+                    idempotency_key(
+                        view.id(),
                         turn.seq,
                         &format!("dynamic:{}:{event}", provider.name),
                     ),
-                    workspace: workspace.clone(),
-                    agent_dir: agent_dir.clone(),
-                    env: self.rt.inner.config.env.clone(),
-                    http: self.rt.inner.http.clone(),
-                    exec: self.rt.inner.exec.clone(),
-                    confinement: self.rt.confinement(
-                        &self.build.manifest.agent,
-                        self.build.manifest.agent.effective_sandbox(&provider),
-                        Some(&workspace),
-                        Some(&agent_dir),
-                    ),
-                    network: None,
-                };
-                let input = json!({"event": event, "session_id": self.session.id});
-                let result = self
+                    workspace.clone(),
+                    agent_dir.clone(),
+                    view.build.manifest.agent.effective_sandbox(&provider),
+                );
+                let input = json!({"event": event, "session_id": view.id()});
+                let result = view
                     .rt
-                    .run_tool(&provider, &input, &ctx, self.cancel.child_token())
+                    .run_tool(&provider, &input, &ctx, view.cancel.child_token())
                     .await;
                 if !result.ok {
                     let error = result.error.unwrap_or_else(|| "failed".to_owned());
@@ -204,8 +188,8 @@ impl TurnDriver<'_> {
             providers_done.push(provider.name.clone());
             let provider_json = serde_json::to_value(&provider)?;
             for (name, description, input_schema) in defined {
-                if self.build.tool(&name).is_some()
-                    || self.build.manifest.agent.subagent(&name).is_some()
+                if view.build.tool(&name).is_some()
+                    || view.build.manifest.agent.subagent(&name).is_some()
                 {
                     detail.insert(
                         name.clone(),
@@ -215,28 +199,28 @@ impl TurnDriver<'_> {
                 }
                 records.retain(|r: &DynamicToolRecord| r.name != name);
                 records.push(DynamicToolRecord {
-                    session_id: self.session.id.clone(),
+                    session_id: view.id().to_owned(),
                     name,
                     provider: provider.name.clone(),
                     description,
                     input_schema,
                     provider_tool: provider_json.clone(),
-                    build_hash: self.build.hash.clone(),
+                    build_hash: view.build.hash.clone(),
                     turn_seq: turn.seq,
                     resolved_at: now,
                 });
             }
         }
-        let mut batch = Batch::new();
-        batch.push(Op::Composition(CompositionOp::PutDynamicTools {
-            session_id: self.session.id.clone(),
-            providers: providers_done,
-            tools: records,
-            turn_seq: turn.seq,
-            detail: Value::Object(detail),
-        }));
-        self.rt.commit(batch).await?;
-        self.extra = None;
+        start
+            .before
+            .push(Op::Composition(CompositionOp::PutDynamicTools {
+                session_id: view.id().to_owned(),
+                providers: providers_done,
+                tools: records,
+                turn_seq: turn.seq,
+                detail: Value::Object(detail),
+            }));
+        start.tools_changed = true;
         Ok(())
     }
 }

@@ -10,27 +10,58 @@
 //! **Observe hooks** (any other event type, or `*`) run after the event is stored, at least once,
 //! with the event on stdin (`{"id", "index", "sessionId", "type", "data", "meta"}`; the `id` is stable
 //! across redeliveries, for de-duplication). Their delivery (cursors, which process delivers,
-//! finishing before `eve run` exits) is [`super::hook_delivery`].
+//! finishing before `eve run` exits) is [`delivery`].
 //!
 //! Hooks run with the tool protocol's process machinery: own process group, timeout, cleared
 //! environment plus the hook's `env:` allowlist and the `EVE_*` variables.
 
+pub mod delivery;
+
+use async_trait::async_trait;
 use eve_compile::{Agent, Hook, Tool};
 use serde_json::{Value, json};
 
 use super::subagents::synthetic_tool;
-use super::turn::TurnDriver;
+use crate::engine::turn::seam::{InputVerdict, TurnExtension, TurnView};
 use crate::store::*;
-use crate::tools::{ToolContext, ToolResult};
+use crate::tools::ToolResult;
+
+/// Whether `agent` has `tool.before` hooks.
+pub(crate) fn has_tool_before(agent: &Agent) -> bool {
+    agent
+        .hooks
+        .iter()
+        .any(|h| h.events.iter().any(|e| e == TOOL_BEFORE))
+}
+
+/// `tool.before` hooks as a feature of the turn.
+pub(crate) struct ToolBefore;
+
+#[async_trait]
+impl TurnExtension for ToolBefore {
+    fn name(&self) -> &'static str {
+        "hooks"
+    }
+
+    async fn check_input(
+        &self,
+        view: &TurnView<'_>,
+        call: &ToolCallRecord,
+        input: Value,
+        workspace: &std::path::Path,
+    ) -> InputVerdict {
+        tool_before(view, call, input, workspace).await
+    }
+}
 
 /// The blocking event.
 pub const TOOL_BEFORE: &str = "tool.before";
 
-pub(super) fn is_observe(hook: &Hook) -> bool {
+pub(crate) fn is_observe(hook: &Hook) -> bool {
     hook.events.iter().any(|e| e != TOOL_BEFORE)
 }
 
-pub(super) fn observes(hook: &Hook, kind: &str) -> bool {
+pub(crate) fn observes(hook: &Hook, kind: &str) -> bool {
     hook.events.iter().any(|e| e == "*" || e == kind)
 }
 
@@ -40,7 +71,7 @@ pub(crate) fn has_observe_hooks(agent: &Agent) -> bool {
 }
 
 /// A hook as a process tool.
-pub(super) fn hook_tool(hook: &Hook) -> Tool {
+pub(crate) fn hook_tool(hook: &Hook) -> Tool {
     let mut tool = synthetic_tool(
         &hook.name,
         "",
@@ -52,14 +83,6 @@ pub(super) fn hook_tool(hook: &Hook) -> Tool {
     tool.env = hook.env.clone();
     tool.timeout_ms = hook.timeout_ms;
     tool
-}
-
-/// What the `tool.before` hooks decided.
-pub(super) enum Verdict {
-    /// Run, with this input (the model's or a hook's rewrite).
-    Allow(Value),
-    /// Do not run; the reason is for the model.
-    Deny(String),
 }
 
 fn decide(hook: &str, result: &ToolResult) -> Result<Option<Value>, String> {
@@ -111,14 +134,15 @@ fn decide(hook: &str, result: &ToolResult) -> Result<Option<Value>, String> {
     }
 }
 
-impl TurnDriver<'_> {
-    /// Runs the `tool.before` hooks of the agent on a call.
-    pub(super) async fn tool_before(
-        &self,
-        call: &ToolCallRecord,
-        workspace: &std::path::Path,
-    ) -> Verdict {
-        let hooks: Vec<&Hook> = self
+/// Runs the `tool.before` hooks of the agent on a call that would run with `input`.
+async fn tool_before(
+    view: &TurnView<'_>,
+    call: &ToolCallRecord,
+    input: Value,
+    workspace: &std::path::Path,
+) -> InputVerdict {
+    {
+        let hooks: Vec<&Hook> = view
             .build
             .manifest
             .agent
@@ -126,53 +150,43 @@ impl TurnDriver<'_> {
             .iter()
             .filter(|h| h.events.iter().any(|e| e == TOOL_BEFORE))
             .collect();
-        let mut input = call.input.clone();
+        let mut input = input;
         if hooks.is_empty() {
-            return Verdict::Allow(input);
+            return InputVerdict::Allow(input);
         }
         // Fail closed: hooks that cannot run deny the call.
-        let agent_dir = match self.build.files() {
+        let agent_dir = match view.build.files() {
             Ok(dir) => dir,
             Err(e) => {
-                return Verdict::Deny(format!(
+                return InputVerdict::Deny(format!(
                     "the tool.before hooks cannot run, so the call is denied: {e}"
                 ));
             }
         };
         for hook in hooks {
-            let ctx = ToolContext {
-                session_id: self.session.id.clone(),
-                call_id: call.call_id.clone(),
-                idempotency_key: call.idempotency_key.clone(),
-                workspace: workspace.to_path_buf(),
-                agent_dir: agent_dir.clone(),
-                env: self.rt.inner.config.env.clone(),
-                http: self.rt.inner.http.clone(),
-                exec: self.rt.inner.exec.clone(),
-                confinement: self.rt.confinement(
-                    &self.build.manifest.agent,
-                    Some(self.build.manifest.agent.hook_sandbox(hook)),
-                    Some(workspace),
-                    Some(&agent_dir),
-                ),
-                network: None,
-            };
+            let ctx = view.tool_context(
+                call.call_id.clone(),
+                call.idempotency_key.clone(),
+                workspace.to_path_buf(),
+                agent_dir.clone(),
+                Some(view.build.manifest.agent.hook_sandbox(hook)),
+            );
             let stdin = json!({
                 "event": TOOL_BEFORE,
-                "session_id": self.session.id,
+                "session_id": view.session.id,
                 "call_id": call.call_id,
                 "tool": call.name,
                 "input": input,
             });
-            let result = self
+            let result = view
                 .rt
-                .run_tool(&hook_tool(hook), &stdin, &ctx, self.cancel.child_token())
+                .run_tool(&hook_tool(hook), &stdin, &ctx, view.cancel.child_token())
                 .await;
             match decide(&hook.name, &result) {
                 Ok(None) => {}
                 Ok(Some(rewritten)) => {
-                    if let Err(errors) = self.validate_input(&call.name, &rewritten) {
-                        return Verdict::Deny(format!(
+                    if let Err(errors) = view.validate_input(&call.name, &rewritten) {
+                        return InputVerdict::Deny(format!(
                             "the tool.before hook `{}` rewrote the input into one that does not \
                              match the schema of `{}`, so the call is denied:\n{}",
                             hook.name,
@@ -186,10 +200,10 @@ impl TurnDriver<'_> {
                     }
                     input = rewritten;
                 }
-                Err(reason) => return Verdict::Deny(reason),
+                Err(reason) => return InputVerdict::Deny(reason),
             }
         }
-        Verdict::Allow(input)
+        InputVerdict::Allow(input)
     }
 }
 

@@ -20,14 +20,15 @@ use eve_compile::{Approval, Effect, Tool};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::subagents::{policy_tool, synthetic_tool};
-use super::turn::TurnDriver;
-use super::{Runtime, RuntimeResult};
+use super::TurnDriver;
+use super::seam::TurnView;
+use crate::engine::{LoadedBuild, Runtime, RuntimeResult};
+use crate::features::subagents::{policy_tool, synthetic_tool};
 use crate::mcp::{
     CALL_TOOL, CatalogueEntry, Catalogued, McpManager, McpTool, SEARCH_TOOLS, catalogue_tools_for,
     search_catalogue, use_catalogue,
 };
-use crate::model::ToolSpec;
+use crate::model::{Message, ToolSpec};
 use crate::store::{DynamicToolRecord, ToolCallRecord};
 use crate::tools::{ToolResult, Validators};
 
@@ -278,6 +279,118 @@ fn mcp_policy(tool: &McpTool) -> Tool {
     )
 }
 
+impl TurnView<'_> {
+    /// Every tool spec offered to the model this step (before any feature shapes the request).
+    pub fn offered_specs(&self) -> Vec<ToolSpec> {
+        offered(self.build, self.extra, Some(self.context))
+    }
+
+    /// Validates a call's input against the schema of whatever `name` stands for.
+    pub fn validate_input(&self, name: &str, input: &Value) -> Result<(), Vec<String>> {
+        validate(self.build, self.extra, name, input)
+    }
+}
+
+/// The tool a call in the context ran: the named tool for `call_tool`.
+fn called_name(name: &str, input: &serde_json::Value) -> String {
+    if name == CALL_TOOL
+        && let Some(named) = input.get("name").and_then(|v| v.as_str())
+    {
+        return named.to_owned();
+    }
+    name.to_owned()
+}
+
+/// How often each tool was called in `context`.
+fn use_counts(context: &[Message]) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for message in context {
+        if let Message::Assistant { tool_calls, .. } = message {
+            for call in tool_calls {
+                *counts
+                    .entry(called_name(&call.name, &call.input))
+                    .or_insert(0) += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// The specs kept inline: every spec `catalogued` says no to, plus the `keep` most used of the
+/// others, in their original order.
+fn inline_specs(
+    specs: Vec<ToolSpec>,
+    keep: usize,
+    counts: &HashMap<String, usize>,
+    catalogued: impl Fn(&str) -> bool,
+) -> Vec<ToolSpec> {
+    let mut ranked: Vec<(usize, usize)> = specs
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| catalogued(&s.name))
+        .map(|(i, s)| (i, counts.get(&s.name).copied().unwrap_or(0)))
+        .collect();
+    // Most used first; the sort is stable, so ties keep the build's order.
+    ranked.sort_by_key(|r| std::cmp::Reverse(r.1));
+    let kept: Vec<usize> = ranked.iter().take(keep).map(|(i, _)| *i).collect();
+    specs
+        .into_iter()
+        .enumerate()
+        .filter(|(i, s)| !catalogued(&s.name) || kept.contains(i))
+        .map(|(_, s)| s)
+        .collect()
+}
+
+/// Every tool spec offered to the model: the build's (the most used inline when the catalogue
+/// is automatic), then the turn's MCP, catalogue and dynamic tools.
+fn offered(
+    build: &LoadedBuild,
+    extra: Option<&Extra>,
+    context: Option<&[Message]>,
+) -> Vec<ToolSpec> {
+    let mut specs = build.specs.clone();
+    if build.auto_catalogue {
+        let counts = context.map(use_counts).unwrap_or_default();
+        let keep = build.manifest.agent.config.lean_context.keep_inline as usize;
+        specs = inline_specs(specs, keep, &counts, |name| build.tool(name).is_some());
+    }
+    if let Some(extra) = extra {
+        specs.extend(extra.specs.iter().cloned());
+    }
+    specs
+}
+
+/// Validates a call's input against the schema of whatever `name` stands for; for `call_tool`
+/// naming a build tool, the inner input against that tool's schema too.
+fn validate(
+    build: &LoadedBuild,
+    extra: Option<&Extra>,
+    name: &str,
+    input: &Value,
+) -> Result<(), Vec<String>> {
+    if build.validators.contains(name) {
+        return build.validators.validate(name, input);
+    }
+    match extra.and_then(|e| e.validators.as_ref()) {
+        Some(v) if v.contains(name) => v.validate(name, input)?,
+        // MCP tools behind `call_tool` are checked by their server.
+        _ => return Ok(()),
+    }
+    let named = input.get("name").and_then(Value::as_str).unwrap_or("");
+    if name == CALL_TOOL && build.tool(named).is_some() {
+        return build
+            .validators
+            .validate(named, &inner_input(input))
+            .map_err(|errors| {
+                errors
+                    .into_iter()
+                    .map(|e| format!("`{named}` {e}"))
+                    .collect()
+            });
+    }
+    Ok(())
+}
+
 impl TurnDriver<'_> {
     /// Loads the MCP and dynamic tools of this turn run (once; again after dynamic tools change).
     pub(super) async fn ensure_extra(&mut self) -> RuntimeResult<()> {
@@ -382,26 +495,6 @@ impl TurnDriver<'_> {
         Ok(())
     }
 
-    /// Every tool spec offered to the model this step.
-    pub(super) fn offered_specs(&self) -> Vec<ToolSpec> {
-        let mut specs = self.build.specs.clone();
-        if self.build.auto_catalogue {
-            let counts = self
-                .context
-                .as_deref()
-                .map(super::lean::use_counts)
-                .unwrap_or_default();
-            let keep = self.build.manifest.agent.config.lean_context.keep_inline as usize;
-            specs = super::lean::inline_specs(specs, keep, &counts, |name| {
-                self.build.tool(name).is_some()
-            });
-        }
-        if let Some(extra) = &self.extra {
-            specs.extend(extra.specs.iter().cloned());
-        }
-        specs
-    }
-
     /// Why there is no tool `name`, for the model: when it names a tool of an MCP connection of
     /// this agent (`CONNECTION__tool`) that is not available, the connection's state and its
     /// last error (a server that failed to start is down, not a tool that does not exist).
@@ -437,15 +530,13 @@ impl TurnDriver<'_> {
 
     /// What `name` stands for (with `input` for `call_tool`, whose policy is the named tool's).
     pub(super) fn target(&self, name: &str, input: &Value) -> Option<Resolved> {
-        if self.is_change_call(name) {
-            let policy = super::selfchange::policy();
-            return Some(Resolved::new(policy.clone(), Target::Build(policy)));
-        }
         if let Some(tool) = self.build.tool(name) {
             return Some(Resolved::new(tool.clone(), Target::Build(tool.clone())));
         }
-        if name == super::strategy::PLAN_STEP && self.plans() {
-            let worker = super::strategy::worker_agent(&self.build.manifest.agent);
+        if name == crate::features::strategy::PLAN_STEP
+            && self.build.manifest.agent.config.strategy == eve_compile::Strategy::Plan
+        {
+            let worker = crate::features::strategy::worker_agent(&self.build.manifest.agent);
             return Some(Resolved::new(
                 policy_tool(&worker),
                 Target::Subagent(worker),
@@ -514,30 +605,55 @@ impl TurnDriver<'_> {
         None
     }
 
-    /// Validates a call's input against the schema of whatever `name` stands for; for `call_tool`
-    /// naming a build tool, the inner input against that tool's schema too.
+    /// Validates a call's input against the schema of whatever `name` stands for.
     pub(super) fn validate_input(&self, name: &str, input: &Value) -> Result<(), Vec<String>> {
-        if self.build.validators.contains(name) {
-            return self.build.validators.validate(name, input);
+        validate(&self.build, self.extra.as_ref(), name, input)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ToolCall;
+
+    fn assistant(calls: &[(&str, &str, Value)]) -> Message {
+        Message::Assistant {
+            content: String::new(),
+            reasoning: None,
+            tool_calls: calls
+                .iter()
+                .map(|(id, name, input)| ToolCall {
+                    id: (*id).into(),
+                    name: (*name).into(),
+                    input: input.clone(),
+                })
+                .collect(),
         }
-        match self.extra.as_ref().and_then(|e| e.validators.as_ref()) {
-            Some(v) if v.contains(name) => v.validate(name, input)?,
-            // MCP tools behind `call_tool` are checked by their server.
-            _ => return Ok(()),
-        }
-        let named = input.get("name").and_then(Value::as_str).unwrap_or("");
-        if name == CALL_TOOL && self.build.tool(named).is_some() {
-            return self
-                .build
-                .validators
-                .validate(named, &inner_input(input))
-                .map_err(|errors| {
-                    errors
-                        .into_iter()
-                        .map(|e| format!("`{named}` {e}"))
-                        .collect()
-                });
-        }
-        Ok(())
+    }
+
+    #[test]
+    fn the_most_used_tools_stay_inline_in_build_order() {
+        let spec = |n: &str| ToolSpec {
+            name: n.into(),
+            description: String::new(),
+            input_schema: json!({}),
+        };
+        let specs = vec![
+            spec("a"),
+            spec("b"),
+            spec("c"),
+            spec("d"),
+            spec("load_skill"),
+        ];
+        let context = vec![
+            assistant(&[
+                ("1", "c", json!({})),
+                ("2", CALL_TOOL, json!({"name": "d"})),
+            ]),
+            assistant(&[("3", "d", json!({}))]),
+        ];
+        let kept = inline_specs(specs, 2, &use_counts(&context), |n| n != "load_skill");
+        let names: Vec<&str> = kept.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["c", "d", "load_skill"]);
     }
 }

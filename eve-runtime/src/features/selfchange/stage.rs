@@ -444,10 +444,7 @@ impl CandidateView {
 
 /// The request shown for a staged proposal of `call`: kind and action (with `proposal`), read
 /// from the staging folder; `None` when `call` is no proposal or nothing is staged.
-pub(in crate::engine) fn staged_request(
-    state_dir: &Path,
-    call: &ToolCallRecord,
-) -> Option<(String, Value)> {
+pub(crate) fn staged_request(state_dir: &Path, call: &ToolCallRecord) -> Option<(String, Value)> {
     if call.name != PROPOSE_CHANGE {
         return None;
     }
@@ -461,14 +458,14 @@ pub(in crate::engine) fn staged_request(
 
 /// Removes the staging folder of `call`'s proposal, if it is one (its turn ended without an
 /// answer: cancelled, failed, out of time).
-pub(in crate::engine) fn discard_staged(state_dir: &Path, call: &ToolCallRecord) {
+pub(crate) fn discard_staged(state_dir: &Path, call: &ToolCallRecord) {
     if call.name == PROPOSE_CHANGE {
         let _ = std::fs::remove_dir_all(staging_dir(state_dir, &proposal_id(call)));
     }
 }
 
 /// `change.proposed`: what was offered for approval (the proposal without its file contents).
-pub(in crate::engine) fn proposed_event(call: &ToolCallRecord, action: &Value) -> Value {
+pub(crate) fn proposed_event(call: &ToolCallRecord, action: &Value) -> Value {
     let p = &action["proposal"];
     let files: Vec<Value> = p["files"]
         .as_array()

@@ -9,7 +9,7 @@
 //! Any process may deliver: the one that stored the events (it is told by its own commit), a
 //! server that sees another process commit to the store (`Runtime::watch_store` looks for
 //! sessions behind their hooks), a process starting on the store. Only the one holding the
-//! session's delivery claim (`hooks:<session>`, see [`super::claims`]) runs hooks, so two
+//! session's delivery claim (`hooks:<session>`, see [`crate::engine::claims`]) runs hooks, so two
 //! processes never deliver one session's events at once, and an event one acknowledged is past
 //! the cursor the other reads next. "Once" means: each event reaches each hook until the hook
 //! acknowledges it, and never after; a hook stopped on an event before it exits 0 (its timeout,
@@ -29,8 +29,8 @@ use eve_compile::Hook;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::hooks::{hook_tool, is_observe, observes};
-use super::{Runtime, RuntimeResult};
+use super::{hook_tool, is_observe, observes};
+use crate::engine::{LoadedBuild, Runtime, RuntimeResult};
 use crate::store::*;
 use crate::tools::ToolContext;
 
@@ -392,9 +392,9 @@ impl Runtime {
     async fn deliver_claimed(
         &self,
         session: &str,
-        build: &super::LoadedBuild,
+        build: &LoadedBuild,
         hooks: &[Hook],
-        claim: Option<&super::claims::HeldClaim>,
+        claim: Option<&crate::engine::claims::HeldClaim>,
     ) -> RuntimeResult<Delivery> {
         let store = self.inner.store.clone();
         // Read under the claim: what another holder acknowledged is past these.

@@ -18,8 +18,8 @@ use std::time::Duration;
 use eve_compile::{Effect, Tool};
 use serde_json::{Value, json};
 
-use super::ResolvedModel;
-use crate::model::{Message, ModelEvent, ModelRequest, ToolChoice, Usage};
+use crate::engine::ResolvedModel;
+use crate::model::{Message, ModelRequest, SideError, Usage, side_call};
 
 /// Seconds a reviewer may take when `limits.review_seconds` is not set.
 pub const DEFAULT_REVIEW_SECONDS: u64 = 30;
@@ -122,30 +122,26 @@ pub async fn review(model: &ResolvedModel, subject: &Subject<'_>, deadline: Dura
         description = subject.tool.description,
         sandbox = subject.sandbox,
     );
-    let request = ModelRequest {
-        model: model.model.clone(),
-        system: PROMPT.to_owned(),
-        messages: vec![Message::User { content }],
-        tools: Vec::new(),
-        reasoning: None,
-        max_output_tokens: Some(512),
-        tool_choice: ToolChoice::Auto,
-        temperature: Some(0.0),
-    };
-    let mut ignore = |_event: ModelEvent| {};
-    match tokio::time::timeout(deadline, model.client.stream(&request, &mut ignore)).await {
-        Err(_) => Review {
+    let mut request = ModelRequest::side(
+        &model.model,
+        PROMPT.to_owned(),
+        vec![Message::User { content }],
+    );
+    request.max_output_tokens = Some(512);
+    request.temperature = Some(0.0);
+    match side_call(model.client.as_ref(), &request, None, Some(deadline)).await {
+        Err(SideError::TimedOut(_) | SideError::Cancelled) => Review {
             verdict: Verdict::Failed(format!(
                 "the reviewer did not answer within {} s",
                 deadline.as_secs()
             )),
             usage: Usage::default(),
         },
-        Ok(Err(error)) => Review {
+        Err(SideError::Model(error)) => Review {
             verdict: Verdict::Failed(format!("the reviewer failed: {error}")),
             usage: Usage::default(),
         },
-        Ok(Ok(response)) => Review {
+        Ok(response) => Review {
             verdict: parse(&response.content),
             usage: response.usage,
         },

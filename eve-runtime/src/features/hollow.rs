@@ -10,10 +10,62 @@
 //! with the turn, under a fixed prefix; a turn that holds one is never nudged again, so the check
 //! cannot loop and a resumed turn sees the same history.
 
+use async_trait::async_trait;
+
+use crate::engine::RuntimeResult;
+use crate::engine::events as ev;
+use crate::engine::turn::seam::{AnswerVerdict, TurnExtension, TurnView};
 use crate::store::{CallStatus, ToolCallRecord};
 
+/// The hollow-answer check as a feature of the turn.
+pub(crate) struct HollowCheck;
+
+#[async_trait]
+impl TurnExtension for HollowCheck {
+    fn name(&self) -> &'static str {
+        "hollow"
+    }
+
+    /// A final answer gets its one nudge (never twice in a turn, never past the step limit).
+    async fn final_answer(
+        &mut self,
+        view: &TurnView<'_>,
+        answer: &str,
+    ) -> RuntimeResult<AnswerVerdict> {
+        let turn = view.turn;
+        let config = &view.build.manifest.agent.config;
+        if !config.hollow_check
+            || turn.step_index + 1 >= u64::from(config.limits.max_steps_per_turn)
+        {
+            return Ok(AnswerVerdict::Accept(Vec::new()));
+        }
+        let store = &view.rt.inner.store;
+        let nudged = store.context(view.id()).await?.iter().any(|row| {
+            row.turn_seq == Some(turn.seq)
+                && row.body["role"] == "user"
+                && row.body["content"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with(NUDGE_PREFIX))
+        });
+        if nudged {
+            return Ok(AnswerVerdict::Accept(Vec::new()));
+        }
+        let calls = store.tool_calls(view.id(), turn.seq).await?;
+        Ok(match check(answer, &calls) {
+            Some(hollow) => AnswerVerdict::SendBack {
+                message: hollow.nudge(),
+                events: vec![(
+                    ev::HOLLOW_NUDGED,
+                    ev::hollow_nudged(turn, turn.step_index, &hollow.claims, &hollow.reason),
+                )],
+            },
+            None => AnswerVerdict::Accept(Vec::new()),
+        })
+    }
+}
+
 /// The prefix of the nudge message, by which a turn that was already nudged is recognised.
-pub(super) const NUDGE_PREFIX: &str = "[eve hollow-answer check]";
+pub(crate) const NUDGE_PREFIX: &str = "[eve hollow-answer check]";
 
 /// What a claim needs a call to have done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +166,7 @@ const CHINESE: &[(&str, Needs)] = &[
 
 /// A mismatch the check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Hollow {
+pub(crate) struct Hollow {
     /// The claims as written (`sent`, `已创建`), or empty for an empty answer.
     pub claims: Vec<String>,
     /// Why no call backs them.
@@ -123,7 +175,7 @@ pub(super) struct Hollow {
 
 impl Hollow {
     /// The one nudge the model gets.
-    pub(super) fn nudge(&self) -> String {
+    pub(crate) fn nudge(&self) -> String {
         if self.claims.is_empty() {
             return format!(
                 "{NUDGE_PREFIX} Your answer is empty, but {}. Tell the user what happened: what \
@@ -146,7 +198,7 @@ impl Hollow {
 }
 
 /// Checks a final answer against the calls of its turn.
-pub(super) fn check(answer: &str, calls: &[ToolCallRecord]) -> Option<Hollow> {
+pub(crate) fn check(answer: &str, calls: &[ToolCallRecord]) -> Option<Hollow> {
     let tool_calls: Vec<&ToolCallRecord> =
         calls.iter().filter(|c| c.kind != "load-skill").collect();
     let ok = |c: &&&ToolCallRecord| c.status == CallStatus::Completed && !c.is_error;

@@ -53,8 +53,11 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use self::stage::Staged;
-use super::turn::TurnDriver;
-use super::{Runtime, RuntimeResult};
+use crate::engine::turn::seam::TurnView;
+use async_trait::async_trait;
+
+use crate::engine::turn::seam::{AskAs, Builtin, Handled, TurnExtension};
+use crate::engine::{Runtime, RuntimeResult};
 use crate::model::ToolSpec;
 use crate::store::{ApprovalState, Batch, CallStatus, InputRequestRecord, ToolCallRecord};
 
@@ -62,14 +65,14 @@ pub use self::check::{check_on_disk, check_path, check_protected, parse};
 pub use self::folder::{apply, fingerprint};
 pub use self::review::review;
 pub use self::stage::render_text;
-pub(in crate::engine) use self::stage::{discard_staged, proposed_event, staged_request};
+pub(crate) use self::stage::{discard_staged, proposed_event, staged_request};
 
 /// The built-in tool's name.
 pub const PROPOSE_CHANGE: &str = "propose_change";
 /// The kind of input request a proposal parks on.
 pub const REQUEST_KIND: &str = "change-approval";
 
-pub use super::releases::{CHANGE_APPROVED, CHANGE_DENIED, CHANGE_PROPOSED};
+pub use crate::engine::{CHANGE_APPROVED, CHANGE_DENIED, CHANGE_PROPOSED};
 
 /// Most files one proposal may change.
 pub const MAX_FILES: usize = 32;
@@ -136,7 +139,7 @@ pub fn spec() -> ToolSpec {
 /// `agent.yaml` loosens it.
 pub(super) fn policy() -> Tool {
     let spec = spec();
-    super::subagents::synthetic_tool(
+    crate::features::subagents::synthetic_tool(
         &spec.name,
         &spec.description,
         spec.input_schema,
@@ -231,79 +234,143 @@ impl Runtime {
     }
 }
 
-impl TurnDriver<'_> {
-    /// Whether `name` is the built-in `propose_change` of this agent.
-    pub(in crate::engine) fn is_change_call(&self, name: &str) -> bool {
-        name == PROPOSE_CHANGE
-            && self.build.manifest.agent.config.self_change
-            && self.build.manifest.agent.path.is_empty()
+/// Whether `name` is the built-in `propose_change` of this agent.
+/// Whether `agent` has the built-in `propose_change` (a root agent with `self_change: true`).
+pub(crate) fn enabled(agent: &eve_compile::Agent) -> bool {
+    agent.config.self_change && agent.path.is_empty()
+}
+
+/// Self-change as a feature of the turn: the built-in `propose_change`, and proposals dropped
+/// with a turn that stops before they are answered.
+pub(crate) struct SelfChange;
+
+#[async_trait]
+impl TurnExtension for SelfChange {
+    fn name(&self) -> &'static str {
+        "selfchange"
     }
 
-    /// Moves a `propose_change` call on: stages a fresh one, applies an approved one, drops a
-    /// denied one.
-    pub(in crate::engine) async fn change_call(
-        &mut self,
-        call: &ToolCallRecord,
-    ) -> RuntimeResult<ChangeStep> {
-        let id = proposal_id(call);
-        let proposal = match parse(&call.input) {
-            Ok(p) => p,
-            Err(errors) => {
-                return Ok(ChangeStep::Settle(
-                    CallStatus::Failed,
-                    json!(format!(
-                        "The proposal was refused; nothing was staged:\n{}",
-                        errors
-                            .iter()
-                            .map(|e| format!("- {e}"))
-                            .collect::<Vec<_>>()
-                            .join("\n")
-                    )),
-                    Batch::new(),
-                ));
-            }
-        };
-        match call.approval {
-            ApprovalState::Approved => self.apply_change(call, &id, &proposal).await,
-            ApprovalState::Denied => self.deny_change(call, &id, &proposal).await,
-            _ => match self.rt.stage_proposal(&id, &proposal).await? {
-                Staged::Refused(text) => Ok(ChangeStep::Settle(
-                    CallStatus::Failed,
-                    json!(text),
-                    Batch::new(),
-                )),
-                Staged::Offered(shown) => Ok(ChangeStep::Ask(format!(
-                    "Approve change {id} to the agent? {}{}",
-                    proposal.summary,
-                    if shown["widens"] == true {
-                        " (it WIDENS what the agent may do)"
-                    } else {
-                        ""
-                    }
-                ))),
-            },
+    fn builtins(&self, view: &TurnView<'_>) -> Vec<crate::engine::turn::seam::Builtin> {
+        if !enabled(&view.build.manifest.agent) {
+            return Vec::new();
         }
+        vec![Builtin {
+            name: PROPOSE_CHANGE.to_owned(),
+            policy: Some(policy()),
+        }]
     }
 
-    /// The input request of a `propose_change` call, newest first.
-    async fn change_request(
-        &self,
+    async fn call_builtin(
+        &mut self,
+        view: &TurnView<'_>,
         call: &ToolCallRecord,
-    ) -> RuntimeResult<Option<InputRequestRecord>> {
-        Ok(self
-            .rt
-            .inner
-            .store
-            .input_requests(&self.session.id, false)
-            .await?
-            .into_iter()
-            .rev()
-            .find(|r| r.turn_seq == call.turn_seq && r.call_id == call.call_id))
+    ) -> RuntimeResult<Handled> {
+        if call.approval == ApprovalState::Pending {
+            return Ok(Handled::Wait);
+        }
+        Ok(match change_call(view, call).await? {
+            ChangeStep::Settle(status, output, writes) => Handled::Settle {
+                status,
+                output,
+                writes,
+            },
+            ChangeStep::Ask(prompt) => {
+                // A staged proposal parks on a request of its own kind that shows it; the
+                // audit stream has `change.proposed` before the session commits it.
+                let state_dir = &view.rt.inner.config.state_dir;
+                let request = match staged_request(state_dir, call) {
+                    Some((kind, action)) => {
+                        let data = proposed_event(call, &action);
+                        let mut events = Batch::new();
+                        view.rt
+                            .change_event(&mut events, view.id(), CHANGE_PROPOSED, data)
+                            .await?;
+                        Some(AskAs {
+                            kind,
+                            action,
+                            writes: events,
+                        })
+                    }
+                    None => None,
+                };
+                Handled::Ask { prompt, request }
+            }
+        })
+    }
+
+    async fn turn_ended(
+        &mut self,
+        view: &TurnView<'_>,
+        unsettled: &[ToolCallRecord],
+    ) -> RuntimeResult<()> {
+        // A proposal parked with the turn is dropped with it: nothing stays staged.
+        for call in unsettled {
+            discard_staged(&view.rt.inner.config.state_dir, call);
+        }
+        Ok(())
     }
 }
 
+/// Moves a `propose_change` call on: stages a fresh one, applies an approved one, drops a
+/// denied one.
+async fn change_call(view: &TurnView<'_>, call: &ToolCallRecord) -> RuntimeResult<ChangeStep> {
+    let id = proposal_id(call);
+    let proposal = match parse(&call.input) {
+        Ok(p) => p,
+        Err(errors) => {
+            return Ok(ChangeStep::Settle(
+                CallStatus::Failed,
+                json!(format!(
+                    "The proposal was refused; nothing was staged:\n{}",
+                    errors
+                        .iter()
+                        .map(|e| format!("- {e}"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                )),
+                Batch::new(),
+            ));
+        }
+    };
+    match call.approval {
+        ApprovalState::Approved => apply::apply_change(view, call, &id, &proposal).await,
+        ApprovalState::Denied => deny::deny_change(view, call, &id, &proposal).await,
+        _ => match view.rt.stage_proposal(&id, &proposal).await? {
+            Staged::Refused(text) => Ok(ChangeStep::Settle(
+                CallStatus::Failed,
+                json!(text),
+                Batch::new(),
+            )),
+            Staged::Offered(shown) => Ok(ChangeStep::Ask(format!(
+                "Approve change {id} to the agent? {}{}",
+                proposal.summary,
+                if shown["widens"] == true {
+                    " (it WIDENS what the agent may do)"
+                } else {
+                    ""
+                }
+            ))),
+        },
+    }
+}
+
+/// The input request of a `propose_change` call, newest first.
+pub(super) async fn change_request(
+    view: &TurnView<'_>,
+    call: &ToolCallRecord,
+) -> RuntimeResult<Option<InputRequestRecord>> {
+    Ok(view
+        .rt
+        .inner
+        .store
+        .input_requests(&view.session.id, false)
+        .await?
+        .into_iter()
+        .rev()
+        .find(|r| r.turn_seq == call.turn_seq && r.call_id == call.call_id))
+}
 /// Where a `propose_change` call goes next.
-pub(in crate::engine) enum ChangeStep {
+pub(crate) enum ChangeStep {
     /// Settled now, with the writes committed with its result.
     Settle(CallStatus, Value, Batch),
     /// Staged and offered: ask a principal, with this prompt.

@@ -16,6 +16,10 @@
 //! survives restarts. Who sent a message is kept beside it at accept time (`sender:<session>`,
 //! keyed by the inbox id), so a resumed turn sees the same user's notes.
 
+mod turn;
+
+pub(crate) use turn::MemoryFeature;
+
 use eve_compile::{Memory, MemoryScope};
 use serde_json::{Value, json};
 
@@ -420,10 +424,10 @@ pub enum MemoryError {
     Refused(String),
     /// The store failed.
     #[error(transparent)]
-    Runtime(#[from] super::RuntimeError),
+    Runtime(#[from] crate::engine::RuntimeError),
 }
 
-impl super::Runtime {
+impl crate::engine::Runtime {
     /// The notes `selector` addresses, for the current build's root agent.
     pub async fn memory_notes(&self, selector: &Selector) -> Result<Vec<NoteRecord>, MemoryError> {
         let build = self.inner.builds.current()?;
@@ -448,7 +452,7 @@ impl super::Runtime {
                 }
                 (MemoryScope::Session, _, None) => store.notes_under("memory:session:").await,
             };
-            out.extend(notes.map_err(super::RuntimeError::from)?);
+            out.extend(notes.map_err(crate::engine::RuntimeError::from)?);
         }
         Ok(out)
     }
@@ -475,7 +479,7 @@ impl super::Runtime {
             .store
             .notes(&ns)
             .await
-            .map_err(super::RuntimeError::from)?;
+            .map_err(crate::engine::RuntimeError::from)?;
         // An operator may write any scope the agent knows, whichever scopes it lets the model use.
         let everything = Memory {
             scopes: vec![scope],
@@ -517,7 +521,7 @@ impl super::Runtime {
             .store
             .notes(&ns)
             .await
-            .map_err(super::RuntimeError::from)?
+            .map_err(crate::engine::RuntimeError::from)?
             .len();
         let mut batch = Batch::new();
         batch.push(Op::Note(NoteOp::Clear { namespace: ns }));

@@ -11,11 +11,84 @@
 
 use std::time::Duration;
 
-use eve_compile::{Agent, Approval, Effect, Probe, Runner, Tool};
+use async_trait::async_trait;
+use eve_compile::{Agent, Approval, Effect, Runner, Tool};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::RuntimeResult;
+use crate::engine::turn::seam::{Shaped, TurnExtension, TurnView};
+use crate::model::ModelRequest;
+use crate::store::{Batch, NoteOp, NoteRecord, Op, now_ms};
 use crate::tools::{ToolContext, run_tool};
+
+/// The probe as a feature of the turn: its block in the system prompt.
+#[derive(Default)]
+pub(crate) struct Probe {
+    /// The session's probe text, once read or probed.
+    text: Option<String>,
+}
+
+#[async_trait]
+impl TurnExtension for Probe {
+    fn name(&self) -> &'static str {
+        "probe"
+    }
+
+    async fn shape_request(
+        &mut self,
+        view: &TurnView<'_>,
+        request: &mut ModelRequest,
+        writes: &mut Batch,
+    ) -> RuntimeResult<Shaped> {
+        if self.text.is_none() {
+            self.text = Some(text(view, writes).await?);
+        }
+        request
+            .system
+            .push_str(self.text.as_deref().unwrap_or_default());
+        Ok(Shaped::Call)
+    }
+}
+
+/// The session's probe text: stored, or probed now (once) in the `bash` tool's sandbox, with
+/// its note and `session.probed` added to `writes`.
+async fn text(view: &TurnView<'_>, writes: &mut Batch) -> RuntimeResult<String> {
+    let ns = namespace(view.id());
+    if let Some(note) = view.rt.inner.store.note(&ns, "text").await? {
+        return Ok(note.text);
+    }
+    let agent = &view.build.manifest.agent;
+    let Some(config) = agent.config.probe.clone() else {
+        return Ok(String::new());
+    };
+    let workspace = view.workspace()?;
+    let agent_dir = view.build.dir.join(eve_compile::pack::FILES);
+    let ctx = view.tool_context(
+        format!("probe_{}", view.turn.seq),
+        format!("probe-{}", view.id()),
+        workspace,
+        agent_dir,
+        Some(agent.bash_sandbox()),
+    );
+    let found = run(agent, &config, &ctx).await;
+    let now = now_ms();
+    writes
+        .push(Op::Note(NoteOp::Put(NoteRecord {
+            namespace: ns,
+            key: "text".to_owned(),
+            text: found.text.clone(),
+            created_at: now,
+            updated_at: now,
+        })))
+        .event(
+            view.id(),
+            SESSION_PROBED,
+            json!({"programs": found.programs, "chars": found.text.chars().count()}),
+        );
+    // What is stored is what every later turn reads: redacted as the commit redacts it.
+    Ok(view.rt.secrets().redact(&found.text).into_owned())
+}
 
 /// Event: the probe ran; `programs` found, `chars` of text.
 pub const SESSION_PROBED: &str = "session.probed";
@@ -34,7 +107,7 @@ pub fn namespace(session: &str) -> String {
 
 /// The probe script for `probe`: one `key=value`-ish report on stdout. Program names were checked
 /// at build time (letters, digits, `._+-`), so they are safe in the script.
-fn script(probe: &Probe) -> String {
+fn script(probe: &eve_compile::Probe) -> String {
     let programs = probe.programs.join(" ");
     let mut s = String::from(
         "os=$(uname -srm 2>/dev/null)\n\
@@ -62,7 +135,7 @@ fn script(probe: &Probe) -> String {
 }
 
 /// The synthetic tool the probe runs as: `sh -c SCRIPT`, read-only, never asked about.
-fn tool(probe: &Probe) -> Tool {
+fn tool(probe: &eve_compile::Probe) -> Tool {
     Tool {
         name: "environment_probe".to_owned(),
         source: crate::tools::BUILTIN_ARGV.to_owned(),
@@ -92,7 +165,7 @@ pub struct Found {
 }
 
 /// Runs the probe of `agent` in `ctx` (the `bash` tool's confinement) and formats its report.
-pub async fn run(agent: &Agent, probe: &Probe, ctx: &ToolContext) -> Found {
+pub async fn run(agent: &Agent, probe: &eve_compile::Probe, ctx: &ToolContext) -> Found {
     let result = run_tool(&tool(probe), &json!({}), ctx, CancellationToken::new()).await;
     let raw = match &result.output {
         Value::String(s) => s.clone(),

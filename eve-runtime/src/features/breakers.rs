@@ -1,12 +1,12 @@
-//! Circuit breakers, per session and tool: a tool that fails [`super::BreakerPolicy::threshold`]
+//! Circuit breakers, per session and tool: a tool that fails [`crate::engine::BreakerPolicy::threshold`]
 //! times in a row in one session is refused in that session for a backoff that doubles up to a
 //! maximum; a success closes it. One session's failures never refuse the tool to another: a
 //! prompt-injected session that breaks `bash` on purpose breaks it for itself only.
 //!
 //! A tool that fails for everyone (its API is down, its script is broken) opens an agent-wide
 //! breaker, but only when many sessions fail alike: when the tool's breaker opened in
-//! [`super::BreakerPolicy::agent_sessions`] distinct sessions within
-//! [`super::BreakerPolicy::agent_window`]. It then refuses the tool in every session for its own
+//! [`crate::engine::BreakerPolicy::agent_sessions`] distinct sessions within
+//! [`crate::engine::BreakerPolicy::agent_window`]. It then refuses the tool in every session for its own
 //! backoff (doubling on each trip, up to the maximum); a success anywhere closes it. The trips are
 //! counted by each runtime (a node of a fleet counts its own sessions); the open breaker is stored,
 //! so every node refuses the tool once one has tripped it.
@@ -19,8 +19,10 @@
 
 use std::collections::HashMap;
 
-use super::turn::TurnDriver;
-use super::{Runtime, RuntimeResult};
+use async_trait::async_trait;
+
+use crate::engine::turn::seam::{GateAt, TurnExtension, TurnView};
+use crate::engine::{Runtime, RuntimeResult};
 use crate::store::*;
 
 /// Whether `tool`'s breaker is per session: every tool's is (kept for callers that asked).
@@ -40,29 +42,58 @@ pub(crate) struct Trips {
     by_agent_key: HashMap<String, Vec<(String, i64)>>,
 }
 
-impl TurnDriver<'_> {
-    /// The key of `tool`'s breaker for this turn's session.
-    pub(in crate::engine) fn breaker_key(&self, tool: &str) -> String {
-        breaker_key(tool, &self.session.id)
+/// Circuit breakers as a feature of the turn: a call of a tool whose breaker is open is refused
+/// before it is approved or run; a call's outcome moves the breakers, written with its result.
+pub(crate) struct Breakers;
+
+#[async_trait]
+impl TurnExtension for Breakers {
+    fn name(&self) -> &'static str {
+        "breakers"
     }
 
-    /// The key of `tool`'s agent-wide breaker.
-    pub(in crate::engine) fn agent_breaker_key(&self, tool: &str) -> String {
-        if self.rt.inner.config.isolated_roots {
-            format!("{}@agent", self.shared_key(tool))
-        } else {
-            tool.to_owned()
-        }
-    }
-
-    /// Why `tool` is refused now (its session's breaker, else the agent's), if it is.
-    pub(in crate::engine) async fn breaker_refusal(
-        &self,
+    async fn gate_call(
+        &mut self,
+        view: &TurnView<'_>,
+        _call: &ToolCallRecord,
         tool: &str,
+        at: GateAt,
     ) -> RuntimeResult<Option<String>> {
+        if at != GateAt::Run {
+            return Ok(None);
+        }
+        refusal(view, tool).await
+    }
+
+    async fn call_ran(
+        &self,
+        view: &TurnView<'_>,
+        tool: &str,
+        ok: bool,
+        writes: &mut Batch,
+    ) -> RuntimeResult<()> {
+        for row in outcome(view, tool, ok).await? {
+            writes.push(Op::PutBreaker(row));
+        }
+        Ok(())
+    }
+}
+
+/// The key of `tool`'s agent-wide breaker.
+fn agent_breaker_key(view: &TurnView<'_>, tool: &str) -> String {
+    if view.rt.inner.config.isolated_roots {
+        format!("{}@agent", view.shared_key(tool))
+    } else {
+        tool.to_owned()
+    }
+}
+
+/// Why `tool` is refused now (its session's breaker, else the agent's), if it is.
+async fn refusal(view: &TurnView<'_>, tool: &str) -> RuntimeResult<Option<String>> {
+    {
         let now = now_ms();
         let wait = |b: &BreakerRecord| (b.open_until - now + 999) / 1000;
-        if let Some(b) = self.rt.breaker(&self.breaker_key(tool)).await?
+        if let Some(b) = view.rt.breaker(&breaker_key(tool, view.id())).await?
             && b.open_until > now
         {
             return Ok(Some(format!(
@@ -73,7 +104,7 @@ impl TurnDriver<'_> {
                 wait(&b)
             )));
         }
-        if let Some(b) = self.rt.breaker(&self.agent_breaker_key(tool)).await?
+        if let Some(b) = view.rt.breaker(&agent_breaker_key(view, tool)).await?
             && b.open_until > now
         {
             return Ok(Some(format!(
@@ -86,39 +117,33 @@ impl TurnDriver<'_> {
         }
         Ok(None)
     }
+}
 
-    /// Applies a call's outcome to `tool`'s breakers; returns the rows to store.
-    pub(in crate::engine) async fn breaker_outcome(
-        &self,
-        tool: &str,
-        ok: bool,
-    ) -> RuntimeResult<Vec<BreakerRecord>> {
-        let session_key = self.breaker_key(tool);
-        let agent_key = self.agent_breaker_key(tool);
-        let mut rows = Vec::new();
-        let Some(row) = self.rt.breaker_update(&session_key, ok).await? else {
-            if ok {
-                rows.extend(self.rt.breaker_close(&agent_key).await?);
-            }
-            return Ok(rows);
-        };
-        // A call runs only while its breaker is closed: open after it means it opened now.
-        let tripped = !ok && row.open_until > now_ms();
-        rows.push(row);
+/// Applies a call's outcome to `tool`'s breakers; returns the rows to store.
+async fn outcome(view: &TurnView<'_>, tool: &str, ok: bool) -> RuntimeResult<Vec<BreakerRecord>> {
+    let rt = view.rt;
+    let session_key = breaker_key(tool, view.id());
+    let agent_key = agent_breaker_key(view, tool);
+    let mut rows = Vec::new();
+    let Some(row) = rt.breaker_update(&session_key, ok).await? else {
         if ok {
-            rows.extend(self.rt.breaker_close(&agent_key).await?);
-        } else if tripped {
-            rows.extend(self.rt.breaker_trip(&agent_key, &self.session.id).await?);
+            rows.extend(rt.breaker_close(&agent_key).await?);
         }
-        Ok(rows)
+        return Ok(rows);
+    };
+    // A call runs only while its breaker is closed: open after it means it opened now.
+    let tripped = !ok && row.open_until > now_ms();
+    rows.push(row);
+    if ok {
+        rows.extend(rt.breaker_close(&agent_key).await?);
+    } else if tripped {
+        rows.extend(rt.breaker_trip(&agent_key, view.id()).await?);
     }
+    Ok(rows)
 }
 
 impl Runtime {
-    pub(in crate::engine) async fn breaker(
-        &self,
-        key: &str,
-    ) -> RuntimeResult<Option<BreakerRecord>> {
+    pub(crate) async fn breaker(&self, key: &str) -> RuntimeResult<Option<BreakerRecord>> {
         let mut cache = self.inner.breakers.lock().await;
         if let Some(b) = cache.get(key) {
             return Ok(Some(b.clone()));
@@ -138,7 +163,7 @@ impl Runtime {
     }
 
     /// Applies a call's outcome to the breaker `key`; returns the row to store when it changed.
-    pub(in crate::engine) async fn breaker_update(
+    pub(crate) async fn breaker_update(
         &self,
         key: &str,
         ok: bool,

@@ -1,0 +1,401 @@
+//! The seam between the turn core and the features that plug into it.
+//!
+//! The core ([`super`]) owns the step machine: read the turn's view, decide the next step, call
+//! the model, journal, settle the calls, commit, repeat. A feature (compaction, memory, the
+//! probe, strategies, the hollow-answer check, phases, lean context, dynamic tools, hooks,
+//! breakers, self-change, subagents: `crate::features`) is one [`TurnExtension`] with a handful
+//! of hooks, called at fixed points of every step in the order of the turn's list
+//! (`crate::features::for_turn`):
+//!
+//! | hook | when | what it may do |
+//! | --- | --- | --- |
+//! | [`TurnExtension::prepare_step`] | before `step.started` | writes committed before it (a compaction's checkpoint), and say the context or tools changed |
+//! | [`TurnExtension::step_started`] | with `step.started` | writes that go out with it (`phase.changed`, `session.probed`) |
+//! | [`TurnExtension::shape_request`] | before the model call | change the request (prompt blocks, tools, choice), answer it without the model, or fail the turn |
+//! | [`TurnExtension::context_overflow`] | the provider said "too long" | make room (compact) or say why it cannot |
+//! | [`TurnExtension::builtins`] / [`TurnExtension::call_builtin`] | a call of a built-in tool | settle it in-process, ask a principal, or wait |
+//! | [`TurnExtension::gate_call`] | before a call is approved or run | refuse it |
+//! | [`TurnExtension::check_input`] | before a call is reviewed, asked about or run | deny it or rewrite its input (`tool.before` hooks) |
+//! | [`TurnExtension::call_ran`] | after a call ran | writes that go with its result (breaker rows) |
+//! | [`TurnExtension::final_answer`] | the model answered without calls | send it back with a message, or add events to the turn's end |
+//! | [`TurnExtension::turn_ended`] | a turn stops early | let go of what its unsettled calls hold |
+//!
+//! A feature never commits: it adds writes to a batch the core commits with the transition
+//! they belong to, so one commit per transition stays the rule. What a feature sees of the turn
+//! is a [`TurnView`], read-only; its own state (a cached window, the prompt block it loaded, the
+//! phase it computed) lives in the feature value, made afresh for every turn run.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use eve_compile::Tool;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{LoadedBuild, ResolvedModel, Runtime, RuntimeResult};
+use crate::model::{Message, ModelRequest, ModelResponse};
+use crate::store::{Batch, Budget, CallStatus, MessageRecord, SessionRecord, TurnRecord};
+use crate::store::{MESSAGE_KIND_CHECKPOINT, ToolCallRecord};
+use crate::tools::ToolContext;
+
+pub(crate) use super::idempotency_key;
+
+/// What a feature sees of the running turn at one of its hooks.
+pub(crate) struct TurnView<'a> {
+    /// The runtime: its store for reads, its configuration and services.
+    pub rt: &'a Runtime,
+    /// The session as the turn holds it.
+    pub session: &'a SessionRecord,
+    /// The root session of this session's tree (its own id for a root session).
+    pub root: &'a str,
+    /// The build the turn runs on.
+    pub build: &'a Arc<LoadedBuild>,
+    /// The model of the turn.
+    pub model: &'a ResolvedModel,
+    /// The turn.
+    pub turn: &'a TurnRecord,
+    /// The turn's cancellation.
+    pub cancel: &'a CancellationToken,
+    /// What a subagent's turn may spend, passed down by its parent.
+    pub budget: Option<Budget>,
+    /// The context as stored (empty where a hook runs before it is loaded).
+    pub context: &'a [Message],
+    /// Tokens of the last model call (input and output), as the provider reported them.
+    pub last_tokens: u64,
+    /// The turn's tools beyond the build's (MCP, catalogue, dynamic), once loaded: see
+    /// [`Self::offered_specs`] and [`Self::validate_input`].
+    pub(super) extra: Option<&'a super::tools::Extra>,
+}
+
+impl TurnView<'_> {
+    /// The session's id.
+    pub fn id(&self) -> &str {
+        &self.session.id
+    }
+
+    /// The key under which state shared between sessions (memory notes of the `agent` and
+    /// `user` scopes, per-agent breakers) is kept for `name`: `name` itself, or `name@root` when
+    /// every root session is a world of its own (`RuntimeConfig::isolated_roots`).
+    pub fn shared_key(&self, name: &str) -> String {
+        if self.rt.inner.config.isolated_roots {
+            format!("{name}@{}", self.root)
+        } else {
+            name.to_owned()
+        }
+    }
+
+    /// The model's context window: `agent.yaml` `context_window`, else the model client's (a
+    /// provider's answer is asked once per runtime). `None` when nobody knows it.
+    pub async fn context_window(&self) -> Option<u64> {
+        super::limits::context_window(self.rt, self.build, self.model).await
+    }
+
+    /// The session's workspace, prepared (seeded from the build) on first use.
+    pub fn workspace(&self) -> RuntimeResult<PathBuf> {
+        super::workspace_of(self.rt, self.build, &self.session.id)
+    }
+
+    /// The context of one process the runtime starts for the turn (a tool, a hook, a probe, a
+    /// dynamic tool's provider): `sandbox` confines it, with `workspace` writable and
+    /// `agent_dir` (the build's files) read-only.
+    pub fn tool_context(
+        &self,
+        call_id: String,
+        idempotency_key: String,
+        workspace: PathBuf,
+        agent_dir: PathBuf,
+        sandbox: Option<eve_compile::EffectiveSandbox>,
+    ) -> ToolContext {
+        super::tool_context(
+            self.rt,
+            self.build,
+            &self.session.id,
+            call_id,
+            idempotency_key,
+            workspace,
+            agent_dir,
+            sandbox,
+        )
+    }
+}
+
+/// Writes of the start of a step, gathered from the features for the core to commit.
+#[derive(Default)]
+pub(crate) struct StepStart {
+    /// Committed before `step.started` (or with it, first).
+    pub before: Batch,
+    /// Committed with `step.started`, after it.
+    pub with: Batch,
+    /// The writes replace the context (a compaction): the core reads it and the session again.
+    pub context_replaced: bool,
+    /// The writes change the turn's tools (dynamic tools resolved): the core loads them again.
+    pub tools_changed: bool,
+}
+
+/// What [`TurnExtension::shape_request`] decided.
+pub(crate) enum Shaped {
+    /// Call the model with the request as shaped.
+    Call,
+    /// Journal this response without calling the model (a plan's wave of steps).
+    Respond(ModelResponse),
+    /// The turn cannot go on: a code and a message for `turn.failed`.
+    Fail(&'static str, String),
+}
+
+/// What [`TurnExtension::call_builtin`] decided for a call of a built-in tool.
+pub(crate) enum Handled {
+    /// Settled now with this status and output; `writes` go out with the result (before it).
+    Settle {
+        /// The call's status.
+        status: CallStatus,
+        /// What the model is told.
+        output: Value,
+        /// Writes committed with the result.
+        writes: Batch,
+    },
+    /// Ask a principal, with this prompt (and, for a request of a kind of its own, how).
+    Ask {
+        /// What the principal is asked.
+        prompt: String,
+        /// The request's own kind, when it is not a tool approval.
+        request: Option<AskAs>,
+    },
+    /// The call waits on an answer already asked for.
+    Wait,
+}
+
+/// An input request of a kind of its own (a proposed change shows the proposal).
+pub(crate) struct AskAs {
+    /// The request's kind.
+    pub kind: String,
+    /// What it shows.
+    pub action: Value,
+    /// Writes committed with the request (its events).
+    pub writes: Batch,
+}
+
+impl Handled {
+    /// Settled with no writes of its own.
+    pub fn settle(status: CallStatus, output: Value) -> Self {
+        Self::Settle {
+            status,
+            output,
+            writes: Batch::new(),
+        }
+    }
+}
+
+/// A built-in tool a feature answers: its name, and the policy it is journaled under (its
+/// declared effect), when it has one.
+pub(crate) struct Builtin {
+    /// The tool's name, as the model calls it.
+    pub name: String,
+    /// Its policy (effect and approval), when the journal or approvals need one.
+    pub policy: Option<Tool>,
+}
+
+/// Where in deciding a call [`TurnExtension::gate_call`] is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GateAt {
+    /// Before the tool is resolved or its approval looked at (a tool withdrawn in this phase).
+    Offered,
+    /// After its input was validated, before it is approved or run (an open breaker).
+    Run,
+}
+
+/// What [`TurnExtension::check_input`] said of a call.
+pub(crate) enum InputVerdict {
+    /// Run with this input.
+    Allow(Value),
+    /// Do not run; the model is told why.
+    Deny(String),
+}
+
+/// What [`TurnExtension::final_answer`] said of a final answer.
+pub(crate) enum AnswerVerdict {
+    /// The answer stands; these events go out with the turn's end (after `step.completed`).
+    Accept(Vec<(&'static str, Value)>),
+    /// The answer goes back to the model with `message` (the next step's last), and these
+    /// events go out after `step.completed`.
+    SendBack {
+        /// What the model is told.
+        message: String,
+        /// Events of the send-back.
+        events: Vec<(&'static str, Value)>,
+    },
+}
+
+/// One feature of a turn. Every hook has a default that does nothing.
+#[async_trait]
+pub(crate) trait TurnExtension: Send + Sync {
+    /// The feature's name (logs and tests).
+    fn name(&self) -> &'static str;
+
+    /// Whether the step may hold its writes back (see the core's `step`): `false` while this
+    /// feature has something to load or write between `step.started` and the journal.
+    fn lets_hold(&self, _view: &TurnView<'_>) -> bool {
+        true
+    }
+
+    /// Whether [`Self::step_started`] needs the turn's whole tool list (MCP and dynamic tools
+    /// loaded) in [`TurnView::offered_specs`].
+    fn needs_tools_at_start(&self) -> bool {
+        false
+    }
+
+    /// Before a step starts (the turn's cancel flag and limits were checked).
+    async fn prepare_step(
+        &mut self,
+        _view: &TurnView<'_>,
+        _start: &mut StepStart,
+    ) -> RuntimeResult<()> {
+        Ok(())
+    }
+
+    /// Writes that go out with `step.started` (in `start.with`).
+    async fn step_started(
+        &mut self,
+        _view: &TurnView<'_>,
+        _start: &mut StepStart,
+    ) -> RuntimeResult<()> {
+        Ok(())
+    }
+
+    /// Shapes this step's model request (system prompt, messages, tools, tool choice); `writes`
+    /// go out before the model is called (or with the held `step.started`, after it).
+    async fn shape_request(
+        &mut self,
+        _view: &TurnView<'_>,
+        _request: &mut ModelRequest,
+        _writes: &mut Batch,
+    ) -> RuntimeResult<Shaped> {
+        Ok(Shaped::Call)
+    }
+
+    /// The provider answered that the request does not fit its window. `None`: not this
+    /// feature's business; `Some(Ok(writes))`: room was made with `writes` (the core commits
+    /// them, reads the context again and calls once more); `Some(Err(why))`: it cannot help.
+    async fn context_overflow(
+        &mut self,
+        _view: &TurnView<'_>,
+        _already_compacted: bool,
+    ) -> RuntimeResult<Option<Result<Batch, String>>> {
+        Ok(None)
+    }
+
+    /// The built-in tools this feature answers in this turn (the turn's table routes their
+    /// calls to [`Self::call_builtin`]).
+    fn builtins(&self, _view: &TurnView<'_>) -> Vec<Builtin> {
+        Vec::new()
+    }
+
+    /// A call of one of [`Self::builtins`].
+    async fn call_builtin(
+        &mut self,
+        _view: &TurnView<'_>,
+        call: &ToolCallRecord,
+    ) -> RuntimeResult<Handled> {
+        Ok(Handled::settle(
+            CallStatus::Failed,
+            Value::String(format!("`{}` is not a built-in tool here", call.name)),
+        ))
+    }
+
+    /// Before a call is decided, at `at`: `Some(refusal)` settles it failed with that text.
+    async fn gate_call(
+        &mut self,
+        _view: &TurnView<'_>,
+        _call: &ToolCallRecord,
+        _tool: &str,
+        _at: GateAt,
+    ) -> RuntimeResult<Option<String>> {
+        Ok(None)
+    }
+
+    /// Before a call is reviewed, asked about or run, with the input it would run with.
+    async fn check_input(
+        &self,
+        _view: &TurnView<'_>,
+        _call: &ToolCallRecord,
+        input: Value,
+        _workspace: &std::path::Path,
+    ) -> InputVerdict {
+        InputVerdict::Allow(input)
+    }
+
+    /// After a call of `tool` ran (`ok`: it succeeded; calls whose input eve refused before
+    /// running are not reported): writes that go with its result.
+    async fn call_ran(
+        &self,
+        _view: &TurnView<'_>,
+        _tool: &str,
+        _ok: bool,
+        _writes: &mut Batch,
+    ) -> RuntimeResult<()> {
+        Ok(())
+    }
+
+    /// The model answered `answer` with no calls.
+    async fn final_answer(
+        &mut self,
+        _view: &TurnView<'_>,
+        _answer: &str,
+    ) -> RuntimeResult<AnswerVerdict> {
+        Ok(AnswerVerdict::Accept(Vec::new()))
+    }
+
+    /// The turn stops early (cancelled, failed, a limit) with these calls unsettled.
+    async fn turn_ended(
+        &mut self,
+        _view: &TurnView<'_>,
+        _unsettled: &[ToolCallRecord],
+    ) -> RuntimeResult<()> {
+        Ok(())
+    }
+}
+
+/// A stored message row as the model sees it (a checkpoint becomes a user message holding the
+/// summary and the pinned skills, verbatim).
+pub(crate) fn to_message(row: &MessageRecord) -> RuntimeResult<Message> {
+    if row.kind == MESSAGE_KIND_CHECKPOINT {
+        let summary = row.body["summary"].as_str().unwrap_or_default();
+        let mut content = format!(
+            "[Earlier conversation, compacted into a summary]\n\n{}",
+            summary.trim()
+        );
+        if let Some(skills) = row.body["skills"].as_array() {
+            for skill in skills {
+                let name = skill["name"].as_str().unwrap_or_default();
+                let body = skill["body"].as_str().unwrap_or_default();
+                content.push_str(&format!("\n\n[Loaded skill `{name}`]\n{body}"));
+            }
+        }
+        return Ok(Message::User { content });
+    }
+    Ok(serde_json::from_value(row.body.clone())?)
+}
+
+/// The smaller of two optional caps (either alone when the other is unset).
+pub(crate) fn min_opt<T: PartialOrd>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b < a { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Tokens and cost `session` and its descendants spent.
+pub(crate) async fn spent(
+    rt: &Runtime,
+    session: &SessionRecord,
+    build: &LoadedBuild,
+) -> RuntimeResult<(u64, f64)> {
+    let mut tokens = session.usage.total();
+    let mut cost = session.cost_usd;
+    if build.has_children() {
+        let (below, below_cost) = rt.inner.store.descendant_usage(&session.id).await?;
+        tokens = tokens.saturating_add(below.total());
+        cost += below_cost;
+    }
+    Ok((tokens, cost))
+}

@@ -1,0 +1,73 @@
+//! The features of a turn, each behind the turn core's seam ([`crate::engine::turn::seam`]):
+//! one [`TurnExtension`] per feature, made afresh for every turn run from the agent's manifest
+//! by [`for_turn`], in the order their hooks are called.
+//!
+//! | feature | what it does in a turn |
+//! | --- | --- |
+//! | [`dynamic`] | runs the dynamic tool providers at the start of a turn |
+//! | [`lean`] | keeps each request small (old outputs cut, repeated calls folded) |
+//! | [`probe`] | the environment probe's block in the system prompt |
+//! | [`memory`] | the memory block and the built-in `memory` tool |
+//! | [`compaction`] | summarises older messages near a full window, and after an overflow |
+//! | [`phases`] | `limits.phases`: withdraws exploration tools as the budget is spent |
+//! | [`hollow`] | sends back a final answer that claims work no call did |
+//! | [`strategy`] | `plan` (a plan, then its steps as subagents) and `reflect` (a critic) |
+//! | [`hooks`] | `tool.before` hooks, and the delivery of events to observe hooks |
+//! | [`breakers`] | refuses a tool that keeps failing |
+//! | [`selfchange`] | the built-in `propose_change` tool |
+//! | [`subagents`] | subagent calls: children, their budgets, their answers |
+
+pub mod breakers;
+pub mod compaction;
+pub mod dynamic;
+pub mod hollow;
+pub mod hooks;
+pub mod lean;
+pub mod memory;
+pub mod phases;
+pub mod probe;
+pub mod selfchange;
+pub mod strategy;
+pub mod subagents;
+
+use crate::engine::LoadedBuild;
+use crate::engine::turn::seam::TurnExtension;
+
+/// The features of a turn on `build`, in the order their hooks are called: only those the
+/// agent uses.
+pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
+    let agent = &build.manifest.agent;
+    let config = &agent.config;
+    let mut features: Vec<Box<dyn TurnExtension>> = Vec::new();
+    if !build.providers.is_empty() {
+        features.push(Box::new(dynamic::DynamicTools));
+    }
+    features.push(Box::new(lean::Lean));
+    if config.probe.is_some() {
+        features.push(Box::new(probe::Probe::default()));
+    }
+    if config.memory.is_some() {
+        features.push(Box::new(memory::MemoryFeature::default()));
+    }
+    features.push(Box::new(compaction::Compaction::default()));
+    if config.limits.phases.is_some() {
+        features.push(Box::new(phases::Phases::default()));
+    }
+    if config.hollow_check {
+        features.push(Box::new(hollow::HollowCheck));
+    }
+    if config.strategy != eve_compile::Strategy::React {
+        features.push(Box::new(strategy::StrategyFeature));
+    }
+    if hooks::has_tool_before(agent) {
+        features.push(Box::new(hooks::ToolBefore));
+    }
+    features.push(Box::new(breakers::Breakers));
+    if selfchange::enabled(agent) {
+        features.push(Box::new(selfchange::SelfChange));
+    }
+    if build.has_children() {
+        features.push(Box::new(subagents::Subagents));
+    }
+    features
+}
