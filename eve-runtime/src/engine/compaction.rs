@@ -59,6 +59,8 @@ impl TurnDriver<'_> {
         if (estimate as f64) < threshold * window as f64 {
             return Ok(());
         }
+        // Writes held back (a turn's start) are committed before the compaction reads and commits.
+        self.flush_held().await?;
         compact(
             self.rt,
             &self.session.id,

@@ -103,6 +103,9 @@ pub(super) struct TurnDriver<'a> {
     pub(super) last_usage: Option<(u64, Value)>,
     /// MCP and dynamic tools of this turn run (loaded on first need).
     pub(super) extra: Option<targets::Extra>,
+    /// The session's dynamic tools as the drive loop read them with the turn's view, for the
+    /// first load of [`Self::extra`] (which reads them from the store otherwise).
+    pub(super) dynamic_tools: Option<Vec<DynamicToolRecord>>,
     /// What a subagent's turn may spend, passed down by its parent.
     pub(super) budget: Option<Budget>,
     /// The session's cancel flag as read with the last step's final commit, for the next
@@ -176,6 +179,7 @@ impl<'a> TurnDriver<'a> {
             last_usage: None,
             window: None,
             extra: None,
+            dynamic_tools: None,
             budget: None,
             next_cancel: None,
             pinned: None,
@@ -421,6 +425,8 @@ impl<'a> TurnDriver<'a> {
             });
             self.session.cancel_requested = false;
         }
+        // Writes held back (a turn's start, `step.started`) go first, in this commit.
+        let batch = self.with_held(batch);
         self.rt.commit(batch).await?;
         self.context = None;
         if let Some((_, counted)) = counted {

@@ -234,6 +234,8 @@ impl TurnDriver<'_> {
                 memory::MEMORY_SAVE_OFFERED,
                 ev::memory_save_offered(turn, estimate, window),
             );
+        // Writes held back (a turn's start) go first, in this commit.
+        let batch = self.with_held(batch);
         self.rt.commit(batch).await?;
         self.save_nudge = true;
         Ok(true)

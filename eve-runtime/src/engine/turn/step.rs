@@ -41,6 +41,8 @@ impl TurnDriver<'_> {
         &mut self,
         turn: &mut TurnRecord,
     ) -> RuntimeResult<Option<TurnEnd>> {
+        // A new turn's start, held back by the drive loop, goes out with `step.started`.
+        let starting = turn.step_index == 0 && self.held.is_some();
         let flag = match self.next_cancel.take() {
             Some(flag) => flag,
             None => self
@@ -75,7 +77,8 @@ impl TurnDriver<'_> {
             self.fold_steering(turn).await?;
         }
         self.maybe_compact(turn).await?;
-        let hold = self.may_hold();
+        // Never past the model call: the turn is seen started before the model answers.
+        let hold = self.may_hold() && !starting;
         turn.step_started = true;
         let mut batch = Batch::new();
         batch.push(Op::PutTurn(turn.clone())).event(
