@@ -12,13 +12,17 @@
 //!   call); a step that ends otherwise (cancel, timeout, a model error) commits it on its own
 //!   first;
 //! - the journal of a response whose calls all settle without running (skill loads) goes out
-//!   with their results and `step.completed` ([`super::calls`]).
+//!   with their results and `step.completed` ([`super::calls`]);
+//! - a new turn's start (its rows, the message taken from the inbox, `turn.started`), held by the
+//!   drive loop, goes out with the first `step.started`, before the model is called, never
+//!   later; whatever commits before it (the turn ending early, compaction) carries it first.
 //!
 //! Nothing is published before it is committed, so a live follower never sees an event the
 //! store lacks. A process killed while writes are held loses only what was never committed: the
 //! turn row still says the step has not started, and the driver that resumes it starts the step
 //! again (the model call included, as after a kill before the journal), so every event index is
-//! still published once.
+//! still published once; a turn whose start was held is not there at all, and its message, still
+//! in the inbox, starts it again.
 
 use serde_json::Value;
 use tokio::sync::mpsc;
