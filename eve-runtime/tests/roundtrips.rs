@@ -25,11 +25,14 @@ use crate::store_contract::Backend;
 /// The most round trips a message may cost before the model is called.
 const MOST: usize = 6;
 
+/// The store calls made before each model request, one list per request.
+type Seen = Arc<Mutex<Vec<Vec<&'static str>>>>;
+
 /// The scripted mock, noting the store calls made before each model request.
 struct Noting {
     mock: MockClient,
     store: Arc<CountingStore>,
-    seen: Arc<Mutex<Vec<Vec<&'static str>>>>,
+    seen: Seen,
 }
 
 #[async_trait::async_trait]
@@ -69,11 +72,7 @@ fn counted_runtime(
     p: &TestProject,
     store: Arc<dyn Store>,
     steps: Value,
-) -> (
-    Runtime,
-    Arc<CountingStore>,
-    Arc<Mutex<Vec<Vec<&'static str>>>>,
-) {
+) -> (Runtime, Arc<CountingStore>, Seen) {
     let counting = CountingStore::new(store);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let client = Noting {
