@@ -7,6 +7,7 @@
 
 use tokio_util::sync::CancellationToken;
 
+use super::turn::seam::to_message;
 use super::events as ev;
 use super::turn::{TurnDriver, TurnEnd};
 use super::{DriveOutcome, Runtime, RuntimeError, RuntimeResult};
@@ -31,9 +32,7 @@ async fn drive_registered(
     cancel: CancellationToken,
 ) -> RuntimeResult<DriveOutcome> {
     let store = rt.inner.store.clone();
-    if store.session(session).await?.is_none() {
-        return Err(RuntimeError::SessionNotFound(session.to_owned()));
-    }
+    // An unknown session is refused by the lease claim itself (`SessionNotFound`).
     let claim = lease_claim(rt, session);
     if let LeaseOutcome::HeldBy { pid, .. } = take_lease(rt, &claim).await? {
         rt.unregister(session);
@@ -81,28 +80,19 @@ async fn drive_registered(
 }
 
 /// Takes a session's lease for this runtime and remembers its fencing token, so every commit
-/// of the session carries it (see `Runtime::fence`).
+/// of the session carries it (see `Runtime::fence`). The store answers with the token in the
+/// claim's own round trip, and refuses an unknown session (`SessionNotFound`).
 pub(crate) async fn take_lease(rt: &Runtime, claim: &LeaseClaim) -> RuntimeResult<LeaseOutcome> {
-    let store = &rt.inner.store;
-    let outcome = store.acquire_lease(claim).await?;
-    if outcome == LeaseOutcome::Acquired {
-        let lease = store.lease(&claim.session_id).await?;
-        match lease {
-            Some(lease) if lease.holder == claim.holder => {
-                if let Ok(mut fences) = rt.inner.fences.lock() {
-                    fences.insert(claim.session_id.clone(), lease.token);
-                }
+    match rt.inner.store.take_lease(claim).await? {
+        LeaseTaken::Acquired { token } => {
+            if let Ok(mut fences) = rt.inner.fences.lock() {
+                fences.insert(claim.session_id.clone(), token);
             }
-            // Lost again between the two reads (an expiry raced us): someone else drives it.
-            other => {
-                return Ok(LeaseOutcome::HeldBy {
-                    pid: other.as_ref().map_or(0, |l| l.pid),
-                    host: other.map(|l| l.host).unwrap_or_default(),
-                });
-            }
+            Ok(LeaseOutcome::Acquired)
         }
+        LeaseTaken::HeldBy { pid, host } => Ok(LeaseOutcome::HeldBy { pid, host }),
+        LeaseTaken::NoSession => Err(RuntimeError::SessionNotFound(claim.session_id.clone())),
     }
-    Ok(outcome)
 }
 
 /// Releases a lease taken with [`take_lease`] and forgets its token.
@@ -234,8 +224,9 @@ fn reported_tokens(turn: &TurnRecord) -> u64 {
 /// Runs turns until there is nothing to do or a turn parks.
 ///
 /// One store read per message: [`load_drive_state`] before each move. A turn this loop starts
-/// for a root session runs on what `start_turn` just committed, without reading it back; a
-/// child session's new turn is read back, for the budget its parent sent with the message.
+/// for a root session runs on what `start_turn` made, without reading it back, and its start
+/// goes out with its first step (see [`hold_start`]); a child session's new turn is committed
+/// at once and read back, for the budget its parent sent with the message.
 async fn run_available(
     rt: &Runtime,
     session: &str,
@@ -250,8 +241,8 @@ async fn run_available(
             .link
             .as_ref()
             .map_or_else(|| session.to_owned(), |l| l.root_id.clone());
-        let (record, turn, budget) = match state.open_turn().cloned() {
-            Some(turn) => (state.session, turn, state.budget),
+        let (record, turn, budget, start) = match state.open_turn().cloned() {
+            Some(turn) => (state.session, turn, state.budget, None),
             None => {
                 if state.session.cancel_requested {
                     let mut batch = Batch::new();
@@ -270,11 +261,12 @@ async fn run_available(
                 }
                 // The oldest (the rest is read again after this turn).
                 let message = state.inbox.swap_remove(0);
-                let (record, turn) = start_turn(rt, state.session, &path, message).await?;
+                let (record, turn, start) = start_turn(rt, state.session, &path, message)?;
                 if record.parent_id.is_some() {
+                    rt.commit(start.batch).await?;
                     continue;
                 }
-                (record, turn, None)
+                (record, turn, None, Some(start))
             }
         };
         let build = rt.inner.builds.agent(&turn.build_hash, &path)?;
@@ -282,6 +274,9 @@ async fn run_available(
         let mut driver = TurnDriver::new(rt, record, root, build, cancel.clone())?;
         driver.budget = budget;
         driver.last_tokens = reported;
+        if let Some(start) = start {
+            hold_start(rt, &mut driver, start).await?;
+        }
         let end = if cancel_now {
             driver.end_cancelled(turn).await?
         } else {
@@ -298,14 +293,22 @@ async fn run_available(
     }
 }
 
+/// A new turn's start, not committed yet: the session and turn rows, the message taken from the
+/// inbox into the context, `session.started` (a first turn), `turn.started`, `message.received`.
+struct Started {
+    batch: Batch,
+    /// The user message the batch appends to the context.
+    body: serde_json::Value,
+}
+
 /// Takes an accepted message into a new turn. An idle session moves to the newest build here.
-/// Returns the session and the turn as committed.
-async fn start_turn(
+/// Returns the session and the turn as they will be committed, and the commit that starts it.
+fn start_turn(
     rt: &Runtime,
     mut record: SessionRecord,
     path: &str,
     message: InboxRecord,
-) -> RuntimeResult<(SessionRecord, TurnRecord)> {
+) -> RuntimeResult<(SessionRecord, TurnRecord, Started)> {
     let build = match rt
         .inner
         .builds
@@ -337,6 +340,9 @@ async fn start_turn(
     record.turn_count += 1;
     record.status = SessionStatus::Running;
     record.build_hash = build.hash.clone();
+    let body = serde_json::to_value(Message::User {
+        content: message.text.clone(),
+    })?;
     let mut batch = Batch::new();
     batch
         .push(Op::UpdateSession(record.clone()))
@@ -349,9 +355,7 @@ async fn start_turn(
             session_id: record.id.clone(),
             turn_seq: Some(turn.seq),
             kind: MESSAGE_KIND_MESSAGE.to_owned(),
-            body: serde_json::to_value(Message::User {
-                content: message.text.clone(),
-            })?,
+            body: body.clone(),
         });
     if first {
         batch.event(
@@ -367,8 +371,39 @@ async fn start_turn(
             ev::MESSAGE_RECEIVED,
             ev::message_received(&turn, &message.text),
         );
-    rt.commit(batch).await?;
-    Ok((record, turn))
+    Ok((record, turn, Started { batch, body }))
+}
+
+/// Hands a new root turn's start to its driver, held back to go out with the first step's
+/// `step.started` in one commit (the turn core's held writes: nothing is published before it is
+/// committed, and a process killed before that commit finds the message still in the inbox and
+/// takes it into the turn again). The first step then runs on the session's context and dynamic
+/// tools as read in one round trip ([`Store::turn_view`]) before the start, with the message
+/// added as the start appends it, and on the cancel flag of the snapshot the loop just read. A
+/// build with dynamic tool providers commits the start at once: they run, and commit, first.
+async fn hold_start(
+    rt: &Runtime,
+    driver: &mut TurnDriver<'_>,
+    start: Started,
+) -> RuntimeResult<()> {
+    if !driver.build.providers.is_empty() {
+        rt.commit(start.batch).await?;
+        return Ok(());
+    }
+    let view = rt.inner.store.turn_view(&driver.session.id).await?;
+    let mut context = Vec::with_capacity(view.context.len() + 1);
+    for row in &view.context {
+        context.push(to_message(row)?);
+    }
+    // As the commit stores it.
+    let mut body = start.body;
+    rt.inner.config.secrets.redact_json(&mut body);
+    context.push(serde_json::from_value(body)?);
+    driver.context = Some(context);
+    driver.dynamic_tools = Some(view.dynamic_tools);
+    driver.next_cancel = Some(Some(driver.session.cancel_requested));
+    driver.held = Some(start.batch);
+    Ok(())
 }
 
 impl Runtime {

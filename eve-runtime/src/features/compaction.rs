@@ -48,39 +48,30 @@ impl TurnExtension for Compaction {
         "compaction"
     }
 
+    /// A compaction reads the stored context, which the turn's start adds its message to.
+    async fn reads_committed_start(&mut self, view: &TurnView<'_>) -> RuntimeResult<bool> {
+        Ok(match self.near_full(view).await {
+            Some((estimate, window)) => {
+                estimate as f64 >= view.build.manifest.agent.config.compaction.threshold * window as f64
+                    || self.offer_due(view, estimate, window).await?
+            }
+            None => false,
+        })
+    }
+
     async fn prepare_step(
         &mut self,
         view: &TurnView<'_>,
         start: &mut StepStart,
     ) -> RuntimeResult<()> {
-        let config = &view.build.manifest.agent.config;
-        if !config.compaction.enabled {
-            return Ok(());
-        }
-        let window = match self.window {
-            Some(w) => w,
-            None => {
-                let w = view.context_window().await;
-                self.window = Some(w);
-                w
-            }
-        };
-        let Some(window) = window else {
+        let Some((estimate, window)) = self.near_full(view).await else {
             return Ok(());
         };
-        let threshold = config.compaction.threshold;
-        // Everything the request carries: the system prompt, the context and the tools' names,
-        // descriptions and schemas (often the largest part), against what the provider last
-        // reported, whichever is larger.
-        let system_chars = view.build.system_prompt.len();
-        let context_chars: usize = view.context.iter().map(message_chars).sum();
-        let tool_chars: usize = view.offered_specs().iter().map(spec_chars).sum();
-        let chars = context_chars + tool_chars + system_chars;
-        let estimate = (chars as u64 / 4).max(view.last_tokens);
         // With memory on, the model first gets one step to save what matters (once per context).
         if self.offer_save(view, estimate, window, start).await? {
             return Ok(());
         }
+        let threshold = view.build.manifest.agent.config.compaction.threshold;
         if (estimate as f64) < threshold * window as f64 {
             return Ok(());
         }
@@ -139,6 +130,52 @@ impl TurnExtension for Compaction {
 }
 
 impl Compaction {
+    /// With compaction on and the window known: the estimate of what the request carries (the
+    /// system prompt, the context and the tools' names, descriptions and schemas, often the
+    /// largest part, against what the provider last reported, whichever is larger), and the
+    /// window.
+    async fn near_full(&mut self, view: &TurnView<'_>) -> Option<(u64, u64)> {
+        if !view.build.manifest.agent.config.compaction.enabled {
+            return None;
+        }
+        let window = match self.window {
+            Some(w) => w,
+            None => {
+                let w = view.context_window().await;
+                self.window = Some(w);
+                w
+            }
+        }?;
+        let system_chars = view.build.system_prompt.len();
+        let context_chars: usize = view.context.iter().map(message_chars).sum();
+        let tool_chars: usize = view.offered_specs().iter().map(spec_chars).sum();
+        let chars = context_chars + tool_chars + system_chars;
+        Some(((chars as u64 / 4).max(view.last_tokens), window))
+    }
+
+    /// Whether the save step is due now: memory on, the context past `save_at`, and not yet
+    /// offered for this context.
+    async fn offer_due(
+        &self,
+        view: &TurnView<'_>,
+        estimate: u64,
+        window: u64,
+    ) -> RuntimeResult<bool> {
+        let Some(config) = &view.build.manifest.agent.config.memory else {
+            return Ok(false);
+        };
+        if (estimate as f64) < config.save_at * window as f64 {
+            return Ok(false);
+        }
+        let offered = view
+            .rt
+            .inner
+            .store
+            .note(&offer_namespace(view.id()), "context_start")
+            .await?;
+        Ok(!offered.is_some_and(|n| n.text == view.session.context_start.to_string()))
+    }
+
     /// Near a full context, with memory on: offers the model one step to save what matters
     /// before compaction summarises, once per context (a compaction starts a new one). Returns
     /// whether this step carries the offer (then it does not compact yet).
@@ -149,18 +186,11 @@ impl Compaction {
         window: u64,
         start: &mut StepStart,
     ) -> RuntimeResult<bool> {
-        let Some(config) = &view.build.manifest.agent.config.memory else {
-            return Ok(false);
-        };
-        if (estimate as f64) < config.save_at * window as f64 {
+        if !self.offer_due(view, estimate, window).await? {
             return Ok(false);
         }
         let ns = offer_namespace(view.id());
         let context_start = view.session.context_start.to_string();
-        let offered = view.rt.inner.store.note(&ns, "context_start").await?;
-        if offered.is_some_and(|n| n.text == context_start) {
-            return Ok(false);
-        }
         let now = now_ms();
         start
             .before

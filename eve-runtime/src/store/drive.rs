@@ -6,8 +6,10 @@
 //! budget passed down. Read separately, that is five to seven round trips per message, each on
 //! its own snapshot; [`super::Store::drive_state`] returns all of it from one consistent read.
 
-use super::composition::{Budget, SubagentLink};
-use super::records::{InboxRecord, InputRequestRecord, SessionRecord, TurnRecord, UsageTotals};
+use super::composition::{Budget, DynamicToolRecord, SubagentLink};
+use super::records::{
+    InboxRecord, InputRequestRecord, MessageRecord, SessionRecord, TurnRecord, UsageTotals,
+};
 
 /// A session's state as the run loop reads it, from one snapshot.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,4 +50,14 @@ impl DriveState {
     pub fn agent_path(&self) -> &str {
         self.link.as_ref().map_or("", |l| l.agent_path.as_str())
     }
+}
+
+/// What the first step of a new turn reads about its session before the model call, from one
+/// snapshot ([`super::Store::turn_view`]): the model context and the session's dynamic tools.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TurnView {
+    /// The model context, as [`super::Store::context`] reads it.
+    pub context: Vec<MessageRecord>,
+    /// The dynamic tools journaled with the session, as [`super::Store::dynamic_tools`] reads them.
+    pub dynamic_tools: Vec<DynamicToolRecord>,
 }

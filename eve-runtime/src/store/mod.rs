@@ -34,7 +34,7 @@ pub use channels::{
 };
 pub use check::{CheckCounts, CheckItem, CheckStatus, StoreCheck};
 pub use composition::{Budget, CompositionOp, DynamicToolRecord, SubagentCall, SubagentLink};
-pub use drive::DriveState;
+pub use drive::{DriveState, TurnView};
 pub use liveness::{ExpiryOnly, Liveness, LocalHost, ProcessRef, lease_is_live, pid_alive};
 pub use notes::{NoteOp, NoteRecord};
 pub use postgres::{
@@ -272,6 +272,10 @@ pub trait Store: Send + Sync + 'static {
     /// one consistent snapshot; `None` for an unknown session. Called once per message and per
     /// resume, so a backend answers it in one read transaction (one round trip where it can).
     async fn drive_state(&self, session: &str) -> StoreResult<Option<DriveState>>;
+    /// The model context and the dynamic tools of a session (see [`TurnView`]), from one
+    /// consistent snapshot, in one round trip where the backend can: what a new turn's first
+    /// step reads before it calls the model.
+    async fn turn_view(&self, session: &str) -> StoreResult<TurnView>;
 
     /// A counter bumped whenever another process is seen to commit to the store (an approval
     /// answered by `eve sessions approve`, a message posted by `eve run`), for servers to pick up
@@ -289,6 +293,10 @@ pub trait Store: Send + Sync + 'static {
     /// Takes the lease of a session for `claim.holder`, if it is free, expired, already ours, or
     /// held by a process the store's [`Liveness`] policy calls dead. At most one holder at a time.
     async fn acquire_lease(&self, claim: &LeaseClaim) -> StoreResult<LeaseOutcome>;
+    /// Takes the lease of the session `claim.session_id` as [`Store::acquire_lease`] does, and
+    /// answers in the same round trip with the fencing token it is held under; when the session
+    /// does not exist, writes nothing and says so.
+    async fn take_lease(&self, claim: &LeaseClaim) -> StoreResult<LeaseTaken>;
     /// Extends our lease; `false` when it is no longer ours.
     async fn renew_lease(&self, claim: &LeaseClaim) -> StoreResult<bool>;
     /// Gives the lease up (only if it is ours).

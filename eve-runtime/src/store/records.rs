@@ -522,6 +522,26 @@ pub enum LeaseOutcome {
     },
 }
 
+/// Result of a lease claim on a session that answers with its fencing token
+/// ([`super::Store::take_lease`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseTaken {
+    /// It is ours, under this fencing token.
+    Acquired {
+        /// The fencing token every commit of the session carries while we hold it.
+        token: u64,
+    },
+    /// Another live process drives the session.
+    HeldBy {
+        /// Its pid.
+        pid: u32,
+        /// Its host.
+        host: String,
+    },
+    /// There is no such session: nothing was written.
+    NoSession,
+}
+
 /// One write.
 #[derive(Debug, Clone)]
 pub enum Op {

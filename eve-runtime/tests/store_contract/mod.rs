@@ -12,9 +12,13 @@ use eve_runtime::store::*;
 use serde_json::json;
 
 mod tenancy;
+mod turn_start;
 pub use tenancy::{
     an_answer_settles_a_request_once, an_answer_with_a_stale_view_of_its_turn_is_refused,
     sessions_keep_their_owner,
+};
+pub use turn_start::{
+    take_lease_answers_with_its_token, turn_view_reads_context_and_dynamic_tools,
 };
 
 /// A backend under test: fresh, empty storage that can be opened more than once (each
@@ -60,6 +64,8 @@ pub async fn run_all<B: Backend>(make: impl Fn() -> B) {
     sessions_keep_their_owner(&make()).await;
     an_answer_settles_a_request_once(&make()).await;
     an_answer_with_a_stale_view_of_its_turn_is_refused(&make()).await;
+    take_lease_answers_with_its_token(&make()).await;
+    turn_view_reads_context_and_dynamic_tools(&make()).await;
 }
 
 /// One `#[tokio::test]` per promise, on backends made by `$make`.
@@ -109,6 +115,8 @@ macro_rules! store_contract_tests {
             sessions_keep_their_owner,
             an_answer_settles_a_request_once,
             an_answer_with_a_stale_view_of_its_turn_is_refused,
+            take_lease_answers_with_its_token,
+            turn_view_reads_context_and_dynamic_tools,
         );
     };
 }

@@ -166,13 +166,13 @@ use view;
 
 pub(super) struct TurnDriver<'a> {
     rt: &'a Runtime,
-    session: SessionRecord,
+    pub(super) session: SessionRecord,
     /// The root session of this session's tree (its own id for a root session).
     root: String,
-    build: Arc<LoadedBuild>,
+    pub(super) build: Arc<LoadedBuild>,
     model: ResolvedModel,
     cancel: CancellationToken,
-    context: Option<Vec<Message>>,
+    pub(super) context: Option<Vec<Message>>,
     pub(super) last_tokens: u64,
     /// Calls the last journaled response asked for (saves re-reading them to settle).
     fresh_calls: Option<Vec<ToolCallRecord>>,
@@ -182,14 +182,17 @@ pub(super) struct TurnDriver<'a> {
     last_usage: Option<(u64, Value)>,
     /// MCP and dynamic tools of this turn run (loaded on first need).
     extra: Option<tools::Extra>,
+    /// The session's dynamic tools as the drive loop read them with the turn's view, for the
+    /// first load of [`Self::extra`] (which reads them from the store otherwise).
+    pub(super) dynamic_tools: Option<Vec<DynamicToolRecord>>,
     /// What a subagent's turn may spend, passed down by its parent.
     pub(super) budget: Option<Budget>,
     /// The session's cancel flag as read with the last step's final commit, for the next
     /// step's check (`Some(None)`: the session row was not found).
-    next_cancel: Option<Option<bool>>,
+    pub(super) next_cancel: Option<Option<bool>>,
     /// Writes of this step held back to go out with its next commit (`step.started`, the
     /// journal of a response whose calls all settle without running): see [`step`].
-    held: Option<Batch>,
+    pub(super) held: Option<Batch>,
     /// The turn's features, in the order their hooks are called.
     features: Vec<Box<dyn TurnExtension>>,
     /// The built-in tools of the turn: name, the feature answering it, its policy.
@@ -256,6 +259,7 @@ impl<'a> TurnDriver<'a> {
             call_ids: None,
             last_usage: None,
             extra: None,
+            dynamic_tools: None,
             budget: None,
             next_cancel: None,
             held: None,
@@ -517,6 +521,8 @@ impl<'a> TurnDriver<'a> {
             });
             self.session.cancel_requested = false;
         }
+        // Writes held back (a turn's start, `step.started`) go first, in this commit.
+        let batch = self.with_held(batch);
         self.rt.commit(batch).await?;
         self.context = None;
         if let Some((_, counted)) = counted {

@@ -244,6 +244,12 @@ pub(crate) trait TurnExtension: Send + Sync {
         false
     }
 
+    /// Whether [`Self::prepare_step`] reads what the writes held back hold (a new turn's start,
+    /// with its message), so the core commits them first. Asked only while writes are held.
+    async fn reads_committed_start(&mut self, _view: &TurnView<'_>) -> RuntimeResult<bool> {
+        Ok(false)
+    }
+
     /// Before a step starts (the turn's cancel flag and limits were checked).
     async fn prepare_step(
         &mut self,

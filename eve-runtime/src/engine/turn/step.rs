@@ -12,13 +12,17 @@
 //!   call); a step that ends otherwise (cancel, timeout, a model error) commits it on its own
 //!   first;
 //! - the journal of a response whose calls all settle without running (skill loads) goes out
-//!   with their results and `step.completed` ([`super::calls`]).
+//!   with their results and `step.completed` ([`super::calls`]);
+//! - a new turn's start (its rows, the message taken from the inbox, `turn.started`), held by the
+//!   drive loop, goes out with the first `step.started`, before the model is called, never
+//!   later; whatever commits before it (the turn ending early, compaction) carries it first.
 //!
 //! Nothing is published before it is committed, so a live follower never sees an event the
 //! store lacks. A process killed while writes are held loses only what was never committed: the
 //! turn row still says the step has not started, and the driver that resumes it starts the step
 //! again (the model call included, as after a kill before the journal), so every event index is
-//! still published once.
+//! still published once; a turn whose start was held is not there at all, and its message, still
+//! in the inbox, starts it again.
 
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -38,6 +42,8 @@ impl TurnDriver<'_> {
         &mut self,
         turn: &mut TurnRecord,
     ) -> RuntimeResult<Option<TurnEnd>> {
+        // A new turn's start, held back by the drive loop, goes out with `step.started`.
+        let starting = turn.step_index == 0 && self.held.is_some();
         let flag = match self.next_cancel.take() {
             Some(flag) => flag,
             None => self
@@ -69,8 +75,24 @@ impl TurnDriver<'_> {
             self.fold_steering(turn).await?;
         }
         // The features' writes before `step.started` (dynamic tools, a compaction), committed
-        // first; then what goes out with it.
+        // first; then what goes out with it. A feature that reads what the held writes hold (a
+        // compaction reads the context the turn's start adds to) has them committed first.
         self.context().await?;
+        if self.held.is_some() {
+            let mut flush = false;
+            {
+                let view = view!(self, turn);
+                for feature in &mut self.features {
+                    if feature.reads_committed_start(&view).await? {
+                        flush = true;
+                        break;
+                    }
+                }
+            }
+            if flush {
+                self.flush_held().await?;
+            }
+        }
         let mut start = StepStart::default();
         {
             let view = view!(self, turn);
@@ -89,7 +111,8 @@ impl TurnDriver<'_> {
         if start.tools_changed {
             self.extra = None;
         }
-        let hold = self.may_hold(turn);
+        // Never past the model call: the turn is seen started before the model answers.
+        let hold = self.may_hold(turn) && !starting;
         turn.step_started = true;
         let mut batch = Batch::new();
         batch.push(Op::PutTurn(turn.clone())).event(

@@ -460,7 +460,11 @@ impl TurnDriver<'_> {
                 mcp: catalogue_mcp,
             });
         }
-        for record in self.rt.inner.store.dynamic_tools(self.id()).await? {
+        let records = match self.dynamic_tools.take() {
+            Some(records) => records,
+            None => self.rt.inner.store.dynamic_tools(self.id()).await?,
+        };
+        for record in records {
             if self.build.tool(&record.name).is_some()
                 || self.build.manifest.agent.subagent(&record.name).is_some()
                 || extra.mcp_tools.contains_key(&record.name)

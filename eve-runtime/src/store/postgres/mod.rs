@@ -499,6 +499,14 @@ impl Store for PgStore {
         Ok(state)
     }
 
+    async fn turn_view(&self, session: &str) -> StoreResult<TurnView> {
+        let open = OpenTransaction(Some(self.client().await?));
+        let client = open.client()?;
+        let view = sql::turn_view(client, session).await?;
+        open.close();
+        Ok(view)
+    }
+
     fn foreign_commits(&self) -> Option<watch::Receiver<u64>> {
         Some(self.inner.foreign.subscribe())
     }
@@ -508,6 +516,13 @@ impl Store for PgStore {
         let outcome = sql::acquire(open.client()?, claim, self.inner.liveness.as_ref()).await?;
         open.close();
         Ok(outcome)
+    }
+
+    async fn take_lease(&self, claim: &LeaseClaim) -> StoreResult<LeaseTaken> {
+        let open = OpenTransaction(Some(self.client().await?));
+        let taken = sql::take(open.client()?, claim, self.inner.liveness.as_ref(), true).await?;
+        open.close();
+        Ok(taken)
     }
 
     async fn renew_lease(&self, claim: &LeaseClaim) -> StoreResult<bool> {

@@ -10,8 +10,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::rows::{one, write};
 use crate::store::rows::{self, LEASE_COLS, LEASE_WRITE_COLS};
 use crate::store::{
-    Fence, LeaseClaim, LeaseOutcome, LeaseRecord, Liveness, ProcessRef, StoreError, StoreResult,
-    now_ms,
+    Fence, LeaseClaim, LeaseOutcome, LeaseRecord, LeaseTaken, Liveness, ProcessRef, StoreError,
+    StoreResult, now_ms,
 };
 
 /// Takes the lease for `claim.holder` if it is free, expired, ours, or its holder is dead.
@@ -20,6 +20,29 @@ pub(super) fn acquire(
     claim: &LeaseClaim,
     liveness: &dyn Liveness,
 ) -> StoreResult<LeaseOutcome> {
+    Ok(match take(conn, claim, liveness, false)? {
+        LeaseTaken::Acquired { .. } | LeaseTaken::NoSession => LeaseOutcome::Acquired,
+        LeaseTaken::HeldBy { pid, host } => LeaseOutcome::HeldBy { pid, host },
+    })
+}
+
+/// [`acquire`], answering with the token the lease is held under; with `session_only`, only
+/// for an existing session (otherwise nothing is written).
+pub(super) fn take(
+    conn: &Connection,
+    claim: &LeaseClaim,
+    liveness: &dyn Liveness,
+    session_only: bool,
+) -> StoreResult<LeaseTaken> {
+    if session_only
+        && conn
+            .prepare_cached("SELECT 1 FROM sessions WHERE id=?1")?
+            .query_row([&claim.session_id], |_| Ok(()))
+            .optional()?
+            .is_none()
+    {
+        return Ok(LeaseTaken::NoSession);
+    }
     let now = now_ms();
     let current = lease(conn, &claim.session_id)?;
     let mut token = 1u64;
@@ -35,7 +58,7 @@ pub(super) fn acquire(
             host: claim.host.clone(),
         };
         if !ours && !expired && !liveness.lease_holder_dead(&holder, &claimant) {
-            return Ok(LeaseOutcome::HeldBy {
+            return Ok(LeaseTaken::HeldBy {
                 pid: holder.pid,
                 host: holder.host,
             });
@@ -55,7 +78,7 @@ pub(super) fn acquire(
         ),
         &values,
     )?;
-    Ok(LeaseOutcome::Acquired)
+    Ok(LeaseTaken::Acquired { token })
 }
 
 /// Extends the lease if `claim.holder` still holds it.

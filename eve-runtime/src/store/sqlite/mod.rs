@@ -431,11 +431,25 @@ impl Store for SqliteStore {
         self.read(move |c| reads::drive_state(c, &session)).await
     }
 
+    async fn turn_view(&self, session: &str) -> StoreResult<TurnView> {
+        let session = session.to_owned();
+        self.read(move |c| reads::turn_view(c, &session)).await
+    }
+
     async fn acquire_lease(&self, claim: &LeaseClaim) -> StoreResult<LeaseOutcome> {
         let claim = claim.clone();
         let liveness = self.inner.liveness.clone();
         self.write(false, move |conn| {
             leases::acquire(conn, &claim, liveness.as_ref())
+        })
+        .await
+    }
+
+    async fn take_lease(&self, claim: &LeaseClaim) -> StoreResult<LeaseTaken> {
+        let claim = claim.clone();
+        let liveness = self.inner.liveness.clone();
+        self.write(false, move |conn| {
+            leases::take(conn, &claim, liveness.as_ref(), true)
         })
         .await
     }

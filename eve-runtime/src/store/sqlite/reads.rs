@@ -14,7 +14,8 @@ use crate::store::rows::{
 };
 use crate::store::{
     BreakerRecord, DriveState, InboxRecord, InputRequestRecord, MessageRecord, SessionFilter,
-    SessionRecord, StepRecord, StoreResult, StoredEvent, ToolCallRecord, TurnRecord, UsageTotals,
+    SessionRecord, StepRecord, StoreResult, StoredEvent, ToolCallRecord, TurnRecord, TurnView,
+    UsageTotals,
 };
 
 pub(super) fn session(conn: &Connection, id: &str) -> StoreResult<Option<SessionRecord>> {
@@ -258,4 +259,16 @@ pub(super) fn drive_state(conn: &Connection, id: &str) -> StoreResult<Option<Dri
         descendant_usage,
         dynamic_resolved,
     }))
+}
+
+/// The model context and the dynamic tools of a session, in one read transaction.
+pub(super) fn turn_view(conn: &Connection, id: &str) -> StoreResult<TurnView> {
+    let tx = conn.unchecked_transaction()?;
+    let context = context(&tx, id)?;
+    let dynamic_tools = composition::dynamic_tools(&tx, id)?;
+    tx.commit()?;
+    Ok(TurnView {
+        context,
+        dynamic_tools,
+    })
 }

@@ -11,13 +11,13 @@ use tokio_postgres::types::ToSql;
 use super::pipeline::{Planned, Then, run_planned};
 use super::rows::{bind, opt};
 use super::{
-    FENCE_SQL, LEASE_INSERT_SQL, LEASE_LOCK_SQL, LEASE_SQL, LEASE_TAKE_SQL, RELEASE_SQL, execute,
-    query, query_opt,
+    FENCE_SQL, LEASE_INSERT_SQL, LEASE_LOCK_SQL, LEASE_SQL, LEASE_TAKE_SQL, RELEASE_SQL,
+    SESSION_EXISTS_SQL, execute, query, query_opt,
 };
 use crate::store::rows::{self, cells};
 use crate::store::{
-    Committed, Fence, LeaseClaim, LeaseOutcome, LeaseRecord, Liveness, ProcessRef, StoreResult,
-    now_ms,
+    Committed, Fence, LeaseClaim, LeaseOutcome, LeaseRecord, LeaseTaken, Liveness, ProcessRef,
+    StoreResult, now_ms,
 };
 
 /// The fence check of one session: the lease row is read `FOR KEY SHARE`: a renewal (a plain
@@ -62,27 +62,57 @@ pub(in crate::store::postgres) async fn acquire(
     claim: &LeaseClaim,
     liveness: &dyn Liveness,
 ) -> StoreResult<LeaseOutcome> {
+    Ok(match take(c, claim, liveness, false).await? {
+        LeaseTaken::Acquired { .. } | LeaseTaken::NoSession => LeaseOutcome::Acquired,
+        LeaseTaken::HeldBy { pid, host } => LeaseOutcome::HeldBy { pid, host },
+    })
+}
+
+/// [`acquire`], answering with the token the lease is held under (returned by the insert or
+/// the takeover, no extra round trip); with `session_only`, only for an existing session: the
+/// check travels with the insert, and a missing session rolls the transaction back.
+pub(in crate::store::postgres) async fn take(
+    c: &deadpool_postgres::Client,
+    claim: &LeaseClaim,
+    liveness: &dyn Liveness,
+    session_only: bool,
+) -> StoreResult<LeaseTaken> {
     let now = now_ms();
-    let (insert, select) = futures::try_join!(
+    let (insert, select, exists) = futures::try_join!(
         c.prepare_cached(LEASE_INSERT_SQL,),
         c.prepare_cached(&LEASE_LOCK_SQL),
+        c.prepare_cached(SESSION_EXISTS_SQL),
     )?;
     let cells = rows::lease_values(claim, now);
     let values = bind(&cells);
     let key: [&(dyn ToSql + Sync); 1] = [&claim.session_id];
-    // `join!` polls in order: BEGIN, then the insert, then the lock.
-    let (begun, inserted, locked) = futures::join!(
+    let found = async {
+        if session_only {
+            Ok(c.query_opt(&exists, &key).await?.is_some())
+        } else {
+            Ok::<bool, tokio_postgres::Error>(true)
+        }
+    };
+    // `join!` polls in order: BEGIN, then the session check, the insert, then the lock.
+    let (begun, found, inserted, locked) = futures::join!(
         c.batch_execute("BEGIN"),
-        c.execute(&insert, &values),
+        found,
+        c.query_opt(&insert, &values),
         c.query_opt(&select, &key),
     );
     begun?;
-    let (inserted, locked) = (inserted?, locked?);
-    if inserted > 0 {
-        c.batch_execute("COMMIT").await?;
-        return Ok(LeaseOutcome::Acquired);
+    let (found, inserted, locked) = (found?, inserted?, locked?);
+    if !found {
+        c.batch_execute("ROLLBACK").await?;
+        return Ok(LeaseTaken::NoSession);
     }
-    let held = |pid: u32, host: String| LeaseOutcome::HeldBy { pid, host };
+    if let Some(row) = inserted {
+        c.batch_execute("COMMIT").await?;
+        return Ok(LeaseTaken::Acquired {
+            token: crate::store::rows::to_u64(row.try_get::<_, i64>(0)?),
+        });
+    }
+    let held = |pid: u32, host: String| LeaseTaken::HeldBy { pid, host };
     let Some(row) = locked else {
         // Another node is claiming it or committing under it right now.
         let (current, ended) =
@@ -110,11 +140,13 @@ pub(in crate::store::postgres) async fn acquire(
         return Ok(held(holder.pid, holder.host));
     }
     let update = c.prepare_cached(LEASE_TAKE_SQL).await?;
-    let (updated, ended) = futures::join!(c.execute(&update, &values), c.batch_execute("COMMIT"));
+    let (updated, ended) = futures::join!(c.query_one(&update, &values), c.batch_execute("COMMIT"));
     // A failed update aborts the transaction, and its COMMIT then rolls it back.
-    updated?;
+    let updated = updated?;
     ended?;
-    Ok(LeaseOutcome::Acquired)
+    Ok(LeaseTaken::Acquired {
+        token: crate::store::rows::to_u64(updated.try_get::<_, i64>(0)?),
+    })
 }
 
 pub(in crate::store::postgres) async fn renew<C: GenericClient>(

@@ -50,12 +50,12 @@ pub(super) use self::composition::{
     inbox_turn, link, link_by_token, sessions_behind_hooks, subagent_call, subagent_call_by_inbox,
     turn_inbox,
 };
-pub(super) use self::leases::{acquire, check_fences, lease, release, renew};
+pub(super) use self::leases::{acquire, check_fences, lease, release, renew, take};
 pub(super) use self::notes::{note, notes, notes_under};
 pub(super) use self::prune::prune;
 pub(super) use self::reads::{
     breaker, context, drive_state, events, input_request, input_requests, last_turn, messages,
-    pending_inbox, session, sessions, sessions_with_work, steps, tool_calls, turn,
+    pending_inbox, session, sessions, sessions_with_work, steps, tool_calls, turn, turn_view,
 };
 pub(super) use self::rows::{all, bind, opt};
 pub(super) use self::schedules::{claim_schedule, schedule_fires, schedule_states};
@@ -105,10 +105,12 @@ const DYNAMIC_RESOLVED_SQL: &str = "SELECT 1 FROM dynamic_resolutions WHERE sess
 const FENCE_SQL: &str = Strict::FENCE;
 const NOTIFY_SQL: &str = "SELECT pg_notify($1, $2)";
 const LEASE_INSERT_SQL: &str = "INSERT INTO leases (session_id, holder, pid, host, expires_at, acquired_at, token) \
-         VALUES ($1,$2,$3,$4,$5,$6,nextval('lease_tokens')) ON CONFLICT (session_id) DO NOTHING";
+         VALUES ($1,$2,$3,$4,$5,$6,nextval('lease_tokens')) ON CONFLICT (session_id) DO NOTHING \
+         RETURNING token";
 const LEASE_TAKE_SQL: &str = "UPDATE leases SET holder=$2, pid=$3, host=$4, expires_at=$5, acquired_at=$6, \
          token = CASE WHEN holder=$2 THEN token ELSE nextval('lease_tokens') END \
-         WHERE session_id=$1";
+         WHERE session_id=$1 RETURNING token";
+const SESSION_EXISTS_SQL: &str = "SELECT 1 FROM sessions WHERE id=$1";
 const RELEASE_SQL: &str = "WITH r AS (UPDATE leases SET holder='', expires_at=0 WHERE session_id=$1 AND holder=$2) \
          SELECT pg_notify($3, $4)";
 static INBOX_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
@@ -152,6 +154,7 @@ pub(super) fn hot_statements() -> Vec<String> {
             NOTIFY_SQL,
             LEASE_INSERT_SQL,
             LEASE_TAKE_SQL,
+            SESSION_EXISTS_SQL,
             RELEASE_SQL,
         ]
         .map(String::from),

@@ -5,7 +5,7 @@
 use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
-use super::composition::{descendant_usage, link, subagent_call_by_inbox};
+use super::composition::{descendant_usage, dynamic_tools, link, subagent_call_by_inbox};
 use super::rows::{all, opt};
 use super::{
     CONTEXT_SQL, DYNAMIC_RESOLVED_SQL, HAS_CHILDREN_SQL, INBOX_SQL, LAST_TURN_SQL, REQUESTS_SQL,
@@ -16,8 +16,8 @@ use crate::store::rows::{
 };
 use crate::store::{
     BreakerRecord, DriveState, InboxRecord, InputRequestRecord, Liveness, MessageRecord,
-    SessionFilter, SessionRecord, StepRecord, StoreError, StoreResult, StoredEvent, ToolCallRecord,
-    TurnRecord, UsageTotals, now_ms,
+    SessionFilter, SessionRecord, StepRecord, StoreError, StoreResult, StoredEvent,
+    ToolCallRecord, TurnRecord, TurnView, UsageTotals, now_ms,
 };
 
 pub(in crate::store::postgres) async fn session<C: GenericClient>(
@@ -261,4 +261,26 @@ pub(in crate::store::postgres) async fn drive_state<C: GenericClient>(
         descendant_usage,
         dynamic_resolved,
     }))
+}
+
+/// The model context and the dynamic tools of a session, in one read-only snapshot
+/// transaction on `c` (a connection outside any transaction): `BEGIN` and both reads travel
+/// together, then `COMMIT`.
+pub(in crate::store::postgres) async fn turn_view<C: GenericClient>(
+    c: &C,
+    id: &str,
+) -> StoreResult<TurnView> {
+    // `join!` polls in order, so `BEGIN` is sent before either read.
+    let (begun, context, dynamic_tools) = futures::join!(
+        c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
+        context(c, id),
+        dynamic_tools(c, id),
+    );
+    begun?;
+    let (context, dynamic_tools) = (context?, dynamic_tools?);
+    c.batch_execute("COMMIT").await?;
+    Ok(TurnView {
+        context,
+        dynamic_tools,
+    })
 }
