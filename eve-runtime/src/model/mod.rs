@@ -14,6 +14,7 @@ pub mod anthropic;
 pub mod mock;
 pub mod openai;
 pub mod sse;
+mod stream;
 mod transport;
 mod usage;
 pub mod windows;
