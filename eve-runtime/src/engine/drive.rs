@@ -7,8 +7,8 @@
 
 use tokio_util::sync::CancellationToken;
 
-use super::turn::seam::to_message;
 use super::events as ev;
+use super::turn::seam::to_message;
 use super::turn::{TurnDriver, TurnEnd};
 use super::{DriveOutcome, Runtime, RuntimeError, RuntimeResult};
 use crate::model::Message;

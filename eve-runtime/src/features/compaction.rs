@@ -52,7 +52,8 @@ impl TurnExtension for Compaction {
     async fn reads_committed_start(&mut self, view: &TurnView<'_>) -> RuntimeResult<bool> {
         Ok(match self.near_full(view).await {
             Some((estimate, window)) => {
-                estimate as f64 >= view.build.manifest.agent.config.compaction.threshold * window as f64
+                estimate as f64
+                    >= view.build.manifest.agent.config.compaction.threshold * window as f64
                     || self.offer_due(view, estimate, window).await?
             }
             None => false,

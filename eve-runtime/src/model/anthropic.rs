@@ -24,11 +24,12 @@
 
 use serde_json::{Value, json};
 
-use super::sse::{SseEvent, SseParser};
-use super::transport::{self, Call, Decoder};
+use super::sse::SseEvent;
+use super::stream::{Assembly, SseDecoder, Wire};
+use super::transport::Endpoint;
 use super::{
     FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse,
-    ModelSettings, Reasoning, ThinkingBlock, ToolCall, ToolChoice, Usage,
+    ModelSettings, Reasoning, ThinkingBlock, ToolChoice,
 };
 
 /// The API version header value this client speaks.
@@ -39,9 +40,7 @@ pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 /// A client for the Anthropic Messages API.
 #[derive(Debug, Clone)]
 pub struct AnthropicClient {
-    http: reqwest::Client,
-    settings: ModelSettings,
-    base_url: String,
+    endpoint: Endpoint,
 }
 
 impl AnthropicClient {
@@ -51,18 +50,17 @@ impl AnthropicClient {
             .effective_base_url()
             .unwrap_or_else(|| "https://api.anthropic.com".to_owned());
         Ok(Self {
-            http: transport::http_client(settings)?,
-            settings: settings.clone(),
-            base_url: base_url.trim_end_matches('/').to_owned(),
+            endpoint: Endpoint::new(settings, &base_url)?,
         })
     }
 
     /// The endpoint: `{base}/v1/messages`, or `{base}/messages` when the base already ends in `/v1`.
     pub fn messages_url(&self) -> String {
-        if self.base_url.ends_with("/v1") {
-            format!("{}/messages", self.base_url)
+        let base_url = &self.endpoint.base_url;
+        if base_url.ends_with("/v1") {
+            format!("{base_url}/messages")
         } else {
-            format!("{}/v1/messages", self.base_url)
+            format!("{base_url}/v1/messages")
         }
     }
 }
@@ -243,29 +241,25 @@ impl ModelClient for AnthropicClient {
     ) -> Result<ModelResponse, ModelError> {
         let body = request_body(request);
         let mut headers = vec![("anthropic-version", ANTHROPIC_VERSION.to_owned())];
-        if let Some(key) = self.settings.api_key.as_deref().filter(|k| !k.is_empty()) {
+        let settings = &self.endpoint.settings;
+        if let Some(key) = settings.api_key.as_deref().filter(|k| !k.is_empty()) {
             headers.push(("x-api-key", key.to_owned()));
         }
-        let call = Call {
-            url: self.messages_url(),
-            headers,
-            body: serde_json::to_vec(&body)
-                .map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))?,
-            model: &request.model,
-            base_url: &self.base_url,
-        };
-        transport::stream_with_retries(
-            &self.http,
-            &self.settings,
-            &call,
-            StreamDecoder::new,
-            on_event,
-        )
-        .await
+        self.endpoint
+            .stream(
+                self.messages_url(),
+                headers,
+                &body,
+                &request.model,
+                StreamDecoder::new,
+                on_event,
+            )
+            .await
     }
 
     async fn context_window(&self, model: &str) -> Option<u64> {
-        self.settings
+        self.endpoint
+            .settings
             .context_window
             .or_else(|| super::windows::known_context_window(model))
     }
@@ -274,13 +268,10 @@ impl ModelClient for AnthropicClient {
 #[derive(Debug)]
 enum BlockKind {
     Text,
-    /// Position in the decoder's `thinking` list (which also holds redacted blocks).
+    /// Position in the answer's `thinking` list (which also holds redacted blocks).
     Thinking(usize),
-    Tool {
-        id: String,
-        name: String,
-        json: String,
-    },
+    /// A tool call, assembled under the block's index.
+    Tool,
     Other,
 }
 
@@ -291,124 +282,29 @@ struct Block {
 }
 
 /// Incremental decoder of a Messages SSE body.
+pub type StreamDecoder = SseDecoder<Messages>;
+
+/// What Messages stream events mean: the [`Wire`] of [`StreamDecoder`].
 #[derive(Debug, Default)]
-pub struct StreamDecoder {
-    sse: SseParser,
-    pending: Vec<SseEvent>,
+pub struct Messages {
     blocks: Vec<Block>,
-    text: String,
-    /// Reasoning blocks in arrival order, thinking and redacted.
-    thinking: Vec<ThinkingBlock>,
-    /// Displayed reasoning: the thinking text, a blank line between blocks.
-    reasoning: String,
     /// A thinking block began after earlier reasoning text: its first text starts a new paragraph.
     reasoning_break: bool,
-    usage: Usage,
     cache_creation: u64,
-    stop_reason: Option<FinishReason>,
-    stopped: bool,
 }
 
-impl StreamDecoder {
-    /// A decoder at the start of a stream.
-    pub fn new() -> Self {
-        Self::default()
+impl Wire for Messages {
+    fn describe(event: &SseEvent) -> String {
+        format!("a `{}` event", event.event)
     }
 
-    /// Feeds body bytes; completed events are appended to `out`.
-    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<ModelEvent>) -> Result<(), ModelError> {
-        let mut pending = std::mem::take(&mut self.pending);
-        self.sse.push(bytes, &mut pending);
-        let result = self.drain(&mut pending, out);
-        self.pending = pending;
-        result
-    }
-
-    /// Whether `message_stop` was received.
-    pub fn is_done(&self) -> bool {
-        self.stopped
-    }
-
-    /// Ends the stream and assembles the response.
-    pub fn finish(&mut self, out: &mut Vec<ModelEvent>) -> Result<ModelResponse, ModelError> {
-        let mut pending = std::mem::take(&mut self.pending);
-        if !self.stopped {
-            self.sse.finish(&mut pending);
-        }
-        self.drain(&mut pending, out)?;
-        if !self.stopped && self.stop_reason.is_none() {
-            return Err(ModelError::Malformed(
-                "the stream ended before the response was complete (no message_stop)".to_owned(),
-            ));
-        }
-        let tool_calls: Vec<ToolCall> = self
-            .blocks
-            .iter()
-            .filter_map(|block| match &block.kind {
-                BlockKind::Tool { id, name, json } => Some(ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    input: super::openai::parse_arguments(json),
-                }),
-                _ => None,
-            })
-            .collect();
-        let mut finish_reason = self.stop_reason.unwrap_or_default();
-        if !tool_calls.is_empty() && finish_reason == FinishReason::Stop {
-            finish_reason = FinishReason::ToolCalls;
-        }
-        let signature = self.thinking.iter().rev().find_map(|block| match block {
-            ThinkingBlock::Thinking { signature, .. } if !signature.is_empty() => {
-                Some(signature.clone())
-            }
-            _ => None,
-        });
-        let reasoning =
-            (!self.reasoning.is_empty() || !self.thinking.is_empty()).then(|| Reasoning {
-                text: self.reasoning.clone(),
-                signature,
-                blocks: self.thinking.clone(),
-            });
-        let mut usage = self.usage;
-        usage.input_tokens = usage
-            .input_tokens
-            .saturating_add(usage.cache_read_tokens)
-            .saturating_add(self.cache_creation);
-        Ok(ModelResponse {
-            content: self.text.clone(),
-            reasoning,
-            tool_calls,
-            usage,
-            finish_reason,
-        })
-    }
-
-    fn drain(
+    fn on_event(
         &mut self,
-        pending: &mut Vec<SseEvent>,
+        event: &SseEvent,
+        value: &Value,
+        answer: &mut Assembly,
         out: &mut Vec<ModelEvent>,
     ) -> Result<(), ModelError> {
-        for event in pending.drain(..) {
-            if self.stopped {
-                continue;
-            }
-            self.on_event(&event, out)?;
-        }
-        Ok(())
-    }
-
-    fn on_event(&mut self, event: &SseEvent, out: &mut Vec<ModelEvent>) -> Result<(), ModelError> {
-        let data = event.data.trim();
-        if data.is_empty() {
-            return Ok(());
-        }
-        let value: Value = serde_json::from_str(data).map_err(|e| {
-            ModelError::Malformed(format!(
-                "a `{}` event is not JSON ({e}): {}",
-                event.event,
-                transport::quote(data.as_bytes())
-            ))
-        })?;
         let kind = value
             .get("type")
             .and_then(Value::as_str)
@@ -416,44 +312,60 @@ impl StreamDecoder {
         match kind {
             "message_start" => {
                 if let Some(usage) = value.pointer("/message/usage") {
-                    self.read_usage(usage);
+                    self.read_usage(usage, answer);
                 }
             }
-            "content_block_start" => self.on_block_start(&value, out),
-            "content_block_delta" => self.on_block_delta(&value, out)?,
+            "content_block_start" => self.on_block_start(value, answer, out),
+            "content_block_delta" => self.on_block_delta(value, answer, out)?,
             "message_delta" => {
                 if let Some(reason) = value.pointer("/delta/stop_reason").and_then(Value::as_str) {
-                    self.stop_reason = Some(map_stop_reason(reason));
+                    answer.finish = Some(map_stop_reason(reason));
                 }
                 if let Some(usage) = value.get("usage") {
-                    self.read_usage(usage);
+                    self.read_usage(usage, answer);
                 }
             }
-            "message_stop" => self.stopped = true,
-            "error" => return Err(error_event(&value)),
+            "message_stop" => answer.done = true,
+            "error" => return Err(error_event(value)),
             // ping, content_block_stop, and event types added after this client was written.
             _ => {}
         }
         Ok(())
     }
 
-    fn read_usage(&mut self, usage: &Value) {
+    fn finish(&mut self, answer: &mut Assembly) -> Result<(), ModelError> {
+        if !answer.done && answer.finish.is_none() {
+            return Err(ModelError::Malformed(
+                "the stream ended before the response was complete (no message_stop)".to_owned(),
+            ));
+        }
+        let usage = &mut answer.usage;
+        usage.input_tokens = usage
+            .input_tokens
+            .saturating_add(usage.cache_read_tokens)
+            .saturating_add(self.cache_creation);
+        Ok(())
+    }
+}
+
+impl Messages {
+    fn read_usage(&mut self, usage: &Value, answer: &mut Assembly) {
         let number = |key: &str| usage.get(key).and_then(Value::as_u64);
         if let Some(n) = number("input_tokens") {
-            self.usage.input_tokens = n;
+            answer.usage.input_tokens = n;
         }
         if let Some(n) = number("output_tokens") {
-            self.usage.output_tokens = n;
+            answer.usage.output_tokens = n;
         }
         if let Some(n) = number("cache_read_input_tokens") {
-            self.usage.cache_read_tokens = n;
+            answer.usage.cache_read_tokens = n;
         }
         if let Some(n) = number("cache_creation_input_tokens") {
             self.cache_creation = n;
         }
     }
 
-    fn on_block_start(&mut self, value: &Value, out: &mut Vec<ModelEvent>) {
+    fn on_block_start(&mut self, value: &Value, answer: &mut Assembly, out: &mut Vec<ModelEvent>) {
         let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);
         let block = value.get("content_block").unwrap_or(&Value::Null);
         let text_of = |key: &str| {
@@ -463,56 +375,53 @@ impl StreamDecoder {
                 .unwrap_or_default()
                 .to_owned()
         };
+        // A block that starts again at an index replaces the one there.
+        self.blocks.retain(|b| b.index != index);
+        answer.drop_call(index);
         let kind = match block.get("type").and_then(Value::as_str).unwrap_or("") {
             "text" => {
-                let text = text_of("text");
-                self.push_text(text, out);
+                answer.push_text(&text_of("text"), out);
                 BlockKind::Text
             }
             "thinking" => {
-                let slot = self.start_thinking(text_of("signature"));
-                self.push_thinking(slot, text_of("thinking"), out);
+                let slot = self.start_thinking(text_of("signature"), answer);
+                self.push_thinking(slot, text_of("thinking"), answer, out);
                 BlockKind::Thinking(slot)
             }
             "redacted_thinking" => {
-                let slot = self.thinking.len();
-                self.thinking.push(ThinkingBlock::RedactedThinking {
+                let slot = answer.thinking.len();
+                answer.thinking.push(ThinkingBlock::RedactedThinking {
                     data: text_of("data"),
                 });
                 BlockKind::Thinking(slot)
             }
             "tool_use" | "server_tool_use" => {
-                let id = Some(text_of("id"))
-                    .filter(|id| !id.is_empty())
-                    .unwrap_or_else(|| format!("toolu_{index}"));
-                let name = text_of("name");
                 let json = match block.get("input") {
                     Some(Value::Object(map)) if !map.is_empty() => {
                         Value::Object(map.clone()).to_string()
                     }
                     _ => String::new(),
                 };
-                out.push(ModelEvent::ToolCallStart {
-                    id: id.clone(),
-                    name: name.clone(),
-                });
-                if !json.is_empty() {
-                    out.push(ModelEvent::ToolCallDelta {
-                        id: id.clone(),
-                        delta: json.clone(),
-                    });
-                }
-                BlockKind::Tool { id, name, json }
+                let call = answer.call(index);
+                call.id = Some(
+                    Some(text_of("id"))
+                        .filter(|id| !id.is_empty())
+                        .unwrap_or_else(|| format!("toolu_{index}")),
+                );
+                call.name = text_of("name");
+                call.start(out);
+                call.append(&json, out);
+                BlockKind::Tool
             }
             _ => BlockKind::Other,
         };
-        self.blocks.retain(|b| b.index != index);
         self.blocks.push(Block { index, kind });
     }
 
     fn on_block_delta(
         &mut self,
         value: &Value,
+        answer: &mut Assembly,
         out: &mut Vec<ModelEvent>,
     ) -> Result<(), ModelError> {
         let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);
@@ -525,54 +434,36 @@ impl StreamDecoder {
                 .to_owned()
         };
         match delta.get("type").and_then(Value::as_str).unwrap_or("") {
-            "text_delta" => self.push_text(field("text"), out),
+            "text_delta" => answer.push_text(&field("text"), out),
             "thinking_delta" => {
-                let slot = self.thinking_slot(index)?;
-                self.push_thinking(slot, field("thinking"), out);
+                let slot = self.thinking_slot(index, answer)?;
+                self.push_thinking(slot, field("thinking"), answer, out);
             }
             "signature_delta" => {
-                let slot = self.thinking_slot(index)?;
-                if let Some(ThinkingBlock::Thinking { signature, .. }) = self.thinking.get_mut(slot)
+                let slot = self.thinking_slot(index, answer)?;
+                if let Some(ThinkingBlock::Thinking { signature, .. }) =
+                    answer.thinking.get_mut(slot)
                 {
                     signature.push_str(&field("signature"));
                 }
             }
-            "input_json_delta" => {
-                let partial = field("partial_json");
-                let block = self.blocks.iter_mut().find(|b| b.index == index);
-                match block.map(|b| &mut b.kind) {
-                    Some(BlockKind::Tool { id, json, .. }) => {
-                        if !partial.is_empty() {
-                            json.push_str(&partial);
-                            out.push(ModelEvent::ToolCallDelta {
-                                id: id.clone(),
-                                delta: partial,
-                            });
-                        }
-                    }
-                    _ => {
-                        return Err(ModelError::Malformed(format!(
-                            "input_json_delta for content block {index}, which is not a tool_use block"
-                        )));
-                    }
+            "input_json_delta" => match answer.existing_call(index) {
+                Some(call) => call.append(&field("partial_json"), out),
+                None => {
+                    return Err(ModelError::Malformed(format!(
+                        "input_json_delta for content block {index}, which is not a tool_use block"
+                    )));
                 }
-            }
+            },
             _ => {}
         }
         Ok(())
     }
 
-    fn push_text(&mut self, text: String, out: &mut Vec<ModelEvent>) {
-        if !text.is_empty() {
-            self.text.push_str(&text);
-            out.push(ModelEvent::TextDelta { text });
-        }
-    }
-
     /// The thinking block a delta for content block `index` belongs to. A delta whose block was
     /// never started starts one (lenient, as the decoder was before blocks were kept); a delta for
     /// a text or tool block is malformed.
-    fn thinking_slot(&mut self, index: u64) -> Result<usize, ModelError> {
+    fn thinking_slot(&mut self, index: u64, answer: &mut Assembly) -> Result<usize, ModelError> {
         match self
             .blocks
             .iter()
@@ -581,7 +472,7 @@ impl StreamDecoder {
         {
             Some(BlockKind::Thinking(slot)) => Ok(*slot),
             None => {
-                let slot = self.start_thinking(String::new());
+                let slot = self.start_thinking(String::new(), answer);
                 self.blocks.push(Block {
                     index,
                     kind: BlockKind::Thinking(slot),
@@ -595,21 +486,27 @@ impl StreamDecoder {
     }
 
     /// Opens a new thinking block; its text will start a new paragraph of the displayed reasoning.
-    fn start_thinking(&mut self, signature: String) -> usize {
-        self.thinking.push(ThinkingBlock::Thinking {
+    fn start_thinking(&mut self, signature: String, answer: &mut Assembly) -> usize {
+        answer.thinking.push(ThinkingBlock::Thinking {
             thinking: String::new(),
             signature,
         });
-        self.reasoning_break = !self.reasoning.is_empty();
-        self.thinking.len() - 1
+        self.reasoning_break = answer.has_reasoning();
+        answer.thinking.len() - 1
     }
 
     /// Appends thinking text to block `slot` and to the displayed reasoning.
-    fn push_thinking(&mut self, slot: usize, text: String, out: &mut Vec<ModelEvent>) {
+    fn push_thinking(
+        &mut self,
+        slot: usize,
+        text: String,
+        answer: &mut Assembly,
+        out: &mut Vec<ModelEvent>,
+    ) {
         if text.is_empty() {
             return;
         }
-        if let Some(ThinkingBlock::Thinking { thinking, .. }) = self.thinking.get_mut(slot) {
+        if let Some(ThinkingBlock::Thinking { thinking, .. }) = answer.thinking.get_mut(slot) {
             thinking.push_str(&text);
         }
         let text = if std::mem::take(&mut self.reasoning_break) {
@@ -617,23 +514,7 @@ impl StreamDecoder {
         } else {
             text
         };
-        self.reasoning.push_str(&text);
-        out.push(ModelEvent::ReasoningDelta { text });
-    }
-}
-
-impl Decoder for StreamDecoder {
-    fn push(&mut self, bytes: &[u8], out: &mut Vec<ModelEvent>) -> Result<(), ModelError> {
-        StreamDecoder::push(self, bytes, out)
-    }
-    fn is_done(&self) -> bool {
-        self.stopped
-    }
-    fn sse_events(&self) -> usize {
-        self.sse.dispatched()
-    }
-    fn finish(&mut self, out: &mut Vec<ModelEvent>) -> Result<ModelResponse, ModelError> {
-        StreamDecoder::finish(self, out)
+        answer.push_reasoning(&text, out);
     }
 }
 

@@ -16,6 +16,7 @@ pub mod openai;
 mod side;
 pub mod sse;
 pub use side::{SideError, side_call};
+mod stream;
 mod transport;
 mod usage;
 pub mod windows;

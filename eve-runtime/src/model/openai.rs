@@ -29,19 +29,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
 
-use super::sse::{SseEvent, SseParser};
-use super::transport::{self, Call, Decoder};
+use super::sse::SseEvent;
+use super::stream::{Assembly, SseDecoder, Wire};
+use super::transport::{self, Endpoint};
 use super::{
     FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse,
-    ModelSettings, Provider, Reasoning, ToolCall, ToolChoice, Usage,
+    ModelSettings, Provider, ToolChoice, Usage,
 };
 
 /// A client for one OpenAI-compatible server.
 #[derive(Debug, Clone)]
 pub struct OpenAiClient {
-    http: reqwest::Client,
-    settings: ModelSettings,
-    base_url: String,
+    endpoint: Endpoint,
     /// Set once the server refused `tool_choice`: it is not sent to this server again.
     no_tool_choice: Arc<AtomicBool>,
 }
@@ -57,20 +56,19 @@ impl OpenAiClient {
             ))
         })?;
         Ok(Self {
-            http: transport::http_client(settings)?,
-            settings: settings.clone(),
-            base_url: base_url.trim_end_matches('/').to_owned(),
+            endpoint: Endpoint::new(settings, &base_url)?,
             no_tool_choice: Arc::new(AtomicBool::new(false)),
         })
     }
 
     /// The base URL requests go to (without the `/chat/completions` suffix).
     pub fn base_url(&self) -> &str {
-        &self.base_url
+        &self.endpoint.base_url
     }
 
     fn auth_headers(&self) -> Vec<(&'static str, String)> {
-        self.settings
+        self.endpoint
+            .settings
             .api_key
             .as_deref()
             .filter(|key| !key.is_empty())
@@ -196,14 +194,6 @@ fn arguments_string(input: &Value) -> String {
     }
 }
 
-/// Parses assembled tool arguments: empty means `{}`, invalid JSON is kept as a string.
-pub(crate) fn parse_arguments(raw: &str) -> Value {
-    if raw.trim().is_empty() {
-        return json!({});
-    }
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
-}
-
 #[async_trait::async_trait]
 impl ModelClient for OpenAiClient {
     async fn stream(
@@ -211,7 +201,7 @@ impl ModelClient for OpenAiClient {
         request: &ModelRequest,
         on_event: &mut (dyn FnMut(ModelEvent) + Send),
     ) -> Result<ModelResponse, ModelError> {
-        let mut body = request_body(self.settings.provider, request);
+        let mut body = request_body(self.endpoint.settings.provider, request);
         if self.no_tool_choice.load(Ordering::Relaxed)
             && let Some(map) = body.as_object_mut()
         {
@@ -223,7 +213,7 @@ impl ModelClient for OpenAiClient {
                 if body.get("tool_choice").is_some() && refuses_tool_choice(status, &message) =>
             {
                 tracing::warn!(
-                    base_url = %self.base_url,
+                    base_url = %self.endpoint.base_url,
                     status,
                     %message,
                     "the model server refused `tool_choice`; calling again without it"
@@ -239,7 +229,7 @@ impl ModelClient for OpenAiClient {
     }
 
     async fn context_window(&self, model: &str) -> Option<u64> {
-        if let Some(window) = self.settings.context_window {
+        if let Some(window) = self.endpoint.settings.context_window {
             return Some(window);
         }
         if let Some(window) = self.listed_context_window(model).await {
@@ -256,32 +246,28 @@ impl OpenAiClient {
         request: &ModelRequest,
         on_event: &mut (dyn FnMut(ModelEvent) + Send),
     ) -> Result<ModelResponse, ModelError> {
-        let call = Call {
-            url: format!("{}/chat/completions", self.base_url),
-            headers: self.auth_headers(),
-            body: serde_json::to_vec(body)
-                .map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))?,
-            model: &request.model,
-            base_url: &self.base_url,
-        };
-        transport::stream_with_retries(
-            &self.http,
-            &self.settings,
-            &call,
-            StreamDecoder::new,
-            on_event,
-        )
-        .await
+        let endpoint = &self.endpoint;
+        endpoint
+            .stream(
+                format!("{}/chat/completions", endpoint.base_url),
+                self.auth_headers(),
+                body,
+                &request.model,
+                StreamDecoder::new,
+                on_event,
+            )
+            .await
     }
 
     /// The window the server's `/models` listing gives for `model`, if any.
     async fn listed_context_window(&self, model: &str) -> Option<u64> {
-        let url = format!("{}/models", self.base_url);
+        let endpoint = &self.endpoint;
+        let url = format!("{}/models", endpoint.base_url);
         match transport::get_json(
-            &self.http,
+            &endpoint.http,
             &url,
             &self.auth_headers(),
-            self.settings.timeout,
+            endpoint.settings.timeout,
         )
         .await
         {
@@ -328,60 +314,55 @@ pub fn context_window_from_models(list: &Value, model: &str) -> Option<u64> {
         .filter(|window| *window > 0)
 }
 
-/// One tool call being assembled from deltas.
-#[derive(Debug)]
-struct CallBuilder {
-    index: u64,
-    id: Option<String>,
-    name: String,
-    arguments: String,
-    started: bool,
-}
-
 /// Incremental decoder of a Chat Completions SSE body.
+pub type StreamDecoder = SseDecoder<ChatCompletions>;
+
+/// What Chat Completions stream chunks mean: the [`Wire`] of [`StreamDecoder`].
 #[derive(Debug, Default)]
-pub struct StreamDecoder {
-    sse: SseParser,
-    pending: Vec<SseEvent>,
-    text: String,
-    reasoning: String,
-    calls: Vec<CallBuilder>,
-    usage: Usage,
-    finish: Option<FinishReason>,
-    done: bool,
-}
+pub struct ChatCompletions;
 
-impl StreamDecoder {
-    /// A decoder at the start of a stream.
-    pub fn new() -> Self {
-        Self::default()
+impl Wire for ChatCompletions {
+    const END_MARKER: Option<&'static str> = Some("[DONE]");
+
+    fn describe(_: &SseEvent) -> String {
+        "a stream chunk".to_owned()
     }
 
-    /// Feeds body bytes; completed events are appended to `out`.
-    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<ModelEvent>) -> Result<(), ModelError> {
-        let mut pending = std::mem::take(&mut self.pending);
-        self.sse.push(bytes, &mut pending);
-        let result = self.drain(&mut pending, out);
-        self.pending = pending;
-        result
-    }
-
-    /// Whether `[DONE]` was received.
-    pub fn is_done(&self) -> bool {
-        self.done
-    }
-
-    /// Ends the stream and assembles the response.
-    pub fn finish(&mut self, out: &mut Vec<ModelEvent>) -> Result<ModelResponse, ModelError> {
-        let mut pending = std::mem::take(&mut self.pending);
-        if !self.done {
-            self.sse.finish(&mut pending);
+    fn on_event(
+        &mut self,
+        _: &SseEvent,
+        chunk: &Value,
+        answer: &mut Assembly,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+            return Err(stream_error(error));
         }
-        self.drain(&mut pending, out)?;
-        if self.finish.is_none() {
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            answer.usage = parse_usage(usage);
+        }
+        let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
+            return Ok(());
+        };
+        for choice in choices {
+            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+                continue;
+            }
+            if let Some(delta) = choice.get("delta").or_else(|| choice.get("message")) {
+                on_delta(delta, answer, out);
+            }
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                answer.finish = Some(map_finish_reason(reason));
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, answer: &mut Assembly) -> Result<(), ModelError> {
+        if answer.finish.is_none() {
             // `[DONE]` alone does not make an answer whole: llama-cpp-python ends a stream it
             // stopped to serve another request with `[DONE]` and no finish reason.
-            let ending = if self.done {
+            let ending = if answer.done {
                 "[DONE] without a finish_reason"
             } else {
                 "no finish_reason, no [DONE]"
@@ -392,218 +373,75 @@ impl StreamDecoder {
                  call at a time (`eve eval --max-concurrency 1`) or give it more parallel slots"
             )));
         }
-        let mut tool_calls = Vec::with_capacity(self.calls.len());
-        for call in &self.calls {
-            if call.name.is_empty() {
-                return Err(ModelError::Malformed(format!(
-                    "tool call #{} has no function name",
-                    call.index
-                )));
-            }
-            tool_calls.push(ToolCall {
-                id: call_id(call),
-                name: call.name.clone(),
-                input: parse_arguments(&call.arguments),
-            });
-        }
-        let mut finish_reason = self.finish.unwrap_or_default();
-        if !tool_calls.is_empty() && finish_reason == FinishReason::Stop {
-            finish_reason = FinishReason::ToolCalls;
-        }
-        Ok(ModelResponse {
-            content: self.text.clone(),
-            reasoning: (!self.reasoning.is_empty()).then(|| Reasoning {
-                text: self.reasoning.clone(),
-                signature: None,
-                blocks: Vec::new(),
-            }),
-            tool_calls,
-            usage: self.usage,
-            finish_reason,
-        })
-    }
-
-    fn drain(
-        &mut self,
-        pending: &mut Vec<SseEvent>,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        for event in pending.drain(..) {
-            if self.done {
-                continue;
-            }
-            self.on_data(&event.data, out)?;
+        if let Some(call) = answer.calls().iter().find(|call| call.name.is_empty()) {
+            return Err(ModelError::Malformed(format!(
+                "tool call #{} has no function name",
+                call.index
+            )));
         }
         Ok(())
     }
+}
 
-    fn on_data(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), ModelError> {
-        let data = data.trim();
-        if data.is_empty() {
-            return Ok(());
-        }
-        if data == "[DONE]" {
-            self.done = true;
-            return Ok(());
-        }
-        let chunk: Value = serde_json::from_str(data).map_err(|e| {
-            ModelError::Malformed(format!(
-                "a stream chunk is not JSON ({e}): {}",
-                transport::quote(data.as_bytes())
-            ))
-        })?;
-        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
-            return Err(stream_error(error));
-        }
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            self.usage = parse_usage(usage);
-        }
-        let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
-            return Ok(());
-        };
-        for choice in choices {
-            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
-                continue;
-            }
-            if let Some(delta) = choice.get("delta").or_else(|| choice.get("message")) {
-                self.on_delta(delta, out);
-            }
-            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-                self.finish = Some(map_finish_reason(reason));
-            }
-        }
-        Ok(())
+fn on_delta(delta: &Value, answer: &mut Assembly, out: &mut Vec<ModelEvent>) {
+    let reasoning = ["reasoning_content", "reasoning"]
+        .iter()
+        .filter_map(|key| delta.get(key).and_then(Value::as_str))
+        .find(|text| !text.is_empty());
+    if let Some(text) = reasoning {
+        answer.push_reasoning(text, out);
     }
-
-    fn on_delta(&mut self, delta: &Value, out: &mut Vec<ModelEvent>) {
-        let reasoning = ["reasoning_content", "reasoning"]
-            .iter()
-            .filter_map(|key| delta.get(key).and_then(Value::as_str))
-            .find(|text| !text.is_empty());
-        if let Some(text) = reasoning {
-            self.reasoning.push_str(text);
-            out.push(ModelEvent::ReasoningDelta {
-                text: text.to_owned(),
-            });
-        }
-        if let Some(text) = delta
-            .get("content")
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty())
-        {
-            self.text.push_str(text);
-            out.push(ModelEvent::TextDelta {
-                text: text.to_owned(),
-            });
-        }
-        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-            for call in calls {
-                self.on_tool_delta(call, out);
-            }
-        } else if let Some(function) = delta.get("function_call").filter(|f| f.is_object()) {
-            // The legacy single-call form, sent alone: call #0.
-            self.on_tool_delta(&json!({"index": 0, "function": function}), out);
-        }
+    if let Some(text) = delta.get("content").and_then(Value::as_str) {
+        answer.push_text(text, out);
     }
-
-    fn on_tool_delta(&mut self, call: &Value, out: &mut Vec<ModelEvent>) {
-        let id = call
-            .get("id")
-            .and_then(Value::as_str)
-            .filter(|id| !id.is_empty());
-        let index = match call.get("index").and_then(Value::as_u64) {
-            Some(index) => index,
-            // Servers that omit `index` send each call whole, or continue the last one.
-            None => match id {
-                Some(id) => self
-                    .calls
-                    .iter()
-                    .find(|c| c.id.as_deref() == Some(id))
-                    .map(|c| c.index)
-                    .unwrap_or_else(|| self.next_index()),
-                None => self.calls.last().map(|c| c.index).unwrap_or(0),
-            },
-        };
-        let position = match self.calls.iter().position(|c| c.index == index) {
-            Some(position) => position,
-            None => {
-                self.calls.push(CallBuilder {
-                    index,
-                    id: None,
-                    name: String::new(),
-                    arguments: String::new(),
-                    started: false,
-                });
-                self.calls.len() - 1
-            }
-        };
-        let Some(builder) = self.calls.get_mut(position) else {
-            return;
-        };
-        if builder.id.is_none() {
-            builder.id = id.map(str::to_owned);
+    if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+        for call in calls {
+            on_tool_delta(call, answer, out);
         }
-        let function = call.get("function");
-        if builder.name.is_empty()
-            && let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str)
-        {
-            builder.name = name.to_owned();
-        }
-        let arguments = match function.and_then(|f| f.get("arguments")) {
-            Some(Value::String(text)) => text.clone(),
-            Some(Value::Null) | None => String::new(),
-            Some(other) => other.to_string(),
-        };
-        if !builder.started && !builder.name.is_empty() {
-            builder.started = true;
-            let id = call_id(builder);
-            out.push(ModelEvent::ToolCallStart {
-                id: id.clone(),
-                name: builder.name.clone(),
-            });
-            if !builder.arguments.is_empty() {
-                out.push(ModelEvent::ToolCallDelta {
-                    id,
-                    delta: builder.arguments.clone(),
-                });
-            }
-        }
-        if !arguments.is_empty() {
-            builder.arguments.push_str(&arguments);
-            if builder.started {
-                out.push(ModelEvent::ToolCallDelta {
-                    id: call_id(builder),
-                    delta: arguments,
-                });
-            }
-        }
-    }
-
-    fn next_index(&self) -> u64 {
-        self.calls.iter().map(|c| c.index + 1).max().unwrap_or(0)
+    } else if let Some(function) = delta.get("function_call").filter(|f| f.is_object()) {
+        // The legacy single-call form, sent alone: call #0.
+        on_tool_delta(&json!({"index": 0, "function": function}), answer, out);
     }
 }
 
-/// The call id, or a stable one made up from the index when the server sent none.
-fn call_id(call: &CallBuilder) -> String {
-    call.id
-        .clone()
-        .unwrap_or_else(|| format!("call_{}", call.index))
-}
-
-impl Decoder for StreamDecoder {
-    fn push(&mut self, bytes: &[u8], out: &mut Vec<ModelEvent>) -> Result<(), ModelError> {
-        StreamDecoder::push(self, bytes, out)
+fn on_tool_delta(call: &Value, answer: &mut Assembly, out: &mut Vec<ModelEvent>) {
+    let id = call
+        .get("id")
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty());
+    let calls = answer.calls();
+    let index = match call.get("index").and_then(Value::as_u64) {
+        Some(index) => index,
+        // Servers that omit `index` send each call whole, or continue the last one.
+        None => match id {
+            Some(id) => calls
+                .iter()
+                .find(|c| c.id.as_deref() == Some(id))
+                .map(|c| c.index)
+                .unwrap_or_else(|| calls.iter().map(|c| c.index + 1).max().unwrap_or(0)),
+            None => calls.last().map(|c| c.index).unwrap_or(0),
+        },
+    };
+    let builder = answer.call(index);
+    if builder.id.is_none() {
+        builder.id = id.map(str::to_owned);
     }
-    fn is_done(&self) -> bool {
-        self.done
+    let function = call.get("function");
+    if builder.name.is_empty()
+        && let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str)
+    {
+        builder.name = name.to_owned();
     }
-    fn sse_events(&self) -> usize {
-        self.sse.dispatched()
+    let arguments = match function.and_then(|f| f.get("arguments")) {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    };
+    // Announced once its name is known: the id and name may come after the first pieces.
+    if !builder.name.is_empty() {
+        builder.start(out);
     }
-    fn finish(&mut self, out: &mut Vec<ModelEvent>) -> Result<ModelResponse, ModelError> {
-        StreamDecoder::finish(self, out)
-    }
+    builder.append(&arguments, out);
 }
 
 /// Maps a Chat Completions `finish_reason`.

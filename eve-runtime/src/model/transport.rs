@@ -64,16 +64,58 @@ impl Failure {
 }
 
 /// What to POST and how to name things in errors.
-pub(crate) struct Call<'a> {
-    pub url: String,
-    pub headers: Vec<(&'static str, String)>,
-    pub body: Vec<u8>,
-    pub model: &'a str,
-    pub base_url: &'a str,
+struct Call<'a> {
+    url: String,
+    headers: Vec<(&'static str, String)>,
+    body: Vec<u8>,
+    model: &'a str,
+    base_url: &'a str,
+}
+
+/// One provider's server: the HTTP client, the settings, and the base URL requests go to.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    pub http: reqwest::Client,
+    pub settings: ModelSettings,
+    /// Without a trailing `/`.
+    pub base_url: String,
+}
+
+impl Endpoint {
+    /// The endpoint of `settings` at `base_url`.
+    pub fn new(settings: &ModelSettings, base_url: &str) -> Result<Self, ModelError> {
+        Ok(Self {
+            http: http_client(settings)?,
+            settings: settings.clone(),
+            base_url: base_url.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// POSTs `body` to `url` and streams the answer through a fresh decoder on each attempt
+    /// ([`stream_with_retries`]).
+    pub async fn stream<D: Decoder>(
+        &self,
+        url: String,
+        headers: Vec<(&'static str, String)>,
+        body: &serde_json::Value,
+        model: &str,
+        new_decoder: impl Fn() -> D,
+        on_event: &mut (dyn FnMut(ModelEvent) + Send),
+    ) -> Result<ModelResponse, ModelError> {
+        let call = Call {
+            url,
+            headers,
+            body: serde_json::to_vec(body)
+                .map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))?,
+            model,
+            base_url: &self.base_url,
+        };
+        stream_with_retries(&self.http, &self.settings, &call, new_decoder, on_event).await
+    }
 }
 
 /// Builds the reqwest client for a provider.
-pub(crate) fn http_client(settings: &ModelSettings) -> Result<reqwest::Client, ModelError> {
+fn http_client(settings: &ModelSettings) -> Result<reqwest::Client, ModelError> {
     reqwest::Client::builder()
         .connect_timeout(settings.timeout)
         .user_agent(concat!("eve/", env!("CARGO_PKG_VERSION")))
@@ -327,7 +369,7 @@ pub(crate) fn chain(error: &dyn std::error::Error) -> String {
 }
 
 /// Runs a streamed POST with retries, feeding the body to a fresh decoder on each attempt.
-pub(crate) async fn stream_with_retries<D: Decoder>(
+async fn stream_with_retries<D: Decoder>(
     http: &reqwest::Client,
     settings: &ModelSettings,
     call: &Call<'_>,

@@ -16,11 +16,12 @@ use ed25519_dalek::{Signature, VerifyingKey};
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use super::deliver::{Delivery, Outcome, deliver};
 use super::error::ChannelError;
 use super::outbound::{Call, Outbound, json_bytes, truncate};
-use super::session::{self, Incoming, Outgoing, Reply};
-use super::signature::check_timestamp;
-use super::{Ctx, REPLAY_WINDOW_SECS, Settings, header, json_body};
+use super::session::{self, Outgoing, Reply};
+use super::signature::{check_timestamp, signature_header};
+use super::{Address, Ctx, Handler, REPLAY_WINDOW_SECS, Settings, header};
 use crate::server::ServerError;
 
 /// Discord's API.
@@ -57,12 +58,29 @@ impl Discord {
         })
     }
 
+    fn reply(
+        &self,
+        outbound: &Outbound,
+        application_id: String,
+        token: String,
+        edited: bool,
+    ) -> DiscordReply {
+        DiscordReply {
+            outbound: outbound.clone(),
+            webhook: format!("{}/webhooks/{application_id}/{token}", self.api_base_url),
+            application_id,
+            token,
+            edited,
+        }
+    }
+}
+
+impl Handler for Discord {
+    const KIND: &'static str = "discord";
+    type Reply = DiscordReply;
+
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), ChannelError> {
-        let signature = header(headers, "x-signature-ed25519")
-            .filter(|s| !s.is_empty())
-            .ok_or_else(|| {
-                ChannelError::unauthorized("The `X-Signature-Ed25519` header is missing.")
-            })?;
+        let signature = signature_header(headers, "X-Signature-Ed25519")?;
         let timestamp = header(headers, "x-signature-timestamp");
         check_timestamp(timestamp, now, REPLAY_WINDOW_SECS, "X-Signature-Timestamp")?;
         let timestamp = timestamp.unwrap_or_default();
@@ -84,42 +102,13 @@ impl Discord {
             })
     }
 
-    fn reply(
-        &self,
-        outbound: &Outbound,
-        application_id: String,
-        token: String,
-        edited: bool,
-    ) -> DiscordReply {
-        DiscordReply {
-            outbound: outbound.clone(),
-            webhook: format!("{}/webhooks/{application_id}/{token}", self.api_base_url),
-            application_id,
-            token,
-            edited,
-        }
-    }
-
-    /// The reply of a command accepted before a restart, from its stored address.
-    pub(super) fn rebuild(&self, outbound: &Outbound, address: &Value) -> Option<DiscordReply> {
-        let s = |k: &str| address.get(k).and_then(Value::as_str).map(str::to_owned);
-        if s("kind").as_deref() != Some("discord") {
-            return None;
-        }
-        let edited = address.get("edited").and_then(Value::as_bool) == Some(true);
-        Some(self.reply(outbound, s("application_id")?, s("token")?, edited))
-    }
-
-    /// Handles one interaction.
-    pub(super) async fn handle(
+    /// Answers one interaction.
+    async fn answer(
         &self,
         ctx: &Ctx<'_>,
-        headers: &HeaderMap,
-        body: &[u8],
-        now: i64,
+        _: &HeaderMap,
+        interaction: Value,
     ) -> Result<Response, ChannelError> {
-        self.verify(headers, body, now)?;
-        let interaction = json_body(body)?;
         match interaction.get("type").and_then(Value::as_u64) {
             Some(1) => Ok(Json(json!({"type": 1})).into_response()),
             Some(2) => self.command(ctx, &interaction).await,
@@ -137,6 +126,18 @@ impl Discord {
         }
     }
 
+    fn rebuild(&self, outbound: &Outbound, _: &str, address: &Address<'_>) -> Option<DiscordReply> {
+        let edited = address.get("edited").and_then(Value::as_bool) == Some(true);
+        Some(self.reply(
+            outbound,
+            address.text("application_id")?,
+            address.text("token")?,
+            edited,
+        ))
+    }
+}
+
+impl Discord {
     async fn command(&self, ctx: &Ctx<'_>, interaction: &Value) -> Result<Response, ChannelError> {
         let s = |p: &str| interaction.pointer(p).and_then(Value::as_str);
         let (Some(application_id), Some(token)) = (s("/application_id"), s("/token")) else {
@@ -154,27 +155,11 @@ impl Discord {
         let text = command_text(interaction.get("data").unwrap_or(&Value::Null));
         let key = format!("{guild}:{channel}");
         let session = session::session_id("discord", &ctx.channel.name, &key);
-        let runtime = &ctx.app.runtime;
         // `/… approve` or `deny` in a channel waiting for approval answers it, as this user
         // (`member.user` in a guild, `user` in a direct message).
         let principal = s("/member/user/id")
             .or_else(|| s("/user/id"))
             .map(|user| format!("discord:{user}"));
-        if let Some(principal) = &principal
-            && let Some(answered) = session::answer_approval(
-                runtime,
-                &session,
-                &text,
-                &ctx.app.config.operators.platform(principal),
-            )
-            .await?
-        {
-            return Ok(Json(json!({
-                "type": 4,
-                "data": {"content": answered.text()},
-            }))
-            .into_response());
-        }
         let reply = self.reply(
             ctx.outbound,
             application_id.to_owned(),
@@ -182,24 +167,23 @@ impl Discord {
             false,
         );
         // Discord does not redeliver interactions, but an interaction id is one delivery.
-        let incoming = Incoming {
-            delivery: s("/id"),
-            reply: Some(&reply),
+        let delivery = Delivery {
+            session: Some(&session),
+            text: &text,
+            id: s("/id"),
+            remember: false,
             sender: principal.as_deref(),
         };
-        let Some(accepted) =
-            session::accept(runtime, &ctx.channel.name, &session, &text, incoming).await?
-        else {
-            return Ok(Json(json!({"type": 5})).into_response());
-        };
-        session::spawn_reply(
-            runtime.clone(),
-            accepted,
-            ctx.app.config.shutdown.clone(),
-            Box::new(reply),
-            Vec::new(),
-        );
-        Ok(Json(json!({"type": 5})).into_response())
+        Ok(match deliver(ctx, delivery, Some(Box::new(reply))).await? {
+            Outcome::Answered(answered) => Json(json!({
+                "type": 4,
+                "data": {"content": answered.text()},
+            }))
+            .into_response(),
+            Outcome::Seen | Outcome::Repeated | Outcome::Accepted(_) => {
+                Json(json!({"type": 5})).into_response()
+            }
+        })
     }
 }
 

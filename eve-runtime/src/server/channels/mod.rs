@@ -17,6 +17,7 @@
 //! Secrets are resolved from the environment once, when the server starts ([`Channels::resolve`]);
 //! an unset variable stops the start with a message naming it.
 
+mod deliver;
 mod discord;
 mod error;
 mod outbound;
@@ -30,13 +31,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use eve_compile::{Channel, ChannelKind, Manifest};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 pub use error::ChannelError;
@@ -249,20 +251,11 @@ impl Channels {
                 record.channel, record.channel
             ));
         };
-        let address = &record.address;
-        let reply: Option<Box<dyn session::Reply>> = match &channel.platform {
-            Platform::Slack(p) => p
-                .rebuild(outbound, address)
-                .map(|r| Box::new(r) as Box<dyn session::Reply>),
-            Platform::Discord(p) => p
-                .rebuild(outbound, address)
-                .map(|r| Box::new(r) as Box<dyn session::Reply>),
-            Platform::Telegram(p) => p
-                .rebuild(outbound, address)
-                .map(|r| Box::new(r) as Box<dyn session::Reply>),
-            Platform::Webhook(p) => p
-                .rebuild(outbound, &record.session_id, address)
-                .map(|r| Box::new(r) as Box<dyn session::Reply>),
+        let reply = match &channel.platform {
+            Platform::Slack(p) => rebuild(p, outbound, record),
+            Platform::Discord(p) => rebuild(p, outbound, record),
+            Platform::Telegram(p) => rebuild(p, outbound, record),
+            Platform::Webhook(p) => rebuild(p, outbound, record),
         };
         reply.ok_or_else(|| {
             format!(
@@ -304,10 +297,10 @@ pub(crate) async fn handle(
     };
     let now = chrono::Utc::now().timestamp();
     let result = match &channel.platform {
-        Platform::Slack(p) => p.handle(&ctx, &headers, &bytes, now).await,
-        Platform::Discord(p) => p.handle(&ctx, &headers, &bytes, now).await,
-        Platform::Telegram(p) => p.handle(&ctx, &headers, &bytes).await,
-        Platform::Webhook(p) => p.handle(&ctx, &headers, &bytes, now).await,
+        Platform::Slack(p) => serve(p, &ctx, &headers, &bytes, now).await,
+        Platform::Discord(p) => serve(p, &ctx, &headers, &bytes, now).await,
+        Platform::Telegram(p) => serve(p, &ctx, &headers, &bytes, now).await,
+        Platform::Webhook(p) => serve(p, &ctx, &headers, &bytes, now).await,
     };
     match result {
         Ok(response) => response,
@@ -318,6 +311,84 @@ pub(crate) async fn handle(
             e.into_response()
         }
     }
+}
+
+/// What one platform brings to the request path every platform follows: its signature, what its
+/// verified bodies mean, and how its replies are rebuilt.
+trait Handler {
+    /// The `kind` of this platform's stored reply addresses.
+    const KIND: &'static str;
+
+    /// The reply a message of this platform is owed.
+    type Reply: session::Reply;
+
+    /// Checks that the request comes from the platform (signature, timestamp, shared secret),
+    /// before anything reads the body.
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), ChannelError>;
+
+    /// Answers a verified request whose body is `payload`.
+    async fn answer(
+        &self,
+        ctx: &Ctx<'_>,
+        headers: &HeaderMap,
+        payload: Value,
+    ) -> Result<Response, ChannelError>;
+
+    /// The reply of a message accepted before a restart, from its stored `address` (of this
+    /// platform's kind), into `session`; `None` when it cannot be sent any more.
+    fn rebuild(
+        &self,
+        outbound: &Outbound,
+        session: &str,
+        address: &Address<'_>,
+    ) -> Option<Self::Reply>;
+}
+
+/// One platform request: verified, then parsed, then answered.
+async fn serve(
+    platform: &impl Handler,
+    ctx: &Ctx<'_>,
+    headers: &HeaderMap,
+    bytes: &[u8],
+    now: i64,
+) -> Result<Response, ChannelError> {
+    platform.verify(headers, bytes, now)?;
+    let payload = json_body(bytes)?;
+    platform.answer(ctx, headers, payload).await
+}
+
+/// The reply of `record`, rebuilt by its platform when the stored address is of its kind.
+fn rebuild<H: Handler>(
+    platform: &H,
+    outbound: &Outbound,
+    record: &ChannelReplyRecord,
+) -> Option<Box<dyn session::Reply>> {
+    let address = Address(&record.address);
+    if address.get("kind").and_then(Value::as_str) != Some(H::KIND) {
+        return None;
+    }
+    let reply = platform.rebuild(outbound, &record.session_id, &address)?;
+    Some(Box::new(reply))
+}
+
+/// A stored reply address: `{"kind": …}` and what the platform's reply remembers.
+struct Address<'a>(&'a Value);
+
+impl Address<'_> {
+    /// The value at `key`.
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key)
+    }
+
+    /// The string at `key`.
+    fn text(&self, key: &str) -> Option<String> {
+        self.0.get(key).and_then(Value::as_str).map(str::to_owned)
+    }
+}
+
+/// The acknowledgement of a request the agent does not answer, and why.
+fn ignored(why: &str) -> Response {
+    Json(json!({"ok": true, "ignored": why})).into_response()
 }
 
 /// A header as text; `None` when absent or not visible ASCII.

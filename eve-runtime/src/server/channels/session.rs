@@ -206,50 +206,20 @@ pub struct Incoming<'a> {
 }
 
 /// Accepts `text`, arrived on `channel`, into the session `session`, creating it on the current
-/// build when it does not exist. The message, its delivery id and the reply owed for it are
-/// stored in one durable commit when this returns; `None` when the delivery was already accepted
-/// (nothing is written).
+/// build when it does not exist, or as the first message of a new session when `session` is
+/// `None`. The message, its delivery id and the reply owed for it are stored in one durable
+/// commit when this returns; `None` when the delivery was already accepted (nothing is written).
 pub async fn accept(
     runtime: &Runtime,
     channel: &str,
-    session: &str,
+    session: Option<&str>,
     text: &str,
     incoming: Incoming<'_>,
 ) -> Result<Option<Accepted>, ApiError> {
-    accept_into(
-        runtime,
-        channel,
-        SessionRef::Ensure(session.to_owned()),
-        text,
-        incoming,
-    )
-    .await
-}
-
-/// Accepts `text` as the first message of a new session.
-pub async fn accept_new(
-    runtime: &Runtime,
-    channel: &str,
-    text: &str,
-    incoming: Incoming<'_>,
-) -> Result<Option<Accepted>, ApiError> {
-    accept_into(
-        runtime,
-        channel,
-        SessionRef::new_session(None),
-        text,
-        incoming,
-    )
-    .await
-}
-
-async fn accept_into(
-    runtime: &Runtime,
-    channel: &str,
-    session: SessionRef,
-    text: &str,
-    incoming: Incoming<'_>,
-) -> Result<Option<Accepted>, ApiError> {
+    let session = match session {
+        Some(id) => SessionRef::Ensure(id.to_owned()),
+        None => SessionRef::new_session(None),
+    };
     if text.trim().is_empty() {
         return Err(ApiError::bad_request(
             "empty_message",
@@ -370,6 +340,10 @@ pub trait Reply: Send + Sync + 'static {
     /// the platform's reply address), stored with the accepted message: a restarted server
     /// rebuilds the reply from it. Secrets of the channel file (bot tokens) are not in it.
     fn address(&self) -> Value;
+
+    /// Learns the session the message was accepted into, before the turn is followed (a new
+    /// session's id is known only then).
+    fn accepted_into(&mut self, _session: &str) {}
 }
 
 /// Follows the turn of `accepted` in the background and reports to `reply`, skipping the input

@@ -8,11 +8,36 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::error::ChannelError;
+use super::header;
+
+/// The header `name` that carries a request's signature (or secret): a 401 when it is missing or
+/// empty.
+pub fn signature_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<&'a str, ChannelError> {
+    header(headers, name)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ChannelError::unauthorized(format!("The `{name}` header is missing.")))
+}
+
+/// Checks that `presented_hex` is the HMAC-SHA256 of `parts` with `key`: a 401 saying
+/// `mismatch` when it is not.
+pub fn check_hmac_hex(
+    key: &[u8],
+    parts: &[&[u8]],
+    presented_hex: &str,
+    mismatch: &str,
+) -> Result<(), ChannelError> {
+    if verify_hmac_hex(key, parts, presented_hex) {
+        Ok(())
+    } else {
+        Err(ChannelError::unauthorized(mismatch))
+    }
+}
 
 /// HMAC-SHA256 of the concatenation of `parts` with `key`.
 pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {

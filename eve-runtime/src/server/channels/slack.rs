@@ -15,11 +15,12 @@ use axum::response::{IntoResponse, Response};
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use super::deliver::{Delivery, Outcome, deliver};
 use super::error::ChannelError;
 use super::outbound::{Call, Outbound, json_bytes, truncate};
-use super::session::{self, Incoming, Outgoing, Reply};
-use super::signature::{check_timestamp, verify_hmac_hex};
-use super::{Ctx, REPLAY_WINDOW_SECS, Settings, header, json_body};
+use super::session::{self, Outgoing, Reply};
+use super::signature::{check_hmac_hex, check_timestamp, signature_header};
+use super::{Address, Ctx, Handler, REPLAY_WINDOW_SECS, Settings, header, ignored};
 
 /// Slack's Web API.
 const DEFAULT_API: &str = "https://slack.com/api";
@@ -47,13 +48,24 @@ impl Slack {
         })
     }
 
+    fn reply(&self, outbound: &Outbound, channel: String, thread_ts: String) -> SlackReply {
+        SlackReply {
+            outbound: outbound.clone(),
+            url: format!("{}/chat.postMessage", self.api_base_url),
+            bot_token: self.bot_token.clone(),
+            channel,
+            thread_ts,
+        }
+    }
+}
+
+impl Handler for Slack {
+    const KIND: &'static str = "slack";
+    type Reply = SlackReply;
+
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), ChannelError> {
         let timestamp = header(headers, "x-slack-request-timestamp");
-        let signature = header(headers, "x-slack-signature")
-            .filter(|s| !s.is_empty())
-            .ok_or_else(|| {
-                ChannelError::unauthorized("The `X-Slack-Signature` header is missing.")
-            })?;
+        let signature = signature_header(headers, "X-Slack-Signature")?;
         check_timestamp(
             timestamp,
             now,
@@ -65,48 +77,21 @@ impl Slack {
             ChannelError::unauthorized("The `X-Slack-Signature` header is not a `v0=` signature.")
         })?;
         let base = format!("v0:{timestamp}:");
-        if verify_hmac_hex(
+        check_hmac_hex(
             self.signing_secret.as_bytes(),
             &[base.as_bytes(), body],
             hex,
-        ) {
-            Ok(())
-        } else {
-            Err(ChannelError::unauthorized(
-                "The Slack signature does not match: check the app's signing secret.",
-            ))
-        }
+            "The Slack signature does not match: check the app's signing secret.",
+        )
     }
 
-    fn reply(&self, outbound: &Outbound, channel: String, thread_ts: String) -> SlackReply {
-        SlackReply {
-            outbound: outbound.clone(),
-            url: format!("{}/chat.postMessage", self.api_base_url),
-            bot_token: self.bot_token.clone(),
-            channel,
-            thread_ts,
-        }
-    }
-
-    /// The reply of a message accepted before a restart, from its stored address.
-    pub(super) fn rebuild(&self, outbound: &Outbound, address: &Value) -> Option<SlackReply> {
-        let s = |k: &str| address.get(k).and_then(Value::as_str).map(str::to_owned);
-        if s("kind").as_deref() != Some("slack") {
-            return None;
-        }
-        Some(self.reply(outbound, s("channel")?, s("thread_ts")?))
-    }
-
-    /// Handles one Events API request.
-    pub(super) async fn handle(
+    /// Answers one Events API request.
+    async fn answer(
         &self,
         ctx: &Ctx<'_>,
         headers: &HeaderMap,
-        body: &[u8],
-        now: i64,
+        payload: Value,
     ) -> Result<Response, ChannelError> {
-        self.verify(headers, body, now)?;
-        let payload = json_body(body)?;
         match payload.get("type").and_then(Value::as_str) {
             Some("url_verification") => {
                 let challenge = payload
@@ -125,6 +110,16 @@ impl Slack {
         }
     }
 
+    fn rebuild(&self, outbound: &Outbound, _: &str, address: &Address<'_>) -> Option<SlackReply> {
+        Some(self.reply(
+            outbound,
+            address.text("channel")?,
+            address.text("thread_ts")?,
+        ))
+    }
+}
+
+impl Slack {
     async fn event(
         &self,
         ctx: &Ctx<'_>,
@@ -138,60 +133,35 @@ impl Slack {
             .get("event_id")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let seen = &ctx.channel.seen;
-        if !event_id.is_empty() && !seen.claim(event_id) {
-            let retry = header(headers, "x-slack-retry-num").unwrap_or("0");
-            tracing::debug!(event_id, retry, "slack delivery already accepted");
-            return Ok(ignored("already accepted"));
-        }
-        let runtime = &ctx.app.runtime;
         // `approve` / `deny` in a thread waiting for approval answers it, as this Slack user.
         let principal = format!("slack:{}", message.user);
-        let caller = ctx.app.config.operators.platform(&principal);
-        match session::answer_approval(runtime, &message.session, &message.text, &caller).await {
-            Ok(Some(answered)) => {
-                return Ok(Json(answered.json(&message.session)).into_response());
-            }
-            Ok(None) => {}
-            Err(e) => {
-                seen.release(event_id);
-                return Err(e.into());
-            }
-        }
         let reply = self.reply(ctx.outbound, message.channel, message.thread_ts);
-        let incoming = Incoming {
-            delivery: Some(event_id),
-            reply: Some(&reply),
+        let delivery = Delivery {
+            session: Some(&message.session),
+            text: &message.text,
+            id: Some(event_id),
+            remember: true,
             sender: Some(&principal),
         };
-        let accepted = match session::accept(
-            runtime,
-            &ctx.channel.name,
-            &message.session,
-            &message.text,
-            incoming,
-        )
-        .await
-        {
-            Ok(Some(a)) => a,
-            Ok(None) => {
-                let retry = header(headers, "x-slack-retry-num").unwrap_or("0");
-                tracing::debug!(event_id, retry, "slack delivery accepted before a restart");
-                return Ok(ignored("already accepted"));
+        let retry = || header(headers, "x-slack-retry-num").unwrap_or("0");
+        Ok(match deliver(ctx, delivery, Some(Box::new(reply))).await? {
+            Outcome::Seen => {
+                tracing::debug!(event_id, retry = retry(), "slack delivery already accepted");
+                ignored("already accepted")
             }
-            Err(e) => {
-                seen.release(event_id);
-                return Err(e.into());
+            Outcome::Repeated => {
+                tracing::debug!(
+                    event_id,
+                    retry = retry(),
+                    "slack delivery accepted before a restart"
+                );
+                ignored("already accepted")
             }
-        };
-        session::spawn_reply(
-            runtime.clone(),
-            accepted.clone(),
-            ctx.app.config.shutdown.clone(),
-            Box::new(reply),
-            Vec::new(),
-        );
-        Ok(Json(json!({"ok": true, "sessionId": accepted.session})).into_response())
+            Outcome::Answered(answered) => Json(answered.json(&message.session)).into_response(),
+            Outcome::Accepted(accepted) => {
+                Json(json!({"ok": true, "sessionId": accepted.session})).into_response()
+            }
+        })
     }
 
     /// The message an event carries for the agent, or `None` when the agent should not answer.
@@ -292,10 +262,6 @@ fn unescape(text: &str) -> String {
     text.replace("&lt;", "<")
         .replace("&gt;", ">")
         .replace("&amp;", "&")
-}
-
-fn ignored(why: &str) -> Response {
-    Json(json!({"ok": true, "ignored": why})).into_response()
 }
 
 /// Posts in the thread with `chat.postMessage`.

@@ -13,11 +13,12 @@ use axum::response::{IntoResponse, Response};
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use super::deliver::{Delivery, Outcome, deliver};
 use super::error::ChannelError;
 use super::outbound::{Call, Outbound, json_bytes};
-use super::session::{self, Incoming, Outgoing, Reply};
-use super::signature::same_secret;
-use super::{Ctx, Settings, header, json_body};
+use super::session::{self, Outgoing, Reply};
+use super::signature::{same_secret, signature_header};
+use super::{Address, Ctx, Handler, Settings, ignored};
 use crate::server::ServerError;
 
 /// Telegram's Bot API.
@@ -57,41 +58,30 @@ impl Telegram {
             reply_to,
         }
     }
+}
 
-    /// The reply of a message accepted before a restart, from its stored address.
-    pub(super) fn rebuild(&self, outbound: &Outbound, address: &Value) -> Option<TelegramReply> {
-        if address.get("kind").and_then(Value::as_str) != Some("telegram") {
-            return None;
-        }
-        let chat_id = address
-            .get("chat_id")
-            .filter(|v| v.is_i64() || v.is_string())?
-            .clone();
-        let int = |k: &str| address.get(k).and_then(Value::as_i64);
-        Some(self.reply(outbound, chat_id, int("thread"), int("reply_to")))
-    }
+impl Handler for Telegram {
+    const KIND: &'static str = "telegram";
+    type Reply = TelegramReply;
 
-    /// Handles one update.
-    pub(super) async fn handle(
-        &self,
-        ctx: &Ctx<'_>,
-        headers: &HeaderMap,
-        body: &[u8],
-    ) -> Result<Response, ChannelError> {
-        let presented = header(headers, "x-telegram-bot-api-secret-token")
-            .filter(|s| !s.is_empty())
-            .ok_or_else(|| {
-                ChannelError::unauthorized(
-                    "The `X-Telegram-Bot-Api-Secret-Token` header is missing.",
-                )
-            })?;
+    fn verify(&self, headers: &HeaderMap, _: &[u8], _: i64) -> Result<(), ChannelError> {
+        let presented = signature_header(headers, "X-Telegram-Bot-Api-Secret-Token")?;
         if !same_secret(self.secret_token.as_bytes(), presented.as_bytes()) {
             return Err(ChannelError::unauthorized(
                 "The `X-Telegram-Bot-Api-Secret-Token` header does not match the channel's \
                  `secret_token`.",
             ));
         }
-        let update = json_body(body)?;
+        Ok(())
+    }
+
+    /// Answers one update.
+    async fn answer(
+        &self,
+        ctx: &Ctx<'_>,
+        _: &HeaderMap,
+        update: Value,
+    ) -> Result<Response, ChannelError> {
         let Some(message) = update.get("message").filter(|m| m.is_object()) else {
             return Ok(ignored("not a message"));
         };
@@ -112,10 +102,6 @@ impl Telegram {
             .get("update_id")
             .map(Value::to_string)
             .unwrap_or_default();
-        let seen = &ctx.channel.seen;
-        if !update_id.is_empty() && !seen.claim(&update_id) {
-            return Ok(ignored("already accepted"));
-        }
         let chat = chat_id
             .as_str()
             .map_or_else(|| chat_id.to_string(), str::to_owned);
@@ -124,7 +110,6 @@ impl Telegram {
             None => chat,
         };
         let session = session::session_id("telegram", &ctx.channel.name, &key);
-        let runtime = &ctx.app.runtime;
         // `approve` / `deny` in a chat waiting for approval answers it, as this Telegram user.
         let principal = message
             .pointer("/from/id")
@@ -135,54 +120,36 @@ impl Telegram {
                     .map_or_else(|| user.to_string(), str::to_owned);
                 format!("telegram:{user}")
             });
-        if let Some(principal) = &principal {
-            let caller = ctx.app.config.operators.platform(principal);
-            match session::answer_approval(runtime, &session, text.trim(), &caller).await {
-                Ok(Some(answered)) => {
-                    return Ok(Json(answered.json(&session)).into_response());
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    seen.release(&update_id);
-                    return Err(e.into());
-                }
-            }
-        }
         let reply = self.reply(ctx.outbound, chat_id.clone(), thread, message_id);
-        let incoming = Incoming {
-            delivery: Some(&update_id),
-            reply: Some(&reply),
+        let delivery = Delivery {
+            session: Some(&session),
+            text: text.trim(),
+            id: Some(&update_id),
+            remember: true,
             sender: principal.as_deref(),
         };
-        let accepted = match session::accept(
-            runtime,
-            &ctx.channel.name,
-            &session,
-            text.trim(),
-            incoming,
-        )
-        .await
-        {
-            Ok(Some(a)) => a,
-            Ok(None) => return Ok(ignored("already accepted")),
-            Err(e) => {
-                seen.release(&update_id);
-                return Err(e.into());
+        Ok(match deliver(ctx, delivery, Some(Box::new(reply))).await? {
+            Outcome::Seen | Outcome::Repeated => ignored("already accepted"),
+            Outcome::Answered(answered) => Json(answered.json(&session)).into_response(),
+            Outcome::Accepted(accepted) => {
+                Json(json!({"ok": true, "sessionId": accepted.session})).into_response()
             }
-        };
-        session::spawn_reply(
-            runtime.clone(),
-            accepted.clone(),
-            ctx.app.config.shutdown.clone(),
-            Box::new(reply),
-            Vec::new(),
-        );
-        Ok(Json(json!({"ok": true, "sessionId": accepted.session})).into_response())
+        })
     }
-}
 
-fn ignored(why: &str) -> Response {
-    Json(json!({"ok": true, "ignored": why})).into_response()
+    fn rebuild(
+        &self,
+        outbound: &Outbound,
+        _: &str,
+        address: &Address<'_>,
+    ) -> Option<TelegramReply> {
+        let chat_id = address
+            .get("chat_id")
+            .filter(|v| v.is_i64() || v.is_string())?
+            .clone();
+        let int = |k: &str| address.get(k).and_then(Value::as_i64);
+        Some(self.reply(outbound, chat_id, int("thread"), int("reply_to")))
+    }
 }
 
 /// Splits `text` into pieces of at most `max` characters.

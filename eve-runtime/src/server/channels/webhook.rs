@@ -22,11 +22,12 @@ use axum::response::{IntoResponse, Response};
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use super::deliver::{Delivery, Outcome, deliver};
 use super::error::ChannelError;
 use super::outbound::{Call, Outbound, json_bytes};
-use super::session::{self, Incoming, Outgoing, Reply};
-use super::signature::{check_timestamp, hmac_sha256, verify_hmac_hex};
-use super::{Ctx, Settings, header, json_body};
+use super::session::{self, Outgoing, Reply};
+use super::signature::{check_hmac_hex, check_timestamp, hmac_sha256, signature_header};
+use super::{Address, Ctx, Handler, Settings, header};
 use crate::server::ServerError;
 use crate::server::body;
 
@@ -78,40 +79,6 @@ impl Webhook {
         })
     }
 
-    fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), ChannelError> {
-        let signature = header(headers, "x-eve-signature")
-            .filter(|s| !s.is_empty())
-            .ok_or_else(|| {
-                ChannelError::unauthorized("The `X-Eve-Signature` header is missing.")
-            })?;
-        let hex = signature.strip_prefix("sha256=").ok_or_else(|| {
-            ChannelError::unauthorized(
-                "The `X-Eve-Signature` header must be `sha256=<hex HMAC-SHA256>`.",
-            )
-        })?;
-        let ok = match self.replay_window {
-            Some(window) => {
-                let ts = check_timestamp(
-                    header(headers, "x-eve-timestamp"),
-                    now,
-                    window,
-                    "X-Eve-Timestamp",
-                )?;
-                let prefix = format!("{ts}.");
-                verify_hmac_hex(self.secret.as_bytes(), &[prefix.as_bytes(), body], hex)
-            }
-            None => verify_hmac_hex(self.secret.as_bytes(), &[body], hex),
-        };
-        if ok {
-            Ok(())
-        } else {
-            Err(ChannelError::unauthorized(
-                "The webhook signature does not match: sign the raw body with the channel's \
-                 `secret`.",
-            ))
-        }
-    }
-
     fn reply(
         &self,
         outbound: &Outbound,
@@ -128,87 +95,96 @@ impl Webhook {
             key,
         }
     }
+}
 
-    /// The reply of a delivery accepted before a restart, to the `reply_url` configured now
-    /// (`None` when there is none any more).
-    pub(super) fn rebuild(
-        &self,
-        outbound: &Outbound,
-        session: &str,
-        address: &Value,
-    ) -> Option<WebhookReply> {
-        if address.get("kind").and_then(Value::as_str) != Some("webhook") {
-            return None;
-        }
-        let key = address
-            .get("key")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let url = self.reply_url.as_deref()?;
-        Some(self.reply(outbound, url, session.to_owned(), key))
+impl Handler for Webhook {
+    const KIND: &'static str = "webhook";
+    type Reply = WebhookReply;
+
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), ChannelError> {
+        let signature = signature_header(headers, "X-Eve-Signature")?;
+        let hex = signature.strip_prefix("sha256=").ok_or_else(|| {
+            ChannelError::unauthorized(
+                "The `X-Eve-Signature` header must be `sha256=<hex HMAC-SHA256>`.",
+            )
+        })?;
+        let prefix = match self.replay_window {
+            Some(window) => {
+                let ts = check_timestamp(
+                    header(headers, "x-eve-timestamp"),
+                    now,
+                    window,
+                    "X-Eve-Timestamp",
+                )?;
+                format!("{ts}.")
+            }
+            None => String::new(),
+        };
+        check_hmac_hex(
+            self.secret.as_bytes(),
+            &[prefix.as_bytes(), body],
+            hex,
+            "The webhook signature does not match: sign the raw body with the channel's \
+             `secret`.",
+        )
     }
 
-    /// Handles one delivery.
-    pub(super) async fn handle(
+    /// Answers one delivery.
+    async fn answer(
         &self,
         ctx: &Ctx<'_>,
         headers: &HeaderMap,
-        bytes: &[u8],
-        now: i64,
+        payload: Value,
     ) -> Result<Response, ChannelError> {
-        self.verify(headers, bytes, now)?;
-        let payload = json_body(bytes)?;
         let (text, key) = message(&payload)?;
-        let runtime = &ctx.app.runtime;
-        let name = &ctx.channel.name;
         let session = key
             .as_ref()
-            .map(|key| session::session_id("webhook", name, key));
+            .map(|key| session::session_id("webhook", &ctx.channel.name, key));
         let reply = self.reply_url.as_ref().map(|url| {
-            self.reply(
-                ctx.outbound,
-                url,
-                session.clone().unwrap_or_default(),
-                key.clone(),
-            )
+            let session = session.clone().unwrap_or_default();
+            Box::new(self.reply(ctx.outbound, url, session, key.clone())) as Box<dyn Reply>
         });
-        let delivery = match header(headers, &self.delivery_header).map(str::trim) {
+        let id = match header(headers, &self.delivery_header).map(str::trim) {
             Some(id) if !id.is_empty() && id.len() <= MAX_KEY => Some(format!("id:{id}")),
             _ if self.replay_window.is_some() => header(headers, "x-eve-signature")
                 .map(|signature| format!("sig:{}", signature.trim())),
             _ => None,
         };
-        let incoming = Incoming {
-            delivery: delivery.as_deref(),
-            reply: reply.as_ref().map(|r| r as &dyn Reply),
+        let delivery = Delivery {
+            session: session.as_deref(),
+            text: &text,
+            id: id.as_deref(),
+            remember: false,
             sender: None,
         };
-        let accepted = match &session {
-            Some(id) => session::accept(runtime, name, id, &text, incoming).await?,
-            None => session::accept_new(runtime, name, &text, incoming).await?,
-        };
-        // Without a delivery id nothing is refused as already accepted.
-        let Some(accepted) = accepted else {
-            return Err(ChannelError::bad_request(
-                "already_accepted",
-                "This delivery was already accepted.",
-            ));
-        };
-        if let Some(mut reply) = reply {
-            reply.session = accepted.session.clone();
-            session::spawn_reply(
-                runtime.clone(),
-                accepted.clone(),
-                ctx.app.config.shutdown.clone(),
-                Box::new(reply),
-                Vec::new(),
-            );
+        match deliver(ctx, delivery, reply).await? {
+            Outcome::Accepted(accepted) => Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"ok": true, "sessionId": accepted.session, "status": "accepted"})),
+            )
+                .into_response()),
+            // Without a delivery id nothing is refused as already accepted; without a sender no
+            // approval is answered.
+            Outcome::Seen | Outcome::Repeated | Outcome::Answered(_) => {
+                Err(ChannelError::bad_request(
+                    "already_accepted",
+                    "This delivery was already accepted.",
+                ))
+            }
         }
-        Ok((
-            StatusCode::ACCEPTED,
-            Json(json!({"ok": true, "sessionId": accepted.session, "status": "accepted"})),
-        )
-            .into_response())
+    }
+
+    /// The reply of a delivery accepted before a restart, to the `reply_url` configured now
+    /// (`None` when there is none any more).
+    fn rebuild(
+        &self,
+        outbound: &Outbound,
+        session: &str,
+        address: &Address<'_>,
+    ) -> Option<WebhookReply> {
+        let key = address.text("key");
+        let url = self.reply_url.as_deref()?;
+        Some(self.reply(outbound, url, session.to_owned(), key))
     }
 }
 
@@ -303,5 +279,9 @@ impl Reply for WebhookReply {
 
     fn address(&self) -> Value {
         json!({"kind": "webhook", "key": self.key})
+    }
+
+    fn accepted_into(&mut self, session: &str) {
+        self.session = session.to_owned();
     }
 }

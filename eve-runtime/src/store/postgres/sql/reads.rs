@@ -16,8 +16,8 @@ use crate::store::rows::{
 };
 use crate::store::{
     BreakerRecord, DriveState, InboxRecord, InputRequestRecord, Liveness, MessageRecord,
-    SessionFilter, SessionRecord, StepRecord, StoreError, StoreResult, StoredEvent,
-    ToolCallRecord, TurnRecord, TurnView, UsageTotals, now_ms,
+    SessionFilter, SessionRecord, StepRecord, StoreError, StoreResult, StoredEvent, ToolCallRecord,
+    TurnRecord, TurnView, UsageTotals, now_ms,
 };
 
 pub(in crate::store::postgres) async fn session<C: GenericClient>(
