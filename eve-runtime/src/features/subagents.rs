@@ -153,7 +153,7 @@ impl Runtime {
         session: &str,
         request_id: Option<&str>,
         own_pending: &[InputRequestRecord],
-        answer: &crate::engine::turn::Answer<'_>,
+        answer: &crate::engine::turn::seam::Answer<'_>,
     ) -> RuntimeResult<Option<InputRequestRecord>> {
         if !self.may_have_children(session).await? {
             return Ok(None);
@@ -173,7 +173,7 @@ impl Runtime {
         let Some(target) = target else {
             return Ok(None);
         };
-        let again = crate::engine::turn::Answer {
+        let again = crate::engine::turn::seam::Answer {
             reason: answer.reason.clone(),
             ..*answer
         };

@@ -39,6 +39,7 @@ use crate::store::{Batch, Budget, CallStatus, MessageRecord, SessionRecord, Turn
 use crate::store::{MESSAGE_KIND_CHECKPOINT, ToolCallRecord};
 use crate::tools::ToolContext;
 
+pub(crate) use super::Answer;
 pub(crate) use super::idempotency_key;
 
 /// What a feature sees of the running turn at one of its hooks.
