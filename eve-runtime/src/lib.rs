@@ -2,6 +2,7 @@
 
 pub mod engine;
 pub mod env_vars;
+pub mod events;
 pub mod exec;
 pub mod features;
 pub mod mcp;

@@ -16,7 +16,7 @@ pub(crate) mod claims;
 mod config;
 pub(crate) mod drive;
 mod error;
-pub mod events;
+pub use crate::events;
 mod follow;
 mod live;
 mod models;
@@ -234,6 +234,40 @@ impl Runtime {
             files,
             home.as_deref(),
         )
+    }
+
+    /// The context of one process the runtime starts for `session` on `build` (a tool, a hook,
+    /// a probe, a dynamic tool's provider): `sandbox` confines it, with `workspace` writable and
+    /// `agent_dir` (the build's files) read-only. Every such process gets its context here.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn tool_context(
+        &self,
+        build: &LoadedBuild,
+        session: &str,
+        call_id: String,
+        idempotency_key: String,
+        workspace: PathBuf,
+        agent_dir: PathBuf,
+        sandbox: Option<eve_compile::EffectiveSandbox>,
+    ) -> crate::tools::ToolContext {
+        let confinement = self.confinement(
+            &build.manifest.agent,
+            sandbox,
+            Some(&workspace),
+            Some(&agent_dir),
+        );
+        crate::tools::ToolContext {
+            session_id: session.to_owned(),
+            call_id,
+            idempotency_key,
+            workspace,
+            agent_dir,
+            env: self.inner.config.env.clone(),
+            http: self.inner.http.clone(),
+            exec: self.inner.exec.clone(),
+            confinement,
+            network: None,
+        }
     }
 
     /// The store.

@@ -123,24 +123,15 @@ fn tool_context(
     agent_dir: std::path::PathBuf,
     sandbox: Option<eve_compile::EffectiveSandbox>,
 ) -> ToolContext {
-    let confinement = rt.confinement(
-        &build.manifest.agent,
-        sandbox,
-        Some(&workspace),
-        Some(&agent_dir),
-    );
-    ToolContext {
-        session_id: session.to_owned(),
+    rt.tool_context(
+        build,
+        session,
         call_id,
         idempotency_key,
         workspace,
         agent_dir,
-        env: rt.inner.config.env.clone(),
-        http: rt.inner.http.clone(),
-        exec: rt.inner.exec.clone(),
-        confinement,
-        network: None,
-    }
+        sandbox,
+    )
 }
 
 /// The [`TurnView`] of a driver for `$turn`, built from its fields (so the driver's features

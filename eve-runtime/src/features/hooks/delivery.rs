@@ -32,7 +32,6 @@ use tokio_util::sync::CancellationToken;
 use super::{hook_tool, is_observe, observes};
 use crate::engine::{LoadedBuild, Runtime, RuntimeResult};
 use crate::store::*;
-use crate::tools::ToolContext;
 
 /// The cursor of a session whose build has no observe hook: its events up to there need no
 /// delivery (so a server looking for sessions behind their hooks does not look at it again).
@@ -426,23 +425,15 @@ impl Runtime {
                         stdin["id"] = json!(event.id);
                         stdin["index"] = json!(event.index);
                         stdin["sessionId"] = json!(session);
-                        let ctx = ToolContext {
-                            session_id: session.to_owned(),
-                            call_id: event.id.clone(),
-                            idempotency_key: event.id.clone(),
-                            workspace: workspace.clone(),
-                            agent_dir: agent_dir.clone(),
-                            env: self.inner.config.env.clone(),
-                            http: self.inner.http.clone(),
-                            exec: self.inner.exec.clone(),
-                            confinement: self.confinement(
-                                &build.manifest.agent,
-                                Some(build.manifest.agent.hook_sandbox(hook)),
-                                Some(&workspace),
-                                Some(&agent_dir),
-                            ),
-                            network: None,
-                        };
+                        let ctx = self.tool_context(
+                            build,
+                            session,
+                            event.id.clone(),
+                            event.id.clone(),
+                            workspace.clone(),
+                            agent_dir.clone(),
+                            Some(build.manifest.agent.hook_sandbox(hook)),
+                        );
                         let result = self
                             .run_tool(&hook_tool(hook), &stdin, &ctx, CancellationToken::new())
                             .await;
