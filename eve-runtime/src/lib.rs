@@ -6,6 +6,7 @@ pub mod exec;
 pub mod mcp;
 pub mod model;
 pub mod redact;
+pub mod releases;
 pub mod schedule;
 pub mod server;
 pub mod store;

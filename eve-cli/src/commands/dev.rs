@@ -19,7 +19,7 @@ use anyhow::Context;
 use eve_compile::Project;
 use eve_compile::build::{self, Built};
 use eve_compile::render::{Style, render_all};
-use eve_runtime::engine::ReleaseOutcome;
+use eve_runtime::releases::ReleaseOutcome;
 use eve_runtime::env_vars::EVE_LOG;
 use eve_runtime::schedule::{Scheduler, clock_from_env};
 use eve_runtime::server::{self, DevBuild, ReloadableRouter, RouterOptions, ServerConfig};

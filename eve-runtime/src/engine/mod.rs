@@ -34,7 +34,6 @@ mod models;
 mod phases;
 mod probe;
 pub mod publish;
-mod releases;
 mod replies;
 mod review;
 mod sandbox;
@@ -68,12 +67,6 @@ pub use follow::EventFollower;
 pub use hook_delivery::{HookBacklog, PendingHookEvent};
 pub use live::LiveEvents;
 pub use models::{FixedModelProvider, SettingsModelProvider};
-pub use releases::{
-    CHANGE_APPROVED, CHANGE_DENIED, CHANGE_PROPOSED, Candidate, GateRunner, Principal,
-    RELEASE_ACTIVATED, RELEASE_BUILT, RELEASE_REJECTED, RELEASE_ROLLBACK_HELD, RELEASE_ROLLED_BACK,
-    RUNTIME_PRINCIPAL, Release, ReleaseFollower, ReleaseOpts, ReleaseOutcome, Verdict,
-    local_principal, source_revision,
-};
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;
 pub use tenancy::Caller;
@@ -135,7 +128,7 @@ pub(crate) struct Inner {
     /// Starts every process of this runtime's tools, hooks and MCP servers (the execution seam).
     pub(crate) exec: Arc<crate::exec::Executor>,
     /// The gate runner, release followers and the lock of release decisions.
-    pub(crate) releases: releases::ReleaseState,
+    pub(crate) releases: crate::releases::ReleaseState,
     /// The agent folder `propose_change` proposals are written into (see `selfchange`).
     pub(crate) agent_dir: std::sync::OnceLock<PathBuf>,
     /// Tests only: see [`Runtime::set_unguarded_answers_for_tests`].
@@ -210,7 +203,7 @@ impl Runtime {
                 following: replies::Following::default(),
                 http: crate::tools::HttpClient::new(),
                 exec,
-                releases: releases::ReleaseState::default(),
+                releases: crate::releases::ReleaseState::default(),
                 agent_dir: std::sync::OnceLock::new(),
                 unguarded_answers: std::sync::atomic::AtomicBool::new(false),
             }),

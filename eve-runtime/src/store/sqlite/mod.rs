@@ -26,6 +26,7 @@ mod leases;
 mod notes;
 mod prune;
 mod reads;
+mod recorded;
 mod releases;
 mod rows;
 mod schedules;
@@ -129,8 +130,12 @@ impl SqliteStore {
         }
         integrity::check_files(&path, new_ok)?;
         let opened = open_connection(&path).and_then(|mut conn| migrate(&mut conn).map(|()| conn));
-        let conn = integrity::damage_refused(&path, opened)?;
+        let mut conn = integrity::damage_refused(&path, opened)?;
         let identity = integrity::check_open(&conn, &path)?;
+        // A release recorded before the store existed (`recorded.rs`): stored before any read.
+        if recorded::take_in(&mut conn, &path)? {
+            integrity::write_mark(&path, &integrity::current_mark(&conn, &identity)?)?;
+        }
         // The writer thread checkpoints, off the commit path (`actor.rs`).
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         let marked = MarkTarget {
