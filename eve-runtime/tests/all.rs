@@ -28,6 +28,7 @@ mod mcp;
 mod memory;
 mod model;
 mod releases;
+mod releases_first;
 mod review;
 mod schedule;
 mod selfchange;

@@ -170,8 +170,13 @@ impl SqliteStore {
     /// Checks the store at `path` in full, on demand (`eve store check`): its files, SQLite's
     /// `PRAGMA integrity_check`, every stored text, its mark, and eve's consistency checks. Opens
     /// the file without creating, migrating or writing it, so a store the start-up check refuses
-    /// can be checked, also while a server runs on it.
+    /// can be checked, also while a server runs on it. (A store not created yet, whose first
+    /// release is recorded beside it, is created first: see `recorded.rs`.)
     pub async fn check_file(path: impl AsRef<Path>) -> StoreCheck {
+        // A store not created yet but with a release recorded beside it is created first.
+        if let Err(e) = Self::create_if_recorded(path.as_ref()) {
+            tracing::warn!(error = %e, "cannot take in the release recorded beside the store");
+        }
         check::check_file(path.as_ref()).await
     }
 

@@ -17,8 +17,9 @@
 //! recorded. A store created by another process while the file was being put in place would not
 //! have seen it: after placing it, the recorder looks for the database again and, if it is there
 //! now, opens the store itself (which takes the file in), so a server that created the store
-//! meanwhile sees the release as another process's commit. `rm .eve/eve.db*` removes the file
-//! with the store.
+//! meanwhile sees the release as another process's commit. `eve store check` and `eve store
+//! migrate`, which read the file without opening the store, create it first
+//! ([`SqliteStore::create_if_recorded`]). `rm .eve/eve.db*` removes the file with the store.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -107,6 +108,18 @@ impl SqliteStore {
             Self::open(db)?.close_and_wait();
         }
         Ok(true)
+    }
+}
+
+impl SqliteStore {
+    /// Creates the store at `db` (taking its recorded release in) when it does not exist yet
+    /// but a release is recorded beside it: what `eve store check` and `eve store migrate`
+    /// read is then what the next command sees, not a missing file.
+    pub fn create_if_recorded(db: &Path) -> StoreResult<()> {
+        if db.symlink_metadata().is_err() && recorded_path(db).symlink_metadata().is_ok() {
+            Self::open(db)?.close_and_wait();
+        }
+        Ok(())
     }
 }
 
