@@ -1,8 +1,9 @@
 //! A project's first release without its store: `release_first_build` records it beside the
 //! SQLite store that does not exist yet (no database is created), the store's next open takes it
 //! in before anything reads it, exactly once (also when the file outlives the commit, as after a
-//! crash), with the events the runtime's own path writes; anything but a project without a store
-//! is left to the runtime.
+//! crash), with the events the runtime's own path writes; a file cut short is moved aside and the
+//! build `.eve/current` names recorded instead; anything but a project without a store is left to
+//! the runtime.
 
 use eve_compile::Project;
 use eve_runtime::releases::{ReleaseOpts, ReleaseOutcome, release_first_build};
@@ -123,6 +124,24 @@ async fn the_next_build_is_judged_against_the_recorded_first_release() {
     };
     assert_eq!(r2.base.as_deref(), Some(r1.id.as_str()));
     assert_eq!(rt.active_release().await.unwrap().map(|r| r.id), Some(r1.id));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_release_cut_short_is_moved_aside_and_the_current_build_recorded_instead() {
+    let agent = agent();
+    let hash = candidate(&agent);
+    let state = agent.root().join(".eve");
+    assert!(first(&agent, &hash).is_some());
+    // What a power loss can leave of a file that was not synced.
+    std::fs::write(state.join("eve.db.release"), b"").unwrap();
+    let rt = runtime(&agent.root());
+    // The next release decision records the build `.eve/current` names first.
+    let judged = rt.candidate(&hash).await.unwrap();
+    let active = judged.base.expect("the current build is the active release");
+    assert_eq!(active.build_hash, hash);
+    assert_eq!(active.principal, "runtime", "recorded from .eve/current");
+    assert!(!state.join("eve.db.release").exists());
+    assert!(state.join("eve.db.release.unreadable").is_file());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

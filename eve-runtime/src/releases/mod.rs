@@ -311,11 +311,10 @@ pub fn source_revision(dir: &std::path::Path) -> Option<SourceRevision> {
 }
 
 /// Whether git could find a repository for `dir`: a `.git` in it or a folder above it, a folder
-/// above laid out as a bare repository, or any `GIT_*` variable in the environment (git's own
-/// settings, which may name one anywhere). Starting git only to hear that there is none costs
-/// more than the rest of a small build.
+/// above laid out as a bare repository, or `GIT_DIR` (which names one anywhere). Starting git
+/// only to hear that there is none costs more than the rest of a small build.
 fn may_be_in_git(dir: &std::path::Path) -> bool {
-    if std::env::vars_os().any(|(k, _)| k.to_str().is_some_and(|k| k.starts_with("GIT_"))) {
+    if std::env::var_os(crate::env_vars::GIT_DIR).is_some() {
         return true;
     }
     let Ok(dir) = std::path::absolute(dir) else {

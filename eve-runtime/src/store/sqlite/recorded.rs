@@ -5,10 +5,15 @@
 //! costs several times the build itself, for a store nothing reads until the next command. So
 //! when the database, its write-ahead log and its mark are all missing, and nothing beside them
 //! shows that a store was there, the release's operations are written to `eve.db.release` beside
-//! where the database will be ([`SqliteStore::record_release`]): as JSON, synced to disk (the
-//! file and its folder) before the build reports the release, and put in place with `link`, which
-//! fails when a recorded release is there already (a second build then opens the store, which
-//! takes the first in, and records its own the ordinary way, judged against it).
+//! where the database will be ([`SqliteStore::record_release`]): as JSON, written whole to a file
+//! of its own and put in place with `link`, which fails when a recorded release is there already
+//! (a second build then opens the store, which takes the first in, and records its own the
+//! ordinary way, judged against it). It is not synced to disk: nothing depends on it until a
+//! command opens the store, and a power loss before the file system commits it leaves the build
+//! and `.eve/current` at worst (the build's own folder is not synced either), which the store's
+//! first open records as the first release. A file a power loss left empty or cut short is moved
+//! aside (`eve.db.release.unreadable`, with a warning) for the same outcome, never refused: the
+//! syncs would have cost a clean build more than the rest of its release.
 //!
 //! Every open of the store takes in a file it finds there ([`take_in`]), in one durable
 //! transaction under the write lock, then removes it. A release whose id is stored already is not
@@ -29,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use super::SqliteStore;
 use super::integrity::{history_beside, mark_path, sidecar};
-use crate::store::{Committed, ReleaseOp, StoreError, StoreResult};
+use crate::store::{Committed, ReleaseOp, StoreResult};
 
 /// What `eve.db.release` holds.
 #[derive(Debug, Serialize, Deserialize)]
@@ -56,10 +61,6 @@ fn no_store_yet(db: &Path) -> bool {
         && missing(&mark_path(db))
         && missing(&recorded_path(db))
         && history_beside(db).is_empty()
-}
-
-fn sync_folder(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
 }
 
 impl SqliteStore {
@@ -91,9 +92,7 @@ impl SqliteStore {
             &format!(".release.{}.{release}.tmp", std::process::id()),
         );
         let placed = (|| {
-            let mut file = std::fs::File::create(&tmp)?;
-            file.write_all(&text)?;
-            file.sync_all()?;
+            std::fs::File::create(&tmp)?.write_all(&text)?;
             std::fs::hard_link(&tmp, recorded_path(db))
         })();
         let _ = std::fs::remove_file(&tmp);
@@ -102,7 +101,6 @@ impl SqliteStore {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
             Err(e) => return Err(e.into()),
         }
-        sync_folder(dir)?;
         if db.symlink_metadata().is_ok() {
             // Created meanwhile: take the release in now, as a commit its other users see.
             Self::open(db)?.close_and_wait();
@@ -150,14 +148,20 @@ fn apply_file(conn: &mut Connection, path: &Path) -> StoreResult<bool> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(e.into()),
     };
-    let recorded: Recorded = serde_json::from_slice(&text).map_err(|e| {
-        StoreError::Integrity(format!(
-            "{}: the release recorded before the store existed cannot be read ({e}). Delete \
-             the file: its build stays in .eve/builds/ and the next command records the build \
-             .eve/current names as the first release",
-            path.display()
-        ))
-    })?;
+    let recorded: Recorded = match serde_json::from_slice(&text) {
+        Ok(recorded) => recorded,
+        Err(e) => {
+            // Cut short by a power loss (it is not synced): the build `.eve/current` names
+            // becomes the first release instead (`baseline`), as if it had never been written.
+            let aside = sidecar(path, ".unreadable");
+            tracing::warn!(
+                file = %path.display(), aside = %aside.display(), error = %e,
+                "the release recorded before the store existed cannot be read; moved aside"
+            );
+            std::fs::rename(path, &aside)?;
+            return Ok(false);
+        }
+    };
     let stored: bool = tx.query_row(
         "SELECT EXISTS (SELECT 1 FROM releases WHERE id = ?1)",
         [&recorded.release],
