@@ -68,7 +68,10 @@ async fn a_first_build_is_recorded_beside_the_store_and_taken_in_once_by_its_nex
     let rt = runtime(&agent.root());
     let all = rt.releases_list().await.unwrap();
     assert_eq!(all, vec![r.clone()], "stored as the runtime reports it");
-    assert!(!state.join("eve.db.release").exists(), "removed once stored");
+    assert!(
+        !state.join("eve.db.release").exists(),
+        "removed once stored"
+    );
     let kinds: Vec<String> = rt
         .release_events(0, 0)
         .await
@@ -84,12 +87,20 @@ async fn a_first_build_is_recorded_beside_the_store_and_taken_in_once_by_its_nex
         .iter()
         .map(|e| e.at)
         .collect();
-    assert_eq!(events_at, [r.created_at, r.created_at], "the time it was recorded");
+    assert_eq!(
+        events_at,
+        [r.created_at, r.created_at],
+        "the time it was recorded"
+    );
     drop(rt);
 
     std::fs::write(state.join("eve.db.release"), recorded).unwrap();
     let store = SqliteStore::open(&db).unwrap();
-    assert_eq!(store.releases().await.unwrap().len(), 1, "not recorded twice");
+    assert_eq!(
+        store.releases().await.unwrap().len(),
+        1,
+        "not recorded twice"
+    );
     assert_eq!(store.release_events(0, 100).await.unwrap().len(), 2);
     assert!(!state.join("eve.db.release").exists());
     store.close_and_wait();
@@ -123,7 +134,10 @@ async fn the_next_build_is_judged_against_the_recorded_first_release() {
         panic!("v1's review parks v2: {outcome:?}");
     };
     assert_eq!(r2.base.as_deref(), Some(r1.id.as_str()));
-    assert_eq!(rt.active_release().await.unwrap().map(|r| r.id), Some(r1.id));
+    assert_eq!(
+        rt.active_release().await.unwrap().map(|r| r.id),
+        Some(r1.id)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,7 +151,9 @@ async fn a_recorded_release_cut_short_is_moved_aside_and_the_current_build_recor
     let rt = runtime(&agent.root());
     // The next release decision records the build `.eve/current` names first.
     let judged = rt.candidate(&hash).await.unwrap();
-    let active = judged.base.expect("the current build is the active release");
+    let active = judged
+        .base
+        .expect("the current build is the active release");
     assert_eq!(active.build_hash, hash);
     assert_eq!(active.principal, "runtime", "recorded from .eve/current");
     assert!(!state.join("eve.db.release").exists());
