@@ -142,6 +142,9 @@ pub const LANG: &str = "LANG";
 pub const TZ: &str = "TZ";
 /// The user name; passed to MCP stdio servers only.
 pub const USER: &str = "USER";
+/// git's repository folder: when set, a release asks git for the source revision of `agent/`
+/// even where no `.git` is above it (git reads it itself).
+pub const GIT_DIR: &str = "GIT_DIR";
 /// The folder for temporary files; passed to MCP stdio servers only.
 pub const TMPDIR: &str = "TMPDIR";
 

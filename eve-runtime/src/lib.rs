@@ -8,6 +8,7 @@ pub mod features;
 pub mod mcp;
 pub mod model;
 pub mod redact;
+pub mod releases;
 pub mod schedule;
 pub mod server;
 pub mod store;

@@ -29,6 +29,7 @@ mod mcp;
 mod memory;
 mod model;
 mod releases;
+mod releases_first;
 mod review;
 mod roundtrips;
 mod runtimes_apart;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eve_compile::{ChangeKind, Project};
-use eve_runtime::engine::{ReleaseOpts, ReleaseOutcome, Runtime, Verdict};
+use eve_runtime::engine::Runtime;
+use eve_runtime::releases::{ReleaseOpts, ReleaseOutcome, Verdict};
 use eve_runtime::store::{ReleaseStatus, SqliteStore};
 
 use crate::server_support::{AgentDir, runtime};
@@ -341,7 +342,7 @@ async fn another_process_activation_is_followed_through_the_store() {
     // An audit event another part of the runtime writes (a proposed change) joins the stream.
     let e = here
         .audit(
-            eve_runtime::engine::CHANGE_PROPOSED,
+            eve_runtime::releases::CHANGE_PROPOSED,
             serde_json::json!({"summary": "x"}),
         )
         .await

@@ -7,7 +7,7 @@
 
 use serde_json::{Value, json};
 
-use eve_runtime::engine::{ReleaseOpts, ReleaseOutcome};
+use eve_runtime::releases::{ReleaseOpts, ReleaseOutcome};
 
 use crate::server_support::{AgentDir, TestServer};
 

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use eve_compile::build;
 use eve_compile::render::{Style, render_all};
-use eve_runtime::engine::ReleaseOutcome;
+use eve_runtime::releases::{ReleaseOutcome, source_revision};
 use serde_json::json;
 
 use crate::cli::BuildArgs;
@@ -17,6 +17,9 @@ use crate::sanitize::{errln, outln};
 
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
+    // The release records the source revision: git runs while the agent compiles.
+    let agent_dir = project.agent_dir.clone();
+    let source = std::thread::spawn(move || source_revision(&agent_dir));
     let built = build::build_candidate(&project)?;
     super::store::publish_if_asked(args.publish, &project, built.hash.as_deref())?;
     let out = &built.output;
@@ -26,16 +29,12 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     // A release activated before this command ran was already the active one.
     let before = eve_runtime::store::now_ms();
     let outcome = match &built.hash {
-        Some(hash) => Some(
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()?
-                .block_on(async {
-                    let runtime = super::releases::open(&project).await?;
-                    super::releases::release_built(&runtime, &project, hash, args.force).await
-                })?,
-        ),
+        Some(hash) => {
+            let source = source.join().unwrap_or_default();
+            Some(super::releases::release_build_step(
+                &project, hash, args.force, source,
+            )?)
+        }
         None => None,
     };
     let refused = matches!(outcome, Some(ReleaseOutcome::Rejected(_)));

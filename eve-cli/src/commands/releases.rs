@@ -1,7 +1,8 @@
 //! `eve releases`, `eve activate`, `eve rollback`, and the release step of `eve build` and
 //! `eve dev`.
 //!
-//! The runtime decides activation (`eve_runtime::engine::Runtime::release_build`); this file
+//! The runtime decides activation (`eve_runtime::engine::Runtime::release_build`, and
+//! `eve_runtime::releases::release_first_build` for a project's first build); this file
 //! opens it on the project's store, installs the gate runner (the eval runner of `eve eval`, run
 //! on the candidate build) and prints what happened: the capability delta, the exact
 //! `eve activate ID` a pending release needs, the cases a failed gate names. Everything the CLI
@@ -14,15 +15,17 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use eve_compile::{Project, capability_delta};
-use eve_runtime::engine::{
-    GateRunner, Release, ReleaseOpts, ReleaseOutcome, Runtime, local_principal, source_revision,
+use eve_runtime::engine::Runtime;
+use eve_runtime::releases::{
+    GateRunner, Release, ReleaseOpts, ReleaseOutcome, local_principal, release_first_build,
+    source_revision,
 };
-use eve_runtime::store::{GateReport, ReleaseStatus};
+use eve_runtime::store::{GateReport, ReleaseStatus, SourceRevision};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use crate::cli::{ActivateArgs, ReleasesArgs, ReleasesCommand, RollbackArgs};
-use crate::project::locate;
+use crate::project::{StoreChoice, locate, store_choice};
 use crate::render::{paint, plural, stderr_color, stdout_color};
 use crate::sanitize::{Untrusted, err, errln, json_line, json_pretty, out, outln};
 
@@ -69,6 +72,44 @@ pub(crate) async fn release_built(
     Ok(runtime
         .release_build(hash, &local_principal(), opts)
         .await?)
+}
+
+/// The release step of `eve build`: build `hash` becomes a release, by the person at this
+/// terminal, `source` its source revision. A project without a store yet records its first
+/// release beside the store instead of creating it (`release_first_build`: the build does not
+/// wait for a new database); otherwise a runtime on the store decides.
+pub(crate) fn release_build_step(
+    project: &Project,
+    hash: &str,
+    force: bool,
+    source: Option<SourceRevision>,
+) -> anyhow::Result<ReleaseOutcome> {
+    let opts = ReleaseOpts {
+        force,
+        source,
+        ..ReleaseOpts::default()
+    };
+    if let StoreChoice::Sqlite(db) = store_choice(project)?
+        && let Some(outcome) = release_first_build(
+            &db,
+            &project.state_dir,
+            hash,
+            &local_principal(),
+            opts.clone(),
+        )?
+    {
+        return Ok(outcome);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(async {
+            let runtime = open(project).await?;
+            Ok(runtime
+                .release_build(hash, &local_principal(), opts)
+                .await?)
+        })
 }
 
 /// The release step of commands that build before they run (`eve run`, `eve chat`,

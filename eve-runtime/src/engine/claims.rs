@@ -3,7 +3,7 @@
 //! Several processes share a store (`eve serve` and `eve run` on one project, the nodes of a
 //! fleet). Some work must be done by one of them at a time even though any of them may start
 //! it: delivering a session's events to its observe hooks ([`crate::features::hooks::delivery`]), deciding
-//! an automatic rollback ([`super::releases`]). A claim is a lease row under a key no session
+//! an automatic rollback ([`crate::releases`]). A claim is a lease row under a key no session
 //! has (`hooks:<session>`, `releases:rollback`), taken with the store's lease rules: free,
 //! expired, ours, or held by a process the store's liveness policy calls dead. The holder keeps
 //! it alive while it works (renewed every third of the lease TTL) and gives it back when done;

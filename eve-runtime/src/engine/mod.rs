@@ -21,7 +21,6 @@ mod follow;
 mod live;
 mod models;
 pub mod publish;
-mod releases;
 mod replies;
 mod run_tool;
 mod sandbox;
@@ -53,12 +52,6 @@ pub use events::LOCAL_PRINCIPAL;
 pub use follow::EventFollower;
 pub use live::LiveEvents;
 pub use models::{FixedModelProvider, SettingsModelProvider};
-pub use releases::{
-    CHANGE_APPROVED, CHANGE_DENIED, CHANGE_PROPOSED, Candidate, GateRunner, Principal,
-    RELEASE_ACTIVATED, RELEASE_BUILT, RELEASE_REJECTED, RELEASE_ROLLBACK_HELD, RELEASE_ROLLED_BACK,
-    RUNTIME_PRINCIPAL, Release, ReleaseFollower, ReleaseOpts, ReleaseOutcome, Verdict,
-    local_principal, source_revision,
-};
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;
 pub use tenancy::Caller;
@@ -119,7 +112,7 @@ pub(crate) struct Inner {
     /// Starts every process of this runtime's tools, hooks and MCP servers (the execution seam).
     pub(crate) exec: Arc<crate::exec::Executor>,
     /// The gate runner, release followers and the lock of release decisions.
-    pub(crate) releases: releases::ReleaseState,
+    pub(crate) releases: crate::releases::ReleaseState,
     /// The agent folder `propose_change` proposals are written into (see `selfchange`).
     pub(crate) agent_dir: std::sync::OnceLock<PathBuf>,
     /// Tests only: see [`Runtime::set_unguarded_answers_for_tests`].
@@ -202,7 +195,7 @@ impl Runtime {
                 following: replies::Following::default(),
                 http: crate::tools::HttpClient::new(),
                 exec,
-                releases: releases::ReleaseState::default(),
+                releases: crate::releases::ReleaseState::default(),
                 agent_dir: std::sync::OnceLock::new(),
                 unguarded_answers: std::sync::atomic::AtomicBool::new(false),
                 workspaces,

@@ -25,7 +25,8 @@ use super::auth::Identity;
 use super::body;
 use super::error::ApiError;
 use super::stream::{last_event_id, wants_sse};
-use crate::engine::{Release, RuntimeError};
+use crate::engine::RuntimeError;
+use crate::releases::Release;
 use crate::store::ReleaseStatus;
 
 fn release_json(r: &Release) -> Value {
@@ -183,7 +184,7 @@ pub async fn stream(
         Some(runtime.release_events(start, 0).await.map_err(error)?.len())
     };
     struct St {
-        follower: crate::engine::ReleaseFollower,
+        follower: crate::releases::ReleaseFollower,
         out: VecDeque<Bytes>,
         left: Option<usize>,
         started: bool,

@@ -162,8 +162,10 @@ pub struct ReleaseRecord {
     pub failures: u64,
 }
 
-/// A write to the releases.
-#[derive(Debug, Clone)]
+/// A write to the releases (serialisable: a release recorded before its store exists is kept
+/// as its operations until the store's next open applies them).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ReleaseOp {
     /// Inserts a release or replaces it whole.
     Put(Box<ReleaseRecord>),

@@ -72,7 +72,7 @@ pub const PROPOSE_CHANGE: &str = "propose_change";
 /// The kind of input request a proposal parks on.
 pub const REQUEST_KIND: &str = "change-approval";
 
-pub use crate::engine::{CHANGE_APPROVED, CHANGE_DENIED, CHANGE_PROPOSED};
+pub use crate::releases::{CHANGE_APPROVED, CHANGE_DENIED, CHANGE_PROPOSED};
 
 /// Most files one proposal may change.
 pub const MAX_FILES: usize = 32;

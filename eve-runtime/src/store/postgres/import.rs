@@ -336,6 +336,7 @@ fn read_at(
 /// Copies the SQLite store at `from` into the PostgreSQL store at `to` (migrating both to
 /// this eve's schema first) and verifies the copy. Nothing is written when it fails.
 pub async fn import_sqlite(from: &Path, to: &str) -> StoreResult<ImportReport> {
+    SqliteStore::create_if_recorded(from)?;
     if !from.is_file() {
         return Err(StoreError::NotFound(format!(
             "the SQLite store {} (give the project's .eve/eve.db)",

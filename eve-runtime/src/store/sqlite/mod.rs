@@ -26,6 +26,7 @@ mod leases;
 mod notes;
 mod prune;
 mod reads;
+mod recorded;
 mod releases;
 mod rows;
 mod schedules;
@@ -128,8 +129,12 @@ impl SqliteStore {
         }
         integrity::check_files(&path, new_ok)?;
         let opened = open_connection(&path).and_then(|mut conn| migrate(&mut conn).map(|()| conn));
-        let conn = integrity::damage_refused(&path, opened)?;
+        let mut conn = integrity::damage_refused(&path, opened)?;
         let identity = integrity::check_open(&conn, &path)?;
+        // A release recorded before the store existed (`recorded.rs`): stored before any read.
+        if recorded::take_in(&mut conn, &path)? {
+            integrity::write_mark(&path, &integrity::current_mark(&conn, &identity)?)?;
+        }
         // The writer thread checkpoints, off the commit path (`actor.rs`).
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         let marked = MarkTarget {
@@ -164,8 +169,13 @@ impl SqliteStore {
     /// Checks the store at `path` in full, on demand (`eve store check`): its files, SQLite's
     /// `PRAGMA integrity_check`, every stored text, its mark, and eve's consistency checks. Opens
     /// the file without creating, migrating or writing it, so a store the start-up check refuses
-    /// can be checked, also while a server runs on it.
+    /// can be checked, also while a server runs on it. (A store not created yet, whose first
+    /// release is recorded beside it, is created first: see `recorded.rs`.)
     pub async fn check_file(path: impl AsRef<Path>) -> StoreCheck {
+        // A store not created yet but with a release recorded beside it is created first.
+        if let Err(e) = Self::create_if_recorded(path.as_ref()) {
+            tracing::warn!(error = %e, "cannot take in the release recorded beside the store");
+        }
         check::check_file(path.as_ref()).await
     }
 

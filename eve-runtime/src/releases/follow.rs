@@ -2,14 +2,14 @@
 //! release (again whenever another process or fleet node commits), and
 //! [`ReleaseFollower`] streams the releases' audit events, stored then live.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{broadcast, watch};
 
 use super::{Release, upgrade};
-use crate::engine::Runtime;
-use crate::engine::error::RuntimeResult;
+use crate::engine::{Runtime, RuntimeResult};
 use crate::store::{ReleaseStatus, StoredEvent};
 
 /// How often a release follower looks at the store when nothing tells it to.
@@ -37,24 +37,7 @@ impl Runtime {
             && eve_compile::build::current_hash(&self.inner.config.state_dir).as_deref()
                 != Some(h.as_str())
         {
-            let link = self.inner.config.state_dir.join("current");
-            let tmp = self
-                .inner
-                .config
-                .state_dir
-                // Unique per call: two follows in one process must not remove each other's link.
-                .join(format!(
-                    ".current-{}-{}",
-                    std::process::id(),
-                    ulid::Ulid::new()
-                ));
-            let _ = std::fs::remove_file(&tmp);
-            let pointed = std::os::unix::fs::symlink(std::path::Path::new("builds").join(h), &tmp)
-                .and_then(|()| std::fs::rename(&tmp, &link));
-            if let Err(e) = pointed {
-                let _ = std::fs::remove_file(&tmp);
-                tracing::warn!(error = %e, link = %link.display(), "cannot point the link at the active build");
-            }
+            point_current(&self.inner.config.state_dir, h);
         }
         self.inner.builds.set_active(hash);
     }
@@ -89,6 +72,25 @@ impl Runtime {
                 }
             }
         });
+    }
+}
+
+/// Points `<state_dir>/current` at build `hash` (a link replaced atomically; a failure is
+/// logged: the link is for tools that read it, the store says which release is active).
+pub(super) fn point_current(state_dir: &Path, hash: &str) {
+    let link = state_dir.join("current");
+    // Unique per call: two follows in one process must not remove each other's link.
+    let tmp = state_dir.join(format!(
+        ".current-{}-{}",
+        std::process::id(),
+        ulid::Ulid::new()
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    let pointed = std::os::unix::fs::symlink(Path::new("builds").join(hash), &tmp)
+        .and_then(|()| std::fs::rename(&tmp, &link));
+    if let Err(e) = pointed {
+        let _ = std::fs::remove_file(&tmp);
+        tracing::warn!(error = %e, link = %link.display(), "cannot point the link at the active build");
     }
 }
 

@@ -9,8 +9,7 @@ use super::{
     Candidate, Principal, RELEASE_ACTIVATED, RELEASE_BUILT, RELEASE_REJECTED, RUNTIME_PRINCIPAL,
     Release, ReleaseOpts, ReleaseOutcome, Verdict, count, find,
 };
-use crate::engine::Runtime;
-use crate::engine::error::{RuntimeError, RuntimeResult};
+use crate::engine::{Runtime, RuntimeError, RuntimeResult};
 use crate::store::{
     Batch, Checks, GateReport, Op, ReleaseOp, ReleaseRecord, ReleaseStatus, now_ms,
 };
@@ -69,28 +68,8 @@ impl Runtime {
         let candidate = self
             .judge(hash, &manifest, base.clone(), opts.force)
             .await?;
-        let mut checks = candidate.checks.clone();
-        checks.forced = opts.force && candidate.checks.gate.as_ref().is_some_and(|g| !g.passed());
-        if opts.checks.gate.is_some() && checks.gate.is_none() {
-            checks.gate = opts.checks.gate.clone();
-        }
         let now = now_ms();
-        let mut release = ReleaseRecord {
-            id: format!("rel_{}", ulid::Ulid::new()),
-            build_hash: hash.to_owned(),
-            source: opts.source.clone(),
-            created_at: now,
-            principal: by.to_owned(),
-            checks,
-            status: ReleaseStatus::Pending,
-            delta: candidate.delta.clone(),
-            base: base.as_ref().map(|b| b.id.clone()),
-            activated_at: None,
-            activated_by: None,
-            previous: None,
-            reason: None,
-            failures: 0,
-        };
+        let mut release = new_release(&candidate, by, &opts, now);
         // On a fleet's store, every node must be able to load the release it will follow.
         if self.inner.store.shared() {
             crate::engine::publish::publish_build(
@@ -129,18 +108,9 @@ impl Runtime {
                 ReleaseOutcome::Pending(release)
             }
             Verdict::Activate => {
-                batch.push(Op::Release(ReleaseOp::Put(Box::new(release.clone()))));
-                let mut data = built_data(&release);
-                data["status"] = json!(ReleaseStatus::Active);
-                batch.push(Op::Release(ReleaseOp::Event {
-                    kind: RELEASE_BUILT.to_owned(),
-                    data,
-                }));
-                self.push_activation(&mut batch, &release, base.as_ref(), by, None, now);
-                release.status = ReleaseStatus::Active;
-                release.activated_at = Some(now);
-                release.activated_by = Some(by.to_owned());
-                release.previous = base.as_ref().map(|b| b.id.clone());
+                for op in built_active(&mut release, base.as_ref(), by, now) {
+                    batch.push(Op::Release(op));
+                }
                 ReleaseOutcome::Activated(release)
             }
         };
@@ -217,39 +187,11 @@ impl Runtime {
         if updated != target {
             batch.push(Op::Release(ReleaseOp::Put(Box::new(updated.clone()))));
         }
-        self.push_activation(&mut batch, &updated, active.as_ref(), by, None, now);
+        push_activation(&mut batch, &updated, active.as_ref(), by, now);
         self.commit_releases(batch).await?;
         let release = self.release(&target.id).await?;
         self.follow_active(Some(&release)).await;
         Ok(release)
-    }
-
-    fn push_activation(
-        &self,
-        batch: &mut Batch,
-        release: &Release,
-        previous: Option<&Release>,
-        by: &Principal,
-        reason: Option<String>,
-        now: i64,
-    ) {
-        batch.push(Op::Release(ReleaseOp::Activate {
-            id: release.id.clone(),
-            demote: ReleaseStatus::Superseded,
-            reason,
-            at: now,
-            by: by.to_owned(),
-        }));
-        batch.push(Op::Release(ReleaseOp::Event {
-            kind: RELEASE_ACTIVATED.to_owned(),
-            data: json!({
-                "releaseId": release.id,
-                "buildHash": release.build_hash,
-                "principal": by,
-                "previous": previous.map(|p| p.id.clone()),
-                "forced": release.checks.forced,
-            }),
-        }));
     }
 
     /// A build hash named by a full hash or a unique prefix of one under `.eve/builds/`.
@@ -316,7 +258,7 @@ impl Runtime {
             kind: RELEASE_BUILT.to_owned(),
             data,
         }));
-        self.push_activation(&mut batch, &release, None, RUNTIME_PRINCIPAL, None, now);
+        push_activation(&mut batch, &release, None, RUNTIME_PRINCIPAL, now);
         self.commit_releases(batch).await?;
         Ok(Some(self.release(&release.id).await?))
     }
@@ -372,8 +314,102 @@ impl Runtime {
     }
 }
 
+/// A new release of the candidate, recorded by `by` at `now`, pending until its operations say
+/// otherwise.
+pub(super) fn new_release(
+    candidate: &Candidate,
+    by: &Principal,
+    opts: &ReleaseOpts,
+    now: i64,
+) -> ReleaseRecord {
+    let mut checks = candidate.checks.clone();
+    checks.forced = opts.force && candidate.checks.gate.as_ref().is_some_and(|g| !g.passed());
+    if opts.checks.gate.is_some() && checks.gate.is_none() {
+        checks.gate = opts.checks.gate.clone();
+    }
+    ReleaseRecord {
+        id: format!("rel_{}", ulid::Ulid::new()),
+        build_hash: candidate.build_hash.clone(),
+        source: opts.source.clone(),
+        created_at: now,
+        principal: by.to_owned(),
+        checks,
+        status: ReleaseStatus::Pending,
+        delta: candidate.delta.clone(),
+        base: candidate.base.as_ref().map(|b| b.id.clone()),
+        activated_at: None,
+        activated_by: None,
+        previous: None,
+        reason: None,
+        failures: 0,
+    }
+}
+
+/// The operations that record `release` as built and make it active in place of `previous`
+/// (`release.built`, `release.activated`); `release` becomes what they store.
+pub(super) fn built_active(
+    release: &mut Release,
+    previous: Option<&Release>,
+    by: &Principal,
+    now: i64,
+) -> Vec<ReleaseOp> {
+    let mut ops = vec![ReleaseOp::Put(Box::new(release.clone()))];
+    let mut data = built_data(release);
+    data["status"] = json!(ReleaseStatus::Active);
+    ops.push(ReleaseOp::Event {
+        kind: RELEASE_BUILT.to_owned(),
+        data,
+    });
+    ops.extend(activation_ops(release, previous, by, now));
+    release.status = ReleaseStatus::Active;
+    release.activated_at = Some(now);
+    release.activated_by = Some(by.to_owned());
+    release.previous = previous.map(|b| b.id.clone());
+    ops
+}
+
+fn push_activation(
+    batch: &mut Batch,
+    release: &Release,
+    previous: Option<&Release>,
+    by: &Principal,
+    now: i64,
+) {
+    for op in activation_ops(release, previous, by, now) {
+        batch.push(Op::Release(op));
+    }
+}
+
+/// `release` becomes the active release in place of `previous`, by `by` at `now`.
+fn activation_ops(
+    release: &Release,
+    previous: Option<&Release>,
+    by: &Principal,
+    now: i64,
+) -> [ReleaseOp; 2] {
+    [
+        ReleaseOp::Activate {
+            id: release.id.clone(),
+            demote: ReleaseStatus::Superseded,
+            reason: None,
+            at: now,
+            by: by.to_owned(),
+        },
+        ReleaseOp::Event {
+            kind: RELEASE_ACTIVATED.to_owned(),
+            data: json!({
+                "releaseId": release.id,
+                "buildHash": release.build_hash,
+                "principal": by,
+                "previous": previous.map(|p| p.id.clone()),
+                "forced": release.checks.forced,
+            }),
+        },
+    ]
+}
+
 /// The counts of `diagnostics.json` of build `hash`.
-fn diagnostics_counts(state_dir: &std::path::Path, hash: &str) -> Checks {
+pub(super) fn diagnostics_counts(state_dir: &std::path::Path, hash: &str) -> Checks {
     let path = state_dir.join("builds").join(hash).join("diagnostics.json");
     let mut checks = Checks::default();
     let Ok(text) = std::fs::read_to_string(path) else {

@@ -25,8 +25,7 @@ use serde_json::{Value, json};
 use super::{
     Principal, RELEASE_ROLLBACK_HELD, RELEASE_ROLLED_BACK, RUNTIME_PRINCIPAL, Release, find,
 };
-use crate::engine::Runtime;
-use crate::engine::error::{RuntimeError, RuntimeResult};
+use crate::engine::{Runtime, RuntimeError, RuntimeResult};
 use crate::store::{Batch, Op, ReleaseOp, ReleaseStatus, TurnRecord, TurnStatus, now_ms};
 
 impl Runtime {

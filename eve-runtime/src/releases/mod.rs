@@ -1,5 +1,9 @@
 //! Releases: the runtime decides which build is live, records it, and can take it back.
 //!
+//! Releases are not part of a turn: the engine only counts a failed turn on its release (in the
+//! commit that ends it) and runs sessions on the build the active release names. The methods
+//! here are `Runtime`'s, on the runtime's share of state ([`ReleaseState`]).
+//!
 //! `eve build` writes a build; it does not make it live. [`Runtime::release_build`] does, under
 //! the policy of the release that is active now (`activation`, `gate`, `rollback` of its
 //! `agent.yaml`, so a candidate cannot relax its own gate): it computes the capability delta
@@ -16,11 +20,13 @@
 //! Here: the release types, the releases' share of the runtime's state, and the reads every
 //! move shares. `activation.rs` judges a candidate (delta, gate) and records or activates it;
 //! `rollback.rs` takes a release back, by a principal or automatically; `follow.rs` keeps this
-//! process (its build store, `.eve/current`) on the active release and streams the audit events.
+//! process (its build store, `.eve/current`) on the active release and streams the audit events;
+//! `first.rs` records a project's first release without creating its store (a clean `eve build`).
 //!
-//! [`BuildStore`]: super::BuildStore
+//! [`BuildStore`]: crate::engine::BuildStore
 
 mod activation;
+mod first;
 mod follow;
 mod rollback;
 
@@ -32,13 +38,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use super::error::{RuntimeError, RuntimeResult};
-use super::{Inner, Runtime};
+use crate::engine::{Inner, Runtime, RuntimeError, RuntimeResult};
 use crate::store::{
     Batch, Checks, GateReport, Op, ReleaseOp, ReleaseRecord, ReleaseStatus, SourceRevision,
     StoredEvent,
 };
 
+pub use self::first::release_first_build;
 pub use self::follow::ReleaseFollower;
 
 /// A release row (see [`ReleaseRecord`]).
@@ -273,26 +279,51 @@ pub(crate) fn count(n: usize, what: &str) -> String {
 }
 
 /// The source revision of `dir` when it is in a git repository: `git rev-parse HEAD` and
-/// whether `git status --porcelain` lists changes under it. `None` without git or a repository.
+/// whether `git status --porcelain` lists changes under it (the two run side by side). `None`
+/// without git or a repository; git is not started when nothing says there may be one.
 pub fn source_revision(dir: &std::path::Path) -> Option<SourceRevision> {
+    if !may_be_in_git(dir) {
+        return None;
+    }
     let git = |args: &[&str]| {
         std::process::Command::new("git")
             .arg("-C")
             .arg(dir)
             .args(args)
             .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
-            .output()
+            .spawn()
             .ok()
+    };
+    let read = |child: Option<std::process::Child>| {
+        child
+            .and_then(|c| c.wait_with_output().ok())
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
     };
-    let commit = git(&["rev-parse", "HEAD"])?;
-    if commit.is_empty() {
-        return None;
-    }
-    let dirty = git(&["status", "--porcelain", "--", "."]).is_some_and(|s| !s.is_empty());
+    let head = git(&["rev-parse", "HEAD"]);
+    let status = git(&["status", "--porcelain", "--", "."]);
+    let commit = read(head);
+    let dirty = read(status).is_some_and(|s| !s.is_empty());
+    let commit = commit.filter(|c| !c.is_empty())?;
     Some(SourceRevision { commit, dirty })
+}
+
+/// Whether git could find a repository for `dir`: a `.git` in it or a folder above it, a folder
+/// above laid out as a bare repository, or `GIT_DIR` (which names one anywhere). Starting git
+/// only to hear that there is none costs more than the rest of a small build.
+fn may_be_in_git(dir: &std::path::Path) -> bool {
+    if std::env::var_os(crate::env_vars::GIT_DIR).is_some() {
+        return true;
+    }
+    let Ok(dir) = std::path::absolute(dir) else {
+        return true;
+    };
+    dir.ancestors().any(|d| {
+        d.join(".git").symlink_metadata().is_ok()
+            || (d.join("HEAD").is_file() && d.join("objects").is_dir() && d.join("refs").is_dir())
+    })
 }
 
 /// The principal id of the person at this terminal: `local:<user>`.
