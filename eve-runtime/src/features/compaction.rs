@@ -174,7 +174,7 @@ impl Compaction {
             .store
             .note(&offer_namespace(view.id()), "context_start")
             .await?;
-        Ok(!offered.is_some_and(|n| n.text == view.session.context_start.to_string()))
+        Ok(offered.is_none_or(|n| n.text != view.session.context_start.to_string()))
     }
 
     /// Near a full context, with memory on: offers the model one step to save what matters
