@@ -1,5 +1,8 @@
 //! Every command shown in the docs is run by this test.
 //!
+//! Longer than 800 lines on purpose: one harness (the block convention, the servers it starts,
+//! the per-document fixtures) that every document's blocks run through.
+//!
 //! The convention (written for authors in `docs/README.md`, "Writing these docs"): every fenced
 //! block in `README.md` and `docs/*.md` has a language, and shell commands go in `sh` blocks whose
 //! info string says how this test proves them.

@@ -1,6 +1,8 @@
 //! Agent behaviours with a scripted model: phased budgets (`limits.phases`), the hollow-answer
 //! check, lean context (the automatic catalogue of a 200-tool agent, cache reads per turn), and
 //! the `plan` and `reflect` strategies.
+//!
+//! Slightly over 800 lines on purpose: the behaviours share one scripted model and its helpers.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,4 +1,7 @@
 //! Session engine behaviour with the scripted mock model and real script tools.
+//!
+//! Longer than 800 lines on purpose: the engine's basic scenarios, each a short test on the shared
+//! support in `engine_support.rs`; the features' own scenarios live in their own files.
 
 use std::time::{Duration, Instant};
 

@@ -268,6 +268,23 @@ impl TestServer {
         parse_ndjson(&text)
     }
 
+    /// The events stored from `from` when the request arrives, read with the `Authorization`
+    /// header `auth` (a bounded read: it never waits for the session to come to rest).
+    pub async fn stored_as(&self, auth: &str, session: &str, from: u64) -> Vec<Value> {
+        let url = self.url(&format!(
+            "/eve/v1/session/{session}/stream?startIndex={from}&follow=false"
+        ));
+        let response = self
+            .http
+            .get(url)
+            .header("authorization", auth)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        parse_ndjson(&response.text().await.unwrap())
+    }
+
     /// Every stored event.
     pub async fn all(&self, session: &str) -> Vec<Value> {
         self.stream(session, "?follow=false").await

@@ -115,23 +115,7 @@ pub(crate) fn cut(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ToolCall;
     use serde_json::json;
-
-    fn assistant(calls: &[(&str, &str, serde_json::Value)]) -> Message {
-        Message::Assistant {
-            content: String::new(),
-            reasoning: None,
-            tool_calls: calls
-                .iter()
-                .map(|(id, name, input)| ToolCall {
-                    id: (*id).into(),
-                    name: (*name).into(),
-                    input: input.clone(),
-                })
-                .collect(),
-        }
-    }
 
     fn result(id: &str, name: &str, content: &str) -> Message {
         Message::Tool {
@@ -163,12 +147,12 @@ mod tests {
         let long: String = (1..=50).map(|i| format!("row {i}\n")).collect();
         let messages = vec![
             user("first"),
-            assistant(&[("a", "ls", json!({"dir": "/"}))]),
+            Message::calling(&[("a", "ls", json!({"dir": "/"}))]),
             result("a", "ls", &long),
-            assistant(&[("b", "cat", json!({}))]),
+            Message::calling(&[("b", "cat", json!({}))]),
             result("b", "cat", &long),
             user("second"),
-            assistant(&[("c", "ls", json!({"dir": "/"}))]),
+            Message::calling(&[("c", "ls", json!({"dir": "/"}))]),
             result("c", "ls", &long),
         ];
         let lean = lean_messages(&messages, 10);

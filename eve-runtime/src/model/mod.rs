@@ -128,6 +128,25 @@ pub enum Message {
     },
 }
 
+#[cfg(test)]
+impl Message {
+    /// Tests: an assistant message that only calls tools, each `(id, name, input)`.
+    pub(crate) fn calling(calls: &[(&str, &str, serde_json::Value)]) -> Message {
+        Message::Assistant {
+            content: String::new(),
+            reasoning: None,
+            tool_calls: calls
+                .iter()
+                .map(|(id, name, input)| ToolCall {
+                    id: (*id).into(),
+                    name: (*name).into(),
+                    input: input.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Everything one model call needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelRequest {

@@ -4,6 +4,9 @@
 //! and [`store_contract_tests!`] makes one `#[tokio::test]` per promise for a backend module
 //! (`store_sqlite.rs` today; a PostgreSQL module instantiates the same macro with its own
 //! backend). Nothing here knows which backend it runs on.
+//!
+//! Longer than 800 lines on purpose: it is the contract's text, one promise per function in the
+//! order of the `Store` trait, and both backends' suites are generated from this one list.
 
 use std::sync::Arc;
 use std::time::Duration;

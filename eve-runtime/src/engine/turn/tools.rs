@@ -618,22 +618,6 @@ impl TurnDriver<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ToolCall;
-
-    fn assistant(calls: &[(&str, &str, Value)]) -> Message {
-        Message::Assistant {
-            content: String::new(),
-            reasoning: None,
-            tool_calls: calls
-                .iter()
-                .map(|(id, name, input)| ToolCall {
-                    id: (*id).into(),
-                    name: (*name).into(),
-                    input: input.clone(),
-                })
-                .collect(),
-        }
-    }
 
     #[test]
     fn the_most_used_tools_stay_inline_in_build_order() {
@@ -650,11 +634,11 @@ mod tests {
             spec("load_skill"),
         ];
         let context = vec![
-            assistant(&[
+            Message::calling(&[
                 ("1", "c", json!({})),
                 ("2", CALL_TOOL, json!({"name": "d"})),
             ]),
-            assistant(&[("3", "d", json!({}))]),
+            Message::calling(&[("3", "d", json!({}))]),
         ];
         let kept = inline_specs(specs, 2, &use_counts(&context), |n| n != "load_skill");
         let names: Vec<&str> = kept.iter().map(|s| s.name.as_str()).collect();
