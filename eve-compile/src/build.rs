@@ -241,15 +241,17 @@ pub fn write_candidate(
         let tmp = builds.join(format!(".tmp-{hash}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp).map_err(io("cannot create", &tmp))?;
-        if !data.is_empty() {
-            let pack = pack::encode(data.iter().map(|f| (f.rel, f.mode, f.bytes.as_slice())));
-            write_file(&tmp.join(pack::PACK), &pack)?;
+        let pack = (!data.is_empty())
+            .then(|| pack::encode(data.iter().map(|f| (f.rel, f.mode, f.bytes.as_slice()))));
+        let diagnostics = diagnostics_json(&output.diagnostics);
+        let mut files = vec![
+            (tmp.join("manifest.json"), manifest_json.as_bytes()),
+            (tmp.join("diagnostics.json"), diagnostics.as_bytes()),
+        ];
+        if let Some(pack) = &pack {
+            files.push((tmp.join(pack::PACK), pack.as_slice()));
         }
-        write_file(&tmp.join("manifest.json"), manifest_json.as_bytes())?;
-        write_file(
-            &tmp.join("diagnostics.json"),
-            diagnostics_json(&output.diagnostics).as_bytes(),
-        )?;
+        write_synced(&files)?;
         match std::fs::rename(&tmp, &dir) {
             Ok(()) => {}
             // Another process wrote the same build first: identical content, keep theirs.
@@ -333,10 +335,19 @@ pub fn runtime_files(agent_dir: &Path, compiled: &[String]) -> Vec<String> {
     files.into_iter().collect()
 }
 
-fn write_file(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
-    let mut f = std::fs::File::create(path).map_err(io("cannot create", path))?;
-    f.write_all(bytes).map_err(io("cannot write", path))?;
-    f.sync_all().map_err(io("cannot sync", path))
+/// Writes each file, then syncs them one after the other: the first sync's journal commit
+/// usually carries the others' too, so the later ones have little left to wait for. None is
+/// left unsynced before the build folder is moved into place.
+fn write_synced(files: &[(PathBuf, &[u8])]) -> Result<(), BuildError> {
+    let mut written = Vec::with_capacity(files.len());
+    for (path, bytes) in files {
+        let mut f = std::fs::File::create(path).map_err(io("cannot create", path))?;
+        f.write_all(bytes).map_err(io("cannot write", path))?;
+        written.push((path, f));
+    }
+    written
+        .iter()
+        .try_for_each(|(path, f)| f.sync_all().map_err(io("cannot sync", path)))
 }
 
 /// Atomically points `.eve/current` at `builds/<hash>`.
