@@ -202,16 +202,16 @@ async fn history_maps_thinking_tool_use_and_merged_tool_results() {
             name: "weather".into(),
             content: "21C".into(),
             is_error: false,
+            attachments: Vec::new(),
         },
         Message::Tool {
             call_id: "toolu_2".into(),
             name: "weather".into(),
             content: "denied by the user".into(),
             is_error: true,
+            attachments: Vec::new(),
         },
-        Message::User {
-            content: "and tomorrow?".into(),
-        },
+        Message::user("and tomorrow?"),
     ]);
     let response = run(&client(&server.url), &request).await.1.unwrap();
     assert_eq!(response.content, "");
@@ -351,6 +351,7 @@ async fn every_thinking_block_goes_back_exactly_and_in_order_before_tool_use() {
             name: "weather".into(),
             content: "21C".into(),
             is_error: false,
+            attachments: Vec::new(),
         },
     ]);
     let (_, result) = run(&client, &request).await;

@@ -177,12 +177,14 @@ async fn maps_history_tool_calls_and_results() {
             name: "weather".into(),
             content: "{\"temp\":21}".into(),
             is_error: false,
+            attachments: Vec::new(),
         },
         Message::Tool {
             call_id: "call_2".into(),
             name: "broken".into(),
             content: "invalid arguments".into(),
             is_error: true,
+            attachments: Vec::new(),
         },
     ]);
     // A local server gets `max_tokens`.

@@ -110,9 +110,7 @@ async fn context_length_exceeded_once_compacts_and_completes_the_turn() {
     let second: Message = serde_json::from_value(context[1].body.clone()).unwrap();
     assert_eq!(
         second,
-        Message::User {
-            content: "and now?".into()
-        }
+        Message::user("and now?")
     );
 }
 
