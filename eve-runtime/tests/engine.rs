@@ -497,10 +497,7 @@ async fn compaction_replaces_old_context_and_pins_loaded_skills() {
     );
     // The current turn's message is kept verbatim after the checkpoint.
     let second: Message = serde_json::from_value(context[1].body.clone()).unwrap();
-    assert_eq!(
-        second,
-        Message::user("second")
-    );
+    assert_eq!(second, Message::user("second"));
     // History is append-only: nothing was deleted.
     let all = rt.store().messages(&id, 0, 1000).await.unwrap();
     assert!(all.len() > context.len());
@@ -810,7 +807,8 @@ async fn a_cursor_dropped_midway_loses_no_event() {
                 continue;
             }
             Ok(_) => panic!("the cursor ended before the last event"),
-            Err(_) => interrupted += 1)
+            Err(_) => interrupted += 1,
+        }
         match tokio::time::timeout(Duration::from_secs(5), cursor.next(None)).await {
             Ok(Next::Event(e)) => assert_eq!(e.index, last, "attempt {attempt}"),
             Ok(_) => panic!("attempt {attempt}: the cursor ended without the last event"),
