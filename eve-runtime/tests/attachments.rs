@@ -61,13 +61,13 @@ fn workspace(server: &TestServer, session: &str) -> PathBuf {
 async fn upload_policy_answers_413_and_415_in_eves_shape() {
     let server = TestServer::start_with(AgentDir::standard(), &[], |mut c| {
         c.uploads = UploadPolicy {
-            max_bytes: 64,
+            max_bytes: 100,
             allowed: Some(vec!["image/*".to_owned()]),
         };
         c
     })
     .await;
-    let big = vec![7u8; 65];
+    let big = vec![7u8; 101];
     let (status, body) = server
         .post(
             "/eve/v1/session",
@@ -82,11 +82,11 @@ async fn upload_policy_answers_413_and_415_in_eves_shape() {
     assert_eq!(body["ok"], false);
     assert_eq!(
         body["error"],
-        "big.png (65 bytes) exceeds the 64-byte upload limit."
+        "big.png (101 bytes) exceeds the 100-byte upload limit."
     );
     assert_eq!(
         body["violations"],
-        json!([{"byteLength": 65, "filename": "big.png", "kind": "too-large", "limit": 64,
+        json!([{"byteLength": 101, "filename": "big.png", "kind": "too-large", "limit": 100,
                 "mediaType": "image/png"}])
     );
 
@@ -273,7 +273,8 @@ fn scripted(url: &str) -> ResolvedModel {
         client: eve_runtime::model::client(&settings).unwrap(),
         model: "test-model".into(),
         model_id: "openai-compatible/test-model".into(),
-        context_window: None,
+        // Known, so the client does not ask the server (whose replies are scripted).
+        context_window: Some(128_000),
         price_per_million: None,
     }
 }
@@ -414,6 +415,7 @@ async fn a_staged_file_survives_a_runtime_restart() {
             image_urls(&request.body),
             vec![format!("data:image/png;base64,{PNG_B64}")]
         );
+        assert_eq!(request.path, "/v1/chat/completions");
         let user = &request.body["messages"][1]["content"];
         assert_eq!(user[2]["type"], "file", "{user}");
         assert_eq!(

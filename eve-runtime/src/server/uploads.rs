@@ -137,12 +137,12 @@ impl UploadPolicy {
                     message.push_str(&format!(" Allowed: {}.", allowed.join(", ")));
                 }
                 first.get_or_insert((415, message));
-                violations.push(json!({
+                violations.push(without_null(json!({
                     "allowedMediaTypes": allowed,
                     "filename": f.filename,
                     "kind": "disallowed-media-type",
                     "mediaType": f.media_type,
-                }));
+                })));
             } else if f.bytes.len() as u64 > self.max_bytes {
                 first.get_or_insert((
                     413,
@@ -152,13 +152,13 @@ impl UploadPolicy {
                         self.max_bytes
                     ),
                 ));
-                violations.push(json!({
+                violations.push(without_null(json!({
                     "byteLength": f.bytes.len(),
                     "filename": f.filename,
                     "kind": "too-large",
                     "limit": self.max_bytes,
                     "mediaType": f.media_type,
-                }));
+                })));
             }
         }
         match first {
@@ -170,6 +170,14 @@ impl UploadPolicy {
             }),
         }
     }
+}
+
+/// An object without its `null` fields (eve's JSON leaves an absent `filename` out).
+fn without_null(mut value: Value) -> Value {
+    if let Value::Object(map) = &mut value {
+        map.retain(|_, v| !v.is_null());
+    }
+    value
 }
 
 /// A message as a channel received it: its text and its files' bytes.
