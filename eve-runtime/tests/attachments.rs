@@ -425,3 +425,45 @@ async fn a_staged_file_survives_a_runtime_restart() {
     }
     server.stop().await;
 }
+
+/// The AI SDK chat endpoint takes the AI SDK's file parts (`url` a data URL) under the same
+/// policy: staged, and listed in `message.received`.
+#[tokio::test]
+async fn the_chat_endpoint_takes_file_parts() {
+    let server = TestServer::start(AgentDir::standard()).await;
+    let response = server
+        .http
+        .post(server.url("/eve/v1/chat"))
+        .json(
+            &json!({"id": "files-chat", "messages": [{"id": "m1", "role": "user", "parts": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "file", "mediaType": "image/png", "filename": "dot.png",
+                 "url": format!("data:image/png;base64,{PNG_B64}")},
+            ]}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let id = response.headers()["x-eve-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let stream = response.text().await.unwrap();
+    assert!(
+        stream.contains("[DONE]") || stream.contains("finish"),
+        "{stream}"
+    );
+    let events = server.all(&id).await;
+    let received = events
+        .iter()
+        .find(|e| e["type"] == "message.received")
+        .unwrap();
+    assert_eq!(received["data"]["parts"][1]["filename"], "dot.png");
+    let path = format!(".eve/attachments/{}/dot.png", sha(&png()));
+    assert_eq!(
+        std::fs::read(workspace(&server, &id).join(path)).unwrap(),
+        png()
+    );
+    server.stop().await;
+}
