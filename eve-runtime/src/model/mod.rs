@@ -11,6 +11,8 @@
 //! [`is_context_overflow`] recognises every provider's way of saying "the prompt is too long".
 
 pub mod anthropic;
+mod attachment;
+pub use attachment::{Attachment, NativeKind};
 pub mod mock;
 pub mod openai;
 mod side;
@@ -141,64 +143,6 @@ impl Message {
             content: content.into(),
             attachments: Vec::new(),
         }
-    }
-}
-
-/// A file in a conversation: a user's upload or a tool's image, staged in the session's
-/// workspace under `.eve/attachments/<sha256>/<name>`. History and events keep this reference
-/// only; `data` (the bytes, base64) is filled for the one model call that sends the file as the
-/// provider's own image or document part (`features::attachments`), and never stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attachment {
-    /// Path in the workspace: `.eve/attachments/<sha256>/<name>`.
-    pub path: String,
-    /// IANA media type (`image/png`, `application/pdf`).
-    pub media_type: String,
-    /// The name it was sent with.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub filename: Option<String>,
-    /// Size in bytes.
-    pub size: u64,
-    /// SHA-256 of the bytes, hex (also the folder it is staged in).
-    pub sha256: String,
-    /// The bytes, base64, for the model call that sends them natively; never stored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<String>,
-}
-
-/// What kind of native part a provider takes a file as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NativeKind {
-    /// An image (`image/png`, `image/jpeg`, `image/gif`, `image/webp`).
-    Image,
-    /// A PDF document.
-    Pdf,
-}
-
-impl Attachment {
-    /// Whether OpenAI's and Anthropic's APIs take this file as a native part, and as which.
-    pub fn native_kind(&self) -> Option<NativeKind> {
-        match self.media_type.to_ascii_lowercase().as_str() {
-            "image/png" | "image/jpeg" | "image/jpg" | "image/gif" | "image/webp" => {
-                Some(NativeKind::Image)
-            }
-            "application/pdf" => Some(NativeKind::Pdf),
-            _ => None,
-        }
-    }
-
-    /// `data:<media type>;base64,<data>`, when the bytes are loaded.
-    pub fn data_url(&self) -> Option<String> {
-        self.data
-            .as_ref()
-            .map(|d| format!("data:{};base64,{d}", self.media_type))
-    }
-
-    /// The name to show: the filename, else the staged file's name.
-    pub fn name(&self) -> &str {
-        self.filename
-            .as_deref()
-            .unwrap_or_else(|| self.path.rsplit('/').next().unwrap_or(&self.path))
     }
 }
 
