@@ -99,10 +99,10 @@ pub fn turn_started(turn: &TurnRecord) -> Value {
 }
 
 /// `message.received`.
-pub fn message_received(turn: &TurnRecord, text: &str) -> Value {
+pub fn message_received(turn: &TurnRecord, content: &crate::engine::content::UserContent) -> Value {
     with(
         turn_fields(turn),
-        json!({"message": text, "parts": [{"text": text, "type": "text"}]}),
+        json!({"message": content.text, "parts": content.parts()}),
     )
 }
 

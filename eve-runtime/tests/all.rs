@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod answer_race;
+mod attachments;
 mod behaviours;
 mod channels;
 mod compaction;

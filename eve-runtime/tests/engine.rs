@@ -500,12 +500,7 @@ async fn compaction_replaces_old_context_and_pins_loaded_skills() {
     );
     // The current turn's message is kept verbatim after the checkpoint.
     let second: Message = serde_json::from_value(context[1].body.clone()).unwrap();
-    assert_eq!(
-        second,
-        Message::User {
-            content: "second".into()
-        }
-    );
+    assert_eq!(second, Message::user("second"));
     // History is append-only: nothing was deleted.
     let all = rt.store().messages(&id, 0, 1000).await.unwrap();
     assert!(all.len() > context.len());

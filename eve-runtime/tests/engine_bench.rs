@@ -231,10 +231,7 @@ async fn history(p: &TestProject, events: u64) -> String {
             session_id: id.clone(),
             turn_seq: Some(session.turn_count),
             kind: MESSAGE_KIND_MESSAGE.into(),
-            body: serde_json::to_value(Message::User {
-                content: "the last one".into(),
-            })
-            .unwrap(),
+            body: serde_json::to_value(Message::user("the last one")).unwrap(),
         });
     rt.store().commit(batch).await.unwrap();
     id

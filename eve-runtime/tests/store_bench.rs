@@ -275,10 +275,7 @@ async fn open_turn(store: &dyn Store, id: &str) {
             session_id: id.to_owned(),
             turn_seq: Some(session.turn_count),
             kind: MESSAGE_KIND_MESSAGE.into(),
-            body: serde_json::to_value(Message::User {
-                content: "the last one".into(),
-            })
-            .unwrap(),
+            body: serde_json::to_value(Message::user("the last one")).unwrap(),
         });
     store.commit(batch).await.unwrap();
 }

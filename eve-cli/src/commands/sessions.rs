@@ -344,7 +344,7 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
             continue;
         };
         match message {
-            Message::User { content } => {
+            Message::User { content, .. } => {
                 outln!("{} {}", paint(color, "1;34", "user:"), Untrusted(&content));
             }
             Message::Assistant {

@@ -74,6 +74,10 @@ pub enum Extra {
     /// The principal that starts the session, when this creates it (see
     /// [`SessionRecord::owner`]); ignored for a session that exists already.
     Owner(String),
+    /// Files sent with the message, already staged in the session's workspace
+    /// ([`crate::workspace::attachments::stage`]); kept with the message in the inbox (see
+    /// [`super::content`]).
+    Attachments(Vec<crate::model::Attachment>),
 }
 
 /// What to accept.
@@ -120,7 +124,10 @@ impl Runtime {
             message,
             extra,
         } = accept;
-        if message.as_deref().is_some_and(|m| m.trim().is_empty()) {
+        let has_files = extra
+            .iter()
+            .any(|e| matches!(e, Extra::Attachments(a) if !a.is_empty()));
+        if message.as_deref().is_some_and(|m| m.trim().is_empty()) && !has_files {
             return Err(RuntimeError::EmptyMessage);
         }
         let id = session.id().to_owned();
@@ -151,7 +158,20 @@ impl Runtime {
                 self.require_session(&id).await?.event_count
             }
         };
+        let attachments: Vec<crate::model::Attachment> = extra
+            .iter()
+            .filter_map(|e| match e {
+                Extra::Attachments(a) => Some(a.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
         let inbox_id = message.map(|text| {
+            let text = super::content::UserContent {
+                text,
+                attachments: attachments.clone(),
+            }
+            .encode();
             let record = InboxRecord::new(&id, &text, now);
             let inbox_id = record.id.clone();
             batch.push(Op::InsertInbox(record));
@@ -208,7 +228,7 @@ impl Runtime {
                     });
                 }
                 Extra::ScheduleFire(claim) => schedule = Some(claim),
-                Extra::Owner(_) => {}
+                Extra::Owner(_) | Extra::Attachments(_) => {}
                 Extra::Sender(sender) => {
                     if let Some(inbox_id) = &inbox_id {
                         batch.push(Op::Note(NoteOp::Put(NoteRecord {
@@ -337,8 +357,24 @@ impl Runtime {
         text: &str,
         sender: Option<String>,
     ) -> RuntimeResult<String> {
+        self.post_content_from(session, text, Vec::new(), sender)
+            .await
+    }
+
+    /// [`Self::post_message_from`] with files already staged in the session's workspace
+    /// ([`Self::stage_uploads`]).
+    pub async fn post_content_from(
+        &self,
+        session: &str,
+        text: &str,
+        attachments: Vec<crate::model::Attachment>,
+        sender: Option<String>,
+    ) -> RuntimeResult<String> {
         let mut accept = Accept::message(SessionRef::Existing(session.to_owned()), text);
         accept.extra.extend(sender.map(Extra::Sender));
+        if !attachments.is_empty() {
+            accept.extra.push(Extra::Attachments(attachments));
+        }
         let accepted = self.accept(accept).await?;
         accepted
             .and_then(|a| a.inbox_id)

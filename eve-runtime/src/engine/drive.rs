@@ -11,7 +11,6 @@ use super::events as ev;
 use super::turn::seam::to_message;
 use super::turn::{TurnDriver, TurnEnd};
 use super::{DriveOutcome, Runtime, RuntimeError, RuntimeResult};
-use crate::model::Message;
 use crate::store::*;
 
 pub(super) async fn drive(rt: &Runtime, session: &str) -> RuntimeResult<DriveOutcome> {
@@ -340,9 +339,8 @@ fn start_turn(
     record.turn_count += 1;
     record.status = SessionStatus::Running;
     record.build_hash = build.hash.clone();
-    let body = serde_json::to_value(Message::User {
-        content: message.text.clone(),
-    })?;
+    let content = super::content::UserContent::decode(&message.text);
+    let body = serde_json::to_value(content.message())?;
     let mut batch = Batch::new();
     batch
         .push(Op::UpdateSession(record.clone()))
@@ -369,7 +367,7 @@ fn start_turn(
         .event(
             &record.id,
             ev::MESSAGE_RECEIVED,
-            ev::message_received(&turn, &message.text),
+            ev::message_received(&turn, &content),
         );
     Ok((record, turn, Started { batch, body }))
 }

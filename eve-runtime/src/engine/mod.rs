@@ -14,6 +14,7 @@ mod active;
 mod build;
 pub(crate) mod claims;
 mod config;
+pub mod content;
 pub(crate) mod drive;
 mod error;
 pub use crate::events;

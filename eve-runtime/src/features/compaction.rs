@@ -230,7 +230,7 @@ fn spec_chars(spec: &crate::model::ToolSpec) -> usize {
 
 fn message_chars(message: &Message) -> usize {
     match message {
-        Message::User { content } => content.len(),
+        Message::User { content, .. } => content.len(),
         Message::Assistant {
             content,
             reasoning,
@@ -337,9 +337,7 @@ async fn summarize(
         let kept = history.get(start..).unwrap_or_default();
         let mut messages = Vec::with_capacity(kept.len() + 1);
         messages.extend_from_slice(kept);
-        messages.push(Message::User {
-            content: SUMMARY_PROMPT.to_owned(),
-        });
+        messages.push(Message::user(SUMMARY_PROMPT.to_owned()));
         let request = ModelRequest::side(&model.model, build.system_prompt.clone(), messages);
         let answer = side_call(model.client.as_ref(), &request, None, None).await;
         match answer {

@@ -70,6 +70,7 @@ pub(crate) fn lean_messages(messages: &[Message], cut_lines: usize) -> Vec<Messa
                 name,
                 content,
                 is_error,
+                attachments,
             } = message
             else {
                 return message.clone();
@@ -92,6 +93,7 @@ pub(crate) fn lean_messages(messages: &[Message], cut_lines: usize) -> Vec<Messa
                 name: name.clone(),
                 content,
                 is_error: *is_error,
+                attachments: attachments.clone(),
             }
         })
         .collect()
@@ -123,13 +125,12 @@ mod tests {
             name: name.into(),
             content: content.into(),
             is_error: false,
+            attachments: Vec::new(),
         }
     }
 
     fn user(text: &str) -> Message {
-        Message::User {
-            content: text.into(),
-        }
+        Message::user(text)
     }
 
     #[test]

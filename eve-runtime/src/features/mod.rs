@@ -16,7 +16,9 @@
 //! | [`breakers`] | refuses a tool that keeps failing |
 //! | [`selfchange`] | the built-in `propose_change` tool |
 //! | [`subagents`] | subagent calls: children, their budgets, their answers |
+//! | [`attachments`] | files of messages and tool results: native parts, or a note with the path |
 
+pub mod attachments;
 pub mod breakers;
 pub mod compaction;
 pub mod dynamic;
@@ -69,5 +71,7 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
     if build.has_children() {
         features.push(Box::new(subagents::Subagents));
     }
+    // Last: the files' bytes go on the request as everything else has shaped it.
+    features.push(Box::new(attachments::Attachments));
     features
 }

@@ -44,13 +44,41 @@ pub(crate) fn map_call_result(result: &Value, elapsed: Duration) -> ToolResult {
         out.truncated = truncated;
         return out;
     }
-    let output = match structured {
-        Some(value) => value,
-        None => Value::String(text),
+    let output = match (structured, media_content(result.get("content"))) {
+        (Some(value), _) => value,
+        (None, Some(content)) => content,
+        (None, None) => Value::String(text),
     };
     let mut out = ToolResult::success(output, elapsed);
     out.truncated = truncated;
     out
+}
+
+/// A result with image blocks as eve's content value (`tools::content`): text blocks as text
+/// parts, each image as a file part whose bytes the engine stages in the workspace, so the model
+/// sees the image itself. `None` without images.
+fn media_content(content: Option<&Value>) -> Option<Value> {
+    let Some(Value::Array(blocks)) = content else {
+        return None;
+    };
+    if !blocks
+        .iter()
+        .any(|b| b.get("type").and_then(Value::as_str) == Some("image"))
+    {
+        return None;
+    }
+    let parts: Vec<Value> = blocks
+        .iter()
+        .map(|block| match block.get("type").and_then(Value::as_str) {
+            Some("image") => serde_json::json!({
+                "type": "file",
+                "data": {"type": "data", "data": block.get("data").cloned().unwrap_or_default()},
+                "mediaType": block.get("mimeType").cloned().unwrap_or_else(|| "image/png".into()),
+            }),
+            _ => serde_json::json!({"type": "text", "text": block_text(block)}),
+        })
+        .collect();
+    Some(serde_json::json!({"type": "content", "value": parts}))
 }
 
 /// Cuts text at the output cap, saying so.
@@ -162,12 +190,19 @@ mod tests {
             ]}),
             Duration::ZERO,
         );
+        // An image makes the result a content value: the image a file part (staged by the
+        // engine), every other block its text.
         assert_eq!(
             r.output,
-            json!(
-                "a\n[image: image/png, 12 bytes]\n[resource: file:///x (text/plain)]\nhi\n\
-                 [resource: file:///y (unknown type), 3 bytes]\n[resource link: file:///z]\n[mystery content]"
-            )
+            json!({"type": "content", "value": [
+                {"type": "text", "text": "a"},
+                {"type": "file", "data": {"type": "data", "data": "iVBORw0KGgowMDAw"},
+                 "mediaType": "image/png"},
+                {"type": "text", "text": "[resource: file:///x (text/plain)]\nhi"},
+                {"type": "text", "text": "[resource: file:///y (unknown type), 3 bytes]"},
+                {"type": "text", "text": "[resource link: file:///z]"},
+                {"type": "text", "text": "[mystery content]"},
+            ]})
         );
     }
 

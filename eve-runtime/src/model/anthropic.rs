@@ -28,8 +28,8 @@ use super::sse::SseEvent;
 use super::stream::{Assembly, SseDecoder, Wire};
 use super::transport::Endpoint;
 use super::{
-    FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse,
-    ModelSettings, Reasoning, ThinkingBlock, ToolChoice,
+    Attachment, FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelRequest,
+    ModelResponse, ModelSettings, NativeKind, Reasoning, ThinkingBlock, ToolChoice,
 };
 
 /// The API version header value this client speaks.
@@ -148,12 +148,15 @@ fn messages_json(messages: &[Message]) -> Vec<Value> {
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for message in messages {
         let (role, blocks) = match message {
-            Message::User { content } => {
-                let blocks = if content.is_empty() {
-                    Vec::new()
-                } else {
-                    vec![json!({"type": "text", "text": content})]
-                };
+            Message::User {
+                content,
+                attachments,
+            } => {
+                // Files first: Anthropic advises images and documents before the question.
+                let mut blocks = file_blocks(attachments);
+                if !content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": content}));
+                }
                 ("user", blocks)
             }
             Message::Assistant {
@@ -180,8 +183,20 @@ fn messages_json(messages: &[Message]) -> Vec<Value> {
                 call_id,
                 content,
                 is_error,
+                attachments,
                 ..
             } => {
+                let files = file_blocks(attachments);
+                let content = if files.is_empty() {
+                    json!(content)
+                } else {
+                    let mut blocks = Vec::with_capacity(files.len() + 1);
+                    if !content.is_empty() {
+                        blocks.push(json!({"type": "text", "text": content}));
+                    }
+                    blocks.extend(files);
+                    Value::Array(blocks)
+                };
                 let mut block =
                     json!({"type": "tool_result", "tool_use_id": call_id, "content": content});
                 if *is_error {
@@ -201,6 +216,24 @@ fn messages_json(messages: &[Message]) -> Vec<Value> {
     turns
         .into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect()
+}
+
+/// The native blocks of the attachments whose bytes are loaded: `image` for images, `document`
+/// for PDFs, each with a base64 source. Others were turned into a note before the call.
+fn file_blocks(attachments: &[Attachment]) -> Vec<Value> {
+    attachments
+        .iter()
+        .filter_map(|a| {
+            let data = a.data.as_ref()?;
+            let source = json!({"type": "base64", "media_type": a.media_type, "data": data});
+            match a.native_kind()? {
+                NativeKind::Image => Some(json!({"type": "image", "source": source})),
+                NativeKind::Pdf => Some(json!({
+                    "type": "document", "source": source, "title": a.name(),
+                })),
+            }
+        })
         .collect()
 }
 

@@ -346,7 +346,7 @@ fn echo_step(messages: &[Message], k: usize) -> Step {
         .iter()
         .rev()
         .find_map(|m| match m {
-            Message::User { content } => Some(content.as_str()),
+            Message::User { content, .. } => Some(content.as_str()),
             _ => None,
         })
         .unwrap_or("");
@@ -423,7 +423,7 @@ fn request_chars(request: &ModelRequest) -> usize {
     let mut chars = request.system.chars().count();
     for message in &request.messages {
         chars += match message {
-            Message::User { content } => content.chars().count(),
+            Message::User { content, .. } => content.chars().count(),
             Message::Assistant {
                 content,
                 reasoning,

@@ -11,6 +11,8 @@
 //! [`is_context_overflow`] recognises every provider's way of saying "the prompt is too long".
 
 pub mod anthropic;
+mod attachment;
+pub use attachment::{Attachment, NativeKind};
 pub mod mock;
 pub mod openai;
 mod side;
@@ -102,6 +104,9 @@ pub enum Message {
     User {
         /// Text.
         content: String,
+        /// Files sent with the message: references to their copies in the session's workspace.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        attachments: Vec<Attachment>,
     },
     /// From the model.
     Assistant {
@@ -125,6 +130,9 @@ pub enum Message {
         /// Whether the call failed (or was denied, interrupted, refused).
         #[serde(default)]
         is_error: bool,
+        /// Images and files the tool returned: references to their copies in the workspace.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        attachments: Vec<Attachment>,
     },
 }
 
@@ -143,6 +151,16 @@ impl Message {
                     input: input.clone(),
                 })
                 .collect(),
+        }
+    }
+}
+
+impl Message {
+    /// A user message of plain text.
+    pub fn user(content: impl Into<String>) -> Self {
+        Message::User {
+            content: content.into(),
+            attachments: Vec::new(),
         }
     }
 }

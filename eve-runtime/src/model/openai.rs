@@ -33,8 +33,8 @@ use super::sse::SseEvent;
 use super::stream::{Assembly, SseDecoder, Wire};
 use super::transport::{self, Endpoint};
 use super::{
-    FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse,
-    ModelSettings, Provider, ToolChoice, Usage,
+    Attachment, FinishReason, Message, ModelClient, ModelError, ModelEvent, ModelRequest,
+    ModelResponse, ModelSettings, NativeKind, Provider, ToolChoice, Usage,
 };
 
 /// A client for one OpenAI-compatible server.
@@ -87,8 +87,28 @@ pub fn request_body(provider: Provider, request: &ModelRequest) -> Value {
     if !request.system.is_empty() {
         messages.push(json!({"role": "system", "content": request.system}));
     }
+    // Chat Completions takes images and files in user messages only: what tools returned goes
+    // in one user message after the run of tool results it belongs to.
+    let mut from_tools: Vec<Value> = Vec::new();
     for message in &request.messages {
+        if !matches!(message, Message::Tool { .. }) && !from_tools.is_empty() {
+            messages.push(tool_files_message(std::mem::take(&mut from_tools)));
+        }
+        if let Message::Tool {
+            name, attachments, ..
+        } = message
+        {
+            let parts = file_parts(attachments);
+            if !parts.is_empty() {
+                from_tools
+                    .push(json!({"type": "text", "text": format!("Files `{name}` returned:")}));
+                from_tools.extend(parts);
+            }
+        }
         messages.push(message_json(provider, message));
+    }
+    if !from_tools.is_empty() {
+        messages.push(tool_files_message(from_tools));
     }
     let mut body = json!({
         "model": request.model,
@@ -147,7 +167,21 @@ pub fn request_body(provider: Provider, request: &ModelRequest) -> Value {
 
 fn message_json(provider: Provider, message: &Message) -> Value {
     match message {
-        Message::User { content } => json!({"role": "user", "content": content}),
+        Message::User {
+            content,
+            attachments,
+        } => {
+            let files = file_parts(attachments);
+            if files.is_empty() {
+                return json!({"role": "user", "content": content});
+            }
+            let mut parts = Vec::with_capacity(files.len() + 1);
+            if !content.is_empty() {
+                parts.push(json!({"type": "text", "text": content}));
+            }
+            parts.extend(files);
+            json!({"role": "user", "content": parts})
+        }
         Message::Assistant {
             content,
             tool_calls,
@@ -183,6 +217,28 @@ fn message_json(provider: Provider, message: &Message) -> Value {
             call_id, content, ..
         } => json!({"role": "tool", "tool_call_id": call_id, "content": content}),
     }
+}
+
+/// The native parts of the attachments whose bytes are loaded: `image_url` for images, `file`
+/// (with `file_data` as a data URL) for PDFs. Others were turned into a note before the call.
+fn file_parts(attachments: &[Attachment]) -> Vec<Value> {
+    attachments
+        .iter()
+        .filter_map(|a| {
+            let url = a.data_url()?;
+            match a.native_kind()? {
+                NativeKind::Image => Some(json!({"type": "image_url", "image_url": {"url": url}})),
+                NativeKind::Pdf => Some(json!({
+                    "type": "file",
+                    "file": {"filename": a.name(), "file_data": url},
+                })),
+            }
+        })
+        .collect()
+}
+
+fn tool_files_message(parts: Vec<Value>) -> Value {
+    json!({"role": "user", "content": parts})
 }
 
 /// Tool arguments as the wire wants them: a JSON string. Arguments kept as a string because they

@@ -28,14 +28,21 @@ pub struct InputResponse {
 /// What `POST /eve/v1/session/:id` asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionInput {
-    /// A user message.
-    Message(String),
+    /// A user message, with its files.
+    Message(super::uploads::UserInput),
     /// Answers to pending input requests.
     InputResponses(Vec<InputResponse>),
 }
 
 /// The body bytes, or the right error for a body that could not be read (413 over the limit).
 pub fn bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
+    // The server's own cap is the largest any route takes (a message with files); a route
+    // that takes less says so here.
+    if let Ok(b) = &body
+        && b.len() > limit
+    {
+        return Err(ApiError::PayloadTooLarge { limit });
+    }
     body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::PayloadTooLarge { limit }
@@ -143,7 +150,7 @@ pub fn message(value: &Value) -> Result<String, ApiError> {
 }
 
 /// The optional first message of `POST /eve/v1/session`.
-pub fn create(bytes: &[u8]) -> Result<Option<String>, ApiError> {
+pub fn create(bytes: &[u8]) -> Result<Option<super::uploads::UserInput>, ApiError> {
     let Some(map) = object(bytes)? else {
         return Ok(None);
     };
@@ -153,7 +160,9 @@ pub fn create(bytes: &[u8]) -> Result<Option<String>, ApiError> {
             "A new session has no input requests: send `message` only.",
         ));
     }
-    field(&map, "message").map(message).transpose()
+    field(&map, "message")
+        .map(super::uploads::parse_message)
+        .transpose()
 }
 
 /// The body of `POST /eve/v1/session/:id`: exactly one of `message` or `inputResponses`.
@@ -167,7 +176,7 @@ pub fn session_input(bytes: &[u8]) -> Result<SessionInput, ApiError> {
     };
     let map = object(bytes)?.ok_or_else(exactly_one)?;
     match (field(&map, "message"), field(&map, "inputResponses")) {
-        (Some(m), None) => Ok(SessionInput::Message(message(m)?)),
+        (Some(m), None) => Ok(SessionInput::Message(super::uploads::parse_message(m)?)),
         (None, Some(r)) => Ok(SessionInput::InputResponses(input_responses(r)?)),
         _ => Err(exactly_one()),
     }

@@ -41,6 +41,9 @@ pub struct ServerConfig {
     pub cors: Option<CorsOrigins>,
     /// Largest request body in bytes.
     pub body_limit: usize,
+    /// What files a message may carry (`upload_policy` of `channels/eve.yaml`); a message route
+    /// takes a body as large as its files need ([`super::uploads::UploadPolicy::body_limit`]).
+    pub uploads: super::uploads::UploadPolicy,
     /// Interval of keep-alive comments on Server-Sent Event streams.
     pub heartbeat: Duration,
     /// Cancelled when the server shuts down: open streams end, new requests are refused.
@@ -61,6 +64,7 @@ impl Default for ServerConfig {
             auth: Authenticator::None,
             cors: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            uploads: super::uploads::UploadPolicy::default(),
             heartbeat: Duration::from_secs(15),
             shutdown: CancellationToken::new(),
             channels: Channels::default(),
@@ -95,6 +99,14 @@ impl ServerConfig {
         if let Some(cors) = channel.settings.get("cors") {
             config.cors = Some(parse_cors(cors, env, file)?);
         }
+        if let Some(policy) = channel.settings.get("upload_policy") {
+            config.uploads = super::uploads::UploadPolicy::parse(policy).map_err(|message| {
+                ServerError::InvalidSetting {
+                    file: file.to_owned(),
+                    message,
+                }
+            })?;
+        }
         if let Some(limit) = channel.settings.get("max_body_bytes") {
             config.body_limit = limit
                 .as_u64()
@@ -108,6 +120,14 @@ impl ServerConfig {
                 })?;
         }
         Ok(config)
+    }
+
+    /// The largest body a message route reads: its files at the upload limit, base64, and the
+    /// usual limit for the rest ([`Self::body_limit`] still caps everything but the files).
+    pub fn message_limit(&self) -> usize {
+        self.uploads
+            .body_limit(self.body_limit)
+            .max(self.body_limit)
     }
 
     /// Refuses a host other machines can reach when the API has no authentication.

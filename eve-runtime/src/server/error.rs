@@ -56,6 +56,17 @@ pub enum ApiError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// A file of a message the channel's upload policy refuses: `413` for a size, `415` for a
+    /// media type, with every violation in eve's shape.
+    #[error("{message}")]
+    Upload {
+        /// 413 or 415.
+        status: u16,
+        /// The first violation, for people.
+        message: String,
+        /// Every violation (`kind`: `too-large` or `disallowed-media-type`).
+        violations: Vec<serde_json::Value>,
+    },
     /// No such route.
     #[error("No route for {0}.")]
     RouteNotFound(String),
@@ -109,6 +120,8 @@ impl ApiError {
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Upload { status: 415, .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::Upload { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) | Self::StoreDamaged(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -126,6 +139,8 @@ impl ApiError {
             Self::Unauthorized { .. } => "unauthorized",
             Self::Forbidden(_) => "forbidden",
             Self::PayloadTooLarge { .. } => "payload_too_large",
+            Self::Upload { status: 415, .. } => "unsupported_media_type",
+            Self::Upload { .. } => "payload_too_large",
             Self::RouteNotFound(_) => "not_found",
             Self::ScheduleNotFound(_) => "schedule_not_found",
             Self::MethodNotAllowed => "method_not_allowed",
@@ -141,6 +156,9 @@ impl ApiError {
     /// the one that won: `requestId`, `outcome`, `responderPrincipalId`, `answeredAt`.
     pub fn body(&self) -> serde_json::Value {
         let mut body = json!({"code": self.code(), "error": self.to_string(), "ok": false});
+        if let Self::Upload { violations, .. } = self {
+            body["violations"] = json!(violations);
+        }
         if let Self::InputAlreadyAnswered(won) = self {
             body["requestId"] = json!(won.id);
             body["outcome"] = json!(won.status.as_str());

@@ -25,6 +25,7 @@ mod routes;
 mod stream;
 mod tenancy;
 mod ui;
+pub mod uploads;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -253,7 +254,7 @@ pub fn router_with(runtime: Runtime, config: ServerConfig, options: RouterOption
         .merge(guarded)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
-        .layer(DefaultBodyLimit::max(app.config.body_limit));
+        .layer(DefaultBodyLimit::max(app.config.message_limit()));
     if let Some(origins) = &app.config.cors {
         router = router.layer(cors_layer(origins));
     }

@@ -171,14 +171,24 @@ pub async fn create_session(
     Extension(identity): Extension<Identity>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let bytes = body::bytes(body, app.config.body_limit)?;
-    let message = body::create(&bytes)?;
+    let bytes = body::bytes(body, app.config.message_limit())?;
+    let input = body::create(&bytes)?;
     let mut extra: Vec<Extra> = sender(&identity).map(Extra::Sender).into_iter().collect();
     extra.push(Extra::Owner(identity.principal_id()));
+    let session = SessionRef::new_session(None);
+    let mut message = None;
+    if let Some(input) = input {
+        let SessionRef::New { id, .. } = &session else {
+            return Err(ApiError::Internal("a new session has no id".to_owned()));
+        };
+        let (text, attachments) = staged(&app, id, bytes.len(), input).await?;
+        extra.push(Extra::Attachments(attachments));
+        message = Some(text);
+    }
     let accepted = app
         .runtime
         .accept(Accept {
-            session: SessionRef::new_session(None),
+            session,
             message,
             extra,
         })
@@ -188,6 +198,29 @@ pub async fn create_session(
         &accepted.session,
         accepted.inbox_id.as_deref(),
     ))
+}
+
+/// A message's files checked against the channel's upload policy and staged in the workspace of
+/// session `id`; `body_len` is the request body's length, whose part outside the files must
+/// still fit the usual body limit. Returns the text and the staged files' references.
+pub(super) async fn staged(
+    app: &App,
+    id: &str,
+    body_len: usize,
+    input: super::uploads::UserInput,
+) -> Result<(String, Vec<crate::model::Attachment>), ApiError> {
+    let encoded: usize = input.files.iter().map(|f| f.bytes.len() / 3 * 4).sum();
+    if body_len.saturating_sub(encoded) > app.config.body_limit {
+        return Err(ApiError::PayloadTooLarge {
+            limit: app.config.body_limit,
+        });
+    }
+    app.config.uploads.check(&input.files)?;
+    if input.text.trim().is_empty() && input.files.is_empty() {
+        return Err(ApiError::from(RuntimeError::EmptyMessage));
+    }
+    let attachments = app.runtime.stage_uploads(id, input.files).await?;
+    Ok((input.text, attachments))
 }
 
 /// Answers `responses` on session `id` as `caller` (its principal lands in `approval.settled`).
@@ -234,12 +267,16 @@ pub async fn post_session(
     Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let bytes = body::bytes(body, app.config.body_limit)?;
+    let bytes = body::bytes(body, app.config.message_limit())?;
     match body::session_input(&bytes)? {
-        SessionInput::Message(text) => {
+        SessionInput::Message(input) => {
+            if app.runtime.session(&id).await?.is_none() {
+                return Err(ApiError::SessionNotFound);
+            }
+            let (text, attachments) = staged(&app, &id, bytes.len(), input).await?;
             let delivery = app
                 .runtime
-                .post_message_from(&id, &text, sender(&identity))
+                .post_content_from(&id, &text, attachments, sender(&identity))
                 .await?;
             return Ok(accepted_delivery(&id, Some(&delivery)));
         }
@@ -357,12 +394,12 @@ pub async fn chat(
     Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let bytes = body::bytes(body, app.config.body_limit)?;
+    let bytes = body::bytes(body, app.config.message_limit())?;
     let request = ui::parse_chat(&bytes)?;
     let reach = super::tenancy::reach(&app, &caller);
     let (id, may_create) = ui::chat_session(&request.chat_id, &reach);
-    if let ChatInput::Message(text) = &request.input {
-        if text.trim().is_empty() {
+    if let ChatInput::Message(input) = &request.input {
+        if input.text.trim().is_empty() && input.files.is_empty() {
             return Err(ApiError::bad_request(
                 "empty_message",
                 "The last message has no text.",
@@ -376,14 +413,15 @@ pub async fn chat(
     }
     let record = app.runtime.session_for(&id, &reach).await?;
     let from = record.event_count;
-    match &request.input {
-        ChatInput::Message(text) => {
+    match request.input {
+        ChatInput::Message(input) => {
+            let (text, attachments) = staged(&app, &id, bytes.len(), input).await?;
             app.runtime
-                .post_message_from(&id, text, sender(&identity))
+                .post_content_from(&id, &text, attachments, sender(&identity))
                 .await?;
         }
         ChatInput::InputResponses(responses) => {
-            answer(&app.runtime, &id, responses, &caller).await?
+            answer(&app.runtime, &id, &responses, &caller).await?
         }
     }
     let cursor = EventCursor::follow(

@@ -29,8 +29,9 @@ pub const UI_STREAM_VERSION: &str = "v1";
 /// What a chat request asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChatInput {
-    /// The text of the last user message.
-    Message(String),
+    /// The last user message: its text and its file parts (`{type: "file", mediaType, url:
+    /// "data:…", filename?}`, the AI SDK's `FileUIPart`).
+    Message(super::uploads::UserInput),
     /// Answers to pending approvals (an extension: `inputResponses` next to `messages`).
     InputResponses(Vec<InputResponse>),
 }
@@ -73,12 +74,26 @@ pub fn parse_chat(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
             "The last message must have `role: \"user\"`; regenerating a reply is not supported.",
         ));
     }
-    let text = message_text(last).ok_or_else(|| {
-        bad("The last message must have `parts` with at least one `{\"type\": \"text\", \"text\"}`.")
-    })?;
+    let mut files = Vec::new();
+    if let Some(Value::Array(parts)) = last.get("parts") {
+        for (i, part) in parts.iter().enumerate() {
+            if part.get("type").and_then(Value::as_str) == Some("file") {
+                files.push(super::uploads::file_part(i, part, "url")?);
+            }
+        }
+    }
+    let text = match message_text(last) {
+        Some(text) => text,
+        None if !files.is_empty() => String::new(),
+        None => {
+            return Err(bad(
+                "The last message must have `parts` with at least one `{\"type\": \"text\", \"text\"}` or file.",
+            ));
+        }
+    };
     Ok(ChatRequest {
         chat_id,
-        input: ChatInput::Message(text),
+        input: ChatInput::Message(super::uploads::UserInput { text, files }),
     })
 }
 

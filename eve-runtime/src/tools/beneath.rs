@@ -378,6 +378,14 @@ impl Beneath {
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
         Ok(File::from(fd))
     }
+
+    /// Removes the entry `name` of this folder (a file or a symlink itself, never what a symlink
+    /// points to).
+    pub fn remove_plain(&self, name: &str) -> io::Result<()> {
+        let name = one_name(OsStr::new(name))?;
+        rustix::fs::unlinkat(&self.fd, name, AtFlags::empty())?;
+        Ok(())
+    }
 }
 
 fn special() -> io::Error {

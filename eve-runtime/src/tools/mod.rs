@@ -12,6 +12,7 @@
 
 pub mod beneath;
 pub mod builtin;
+pub mod content;
 mod error;
 pub(crate) mod guarded;
 mod http;

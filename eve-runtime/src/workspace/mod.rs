@@ -9,12 +9,16 @@
 //! - [`integrity`] checks every build file a tool, hook or provider will execute against the
 //!   manifest's SHA-256 before it runs ([`integrity::FileChecks`]).
 //!
+//! - [`attachments`] stages files (uploads, tools' images) under `.eve/attachments/<sha256>/`
+//!   and reads them back, beneath a handle of the workspace.
+//!
 //! Nothing here is process-global: a runtime creates its [`Workspaces`] (on the runtime) and its
 //! [`integrity::FileChecks`] (on its build store) when it is created, so two runtimes in one
 //! process never see each other's indexes, digests or verified builds. The engine calls in
 //! with what each step needs (the session, its fencing token, the tool about to run) and
 //! records what comes back.
 
+pub mod attachments;
 mod checkpoint;
 mod checkpoint_blobs;
 pub mod integrity;

@@ -226,7 +226,12 @@ async fn calls_tools_and_maps_results() {
 
     let picture = call(&mcp, "t__picture", json!({})).await;
     assert!(picture.ok);
-    assert_eq!(picture.output, json!("[image: image/png, 12 bytes]"));
+    // An image is eve's content value: the engine stages its bytes and the model gets the image.
+    assert_eq!(
+        picture.output,
+        json!({"type": "content", "value": [{"type": "file",
+            "data": {"type": "data", "data": "iVBORw0KGgowMDAw"}, "mediaType": "image/png"}]})
+    );
 
     let failed = call(&mcp, "t__fail", json!({"message": "boom"})).await;
     assert!(

@@ -202,16 +202,16 @@ async fn history_maps_thinking_tool_use_and_merged_tool_results() {
             name: "weather".into(),
             content: "21C".into(),
             is_error: false,
+            attachments: Vec::new(),
         },
         Message::Tool {
             call_id: "toolu_2".into(),
             name: "weather".into(),
             content: "denied by the user".into(),
             is_error: true,
+            attachments: Vec::new(),
         },
-        Message::User {
-            content: "and tomorrow?".into(),
-        },
+        Message::user("and tomorrow?"),
     ]);
     let response = run(&client(&server.url), &request).await.1.unwrap();
     assert_eq!(response.content, "");
@@ -351,6 +351,7 @@ async fn every_thinking_block_goes_back_exactly_and_in_order_before_tool_use() {
             name: "weather".into(),
             content: "21C".into(),
             is_error: false,
+            attachments: Vec::new(),
         },
     ]);
     let (_, result) = run(&client, &request).await;
@@ -518,4 +519,97 @@ async fn context_window_is_only_what_is_configured() {
     settings.context_window = Some(200_000);
     let configured = AnthropicClient::new(&settings).unwrap();
     assert_eq!(configured.context_window("claude").await, Some(200_000));
+}
+
+/// A user message's image and PDF, and a tool's image, go as Anthropic's own blocks: `image` and
+/// `document` with a base64 source before the text; the tool's inside its `tool_result`.
+#[tokio::test]
+async fn files_go_as_image_and_document_blocks() {
+    use eve_runtime::model::Attachment;
+    let server = TestServer::start(vec![Reply::sse(&[
+        an::message_start(10, 0),
+        an::text_start(0),
+        an::text_delta(0, "A chart."),
+        an::block_stop(0),
+        an::message_delta("end_turn", 3),
+        an::message_stop(),
+    ])])
+    .await;
+    let file = |path: &str, media: &str, name: &str, data: &str| Attachment {
+        path: path.into(),
+        media_type: media.into(),
+        filename: Some(name.into()),
+        size: 3,
+        sha256: "ab".into(),
+        data: Some(data.into()),
+    };
+    let mut request = simple_request("unused");
+    request.messages = vec![
+        Message::User {
+            content: "What is in these?".into(),
+            attachments: vec![
+                file(
+                    ".eve/attachments/ab/a.png",
+                    "image/png",
+                    "a.png",
+                    "iVBORw==",
+                ),
+                file(
+                    ".eve/attachments/cd/r.pdf",
+                    "application/pdf",
+                    "r.pdf",
+                    "JVBERg==",
+                ),
+                // Not loaded (a note was written instead): not sent.
+                Attachment {
+                    data: None,
+                    ..file(".eve/attachments/ef/t.csv", "text/csv", "t.csv", "")
+                },
+            ],
+        },
+        Message::Assistant {
+            content: String::new(),
+            reasoning: None,
+            tool_calls: vec![ToolCall {
+                id: "toolu_1".into(),
+                name: "chart".into(),
+                input: json!({}),
+            }],
+        },
+        Message::Tool {
+            call_id: "toolu_1".into(),
+            name: "chart".into(),
+            content: "the chart".into(),
+            is_error: false,
+            attachments: vec![file(
+                ".eve/attachments/gh/c.png",
+                "image/png",
+                "c.png",
+                "R0lG",
+            )],
+        },
+    ];
+    let response = run(&client(&server.url), &request).await.1.unwrap();
+    assert_eq!(response.content, "A chart.");
+    let body = server.single_request().body;
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "user", "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw=="}},
+                {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERg=="},
+                 "title": "r.pdf"},
+                {"type": "text", "text": "What is in these?"},
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "chart", "input": {}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+                    {"type": "text", "text": "the chart"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "R0lG"}},
+                ]},
+            ]},
+        ])
+    );
 }

@@ -307,6 +307,7 @@ async fn assistant_tool_call_messages_carry_empty_string_content_and_text_is_a_s
             name: "weather".into(),
             content: "sunny".into(),
             is_error: false,
+            attachments: Vec::new(),
         },
         Message::Assistant {
             content: "It is sunny.".into(),

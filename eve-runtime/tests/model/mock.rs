@@ -19,9 +19,7 @@ fn assistant(content: &str) -> Message {
 }
 
 fn user(content: &str) -> Message {
-    Message::User {
-        content: content.into(),
-    }
+    Message::user(content)
 }
 
 #[tokio::test]
@@ -81,6 +79,7 @@ async fn echo_calls_a_tool_and_reports_its_result() {
             name: "weather".into(),
             content: "{\"temp\":21}".into(),
             is_error: false,
+            attachments: Vec::new(),
         },
     ]);
     let response = run(&mock, &request).await.1.unwrap();

@@ -46,9 +46,7 @@ pub fn simple_request(text: &str) -> ModelRequest {
     ModelRequest {
         model: "test-model".to_owned(),
         system: "You are a test.".to_owned(),
-        messages: vec![Message::User {
-            content: text.to_owned(),
-        }],
+        messages: vec![Message::user(text.to_owned())],
         tools: vec![ToolSpec {
             name: "weather".to_owned(),
             description: "Weather for a city".to_owned(),

@@ -177,12 +177,14 @@ async fn maps_history_tool_calls_and_results() {
             name: "weather".into(),
             content: "{\"temp\":21}".into(),
             is_error: false,
+            attachments: Vec::new(),
         },
         Message::Tool {
             call_id: "call_2".into(),
             name: "broken".into(),
             content: "invalid arguments".into(),
             is_error: true,
+            attachments: Vec::new(),
         },
     ]);
     // A local server gets `max_tokens`.
@@ -608,5 +610,74 @@ async fn context_window_comes_from_models() {
         server.requests().len(),
         4,
         "a configured window asks nobody"
+    );
+}
+
+/// A user message's image and PDF go as `image_url` and `file` parts; a tool's image follows the
+/// tool results in a user message (Chat Completions takes files in user messages only).
+#[tokio::test]
+async fn files_go_as_image_url_and_file_parts() {
+    use eve_runtime::model::Attachment;
+    let server = TestServer::start(vec![Reply::sse(&[
+        oa::role(),
+        oa::text("ok"),
+        oa::finish("stop"),
+        oa::done(),
+    ])])
+    .await;
+    let file = |media: &str, name: &str, data: &str| Attachment {
+        path: format!(".eve/attachments/ab/{name}"),
+        media_type: media.into(),
+        filename: Some(name.into()),
+        size: 3,
+        sha256: "ab".into(),
+        data: Some(data.into()),
+    };
+    let mut request = simple_request("unused");
+    request.messages = vec![
+        Message::User {
+            content: "What is in these?".into(),
+            attachments: vec![
+                file("image/png", "a.png", "iVBORw=="),
+                file("application/pdf", "r.pdf", "JVBERg=="),
+            ],
+        },
+        Message::Assistant {
+            content: String::new(),
+            reasoning: None,
+            tool_calls: vec![ToolCall {
+                id: "call_1".into(),
+                name: "chart".into(),
+                input: json!({}),
+            }],
+        },
+        Message::Tool {
+            call_id: "call_1".into(),
+            name: "chart".into(),
+            content: "the chart".into(),
+            is_error: false,
+            attachments: vec![file("image/png", "c.png", "R0lG")],
+        },
+    ];
+    run(&client(&server.url), &request).await.1.unwrap();
+    let body = server.single_request().body;
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "system", "content": "You are a test."},
+            {"role": "user", "content": [
+                {"type": "text", "text": "What is in these?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw=="}},
+                {"type": "file", "file": {"filename": "r.pdf", "file_data": "data:application/pdf;base64,JVBERg=="}},
+            ]},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "chart", "arguments": "{}"}},
+            ]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "the chart"},
+            {"role": "user", "content": [
+                {"type": "text", "text": "Files `chart` returned:"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,R0lG"}},
+            ]},
+        ])
     );
 }

@@ -108,12 +108,7 @@ async fn context_length_exceeded_once_compacts_and_completes_the_turn() {
     let context = rt.store().context(&id).await.unwrap();
     assert_eq!(context[0].kind, "checkpoint");
     let second: Message = serde_json::from_value(context[1].body.clone()).unwrap();
-    assert_eq!(
-        second,
-        Message::User {
-            content: "and now?".into()
-        }
-    );
+    assert_eq!(second, Message::user("and now?"));
 }
 
 #[tokio::test]

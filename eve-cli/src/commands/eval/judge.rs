@@ -78,12 +78,10 @@ pub async fn grade(
     let request = ModelRequest {
         model: settings.model.clone(),
         system: SYSTEM.to_owned(),
-        messages: vec![Message::User {
-            content: format!(
-                "Rubric:\n{}\n\nConversation:\n{transcript}\n\nAnswer with the JSON object only.",
-                judge.rubric
-            ),
-        }],
+        messages: vec![Message::user(format!(
+            "Rubric:\n{}\n\nConversation:\n{transcript}\n\nAnswer with the JSON object only.",
+            judge.rubric
+        ))],
         tools: Vec::new(),
         reasoning: None,
         max_output_tokens: Some(400),

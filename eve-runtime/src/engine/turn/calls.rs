@@ -7,7 +7,7 @@ use eve_compile::{Approval, Effect, Tool};
 use serde_json::{Value, json};
 
 use super::seam::{AskAs, GateAt, Handled, InputVerdict};
-use super::{TurnDriver, TurnEnd, content_for_model, view};
+use super::{TurnDriver, TurnEnd, view};
 use crate::engine::RuntimeResult;
 use crate::engine::drive::{descendant_pending, pending_for_turn};
 use crate::engine::events as ev;
@@ -524,11 +524,13 @@ impl TurnDriver<'_> {
         call.is_error = status != CallStatus::Completed;
         call.output = Some(output.clone());
         call.ended_at = Some(now_ms());
+        let (content, attachments) = crate::tools::content::for_model(&output);
         let message = Message::Tool {
             call_id: call.call_id.clone(),
             name: call.name.clone(),
-            content: content_for_model(&output),
+            content,
             is_error: call.is_error,
+            attachments,
         };
         let session_update = (call.kind == "load-skill" && status == CallStatus::Completed)
             .then(|| self.session.clone());

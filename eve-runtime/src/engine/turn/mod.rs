@@ -83,15 +83,11 @@ fn finish_str(response: &ModelResponse) -> String {
 
 /// Text the model sees for a tool result.
 fn content_for_model(output: &Value) -> String {
-    match output {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
+    crate::tools::content::for_model(output).0
 }
 
 /// The workspace of `session`, prepared (seeded from `build`) on first use.
-fn workspace_of(
+pub(in crate::engine) fn workspace_of(
     rt: &Runtime,
     build: &LoadedBuild,
     session: &str,
@@ -477,6 +473,7 @@ impl<'a> TurnDriver<'a> {
                         name: call.name.clone(),
                         content: text,
                         is_error: true,
+                        attachments: Vec::new(),
                     })?,
                 })
                 .push(Op::PutToolCall(call));

@@ -233,6 +233,11 @@ impl TurnDriver<'_> {
         // Redacted before anything keeps it, then fitted to the model's window (the whole
         // output saved in the workspace when it is cut).
         let mut output = output;
+        if result.ok {
+            // Images and files a tool returned go to the workspace first; the result keeps
+            // references (`tools::content`).
+            crate::tools::content::stage_files(&mut output, &ctx.workspace);
+        }
         self.rt.secrets().redact_json(&mut output);
         let output = self.fit_output(&call, output, &ctx).await;
         // A refused input is the caller's mistake, not a failure of the tool.

@@ -378,7 +378,7 @@ pub(crate) fn to_message(row: &MessageRecord) -> RuntimeResult<Message> {
                 content.push_str(&format!("\n\n[Loaded skill `{name}`]\n{body}"));
             }
         }
-        return Ok(Message::User { content });
+        return Ok(Message::user(content));
     }
     Ok(serde_json::from_value(row.body.clone())?)
 }

@@ -183,6 +183,7 @@ impl TurnDriver<'_> {
         }
         let mut batch = Batch::new();
         for message in &inbox {
+            let content = crate::engine::content::UserContent::decode(&message.text);
             batch
                 .push(Op::ConsumeInbox {
                     id: message.id.clone(),
@@ -192,14 +193,12 @@ impl TurnDriver<'_> {
                     session_id: self.session.id.clone(),
                     turn_seq: Some(turn.seq),
                     kind: MESSAGE_KIND_MESSAGE.to_owned(),
-                    body: serde_json::to_value(Message::User {
-                        content: message.text.clone(),
-                    })?,
+                    body: serde_json::to_value(content.message())?,
                 })
                 .event(
                     &self.session.id,
                     ev::MESSAGE_RECEIVED,
-                    ev::message_received(turn, &message.text),
+                    ev::message_received(turn, &content),
                 );
         }
         self.rt.commit(batch).await?;
@@ -508,14 +507,12 @@ impl TurnDriver<'_> {
                 session_id: self.session.id.clone(),
                 turn_seq: Some(turn.seq),
                 kind: MESSAGE_KIND_MESSAGE.to_owned(),
-                body: serde_json::to_value(Message::User {
-                    content: text.clone(),
-                })?,
+                body: serde_json::to_value(Message::user(text.clone()))?,
             });
             turn.phase = TurnPhase::Model;
             turn.step_index += 1;
             turn.step_started = false;
-            nudge = Some(Message::User { content: text });
+            nudge = Some(Message::user(text));
         } else if done {
             turn.phase = TurnPhase::Done;
             turn.status = TurnStatus::Completed;

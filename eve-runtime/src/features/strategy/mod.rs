@@ -645,18 +645,14 @@ async fn review(view: &TurnView<'_>, critic: &Critic, answer: &str) -> RuntimeRe
     };
     let mut messages = Vec::new();
     for (earlier, objections) in critic_rounds(view).await? {
-        messages.push(Message::User {
-            content: brief(&earlier),
-        });
+        messages.push(Message::user(brief(&earlier)));
         messages.push(Message::Assistant {
             content: format!("REVISE\n{objections}"),
             reasoning: None,
             tool_calls: Vec::new(),
         });
     }
-    messages.push(Message::User {
-        content: brief(answer),
-    });
+    messages.push(Message::user(brief(answer)));
     let request = ModelRequest::side(
         &model.model,
         format!("{}\n\n{CRITIC_FORMAT}", critic.instructions.trim()),

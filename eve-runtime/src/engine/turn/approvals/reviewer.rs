@@ -125,7 +125,7 @@ pub async fn review(model: &ResolvedModel, subject: &Subject<'_>, deadline: Dura
     let mut request = ModelRequest::side(
         &model.model,
         PROMPT.to_owned(),
-        vec![Message::User { content }],
+        vec![Message::user(content)],
     );
     request.max_output_tokens = Some(512);
     request.temperature = Some(0.0);

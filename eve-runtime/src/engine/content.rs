@@ -1,0 +1,152 @@
+//! A user message with files, as it travels from a channel through the inbox into history.
+//!
+//! A channel stages the files of a message in the session's workspace first
+//! ([`crate::workspace::attachments`]) and hands their references to [`Runtime::accept`] as
+//! [`Extra::Attachments`](super::Extra::Attachments). The inbox keeps one text per message, so a
+//! message with files is stored there as an envelope: a marker no text starts with (a plain text
+//! that does is wrapped too, so nothing a sender types is ever read as an envelope) and the JSON of
+//! the text and the references. The turn that takes the message reads it back with
+//! [`UserContent::decode`]: history gets a [`Message::User`] with the references, and
+//! `message.received` gets eve's file parts (media type, name, size: never the bytes, never the
+//! staged path). The bytes are read from the workspace only for the model call that sends them.
+//!
+//! [`Runtime::accept`]: super::Runtime::accept
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{Runtime, RuntimeError, RuntimeResult};
+use crate::model::{Attachment, Message};
+use crate::workspace::attachments::{Upload, stage};
+
+/// What starts an envelope: a NUL, which no channel's text carries in practice, and a name.
+const MARKER: &str = "\u{0}eve.content\u{0}";
+
+/// A user message: its text and the files sent with it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserContent {
+    /// The text parts, joined by a newline.
+    pub text: String,
+    /// The staged files, in the order they were sent.
+    #[serde(default)]
+    pub attachments: Vec<Attachment>,
+}
+
+impl UserContent {
+    /// A message of text only.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            attachments: Vec::new(),
+        }
+    }
+
+    /// The inbox text of this message: the text itself when it has no files (and does not start
+    /// like an envelope), else the envelope.
+    pub fn encode(&self) -> String {
+        if self.attachments.is_empty() && !self.text.starts_with(MARKER) {
+            return self.text.clone();
+        }
+        let mut out = MARKER.to_owned();
+        out.push_str(&serde_json::to_string(self).unwrap_or_default());
+        out
+    }
+
+    /// Reads an inbox text back. A text that is not an envelope is the message's text; an
+    /// envelope that does not parse (it cannot come from [`Self::encode`]) is kept as text too.
+    pub fn decode(stored: &str) -> Self {
+        match stored.strip_prefix(MARKER) {
+            Some(json) => serde_json::from_str(json).unwrap_or_else(|_| Self::text(stored)),
+            None => Self::text(stored),
+        }
+    }
+
+    /// The history message.
+    pub fn message(&self) -> Message {
+        Message::User {
+            content: self.text.clone(),
+            attachments: self.attachments.clone(),
+        }
+    }
+
+    /// `parts` of `message.received`, in eve's shape: `{text, type: "text"}` and
+    /// `{type: "file", mediaType, filename, size}` (no bytes, no workspace path).
+    pub fn parts(&self) -> Value {
+        let mut parts = Vec::with_capacity(self.attachments.len() + 1);
+        if !self.text.is_empty() || self.attachments.is_empty() {
+            parts.push(json!({"text": self.text, "type": "text"}));
+        }
+        for a in &self.attachments {
+            parts.push(json!({
+                "filename": a.name(),
+                "mediaType": a.media_type,
+                "size": a.size,
+                "type": "file",
+            }));
+        }
+        Value::Array(parts)
+    }
+}
+
+impl Runtime {
+    /// Stages `uploads` in the workspace of `session` (prepared from the current build when it
+    /// does not exist yet), race-free ([`crate::workspace::attachments`]); returns their
+    /// references for [`super::Extra::Attachments`].
+    pub async fn stage_uploads(
+        &self,
+        session: &str,
+        uploads: Vec<Upload>,
+    ) -> RuntimeResult<Vec<Attachment>> {
+        if uploads.is_empty() {
+            return Ok(Vec::new());
+        }
+        let build = self.inner.builds.current()?;
+        let workspace = super::turn::workspace_of(self, &build, session)?;
+        tokio::task::spawn_blocking(move || {
+            uploads
+                .iter()
+                .map(|u| stage(&workspace, u))
+                .collect::<std::io::Result<Vec<_>>>()
+        })
+        .await
+        .map_err(|e| RuntimeError::Other(format!("staging files stopped: {e}")))?
+        .map_err(|e| RuntimeError::Other(format!("cannot stage the message's files: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn png() -> Attachment {
+        Attachment {
+            path: ".eve/attachments/ab/x.png".into(),
+            media_type: "image/png".into(),
+            filename: Some("x.png".into()),
+            size: 3,
+            sha256: "ab".into(),
+            data: None,
+        }
+    }
+
+    #[test]
+    fn plain_text_stays_plain_and_files_round_trip() {
+        assert_eq!(UserContent::text("hi").encode(), "hi");
+        assert_eq!(UserContent::decode("hi"), UserContent::text("hi"));
+        let content = UserContent {
+            text: "look".into(),
+            attachments: vec![png()],
+        };
+        let stored = content.encode();
+        assert!(stored.starts_with(MARKER));
+        assert_eq!(UserContent::decode(&stored), content);
+    }
+
+    #[test]
+    fn a_text_that_looks_like_an_envelope_is_only_text() {
+        let forged = format!("{MARKER}{}", json!({"text": "x", "attachments": [png()]}));
+        let stored = UserContent::text(forged.clone()).encode();
+        assert_eq!(UserContent::decode(&stored), UserContent::text(forged));
+    }
+}
