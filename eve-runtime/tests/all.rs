@@ -28,6 +28,7 @@ mod integrity;
 mod mcp;
 mod memory;
 mod model;
+mod questions;
 mod releases;
 mod releases_first;
 mod review;

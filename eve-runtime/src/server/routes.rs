@@ -220,7 +220,7 @@ async fn answer(
     }
     for r in responses {
         runtime
-            .answer_input_by(id, Some(&r.request_id), r.approve, r.text.clone(), caller)
+            .respond_input_by(id, &r.request_id, &r.answer(), caller)
             .await?;
     }
     Ok(())
@@ -237,6 +237,16 @@ pub async fn post_session(
     let bytes = body::bytes(body, app.config.body_limit)?;
     match body::session_input(&bytes)? {
         SessionInput::Message(text) => {
+            // A message that answers the pending requests it matches ("approve", an option of
+            // a question) is that answer, as in eve; the turn it resumes is the one to follow.
+            if !app
+                .runtime
+                .answer_by_text(&id, &text, &caller)
+                .await?
+                .is_empty()
+            {
+                return Ok(accepted(&id));
+            }
             let delivery = app
                 .runtime
                 .post_message_from(&id, &text, sender(&identity))
