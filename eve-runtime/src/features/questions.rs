@@ -244,8 +244,8 @@ impl TurnExtension for Questions {
             ApprovalState::Approved | ApprovalState::Denied => {
                 let request = crate::features::selfchange::change_request(view, call).await?;
                 let answer = request.as_ref().and_then(|r| r.reason.clone());
-                Ok(match (call.approval, answer) {
-                    (ApprovalState::Approved, Some(answer)) => Handled::settle(
+                Ok(match (call.approval == ApprovalState::Approved, answer) {
+                    (true, Some(answer)) => Handled::settle(
                         CallStatus::Completed,
                         json!({"answer": answer, "status": "answered"}),
                     ),

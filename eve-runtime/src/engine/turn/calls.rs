@@ -460,7 +460,7 @@ impl TurnDriver<'_> {
             self.rt.commit(batch).await?;
             return Ok(Some(TurnEnd::Parked(pending)));
         }
-        if self.ends_turn(turn).await? {
+        if self.ends_turn(turn, &batch).await? {
             // A call of a tool with `ends_turn` succeeded: the turn ends here, with no reply.
             if !was_tools && turn.step_started {
                 // The step a resumed turn started settles without a model call.
@@ -509,12 +509,23 @@ impl TurnDriver<'_> {
     /// Whether the calls of the turn's last model step are settled and one of them, of a tool
     /// with `ends_turn` (or the built-in `no_reply`), succeeded. Read from the stored calls, so a
     /// turn resumed after a crash decides the same.
-    async fn ends_turn(&mut self, turn: &TurnRecord) -> RuntimeResult<bool> {
+    /// `pending` holds writes not committed yet (calls settled without running go out with the
+    /// step's last commit): they count as stored.
+    async fn ends_turn(&mut self, turn: &TurnRecord, pending: &Batch) -> RuntimeResult<bool> {
         let agent = &self.build.manifest.agent;
         if !agent.config.no_reply && !self.build.tools.iter().any(|t| t.ends_turn) {
             return Ok(false);
         }
-        let calls = self.rt.inner.store.tool_calls(self.id(), turn.seq).await?;
+        let mut calls = self.rt.inner.store.tool_calls(self.id(), turn.seq).await?;
+        let unsent = self.held.iter().flat_map(|b| b.ops.iter()).chain(pending.ops.iter());
+        for op in unsent {
+            if let Op::PutToolCall(call) = op {
+                match calls.iter_mut().find(|c| c.call_id == call.call_id) {
+                    Some(stored) => *stored = call.clone(),
+                    None => calls.push(call.clone()),
+                }
+            }
+        }
         let Some(last) = calls.iter().map(|c| c.step_index).max() else {
             return Ok(false);
         };
