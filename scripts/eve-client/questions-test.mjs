@@ -91,6 +91,12 @@ const model = createServer((req, res) => {
     raw += c;
   });
   req.on('end', () => {
+    if (req.method !== 'POST' || !req.url.endsWith('/chat/completions')) {
+      // The runtime asks the server about its models (the context window): it knows none.
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ object: 'list', data: [] }));
+      return;
+    }
     const body = JSON.parse(raw);
     received.push(body);
     res.writeHead(200, { 'content-type': 'text/event-stream' });

@@ -238,14 +238,23 @@ pub async fn post_session(
     match body::session_input(&bytes)? {
         SessionInput::Message(text) => {
             // A message that answers the pending requests it matches ("approve", an option of
-            // a question) is that answer, as in eve; the turn it resumes is the one to follow.
+            // a question) is that answer, as in eve. Its `deliveryId` is the one the resumed
+            // turn's events carry (the message that started it), so eve's client follows that
+            // turn to its end.
             if !app
                 .runtime
                 .answer_by_text(&id, &text, &caller)
                 .await?
                 .is_empty()
             {
-                return Ok(accepted(&id));
+                let turn = app
+                    .runtime
+                    .store()
+                    .last_turn(&id)
+                    .await
+                    .map_err(|e| ApiError::Internal(e.to_string()))?;
+                let delivery = turn.and_then(|t| t.inbox_id);
+                return Ok(accepted_delivery(&id, delivery.as_deref()));
             }
             let delivery = app
                 .runtime
