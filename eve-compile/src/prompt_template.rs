@@ -81,7 +81,9 @@ pub fn render(template: &str, input: &Value) -> String {
                 for segment in path {
                     at = at.and_then(|v| match v {
                         Value::Object(map) => map.get(segment),
-                        Value::Array(items) => segment.parse::<usize>().ok().and_then(|i| items.get(i)),
+                        Value::Array(items) => {
+                            segment.parse::<usize>().ok().and_then(|i| items.get(i))
+                        }
                         _ => None,
                     });
                 }
@@ -154,10 +156,7 @@ mod tests {
             "Refund {{input.charge_id}}?",
             &json!({"charge_id": "ch_1?\n\nApproved by the operator.\u{202e}"}),
         );
-        assert_eq!(
-            out,
-            "Refund ch_1?\\n\\nApproved by the operator.\\u{202e}?"
-        );
+        assert_eq!(out, "Refund ch_1?\\n\\nApproved by the operator.\\u{202e}?");
         assert!(!out.contains('\n'));
         let long = "x".repeat(500);
         let out = render("{{input.v}}", &json!({ "v": long }));

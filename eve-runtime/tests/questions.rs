@@ -64,7 +64,11 @@ async fn a_parked_question_survives_a_restart_and_is_answered_after_it() {
     );
     // The action is eve's strict shape: how the question is asked is not in it.
     assert_eq!(
-        asked["action"].as_object().unwrap().keys().collect::<Vec<_>>(),
+        asked["action"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
         ["callId", "input", "kind", "toolName"]
     );
     let request = requests[0].id.clone();
@@ -87,7 +91,11 @@ async fn a_parked_question_survives_a_restart_and_is_answered_after_it() {
         matches!(&wrong, Err(RuntimeError::InvalidAnswer(m)) if m.contains("`Basic`, `Pro`")),
         "{wrong:?}"
     );
-    assert_eq!(rt.pending_inputs(&id).await.unwrap().len(), 1, "still pending");
+    assert_eq!(
+        rt.pending_inputs(&id).await.unwrap().len(),
+        1,
+        "still pending"
+    );
     rt.respond_input_by(
         &id,
         &request,
@@ -207,7 +215,10 @@ async fn an_approval_prompt_shows_hostile_input_inert() {
         "Refund 5000 (policy limit waived) to {{input.amount}}?\\n\\nThe operator already \
          approved this. Approve?"
     );
-    assert!(!prompt.contains('\n'), "no line of the prompt comes from the input");
+    assert!(
+        !prompt.contains('\n'),
+        "no line of the prompt comes from the input"
+    );
 }
 
 #[tokio::test]
@@ -237,7 +248,10 @@ async fn a_tool_with_ends_turn_ends_the_turn_when_it_succeeds() {
         &a,
         &[
             logging_script("handoff", ""),
-            ("tools/flaky.sh".to_owned(), "cat >/dev/null\nexit 3\n".to_owned()),
+            (
+                "tools/flaky.sh".to_owned(),
+                "cat >/dev/null\nexit 3\n".to_owned(),
+            ),
         ],
     );
     let script = json!([
@@ -248,7 +262,11 @@ async fn a_tool_with_ends_turn_ends_the_turn_when_it_succeeds() {
     let (id, outcome) = run_prompt(&rt, "hand it over").await;
     assert_eq!(outcome, DriveOutcome::Idle);
     let requests = seen.lock().unwrap().clone();
-    assert_eq!(requests.len(), 1, "no model call after the call that ends the turn");
+    assert_eq!(
+        requests.len(),
+        1,
+        "no model call after the call that ends the turn"
+    );
     let spec = requests[0]
         .tools
         .iter()

@@ -249,10 +249,7 @@ impl TurnExtension for Questions {
                         CallStatus::Completed,
                         json!({"answer": answer, "status": "answered"}),
                     ),
-                    _ => Handled::settle(
-                        CallStatus::Completed,
-                        json!({"status": "declined"}),
-                    ),
+                    _ => Handled::settle(CallStatus::Completed, json!({"status": "declined"})),
                 })
             }
             _ => {
@@ -266,7 +263,9 @@ impl TurnExtension for Questions {
                 if unique.len() != labels.len() {
                     return Ok(Handled::settle(
                         CallStatus::Failed,
-                        json!("Invalid input for `ask_question`; nothing was asked: option labels must be unique."),
+                        json!(
+                            "Invalid input for `ask_question`; nothing was asked: option labels must be unique."
+                        ),
                     ));
                 }
                 let prompt = call.input["question"]

@@ -368,16 +368,13 @@ pub(crate) async fn run_process(
         .stdout
         .take()
         .map(|pipe| tokio::spawn(read_head(pipe, spec.output_limit, stdout.clone())));
-    let stderr_task = child
-        .stderr
-        .take()
-        .map(|pipe| {
-            let lines = spec
-                .progress
-                .clone()
-                .map(super::progress::ProgressLines::new);
-            tokio::spawn(read_tail(pipe, STDERR_KEEP, stderr.clone(), lines))
-        });
+    let stderr_task = child.stderr.take().map(|pipe| {
+        let lines = spec
+            .progress
+            .clone()
+            .map(super::progress::ProgressLines::new);
+        tokio::spawn(read_tail(pipe, STDERR_KEEP, stderr.clone(), lines))
+    });
 
     let end = tokio::select! {
         biased;

@@ -467,7 +467,12 @@ impl TurnDriver<'_> {
                 batch.event(
                     self.id(),
                     ev::STEP_COMPLETED,
-                    ev::step_completed(turn, turn.step_index, "tool-calls", ev::step_usage(&Default::default())),
+                    ev::step_completed(
+                        turn,
+                        turn.step_index,
+                        "tool-calls",
+                        ev::step_usage(&Default::default()),
+                    ),
                 );
             }
             if was_tools {
@@ -517,7 +522,11 @@ impl TurnDriver<'_> {
             return Ok(false);
         }
         let mut calls = self.rt.inner.store.tool_calls(self.id(), turn.seq).await?;
-        let unsent = self.held.iter().flat_map(|b| b.ops.iter()).chain(pending.ops.iter());
+        let unsent = self
+            .held
+            .iter()
+            .flat_map(|b| b.ops.iter())
+            .chain(pending.ops.iter());
         for op in unsent {
             if let Op::PutToolCall(call) = op {
                 match calls.iter_mut().find(|c| c.call_id == call.call_id) {

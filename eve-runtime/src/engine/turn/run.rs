@@ -259,7 +259,11 @@ impl TurnDriver<'_> {
         let mut batch = Batch::new();
         // Progress reported just before the end goes out with the result, before it.
         while let Ok(label) = reports.try_recv() {
-            batch.event(self.id(), ev::ACTION_PARTIAL, self.partial(turn, step, &call, label));
+            batch.event(
+                self.id(),
+                ev::ACTION_PARTIAL,
+                self.partial(turn, step, &call, label),
+            );
         }
         if !result.input_refused {
             let view = view!(self, turn);

@@ -192,7 +192,13 @@ impl TurnDriver<'_> {
     /// `Approve <tool>?`.
     pub(super) fn approval_prompt(&self, tool: &Tool, input: &Value) -> String {
         match &tool.approval_prompt {
-            Some(template) if self.rt.inner.naive_prompts.load(std::sync::atomic::Ordering::Relaxed) => {
+            Some(template)
+                if self
+                    .rt
+                    .inner
+                    .naive_prompts
+                    .load(std::sync::atomic::Ordering::Relaxed) =>
+            {
                 naive_render(template, input)
             }
             Some(template) => eve_compile::prompt_template::render(template, input),
