@@ -11,5 +11,6 @@ mod operators;
 mod release_policy;
 mod sandbox;
 mod schema;
+mod questions;
 mod self_change;
 mod support;
