@@ -33,11 +33,23 @@ fn a_bad_placeholder_and_a_taken_name_are_errors() {
             "tools/refund.yaml",
             "description: Refund.\napproval_prompt: \"Refund {{env.SECRET}}?\"\nrun: [echo]\n",
         )
-        .file("tools/ask_question.yaml", "description: Mine.\nrun: [echo]\n");
+        .file(
+            "tools/ask_question.yaml",
+            "description: Mine.\nrun: [echo]\n",
+        );
     let errors = agent.check_mem().errors().join("\n");
-    assert!(errors.contains("`approval_prompt` has `{{env.SECRET}}`"), "{errors}");
-    assert!(errors.contains("`ask_question` is reserved by eve"), "{errors}");
+    assert!(
+        errors.contains("`approval_prompt` has `{{env.SECRET}}`"),
+        "{errors}"
+    );
+    assert!(
+        errors.contains("`ask_question` is reserved by eve"),
+        "{errors}"
+    );
     // Without the opt-in the name is the agent's own.
-    let agent = TestAgent::minimal().file("tools/ask_question.yaml", "description: Mine.\nrun: [echo]\n");
+    let agent = TestAgent::minimal().file(
+        "tools/ask_question.yaml",
+        "description: Mine.\nrun: [echo]\n",
+    );
     assert_eq!(agent.check_mem().errors(), Vec::<String>::new());
 }
