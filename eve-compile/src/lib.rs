@@ -15,6 +15,7 @@ pub mod interpreters;
 pub mod manifest;
 pub mod pack;
 pub mod project;
+pub mod prompt_template;
 pub mod render;
 pub mod schema;
 pub mod yaml;

@@ -8,6 +8,7 @@ mod hash;
 mod hostile;
 mod mistakes;
 mod operators;
+mod questions;
 mod release_policy;
 mod sandbox;
 mod schema;

@@ -26,6 +26,8 @@ pub const ACTION_INPUT_APPENDED: &str = "action.input.appended";
 pub const ACTIONS_REQUESTED: &str = "actions.requested";
 /// An action finished.
 pub const ACTION_RESULT: &str = "action.result";
+/// A running call's progress (a preliminary result with a label).
+pub const ACTION_PARTIAL: &str = "action.partial";
 /// The model's text for this step is complete.
 pub const MESSAGE_COMPLETED: &str = "message.completed";
 /// A step ended.
@@ -211,6 +213,19 @@ pub fn action_result(turn: &TurnRecord, step: u64, call: &ToolCallRecord) -> Val
     with(step_fields(turn, step), extra)
 }
 
+/// `action.partial`: progress of a running call, `label` as its presentation and its
+/// preliminary output.
+pub fn action_partial(turn: &TurnRecord, step: u64, call: &ToolCallRecord, label: &Value) -> Value {
+    with(
+        step_fields(turn, step),
+        json!({
+            "presentation": {call.call_id.clone(): {"label": label}},
+            "result": {"callId": call.call_id, "kind": "tool-result", "output": label,
+                       "toolName": call.name},
+        }),
+    )
+}
+
 /// `message.completed`.
 pub fn message_completed(turn: &TurnRecord, step: u64, finish: &str, text: &str) -> Value {
     with(
@@ -242,6 +257,26 @@ pub fn step_completed(turn: &TurnRecord, step: u64, finish: &str, usage: Value) 
 
 /// The request object of `input.requested`.
 pub fn input_request(request: &InputRequestRecord) -> Value {
+    if request.kind == crate::features::questions::QUESTION_KIND {
+        // A question keeps how it is asked beside its action; eve shows it on the request.
+        let mut action = request.action.clone();
+        let question = action
+            .as_object_mut()
+            .and_then(|a| a.remove("question"))
+            .unwrap_or_else(|| json!({"allowFreeform": true, "display": "text"}));
+        let mut shown = json!({
+            "action": action,
+            "allowFreeform": question["allowFreeform"].as_bool().unwrap_or(true),
+            "display": question["display"].as_str().unwrap_or("text"),
+            "kind": request.kind,
+            "prompt": request.prompt,
+            "requestId": request.id,
+        });
+        if let Some(options) = question.get("options") {
+            shown["options"] = options.clone();
+        }
+        return shown;
+    }
     json!({
         "action": request.action,
         "allowFreeform": false,
@@ -304,6 +339,9 @@ pub fn input_resolved(requests: &[InputRequestRecord]) -> Value {
         .iter()
         .map(|r| {
             let approved = r.status == crate::store::RequestStatus::Approved;
+            if r.kind == crate::features::questions::QUESTION_KIND {
+                return question_resolution(r, approved);
+            }
             let mut response = json!({
                 "optionId": if approved { "approve" } else { "cancel" },
                 "requestId": r.id,
@@ -326,6 +364,30 @@ pub fn input_resolved(requests: &[InputRequestRecord]) -> Value {
         "stepIndex": first.map(|r| r.step_index).unwrap_or_default(),
         "turnId": format!("turn_{}", first.map(|r| r.turn_seq).unwrap_or_default()),
     })
+}
+
+/// One resolution of `input.resolved` for an answered question: the option chosen (an answer
+/// equal to an option's id) or the user's words.
+fn question_resolution(r: &InputRequestRecord, answered: bool) -> Value {
+    let answer = r.reason.clone().unwrap_or_default();
+    let is_option = r.action["question"]["options"]
+        .as_array()
+        .is_some_and(|o| o.iter().any(|o| o["id"].as_str() == Some(answer.as_str())));
+    let response = if is_option {
+        json!({"optionId": answer, "requestId": r.id})
+    } else {
+        json!({"requestId": r.id, "text": answer})
+    };
+    let mut resolution = json!({
+        "kind": r.kind,
+        "outcome": if answered { "answered" } else { "cancelled" },
+        "requestId": r.id,
+        "responderPrincipalId": r.responder.as_deref().unwrap_or(LOCAL_PRINCIPAL),
+    });
+    if answered {
+        resolution["response"] = response;
+    }
+    resolution
 }
 
 /// `turn.completed`.

@@ -29,6 +29,7 @@ mod integrity;
 mod mcp;
 mod memory;
 mod model;
+mod questions;
 mod releases;
 mod releases_first;
 mod review;

@@ -159,6 +159,8 @@ pub fn agent() -> Agent {
             gate: Vec::new(),
             rollback: None,
             self_change: false,
+            ask_question: false,
+            no_reply: false,
         },
         tools: Vec::new(),
         skills: Vec::new(),
@@ -192,6 +194,8 @@ pub fn script_tool(name: &str, effect: Effect, approval: Approval) -> Tool {
         env: vec!["SIDE_FILE".to_owned()],
         dynamic: Vec::new(),
         phase: None,
+        ends_turn: false,
+        approval_prompt: None,
         runner: Runner::Script {
             path: format!("tools/{name}.sh"),
             interpreter: vec!["sh".to_owned()],

@@ -230,8 +230,13 @@ async fn hostile_bodies_get_400_with_a_reason() {
             "invalid_body",
         ),
         (
-            "bad option",
-            "{\"inputResponses\": [{\"requestId\": \"r\", \"optionId\": \"yes\"}]}".into(),
+            "option type",
+            "{\"inputResponses\": [{\"requestId\": \"r\", \"optionId\": 5}]}".into(),
+            "invalid_body",
+        ),
+        (
+            "no answer",
+            "{\"inputResponses\": [{\"requestId\": \"r\"}]}".into(),
             "invalid_body",
         ),
         (

@@ -86,12 +86,14 @@ impl Compiler {
     }
 
     /// With `self_change: true` the name `propose_change` is the built-in's: a tool of the agent
-    /// cannot take it (it would shadow the governed tool).
+    /// cannot take it (it would shadow the governed tool); so are `ask_question` and `no_reply`
+    /// when the agent opts in to them.
     fn check_self_change_name(&mut self, agent: &Agent) {
-        if !agent.config.self_change {
-            return;
-        }
-        if let Some(tool) = agent.tools.iter().find(|t| t.name == "propose_change") {
+        if let Some(tool) = agent
+            .tools
+            .iter()
+            .find(|t| agent.config.self_change && t.name == "propose_change")
+        {
             self.push(
                 Diagnostic::new(
                     Code::ReservedName,
@@ -101,6 +103,30 @@ impl Compiler {
                 )
                 .help("rename the tool's file"),
             );
+        }
+        // The same for the opted-in built-ins `ask_question` and `no_reply`.
+        for (name, on, what) in [
+            (
+                "ask_question",
+                agent.config.ask_question,
+                "with `ask_question: true` it is the built-in tool that asks the user a question",
+            ),
+            (
+                "no_reply",
+                agent.config.no_reply,
+                "with `no_reply: true` it is the built-in tool that ends the turn without a reply",
+            ),
+        ] {
+            if let Some(tool) = agent.tools.iter().find(|t| on && t.name == name) {
+                self.push(
+                    Diagnostic::new(
+                        Code::ReservedName,
+                        tool.source.clone(),
+                        format!("`{name}` is reserved by eve: {what}"),
+                    )
+                    .help("rename the tool's file, or leave the built-in off in agent.yaml"),
+                );
+            }
         }
     }
 
@@ -123,6 +149,12 @@ impl Compiler {
         }
         if agent.config.memory.is_some() {
             names.push("memory");
+        }
+        if agent.config.ask_question {
+            names.push("ask_question");
+        }
+        if agent.config.no_reply {
+            names.push("no_reply");
         }
         // An MCP tool (`CONNECTION__tool`) is known only once its server runs.
         let mcp = choice

@@ -40,6 +40,8 @@ impl Compiler {
             gate: Vec::new(),
             rollback: None,
             self_change: false,
+            ask_question: false,
+            no_reply: false,
         };
         let mut description = None;
         let config_path = format!("{}agent.yaml", prefix(&dir.path));
@@ -71,6 +73,8 @@ impl Compiler {
                     "gate",
                     "rollback",
                     "self_change",
+                    "ask_question",
+                    "no_reply",
                 ],
                 "agent.yaml",
             );
@@ -100,6 +104,8 @@ impl Compiler {
             description = f.string("description");
             config.hollow_check = f.bool("hollow_check").unwrap_or(false);
             config.self_change = f.bool("self_change").unwrap_or(false);
+            config.ask_question = f.bool("ask_question").unwrap_or(false);
+            config.no_reply = f.bool("no_reply").unwrap_or(false);
             if config.self_change && !root {
                 f.report(
                     Code::InvalidField,

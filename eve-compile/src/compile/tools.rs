@@ -43,6 +43,8 @@ const TOOL_FIELDS: &[&str] = &[
     "sandbox",
     "network",
     "phase",
+    "ends_turn",
+    "approval_prompt",
 ];
 const EFFECTS: &[(&str, Effect)] = &[
     ("read", Effect::Read),
@@ -154,6 +156,19 @@ impl Compiler {
         let output_limit = f.u64("output_limit").unwrap_or(sandbox.output_limit);
         let deferred = f.bool("deferred").unwrap_or(false);
         let phase = f.choice("phase", &[("explore", Phase::Explore)]);
+        let ends_turn = f.bool("ends_turn").unwrap_or(false);
+        let approval_prompt = f.string("approval_prompt");
+        if let Some(prompt) = &approval_prompt
+            && let Err(why) = crate::prompt_template::check(prompt)
+        {
+            f.report(
+                Code::InvalidField,
+                "approval_prompt",
+                format!("`approval_prompt` {why}"),
+                "use `{{input.<field>}}` for a field of the call's input, e.g. \
+                 `Refund {{input.amount}} to {{input.charge_id}}?`",
+            );
+        }
         let own_sandbox = super::sandbox::read_override(&mut f);
         let env = f.string_list("env").unwrap_or_default();
         let dynamic = f.string_list("dynamic").unwrap_or_default();
@@ -258,6 +273,8 @@ impl Compiler {
             dynamic,
             phase,
             runner,
+            ends_turn,
+            approval_prompt,
         };
         Some((tool, own_sandbox))
     }

@@ -39,6 +39,8 @@ pub(super) fn tool(name: &str, effect: Effect, approval: Approval) -> Tool {
         env: Vec::new(),
         dynamic: Vec::new(),
         phase: None,
+        ends_turn: false,
+        approval_prompt: None,
         runner: Runner::Command {
             argv: vec!["true".to_owned()],
         },

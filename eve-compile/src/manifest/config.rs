@@ -79,6 +79,14 @@ pub struct AgentConfig {
     /// may propose edits to its own folder, which a principal approves before anything changes.
     #[serde(default, skip_serializing_if = "is_false")]
     pub self_change: bool,
+    /// Whether the agent is offered the built-in `ask_question` tool (`ask_question: true`): the
+    /// turn parks on a question to the user and resumes with the answer.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub ask_question: bool,
+    /// Whether the agent is offered the built-in `no_reply` tool (`no_reply: true`): it ends the
+    /// turn without a reply.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_reply: bool,
 }
 
 /// How a new build becomes the active release (`activation:`).

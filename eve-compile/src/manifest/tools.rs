@@ -70,6 +70,13 @@ pub struct Tool {
     pub phase: Option<Phase>,
     /// How the tool runs.
     pub runner: Runner,
+    /// A successful call ends the turn (`ends_turn: true`): no reply is asked of the model.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ends_turn: bool,
+    /// The prompt a principal is shown when a call needs approval (`approval_prompt:`), with
+    /// `{{input.<field>}}` filled in from the call's input as inert text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_prompt: Option<String>,
 }
 
 /// How a tool runs.

@@ -76,7 +76,7 @@ impl LoadedBuild {
             .filter(|t| !t.deferred)
             .map(|t| ToolSpec {
                 name: t.name.clone(),
-                description: t.description.clone(),
+                description: crate::features::questions::described(t),
                 input_schema: t.input_schema.clone(),
             })
             .collect();
@@ -105,6 +105,10 @@ impl LoadedBuild {
         }
         if agent.config.self_change && agent.path.is_empty() {
             specs.push(crate::features::selfchange::spec());
+        }
+        for spec in crate::features::questions::specs(agent, &tools) {
+            validators.insert(&spec.name, &spec.input_schema);
+            specs.push(spec);
         }
         let files = std::path::absolute(dir.join(eve_compile::pack::FILES))
             .unwrap_or_else(|_| dir.join(eve_compile::pack::FILES));

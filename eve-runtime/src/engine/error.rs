@@ -40,6 +40,10 @@ pub enum RuntimeError {
         .0.responder.as_deref().unwrap_or(crate::engine::LOCAL_PRINCIPAL)
     )]
     InputAlreadyAnswered(Box<crate::store::InputRequestRecord>),
+    /// An answer that does not fit its request (an option it does not have, free text where it
+    /// takes none): the request stays pending.
+    #[error("{0}")]
+    InvalidAnswer(String),
     /// The build could not be loaded.
     #[error("cannot load build {what}: {message}")]
     Build {

@@ -56,6 +56,7 @@ pub use models::{FixedModelProvider, SettingsModelProvider};
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;
 pub use tenancy::Caller;
+pub use turn::{InputAnswer, option_ids, resolve_text};
 
 use crate::store::*;
 use active::Active;
@@ -118,6 +119,8 @@ pub(crate) struct Inner {
     pub(crate) agent_dir: std::sync::OnceLock<PathBuf>,
     /// Tests only: see [`Runtime::set_unguarded_answers_for_tests`].
     pub(crate) unguarded_answers: std::sync::atomic::AtomicBool,
+    /// Tests only: see [`Runtime::set_naive_prompts_for_tests`].
+    pub(crate) naive_prompts: std::sync::atomic::AtomicBool,
     /// This runtime's session workspaces: their checkpoints and what this node knows of them.
     pub(crate) workspaces: crate::workspace::Workspaces,
 }
@@ -199,6 +202,7 @@ impl Runtime {
                 releases: crate::releases::ReleaseState::default(),
                 agent_dir: std::sync::OnceLock::new(),
                 unguarded_answers: std::sync::atomic::AtomicBool::new(false),
+                naive_prompts: std::sync::atomic::AtomicBool::new(false),
                 workspaces,
             }),
         };
@@ -261,6 +265,7 @@ impl Runtime {
             exec: self.inner.exec.clone(),
             confinement,
             network: None,
+            progress: None,
         }
     }
 

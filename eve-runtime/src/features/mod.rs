@@ -14,6 +14,7 @@
 //! | [`strategy`] | `plan` (a plan, then its steps as subagents) and `reflect` (a critic) |
 //! | [`hooks`] | `tool.before` hooks, and the delivery of events to observe hooks |
 //! | [`breakers`] | refuses a tool that keeps failing |
+//! | [`questions`] | the built-ins `ask_question` and `no_reply` |
 //! | [`selfchange`] | the built-in `propose_change` tool |
 //! | [`subagents`] | subagent calls: children, their budgets, their answers |
 //! | [`attachments`] | files of messages and tool results: native parts, or a note with the path |
@@ -28,6 +29,7 @@ pub mod lean;
 pub mod memory;
 pub mod phases;
 pub mod probe;
+pub mod questions;
 pub mod selfchange;
 pub mod strategy;
 pub mod subagents;
@@ -65,6 +67,9 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
         features.push(Box::new(hooks::ToolBefore));
     }
     features.push(Box::new(breakers::Breakers));
+    if questions::enabled(agent) {
+        features.push(Box::new(questions::Questions));
+    }
     if selfchange::enabled(agent) {
         features.push(Box::new(selfchange::SelfChange));
     }

@@ -150,6 +150,8 @@ fn tool(probe: &eve_compile::Probe) -> Tool {
         env: Vec::new(),
         dynamic: Vec::new(),
         phase: None,
+        ends_turn: false,
+        approval_prompt: None,
         runner: Runner::Command {
             argv: vec!["sh".to_owned(), "-c".to_owned(), script(probe)],
         },

@@ -90,6 +90,8 @@ pub(crate) fn synthetic_tool(
         env: Vec::new(),
         dynamic: Vec::new(),
         phase: None,
+        ends_turn: false,
+        approval_prompt: None,
         runner: Runner::Command { argv: Vec::new() },
     }
 }

@@ -14,15 +14,27 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 
-/// An answer to one input request: `{requestId, optionId: "approve"|"cancel", text?}`.
+/// An answer to one input request: `{requestId, optionId?, text?}` (an approval's `optionId` is
+/// `approve` or `cancel`; a question's is one of its options, or `text` answers in words). The
+/// request it answers checks it (`Runtime::respond_input_by`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputResponse {
     /// The request answered.
     pub request_id: String,
-    /// `true` for `approve`, `false` for `cancel`.
-    pub approve: bool,
-    /// Free text passed on with the answer.
+    /// The option chosen.
+    pub option_id: Option<String>,
+    /// Free text passed on with the answer, or the answer itself.
     pub text: Option<String>,
+}
+
+impl InputResponse {
+    /// The answer, as the runtime takes it.
+    pub fn answer(&self) -> crate::engine::InputAnswer {
+        crate::engine::InputAnswer {
+            option_id: self.option_id.clone(),
+            text: self.text.clone(),
+        }
+    }
 }
 
 /// What `POST /eve/v1/session/:id` asks for.
@@ -171,7 +183,7 @@ pub fn session_input(bytes: &[u8]) -> Result<SessionInput, ApiError> {
         ApiError::bad_request(
             "invalid_body",
             "Send exactly one of `message` (a string) or `inputResponses` \
-             (`[{\"requestId\", \"optionId\": \"approve\"|\"cancel\", \"text\"?}]`).",
+             (`[{\"requestId\", \"optionId\"?, \"text\"?}]`).",
         )
     };
     let map = object(bytes)?.ok_or_else(exactly_one)?;
@@ -212,12 +224,13 @@ pub fn input_responses(value: &Value) -> Result<Vec<InputResponse>, ApiError> {
                 )));
             }
         };
-        let approve = match field(obj, "optionId").and_then(Value::as_str) {
-            Some("approve") => true,
-            Some("cancel") => false,
-            _ => {
+        let option_id = match field(obj, "optionId") {
+            None => None,
+            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            Some(_) => {
                 return Err(bad(format!(
-                    "`inputResponses[{i}].optionId` must be \"approve\" or \"cancel\"."
+                    "`inputResponses[{i}].optionId` must be the id of one of the request's \
+                     options (\"approve\" or \"cancel\" for an approval)."
                 )));
             }
         };
@@ -231,6 +244,12 @@ pub fn input_responses(value: &Value) -> Result<Vec<InputResponse>, ApiError> {
                 )));
             }
         };
+        if option_id.is_none() && text.as_deref().is_none_or(|t| t.trim().is_empty()) {
+            return Err(bad(format!(
+                "`inputResponses[{i}]` needs `optionId` (\"approve\" or \"cancel\" for an \
+                 approval, an option's id for a question) or `text`."
+            )));
+        }
         if out.iter().any(|r| r.request_id == request_id) {
             return Err(bad(format!(
                 "`inputResponses` answers request `{request_id}` twice."
@@ -238,7 +257,7 @@ pub fn input_responses(value: &Value) -> Result<Vec<InputResponse>, ApiError> {
         }
         out.push(InputResponse {
             request_id,
-            approve,
+            option_id,
             text,
         });
     }

@@ -200,6 +200,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::SessionNotActive { .. } => Self::SessionNotActive(format!("{e}.")),
             RuntimeError::NoSuchRequest(m) => Self::RequestNotPending(format!("{m}.")),
             RuntimeError::InputAlreadyAnswered(won) => Self::InputAlreadyAnswered(won),
+            RuntimeError::InvalidAnswer(m) => Self::bad_request("invalid_input_response", m),
             RuntimeError::EmptyMessage => {
                 Self::bad_request("empty_message", "`message` is empty: send some text.")
             }

@@ -253,7 +253,7 @@ async fn answer(
     }
     for r in responses {
         runtime
-            .answer_input_by(id, Some(&r.request_id), r.approve, r.text.clone(), caller)
+            .respond_input_by(id, &r.request_id, &r.answer(), caller)
             .await?;
     }
     Ok(())
@@ -270,6 +270,26 @@ pub async fn post_session(
     let bytes = body::bytes(body, app.config.message_limit())?;
     match body::session_input(&bytes)? {
         SessionInput::Message(input) => {
+            // A message that answers the pending requests it matches ("approve", an option of
+            // a question) is that answer, as in eve. Its `deliveryId` is the one the resumed
+            // turn's events carry (the message that started it), so eve's client follows that
+            // turn to its end. A message with files is always a message.
+            if input.files.is_empty()
+                && !app
+                    .runtime
+                    .answer_by_text(&id, &input.text, &caller)
+                    .await?
+                    .is_empty()
+            {
+                let turn = app
+                    .runtime
+                    .store()
+                    .last_turn(&id)
+                    .await
+                    .map_err(|e| ApiError::Internal(e.to_string()))?;
+                let delivery = turn.and_then(|t| t.inbox_id);
+                return Ok(accepted_delivery(&id, delivery.as_deref()));
+            }
             if app.runtime.session(&id).await?.is_none() {
                 return Err(ApiError::SessionNotFound);
             }

@@ -122,6 +122,8 @@ fn builtin(name: &str, description: &str, input_schema: Value, effect: Effect) -
         env: Vec::new(),
         dynamic: Vec::new(),
         phase: None,
+        ends_turn: false,
+        approval_prompt: None,
         runner: Runner::Command {
             argv: vec![BUILTIN_ARGV.to_owned()],
         },
@@ -233,6 +235,7 @@ async fn run_bash(input: BashInput, ctx: &ToolContext, cancel: CancellationToken
         output_limit: effective_limit(DEFAULT_OUTPUT_LIMIT),
         mode: OutputMode::Shell,
         confinement: ctx.confinement.clone(),
+        progress: None,
     };
     run_process(spec, &ctx.exec, cancel).await
 }

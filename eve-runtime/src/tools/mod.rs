@@ -17,6 +17,7 @@ mod error;
 pub(crate) mod guarded;
 mod http;
 mod process;
+pub mod progress;
 pub(crate) mod template;
 mod validate;
 mod workspace;
@@ -75,6 +76,8 @@ pub struct ToolContext {
     /// What the tool's own `network:` says, for the requests the runtime makes for it (`http:`
     /// tools); `None` when it says nothing (an `http:` tool then reaches the origin of its `url:`).
     pub network: Option<eve_compile::Network>,
+    /// Where the progress lines of a script tool go (see [`progress`]); `None` drops them.
+    pub progress: Option<progress::ProgressSink>,
 }
 
 impl std::fmt::Debug for ToolContext {

@@ -71,6 +71,8 @@ pub(crate) struct ProcessSpec {
     pub mode: OutputMode,
     /// How the process and its descendants are confined.
     pub confinement: Confinement,
+    /// Where progress lines on stderr go (`super::progress`).
+    pub progress: Option<super::progress::ProgressSink>,
 }
 
 /// The environment of a tool process: the basic variables, the tool's allowlist, the `EVE_*` ones.
@@ -151,6 +153,7 @@ pub(crate) async fn run_process_tool(
         output_limit: effective_limit(tool.output_limit),
         mode: OutputMode::Tool,
         confinement: ctx.confinement.clone(),
+        progress: ctx.progress.clone(),
     };
     run_process(spec, &ctx.exec, cancel).await
 }
@@ -256,12 +259,20 @@ async fn read_head(mut pipe: impl AsyncRead + Unpin, limit: usize, capture: Shar
 }
 
 /// Reads `pipe` to EOF, keeping the last `keep` bytes.
-async fn read_tail(mut pipe: impl AsyncRead + Unpin, keep: usize, capture: SharedCapture) {
+async fn read_tail(
+    mut pipe: impl AsyncRead + Unpin,
+    keep: usize,
+    capture: SharedCapture,
+    mut progress: Option<super::progress::ProgressLines>,
+) {
     let mut buf = vec![0u8; CHUNK];
     loop {
         match pipe.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                if let Some(lines) = progress.as_mut() {
+                    lines.feed(buf.get(..n).unwrap_or_default());
+                }
                 let mut cap = capture.lock().unwrap_or_else(PoisonError::into_inner);
                 cap.bytes
                     .extend_from_slice(buf.get(..n).unwrap_or_default());
@@ -357,10 +368,13 @@ pub(crate) async fn run_process(
         .stdout
         .take()
         .map(|pipe| tokio::spawn(read_head(pipe, spec.output_limit, stdout.clone())));
-    let stderr_task = child
-        .stderr
-        .take()
-        .map(|pipe| tokio::spawn(read_tail(pipe, STDERR_KEEP, stderr.clone())));
+    let stderr_task = child.stderr.take().map(|pipe| {
+        let lines = spec
+            .progress
+            .clone()
+            .map(super::progress::ProgressLines::new);
+        tokio::spawn(read_tail(pipe, STDERR_KEEP, stderr.clone(), lines))
+    });
 
     let end = tokio::select! {
         biased;

@@ -55,6 +55,7 @@ impl Fixture {
             exec: Default::default(),
             confinement: eve_runtime::exec::Confinement::Host,
             network: None,
+            progress: None,
         };
         Self { dir, ctx }
     }
@@ -105,6 +106,8 @@ pub fn tool(name: &str, runner: Runner) -> Tool {
         env: vec![],
         dynamic: vec![],
         phase: None,
+        ends_turn: false,
+        approval_prompt: None,
         runner,
     }
 }

@@ -170,10 +170,10 @@ impl TurnDriver<'_> {
                     InputVerdict::Allow(input) if auto => {
                         Decision::Review(Some(resolved.with_input(&call.input, input)))
                     }
-                    InputVerdict::Allow(input) => Decision::Ask(
-                        format!("Approve {}?", tool.name),
-                        Some(resolved.with_input(&call.input, input)),
-                    ),
+                    InputVerdict::Allow(input) => {
+                        let input = resolved.with_input(&call.input, input);
+                        Decision::Ask(self.approval_prompt(&tool, &input), Some(input))
+                    }
                 },
             );
         }
@@ -460,6 +460,43 @@ impl TurnDriver<'_> {
             self.rt.commit(batch).await?;
             return Ok(Some(TurnEnd::Parked(pending)));
         }
+        if self.ends_turn(turn, &batch).await? {
+            // A call of a tool with `ends_turn` succeeded: the turn ends here, with no reply.
+            if !was_tools && turn.step_started {
+                // The step a resumed turn started settles without a model call.
+                batch.event(
+                    self.id(),
+                    ev::STEP_COMPLETED,
+                    ev::step_completed(
+                        turn,
+                        turn.step_index,
+                        "tool-calls",
+                        ev::step_usage(&Default::default()),
+                    ),
+                );
+            }
+            if was_tools {
+                turn.step_index += 1;
+            }
+            turn.step_started = false;
+            turn.phase = TurnPhase::Done;
+            turn.status = TurnStatus::Completed;
+            turn.ended_at = Some(now_ms());
+            self.session.status = SessionStatus::Idle;
+            batch
+                .event(self.id(), ev::TURN_COMPLETED, ev::turn_completed(turn))
+                .event(
+                    self.id(),
+                    ev::SESSION_WAITING,
+                    ev::session_waiting(&self.session.id, &self.session.usage),
+                )
+                .push(Op::PutTurn(turn.clone()))
+                .push(Op::UpdateSession(self.session.clone()));
+            let batch = self.with_held(batch);
+            self.rt.commit(batch).await?;
+            self.context = None;
+            return Ok(Some(TurnEnd::Finished));
+        }
         if was_tools {
             turn.step_index += 1;
             turn.step_started = false;
@@ -472,6 +509,50 @@ impl TurnDriver<'_> {
         let (_, fresh) = self.rt.commit_reading(batch, &self.session.id).await?;
         self.next_cancel = Some(fresh.map(|s| s.cancel_requested));
         Ok(None)
+    }
+
+    /// Whether the calls of the turn's last model step are settled and one of them, of a tool
+    /// with `ends_turn` (or the built-in `no_reply`), succeeded. Read from the stored calls, so a
+    /// turn resumed after a crash decides the same.
+    /// `pending` holds writes not committed yet (calls settled without running go out with the
+    /// step's last commit): they count as stored.
+    async fn ends_turn(&mut self, turn: &TurnRecord, pending: &Batch) -> RuntimeResult<bool> {
+        let agent = &self.build.manifest.agent;
+        if !agent.config.no_reply && !self.build.tools.iter().any(|t| t.ends_turn) {
+            return Ok(false);
+        }
+        let mut calls = self.rt.inner.store.tool_calls(self.id(), turn.seq).await?;
+        let unsent = self
+            .held
+            .iter()
+            .flat_map(|b| b.ops.iter())
+            .chain(pending.ops.iter());
+        for op in unsent {
+            if let Op::PutToolCall(call) = op {
+                match calls.iter_mut().find(|c| c.call_id == call.call_id) {
+                    Some(stored) => *stored = call.clone(),
+                    None => calls.push(call.clone()),
+                }
+            }
+        }
+        let Some(last) = calls.iter().map(|c| c.step_index).max() else {
+            return Ok(false);
+        };
+        let last: Vec<&ToolCallRecord> = calls.iter().filter(|c| c.step_index == last).collect();
+        if last.iter().any(|c| !c.status.is_terminal()) {
+            return Ok(false);
+        }
+        for call in last {
+            if call.status == CallStatus::Completed
+                && call.kind != "load-skill"
+                && self
+                    .policy_of(turn, &call.name, &call.input)
+                    .is_some_and(|t| t.ends_turn)
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Records a call's result, its message and its `action.result` in one commit.

@@ -17,6 +17,7 @@
 
 mod approvals;
 pub(crate) use approvals::Answer;
+pub use approvals::{InputAnswer, option_ids, resolve_text};
 mod calls;
 mod fit;
 mod limits;

@@ -153,6 +153,13 @@ impl TurnDriver<'_> {
                 .and_then(|own| own.network.clone()),
             _ => None,
         };
+        // A script tool's progress lines stream as `action.partial` while it runs.
+        let (progress, mut reports) = tokio::sync::mpsc::channel::<String>(32);
+        if matches!(resolved.target, Target::Build(_) | Target::Dynamic(..)) {
+            ctx.progress = Some(progress);
+        } else {
+            drop(progress);
+        }
         let token = self.cancel.child_token();
         let input = resolved.run_input(&call.input);
         let run: std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send + '_>> =
@@ -199,9 +206,22 @@ impl TurnDriver<'_> {
             };
         let mut run = run;
         let deadline = self.deadline(turn);
-        let result: ToolResult = tokio::select! {
-            r = &mut run => r,
-            () = sleep_until_opt(deadline) => { token.cancel(); run.await }
+        let work = async {
+            tokio::select! {
+                r = &mut run => r,
+                () = sleep_until_opt(deadline) => { token.cancel(); run.await }
+            }
+        };
+        tokio::pin!(work);
+        let result: ToolResult = loop {
+            tokio::select! {
+                r = &mut work => break r,
+                Some(label) = reports.recv() => {
+                    let mut partial = Batch::new();
+                    partial.event(self.id(), ev::ACTION_PARTIAL, self.partial(turn, step, &call, label));
+                    self.rt.commit(partial).await?;
+                }
+            }
         };
         if self.cancel.is_cancelled() {
             return self
@@ -242,6 +262,14 @@ impl TurnDriver<'_> {
         let output = self.fit_output(&call, output, &ctx).await;
         // A refused input is the caller's mistake, not a failure of the tool.
         let mut batch = Batch::new();
+        // Progress reported just before the end goes out with the result, before it.
+        while let Ok(label) = reports.try_recv() {
+            batch.event(
+                self.id(),
+                ev::ACTION_PARTIAL,
+                self.partial(turn, step, &call, label),
+            );
+        }
         if !result.input_refused {
             let view = view!(self, turn);
             for feature in &self.features {
@@ -261,6 +289,13 @@ impl TurnDriver<'_> {
         self.settle_with(batch, turn, step, call, status, output, None)
             .await
             .map(Some)
+    }
+
+    /// The data of one `action.partial` of `call`: its progress `label`, redacted.
+    fn partial(&self, turn: &TurnRecord, step: u64, call: &ToolCallRecord, label: String) -> Value {
+        let mut label = Value::String(label);
+        self.rt.secrets().redact_json(&mut label);
+        ev::action_partial(turn, step, call, &label)
     }
 }
 

@@ -7,7 +7,10 @@
 use eve_compile::{Approval, Tool};
 use serde_json::Value;
 
+mod respond;
 mod reviewer;
+
+pub use respond::{InputAnswer, option_ids, resolve_text};
 
 use super::TurnDriver;
 use super::seam::AskAs;
@@ -182,6 +185,25 @@ impl TurnDriver<'_> {
                 .push(Op::PutTurn(turn.clone()));
         }
         Ok(asked)
+    }
+
+    /// The prompt a principal is asked to approve a call of `tool` with: its `approval_prompt`
+    /// with the call's input filled in as inert text (`eve_compile::prompt_template`), else
+    /// `Approve <tool>?`.
+    pub(super) fn approval_prompt(&self, tool: &Tool, input: &Value) -> String {
+        match &tool.approval_prompt {
+            Some(template)
+                if self
+                    .rt
+                    .inner
+                    .naive_prompts
+                    .load(std::sync::atomic::Ordering::Relaxed) =>
+            {
+                naive_render(template, input)
+            }
+            Some(template) => eve_compile::prompt_template::render(template, input),
+            None => format!("Approve {}?", tool.name),
+        }
     }
 
     /// Whether a call of `tool` must be approved before it runs (an `auto` tool is decided by
@@ -416,11 +438,14 @@ impl Runtime {
             };
             batch.push(Op::PutToolCall(call));
         }
-        batch.event(
-            session,
-            ev::APPROVAL_SETTLED,
-            ev::approval_settled(&request, approve),
-        );
+        // A question is answered, not approved: `input.resolved` alone says so, as eve's.
+        if request.kind != crate::features::questions::QUESTION_KIND {
+            batch.event(
+                session,
+                ev::APPROVAL_SETTLED,
+                ev::approval_settled(&request, approve),
+            );
+        }
         if !still_pending {
             // Resolutions of this wait: answered requests whose calls have not run yet.
             let waiting_calls: Vec<&str> = calls_now
@@ -449,6 +474,16 @@ impl Runtime {
             self.kick(session);
         }
         Ok(request)
+    }
+
+    /// Tests only: `approval_prompt` templates are filled the naive way (each placeholder
+    /// replaced by the raw value, again until none is left), so a test can show what inert
+    /// rendering stops.
+    #[doc(hidden)]
+    pub fn set_naive_prompts_for_tests(&self, on: bool) {
+        self.inner
+            .naive_prompts
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Tests only: answers overwrite an input request whatever its state, as before the store
@@ -527,4 +562,26 @@ impl RuntimeError {
 
 fn already_answered(stored: InputRequestRecord) -> RuntimeError {
     RuntimeError::from_settled(stored)
+}
+
+/// A template filled the naive way (raw values, replaced until no placeholder is left): what
+/// [`Runtime::set_naive_prompts_for_tests`] switches to.
+fn naive_render(template: &str, input: &Value) -> String {
+    let mut out = template.to_owned();
+    for _ in 0..8 {
+        let Some(start) = out.find("{{input.") else {
+            break;
+        };
+        let Some(len) = out[start..].find("}}") else {
+            break;
+        };
+        let field = out[start + 8..start + len].trim().to_owned();
+        let value = match &input[field.as_str()] {
+            Value::String(s) => s.clone(),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        out.replace_range(start..start + len + 2, &value);
+    }
+    out
 }
