@@ -50,6 +50,9 @@ pub enum ApiError {
     /// Verified credentials (or a browser origin, or a host name) that may not use this route.
     #[error("{0}")]
     Forbidden(String),
+    /// Tool stubs from a caller who is not an operator (only operators and eval runs set them).
+    #[error("{0}")]
+    StubsForbidden(String),
     /// The body is larger than the configured limit.
     #[error("The request body is larger than the limit of {limit} bytes.")]
     PayloadTooLarge {
@@ -107,7 +110,7 @@ impl ApiError {
             | Self::ReleaseRefused(_) => StatusCode::CONFLICT,
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Forbidden(_) | Self::StubsForbidden(_) => StatusCode::FORBIDDEN,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -125,6 +128,7 @@ impl ApiError {
             Self::BadRequest { code, .. } => code,
             Self::Unauthorized { .. } => "unauthorized",
             Self::Forbidden(_) => "forbidden",
+            Self::StubsForbidden(_) => "stubs_forbidden",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::RouteNotFound(_) => "not_found",
             Self::ScheduleNotFound(_) => "schedule_not_found",
