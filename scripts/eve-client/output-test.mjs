@@ -182,7 +182,7 @@ await step('outputSchema the model never satisfies: turn.failed output_schema_no
   }
   const created = await client.sessions.create({ message: `weather ${marker}`, outputSchema: schema });
   const events = [];
-  for await (const e of created.response.stream()) events.push(e);
+  for await (const e of created.response) events.push(e);
   const failedTurn = events.find((e) => e.type === 'turn.failed');
   check(failedTurn?.data.error.code === 'output_schema_not_fulfilled', 'the code', failedTurn?.data);
   check(!kinds(events).includes('result.completed'), 'no result', kinds(events));
@@ -197,7 +197,9 @@ await step('send(…, {clientContext}) reaches the model in that turn only', asy
   const marker = 'ctx-turn';
   const context = 'The user is looking at order #4521.';
   // The turn calls a tool, so the context must be in both of its model calls.
-  model.replies.push({ when: (b) => lastUser(b).includes(marker), tool: 'get_weather', args: { city: 'Paris' } });
+  // (The context is the last user message of each call; the marker is in the one before it.)
+  const before = (b) => b.messages.at(-2);
+  model.replies.push({ when: (b) => before(b)?.role === 'user' && String(before(b).content).includes(marker), tool: 'get_weather', args: { city: 'Paris' } });
   model.replies.push({ when: (b) => mentions(b, marker) && b.messages.at(-2)?.role === 'tool', text: 'Order seen.' });
   const result = await (await session.send(`what am I looking at ${marker}`, { clientContext: context })).result();
   check(result.message === 'Order seen.', 'the reply', result.message);
