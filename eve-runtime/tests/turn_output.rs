@@ -107,13 +107,23 @@ async fn a_turn_with_a_schema_and_context_resumes_on_another_runtime() {
         .iter()
         .find(|e| e.kind == "result.completed")
         .unwrap_or_else(|| panic!("no result: {:?}", kinds(&events)));
-    assert_eq!(result.data["result"], json!({"city": "Paris", "celsius": 21}));
+    assert_eq!(
+        result.data["result"],
+        json!({"city": "Paris", "celsius": 21})
+    );
     assert_eq!(result.data["turnId"], "turn_0");
     {
         let second = second.lock().unwrap();
-        assert_eq!(second.len(), 2, "the rest of the turn: the repair, then the result");
+        assert_eq!(
+            second.len(),
+            2,
+            "the rest of the turn: the repair, then the result"
+        );
         for request in second.iter() {
-            assert!(has_context(request), "the resumed turn still has its context");
+            assert!(
+                has_context(request),
+                "the resumed turn still has its context"
+            );
             assert_eq!(request.output_schema, Some(schema()), "and its schema");
             assert!(request.system.contains("\"celsius\""));
         }
@@ -126,7 +136,10 @@ async fn a_turn_with_a_schema_and_context_resumes_on_another_runtime() {
     }
     // Never in the stored history, nor in any event.
     let stored = serde_json::to_string(&rt.store().context(&id).await.unwrap()).unwrap();
-    assert!(!stored.contains(CONTEXT), "the context is not in the history");
+    assert!(
+        !stored.contains(CONTEXT),
+        "the context is not in the history"
+    );
     let streamed = serde_json::to_string(&events.iter().map(|e| &e.data).collect::<Vec<_>>());
     assert!(!streamed.unwrap().contains(CONTEXT));
 
@@ -155,7 +168,11 @@ async fn a_turn_that_never_satisfies_its_schema_fails_with_a_code() {
         matches!(&outcome, DriveOutcome::Failed { code, .. } if code == "output_schema_not_fulfilled"),
         "{outcome:?}"
     );
-    assert_eq!(requests.lock().unwrap().len(), 3, "the answer and two repairs");
+    assert_eq!(
+        requests.lock().unwrap().len(),
+        3,
+        "the answer and two repairs"
+    );
     let events = all_events(&rt, &id).await;
     let k = kinds(&events);
     assert!(!k.contains(&"result.completed".to_owned()), "{k:?}");
@@ -331,9 +348,18 @@ async fn only_an_operator_may_set_stubs_and_the_twin_lets_a_stranger() {
 async fn bad_turn_options_are_coded_400s() {
     let server = TestServer::start(AgentDir::standard()).await;
     for (body, code) in [
-        (json!({"message": "hi", "outputSchema": {"type": 7}}), "invalid_output_schema"),
-        (json!({"message": "hi", "clientContext": 5}), "invalid_client_context"),
-        (json!({"message": "hi", "stubs": [{"id": "x"}]}), "invalid_stubs"),
+        (
+            json!({"message": "hi", "outputSchema": {"type": 7}}),
+            "invalid_output_schema",
+        ),
+        (
+            json!({"message": "hi", "clientContext": 5}),
+            "invalid_client_context",
+        ),
+        (
+            json!({"message": "hi", "stubs": [{"id": "x"}]}),
+            "invalid_stubs",
+        ),
         (json!({"outputSchema": {"type": "object"}}), "invalid_body"),
     ] {
         let (status, answer) = server.post("/eve/v1/session", body.clone()).await;
@@ -345,6 +371,9 @@ async fn bad_turn_options_are_coded_400s() {
     let (status, answer) = server
         .post(&path, json!({"message": "hi", "turnPolicy": "later"}))
         .await;
-    assert_eq!((status, answer["code"].clone()), (400, json!("invalid_turn_policy")));
+    assert_eq!(
+        (status, answer["code"].clone()),
+        (400, json!("invalid_turn_policy"))
+    );
     server.stop().await;
 }

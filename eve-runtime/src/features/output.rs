@@ -121,12 +121,7 @@ impl TurnExtension for StructuredOutput {
         };
         // Every earlier final answer of this turn was sent back (else the turn would have
         // ended): the journal counts the repairs, here or in the process that ran them.
-        let steps = view
-            .rt
-            .inner
-            .store
-            .steps(view.id(), view.turn.seq)
-            .await?;
+        let steps = view.rt.inner.store.steps(view.id(), view.turn.seq).await?;
         let repairs = steps
             .iter()
             .filter(|s| s.step_index < view.turn.step_index)
@@ -179,7 +174,10 @@ mod tests {
     fn takes_a_valid_answer_fenced_or_not() {
         let f = feature();
         let want = json!({"city": "Paris", "temp": 21});
-        assert_eq!(f.check(r#"{"city": "Paris", "temp": 21}"#), Ok(want.clone()));
+        assert_eq!(
+            f.check(r#"{"city": "Paris", "temp": 21}"#),
+            Ok(want.clone())
+        );
         assert_eq!(
             f.check("```json\n{\"city\": \"Paris\", \"temp\": 21}\n```"),
             Ok(want)

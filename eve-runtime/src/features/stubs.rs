@@ -74,7 +74,11 @@ pub fn check(stubs: &Value) -> Result<(), String> {
         let outcomes = match (obj.get("outcome"), obj.get("outcomes")) {
             (Some(one), None) => vec![one],
             (None, Some(Value::Array(many))) if !many.is_empty() => many.iter().collect(),
-            _ => return Err(at("give exactly one of `outcome` or a non-empty `outcomes`")),
+            _ => {
+                return Err(at(
+                    "give exactly one of `outcome` or a non-empty `outcomes`",
+                ));
+            }
         };
         for outcome in outcomes {
             let ok = match outcome.as_object() {
@@ -164,9 +168,9 @@ fn matches(rule: &Value, tool: &str, input: &Value) -> bool {
         return true;
     };
     constraints.iter().all(|(property, schema)| {
-        input.get(property).is_some_and(|value| {
-            jsonschema::validator_for(schema).is_ok_and(|v| v.is_valid(value))
-        })
+        input
+            .get(property)
+            .is_some_and(|value| jsonschema::validator_for(schema).is_ok_and(|v| v.is_valid(value)))
     })
 }
 

@@ -129,7 +129,9 @@ fn client_context(value: &Value) -> Result<Vec<String>, InputError> {
             .iter()
             .map(|item| match item.as_str() {
                 Some(s) if !s.trim().is_empty() => Ok(s.to_owned()),
-                _ => Err(bad("`clientContext` array entries must be non-empty strings.")),
+                _ => Err(bad(
+                    "`clientContext` array entries must be non-empty strings.",
+                )),
             })
             .collect(),
         Value::Object(_) => Ok(vec![value.to_string()]),
@@ -224,7 +226,10 @@ mod tests {
         assert_eq!(err.0, "invalid_output_schema");
         let err = TurnInput::from_body(&body(json!({"turnPolicy": "now"}))).unwrap_err();
         assert_eq!(err.0, "invalid_turn_policy");
-        assert_eq!(TurnInput::from_body(&body(json!({"message": "hi"}))), Ok(None));
+        assert_eq!(
+            TurnInput::from_body(&body(json!({"message": "hi"}))),
+            Ok(None)
+        );
     }
 
     #[test]

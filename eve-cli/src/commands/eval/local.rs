@@ -29,9 +29,9 @@ use eve_runtime::engine::{
     Accept, BuildStore, DriveOutcome, Extra, ModelProvider, ResolvedModel, Runtime, RuntimeConfig,
     SessionRef, SettingsModelProvider,
 };
-use eve_runtime::features::turn_input::TurnInput;
 use eve_runtime::env_vars::{EVE_MOCK_SCRIPT, EVE_MODEL, HOME, LANG, PATH};
 use eve_runtime::exec::{Executor, Launch};
+use eve_runtime::features::turn_input::TurnInput;
 use eve_runtime::model::ModelError;
 use eve_runtime::tools::{EnvLookup, process_env};
 
@@ -376,9 +376,9 @@ fn tail(s: &str) -> String {
 /// A user turn of `case` for `session`: the case's `output_schema`, if any, asked of it.
 fn turn(session: SessionRef, text: &str, case: &EvalCase) -> Accept {
     let mut accept = Accept::message(session, text);
-    accept
-        .extra
-        .push(Extra::Owner(eve_runtime::engine::LOCAL_PRINCIPAL.to_owned()));
+    accept.extra.push(Extra::Owner(
+        eve_runtime::engine::LOCAL_PRINCIPAL.to_owned(),
+    ));
     if let Some(schema) = &case.output_schema {
         accept.extra.push(Extra::Input(TurnInput {
             output_schema: Some(schema.clone()),

@@ -328,28 +328,19 @@ impl TurnDriver<'_> {
                 }
                 // A built-in tool's call was answered above.
                 Decision::Builtin(_) => {}
-                Decision::Answered(handled) => {
-                    match handled {
-                        Handled::Settle {
-                            status,
-                            output,
-                            mut writes,
-                        } => {
-                            let message = self.settle_into(
-                                &mut writes,
-                                turn,
-                                step,
-                                call,
-                                status,
-                                output,
-                                None,
-                            )?;
-                            inline.push((writes, message));
-                        }
-                        Handled::Ask { prompt, request } => asks.push((call, prompt, request)),
-                        Handled::Wait => waits = true,
+                Decision::Answered(handled) => match handled {
+                    Handled::Settle {
+                        status,
+                        output,
+                        mut writes,
+                    } => {
+                        let message =
+                            self.settle_into(&mut writes, turn, step, call, status, output, None)?;
+                        inline.push((writes, message));
                     }
-                }
+                    Handled::Ask { prompt, request } => asks.push((call, prompt, request)),
+                    Handled::Wait => waits = true,
+                },
                 Decision::Wait => waits = true,
             }
         }

@@ -35,11 +35,11 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use self::seam::TurnExtension;
-use crate::features::turn_input::TurnInput;
 use super::build::LoadedBuild;
 use super::drive::pending_for_turn;
 use super::events as ev;
 use super::{ResolvedModel, Runtime, RuntimeError, RuntimeResult};
+use crate::features::turn_input::TurnInput;
 use crate::model::{Message, ModelResponse};
 use crate::store::*;
 use crate::tools::{ToolContext, prepare_workspace};
@@ -279,11 +279,14 @@ impl<'a> TurnDriver<'a> {
         let before = crate::features::for_input(&self.input).len();
         let kept = self.features.len().saturating_sub(before);
         self.features.truncate(kept);
-        self.input.client_context.extend(more.client_context.iter().cloned());
+        self.input
+            .client_context
+            .extend(more.client_context.iter().cloned());
         if more.output_schema.is_some() {
             self.input.output_schema = more.output_schema.clone();
         }
-        self.features.extend(crate::features::for_input(&self.input));
+        self.features
+            .extend(crate::features::for_input(&self.input));
         self.builtins = None;
         crate::features::turn_input::keep_with_turn(&turn.session_id, turn.seq, &self.input)
     }

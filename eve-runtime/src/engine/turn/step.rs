@@ -31,9 +31,9 @@ use super::limits::sleep_until_opt;
 use super::seam::{AnswerVerdict, Shaped, StepStart, to_message};
 use super::{CallError, TurnDriver, TurnEnd, effect_str, finish_str, idempotency_key, view};
 use crate::engine::RuntimeResult;
-use crate::features::turn_input::{MessagePolicy, TurnInput};
 use crate::engine::build::LOAD_SKILL;
 use crate::engine::events as ev;
+use crate::features::turn_input::{MessagePolicy, TurnInput};
 use crate::model::{Message, ModelEvent, ModelRequest, ModelResponse, ToolCall, ToolChoice};
 use crate::store::*;
 
