@@ -30,6 +30,8 @@ pub const ACTION_RESULT: &str = "action.result";
 pub const ACTION_PARTIAL: &str = "action.partial";
 /// The model's text for this step is complete.
 pub const MESSAGE_COMPLETED: &str = "message.completed";
+/// The turn's result, satisfying the `outputSchema` its message asked for.
+pub const RESULT_COMPLETED: &str = "result.completed";
 /// A step ended.
 pub const STEP_COMPLETED: &str = "step.completed";
 /// Input (approval) is needed.
@@ -232,6 +234,11 @@ pub fn message_completed(turn: &TurnRecord, step: u64, finish: &str, text: &str)
         step_fields(turn, step),
         json!({"finishReason": finish, "message": text}),
     )
+}
+
+/// `result.completed`: the value that satisfies the turn's `outputSchema`.
+pub fn result_completed(turn: &TurnRecord, step: u64, result: &Value) -> Value {
+    with(step_fields(turn, step), json!({"result": result}))
 }
 
 /// Usage of one step, as in `step.completed`; `estimated: true` when the server reported none.

@@ -261,7 +261,12 @@ impl Secrets {
                         text(reason);
                     }
                 }
-                Op::InsertInbox(inbox) => text(&mut inbox.text),
+                Op::InsertInbox(inbox) => {
+                    text(&mut inbox.text);
+                    if let Some(input) = &mut inbox.input {
+                        redact_value(&m, input);
+                    }
+                }
                 Op::PutTurn(turn) => {
                     if let Some(reason) = &mut turn.stop_reason {
                         text(reason);

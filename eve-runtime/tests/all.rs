@@ -51,3 +51,4 @@ mod store_contract;
 mod store_postgres;
 mod store_sqlite;
 mod tools;
+mod turn_output;

@@ -31,7 +31,7 @@ impl Compiler {
             limits: Limits::default(),
             default_tools: true,
             approvals: BTreeMap::new(),
-            turn_policy: TurnPolicy::Queue,
+            turn_policy: TurnPolicy::Steer,
             hollow_check: false,
             strategy: Default::default(),
             critic: None,

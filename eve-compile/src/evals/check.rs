@@ -41,6 +41,8 @@ pub struct Observed {
     pub seconds: f64,
     /// `code: message` of a failed turn.
     pub turn_failed: Option<String>,
+    /// The structured result of the last turn that had one (`result.completed`).
+    pub result: Option<Value>,
 }
 
 impl Observed {
@@ -89,6 +91,7 @@ impl Observed {
                         self.approvals.push(name.to_owned());
                     }
                 }
+                "result.completed" => self.result = Some(data["result"].clone()),
                 "turn.failed" => {
                     let e = &data["error"];
                     self.turn_failed = Some(format!(
@@ -263,6 +266,19 @@ pub fn check(case: &EvalCase, seen: &Observed) -> Vec<Failure> {
             }
         }
         Some(_) => {}
+    }
+    if let Some(want) = &e.result {
+        let ok = seen.result.as_ref().is_some_and(|r| is_subset(want, r));
+        if !ok {
+            out.push(Failure::new(
+                "result",
+                format!("a structured result containing {want}"),
+                match &seen.result {
+                    Some(r) => format!("the result was {}", short(&r.to_string(), 300)),
+                    None => "no turn produced a structured result (`output_schema`)".to_owned(),
+                },
+            ));
+        }
     }
     if let Some(max) = e.max_steps
         && seen.steps > max

@@ -20,6 +20,7 @@ const EXPECT_FIELDS: &[&str] = &[
     "max_seconds",
     "judge",
     "command",
+    "result",
 ];
 
 pub(super) fn expect(
@@ -126,6 +127,7 @@ pub(super) fn expect(
             "write `approval_requested: true` or `approval_requested: delete_file`",
         ),
     }
+    out.result = f.raw("result").cloned();
     out.max_steps = f.u64("max_steps");
     out.max_cost_usd = positive(&mut f, "max_cost_usd");
     out.max_seconds = positive(&mut f, "max_seconds");

@@ -119,6 +119,9 @@ pub struct Expect {
     pub judge: Option<JudgeExpect>,
     /// A scorer command.
     pub command: Option<CommandExpect>,
+    /// What the last turn's structured result (`result.completed`, asked for by the case's
+    /// `output_schema`) must contain: mappings key by key, recursively; other values equal.
+    pub result: Option<Value>,
 }
 
 /// One eval case.
@@ -138,6 +141,8 @@ pub struct EvalCase {
     pub mock: Option<Value>,
     /// A model for this case (`provider/name`), instead of the agent's.
     pub model: Option<String>,
+    /// A JSON Schema every turn of the case asks its result to satisfy (`outputSchema`).
+    pub output_schema: Option<Value>,
     /// What the run must do.
     pub expect: Expect,
 }

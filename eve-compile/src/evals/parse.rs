@@ -12,7 +12,15 @@ use super::{EvalCase, EvalSuite, Turn};
 use crate::fields::{Fields, kind};
 use crate::yaml;
 
-const CASE_FIELDS: &[&str] = &["id", "tags", "messages", "mock", "model", "expect"];
+const CASE_FIELDS: &[&str] = &[
+    "id",
+    "tags",
+    "messages",
+    "mock",
+    "model",
+    "output_schema",
+    "expect",
+];
 
 const STEP_FIELDS: &[&str] = &[
     "text",
@@ -192,6 +200,17 @@ fn case(
     if mock.is_some() {
         check_mock(&mut f);
     }
+    let output_schema = f.raw("output_schema").cloned();
+    if let Some(schema) = &output_schema
+        && let Err(why) = check_schema(schema)
+    {
+        f.report(
+            Code::InvalidField,
+            "output_schema",
+            format!("`output_schema` is not a JSON Schema the runtime can use: {why}"),
+            "write a JSON Schema mapping, such as `{type: object, required: [city]}`",
+        );
+    }
     let (expect_at, has_expect) = (f.pointer("expect"), f.has("expect"));
     let expect = expect(file, doc, &expect_at, has_expect, diags);
     if eve_discover::error_count(diags) > before {
@@ -205,8 +224,19 @@ fn case(
         messages,
         mock,
         model,
+        output_schema,
         expect,
     })
+}
+
+/// Whether `schema` is a mapping that compiles as a JSON Schema.
+fn check_schema(schema: &Value) -> Result<(), String> {
+    if !schema.is_object() {
+        return Err(format!("found {}", crate::fields::kind(schema)));
+    }
+    jsonschema::validator_for(schema)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 fn valid_id(id: &str) -> bool {

@@ -270,9 +270,9 @@ pub const DEFAULT_PROBE_PROGRAMS: &[&str] = &[
 #[serde(rename_all = "lowercase")]
 pub enum TurnPolicy {
     /// Wait for the running turn to finish, then start a new one.
-    #[default]
     Queue,
-    /// Fold the message into the running turn at the next step boundary.
+    /// Fold the message into the running turn at the next step boundary (eve's default).
+    #[default]
     Steer,
 }
 

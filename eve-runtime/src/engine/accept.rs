@@ -78,6 +78,12 @@ pub enum Extra {
     /// ([`crate::workspace::attachments::stage`]); kept with the message in the inbox (see
     /// [`super::content`]).
     Attachments(Vec<crate::model::Attachment>),
+    /// What the message asks of the turn that takes it (`outputSchema`, `clientContext`,
+    /// `turnPolicy`), stored with it.
+    Input(crate::features::turn_input::TurnInput),
+    /// Tool stubs of a new session and its subagents (checked by `features::stubs::check`; the
+    /// caller decided the sender may set them). Refused for a session that exists.
+    Stubs(Value),
 }
 
 /// What to accept.
@@ -137,6 +143,7 @@ impl Runtime {
             Extra::Owner(owner) => Some(owner.clone()),
             _ => None,
         });
+        let creates = matches!(session, SessionRef::New { .. });
         let from = match session {
             SessionRef::New { id, schedule } => {
                 let build = self.inner.builds.current()?;
@@ -158,6 +165,10 @@ impl Runtime {
                 self.require_session(&id).await?.event_count
             }
         };
+        let input = extra.iter().find_map(|e| match e {
+            Extra::Input(input) if !input.is_empty() => Some(input.to_value()),
+            _ => None,
+        });
         let attachments: Vec<crate::model::Attachment> = extra
             .iter()
             .filter_map(|e| match e {
@@ -172,7 +183,8 @@ impl Runtime {
                 attachments: attachments.clone(),
             }
             .encode();
-            let record = InboxRecord::new(&id, &text, now);
+            let mut record = InboxRecord::new(&id, &text, now);
+            record.input = input;
             let inbox_id = record.id.clone();
             batch.push(Op::InsertInbox(record));
             inbox_id
@@ -228,7 +240,16 @@ impl Runtime {
                     });
                 }
                 Extra::ScheduleFire(claim) => schedule = Some(claim),
-                Extra::Owner(_) | Extra::Attachments(_) => {}
+                Extra::Owner(_) | Extra::Input(_) | Extra::Attachments(_) => {}
+                Extra::Stubs(stubs) => {
+                    if !creates {
+                        return Err(RuntimeError::Other(
+                            "tool stubs are set when a session is created".to_owned(),
+                        ));
+                    }
+                    crate::features::stubs::check(&stubs).map_err(RuntimeError::Other)?;
+                    batch.push(crate::features::stubs::keep(&id, &stubs));
+                }
                 Extra::Sender(sender) => {
                     if let Some(inbox_id) = &inbox_id {
                         batch.push(Op::Note(NoteOp::Put(NoteRecord {

@@ -11,6 +11,8 @@ use super::events as ev;
 use super::turn::seam::to_message;
 use super::turn::{TurnDriver, TurnEnd};
 use super::{DriveOutcome, Runtime, RuntimeError, RuntimeResult};
+use crate::features::turn_input::{self, TurnInput};
+use crate::model::Message;
 use crate::store::*;
 
 pub(super) async fn drive(rt: &Runtime, session: &str) -> RuntimeResult<DriveOutcome> {
@@ -240,8 +242,16 @@ async fn run_available(
             .link
             .as_ref()
             .map_or_else(|| session.to_owned(), |l| l.root_id.clone());
-        let (record, turn, budget, start) = match state.open_turn().cloned() {
-            Some(turn) => (state.session, turn, state.budget, None),
+        let (record, turn, budget, start, input) = match state.open_turn().cloned() {
+            Some(turn) => {
+                // What a resumed root turn's message asked is kept with the turn.
+                let input = if state.session.parent_id.is_none() {
+                    turn_input::of_turn(rt, session, turn.seq).await?
+                } else {
+                    TurnInput::default()
+                };
+                (state.session, turn, state.budget, None, input)
+            }
             None => {
                 if state.session.cancel_requested {
                     let mut batch = Batch::new();
@@ -260,12 +270,17 @@ async fn run_available(
                 }
                 // The oldest (the rest is read again after this turn).
                 let message = state.inbox.swap_remove(0);
+                let input = message
+                    .input
+                    .as_ref()
+                    .map(TurnInput::from_value)
+                    .unwrap_or_default();
                 let (record, turn, start) = start_turn(rt, state.session, &path, message)?;
                 if record.parent_id.is_some() {
                     rt.commit(start.batch).await?;
                     continue;
                 }
-                (record, turn, None, Some(start))
+                (record, turn, None, Some(start), input)
             }
         };
         let build = rt.inner.builds.agent(&turn.build_hash, &path)?;
@@ -273,6 +288,7 @@ async fn run_available(
         let mut driver = TurnDriver::new(rt, record, root, build, cancel.clone())?;
         driver.budget = budget;
         driver.last_tokens = reported;
+        driver.take_input(&input);
         if let Some(start) = start {
             hold_start(rt, &mut driver, start).await?;
         }
@@ -342,6 +358,11 @@ fn start_turn(
     let content = super::content::UserContent::decode(&message.text);
     let body = serde_json::to_value(content.message())?;
     let mut batch = Batch::new();
+    if let Some(input) = message.input.as_ref().map(TurnInput::from_value)
+        && input.shapes_turn()
+    {
+        batch.push(turn_input::keep_with_turn(&record.id, turn.seq, &input));
+    }
     batch
         .push(Op::UpdateSession(record.clone()))
         .push(Op::PutTurn(turn.clone()))

@@ -18,21 +18,30 @@
 //! | [`selfchange`] | the built-in `propose_change` tool |
 //! | [`subagents`] | subagent calls: children, their budgets, their answers |
 //! | [`attachments`] | files of messages and tool results: native parts, or a note with the path |
+//! | [`stubs`] | tool stubs of a session (operators, eval runs): fixed results for named tools |
+//! | [`output`] | a message's `outputSchema`: the turn's result satisfies it (`result.completed`) |
+//! | [`client_context`] | a message's `clientContext`, in every model call of its turn only |
+//!
+//! What a message asks of its turn ([`turn_input`]) adds the last two, by [`for_input`].
 
 pub mod attachments;
 pub mod breakers;
+pub mod client_context;
 pub mod compaction;
 pub mod dynamic;
 pub mod hollow;
 pub mod hooks;
 pub mod lean;
 pub mod memory;
+pub mod output;
 pub mod phases;
 pub mod probe;
 pub mod questions;
 pub mod selfchange;
 pub mod strategy;
+pub mod stubs;
 pub mod subagents;
+pub mod turn_input;
 
 use crate::engine::LoadedBuild;
 use crate::engine::turn::seam::TurnExtension;
@@ -76,7 +85,23 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
     if build.has_children() {
         features.push(Box::new(subagents::Subagents));
     }
+    features.push(Box::new(stubs::Stubs::default()));
     // Last: the files' bytes go on the request as everything else has shaped it.
     features.push(Box::new(attachments::Attachments));
+    features
+}
+
+/// The features a turn gets from what its message asked (`outputSchema`, `clientContext`), after
+/// those of [`for_turn`]: the result is checked once every other feature let the answer stand.
+pub(crate) fn for_input(input: &turn_input::TurnInput) -> Vec<Box<dyn TurnExtension>> {
+    let mut features: Vec<Box<dyn TurnExtension>> = Vec::new();
+    if !input.client_context.is_empty() {
+        features.push(Box::new(client_context::ClientContext::new(
+            input.client_context.clone(),
+        )));
+    }
+    if let Some(schema) = &input.output_schema {
+        features.push(Box::new(output::StructuredOutput::new(schema.clone())));
+    }
     features
 }

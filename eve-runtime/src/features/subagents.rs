@@ -465,6 +465,7 @@ async fn start_child(
             text: message.to_owned(),
             accepted_at: now,
             consumed_turn: None,
+            input: None,
         }))
         .push(Op::Composition(CompositionOp::PutSubagentCall(
             wait.clone(),

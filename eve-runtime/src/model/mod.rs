@@ -187,6 +187,10 @@ pub struct ModelRequest {
     /// default otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
+    /// A JSON Schema the final answer must satisfy (the turn's `outputSchema`): sent as the
+    /// provider's structured-output mode where it has one (OpenAI's `response_format`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// Whether the model may, must, or must not call a tool in one call.

@@ -148,6 +148,12 @@ pub fn request_body(provider: Provider, request: &ModelRequest) -> Value {
     if let Some(t) = request.temperature {
         body["temperature"] = json!(t);
     }
+    if let Some(schema) = &request.output_schema {
+        body["response_format"] = json!({
+            "type": "json_schema",
+            "json_schema": {"name": "result", "schema": schema, "strict": false},
+        });
+    }
     if let Some(max) = request.max_output_tokens {
         let key = if provider == Provider::OpenAi {
             "max_completion_tokens"

@@ -21,6 +21,7 @@ impl ModelRequest {
             max_output_tokens: None,
             tool_choice: ToolChoice::Auto,
             temperature: None,
+            output_schema: None,
         }
     }
 }

@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
+use crate::features::turn_input::TurnInput;
 
 /// An answer to one input request: `{requestId, optionId?, text?}` (an approval's `optionId` is
 /// `approve` or `cancel`; a question's is one of its options, or `text` answers in words). The
@@ -175,6 +176,35 @@ pub fn create(bytes: &[u8]) -> Result<Option<super::uploads::UserInput>, ApiErro
     field(&map, "message")
         .map(super::uploads::parse_message)
         .transpose()
+}
+
+/// What a create or message body asks besides its message, as eve's client sends it:
+/// `outputSchema`, `clientContext` and `turnPolicy` for the turn (see
+/// `features::turn_input`), and `stubs` (a new session's tool stubs, see `features::stubs`).
+#[derive(Debug, Default)]
+pub struct TurnOptions {
+    /// What the message asks of its turn.
+    pub input: Option<TurnInput>,
+    /// Tool stubs, checked.
+    pub stubs: Option<Value>,
+}
+
+/// Reads [`TurnOptions`] from a body (the message itself is read by [`create`] or
+/// [`session_input`]).
+pub fn turn_options(bytes: &[u8]) -> Result<TurnOptions, ApiError> {
+    let Some(map) = object(bytes)? else {
+        return Ok(TurnOptions::default());
+    };
+    let input = TurnInput::from_body(&map).map_err(|(code, m)| ApiError::bad_request(code, m))?;
+    let stubs = match field(&map, "stubs") {
+        Some(stubs) => {
+            crate::features::stubs::check(stubs)
+                .map_err(|m| ApiError::bad_request("invalid_stubs", m))?;
+            Some(stubs.clone())
+        }
+        None => None,
+    };
+    Ok(TurnOptions { input, stubs })
 }
 
 /// The body of `POST /eve/v1/session/:id`: exactly one of `message` or `inputResponses`.

@@ -50,6 +50,9 @@ pub enum ApiError {
     /// Verified credentials (or a browser origin, or a host name) that may not use this route.
     #[error("{0}")]
     Forbidden(String),
+    /// Tool stubs from a caller who is not an operator (only operators and eval runs set them).
+    #[error("{0}")]
+    StubsForbidden(String),
     /// The body is larger than the configured limit.
     #[error("The request body is larger than the limit of {limit} bytes.")]
     PayloadTooLarge {
@@ -118,7 +121,7 @@ impl ApiError {
             | Self::ReleaseRefused(_) => StatusCode::CONFLICT,
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Forbidden(_) | Self::StubsForbidden(_) => StatusCode::FORBIDDEN,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Upload { status: 415, .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Upload { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -138,6 +141,7 @@ impl ApiError {
             Self::BadRequest { code, .. } => code,
             Self::Unauthorized { .. } => "unauthorized",
             Self::Forbidden(_) => "forbidden",
+            Self::StubsForbidden(_) => "stubs_forbidden",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::Upload { status: 415, .. } => "unsupported_media_type",
             Self::Upload { .. } => "payload_too_large",

@@ -169,12 +169,23 @@ fn sender(identity: &Identity) -> Option<String> {
 pub async fn create_session(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.message_limit())?;
     let input = body::create(&bytes)?;
+    let options = body::turn_options(&bytes)?;
     let mut extra: Vec<Extra> = sender(&identity).map(Extra::Sender).into_iter().collect();
     extra.push(Extra::Owner(identity.principal_id()));
+    if let Some(stubs) = options.stubs {
+        // A stub replaces what a tool does: the operator's decision, never a stranger's.
+        if !super::tenancy::reach(&app, &caller).is_operator() {
+            return Err(ApiError::StubsForbidden(
+                "Only an operator may set tool stubs on a session.".to_owned(),
+            ));
+        }
+        extra.push(Extra::Stubs(stubs));
+    }
     let session = SessionRef::new_session(None);
     let mut message = None;
     if let Some(input) = input {
@@ -184,6 +195,15 @@ pub async fn create_session(
         let (text, attachments) = staged(&app, id, bytes.len(), input).await?;
         extra.push(Extra::Attachments(attachments));
         message = Some(text);
+    }
+    if let Some(input) = options.input {
+        if message.is_none() && input.shapes_turn() {
+            return Err(ApiError::bad_request(
+                "invalid_body",
+                "`outputSchema` and `clientContext` need a `message` to start a turn.",
+            ));
+        }
+        extra.push(Extra::Input(input));
     }
     let accepted = app
         .runtime
@@ -268,13 +288,22 @@ pub async fn post_session(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.message_limit())?;
+    let options = body::turn_options(&bytes)?;
+    if options.stubs.is_some() {
+        return Err(ApiError::bad_request(
+            "invalid_body",
+            "Tool stubs are set when a session is created (`POST /eve/v1/session`).",
+        ));
+    }
     match body::session_input(&bytes)? {
         SessionInput::Message(input) => {
             // A message that answers the pending requests it matches ("approve", an option of
             // a question) is that answer, as in eve. Its `deliveryId` is the one the resumed
             // turn's events carry (the message that started it), so eve's client follows that
-            // turn to its end. A message with files is always a message.
+            // turn to its end. A message with files, or one that asks something of its turn,
+            // is always a message.
             if input.files.is_empty()
+                && options.input.is_none()
                 && !app
                     .runtime
                     .answer_by_text(&id, &input.text, &caller)
@@ -294,15 +323,29 @@ pub async fn post_session(
                 return Err(ApiError::SessionNotFound);
             }
             let (text, attachments) = staged(&app, &id, bytes.len(), input).await?;
+            let mut accept = Accept::message(SessionRef::Existing(id.clone()), text);
+            accept.extra.extend(sender(&identity).map(Extra::Sender));
+            if !attachments.is_empty() {
+                accept.extra.push(Extra::Attachments(attachments));
+            }
+            accept.extra.extend(options.input.map(Extra::Input));
             let delivery = app
                 .runtime
-                .post_content_from(&id, &text, attachments, sender(&identity))
-                .await?;
+                .accept(accept)
+                .await?
+                .and_then(|a| a.inbox_id)
+                .ok_or_else(|| ApiError::Internal("the message was not stored".to_owned()))?;
             return Ok(accepted_delivery(&id, Some(&delivery)));
         }
         SessionInput::InputResponses(responses) => {
             if app.runtime.session(&id).await?.is_none() {
                 return Err(ApiError::SessionNotFound);
+            }
+            if let Some(input) = &options.input {
+                // The turn the answers resume runs under what they ask.
+                if input.shapes_turn() && !app.runtime.pending_inputs(&id).await?.is_empty() {
+                    app.runtime.set_waiting_turn_input(&id, input).await?;
+                }
             }
             answer(&app.runtime, &id, &responses, &caller).await?;
         }

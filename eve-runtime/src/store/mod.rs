@@ -188,13 +188,16 @@ pub const SESSION_TABLES: &[(&str, &str)] = &[
     ("sessions", "id"),
 ];
 
-/// Namespaces of the notes a session owns (its probe, its senders, its session memory).
-pub fn session_note_namespaces(session: &str) -> [String; 4] {
+/// Namespaces of the notes a session owns (its probe, its senders, its session memory, what its
+/// turns were asked, its tool stubs).
+pub fn session_note_namespaces(session: &str) -> [String; 6] {
     [
         format!("probe:{session}"),
         format!("sender:{session}"),
         format!("memory:session:{session}"),
         format!("memory-offer:{session}"),
+        crate::features::turn_input::namespace(session),
+        crate::features::stubs::namespace(session),
     ]
 }
 

@@ -398,6 +398,10 @@ pub struct InboxRecord {
     pub accepted_at: i64,
     /// Turn that took it.
     pub consumed_turn: Option<u64>,
+    /// What the message asks of the turn that takes it (`outputSchema`, `clientContext`,
+    /// `turnPolicy`: [`crate::features::turn_input`]); `None` for a plain message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
 }
 
 impl InboxRecord {
@@ -409,6 +413,7 @@ impl InboxRecord {
             text: text.to_owned(),
             accepted_at: at,
             consumed_turn: None,
+            input: None,
         }
     }
 }

@@ -13,6 +13,7 @@ fn inbox(id: &str) -> Batch {
         text: "hello".to_owned(),
         accepted_at: now_ms(),
         consumed_turn: None,
+        input: None,
     }));
     batch
 }

@@ -60,6 +60,7 @@ pub fn simple_request(text: &str) -> ModelRequest {
         max_output_tokens: None,
         tool_choice: ToolChoice::Auto,
         temperature: None,
+        output_schema: None,
     }
 }
 

@@ -88,6 +88,7 @@ pub async fn grade(
         tool_choice: ToolChoice::Auto,
         // A grader should grade the same transcript the same way.
         temperature: Some(0.0),
+        output_schema: None,
     };
     let response = client
         .stream(&request, &mut |_: eve_runtime::model::ModelEvent| {})

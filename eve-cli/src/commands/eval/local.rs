@@ -26,11 +26,12 @@ use anyhow::{Context, bail};
 use eve_compile::evals::{CommandExpect, EvalCase, Failure, Turn};
 use eve_compile::{Agent, Project};
 use eve_runtime::engine::{
-    BuildStore, DriveOutcome, ModelProvider, ResolvedModel, Runtime, RuntimeConfig,
-    SettingsModelProvider,
+    Accept, BuildStore, DriveOutcome, Extra, ModelProvider, ResolvedModel, Runtime, RuntimeConfig,
+    SessionRef, SettingsModelProvider,
 };
 use eve_runtime::env_vars::{EVE_MOCK_SCRIPT, EVE_MODEL, HOME, LANG, PATH};
 use eve_runtime::exec::{Executor, Launch};
+use eve_runtime::features::turn_input::TurnInput;
 use eve_runtime::model::ModelError;
 use eve_runtime::tools::{EnvLookup, process_env};
 
@@ -156,7 +157,11 @@ impl Local {
         };
         // Nothing drives the session before `drive` (no autostart), so the case's models are
         // registered before its first turn resolves one.
-        let id = rt.create_session(Some(first)).await?;
+        let id = rt
+            .accept(turn(SessionRef::new_session(None), &first, case))
+            .await?
+            .context("the new session was not stored")?
+            .session;
         if let Ok(mut cases) = self.models.cases.lock() {
             cases.insert(
                 id.clone(),
@@ -195,7 +200,9 @@ impl Local {
                     break;
                 }
                 (_, Some(Turn::User(m))) => {
-                    rt.post_message(&id, m).await?;
+                    rt.accept(turn(SessionRef::Existing(id.clone()), m, case))
+                        .await?
+                        .context("the message was not stored")?;
                 }
                 (_, Some(Turn::Answer { .. })) => {
                     failures.push(Failure::new(
@@ -364,4 +371,19 @@ fn tail(s: &str) -> String {
     let lines: Vec<&str> = s.trim_end().lines().collect();
     let start = lines.len().saturating_sub(8);
     eve_compile::evals::check::short(&lines[start..].join("\n"), 1200)
+}
+
+/// A user turn of `case` for `session`: the case's `output_schema`, if any, asked of it.
+fn turn(session: SessionRef, text: &str, case: &EvalCase) -> Accept {
+    let mut accept = Accept::message(session, text);
+    accept.extra.push(Extra::Owner(
+        eve_runtime::engine::LOCAL_PRINCIPAL.to_owned(),
+    ));
+    if let Some(schema) = &case.output_schema {
+        accept.extra.push(Extra::Input(TurnInput {
+            output_schema: Some(schema.clone()),
+            ..TurnInput::default()
+        }));
+    }
+    accept
 }

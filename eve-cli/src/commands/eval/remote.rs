@@ -108,9 +108,15 @@ impl Remote {
             Some(Turn::User(m)) => m.clone(),
             _ => bail!("the case does not start with a user message"),
         };
-        let started = self
-            .post("/eve/v1/session", json!({"message": first}))
-            .await?;
+        // The case's `output_schema` is asked of every turn it sends.
+        let body = |message: &str| {
+            let mut body = json!({"message": message});
+            if let Some(schema) = &case.output_schema {
+                body["outputSchema"] = schema.clone();
+            }
+            body
+        };
+        let started = self.post("/eve/v1/session", body(&first)).await?;
         let id = started["sessionId"]
             .as_str()
             .context("the server's answer has no sessionId")?
@@ -124,8 +130,7 @@ impl Remote {
             match (turns.next(), waiting) {
                 (None, _) => break,
                 (Some(Turn::User(m)), false) => {
-                    self.post(&format!("/eve/v1/session/{id}"), json!({"message": m}))
-                        .await?;
+                    self.post(&format!("/eve/v1/session/{id}"), body(m)).await?;
                 }
                 (Some(Turn::Answer { approve, reason }), true) => {
                     let option = if *approve { "approve" } else { "cancel" };

@@ -25,6 +25,8 @@ enum Decision {
     Review(Option<Value>),
     /// A call of a feature's built-in tool (the index of the feature in the turn's list).
     Builtin(usize),
+    /// A call a feature answered instead of the tool (a stub).
+    Answered(Handled),
     Wait,
 }
 
@@ -65,6 +67,14 @@ impl TurnDriver<'_> {
         }
         if let Some(index) = self.builtin(turn, &call.name) {
             return Ok(Decision::Builtin(index));
+        }
+        {
+            let view = view!(self, turn);
+            for feature in &mut self.features {
+                if let Some(handled) = feature.answer_call(&view, call).await? {
+                    return Ok(Decision::Answered(handled));
+                }
+            }
         }
         {
             let view = view!(self, turn);
@@ -270,7 +280,14 @@ impl TurnDriver<'_> {
         let mut waits = false;
         let mut reviews: Vec<ToolCallRecord> = Vec::new();
         for call in calls {
-            match self.decide(turn, &call).await? {
+            let decision = match self.decide(turn, &call).await? {
+                Decision::Builtin(index) => {
+                    let view = view!(self, &*turn);
+                    Decision::Answered(self.features[index].call_builtin(&view, &call).await?)
+                }
+                other => other,
+            };
+            match decision {
                 Decision::Settle(status, output) => {
                     if call.kind == "load-skill" && status == CallStatus::Completed {
                         let name = call.input["name"].as_str().unwrap_or_default().to_owned();
@@ -309,32 +326,21 @@ impl TurnDriver<'_> {
                     }
                     reviews.push(call);
                 }
-                Decision::Builtin(index) => {
-                    let handled = {
-                        let view = view!(self, &*turn);
-                        self.features[index].call_builtin(&view, &call).await?
-                    };
-                    match handled {
-                        Handled::Settle {
-                            status,
-                            output,
-                            mut writes,
-                        } => {
-                            let message = self.settle_into(
-                                &mut writes,
-                                turn,
-                                step,
-                                call,
-                                status,
-                                output,
-                                None,
-                            )?;
-                            inline.push((writes, message));
-                        }
-                        Handled::Ask { prompt, request } => asks.push((call, prompt, request)),
-                        Handled::Wait => waits = true,
+                // A built-in tool's call was answered above.
+                Decision::Builtin(_) => {}
+                Decision::Answered(handled) => match handled {
+                    Handled::Settle {
+                        status,
+                        output,
+                        mut writes,
+                    } => {
+                        let message =
+                            self.settle_into(&mut writes, turn, step, call, status, output, None)?;
+                        inline.push((writes, message));
                     }
-                }
+                    Handled::Ask { prompt, request } => asks.push((call, prompt, request)),
+                    Handled::Wait => waits = true,
+                },
                 Decision::Wait => waits = true,
             }
         }

@@ -40,6 +40,7 @@ use super::build::LoadedBuild;
 use super::drive::pending_for_turn;
 use super::events as ev;
 use super::{ResolvedModel, Runtime, RuntimeError, RuntimeResult};
+use crate::features::turn_input::TurnInput;
 use crate::model::{Message, ModelResponse};
 use crate::store::*;
 use crate::tools::{ToolContext, prepare_workspace};
@@ -185,6 +186,8 @@ pub(super) struct TurnDriver<'a> {
     features: Vec<Box<dyn TurnExtension>>,
     /// The built-in tools of the turn: name, the feature answering it, its policy.
     builtins: Option<HashMap<String, (usize, Option<Tool>)>>,
+    /// What the turn's messages asked of it (see [`Self::take_input`]).
+    input: TurnInput,
 }
 
 impl<'a> TurnDriver<'a> {
@@ -252,11 +255,37 @@ impl<'a> TurnDriver<'a> {
             next_cancel: None,
             held: None,
             builtins: None,
+            input: TurnInput::default(),
         })
     }
 
     pub(in crate::engine) fn id(&self) -> &str {
         &self.session.id
+    }
+
+    /// Adds the features of what the turn's message asked (`outputSchema`, `clientContext`).
+    pub(in crate::engine) fn take_input(&mut self, input: &TurnInput) {
+        self.features.extend(crate::features::for_input(input));
+        self.input = input.clone();
+    }
+
+    /// What a message steered into the turn asked, joined to what the turn was asked: its
+    /// context adds to the turn's, its schema replaces the turn's. The features follow; the
+    /// write keeps the joined input with the turn.
+    pub(in crate::engine) fn join_input(&mut self, turn: &TurnRecord, more: &TurnInput) -> Op {
+        let before = crate::features::for_input(&self.input).len();
+        let kept = self.features.len().saturating_sub(before);
+        self.features.truncate(kept);
+        self.input
+            .client_context
+            .extend(more.client_context.iter().cloned());
+        if more.output_schema.is_some() {
+            self.input.output_schema = more.output_schema.clone();
+        }
+        self.features
+            .extend(crate::features::for_input(&self.input));
+        self.builtins = None;
+        crate::features::turn_input::keep_with_turn(&turn.session_id, turn.seq, &self.input)
     }
 
     /// Moves `turn` forward until it ends or parks. A subagent's [`Self::budget`] is set by the

@@ -14,10 +14,11 @@
 //! | [`TurnExtension::shape_request`] | before the model call | change the request (prompt blocks, tools, choice), answer it without the model, or fail the turn |
 //! | [`TurnExtension::context_overflow`] | the provider said "too long" | make room (compact) or say why it cannot |
 //! | [`TurnExtension::builtins`] / [`TurnExtension::call_builtin`] | a call of a built-in tool | settle it in-process, ask a principal, or wait |
+//! | [`TurnExtension::answer_call`] | before any call is decided | answer it instead (a tool stub) |
 //! | [`TurnExtension::gate_call`] | before a call is approved or run | refuse it |
 //! | [`TurnExtension::check_input`] | before a call is reviewed, asked about or run | deny it or rewrite its input (`tool.before` hooks) |
 //! | [`TurnExtension::call_ran`] | after a call ran | writes that go with its result (breaker rows) |
-//! | [`TurnExtension::final_answer`] | the model answered without calls | send it back with a message, or add events to the turn's end |
+//! | [`TurnExtension::final_answer`] | the model answered without calls | send it back with a message, add events to the turn's end, or fail the turn |
 //! | [`TurnExtension::turn_ended`] | a turn stops early | let go of what its unsettled calls hold |
 //!
 //! A feature never commits: it adds writes to a batch the core commits with the transition
@@ -225,6 +226,9 @@ pub(crate) enum AnswerVerdict {
         /// Events of the send-back.
         events: Vec<(&'static str, Value)>,
     },
+    /// The answer cannot stand and the turn cannot go on: it fails with this code and message
+    /// (`turn.failed`), in the commit that journals the answer.
+    Fail(&'static str, String),
 }
 
 /// One feature of a turn. Every hook has a default that does nothing.
@@ -307,6 +311,16 @@ pub(crate) trait TurnExtension: Send + Sync {
             CallStatus::Failed,
             Value::String(format!("`{}` is not a built-in tool here", call.name)),
         ))
+    }
+
+    /// Before a call of any tool is decided: `Some` answers it here instead (a tool stub), before
+    /// any gate, approval or run; the first feature that answers wins.
+    async fn answer_call(
+        &mut self,
+        _view: &TurnView<'_>,
+        _call: &ToolCallRecord,
+    ) -> RuntimeResult<Option<Handled>> {
+        Ok(None)
     }
 
     /// Before a call is decided, at `at`: `Some(refusal)` settles it failed with that text.

@@ -33,6 +33,7 @@ use super::{CallError, TurnDriver, TurnEnd, effect_str, finish_str, idempotency_
 use crate::engine::RuntimeResult;
 use crate::engine::build::LOAD_SKILL;
 use crate::engine::events as ev;
+use crate::features::turn_input::{MessagePolicy, TurnInput};
 use crate::model::{Message, ModelEvent, ModelRequest, ModelResponse, ToolCall, ToolChoice};
 use crate::store::*;
 
@@ -69,9 +70,7 @@ impl TurnDriver<'_> {
                 .await
                 .map(Some);
         }
-        if turn.step_index > 0
-            && self.build.manifest.agent.config.turn_policy == eve_compile::TurnPolicy::Steer
-        {
+        if turn.step_index > 0 {
             self.fold_steering(turn).await?;
         }
         // The features' writes before `step.started` (dynamic tools, a compaction), committed
@@ -178,12 +177,28 @@ impl TurnDriver<'_> {
         turn: &TurnRecord,
     ) -> RuntimeResult<()> {
         let inbox = self.rt.inner.store.pending_inbox(self.id()).await?;
-        if inbox.is_empty() {
-            return Ok(());
-        }
+        // A message steers (joins the running turn) or queues (waits for a turn of its own):
+        // its own `turnPolicy`, else the agent's.
+        let agent_steers =
+            self.build.manifest.agent.config.turn_policy == eve_compile::TurnPolicy::Steer;
         let mut batch = Batch::new();
         for message in &inbox {
             let content = crate::engine::content::UserContent::decode(&message.text);
+            let input = message
+                .input
+                .as_ref()
+                .map(TurnInput::from_value)
+                .unwrap_or_default();
+            let steers = match input.turn_policy {
+                Some(policy) => policy == MessagePolicy::Steer,
+                None => agent_steers,
+            };
+            if !steers {
+                continue;
+            }
+            if input.shapes_turn() {
+                batch.push(self.join_input(turn, &input));
+            }
             batch
                 .push(Op::ConsumeInbox {
                     id: message.id.clone(),
@@ -200,6 +215,9 @@ impl TurnDriver<'_> {
                     ev::MESSAGE_RECEIVED,
                     ev::message_received(turn, &content),
                 );
+        }
+        if batch.is_empty() {
+            return Ok(());
         }
         self.rt.commit(batch).await?;
         self.context = None;
@@ -344,6 +362,7 @@ impl TurnDriver<'_> {
             max_output_tokens: None,
             tool_choice: ToolChoice::Auto,
             temperature: None,
+            output_schema: None,
         };
         let mut writes = Batch::new();
         let mut shaped = Shaped::Call;
@@ -478,6 +497,7 @@ impl TurnDriver<'_> {
         // or a critic's objections. The step ends; the message is the next step's last.
         let mut send_back: Option<(String, Vec<(&str, Value)>)> = None;
         let mut final_events: Vec<(&str, Value)> = Vec::new();
+        let mut failed: Option<(&'static str, String)> = None;
 
         if calls.is_empty() {
             let view = view!(self, &*turn);
@@ -488,8 +508,28 @@ impl TurnDriver<'_> {
                         send_back = Some((message, events));
                         break;
                     }
+                    AnswerVerdict::Fail(code, message) => {
+                        failed = Some((code, message));
+                        break;
+                    }
                 }
             }
+        }
+        if let Some((code, message)) = failed {
+            // The journal and `step.completed` go out with `turn.failed`, in one commit.
+            batch
+                .event(
+                    self.id(),
+                    ev::STEP_COMPLETED,
+                    ev::step_completed(turn, step, &finish, step_usage),
+                )
+                .push(Op::UpdateSession(self.session.clone()));
+            self.call_ids = Some(used);
+            self.last_usage = Some((step, step_usage_kept));
+            let held = self.with_held(batch);
+            self.held = Some(held);
+            self.end_failed(turn.clone(), code, &message, None).await?;
+            return Ok(true);
         }
         let done = calls.is_empty() && send_back.is_none();
         let mut nudge = None;

@@ -377,4 +377,9 @@ ALTER TABLE channel_replies ADD COLUMN sending TEXT;
 ALTER TABLE sessions ADD COLUMN owner TEXT;
 CREATE INDEX sessions_by_owner ON sessions(owner, created_at) WHERE owner IS NOT NULL;
 "#,
+    // What a message asks of the turn that takes it (`outputSchema`, `clientContext`,
+    // `turnPolicy`), as JSON; none for a plain message.
+    r#"
+ALTER TABLE inbox ADD COLUMN input TEXT;
+"#,
 ];

@@ -275,7 +275,7 @@ pub(crate) fn others_unmoved(
 
 // ---- inbox, messages, events, breakers, leases --------------------------------------------
 
-pub(crate) const INBOX_COLS: &str = "id, session_id, text, accepted_at, consumed_turn";
+pub(crate) const INBOX_COLS: &str = "id, session_id, text, accepted_at, consumed_turn, input";
 
 pub(crate) fn inbox(r: &dyn StoredRow) -> StoreResult<InboxRecord> {
     Ok(InboxRecord {
@@ -284,17 +284,19 @@ pub(crate) fn inbox(r: &dyn StoredRow) -> StoreResult<InboxRecord> {
         text: r.text(2)?,
         accepted_at: r.int(3)?,
         consumed_turn: r.opt_count(4)?,
+        input: r.opt_json(5)?,
     })
 }
 
-pub(crate) fn inbox_values(m: &InboxRecord) -> Vec<Cell> {
-    cells![
+pub(crate) fn inbox_values(m: &InboxRecord) -> StoreResult<Vec<Cell>> {
+    Ok(cells![
         &m.id,
         &m.session_id,
         &m.text,
         m.accepted_at,
-        m.consumed_turn
-    ]
+        m.consumed_turn,
+        Cell::opt_json(m.input.as_ref())?
+    ])
 }
 
 pub(crate) const MESSAGE_COLS: &str = "session_id, seq, turn_seq, kind, body, at";

@@ -88,8 +88,8 @@ pub(super) fn apply(conn: &Connection, batch: Batch) -> StoreResult<Committed> {
             Op::InsertInbox(m) => {
                 write(
                     conn,
-                    &format!("INSERT INTO inbox ({INBOX_COLS}) VALUES (?1,?2,?3,?4,?5)"),
-                    &rows::inbox_values(&m),
+                    &format!("INSERT INTO inbox ({INBOX_COLS}) VALUES (?1,?2,?3,?4,?5,?6)"),
+                    &rows::inbox_values(&m)?,
                 )?;
             }
             Op::ConsumeInbox { id, turn_seq } => {

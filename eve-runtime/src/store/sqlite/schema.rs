@@ -468,6 +468,11 @@ ALTER TABLE tool_calls_keyed RENAME TO tool_calls;
 ALTER TABLE sessions ADD COLUMN owner TEXT;
 CREATE INDEX sessions_by_owner ON sessions(owner, created_at) WHERE owner IS NOT NULL;
 "#,
+    // What a message asks of the turn that takes it (`outputSchema`, `clientContext`,
+    // `turnPolicy`), as JSON; none for a plain message.
+    r#"
+ALTER TABLE inbox ADD COLUMN input TEXT;
+"#,
 ];
 
 #[cfg(test)]

@@ -89,7 +89,7 @@ pub(super) static PLANNED_SQL: std::sync::LazyLock<Vec<String>> = std::sync::Laz
             .to_owned(),
         "UPDATE sessions SET cancel_requested=$2, updated_at=$3 WHERE id=$1".to_owned(),
         "UPDATE sessions SET context_start=message_count, updated_at=$2 WHERE id=$1".to_owned(),
-        format!("INSERT INTO inbox ({INBOX_COLS}) VALUES ($1,$2,$3,$4,$5)"),
+        format!("INSERT INTO inbox ({INBOX_COLS}) VALUES ($1,$2,$3,$4,$5,$6)"),
         "UPDATE inbox SET consumed_turn=$2 WHERE id=$1".to_owned(),
         format!(
             "WITH n AS (UPDATE sessions SET message_count=message_count+1, \
@@ -163,7 +163,7 @@ fn plan_op(op: Op, now: i64) -> StoreResult<Planned> {
             requested,
         } => (2, cells![session_id, requested, now], Then::Nothing),
         Op::ClearContext { session_id } => (3, cells![session_id, now], Then::Nothing),
-        Op::InsertInbox(m) => (4, rows::inbox_values(&m), Then::Nothing),
+        Op::InsertInbox(m) => (4, rows::inbox_values(&m)?, Then::Nothing),
         Op::ConsumeInbox { id, turn_seq } => (5, cells![id, turn_seq], Then::Nothing),
         Op::AppendMessage {
             session_id,
