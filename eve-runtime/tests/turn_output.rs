@@ -56,7 +56,7 @@ fn last_user(request: &ModelRequest) -> String {
         .iter()
         .rev()
         .find_map(|m| match m {
-            Message::User { content } => Some(content.clone()),
+            Message::User { content, .. } => Some(content.clone()),
             _ => None,
         })
         .unwrap_or_default()

@@ -12,7 +12,6 @@ use super::turn::seam::to_message;
 use super::turn::{TurnDriver, TurnEnd};
 use super::{DriveOutcome, Runtime, RuntimeError, RuntimeResult};
 use crate::features::turn_input::{self, TurnInput};
-use crate::model::Message;
 use crate::store::*;
 
 pub(super) async fn drive(rt: &Runtime, session: &str) -> RuntimeResult<DriveOutcome> {

@@ -42,9 +42,7 @@ impl TurnExtension for ClientContext {
         _writes: &mut Batch,
     ) -> RuntimeResult<Shaped> {
         for text in &self.messages {
-            request.messages.push(Message::User {
-                content: render(text),
-            });
+            request.messages.push(Message::user(render(text)));
         }
         Ok(Shaped::Call)
     }
