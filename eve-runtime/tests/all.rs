@@ -48,4 +48,5 @@ mod store_bench;
 mod store_contract;
 mod store_postgres;
 mod store_sqlite;
+mod tasks;
 mod tools;

@@ -16,6 +16,7 @@
 //! | [`breakers`] | refuses a tool that keeps failing |
 //! | [`selfchange`] | the built-in `propose_change` tool |
 //! | [`subagents`] | subagent calls: children, their budgets, their answers |
+//! | [`tasks`] | subagent calls as background tasks: receipts, results at step boundaries, waits |
 
 pub mod breakers;
 pub mod compaction;
@@ -29,6 +30,7 @@ pub mod probe;
 pub mod selfchange;
 pub mod strategy;
 pub mod subagents;
+pub mod tasks;
 
 use crate::engine::LoadedBuild;
 use crate::engine::turn::seam::TurnExtension;
@@ -50,6 +52,9 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
         features.push(Box::new(memory::MemoryFeature::default()));
     }
     features.push(Box::new(compaction::Compaction::default()));
+    if tasks::enabled(agent) {
+        features.push(Box::new(tasks::Tasks::default()));
+    }
     if config.limits.phases.is_some() {
         features.push(Box::new(phases::Phases::default()));
     }

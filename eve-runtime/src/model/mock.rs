@@ -256,7 +256,7 @@ impl MockClient {
 }
 
 /// The placeholder a script writes where a subagent continuation token belongs:
-/// `{{last_task_id}}` (the latest tool result carrying a `task_id`) or `{{task_id:NAME}}` (the
+/// `{{last_task_id}}` (the latest tool result carrying a `task_id`, or a task's receipt) or `{{task_id:NAME}}` (the
 /// latest result of the tool `NAME` carrying one).
 pub const LAST_TASK_ID: &str = "{{last_task_id}}";
 
@@ -266,6 +266,10 @@ fn fill_task_ids(step: &mut Step, messages: &[Message]) {
     let task_id_of = |wanted: Option<&str>| {
         messages.iter().rev().find_map(|m| match m {
             Message::Tool { name, content, .. } if wanted.is_none_or(|w| w == name) => {
+                // A task's receipt names it: `Started task <id>. …`.
+                if let Some(rest) = content.strip_prefix("Started task ") {
+                    return rest.split_once(". ").map(|(id, _)| id.to_owned());
+                }
                 serde_json::from_str::<Value>(content)
                     .ok()?
                     .get("task_id")?
