@@ -89,6 +89,7 @@ chmod +x "$PROJECT"/agent/tools/*.sh
 (cd "$PROJECT" && env -u EVE_MODEL "$EVE" build >/dev/null)
 
 "$NODE" "$REPO/$DIR/client-test.mjs" "$EVE" "$PROJECT"
+cp "$FIXTURE/tasks-test.mjs" "$DIR/" && "$NODE" "$REPO/$DIR/tasks-test.mjs" "$EVE" "$ROOT"
 
 # `Client.info()` on every example and template: eve's own strict schema must accept the agent-info
 # document of agents with skills, subagents, hooks, connections, schedules and channels.

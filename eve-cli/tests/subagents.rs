@@ -26,14 +26,17 @@ fn subagent(p: &RunProject, name: &str, tools: &[(&str, String)]) {
     }
 }
 
-fn script(continue_with: Option<&str>) -> Value {
+/// The scripts; `continue_with` is the root's id and how many answers its first turn gave (each
+/// subagent call is a task, so the model answers again as their results arrive).
+fn script(continue_with: Option<(&str, usize)>) -> Value {
     let mut root = vec![
         json!({"tool_calls": [
             {"name": "alpha", "id": "call_alpha", "input": {"message": "first"}},
             {"name": "beta", "id": "call_beta", "input": {"message": "open the gate"}}]}),
         json!({"text": "both answered"}),
     ];
-    if let Some(root_id) = continue_with {
+    if let Some((root_id, answers)) = continue_with {
+        root.resize(answers, json!({"text": "noted"}));
         root.push(json!({"tool_calls": [{"name": "alpha", "id": "call_again",
             "input": {"message": "second", "task_id": format!("{root_id}:call_alpha")}}]}));
         root.push(json!({"text": "continued"}));
@@ -119,15 +122,28 @@ fn children_survive_sigkill_and_the_task_id_continues_one() {
             .iter()
             .map(|o| serde_json::from_str(o).unwrap())
             .collect();
-        assert_eq!(
-            outputs,
-            [
-                json!({"task_id": format!("{root}:call_alpha"),
-                       "answer": "alpha says one two three four five six"}),
-                json!({"task_id": format!("{root}:call_beta"), "answer": "beta opened it"}),
-            ],
-            "#{i}"
-        );
+        // Each call is a task: it answered with its receipt, and its result reached the model
+        // once, as a `<task_result>` message.
+        for (output, call) in outputs.iter().zip(["call_alpha", "call_beta"]) {
+            assert!(
+                output.as_str().unwrap().starts_with(&format!(
+                    "Started task {root}:{call}. Its result will arrive in a <task_result> message."
+                )),
+                "#{i}: {outputs:?}"
+            );
+        }
+        let results = p.strings(&format!(
+            "SELECT body FROM messages WHERE session_id = '{root}' AND body LIKE '%<task_result%'"
+        ));
+        let all = results.join("\n");
+        for (call, answer) in [
+            ("call_alpha", "alpha says one two three four five six"),
+            ("call_beta", "beta opened it"),
+        ] {
+            let block = format!("id=\\\"{root}:{call}\\\"");
+            assert_eq!(all.matches(&block).count(), 1, "#{i}: {all}");
+            assert!(all.contains(answer), "#{i}: {all}");
+        }
         // The gate (a write) ran at most once; completed means exactly once.
         let starts = p
             .side_lines()
@@ -138,18 +154,22 @@ fn children_survive_sigkill_and_the_task_id_continues_one() {
 
         // Continue alpha with its task_id: same child session, second turn.
         if i == 0 {
-            p.script = script(Some(&root)).to_string();
+            let answers = p.count(&format!(
+                "SELECT count(*) FROM messages WHERE session_id = '{root}' \
+                 AND body LIKE '%\"role\":\"assistant\"%'"
+            ));
+            p.script = script(Some((&root, answers as usize))).to_string();
             let out = p.run(&["run", "--json", "--session", &root, "ask alpha again"]);
             assert_eq!(out.code, Some(0), "{}", out.stderr);
-            let again: Value = serde_json::from_str(
-                &p.strings(&format!(
-                    "SELECT output FROM tool_calls WHERE session_id = '{root}' AND turn_seq = 1"
-                ))[0],
-            )
-            .unwrap();
-            assert_eq!(
-                again,
-                json!({"task_id": format!("{root}:call_alpha"), "answer": "alpha remembers"})
+            let again = p.strings(&format!(
+                "SELECT body FROM messages WHERE session_id = '{root}' AND turn_seq = 1 \
+                 AND body LIKE '%<task_result%'"
+            ));
+            assert_eq!(again.len(), 1, "{again:?}");
+            assert!(
+                again[0].contains(&format!("id=\\\"{root}:call_alpha\\\""))
+                    && again[0].contains("alpha remembers"),
+                "{again:?}"
             );
             let kids_after = p.strings(&format!(
                 "SELECT id FROM sessions WHERE parent_id = '{root}' ORDER BY agent_name"
