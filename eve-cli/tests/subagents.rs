@@ -1,7 +1,8 @@
-//! Subagents through the real binary: a parent calls two children at once, one child's tool needs
-//! approval (answered on the root by `eve run --yes`), the process is SIGKILLed while a child runs
-//! and restarted with `eve run --session ROOT`; the parent's turn completes with both answers, no
-//! child is started twice, and the returned `task_id` continues the same child session.
+//! Subagents through the real binary: a parent starts three tasks at once (three children), one
+//! child's tool needs approval (answered on the root by `eve run --yes`), the process is SIGKILLed
+//! while the children work and restarted with `eve run --session ROOT`; the parent's turn completes,
+//! every result reaches it once, no child is started twice, and the task's id continues the same
+//! child session.
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -32,7 +33,8 @@ fn script(continue_with: Option<(&str, usize)>) -> Value {
     let mut root = vec![
         json!({"tool_calls": [
             {"name": "alpha", "id": "call_alpha", "input": {"message": "first"}},
-            {"name": "beta", "id": "call_beta", "input": {"message": "open the gate"}}]}),
+            {"name": "beta", "id": "call_beta", "input": {"message": "open the gate"}},
+            {"name": "gamma", "id": "call_gamma", "input": {"message": "take your time"}}]}),
         json!({"text": "both answered"}),
     ];
     if let Some((root_id, answers)) = continue_with {
@@ -46,7 +48,8 @@ fn script(continue_with: Option<(&str, usize)>) -> Value {
         "alpha": [{"text": "alpha says one two three four five six", "delay_ms": 25},
                   {"text": "alpha remembers"}],
         "beta": [{"tool_calls": [{"name": "gate", "id": "gate_1", "input": {}}]},
-                 {"text": "beta opened it", "delay_ms": 10}]
+                 {"text": "beta opened it", "delay_ms": 10}],
+        "gamma": [{"text": "gamma took its time", "delay_ms": 150}]
     })
 }
 
@@ -58,6 +61,7 @@ fn project() -> RunProject {
         "",
     );
     subagent(&p, "beta", &[("gate", gate)]);
+    subagent(&p, "gamma", &[]);
     p
 }
 
@@ -104,11 +108,11 @@ fn children_survive_sigkill_and_the_task_id_continues_one() {
             )
             .unwrap();
         assert_eq!(status, "completed", "#{i}");
-        // Exactly two children, each with one completed turn: none was started twice.
+        // Exactly three children, each with one completed turn: none was started twice.
         let kids = p.strings(&format!(
             "SELECT id FROM sessions WHERE parent_id = '{root}' ORDER BY agent_name"
         ));
-        assert_eq!(kids.len(), 2, "#{i}: {kids:?}");
+        assert_eq!(kids.len(), 3, "#{i}: {kids:?}");
         for kid in &kids {
             let turns = p.strings(&format!(
                 "SELECT status FROM turns WHERE session_id = '{kid}'"
@@ -124,7 +128,8 @@ fn children_survive_sigkill_and_the_task_id_continues_one() {
             .collect();
         // Each call is a task: it answered with its receipt, and its result reached the model
         // once, as a `<task_result>` message.
-        for (output, call) in outputs.iter().zip(["call_alpha", "call_beta"]) {
+        assert_eq!(outputs.len(), 3, "#{i}: {outputs:?}");
+        for (output, call) in outputs.iter().zip(["call_alpha", "call_beta", "call_gamma"]) {
             assert!(
                 output.as_str().unwrap().starts_with(&format!(
                     "Started task {root}:{call}. Its result will arrive in a <task_result> message."
@@ -139,6 +144,7 @@ fn children_survive_sigkill_and_the_task_id_continues_one() {
         for (call, answer) in [
             ("call_alpha", "alpha says one two three four five six"),
             ("call_beta", "beta opened it"),
+            ("call_gamma", "gamma took its time"),
         ] {
             let block = format!("id=\\\"{root}:{call}\\\"");
             assert_eq!(all.matches(&block).count(), 1, "#{i}: {all}");

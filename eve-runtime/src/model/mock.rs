@@ -10,7 +10,7 @@
 //!   real model's broken arguments). The call id is `mock_call_<k>_0`, `k` being the number of
 //!   assistant messages before it;
 //! - when the history ends with tool results, it replies `NAME returned: <result content>`, one line
-//!   per result.
+//!   per result (a `[Tasks]` note the runtime adds last is passed over).
 //!
 //! **Scripts**: `mock/script:<path>`, or any mock model while `EVE_MOCK_SCRIPT` is set (a path, or
 //! inline JSON when it starts with `[`). A script is a JSON array of steps:
@@ -331,6 +331,11 @@ fn assistant_count(messages: &[Message]) -> usize {
 }
 
 fn echo_step(messages: &[Message], k: usize) -> Step {
+    // The `[Tasks]` note the runtime adds at the end of a request is not the user speaking.
+    let messages = match messages.split_last() {
+        Some((Message::User { content }, rest)) if content.starts_with("[Tasks]\n") => rest,
+        _ => messages,
+    };
     let trailing_results: Vec<String> = messages
         .iter()
         .rev()

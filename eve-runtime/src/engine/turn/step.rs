@@ -178,6 +178,10 @@ impl TurnDriver<'_> {
                 }
                 Hold::Wait(writes) => writes,
                 Hold::Park(pending) => {
+                    if turn.status == TurnStatus::Waiting && self.held.is_none() {
+                        // Parked already (a driver looked again): nothing changed.
+                        return Ok(Some(TurnEnd::Parked(pending)));
+                    }
                     let mut batch = Batch::new();
                     if turn.status != TurnStatus::Waiting {
                         batch.event(
