@@ -248,7 +248,7 @@ async fn an_answer_while_a_task_works_holds_the_turn_until_the_result() {
     assert_eq!(turns.len(), 1, "one turn");
     assert_eq!(task_results(&server, &id).await.len(), 1);
     let done = of_kind(&followed, "message.completed");
-    assert_eq!(done[1]["data"]["text"], json!("It says 42."));
+    assert_eq!(done[1]["data"]["message"], json!("It says 42."));
     server.stop().await;
 }
 

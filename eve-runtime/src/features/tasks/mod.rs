@@ -563,22 +563,18 @@ async fn start(
         )
         .into());
     }
-    let working: Vec<&TaskRecord> = tasks.iter().filter(|t| t.working).collect();
-    let mut ids: Vec<&str> = working.iter().map(|t| t.id.as_str()).collect();
+    // Working: what the table says, and what this turn run started that it does not show yet.
+    let mut ids: Vec<&str> = tasks
+        .iter()
+        .filter(|t| t.working)
+        .map(|t| t.id.as_str())
+        .collect();
     for id in started {
-        if !ids.contains(&id.as_str()) {
+        if !tasks.iter().any(|t| &t.id == id) {
             ids.push(id);
         }
     }
     let was_working = asked.is_some_and(|id| ids.contains(&id));
-    if !was_working && ids.len() >= table::MAX_WORKING_TASKS {
-        return Ok(Taken {
-            status: CallStatus::Failed,
-            output: table::too_many(&ids),
-            writes: Batch::new(),
-        }
-        .into());
-    }
     let mut call = call.clone();
     let (wait, mut writes) = match subagents::start_child(view, &mut call, sub).await? {
         subagents::Start::Send(wait, writes) => (wait, writes),
@@ -595,6 +591,16 @@ async fn start(
             .into());
         }
     };
+    // An id the session does not have was refused above; a call that would start one task too
+    // many is refused here (eve checks in that order).
+    if !was_working && ids.len() >= table::MAX_WORKING_TASKS {
+        return Ok(Taken {
+            status: CallStatus::Failed,
+            output: table::too_many(&ids),
+            writes: Batch::new(),
+        }
+        .into());
+    }
     let now = now_ms();
     let limit = sub.config.limits.max_turn_seconds;
     let task = TaskRecord {
