@@ -138,7 +138,7 @@ fn children_survive_sigkill_and_the_task_id_continues_one() {
             );
         }
         let results = p.strings(&format!(
-            "SELECT body FROM messages WHERE session_id = '{root}' AND body LIKE '%<task_result%'"
+            "SELECT body FROM messages WHERE session_id = '{root}' AND body LIKE '%<task_result id=%'"
         ));
         let all = results.join("\n");
         for (call, answer) in [
@@ -169,7 +169,7 @@ fn children_survive_sigkill_and_the_task_id_continues_one() {
             assert_eq!(out.code, Some(0), "{}", out.stderr);
             let again = p.strings(&format!(
                 "SELECT body FROM messages WHERE session_id = '{root}' AND turn_seq = 1 \
-                 AND body LIKE '%<task_result%'"
+                 AND body LIKE '%<task_result id=%'"
             ));
             assert_eq!(again.len(), 1, "{again:?}");
             assert!(
