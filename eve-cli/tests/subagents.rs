@@ -129,7 +129,10 @@ fn children_survive_sigkill_and_the_task_id_continues_one() {
         // Each call is a task: it answered with its receipt, and its result reached the model
         // once, as a `<task_result>` message.
         assert_eq!(outputs.len(), 3, "#{i}: {outputs:?}");
-        for (output, call) in outputs.iter().zip(["call_alpha", "call_beta", "call_gamma"]) {
+        for (output, call) in outputs
+            .iter()
+            .zip(["call_alpha", "call_beta", "call_gamma"])
+        {
             assert!(
                 output.as_str().unwrap().starts_with(&format!(
                     "Started task {root}:{call}. Its result will arrive in a <task_result> message."

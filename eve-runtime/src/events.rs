@@ -277,7 +277,13 @@ pub fn turn_waiting_on(turn: &TurnRecord, usage: &UsageTotals, on: &str) -> Valu
 }
 
 /// `task.started`: a call started a task (`kind` is `agent` for a subagent, `tool` otherwise).
-pub fn task_started(turn: &TurnRecord, call_id: &str, task_id: &str, kind: &str, name: &str) -> Value {
+pub fn task_started(
+    turn: &TurnRecord,
+    call_id: &str,
+    task_id: &str,
+    kind: &str,
+    name: &str,
+) -> Value {
     json!({"callId": call_id, "kind": kind, "name": name, "taskId": task_id,
            "turnId": turn.turn_id()})
 }

@@ -156,9 +156,15 @@ async fn a_parent_runs_two_children_at_once_one_approved_on_the_root_then_contin
     assert_eq!(calls[0].status, CallStatus::Completed, "{calls:?}");
     assert_eq!(calls[1].status, CallStatus::Completed);
     assert!(
-        calls[0].output.as_ref().unwrap().as_str().unwrap().starts_with(&format!(
-            "Started task {id}:call_alpha. Its result will arrive in a <task_result> message."
-        )),
+        calls[0]
+            .output
+            .as_ref()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .starts_with(&format!(
+                "Started task {id}:call_alpha. Its result will arrive in a <task_result> message."
+            )),
         "{calls:?}"
     );
     assert_eq!(
@@ -257,7 +263,10 @@ async fn a_bad_task_id_is_an_error_the_model_sees() {
     let output = calls[0].output.as_ref().unwrap();
     assert_eq!(output["code"], json!("UNKNOWN_TASK"), "{calls:?}");
     assert!(
-        output["message"].as_str().unwrap().contains("another session"),
+        output["message"]
+            .as_str()
+            .unwrap()
+            .contains("another session"),
         "{calls:?}"
     );
     assert!(children(&rt, &id).await.is_empty());
@@ -292,7 +301,11 @@ async fn a_child_gets_what_remains_of_the_parents_token_budget() {
     // The call is a task (its receipt); the child's turn is what the budget stopped.
     let kid = children(&rt, &id).await.pop().unwrap();
     let turn = rt.store().turn(&kid, 0).await.unwrap().unwrap();
-    assert_eq!(turn.status, eve_runtime::store::TurnStatus::Failed, "{turn:?}");
+    assert_eq!(
+        turn.status,
+        eve_runtime::store::TurnStatus::Failed,
+        "{turn:?}"
+    );
     let reason = turn.stop_reason.unwrap_or_default();
     assert!(reason.contains("max_tokens"), "{reason}");
 }

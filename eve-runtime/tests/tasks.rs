@@ -60,7 +60,10 @@ fn subagent(agent: &AgentDir, dir: &str, name: &str, yaml: &str) {
         &format!("{base}/agent.yaml"),
         &format!("description: The {name} helper.\ndefault_tools: false\n{yaml}"),
     );
-    agent.file(&format!("{base}/instructions.md"), &format!("You are {name}.\n"));
+    agent.file(
+        &format!("{base}/instructions.md"),
+        &format!("You are {name}.\n"),
+    );
 }
 
 async fn serve(agent: AgentDir, script: Value) -> TestServer {
@@ -113,14 +116,21 @@ async fn until_turn_ends(server: &TestServer, session: &str) -> Vec<Value> {
     let ends = ["turn.completed", "turn.failed", "turn.cancelled"];
     for _ in 0..200 {
         let events = server.all(session).await;
-        if events.iter().any(|e| ends.contains(&e["type"].as_str().unwrap_or("")))
-            && events.last().is_some_and(|e| e["type"] == "session.waiting")
+        if events
+            .iter()
+            .any(|e| ends.contains(&e["type"].as_str().unwrap_or("")))
+            && events
+                .last()
+                .is_some_and(|e| e["type"] == "session.waiting")
         {
             return events;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("the turn of {session} did not end: {:?}", kinds(&server.all(session).await));
+    panic!(
+        "the turn of {session} did not end: {:?}",
+        kinds(&server.all(session).await)
+    );
 }
 
 /// The texts of the user messages of `session`'s history holding a `<task_result>`.
@@ -166,12 +176,25 @@ async fn task_wait_gets_the_result_once_as_a_task_result_message() {
     assert_eq!(
         picked(
             &events,
-            &["actions.requested", "task.started", "agent.started", "action.result",
-              "task.settled", "turn.waiting", "turn.completed"]
+            &[
+                "actions.requested",
+                "task.started",
+                "agent.started",
+                "action.result",
+                "task.settled",
+                "turn.waiting",
+                "turn.completed"
+            ]
         ),
         [
-            "actions.requested", "task.started", "agent.started", "action.result",
-            "actions.requested", "task.settled:completed", "action.result", "turn.completed"
+            "actions.requested",
+            "task.started",
+            "agent.started",
+            "action.result",
+            "actions.requested",
+            "task.settled:completed",
+            "action.result",
+            "turn.completed"
         ]
     );
     let task_id = format!("{id}:c1");
@@ -236,12 +259,21 @@ async fn an_answer_while_a_task_works_holds_the_turn_until_the_result() {
     assert_eq!(
         picked(
             &followed,
-            &["message.completed", "turn.waiting", "task.settled", "turn.completed",
-              "session.waiting"]
+            &[
+                "message.completed",
+                "turn.waiting",
+                "task.settled",
+                "turn.completed",
+                "session.waiting"
+            ]
         ),
         [
-            "message.completed", "turn.waiting:tasks", "task.settled:completed",
-            "message.completed", "turn.completed", "session.waiting"
+            "message.completed",
+            "turn.waiting:tasks",
+            "task.settled:completed",
+            "message.completed",
+            "turn.completed",
+            "session.waiting"
         ]
     );
     let turns: Vec<&Value> = of_kind(&followed, "turn.started");
@@ -310,8 +342,21 @@ async fn a_childs_own_task_result_reaches_the_root_through_the_child() {
     let lead = children(&server, &id).await.pop().unwrap();
     let lead_events = server.all(&lead).await;
     assert_eq!(
-        picked(&lead_events, &["task.started", "turn.waiting", "task.settled", "turn.completed"]),
-        ["task.started", "turn.waiting:tasks", "task.settled:completed", "turn.completed"]
+        picked(
+            &lead_events,
+            &[
+                "task.started",
+                "turn.waiting",
+                "task.settled",
+                "turn.completed"
+            ]
+        ),
+        [
+            "task.started",
+            "turn.waiting:tasks",
+            "task.settled:completed",
+            "turn.completed"
+        ]
     );
     assert_eq!(
         task_results(&server, &lead).await,
@@ -360,7 +405,10 @@ async fn cancelling_the_turn_cancels_its_tasks_and_the_session_keeps_working() {
     let settled = of_kind(&events, "task.settled");
     assert_eq!(settled.len(), 1, "{:?}", kinds(&events));
     assert_eq!(settled[0]["data"]["status"], json!("cancelled"));
-    assert_eq!(settled[0]["data"]["cancel"], json!({"reason": "turn_cancelled"}));
+    assert_eq!(
+        settled[0]["data"]["cancel"],
+        json!({"reason": "turn_cancelled"})
+    );
     assert!(kinds(&events).contains(&"turn.cancelled".to_owned()));
     // The cascade: the child's turn and the grandchild's were cancelled too.
     for session in [&lead, &digger] {
@@ -371,10 +419,16 @@ async fn cancelling_the_turn_cancels_its_tasks_and_the_session_keeps_working() {
             kinds(&own)
         );
     }
-    assert!(task_results(&server, &id).await.is_empty(), "a cancelled task reports nothing");
+    assert!(
+        task_results(&server, &id).await.is_empty(),
+        "a cancelled task reports nothing"
+    );
     // The session keeps working: a new message is a new turn that completes.
     let (status, _) = server
-        .post(&format!("/eve/v1/session/{id}"), json!({"message": "again"}))
+        .post(
+            &format!("/eve/v1/session/{id}"),
+            json!({"message": "again"}),
+        )
         .await;
     assert_eq!(status, 202);
     let mut ok = false;
@@ -418,7 +472,12 @@ async fn the_task_limit_and_unknown_ids_are_coded_refusals() {
         .filter(|o| o["code"] == "TOO_MANY_TASKS")
         .collect();
     assert_eq!(refused.len(), 1, "one of 33 calls is refused");
-    assert!(refused[0]["message"].as_str().unwrap().starts_with("32 tasks are already working"));
+    assert!(
+        refused[0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("32 tasks are already working")
+    );
     assert_eq!(of_kind(&events, "task.started").len(), 32);
     assert_eq!(children(&server, &id).await.len(), 32);
     let output = |call_id: &str| {
@@ -465,5 +524,65 @@ async fn calling_a_task_again_by_its_id_continues_the_same_child() {
     let results = task_results(&server, &id).await;
     assert_eq!(results.len(), 2, "{results:?}");
     assert!(results[1].contains(&format!("id=\"{id}:c1\"")) && results[1].contains(">two<"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_turn_that_ends_early_ends_its_tasks_down_the_tree_and_the_session_resets() {
+    let agent = AgentDir::new();
+    agent.file(
+        "agent.yaml",
+        "default_tools: false\nlimits:\n  max_steps_per_turn: 2\n",
+    );
+    subagent(&agent, "", "lead", "");
+    subagent(&agent, "subagents/lead/", "digger", "");
+    let server = serve(
+        agent,
+        json!({
+            "*": [call("lead", "c1", json!({"message": "dig"})),
+                  {"text": "the lead is on it", "delay_ms": 300}],
+            "lead": [call("digger", "d1", json!({"message": "dig deeper"})),
+                     {"text": "asked the digger"}],
+            "digger": [{"text": "gold, much later", "delay_ms": 20000}]
+        }),
+    )
+    .await;
+    let id = server.create("go").await;
+    let events = until_turn_ends(&server, &id).await;
+    // The third step is past the turn's limit: the turn fails, and its task ends with it.
+    assert!(
+        kinds(&events).contains(&"turn.failed".to_owned()),
+        "{:?}",
+        kinds(&events)
+    );
+    let settled = of_kind(&events, "task.settled");
+    assert_eq!(settled.len(), 1, "{:?}", kinds(&events));
+    assert_eq!(settled[0]["data"]["status"], json!("cancelled"));
+    assert_eq!(
+        settled[0]["data"]["cancel"],
+        json!({"reason": "turn_ended"})
+    );
+    // Down the tree: the child's turn was cancelled, and so was the grandchild's (or it never
+    // started one).
+    let lead = children(&server, &id).await.pop().expect("the child");
+    let lead_events = until_turn_ends(&server, &lead).await;
+    assert!(
+        kinds(&lead_events).contains(&"turn.cancelled".to_owned()),
+        "{:?}",
+        kinds(&lead_events)
+    );
+    for digger in children(&server, &lead).await {
+        let own = until_turn_ends(&server, &digger).await;
+        assert!(
+            kinds(&own).contains(&"turn.cancelled".to_owned()),
+            "{:?}",
+            kinds(&own)
+        );
+    }
+    // Nothing works any more: the session resets.
+    let (status, body) = server
+        .post(&format!("/eve/v1/session/{id}/reset"), json!({}))
+        .await;
+    assert!(status < 300, "{status} {body}");
     server.stop().await;
 }

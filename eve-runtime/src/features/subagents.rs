@@ -520,7 +520,10 @@ async fn child_budget(view: &TurnView<'_>, child: &str, existing: bool) -> Runti
 }
 
 /// The child turn's end, once the turn that took the message ended.
-pub(crate) async fn child_end(rt: &Runtime, wait: &SubagentCall) -> RuntimeResult<Option<ChildEnd>> {
+pub(crate) async fn child_end(
+    rt: &Runtime,
+    wait: &SubagentCall,
+) -> RuntimeResult<Option<ChildEnd>> {
     let store = &rt.inner.store;
     let seq = match store.inbox_turn(&wait.inbox_id).await? {
         None => {

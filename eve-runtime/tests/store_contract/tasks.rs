@@ -61,12 +61,18 @@ pub async fn task_rows_deliver_once(backend: &impl Backend) {
     store.commit(started).await.unwrap();
     assert_eq!(
         delivered(store.as_ref(), id).await,
-        [("wrun_tasks:c1".to_owned(), false), ("wrun_tasks:c2".to_owned(), false)]
+        [
+            ("wrun_tasks:c1".to_owned(), false),
+            ("wrun_tasks:c2".to_owned(), false)
+        ]
     );
 
     // The holder delivers c1: its message and its row, together.
     let holder = claim(id, "holder_a", "host-a", 100);
-    assert_eq!(store.acquire_lease(&holder).await.unwrap(), LeaseOutcome::Acquired);
+    assert_eq!(
+        store.acquire_lease(&holder).await.unwrap(),
+        LeaseOutcome::Acquired
+    );
     let old = store.lease(id).await.unwrap().unwrap().token;
     let mut first = delivery(id, "wrun_tasks:c1");
     first.fences.push(Fence {
@@ -76,7 +82,10 @@ pub async fn task_rows_deliver_once(backend: &impl Backend) {
     store.commit(first).await.unwrap();
     assert_eq!(
         delivered(other_node.as_ref(), id).await,
-        [("wrun_tasks:c1".to_owned(), true), ("wrun_tasks:c2".to_owned(), false)]
+        [
+            ("wrun_tasks:c1".to_owned(), true),
+            ("wrun_tasks:c2".to_owned(), false)
+        ]
     );
     let context = other_node.context(id).await.unwrap();
     assert_eq!(context.len(), 1);
@@ -100,10 +109,17 @@ pub async fn task_rows_deliver_once(backend: &impl Backend) {
     ));
     assert_eq!(
         delivered(other_node.as_ref(), id).await,
-        [("wrun_tasks:c1".to_owned(), true), ("wrun_tasks:c2".to_owned(), false)],
+        [
+            ("wrun_tasks:c1".to_owned(), true),
+            ("wrun_tasks:c2".to_owned(), false)
+        ],
         "the refused delivery wrote no row"
     );
-    assert_eq!(other_node.context(id).await.unwrap().len(), 1, "and no message");
+    assert_eq!(
+        other_node.context(id).await.unwrap().len(),
+        1,
+        "and no message"
+    );
     // The new holder delivers it, once.
     let new = other_node.lease(id).await.unwrap().unwrap().token;
     let mut again = delivery(id, "wrun_tasks:c2");
@@ -114,7 +130,10 @@ pub async fn task_rows_deliver_once(backend: &impl Backend) {
     other_node.commit(again).await.unwrap();
     assert_eq!(
         delivered(store.as_ref(), id).await,
-        [("wrun_tasks:c1".to_owned(), true), ("wrun_tasks:c2".to_owned(), true)]
+        [
+            ("wrun_tasks:c1".to_owned(), true),
+            ("wrun_tasks:c2".to_owned(), true)
+        ]
     );
     assert_eq!(store.context(id).await.unwrap().len(), 2);
     // Another session's tasks are its own.

@@ -128,7 +128,9 @@ impl TurnExtension for Tasks {
         let Some(sub) = agent.subagent(&call.name) else {
             return Ok(None);
         };
-        if !enabled(agent) || (agent.config.strategy == eve_compile::Strategy::Reflect && sub.name == "critic") {
+        if !enabled(agent)
+            || (agent.config.strategy == eve_compile::Strategy::Reflect && sub.name == "critic")
+        {
             return Ok(None);
         }
         // A call that waits on its child from before tasks reconnects the old way.
@@ -177,7 +179,15 @@ impl TurnExtension for Tasks {
         if !tasks.iter().any(|t| t.working) || tasks.iter().any(TaskRecord::undelivered) {
             return Ok(Hold::Go);
         }
-        if steers(view) && !view.rt.inner.store.pending_inbox(view.id()).await?.is_empty() {
+        if steers(view)
+            && !view
+                .rt
+                .inner
+                .store
+                .pending_inbox(view.id())
+                .await?
+                .is_empty()
+        {
             return Ok(Hold::Go);
         }
         let mut writes = Batch::new();
@@ -285,7 +295,7 @@ impl TurnExtension for Tasks {
         };
         let tasks = table::read(view).await?;
         for mut task in tasks.into_iter().filter(|t| t.working) {
-            cancel_child(view.rt, &task.child_id).await;
+            stop_child(view.rt, &task, writes).await?;
             task.working = false;
             task.status = Some("cancelled".to_owned());
             task.cancel_reason = Some(reason.to_owned());
@@ -346,7 +356,14 @@ impl Tasks {
             let waited = began.elapsed().as_secs();
             let answer = if !settled.is_empty() || working.is_empty() {
                 Some(table::wait_answer(&settled, &working))
-            } else if !view.rt.inner.store.pending_inbox(view.id()).await?.is_empty() {
+            } else if !view
+                .rt
+                .inner
+                .store
+                .pending_inbox(view.id())
+                .await?
+                .is_empty()
+            {
                 Some(table::wait_interrupted(waited, working.len()))
             } else if until.is_some_and(|u| Instant::now() >= u) {
                 Some(table::wait_timed_out(waited, working.len()))
@@ -457,7 +474,7 @@ async fn settle_ended(
             Some(ChildEnd::Failed(error)) => ("failed", json!(error)),
             None => match task.deadline_ms {
                 Some(deadline) if now_ms() >= deadline => {
-                    cancel_child(view.rt, &task.child_id).await;
+                    stop_child(view.rt, task, writes).await?;
                     (
                         "timed_out",
                         json!(format!(
@@ -481,8 +498,14 @@ async fn settle_ended(
 
 /// Delivers every settled result not yet delivered: one `<task_result>` message, and the rows
 /// marked delivered, in `writes`. Whether anything was delivered.
-fn deliver(view: &TurnView<'_>, tasks: &mut [TaskRecord], writes: &mut Batch) -> RuntimeResult<bool> {
-    let due: Vec<usize> = (0..tasks.len()).filter(|&i| tasks[i].undelivered()).collect();
+fn deliver(
+    view: &TurnView<'_>,
+    tasks: &mut [TaskRecord],
+    writes: &mut Batch,
+) -> RuntimeResult<bool> {
+    let due: Vec<usize> = (0..tasks.len())
+        .filter(|&i| tasks[i].undelivered())
+        .collect();
     if due.is_empty() {
         return Ok(false);
     }
@@ -505,11 +528,23 @@ fn deliver(view: &TurnView<'_>, tasks: &mut [TaskRecord], writes: &mut Batch) ->
     Ok(true)
 }
 
-/// Cancels a task's child (its own turn's end cancels its tasks in turn).
-async fn cancel_child(rt: &Runtime, child: &str) {
-    if let Err(e) = Box::pin(rt.cancel(child)).await {
-        tracing::warn!(session = %child, error = %e, "cannot cancel the task's child");
+/// The `consumed_turn` of a message withdrawn from a child's inbox before any turn took it.
+const WITHDRAWN: u64 = i64::MAX as u64;
+
+/// Stops a task's child: its running turn is cancelled (whose end cancels its own tasks in turn),
+/// and a message no turn of it took yet is withdrawn from its inbox in `writes`, so no turn starts
+/// for work nobody will read.
+async fn stop_child(rt: &Runtime, task: &TaskRecord, writes: &mut Batch) -> RuntimeResult<()> {
+    if rt.inner.store.inbox_turn(&task.inbox_id).await? == Some(None) {
+        writes.push(Op::ConsumeInbox {
+            id: task.inbox_id.clone(),
+            turn_seq: WITHDRAWN,
+        });
     }
+    if let Err(e) = Box::pin(rt.cancel(&task.child_id)).await {
+        tracing::warn!(session = %task.child_id, error = %e, "cannot cancel the task's child");
+    }
+    Ok(())
 }
 
 /// A subagent call started as a task: the child created (or found) and sent the message, the
@@ -616,7 +651,8 @@ async fn start(
         output: Value::Null,
         delivered: false,
         cancel_reason: None,
-        deadline_ms: limit.map(|s| now.saturating_add(i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX))),
+        deadline_ms: limit
+            .map(|s| now.saturating_add(i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX))),
         started_at: existing.map_or(now, |t| t.started_at),
     };
     table::put(&mut writes, view.id(), &task)?;
@@ -629,7 +665,13 @@ async fn start(
         writes.event(
             view.id(),
             ev::AGENT_STARTED,
-            ev::agent_started(view.turn, &call.call_id, &task.id, &task.name, &task.child_id),
+            ev::agent_started(
+                view.turn,
+                &call.call_id,
+                &task.id,
+                &task.name,
+                &task.child_id,
+            ),
         );
     }
     let text = if was_working {
@@ -659,12 +701,15 @@ async fn task_cancel(view: &TurnView<'_>, call: &ToolCallRecord) -> RuntimeResul
         .unwrap_or_default();
     let tasks = table::read(view).await?;
     let Some(mut task) = tasks.into_iter().find(|t| t.id == id) else {
-        return Ok(Handled::settle(CallStatus::Failed, table::unknown_cancel(id)));
+        return Ok(Handled::settle(
+            CallStatus::Failed,
+            table::unknown_cancel(id),
+        ));
     };
     let was_working = task.working;
     let mut writes = Batch::new();
     if was_working {
-        cancel_child(view.rt, &task.child_id).await;
+        stop_child(view.rt, &task, &mut writes).await?;
         task.working = false;
         task.status = Some("cancelled".to_owned());
         task.cancel_reason = Some("task_cancel".to_owned());
