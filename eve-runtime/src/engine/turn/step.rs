@@ -36,6 +36,10 @@ use crate::engine::events as ev;
 use crate::model::{Message, ModelEvent, ModelRequest, ModelResponse, ToolCall, ToolChoice};
 use crate::store::*;
 
+/// A final answer that does not end the turn: the message it goes back with (none when a
+/// feature holds the turn), and the events of the step's end.
+type SendBack = (Option<String>, Vec<(&'static str, Value)>);
+
 impl TurnDriver<'_> {
     /// Checks cancel and limits, folds steering messages in, compacts, emits `step.started`.
     pub(in crate::engine) async fn before_step(
@@ -561,7 +565,7 @@ impl TurnDriver<'_> {
         // or a critic's objections. The step ends; the message is the next step's last.
         // A feature may instead hold the turn open (tasks still working): the step ends, the
         // next starts once nothing holds it.
-        let mut send_back: Option<(Option<String>, Vec<(&str, Value)>)> = None;
+        let mut send_back: Option<SendBack> = None;
         let mut final_events: Vec<(&str, Value)> = Vec::new();
 
         if calls.is_empty() {
