@@ -138,6 +138,7 @@ SH
 chmod +x "$QPROJECT"/agent/tools/*.sh
 (cd "$QPROJECT" && env -u EVE_MODEL "$EVE" build >/dev/null)
 "$NODE" "$REPO/$DIR/questions-test.mjs" "$EVE" "$QPROJECT"
+"$NODE" "$REPO/$DIR/tasks-test.mjs" "$EVE" "$ROOT"
 
 # `Client.info()` on every example and template: eve's own strict schema must accept the agent-info
 # document of agents with skills, subagents, hooks, connections, schedules and channels.

@@ -1,7 +1,8 @@
-//! Subagents through the real binary: a parent calls two children at once, one child's tool needs
-//! approval (answered on the root by `eve run --yes`), the process is SIGKILLed while a child runs
-//! and restarted with `eve run --session ROOT`; the parent's turn completes with both answers, no
-//! child is started twice, and the returned `task_id` continues the same child session.
+//! Subagents through the real binary: a parent starts three tasks at once (three children), one
+//! child's tool needs approval (answered on the root by `eve run --yes`), the process is SIGKILLed
+//! while the children work and restarted with `eve run --session ROOT`; the parent's turn completes,
+//! every result reaches it once, no child is started twice, and the task's id continues the same
+//! child session.
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -26,14 +27,18 @@ fn subagent(p: &RunProject, name: &str, tools: &[(&str, String)]) {
     }
 }
 
-fn script(continue_with: Option<&str>) -> Value {
+/// The scripts; `continue_with` is the root's id and how many answers its first turn gave (each
+/// subagent call is a task, so the model answers again as their results arrive).
+fn script(continue_with: Option<(&str, usize)>) -> Value {
     let mut root = vec![
         json!({"tool_calls": [
             {"name": "alpha", "id": "call_alpha", "input": {"message": "first"}},
-            {"name": "beta", "id": "call_beta", "input": {"message": "open the gate"}}]}),
+            {"name": "beta", "id": "call_beta", "input": {"message": "open the gate"}},
+            {"name": "gamma", "id": "call_gamma", "input": {"message": "take your time"}}]}),
         json!({"text": "both answered"}),
     ];
-    if let Some(root_id) = continue_with {
+    if let Some((root_id, answers)) = continue_with {
+        root.resize(answers, json!({"text": "noted"}));
         root.push(json!({"tool_calls": [{"name": "alpha", "id": "call_again",
             "input": {"message": "second", "task_id": format!("{root_id}:call_alpha")}}]}));
         root.push(json!({"text": "continued"}));
@@ -43,7 +48,8 @@ fn script(continue_with: Option<&str>) -> Value {
         "alpha": [{"text": "alpha says one two three four five six", "delay_ms": 25},
                   {"text": "alpha remembers"}],
         "beta": [{"tool_calls": [{"name": "gate", "id": "gate_1", "input": {}}]},
-                 {"text": "beta opened it", "delay_ms": 10}]
+                 {"text": "beta opened it", "delay_ms": 10}],
+        "gamma": [{"text": "gamma took its time", "delay_ms": 150}]
     })
 }
 
@@ -55,6 +61,7 @@ fn project() -> RunProject {
         "",
     );
     subagent(&p, "beta", &[("gate", gate)]);
+    subagent(&p, "gamma", &[]);
     p
 }
 
@@ -101,11 +108,11 @@ fn children_survive_sigkill_and_the_task_id_continues_one() {
             )
             .unwrap();
         assert_eq!(status, "completed", "#{i}");
-        // Exactly two children, each with one completed turn: none was started twice.
+        // Exactly three children, each with one completed turn: none was started twice.
         let kids = p.strings(&format!(
             "SELECT id FROM sessions WHERE parent_id = '{root}' ORDER BY agent_name"
         ));
-        assert_eq!(kids.len(), 2, "#{i}: {kids:?}");
+        assert_eq!(kids.len(), 3, "#{i}: {kids:?}");
         for kid in &kids {
             let turns = p.strings(&format!(
                 "SELECT status FROM turns WHERE session_id = '{kid}'"
@@ -119,15 +126,33 @@ fn children_survive_sigkill_and_the_task_id_continues_one() {
             .iter()
             .map(|o| serde_json::from_str(o).unwrap())
             .collect();
-        assert_eq!(
-            outputs,
-            [
-                json!({"task_id": format!("{root}:call_alpha"),
-                       "answer": "alpha says one two three four five six"}),
-                json!({"task_id": format!("{root}:call_beta"), "answer": "beta opened it"}),
-            ],
-            "#{i}"
-        );
+        // Each call is a task: it answered with its receipt, and its result reached the model
+        // once, as a `<task_result>` message.
+        assert_eq!(outputs.len(), 3, "#{i}: {outputs:?}");
+        for (output, call) in outputs
+            .iter()
+            .zip(["call_alpha", "call_beta", "call_gamma"])
+        {
+            assert!(
+                output.as_str().unwrap().starts_with(&format!(
+                    "Started task {root}:{call}. Its result will arrive in a <task_result> message."
+                )),
+                "#{i}: {outputs:?}"
+            );
+        }
+        let results = p.strings(&format!(
+            "SELECT body FROM messages WHERE session_id = '{root}' AND body LIKE '%<task_result id=%'"
+        ));
+        let all = results.join("\n");
+        for (call, answer) in [
+            ("call_alpha", "alpha says one two three four five six"),
+            ("call_beta", "beta opened it"),
+            ("call_gamma", "gamma took its time"),
+        ] {
+            let block = format!("id=\\\"{root}:{call}\\\"");
+            assert_eq!(all.matches(&block).count(), 1, "#{i}: {all}");
+            assert!(all.contains(answer), "#{i}: {all}");
+        }
         // The gate (a write) ran at most once; completed means exactly once.
         let starts = p
             .side_lines()
@@ -138,18 +163,22 @@ fn children_survive_sigkill_and_the_task_id_continues_one() {
 
         // Continue alpha with its task_id: same child session, second turn.
         if i == 0 {
-            p.script = script(Some(&root)).to_string();
+            let answers = p.count(&format!(
+                "SELECT count(*) FROM messages WHERE session_id = '{root}' \
+                 AND body LIKE '%\"role\":\"assistant\"%'"
+            ));
+            p.script = script(Some((&root, answers as usize))).to_string();
             let out = p.run(&["run", "--json", "--session", &root, "ask alpha again"]);
             assert_eq!(out.code, Some(0), "{}", out.stderr);
-            let again: Value = serde_json::from_str(
-                &p.strings(&format!(
-                    "SELECT output FROM tool_calls WHERE session_id = '{root}' AND turn_seq = 1"
-                ))[0],
-            )
-            .unwrap();
-            assert_eq!(
-                again,
-                json!({"task_id": format!("{root}:call_alpha"), "answer": "alpha remembers"})
+            let again = p.strings(&format!(
+                "SELECT body FROM messages WHERE session_id = '{root}' AND turn_seq = 1 \
+                 AND body LIKE '%<task_result id=%'"
+            ));
+            assert_eq!(again.len(), 1, "{again:?}");
+            assert!(
+                again[0].contains(&format!("id=\\\"{root}:call_alpha\\\""))
+                    && again[0].contains("alpha remembers"),
+                "{again:?}"
             );
             let kids_after = p.strings(&format!(
                 "SELECT id FROM sessions WHERE parent_id = '{root}' ORDER BY agent_name"

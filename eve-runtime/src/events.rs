@@ -36,6 +36,12 @@ pub const RESULT_COMPLETED: &str = "result.completed";
 pub const STEP_COMPLETED: &str = "step.completed";
 /// Input (approval) is needed.
 pub const INPUT_REQUESTED: &str = "input.requested";
+/// A call started a task.
+pub const TASK_STARTED: &str = "task.started";
+/// A task's run opened a child session.
+pub const AGENT_STARTED: &str = "agent.started";
+/// A task's call settled (its result, failure or cancellation).
+pub const TASK_SETTLED: &str = "task.settled";
 /// The turn is parked.
 pub const TURN_WAITING: &str = "turn.waiting";
 /// An approval was answered.
@@ -301,9 +307,73 @@ pub fn input_requested(turn: &TurnRecord, step: u64, requests: &[InputRequestRec
     with(step_fields(turn, step), json!({"requests": requests}))
 }
 
-/// `turn.waiting`.
+/// `turn.waiting` on input a principal must give.
 pub fn turn_waiting(turn: &TurnRecord, usage: &UsageTotals) -> Value {
-    with(turn_fields(turn), json!({"on": "input", "usage": usage}))
+    turn_waiting_on(turn, usage, "input")
+}
+
+/// `turn.waiting`: `on` is `input` (a principal must act) or `tasks` (work the turn started is
+/// still running; the turn resumes on its own).
+pub fn turn_waiting_on(turn: &TurnRecord, usage: &UsageTotals, on: &str) -> Value {
+    with(turn_fields(turn), json!({"on": on, "usage": usage}))
+}
+
+/// `task.started`: a call started a task (`kind` is `agent` for a subagent, `tool` otherwise).
+pub fn task_started(
+    turn: &TurnRecord,
+    call_id: &str,
+    task_id: &str,
+    kind: &str,
+    name: &str,
+) -> Value {
+    json!({"callId": call_id, "kind": kind, "name": name, "taskId": task_id,
+           "turnId": turn.turn_id()})
+}
+
+/// `agent.started`: a task's run opened a child session, followed at `streamPath`.
+pub fn agent_started(
+    turn: &TurnRecord,
+    call_id: &str,
+    task_id: &str,
+    name: &str,
+    session_id: &str,
+) -> Value {
+    json!({"callId": call_id, "name": name, "sessionId": session_id,
+           "streamPath": format!("/eve/v1/session/{session_id}/stream"),
+           "taskId": task_id, "turnId": turn.turn_id()})
+}
+
+/// `task.settled`: `status` is `completed` (with `output`), `failed` (with `error.message`) or
+/// `cancelled` (with `cancel.reason`: `task_cancel`, `turn_cancelled` or `turn_ended`).
+#[allow(clippy::too_many_arguments)]
+pub fn task_settled(
+    turn_id: &str,
+    call_id: &str,
+    task_id: &str,
+    kind: &str,
+    name: &str,
+    status: &str,
+    output: &Value,
+    cancel_reason: Option<&str>,
+) -> Value {
+    let mut data = json!({"callId": call_id, "kind": kind, "name": name, "status": status,
+                          "taskId": task_id, "turnId": turn_id});
+    match status {
+        "completed" => data["output"] = output.clone(),
+        "cancelled" => {
+            if let Some(reason) = cancel_reason {
+                data["cancel"] = json!({"reason": reason});
+            }
+        }
+        _ => {
+            let message = match output {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            data["error"] = json!({"message": message});
+        }
+    }
+    data
 }
 
 /// The principal of the terminal (`eve chat`, `eve run`) and of `eve sessions approve|deny`; also

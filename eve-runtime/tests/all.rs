@@ -50,5 +50,6 @@ mod store_bench;
 mod store_contract;
 mod store_postgres;
 mod store_sqlite;
+mod tasks;
 mod tools;
 mod turn_output;

@@ -115,6 +115,9 @@ async fn a_parent_runs_two_children_at_once_one_approved_on_the_root_then_contin
             {"tool_calls": [
                 {"name": "alpha", "id": "call_alpha", "input": {"message": "first question"}},
                 {"name": "beta", "id": "call_beta", "input": {"message": "needs the gate"}}]},
+            // Both are tasks: the model answers while they work, and once per result.
+            {"text": "asked both"},
+            {"text": "alpha answered"},
             {"text": "both done"},
             call("alpha", "call_again", json!({"message": "second question", "task_id": format!("{id}:call_alpha")})),
             {"text": "continued"}
@@ -147,26 +150,40 @@ async fn a_parent_runs_two_children_at_once_one_approved_on_the_root_then_contin
     assert_eq!(asked.data["requests"][0]["requestId"], json!(request.id));
     assert!(kinds(&root_events).contains(&"turn.waiting".to_owned()));
     assert_eq!(rt.pending_inputs(&id).await.unwrap().len(), 1);
-    // Alpha ran while beta waited: its call is already settled, the turn is parked on beta.
+    // Both calls are tasks, settled at once with their receipts; alpha's result arrived while
+    // beta waited, and the turn is parked on beta's approval.
     let calls = root_calls(&rt, &id, 0).await;
     assert_eq!(calls[0].status, CallStatus::Completed, "{calls:?}");
-    assert_eq!(calls[1].status, CallStatus::Running);
+    assert_eq!(calls[1].status, CallStatus::Completed);
+    assert!(
+        calls[0]
+            .output
+            .as_ref()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .starts_with(&format!(
+                "Started task {id}:call_alpha. Its result will arrive in a <task_result> message."
+            )),
+        "{calls:?}"
+    );
+    assert_eq!(
+        task_results(&rt, &id).await,
+        [format!(
+            "<task_result id=\"{id}:call_alpha\" tool=\"alpha\" status=\"completed\">alpha answer one two three</task_result>"
+        )]
+    );
 
     // Answered on the root, by the root's id: the answer reaches the child.
     rt.answer_input(&id, Some(&request.id), true, None)
         .await
         .unwrap();
     assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
-    let calls = root_calls(&rt, &id, 0).await;
     assert_eq!(
-        calls[0].output,
-        Some(
-            json!({"task_id": format!("{id}:call_alpha"), "answer": "alpha answer one two three"})
+        task_results(&rt, &id).await[1],
+        format!(
+            "<task_result id=\"{id}:call_beta\" tool=\"beta\" status=\"completed\">beta answer</task_result>"
         )
-    );
-    assert_eq!(
-        calls[1].output,
-        Some(json!({"task_id": format!("{id}:call_beta"), "answer": "beta answer"}))
     );
     let root_events = all_events(&rt, &id).await;
     let k = kinds(&root_events);
@@ -216,10 +233,11 @@ async fn a_parent_runs_two_children_at_once_one_approved_on_the_root_then_contin
     // The token continues the same child: same session, its second turn, with its memory.
     rt.post_message(&id, "ask alpha again").await.unwrap();
     assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
-    let calls = root_calls(&rt, &id, 1).await;
     assert_eq!(
-        calls[0].output,
-        Some(json!({"task_id": format!("{id}:call_alpha"), "answer": "alpha remembers"}))
+        task_results(&rt, &id).await[2],
+        format!(
+            "<task_result id=\"{id}:call_alpha\" tool=\"alpha\" status=\"completed\">alpha remembers</task_result>"
+        )
     );
     assert_eq!(children(&rt, &id).await, kids, "no new child session");
     let alpha = rt.session(&alpha.id).await.unwrap().unwrap();
@@ -242,11 +260,10 @@ async fn a_bad_task_id_is_an_error_the_model_sees() {
     assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
     let calls = root_calls(&rt, &id, 0).await;
     assert_eq!(calls[0].status, CallStatus::Failed);
+    let output = calls[0].output.as_ref().unwrap();
+    assert_eq!(output["code"], json!("UNKNOWN_TASK"), "{calls:?}");
     assert!(
-        calls[0]
-            .output
-            .as_ref()
-            .unwrap()
+        output["message"]
             .as_str()
             .unwrap()
             .contains("another session"),
@@ -281,13 +298,29 @@ async fn a_child_gets_what_remains_of_the_parents_token_budget() {
     let rt = runtime(&p, &models);
     let id = rt.create_session(Some("go".into())).await.unwrap();
     rt.drive(&id).await.unwrap();
-    let calls = root_calls(&rt, &id, 0).await;
-    assert_eq!(calls[0].status, CallStatus::Failed, "{calls:?}");
-    let error = calls[0].output.as_ref().unwrap()["error"]
-        .as_str()
+    // The call is a task (its receipt); the child's turn is what the budget stopped.
+    let kid = children(&rt, &id).await.pop().unwrap();
+    let turn = rt.store().turn(&kid, 0).await.unwrap().unwrap();
+    assert_eq!(
+        turn.status,
+        eve_runtime::store::TurnStatus::Failed,
+        "{turn:?}"
+    );
+    let reason = turn.stop_reason.unwrap_or_default();
+    assert!(reason.contains("max_tokens"), "{reason}");
+}
+
+/// The `<task_result>` messages of a session's history, in order.
+async fn task_results(rt: &Runtime, id: &str) -> Vec<String> {
+    rt.store()
+        .context(id)
+        .await
         .unwrap()
-        .to_owned();
-    assert!(error.contains("max_tokens"), "{error}");
+        .iter()
+        .filter(|r| r.body["role"] == "user")
+        .filter_map(|r| r.body["content"].as_str().map(str::to_owned))
+        .filter(|t| t.contains("<task_result"))
+        .collect()
 }
 
 fn provider_tool(name: &str) -> (Tool, (String, String)) {

@@ -144,4 +144,6 @@ pub const RESERVED_TOOL_NAMES: &[&str] = &[
     "write_file",
     "search_tools",
     "call_tool",
+    "task_wait",
+    "task_cancel",
 ];

@@ -90,6 +90,14 @@ impl LoadedBuild {
             validators.insert(&spec.name, &spec.input_schema);
             specs.push(spec);
         }
+        if crate::features::tasks::enabled(agent) {
+            for spec in crate::features::tasks::specs() {
+                if !tools.iter().any(|t| t.name == spec.name) {
+                    validators.insert(&spec.name, &spec.input_schema);
+                    specs.push(spec);
+                }
+            }
+        }
         let observe_hooks = crate::features::hooks::has_observe_hooks(agent);
         if !agent.skills.is_empty() {
             specs.push(load_skill_spec());

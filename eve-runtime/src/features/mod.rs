@@ -18,6 +18,7 @@
 //! | [`selfchange`] | the built-in `propose_change` tool |
 //! | [`subagents`] | subagent calls: children, their budgets, their answers |
 //! | [`attachments`] | files of messages and tool results: native parts, or a note with the path |
+//! | [`tasks`] | subagent calls as background tasks: receipts, results at step boundaries, waits |
 //! | [`stubs`] | tool stubs of a session (operators, eval runs): fixed results for named tools |
 //! | [`output`] | a message's `outputSchema`: the turn's result satisfies it (`result.completed`) |
 //! | [`client_context`] | a message's `clientContext`, in every model call of its turn only |
@@ -41,6 +42,7 @@ pub mod selfchange;
 pub mod strategy;
 pub mod stubs;
 pub mod subagents;
+pub mod tasks;
 pub mod turn_input;
 
 use crate::engine::LoadedBuild;
@@ -63,6 +65,9 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
         features.push(Box::new(memory::MemoryFeature::default()));
     }
     features.push(Box::new(compaction::Compaction::default()));
+    if tasks::enabled(agent) {
+        features.push(Box::new(tasks::Tasks::default()));
+    }
     if config.limits.phases.is_some() {
         features.push(Box::new(phases::Phases::default()));
     }

@@ -215,8 +215,10 @@ impl Runtime {
 }
 
 /// How a child's turn ended, as the parent call's result.
-enum ChildEnd {
+pub(crate) enum ChildEnd {
+    /// The child's answer.
     Answer(String),
+    /// Why it did not answer.
     Failed(String),
 }
 
@@ -234,6 +236,7 @@ impl TurnExtension for Subagents {
         &mut self,
         view: &TurnView<'_>,
         unsettled: &[ToolCallRecord],
+        _writes: &mut Batch,
     ) -> RuntimeResult<()> {
         let plans = view.build.manifest.agent.config.strategy == eve_compile::Strategy::Plan;
         let store = view.rt.inner.store.clone();
@@ -354,7 +357,7 @@ pub(crate) async fn await_child(
 
 /// Creates (or finds) the child and sends it the message, with the call marked running, in one
 /// durable commit. `Err` is a message for the model (bad input, unknown `task_id`).
-async fn start_child(
+pub(crate) async fn start_child(
     view: &TurnView<'_>,
     call: &mut ToolCallRecord,
     sub: &Agent,
@@ -520,7 +523,10 @@ async fn child_budget(view: &TurnView<'_>, child: &str, existing: bool) -> Runti
 }
 
 /// The child turn's end, once the turn that took the message ended.
-async fn child_end(rt: &Runtime, wait: &SubagentCall) -> RuntimeResult<Option<ChildEnd>> {
+pub(crate) async fn child_end(
+    rt: &Runtime,
+    wait: &SubagentCall,
+) -> RuntimeResult<Option<ChildEnd>> {
     let store = &rt.inner.store;
     let seq = match store.inbox_turn(&wait.inbox_id).await? {
         None => {

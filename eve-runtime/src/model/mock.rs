@@ -10,7 +10,7 @@
 //!   real model's broken arguments). The call id is `mock_call_<k>_0`, `k` being the number of
 //!   assistant messages before it;
 //! - when the history ends with tool results, it replies `NAME returned: <result content>`, one line
-//!   per result.
+//!   per result (a `[Tasks]` note the runtime adds last is passed over).
 //!
 //! **Scripts**: `mock/script:<path>`, or any mock model while `EVE_MOCK_SCRIPT` is set (a path, or
 //! inline JSON when it starts with `[`). A script is a JSON array of steps:
@@ -256,7 +256,7 @@ impl MockClient {
 }
 
 /// The placeholder a script writes where a subagent continuation token belongs:
-/// `{{last_task_id}}` (the latest tool result carrying a `task_id`) or `{{task_id:NAME}}` (the
+/// `{{last_task_id}}` (the latest tool result carrying a `task_id`, or a task's receipt) or `{{task_id:NAME}}` (the
 /// latest result of the tool `NAME` carrying one).
 pub const LAST_TASK_ID: &str = "{{last_task_id}}";
 
@@ -266,6 +266,10 @@ fn fill_task_ids(step: &mut Step, messages: &[Message]) {
     let task_id_of = |wanted: Option<&str>| {
         messages.iter().rev().find_map(|m| match m {
             Message::Tool { name, content, .. } if wanted.is_none_or(|w| w == name) => {
+                // A task's receipt names it: `Started task <id>. …`.
+                if let Some(rest) = content.strip_prefix("Started task ") {
+                    return rest.split_once(". ").map(|(id, _)| id.to_owned());
+                }
                 serde_json::from_str::<Value>(content)
                     .ok()?
                     .get("task_id")?
@@ -327,6 +331,11 @@ fn assistant_count(messages: &[Message]) -> usize {
 }
 
 fn echo_step(messages: &[Message], k: usize) -> Step {
+    // The `[Tasks]` note the runtime adds at the end of a request is not the user speaking.
+    let messages = match messages.split_last() {
+        Some((Message::User { content }, rest)) if content.starts_with("[Tasks]\n") => rest,
+        _ => messages,
+    };
     let trailing_results: Vec<String> = messages
         .iter()
         .rev()

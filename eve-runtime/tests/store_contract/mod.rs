@@ -14,8 +14,10 @@ use std::time::Duration;
 use eve_runtime::store::*;
 use serde_json::json;
 
+mod tasks;
 mod tenancy;
 mod turn_start;
+pub use tasks::task_rows_deliver_once;
 pub use tenancy::{
     an_answer_settles_a_request_once, an_answer_with_a_stale_view_of_its_turn_is_refused,
     sessions_keep_their_owner,
@@ -69,6 +71,7 @@ pub async fn run_all<B: Backend>(make: impl Fn() -> B) {
     an_answer_with_a_stale_view_of_its_turn_is_refused(&make()).await;
     take_lease_answers_with_its_token(&make()).await;
     turn_view_reads_context_and_dynamic_tools(&make()).await;
+    task_rows_deliver_once(&make()).await;
 }
 
 /// One `#[tokio::test]` per promise, on backends made by `$make`.
@@ -120,6 +123,7 @@ macro_rules! store_contract_tests {
             an_answer_with_a_stale_view_of_its_turn_is_refused,
             take_lease_answers_with_its_token,
             turn_view_reads_context_and_dynamic_tools,
+            task_rows_deliver_once,
         );
     };
 }

@@ -476,17 +476,18 @@ impl<'a> TurnDriver<'a> {
             .filter(|c| !c.status.is_terminal())
             .cloned()
             .collect();
-        // Features let go of what the unsettled calls hold (children, staged proposals).
+        // Features let go of what the unsettled calls hold (children, staged proposals, tasks).
+        let mut ended = Batch::new();
         let view = view!(self, &turn);
         for feature in &mut self.features {
-            feature.turn_ended(&view, &unsettled).await?;
+            feature.turn_ended(&view, &unsettled, &mut ended).await?;
         }
         let requests: Vec<InputRequestRecord> = pending_for_turn(self.rt, &turn)
             .await?
             .into_iter()
             .filter(|r| r.session_id == turn.session_id)
             .collect();
-        let mut batch = Batch::new();
+        let mut batch = ended;
         for mut call in unsettled {
             let text = format!("This call did not run: the turn stopped ({reason}).");
             call.status = CallStatus::Cancelled;

@@ -95,6 +95,26 @@ impl TurnDriver<'_> {
                 }
             }
         }
+        // A feature may run the call another way (a task started in the background).
+        {
+            let view = view!(self, turn);
+            for feature in &self.features {
+                if let Some(taken) = feature.take_call(&view, &call).await? {
+                    return self
+                        .settle_with(
+                            taken.writes,
+                            turn,
+                            step,
+                            call,
+                            taken.status,
+                            taken.output,
+                            None,
+                        )
+                        .await
+                        .map(Some);
+                }
+            }
+        }
         let tool = &resolved.policy;
         if let Target::Subagent(sub) = &resolved.target {
             return self.run_subagent(turn, step, call, sub).await;

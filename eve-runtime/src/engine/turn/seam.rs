@@ -18,8 +18,10 @@
 //! | [`TurnExtension::gate_call`] | before a call is approved or run | refuse it |
 //! | [`TurnExtension::check_input`] | before a call is reviewed, asked about or run | deny it or rewrite its input (`tool.before` hooks) |
 //! | [`TurnExtension::call_ran`] | after a call ran | writes that go with its result (breaker rows) |
-//! | [`TurnExtension::final_answer`] | the model answered without calls | send it back with a message, add events to the turn's end, or fail the turn |
-//! | [`TurnExtension::turn_ended`] | a turn stops early | let go of what its unsettled calls hold |
+//! | [`TurnExtension::take_call`] | a call is about to run | run it another way (as a task: a child started in the background) and settle it now |
+//! | [`TurnExtension::hold`] | before a step starts | hold the turn open (work it started is still running), or park it on input |
+//! | [`TurnExtension::final_answer`] | the model answered without calls | send it back with a message, hold the turn open, add events to the turn's end, or fail the turn |
+//! | [`TurnExtension::turn_ended`] | a turn stops early | let go of what its unsettled calls hold, with writes that go with the turn's end |
 //!
 //! A feature never commits: it adds writes to a batch the core commits with the transition
 //! they belong to, so one commit per transition stays the rule. What a feature sees of the turn
@@ -214,6 +216,28 @@ pub(crate) enum InputVerdict {
     Deny(String),
 }
 
+/// What [`TurnExtension::take_call`] did with a call it runs another way.
+pub(crate) struct Taken {
+    /// The call's status.
+    pub status: CallStatus,
+    /// What the model is told.
+    pub output: Value,
+    /// Writes committed with the result (before it).
+    pub writes: Batch,
+}
+
+/// What [`TurnExtension::hold`] said before a step.
+pub(crate) enum Hold {
+    /// Nothing holds the turn: the step starts.
+    Go,
+    /// The turn stays held: the core commits these writes, checks the turn's cancellation and
+    /// asks again (the feature waits a bounded time inside [`TurnExtension::hold`]).
+    Wait(Batch),
+    /// The turn can only go on once a principal answers these requests (a child's approval):
+    /// it parks on them (`input.requested`, `turn.waiting {on: "input"}`).
+    Park(Vec<crate::store::InputRequestRecord>),
+}
+
 /// What [`TurnExtension::final_answer`] said of a final answer.
 pub(crate) enum AnswerVerdict {
     /// The answer stands; these events go out with the turn's end (after `step.completed`).
@@ -229,6 +253,9 @@ pub(crate) enum AnswerVerdict {
     /// The answer cannot stand and the turn cannot go on: it fails with this code and message
     /// (`turn.failed`), in the commit that journals the answer.
     Fail(&'static str, String),
+    /// The answer stands in the context but the turn does not end: the step completes with
+    /// these events, and the next step starts once no feature [`TurnExtension::hold`]s it.
+    Hold(Vec<(&'static str, Value)>),
 }
 
 /// One feature of a turn. Every hook has a default that does nothing.
@@ -357,6 +384,22 @@ pub(crate) trait TurnExtension: Send + Sync {
         Ok(())
     }
 
+    /// Before a call that passed its checks runs: `Some` settles it with what the feature did
+    /// instead (a subagent call started as a background task answers with its receipt).
+    async fn take_call(
+        &self,
+        _view: &TurnView<'_>,
+        _call: &ToolCallRecord,
+    ) -> RuntimeResult<Option<Taken>> {
+        Ok(None)
+    }
+
+    /// Before a step starts (after the turn's cancel flag and limits were checked), whether
+    /// something holds the turn open.
+    async fn hold(&mut self, _view: &TurnView<'_>) -> RuntimeResult<Hold> {
+        Ok(Hold::Go)
+    }
+
     /// The model answered `answer` with no calls.
     async fn final_answer(
         &mut self,
@@ -366,11 +409,13 @@ pub(crate) trait TurnExtension: Send + Sync {
         Ok(AnswerVerdict::Accept(Vec::new()))
     }
 
-    /// The turn stops early (cancelled, failed, a limit) with these calls unsettled.
+    /// The turn stops early (cancelled, failed, a limit) with these calls unsettled; `writes`
+    /// go out with the turn's end.
     async fn turn_ended(
         &mut self,
         _view: &TurnView<'_>,
         _unsettled: &[ToolCallRecord],
+        _writes: &mut Batch,
     ) -> RuntimeResult<()> {
         Ok(())
     }

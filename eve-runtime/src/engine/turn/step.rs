@@ -28,7 +28,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::limits::sleep_until_opt;
-use super::seam::{AnswerVerdict, Shaped, StepStart, to_message};
+use super::seam::{AnswerVerdict, Hold, Shaped, StepStart, to_message};
 use super::{CallError, TurnDriver, TurnEnd, effect_str, finish_str, idempotency_key, view};
 use crate::engine::RuntimeResult;
 use crate::engine::build::LOAD_SKILL;
@@ -36,6 +36,10 @@ use crate::engine::events as ev;
 use crate::features::turn_input::{MessagePolicy, TurnInput};
 use crate::model::{Message, ModelEvent, ModelRequest, ModelResponse, ToolCall, ToolChoice};
 use crate::store::*;
+
+/// A final answer that does not end the turn: the message it goes back with (none when a
+/// feature holds the turn), and the events of the step's end.
+type SendBack = (Option<String>, Vec<(&'static str, Value)>);
 
 impl TurnDriver<'_> {
     /// Checks cancel and limits, folds steering messages in, compacts, emits `step.started`.
@@ -69,6 +73,10 @@ impl TurnDriver<'_> {
                 .end_failed(turn.clone(), "limit_exceeded", &message, Some(reason))
                 .await
                 .map(Some);
+        }
+        // A feature may hold the turn open before this step (tasks it started still work).
+        if let Some(end) = self.hold(turn).await? {
+            return Ok(Some(end));
         }
         if turn.step_index > 0 {
             self.fold_steering(turn).await?;
@@ -138,6 +146,84 @@ impl TurnDriver<'_> {
             self.rt.commit(batch).await?;
         }
         Ok(None)
+    }
+
+    /// Asks the features whether something holds the turn open before this step, and waits
+    /// while it does: their writes are committed as they come, the cancel flag is read between
+    /// rounds, and a turn that can only go on with a principal's answer parks on it.
+    async fn hold(&mut self, turn: &mut TurnRecord) -> RuntimeResult<Option<TurnEnd>> {
+        self.context().await?;
+        loop {
+            let mut held = Hold::Go;
+            {
+                let view = view!(self, &*turn);
+                for feature in &mut self.features {
+                    held = feature.hold(&view).await?;
+                    if !matches!(held, Hold::Go) {
+                        break;
+                    }
+                }
+            }
+            let writes = match held {
+                Hold::Go => {
+                    if turn.status == TurnStatus::Waiting {
+                        // Back from a park: the turn runs again (committed with its next step).
+                        turn.status = TurnStatus::Running;
+                        self.session.status = SessionStatus::Running;
+                        let mut batch = Batch::new();
+                        batch
+                            .push(Op::PutTurn(turn.clone()))
+                            .push(Op::UpdateSession(self.session.clone()));
+                        let batch = self.with_held(batch);
+                        self.rt.commit(batch).await?;
+                    }
+                    return Ok(None);
+                }
+                Hold::Wait(writes) => writes,
+                Hold::Park(pending) => {
+                    if turn.status == TurnStatus::Waiting && self.held.is_none() {
+                        // Parked already (a driver looked again): nothing changed.
+                        return Ok(Some(TurnEnd::Parked(pending)));
+                    }
+                    let mut batch = Batch::new();
+                    if turn.status != TurnStatus::Waiting {
+                        batch.event(
+                            self.id(),
+                            ev::INPUT_REQUESTED,
+                            ev::input_requested(turn, turn.step_index, &pending),
+                        );
+                        batch.event(
+                            self.id(),
+                            ev::TURN_WAITING,
+                            ev::turn_waiting(turn, &self.session.usage),
+                        );
+                    }
+                    turn.status = TurnStatus::Waiting;
+                    self.session.status = SessionStatus::Waiting;
+                    batch
+                        .push(Op::PutTurn(turn.clone()))
+                        .push(Op::UpdateSession(self.session.clone()));
+                    let batch = self.with_held(batch);
+                    self.rt.commit(batch).await?;
+                    return Ok(Some(TurnEnd::Parked(pending)));
+                }
+            };
+            if !writes.is_empty() {
+                let writes = self.with_held(writes);
+                self.rt.commit(writes).await?;
+            }
+            let requested = self
+                .rt
+                .inner
+                .store
+                .session(&self.session.id)
+                .await?
+                .is_some_and(|s| s.cancel_requested);
+            if requested || self.cancel.is_cancelled() {
+                self.session.cancel_requested = requested;
+                return self.end_cancelled(turn.clone()).await.map(Some);
+            }
+        }
     }
 
     /// Whether this step may hold writes back: nothing between `step.started` and the journal
@@ -495,7 +581,9 @@ impl TurnDriver<'_> {
         let step_usage_kept = step_usage.clone();
         // A final answer may go back to the model once more: the hollow-answer check's nudge,
         // or a critic's objections. The step ends; the message is the next step's last.
-        let mut send_back: Option<(String, Vec<(&str, Value)>)> = None;
+        // A feature may instead hold the turn open (tasks still working): the step ends, the
+        // next starts once nothing holds it.
+        let mut send_back: Option<SendBack> = None;
         let mut final_events: Vec<(&str, Value)> = Vec::new();
         let mut failed: Option<(&'static str, String)> = None;
 
@@ -505,7 +593,11 @@ impl TurnDriver<'_> {
                 match feature.final_answer(&view, &response.content).await? {
                     AnswerVerdict::Accept(events) => final_events.extend(events),
                     AnswerVerdict::SendBack { message, events } => {
-                        send_back = Some((message, events));
+                        send_back = Some((Some(message), events));
+                        break;
+                    }
+                    AnswerVerdict::Hold(events) => {
+                        send_back = Some((None, events));
                         break;
                     }
                     AnswerVerdict::Fail(code, message) => {
@@ -543,16 +635,18 @@ impl TurnDriver<'_> {
             for (kind, data) in events {
                 batch.event(self.id(), kind, data);
             }
-            batch.push(Op::AppendMessage {
-                session_id: self.session.id.clone(),
-                turn_seq: Some(turn.seq),
-                kind: MESSAGE_KIND_MESSAGE.to_owned(),
-                body: serde_json::to_value(Message::user(text.clone()))?,
-            });
+            if let Some(text) = text {
+                batch.push(Op::AppendMessage {
+                    session_id: self.session.id.clone(),
+                    turn_seq: Some(turn.seq),
+                    kind: MESSAGE_KIND_MESSAGE.to_owned(),
+                    body: serde_json::to_value(Message::user(text.clone()))?,
+                });
+                nudge = Some(Message::user(text));
+            }
             turn.phase = TurnPhase::Model;
             turn.step_index += 1;
             turn.step_started = false;
-            nudge = Some(Message::user(text));
         } else if done {
             turn.phase = TurnPhase::Done;
             turn.status = TurnStatus::Completed;

@@ -302,6 +302,7 @@ impl TurnExtension for SelfChange {
         &mut self,
         view: &TurnView<'_>,
         unsettled: &[ToolCallRecord],
+        _writes: &mut Batch,
     ) -> RuntimeResult<()> {
         // A proposal parked with the turn is dropped with it: nothing stays staged.
         for call in unsettled {
