@@ -333,7 +333,7 @@ fn assistant_count(messages: &[Message]) -> usize {
 fn echo_step(messages: &[Message], k: usize) -> Step {
     // The `[Tasks]` note the runtime adds at the end of a request is not the user speaking.
     let messages = match messages.split_last() {
-        Some((Message::User { content }, rest)) if content.starts_with("[Tasks]\n") => rest,
+        Some((Message::User { content, .. }, rest)) if content.starts_with("[Tasks]\n") => rest,
         _ => messages,
     };
     let trailing_results: Vec<String> = messages

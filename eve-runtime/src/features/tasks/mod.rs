@@ -227,7 +227,7 @@ impl TurnExtension for Tasks {
         request.system.push_str(&table::system_block());
         let tasks = table::read(view).await?;
         if let Some(note) = table::note(&tasks) {
-            request.messages.push(Message::User { content: note });
+            request.messages.push(Message::user(note));
         }
         Ok(Shaped::Call)
     }
@@ -513,7 +513,7 @@ fn deliver(
         let refs: Vec<&TaskRecord> = due.iter().map(|&i| &tasks[i]).collect();
         table::results(&refs)
     };
-    let mut body = serde_json::to_value(Message::User { content: text })?;
+    let mut body = serde_json::to_value(Message::user(text))?;
     view.rt.secrets().redact_json(&mut body);
     writes.push(Op::AppendMessage {
         session_id: view.id().to_owned(),
