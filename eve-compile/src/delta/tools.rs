@@ -89,8 +89,8 @@ pub(super) fn tools_of(agent: &Agent) -> BTreeMap<String, ToolView> {
             },
         );
     }
-    if agent.config.default_tools {
-        for (name, effect) in DEFAULT_TOOL_EFFECTS {
+    for (name, effect) in DEFAULT_TOOL_EFFECTS {
+        if agent.config.builtin_on(name) {
             if out.contains_key(*name) {
                 continue;
             }

@@ -16,6 +16,7 @@ mod error;
 pub(crate) mod guarded;
 mod http;
 mod process;
+pub mod search;
 pub(crate) mod template;
 mod validate;
 mod workspace;
