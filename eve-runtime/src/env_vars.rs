@@ -79,7 +79,7 @@ pub const EVE_SKIP_POSTGRES: &str = "EVE_SKIP_POSTGRES";
 /// refuse to run, and `eve serve` says so at start.
 pub const EVE_TEST_NO_OPENAT2: &str = "EVE_TEST_NO_OPENAT2";
 /// Tests only, and honoured by debug builds only: `1` makes `glob` and `grep` walk the workspace
-/// by path, following symlinks, as a naive walker would (so a test can show a walk steered out of
+/// by path, as a naive walker does (so a test can show a walk steered out of
 /// the workspace when nothing stops it). A release build ignores it.
 pub const EVE_TEST_UNSAFE_WALK: &str = "EVE_TEST_UNSAFE_WALK";
 /// The port (`--port`) of `eve serve` and `eve dev`.

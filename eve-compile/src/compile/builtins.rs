@@ -114,6 +114,10 @@ impl Compiler {
     /// subagent cannot take such a name (it would be offered twice).
     pub(super) fn check_builtins(&mut self, agent: &Agent) {
         for name in agent.config.builtins_on() {
+            if name == AGENT_TOOL && !agent.path.is_empty() {
+                // Offered to the root agent only.
+                continue;
+            }
             if let Some(tool) = agent.replaced_builtin(name) {
                 self.push(
                     Diagnostic::new(
@@ -129,6 +133,23 @@ impl Compiler {
                 );
             }
             if let Some(sub) = agent.subagents.iter().find(|s| s.name == name) {
+                if name == AGENT_TOOL {
+                    // A subagent folder named `agent` is that agent: it replaces the copy.
+                    self.push(
+                        Diagnostic::new(
+                            Code::BuiltinReplaced,
+                            format!("{}/", sub.path),
+                            "this subagent replaces the built-in tool `agent` (a copy of the \
+                             root agent)"
+                                .to_owned(),
+                        )
+                        .help(
+                            "to keep the built-in, rename the subagent folder; to drop `agent` \
+                             altogether, turn it off in agent.yaml (`default_tools: {agent: false}`)",
+                        ),
+                    );
+                    continue;
+                }
                 self.push(
                     Diagnostic::new(
                         Code::ReservedName,

@@ -117,7 +117,13 @@ pub const DEFAULT_TOOL_EFFECTS: &[(&str, Effect)] = &[
     ("write_file", Effect::Idempotent),
     ("glob", Effect::Read),
     ("grep", Effect::Read),
+    // A fresh copy of the root agent, called as a subagent (`{message, task_id?}`).
+    (AGENT_TOOL, Effect::Idempotent),
 ];
+
+/// Name of the built-in that calls a fresh copy of the root agent as a subagent; offered to the
+/// root agent only, never inside its own children.
+pub const AGENT_TOOL: &str = "agent";
 
 /// The built-in tools `default_tools: true` leaves off: an agent names them to have them
 /// (`default_tools: [bash, read_file, write_file, glob, grep]`, or `{glob: true, grep: true}`).

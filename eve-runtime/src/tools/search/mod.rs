@@ -109,7 +109,7 @@ pub(crate) struct GlobInput {
 pub(crate) struct Env {
     /// The session workspace.
     pub workspace: PathBuf,
-    /// Walk by path, following symlinks (`EVE_TEST_UNSAFE_WALK=1` in a debug build).
+    /// Walk by path (`EVE_TEST_UNSAFE_WALK=1` in a debug build).
     pub unsafe_paths: bool,
     /// Set when the call is cancelled.
     pub cancelled: std::sync::Arc<AtomicBool>,

@@ -15,9 +15,9 @@
 //! folders from one stack (depth first, so few handles are open at once); a folder's handle is
 //! shared by the entries found in it and closed when the last is done.
 //!
-//! `EVE_TEST_UNSAFE_WALK=1` (debug builds only) walks by path instead, following symlinks, as a
-//! naive walker would: the escape tests' twin, which shows the attack succeeding without the
-//! handles.
+//! `EVE_TEST_UNSAFE_WALK=1` (debug builds only) walks by path instead, as a naive walker does
+//! (each entry's kind as listed, then the folder listed and the file opened by its path): the
+//! escape tests' twin, which shows a swapped folder steering it out without the handles.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
@@ -82,7 +82,7 @@ pub(crate) struct Walk<'a> {
     pub start: &'a Path,
     /// The `--glob` overrides, matched against paths relative to `start`.
     pub overrides: &'a Override,
-    /// Walk by path, following symlinks (tests only: the protection off).
+    /// Walk by path (tests only: the protection off).
     pub unsafe_paths: bool,
     /// When to stop with what was found so far.
     pub deadline: Instant,
@@ -217,7 +217,7 @@ fn list<F: Fn(Found)>(
     stack: &Mutex<Vec<Job>>,
     found: &F,
 ) {
-    let mut entries = entries(walk, dir);
+    let mut entries = entries(dir);
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     let mut folders = Vec::new();
     for (name, kind) in entries {
@@ -253,22 +253,22 @@ fn list<F: Fn(Found)>(
     }
 }
 
-/// The entries of a folder with their kind, not followed (followed in the unsafe twin). An
-/// entry gone meanwhile is left out; so is everything of a folder that cannot be read.
-fn entries(walk: &Walk<'_>, dir: &Dir) -> Vec<(OsString, FileType)> {
+/// The entries of a folder with their kind, not followed. An entry gone meanwhile is left out;
+/// so is everything of a folder that cannot be read.
+fn entries(dir: &Dir) -> Vec<(OsString, FileType)> {
     let Some(fd) = &dir.fd else {
+        // The naive walk: listed by path (whatever the path leads to now), each entry's kind as
+        // listed.
         let Ok(read) = std::fs::read_dir(&dir.path) else {
             return Vec::new();
         };
-        let _ = walk;
         return read
             .filter_map(Result::ok)
             .filter_map(|e| {
-                // `metadata` follows a symlink: the naive walk.
-                let meta = std::fs::metadata(e.path()).ok()?;
-                let kind = if meta.is_dir() {
+                let kind = e.file_type().ok()?;
+                let kind = if kind.is_dir() {
                     FileType::Directory
-                } else if meta.is_file() {
+                } else if kind.is_file() {
                     FileType::RegularFile
                 } else {
                     FileType::Unknown
