@@ -146,7 +146,7 @@ pub(crate) fn grep(env: &Env, input: GrepInput) -> Result<(Value, bool), ToolErr
     let limit = input.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
     let context = usize::try_from(input.context.unwrap_or(0).min(MAX_LIMIT)).unwrap_or(0);
     let matcher = matcher(&input)?;
-    let overrides = overrides(&rel, input.glob.as_deref())?;
+    let overrides = overrides(input.glob.as_deref())?;
     let builder = {
         let mut b = SearcherBuilder::new();
         b.line_number(true)

@@ -139,9 +139,10 @@ fn start(path: Option<&str>) -> Result<(PathBuf, String), ToolError> {
     Ok((rel, shown))
 }
 
-/// The overrides of a call: its glob, if any, and eve's `!.git/*`, matched from the start.
-fn overrides(start: &Path, glob: Option<&str>) -> Result<Override, ToolError> {
-    let mut builder = OverrideBuilder::new(start);
+/// The overrides of a call: its glob, if any, and eve's `!.git/*`, matched against paths
+/// relative to the start.
+fn overrides(glob: Option<&str>) -> Result<Override, ToolError> {
+    let mut builder = OverrideBuilder::new(".");
     if let Some(glob) = glob.map(str::trim).filter(|g| !g.is_empty()) {
         builder
             .add(glob)
@@ -201,7 +202,7 @@ pub(crate) fn glob(env: &Env, input: GlobInput) -> Result<(Value, bool), ToolErr
     let (rel, shown) = start(input.path.as_deref())?;
     let limit = usize::try_from(input.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT))
         .unwrap_or(usize::MAX);
-    let overrides = overrides(&rel, Some(&input.pattern))?;
+    let overrides = overrides(Some(&input.pattern))?;
     let found = Mutex::new(Vec::new());
     let ended = walk::walk(&walk_of(env, &rel, &overrides), |f| {
         found.lock().unwrap_or_else(|e| e.into_inner()).push(f.rel);

@@ -194,9 +194,14 @@ where
                             parent: Some(job.ignores.clone()),
                         });
                         list(walk, &Arc::new(dir), &job.rel, &ignores, &stack, &found);
+                        ready.notify_all();
                     }
                     drop(job);
-                    busy.fetch_sub(1, Ordering::SeqCst);
+                    {
+                        // Under the lock, so a thread about to wait cannot miss it.
+                        let _jobs = stack.lock().unwrap_or_else(|e| e.into_inner());
+                        busy.fetch_sub(1, Ordering::SeqCst);
+                    }
                     ready.notify_all();
                 }
             });
