@@ -23,7 +23,7 @@ fn on(yaml: Option<&str>, extra: &[(&str, &str)]) -> (Vec<&'static str>, Vec<Cod
 
 #[test]
 fn default_tools_is_a_bool_a_list_or_a_map() {
-    let defaults = ["bash", "read_file", "write_file"];
+    let defaults = ["bash", "read_file", "write_file", "agent"];
     assert_eq!(on(None, &[]), (defaults.to_vec(), vec![]));
     assert_eq!(on(Some("default_tools: true\n"), &[]).0, defaults);
     assert_eq!(on(Some("default_tools: false\n"), &[]).0, Vec::<&str>::new());
@@ -39,10 +39,10 @@ fn default_tools_is_a_bool_a_list_or_a_map() {
             Some("default_tools: {glob: true, grep: true, write_file: false}\n"),
             &[]
         ),
-        (vec!["bash", "read_file", "glob", "grep"], vec![])
+        (vec!["bash", "read_file", "glob", "grep", "agent"], vec![])
     );
     assert_eq!(
-        on(Some("default_tools: {bash: false}\n"), &[]).0,
+        on(Some("default_tools: {bash: false, agent: false}\n"), &[]).0,
         ["read_file", "write_file"]
     );
     // Mistakes are errors that name the field, and leave the name out.
@@ -78,7 +78,7 @@ fn an_authored_tool_replaces_the_builtin_of_its_name_with_a_note() {
     assert!(checked.rendered.contains("note[N001]"), "{}", checked.rendered);
     assert_eq!(checked.output.error_count(), 0, "a note is not an error");
     let agent = &checked.output.manifest.agent;
-    assert_eq!(agent.replaced_builtin("bash").unwrap().source, "agent/tools/bash.yaml");
+    assert_eq!(agent.replaced_builtin("bash").unwrap().source, "tools/bash.yaml");
     assert!(!agent.runs_builtin("bash"));
     assert!(agent.runs_builtin("read_file"));
 

@@ -17,7 +17,7 @@ pub fn builtin_names() -> Vec<&'static str> {
 
 /// Reads `default_tools` into `(default_tools, builtins)` of [`AgentConfig`]: a bool as it is;
 /// a list turns on exactly the built-ins it names; a map turns built-ins on or off from the
-/// defaults (`{web_search: false}`, `{glob: true}`). Unknown names are reported with the closest
+/// defaults (`{bash: false}`, `{glob: true}`). Unknown names are reported with the closest
 /// known one, and left out.
 pub(super) fn default_tools(f: &mut Fields<'_>) -> (bool, Option<Vec<String>>) {
     const KEY: &str = "default_tools";
@@ -80,7 +80,7 @@ pub(super) fn default_tools(f: &mut Fields<'_>) -> (bool, Option<Vec<String>>) {
                             "`default_tools.{name}` must be true or false, found {}",
                             kind(other)
                         ),
-                        "write `default_tools: {web_search: false, glob: true}`",
+                        "write `default_tools: {glob: true, bash: false}`",
                     ),
                 }
             }
@@ -95,7 +95,7 @@ pub(super) fn default_tools(f: &mut Fields<'_>) -> (bool, Option<Vec<String>>) {
                     kind(&other)
                 ),
                 "write `default_tools: false`, a list (`[bash, glob, grep]`), or a mapping \
-                 (`{web_search: false}`)",
+                 (`{glob: true, bash: false}`)",
             );
             return (true, None);
         }
