@@ -44,7 +44,7 @@ for i in range(10000):
     lines = []
     for _ in range(1 + rng.randrange(30)):
         line = [rng.choice(words) for _ in range(rng.randrange(12))]
-        if rng.randrange(50) == 0:
+        if rng.randrange(1000) == 0:
             line.append("fn spotted_7()")
         lines.append(" ".join(line))
     text = "\n".join(lines) + "\n"

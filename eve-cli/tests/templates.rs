@@ -159,11 +159,18 @@ fn coding_template_finds_and_searches_files() {
     // The seeded README is found by name and by content.
     for (call, want) in [
         (r#"/tool glob {"pattern": "*.md"}"#, "README.md"),
-        (r#"/tool grep {"pattern": "[a-z]", "limit": 1}"#, "README.md:1:"),
+        (
+            r#"/tool grep {"pattern": "[a-z]", "limit": 1}"#,
+            "README.md:1:",
+        ),
     ] {
         let run = eve(&dir, &["run", "--yes", call]);
         let stdout = String::from_utf8_lossy(&run.stdout);
-        assert!(run.status.success(), "{call}: {}", String::from_utf8_lossy(&run.stderr));
+        assert!(
+            run.status.success(),
+            "{call}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
         assert!(stdout.contains(want), "{call}: {stdout}");
     }
 }
@@ -185,7 +192,10 @@ fn an_authored_bash_replaces_the_builtin_and_info_says_so() {
     let stderr = String::from_utf8_lossy(&info.stderr);
     assert!(info.status.success(), "{stderr}");
     assert!(stderr.contains("note[N001]"), "{stderr}");
-    assert!(stdout.contains("bash [replaced by tools/bash.yaml]"), "{stdout}");
+    assert!(
+        stdout.contains("bash [replaced by tools/bash.yaml]"),
+        "{stdout}"
+    );
     let j: serde_json::Value =
         serde_json::from_slice(&eve(&dir, &["info", "--json"]).stdout).unwrap();
     let bash: Vec<_> = j["tools"]

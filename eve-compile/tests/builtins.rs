@@ -26,7 +26,10 @@ fn default_tools_is_a_bool_a_list_or_a_map() {
     let defaults = ["bash", "read_file", "write_file", "agent"];
     assert_eq!(on(None, &[]), (defaults.to_vec(), vec![]));
     assert_eq!(on(Some("default_tools: true\n"), &[]).0, defaults);
-    assert_eq!(on(Some("default_tools: false\n"), &[]).0, Vec::<&str>::new());
+    assert_eq!(
+        on(Some("default_tools: false\n"), &[]).0,
+        Vec::<&str>::new()
+    );
     // A list: exactly those, in the table's order, each once.
     assert_eq!(
         on(Some("default_tools: [grep, bash, grep]\n"), &[]),
@@ -51,7 +54,10 @@ fn default_tools_is_a_bool_a_list_or_a_map() {
     let (_, codes) = on(Some("default_tools: {glob: 1}\n"), &[]);
     assert_eq!(codes, [Code::InvalidField]);
     let (names, codes) = on(Some("default_tools: maybe\n"), &[]);
-    assert_eq!((names, codes), (defaults.to_vec(), vec![Code::InvalidField]));
+    assert_eq!(
+        (names, codes),
+        (defaults.to_vec(), vec![Code::InvalidField])
+    );
 }
 
 #[test]
@@ -75,10 +81,17 @@ fn an_authored_tool_replaces_the_builtin_of_its_name_with_a_note() {
         "{}",
         checked.rendered
     );
-    assert!(checked.rendered.contains("note[N001]"), "{}", checked.rendered);
+    assert!(
+        checked.rendered.contains("note[N001]"),
+        "{}",
+        checked.rendered
+    );
     assert_eq!(checked.output.error_count(), 0, "a note is not an error");
     let agent = &checked.output.manifest.agent;
-    assert_eq!(agent.replaced_builtin("bash").unwrap().source, "tools/bash.yaml");
+    assert_eq!(
+        agent.replaced_builtin("bash").unwrap().source,
+        "tools/bash.yaml"
+    );
     assert!(!agent.runs_builtin("bash"));
     assert!(agent.runs_builtin("read_file"));
 
@@ -89,5 +102,12 @@ fn an_authored_tool_replaces_the_builtin_of_its_name_with_a_note() {
         .file("tools/glob.yaml", TOOL)
         .check_mem();
     assert!(checked.diagnostics().is_empty(), "{}", checked.rendered);
-    assert!(checked.output.manifest.agent.replaced_builtin("bash").is_none());
+    assert!(
+        checked
+            .output
+            .manifest
+            .agent
+            .replaced_builtin("bash")
+            .is_none()
+    );
 }

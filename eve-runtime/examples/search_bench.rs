@@ -46,11 +46,44 @@ async fn main() -> ExitCode {
         network: None,
     };
     let queries: Vec<(&str, Value, Vec<&str>)> = vec![
-        ("glob", json!({"pattern": "**/*.rs", "limit": 1000}), vec!["--files", "--glob", "**/*.rs"]),
-        ("glob", json!({"pattern": "*", "limit": 1000}), vec!["--files", "--glob", "*"]),
-        ("grep", json!({"pattern": "spotted_7", "limit": 1000}), vec!["--line-number", "--max-count", "1000", "spotted_7"]),
-        ("grep", json!({"pattern": "fn\\s+\\w+_7\\(", "glob": "*.rs"}), vec!["--line-number", "--max-count", "100", "--glob", "*.rs", "fn\\s+\\w+_7\\("]),
-        ("grep", json!({"pattern": "NEEDLE", "ignoreCase": true, "limit": 1}), vec!["--line-number", "--max-count", "1", "--ignore-case", "NEEDLE"]),
+        (
+            "glob",
+            json!({"pattern": "**/*.rs", "limit": 1000}),
+            vec!["--files", "--glob", "**/*.rs"],
+        ),
+        (
+            "glob",
+            json!({"pattern": "*", "limit": 1000}),
+            vec!["--files", "--glob", "*"],
+        ),
+        (
+            "grep",
+            json!({"pattern": "spotted_7", "limit": 1000}),
+            vec!["--line-number", "--max-count", "1000", "spotted_7"],
+        ),
+        (
+            "grep",
+            json!({"pattern": "fn\\s+\\w+_7\\(", "glob": "*.rs"}),
+            vec![
+                "--line-number",
+                "--max-count",
+                "100",
+                "--glob",
+                "*.rs",
+                "fn\\s+\\w+_7\\(",
+            ],
+        ),
+        (
+            "grep",
+            json!({"pattern": "NEEDLE", "ignoreCase": true, "limit": 1}),
+            vec![
+                "--line-number",
+                "--max-count",
+                "1",
+                "--ignore-case",
+                "NEEDLE",
+            ],
+        ),
     ];
     println!(
         "{:<48} {:>12} {:>12} {:>8}",
@@ -71,7 +104,13 @@ async fn main() -> ExitCode {
             let t = Instant::now();
             let out = Command::new(rg)
                 .current_dir(&ws)
-                .args(["--no-config", "--color=never", "--hidden", "--glob", "!.git/*"])
+                .args([
+                    "--no-config",
+                    "--color=never",
+                    "--hidden",
+                    "--glob",
+                    "!.git/*",
+                ])
                 .args(rg_args)
                 .output();
             theirs.push(t.elapsed());
@@ -85,7 +124,10 @@ async fn main() -> ExitCode {
         worst = worst.max(ratio);
         println!(
             "{:<48} {:>12.2} {:>12.2} {:>7.2}x",
-            format!("{tool} {input}").chars().take(48).collect::<String>(),
+            format!("{tool} {input}")
+                .chars()
+                .take(48)
+                .collect::<String>(),
             ms(a),
             ms(b),
             ratio

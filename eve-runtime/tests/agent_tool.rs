@@ -40,10 +40,21 @@ async fn the_root_calls_a_copy_of_itself_which_cannot_call_agent_again() {
     assert_eq!(kids.len(), 1, "one copy");
     let child_calls = root_calls(&rt, &kids[0], 0).await;
     assert_eq!(child_calls.len(), 1, "{child_calls:?}");
-    assert_ne!(child_calls[0].status, CallStatus::Completed, "{child_calls:?}");
-    let said = child_calls[0].output.clone().unwrap_or_default().to_string();
+    assert_ne!(
+        child_calls[0].status,
+        CallStatus::Completed,
+        "{child_calls:?}"
+    );
+    let said = child_calls[0]
+        .output
+        .clone()
+        .unwrap_or_default()
+        .to_string();
     assert!(said.contains("no tool named `agent`"), "{said}");
-    assert!(children(&rt, &kids[0]).await.is_empty(), "the copy started no copy");
+    assert!(
+        children(&rt, &kids[0]).await.is_empty(),
+        "the copy started no copy"
+    );
 
     assert!(task_id.starts_with(&format!("{id}:")), "{task_id}");
 }
@@ -56,7 +67,10 @@ async fn agent_is_off_when_default_tools_turns_it_off() {
     root.config.builtins = Some(vec!["bash".to_owned()]);
     p.write_build(&root, &[]);
     let models = PerAgent::default();
-    models.set("", json!([call("agent", "c1", json!({"message": "hi"})), {"text": "ok"}]));
+    models.set(
+        "",
+        json!([call("agent", "c1", json!({"message": "hi"})), {"text": "ok"}]),
+    );
     let rt = runtime(&p, &models);
     let id = rt.create_session(Some("go".into())).await.unwrap();
     rt.drive(&id).await.unwrap();

@@ -607,7 +607,15 @@ async fn glob_and_grep_never_follow_planted_symlinks() {
     // The twin: a walk that follows symlinks (ripgrep's `-L`) finds the secret in this workspace.
     let followed = std::process::Command::new(crate::tools::search::rg())
         .current_dir(ws)
-        .args(["--no-config", "-L", "--hidden", "-l", SECRET, "dir-link", "file-link.txt"])
+        .args([
+            "--no-config",
+            "-L",
+            "--hidden",
+            "-l",
+            SECRET,
+            "dir-link",
+            "file-link.txt",
+        ])
         .output()
         .unwrap();
     let followed = String::from_utf8_lossy(&followed.stdout);

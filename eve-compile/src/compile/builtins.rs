@@ -24,7 +24,10 @@ pub(super) fn default_tools(f: &mut Fields<'_>) -> (bool, Option<Vec<String>>) {
     let names = builtin_names();
     let unknown = |f: &mut Fields<'_>, pointer: &str, name: &str| {
         let help = match closest(name, &names) {
-            Some(near) => format!("did you mean `{near}`? built-in tools: {}", names.join(", ")),
+            Some(near) => format!(
+                "did you mean `{near}`? built-in tools: {}",
+                names.join(", ")
+            ),
             None => format!("built-in tools: {}", names.join(", ")),
         };
         f.report_at(

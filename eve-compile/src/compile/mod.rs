@@ -34,8 +34,8 @@ use crate::frontmatter;
 use crate::manifest::*;
 use crate::yaml::{self, Doc};
 
-pub use channels::is_env_ref;
 pub use builtins::builtin_names;
+pub use channels::is_env_ref;
 pub use config::BUILTIN_TOOLS;
 pub use tools::interpreter_for;
 

@@ -143,12 +143,7 @@ pub fn default_tool_effect(name: &str) -> Option<Effect> {
 
 /// Names the runtime provides itself; tools cannot take them. (A tool may take a built-in tool's
 /// name: it replaces that built-in.)
-pub const RESERVED_TOOL_NAMES: &[&str] = &[
-    "eve",
-    "load_skill",
-    "search_tools",
-    "call_tool",
-];
+pub const RESERVED_TOOL_NAMES: &[&str] = &["eve", "load_skill", "search_tools", "call_tool"];
 
 impl super::Agent {
     /// The authored tool that replaces the built-in `name`: one of the agent's tools with its

@@ -20,10 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::beneath::{self, Beneath};
 use super::error::ToolError;
-use super::search::{self, GLOB, GLOB_DESCRIPTION, GREP, GREP_DESCRIPTION};
 use super::process::{
     OutputMode, ProcessSpec, capture_text, run_process, tool_env, truncation_note,
 };
+use super::search::{self, GLOB, GLOB_DESCRIPTION, GREP, GREP_DESCRIPTION};
 use super::workspace::relative;
 use super::{BUILTIN_ARGV, ToolContext, ToolResult, effective_limit};
 
@@ -99,8 +99,18 @@ pub fn builtin_tools() -> Vec<Tool> {
             }),
             builtin_effect(WRITE_FILE),
         ),
-        builtin(GLOB, GLOB_DESCRIPTION, search::glob_schema(), builtin_effect(GLOB)),
-        builtin(GREP, GREP_DESCRIPTION, search::grep_schema(), builtin_effect(GREP)),
+        builtin(
+            GLOB,
+            GLOB_DESCRIPTION,
+            search::glob_schema(),
+            builtin_effect(GLOB),
+        ),
+        builtin(
+            GREP,
+            GREP_DESCRIPTION,
+            search::grep_schema(),
+            builtin_effect(GREP),
+        ),
     ]
 }
 

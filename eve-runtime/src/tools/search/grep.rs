@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 
 use super::walk::{self, Found};
 use super::{
-    DEFAULT_LIMIT, Env, GREP, MAX_LIMIT, MAX_OUTPUT_BYTES, WALK_TIME, cap_line, overrides,
-    start, start_error, walk_of,
+    DEFAULT_LIMIT, Env, GREP, MAX_LIMIT, MAX_OUTPUT_BYTES, WALK_TIME, cap_line, overrides, start,
+    start_error, walk_of,
 };
 use crate::tools::error::ToolError;
 
@@ -228,7 +228,10 @@ fn render(
     }
     if out.is_empty() {
         let content = if stopped {
-            format!("No matches found before the search stopped after {}s", WALK_TIME.as_secs())
+            format!(
+                "No matches found before the search stopped after {}s",
+                WALK_TIME.as_secs()
+            )
         } else {
             "No matches found".to_owned()
         };

@@ -31,7 +31,6 @@ use crate::env_vars::EVE_TEST_UNSAFE_WALK;
 
 pub(crate) use grep::{GrepInput, grep};
 
-
 /// Name of the file listing tool.
 pub const GLOB: &str = "glob";
 /// Name of the content search tool.
@@ -178,9 +177,9 @@ fn start_error(shown: &str, e: walk::StartError, tool: &str) -> ToolError {
                 at.display()
             ),
         },
-        walk::StartError::File(_) => ToolError::InvalidInput(format!(
-            "`{shown}` is a file: {tool} needs a folder"
-        )),
+        walk::StartError::File(_) => {
+            ToolError::InvalidInput(format!("`{shown}` is a file: {tool} needs a folder"))
+        }
         walk::StartError::Io(source) => ToolError::Io {
             action: "could not search",
             path: shown.to_owned(),
@@ -223,7 +222,10 @@ pub(crate) fn glob(env: &Env, input: GlobInput) -> Result<(Value, bool), ToolErr
     }
     if lines.is_empty() {
         let content = if ended.stopped {
-            format!("No files found before the search stopped after {}s", WALK_TIME.as_secs())
+            format!(
+                "No files found before the search stopped after {}s",
+                WALK_TIME.as_secs()
+            )
         } else {
             "No files found".to_owned()
         };

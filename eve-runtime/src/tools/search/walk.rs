@@ -66,7 +66,9 @@ impl Found {
     /// longer a regular file (swapped, removed).
     pub fn open(&self) -> Option<std::fs::File> {
         let file = match &self.dir.fd {
-            Some(fd) => std::fs::File::from(rustix::fs::openat(fd, &self.name, FILE, Mode::empty()).ok()?),
+            Some(fd) => {
+                std::fs::File::from(rustix::fs::openat(fd, &self.name, FILE, Mode::empty()).ok()?)
+            }
             // The unsafe twin opens by path, following whatever is there now.
             None => std::fs::File::open(self.dir.path.join(&self.name)).ok()?,
         };
@@ -158,7 +160,14 @@ where
     let ready = Condvar::new();
     let busy = AtomicUsize::new(0);
     let stopped = AtomicBool::new(false);
-    list(walk, &start, &walk.start.to_path_buf(), &ignores, &stack, &found);
+    list(
+        walk,
+        &start,
+        &walk.start.to_path_buf(),
+        &ignores,
+        &stack,
+        &found,
+    );
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, MAX_THREADS);
@@ -183,8 +192,8 @@ where
                         ready.notify_all();
                         return;
                     };
-                    let stop = walk.cancelled.load(Ordering::Relaxed)
-                        || Instant::now() >= walk.deadline;
+                    let stop =
+                        walk.cancelled.load(Ordering::Relaxed) || Instant::now() >= walk.deadline;
                     if stop {
                         stopped.store(true, Ordering::Relaxed);
                         stack.lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -348,7 +357,13 @@ fn open_start(walk: &Walk<'_>) -> Result<(Arc<Dir>, Arc<Ignores>), StartError> {
             None => {
                 let path = dir.path.join(name);
                 if !path.is_dir() {
-                    return Err(file_or_missing(walk, &dir, name, &rel, i + 1 == names.len()));
+                    return Err(file_or_missing(
+                        walk,
+                        &dir,
+                        name,
+                        &rel,
+                        i + 1 == names.len(),
+                    ));
                 }
                 Dir { fd: None, path }
             }
@@ -359,7 +374,13 @@ fn open_start(walk: &Walk<'_>) -> Result<(Arc<Dir>, Arc<Ignores>), StartError> {
                 },
                 Err(Errno::LOOP) => return Err(StartError::Symlink(rel)),
                 Err(Errno::NOTDIR) => {
-                    return Err(file_or_missing(walk, &dir, name, &rel, i + 1 == names.len()));
+                    return Err(file_or_missing(
+                        walk,
+                        &dir,
+                        name,
+                        &rel,
+                        i + 1 == names.len(),
+                    ));
                 }
                 Err(e) => return Err(StartError::Io(e.into())),
             },
