@@ -55,4 +55,5 @@ PY
 fi
 cargo build -q --profile "$PROFILE" -p eve-runtime --example search_bench
 dir=$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")
-exec "target/$dir/examples/search_bench" "$RG" "$WS" "$RUNS"
+# Absolute: the bench starts rg with the workspace as its cwd.
+exec "target/$dir/examples/search_bench" "$(realpath "$RG")" "$(realpath "$WS")" "$RUNS"

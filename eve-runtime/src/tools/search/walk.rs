@@ -158,82 +158,92 @@ where
     let (start, ignores) = open_start(walk)?;
     let stack = Mutex::new(Vec::new());
     let ready = Condvar::new();
-    let busy = AtomicUsize::new(0);
+    // The start counts as a folder being walked until this thread has listed it.
+    let busy = AtomicUsize::new(1);
     let stopped = AtomicBool::new(false);
-    list(
-        walk,
-        &start,
-        &walk.start.to_path_buf(),
-        &ignores,
-        &stack,
-        &found,
-    );
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, MAX_THREADS);
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
+    let work = || {
+        loop {
+            let job = {
+                let mut jobs = stack.lock().unwrap_or_else(|e| e.into_inner());
                 loop {
-                    let job = {
-                        let mut jobs = stack.lock().unwrap_or_else(|e| e.into_inner());
-                        loop {
-                            if let Some(job) = jobs.pop() {
-                                busy.fetch_add(1, Ordering::SeqCst);
-                                break Some(job);
-                            }
-                            if busy.load(Ordering::SeqCst) == 0 {
-                                break None;
-                            }
-                            jobs = ready.wait(jobs).unwrap_or_else(|e| e.into_inner());
-                        }
-                    };
-                    let Some(job) = job else {
-                        ready.notify_all();
-                        return;
-                    };
-                    let stop =
-                        walk.cancelled.load(Ordering::Relaxed) || Instant::now() >= walk.deadline;
-                    if stop {
-                        stopped.store(true, Ordering::Relaxed);
-                        stack.lock().unwrap_or_else(|e| e.into_inner()).clear();
-                    } else if let Some(dir) = open_child(walk, &job.parent, &job.name) {
-                        let ignores = Arc::new(Ignores {
-                            here: read_ignores(&dir, &job.rel),
-                            parent: Some(job.ignores.clone()),
-                        });
-                        list(walk, &Arc::new(dir), &job.rel, &ignores, &stack, &found);
-                        ready.notify_all();
+                    if let Some(job) = jobs.pop() {
+                        busy.fetch_add(1, Ordering::SeqCst);
+                        break Some(job);
                     }
-                    drop(job);
-                    {
-                        // Under the lock, so a thread about to wait cannot miss it.
-                        let _jobs = stack.lock().unwrap_or_else(|e| e.into_inner());
-                        busy.fetch_sub(1, Ordering::SeqCst);
+                    if busy.load(Ordering::SeqCst) == 0 {
+                        break None;
                     }
-                    ready.notify_all();
+                    jobs = ready.wait(jobs).unwrap_or_else(|e| e.into_inner());
                 }
-            });
+            };
+            let Some(job) = job else {
+                ready.notify_all();
+                return;
+            };
+            let stop = walk.cancelled.load(Ordering::Relaxed) || Instant::now() >= walk.deadline;
+            if stop {
+                stopped.store(true, Ordering::Relaxed);
+                stack.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            } else if let Some(dir) = open_child(walk, &job.parent, &job.name) {
+                let ignores = Arc::new(Ignores {
+                    here: read_ignores(&dir, &job.rel),
+                    parent: Some(job.ignores.clone()),
+                });
+                list(
+                    walk,
+                    &Arc::new(dir),
+                    &job.rel,
+                    &ignores,
+                    &stack,
+                    &ready,
+                    &found,
+                );
+            }
+            drop(job);
+            done(&stack, &busy, &ready);
         }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            scope.spawn(work);
+        }
+        list(walk, &start, walk.start, &ignores, &stack, &ready, &found);
+        done(&stack, &busy, &ready);
+        work();
     });
     Ok(Ended {
         stopped: stopped.into_inner(),
     })
 }
 
-/// Lists one open folder: its files go to `found`, its folders onto the stack (in reverse order
-/// of name, so the stack gives them back in order).
+/// One folder is walked: under the lock, so a thread about to wait cannot miss it.
+fn done(stack: &Mutex<Vec<Job>>, busy: &AtomicUsize, ready: &Condvar) {
+    {
+        let _jobs = stack.lock().unwrap_or_else(|e| e.into_inner());
+        busy.fetch_sub(1, Ordering::SeqCst);
+    }
+    ready.notify_all();
+}
+
+/// Lists one open folder: its folders onto the stack first (in reverse order of name, so the
+/// stack gives them back in order, and other threads take them meanwhile), then its files to
+/// `found`.
 fn list<F: Fn(Found)>(
     walk: &Walk<'_>,
     dir: &Arc<Dir>,
     rel: &Path,
     ignores: &Arc<Ignores>,
     stack: &Mutex<Vec<Job>>,
+    ready: &Condvar,
     found: &F,
 ) {
     let mut entries = entries(dir);
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     let mut folders = Vec::new();
+    let mut files = Vec::new();
     for (name, kind) in entries {
         let child = rel.join(&name);
         let is_dir = kind == FileType::Directory;
@@ -254,7 +264,7 @@ fn list<F: Fn(Found)>(
                 ignores: ignores.clone(),
             });
         } else if kind == FileType::RegularFile {
-            found(Found {
+            files.push(Found {
                 rel: child,
                 dir: dir.clone(),
                 name,
@@ -262,8 +272,14 @@ fn list<F: Fn(Found)>(
         }
     }
     if !folders.is_empty() {
-        let mut jobs = stack.lock().unwrap_or_else(|e| e.into_inner());
-        jobs.extend(folders.into_iter().rev());
+        stack
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(folders.into_iter().rev());
+        ready.notify_all();
+    }
+    for file in files {
+        found(file);
     }
 }
 
