@@ -156,7 +156,7 @@ where
     F: Fn(Found) + Sync,
 {
     let (start, ignores) = open_start(walk)?;
-    let stack = Mutex::new(Vec::new());
+    let stack = Mutex::new(Vec::<Job>::new());
     let ready = Condvar::new();
     // The start counts as a folder being walked until this thread has listed it.
     let busy = AtomicUsize::new(1);
