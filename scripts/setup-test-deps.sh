@@ -4,7 +4,9 @@
 # package (the AI SDK, pinned by eve-cli/tests/fixtures/ai-sdk/package-lock.json) in
 # target/test-node, used by the AI SDK client test against `eve serve`.
 # Idempotent: does nothing when the venv already has the pinned version and target/test-node
-# matches the lock file. Installs nothing outside target/. Prints the venv's python on stdout; the
+# matches the lock file. ripgrep (`rg`), the oracle the `glob`/`grep` tests and bench/search.sh
+# compare with, from the Debian package (`apt-get download`, unpacked into target/rg, not
+# installed). Installs nothing outside target/. Prints the venv's python on stdout; the
 # tests find it there (or via EVE_TEST_PYTHON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +41,22 @@ if command -v npm >/dev/null 2>&1; then
     fi
 else
     echo "warning: npm not found: the AI SDK client test will fail until it is installed" >&2
+fi
+
+# ripgrep, unpacked from the distribution's package into target/rg (tests find it at
+# target/rg/usr/bin/rg, or via EVE_TEST_RG).
+RG="target/rg/usr/bin/rg"
+if [ ! -x "$RG" ]; then
+    if command -v apt-get >/dev/null 2>&1; then
+        printf 'setting up target/rg (the ripgrep package)\n' >&2
+        DEB_DIR=$(mktemp -d)
+        (cd "$DEB_DIR" && apt-get download ripgrep >&2)
+        mkdir -p target/rg
+        dpkg -x "$DEB_DIR"/ripgrep_*.deb target/rg
+        rm -rf "$DEB_DIR"
+    else
+        echo "warning: apt-get not found: the glob/grep oracle tests fail until rg is at $RG or EVE_TEST_RG names one" >&2
+    fi
 fi
 
 printf '%s\n' "$(cd "$VENV" && pwd)/bin/python"

@@ -30,6 +30,7 @@ pub fn render(d: &Diagnostic, source: &dyn Fn(&str) -> Option<String>, style: St
     let (label, colour) = match d.severity {
         Severity::Error => ("error", "1;31"),
         Severity::Warning => ("warning", "1;33"),
+        Severity::Note => ("note", "1;36"),
     };
     let _ = writeln!(
         out,

@@ -3,6 +3,7 @@
 
 mod artifacts;
 mod behaviours;
+mod builtins;
 mod diagnostics;
 mod hash;
 mod hostile;

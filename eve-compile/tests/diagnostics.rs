@@ -228,6 +228,20 @@ diagnostic_tests! {
         => minimal().file("widgets/a.md", "x\n").on_disk().check();
     w002_unknown_field: UnknownField, "agent/tools/search.yaml", Some(1)
         => minimal().file("tools/search.yaml", "descripton: Search.\ninput:\n  type: object\nrun: [echo]\n").on_disk().check();
+    e006_subagent_takes_a_builtin_name: ReservedName, "agent/subagents/grep/", None
+        => minimal()
+            .file("agent.yaml", "default_tools: {grep: true}\n")
+            .file("subagents/grep/agent.yaml", "description: Greps.\n")
+            .file("subagents/grep/instructions.md", "Grep.\n")
+            .on_disk().check();
+    e011_default_tools_unknown_name: InvalidField, "agent/agent.yaml", Some(1)
+        => minimal().file("agent.yaml", "default_tools: [bash, gerp]\n").on_disk().check();
+    e011_default_tools_map_not_bool: InvalidField, "agent/agent.yaml", Some(3)
+        => minimal().file("agent.yaml", "default_tools:\n  glob: true\n  grep: yes please\n").on_disk().check();
+    e011_default_tools_wrong_type: InvalidField, "agent/agent.yaml", Some(1)
+        => minimal().file("agent.yaml", "default_tools: 3\n").on_disk().check();
+    n001_tool_replaces_a_builtin: BuiltinReplaced, "agent/tools/bash.yaml", None
+        => minimal().file("tools/bash.yaml", TOOL_OK).on_disk().check();
     w010_tool_runs_on_host: Unconfined, "agent/tools/search.yaml", None
         => minimal().file("tools/search.yaml", "description: Search.\ninput:\n  type: object\nrun: [echo]\nsandbox: host\n").on_disk().check();
     w010_agent_provider_host: Unconfined, "agent/sandbox/sandbox.yaml", Some(1)

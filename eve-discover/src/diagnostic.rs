@@ -14,6 +14,8 @@ pub enum Severity {
     Error,
     /// Printed; the build still succeeds.
     Warning,
+    /// Says what the build did with something that might surprise (a built-in replaced).
+    Note,
 }
 
 macro_rules! codes {
@@ -121,6 +123,8 @@ codes! {
     NetworkWidened = "W011", Warning, "network wider than the agent's";
     /// A script's interpreter is not on `PATH`, or too old for the script (Node for `.ts`).
     InterpreterUnfit = "W012", Warning, "interpreter missing or too old";
+    /// An authored tool takes the name of a built-in tool the agent is offered, and replaces it.
+    BuiltinReplaced = "N001", Note, "built-in tool replaced";
     /// A file in `evals/` that is not an eval case file.
     UnknownEvalEntry = "W100", Warning, "not an eval case file";
 }

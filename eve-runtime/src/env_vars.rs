@@ -75,9 +75,13 @@ pub const EVE_TEST_NO_HOOK_CLAIM: &str = "EVE_TEST_NO_HOOK_CLAIM";
 /// Tests only: `1` skips the PostgreSQL tests, each saying SKIPPED (without it and without a
 /// server URL they fail).
 pub const EVE_SKIP_POSTGRES: &str = "EVE_SKIP_POSTGRES";
-/// Tests only: `1` makes eve act as on a kernel without `openat2`: `read_file` and `write_file`
-/// refuse to run, and `eve serve` says so at start.
+/// Tests only: `1` makes eve act as on a kernel without `openat2`: `read_file`, `write_file`,
+/// `glob` and `grep` refuse to run, and `eve serve` says so at start.
 pub const EVE_TEST_NO_OPENAT2: &str = "EVE_TEST_NO_OPENAT2";
+/// Tests only, and honoured by debug builds only: `1` makes `glob` and `grep` walk the workspace
+/// by path, as a naive walker does (so a test can show a walk steered out of
+/// the workspace when nothing stops it). A release build ignores it.
+pub const EVE_TEST_UNSAFE_WALK: &str = "EVE_TEST_UNSAFE_WALK";
 /// The port (`--port`) of `eve serve` and `eve dev`.
 pub const PORT: &str = "PORT";
 /// A server's base URL for `eve chat` (`--url`).

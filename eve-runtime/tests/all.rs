@@ -1,6 +1,7 @@
 //! Integration tests of eve-runtime: one binary, one module per area.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agent_tool;
 mod answer_race;
 mod attachments;
 mod behaviours;

@@ -19,10 +19,10 @@ use crate::engine_support::*;
 
 /// A mock per agent (by path, then name, then `*`), whose steps a test can set after the fact.
 #[derive(Clone, Default)]
-struct PerAgent(Arc<Mutex<BTreeMap<String, Vec<Step>>>>);
+pub(crate) struct PerAgent(Arc<Mutex<BTreeMap<String, Vec<Step>>>>);
 
 impl PerAgent {
-    fn set(&self, key: &str, steps: Value) {
+    pub(crate) fn set(&self, key: &str, steps: Value) {
         let steps: Vec<Step> = serde_json::from_value(steps).unwrap();
         self.0.lock().unwrap().insert(key.to_owned(), steps);
     }
@@ -43,7 +43,7 @@ impl ModelProvider for PerAgent {
     }
 }
 
-fn runtime(p: &TestProject, models: &PerAgent) -> Runtime {
+pub(crate) fn runtime(p: &TestProject, models: &PerAgent) -> Runtime {
     let store = SqliteStore::open(p.state_dir.join("eve.db")).unwrap();
     let side = p.side_file.clone();
     Runtime::new(RuntimeConfig {
@@ -73,15 +73,15 @@ fn subagent(name: &str, tools: Vec<Tool>) -> Agent {
     a
 }
 
-fn call(name: &str, id: &str, input: Value) -> Value {
+pub(crate) fn call(name: &str, id: &str, input: Value) -> Value {
     json!({"tool_calls": [{"name": name, "id": id, "input": input}]})
 }
 
-async fn root_calls(rt: &Runtime, id: &str, turn: u64) -> Vec<ToolCallRecord> {
+pub(crate) async fn root_calls(rt: &Runtime, id: &str, turn: u64) -> Vec<ToolCallRecord> {
     rt.store().tool_calls(id, turn).await.unwrap()
 }
 
-async fn children(rt: &Runtime, root: &str) -> Vec<String> {
+pub(crate) async fn children(rt: &Runtime, root: &str) -> Vec<String> {
     let mut out: Vec<String> = rt
         .sessions(&Default::default())
         .await

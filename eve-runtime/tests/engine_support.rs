@@ -149,6 +149,7 @@ pub fn agent() -> Agent {
             compaction: Compaction::default(),
             limits: Limits::default(),
             default_tools: false,
+            builtins: None,
             approvals: Default::default(),
             turn_policy: TurnPolicy::Queue,
             hollow_check: false,

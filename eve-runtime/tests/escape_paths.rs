@@ -1,10 +1,11 @@
 //! The runtime's own file actions against symlinks a tool plants in the workspace.
 //!
-//! `read_file`, `write_file`, workspace checkpoints and restores, and handing the workspace to the
-//! sandbox user run in eve's process, as root here. A tool of the same session can change the
+//! `read_file`, `write_file`, `glob`, `grep`, workspace checkpoints and restores, and handing the
+//! workspace to the sandbox user run in eve's process, as root here. A tool of the same session can change the
 //! workspace while they run. Each attack is run against the runtime and against a twin that
 //! shows it lands where the protection is off: a naive resolver kept only here (check a path,
-//! then open it, as the file tools once did), or a plain open of the planted path.
+//! then open it, as the file tools once did), a walk by path (`EVE_TEST_UNSAFE_WALK`), or a plain
+//! open of the planted path.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use eve_compile::Provider;
 use eve_runtime::engine::{
     BreakerPolicy, FixedModelProvider, ResolvedModel, Runtime, RuntimeConfig,
 };
-use eve_runtime::env_vars::EVE_TEST_NO_OPENAT2;
+use eve_runtime::env_vars::{EVE_TEST_NO_OPENAT2, EVE_TEST_UNSAFE_WALK};
 use eve_runtime::model::mock::{MockClient, load_script};
 use eve_runtime::store::{SqliteStore, Store, WorkspaceEntry, WorkspacePut};
 use eve_runtime::tools::run_builtin;
@@ -550,4 +551,118 @@ async fn without_openat2_the_file_tools_refuse_and_the_start_report_says_why() {
             assert!(written);
         }
     }
+}
+
+/// `glob` and `grep` over `fx`'s whole workspace: what they listed and found, joined.
+async fn search_all(fx: &Fixture) -> String {
+    let mut seen = String::new();
+    for (tool, input) in [
+        ("grep", json!({"pattern": SECRET, "limit": 1000})),
+        ("glob", json!({"pattern": "**/*", "limit": 1000})),
+    ] {
+        let r = run_builtin(tool, &input, &fx.ctx, CancellationToken::new()).await;
+        seen.push_str(r.output["content"].as_str().unwrap_or_default());
+        seen.push('\n');
+    }
+    seen
+}
+
+#[tokio::test]
+async fn glob_and_grep_never_follow_planted_symlinks() {
+    let fx = Fixture::new();
+    let outside = fx.dir.path().join("outside");
+    std::fs::create_dir_all(outside.join("nested")).unwrap();
+    std::fs::write(outside.join("secret.txt"), SECRET).unwrap();
+    std::fs::write(outside.join("nested/only-outside.txt"), SECRET).unwrap();
+    std::fs::create_dir_all(fx.ws_file("real")).unwrap();
+    std::fs::write(fx.ws_file("real/ok.txt"), "inside\n").unwrap();
+    let ws = fx.workspace();
+    for (link, target) in [
+        ("dir-link", outside.clone()),
+        ("file-link.txt", outside.join("secret.txt")),
+        ("real/up", PathBuf::from("../..")),
+        ("real/abs", PathBuf::from("/")),
+        ("real/proc", PathBuf::from("/proc/self/root")),
+    ] {
+        std::os::unix::fs::symlink(&target, ws.join(link)).unwrap();
+    }
+    // A `.gitignore` that is a symlink to a file outside is not read either.
+    std::os::unix::fs::symlink(outside.join("secret.txt"), ws.join(".gitignore")).unwrap();
+
+    let seen = search_all(&fx).await;
+    assert!(!seen.contains(SECRET), "{seen}");
+    assert!(!seen.contains("only-outside"), "{seen}");
+    assert!(seen.contains("real/ok.txt"), "{seen}");
+    // A symlink given as the path is refused, not followed.
+    for path in ["dir-link", "real/up", "real/abs/etc"] {
+        let r = run_builtin(
+            "grep",
+            &json!({"pattern": SECRET, "path": path}),
+            &fx.ctx,
+            CancellationToken::new(),
+        )
+        .await;
+        assert!(!r.ok && r.input_refused, "{path}: {r:?}");
+    }
+    // The twin: a walk that follows symlinks (ripgrep's `-L`) finds the secret in this workspace.
+    let followed = std::process::Command::new(crate::tools::search::rg())
+        .current_dir(ws)
+        .args([
+            "--no-config",
+            "-L",
+            "--hidden",
+            "-l",
+            SECRET,
+            "dir-link",
+            "file-link.txt",
+        ])
+        .output()
+        .unwrap();
+    let followed = String::from_utf8_lossy(&followed.stdout);
+    assert!(followed.contains("only-outside.txt"), "{followed}");
+    assert!(followed.contains("file-link.txt"), "{followed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn glob_and_grep_are_never_steered_out_by_a_folder_swapped_mid_walk() {
+    let fx = Fixture::new();
+    let naive = Fixture::with_env(&[(EVE_TEST_UNSAFE_WALK, "1")]);
+    for f in [&fx, &naive] {
+        let outside = racing_layout(f);
+        std::fs::write(outside.join(DEEP).join("only-outside.txt"), "x").unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let flips = flipper(fx.ws_file("sub"), fx.ws_file("alt"), stop.clone());
+    let naive_flips = flipper(naive.ws_file("sub"), naive.ws_file("alt"), stop.clone());
+
+    // Turn by turn under the same swaps: the runtime's walk, then the naive one (by path), until
+    // the naive one was steered out and [`ATTEMPTS`] / 10 rounds ran, or the time is up.
+    let (mut rounds, mut escaped, mut inside, mut naive_escaped) = (0, 0, 0, 0);
+    let start = Instant::now();
+    while start.elapsed() < RACE_LIMIT && (rounds < ATTEMPTS / 10 || naive_escaped == 0) {
+        let seen = search_all(&fx).await;
+        if seen.contains(SECRET) || seen.contains("only-outside") {
+            escaped += 1;
+        } else if seen.contains("secret.txt") {
+            inside += 1;
+        }
+        let seen = search_all(&naive).await;
+        if seen.contains(SECRET) || seen.contains("only-outside") {
+            naive_escaped += 1;
+        }
+        rounds += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = flips.join().unwrap() + naive_flips.join().unwrap();
+    eprintln!(
+        "glob/grep race: {rounds} rounds of both tools ({swaps} swaps, {:?}): the runtime's walk \
+         reached outside {escaped} times (saw the inside file {inside}); the walk by path {naive_escaped} times",
+        start.elapsed()
+    );
+    assert_eq!(escaped, 0, "glob/grep followed a swapped symlink");
+    assert!(inside > 0, "the race never let the honest walk through");
+    assert!(
+        naive_escaped > 0,
+        "the walk by path was never steered out in {rounds} rounds: the race is not real here"
+    );
 }

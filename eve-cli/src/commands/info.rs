@@ -93,31 +93,77 @@ fn sandbox_flag(s: Option<&EffectiveSandbox>) -> String {
     }
 }
 
-/// One entry per tool of the root agent, the built-in `bash` first when offered: its effective
-/// sandbox (`null` when it starts no process), network, env allowlist and approval.
+/// One built-in tool that is on: where it comes from and how it runs.
+struct BuiltinRow {
+    name: &'static str,
+    /// `default` (on by default), `agent.yaml` (named by `default_tools`), or the file of the
+    /// authored tool that replaces it.
+    from: String,
+    replaced: bool,
+    effect: eve_compile::Effect,
+    /// Its process's sandbox; `None` for a built-in that runs in eve's process.
+    sandbox: Option<EffectiveSandbox>,
+    approval: eve_compile::Approval,
+}
+
+/// The built-ins of `agent` that are on, in the table's order.
+fn builtin_rows(agent: &Agent) -> Vec<BuiltinRow> {
+    agent
+        .config
+        .builtins_on()
+        .into_iter()
+        // `agent` (a copy of the root agent) is offered to the root agent only.
+        .filter(|name| *name != eve_compile::AGENT_TOOL || agent.path.is_empty())
+        .map(|name| {
+            let replaced = agent.replaced_builtin(name);
+            BuiltinRow {
+                name,
+                from: match (replaced, &agent.config.builtins) {
+                    (Some(t), _) => t.source.clone(),
+                    (None, None) => "default".to_owned(),
+                    (None, Some(_)) => "agent.yaml".to_owned(),
+                },
+                replaced: replaced.is_some(),
+                effect: eve_compile::default_tool_effect(name)
+                    .unwrap_or(eve_compile::Effect::Write),
+                sandbox: (name == "bash").then(|| agent.bash_sandbox()),
+                approval: agent
+                    .config
+                    .approvals
+                    .get(name)
+                    .copied()
+                    .unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+/// One entry per tool of the root agent, the built-ins that run first: its effective sandbox
+/// (`null` when it starts no process), network, env allowlist and approval; a built-in also says
+/// where it comes from and its effect, and an authored tool that replaces one names it.
 fn tool_report(agent: &Agent) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
-    if agent.config.default_tools {
-        let s = agent.bash_sandbox();
-        let approval = agent
-            .config
-            .approvals
-            .get("bash")
-            .copied()
-            .unwrap_or_default();
+    let rows = builtin_rows(agent);
+    for b in rows.iter().filter(|b| !b.replaced) {
         out.push(json!({
-            "name": "bash", "builtin": true, "sandbox": s.provider, "network": s.network,
-            "env": [], "approval": approval,
+            "name": b.name, "builtin": true, "from": b.from, "effect": b.effect,
+            "sandbox": b.sandbox.as_ref().map(|s| s.provider),
+            "network": b.sandbox.as_ref().map(|s| &s.network),
+            "env": [], "approval": b.approval,
         }));
     }
     for t in &agent.tools {
         let s = agent.effective_sandbox(t);
-        out.push(json!({
+        let mut entry = json!({
             "name": t.name, "builtin": false,
             "sandbox": s.as_ref().map(|s| s.provider),
             "network": s.map(|s| s.network),
             "env": t.env, "approval": t.approval,
-        }));
+        });
+        if rows.iter().any(|b| b.replaced && b.name == t.name) {
+            entry["replaces"] = json!(t.name);
+        }
+        out.push(entry);
     }
     out
 }
@@ -211,29 +257,31 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
     }
     // The built-in tools the model is offered besides the folder's own.
     let mut builtins = Vec::new();
-    if agent.config.default_tools {
-        let mut flags = vec![
-            "effect write".to_owned(),
-            sandbox_flag(Some(&agent.bash_sandbox())),
-        ];
-        if let Some(approval) = agent
-            .config
-            .approvals
-            .get("bash")
-            .filter(|a| **a != eve_compile::Approval::Never)
-        {
-            flags.push(format!("approval {approval:?}").to_lowercase());
+    for b in builtin_rows(agent) {
+        if b.replaced {
+            builtins.push(format!(
+                "{} {}",
+                paint(color, "36", b.name),
+                dim(&format!("[replaced by {}]", b.from))
+            ));
+            continue;
+        }
+        let mut flags = vec![format!("effect {:?}", b.effect).to_lowercase()];
+        flags.push(match &b.sandbox {
+            Some(s) => sandbox_flag(Some(s)),
+            None if b.name == eve_compile::AGENT_TOOL => "a fresh copy of this agent".to_owned(),
+            None => "in-process, the session workspace".to_owned(),
+        });
+        if b.approval != eve_compile::Approval::Never {
+            flags.push(format!("approval {:?}", b.approval).to_lowercase());
+        }
+        if b.from != "default" {
+            flags.push(format!("from {}", b.from));
         }
         builtins.push(format!(
             "{} {}",
-            paint(color, "36", "bash"),
+            paint(color, "36", b.name),
             dim(&format!("[{}]", flags.join(", ")))
-        ));
-        builtins.push(format!(
-            "{}, {} {}",
-            paint(color, "36", "read_file"),
-            paint(color, "36", "write_file"),
-            dim("[the session workspace]")
         ));
     }
     if agent.config.self_change {

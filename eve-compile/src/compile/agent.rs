@@ -6,7 +6,6 @@
 use eve_discover::{AgentDir, Code, Diagnostic};
 
 use super::Compiler;
-use super::config::BUILTIN_TOOLS;
 use crate::fields::Fields;
 use crate::manifest::*;
 
@@ -82,6 +81,7 @@ impl Compiler {
         self.sandbox_warnings(&agent, dir);
         self.check_tool_choice(&agent, dir);
         self.check_self_change_name(&agent);
+        self.check_builtins(&agent);
         agent
     }
 
@@ -141,9 +141,7 @@ impl Compiler {
         }
         let mut names: Vec<&str> = agent.tools.iter().map(|t| t.name.as_str()).collect();
         names.extend(agent.subagents.iter().map(|s| s.name.as_str()));
-        if agent.config.default_tools {
-            names.extend(BUILTIN_TOOLS);
-        }
+        names.extend(agent.config.builtins_on());
         if !agent.skills.is_empty() {
             names.push("load_skill");
         }

@@ -14,8 +14,9 @@ use super::{APPROVALS, Compiler};
 use crate::fields::Fields;
 use crate::manifest::*;
 
-/// Built-in tools whose approval `agent.yaml` `approvals:` can set.
-pub const BUILTIN_TOOLS: &[&str] = &["bash", "read_file", "write_file"];
+/// Built-in tools whose approval `agent.yaml` `approvals:` can set: every built-in of
+/// [`DEFAULT_TOOL_EFFECTS`].
+pub const BUILTIN_TOOLS: &[&str] = &["bash", "read_file", "write_file", "glob", "grep"];
 
 impl Compiler {
     pub(super) fn config(&mut self, dir: &AgentDir, root: bool) -> (AgentConfig, Option<String>) {
@@ -30,6 +31,7 @@ impl Compiler {
             compaction: Compaction::default(),
             limits: Limits::default(),
             default_tools: true,
+            builtins: None,
             approvals: BTreeMap::new(),
             turn_policy: TurnPolicy::Steer,
             hollow_check: false,
@@ -94,7 +96,7 @@ impl Compiler {
                 .map(str::to_owned);
             config.context_window = f.u64("context_window");
             config.tool_choice = f.string("tool_choice");
-            config.default_tools = f.bool("default_tools").unwrap_or(true);
+            (config.default_tools, config.builtins) = super::builtins::default_tools(&mut f);
             config.turn_policy = f
                 .choice(
                     "turn_policy",

@@ -13,6 +13,7 @@
 
 mod agent;
 mod behaviours;
+mod builtins;
 mod channels;
 mod collisions;
 mod config;
@@ -33,6 +34,7 @@ use crate::frontmatter;
 use crate::manifest::*;
 use crate::yaml::{self, Doc};
 
+pub use builtins::builtin_names;
 pub use channels::is_env_ref;
 pub use config::BUILTIN_TOOLS;
 pub use tools::interpreter_for;

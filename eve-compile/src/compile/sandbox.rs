@@ -108,7 +108,7 @@ impl Compiler {
         let sb = &agent.sandbox;
         if sb.provider == Provider::Host {
             let mut names: Vec<String> = Vec::new();
-            if agent.config.default_tools {
+            if agent.runs_builtin("bash") {
                 names.push("bash".to_owned());
             }
             for t in &agent.tools {

@@ -89,8 +89,10 @@ pub(super) fn tools_of(agent: &Agent) -> BTreeMap<String, ToolView> {
             },
         );
     }
-    if agent.config.default_tools {
-        for (name, effect) in DEFAULT_TOOL_EFFECTS {
+    for (name, effect) in DEFAULT_TOOL_EFFECTS {
+        // `agent` (a copy of the root agent) is offered to the root agent only.
+        let offered = *name != AGENT_TOOL || agent.path.is_empty();
+        if offered && agent.config.builtin_on(name) {
             if out.contains_key(*name) {
                 continue;
             }

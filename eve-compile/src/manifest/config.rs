@@ -42,8 +42,14 @@ pub struct AgentConfig {
     pub compaction: Compaction,
     /// Budgets per session and turn.
     pub limits: Limits,
-    /// Whether the built-in `bash`, `read_file` and `write_file` tools are offered.
+    /// Whether the built-in tools are offered: with [`AgentConfig::builtins`] absent, `true`
+    /// offers those on by default ([`crate::DEFAULT_TOOL_EFFECTS`] but the opt-in ones). Use
+    /// [`AgentConfig::builtins_on`] to know which are on.
     pub default_tools: bool,
+    /// The built-in tools that are on, by name, when `default_tools` in `agent.yaml` is a list or
+    /// a map; absent when it is a bool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builtins: Option<Vec<String>>,
     /// Approval policy of built-in tools by name (`approvals: {write_file: always}`); unlisted
     /// built-ins need no approval.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -298,4 +304,24 @@ pub fn is_known_provider(name: &str) -> bool {
             name.as_str(),
             "openai_compatible" | "openai-compat" | "llama.cpp" | "llama-cpp" | "llama_cpp"
         )
+}
+
+impl AgentConfig {
+    /// The built-in tools this agent is offered, in the order of [`crate::DEFAULT_TOOL_EFFECTS`]
+    /// (an authored tool of the same name replaces one: see [`crate::Agent::replaced_builtin`]).
+    pub fn builtins_on(&self) -> Vec<&'static str> {
+        crate::DEFAULT_TOOL_EFFECTS
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|name| match &self.builtins {
+                Some(on) => on.iter().any(|n| n == name),
+                None => self.default_tools && !crate::OPT_IN_TOOLS.contains(name),
+            })
+            .collect()
+    }
+
+    /// Whether built-in `name` is on.
+    pub fn builtin_on(&self, name: &str) -> bool {
+        self.builtins_on().contains(&name)
+    }
 }

@@ -115,13 +115,26 @@ pub struct HttpRequest {
     pub body: Option<serde_json::Value>,
 }
 
-/// The built-in tools `default_tools: true` offers, with the effect the runtime gives each: the one
+/// Every built-in tool `default_tools` can offer, with the effect the runtime gives each: the one
 /// table the runtime builds them from and the capability delta compares them with.
+/// `default_tools: true` offers them all but [`OPT_IN_TOOLS`].
 pub const DEFAULT_TOOL_EFFECTS: &[(&str, Effect)] = &[
     ("bash", Effect::Write),
     ("read_file", Effect::Read),
     ("write_file", Effect::Idempotent),
+    ("glob", Effect::Read),
+    ("grep", Effect::Read),
+    // A fresh copy of the root agent, called as a subagent (`{message, task_id?}`).
+    (AGENT_TOOL, Effect::Idempotent),
 ];
+
+/// Name of the built-in that calls a fresh copy of the root agent as a subagent; offered to the
+/// root agent only, never inside its own children.
+pub const AGENT_TOOL: &str = "agent";
+
+/// The built-in tools `default_tools: true` leaves off: an agent names them to have them
+/// (`default_tools: [bash, read_file, write_file, glob, grep]`, or `{glob: true, grep: true}`).
+pub const OPT_IN_TOOLS: &[&str] = &["glob", "grep"];
 
 /// The effect of the built-in `propose_change` (`self_change: true`): it writes the agent folder
 /// once a principal approves.
@@ -135,15 +148,29 @@ pub fn default_tool_effect(name: &str) -> Option<Effect> {
         .map(|(_, e)| *e)
 }
 
-/// Names the runtime provides itself; tools cannot take them.
+/// Names the runtime provides itself; tools cannot take them. (A tool may take a built-in tool's
+/// name: it replaces that built-in.)
 pub const RESERVED_TOOL_NAMES: &[&str] = &[
     "eve",
     "load_skill",
-    "bash",
-    "read_file",
-    "write_file",
     "search_tools",
     "call_tool",
     "task_wait",
     "task_cancel",
 ];
+
+impl super::Agent {
+    /// The authored tool that replaces the built-in `name`: one of the agent's tools with its
+    /// name, when that built-in is on.
+    pub fn replaced_builtin(&self, name: &str) -> Option<&Tool> {
+        if !self.config.builtin_on(name) {
+            return None;
+        }
+        self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// Whether the built-in `name` runs for this agent: on, and not replaced.
+    pub fn runs_builtin(&self, name: &str) -> bool {
+        self.config.builtin_on(name) && self.replaced_builtin(name).is_none()
+    }
+}

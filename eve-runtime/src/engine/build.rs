@@ -29,7 +29,7 @@ pub struct LoadedBuild {
     pub dir: PathBuf,
     /// The manifest.
     pub manifest: Manifest,
-    /// Every tool the model may call: the agent's, then the built-ins (unless `default_tools: false`).
+    /// Every tool the model may call: the agent's, then the built-ins that are on (`default_tools`).
     pub tools: Vec<Tool>,
     /// Input validators of [`LoadedBuild::tools`], built once.
     pub validators: Validators,
@@ -60,14 +60,16 @@ impl LoadedBuild {
             .iter()
             .cloned()
             .partition(|t| !t.dynamic.is_empty());
-        if agent.config.default_tools {
-            for mut tool in builtin_tools() {
-                if let Some(approval) = agent.config.approvals.get(&tool.name) {
-                    tool.approval = *approval;
-                }
-                if !tools.iter().any(|t| t.name == tool.name) {
-                    tools.push(tool);
-                }
+        // The built-ins that are on; an authored tool of the same name replaces one.
+        for mut tool in builtin_tools() {
+            if !agent.config.builtin_on(&tool.name) {
+                continue;
+            }
+            if let Some(approval) = agent.config.approvals.get(&tool.name) {
+                tool.approval = *approval;
+            }
+            if !tools.iter().any(|t| t.name == tool.name) {
+                tools.push(tool);
             }
         }
         let mut validators = Validators::new(&tools);
@@ -97,6 +99,12 @@ impl LoadedBuild {
                     specs.push(spec);
                 }
             }
+        }
+        if crate::features::subagents::offers_agent_tool(agent) {
+            let copy = crate::features::subagents::root_copy(agent);
+            let spec = crate::features::subagents::tool_spec(&copy);
+            validators.insert(&spec.name, &spec.input_schema);
+            specs.push(spec);
         }
         let observe_hooks = crate::features::hooks::has_observe_hooks(agent);
         if !agent.skills.is_empty() {
@@ -512,6 +520,20 @@ impl BuildStore {
             && let Some(build) = cache.get(&key)
         {
             return Ok(build.clone());
+        }
+        if let Some(base) = path.strip_suffix(crate::features::subagents::COPY_SUFFIX) {
+            // The child sessions of the built-in `agent`: the root agent, without `agent`.
+            let base = self.agent(hash, base)?;
+            let mut manifest = base.manifest.clone();
+            manifest.agent = crate::features::subagents::root_copy(&manifest.agent);
+            let view = Arc::new(
+                LoadedBuild::new(base.hash.clone(), base.dir.clone(), manifest)
+                    .checked_by(&self.checks),
+            );
+            if let Ok(mut cache) = self.loaded.lock() {
+                cache.insert(key, view.clone());
+            }
+            return Ok(view);
         }
         let view = match path.strip_suffix(crate::features::strategy::WORKER_SUFFIX) {
             // The child sessions of a plan's steps: the agent itself, running `react`.

@@ -75,7 +75,10 @@ impl Runtime {
 
 /// Whether the agent or one of its subagents offers the built-in file tools.
 fn offers_file_tools(agent: &Agent) -> bool {
-    agent.config.default_tools || agent.subagents.iter().any(offers_file_tools)
+    ["read_file", "write_file", "glob", "grep"]
+        .iter()
+        .any(|n| agent.runs_builtin(n))
+        || agent.subagents.iter().any(offers_file_tools)
 }
 
 fn collect(agent: &Agent, prefix: &str, report: &mut SandboxReport) {
@@ -84,7 +87,7 @@ fn collect(agent: &Agent, prefix: &str, report: &mut SandboxReport) {
         Some(_) => report.isolated.push(name),
         None => {}
     };
-    if agent.config.default_tools {
+    if agent.runs_builtin("bash") {
         note(format!("{prefix}bash"), Some(agent.bash_sandbox()));
     }
     for tool in &agent.tools {

@@ -28,6 +28,44 @@ use crate::engine::{DriveOutcome, LoadedBuild, Runtime, RuntimeResult, new_sessi
 use crate::model::ToolSpec;
 use crate::store::*;
 
+/// The path suffix of the root agent's copy that the built-in `agent` calls: its child sessions
+/// run `agent` at path `#copy`.
+pub const COPY_SUFFIX: &str = "#copy";
+
+/// Description of the built-in `agent` (eve's).
+const AGENT_DESCRIPTION: &str = "Delegate a focused subtask to a copy of yourself. Use it to \
+     isolate complex work or split a large task into independent pieces. A new child has fresh \
+     history and state but reuses your tools and workspace, so give parallel writers \
+     non-overlapping scopes. In message, state the goal, what to return, and whether it may \
+     change files. Continue a conversation with the `task_id` an answer returned.";
+
+/// The root agent's copy that the built-in `agent` calls: the same agent, named `agent`, at its
+/// own path, without the `agent` tool (never offered inside its own children).
+pub(crate) fn root_copy(root: &Agent) -> Agent {
+    let mut copy = root.clone();
+    copy.name = eve_compile::AGENT_TOOL.to_owned();
+    copy.path = format!("{}{COPY_SUFFIX}", root.path);
+    copy.description = Some(AGENT_DESCRIPTION.to_owned());
+    let on: Vec<String> = root
+        .config
+        .builtins_on()
+        .into_iter()
+        .filter(|n| *n != eve_compile::AGENT_TOOL)
+        .map(str::to_owned)
+        .collect();
+    copy.config.default_tools = !on.is_empty();
+    copy.config.builtins = Some(on);
+    copy
+}
+
+/// Whether `agent` is offered the built-in `agent`: it is the root agent, the built-in is on, and
+/// no tool or subagent of its own takes the name.
+pub(crate) fn offers_agent_tool(agent: &Agent) -> bool {
+    agent.path.is_empty()
+        && agent.runs_builtin(eve_compile::AGENT_TOOL)
+        && agent.subagent(eve_compile::AGENT_TOOL).is_none()
+}
+
 /// The tool a subagent is offered as.
 pub(crate) fn tool_spec(sub: &Agent) -> ToolSpec {
     ToolSpec {
@@ -242,7 +280,9 @@ impl TurnExtension for Subagents {
         let store = view.rt.inner.store.clone();
         for call in unsettled {
             let plan_step = plans && call.name == crate::features::strategy::PLAN_STEP;
-            if view.build.manifest.agent.subagent(&call.name).is_none() && !plan_step {
+            let copy = call.name == eve_compile::AGENT_TOOL
+                && offers_agent_tool(&view.build.manifest.agent);
+            if view.build.manifest.agent.subagent(&call.name).is_none() && !plan_step && !copy {
                 continue;
             }
             if let Some(wait) = store

@@ -1,4 +1,5 @@
-//! The built-in tools: `bash`, `read_file` and `write_file`.
+//! The built-in tools: `bash`, `read_file` and `write_file`, and the opt-in `glob` and `grep`
+//! ([`super::search`]).
 //!
 //! They give an agent a working directory without writing a single tool (`default_tools` in
 //! `agent.yaml`). The file tools are confined to the session workspace: absolute paths and `..`
@@ -22,6 +23,7 @@ use super::error::ToolError;
 use super::process::{
     OutputMode, ProcessSpec, capture_text, run_process, tool_env, truncation_note,
 };
+use super::search::{self, GLOB, GLOB_DESCRIPTION, GREP, GREP_DESCRIPTION};
 use super::workspace::relative;
 use super::{BUILTIN_ARGV, ToolContext, ToolResult, effective_limit};
 
@@ -39,7 +41,7 @@ const DEFAULT_READ_LINES: u64 = 2000;
 
 /// Whether `name` is a built-in tool.
 pub fn is_builtin(name: &str) -> bool {
-    matches!(name, BASH | READ_FILE | WRITE_FILE)
+    matches!(name, BASH | READ_FILE | WRITE_FILE | GLOB | GREP)
 }
 
 /// The definitions of the built-in tools, as the model sees them. Their runner is
@@ -96,6 +98,18 @@ pub fn builtin_tools() -> Vec<Tool> {
                 "additionalProperties": false
             }),
             builtin_effect(WRITE_FILE),
+        ),
+        builtin(
+            GLOB,
+            GLOB_DESCRIPTION,
+            search::glob_schema(),
+            builtin_effect(GLOB),
+        ),
+        builtin(
+            GREP,
+            GREP_DESCRIPTION,
+            search::grep_schema(),
+            builtin_effect(GREP),
         ),
     ]
 }
@@ -166,13 +180,14 @@ pub async fn run_builtin(
             Ok(input) => return run_bash(input, ctx, cancel).await,
             Err(e) => Err(e),
         },
-        READ_FILE | WRITE_FILE if let Some(reason) = beneath::refusal(&|n| ctx.lookup(n)) => {
+        READ_FILE | WRITE_FILE | GLOB | GREP
+            if let Some(reason) = beneath::refusal(&|n| ctx.lookup(n)) =>
+        {
             Err(ToolError::FileToolsUnavailable {
-                tool: if name == READ_FILE {
-                    READ_FILE
-                } else {
-                    WRITE_FILE
-                },
+                tool: [READ_FILE, WRITE_FILE, GLOB, GREP]
+                    .into_iter()
+                    .find(|n| *n == name)
+                    .unwrap_or(READ_FILE),
                 reason,
             })
         }
@@ -185,6 +200,14 @@ pub async fn run_builtin(
         },
         WRITE_FILE => match parse::<WriteInput>(input) {
             Ok(input) => blocking(ctx, cancel, move |workspace| write_file(workspace, input)).await,
+            Err(e) => Err(e),
+        },
+        GLOB => match parse::<search::GlobInput>(input) {
+            Ok(input) => searching(ctx, cancel, move |env| search::glob(env, input)).await,
+            Err(e) => Err(e),
+        },
+        GREP => match parse::<search::GrepInput>(input) {
+            Ok(input) => searching(ctx, cancel, move |env| search::grep(env, input)).await,
             Err(e) => Err(e),
         },
         other => Err(ToolError::InvalidInput(format!(
@@ -217,6 +240,28 @@ where
     tokio::select! {
         biased;
         () = cancel.cancelled() => Err(ToolError::Cancelled),
+        joined = task => joined.map_err(|e| ToolError::Internal(e.to_string()))?,
+    }
+}
+
+/// Runs a search off the async threads; a cancelled call tells the walk to stop.
+async fn searching<F>(
+    ctx: &ToolContext,
+    cancel: CancellationToken,
+    work: F,
+) -> Result<(Value, bool), ToolError>
+where
+    F: FnOnce(&search::Env) -> Result<(Value, bool), ToolError> + Send + 'static,
+{
+    let env = search::Env::new(ctx.workspace.clone(), &|n| ctx.lookup(n));
+    let stop = env.cancelled.clone();
+    let task = tokio::task::spawn_blocking(move || work(&env));
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            Err(ToolError::Cancelled)
+        }
         joined = task => joined.map_err(|e| ToolError::Internal(e.to_string()))?,
     }
 }

@@ -18,6 +18,7 @@ pub(crate) mod guarded;
 mod http;
 mod process;
 pub mod progress;
+pub mod search;
 pub(crate) mod template;
 mod validate;
 mod workspace;

@@ -15,7 +15,7 @@ async fn write_then_read_through_the_definitions() {
     let fx = Fixture::new();
     let tools = builtin_tools();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, ["bash", "read_file", "write_file"]);
+    assert_eq!(names, ["bash", "read_file", "write_file", "glob", "grep"]);
     assert!(names.iter().all(|n| is_builtin(n)));
     assert!(!is_builtin("weather"));
     let write = tools.iter().find(|t| t.name == "write_file").unwrap();

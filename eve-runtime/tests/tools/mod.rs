@@ -7,6 +7,7 @@
 mod builtin;
 mod http;
 mod process;
+pub mod search;
 mod validation;
 
 use std::collections::HashMap;

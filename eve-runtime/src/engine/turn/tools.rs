@@ -467,6 +467,8 @@ impl TurnDriver<'_> {
         for record in records {
             if self.build.tool(&record.name).is_some()
                 || self.build.manifest.agent.subagent(&record.name).is_some()
+                || (record.name == eve_compile::AGENT_TOOL
+                    && crate::features::subagents::offers_agent_tool(&self.build.manifest.agent))
                 || extra.mcp_tools.contains_key(&record.name)
             {
                 continue;
@@ -551,6 +553,12 @@ impl TurnDriver<'_> {
                 policy_tool(sub),
                 Target::Subagent(sub.clone()),
             ));
+        }
+        if name == eve_compile::AGENT_TOOL
+            && crate::features::subagents::offers_agent_tool(&self.build.manifest.agent)
+        {
+            let copy = crate::features::subagents::root_copy(&self.build.manifest.agent);
+            return Some(Resolved::new(policy_tool(&copy), Target::Subagent(copy)));
         }
         let extra = self.extra.as_ref()?;
         if let (Some(tool), Some(manager)) = (extra.mcp_tools.get(name), &extra.mcp) {
