@@ -159,6 +159,7 @@ pub fn agent() -> Agent {
             gate: Vec::new(),
             rollback: None,
             self_change: false,
+            web: Default::default(),
         },
         tools: Vec::new(),
         skills: Vec::new(),

@@ -15,7 +15,7 @@ use crate::fields::Fields;
 use crate::manifest::*;
 
 /// Built-in tools whose approval `agent.yaml` `approvals:` can set.
-pub const BUILTIN_TOOLS: &[&str] = &["bash", "read_file", "write_file"];
+pub const BUILTIN_TOOLS: &[&str] = &["bash", "read_file", "write_file", "web_fetch", "web_search"];
 
 impl Compiler {
     pub(super) fn config(&mut self, dir: &AgentDir, root: bool) -> (AgentConfig, Option<String>) {
@@ -40,6 +40,7 @@ impl Compiler {
             gate: Vec::new(),
             rollback: None,
             self_change: false,
+            web: Web::default(),
         };
         let mut description = None;
         let config_path = format!("{}agent.yaml", prefix(&dir.path));
@@ -71,6 +72,7 @@ impl Compiler {
                     "gate",
                     "rollback",
                     "self_change",
+                    "web",
                 ],
                 "agent.yaml",
             );
@@ -162,6 +164,7 @@ impl Compiler {
             self.release_policy(&mut config, file, &parsed.doc, root);
             config.memory = self.memory_config(file, &parsed.doc);
             config.probe = self.probe_config(file, &parsed.doc);
+            config.web = self.web_config(file, &parsed.doc, root);
             if parsed.doc.value.get("critic").is_some() {
                 config.critic = self.critic(&file.path, &parsed.doc, config.strategy);
             }

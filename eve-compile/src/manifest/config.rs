@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Approval, Compaction, Limits};
+use super::{Approval, Compaction, Limits, Web};
 
 /// `agent.yaml`, resolved.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -79,6 +79,9 @@ pub struct AgentConfig {
     /// may propose edits to its own folder, which a principal approves before anything changes.
     #[serde(default, skip_serializing_if = "is_false")]
     pub self_change: bool,
+    /// `web:`: where the built-in `web_fetch` may go, its caps, and `web_search`'s provider.
+    #[serde(default, skip_serializing_if = "Web::is_default")]
+    pub web: Web,
 }
 
 /// How a new build becomes the active release (`activation:`).

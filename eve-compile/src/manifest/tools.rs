@@ -114,7 +114,14 @@ pub const DEFAULT_TOOL_EFFECTS: &[(&str, Effect)] = &[
     ("bash", Effect::Write),
     ("read_file", Effect::Read),
     ("write_file", Effect::Idempotent),
+    ("web_fetch", Effect::Read),
 ];
+
+/// Name of the built-in web search tool.
+pub const WEB_SEARCH: &str = "web_search";
+
+/// The effect of the built-in `web_search` (offered when `web.search` names a provider).
+pub const WEB_SEARCH_EFFECT: Effect = Effect::Read;
 
 /// The effect of the built-in `propose_change` (`self_change: true`): it writes the agent folder
 /// once a principal approves.

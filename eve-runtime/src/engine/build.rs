@@ -14,7 +14,7 @@ use eve_compile::{Agent, Manifest, Skill, Tool};
 use super::error::{RuntimeError, RuntimeResult};
 use crate::mcp::{CALL_TOOL, SEARCH_TOOLS};
 use crate::model::ToolSpec;
-use crate::tools::{Validators, builtin_tools};
+use crate::tools::{Validators, builtin_tools, web_tools};
 use crate::workspace::integrity::{Digests, FileChecks};
 
 /// Name of the built-in skill loader tool.
@@ -29,7 +29,8 @@ pub struct LoadedBuild {
     pub dir: PathBuf,
     /// The manifest.
     pub manifest: Manifest,
-    /// Every tool the model may call: the agent's, then the built-ins (unless `default_tools: false`).
+    /// Every tool the model may call: the agent's, then the built-ins (unless `default_tools: false`;
+    /// `web_search` when a provider is set).
     pub tools: Vec<Tool>,
     /// Input validators of [`LoadedBuild::tools`], built once.
     pub validators: Validators,
@@ -60,8 +61,14 @@ impl LoadedBuild {
             .iter()
             .cloned()
             .partition(|t| !t.dynamic.is_empty());
-        if agent.config.default_tools {
-            for mut tool in builtin_tools() {
+        let web = web_tools(&agent.config.web, agent.config.default_tools);
+        if agent.config.default_tools || !web.is_empty() {
+            let files = if agent.config.default_tools {
+                builtin_tools()
+            } else {
+                Vec::new()
+            };
+            for mut tool in files.into_iter().chain(web) {
                 if let Some(approval) = agent.config.approvals.get(&tool.name) {
                     tool.approval = *approval;
                 }

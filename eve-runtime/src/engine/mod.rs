@@ -260,6 +260,7 @@ impl Runtime {
             exec: self.inner.exec.clone(),
             confinement,
             network: None,
+            web: crate::tools::WebContext::new(build.manifest.agent.config.web.clone()),
         }
     }
 

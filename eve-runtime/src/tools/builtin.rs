@@ -39,7 +39,10 @@ const DEFAULT_READ_LINES: u64 = 2000;
 
 /// Whether `name` is a built-in tool.
 pub fn is_builtin(name: &str) -> bool {
-    matches!(name, BASH | READ_FILE | WRITE_FILE)
+    matches!(
+        name,
+        BASH | READ_FILE | WRITE_FILE | super::WEB_FETCH | super::WEB_SEARCH
+    )
 }
 
 /// The definitions of the built-in tools, as the model sees them. Their runner is
@@ -164,6 +167,9 @@ pub async fn run_builtin(
             Ok(input) => return run_bash(input, ctx, cancel).await,
             Err(e) => Err(e),
         },
+        super::WEB_FETCH | super::WEB_SEARCH => {
+            return super::web::run_web(name, input, ctx, cancel).await;
+        }
         READ_FILE | WRITE_FILE if let Some(reason) = beneath::refusal(&|n| ctx.lookup(n)) => {
             Err(ToolError::FileToolsUnavailable {
                 tool: if name == READ_FILE {

@@ -55,6 +55,7 @@ impl Fixture {
             exec: Default::default(),
             confinement: eve_runtime::exec::Confinement::Host,
             network: None,
+            web: Default::default(),
         };
         Self { dir, ctx }
     }
