@@ -8,6 +8,8 @@ mod builtin;
 mod http;
 mod process;
 mod validation;
+pub mod web;
+mod web_search;
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;

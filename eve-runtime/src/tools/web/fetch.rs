@@ -179,6 +179,7 @@ async fn fetch(
         head.push(format!("Redirected from: {first}"));
     }
     head.push(format!("Status: {status}"));
+    let type_line = head.len();
     head.push(format!(
         "Content-Type: {}",
         content_type.as_deref().unwrap_or("(none)")
@@ -242,7 +243,7 @@ async fn fetch(
             head.push(limits);
             head.push(String::new());
             head.push(format!(
-                "This is binary content ({}), not shown: it was not downloaded.",
+                "This is binary content ({}), not shown.",
                 content_type.as_deref().unwrap_or("unknown type")
             ));
             head.join("\n")
@@ -260,7 +261,7 @@ async fn fetch(
             let converted = tokio::task::spawn_blocking(move || page::to_markdown(&html))
                 .await
                 .map_err(|e| Failed::new("convert", e.to_string()))?;
-            head[3].push_str(" (converted to Markdown)");
+            head[type_line].push_str(" (converted to Markdown)");
             if let Some(title) = &converted.title {
                 head.push(format!("Title: {title}"));
             }

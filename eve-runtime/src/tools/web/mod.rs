@@ -155,18 +155,15 @@ pub(crate) async fn run_web(
 pub(crate) fn bytes(n: u64) -> String {
     const KIB: u64 = 1024;
     const MIB: u64 = 1024 * 1024;
-    if n >= MIB && n % (MIB / 10) == 0 {
-        format!("{} MiB", trim_float(n as f64 / MIB as f64))
+    if n >= MIB && n % MIB == 0 {
+        format!("{} MiB", n / MIB)
     } else if n >= MIB {
         format!("{:.1} MiB", n as f64 / MIB as f64)
+    } else if n >= KIB && n % KIB == 0 {
+        format!("{} KiB", n / KIB)
     } else if n >= KIB {
-        format!("{} KiB", n.div_ceil(KIB))
+        format!("{:.1} KiB", n as f64 / KIB as f64)
     } else {
         format!("{n} bytes")
     }
-}
-
-fn trim_float(f: f64) -> String {
-    let s = format!("{f:.1}");
-    s.strip_suffix(".0").map(str::to_owned).unwrap_or(s)
 }
