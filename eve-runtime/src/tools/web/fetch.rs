@@ -252,12 +252,15 @@ async fn fetch(
             head.push(size_line(read, &total, cut.as_deref()));
             head.push(limits);
             head.push(String::new());
-            head.push(String::from_utf8_lossy(&body).into_owned());
+            head.push(
+                String::from_utf8(body)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+            );
             head.join("\n")
         }
         Kind::Html => {
-            let html = String::from_utf8_lossy(&body).into_owned();
-            drop(body);
+            let html = String::from_utf8(body)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
             let converted = tokio::task::spawn_blocking(move || page::to_markdown(&html))
                 .await
                 .map_err(|e| Failed::new("convert", e.to_string()))?;
