@@ -13,3 +13,4 @@ mod sandbox;
 mod schema;
 mod self_change;
 mod support;
+mod web;

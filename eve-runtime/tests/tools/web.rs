@@ -184,7 +184,9 @@ async fn an_article_page_becomes_readable_markdown() {
     );
     let body = out.split_once("\n\n").unwrap().1;
     assert!(body.starts_with("# Durable agents, explained\n"), "{body}");
+    let byline = format!("By [Ada](http://{addr}/authors/ada), 3 March");
     for expected in [
+        byline.as_str(),
         "An agent is **durable** when a crash does not lose its work.",
         "[the write-ahead log](https://example.org/wal)",
         "## What survives a restart",

@@ -261,9 +261,11 @@ async fn fetch(
         Kind::Html => {
             let html = String::from_utf8(body)
                 .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-            let converted = tokio::task::spawn_blocking(move || page::to_markdown(&html))
-                .await
-                .map_err(|e| Failed::new("convert", e.to_string()))?;
+            let base = url.clone();
+            let converted =
+                tokio::task::spawn_blocking(move || page::to_markdown(&html, Some(&base)))
+                    .await
+                    .map_err(|e| Failed::new("convert", e.to_string()))?;
             head[type_line].push_str(" (converted to Markdown)");
             if let Some(title) = &converted.title {
                 head.push(format!("Title: {title}"));

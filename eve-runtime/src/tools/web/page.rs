@@ -10,6 +10,7 @@ use std::rc::Rc;
 use htmd::options::{BulletListMarker, Options};
 use htmd::{HtmlToMarkdown, Node};
 use markup5ever_rcdom::NodeData;
+use reqwest::Url;
 
 /// Tags never converted: code, styling, widgets and page furniture.
 const SKIPPED: &[&str] = &[
@@ -26,8 +27,9 @@ pub(crate) struct Page {
     pub(crate) markdown: String,
 }
 
-/// Converts an HTML document to its title and readable Markdown.
-pub(crate) fn to_markdown(html: &str) -> Page {
+/// Converts an HTML document to its title and readable Markdown, its links made absolute
+/// against `base` (the page's URL) so the model can fetch them.
+pub(crate) fn to_markdown(html: &str, base: Option<&Url>) -> Page {
     let parser = converter(false);
     let Ok(document) = parser.html_to_tree(html) else {
         return Page {
@@ -35,6 +37,9 @@ pub(crate) fn to_markdown(html: &str) -> Page {
             markdown: html.to_owned(),
         };
     };
+    if let Some(base) = base {
+        absolute_links(&document, base);
+    }
     let title = find(&document, &|n| is(n, "title"))
         .map(|t| squeeze(&text_of(&t)))
         .filter(|t| !t.is_empty());
@@ -72,6 +77,31 @@ fn converter(skip_header: bool) -> HtmlToMarkdown {
         })
         .skip_tags(skipped)
         .build()
+}
+
+/// Rewrites every `<a href>` and `<img src>` under `node` to an absolute URL.
+fn absolute_links(node: &Rc<Node>, base: &Url) {
+    let mut stack = vec![node.clone()];
+    while let Some(n) = stack.pop() {
+        if let NodeData::Element { name, attrs, .. } = &n.data {
+            let key = match &*name.local {
+                "a" => Some("href"),
+                "img" => Some("src"),
+                _ => None,
+            };
+            if let Some(key) = key {
+                for attr in attrs.borrow_mut().iter_mut() {
+                    if &*attr.name.local == key
+                        && let Ok(joined) = base.join(attr.value.trim())
+                    {
+                        attr.value = String::from(joined).into();
+                    }
+                }
+            }
+        }
+        let children = n.children.borrow();
+        stack.extend(children.iter().rev().cloned());
+    }
 }
 
 /// Whether `node` is the element `tag`.
@@ -142,6 +172,7 @@ mod tests {
              <body><nav><a href='/'>Home</a></nav><article><h1>Heading</h1>\
              <p>Some <b>bold</b> text.</p><ul><li>one</li><li>two</li></ul></article>\
              <footer>Copyright</footer></body></html>",
+            None,
         );
         assert_eq!(page.title.as_deref(), Some("A title"));
         assert_eq!(
@@ -154,8 +185,24 @@ mod tests {
     fn a_page_without_an_article_keeps_its_body_without_its_header() {
         let page = to_markdown(
             "<body><header>Site</header><h2>Part</h2><p>Body text.</p><style>p{}</style></body>",
+            None,
         );
         assert_eq!(page.title, None);
         assert_eq!(page.markdown, "## Part\n\nBody text.");
+    }
+
+    #[test]
+    fn links_are_made_absolute_against_the_page() {
+        let base = Url::parse("https://example.org/blog/post").ok();
+        let page = to_markdown(
+            "<p><a href='/about'>About</a> <a href='next'>Next</a> \
+             <a href='https://other.example/x'>Other</a> <img src='img/a.png' alt='A'></p>",
+            base.as_ref(),
+        );
+        assert_eq!(
+            page.markdown,
+            "[About](https://example.org/about) [Next](https://example.org/blog/next) \
+             [Other](https://other.example/x) ![A](https://example.org/blog/img/a.png)"
+        );
     }
 }
