@@ -89,7 +89,6 @@ fn web_mistakes_are_coded_diagnostics() {
             "web:\n  search: {provider: tavily, key_env: \"tvly-secret value\"}\n",
             "not an environment variable name",
         ),
-        ("web:\n  proxy: x\n", "proxy"),
     ] {
         let (_, errors) = web_of(yaml);
         assert!(
