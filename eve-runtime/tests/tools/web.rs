@@ -307,7 +307,7 @@ async fn a_50_mb_page_is_capped_and_never_sits_in_memory() {
         let listed = format!("{}:{}", addr.host_str().unwrap(), addr.port().unwrap());
         // A first, small fetch sets up what every fetch uses (threads, the TLS roots).
         let warm = fetch(
-            allowing(&[listed.clone()]),
+            allowing(std::slice::from_ref(&listed)),
             &url.replace("/huge", "/article"),
         )
         .await;

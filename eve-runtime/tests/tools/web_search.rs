@@ -35,7 +35,7 @@ async fn provider(status: StatusCode, answer: Value) -> (SocketAddr, Arc<Mutex<V
             let s = s.clone();
             let answer = answer.clone();
             async move {
-                let query = uri.query().map(|q| url_pairs(q)).unwrap_or_default();
+                let query = uri.query().map(url_pairs).unwrap_or_default();
                 s.lock().unwrap().push(Seen {
                     method: method.to_string(),
                     path: uri.path().to_owned(),
