@@ -15,3 +15,4 @@ mod sandbox;
 mod schema;
 mod self_change;
 mod support;
+mod web;

@@ -162,6 +162,7 @@ pub fn agent() -> Agent {
             self_change: false,
             ask_question: false,
             no_reply: false,
+            web: Default::default(),
         },
         tools: Vec::new(),
         skills: Vec::new(),

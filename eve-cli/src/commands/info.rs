@@ -152,6 +152,38 @@ fn tool_report(agent: &Agent) -> Vec<serde_json::Value> {
             "env": [], "approval": b.approval,
         }));
     }
+    let authored = |name: &str| agent.tools.iter().any(|t| t.name == name);
+    let web = &agent.config.web;
+    if agent.config.default_tools && !authored("web_fetch") {
+        let approval = agent
+            .config
+            .approvals
+            .get("web_fetch")
+            .copied()
+            .unwrap_or_default();
+        out.push(json!({
+            "name": "web_fetch", "builtin": true, "sandbox": null, "network": web_network(web),
+            "env": [], "approval": approval, "effect": "read",
+        }));
+    }
+    if let Some(search) = web.search.as_ref().filter(|_| !authored("web_search")) {
+        let approval = agent
+            .config
+            .approvals
+            .get("web_search")
+            .copied()
+            .unwrap_or_default();
+        let key = search
+            .key_env
+            .as_deref()
+            .or(search.provider.default_key_env());
+        out.push(json!({
+            "name": "web_search", "builtin": true, "sandbox": null,
+            "network": search.url.as_deref().or(search.provider.default_url()),
+            "provider": search.provider.as_str(), "env": key.into_iter().collect::<Vec<_>>(),
+            "approval": approval, "effect": "read",
+        }));
+    }
     for t in &agent.tools {
         let s = agent.effective_sandbox(t);
         let mut entry = json!({
@@ -164,6 +196,22 @@ fn tool_report(agent: &Agent) -> Vec<serde_json::Value> {
             entry["replaces"] = json!(t.name);
         }
         out.push(entry);
+    }
+    out
+}
+
+/// Where `web_fetch` may go, in words: the public internet or only `web.allow`, with the lists.
+fn web_network(web: &eve_compile::Web) -> String {
+    let mut out = if web.public {
+        "public internet".to_owned()
+    } else {
+        "only web.allow".to_owned()
+    };
+    if !web.allow.is_empty() {
+        out.push_str(&format!(", allow {}", web.allow.join(" ")));
+    }
+    if !web.deny.is_empty() {
+        out.push_str(&format!(", deny {}", web.deny.join(" ")));
     }
     out
 }
@@ -282,6 +330,39 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
             "{} {}",
             paint(color, "36", b.name),
             dim(&format!("[{}]", flags.join(", ")))
+        ));
+    }
+    let authored = |name: &str| agent.tools.iter().any(|t| t.name == name);
+    if agent.config.default_tools && !authored("web_fetch") {
+        builtins.push(format!(
+            "{} {}",
+            paint(color, "36", "web_fetch"),
+            dim(&format!(
+                "[effect read, in-process, network {}]",
+                web_network(&agent.config.web)
+            ))
+        ));
+    }
+    if let Some(search) = agent
+        .config
+        .web
+        .search
+        .as_ref()
+        .filter(|_| !authored("web_search"))
+    {
+        let key = search
+            .key_env
+            .as_deref()
+            .or(search.provider.default_key_env())
+            .map(|k| format!(", key ${k}"))
+            .unwrap_or_default();
+        builtins.push(format!(
+            "{} {}",
+            paint(color, "36", "web_search"),
+            dim(&format!(
+                "[effect read, in-process, {}{key}]",
+                search.provider.as_str()
+            ))
         ));
     }
     if agent.config.self_change {

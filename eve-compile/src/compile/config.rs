@@ -15,8 +15,16 @@ use crate::fields::Fields;
 use crate::manifest::*;
 
 /// Built-in tools whose approval `agent.yaml` `approvals:` can set: every built-in of
-/// [`DEFAULT_TOOL_EFFECTS`].
-pub const BUILTIN_TOOLS: &[&str] = &["bash", "read_file", "write_file", "glob", "grep"];
+/// [`DEFAULT_TOOL_EFFECTS`], and `web_search`.
+pub const BUILTIN_TOOLS: &[&str] = &[
+    "bash",
+    "read_file",
+    "write_file",
+    "glob",
+    "grep",
+    "web_fetch",
+    "web_search",
+];
 
 impl Compiler {
     pub(super) fn config(&mut self, dir: &AgentDir, root: bool) -> (AgentConfig, Option<String>) {
@@ -44,6 +52,7 @@ impl Compiler {
             self_change: false,
             ask_question: false,
             no_reply: false,
+            web: Web::default(),
         };
         let mut description = None;
         let config_path = format!("{}agent.yaml", prefix(&dir.path));
@@ -77,6 +86,7 @@ impl Compiler {
                     "self_change",
                     "ask_question",
                     "no_reply",
+                    "web",
                 ],
                 "agent.yaml",
             );
@@ -170,6 +180,7 @@ impl Compiler {
             self.release_policy(&mut config, file, &parsed.doc, root);
             config.memory = self.memory_config(file, &parsed.doc);
             config.probe = self.probe_config(file, &parsed.doc);
+            config.web = self.web_config(file, &parsed.doc, root);
             if parsed.doc.value.get("critic").is_some() {
                 config.critic = self.critic(&file.path, &parsed.doc, config.strategy);
             }

@@ -25,6 +25,7 @@ mod sandbox;
 mod schedules;
 mod skills;
 mod tools;
+mod web;
 
 use std::collections::BTreeSet;
 

@@ -1,6 +1,6 @@
 //! Tools in the delta: which the model may call (the built-ins included: those of
 //! `default_tools`, with the effects the runtime gives them from the one table both read,
-//! `memory` and `propose_change`), and how each one's effect, approval, sandbox, environment,
+//! `web_search` when a provider is set, `memory` and `propose_change`), and how each one's effect, approval, sandbox, environment,
 //! dynamic-tool events, HTTP request, command line and bounds moved.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -106,6 +106,18 @@ pub(super) fn tools_of(agent: &Agent) -> BTreeMap<String, ToolView> {
             view.sandbox = (*name == "bash").then(|| agent.bash_sandbox());
             out.insert((*name).to_owned(), view);
         }
+    }
+    if agent.config.web.search.is_some() && !out.contains_key(WEB_SEARCH) {
+        let approval = agent
+            .config
+            .approvals
+            .get(WEB_SEARCH)
+            .copied()
+            .unwrap_or_default();
+        out.insert(
+            WEB_SEARCH.to_owned(),
+            ToolView::builtin(WEB_SEARCH_EFFECT, approval),
+        );
     }
     if let Some(memory) = &agent.config.memory
         && !out.contains_key(MEMORY)

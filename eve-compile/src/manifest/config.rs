@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Approval, Compaction, Limits};
+use super::{Approval, Compaction, Limits, Web};
 
 /// `agent.yaml`, resolved.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -93,6 +93,9 @@ pub struct AgentConfig {
     /// turn without a reply.
     #[serde(default, skip_serializing_if = "is_false")]
     pub no_reply: bool,
+    /// `web:`: where the built-in `web_fetch` may go, its caps, and `web_search`'s provider.
+    #[serde(default, skip_serializing_if = "Web::is_default")]
+    pub web: Web,
 }
 
 /// How a new build becomes the active release (`activation:`).

@@ -27,6 +27,7 @@ mod sandbox;
 mod schedules;
 mod skills;
 mod tools;
+mod web;
 
 pub use channels::*;
 pub use config::*;
@@ -37,6 +38,7 @@ pub use sandbox::*;
 pub use schedules::*;
 pub use skills::*;
 pub use tools::*;
+pub use web::*;
 
 /// Version of the manifest format. Bumped on incompatible changes.
 pub const MANIFEST_VERSION: u32 = 1;

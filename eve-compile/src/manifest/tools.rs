@@ -124,6 +124,7 @@ pub const DEFAULT_TOOL_EFFECTS: &[(&str, Effect)] = &[
     ("write_file", Effect::Idempotent),
     ("glob", Effect::Read),
     ("grep", Effect::Read),
+    ("web_fetch", Effect::Read),
     // A fresh copy of the root agent, called as a subagent (`{message, task_id?}`).
     (AGENT_TOOL, Effect::Idempotent),
 ];
@@ -135,6 +136,12 @@ pub const AGENT_TOOL: &str = "agent";
 /// The built-in tools `default_tools: true` leaves off: an agent names them to have them
 /// (`default_tools: [bash, read_file, write_file, glob, grep]`, or `{glob: true, grep: true}`).
 pub const OPT_IN_TOOLS: &[&str] = &["glob", "grep"];
+
+/// Name of the built-in web search tool.
+pub const WEB_SEARCH: &str = "web_search";
+
+/// The effect of the built-in `web_search` (offered when `web.search` names a provider).
+pub const WEB_SEARCH_EFFECT: Effect = Effect::Read;
 
 /// The effect of the built-in `propose_change` (`self_change: true`): it writes the agent folder
 /// once a principal approves.

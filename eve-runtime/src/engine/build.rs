@@ -14,7 +14,7 @@ use eve_compile::{Agent, Manifest, Skill, Tool};
 use super::error::{RuntimeError, RuntimeResult};
 use crate::mcp::{CALL_TOOL, SEARCH_TOOLS};
 use crate::model::ToolSpec;
-use crate::tools::{Validators, builtin_tools};
+use crate::tools::{Validators, builtin_tools, web_tools};
 use crate::workspace::integrity::{Digests, FileChecks};
 
 /// Name of the built-in skill loader tool.
@@ -29,7 +29,8 @@ pub struct LoadedBuild {
     pub dir: PathBuf,
     /// The manifest.
     pub manifest: Manifest,
-    /// Every tool the model may call: the agent's, then the built-ins that are on (`default_tools`).
+    /// Every tool the model may call: the agent's, then the built-ins that are on (`default_tools`;
+    /// `web_search` when `web.search` names a provider).
     pub tools: Vec<Tool>,
     /// Input validators of [`LoadedBuild::tools`], built once.
     pub validators: Validators,
@@ -61,8 +62,13 @@ impl LoadedBuild {
             .cloned()
             .partition(|t| !t.dynamic.is_empty());
         // The built-ins that are on; an authored tool of the same name replaces one.
-        for mut tool in builtin_tools() {
-            if !agent.config.builtin_on(&tool.name) {
+        // `web_search` is on when `web.search` names a provider.
+        let web = web_tools(
+            &agent.config.web,
+            agent.config.builtin_on(crate::tools::WEB_FETCH),
+        );
+        for mut tool in builtin_tools().into_iter().chain(web) {
+            if tool.name != crate::tools::WEB_SEARCH && !agent.config.builtin_on(&tool.name) {
                 continue;
             }
             if let Some(approval) = agent.config.approvals.get(&tool.name) {

@@ -266,6 +266,7 @@ impl Runtime {
             confinement,
             network: None,
             progress: None,
+            web: crate::tools::WebContext::new(build.manifest.agent.config.web.clone()),
         }
     }
 

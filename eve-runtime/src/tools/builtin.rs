@@ -41,7 +41,10 @@ const DEFAULT_READ_LINES: u64 = 2000;
 
 /// Whether `name` is a built-in tool.
 pub fn is_builtin(name: &str) -> bool {
-    matches!(name, BASH | READ_FILE | WRITE_FILE | GLOB | GREP)
+    matches!(
+        name,
+        BASH | READ_FILE | WRITE_FILE | GLOB | GREP | super::WEB_FETCH | super::WEB_SEARCH
+    )
 }
 
 /// The definitions of the built-in tools, as the model sees them. Their runner is
@@ -180,6 +183,9 @@ pub async fn run_builtin(
             Ok(input) => return run_bash(input, ctx, cancel).await,
             Err(e) => Err(e),
         },
+        super::WEB_FETCH | super::WEB_SEARCH => {
+            return super::web::run_web(name, input, ctx, cancel).await;
+        }
         READ_FILE | WRITE_FILE | GLOB | GREP
             if let Some(reason) = beneath::refusal(&|n| ctx.lookup(n)) =>
         {

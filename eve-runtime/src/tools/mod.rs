@@ -5,7 +5,8 @@
 //! a child process in its own process group, cwd = the session workspace, the input JSON on stdin, a
 //! cleared environment plus an allowlist, a timeout and a cancellation that kill the whole group, and
 //! an output cap that is said out loud. HTTP tools render their templates and make one request. The
-//! built-in `bash`, `read_file` and `write_file` tools live in [`builtin`].
+//! built-in `bash`, `read_file` and `write_file` tools live in [`builtin`], `web_fetch` and
+//! `web_search` in [`web`].
 //!
 //! Every failure (a spawn error, a timeout, a non-zero exit, an unset `${VAR}`) becomes a
 //! [`ToolResult`] with `ok: false` and a sentence the model can act on; nothing here panics.
@@ -21,6 +22,7 @@ pub mod progress;
 pub mod search;
 pub(crate) mod template;
 mod validate;
+pub mod web;
 mod workspace;
 
 use std::path::PathBuf;
@@ -40,6 +42,7 @@ pub use builtin::{builtin_tools, is_builtin, run_builtin};
 pub use error::ToolError;
 pub use guarded::HttpClient;
 pub use validate::Validators;
+pub use web::{WEB_FETCH, WEB_SEARCH, WebContext, web_tools};
 pub use workspace::prepare_workspace;
 
 /// How tool processes look up environment variables: `${VAR}` references and the `env:` allowlist
@@ -79,6 +82,8 @@ pub struct ToolContext {
     pub network: Option<eve_compile::Network>,
     /// Where the progress lines of a script tool go (see [`progress`]); `None` drops them.
     pub progress: Option<progress::ProgressSink>,
+    /// The agent's `web:` settings, for `web_fetch` and `web_search`.
+    pub web: WebContext,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -91,6 +96,7 @@ impl std::fmt::Debug for ToolContext {
             .field("agent_dir", &self.agent_dir)
             .field("confinement", &self.confinement)
             .field("network", &self.network)
+            .field("web", &self.web)
             .finish_non_exhaustive()
     }
 }

@@ -9,6 +9,8 @@ mod http;
 mod process;
 pub mod search;
 mod validation;
+pub mod web;
+mod web_search;
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
@@ -57,6 +59,7 @@ impl Fixture {
             confinement: eve_runtime::exec::Confinement::Host,
             network: None,
             progress: None,
+            web: Default::default(),
         };
         Self { dir, ctx }
     }
