@@ -131,6 +131,8 @@ fn tool(name: &str, description: String, input_schema: Value, effect: Effect, ms
         env: Vec::new(),
         dynamic: Vec::new(),
         phase: None,
+        ends_turn: false,
+        approval_prompt: None,
         runner: Runner::Command {
             argv: vec![BUILTIN_ARGV.to_owned()],
         },
