@@ -44,6 +44,8 @@ async fn main() -> ExitCode {
         exec: Default::default(),
         confinement: eve_runtime::exec::Confinement::Host,
         network: None,
+        progress: None,
+        web: Default::default(),
     };
     let queries: Vec<(&str, Value, Vec<&str>)> = vec![
         (
