@@ -144,28 +144,22 @@ fn builtin_rows(agent: &Agent) -> Vec<BuiltinRow> {
 fn tool_report(agent: &Agent) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
     let rows = builtin_rows(agent);
+    let web = &agent.config.web;
     for b in rows.iter().filter(|b| !b.replaced) {
+        // `web_fetch` runs on the runtime, under the `web:` rules.
+        let network = if b.name == "web_fetch" {
+            json!(web_network(web))
+        } else {
+            json!(b.sandbox.as_ref().map(|s| &s.network))
+        };
         out.push(json!({
             "name": b.name, "builtin": true, "from": b.from, "effect": b.effect,
             "sandbox": b.sandbox.as_ref().map(|s| s.provider),
-            "network": b.sandbox.as_ref().map(|s| &s.network),
+            "network": network,
             "env": [], "approval": b.approval,
         }));
     }
     let authored = |name: &str| agent.tools.iter().any(|t| t.name == name);
-    let web = &agent.config.web;
-    if agent.config.default_tools && !authored("web_fetch") {
-        let approval = agent
-            .config
-            .approvals
-            .get("web_fetch")
-            .copied()
-            .unwrap_or_default();
-        out.push(json!({
-            "name": "web_fetch", "builtin": true, "sandbox": null, "network": web_network(web),
-            "env": [], "approval": approval, "effect": "read",
-        }));
-    }
     if let Some(search) = web.search.as_ref().filter(|_| !authored("web_search")) {
         let approval = agent
             .config
@@ -318,6 +312,9 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
         flags.push(match &b.sandbox {
             Some(s) => sandbox_flag(Some(s)),
             None if b.name == eve_compile::AGENT_TOOL => "a fresh copy of this agent".to_owned(),
+            None if b.name == "web_fetch" => {
+                format!("in-process, network {}", web_network(&agent.config.web))
+            }
             None => "in-process, the session workspace".to_owned(),
         });
         if b.approval != eve_compile::Approval::Never {
@@ -333,16 +330,6 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
         ));
     }
     let authored = |name: &str| agent.tools.iter().any(|t| t.name == name);
-    if agent.config.default_tools && !authored("web_fetch") {
-        builtins.push(format!(
-            "{} {}",
-            paint(color, "36", "web_fetch"),
-            dim(&format!(
-                "[effect read, in-process, network {}]",
-                web_network(&agent.config.web)
-            ))
-        ));
-    }
     if let Some(search) = agent
         .config
         .web

@@ -19,6 +19,8 @@ mod side;
 pub mod sse;
 pub use side::{SideError, side_call};
 mod stream;
+#[cfg(test)]
+mod testing;
 mod transport;
 mod usage;
 pub mod windows;
@@ -134,25 +136,6 @@ pub enum Message {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         attachments: Vec<Attachment>,
     },
-}
-
-#[cfg(test)]
-impl Message {
-    /// Tests: an assistant message that only calls tools, each `(id, name, input)`.
-    pub(crate) fn calling(calls: &[(&str, &str, serde_json::Value)]) -> Message {
-        Message::Assistant {
-            content: String::new(),
-            reasoning: None,
-            tool_calls: calls
-                .iter()
-                .map(|(id, name, input)| ToolCall {
-                    id: (*id).into(),
-                    name: (*name).into(),
-                    input: input.clone(),
-                })
-                .collect(),
-        }
-    }
 }
 
 impl Message {
