@@ -23,7 +23,7 @@ fn on(yaml: Option<&str>, extra: &[(&str, &str)]) -> (Vec<&'static str>, Vec<Cod
 
 #[test]
 fn default_tools_is_a_bool_a_list_or_a_map() {
-    let defaults = ["bash", "read_file", "write_file", "agent"];
+    let defaults = ["bash", "read_file", "write_file", "web_fetch", "agent"];
     assert_eq!(on(None, &[]), (defaults.to_vec(), vec![]));
     assert_eq!(on(Some("default_tools: true\n"), &[]).0, defaults);
     assert_eq!(
@@ -42,11 +42,11 @@ fn default_tools_is_a_bool_a_list_or_a_map() {
             Some("default_tools: {glob: true, grep: true, write_file: false}\n"),
             &[]
         ),
-        (vec!["bash", "read_file", "glob", "grep", "agent"], vec![])
+        (vec!["bash", "read_file", "glob", "grep", "web_fetch", "agent"], vec![])
     );
     assert_eq!(
         on(Some("default_tools: {bash: false, agent: false}\n"), &[]).0,
-        ["read_file", "write_file"]
+        ["read_file", "write_file", "web_fetch"]
     );
     // Mistakes are errors that name the field, and leave the name out.
     let (names, codes) = on(Some("default_tools: [bash, gerp]\n"), &[]);
