@@ -42,7 +42,10 @@ fn default_tools_is_a_bool_a_list_or_a_map() {
             Some("default_tools: {glob: true, grep: true, write_file: false}\n"),
             &[]
         ),
-        (vec!["bash", "read_file", "glob", "grep", "web_fetch", "agent"], vec![])
+        (
+            vec!["bash", "read_file", "glob", "grep", "web_fetch", "agent"],
+            vec![]
+        )
     );
     assert_eq!(
         on(Some("default_tools: {bash: false, agent: false}\n"), &[]).0,
