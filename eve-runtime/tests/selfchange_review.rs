@@ -234,7 +234,9 @@ async fn a_rename_and_a_mode_change_are_listed_as_such() {
 /// `idempotent` in both, and every built-in the runtime offers is in the table.
 #[test]
 fn built_in_tools_run_with_the_effects_the_delta_shows() {
-    let tools = eve_runtime::tools::builtin_tools();
+    let mut tools = eve_runtime::tools::builtin_tools();
+    // `web_fetch` comes from the agent's `web:` settings (with `web_search` when a provider is set).
+    tools.extend(eve_runtime::tools::web_tools(&Default::default(), true));
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     // `agent` is a subagent call, not a tool the runtime runs itself.
     let table: Vec<&str> = eve_compile::DEFAULT_TOOL_EFFECTS
@@ -243,7 +245,10 @@ fn built_in_tools_run_with_the_effects_the_delta_shows() {
         .filter(|n| *n != eve_compile::AGENT_TOOL)
         .collect();
     assert_eq!(names, table);
-    assert_eq!(names, eve_compile::compile::BUILTIN_TOOLS);
+    // `approvals:` also takes `web_search`, which is on only with a provider.
+    let mut approvable = names.clone();
+    approvable.push(eve_runtime::tools::WEB_SEARCH);
+    assert_eq!(approvable, eve_compile::compile::BUILTIN_TOOLS);
     for t in &tools {
         assert_eq!(
             eve_compile::default_tool_effect(&t.name),
