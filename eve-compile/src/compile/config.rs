@@ -24,6 +24,7 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     "grep",
     "web_fetch",
     "web_search",
+    "sleep",
 ];
 
 impl Compiler {
@@ -209,6 +210,7 @@ impl Compiler {
                         "model_idle_seconds",
                         "model_response_bytes",
                         "review_seconds",
+                        "max_sleep_seconds",
                         "phases",
                     ],
                     "limits",
@@ -224,6 +226,7 @@ impl Compiler {
                 config.limits.model_response_bytes =
                     l.u64("model_response_bytes").map(|n| n.max(1024));
                 config.limits.review_seconds = l.u64("review_seconds").map(|n| n.max(1));
+                config.limits.max_sleep_seconds = l.u64("max_sleep_seconds").map(|n| n.max(1));
                 if parsed.doc.value.pointer("/limits/phases").is_some() {
                     config.limits.phases = self.phases(&file.path, &parsed.doc);
                 }

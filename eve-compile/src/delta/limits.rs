@@ -17,6 +17,7 @@ const AGENT_DEFAULTS: &[(&str, f64)] = &[
     ("model_idle_seconds", 60.0),
     ("model_response_bytes", 8.0 * 1024.0 * 1024.0),
     ("review_seconds", 30.0),
+    ("max_sleep_seconds", DEFAULT_MAX_SLEEP_SECONDS as f64),
 ];
 
 /// `agent.yaml` fields of `limits:` that are not one bound (compared on their own or not at all).

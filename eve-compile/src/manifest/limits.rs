@@ -58,7 +58,14 @@ pub struct Limits {
     /// instead (default 30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review_seconds: Option<u64>,
+    /// Longest wait, in seconds, one call of the built-in `sleep` may ask for (default
+    /// [`DEFAULT_MAX_SLEEP_SECONDS`]); a longer one is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sleep_seconds: Option<u64>,
 }
+
+/// The longest `sleep` when `limits.max_sleep_seconds` is absent: one hour.
+pub const DEFAULT_MAX_SLEEP_SECONDS: u64 = 3_600;
 
 /// Model prices in US dollars per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -82,6 +89,7 @@ impl Default for Limits {
             model_idle_seconds: None,
             model_response_bytes: None,
             review_seconds: None,
+            max_sleep_seconds: None,
             phases: None,
         }
     }

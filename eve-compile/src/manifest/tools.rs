@@ -125,6 +125,8 @@ pub const DEFAULT_TOOL_EFFECTS: &[(&str, Effect)] = &[
     ("glob", Effect::Read),
     ("grep", Effect::Read),
     ("web_fetch", Effect::Read),
+    // A durable, bounded wait (answered by the runtime: the turn parks until its timer fires).
+    (SLEEP_TOOL, Effect::Read),
     // A fresh copy of the root agent, called as a subagent (`{message, task_id?}`).
     (AGENT_TOOL, Effect::Idempotent),
 ];
@@ -135,7 +137,10 @@ pub const AGENT_TOOL: &str = "agent";
 
 /// The built-in tools `default_tools: true` leaves off: an agent names them to have them
 /// (`default_tools: [bash, read_file, write_file, glob, grep]`, or `{glob: true, grep: true}`).
-pub const OPT_IN_TOOLS: &[&str] = &["glob", "grep"];
+pub const OPT_IN_TOOLS: &[&str] = &["glob", "grep", SLEEP_TOOL];
+
+/// Name of the built-in durable wait (opt-in).
+pub const SLEEP_TOOL: &str = "sleep";
 
 /// Name of the built-in web search tool.
 pub const WEB_SEARCH: &str = "web_search";

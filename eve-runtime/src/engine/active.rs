@@ -66,6 +66,30 @@ impl Runtime {
         }
     }
 
+    /// Drives `session` once the clock reaches `at_ms` (epoch ms): the waker of a turn parked on
+    /// a durable timer (a `sleep`). The timer itself is a row in the store, so a process that
+    /// stops loses only this wake-up: the start-up resume and the store watch drive the parked
+    /// turn again, and it parks again until its timer is due. Held weakly: a runtime dropped
+    /// meanwhile wakes nothing.
+    pub(crate) fn wake_at(&self, session: &str, at_ms: i64) {
+        let inner = std::sync::Arc::downgrade(&self.inner);
+        let session = session.to_owned();
+        let left = u64::try_from(at_ms.saturating_sub(crate::store::now_ms())).unwrap_or(0);
+        tokio::spawn(async move {
+            // A few milliseconds late rather than early: the turn parks again when woken early.
+            tokio::time::sleep(std::time::Duration::from_millis(left.saturating_add(5))).await;
+            if let Some(inner) = inner.upgrade() {
+                let rt = Runtime { inner };
+                if rt.mark_dirty(&session) {
+                    return;
+                }
+                if let Err(e) = rt.drive(&session).await {
+                    tracing::warn!(session, error = %e, "waking a parked turn failed");
+                }
+            }
+        });
+    }
+
     pub(super) fn spawn_driver(&self, session: &str) {
         let rt = self.clone();
         let session = session.to_owned();

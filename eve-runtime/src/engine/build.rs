@@ -128,6 +128,11 @@ impl LoadedBuild {
         if agent.config.self_change && agent.path.is_empty() {
             specs.push(crate::features::selfchange::spec());
         }
+        if crate::features::sleep::enabled(agent) {
+            let spec = crate::features::sleep::spec(agent);
+            validators.insert(&spec.name, &spec.input_schema);
+            specs.push(spec);
+        }
         for spec in crate::features::questions::specs(agent, &tools) {
             validators.insert(&spec.name, &spec.input_schema);
             specs.push(spec);

@@ -16,6 +16,7 @@
 //! | [`breakers`] | refuses a tool that keeps failing |
 //! | [`questions`] | the built-ins `ask_question` and `no_reply` |
 //! | [`selfchange`] | the built-in `propose_change` tool |
+//! | [`sleep`] | the built-in `sleep`: a durable, bounded wait on a timer |
 //! | [`subagents`] | subagent calls: children, their budgets, their answers |
 //! | [`attachments`] | files of messages and tool results: native parts, or a note with the path |
 //! | [`tasks`] | subagent calls as background tasks: receipts, results at step boundaries, waits |
@@ -39,6 +40,7 @@ pub mod phases;
 pub mod probe;
 pub mod questions;
 pub mod selfchange;
+pub mod sleep;
 pub mod strategy;
 pub mod stubs;
 pub mod subagents;
@@ -86,6 +88,9 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
     }
     if selfchange::enabled(agent) {
         features.push(Box::new(selfchange::SelfChange));
+    }
+    if sleep::enabled(agent) {
+        features.push(Box::new(sleep::Sleep));
     }
     if build.has_children() {
         features.push(Box::new(subagents::Subagents));

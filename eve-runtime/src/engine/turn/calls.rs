@@ -278,6 +278,9 @@ impl TurnDriver<'_> {
         // nothing is asked and nothing waits (then they are the step's only results).
         let mut inline: Vec<(Batch, Message)> = Vec::new();
         let mut waits = false;
+        // Calls waiting on a durable timer: the earliest due time, and the timers' rows.
+        let mut timer: Option<i64> = None;
+        let mut timer_writes = Batch::new();
         let mut reviews: Vec<ToolCallRecord> = Vec::new();
         for call in calls {
             let decision = match self.decide(turn, &call).await? {
@@ -340,6 +343,11 @@ impl TurnDriver<'_> {
                     }
                     Handled::Ask { prompt, request } => asks.push((call, prompt, request)),
                     Handled::Wait => waits = true,
+                    Handled::WaitUntil { at_ms, writes } => {
+                        waits = true;
+                        timer = Some(timer.map_or(at_ms, |t: i64| t.min(at_ms)));
+                        timer_writes.ops.extend(writes.ops);
+                    }
                 },
                 Decision::Wait => waits = true,
             }
@@ -441,12 +449,17 @@ impl TurnDriver<'_> {
                 ev::step_completed(turn, step, finish, usage),
             );
         }
-        if !pending.is_empty() {
-            batch.event(
-                self.id(),
-                ev::INPUT_REQUESTED,
-                ev::input_requested(turn, step, &pending),
-            );
+        if !pending.is_empty() || timer.is_some() {
+            // Parks on a principal's answer (`turn.waiting {on: "input"}`), or on a timer: the
+            // call stays running on the stream, and no driver waits for it.
+            batch.ops.extend(timer_writes.ops);
+            if !pending.is_empty() {
+                batch.event(
+                    self.id(),
+                    ev::INPUT_REQUESTED,
+                    ev::input_requested(turn, step, &pending),
+                );
+            }
             if was_tools {
                 turn.step_index += 1;
                 turn.step_started = false;
@@ -454,16 +467,21 @@ impl TurnDriver<'_> {
             turn.phase = TurnPhase::Waiting;
             turn.status = TurnStatus::Waiting;
             self.session.status = SessionStatus::Waiting;
-            batch
-                .event(
+            if !pending.is_empty() {
+                batch.event(
                     self.id(),
                     ev::TURN_WAITING,
                     ev::turn_waiting(turn, &self.session.usage),
-                )
+                );
+            }
+            batch
                 .push(Op::PutTurn(turn.clone()))
                 .push(Op::UpdateSession(self.session.clone()));
             let batch = self.with_held(batch);
             self.rt.commit(batch).await?;
+            if let Some(at) = timer {
+                self.rt.wake_at(self.id(), at);
+            }
             return Ok(Some(TurnEnd::Parked(pending)));
         }
         if self.ends_turn(turn, &batch).await? {

@@ -369,6 +369,11 @@ impl<'a> TurnDriver<'a> {
                     if !pending.is_empty() {
                         return Ok(TurnEnd::Parked(pending));
                     }
+                    if let Some(at) = self.parked_until(&turn).await? {
+                        // A timer not due yet (woken early, restarted): parked again, quietly.
+                        self.rt.wake_at(self.id(), at);
+                        return Ok(TurnEnd::Parked(Vec::new()));
+                    }
                     let mut batch = Batch::new();
                     if !turn.step_started {
                         batch.event(
@@ -389,6 +394,19 @@ impl<'a> TurnDriver<'a> {
                 TurnPhase::Done => return Ok(TurnEnd::Finished),
             }
         }
+    }
+
+    /// The time a feature keeps this parked turn parked until (the earliest of their timers
+    /// not due yet), or `None` when it may go on.
+    async fn parked_until(&self, turn: &TurnRecord) -> RuntimeResult<Option<i64>> {
+        let view = view!(self, turn);
+        let mut until = None;
+        for feature in &self.features {
+            if let Some(at) = feature.parked_until(&view).await? {
+                until = Some(until.map_or(at, |u: i64| u.min(at)));
+            }
+        }
+        Ok(until)
     }
 
     pub(in crate::engine) async fn refresh_session(&mut self) -> RuntimeResult<()> {

@@ -19,6 +19,7 @@
 //! | [`TurnExtension::check_input`] | before a call is reviewed, asked about or run | deny it or rewrite its input (`tool.before` hooks) |
 //! | [`TurnExtension::call_ran`] | after a call ran | writes that go with its result (breaker rows) |
 //! | [`TurnExtension::take_call`] | a call is about to run | run it another way (as a task: a child started in the background) and settle it now |
+//! | [`TurnExtension::parked_until`] | a parked turn is driven again | keep it parked until a timer is due (a `sleep`) |
 //! | [`TurnExtension::hold`] | before a step starts | hold the turn open (work it started is still running), or park it on input |
 //! | [`TurnExtension::final_answer`] | the model answered without calls | send it back with a message, hold the turn open, add events to the turn's end, or fail the turn |
 //! | [`TurnExtension::turn_ended`] | a turn stops early | let go of what its unsettled calls hold, with writes that go with the turn's end |
@@ -167,6 +168,15 @@ pub(crate) enum Handled {
     },
     /// The call waits on an answer already asked for.
     Wait,
+    /// The call waits on a durable timer the feature keeps, due at `at_ms` (epoch ms): the turn
+    /// parks with no driver held, the runtime wakes it then, and the call is asked again
+    /// (see [`TurnExtension::parked_until`]). `writes` (the timer's row) go out with the park.
+    WaitUntil {
+        /// When the timer is due.
+        at_ms: i64,
+        /// Writes committed with the park.
+        writes: Batch,
+    },
 }
 
 /// An input request of a kind of its own (a proposed change shows the proposal).
@@ -391,6 +401,13 @@ pub(crate) trait TurnExtension: Send + Sync {
         _view: &TurnView<'_>,
         _call: &ToolCallRecord,
     ) -> RuntimeResult<Option<Taken>> {
+        Ok(None)
+    }
+
+    /// A turn parked with no request pending is driven again (woken, restarted, looked at by
+    /// another node): `Some(at_ms)` keeps it parked until then (a timer of this feature not due
+    /// yet), and the runtime wakes it at that time; `None` lets it go on.
+    async fn parked_until(&self, _view: &TurnView<'_>) -> RuntimeResult<Option<i64>> {
         Ok(None)
     }
 

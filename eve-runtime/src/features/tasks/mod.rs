@@ -25,6 +25,7 @@
 //! working tasks and, through their own turns' ends, their children.
 
 pub(crate) mod table;
+pub(crate) mod timers;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
