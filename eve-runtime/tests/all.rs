@@ -48,6 +48,7 @@ mod server_routes;
 mod server_stream;
 mod server_support;
 mod server_tenancy;
+mod sleep;
 mod store_bench;
 mod store_contract;
 mod store_postgres;
