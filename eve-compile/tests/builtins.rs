@@ -114,3 +114,84 @@ fn an_authored_tool_replaces_the_builtin_of_its_name_with_a_note() {
             .is_none()
     );
 }
+
+const SEARCH: &str = "web:\n  search:\n    provider: brave\n";
+
+#[test]
+fn web_search_is_on_with_a_provider_and_off_by_the_map() {
+    // Without a provider it is never on, whatever `default_tools` says.
+    assert!(!on(None, &[]).0.contains(&"web_search"));
+    // With one, it is among the defaults, and a map or a list turns it (or `web_fetch`) off.
+    let (names, codes) = on(Some(SEARCH), &[]);
+    assert_eq!(
+        names,
+        [
+            "bash",
+            "read_file",
+            "write_file",
+            "web_fetch",
+            "web_search",
+            "agent"
+        ]
+    );
+    assert_eq!(codes, []);
+    let yaml = format!("{SEARCH}default_tools: {{web_search: false}}\n");
+    assert!(!on(Some(&yaml), &[]).0.contains(&"web_search"));
+    let yaml = format!("{SEARCH}default_tools: {{web_fetch: false}}\n");
+    let names = on(Some(&yaml), &[]).0;
+    assert!(!names.contains(&"web_fetch") && names.contains(&"web_search"));
+    let yaml = format!("{SEARCH}default_tools: [bash, web_search]\n");
+    assert_eq!(on(Some(&yaml), &[]), (vec!["bash", "web_search"], vec![]));
+}
+
+#[test]
+fn turning_on_web_search_without_a_provider_is_a_note() {
+    for yaml in [
+        "default_tools: {web_search: true}\n",
+        "default_tools: [bash, web_search]\n",
+    ] {
+        let checked = TestAgent::minimal().file("agent.yaml", yaml).check_mem();
+        let codes: Vec<Code> = checked.diagnostics().iter().map(|d| d.code).collect();
+        assert_eq!(codes, [Code::BuiltinUnset], "{}", checked.rendered);
+        assert!(
+            checked.rendered.contains("note[N002]"),
+            "{}",
+            checked.rendered
+        );
+        assert!(
+            checked.rendered.contains("web.search"),
+            "{}",
+            checked.rendered
+        );
+        assert_eq!(checked.output.error_count(), 0);
+        assert!(
+            !checked
+                .output
+                .manifest
+                .agent
+                .config
+                .builtins_on()
+                .contains(&"web_search")
+        );
+    }
+    // Leaving it to the defaults says nothing.
+    let (_, codes) = on(Some("default_tools: {glob: true}\n"), &[]);
+    assert_eq!(codes, []);
+}
+
+#[test]
+fn sleep_is_opt_in_with_a_cap() {
+    assert!(!on(None, &[]).0.contains(&"sleep"));
+    let names = on(Some("default_tools: {sleep: true}\n"), &[]).0;
+    assert!(names.contains(&"sleep") && names.contains(&"bash"));
+    let checked = TestAgent::minimal()
+        .file(
+            "agent.yaml",
+            "default_tools: [sleep]\nlimits:\n  max_sleep_seconds: 120\n",
+        )
+        .check_mem();
+    assert_eq!(checked.output.error_count(), 0, "{}", checked.rendered);
+    let config = &checked.output.manifest.agent.config;
+    assert_eq!(config.builtins_on(), ["sleep"]);
+    assert_eq!(config.limits.max_sleep_seconds, Some(120));
+}

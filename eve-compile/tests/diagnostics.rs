@@ -242,6 +242,8 @@ diagnostic_tests! {
         => minimal().file("agent.yaml", "default_tools: 3\n").on_disk().check();
     n001_tool_replaces_a_builtin: BuiltinReplaced, "agent/tools/bash.yaml", None
         => minimal().file("tools/bash.yaml", TOOL_OK).on_disk().check();
+    n002_web_search_without_a_provider: BuiltinUnset, "agent/agent.yaml", None
+        => minimal().file("agent.yaml", "default_tools: {web_search: true}\n").on_disk().check();
     w010_tool_runs_on_host: Unconfined, "agent/tools/search.yaml", None
         => minimal().file("tools/search.yaml", "description: Search.\ninput:\n  type: object\nrun: [echo]\nsandbox: host\n").on_disk().check();
     w010_agent_provider_host: Unconfined, "agent/sandbox/sandbox.yaml", Some(1)

@@ -125,6 +125,9 @@ codes! {
     InterpreterUnfit = "W012", Warning, "interpreter missing or too old";
     /// An authored tool takes the name of a built-in tool the agent is offered, and replaces it.
     BuiltinReplaced = "N001", Note, "built-in tool replaced";
+    /// `default_tools` turns on a built-in that its settings leave off (`web_search` without a
+    /// provider in `web.search`).
+    BuiltinUnset = "N002", Note, "built-in tool needs a setting";
     /// A file in `evals/` that is not an eval case file.
     UnknownEvalEntry = "W100", Warning, "not an eval case file";
 }

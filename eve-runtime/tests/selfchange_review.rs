@@ -235,19 +235,29 @@ async fn a_rename_and_a_mode_change_are_listed_as_such() {
 #[test]
 fn built_in_tools_run_with_the_effects_the_delta_shows() {
     let mut tools = eve_runtime::tools::builtin_tools();
-    // `web_fetch` comes from the agent's `web:` settings (with `web_search` when a provider is set).
-    tools.extend(eve_runtime::tools::web_tools(&Default::default(), true));
+    // The web tools come from the agent's `web:` settings (`web_search` with a provider set).
+    let web = eve_compile::Web {
+        search: Some(eve_compile::WebSearch {
+            provider: eve_compile::SearchProvider::Brave,
+            url: None,
+            key_env: None,
+            max_results: 5,
+        }),
+        ..Default::default()
+    };
+    tools.extend(eve_runtime::tools::web_tools(&web));
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-    // `agent` is a subagent call, not a tool the runtime runs itself.
+    // `agent` is a subagent call and `sleep` a wait the turn answers, not tools the runtime runs
+    // as such.
     let table: Vec<&str> = eve_compile::DEFAULT_TOOL_EFFECTS
         .iter()
         .map(|(n, _)| *n)
-        .filter(|n| *n != eve_compile::AGENT_TOOL)
+        .filter(|n| *n != eve_compile::AGENT_TOOL && *n != eve_compile::SLEEP_TOOL)
         .collect();
     assert_eq!(names, table);
-    // `approvals:` also takes `web_search`, which is on only with a provider.
+    // `approvals:` takes every built-in but `agent`.
     let mut approvable = names.clone();
-    approvable.push(eve_runtime::tools::WEB_SEARCH);
+    approvable.push(eve_compile::SLEEP_TOOL);
     assert_eq!(approvable, eve_compile::compile::BUILTIN_TOOLS);
     for t in &tools {
         assert_eq!(

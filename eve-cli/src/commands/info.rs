@@ -146,37 +146,30 @@ fn tool_report(agent: &Agent) -> Vec<serde_json::Value> {
     let rows = builtin_rows(agent);
     let web = &agent.config.web;
     for b in rows.iter().filter(|b| !b.replaced) {
-        // `web_fetch` runs on the runtime, under the `web:` rules.
+        // `web_fetch` runs on the runtime, under the `web:` rules; `web_search` asks its
+        // provider, with the key from the environment.
+        let search = web.search.as_ref().filter(|_| b.name == "web_search");
         let network = if b.name == "web_fetch" {
             json!(web_network(web))
+        } else if let Some(search) = search {
+            json!(search.url.as_deref().or(search.provider.default_url()))
         } else {
             json!(b.sandbox.as_ref().map(|s| &s.network))
         };
-        out.push(json!({
+        let env: Vec<&str> = search
+            .and_then(|s| s.key_env.as_deref().or(s.provider.default_key_env()))
+            .into_iter()
+            .collect();
+        let mut entry = json!({
             "name": b.name, "builtin": true, "from": b.from, "effect": b.effect,
             "sandbox": b.sandbox.as_ref().map(|s| s.provider),
             "network": network,
-            "env": [], "approval": b.approval,
-        }));
-    }
-    let authored = |name: &str| agent.tools.iter().any(|t| t.name == name);
-    if let Some(search) = web.search.as_ref().filter(|_| !authored("web_search")) {
-        let approval = agent
-            .config
-            .approvals
-            .get("web_search")
-            .copied()
-            .unwrap_or_default();
-        let key = search
-            .key_env
-            .as_deref()
-            .or(search.provider.default_key_env());
-        out.push(json!({
-            "name": "web_search", "builtin": true, "sandbox": null,
-            "network": search.url.as_deref().or(search.provider.default_url()),
-            "provider": search.provider.as_str(), "env": key.into_iter().collect::<Vec<_>>(),
-            "approval": approval, "effect": "read",
-        }));
+            "env": env, "approval": b.approval,
+        });
+        if let Some(search) = search {
+            entry["provider"] = json!(search.provider.as_str());
+        }
+        out.push(entry);
     }
     for t in &agent.tools {
         let s = agent.effective_sandbox(t);
@@ -315,6 +308,26 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
             None if b.name == "web_fetch" => {
                 format!("in-process, network {}", web_network(&agent.config.web))
             }
+            None if b.name == "web_search" => match &agent.config.web.search {
+                Some(search) => {
+                    let key = search
+                        .key_env
+                        .as_deref()
+                        .or(search.provider.default_key_env())
+                        .map(|k| format!(", key ${k}"))
+                        .unwrap_or_default();
+                    format!("in-process, {}{key}", search.provider.as_str())
+                }
+                None => "in-process".to_owned(),
+            },
+            None if b.name == eve_compile::SLEEP_TOOL => {
+                let max = agent
+                    .config
+                    .limits
+                    .max_sleep_seconds
+                    .unwrap_or(eve_compile::DEFAULT_MAX_SLEEP_SECONDS);
+                format!("in-process, a durable timer, at most {max}s")
+            }
             None => "in-process, the session workspace".to_owned(),
         });
         if b.approval != eve_compile::Approval::Never {
@@ -327,29 +340,6 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
             "{} {}",
             paint(color, "36", b.name),
             dim(&format!("[{}]", flags.join(", ")))
-        ));
-    }
-    let authored = |name: &str| agent.tools.iter().any(|t| t.name == name);
-    if let Some(search) = agent
-        .config
-        .web
-        .search
-        .as_ref()
-        .filter(|_| !authored("web_search"))
-    {
-        let key = search
-            .key_env
-            .as_deref()
-            .or(search.provider.default_key_env())
-            .map(|k| format!(", key ${k}"))
-            .unwrap_or_default();
-        builtins.push(format!(
-            "{} {}",
-            paint(color, "36", "web_search"),
-            dim(&format!(
-                "[effect read, in-process, {}{key}]",
-                search.provider.as_str()
-            ))
         ));
     }
     if agent.config.self_change {

@@ -112,6 +112,18 @@ pub(super) fn default_tools(f: &mut Fields<'_>) -> (bool, Option<Vec<String>>) {
     (!on.is_empty(), Some(on))
 }
 
+/// Whether `default_tools` as written (`raw`) turns `name` on by naming it: in a list, or as
+/// `name: true` in a map.
+pub(super) fn turned_on(raw: Option<&Value>, name: &str) -> bool {
+    match raw {
+        Some(Value::Array(items)) => items
+            .iter()
+            .any(|i| i.as_str().map(str::trim) == Some(name)),
+        Some(Value::Object(map)) => map.get(name) == Some(&Value::Bool(true)),
+        _ => false,
+    }
+}
+
 impl Compiler {
     /// An authored tool at the name of a built-in that is on replaces it: a note says so. A
     /// subagent cannot take such a name (it would be offered twice).

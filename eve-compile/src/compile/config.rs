@@ -15,7 +15,7 @@ use crate::fields::Fields;
 use crate::manifest::*;
 
 /// Built-in tools whose approval `agent.yaml` `approvals:` can set: every built-in of
-/// [`DEFAULT_TOOL_EFFECTS`], and `web_search`.
+/// [`DEFAULT_TOOL_EFFECTS`] but `agent` (a subagent call, approved as one).
 pub const BUILTIN_TOOLS: &[&str] = &[
     "bash",
     "read_file",
@@ -182,6 +182,24 @@ impl Compiler {
             config.memory = self.memory_config(file, &parsed.doc);
             config.probe = self.probe_config(file, &parsed.doc);
             config.web = self.web_config(file, &parsed.doc, root);
+            if config.web.search.is_none()
+                && super::builtins::turned_on(parsed.doc.value.get("default_tools"), WEB_SEARCH)
+            {
+                self.push(
+                    Diagnostic::new(
+                        Code::BuiltinUnset,
+                        file.path.clone(),
+                        "`default_tools` turns on `web_search`, but `web.search` names no \
+                         provider: the agent is not offered it"
+                            .to_owned(),
+                    )
+                    .help(
+                        "name one in agent.yaml (`web: {search: {provider: brave}}`, or `tavily`, \
+                         or `searxng` with its `url`) with its key in the environment, or leave \
+                         `web_search` out of `default_tools`",
+                    ),
+                );
+            }
             if parsed.doc.value.get("critic").is_some() {
                 config.critic = self.critic(&file.path, &parsed.doc, config.strategy);
             }

@@ -107,18 +107,6 @@ pub(super) fn tools_of(agent: &Agent) -> BTreeMap<String, ToolView> {
             out.insert((*name).to_owned(), view);
         }
     }
-    if agent.config.web.search.is_some() && !out.contains_key(WEB_SEARCH) {
-        let approval = agent
-            .config
-            .approvals
-            .get(WEB_SEARCH)
-            .copied()
-            .unwrap_or_default();
-        out.insert(
-            WEB_SEARCH.to_owned(),
-            ToolView::builtin(WEB_SEARCH_EFFECT, approval),
-        );
-    }
     if let Some(memory) = &agent.config.memory
         && !out.contains_key(MEMORY)
     {

@@ -310,7 +310,8 @@ pub fn is_known_provider(name: &str) -> bool {
 }
 
 impl AgentConfig {
-    /// The built-in tools this agent is offered, in the order of [`crate::DEFAULT_TOOL_EFFECTS`]
+    /// The built-in tools this agent is offered, in the order of [`crate::DEFAULT_TOOL_EFFECTS`];
+    /// `web_search` only when `web.search` names a provider
     /// (an authored tool of the same name replaces one: see [`crate::Agent::replaced_builtin`]).
     pub fn builtins_on(&self) -> Vec<&'static str> {
         crate::DEFAULT_TOOL_EFFECTS
@@ -320,6 +321,8 @@ impl AgentConfig {
                 Some(on) => on.iter().any(|n| n == name),
                 None => self.default_tools && !crate::OPT_IN_TOOLS.contains(name),
             })
+            // `web_search` needs a provider to ask.
+            .filter(|name| *name != crate::WEB_SEARCH || self.web.search.is_some())
             .collect()
     }
 

@@ -125,6 +125,8 @@ pub const DEFAULT_TOOL_EFFECTS: &[(&str, Effect)] = &[
     ("glob", Effect::Read),
     ("grep", Effect::Read),
     ("web_fetch", Effect::Read),
+    // On only when `web.search` names a provider.
+    (WEB_SEARCH, WEB_SEARCH_EFFECT),
     // A durable, bounded wait (answered by the runtime: the turn parks until its timer fires).
     (SLEEP_TOOL, Effect::Read),
     // A fresh copy of the root agent, called as a subagent (`{message, task_id?}`).

@@ -61,14 +61,11 @@ impl LoadedBuild {
             .iter()
             .cloned()
             .partition(|t| !t.dynamic.is_empty());
-        // The built-ins that are on; an authored tool of the same name replaces one.
-        // `web_search` is on when `web.search` names a provider.
-        let web = web_tools(
-            &agent.config.web,
-            agent.config.builtin_on(crate::tools::WEB_FETCH),
-        );
+        // The built-ins that are on (`web_search` only with a provider: `builtins_on`); an
+        // authored tool of the same name replaces one.
+        let web = web_tools(&agent.config.web);
         for mut tool in builtin_tools().into_iter().chain(web) {
-            if tool.name != crate::tools::WEB_SEARCH && !agent.config.builtin_on(&tool.name) {
+            if !agent.config.builtin_on(&tool.name) {
                 continue;
             }
             if let Some(approval) = agent.config.approvals.get(&tool.name) {

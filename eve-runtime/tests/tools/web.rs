@@ -125,7 +125,7 @@ pub async fn site(extra: Router) -> SocketAddr {
 
 /// The `web_fetch` tool as the runtime offers it.
 pub fn fetch_tool(web: &Web) -> Tool {
-    web_tools(web, true)
+    web_tools(web)
         .into_iter()
         .find(|t| t.name == WEB_FETCH)
         .unwrap()

@@ -74,7 +74,7 @@ fn web(provider: SearchProvider, url: String, max_results: u32) -> Web {
 }
 
 fn search_tool(web: &Web) -> Tool {
-    web_tools(web, false)
+    web_tools(web)
         .into_iter()
         .find(|t| t.name == WEB_SEARCH)
         .unwrap()

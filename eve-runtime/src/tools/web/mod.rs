@@ -58,13 +58,11 @@ impl WebContext {
     }
 }
 
-/// The web tools an agent is offered: `web_fetch` with the default tools, `web_search` when a
-/// provider is set.
-pub fn web_tools(web: &Web, default_tools: bool) -> Vec<Tool> {
-    let mut tools = Vec::new();
-    if default_tools {
-        tools.push(fetch_tool(web));
-    }
+/// The web tools `web` can offer: `web_fetch`, and `web_search` when a provider is set. Which of
+/// them an agent is offered is `default_tools`' decision (`AgentConfig::builtins_on`, where
+/// `web_search` is on only with a provider).
+pub fn web_tools(web: &Web) -> Vec<Tool> {
+    let mut tools = vec![fetch_tool(web)];
     if let Some(search) = &web.search {
         tools.push(tool(
             WEB_SEARCH,
