@@ -565,6 +565,64 @@ fn info_json_shows_each_tools_effective_sandbox_network_env_and_approval() {
 }
 
 #[test]
+fn info_shows_web_search_and_sleep_from_the_one_table() {
+    let (_tmp, project) = init_demo();
+    let yaml = project.join("agent/agent.yaml");
+    let base = "model: mock/echo\n";
+    write(
+        &yaml,
+        &format!(
+            "{base}\nweb:\n  search:\n    provider: brave\ndefault_tools: {{sleep: true}}\nlimits:\n  max_sleep_seconds: 90\n"
+        ),
+    );
+    let r = run(&project, &["info", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = r.json();
+    let tools = j["tools"].as_array().unwrap();
+    let tool = |n: &str| tools.iter().find(|t| t["name"] == n).cloned();
+    let search = tool("web_search").expect("web_search is on with a provider");
+    assert_eq!(search["provider"], "brave");
+    assert_eq!(search["env"], serde_json::json!(["BRAVE_API_KEY"]));
+    assert_eq!(search["effect"], "read");
+    assert_eq!(search["from"], "agent.yaml");
+    assert_eq!(
+        tools.iter().filter(|t| t["name"] == "web_search").count(),
+        1
+    );
+    assert_eq!(tool("sleep").unwrap()["effect"], "read");
+    let text = run(&project, &["info"]);
+    assert!(
+        text.stdout.contains("brave, key $BRAVE_API_KEY"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("a durable timer, at most 90s"),
+        "{}",
+        text.stdout
+    );
+    // The map turns it off like any other built-in.
+    write(
+        &yaml,
+        &format!(
+            "{base}\nweb:\n  search:\n    provider: brave\ndefault_tools: {{web_search: false}}\n"
+        ),
+    );
+    let r = run(&project, &["info", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = r.json();
+    assert!(
+        !j["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "web_search"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
 fn info_text_of_the_default_template() {
     let (_tmp, project) = init_demo();
     let r = run(&project, &["info"]);

@@ -8,7 +8,6 @@
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eve_runtime::tools::{ToolContext, run_builtin};
@@ -33,20 +32,7 @@ async fn main() -> ExitCode {
     };
     let runs: usize = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(10);
     let ws = PathBuf::from(ws);
-    let ctx = ToolContext {
-        session_id: "ses_bench".into(),
-        call_id: "call_bench".into(),
-        idempotency_key: "ses_bench:call_bench".into(),
-        workspace: ws.clone(),
-        agent_dir: ws.clone(),
-        env: Arc::new(|_: &str| None),
-        http: Default::default(),
-        exec: Default::default(),
-        confinement: eve_runtime::exec::Confinement::Host,
-        network: None,
-        progress: None,
-        web: Default::default(),
-    };
+    let ctx = ToolContext::new("ses_bench", "call_bench", ws.clone(), ws.clone());
     let queries: Vec<(&str, Value, Vec<&str>)> = vec![
         (
             "glob",

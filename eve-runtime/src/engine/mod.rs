@@ -254,20 +254,14 @@ impl Runtime {
             Some(&workspace),
             Some(&agent_dir),
         );
-        crate::tools::ToolContext {
-            session_id: session.to_owned(),
-            call_id,
-            idempotency_key,
-            workspace,
-            agent_dir,
-            env: self.inner.config.env.clone(),
-            http: self.inner.http.clone(),
-            exec: self.inner.exec.clone(),
-            confinement,
-            network: None,
-            progress: None,
-            web: crate::tools::WebContext::new(build.manifest.agent.config.web.clone()),
-        }
+        crate::tools::ToolContext::new(session, call_id, workspace, agent_dir)
+            .with_idempotency_key(idempotency_key)
+            .with_env(self.inner.config.env.clone())
+            .with_services(self.inner.http.clone(), self.inner.exec.clone())
+            .with_confinement(confinement)
+            .with_web(crate::tools::WebContext::new(
+                build.manifest.agent.config.web.clone(),
+            ))
     }
 
     /// The store.

@@ -102,6 +102,65 @@ impl std::fmt::Debug for ToolContext {
 }
 
 impl ToolContext {
+    /// The context of call `call_id` of `session_id`, working in `workspace` with the agent's
+    /// files in `agent_dir`: idempotency key `<session>:<call>`, no environment, unconfined
+    /// ([`Confinement::Host`]), its own HTTP client and executor, the default `web:` settings, no
+    /// `network:` and no progress sink. The `with_*` methods set the rest.
+    pub fn new(
+        session_id: impl Into<String>,
+        call_id: impl Into<String>,
+        workspace: PathBuf,
+        agent_dir: PathBuf,
+    ) -> Self {
+        let session_id = session_id.into();
+        let call_id = call_id.into();
+        Self {
+            idempotency_key: format!("{session_id}:{call_id}"),
+            session_id,
+            call_id,
+            workspace,
+            agent_dir,
+            env: Arc::new(|_: &str| None),
+            http: HttpClient::default(),
+            exec: Arc::default(),
+            confinement: Confinement::Host,
+            network: None,
+            progress: None,
+            web: WebContext::default(),
+        }
+    }
+
+    /// With this idempotency key.
+    pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = key.into();
+        self
+    }
+
+    /// With this environment lookup (`${VAR}` references and the `env:` allowlist).
+    pub fn with_env(mut self, env: EnvLookup) -> Self {
+        self.env = env;
+        self
+    }
+
+    /// With the runtime's shared HTTP client and executor.
+    pub fn with_services(mut self, http: HttpClient, exec: Arc<Executor>) -> Self {
+        self.http = http;
+        self.exec = exec;
+        self
+    }
+
+    /// Confined by `confinement`.
+    pub fn with_confinement(mut self, confinement: Confinement) -> Self {
+        self.confinement = confinement;
+        self
+    }
+
+    /// With the agent's `web:` settings.
+    pub fn with_web(mut self, web: WebContext) -> Self {
+        self.web = web;
+        self
+    }
+
     /// Looks a variable up: the `EVE_*` variables of this call first, then [`ToolContext::env`].
     pub fn lookup(&self, name: &str) -> Option<String> {
         match name {

@@ -47,20 +47,8 @@ impl Fixture {
                 map.entry(name.to_owned()).or_insert(value);
             }
         }
-        let ctx = ToolContext {
-            session_id: "ses_01".into(),
-            call_id: "call_01".into(),
-            idempotency_key: "ses_01:call_01".into(),
-            workspace: dir.path().join("ws"),
-            agent_dir,
-            env: Arc::new(move |name: &str| map.get(name).cloned()),
-            http: Default::default(),
-            exec: Default::default(),
-            confinement: eve_runtime::exec::Confinement::Host,
-            network: None,
-            progress: None,
-            web: Default::default(),
-        };
+        let ctx = ToolContext::new("ses_01", "call_01", dir.path().join("ws"), agent_dir)
+            .with_env(Arc::new(move |name: &str| map.get(name).cloned()));
         Self { dir, ctx }
     }
 
