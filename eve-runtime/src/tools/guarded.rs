@@ -134,7 +134,7 @@ fn build(egress: &Egress, port: u16) -> Result<reqwest::Client, String> {
         ))
         .referer(false)
         .no_proxy()
-        .dns_resolver(Arc::new(CheckedResolver { rules, port }))
+        .dns_resolver(Arc::new(CheckedResolver::new(rules, port)))
         .build()
         .map_err(|e| e.to_string())
 }
@@ -178,19 +178,46 @@ pub(crate) fn check_url(url: &Url, egress: &Egress) -> Result<(), RequestRefused
     Ok(())
 }
 
-/// Resolves a name once, through the egress rules, for connections to one port.
-struct CheckedResolver {
-    rules: Arc<Egress>,
+/// Rules a name's addresses are checked against as it is resolved: a tool's egress rules
+/// ([`Egress`]) or the agent's `web:` rules (`web::rules::WebRules`).
+pub(crate) trait NameRules: Send + Sync + 'static {
+    /// Resolves `host` once for a connection to `port`: the addresses that pass, or why none
+    /// does.
+    fn resolve_checked(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> impl std::future::Future<Output = Result<Vec<SocketAddr>, Denied>> + Send;
+}
+
+impl NameRules for Egress {
+    async fn resolve_checked(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, Denied> {
+        egress::resolve(host, port, &self.policy, &self.own, RESOLVE_LIMIT).await
+    }
+}
+
+/// Resolves a name once, through `rules`, for connections to one port, and hands the connector
+/// only the addresses that passed (no second lookup can rebind the name). A refusal is a
+/// [`RequestRefused`] in the request's error chain ([`refusal_in`]).
+pub(crate) struct CheckedResolver<R> {
+    rules: Arc<R>,
     port: u16,
 }
 
-impl Resolve for CheckedResolver {
+impl<R> CheckedResolver<R> {
+    /// The resolver of connections to `port` under `rules`.
+    pub(crate) fn new(rules: Arc<R>, port: u16) -> Self {
+        Self { rules, port }
+    }
+}
+
+impl<R: NameRules> Resolve for CheckedResolver<R> {
     fn resolve(&self, name: Name) -> Resolving {
         let rules = self.rules.clone();
         let port = self.port;
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            match egress::resolve(&host, port, &rules.policy, &rules.own, RESOLVE_LIMIT).await {
+            match rules.resolve_checked(&host, port).await {
                 Ok(addrs) => Ok(Box::new(addrs.into_iter()) as Addrs),
                 Err(Denied::Refused(reason)) => Err(Box::new(RequestRefused {
                     host,

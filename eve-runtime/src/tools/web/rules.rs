@@ -17,9 +17,8 @@ use std::time::Duration;
 use eve_sandbox::egress::{self, Denied, Permit, Rule};
 use ipnet::IpNet;
 use reqwest::Url;
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-use crate::tools::guarded::RequestRefused;
+use crate::tools::guarded::{CheckedResolver, NameRules, RequestRefused};
 
 /// Time to resolve a name; the call's own time limit bounds the rest.
 const RESOLVE_LIMIT: Duration = Duration::from_secs(10);
@@ -182,7 +181,7 @@ impl WebRules {
     }
 
     /// Resolves `host` once for a connection to `port` and returns the addresses that pass;
-    /// refused only when none does.
+    /// refused only when none does (the [`CheckedResolver`] of `web_fetch`'s clients).
     pub(crate) async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, Denied> {
         let pass = self.pass(host, port).map_err(Denied::Refused)?;
         let found = match tokio::time::timeout(RESOLVE_LIMIT, tokio::net::lookup_host((host, port)))
@@ -229,34 +228,13 @@ pub(crate) fn client(rules: Option<Arc<WebRules>>, port: u16) -> Result<reqwest:
         .no_proxy()
         .connect_timeout(Duration::from_secs(10));
     if let Some(rules) = rules {
-        builder = builder.dns_resolver(Arc::new(Checked { rules, port }));
+        builder = builder.dns_resolver(Arc::new(CheckedResolver::new(rules, port)));
     }
     builder.build().map_err(|e| e.to_string())
 }
 
-/// Resolves a name once, through the rules, for connections to one port.
-struct Checked {
-    rules: Arc<WebRules>,
-    port: u16,
-}
-
-impl Resolve for Checked {
-    fn resolve(&self, name: Name) -> Resolving {
-        let rules = self.rules.clone();
-        let port = self.port;
-        let host = name.as_str().to_owned();
-        Box::pin(async move {
-            match rules.resolve(&host, port).await {
-                Ok(addrs) => Ok(Box::new(addrs.into_iter()) as Addrs),
-                Err(Denied::Refused(reason)) => Err(Box::new(RequestRefused {
-                    host,
-                    port,
-                    reason,
-                    redirect: false,
-                })
-                    as Box<dyn std::error::Error + Send + Sync>),
-                Err(other) => Err(other.to_string().into()),
-            }
-        })
+impl NameRules for WebRules {
+    async fn resolve_checked(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, Denied> {
+        self.resolve(host, port).await
     }
 }
