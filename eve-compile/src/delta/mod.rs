@@ -38,6 +38,7 @@ mod model;
 mod policy;
 mod sandbox;
 mod tools;
+mod web;
 
 use tools::{tool_summary, tools_of};
 
@@ -307,6 +308,7 @@ impl Differ {
         let default_sandbox = Sandbox::default();
         let old_sb = prev.map(|a| &a.sandbox).unwrap_or(&default_sandbox);
         self.sandbox(prefix, old_sb, &next.sandbox);
+        self.web(prefix, prev.map(|a| &a.config.web), &next.config.web);
         let default_config = default_config(next);
         let old_config = prev.map_or(&default_config, |a| &a.config);
         self.first = prev.is_none();

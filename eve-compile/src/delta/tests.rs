@@ -129,3 +129,47 @@ fn network_policy_and_subagents() {
     let subjects: Vec<_> = d.changes.iter().map(|c| c.subject.as_str()).collect();
     assert_eq!(subjects, ["helper", "helper/deep"]);
 }
+
+#[test]
+fn widening_web_rules_is_a_network_capability() {
+    let a = manifest(vec![]);
+    let widened = |d: &Delta, subject: &str| {
+        d.changes
+            .iter()
+            .any(|c| c.kind == ChangeKind::NetworkWidened && c.widening && c.subject == subject)
+    };
+    // An `allow` entry added (here: the metadata address) widens.
+    let mut b = a.clone();
+    b.agent.config.web.allow = vec!["169.254.169.254".to_owned()];
+    let d = capability_delta(Some(&a), &b);
+    assert!(widened(&d, "web.allow"), "{:?}", d.changes);
+    assert!(d.widens());
+    // Taken back: listed, not widening.
+    let d = capability_delta(Some(&b), &a);
+    assert!(
+        d.changes
+            .iter()
+            .any(|c| c.subject == "web.allow" && !c.widening)
+    );
+    assert!(!d.widens(), "{:?}", d.changes);
+    // A `deny` entry removed widens; one added does not.
+    let mut denied = a.clone();
+    denied.agent.config.web.deny = vec!["*.internal.example".to_owned()];
+    assert!(widened(&capability_delta(Some(&denied), &a), "web.deny"));
+    assert!(!capability_delta(Some(&a), &denied).widens());
+    // `public: false` back to `true` widens.
+    let mut closed = a.clone();
+    closed.agent.config.web.public = false;
+    assert!(widened(&capability_delta(Some(&closed), &a), "web.public"));
+    assert!(!capability_delta(Some(&a), &closed).widens());
+    // A first build lists what it allows beyond the defaults.
+    assert!(widened(&capability_delta(None, &b), "web.allow"));
+    assert!(
+        !capability_delta(None, &closed)
+            .changes
+            .iter()
+            .any(|c| c.subject.starts_with("web."))
+    );
+    // The same rules: nothing.
+    assert!(capability_delta(Some(&b), &b).changes.is_empty());
+}
