@@ -267,6 +267,18 @@ async fn drive_to_rest(
                     }
                 }
             }
+            DriveOutcome::WaitingInput(requests) if requests.is_empty() => {
+                // Parked on a timer (a `sleep`): this process wakes it when it is due. Its
+                // events print meanwhile, and the session is asked again.
+                let wait = tokio::time::sleep(Duration::from_millis(500));
+                tokio::pin!(wait);
+                loop {
+                    tokio::select! {
+                        event = follower.next() => printer.event(&event?),
+                        () = &mut wait => break,
+                    }
+                }
+            }
             DriveOutcome::WaitingInput(requests) => {
                 if !answer_requests(runtime, &id, &requests, args.yes, color).await? {
                     return Ok(ExitCode::from(EXIT_WAITING));
