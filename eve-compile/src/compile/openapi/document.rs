@@ -220,6 +220,32 @@ fn op_pointer(path: &str, method: &str) -> String {
 
 // ---- OpenAPI 3.0 (openapiv3) ----
 
+/// A 3.0 schema as JSON Schema 2020-12 reads it: `nullable: true` adds `null` to `type`, and
+/// boolean `exclusiveMinimum`/`exclusiveMaximum` become the numbers they qualify.
+fn from_30(schema: Value) -> Value {
+    match schema {
+        Value::Object(mut map) => {
+            if let Some(Value::Bool(nullable)) = map.get("nullable").cloned() {
+                map.remove("nullable");
+                if nullable && let Some(Value::String(t)) = map.get("type").cloned() {
+                    map.insert("type".into(), json!([t, "null"]));
+                }
+            }
+            for (flag, bound) in [("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")] {
+                if let Some(Value::Bool(on)) = map.get(flag).cloned() {
+                    map.remove(flag);
+                    if on && let Some(limit) = map.remove(bound) {
+                        map.insert(flag.into(), limit);
+                    }
+                }
+            }
+            Value::Object(map.into_iter().map(|(k, v)| (k, from_30(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(from_30).collect()),
+        other => other,
+    }
+}
+
 fn v30(raw: &Value, spec: &openapiv3::OpenAPI) -> Result<Document, DocError> {
     use openapiv3::ReferenceOr;
     let mut operations = Vec::new();
@@ -248,7 +274,7 @@ fn v30(raw: &Value, spec: &openapiv3::OpenAPI) -> Result<Document, DocError> {
                         .and_then(|t| body.content.get(t))
                         .and_then(|m| m.schema.as_ref())
                     {
-                        Some(s) => inline(raw, &to_value(s), &body_at)?,
+                        Some(s) => from_30(inline(raw, &to_value(s), &body_at)?),
                         None => json!({}),
                     };
                     Some(Body {
@@ -313,7 +339,7 @@ fn v30_params(
             required: data.required || location == ParamLocation::Path,
             explode: data.explode.unwrap_or(style == "form"),
             style,
-            schema: inline(raw, &schema, &here)?,
+            schema: from_30(inline(raw, &schema, &here)?),
             description: data.description.clone(),
         });
     }

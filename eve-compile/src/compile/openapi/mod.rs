@@ -253,6 +253,16 @@ impl Compiler {
             }
             let own = overrides.get(&suffix);
             let (input_schema, call) = build_call(&c.name, &rel, &base_url, op, auth.clone());
+            if let Err(e) = jsonschema::validator_for(&input_schema) {
+                self.document_error(
+                    &rel,
+                    &spec,
+                    &op.pointer,
+                    format!("`{at}`: its parameters and body make no valid JSON Schema: {e}"),
+                );
+                ok = false;
+                continue;
+            }
             let mut description = [op.summary.as_deref(), op.description.as_deref()]
                 .into_iter()
                 .flatten()
@@ -607,3 +617,7 @@ mod tests {
         assert_eq!(method_effect("PATCH"), Effect::Write);
     }
 }
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod build_tests;
