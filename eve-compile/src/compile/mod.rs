@@ -83,6 +83,7 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
         shown_prefix: options.file_prefix.clone(),
         protected: options.protected_dirs.clone(),
         agent_dir: options.agent_dir.clone(),
+        documents: Vec::new(),
     };
     let agent = c.agent(&discovery.agent, &options.name, true);
     let mut diagnostics = discovery.diagnostics.clone();
@@ -93,6 +94,15 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
             && discovery.diagnostics.iter().any(|seen| seen.file == d.file)
     };
     diagnostics.extend(c.diags.into_iter().filter(|d| !unread(d)));
+    // A file or folder an OpenAPI connection reads as its document is not unknown.
+    diagnostics.retain(|d| {
+        d.code != Code::UnknownEntry
+            || !d.file.as_deref().is_some_and(|f| {
+                c.documents.iter().any(|doc| {
+                    doc == f || (f.ends_with('/') && doc.starts_with(f))
+                })
+            })
+    });
     for d in &mut diagnostics {
         if let Some(f) = &d.file {
             d.file = Some(format!("{}{f}", options.file_prefix));
@@ -144,6 +154,8 @@ struct Compiler {
     protected: Vec<std::path::PathBuf>,
     /// [`Options::agent_dir`].
     agent_dir: Option<std::path::PathBuf>,
+    /// Documents of OpenAPI connections, relative to the root agent folder.
+    documents: Vec<String>,
 }
 
 /// A parsed YAML document or front matter, with its body.
@@ -306,6 +318,7 @@ impl Compiler {
                     shown_prefix: prefix.clone(),
                     protected: protected.clone(),
                     agent_dir: None,
+                    documents: Vec::new(),
                 };
                 let out: Vec<R> = batch.iter().filter_map(|t| f(&mut c, t)).collect();
                 done.push((i, out, c));

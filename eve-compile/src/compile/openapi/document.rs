@@ -1,6 +1,6 @@
 //! Reading an OpenAPI document: 3.0 through `openapiv3`, 3.1 through `oas3`, both into one list
 //! of [`Operation`]s with their parameters and JSON request body, local `$ref`s resolved (the
-//! schemas inlined, recursion cut at a fixed depth). Errors carry the JSON pointer of the node at
+//! schemas inlined, a reference cut where it recurs or past a fixed depth). Errors carry the JSON pointer of the node at
 //! fault, which the caller turns into a line and column of the document.
 
 use serde::de::DeserializeOwned;
@@ -86,10 +86,20 @@ pub(super) fn read(raw: &Value) -> Result<Document, DocError> {
             None => DocError::new("", "no `openapi:` version field: this is not an OpenAPI document"),
         })?;
     if version.starts_with("3.0") {
-        let spec: openapiv3::OpenAPI = typed(raw)?;
+        let spec: openapiv3::OpenAPI = typed(raw).map_err(|e| {
+            closer::<
+                openapiv3::ReferenceOr<openapiv3::Parameter>,
+                openapiv3::ReferenceOr<openapiv3::RequestBody>,
+            >(raw, e)
+        })?;
         v30(raw, &spec)
     } else if version.starts_with("3.1") {
-        let spec: oas3::Spec = typed(raw)?;
+        let spec: oas3::Spec = typed(raw).map_err(|e| {
+            closer::<
+                oas3::spec::ObjectOrReference<oas3::spec::Parameter>,
+                oas3::spec::ObjectOrReference<oas3::spec::RequestBody>,
+            >(raw, e)
+        })?;
         v31(raw, &spec)
     } else {
         Err(DocError::new(
@@ -116,6 +126,51 @@ fn typed<T: DeserializeOwned>(raw: &Value) -> Result<T, DocError> {
         }
         DocError::new(pointer, format!("not a valid OpenAPI document: {}", e.inner()))
     })
+}
+
+/// A closer position for an error the whole-document parse placed at a path or operation: the
+/// first parameter or request body below it that does not parse on its own (the parsers' untagged
+/// reference types stop the error path where they start).
+fn closer<P: DeserializeOwned, B: DeserializeOwned>(raw: &Value, error: DocError) -> DocError {
+    let Some(Value::Object(paths)) = raw.get("paths") else {
+        return error;
+    };
+    for (path, item) in paths {
+        let item_at = format!("/paths/{}", crate::yaml::escape_pointer(path));
+        if !item_at.starts_with(&error.pointer) && !error.pointer.starts_with(&item_at) {
+            continue;
+        }
+        let mut places: Vec<(String, &Value, bool)> = Vec::new();
+        fn params<'v>(places: &mut Vec<(String, &'v Value, bool)>, at: &str, node: Option<&'v Value>) {
+            for (i, p) in node.and_then(Value::as_array).into_iter().flatten().enumerate() {
+                places.push((format!("{at}/{i}"), p, true));
+            }
+        }
+        params(&mut places, &format!("{item_at}/parameters"), item.get("parameters"));
+        let Some(methods) = item.as_object() else {
+            continue;
+        };
+        let mut bodies = Vec::new();
+        for (method, op) in methods.iter().filter(|(_, op)| op.is_object()) {
+            let at = format!("{item_at}/{method}");
+            params(&mut places, &format!("{at}/parameters"), op.get("parameters"));
+            if let Some(body) = op.get("requestBody") {
+                bodies.push((format!("{at}/requestBody"), body));
+            }
+        }
+        places.extend(bodies.into_iter().map(|(at, b)| (at, b, false)));
+        for (at, node, is_param) in places {
+            let failed = if is_param {
+                serde_json::from_value::<P>(node.clone()).err()
+            } else {
+                serde_json::from_value::<B>(node.clone()).err()
+            };
+            if let Some(e) = failed {
+                return DocError::new(at, format!("not a valid OpenAPI document: {e}"));
+            }
+        }
+    }
+    error
 }
 
 /// The value a local `$ref` (`#/components/...`) points at.

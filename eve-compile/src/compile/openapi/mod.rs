@@ -167,6 +167,7 @@ impl Compiler {
         } else {
             format!("{agent_path}/{rel}")
         };
+        self.documents.push(rel.clone());
         let text = self.read_document(&file, doc, &rel)?;
         let spec = match yaml::parse(&text, 0, 0) {
             Ok(spec) => spec,

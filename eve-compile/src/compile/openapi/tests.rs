@@ -108,7 +108,9 @@ fn a_3_0_yaml_document_becomes_one_tool_per_operation() {
     // The body under `body`, `$ref`s inlined, recursion cut.
     let body = &tools[0].input_schema["properties"]["body"];
     assert_eq!(body["required"], json!(["name"]));
-    assert_eq!(body["properties"]["parent"]["properties"]["name"]["type"], "string");
+    assert_eq!(body["properties"]["name"]["type"], "string");
+    let parent = body["properties"]["parent"]["description"].as_str().unwrap_or_default();
+    assert!(parent.contains("recursive"), "{body}");
     assert_eq!(tools[0].input_schema["required"], json!(["body"]));
     let Runner::OpenApi(list) = &tools[3].runner else {
         panic!()
@@ -164,6 +166,7 @@ fn a_document_that_does_not_parse_is_reported_at_its_line() {
         .unwrap_or_else(|| panic!("{diags:#?}"));
     assert_eq!(d.file.as_deref(), Some("specs/bad.yaml"));
     assert_eq!(d.line, Some(7), "{d:?}");
+    assert!(d.message.contains("nowhere"), "{d:?}");
 
     let (_, diags) = build(&[
         ("specs/syntax.json", "{\"openapi\": \"3.1.0\",\n  \"paths\": {\n}}}\n"),
