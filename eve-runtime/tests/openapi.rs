@@ -169,6 +169,11 @@ async fn a_fastapi_app_is_called_through_its_own_document() {
         .find(|t| t.name.starts_with("shop__search"))
         .expect("the search operation (FastAPI names it)");
     assert_eq!(search.input_schema["properties"]["tags"]["type"], "array");
+    assert!(
+        get_item.input_schema["properties"].get("x-api-key").is_none(),
+        "the header the connection's auth sets is not an input: {}",
+        get_item.input_schema
+    );
 
     // Path, query and body parameters; the auth header comes from the environment.
     let r = call(get_item, json!({"item_id": "apple"}), &ctx).await;

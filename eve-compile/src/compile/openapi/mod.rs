@@ -516,7 +516,18 @@ fn build_call(
     let mut properties = Map::new();
     let mut required = Vec::new();
     let mut parameters = Vec::new();
-    for p in &op.parameters {
+    // A header the connection's auth sets is not the model's to give.
+    let auth_header = match &auth {
+        Some(ConnectionAuth::Header { name, .. }) => Some(name.to_ascii_lowercase()),
+        Some(ConnectionAuth::Bearer { .. } | ConnectionAuth::Basic { .. }) => {
+            Some("authorization".to_owned())
+        }
+        None => None,
+    };
+    for p in op.parameters.iter().filter(|p| {
+        p.location != ParamLocation::Header
+            || auth_header.as_deref() != Some(p.name.to_ascii_lowercase().as_str())
+    }) {
         let clash = op
             .parameters
             .iter()
