@@ -130,10 +130,12 @@ fn ctx(dir: &Path, vars: &[(&str, &str)]) -> ToolContext {
 }
 
 fn find<'a>(tools: &'a [Tool], name: &str) -> &'a Tool {
-    tools
-        .iter()
-        .find(|t| t.name == name)
-        .unwrap_or_else(|| panic!("no tool {name}: {:?}", tools.iter().map(|t| &t.name).collect::<Vec<_>>()))
+    tools.iter().find(|t| t.name == name).unwrap_or_else(|| {
+        panic!(
+            "no tool {name}: {:?}",
+            tools.iter().map(|t| &t.name).collect::<Vec<_>>()
+        )
+    })
 }
 
 async fn call(tool: &Tool, input: Value, ctx: &ToolContext) -> eve_runtime::tools::ToolResult {
@@ -170,7 +172,9 @@ async fn a_fastapi_app_is_called_through_its_own_document() {
         .expect("the search operation (FastAPI names it)");
     assert_eq!(search.input_schema["properties"]["tags"]["type"], "array");
     assert!(
-        get_item.input_schema["properties"].get("x-api-key").is_none(),
+        get_item.input_schema["properties"]
+            .get("x-api-key")
+            .is_none(),
         "the header the connection's auth sets is not an input: {}",
         get_item.input_schema
     );
@@ -179,9 +183,17 @@ async fn a_fastapi_app_is_called_through_its_own_document() {
     let r = call(get_item, json!({"item_id": "apple"}), &ctx).await;
     assert!(r.ok, "{r:?}");
     assert_eq!(r.output, json!({"name": "apple", "price": 3}));
-    let r = call(search, json!({"q": "red fruit", "tags": ["a b", "c"], "limit": 2}), &ctx).await;
+    let r = call(
+        search,
+        json!({"q": "red fruit", "tags": ["a b", "c"], "limit": 2}),
+        &ctx,
+    )
+    .await;
     assert!(r.ok, "{r:?}");
-    assert_eq!(r.output, json!({"q": "red fruit", "tags": ["a b", "c"], "limit": 2}));
+    assert_eq!(
+        r.output,
+        json!({"q": "red fruit", "tags": ["a b", "c"], "limit": 2})
+    );
     let r = call(
         find(&tools, "shop__create_item"),
         json!({"body": {"name": "pear", "price": 4, "tags": ["green"]}}),
@@ -197,10 +209,16 @@ async fn a_fastapi_app_is_called_through_its_own_document() {
     let r = call(get_item, json!({"item_id": "plum"}), &ctx).await;
     assert!(!r.ok);
     let error = r.error.unwrap_or_default();
-    assert!(error.contains("404") && error.contains("no item 'plum'"), "{error}");
+    assert!(
+        error.contains("404") && error.contains("no item 'plum'"),
+        "{error}"
+    );
     let r = call(find(&tools, "shop__boom"), json!({}), &ctx).await;
     let error = r.error.unwrap_or_default();
-    assert!(!r.ok && error.contains("500") && error.contains("database is down"), "{error}");
+    assert!(
+        !r.ok && error.contains("500") && error.contains("database is down"),
+        "{error}"
+    );
     let r = call(
         find(&tools, "shop__create_item"),
         json!({"body": {"name": "fig"}}),
@@ -230,7 +248,11 @@ async fn a_50_mb_answer_is_cut_while_it_streams() {
     assert!(r.ok, "{r:?}");
     assert!(r.truncated);
     let text = r.output.as_str().unwrap_or_default();
-    assert!(text.len() <= big.output_limit as usize + 200, "{}", text.len());
+    assert!(
+        text.len() <= big.output_limit as usize + 200,
+        "{}",
+        text.len()
+    );
     assert!(text.starts_with("xxxx"));
     assert!(
         grew < 30 << 20,
@@ -262,7 +284,10 @@ async fn a_path_value_stays_one_segment_and_the_twin_without_encoding_escapes() 
     assert!(!r.ok && r.input_refused, "{r:?}");
 
     // The twin: with path values put in as they are, the same input reaches the admin panel.
-    let raw = self::ctx(dir.path(), &[("SHOP_KEY", KEY), (TEST_RAW_PATH_VALUES, "1")]);
+    let raw = self::ctx(
+        dir.path(),
+        &[("SHOP_KEY", KEY), (TEST_RAW_PATH_VALUES, "1")],
+    );
     let r = call(get_item, json!({"item_id": "../admin"}), &raw).await;
     assert!(r.ok, "{r:?}");
     assert_eq!(r.output, json!({"admin": "the admin panel"}));

@@ -98,9 +98,9 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
     diagnostics.retain(|d| {
         d.code != Code::UnknownEntry
             || !d.file.as_deref().is_some_and(|f| {
-                c.documents.iter().any(|doc| {
-                    doc == f || (f.ends_with('/') && doc.starts_with(f))
-                })
+                c.documents
+                    .iter()
+                    .any(|doc| doc == f || (f.ends_with('/') && doc.starts_with(f)))
             })
     });
     for d in &mut diagnostics {

@@ -219,11 +219,9 @@ fn prepare(
                 format!("Bearer {}", expand_env(token, &lookup, "auth.token")?),
             ),
             ConnectionAuth::Header { name, value } => (
-                HeaderName::from_bytes(name.as_bytes()).map_err(|e| {
-                    ToolError::InvalidHeader {
-                        name: name.clone(),
-                        reason: e.to_string(),
-                    }
+                HeaderName::from_bytes(name.as_bytes()).map_err(|e| ToolError::InvalidHeader {
+                    name: name.clone(),
+                    reason: e.to_string(),
                 })?,
                 expand_env(value, &lookup, "auth.value")?,
             ),
@@ -291,10 +289,7 @@ fn path_value(param: &OpenApiParam, value: &Value) -> Result<String, ToolError> 
         "matrix" => {
             let name = enc(&param.name);
             if param.explode && matches!(value, Value::Array(_)) {
-                pieces
-                    .iter()
-                    .map(|(_, v)| format!(";{name}={v}"))
-                    .collect()
+                pieces.iter().map(|(_, v)| format!(";{name}={v}")).collect()
             } else if param.explode && matches!(value, Value::Object(_)) {
                 format!(";{}", join(";", "="))
             } else {
@@ -384,20 +379,30 @@ mod tests {
     fn path_values_are_one_segment() {
         let p = param("simple", false);
         let seg = |v: Value| path_value(&p, &v);
-        assert_eq!(seg(Value::from("../admin")).ok().as_deref(), Some("..%2Fadmin"));
+        assert_eq!(
+            seg(Value::from("../admin")).ok().as_deref(),
+            Some("..%2Fadmin")
+        );
         assert_eq!(seg(Value::from("a/b")).ok().as_deref(), Some("a%2Fb"));
-        assert_eq!(seg(Value::from("%2e%2e")).ok().as_deref(), Some("%252e%252e"));
+        assert_eq!(
+            seg(Value::from("%2e%2e")).ok().as_deref(),
+            Some("%252e%252e")
+        );
         assert_eq!(seg(Value::from("a?b#c")).ok().as_deref(), Some("a%3Fb%23c"));
         assert!(seg(Value::from("..")).is_err());
         assert!(seg(Value::from(".")).is_err());
         assert!(seg(Value::from("")).is_err());
         assert_eq!(seg(serde_json::json!([1, 2])).ok().as_deref(), Some("1,2"));
         assert_eq!(
-            path_value(&param("label", false), &serde_json::json!(["a", "b"])).ok().as_deref(),
+            path_value(&param("label", false), &serde_json::json!(["a", "b"]))
+                .ok()
+                .as_deref(),
             Some(".a,b")
         );
         assert_eq!(
-            path_value(&param("matrix", true), &serde_json::json!(["a", "b"])).ok().as_deref(),
+            path_value(&param("matrix", true), &serde_json::json!(["a", "b"]))
+                .ok()
+                .as_deref(),
             Some(";id=a;id=b")
         );
     }
@@ -408,7 +413,10 @@ mod tests {
         p.location = ParamLocation::Query;
         let mut pairs = Vec::new();
         query_pairs(&p, &serde_json::json!(["a", "b"]), &mut pairs);
-        assert_eq!(pairs, [("id".into(), "a".into()), ("id".into(), "b".into())]);
+        assert_eq!(
+            pairs,
+            [("id".into(), "a".into()), ("id".into(), "b".into())]
+        );
         p.explode = false;
         pairs.clear();
         query_pairs(&p, &serde_json::json!(["a", "b"]), &mut pairs);

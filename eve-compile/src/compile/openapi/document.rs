@@ -75,16 +75,18 @@ pub(super) struct Document {
 
 /// Reads a parsed document (JSON or YAML, as a JSON value).
 pub(super) fn read(raw: &Value) -> Result<Document, DocError> {
-    let version = raw
-        .get("openapi")
-        .and_then(Value::as_str)
-        .ok_or_else(|| match raw.get("swagger") {
+    let version = raw.get("openapi").and_then(Value::as_str).ok_or_else(|| {
+        match raw.get("swagger") {
             Some(_) => DocError::new(
                 "/swagger",
                 "this is a Swagger 2.0 document: eve reads OpenAPI 3.0 and 3.1 (convert it first)",
             ),
-            None => DocError::new("", "no `openapi:` version field: this is not an OpenAPI document"),
-        })?;
+            None => DocError::new(
+                "",
+                "no `openapi:` version field: this is not an OpenAPI document",
+            ),
+        }
+    })?;
     if version.starts_with("3.0") {
         let spec: openapiv3::OpenAPI = typed(raw).map_err(|e| {
             closer::<
@@ -124,7 +126,10 @@ fn typed<T: DeserializeOwned>(raw: &Value) -> Result<T, DocError> {
                 Segment::Enum { .. } | Segment::Unknown => {}
             }
         }
-        DocError::new(pointer, format!("not a valid OpenAPI document: {}", e.inner()))
+        DocError::new(
+            pointer,
+            format!("not a valid OpenAPI document: {}", e.inner()),
+        )
     })
 }
 
@@ -141,19 +146,36 @@ fn closer<P: DeserializeOwned, B: DeserializeOwned>(raw: &Value, error: DocError
             continue;
         }
         let mut places: Vec<(String, &Value, bool)> = Vec::new();
-        fn params<'v>(places: &mut Vec<(String, &'v Value, bool)>, at: &str, node: Option<&'v Value>) {
-            for (i, p) in node.and_then(Value::as_array).into_iter().flatten().enumerate() {
+        fn params<'v>(
+            places: &mut Vec<(String, &'v Value, bool)>,
+            at: &str,
+            node: Option<&'v Value>,
+        ) {
+            for (i, p) in node
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
                 places.push((format!("{at}/{i}"), p, true));
             }
         }
-        params(&mut places, &format!("{item_at}/parameters"), item.get("parameters"));
+        params(
+            &mut places,
+            &format!("{item_at}/parameters"),
+            item.get("parameters"),
+        );
         let Some(methods) = item.as_object() else {
             continue;
         };
         let mut bodies = Vec::new();
         for (method, op) in methods.iter().filter(|(_, op)| op.is_object()) {
             let at = format!("{item_at}/{method}");
-            params(&mut places, &format!("{at}/parameters"), op.get("parameters"));
+            params(
+                &mut places,
+                &format!("{at}/parameters"),
+                op.get("parameters"),
+            );
             if let Some(body) = op.get("requestBody") {
                 bodies.push((format!("{at}/requestBody"), body));
             }
@@ -286,7 +308,10 @@ fn from_30(schema: Value) -> Value {
                     map.insert("type".into(), json!([t, "null"]));
                 }
             }
-            for (flag, bound) in [("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")] {
+            for (flag, bound) in [
+                ("exclusiveMinimum", "minimum"),
+                ("exclusiveMaximum", "maximum"),
+            ] {
                 if let Some(Value::Bool(on)) = map.get(flag).cloned() {
                     map.remove(flag);
                     if on && let Some(limit) = map.remove(bound) {
@@ -423,9 +448,7 @@ fn v31(raw: &Value, spec: &oas3::Spec) -> Result<Document, DocError> {
                     let body_at = format!("{at}/requestBody");
                     let body: oas3::spec::RequestBody = match body {
                         ObjectOrReference::Object(b) => b.clone(),
-                        ObjectOrReference::Ref { ref_path, .. } => {
-                            deref(raw, ref_path, &body_at)?
-                        }
+                        ObjectOrReference::Ref { ref_path, .. } => deref(raw, ref_path, &body_at)?,
                     };
                     let offered: Vec<String> = body.content.keys().cloned().collect();
                     let content_type = json_type(&offered);

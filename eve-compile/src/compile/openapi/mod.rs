@@ -85,9 +85,7 @@ fn glob(pattern: &str, name: &str) -> bool {
 
 /// Whether a value holds a `${VAR}` reference (a secret must come from the environment).
 fn has_reference(value: &str) -> bool {
-    value
-        .find("${")
-        .is_some_and(|i| value[i..].contains('}'))
+    value.find("${").is_some_and(|i| value[i..].contains('}'))
 }
 
 /// Per-operation settings from `operations.override`.
@@ -108,7 +106,10 @@ impl Compiler {
     ) -> Option<Vec<Tool>> {
         let doc = yaml::parse(&c.file.text, 0, 0).ok()?;
         doc.value.get("openapi")?;
-        Some(self.openapi_tools(c, &doc, agent_path, sandbox).unwrap_or_default())
+        Some(
+            self.openapi_tools(c, &doc, agent_path, sandbox)
+                .unwrap_or_default(),
+        )
     }
 
     fn openapi_tools(
@@ -197,7 +198,11 @@ impl Compiler {
                 let mut f = Fields::new(&file, doc, "", &mut self.diags);
                 f.report(
                     Code::InvalidConnection,
-                    if f.has("base_url") { "base_url" } else { "openapi" },
+                    if f.has("base_url") {
+                        "base_url"
+                    } else {
+                        "openapi"
+                    },
                     format!("the base URL `{url}` is not an absolute http:// or https:// URL"),
                     "set `base_url: https://api.example.com` in the connection file",
                 );
@@ -208,7 +213,8 @@ impl Compiler {
                 f.report(
                     Code::InvalidConnection,
                     "openapi",
-                    "the document lists no `servers` and the connection has no `base_url`".to_owned(),
+                    "the document lists no `servers` and the connection has no `base_url`"
+                        .to_owned(),
                     "set `base_url: https://api.example.com` in the connection file",
                 );
                 return None;
@@ -229,7 +235,10 @@ impl Compiler {
                     &rel,
                     &spec,
                     &op.pointer,
-                    format!("`{} {}` has an `operationId` with no usable character", op.method, op.path),
+                    format!(
+                        "`{} {}` has an `operationId` with no usable character",
+                        op.method, op.path
+                    ),
                 );
                 ok = false;
                 continue;
@@ -274,7 +283,10 @@ impl Compiler {
             if !description.is_empty() {
                 description.push_str("\n\n");
             }
-            description.push_str(&format!("`{} {}` on the `{}` API.", op.method, op.path, c.name));
+            description.push_str(&format!(
+                "`{} {}` on the `{}` API.",
+                op.method, op.path, c.name
+            ));
             if let Some(body) = op.body.as_ref().filter(|b| b.content_type.is_none()) {
                 description.push_str(&format!(
                     " Its request body ({}) is not JSON and is not sent.",
@@ -312,10 +324,10 @@ impl Compiler {
             );
             ok = false;
         }
-        let auth_ok = !self
-            .diags
-            .iter()
-            .any(|d| d.file.as_deref() == Some(file.as_str()) && d.code.severity() == eve_discover::Severity::Error);
+        let auth_ok = !self.diags.iter().any(|d| {
+            d.file.as_deref() == Some(file.as_str())
+                && d.code.severity() == eve_discover::Severity::Error
+        });
         (ok && auth_ok).then_some(tools)
     }
 
@@ -528,12 +540,7 @@ fn build_call(
         p.location != ParamLocation::Header
             || auth_header.as_deref() != Some(p.name.to_ascii_lowercase().as_str())
     }) {
-        let clash = op
-            .parameters
-            .iter()
-            .filter(|q| q.name == p.name)
-            .count()
-            > 1;
+        let clash = op.parameters.iter().filter(|q| q.name == p.name).count() > 1;
         let location = match p.location {
             ParamLocation::Path => "path",
             ParamLocation::Query => "query",
@@ -608,7 +615,10 @@ mod tests {
 
     #[test]
     fn names_are_stable_and_fit_the_rules() {
-        assert_eq!(operation_name("GET", "/items/{item_id}"), "get_items_item_id");
+        assert_eq!(
+            operation_name("GET", "/items/{item_id}"),
+            "get_items_item_id"
+        );
         assert_eq!(operation_name("DELETE", "/"), "delete");
         assert_eq!(sanitise("list pets/v2.json"), "list_pets_v2_json");
         let long = tool_name("api", &"x".repeat(80));

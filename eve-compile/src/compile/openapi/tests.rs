@@ -83,7 +83,12 @@ fn a_3_0_yaml_document_becomes_one_tool_per_operation() {
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(
         names,
-        ["pets__create_pet", "pets__delete_pets_petId", "pets__getPet", "pets__listPets"]
+        [
+            "pets__create_pet",
+            "pets__delete_pets_petId",
+            "pets__getPet",
+            "pets__listPets"
+        ]
     );
     let get = &tools[2];
     assert_eq!(get.effect, Effect::Read);
@@ -109,7 +114,9 @@ fn a_3_0_yaml_document_becomes_one_tool_per_operation() {
     let body = &tools[0].input_schema["properties"]["body"];
     assert_eq!(body["required"], json!(["name"]));
     assert_eq!(body["properties"]["name"]["type"], "string");
-    let parent = body["properties"]["parent"]["description"].as_str().unwrap_or_default();
+    let parent = body["properties"]["parent"]["description"]
+        .as_str()
+        .unwrap_or_default();
     assert!(parent.contains("recursive"), "{body}");
     assert_eq!(tools[0].input_schema["required"], json!(["body"]));
     let Runner::OpenApi(list) = &tools[3].runner else {
@@ -158,7 +165,10 @@ fn a_document_that_does_not_parse_is_reported_at_its_line() {
     let broken = "openapi: 3.0.3\ninfo: {title: t, version: \"1\"}\npaths:\n  /a:\n    get:\n      parameters:\n        - {name: x, in: nowhere}\n      responses: {}\n";
     let (_, diags) = build(&[
         ("specs/bad.yaml", broken),
-        ("connections/bad.yaml", "openapi: specs/bad.yaml\nbase_url: https://x.example\n"),
+        (
+            "connections/bad.yaml",
+            "openapi: specs/bad.yaml\nbase_url: https://x.example\n",
+        ),
     ]);
     let d = diags
         .iter()
@@ -169,8 +179,14 @@ fn a_document_that_does_not_parse_is_reported_at_its_line() {
     assert!(d.message.contains("nowhere"), "{d:?}");
 
     let (_, diags) = build(&[
-        ("specs/syntax.json", "{\"openapi\": \"3.1.0\",\n  \"paths\": {\n}}}\n"),
-        ("connections/s.yaml", "openapi: specs/syntax.json\nbase_url: https://x.example\n"),
+        (
+            "specs/syntax.json",
+            "{\"openapi\": \"3.1.0\",\n  \"paths\": {\n}}}\n",
+        ),
+        (
+            "connections/s.yaml",
+            "openapi: specs/syntax.json\nbase_url: https://x.example\n",
+        ),
     ]);
     let d = diags
         .iter()
@@ -181,7 +197,10 @@ fn a_document_that_does_not_parse_is_reported_at_its_line() {
 
     let (_, diags) = build(&[
         ("old.json", "{\"swagger\": \"2.0\"}"),
-        ("connections/old.yaml", "openapi: old.json\nbase_url: https://x.example\n"),
+        (
+            "connections/old.yaml",
+            "openapi: old.json\nbase_url: https://x.example\n",
+        ),
     ]);
     assert!(
         diags
@@ -197,8 +216,14 @@ fn connection_files_that_are_wrong_are_coded() {
         "paths": {"/a": {"get": {"operationId": "a", "responses": {}}}}})
     .to_string();
     let cases: &[(&str, &str)] = &[
-        ("openapi: https://example.com/openapi.json\n", "does not fetch"),
-        ("openapi: ../outside.json\nbase_url: https://x.example\n", "inside the agent folder"),
+        (
+            "openapi: https://example.com/openapi.json\n",
+            "does not fetch",
+        ),
+        (
+            "openapi: ../outside.json\nbase_url: https://x.example\n",
+            "inside the agent folder",
+        ),
         ("openapi: api.json\n", "no `servers`"),
         ("openapi: api.json\nbase_url: ftp://x\n", "not an absolute"),
         (
@@ -213,16 +238,24 @@ fn connection_files_that_are_wrong_are_coded() {
             "openapi: api.json\nbase_url: https://x.example\noperations: {override: {nope: {approval: always}}}\n",
             "not an operation",
         ),
-        ("openapi: api.json\nurl: https://x.example/mcp\n", "both `openapi` and `url`"),
-        ("openapi: missing.json\nbase_url: https://x.example\n", "cannot read"),
+        (
+            "openapi: api.json\nurl: https://x.example/mcp\n",
+            "both `openapi` and `url`",
+        ),
+        (
+            "openapi: missing.json\nbase_url: https://x.example\n",
+            "cannot read",
+        ),
     ];
     for (file, expected) in cases {
         let (tools, diags) = build(&[("api.json", &doc), ("connections/api.yaml", file)]);
         assert!(tools.is_empty(), "{file}: {tools:?}");
         assert!(
-            diags.iter().any(|d| matches!(d.code, Code::InvalidConnection | Code::InvalidOpenApi)
-                && d.message.contains(expected)
-                && d.line.is_some()),
+            diags.iter().any(
+                |d| matches!(d.code, Code::InvalidConnection | Code::InvalidOpenApi)
+                    && d.message.contains(expected)
+                    && d.line.is_some()
+            ),
             "{file}: expected `{expected}` in {diags:#?}"
         );
     }
@@ -236,7 +269,10 @@ fn two_operations_with_one_name_are_reported() {
     .to_string();
     let (_, diags) = build(&[
         ("api.json", &doc),
-        ("connections/api.yaml", "openapi: api.json\nbase_url: https://x.example\n"),
+        (
+            "connections/api.yaml",
+            "openapi: api.json\nbase_url: https://x.example\n",
+        ),
     ]);
     assert!(
         diags
