@@ -292,3 +292,33 @@ async fn a_path_value_stays_one_segment_and_the_twin_without_encoding_escapes() 
     assert!(r.ok, "{r:?}");
     assert_eq!(r.output, json!({"admin": "the admin panel"}));
 }
+
+/// The auth secret is a `${VAR}` in the build, learned by the runtime's redaction like any other
+/// reference: an answer that echoed it (plain or as basic-auth base64) is shown as `${SHOP_KEY}`.
+#[test]
+fn the_auth_secret_is_not_in_the_build_and_is_redacted() {
+    let call = eve_compile::OpenApiCall {
+        connection: "shop".into(),
+        document: "specs/shop.json".into(),
+        method: "GET".into(),
+        base_url: "http://127.0.0.1:9".into(),
+        path: "/items".into(),
+        parameters: Vec::new(),
+        body: None,
+        auth: Some(eve_compile::ConnectionAuth::Basic {
+            username: "bot".into(),
+            password: "${SHOP_KEY}".into(),
+        }),
+    };
+    let manifest = serde_json::to_value(Runner::OpenApi(call)).unwrap();
+    assert!(!manifest.to_string().contains(KEY));
+    let secrets = eve_runtime::redact::Secrets::new();
+    secrets.learn_manifest(&manifest, &|name| (name == "SHOP_KEY").then(|| KEY.to_owned()));
+    let echoed = format!("token {KEY} and basic {}", {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(format!("bot:{KEY}"))
+    });
+    let shown = secrets.redact(&echoed);
+    assert!(!shown.contains(KEY), "{shown}");
+    assert!(shown.contains("${SHOP_KEY}"), "{shown}");
+}
