@@ -313,7 +313,9 @@ fn the_auth_secret_is_not_in_the_build_and_is_redacted() {
     let manifest = serde_json::to_value(Runner::OpenApi(call)).unwrap();
     assert!(!manifest.to_string().contains(KEY));
     let secrets = eve_runtime::redact::Secrets::new();
-    secrets.learn_manifest(&manifest, &|name| (name == "SHOP_KEY").then(|| KEY.to_owned()));
+    secrets.learn_manifest(&manifest, &|name| {
+        (name == "SHOP_KEY").then(|| KEY.to_owned())
+    });
     let echoed = format!("token {KEY} and basic {}", {
         use base64::Engine as _;
         base64::engine::general_purpose::STANDARD.encode(format!("bot:{KEY}"))
