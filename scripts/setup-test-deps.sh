@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond cargo: a Python venv with the `mcp` package, used by the
-# MCP connection tests to run real MCP servers (stdio and Streamable HTTP), and the npm `ai`
+# MCP connection tests to run real MCP servers (stdio and Streamable HTTP), and `fastapi` (with
+# `uvicorn`), used by the OpenAPI connection test to serve a real app and its generated document; the npm `ai`
 # package (the AI SDK, pinned by eve-cli/tests/fixtures/ai-sdk/package-lock.json) in
 # target/test-node, used by the AI SDK client test against `eve serve`.
 # Idempotent: does nothing when the venv already has the pinned version and target/test-node
@@ -12,20 +13,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MCP_VERSION="2.3.0"
+# FastAPI, for the OpenAPI connection test (a real app serving its own generated /openapi.json).
+FASTAPI_VERSION="0.163.2"
 VENV="target/test-venv"
 PYTHON="${PYTHON:-python3}"
 
 have() {
     [ -x "$VENV/bin/python" ] &&
-        "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '$MCP_VERSION')" 2>/dev/null
+        "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '$MCP_VERSION' or m.version('fastapi') != '$FASTAPI_VERSION')" 2>/dev/null
 }
 
 if ! have; then
-    printf 'setting up %s (mcp==%s)\n' "$VENV" "$MCP_VERSION" >&2
+    printf 'setting up %s (mcp==%s, fastapi==%s)\n' "$VENV" "$MCP_VERSION" "$FASTAPI_VERSION" >&2
     mkdir -p target
-    "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==$MCP_VERSION"
-    have || { echo "error: mcp==$MCP_VERSION did not install into $VENV" >&2; exit 1; }
+    [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==$MCP_VERSION" "fastapi==$FASTAPI_VERSION" uvicorn
+    have || { echo "error: mcp==$MCP_VERSION or fastapi==$FASTAPI_VERSION did not install into $VENV" >&2; exit 1; }
 fi
 
 # The AI SDK (npm `ai`) for the client test: `npm ci` from the committed lock file.

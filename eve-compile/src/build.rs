@@ -91,6 +91,7 @@ pub fn check(project: &Project) -> Result<Output, BuildError> {
             name: project.name(),
             file_prefix: prefix.clone(),
             protected_dirs: vec![project.state_dir.clone(), project.agent_dir.clone()],
+            agent_dir: Some(project.agent_dir.clone()),
         },
     );
     // The interpreters the scripts will run with, where eve runs (the one check that starts a

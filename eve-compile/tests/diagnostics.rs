@@ -206,6 +206,12 @@ diagnostic_tests! {
         => minimal().file("connections/github.yaml", "command: github-mcp\nurl: https://api.example.com/mcp\n").on_disk().check();
     e060_connection_bad_url: InvalidConnection, "agent/connections/github.yaml", Some(1)
         => minimal().file("connections/github.yaml", "url: ftp://example.com/mcp\n").on_disk().check();
+    e061_openapi_document_does_not_parse: InvalidOpenApi, "agent/specs/shop.yaml", Some(7)
+        => minimal()
+            .file("connections/shop.yaml", "openapi: specs/shop.yaml\nbase_url: https://shop.example.com\n")
+            .file("specs/shop.yaml", "openapi: 3.0.3\ninfo: {title: shop, version: '1'}\npaths:\n  /items:\n    get:\n      parameters:\n        - {name: x, in: nowhere}\n      responses: {}\n")
+            .on_disk()
+            .check();
     e070_channel_missing_secret: InvalidChannel, "agent/channels/slack.yaml", Some(1)
         => minimal().file("channels/slack.yaml", "kind: slack\nbot_token: ${SLACK_BOT_TOKEN}\n").on_disk().check();
     e070_channel_without_kind: InvalidChannel, "agent/channels/support.yaml", Some(1)

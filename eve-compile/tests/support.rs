@@ -264,6 +264,7 @@ pub fn checked_from_source(src: &dyn Source, lookup: &dyn Fn(&str) -> Option<Str
             name: PROJECT.to_owned(),
             file_prefix: "agent/".to_owned(),
             protected_dirs: Vec::new(),
+            agent_dir: None,
         },
     );
     let rendered = render_plain(&output.diagnostics, lookup);
@@ -321,6 +322,7 @@ pub fn checked_evals(files: &[(&str, &str)]) -> Checked {
             name: PROJECT.to_owned(),
             file_prefix: "agent/".to_owned(),
             protected_dirs: Vec::new(),
+            agent_dir: None,
         },
     );
     output.diagnostics = suite.diagnostics;

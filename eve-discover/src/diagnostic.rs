@@ -87,8 +87,12 @@ codes! {
     MissingDescription = "E040", Error, "subagent without description";
     /// A hook names an event eve does not emit.
     UnknownEvent = "E050", Error, "unknown hook event";
-    /// A connection is neither stdio (`command`) nor HTTP (`url`), or both.
+    /// A connection is none of stdio (`command`), HTTP (`url`) and OpenAPI (`openapi`), or more
+    /// than one.
     InvalidConnection = "E060", Error, "invalid connection";
+    /// An OpenAPI connection's document does not parse, is not OpenAPI 3.0/3.1, cannot be read
+    /// from the agent folder, or yields an operation eve cannot offer as a tool.
+    InvalidOpenApi = "E061", Error, "invalid OpenAPI document";
     /// A channel is of an unknown kind or lacks what its kind needs.
     InvalidChannel = "E070", Error, "invalid channel";
     /// `operators:` of `channels/eve.yaml` names a principal that cannot be (an unknown kind, a

@@ -31,6 +31,7 @@ mod integrity;
 mod mcp;
 mod memory;
 mod model;
+mod openapi;
 mod questions;
 mod releases;
 mod releases_first;

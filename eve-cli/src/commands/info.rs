@@ -256,6 +256,7 @@ fn describe(out: &mut String, agent: &Agent, depth: usize, color: bool) {
                 Runner::Script { .. } => "script",
                 Runner::Command { .. } => "command",
                 Runner::Http(_) => "http",
+                Runner::OpenApi(_) => "openapi",
             };
             let mut flags = vec![
                 kind.to_owned(),

@@ -35,11 +35,24 @@ impl Compiler {
             hooks.push(hook);
         }
         let mut connections: Vec<Connection> = Vec::new();
-        for (conn, o) in dir.connections.iter().filter_map(|c| self.connection(c)) {
-            if !o.is_empty() {
-                sandbox.connections.insert(conn.name.clone(), o);
+        let mut tools = tools;
+        let mut openapi_tools = Vec::new();
+        for c in &dir.connections {
+            // An OpenAPI connection's operations are tools of the agent.
+            if let Some(found) = self.openapi_connection(c, &dir.path, &sandbox) {
+                openapi_tools.extend(found);
+                continue;
             }
-            connections.push(conn);
+            if let Some((conn, o)) = self.connection(c) {
+                if !o.is_empty() {
+                    sandbox.connections.insert(conn.name.clone(), o);
+                }
+                connections.push(conn);
+            }
+        }
+        if !openapi_tools.is_empty() {
+            tools.extend(openapi_tools);
+            tools.sort_by(|a, b| a.name.cmp(&b.name));
         }
         let channels = dir
             .channels

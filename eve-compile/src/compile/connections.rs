@@ -62,12 +62,12 @@ impl Compiler {
                 let msg = if both {
                     "connection has both `command` and `url`"
                 } else {
-                    "connection has neither `command` nor `url`"
+                    "connection has none of `command`, `url` and `openapi`"
                 };
                 f.push(
                     Diagnostic::new(Code::InvalidConnection, c.file.path.clone(), msg)
                         .at(1, 1)
-                        .help("a stdio MCP server has `command:` (and `args:`); a Streamable HTTP server has `url:`"),
+                        .help("a stdio MCP server has `command:` (and `args:`); a Streamable HTTP server has `url:`; an HTTP API has `openapi:` (its OpenAPI document)"),
                 );
                 return None;
             }

@@ -20,6 +20,7 @@ mod config;
 mod connections;
 mod hooks;
 mod memory;
+mod openapi;
 mod release;
 mod sandbox;
 mod schedules;
@@ -50,6 +51,9 @@ pub struct Options {
     /// Absolute folders no `sandbox.yaml` `write:` path may cover (the project's `.eve/` and the
     /// agent folder).
     pub protected_dirs: Vec<std::path::PathBuf>,
+    /// The agent folder on disk, where files a build reads besides the discovered ones (an OpenAPI
+    /// connection's document) are found; `None` when there is no folder to read.
+    pub agent_dir: Option<std::path::PathBuf>,
 }
 
 /// The result of compiling.
@@ -78,6 +82,8 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
         files: BTreeSet::new(),
         shown_prefix: options.file_prefix.clone(),
         protected: options.protected_dirs.clone(),
+        agent_dir: options.agent_dir.clone(),
+        documents: Vec::new(),
     };
     let agent = c.agent(&discovery.agent, &options.name, true);
     let mut diagnostics = discovery.diagnostics.clone();
@@ -88,6 +94,15 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
             && discovery.diagnostics.iter().any(|seen| seen.file == d.file)
     };
     diagnostics.extend(c.diags.into_iter().filter(|d| !unread(d)));
+    // A file or folder an OpenAPI connection reads as its document is not unknown.
+    diagnostics.retain(|d| {
+        d.code != Code::UnknownEntry
+            || !d.file.as_deref().is_some_and(|f| {
+                c.documents
+                    .iter()
+                    .any(|doc| doc == f || (f.ends_with('/') && doc.starts_with(f)))
+            })
+    });
     for d in &mut diagnostics {
         if let Some(f) = &d.file {
             d.file = Some(format!("{}{f}", options.file_prefix));
@@ -137,6 +152,10 @@ struct Compiler {
     shown_prefix: String,
     /// [`Options::protected_dirs`].
     protected: Vec<std::path::PathBuf>,
+    /// [`Options::agent_dir`].
+    agent_dir: Option<std::path::PathBuf>,
+    /// Documents of OpenAPI connections, relative to the root agent folder.
+    documents: Vec<String>,
 }
 
 /// A parsed YAML document or front matter, with its body.
@@ -298,6 +317,8 @@ impl Compiler {
                     files: BTreeSet::new(),
                     shown_prefix: prefix.clone(),
                     protected: protected.clone(),
+                    agent_dir: None,
+                    documents: Vec::new(),
                 };
                 let out: Vec<R> = batch.iter().filter_map(|t| f(&mut c, t)).collect();
                 done.push((i, out, c));

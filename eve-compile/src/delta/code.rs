@@ -51,6 +51,7 @@ pub(super) fn runner_summary(r: &Runner) -> String {
                 .join(" ")
         ),
         Runner::Http(h) => format!("{} {}", h.method, h.url),
+        Runner::OpenApi(o) => format!("{} {}{}", o.method, o.base_url, o.path),
     };
     if s.chars().count() > SHOWN_CHARS {
         let cut: String = s.chars().take(SHOWN_CHARS).collect();
@@ -193,7 +194,7 @@ fn runner_names(r: &Runner) -> Vec<String> {
                 agent_dir_refs(a, &mut names);
             }
         }
-        Runner::Http(_) => {}
+        Runner::Http(_) | Runner::OpenApi(_) => {}
     }
     names
 }

@@ -253,11 +253,24 @@ impl Differ {
                     elsewhere || more,
                 );
             }
+            (Runner::OpenApi(oa), Runner::OpenApi(ob)) => {
+                // Another origin, or a request that now carries other secrets, widens reach.
+                let elsewhere = origin(&oa.base_url) != origin(&ob.base_url);
+                let more = oa.auth != ob.auth && ob.auth.is_some();
+                self.push(
+                    ChangeKind::ToolChanged,
+                    subject.to_owned(),
+                    Some(runner_summary(&old.runner)),
+                    Some(runner_summary(&new.runner)),
+                    elsewhere || more,
+                );
+            }
             (a, b) => {
                 // A process's command line: host code when it runs on the host. An isolated
                 // one is bounded by its sandbox, unless it became (or stopped being) a request.
                 let host = sandbox.is_some_and(|s| s.provider == Provider::Host);
-                let kind = matches!(a, Runner::Http(_)) != matches!(b, Runner::Http(_));
+                let kind = matches!(a, Runner::Http(_) | Runner::OpenApi(_))
+                    != matches!(b, Runner::Http(_) | Runner::OpenApi(_));
                 if host || kind {
                     self.push(
                         if host {

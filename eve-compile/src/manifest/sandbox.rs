@@ -218,7 +218,7 @@ impl Agent {
     pub fn effective_sandbox(&self, tool: &Tool) -> Option<EffectiveSandbox> {
         match self.tool(&tool.name) {
             Some(own) => {
-                if matches!(own.runner, Runner::Http(_)) {
+                if matches!(own.runner, Runner::Http(_) | Runner::OpenApi(_)) {
                     return None;
                 }
                 let o = self.sandbox.tools.get(&own.name);

@@ -97,6 +97,9 @@ pub enum Runner {
     },
     /// An HTTP request (`http:` in a YAML tool).
     Http(HttpRequest),
+    /// An operation of an OpenAPI connection (`connections/NAME.yaml` with `openapi:`).
+    #[serde(rename = "openapi")]
+    OpenApi(super::OpenApiCall),
 }
 
 /// A declarative HTTP tool call. Strings are templates: `{{input.city}}`, `${ENV_VAR}`.

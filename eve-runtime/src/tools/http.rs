@@ -31,14 +31,14 @@ use super::template::{
 use super::{Refused, ToolContext, ToolResult, effective_limit, effective_timeout, millis};
 
 /// The header carrying [`ToolContext::idempotency_key`].
-const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub(super) const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// A request ready to send.
-struct Prepared {
-    method: Method,
-    url: Url,
-    headers: HeaderMap,
-    body: Option<Vec<u8>>,
+pub(super) struct Prepared {
+    pub(super) method: Method,
+    pub(super) url: Url,
+    pub(super) headers: HeaderMap,
+    pub(super) body: Option<Vec<u8>>,
 }
 
 /// Renders the request of an HTTP tool for one input (already reduced to its declared fields).
@@ -260,7 +260,7 @@ fn policy(
 
 /// A failed result for a destination the rules refused, with the refusal recorded (as
 /// `sandbox.egress.refused`) like a box's.
-fn refused_result(refused: RequestRefused, url: &str, start: Instant) -> ToolResult {
+pub(super) fn refused_result(refused: RequestRefused, url: &str, start: Instant) -> ToolResult {
     let error = ToolError::Refused {
         url: if refused.redirect {
             format!("the redirect of {url} to {}:{}", refused.host, refused.port)
@@ -306,6 +306,21 @@ pub(crate) async fn run_http_tool(
         policy,
         own: ctx.exec.own_listeners(),
     };
+    send(prepared, egress, ctx, limit, timeout, cancel, start).await
+}
+
+/// Sends a prepared request under `egress` and reads at most `limit` bytes of the answer (the
+/// rest is never read: a large response is cut while it streams); a non-2xx status is a failed
+/// result with the status and the tail of the body.
+pub(super) async fn send(
+    prepared: Prepared,
+    egress: Egress,
+    ctx: &ToolContext,
+    limit: usize,
+    timeout: std::time::Duration,
+    cancel: CancellationToken,
+    start: Instant,
+) -> ToolResult {
     let shown = prepared.url.to_string();
     if let Err(refused) = check_url(&prepared.url, &egress) {
         return refused_result(refused, &shown, start);

@@ -17,6 +17,7 @@ pub mod content;
 mod error;
 pub(crate) mod guarded;
 mod http;
+pub mod openapi;
 mod process;
 pub mod progress;
 pub mod search;
@@ -253,7 +254,7 @@ pub fn needs_files(tool: &Tool) -> bool {
     match &tool.runner {
         Runner::Command { argv } => !(is_builtin(&tool.name) && argv.as_slice() == [BUILTIN_ARGV]),
         Runner::Script { .. } => true,
-        Runner::Http(_) => false,
+        Runner::Http(_) | Runner::OpenApi(_) => false,
     }
 }
 
@@ -274,6 +275,7 @@ pub async fn run_tool(
             process::run_process_tool(tool, input, ctx, cancel).await
         }
         Runner::Http(request) => http::run_http_tool(tool, request, input, ctx, cancel).await,
+        Runner::OpenApi(call) => openapi::run_openapi_tool(tool, call, input, ctx, cancel).await,
     }
 }
 

@@ -212,7 +212,7 @@ fn tool_argv(tool: &Tool, ctx: &ToolContext) -> Result<(Vec<String>, Vec<String>
             .iter()
             .map(|arg| expand_argv(arg, &lookup, "argv"))
             .collect::<Result<Vec<_>, _>>()?,
-        Runner::Http(_) => Vec::new(),
+        Runner::Http(_) | Runner::OpenApi(_) => Vec::new(),
     };
     if argv.first().is_none_or(String::is_empty) {
         return Err(ToolError::EmptyArgv {

@@ -279,7 +279,7 @@ pub(crate) fn executed_files(tool: &Tool, ctx: &ToolContext) -> Vec<String> {
             args.extend(interpreter.iter().cloned());
         }
         Runner::Command { argv } => args.extend(argv.iter().cloned()),
-        Runner::Http(_) => {}
+        Runner::Http(_) | Runner::OpenApi(_) => {}
     }
     let roots = [ctx.agent_dir.clone(), absolute(&ctx.agent_dir)];
     for arg in args {

@@ -90,6 +90,7 @@ impl Runtime {
                 name: real.name(),
                 file_prefix: real.display_prefix(),
                 protected_dirs: vec![project.state_dir.clone(), real.agent_dir.clone()],
+                agent_dir: Some(project.agent_dir.clone()),
             },
         );
         if output.error_count() > 0 {
