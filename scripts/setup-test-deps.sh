@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond cargo: a Python venv with the `mcp` package, used by the
-# MCP connection tests to run real MCP servers (stdio and Streamable HTTP), and the npm `ai`
+# MCP connection tests to run real MCP servers (stdio and Streamable HTTP), and `prometheus_client`,
+# whose text-format parser the metrics test reads `/metrics` with, and the npm `ai`
 # package (the AI SDK, pinned by eve-cli/tests/fixtures/ai-sdk/package-lock.json) in
 # target/test-node, used by the AI SDK client test against `eve serve`.
 # Idempotent: does nothing when the venv already has the pinned version and target/test-node
@@ -12,6 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MCP_VERSION="2.3.0"
+# The Prometheus text-format parser the metrics test reads `/metrics` with.
+PROMETHEUS_CLIENT_VERSION="0.26.0"
 VENV="target/test-venv"
 PYTHON="${PYTHON:-python3}"
 
@@ -26,6 +29,10 @@ if ! have; then
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==$MCP_VERSION"
     have || { echo "error: mcp==$MCP_VERSION did not install into $VENV" >&2; exit 1; }
+fi
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('prometheus_client') != '$PROMETHEUS_CLIENT_VERSION')" 2>/dev/null; then
+    printf 'installing prometheus_client==%s into %s\n' "$PROMETHEUS_CLIENT_VERSION" "$VENV" >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "prometheus_client==$PROMETHEUS_CLIENT_VERSION"
 fi
 
 # The AI SDK (npm `ai`) for the client test: `npm ci` from the committed lock file.
