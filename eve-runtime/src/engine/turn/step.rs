@@ -549,7 +549,8 @@ impl TurnDriver<'_> {
             });
         }
         let usage = response.usage;
-        self.charge(turn, &usage, self.model.price_per_million);
+        let model_id = self.model.model_id.clone();
+        self.charge(turn, &usage, &model_id, self.model.price_per_million);
         self.last_tokens = usage.input_tokens.saturating_add(usage.output_tokens);
         let assistant = Message::Assistant {
             content: response.content.clone(),
