@@ -5,6 +5,7 @@
 //! in [`crate::features::compaction`]). Everything the loop reads from the store per message is one
 //! [`crate::store::Store::drive_state`] call ([`load_drive_state`]), one consistent snapshot.
 
+use tracing::Instrument as _;
 use tokio_util::sync::CancellationToken;
 
 use super::events as ev;
@@ -288,14 +289,20 @@ async fn run_available(
         driver.budget = budget;
         driver.last_tokens = reported;
         driver.take_input(&input);
-        if let Some(start) = start {
-            hold_start(rt, &mut driver, start).await?;
+        // Every log line of the turn carries its session and turn (`EVE_LOG_FORMAT=json`).
+        let span = tracing::info_span!("turn", session = %session, turn = %turn.turn_id());
+        let end = async {
+            if let Some(start) = start {
+                hold_start(rt, &mut driver, start).await?;
+            }
+            if cancel_now {
+                driver.end_cancelled(turn).await
+            } else {
+                driver.run(turn).await
+            }
         }
-        let end = if cancel_now {
-            driver.end_cancelled(turn).await?
-        } else {
-            driver.run(turn).await?
-        };
+        .instrument(span)
+        .await?;
         match end {
             TurnEnd::Parked(requests) => return Ok(DriveOutcome::WaitingInput(requests)),
             TurnEnd::Finished => {
