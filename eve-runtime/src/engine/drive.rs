@@ -285,13 +285,13 @@ async fn run_available(
         };
         let build = rt.inner.builds.agent(&turn.build_hash, &path)?;
         let cancel_now = record.cancel_requested;
-        let mut driver = TurnDriver::new(rt, record, root, build, cancel.clone())?;
-        driver.budget = budget;
-        driver.last_tokens = reported;
-        driver.take_input(&input);
         // Every log line of the turn carries its session and turn (`EVE_LOG_FORMAT=json`).
         let span = tracing::info_span!("turn", session = %session, turn = %turn.turn_id());
         let end = async {
+            let mut driver = TurnDriver::new(rt, record, root, build, cancel.clone())?;
+            driver.budget = budget;
+            driver.last_tokens = reported;
+            driver.take_input(&input);
             if let Some(start) = start {
                 hold_start(rt, &mut driver, start).await?;
             }
