@@ -396,6 +396,9 @@ pub struct RunArgs {
     /// Print events as JSON lines instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Print the usage line after each turn even when stderr is not a terminal.
+    #[arg(long)]
+    pub usage: bool,
 }
 
 #[derive(Debug, Args)]
@@ -453,6 +456,9 @@ pub struct ChatArgs {
     /// Continue the session active most recently.
     #[arg(long, short = 'c', conflicts_with = "session")]
     pub last: bool,
+    /// Print the usage line after each turn even when stderr is not a terminal.
+    #[arg(long)]
+    pub usage: bool,
 }
 
 /// `eve sessions`: without a subcommand, `list` (its flags apply).

@@ -50,6 +50,8 @@ pub struct Printer {
     replying: bool,
     /// Whether a step of the current turn reported estimated usage.
     estimated: bool,
+    /// Whether the usage line is printed after each turn (on a terminal, or asked for).
+    usage: bool,
 }
 
 impl Printer {
@@ -63,7 +65,13 @@ impl Printer {
             label: None,
             replying: false,
             estimated: false,
+            usage: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         }
+    }
+
+    /// Prints the usage line after each turn even when stderr is not a terminal (`--usage`).
+    pub fn always_usage(&mut self) {
+        self.usage = true;
     }
 
     /// Prints `label` (already painted) before each reply, and the reply in colour when
@@ -202,7 +210,9 @@ impl Printer {
             }
             ev::TURN_COMPLETED => {
                 self.finish_line();
-                if let Some(line) = usage_line(&data["usage"], Some(self.estimated)) {
+                if let Some(line) = usage_line(&data["usage"], Some(self.estimated))
+                    && self.usage
+                {
                     errln!("{}", paint(self.color, "2", &line));
                 }
                 self.estimated = false;

@@ -35,7 +35,7 @@ fn the_usage_line_and_sessions_show_give_tokens_and_cost() {
     );
     p.build();
 
-    let out = run(&p, &server.base, &["run", "hello"]);
+    let out = run(&p, &server.base, &["run", "--usage", "hello"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(out.stdout.trim(), "Hi there.");
     // 20 × $1000 + 5 × $2000 per million tokens.
@@ -48,7 +48,7 @@ fn the_usage_line_and_sessions_show_give_tokens_and_cost() {
     );
 
     // A second turn on a server that reports nothing: estimated, and still priced.
-    let out = run(&p, &server.base, &["run", "--last", "again"]);
+    let out = run(&p, &server.base, &["run", "--usage", "--last", "again"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let line = out
         .stderr
@@ -90,13 +90,16 @@ fn the_usage_line_and_sessions_show_give_tokens_and_cost() {
     // A model nobody prices has no cost: the line says what is known.
     let p = Project::new();
     p.build();
-    let out = run(&p, &server.base, &["run", "hello"]);
+    let out = run(&p, &server.base, &["run", "--usage", "hello"]);
     let line = out
         .stderr
         .lines()
         .find(|l| l.starts_with("usage: "))
         .unwrap_or_else(|| panic!("no usage line: {}", out.stderr));
     assert!(!line.contains('$'), "{line}");
+    // Not a terminal, not asked: no usage line (scripts read `--json`).
+    let out = run(&p, &server.base, &["run", "hello"]);
+    assert!(!out.stderr.contains("usage: "), "{}", out.stderr);
 }
 
 /// The JSON log lines `eve dev` wrote to `.eve/logs/dev.log`, through `eve logs`.

@@ -329,7 +329,8 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
         session.turn_count,
         session.usage.total()
     );
-    for t in &turns {
+    // Each turn's tokens and cost, where its model's price is known.
+    for t in turns.iter().filter(|t| t.usage.cost_usd.is_some()) {
         let usage = serde_json::to_value(t.usage).unwrap_or_default();
         if let Some(line) = crate::term::usage_line(&usage, None) {
             let line = line.replacen("usage: ", "", 1);
