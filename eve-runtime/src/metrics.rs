@@ -126,6 +126,9 @@ pub struct Metrics {
     models: Bounded,
     /// The model of each session's running step (from `step.started`), until its turn ends.
     step_models: Mutex<HashMap<String, String>>,
+    /// Input requests waiting, by session, until answered or the turn ends (a cancelled turn
+    /// withdraws its requests without `input.resolved`).
+    waiting: Mutex<HashMap<String, i64>>,
 }
 
 impl Default for Metrics {
@@ -235,6 +238,7 @@ impl Metrics {
             tools: Bounded::default(),
             models: Bounded::default(),
             step_models: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(HashMap::new()),
         }
     }
 
@@ -260,6 +264,7 @@ impl Metrics {
                 if let Ok(mut models) = self.step_models.lock() {
                     models.remove(&event.session_id);
                 }
+                self.waiting(&event.session_id, None);
             }
             "step.started" => {
                 if let Some(model) = data.get("modelId").and_then(Value::as_str)
@@ -308,12 +313,12 @@ impl Metrics {
                     .inc();
             }
             "input.requested" => {
-                self.approvals_waiting.inc();
+                let n = data["requests"].as_array().map_or(1, Vec::len);
+                self.waiting(&event.session_id, Some(n as i64));
             }
             "input.resolved" => {
-                if self.approvals_waiting.get() > 0 {
-                    self.approvals_waiting.dec();
-                }
+                let n = data["resolutions"].as_array().map_or(1, Vec::len);
+                self.waiting(&event.session_id, Some(-(n as i64)));
             }
             "task.started" => {
                 self.tasks_working.inc();
@@ -325,6 +330,26 @@ impl Metrics {
             }
             _ => {}
         }
+    }
+
+    /// Adds `delta` to the requests waiting in `session` (`None`: its turn ended, none wait).
+    fn waiting(&self, session: &str, delta: Option<i64>) {
+        let Ok(mut waiting) = self.waiting.lock() else {
+            return;
+        };
+        match delta {
+            Some(delta) => {
+                let n = waiting.entry(session.to_owned()).or_default();
+                *n = (*n + delta).max(0);
+                if *n == 0 {
+                    waiting.remove(session);
+                }
+            }
+            None => {
+                waiting.remove(session);
+            }
+        }
+        self.approvals_waiting.set(waiting.values().sum());
     }
 
     /// Records one model call of `model` that took `took`.

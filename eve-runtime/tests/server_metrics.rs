@@ -153,7 +153,7 @@ async fn metrics_count_what_the_events_say() {
     let events = server.stored_as(&auth, &id, 0).await;
 
     // What the stored events say.
-    let of = |kind: &str| events.iter().filter(move |e| e["type"] == kind);
+    let of = |kind: &'static str| events.iter().filter(move |e| e["type"] == kind);
     let mut calls: BTreeMap<(String, String), f64> = BTreeMap::new();
     for e in of("action.result") {
         let key = (
