@@ -164,7 +164,9 @@ fn json_logs_carry_the_session_and_eve_logs_reads_one_sessions_lines() {
     let text = p.eve(&["logs", "-s", &ids[1]]).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
     assert!(
-        text.lines().all(|l| l.ends_with(&format!("[{} turn_0]", ids[1]))) && !text.is_empty(),
+        text.lines()
+            .all(|l| l.ends_with(&format!("[{} turn_0]", ids[1])))
+            && !text.is_empty(),
         "{text}"
     );
 

@@ -376,8 +376,7 @@ impl Metrics {
         self.sessions_active
             .set(i64::try_from(sessions).unwrap_or(i64::MAX));
         let mut out = String::new();
-        if prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry).is_err()
-        {
+        if prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry).is_err() {
             out.clear();
         }
         out

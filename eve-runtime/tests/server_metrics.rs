@@ -62,10 +62,7 @@ async fn start() -> TestServer {
 
 fn python() -> std::path::PathBuf {
     std::env::var_os("EVE_TEST_PYTHON").map_or_else(
-        || {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/test-venv/bin/python")
-        },
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv/bin/python"),
         Into::into,
     )
 }
@@ -225,7 +222,11 @@ async fn metrics_count_what_the_events_say() {
             "{kind} tokens:\n{text}"
         );
     }
-    assert_eq!(tokens("inputTokens"), 700.0, "the script's usage is the events'");
+    assert_eq!(
+        tokens("inputTokens"),
+        700.0,
+        "the script's usage is the events'"
+    );
     assert_eq!(
         get("eve_model_call_duration_seconds_count{model=\"mock/scripted\"}"),
         of("step.completed").count() as f64

@@ -158,7 +158,10 @@ mod tests {
             text_of(&line),
             "2026-12-06T10:00:00Z  WARN eve_runtime::engine: slow tool=bash [wrun_01ABC turn_0]"
         );
-        assert_eq!(session_of(&json!({"fields": {"session": "wrun_9"}})), Some("wrun_9"));
+        assert_eq!(
+            session_of(&json!({"fields": {"session": "wrun_9"}})),
+            Some("wrun_9")
+        );
         assert_eq!(session_of(&json!({"fields": {}})), None);
     }
 }

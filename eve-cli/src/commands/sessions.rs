@@ -276,7 +276,9 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
                 (turn, e.data)
             })
             .collect();
-        Ok(Some((session, messages, calls, requests, status, failures, turns)))
+        Ok(Some((
+            session, messages, calls, requests, status, failures, turns,
+        )))
     })??;
     let Some((session, messages, calls, requests, status, failures, turns)) = loaded else {
         anyhow::bail!(

@@ -5,8 +5,8 @@
 //! in [`crate::features::compaction`]). Everything the loop reads from the store per message is one
 //! [`crate::store::Store::drive_state`] call ([`load_drive_state`]), one consistent snapshot.
 
-use tracing::Instrument as _;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::events as ev;
 use super::turn::seam::to_message;

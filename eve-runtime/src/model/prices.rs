@@ -105,7 +105,10 @@ mod tests {
         let expected = 0.6 * 2.0 + 0.4 * 0.5 + 8.0;
         assert!((cost(&price, &usage) - expected).abs() < 1e-9);
         assert_eq!(builtin("openai/gpt-4.1-2025-04-14"), Some(price));
-        assert_eq!(builtin("anthropic/claude-sonnet-4-5-20250929").map(|p| p.input), Some(3.0));
+        assert_eq!(
+            builtin("anthropic/claude-sonnet-4-5-20250929").map(|p| p.input),
+            Some(3.0)
+        );
         assert_eq!(builtin("openai/unknown-model"), None);
     }
 }
