@@ -323,10 +323,8 @@ impl Metrics {
             "task.started" => {
                 self.tasks_working.inc();
             }
-            "task.settled" => {
-                if self.tasks_working.get() > 0 {
-                    self.tasks_working.dec();
-                }
+            "task.settled" if self.tasks_working.get() > 0 => {
+                self.tasks_working.dec();
             }
             _ => {}
         }
