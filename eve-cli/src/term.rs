@@ -65,7 +65,7 @@ impl Printer {
             label: None,
             replying: false,
             estimated: false,
-            usage: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            usage: crate::render::stderr_is_terminal(),
         }
     }
 
