@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond cargo: a Python venv with the `mcp` package, used by the
 # MCP connection tests to run real MCP servers (stdio and Streamable HTTP), and `fastapi` (with
-# `uvicorn`), used by the OpenAPI connection test to serve a real app and its generated document; the npm `ai`
+# `uvicorn`), used by the OpenAPI connection test to serve a real app and its generated document,
+# `prometheus_client`, whose text-format parser the metrics test reads `/metrics` with; the npm `ai`
 # package (the AI SDK, pinned by eve-cli/tests/fixtures/ai-sdk/package-lock.json) in
 # target/test-node, used by the AI SDK client test against `eve serve`.
 # Idempotent: does nothing when the venv already has the pinned version and target/test-node
@@ -15,6 +16,8 @@ cd "$(dirname "$0")/.."
 MCP_VERSION="2.3.0"
 # FastAPI, for the OpenAPI connection test (a real app serving its own generated /openapi.json).
 FASTAPI_VERSION="0.163.2"
+# The Prometheus text-format parser the metrics test reads `/metrics` with.
+PROMETHEUS_CLIENT_VERSION="0.26.0"
 VENV="target/test-venv"
 PYTHON="${PYTHON:-python3}"
 
@@ -29,6 +32,10 @@ if ! have; then
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==$MCP_VERSION" "fastapi==$FASTAPI_VERSION" uvicorn
     have || { echo "error: mcp==$MCP_VERSION or fastapi==$FASTAPI_VERSION did not install into $VENV" >&2; exit 1; }
+fi
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('prometheus_client') != '$PROMETHEUS_CLIENT_VERSION')" 2>/dev/null; then
+    printf 'installing prometheus_client==%s into %s\n' "$PROMETHEUS_CLIENT_VERSION" "$VENV" >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "prometheus_client==$PROMETHEUS_CLIENT_VERSION"
 fi
 
 # The AI SDK (npm `ai`) for the client test: `npm ci` from the committed lock file.

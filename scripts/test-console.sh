@@ -71,6 +71,8 @@ trap 'rm -rf "$ROOT"' EXIT
 PROJECT="$ROOT/console-agent"
 mkdir -p "$PROJECT/agent/tools" "$PROJECT/agent/sandbox" "$PROJECT/agent/schedules"
 printf 'You are the console test agent. You refund orders.\n' > "$PROJECT/agent/instructions.md"
+# A price for the mock model, so the session shows what it cost.
+printf 'prices:\n  mock/echo: {input: 1000, output: 2000}\n' > "$PROJECT/agent/agent.yaml"
 # The slow tool reads its gate outside the workspace: the tools run unconfined.
 printf 'provider: host\n' > "$PROJECT/agent/sandbox/sandbox.yaml"
 cat > "$PROJECT/agent/tools/refund.sh" <<'SH'

@@ -104,6 +104,23 @@ pub enum Command {
     /// Check a project's store in full, or move it to another backend.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Show the log `eve dev` writes (`.eve/logs/dev.log`), or one session's lines of it.
+    Logs(LogsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Only the lines of this session (an id, or the start of one).
+    #[arg(long, short = 's', value_name = "ID")]
+    pub session: Option<String>,
+    /// Keep printing lines as they are written (until Ctrl-C).
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Print each line as the JSON object it is stored as.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -379,6 +396,9 @@ pub struct RunArgs {
     /// Print events as JSON lines instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Print the usage line after each turn even when stderr is not a terminal.
+    #[arg(long)]
+    pub usage: bool,
 }
 
 #[derive(Debug, Args)]
@@ -436,6 +456,9 @@ pub struct ChatArgs {
     /// Continue the session active most recently.
     #[arg(long, short = 'c', conflicts_with = "session")]
     pub last: bool,
+    /// Print the usage line after each turn even when stderr is not a terminal.
+    #[arg(long)]
+    pub usage: bool,
 }
 
 /// `eve sessions`: without a subcommand, `list` (its flags apply).

@@ -10,6 +10,11 @@ pub fn stderr_color() -> bool {
     std::env::var_os(NO_COLOR).is_none() && std::io::stderr().is_terminal()
 }
 
+/// Whether stderr is a terminal (a person reads it).
+pub fn stderr_is_terminal() -> bool {
+    std::io::stderr().is_terminal()
+}
+
 /// Whether stdout gets colour.
 pub fn stdout_color() -> bool {
     std::env::var_os(NO_COLOR).is_none() && std::io::stdout().is_terminal()

@@ -48,6 +48,10 @@ pub struct Printer {
     label: Option<(String, bool)>,
     /// Whether the current step's reply has started (its label is printed).
     replying: bool,
+    /// Whether a step of the current turn reported estimated usage.
+    estimated: bool,
+    /// Whether the usage line is printed after each turn (on a terminal, or asked for).
+    usage: bool,
 }
 
 impl Printer {
@@ -60,7 +64,14 @@ impl Printer {
             reasoning: false,
             label: None,
             replying: false,
+            estimated: false,
+            usage: crate::render::stderr_is_terminal(),
         }
+    }
+
+    /// Prints the usage line after each turn even when stderr is not a terminal (`--usage`).
+    pub fn always_usage(&mut self) {
+        self.usage = true;
     }
 
     /// Prints `label` (already painted) before each reply, and the reply in colour when
@@ -194,9 +205,72 @@ impl Printer {
             ev::COMPACTION_COMPLETED => {
                 errln!("{}", paint(self.color, "2", "(context compacted)"));
             }
-            ev::TURN_FAILED | ev::TURN_CANCELLED => self.finish_line(),
+            ev::STEP_COMPLETED => {
+                self.estimated |= data["usage"]["estimated"] == true;
+            }
+            ev::TURN_COMPLETED => {
+                self.finish_line();
+                if let Some(line) = usage_line(&data["usage"], Some(self.estimated))
+                    && self.usage
+                {
+                    errln!("{}", paint(self.color, "2", &line));
+                }
+                self.estimated = false;
+            }
+            ev::TURN_FAILED | ev::TURN_CANCELLED => {
+                self.finish_line();
+                self.estimated = false;
+            }
             _ => {}
         }
+    }
+}
+
+/// The usage line printed after a turn: tokens in (cached among them) and out, whether the
+/// provider reported them or eve estimated them, and the cost when the model's price is known
+/// (`usage` is `turn.completed`'s; `estimated` is `None` when nobody knows). `None` when the
+/// turn called no model.
+pub fn usage_line(usage: &Value, estimated: Option<bool>) -> Option<String> {
+    let n = |field: &str| usage[field].as_u64().unwrap_or(0);
+    let (input, output, cached) = (n("inputTokens"), n("outputTokens"), n("cacheReadTokens"));
+    if input == 0 && output == 0 {
+        return None;
+    }
+    let mut line = format!("usage: {} in", thousands(input));
+    if cached > 0 {
+        line.push_str(&format!(" ({} cached)", thousands(cached)));
+    }
+    line.push_str(&format!(" · {} out", thousands(output)));
+    match estimated {
+        Some(true) => line.push_str(" · estimated"),
+        Some(false) => line.push_str(" · reported"),
+        None => {}
+    }
+    if let Some(cost) = usage["costUsd"].as_f64() {
+        line.push_str(&format!(" · {}", dollars(cost)));
+    }
+    Some(line)
+}
+
+/// `1234567` as `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A cost in US dollars: four decimals under a dollar, two above.
+pub fn dollars(cost: f64) -> String {
+    if cost < 1.0 {
+        format!("${cost:.4}")
+    } else {
+        format!("${cost:.2}")
     }
 }
 
@@ -365,6 +439,22 @@ mod tests {
     use serde_json::json;
 
     const ATTACK: &str = "\u{1b}]0;pwned\u{7}\u{1b}[2K\rApproved\u{202e}";
+
+    #[test]
+    fn the_usage_line_says_tokens_source_and_cost() {
+        let usage = json!({"inputTokens": 12345, "outputTokens": 67, "cacheReadTokens": 2000,
+                           "costUsd": 0.0123456});
+        assert_eq!(
+            usage_line(&usage, Some(false)).unwrap(),
+            "usage: 12,345 in (2,000 cached) · 67 out · reported · $0.0123"
+        );
+        let usage = json!({"inputTokens": 10, "outputTokens": 2, "cacheReadTokens": 0});
+        assert_eq!(
+            usage_line(&usage, Some(true)).unwrap(),
+            "usage: 10 in · 2 out · estimated"
+        );
+        assert_eq!(usage_line(&json!({}), None), None);
+    }
 
     #[test]
     fn the_spinner_and_a_proposal_show_foreign_text_neutralised() {

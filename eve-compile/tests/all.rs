@@ -9,6 +9,7 @@ mod hash;
 mod hostile;
 mod mistakes;
 mod operators;
+mod prices;
 mod questions;
 mod release_policy;
 mod sandbox;

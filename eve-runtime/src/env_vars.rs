@@ -90,6 +90,8 @@ pub const EVE_URL: &str = "EVE_URL";
 pub const EVE_TOKEN: &str = "EVE_TOKEN";
 /// The log filter, in `tracing`'s syntax (default `warn`).
 pub const EVE_LOG: &str = "EVE_LOG";
+/// `json`: log lines as JSON objects, with the session and turn of a turn's lines (default text).
+pub const EVE_LOG_FORMAT: &str = "EVE_LOG_FORMAT";
 /// Set to anything: no colours in output.
 pub const NO_COLOR: &str = "NO_COLOR";
 /// Speeds up the schedule clock (for tests and demos): `SPEED@ANCHOR_MS`, for example

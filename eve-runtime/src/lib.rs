@@ -6,6 +6,7 @@ pub mod events;
 pub mod exec;
 pub mod features;
 pub mod mcp;
+pub mod metrics;
 pub mod model;
 pub mod redact;
 pub mod releases;

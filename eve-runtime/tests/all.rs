@@ -44,6 +44,7 @@ mod selfchange_review;
 mod server_auth;
 mod server_limits;
 mod server_memory;
+mod server_metrics;
 mod server_principals;
 mod server_routes;
 mod server_stream;

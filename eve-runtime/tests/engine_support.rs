@@ -148,6 +148,7 @@ pub fn agent() -> Agent {
             probe: None,
             compaction: Compaction::default(),
             limits: Limits::default(),
+            prices: Default::default(),
             default_tools: false,
             builtins: None,
             approvals: Default::default(),

@@ -260,6 +260,10 @@ test("the console drives a session: streamed reply, approval by button, reload m
   const types = stored.split("\n").filter((l) => l.trim()).map((l) => JSON.parse(l).type);
   assert.deepEqual(await page.$$eval("#timeline > li", (items) => items.map((li) => li.dataset.type)), types);
   await page.waitForFunction(() => document.querySelector("#session-status").textContent === "idle");
+  // The session's cost (agent.yaml prices the mock model) is in its header.
+  await page.waitForFunction(() => /· \$\d+\.\d{2,4} ·/.test(document.querySelector("#session-meta").textContent));
+  // And the turn's usage and cost under its answer.
+  assert.match(await page.locator("#chat li.msg.assistant [data-usage]").last().textContent(), /^usage: [\d,]+ in · [\d,]+ out · \$\d+\.\d+$/);
   await shot(page, "session");
 
   // The sessions list shows it with its first message; the id prefix finds it.

@@ -41,6 +41,7 @@ it as it is). Up and down recall earlier lines (kept in .eve/chat_history); Ctrl
 running turn.";
 
 pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
+    let usage = args.usage;
     let local = match &args.url {
         Some(_) => None,
         None => {
@@ -92,7 +93,11 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
                     (Backend::Remote(remote), resume)
                 }
             };
-            Chat::new(backend, history, local_project).run(resume).await
+            let mut chat = Chat::new(backend, history, local_project);
+            if usage {
+                chat.printer.always_usage();
+            }
+            chat.run(resume).await
         })
 }
 

@@ -19,7 +19,6 @@ use anyhow::Context;
 use eve_compile::Project;
 use eve_compile::build::{self, Built};
 use eve_compile::render::{Style, render_all};
-use eve_runtime::env_vars::EVE_LOG;
 use eve_runtime::releases::ReleaseOutcome;
 use eve_runtime::schedule::{Scheduler, clock_from_env};
 use eve_runtime::server::{self, DevBuild, ReloadableRouter, RouterOptions, ServerConfig};
@@ -40,14 +39,11 @@ const DEBOUNCE: Duration = Duration::from_millis(50);
 
 pub fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env(EVE_LOG)
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(crate::logs::DEV_FILTER)),
-        )
-        .with_writer(crate::logs::RedactingStderr)
-        .with_ansi(stderr_color())
-        .try_init();
+    crate::logs::init(
+        crate::logs::DEV_FILTER,
+        stderr_color(),
+        Some(project.state_dir.join(crate::logs::DEV_LOG)),
+    );
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

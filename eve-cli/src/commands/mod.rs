@@ -7,6 +7,7 @@ mod dev_lines;
 mod eval;
 mod info;
 mod init;
+mod logs;
 mod memory;
 mod releases;
 mod run;
@@ -58,6 +59,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         },
         Command::Store(StoreCommand::Migrate(args)) => store::migrate(args),
         Command::Store(StoreCommand::Check(args)) => store::check(args),
+        Command::Logs(args) => logs::run(args),
     }
 }
 

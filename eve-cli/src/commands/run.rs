@@ -200,6 +200,9 @@ async fn drive_to_rest(
     };
     errln!("{}", paint(color, "2", &format!("session {id}")));
     let mut printer = Printer::new(args.json);
+    if args.usage {
+        printer.always_usage();
+    }
     let mut follower = runtime.follow(&id, from);
     // Another process driving the session (an `eve serve`) is followed, and asked again after a
     // while: its events print as they are stored, and the run ends where the session rests.

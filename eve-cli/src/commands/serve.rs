@@ -42,13 +42,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let env = |name: &str| std::env::var(name).ok();
     let config = ServerConfig::from_manifest(&loaded.manifest, &env)?;
     config.check_host(&args.host)?;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env(eve_runtime::env_vars::EVE_LOG)
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(crate::logs::SERVE_FILTER)),
-        )
-        .with_writer(crate::logs::RedactingStderr)
-        .try_init();
+    // Coloured unless NO_COLOR is set, as `tracing`'s own default.
+    let ansi = std::env::var_os(eve_runtime::env_vars::NO_COLOR).is_none();
+    crate::logs::init(crate::logs::SERVE_FILTER, ansi, None);
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -35,6 +35,7 @@ fn session_json(s: &SessionRecord, status: &str) -> Value {
         "turns": s.turn_count,
         "events": s.event_count,
         "usage": s.usage,
+        "costUsd": s.cost_usd,
         "createdAt": rfc3339(s.created_at),
         "updatedAt": rfc3339(s.updated_at),
     })
@@ -258,8 +259,10 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
         let store = runtime.store();
         let messages = store.messages(&id, 0, usize::MAX >> 1).await?;
         let mut calls = Vec::new();
+        let mut turns = Vec::new();
         for turn in 0..session.turn_count {
             calls.extend(store.tool_calls(&id, turn).await?);
+            turns.extend(store.turn(&id, turn).await?);
         }
         let requests = store.input_requests(&id, false).await?;
         let status = runtime.shown_status(&session).await.0;
@@ -273,9 +276,11 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
                 (turn, e.data)
             })
             .collect();
-        Ok(Some((session, messages, calls, requests, status, failures)))
+        Ok(Some((
+            session, messages, calls, requests, status, failures, turns,
+        )))
     })??;
-    let Some((session, messages, calls, requests, status, failures)) = loaded else {
+    let Some((session, messages, calls, requests, status, failures, turns)) = loaded else {
         anyhow::bail!(
             "the session disappeared from {} while it was read",
             project.db_path().display()
@@ -295,6 +300,10 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
                 "idempotencyKey": c.idempotency_key,
                 "durationMs": c.started_at.zip(c.ended_at).map(|(a, b)| b.saturating_sub(a)),
             })).collect::<Vec<_>>(),
+            "turns": turns.iter().map(|t| json!({
+                "turn": t.seq, "status": t.status.as_str(), "usage": t.usage,
+                "costUsd": t.usage.cost_usd,
+            })).collect::<Vec<_>>(),
             "failedTurns": failures.iter().map(|(turn, data)| json!({
                 "turn": turn, "error": data["error"], "stopReason": data["stopReason"],
             })).collect::<Vec<_>>(),
@@ -308,8 +317,13 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let color = stdout_color();
+    let cost = if session.cost_usd > 0.0 {
+        format!("  {}", crate::term::dollars(session.cost_usd))
+    } else {
+        String::new()
+    };
     outln!(
-        "{} {}  {}  build {}  {} turns  {} tokens",
+        "{} {}  {}  build {}  {} turns  {} tokens{cost}",
         paint(color, "1", "session"),
         session.id,
         status,
@@ -317,6 +331,14 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
         session.turn_count,
         session.usage.total()
     );
+    // Each turn's tokens and cost, where its model's price is known.
+    for t in turns.iter().filter(|t| t.usage.cost_usd.is_some()) {
+        let usage = serde_json::to_value(t.usage).unwrap_or_default();
+        if let Some(line) = crate::term::usage_line(&usage, None) {
+            let line = line.replacen("usage: ", "", 1);
+            outln!("{}", paint(color, "2", &format!("turn {}: {line}", t.seq)));
+        }
+    }
     let print_failure = |turn: u64| {
         for (_, data) in failures.iter().filter(|(t, _)| *t == turn) {
             let error = &data["error"];

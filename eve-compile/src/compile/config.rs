@@ -39,6 +39,7 @@ impl Compiler {
             probe: None,
             compaction: Compaction::default(),
             limits: Limits::default(),
+            prices: BTreeMap::new(),
             default_tools: true,
             builtins: None,
             approvals: BTreeMap::new(),
@@ -72,6 +73,7 @@ impl Compiler {
                     "probe",
                     "compaction",
                     "limits",
+                    "prices",
                     "default_tools",
                     "turn_policy",
                     "approvals",
@@ -215,6 +217,18 @@ impl Compiler {
                 }
                 a.unknown_keys(BUILTIN_TOOLS, "approvals (built-in tool names)");
             }
+            if let Some(Value::Object(prices)) = parsed.doc.value.get("prices") {
+                config.prices = self.prices(&file.path, &parsed.doc, prices);
+            } else if parsed.doc.value.get("prices").is_some() {
+                let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
+                f.report(
+                    Code::InvalidField,
+                    "prices",
+                    "`prices` must be a map from model ids to prices".to_owned(),
+                    "for example `prices: {openai/gpt-4.1: {input: 2.0, output: 8.0, cached: 0.5}}` \
+                     (US dollars per million tokens)",
+                );
+            }
             if parsed.doc.value.get("limits").is_some() {
                 let mut l = Fields::new(&file.path, &parsed.doc, "/limits", &mut self.diags);
                 l.unknown_keys(
@@ -319,5 +333,49 @@ fn check_model(f: &mut Fields<'_>, key: &str, model: Option<&str>) {
             ),
         ),
         Some(_) => {}
+    }
+}
+
+impl Compiler {
+    /// `prices:`: each model id's `input`, `output` and optional `cached` price per million
+    /// tokens, non-negative.
+    fn prices(
+        &mut self,
+        file: &str,
+        doc: &crate::yaml::Doc,
+        prices: &serde_json::Map<String, Value>,
+    ) -> BTreeMap<String, ModelPrice> {
+        let mut out = BTreeMap::new();
+        for model in prices.keys() {
+            let pointer = format!("/prices/{}", model.replace('~', "~0").replace('/', "~1"));
+            let mut p = Fields::new(file, doc, &pointer, &mut self.diags);
+            p.unknown_keys(&["input", "output", "cached"], "a model's prices");
+            let cached = p.f64("cached");
+            match (p.f64("input"), p.f64("output")) {
+                (Some(input), Some(output))
+                    if input >= 0.0 && output >= 0.0 && cached.is_none_or(|c| c >= 0.0) =>
+                {
+                    out.insert(
+                        model.clone(),
+                        ModelPrice {
+                            input,
+                            output,
+                            cached,
+                        },
+                    );
+                }
+                _ => p.report_at(
+                    Code::InvalidField,
+                    &pointer,
+                    format!(
+                        "the prices of `{model}` need non-negative `input` and `output` (and \
+                         `cached`, if given)"
+                    ),
+                    "for example `openai/gpt-4.1: {input: 2.0, output: 8.0, cached: 0.5}` (US \
+                     dollars per million tokens)",
+                ),
+            }
+        }
+        out
     }
 }

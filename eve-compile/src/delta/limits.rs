@@ -159,9 +159,53 @@ impl Differ {
             }
             _ => {}
         }
+        self.prices(prefix, old, new);
         let rounds = |c: &Option<Critic>| c.as_ref().map(|c| f64::from(c.max_rounds));
         if let (Some(a), Some(b)) = (rounds(&old.critic), rounds(&new.critic)) {
             self.bound(format!("{prefix}critic.max_rounds"), a, b);
+        }
+    }
+
+    /// `prices:`: a price added (it overrides eve's built-in one, which may be higher), removed
+    /// (the fallback may be lower, or none) or lowered counts less cost against `max_cost_usd`,
+    /// so it widens; a raised one tightens.
+    fn prices(&mut self, prefix: &str, old: &AgentConfig, new: &AgentConfig) {
+        let models: std::collections::BTreeSet<&String> =
+            old.prices.keys().chain(new.prices.keys()).collect();
+        for model in models {
+            let subject = format!("{prefix}prices.{model}");
+            match (old.prices.get(model), new.prices.get(model)) {
+                (Some(p), None) => self.push(
+                    ChangeKind::LimitLoosened,
+                    subject,
+                    Some(model_price(p)),
+                    Some("none (the built-in price, if any)".to_owned()),
+                    true,
+                ),
+                (None, Some(p)) => self.push(
+                    ChangeKind::LimitLoosened,
+                    subject,
+                    Some("the built-in price, if any".to_owned()),
+                    Some(model_price(p)),
+                    true,
+                ),
+                (Some(p), Some(q)) if p != q => {
+                    let cached = |m: &ModelPrice| m.cached.unwrap_or(m.input);
+                    let lower = q.input < p.input || q.output < p.output || cached(q) < cached(p);
+                    self.push(
+                        if lower {
+                            ChangeKind::LimitLoosened
+                        } else {
+                            ChangeKind::LimitTightened
+                        },
+                        subject,
+                        Some(model_price(p)),
+                        Some(model_price(q)),
+                        lower,
+                    );
+                }
+                _ => {}
+            }
         }
     }
 
@@ -211,4 +255,14 @@ impl Differ {
 
 fn price(p: &Price) -> String {
     format!("input {} / output {} per million", p.input, p.output)
+}
+
+fn model_price(p: &ModelPrice) -> String {
+    match p.cached {
+        Some(c) => format!(
+            "input {} / output {} / cached {} per million",
+            p.input, p.output, c
+        ),
+        None => format!("input {} / output {} per million", p.input, p.output),
+    }
 }

@@ -42,6 +42,10 @@ pub struct AgentConfig {
     pub compaction: Compaction,
     /// Budgets per session and turn.
     pub limits: Limits,
+    /// Model prices by model id (`provider/model`), over the built-in table (`agent.yaml`
+    /// `prices:`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, super::ModelPrice>,
     /// Whether the built-in tools are offered: with [`AgentConfig::builtins`] absent, `true`
     /// offers those on by default ([`crate::DEFAULT_TOOL_EFFECTS`] but the opt-in ones). Use
     /// [`AgentConfig::builtins_on`] to know which are on.

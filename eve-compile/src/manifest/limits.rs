@@ -77,6 +77,20 @@ pub struct Price {
     pub output: f64,
 }
 
+/// A model's prices in US dollars per million tokens (`agent.yaml` `prices:`), for the usage
+/// line, the costs `eve sessions show` and the console show, and `max_cost_usd`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    /// Per million input (prompt) tokens not read from the provider's cache.
+    pub input: f64,
+    /// Per million output (completion) tokens.
+    pub output: f64,
+    /// Per million input tokens read from the provider's cache (absent: the input price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached: Option<f64>,
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Self {

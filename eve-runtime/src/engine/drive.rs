@@ -6,6 +6,7 @@
 //! [`crate::store::Store::drive_state`] call ([`load_drive_state`]), one consistent snapshot.
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::events as ev;
 use super::turn::seam::to_message;
@@ -284,18 +285,24 @@ async fn run_available(
         };
         let build = rt.inner.builds.agent(&turn.build_hash, &path)?;
         let cancel_now = record.cancel_requested;
-        let mut driver = TurnDriver::new(rt, record, root, build, cancel.clone())?;
-        driver.budget = budget;
-        driver.last_tokens = reported;
-        driver.take_input(&input);
-        if let Some(start) = start {
-            hold_start(rt, &mut driver, start).await?;
+        // Every log line of the turn carries its session and turn (`EVE_LOG_FORMAT=json`).
+        let span = tracing::info_span!("turn", session = %session, turn = %turn.turn_id());
+        let end = async {
+            let mut driver = TurnDriver::new(rt, record, root, build, cancel.clone())?;
+            driver.budget = budget;
+            driver.last_tokens = reported;
+            driver.take_input(&input);
+            if let Some(start) = start {
+                hold_start(rt, &mut driver, start).await?;
+            }
+            if cancel_now {
+                driver.end_cancelled(turn).await
+            } else {
+                driver.run(turn).await
+            }
         }
-        let end = if cancel_now {
-            driver.end_cancelled(turn).await?
-        } else {
-            driver.run(turn).await?
-        };
+        .instrument(span)
+        .await?;
         match end {
             TurnEnd::Parked(requests) => return Ok(DriveOutcome::WaitingInput(requests)),
             TurnEnd::Finished => {

@@ -32,6 +32,12 @@ impl Runtime {
         self.inner.all_events.subscribe()
     }
 
+    /// This runtime's metrics in Prometheus text format (what `/metrics` serves).
+    pub fn metrics_text(&self) -> String {
+        let sessions = self.inner.active.lock().map_or(0, |a| a.len());
+        self.inner.metrics.render(sessions)
+    }
+
     /// Live events of a session committed by this process from now on, a commit's at a time.
     pub fn subscribe(&self, session: &str) -> broadcast::Receiver<LiveEvents> {
         self.channel(session).subscribe()
@@ -45,6 +51,7 @@ impl Runtime {
 
     /// Tells live followers and observe hooks about what a commit stored.
     pub(crate) fn announce(&self, committed: &Committed) {
+        self.inner.metrics.observe(&committed.events);
         self.publish(&committed.events);
         self.notify_hooks(&committed.events);
     }

@@ -123,6 +123,8 @@ pub(crate) struct Inner {
     pub(crate) naive_prompts: std::sync::atomic::AtomicBool,
     /// This runtime's session workspaces: their checkpoints and what this node knows of them.
     pub(crate) workspaces: crate::workspace::Workspaces,
+    /// This runtime's Prometheus metrics (`/metrics`), counted from what it commits.
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -163,6 +165,7 @@ impl Runtime {
         let host = hostname();
         let holder = format!("{host}:{}:{}", std::process::id(), ulid::Ulid::new());
         config.secrets.learn_model_keys(&*config.env);
+        let metrics = Arc::new(crate::metrics::Metrics::new());
         let exec = Arc::new(crate::exec::Executor::new({
             let mut exec = crate::exec::ExecConfig::from_env(
                 config.sandbox_helper.clone(),
@@ -170,6 +173,7 @@ impl Runtime {
                 &*config.env,
             );
             exec.state_dir = Some(config.state_dir.clone());
+            exec.spawn_times = Some(metrics.spawn_times());
             exec
         }));
         let workspaces = crate::workspace::Workspaces::new(
@@ -204,6 +208,7 @@ impl Runtime {
                 unguarded_answers: std::sync::atomic::AtomicBool::new(false),
                 naive_prompts: std::sync::atomic::AtomicBool::new(false),
                 workspaces,
+                metrics,
             }),
         };
         rt.start_releases();
@@ -525,7 +530,9 @@ impl Runtime {
     ) -> RuntimeResult<(Committed, Option<SessionRecord>)> {
         self.inner.config.secrets.redact_batch(&mut batch);
         self.fence(&mut batch);
+        let started = std::time::Instant::now();
         let (committed, session) = self.inner.store.commit_reading(batch, id).await?;
+        self.inner.metrics.commit(started.elapsed());
         self.announce(&committed);
         Ok((committed, session))
     }
@@ -535,7 +542,10 @@ impl Runtime {
     pub(crate) async fn commit_quietly(&self, mut batch: Batch) -> RuntimeResult<Committed> {
         self.inner.config.secrets.redact_batch(&mut batch);
         self.fence(&mut batch);
-        Ok(self.inner.store.commit(batch).await?)
+        let started = std::time::Instant::now();
+        let committed = self.inner.store.commit(batch).await?;
+        self.inner.metrics.commit(started.elapsed());
+        Ok(committed)
     }
 
     /// The fencing token of the lease this runtime holds on `session`, if it holds it.

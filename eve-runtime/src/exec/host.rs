@@ -49,6 +49,7 @@ impl Sandbox for HostSandbox {
             guard: Guard::default(),
             warm: None,
             own_session: true,
+            timed: None,
         })
     }
 }

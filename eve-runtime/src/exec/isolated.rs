@@ -422,6 +422,7 @@ impl Sandbox for IsolatedSandbox {
             },
             warm,
             own_session: false,
+            timed: None,
         })
     }
 }

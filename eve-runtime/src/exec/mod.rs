@@ -94,6 +94,8 @@ pub struct Prepared {
     /// The command makes itself the leader of a new session (and so of a new process group)
     /// before `exec`: a host process, which must not share eve's terminal.
     own_session: bool,
+    /// Where [`Prepared::spawn_piped`] records how long the spawn took, and the sandbox's name.
+    timed: Option<(crate::metrics::SpawnTimes, &'static str)>,
 }
 
 impl Prepared {
@@ -115,11 +117,23 @@ impl Prepared {
         if !self.own_session {
             self.command.process_group(0);
         }
+        let started = std::time::Instant::now();
+        let timed = self.timed.take();
+        let record = |path: &'static str| {
+            if let Some((times, sandbox)) = &timed {
+                times
+                    .get_or_create(&crate::metrics::SpawnLabels { sandbox, path })
+                    .observe(started.elapsed().as_secs_f64());
+            }
+        };
         if let Some(call) = self.warm.take()
             && let Some(warm) = call.pool.take().await
         {
             match call.start(warm, stdin) {
-                Ok(process) => return Ok(process),
+                Ok(process) => {
+                    record("warm");
+                    return Ok(process);
+                }
                 Err(e) => tracing::debug!(error = %e, "a warm sandbox failed; using the cold path"),
             }
         }
@@ -129,6 +143,7 @@ impl Prepared {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         let mut child = self.command.spawn()?;
+        record("cold");
         Ok(Process {
             stdin: child.stdin.take(),
             stdout: child.stdout.take(),
@@ -315,6 +330,8 @@ pub struct ExecConfig {
     /// The uids boxes run as when eve is root, one per box (`EVE_SANDBOX_UIDS`), or why the
     /// setting cannot be used (then every box runs as 65534, and [`Executor::enforced`] says so).
     pub uids: Result<eve_sandbox::isolate::UidRange, String>,
+    /// Where the time each spawn took is recorded (the runtime's metrics), if anywhere.
+    pub spawn_times: Option<crate::metrics::SpawnTimes>,
 }
 
 impl ExecConfig {
@@ -341,6 +358,7 @@ impl ExecConfig {
             state_dir: None,
             workspace_quota,
             uids,
+            spawn_times: None,
         }
     }
 }
@@ -350,14 +368,17 @@ impl ExecConfig {
 pub struct Executor {
     host: HostSandbox,
     isolated: IsolatedSandbox,
+    spawn_times: Option<crate::metrics::SpawnTimes>,
 }
 
 impl Executor {
     /// An executor; isolation is probed on first need (or by [`Executor::isolation`]).
-    pub fn new(config: ExecConfig) -> Self {
+    pub fn new(mut config: ExecConfig) -> Self {
+        let spawn_times = config.spawn_times.take();
         Self {
             host: HostSandbox,
             isolated: IsolatedSandbox::new(config, pool_size_from_env()),
+            spawn_times,
         }
     }
 
@@ -368,10 +389,12 @@ impl Executor {
 
     /// The command that runs `launch` under its confinement.
     pub async fn prepare(&self, launch: &Launch<'_>) -> Result<Prepared, ExecError> {
-        match launch.confinement {
-            Confinement::Host => self.host.prepare(launch).await,
-            Confinement::Isolated(_) => self.isolated.prepare(launch).await,
-        }
+        let (mut prepared, sandbox) = match launch.confinement {
+            Confinement::Host => (self.host.prepare(launch).await?, "host"),
+            Confinement::Isolated(_) => (self.isolated.prepare(launch).await?, "isolated"),
+        };
+        prepared.timed = self.spawn_times.clone().map(|times| (times, sandbox));
+        Ok(prepared)
     }
 
     /// Whether isolation works here: `Ok` with what the kernel enforces, or what it refused.

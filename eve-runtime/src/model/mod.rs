@@ -15,6 +15,7 @@ mod attachment;
 pub use attachment::{Attachment, NativeKind};
 pub mod mock;
 pub mod openai;
+pub mod prices;
 mod side;
 pub mod sse;
 pub use side::{SideError, side_call};

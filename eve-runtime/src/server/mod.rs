@@ -183,6 +183,7 @@ fn table(dev: bool, console: bool) -> Vec<(Route, MethodRouter<App>)> {
             r("GET", "/eve/v1/session/{id}/stream", Session),
             get(routes::stream),
         ),
+        (r("GET", "/metrics", Operator), get(routes::metrics)),
         (r("GET", "/eve/v1/releases", Operator), get(releases::list)),
         (
             r("GET", "/eve/v1/releases/stream", Operator),

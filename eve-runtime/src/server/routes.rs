@@ -145,6 +145,15 @@ pub async fn health(State(app): State<App>) -> Result<Response, ApiError> {
     Ok(Json(json!({"ok": true, "status": "ready", "workflowId": hash})).into_response())
 }
 
+/// `GET /metrics`: the runtime's Prometheus metrics (operators only, like the releases).
+pub async fn metrics(State(app): State<App>) -> Response {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        app.runtime.metrics_text(),
+    )
+        .into_response()
+}
+
 /// `GET /eve/v1/info`: eve's agent-info document (see `agent_info`).
 pub async fn info(State(app): State<App>) -> Result<Response, ApiError> {
     let build = app.runtime.builds().current()?;

@@ -146,9 +146,13 @@ string_enum! {
 }
 
 /// Token totals.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UsageTotals {
+    /// What the tokens cost in US dollars, where the models' prices are known (a turn's; a
+    /// session's cost is [`SessionRecord::cost_usd`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
     /// Prompt tokens served from cache.
     pub cache_read_tokens: u64,
     /// Prompt tokens written to cache.

@@ -192,12 +192,14 @@ pub(super) struct TurnDriver<'a> {
 
 impl<'a> TurnDriver<'a> {
     /// Adds one model call's tokens to the session's and the turn's totals, and its cost (at
-    /// `price` per million input and output tokens) to the session's.
+    /// the price of `model_id`: `agent.yaml` `prices:`, else `limits` (`price_per_million`,
+    /// given as `limits_price`), else the built-in table) to both.
     pub(in crate::engine) fn charge(
         &mut self,
         turn: &mut TurnRecord,
         usage: &crate::model::Usage,
-        price: Option<(f64, f64)>,
+        model_id: &str,
+        limits_price: Option<(f64, f64)>,
     ) {
         for totals in [&mut self.session.usage, &mut turn.usage] {
             totals.input_tokens = totals.input_tokens.saturating_add(usage.input_tokens);
@@ -206,10 +208,20 @@ impl<'a> TurnDriver<'a> {
                 .cache_read_tokens
                 .saturating_add(usage.cache_read_tokens);
         }
-        if let Some((input_price, output_price)) = price {
-            self.session.cost_usd += (usage.input_tokens as f64 * input_price
-                + usage.output_tokens as f64 * output_price)
-                / 1_000_000.0;
+        let config = &self.build.manifest.agent.config;
+        let price = config.prices.get(model_id).copied().or_else(|| {
+            limits_price
+                .map(|(input, output)| eve_compile::ModelPrice {
+                    input,
+                    output,
+                    cached: None,
+                })
+                .or_else(|| crate::model::prices::price_of(config, model_id))
+        });
+        if let Some(price) = price {
+            let cost = crate::model::prices::cost(&price, usage);
+            self.session.cost_usd += cost;
+            turn.usage.cost_usd = Some(turn.usage.cost_usd.unwrap_or(0.0) + cost);
         }
     }
 

@@ -337,11 +337,16 @@ impl TurnDriver<'_> {
         };
         let (tx, mut rx) = mpsc::unbounded_channel::<ModelEvent>();
         let client = self.model.client.clone();
+        let metrics = self.rt.inner.metrics.clone();
+        let model_id = self.model.model_id.clone();
         let call = async move {
             let mut on_event = move |event: ModelEvent| {
                 let _ = tx.send(event);
             };
-            client.stream(&request, &mut on_event).await
+            let started = std::time::Instant::now();
+            let response = client.stream(&request, &mut on_event).await;
+            metrics.model_call(&model_id, started.elapsed());
+            response
         };
         let rt = self.rt;
         let session = self.session.id.clone();
@@ -544,7 +549,8 @@ impl TurnDriver<'_> {
             });
         }
         let usage = response.usage;
-        self.charge(turn, &usage, self.model.price_per_million);
+        let model_id = self.model.model_id.clone();
+        self.charge(turn, &usage, &model_id, self.model.price_per_million);
         self.last_tokens = usage.input_tokens.saturating_add(usage.output_tokens);
         let assistant = Message::Assistant {
             content: response.content.clone(),

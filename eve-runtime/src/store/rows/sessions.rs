@@ -31,6 +31,7 @@ pub(crate) fn session(r: &dyn StoredRow) -> StoreResult<SessionRecord> {
         message_count: r.count(9)?,
         context_start: r.count(10)?,
         usage: UsageTotals {
+            cost_usd: None,
             input_tokens: r.count(11)?,
             output_tokens: r.count(12)?,
             cache_read_tokens: r.count(13)?,

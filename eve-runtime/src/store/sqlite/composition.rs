@@ -193,6 +193,7 @@ pub(super) fn descendant_usage(
         .query_row([session], |r| {
             Ok((
                 UsageTotals {
+                    cost_usd: None,
                     input_tokens: to_u64(r.get(0)?),
                     output_tokens: to_u64(r.get(1)?),
                     cache_read_tokens: to_u64(r.get(2)?),

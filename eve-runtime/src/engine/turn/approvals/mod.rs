@@ -122,7 +122,7 @@ impl TurnDriver<'_> {
                     sandbox,
                     input,
                 };
-                let price = model.price_per_million;
+                let price = (model.model_id.clone(), model.price_per_million);
                 let result =
                     review::review(model, &subject, std::time::Duration::from_secs(seconds)).await;
                 (result, price)
@@ -134,11 +134,11 @@ impl TurnDriver<'_> {
                     )),
                     usage: Default::default(),
                 },
-                None,
+                (String::new(), None),
             ),
         };
-        let (result, price) = result;
-        self.charge(turn, &result.usage, price);
+        let (result, (model_id, price)) = result;
+        self.charge(turn, &result.usage, &model_id, price);
         let data = review::event(call_id, &tool.name, &result, &reviewer);
         (result.verdict, data)
     }

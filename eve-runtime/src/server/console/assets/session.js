@@ -246,6 +246,19 @@ export function sessionView(id) {
         scheduleDetail();
         break;
       }
+      case "turn.completed": {
+        // The turn's usage and cost under its last answer.
+        const u = d.usage || {};
+        const answers = chat.querySelectorAll("li.msg.assistant");
+        if ((u.inputTokens || u.outputTokens) && answers.length) {
+          let text = "usage: " + (u.inputTokens || 0).toLocaleString("en-US") + " in";
+          if (u.cacheReadTokens) text += " (" + u.cacheReadTokens.toLocaleString("en-US") + " cached)";
+          text += " · " + (u.outputTokens || 0).toLocaleString("en-US") + " out";
+          if (typeof u.costUsd === "number") text += " · $" + u.costUsd.toFixed(u.costUsd < 1 ? 4 : 2);
+          answers[answers.length - 1].append(el("span", { class: "card-info muted", dataset: { usage: d.turnId || "" }, text }));
+        }
+        break;
+      }
       case "turn.failed":
         addChat(el("li", { class: "msg error" }, el("span", { class: "who", text: "failed" }),
           el("div", { class: "text", text: ((d.error && d.error.message) || "the turn failed") + (d.stopReason ? " (" + d.stopReason + ")" : "") })));
@@ -297,7 +310,7 @@ export function sessionView(id) {
       if (cursor < 0 || (s.status === "failed" && sessionStatus === "idle")) setStatus(s.status);
       fill(meta,
         el("span", { text: "build " }), el("span", { class: "mono", text: s.build }),
-        el("span", { text: " · " + plural(s.turns, "turn") + " · " + plural((s.usage && (s.usage.inputTokens + s.usage.outputTokens)) || 0, "token") + " · updated " + ago(s.updatedAt) }),
+        el("span", { text: " · " + plural(s.turns, "turn") + " · " + plural((s.usage && (s.usage.inputTokens + s.usage.outputTokens)) || 0, "token") + (s.costUsd > 0 ? " · $" + s.costUsd.toFixed(s.costUsd < 1 ? 4 : 2) : "") + " · updated " + ago(s.updatedAt) }),
         s.parent ? el("span", {}, " · parent ", sessionLink(s.parent)) : null,
         r.children.length ? el("span", {}, " · children ", r.children.map((c) => sessionLink(c.id))) : null,
         s.failure ? el("span", { class: "error", text: " · last turn failed: " + (s.failure.reason || "error") }) : null,

@@ -234,6 +234,7 @@ pub(in crate::store::postgres) async fn descendant_usage<C: GenericClient>(
     };
     Ok((
         UsageTotals {
+            cost_usd: None,
             input_tokens: u(g(&row, 0)?),
             output_tokens: u(g(&row, 1)?),
             cache_read_tokens: u(g(&row, 2)?),
