@@ -127,6 +127,8 @@ pub const EVE_SANDBOX_UIDS: &str = "EVE_SANDBOX_UIDS";
 pub const EVE_SESSION_ID: &str = "EVE_SESSION_ID";
 /// The model's id of the call.
 pub const EVE_CALL_ID: &str = "EVE_CALL_ID";
+/// The W3C trace context of a tool call's span, in the tool's environment when tracing is on.
+pub const TRACEPARENT: &str = "TRACEPARENT";
 /// A key stable across retries of the same call, for deduplicating side effects.
 pub const EVE_IDEMPOTENCY_KEY: &str = "EVE_IDEMPOTENCY_KEY";
 /// The session's workspace folder (the process's working folder).

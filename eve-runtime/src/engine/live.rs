@@ -47,6 +47,9 @@ impl Runtime {
     pub(crate) fn announce(&self, committed: &Committed) {
         self.publish(&committed.events);
         self.notify_hooks(&committed.events);
+        if let Some(telemetry) = self.inner.telemetry.get() {
+            telemetry.observe(&committed.events);
+        }
     }
 
     pub(super) fn publish(&self, events: &[StoredEvent]) {

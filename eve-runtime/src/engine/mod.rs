@@ -123,6 +123,8 @@ pub(crate) struct Inner {
     pub(crate) naive_prompts: std::sync::atomic::AtomicBool,
     /// This runtime's session workspaces: their checkpoints and what this node knows of them.
     pub(crate) workspaces: crate::workspace::Workspaces,
+    /// Tracing, once it is set up ([`Runtime::set_telemetry`]).
+    pub(crate) telemetry: std::sync::OnceLock<Arc<crate::telemetry::Telemetry>>,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -204,10 +206,21 @@ impl Runtime {
                 unguarded_answers: std::sync::atomic::AtomicBool::new(false),
                 naive_prompts: std::sync::atomic::AtomicBool::new(false),
                 workspaces,
+                telemetry: std::sync::OnceLock::new(),
             }),
         };
         rt.start_releases();
         rt
+    }
+
+    /// Turns tracing on for this runtime (once; a second call changes nothing).
+    pub fn set_telemetry(&self, telemetry: Arc<crate::telemetry::Telemetry>) {
+        let _ = self.inner.telemetry.set(telemetry);
+    }
+
+    /// This runtime's tracing, when it is on.
+    pub fn telemetry(&self) -> Option<&Arc<crate::telemetry::Telemetry>> {
+        self.inner.telemetry.get()
     }
 
     /// The executor that starts this runtime's processes (tools, hooks, MCP servers).
@@ -267,6 +280,7 @@ impl Runtime {
             network: None,
             progress: None,
             web: crate::tools::WebContext::new(build.manifest.agent.config.web.clone()),
+            traceparent: None,
         }
     }
 

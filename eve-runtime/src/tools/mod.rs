@@ -84,6 +84,9 @@ pub struct ToolContext {
     pub progress: Option<progress::ProgressSink>,
     /// The agent's `web:` settings, for `web_fetch` and `web_search`.
     pub web: WebContext,
+    /// The W3C `traceparent` of the call's span, when tracing is on: the process gets it as
+    /// `TRACEPARENT`, and the runtime's requests for the call carry it.
+    pub traceparent: Option<String>,
 }
 
 impl std::fmt::Debug for ToolContext {

@@ -60,6 +60,7 @@ impl Fixture {
             network: None,
             progress: None,
             web: Default::default(),
+            traceparent: None,
         };
         Self { dir, ctx }
     }
