@@ -39,9 +39,15 @@ PORT=$(free_port)
 GRPC_PORT=$(free_port)
 mkdir -p "$ROOT/phoenix"
 phoenix_start=$SECONDS
+if [ -n "${EVE_TEST_PHOENIX_PORT:-}" ]; then
+    # A Phoenix already running on this port (while developing: it takes minutes to start).
+    PORT=$EVE_TEST_PHOENIX_PORT
+    sleep infinity &
+else
 PHOENIX_WORKING_DIR="$ROOT/phoenix" PHOENIX_HOST=127.0.0.1 PHOENIX_PORT="$PORT" \
     PHOENIX_GRPC_PORT="$GRPC_PORT" PHOENIX_TELEMETRY_ENABLED=false \
     "$VENV/bin/phoenix" serve >"$ROOT/phoenix.log" 2>&1 &
+fi
 PIDS+=($!)
 for _ in $(seq 1 600); do
     if curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1; then break; fi
@@ -123,7 +129,7 @@ TRACE=$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); print(t[0][
 
 # A caller's trace: `eve serve` joins the traceparent of the request that starts the turn.
 SERVE_PORT=$(free_port)
-CALLER_TRACE="4bf92f3577b34da6a3ce929d0e0e$(printf '%04x' $((RANDOM)))"
+CALLER_TRACE=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 CALLER_SPAN="00f067aa0ba902b7"
 printf '[{"text": "Joined."}]' > "$ROOT/serve-script.json"
 EVE_MOCK_SCRIPT="$ROOT/serve-script.json" "$EVE" -C "$PROJECT" serve --port "$SERVE_PORT" \
@@ -142,5 +148,5 @@ curl -fsS -X POST "http://127.0.0.1:$SERVE_PORT/eve/v1/session" \
 "$VENV/bin/python" scripts/otel_check.py \
     --phoenix "http://127.0.0.1:$PORT" --secret "$SECRET" --agent otel-agent \
     --local-trace "$ROOT/local-trace.json" --local-text "$ROOT/local-trace.txt" \
-    --caller-trace "$CALLER_TRACE" --caller-span "$CALLER_SPAN"
+    --caller-trace "$CALLER_TRACE" --caller-span "$CALLER_SPAN" --trace "$TRACE"
 printf 'otel test: %ss\n' "$((SECONDS - start))" >&2
