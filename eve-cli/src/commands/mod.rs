@@ -105,13 +105,10 @@ pub(crate) fn model_env(model: Option<&str>) -> EnvLookup {
 
 /// Tracing as the `OTEL_*` and `EVE_TRACES_*` variables set it up (the local trace store in
 /// `.eve/traces.db` unless `EVE_TRACES=off`; OTLP export when an endpoint is set).
-fn telemetry(
-    project: &Project,
-) -> anyhow::Result<Option<Arc<eve_runtime::telemetry::Telemetry>>> {
+fn telemetry(project: &Project) -> anyhow::Result<Option<Arc<eve_runtime::telemetry::Telemetry>>> {
     let env = |name: &str| std::env::var(name).ok();
-    let Some(config) =
-        eve_runtime::telemetry::TelemetryConfig::from_env(&env, &project.state_dir)
-            .map_err(anyhow::Error::msg)?
+    let Some(config) = eve_runtime::telemetry::TelemetryConfig::from_env(&env, &project.state_dir)
+        .map_err(anyhow::Error::msg)?
     else {
         return Ok(None);
     };

@@ -31,7 +31,14 @@ pub fn run(args: TracesArgs) -> anyhow::Result<ExitCode> {
     let store = TraceStore::open_read(&path)
         .with_context(|| format!("cannot open the trace store {}", path.display()))?;
     match args.command {
-        None => list(&store, &TracesListArgs { limit: 20, session: None }, args.json),
+        None => list(
+            &store,
+            &TracesListArgs {
+                limit: 20,
+                session: None,
+            },
+            args.json,
+        ),
         Some(TracesCommand::List(list_args)) => list(&store, &list_args, args.json),
         Some(TracesCommand::Show(show_args)) => show(&store, &show_args.id, args.json),
     }

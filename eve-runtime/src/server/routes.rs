@@ -172,8 +172,10 @@ fn with_traceparent(mut options: body::TurnOptions, headers: &HeaderMap) -> body
         .and_then(|v| v.to_str().ok())
         .filter(|t| crate::telemetry::parse_traceparent(t).is_some())
     {
-        options.input.get_or_insert_with(Default::default).traceparent =
-            Some(traceparent.trim().to_owned());
+        options
+            .input
+            .get_or_insert_with(Default::default)
+            .traceparent = Some(traceparent.trim().to_owned());
     }
     options
 }

@@ -194,8 +194,12 @@ impl Telemetry {
                 attributes.push(self.text("gen_ai.tool.call.result", &output.to_string()));
             }
         }
-        let error = (call.status != CallStatus::Completed)
-            .then(|| (call.status.as_str().to_owned(), format!("the call {}", call.status.as_str())));
+        let error = (call.status != CallStatus::Completed).then(|| {
+            (
+                call.status.as_str().to_owned(),
+                format!("the call {}", call.status.as_str()),
+            )
+        });
         self.send(
             turn,
             SpanSpec {

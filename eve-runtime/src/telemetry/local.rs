@@ -204,7 +204,9 @@ impl TraceStore {
         let max = i64::try_from(bounds.max_bytes).unwrap_or(i64::MAX);
         loop {
             let total: i64 =
-                conn.query_row("SELECT COALESCE(SUM(bytes), 0) FROM spans", [], |r| r.get(0))?;
+                conn.query_row("SELECT COALESCE(SUM(bytes), 0) FROM spans", [], |r| {
+                    r.get(0)
+                })?;
             if total <= max {
                 break;
             }

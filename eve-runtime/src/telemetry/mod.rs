@@ -97,7 +97,12 @@ impl TurnTrace {
 
     /// The id of step `step`'s span.
     pub fn step_span(&self, step: u64) -> SpanId {
-        span_id(&["step", &self.session, &self.seq.to_string(), &step.to_string()])
+        span_id(&[
+            "step",
+            &self.session,
+            &self.seq.to_string(),
+            &step.to_string(),
+        ])
     }
 
     /// The id of call `call_id`'s span.
@@ -116,7 +121,13 @@ impl TurnTrace {
         .to_string()
     }
 
-    fn from_note(text: &str, session: &str, seq: u64, agent: &str, started_at: i64) -> Option<Self> {
+    fn from_note(
+        text: &str,
+        session: &str,
+        seq: u64,
+        agent: &str,
+        started_at: i64,
+    ) -> Option<Self> {
         let v: serde_json::Value = serde_json::from_str(text).ok()?;
         let (trace_id, span_id, _) = parse_traceparent(v["traceparent"].as_str()?)?;
         Some(Self {
@@ -125,9 +136,7 @@ impl TurnTrace {
             agent: agent.to_owned(),
             trace_id,
             span_id,
-            parent: v["parent"]
-                .as_str()
-                .and_then(|p| SpanId::from_hex(p).ok()),
+            parent: v["parent"].as_str().and_then(|p| SpanId::from_hex(p).ok()),
             sampled: v["sampled"].as_bool().unwrap_or(true),
             started_at,
             parent_session: v["parentSession"].as_str().map(str::to_owned),
@@ -150,7 +159,10 @@ pub fn parse_traceparent(text: &str) -> Option<(TraceId, SpanId, bool)> {
     if version.len() != 2 || *version == "ff" || trace.len() != 32 || span.len() != 16 {
         return None;
     }
-    let hex = |s: &str| s.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
+    let hex = |s: &str| {
+        s.chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+    };
     if !hex(version) || !hex(trace) || !hex(span) || flags.len() != 2 || !hex(flags) {
         return None;
     }
@@ -293,9 +305,9 @@ impl Telemetry {
         }
         let ns = namespace(session);
         let kept = match store.note(&ns, &seq.to_string()).await {
-            Ok(note) => note.and_then(|n| {
-                TurnTrace::from_note(&n.text, session, seq, agent, started_at)
-            }),
+            Ok(note) => {
+                note.and_then(|n| TurnTrace::from_note(&n.text, session, seq, agent, started_at))
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "reading a turn's trace context");
                 None
@@ -430,6 +442,12 @@ mod tests {
     fn derived_ids_are_stable_and_distinct() {
         assert_eq!(span_id(&["step", "s", "1"]), span_id(&["step", "s", "1"]));
         assert_ne!(span_id(&["step", "s", "1"]), span_id(&["step", "s1", ""]));
-        assert_ne!(trace_id(&["trace", "a", "0"]), trace_id(&["trace", "a", "1"]));
+        assert_ne!(
+            trace_id(&["trace", "a", "0"]),
+            trace_id(&["trace", "a", "1"])
+        );
     }
 }
+
+#[cfg(test)]
+mod shape_tests;

@@ -100,7 +100,8 @@ impl Telemetry {
                             .or_else(|| request["kind"].as_str())
                             .unwrap_or("input")
                             .to_owned();
-                        open.approvals.insert(id.to_owned(), (key.clone(), at, tool));
+                        open.approvals
+                            .insert(id.to_owned(), (key.clone(), at, tool));
                     }
                 }
             }
@@ -108,7 +109,11 @@ impl Telemetry {
                 let Some(id) = data["requestId"].as_str() else {
                     return;
                 };
-                let open = self.open.lock().ok().and_then(|mut o| o.approvals.remove(id));
+                let open = self
+                    .open
+                    .lock()
+                    .ok()
+                    .and_then(|mut o| o.approvals.remove(id));
                 let (start, tool) = open.map_or((at, "tool".to_owned()), |(_, s, t)| (s, t));
                 let mut attributes = vec![
                     self.text("gen_ai.tool.name", &tool),
@@ -142,7 +147,10 @@ impl Telemetry {
             ev::COMPACTION_COMPLETED => {
                 let step = data["stepIndex"].as_u64().unwrap_or(0);
                 let attributes = vec![
-                    self.text("eve.compaction.model", data["modelId"].as_str().unwrap_or("")),
+                    self.text(
+                        "eve.compaction.model",
+                        data["modelId"].as_str().unwrap_or(""),
+                    ),
                     KeyValue::new("eve.step", step as i64),
                 ];
                 self.send(
@@ -223,9 +231,7 @@ impl Telemetry {
             if open.steps.len() >= MAX_OPEN {
                 open.steps.clear();
             }
-            open.steps
-                .entry((key.0.clone(), key.1, step))
-                .or_insert(at);
+            open.steps.entry((key.0.clone(), key.1, step)).or_insert(at);
         }
     }
 
@@ -259,7 +265,10 @@ impl Telemetry {
         }
         let error = (event.kind == ev::TURN_FAILED).then(|| {
             (
-                data["error"]["code"].as_str().unwrap_or("failed").to_owned(),
+                data["error"]["code"]
+                    .as_str()
+                    .unwrap_or("failed")
+                    .to_owned(),
                 data["error"]["message"]
                     .as_str()
                     .unwrap_or("the turn failed")

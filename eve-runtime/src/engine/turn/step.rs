@@ -340,10 +340,7 @@ impl TurnDriver<'_> {
         };
         // What the model call's span needs (the request itself only when content is captured).
         let traced = self.rt.telemetry().cloned().map(|telemetry| {
-            let request = telemetry
-                .config()
-                .capture_content
-                .then(|| request.clone());
+            let request = telemetry.config().capture_content.then(|| request.clone());
             (telemetry, request, std::time::SystemTime::now())
         });
         let (tx, mut rx) = mpsc::unbounded_channel::<ModelEvent>();
