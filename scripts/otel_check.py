@@ -50,6 +50,7 @@ def main():
     p.add_argument("--caller-trace", required=True)
     p.add_argument("--caller-span", required=True)
     p.add_argument("--trace", required=True, help="the trace of the `eve run` turn")
+    p.add_argument("--resumed-trace", required=True, help="the trace of the turn three processes ran")
     a = p.parse_args()
     failures = []
 
@@ -70,11 +71,13 @@ def main():
     deadline = time.time() + 60
     while True:
         spans = [s for s in fetch_spans(a.phoenix)
-                 if s["context"]["trace_id"] in (a.trace, a.caller_trace)]
+                 if s["context"]["trace_id"] in (a.trace, a.caller_trace, a.resumed_trace)]
         names = {s["name"] for s in spans}
         joined = [s for s in spans if s["context"]["trace_id"] == a.caller_trace]
         if (all(n in names for n in want) and any(n.startswith("chat ") for n in names)
-                and any(s["name"].startswith("invoke_agent") for s in joined)) \
+                and any(s["name"].startswith("invoke_agent") for s in joined)
+                and any(s["context"]["trace_id"] == a.resumed_trace
+                        and s["name"] == f"invoke_agent {a.agent}" for s in spans)) \
                 or time.time() > deadline:
             break
         time.sleep(1)
@@ -155,6 +158,20 @@ def main():
     check(len(turn) == 1 and turn[0]["parent_id"] == a.caller_span,
           "a turn started with a traceparent is a child of the caller's span")
     check(any(s["name"].startswith("chat ") for s in joined), "its model call is in the caller's trace")
+    # A turn three processes ran is one trace: one turn span, the steps of all three beneath it.
+    resumed = [s for s in spans if s["context"]["trace_id"] == a.resumed_trace
+               and s["attrs"].get("gen_ai.agent.name") == a.agent]
+    turns = [s for s in resumed if s["name"] == f"invoke_agent {a.agent}"]
+    check(len(turns) == 1 and turns[0]["parent_id"] is None,
+          f"the resumed turn has one span, the root ({len(turns)})")
+    if turns:
+        rsteps = [s for s in resumed if s["name"] == "agent.step"]
+        check(len(rsteps) >= 4 and all(s["parent_id"] == turns[0]["context"]["span_id"] for s in rsteps),
+              f"the steps of every process are the turn's children ({len(rsteps)})")
+        rids = {s["context"]["span_id"] for s in rsteps}
+        refund = [s for s in resumed if s["name"] == "execute_tool refund"]
+        check(len(refund) == 1 and refund[0]["parent_id"] in rids,
+              "the call run after the restart is in the resumed trace, under its step")
     # The local trace store holds the same trace.
     local = json.load(open(a.local_trace))
     check({s["name"] for s in local} >= set(want[:1] + want[2:]) and all(s["traceId"] == trace for s in local),

@@ -127,6 +127,20 @@ TRACE=$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); print(t[0][
 "$EVE" -C "$PROJECT" traces show "$TRACE" --json >"$ROOT/local-trace.json"
 "$EVE" -C "$PROJECT" traces show "${TRACE:0:12}" >"$ROOT/local-trace.txt"
 
+# A turn resumed by another process continues its trace: `eve run` parks on the approval and
+# exits, `eve sessions approve` answers in a second process, `eve run --session` finishes the
+# turn in a third.
+"$EVE" -C "$PROJECT" run "Refund order A-2" </dev/null >"$ROOT/park.out" 2>&1 || true
+PARKED=$("$EVE" -C "$PROJECT" sessions list --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+"$EVE" -C "$PROJECT" sessions approve "$PARKED" >/dev/null 2>&1
+"$EVE" -C "$PROJECT" run --session "$PARKED" >"$ROOT/resume.out" 2>&1 ||
+    { echo "error: eve run --session failed:" >&2; cat "$ROOT/park.out" "$ROOT/resume.out" >&2; exit 1; }
+RESUMED=$("$EVE" -C "$PROJECT" traces list --session "$PARKED" --json |
+    python3 -c 'import json,sys; t=json.load(sys.stdin); print(t[0]["traceId"] if len(t) == 1 else "")')
+[ -n "$RESUMED" ] || { echo "error: the parked session's turn is not one trace" >&2;
+    "$EVE" -C "$PROJECT" traces list --session "$PARKED" >&2; exit 1; }
+
 # A caller's trace: `eve serve` joins the traceparent of the request that starts the turn.
 SERVE_PORT=$(free_port)
 CALLER_TRACE=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
@@ -148,5 +162,6 @@ curl -fsS -X POST "http://127.0.0.1:$SERVE_PORT/eve/v1/session" \
 "$VENV/bin/python" scripts/otel_check.py \
     --phoenix "http://127.0.0.1:$PORT" --secret "$SECRET" --agent otel-agent \
     --local-trace "$ROOT/local-trace.json" --local-text "$ROOT/local-trace.txt" \
-    --caller-trace "$CALLER_TRACE" --caller-span "$CALLER_SPAN" --trace "$TRACE"
+    --caller-trace "$CALLER_TRACE" --caller-span "$CALLER_SPAN" --trace "$TRACE" \
+    --resumed-trace "$RESUMED"
 printf 'otel test: %ss\n' "$((SECONDS - start))" >&2

@@ -235,8 +235,7 @@ pub(crate) fn at_ms(ms: i64) -> SystemTime {
 
 impl Telemetry {
     /// Sets tracing up: the OTLP exporter when an endpoint is configured, the local store when
-    /// it is on. Errors are the operator's configuration's (a bad endpoint, a store that does
-    /// not open).
+    /// it is on (and opens). Errors are the operator's configuration's (a bad endpoint).
     pub fn new(config: TelemetryConfig, secrets: Arc<Secrets>) -> Result<Arc<Self>, String> {
         use opentelemetry::trace::TracerProvider as _;
         use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
@@ -258,9 +257,17 @@ impl Telemetry {
             builder = builder.with_batch_exporter(exporter);
         }
         if let Some(local) = &config.local {
-            let store = local::TraceStore::open(local.clone())
-                .map_err(|e| format!("trace store {}: {e}", local.path.display()))?;
-            builder = builder.with_batch_exporter(local::Exporter::new(Arc::new(store)));
+            // The local store is a convenience: a command runs on without it.
+            match local::TraceStore::open(local.clone()) {
+                Ok(store) => {
+                    builder = builder.with_batch_exporter(local::Exporter::new(Arc::new(store)));
+                }
+                Err(e) => tracing::warn!(
+                    path = %local.path.display(),
+                    error = %e,
+                    "cannot open the local trace store; traces are not kept locally"
+                ),
+            }
         }
         let provider = builder.build();
         let tracer = provider.tracer("eve");
