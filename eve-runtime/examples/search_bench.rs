@@ -46,6 +46,7 @@ async fn main() -> ExitCode {
         network: None,
         progress: None,
         web: Default::default(),
+        traceparent: None,
     };
     let queries: Vec<(&str, Value, Vec<&str>)> = vec![
         (
