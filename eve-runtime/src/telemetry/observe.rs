@@ -34,6 +34,21 @@ impl Telemetry {
     /// Spans of what `events` (one commit's, in order) close.
     pub fn observe(&self, events: &[StoredEvent]) {
         for event in events {
+            if !matches!(
+                event.kind.as_str(),
+                ev::STEP_STARTED
+                    | ev::STEP_COMPLETED
+                    | ev::INPUT_REQUESTED
+                    | ev::APPROVAL_SETTLED
+                    | ev::COMPACTION_COMPLETED
+                    | ev::TASK_STARTED
+                    | ev::TASK_SETTLED
+                    | ev::TURN_COMPLETED
+                    | ev::TURN_FAILED
+                    | ev::TURN_CANCELLED
+            ) {
+                continue;
+            }
             let Some(seq) = seq_of(&event.data) else {
                 continue;
             };
