@@ -29,6 +29,8 @@ def run(eve, endpoint, traced, sessions, warmup):
         env["OTEL_SERVICE_NAME"] = "eve-bench"
     else:
         env["OTEL_SDK_DISABLED"] = "true"
+    subprocess.run([eve, "build"], cwd=root, env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     port = S.free_port()
     proc = subprocess.Popen([eve, "serve", "--host", "127.0.0.1", "--port", str(port)], cwd=root,
                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -55,6 +57,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=2, help="off/on pairs (interleaved)")
     a = ap.parse_args()
+    a.eve = os.path.abspath(a.eve)
     off_lat, on_lat, off_rss, on_rss = [], [], [], []
     for r in range(a.rounds):
         for traced in (False, True):
