@@ -7,6 +7,8 @@
 //! environment only: nothing an agent or a caller sends changes where spans go.
 
 use std::path::PathBuf;
+
+use crate::env_vars;
 use std::time::Duration;
 
 /// How traces are sampled (`OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`).
@@ -126,12 +128,12 @@ impl TelemetryConfig {
         state_dir: &std::path::Path,
     ) -> Result<Option<Self>, String> {
         let get = |name: &str| env(name).filter(|v| !v.trim().is_empty());
-        if get("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        if get(env_vars::OTEL_SDK_DISABLED).is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
             return Ok(None);
         }
-        let endpoint = match get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+        let endpoint = match get(env_vars::OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) {
             Some(e) => Some(e.trim().to_owned()),
-            None => get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            None => get(env_vars::OTEL_EXPORTER_OTLP_ENDPOINT)
                 .map(|e| format!("{}/v1/traces", e.trim().trim_end_matches('/'))),
         };
         if let Some(e) = &endpoint
@@ -141,8 +143,8 @@ impl TelemetryConfig {
                 "OTLP endpoint `{e}`: expected an http:// or https:// URL"
             ));
         }
-        let headers = get("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
-            .or_else(|| get("OTEL_EXPORTER_OTLP_HEADERS"))
+        let headers = get(env_vars::OTEL_EXPORTER_OTLP_TRACES_HEADERS)
+            .or_else(|| get(env_vars::OTEL_EXPORTER_OTLP_HEADERS))
             .map(|h| parse_headers(&h))
             .transpose()?
             .unwrap_or_default();
@@ -156,7 +158,7 @@ impl TelemetryConfig {
                 None => Ok(default),
             }
         };
-        let local_off = get("EVE_TRACES").is_some_and(|v| {
+        let local_off = get(env_vars::EVE_TRACES).is_some_and(|v| {
             matches!(
                 v.trim().to_ascii_lowercase().as_str(),
                 "off" | "0" | "false"
@@ -168,25 +170,25 @@ impl TelemetryConfig {
             Some(Local {
                 path: state_dir.join(LOCAL_FILE),
                 max_age: Duration::from_millis(number(
-                    "EVE_TRACES_MAX_AGE_MS",
+                    env_vars::EVE_TRACES_MAX_AGE_MS,
                     7 * 24 * 3600 * 1000,
                 )?),
-                max_bytes: number("EVE_TRACES_MAX_TOTAL_BYTES", 512 * 1024 * 1024)?,
-                retain: number("EVE_TRACES_RETAIN_COUNT", 20)?,
+                max_bytes: number(env_vars::EVE_TRACES_MAX_TOTAL_BYTES, 512 * 1024 * 1024)?,
+                retain: number(env_vars::EVE_TRACES_RETAIN_COUNT, 20)?,
             })
         };
         if otlp.is_none() && local.is_none() {
             return Ok(None);
         }
         Ok(Some(Self {
-            service_name: get("OTEL_SERVICE_NAME").unwrap_or_else(|| "eve".to_owned()),
+            service_name: get(env_vars::OTEL_SERVICE_NAME).unwrap_or_else(|| "eve".to_owned()),
             otlp,
             local,
             sampling: Sampling::from_env(
-                get("OTEL_TRACES_SAMPLER").as_deref(),
-                get("OTEL_TRACES_SAMPLER_ARG").as_deref(),
+                get(env_vars::OTEL_TRACES_SAMPLER).as_deref(),
+                get(env_vars::OTEL_TRACES_SAMPLER_ARG).as_deref(),
             ),
-            capture_content: get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+            capture_content: get(env_vars::OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)
                 .is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
         }))
     }
@@ -226,9 +228,12 @@ mod tests {
     #[test]
     fn endpoints_headers_and_switches_follow_the_otel_variables() {
         let c = config(&[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/"),
-            ("OTEL_EXPORTER_OTLP_HEADERS", "api-key=a%20b,x=1"),
-            ("OTEL_SERVICE_NAME", "support"),
+            (
+                env_vars::OTEL_EXPORTER_OTLP_ENDPOINT,
+                "http://collector:4318/",
+            ),
+            (env_vars::OTEL_EXPORTER_OTLP_HEADERS, "api-key=a%20b,x=1"),
+            (env_vars::OTEL_SERVICE_NAME, "support"),
         ])
         .unwrap()
         .unwrap();
@@ -240,23 +245,23 @@ mod tests {
         );
         assert_eq!(c.service_name, "support");
         assert!(!c.capture_content);
-        let c = config(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://h/x")])
+        let c = config(&[(env_vars::OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "https://h/x")])
             .unwrap()
             .unwrap();
         assert_eq!(c.otlp.unwrap().endpoint, "https://h/x");
         assert_eq!(c.local.unwrap().path, PathBuf::from("/s/traces.db"));
         assert!(
             config(&[
-                ("OTEL_SDK_DISABLED", "true"),
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c")
+                (env_vars::OTEL_SDK_DISABLED, "true"),
+                (env_vars::OTEL_EXPORTER_OTLP_ENDPOINT, "http://c")
             ])
             .unwrap()
             .is_none()
         );
-        assert!(config(&[("EVE_TRACES", "off")]).unwrap().is_none());
-        assert!(config(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]).is_err());
-        assert!(config(&[("OTEL_EXPORTER_OTLP_HEADERS", "novalue")]).is_err());
-        assert!(config(&[("EVE_TRACES_MAX_AGE_MS", "soon")]).is_err());
+        assert!(config(&[(env_vars::EVE_TRACES, "off")]).unwrap().is_none());
+        assert!(config(&[(env_vars::OTEL_EXPORTER_OTLP_ENDPOINT, "collector:4318")]).is_err());
+        assert!(config(&[(env_vars::OTEL_EXPORTER_OTLP_HEADERS, "novalue")]).is_err());
+        assert!(config(&[(env_vars::EVE_TRACES_MAX_AGE_MS, "soon")]).is_err());
     }
 
     #[test]
