@@ -146,8 +146,8 @@ pub const OTEL_TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
 /// The ratio of the ratio samplers.
 pub const OTEL_TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
 /// `true`: prompts, outputs, tool inputs and results on spans (redacted).
-pub const OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: &str =
-    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+#[rustfmt::skip]
+pub const OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
 /// `off`: no local trace store.
 pub const EVE_TRACES: &str = "EVE_TRACES";
 /// Local traces older than this go (default seven days).
