@@ -53,6 +53,11 @@ client_start=$SECONDS
 scripts/test-eve-client.sh
 printf 'eve client test: %ss\n' "$((SECONDS - client_start))" >&2
 
+step "traces reach a real Arize Phoenix (scripts/test-otel.sh)"
+otel_start=$SECONDS
+scripts/test-otel.sh
+printf 'otel test: %ss\n' "$((SECONDS - otel_start))" >&2
+
 step "HumanEval harness: canonical solutions 164/164, broken ones below (scripts/humaneval.sh)"
 humaneval_start=$SECONDS
 scripts/humaneval.sh

@@ -106,6 +106,9 @@ pub enum Command {
     Store(StoreCommand),
     /// Show the log `eve dev` writes (`.eve/logs/dev.log`), or one session's lines of it.
     Logs(LogsArgs),
+    /// List the traces in the local trace store, or show one as a tree of its spans (without a
+    /// subcommand: the list).
+    Traces(TracesArgs),
 }
 
 #[derive(Debug, Args)]
@@ -121,6 +124,42 @@ pub struct LogsArgs {
     /// Print each line as the JSON object it is stored as.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `eve traces`: without a subcommand, the list.
+#[derive(Debug, Args)]
+pub struct TracesArgs {
+    #[command(subcommand)]
+    pub command: Option<TracesCommand>,
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Print JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TracesCommand {
+    /// The newest traces, newest first.
+    List(TracesListArgs),
+    /// One trace: its spans as a tree, with their times and attributes.
+    Show(TracesShowArgs),
+}
+
+#[derive(Debug, Default, Args)]
+pub struct TracesListArgs {
+    /// How many traces.
+    #[arg(long, short = 'n', default_value_t = 20)]
+    pub limit: u64,
+    /// Only the traces of this session.
+    #[arg(long)]
+    pub session: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TracesShowArgs {
+    /// Trace id, or a prefix of at least 8 characters.
+    pub id: String,
 }
 
 #[derive(Debug, Args)]

@@ -129,6 +129,38 @@ pub const EVE_SANDBOX_UIDS: &str = "EVE_SANDBOX_UIDS";
 pub const EVE_SESSION_ID: &str = "EVE_SESSION_ID";
 /// The model's id of the call.
 pub const EVE_CALL_ID: &str = "EVE_CALL_ID";
+// Tracing (docs/observability.md).
+
+/// `true` turns tracing off.
+pub const OTEL_SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
+/// The OTLP collector's base URL (traces go to `/v1/traces` under it, HTTP/protobuf).
+pub const OTEL_EXPORTER_OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// The OTLP traces URL, over the base one.
+pub const OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+/// Headers of every OTLP export (`key=value,…`).
+pub const OTEL_EXPORTER_OTLP_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+/// Headers of the traces export, over the general ones.
+pub const OTEL_EXPORTER_OTLP_TRACES_HEADERS: &str = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
+/// `service.name` of the spans (default `eve`).
+pub const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+/// How traces are sampled (default `parentbased_always_on`).
+pub const OTEL_TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
+/// The ratio of the ratio samplers.
+pub const OTEL_TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
+/// `true`: prompts, outputs, tool inputs and results on spans (redacted).
+#[rustfmt::skip]
+pub const OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+/// `off`: no local trace store.
+pub const EVE_TRACES: &str = "EVE_TRACES";
+/// Local traces older than this go (default seven days).
+pub const EVE_TRACES_MAX_AGE_MS: &str = "EVE_TRACES_MAX_AGE_MS";
+/// The oldest local traces go above this size (default 512 MB).
+pub const EVE_TRACES_MAX_TOTAL_BYTES: &str = "EVE_TRACES_MAX_TOTAL_BYTES";
+/// The newest local traces that always stay (default 20).
+pub const EVE_TRACES_RETAIN_COUNT: &str = "EVE_TRACES_RETAIN_COUNT";
+
+/// The W3C trace context of a tool call's span, in the tool's environment when tracing is on.
+pub const TRACEPARENT: &str = "TRACEPARENT";
 /// A key stable across retries of the same call, for deduplicating side effects.
 pub const EVE_IDEMPOTENCY_KEY: &str = "EVE_IDEMPOTENCY_KEY";
 /// The session's workspace folder (the process's working folder).

@@ -13,6 +13,7 @@ pub mod releases;
 pub mod schedule;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod tools;
 pub mod wire;
 pub mod workspace;

@@ -86,7 +86,7 @@ async fn a_turn_with_a_schema_and_context_resumes_on_another_runtime() {
     let input = TurnInput {
         output_schema: Some(schema()),
         client_context: vec![CONTEXT.to_owned()],
-        turn_policy: None,
+        ..TurnInput::default()
     };
     let id = send(&rt, None, "where am I?", vec![Extra::Input(input)]).await;
     drive_and_abort(&rt, &id, || {

@@ -14,6 +14,7 @@ mod run;
 mod serve;
 mod sessions;
 mod store;
+mod traces;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -60,6 +61,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Store(StoreCommand::Migrate(args)) => store::migrate(args),
         Command::Store(StoreCommand::Check(args)) => store::check(args),
         Command::Logs(args) => logs::run(args),
+        Command::Traces(args) => traces::run(args),
     }
 }
 
@@ -103,6 +105,20 @@ pub(crate) fn model_env(model: Option<&str>) -> EnvLookup {
     }
 }
 
+/// Tracing as the `OTEL_*` and `EVE_TRACES_*` variables set it up (the local trace store in
+/// `.eve/traces.db` unless `EVE_TRACES=off`; OTLP export when an endpoint is set).
+fn telemetry(project: &Project) -> anyhow::Result<Option<Arc<eve_runtime::telemetry::Telemetry>>> {
+    let env = |name: &str| std::env::var(name).ok();
+    let Some(config) = eve_runtime::telemetry::TelemetryConfig::from_env(&env, &project.state_dir)
+        .map_err(anyhow::Error::msg)?
+    else {
+        return Ok(None);
+    };
+    let telemetry = eve_runtime::telemetry::Telemetry::new(config, crate::logs::secrets())
+        .map_err(anyhow::Error::msg)?;
+    Ok(Some(telemetry))
+}
+
 /// The project's runtime in this process on its store: models from [`model_env`], tools with
 /// the process environment and the logs' secrets, `propose_change` writing this project's agent
 /// folder behind the release gate. `autostart` runs drivers in the background (a server, a
@@ -118,6 +134,9 @@ pub(crate) async fn open_runtime(
     config.secrets = crate::logs::secrets();
     config.autostart = autostart;
     let runtime = Runtime::new(config);
+    if let Some(telemetry) = telemetry(project)? {
+        runtime.set_telemetry(telemetry);
+    }
     runtime.set_agent_dir(&project.agent_dir);
     releases::install_gate(&runtime, project);
     Ok(runtime)

@@ -121,6 +121,10 @@ async fn run_async(
     let code = drive_to_rest(&runtime, &args, &project, color).await;
     // The turn's events reach the hooks before the process (and the hooks it runs) ends.
     finish_hooks(&runtime, hook_wait, color).await;
+    if let Some(telemetry) = runtime.telemetry().cloned() {
+        // The turn's spans leave before the process does.
+        let _ = tokio::task::spawn_blocking(move || telemetry.flush()).await;
+    }
     code
 }
 

@@ -236,6 +236,11 @@ async fn run_available(
     loop {
         let mut state = load_drive_state(rt, session).await?;
         let path = state.agent_path().to_owned();
+        // The subagent call that made this session, for its turns' traces.
+        let parent_call = state
+            .link
+            .as_ref()
+            .map(|l| (l.parent_id.clone(), l.call_id.clone()));
         let reported = state.last_turn.as_ref().map_or(0, reported_tokens);
         // The root of the session's tree (models and isolated state are resolved by it).
         let root = state
@@ -292,6 +297,19 @@ async fn run_available(
             driver.budget = budget;
             driver.last_tokens = reported;
             driver.take_input(&input);
+            if let Some(telemetry) = rt.telemetry() {
+                telemetry
+                    .begin_turn(
+                        rt.inner.store.as_ref(),
+                        session,
+                        turn.seq,
+                        &driver.build.manifest.agent.name,
+                        turn.started_at,
+                        input.traceparent.as_deref(),
+                        parent_call.as_ref().map(|(p, c)| (p.as_str(), c.as_str())),
+                    )
+                    .await;
+            }
             if let Some(start) = start {
                 hold_start(rt, &mut driver, start).await?;
             }

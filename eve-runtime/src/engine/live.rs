@@ -54,6 +54,9 @@ impl Runtime {
         self.inner.metrics.observe(&committed.events);
         self.publish(&committed.events);
         self.notify_hooks(&committed.events);
+        if let Some(telemetry) = self.inner.telemetry.get() {
+            telemetry.observe(&committed.events);
+        }
     }
 
     pub(super) fn publish(&self, events: &[StoredEvent]) {

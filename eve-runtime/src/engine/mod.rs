@@ -125,6 +125,8 @@ pub(crate) struct Inner {
     pub(crate) workspaces: crate::workspace::Workspaces,
     /// This runtime's Prometheus metrics (`/metrics`), counted from what it commits.
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
+    /// Tracing, once it is set up ([`Runtime::set_telemetry`]).
+    pub(crate) telemetry: std::sync::OnceLock<Arc<crate::telemetry::Telemetry>>,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -209,10 +211,21 @@ impl Runtime {
                 naive_prompts: std::sync::atomic::AtomicBool::new(false),
                 workspaces,
                 metrics,
+                telemetry: std::sync::OnceLock::new(),
             }),
         };
         rt.start_releases();
         rt
+    }
+
+    /// Turns tracing on for this runtime (once; a second call changes nothing).
+    pub fn set_telemetry(&self, telemetry: Arc<crate::telemetry::Telemetry>) {
+        let _ = self.inner.telemetry.set(telemetry);
+    }
+
+    /// This runtime's tracing, when it is on.
+    pub fn telemetry(&self) -> Option<&Arc<crate::telemetry::Telemetry>> {
+        self.inner.telemetry.get()
     }
 
     /// The executor that starts this runtime's processes (tools, hooks, MCP servers).

@@ -31,6 +31,8 @@ pub struct TurnInput {
     pub client_context: Vec<String>,
     /// How the message joins a running turn, over the agent's `turn_policy`.
     pub turn_policy: Option<MessagePolicy>,
+    /// The caller's W3C `traceparent` (the request's header): the turn's trace joins it.
+    pub traceparent: Option<String>,
 }
 
 /// A body field that does not fit: its code and what to send instead.
@@ -65,7 +67,10 @@ impl TurnInput {
 
     /// Whether it asks nothing.
     pub fn is_empty(&self) -> bool {
-        self.output_schema.is_none() && self.client_context.is_empty() && self.turn_policy.is_none()
+        self.output_schema.is_none()
+            && self.client_context.is_empty()
+            && self.turn_policy.is_none()
+            && self.traceparent.is_none()
     }
 
     /// Whether it asks anything of the turn itself (a schema or context), beyond how the message
@@ -90,6 +95,9 @@ impl TurnInput {
             };
             out.insert("turnPolicy".into(), json!(name));
         }
+        if let Some(traceparent) = &self.traceparent {
+            out.insert("traceparent".into(), json!(traceparent));
+        }
         Value::Object(out)
     }
 
@@ -98,7 +106,12 @@ impl TurnInput {
         let Some(map) = value.as_object() else {
             return Self::default();
         };
-        Self::from_body(map).ok().flatten().unwrap_or_default()
+        let mut input = Self::from_body(map).ok().flatten().unwrap_or_default();
+        input.traceparent = map
+            .get("traceparent")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        input
     }
 }
 
@@ -238,6 +251,7 @@ mod tests {
             output_schema: Some(json!({"type": "object"})),
             client_context: vec!["ctx".into()],
             turn_policy: Some(MessagePolicy::Queue),
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
         };
         assert_eq!(TurnInput::from_value(&input.to_value()), input);
     }

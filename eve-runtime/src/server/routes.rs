@@ -173,17 +173,34 @@ fn sender(identity: &Identity) -> Option<String> {
     }
 }
 
+/// A valid W3C `traceparent` header of the request: the turn its message starts joins the
+/// caller's trace (a malformed one is ignored, as the spec says).
+fn with_traceparent(mut options: body::TurnOptions, headers: &HeaderMap) -> body::TurnOptions {
+    if let Some(traceparent) = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .filter(|t| crate::telemetry::parse_traceparent(t).is_some())
+    {
+        options
+            .input
+            .get_or_insert_with(Default::default)
+            .traceparent = Some(traceparent.trim().to_owned());
+    }
+    options
+}
+
 /// `POST /eve/v1/session`: a new session, with an optional first message. It belongs to the
 /// caller (see `engine::tenancy`).
 pub async fn create_session(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.message_limit())?;
     let input = body::create(&bytes)?;
-    let options = body::turn_options(&bytes)?;
+    let options = with_traceparent(body::turn_options(&bytes)?, &headers);
     let mut extra: Vec<Extra> = sender(&identity).map(Extra::Sender).into_iter().collect();
     extra.push(Extra::Owner(identity.principal_id()));
     if let Some(stubs) = options.stubs {
@@ -294,10 +311,11 @@ pub async fn post_session(
     SessionId(id): SessionId,
     Extension(identity): Extension<Identity>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body::bytes(body, app.config.message_limit())?;
-    let options = body::turn_options(&bytes)?;
+    let options = with_traceparent(body::turn_options(&bytes)?, &headers);
     if options.stubs.is_some() {
         return Err(ApiError::bad_request(
             "invalid_body",

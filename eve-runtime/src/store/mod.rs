@@ -189,8 +189,8 @@ pub const SESSION_TABLES: &[(&str, &str)] = &[
 ];
 
 /// Namespaces of the notes a session owns (its probe, its senders, its session memory, what its
-/// turns were asked, its tool stubs).
-pub fn session_note_namespaces(session: &str) -> [String; 6] {
+/// turns were asked, its tool stubs, its turns' trace contexts).
+pub fn session_note_namespaces(session: &str) -> [String; 7] {
     [
         format!("probe:{session}"),
         format!("sender:{session}"),
@@ -198,6 +198,7 @@ pub fn session_note_namespaces(session: &str) -> [String; 6] {
         format!("memory-offer:{session}"),
         crate::features::turn_input::namespace(session),
         crate::features::stubs::namespace(session),
+        crate::telemetry::namespace(session),
     ]
 }
 

@@ -109,6 +109,12 @@ fn prepare(request: &HttpRequest, input: &Value, ctx: &ToolContext) -> Result<Pr
     {
         headers.insert(HeaderName::from_static(IDEMPOTENCY_KEY), value);
     }
+    // The call's trace context, so the service's spans join the call's trace.
+    if let Some(traceparent) = &ctx.traceparent
+        && let Ok(value) = HeaderValue::from_str(traceparent)
+    {
+        headers.insert(HeaderName::from_static("traceparent"), value);
+    }
     Ok(Prepared {
         method,
         url,

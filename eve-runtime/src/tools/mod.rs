@@ -85,6 +85,9 @@ pub struct ToolContext {
     pub progress: Option<progress::ProgressSink>,
     /// The agent's `web:` settings, for `web_fetch` and `web_search`.
     pub web: WebContext,
+    /// The W3C `traceparent` of the call's span, when tracing is on: the process gets it as
+    /// `TRACEPARENT`, and the runtime's requests for the call carry it.
+    pub traceparent: Option<String>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -106,7 +109,7 @@ impl ToolContext {
     /// The context of call `call_id` of `session_id`, working in `workspace` with the agent's
     /// files in `agent_dir`: idempotency key `<session>:<call>`, no environment, unconfined
     /// ([`Confinement::Host`]), its own HTTP client and executor, the default `web:` settings, no
-    /// `network:` and no progress sink. The `with_*` methods set the rest.
+    /// `network:`, no progress sink and no trace context. The `with_*` methods set the rest.
     pub fn new(
         session_id: impl Into<String>,
         call_id: impl Into<String>,
@@ -128,6 +131,7 @@ impl ToolContext {
             network: None,
             progress: None,
             web: WebContext::default(),
+            traceparent: None,
         }
     }
 

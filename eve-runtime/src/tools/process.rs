@@ -117,6 +117,9 @@ pub(crate) fn tool_env(ctx: &ToolContext, allow: &[String]) -> Vec<(String, Stri
             ctx.agent_dir.to_string_lossy().into_owned(),
         ),
     ]);
+    if let Some(traceparent) = &ctx.traceparent {
+        env.push((env_vars::TRACEPARENT.to_owned(), traceparent.clone()));
+    }
     env
 }
 

@@ -629,6 +629,11 @@ impl TurnDriver<'_> {
         call.is_error = status != CallStatus::Completed;
         call.output = Some(output.clone());
         call.ended_at = Some(now_ms());
+        if let Some(telemetry) = self.rt.telemetry()
+            && let Some(trace) = telemetry.turn(&turn.session_id, turn.seq)
+        {
+            telemetry.tool(&trace, &call);
+        }
         let (content, attachments) = crate::tools::content::for_model(&output);
         let message = Message::Tool {
             call_id: call.call_id.clone(),

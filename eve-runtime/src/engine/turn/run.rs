@@ -165,6 +165,10 @@ impl TurnDriver<'_> {
             agent_dir,
             effective,
         );
+        ctx.traceparent = self
+            .rt
+            .telemetry()
+            .and_then(|t| t.traceparent_for_call(&turn.session_id, turn.seq, &call.call_id));
         ctx.network = match &resolved.target {
             Target::Build(tool) => agent
                 .sandbox

@@ -49,6 +49,9 @@ impl TurnDriver<'_> {
     ) -> RuntimeResult<Option<TurnEnd>> {
         // A new turn's start, held back by the drive loop, goes out with `step.started`.
         let starting = turn.step_index == 0 && self.held.is_some();
+        if let Some(telemetry) = self.rt.telemetry() {
+            telemetry.step_began(&turn.session_id, turn.seq, turn.step_index);
+        }
         let flag = match self.next_cancel.take() {
             Some(flag) => flag,
             None => self
@@ -335,6 +338,11 @@ impl TurnDriver<'_> {
             }
             Err(e) => return Err(CallError::Model(e.to_string())),
         };
+        // What the model call's span needs (the request itself only when content is captured).
+        let traced = self.rt.telemetry().cloned().map(|telemetry| {
+            let request = telemetry.config().capture_content.then(|| request.clone());
+            (telemetry, request, std::time::SystemTime::now())
+        });
         let (tx, mut rx) = mpsc::unbounded_channel::<ModelEvent>();
         let client = self.model.client.clone();
         let metrics = self.rt.inner.metrics.clone();
@@ -424,6 +432,25 @@ impl TurnDriver<'_> {
             () = sleep_until_opt(deadline) => Err(CallError::TimedOut),
         };
         self.held = held.into_inner().ok().flatten();
+        if let Some((telemetry, request, start)) = traced
+            && let Some(trace) = telemetry.turn(&turn.session_id, turn.seq)
+        {
+            let outcome = match &result {
+                Ok(Ok(response)) => Ok(response),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(CallError::Cancelled) => Err("cancelled".to_owned()),
+                Err(_) => Err("the turn ran out of wall-clock time".to_owned()),
+            };
+            telemetry.chat(
+                &trace,
+                step,
+                &self.model.model_id,
+                &self.model.model,
+                start,
+                request.as_ref(),
+                outcome.as_ref().map(|r| *r).map_err(String::as_str),
+            );
+        }
         result?.map_err(|e| {
             if e.is_context_overflow() {
                 CallError::ContextTooLong(e.to_string())
