@@ -111,22 +111,9 @@ fn ctx(dir: &Path, vars: &[(&str, &str)]) -> ToolContext {
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-    ToolContext {
-        session_id: "ses_01".into(),
-        call_id: "call_01".into(),
-        idempotency_key: "ses_01:call_01".into(),
-        workspace: dir.join("ws"),
-        agent_dir: dir.join("agent"),
-        env: Arc::new(move |name: &str| {
-            vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
-        }),
-        http: Default::default(),
-        exec: Default::default(),
-        confinement: eve_runtime::exec::Confinement::Host,
-        network: None,
-        progress: None,
-        web: Default::default(),
-    }
+    ToolContext::new("ses_01", "call_01", dir.join("ws"), dir.join("agent")).with_env(Arc::new(
+        move |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()),
+    ))
 }
 
 fn find<'a>(tools: &'a [Tool], name: &str) -> &'a Tool {
