@@ -159,7 +159,8 @@ fn main() {
             std::process::exit(2);
         }
     };
-    // ONLY=host|cold|warm runs that one way alone (for `perf stat` or `strace -f -c` of it).
+    // ONLY=host|cold|warm runs that one way alone (for `perf stat` or `strace -f -c` of it);
+    // with `warm`, GAP_MS paces the calls.
     match std::env::var("ONLY").as_deref() {
         Ok("host") => {
             let (t, cpu) = cpu_of(runs, || measure(runs, plain));
@@ -172,9 +173,14 @@ fn main() {
             return;
         }
         Ok("warm") => {
+            // GAP_MS=N paces the calls N ms apart, as a turn's model call does.
+            let gap = std::env::var("GAP_MS")
+                .ok()
+                .and_then(|g| g.parse().ok())
+                .map(Duration::from_millis);
             let ((t, fallbacks), cpu) = cpu_of(runs, || {
                 rt.block_on(measure_warm(
-                    &exe, pool_size, &policy, &ws, runs, None, &fate,
+                    &exe, pool_size, &policy, &ws, runs, gap, &fate,
                 ))
             });
             row(&format!("isolated, warm ({pool_size})"), &t, cpu);

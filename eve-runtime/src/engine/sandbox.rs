@@ -50,6 +50,10 @@ impl Runtime {
         }
         if !report.isolated.is_empty() {
             report.isolation_error = self.inner.exec.isolation().await.err();
+            if report.isolation_error.is_none() {
+                // The first tool call then finds a warm box instead of waiting for one.
+                self.inner.exec.start_pool().await;
+            }
             report.left_out = self.view_left_out();
             report.enforced = Some(
                 self.inner

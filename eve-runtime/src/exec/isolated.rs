@@ -181,6 +181,13 @@ impl IsolatedSandbox {
         self.pool_size
     }
 
+    /// Starts the pool of warm boxes, when isolation works here and it has not started yet.
+    pub(super) async fn start_pool(&self) {
+        if self.support().await.is_ok() {
+            let _ = self.pool().await;
+        }
+    }
+
     /// The pool of warm boxes, started on first need (after the probe has passed).
     async fn pool(&self) -> Option<Arc<Pool>> {
         if self.pool_size == 0 {

@@ -397,6 +397,12 @@ impl Executor {
         Ok(prepared)
     }
 
+    /// Starts filling the pool of warm boxes now, rather than at the first isolated call (a
+    /// no-op without a pool, or when it has started already).
+    pub async fn start_pool(&self) {
+        self.isolated.start_pool().await;
+    }
+
     /// Whether isolation works here: `Ok` with what the kernel enforces, or what it refused.
     /// Probed once per runtime (a trivial isolated command), then remembered.
     pub async fn isolation(&self) -> Result<eve_sandbox::isolate::Support, String> {

@@ -278,36 +278,52 @@ pub(crate) fn count(n: usize, what: &str) -> String {
     }
 }
 
-/// The source revision of `dir` when it is in a git repository: `git rev-parse HEAD` and
-/// whether `git status --porcelain` lists changes under it (the two run side by side). `None`
-/// without git or a repository; git is not started when nothing says there may be one.
+/// The source revision of `dir` when it is in a git repository: the commit checked out and
+/// whether git lists changes under `dir` (one `git status` process). `None` without git, a
+/// repository or a first commit; git is not started when nothing says there may be one.
 pub fn source_revision(dir: &std::path::Path) -> Option<SourceRevision> {
     if !may_be_in_git(dir) {
         return None;
     }
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .ok()
-    };
-    let read = |child: Option<std::process::Child>| {
-        child
-            .and_then(|c| c.wait_with_output().ok())
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-    };
-    let head = git(&["rev-parse", "HEAD"]);
-    let status = git(&["status", "--porcelain", "--", "."]);
-    let commit = read(head);
-    let dirty = read(status).is_some_and(|s| !s.is_empty());
-    let commit = commit.filter(|c| !c.is_empty())?;
-    Some(SourceRevision { commit, dirty })
+    // One git process answers both: `# branch.oid` names the commit, any other line is a change
+    // under `dir`. `--no-optional-locks`: the build never takes the index lock a person's own
+    // git command may be waiting for.
+    let output = std::process::Command::new("git")
+        .arg("--no-optional-locks")
+        .arg("-C")
+        .arg(dir)
+        .args(["status", "--porcelain=v2", "--branch", "--", "."])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    parse_status(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// The source revision in `git status --porcelain=v2 --branch` output: the commit of
+/// `# branch.oid` (none before the first commit), dirty when any change is listed.
+fn parse_status(text: &str) -> Option<SourceRevision> {
+    let mut commit = None;
+    let mut dirty = false;
+    for line in text.lines() {
+        match line.strip_prefix("# ") {
+            Some(header) => {
+                if let Some(oid) = header.strip_prefix("branch.oid ") {
+                    let oid = oid.trim();
+                    if oid.len() >= 40 && oid.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        commit = Some(oid.to_owned());
+                    }
+                }
+            }
+            None if !line.trim().is_empty() => dirty = true,
+            None => {}
+        }
+    }
+    Some(SourceRevision {
+        commit: commit?,
+        dirty,
+    })
 }
 
 /// Whether git could find a repository for `dir`: a `.git` in it or a folder above it, a folder
@@ -333,4 +349,76 @@ pub fn local_principal() -> String {
         .filter(|u| !u.trim().is_empty())
         .unwrap_or_else(|| "operator".to_owned());
     format!("local:{user}")
+}
+
+#[cfg(test)]
+mod source_tests {
+    use super::*;
+
+    fn git(dir: &std::path::Path, args: &[&str]) {
+        let ok = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "git {args:?}");
+    }
+
+    /// The commit and the dirty flag, through a real git repository: none before the first
+    /// commit, clean after it, dirty with a changed or an untracked file under the folder, and
+    /// clean again when the change is elsewhere in the repository.
+    #[test]
+    fn source_revision_reads_one_git_status() {
+        if std::process::Command::new("git")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!("skipped: no git on this machine");
+            return;
+        }
+        let repo = tempfile::tempdir().unwrap();
+        let agent = repo.path().join("agent");
+        std::fs::create_dir_all(&agent).unwrap();
+        std::fs::write(agent.join("instructions.md"), "hi").unwrap();
+        git(repo.path(), &["init", "-q"]);
+        assert_eq!(source_revision(&agent), None, "no commit yet");
+        git(repo.path(), &["add", "."]);
+        git(repo.path(), &["commit", "-q", "-m", "first"]);
+        let clean = source_revision(&agent).expect("a revision");
+        assert_eq!(clean.commit.len(), 40);
+        assert!(!clean.dirty);
+        std::fs::write(repo.path().join("elsewhere.txt"), "x").unwrap();
+        assert!(
+            !source_revision(&agent).unwrap().dirty,
+            "a change elsewhere"
+        );
+        std::fs::write(agent.join("instructions.md"), "changed").unwrap();
+        assert!(source_revision(&agent).unwrap().dirty, "a changed file");
+        git(repo.path(), &["checkout", "-q", "--", "agent"]);
+        std::fs::write(agent.join("new.md"), "new").unwrap();
+        let untracked = source_revision(&agent).unwrap();
+        assert!(untracked.dirty, "an untracked file");
+        assert_eq!(untracked.commit, clean.commit);
+    }
+
+    #[test]
+    fn status_lines_parse() {
+        let oid = "a".repeat(40);
+        let clean = format!("# branch.oid {oid}\n# branch.head main\n");
+        assert_eq!(
+            parse_status(&clean),
+            Some(SourceRevision {
+                commit: oid.clone(),
+                dirty: false
+            })
+        );
+        let dirty = format!("{clean}1 .M N... 100644 100644 100644 x y agent/a.md\n");
+        assert!(parse_status(&dirty).unwrap().dirty);
+        assert_eq!(parse_status("# branch.oid (initial)\n? new.md\n"), None);
+    }
 }

@@ -19,11 +19,14 @@
 //!
 //! A **warm box** ([`super::pool`]) runs the same two stages split at the call: warm stage 1
 //! ([`WARM1`]) enters the namespaces, brings `lo` up and spawns warm stage 2 ([`WARM2`]), which
-//! compiles the seccomp filters and reports ready; both then wait. When the call's spec arrives
-//! (over stage 1's stdin, a Unix socket: see [`super::wire`]) stage 1 takes the call's stdio,
-//! binds the forwarder's listener if the call has a network, hands the spec on to its init, and
-//! from there both run exactly what the cold stages run: the view is built, the init confines
-//! itself and spawns the command, and the box ends with it. A box serves one call.
+//! compiles the seccomp filters, builds the part of the view no policy changes
+//! ([`view::prepare`]) and reports ready; both then wait. When the call's spec arrives (over
+//! stage 1's stdin, a Unix socket: see [`super::wire`]) stage 1 takes the call's stdio, binds the
+//! forwarder's listener if the call has a network, hands the spec on to its init, and from there
+//! both run exactly what the cold stages run: the view is finished, the init confines itself and
+//! spawns the command, and the box ends with it. A box serves one call. Once its init has
+//! prepared the view, warm stage 1's root is the scratch root too (see [`view`]): it opens the
+//! call's quota folder beneath the handle on the host's root it took before.
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -340,6 +343,10 @@ fn warm_stage1(rest: Vec<OsString>) -> Result<i32> {
 
 fn warm_stage1_serve(control: &UnixStream) -> Result<i32> {
     let mode = enter_namespaces()?;
+    // The init moves this process's root too when it prepares the view: the host's tree stays
+    // reachable through this handle, for the call's quota folder.
+    let host_root = quota::open_root()
+        .map_err(|e| Failure::new(format!("cannot open the host's root: {e}")))?;
     net::loopback_up()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -392,7 +399,7 @@ fn warm_stage1_serve(control: &UnixStream) -> Result<i32> {
     };
     // Before the init has the call: the watch's start is earlier than anything it changes.
     let watch = match &call.policy.quota {
-        Some(quota) => Some(quota::Watch::new(quota).map_err(Failure::new)?),
+        Some(quota) => Some(quota::Watch::new_beneath(quota, &host_root).map_err(Failure::new)?),
         None => None,
     };
     let refs: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
@@ -445,8 +452,8 @@ fn warm_stage2(rest: Vec<OsString>) -> Result<i32> {
         rest.first()
             .ok_or_else(|| Failure::new("internal: missing stage mode"))?,
     )
-    .and_then(|mode| Ok((mode, confine::seccomp_programs()?)));
-    let (mode, filters) = match prepared {
+    .and_then(|mode| Ok((mode, confine::seccomp_programs()?, view::prepare()?)));
+    let (mode, filters, base) = match prepared {
         Ok(p) => p,
         Err(f) => {
             let _ = wire::say(&socket, &format!("error: {}", f.message));
@@ -472,6 +479,7 @@ fn warm_stage2(rest: Vec<OsString>) -> Result<i32> {
         &args,
         Some(&call.env),
         &filters,
+        Some(base),
     )
 }
 
@@ -553,11 +561,22 @@ fn stage2(rest: Vec<OsString>) -> Result<i32> {
     let cwd = std::env::current_dir()
         .map_err(|e| Failure::new(format!("cannot read the working directory: {e}")))?;
     let filters = confine::seccomp_programs()?;
-    run_init(mode, &policy, &cwd, program, &rest[3..], None, &filters)
+    run_init(
+        mode,
+        &policy,
+        &cwd,
+        program,
+        &rest[3..],
+        None,
+        &filters,
+        None,
+    )
 }
 
-/// The init's work once it knows the call: build the view, enter `cwd`, confine itself, spawn
-/// `program args…` (with `env` when given, else the inherited environment), reap until it ends.
+/// The init's work once it knows the call: build the view (or finish `base`, prepared before the
+/// call), enter `cwd`, confine itself, spawn `program args…` (with `env` when given, else the
+/// inherited environment), reap until it ends.
+#[allow(clippy::too_many_arguments)]
 fn run_init(
     mode: Mode,
     policy: &Policy,
@@ -566,9 +585,19 @@ fn run_init(
     args: &[OsString],
     env: Option<&[(String, String)]>,
     filters: &[BpfProgram],
+    base: Option<view::Base>,
 ) -> Result<i32> {
-    detach_from_terminal()?;
-    let built = view::build(policy, mode)?;
+    let built = match base {
+        Some(base) => {
+            // Between the phases `/dev` and `/proc` are the prepared view's.
+            detach_from_terminal(Path::new(view::NEW))?;
+            view::finish(base, policy, mode)?
+        }
+        None => {
+            detach_from_terminal(Path::new("/"))?;
+            view::build(policy, mode)?
+        }
+    };
     let _ = nix::unistd::sethostname("eve-sandbox");
     if !built.contains(cwd) {
         return Err(Failure::new(format!(
@@ -623,7 +652,8 @@ fn run_init(
 ///
 /// The init is never a process group leader (stage 1 spawns it in its own group), so `setsid`
 /// cannot fail for that reason; if it fails anyway, the call fails rather than run attached.
-fn detach_from_terminal() -> Result<()> {
+/// `root` is where `/dev/null` and this process's `/proc` are now.
+fn detach_from_terminal(root: &Path) -> Result<()> {
     nix::unistd::setsid().map_err(|e| {
         Failure::new(format!(
             "cannot start a session of the sandbox's own (setsid: {e}): the command would share \
@@ -640,7 +670,7 @@ fn detach_from_terminal() -> Result<()> {
         let null = fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .open("/dev/null")
+            .open(root.join("dev/null"))
             .map_err(|e| Failure::new(format!("cannot open /dev/null: {e}")))?;
         let fail =
             |e: Errno| Failure::new(format!("cannot put /dev/null in place of a terminal: {e}"));
@@ -665,13 +695,13 @@ fn detach_from_terminal() -> Result<()> {
             nix::unistd::dup2_stderr(&null).map_err(fail)?;
         }
     }
-    close_inherited_descriptors()
+    close_inherited_descriptors(root)
 }
 
 /// Closes every descriptor above the standard three. Called while this process owns none of them
 /// itself (the warm path's socket and the call's descriptors are gone by then).
-fn close_inherited_descriptors() -> Result<()> {
-    let fds: Vec<i32> = fs::read_dir("/proc/self/fd")
+fn close_inherited_descriptors(root: &Path) -> Result<()> {
+    let fds: Vec<i32> = fs::read_dir(root.join("proc/self/fd"))
         .map_err(|e| Failure::new(format!("cannot list the inherited descriptors: {e}")))?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .filter(|fd| *fd > 2)

@@ -3,7 +3,9 @@
 //! Most of an isolated spawn does not depend on the call: two execs of the helper, creating the
 //! user, mount, PID, network, IPC, UTS and cgroup namespaces, writing the uid maps, bringing `lo`
 //! up, compiling the seccomp filters. A [`Pool`] keeps a few boxes that have done exactly that
-//! and wait, and a refill thread replaces each one taken. What the guarantees rest on stays per
+//! and wait, and a refill thread replaces each one taken: at once when the pool ran dry, else
+//! once the taken box's call is over, so on a small machine starting its replacement does not
+//! compete with the call for the CPU while another box is ready anyway. What the guarantees rest on stays per
 //! call and is done only when the call's spec arrives ([`Warm::start`]): the filesystem view
 //! (workspace, build files, private `/tmp` and `HOME`, masks, `/dev`, `/proc`), the limits, the
 //! uid, capabilities, `no_new_privs`, Landlock, the seccomp filters' installation and the
@@ -67,6 +69,22 @@ struct State {
     stop: bool,
     failures: u32,
     last_error: Option<String>,
+    /// Boxes taken whose replacement waits until their call is over (see [`Refill`]).
+    owed: usize,
+}
+
+/// The replacement a taken box owes the pool, started when this is dropped: when the box's call
+/// is over ([`WarmProcess::wait`]) or the box is let go.
+#[derive(Debug)]
+struct Refill(Arc<Shared>);
+
+impl Drop for Refill {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.owed = state.owed.saturating_sub(1);
+        drop(state);
+        self.0.wake.notify_one();
+    }
 }
 
 /// One ready box, taken from a [`Pool`]: give it its call with [`Warm::start`]. Dropped unused,
@@ -77,6 +95,8 @@ pub struct Warm {
     control: UnixStream,
     /// The box's own cgroup, which its stage 1 joined as it started; limits come with the call.
     cgroup: Option<BoxCgroup>,
+    /// Its replacement, when that waits for the end of its call.
+    refill: Option<Refill>,
 }
 
 impl Pool {
@@ -145,15 +165,24 @@ impl Pool {
             {
                 let mut state = self.shared.lock();
                 while let Some(mut warm) = state.idle.pop_front() {
-                    self.shared.wake.notify_one();
-                    if matches!(warm.child.try_wait(), Ok(None)) {
-                        return Some(warm);
+                    if !matches!(warm.child.try_wait(), Ok(None)) {
+                        // Died while idle: replaced now, dropped, try the next.
+                        self.shared.wake.notify_one();
+                        continue;
                     }
-                    // Died while idle: dropped, try the next.
+                    if state.idle.is_empty() {
+                        // The pool ran dry: the next call must not wait for this one to end.
+                        self.shared.wake.notify_one();
+                    } else {
+                        state.owed += 1;
+                        warm.refill = Some(Refill(Arc::clone(&self.shared)));
+                    }
+                    return Some(warm);
                 }
                 // A box is on its way when one is being started or the refill thread is about to.
                 let coming = state.filling
-                    || (state.idle.len() < self.shared.size && state.failures < MAX_FAILURES);
+                    || (state.idle.len() + state.owed < self.shared.size
+                        && state.failures < MAX_FAILURES);
                 if !coming || state.stop {
                     return None;
                 }
@@ -197,14 +226,16 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The refill thread: keeps `size` boxes idle, one start at a time (so refilling takes at
-    /// most one core from the calls), until the pool stops.
+    /// The refill thread: keeps `size` boxes idle (counting those owed after their call), one
+    /// start at a time (so refilling takes at most one core from the calls), until the pool
+    /// stops.
     fn run(&self) {
         loop {
             {
                 let mut state = self.lock();
                 while !state.stop
-                    && (state.idle.len() >= self.size || state.failures >= MAX_FAILURES)
+                    && (state.idle.len() + state.owed >= self.size
+                        || state.failures >= MAX_FAILURES)
                 {
                     state = self
                         .wake
@@ -275,6 +306,7 @@ impl Shared {
                 child,
                 control: ours,
                 cgroup,
+                refill: None,
             }),
             Ok(Some(line)) => Err(line.strip_prefix("error: ").unwrap_or(&line).to_owned()),
             Ok(None) => Err("a warm box ended before it was ready".to_owned()),
@@ -334,6 +366,7 @@ impl Warm {
             control: Some(control),
             cgroup: warm.cgroup,
             held: Vec::new(),
+            refill: warm.refill,
         })
     }
 }
@@ -347,6 +380,8 @@ pub struct WarmProcess {
     /// Removed (after killing what is left in it) when this is dropped.
     cgroup: Option<BoxCgroup>,
     held: Vec<Box<dyn std::fmt::Debug + Send + Sync>>,
+    /// The pool's replacement for this box, started once the call is over.
+    refill: Option<Refill>,
 }
 
 impl WarmProcess {
@@ -360,6 +395,13 @@ impl WarmProcess {
     /// status (its exit code, 128+N for signal N, or the sandbox's own failure code), as soon as
     /// stage 1 reports it, without waiting for the kernel to tear the box's namespaces down.
     pub async fn wait(&mut self) -> io::Result<std::process::ExitStatus> {
+        let status = self.wait_call().await;
+        // The call is over: the pool may start this box's replacement.
+        self.refill = None;
+        status
+    }
+
+    async fn wait_call(&mut self) -> io::Result<std::process::ExitStatus> {
         use std::os::unix::process::ExitStatusExt;
         use tokio::io::AsyncReadExt;
         if let Some(mut control) = self.control.take() {

@@ -84,7 +84,39 @@ impl Watch {
     pub(crate) fn new(quota: &Quota) -> Result<Watch, String> {
         let path = CString::new(quota.path.as_os_str().as_encoded_bytes())
             .map_err(|_| format!("the quota's folder {} holds a NUL", quota.path.display()))?;
-        let root = open_dir(rustix::fs::CWD, &path).ok_or_else(|| {
+        let root = open_dir(rustix::fs::CWD, &path);
+        Watch::watching(quota, root)
+    }
+
+    /// A watch of `quota`'s folder, resolved beneath `host_root` (a handle on the host's `/`, kept
+    /// by a process whose own root has since moved) as if that were `/`.
+    pub(crate) fn new_beneath(quota: &Quota, host_root: &OwnedFd) -> Result<Watch, String> {
+        let relative = quota
+            .path
+            .strip_prefix("/")
+            .unwrap_or(&quota.path)
+            .as_os_str()
+            .as_encoded_bytes();
+        let path = CString::new(if relative.is_empty() { b"." } else { relative })
+            .map_err(|_| format!("the quota's folder {} holds a NUL", quota.path.display()))?;
+        let root = rustix::fs::openat2(
+            host_root,
+            &path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            rustix::fs::ResolveFlags::IN_ROOT | rustix::fs::ResolveFlags::NO_MAGICLINKS,
+        );
+        let root = match root {
+            Ok(fd) => Some(fd),
+            // A kernel without `openat2`: relative to the handle, an absolute link then fails.
+            Err(rustix::io::Errno::NOSYS) => open_dir(host_root, &path),
+            Err(_) => None,
+        };
+        Watch::watching(quota, root)
+    }
+
+    fn watching(quota: &Quota, root: Option<OwnedFd>) -> Result<Watch, String> {
+        let root = root.ok_or_else(|| {
             format!(
                 "cannot open the quota's folder {}: it must be an existing folder, not a link",
                 quota.path.display()
@@ -175,6 +207,16 @@ fn cost(st: &rustix::fs::Stat) -> u64 {
 #[allow(clippy::unnecessary_cast)]
 fn length(st: &rustix::fs::Stat) -> u64 {
     u64::try_from(st.st_size as i64).unwrap_or(0)
+}
+
+/// A handle on this process's `/`, for [`Watch::new_beneath`] once the root has moved.
+pub(crate) fn open_root() -> rustix::io::Result<OwnedFd> {
+    openat(
+        rustix::fs::CWD,
+        c"/",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
 }
 
 fn open_dir(parent: impl AsFd, name: &std::ffi::CStr) -> Option<OwnedFd> {

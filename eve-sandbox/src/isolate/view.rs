@@ -5,6 +5,14 @@
 //! root is filled with bind mounts of the allowed host paths (read-only ones remounted read-only),
 //! a minimal `/dev`, a fresh `/proc`, tmpfs `/tmp` and `HOME`, secrets of `/etc` masked; then it
 //! becomes `/` and the host tree is detached, so nothing else exists for the command at all.
+//!
+//! Two phases, so a warm box ([`super::pool`]) does most of the work before its call: [`prepare`]
+//! builds what no policy changes (the scratch root, the system paths read-only, the masks over
+//! `/etc`'s secrets, `/dev`, `/proc`), [`finish`] adds the call's own (its paths, `/tmp`, `HOME`,
+//! `/dev/shm`, the egress socket), puts the masks back over any policy path that covers one, and
+//! swaps the roots. The cold path runs both at once ([`build`]). Between the two phases the host
+//! tree is reachable only under [`OLD`], so [`finish`] resolves the policy's paths there as the
+//! host would ([`host_canonical`]: an absolute link target starts at the host's root).
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -44,7 +52,11 @@ const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 
 /// Where the host tree and the new root live while the view is built.
 const OLD: &str = "/oldroot";
-const NEW: &str = "/newroot";
+/// Where the view is built, before it becomes `/`; between the phases its `/dev/null` and `/proc`
+/// (the box's own) are reachable here.
+pub(crate) const NEW: &str = "/newroot";
+/// Symbolic links followed while resolving one host path before giving up (the kernel's limit).
+const MAX_LINKS: usize = 40;
 
 /// The paths of a built view, in the sandbox's coordinates, for stage 2 and Landlock.
 #[derive(Debug, Default)]
@@ -145,20 +157,22 @@ fn join(base: &Path, p: &Path) -> PathBuf {
     base.join(rel)
 }
 
-/// The list of mounts for `policy`, computed on the host view before anything is mounted.
-fn plan(policy: &Policy, mode: Mode) -> Result<Vec<Entry>> {
-    let mut entries = Vec::new();
+/// What no policy changes, computed on the host view before anything is mounted: the system
+/// paths, and the masks over the secrets of `/etc` (applied after the system paths, and again
+/// over any policy path that covers one).
+fn base_plan() -> Result<(Vec<Entry>, Vec<Entry>)> {
+    let mut system = Vec::new();
     for sys in SYSTEM_PATHS {
         let p = Path::new(sys);
         match fs::symlink_metadata(p) {
             Ok(m) if m.file_type().is_symlink() => {
                 let to = fs::read_link(p).map_err(|e| err("cannot read the link", p, e))?;
-                entries.push(Entry {
+                system.push(Entry {
                     path: p.into(),
                     kind: Kind::Symlink(to),
                 });
             }
-            Ok(_) => entries.push(Entry {
+            Ok(_) => system.push(Entry {
                 path: p.into(),
                 kind: Kind::Bind {
                     source: p.into(),
@@ -168,10 +182,11 @@ fn plan(policy: &Policy, mode: Mode) -> Result<Vec<Entry>> {
             Err(_) => {}
         }
     }
+    let mut masks = Vec::new();
     if Path::new("/etc").is_dir() {
         for s in SECRET_FILES {
             if fs::symlink_metadata(s).is_ok() {
-                entries.push(Entry {
+                masks.push(Entry {
                     path: s.into(),
                     kind: Kind::Mask,
                 });
@@ -182,7 +197,7 @@ fn plan(policy: &Policy, mode: Mode) -> Result<Vec<Entry>> {
                 let name = e.file_name();
                 let name = name.to_string_lossy();
                 if name.starts_with("ssh_host_") && !name.ends_with(".pub") {
-                    entries.push(Entry {
+                    masks.push(Entry {
                         path: e.path(),
                         kind: Kind::Mask,
                     });
@@ -190,6 +205,14 @@ fn plan(policy: &Policy, mode: Mode) -> Result<Vec<Entry>> {
             }
         }
     }
+    masks.sort_by_key(|e| depth(&e.path));
+    Ok((system, masks))
+}
+
+/// The call's own mounts for `policy`, computed on the host tree under [`OLD`] before any of
+/// them is mounted.
+fn plan(policy: &Policy, mode: Mode) -> Result<Vec<Entry>> {
+    let mut entries = Vec::new();
     let owner = match mode {
         Mode::Root => policy.uid.unwrap_or(DEFAULT_UID),
         Mode::User => 0,
@@ -208,7 +231,7 @@ fn plan(policy: &Policy, mode: Mode) -> Result<Vec<Entry>> {
     refuse_nesting(policy)?;
     for p in &policy.read_only {
         // Missing read-only paths are skipped: defaults name version managers that may not exist.
-        if let Ok(canon) = fs::canonicalize(p) {
+        if let Ok(canon) = host_canonical(p) {
             for at in dedup([p.clone(), canon.clone()]) {
                 entries.push(Entry {
                     path: at,
@@ -221,7 +244,7 @@ fn plan(policy: &Policy, mode: Mode) -> Result<Vec<Entry>> {
         }
     }
     for p in &policy.read_write {
-        let canon = fs::canonicalize(p)
+        let canon = host_canonical(p)
             .map_err(|e| err("the writable path cannot be used (create it first):", p, e))?;
         for at in dedup([p.clone(), canon.clone()]) {
             entries.push(Entry {
@@ -234,19 +257,16 @@ fn plan(policy: &Policy, mode: Mode) -> Result<Vec<Entry>> {
         }
     }
     if let Network::Proxy { socket, .. } = &policy.network {
-        if fs::symlink_metadata(socket).is_err() {
+        let Ok(source) = host_canonical(socket) else {
             return Err(err(
                 "the egress proxy socket does not exist:",
                 socket,
                 "start the proxy before the command",
             ));
-        }
+        };
         entries.push(Entry {
             path: PROXY_SOCKET_IN_SANDBOX.into(),
-            kind: Kind::Bind {
-                source: socket.clone(),
-                ro: false,
-            },
+            kind: Kind::Bind { source, ro: false },
         });
     }
     // Parents before children; at equal depth the later entry wins (writable over read-only).
@@ -261,7 +281,7 @@ fn refuse_nesting(policy: &Policy) -> Result<()> {
     let writable: Vec<(PathBuf, Option<PathBuf>)> = policy
         .read_write
         .iter()
-        .map(|w| (w.clone(), fs::canonicalize(w).ok()))
+        .map(|w| (w.clone(), host_canonical(w).ok()))
         .collect();
     let all = policy.read_only.iter().chain(&policy.read_write);
     for p in all.chain(policy.home.iter()) {
@@ -294,9 +314,26 @@ fn dedup(paths: [PathBuf; 2]) -> Vec<PathBuf> {
     if a == b { vec![a] } else { vec![a, b] }
 }
 
-/// Builds the view for `policy` and makes it the root of this mount namespace.
+/// What [`prepare`] built: the view's policy-independent part, waiting for [`finish`].
+#[derive(Debug)]
+pub(crate) struct Base {
+    built: Built,
+    /// The masks over `/etc`'s secrets, to put back over a policy path that covers one.
+    masks: Vec<Entry>,
+}
+
+/// Builds the view for `policy` and makes it the root of this mount namespace: [`prepare`], then
+/// [`finish`].
 pub(crate) fn build(policy: &Policy, mode: Mode) -> Result<Built> {
-    let entries = plan(policy, mode)?;
+    finish(prepare()?, policy, mode)
+}
+
+/// The first phase: makes the mounts private, moves into a scratch root (the host tree under
+/// [`OLD`]) and builds in [`NEW`] what no policy changes: the system paths read-only, the masks,
+/// `/dev` (read-only, `/dev/shm` still to mount) and a fresh `/proc`. Run it as PID 1 of the
+/// box's PID namespace (the `/proc` is that namespace's).
+pub(crate) fn prepare() -> Result<Base> {
+    let (system, masks) = base_plan()?;
     // Nothing we mount may propagate back to the host.
     mount(
         None::<&str>,
@@ -317,17 +354,13 @@ pub(crate) fn build(policy: &Policy, mode: Mode) -> Result<Built> {
     mount_tmpfs(Path::new(NEW), "mode=0755")?;
 
     let mut built = Built::default();
-    let mut seen = BTreeSet::new();
-    for e in &entries {
+    for e in system.iter().chain(&masks) {
         apply(e)?;
-        match e.kind {
-            Kind::Mask => {}
-            Kind::Tmpfs(_) => built.fresh.push(e.path.clone()),
-            _ if seen.insert(e.path.clone()) => built.all.push(e.path.clone()),
-            _ => {}
+        if !matches!(e.kind, Kind::Mask) {
+            built.all.push(e.path.clone());
         }
     }
-    build_dev(&size_option(policy))?;
+    build_dev()?;
     let proc_at = target(Path::new("/proc"));
     mkdir_all(&proc_at)?;
     mount(
@@ -340,6 +373,36 @@ pub(crate) fn build(policy: &Policy, mode: Mode) -> Result<Built> {
     .map_err(|e| err("cannot mount a fresh /proc at", Path::new("/proc"), e))?;
     built.all.push("/proc".into());
     built.all.push("/dev".into());
+    Ok(Base { built, masks })
+}
+
+/// The second phase: adds the call's own mounts for `policy` to a [`prepare`]d view, puts the
+/// masks back over any policy path that covers one, mounts `/dev/shm`, and makes the view `/`
+/// with the host tree detached.
+pub(crate) fn finish(base: Base, policy: &Policy, mode: Mode) -> Result<Built> {
+    let entries = plan(policy, mode)?;
+    let Base { mut built, masks } = base;
+    let mut seen: BTreeSet<PathBuf> = built.all.iter().cloned().collect();
+    for e in &entries {
+        apply(e)?;
+        match e.kind {
+            Kind::Mask => {}
+            Kind::Tmpfs(_) => built.fresh.push(e.path.clone()),
+            _ if seen.insert(e.path.clone()) => built.all.push(e.path.clone()),
+            _ => {}
+        }
+    }
+    // A policy path at or above a secret (say, all of `/etc`) would uncover it.
+    for mask in &masks {
+        let covered = entries
+            .iter()
+            .any(|e| matches!(e.kind, Kind::Bind { .. }) && mask.path.starts_with(&e.path));
+        if covered {
+            apply(mask)?;
+        }
+    }
+    let shm = target(Path::new("/dev/shm"));
+    mount_tmpfs(&shm, &format!("mode=1777{}", size_option(policy)))?;
 
     // Swap roots: the new root becomes `/`, the scratch root with the host tree is detached.
     let new = Path::new(NEW);
@@ -356,6 +419,48 @@ pub(crate) fn build(policy: &Policy, mode: Mode) -> Result<Built> {
     // The root tmpfs itself is read-only: the command can write only where the policy says.
     remount_ro(Path::new("/"), false)?;
     Ok(built)
+}
+
+/// `path` resolved on the host's tree (reachable under [`OLD`]) as `fs::canonicalize` resolves
+/// it on the host: every link followed, an absolute target starting at the host's root, each
+/// component required to exist.
+fn host_canonical(path: &Path) -> std::io::Result<PathBuf> {
+    use std::ffi::OsString;
+    fn push_reversed(todo: &mut Vec<OsString>, p: &Path) {
+        for c in p.components().rev() {
+            match c {
+                Component::Normal(n) => todo.push(n.to_owned()),
+                Component::ParentDir => todo.push("..".into()),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+    }
+    let mut todo = Vec::new();
+    push_reversed(&mut todo, path);
+    let mut out = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(name) = todo.pop() {
+        if name == ".." {
+            out.pop();
+            continue;
+        }
+        let next = out.join(&name);
+        let on_host = host(&next);
+        if fs::symlink_metadata(&on_host)?.file_type().is_symlink() {
+            links += 1;
+            if links > MAX_LINKS {
+                return Err(std::io::Error::from_raw_os_error(libc::ELOOP));
+            }
+            let to = fs::read_link(&on_host)?;
+            if to.is_absolute() {
+                out = PathBuf::from("/");
+            }
+            push_reversed(&mut todo, &to);
+        } else {
+            out = next;
+        }
+    }
+    Ok(out)
 }
 
 fn apply(e: &Entry) -> Result<()> {
@@ -425,8 +530,9 @@ fn apply(e: &Entry) -> Result<()> {
     }
 }
 
-/// A minimal `/dev`: a few device nodes bound from the host, the usual links, a tmpfs `/dev/shm`.
-fn build_dev(size: &str) -> Result<()> {
+/// A minimal `/dev`: a few device nodes bound from the host, the usual links, and the folder
+/// `/dev/shm` (its tmpfs, sized by the policy, comes with the call).
+fn build_dev() -> Result<()> {
     let dev = target(Path::new("/dev"));
     mkdir_all(&dev)?;
     mount_tmpfs(&dev, "mode=0755")?;
@@ -455,9 +561,7 @@ fn build_dev(size: &str) -> Result<()> {
     ] {
         symlink(to, dev.join(name)).map_err(|x| err("cannot create", &dev.join(name), x))?;
     }
-    let shm = dev.join("shm");
-    mkdir(&shm, 0o755)?;
-    mount_tmpfs(&shm, &format!("mode=1777{size}"))?;
+    mkdir(&dev.join("shm"), 0o755)?;
     remount_ro(&dev, false)
 }
 

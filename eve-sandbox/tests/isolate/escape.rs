@@ -18,6 +18,58 @@ fn etc_shadow_is_unreadable() {
     assert!(iso.stdout.contains("root:"), "isolated: {iso:?}");
 }
 
+/// A policy that shows all of `/etc` (or the folder holding a secret) still hides the secrets:
+/// the masks go back over any policy path that covers one. The box's uid may not read the file
+/// anyway, so the check is what sits at the path: the mask (`/dev/null`, a character device), not
+/// the host's regular file.
+#[test]
+fn secrets_stay_masked_under_a_policy_path_that_covers_them() {
+    let f = Fixture::new();
+    if !std::path::Path::new("/etc/shadow").is_file() {
+        eprintln!("skipped: this machine has no /etc/shadow");
+        return;
+    }
+    for shown in ["/etc", "/etc/ssl"] {
+        let mut policy = f.policy();
+        policy.read_only.push(shown.into());
+        let script = "stat -c 'shadow:%F' /etc/shadow; head -n 1 /etc/passwd";
+        let iso = run(f.isolated(&policy, script), LIMIT);
+        assert!(
+            iso.stdout.contains("shadow:character special file"),
+            "{shown}: /etc/shadow is not masked: {iso:?}"
+        );
+        assert!(
+            iso.stdout.lines().any(|l| l.starts_with("root:x:")),
+            "{shown}: /etc/passwd should be readable: {iso:?}"
+        );
+    }
+}
+
+/// A policy path reached through an absolute symlink is resolved as the host resolves it, though
+/// the box resolves it after moving into its scratch root: both the link's path and its target
+/// show the folder.
+#[test]
+fn a_policy_path_through_an_absolute_link_resolves_on_the_host() {
+    let f = Fixture::new();
+    let real = f.root.join("real-tools");
+    write(&real.join("marker.txt"), "REAL-TOOLS-MARKER");
+    let link = f.root.join("tools-link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let mut policy = f.policy();
+    policy.read_only.push(link.clone());
+    let script = format!(
+        "cat {}/marker.txt; echo; cat {}/marker.txt",
+        link.display(),
+        real.display()
+    );
+    let iso = run(f.isolated(&policy, &script), LIMIT);
+    assert_eq!(
+        iso.stdout.matches("REAL-TOOLS-MARKER").count(),
+        2,
+        "isolated: {iso:?}"
+    );
+}
+
 #[test]
 fn the_parents_environment_is_invisible() {
     let f = Fixture::new();

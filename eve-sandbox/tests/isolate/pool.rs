@@ -348,3 +348,61 @@ fn idle_boxes_die_with_their_pool() {
     let gone = eventually(LIMIT, || boxes.iter().all(|p| !alive(*p)));
     assert!(gone, "idle boxes outlived their pool: {boxes:?}");
 }
+
+/// Starts `sh -c script` in a box taken from `pool`, with no input and its output discarded.
+fn start_call(
+    warm: isolate::Warm,
+    f: &Fixture,
+    policy: &Policy,
+    script: &str,
+) -> isolate::WarmProcess {
+    isolate::prepare_writable(&f.ws, policy).unwrap();
+    let null = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .unwrap();
+    let args = vec!["-c".to_owned(), script.to_owned()];
+    warm.start(
+        policy,
+        "sh",
+        &args,
+        &env(f, &[]),
+        &f.ws,
+        [null.as_fd(), null.as_fd(), null.as_fd()],
+    )
+    .unwrap()
+}
+
+/// A box taken while another is ready is replaced once its call is over, not while it runs (on
+/// a small machine the replacement's start would compete with the call); a box taken from a
+/// pool it leaves empty is replaced at once, so the next call need not wait for this one.
+#[test]
+fn a_taken_box_is_replaced_after_its_call_unless_the_pool_ran_dry() {
+    let f = Fixture::new();
+    let policy = f.policy();
+    let rt = runtime();
+    rt.block_on(async {
+        let pool = pool(2);
+        filled(&pool, 2).await;
+        let warm = pool.take().await.expect("a ready box");
+        let mut running = start_call(warm, &f, &policy, "sleep 1");
+        // Longer than a box takes to start on an idle machine; the call is still running.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(pool.idle(), 1, "the replacement started during the call");
+        running.wait().await.unwrap();
+        filled(&pool, 2).await;
+
+        let pool = self::pool(1);
+        filled(&pool, 1).await;
+        let warm = pool.take().await.expect("a ready box");
+        let mut running = start_call(warm, &f, &policy, "sleep 30");
+        filled(&pool, 1).await;
+        assert!(
+            running.id().is_some_and(alive),
+            "the call ended before the pool was refilled"
+        );
+        running.start_kill().unwrap();
+        running.wait().await.unwrap();
+    });
+}
