@@ -22,7 +22,7 @@ pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
 /// Anthropic's usual key variable.
 pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
 /// DeepSeek's usual key variable.
-pub const DEEPSEEK_API_KEY: &str = "DEEPSEEK_API_KEY";
+pub(crate) const DEEPSEEK_API_KEY: &str = "DEEPSEEK_API_KEY";
 /// OpenAI's SDK variable for its base URL; used by the `openai` provider when `EVE_BASE_URL` is
 /// unset (a proxy or gateway the user's other OpenAI tools already go through).
 pub const OPENAI_BASE_URL: &str = "OPENAI_BASE_URL";
@@ -32,7 +32,7 @@ pub const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
 /// `1` lets a turn resumed by a process whose model differs from the one the turn ran on continue
 /// on the new model (announced by a `turn.model_switched` event); without it that turn fails
 /// with `model_changed`.
-pub const EVE_ALLOW_MODEL_SWITCH: &str = "EVE_ALLOW_MODEL_SWITCH";
+pub(crate) const EVE_ALLOW_MODEL_SWITCH: &str = "EVE_ALLOW_MODEL_SWITCH";
 /// Seconds `eve run` waits, before it exits, for its turn's events to reach the observe hooks
 /// (default 10; `0`: no wait). A hook running on an event then is left to finish; what is left
 /// is said on stderr, for a server on the store to deliver.
@@ -71,7 +71,7 @@ pub const EVE_TEST_RAW_TERMINAL: &str = "EVE_TEST_RAW_TERMINAL";
 /// session's delivery claim, as eve did before two processes could deliver one session's events
 /// (so a test can show the same event delivered twice when nothing stops it). A release build
 /// ignores it.
-pub const EVE_TEST_NO_HOOK_CLAIM: &str = "EVE_TEST_NO_HOOK_CLAIM";
+pub(crate) const EVE_TEST_NO_HOOK_CLAIM: &str = "EVE_TEST_NO_HOOK_CLAIM";
 /// Tests only: `1` skips the PostgreSQL tests, each saying SKIPPED (without it and without a
 /// server URL they fail).
 pub const EVE_SKIP_POSTGRES: &str = "EVE_SKIP_POSTGRES";
@@ -100,35 +100,35 @@ pub const NO_COLOR: &str = "NO_COLOR";
 pub const EVE_SCHEDULE_CLOCK: &str = "EVE_SCHEDULE_CLOCK";
 
 /// Seconds a listener waits for a request's head (default 10).
-pub const EVE_HEADER_TIMEOUT_SECS: &str = "EVE_HEADER_TIMEOUT_SECS";
+pub(crate) const EVE_HEADER_TIMEOUT_SECS: &str = "EVE_HEADER_TIMEOUT_SECS";
 /// Seconds a listener waits for a request's body after its head (default 60).
-pub const EVE_BODY_TIMEOUT_SECS: &str = "EVE_BODY_TIMEOUT_SECS";
+pub(crate) const EVE_BODY_TIMEOUT_SECS: &str = "EVE_BODY_TIMEOUT_SECS";
 /// Seconds a keep-alive connection may sit idle before it is closed (default 75).
-pub const EVE_IDLE_TIMEOUT_SECS: &str = "EVE_IDLE_TIMEOUT_SECS";
+pub(crate) const EVE_IDLE_TIMEOUT_SECS: &str = "EVE_IDLE_TIMEOUT_SECS";
 /// Most connections a listener holds open at once (default: sized from the file-descriptor
 /// limit, whose soft value is raised to the hard one at start).
-pub const EVE_MAX_CONNECTIONS: &str = "EVE_MAX_CONNECTIONS";
+pub(crate) const EVE_MAX_CONNECTIONS: &str = "EVE_MAX_CONNECTIONS";
 /// Largest session workspace, in bytes (default 256 MiB): an isolated call that grows it past
 /// this is stopped while it runs and what it added is removed; a step that leaves a larger one
 /// (a `host` tool's writes) fails its turn at its checkpoint, naming the size and this setting.
-pub const EVE_WORKSPACE_MAX_BYTES: &str = "EVE_WORKSPACE_MAX_BYTES";
+pub(crate) const EVE_WORKSPACE_MAX_BYTES: &str = "EVE_WORKSPACE_MAX_BYTES";
 /// `off`: session workspaces are neither checkpointed into the store nor restored from it (they
 /// stay on the node that wrote them); default `on`.
 pub const EVE_WORKSPACE_CHECKPOINTS: &str = "EVE_WORKSPACE_CHECKPOINTS";
 /// Warm isolated sandboxes each runtime keeps ready ahead of their calls (default 2; `0` turns
 /// the pool off, and every isolated call then starts its sandbox cold).
-pub const EVE_SANDBOX_POOL: &str = "EVE_SANDBOX_POOL";
+pub(crate) const EVE_SANDBOX_POOL: &str = "EVE_SANDBOX_POOL";
 /// The uids isolated boxes run as when eve runs as root, one per box, `FIRST-LAST` (default
 /// `1879048192-1879113727`, 65,536 uids no distribution allocates); eve processes of one host
 /// share the range without handing out a uid twice.
-pub const EVE_SANDBOX_UIDS: &str = "EVE_SANDBOX_UIDS";
+pub(crate) const EVE_SANDBOX_UIDS: &str = "EVE_SANDBOX_UIDS";
 
 // The tool protocol: set by eve for every tool, hook and dynamic-tool process.
 
 /// The session the call belongs to.
-pub const EVE_SESSION_ID: &str = "EVE_SESSION_ID";
+pub(crate) const EVE_SESSION_ID: &str = "EVE_SESSION_ID";
 /// The model's id of the call.
-pub const EVE_CALL_ID: &str = "EVE_CALL_ID";
+pub(crate) const EVE_CALL_ID: &str = "EVE_CALL_ID";
 // Tracing (docs/observability.md).
 
 /// `true` turns tracing off.
@@ -162,11 +162,11 @@ pub const EVE_TRACES_RETAIN_COUNT: &str = "EVE_TRACES_RETAIN_COUNT";
 /// The W3C trace context of a tool call's span, in the tool's environment when tracing is on.
 pub const TRACEPARENT: &str = "TRACEPARENT";
 /// A key stable across retries of the same call, for deduplicating side effects.
-pub const EVE_IDEMPOTENCY_KEY: &str = "EVE_IDEMPOTENCY_KEY";
+pub(crate) const EVE_IDEMPOTENCY_KEY: &str = "EVE_IDEMPOTENCY_KEY";
 /// The session's workspace folder (the process's working folder).
 pub const EVE_WORKSPACE: &str = "EVE_WORKSPACE";
 /// The agent folder, where the tool's scripts live.
-pub const EVE_AGENT_DIR: &str = "EVE_AGENT_DIR";
+pub(crate) const EVE_AGENT_DIR: &str = "EVE_AGENT_DIR";
 
 // Passed through from eve's environment (with defaults when unset).
 
@@ -177,12 +177,12 @@ pub const HOME: &str = "HOME";
 /// The locale (tools get `C.UTF-8` when eve has none).
 pub const LANG: &str = "LANG";
 /// The time zone (tools get `UTC` when eve has none).
-pub const TZ: &str = "TZ";
+pub(crate) const TZ: &str = "TZ";
 /// The user name; passed to MCP stdio servers only.
-pub const USER: &str = "USER";
+pub(crate) const USER: &str = "USER";
 /// git's repository folder: when set, a release asks git for the source revision of `agent/`
 /// even where no `.git` is above it (git reads it itself).
-pub const GIT_DIR: &str = "GIT_DIR";
+pub(crate) const GIT_DIR: &str = "GIT_DIR";
 /// The folder for temporary files; passed to MCP stdio servers only.
 pub const TMPDIR: &str = "TMPDIR";
 
@@ -190,7 +190,7 @@ pub const TMPDIR: &str = "TMPDIR";
 
 /// Variables whose values hold a model provider's key: their values are secrets even when no
 /// `${VAR}` in the agent names them.
-pub static MODEL_KEYS: &[&str] = &[
+pub(crate) static MODEL_KEYS: &[&str] = &[
     EVE_API_KEY,
     OPENAI_API_KEY,
     ANTHROPIC_API_KEY,
@@ -199,7 +199,7 @@ pub static MODEL_KEYS: &[&str] = &[
 /// Variables whose values are not secrets, so a `${VAR}` of one is never redacted: the call's own
 /// protocol variables and the pass-through ones (a home folder or `PATH` in every tool result
 /// would be replaced by its name).
-pub static NOT_SECRET: &[&str] = &[
+pub(crate) static NOT_SECRET: &[&str] = &[
     EVE_SESSION_ID,
     EVE_CALL_ID,
     EVE_IDEMPOTENCY_KEY,

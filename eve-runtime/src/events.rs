@@ -9,11 +9,11 @@ use serde_json::{Value, json};
 use crate::store::{InputRequestRecord, ToolCallRecord, TurnRecord, UsageTotals};
 
 /// Session created (the first turn is about to start).
-pub const SESSION_STARTED: &str = "session.started";
+pub(crate) const SESSION_STARTED: &str = "session.started";
 /// A turn began.
 pub const TURN_STARTED: &str = "turn.started";
 /// A user message entered the turn.
-pub const MESSAGE_RECEIVED: &str = "message.received";
+pub(crate) const MESSAGE_RECEIVED: &str = "message.received";
 /// A model call began.
 pub const STEP_STARTED: &str = "step.started";
 /// Visible text arrived.
@@ -21,27 +21,27 @@ pub const MESSAGE_APPENDED: &str = "message.appended";
 /// Reasoning text arrived.
 pub const REASONING_APPENDED: &str = "reasoning.appended";
 /// Tool-call argument text arrived.
-pub const ACTION_INPUT_APPENDED: &str = "action.input.appended";
+pub(crate) const ACTION_INPUT_APPENDED: &str = "action.input.appended";
 /// The model asked for actions (tool calls, skill loads).
 pub const ACTIONS_REQUESTED: &str = "actions.requested";
 /// An action finished.
 pub const ACTION_RESULT: &str = "action.result";
 /// A running call's progress (a preliminary result with a label).
-pub const ACTION_PARTIAL: &str = "action.partial";
+pub(crate) const ACTION_PARTIAL: &str = "action.partial";
 /// The model's text for this step is complete.
 pub const MESSAGE_COMPLETED: &str = "message.completed";
 /// The turn's result, satisfying the `outputSchema` its message asked for.
-pub const RESULT_COMPLETED: &str = "result.completed";
+pub(crate) const RESULT_COMPLETED: &str = "result.completed";
 /// A step ended.
-pub const STEP_COMPLETED: &str = "step.completed";
+pub(crate) const STEP_COMPLETED: &str = "step.completed";
 /// Input (approval) is needed.
 pub const INPUT_REQUESTED: &str = "input.requested";
 /// A call started a task.
-pub const TASK_STARTED: &str = "task.started";
+pub(crate) const TASK_STARTED: &str = "task.started";
 /// A task's run opened a child session.
-pub const AGENT_STARTED: &str = "agent.started";
+pub(crate) const AGENT_STARTED: &str = "agent.started";
 /// A task's call settled (its result, failure or cancellation).
-pub const TASK_SETTLED: &str = "task.settled";
+pub(crate) const TASK_SETTLED: &str = "task.settled";
 /// The turn is parked.
 pub const TURN_WAITING: &str = "turn.waiting";
 /// An approval was answered.
@@ -53,21 +53,21 @@ pub const TURN_COMPLETED: &str = "turn.completed";
 /// The turn stopped on an error or a limit.
 pub const TURN_FAILED: &str = "turn.failed";
 /// A resumed turn continues on another model than the one it ran on (the user allowed it).
-pub const TURN_MODEL_SWITCHED: &str = "turn.model_switched";
+pub(crate) const TURN_MODEL_SWITCHED: &str = "turn.model_switched";
 /// The turn was cancelled.
 pub const TURN_CANCELLED: &str = "turn.cancelled";
 /// The session waits for its next message.
-pub const SESSION_WAITING: &str = "session.waiting";
+pub(crate) const SESSION_WAITING: &str = "session.waiting";
 /// Context was compacted into a summary checkpoint.
 pub const COMPACTION_COMPLETED: &str = "compaction.completed";
 /// Context was cleared.
 pub const CONTEXT_CLEARED: &str = "context.cleared";
 /// The session was reset.
-pub const SESSION_RESET: &str = "session.reset";
+pub(crate) const SESSION_RESET: &str = "session.reset";
 /// An isolated call's egress proxy refused a destination.
-pub const EGRESS_REFUSED: &str = "sandbox.egress.refused";
+pub(crate) const EGRESS_REFUSED: &str = "sandbox.egress.refused";
 /// The reviewer of an `approval: auto` call decided (`verdict`: `safe`, `unsafe`, `failed`).
-pub const APPROVAL_REVIEWED: &str = "approval.reviewed";
+pub(crate) const APPROVAL_REVIEWED: &str = "approval.reviewed";
 
 fn turn_fields(turn: &TurnRecord) -> serde_json::Map<String, Value> {
     let mut m = serde_json::Map::new();
@@ -92,7 +92,7 @@ fn with(mut m: serde_json::Map<String, Value>, extra: Value) -> Value {
 }
 
 /// `session.started`.
-pub fn session_started(agent: &str, build_hash: &str) -> Value {
+pub(crate) fn session_started(agent: &str, build_hash: &str) -> Value {
     json!({
         "runtime": {
             "agentId": agent,
@@ -104,12 +104,15 @@ pub fn session_started(agent: &str, build_hash: &str) -> Value {
 }
 
 /// `turn.started`.
-pub fn turn_started(turn: &TurnRecord) -> Value {
+pub(crate) fn turn_started(turn: &TurnRecord) -> Value {
     Value::Object(turn_fields(turn))
 }
 
 /// `message.received`.
-pub fn message_received(turn: &TurnRecord, content: &crate::engine::content::UserContent) -> Value {
+pub(crate) fn message_received(
+    turn: &TurnRecord,
+    content: &crate::engine::content::UserContent,
+) -> Value {
     with(
         turn_fields(turn),
         json!({"message": content.text, "parts": content.parts()}),
@@ -117,22 +120,22 @@ pub fn message_received(turn: &TurnRecord, content: &crate::engine::content::Use
 }
 
 /// `step.started`.
-pub fn step_started(turn: &TurnRecord, step: u64, model_id: &str) -> Value {
+pub(crate) fn step_started(turn: &TurnRecord, step: u64, model_id: &str) -> Value {
     with(step_fields(turn, step), json!({"modelId": model_id}))
 }
 
 /// `message.appended`.
-pub fn message_appended(turn: &TurnRecord, step: u64, delta: &str) -> Value {
+pub(crate) fn message_appended(turn: &TurnRecord, step: u64, delta: &str) -> Value {
     with(step_fields(turn, step), json!({"messageDelta": delta}))
 }
 
 /// `reasoning.appended`.
-pub fn reasoning_appended(turn: &TurnRecord, step: u64, delta: &str) -> Value {
+pub(crate) fn reasoning_appended(turn: &TurnRecord, step: u64, delta: &str) -> Value {
     with(step_fields(turn, step), json!({"reasoningDelta": delta}))
 }
 
 /// `action.input.appended`.
-pub fn action_input_appended(
+pub(crate) fn action_input_appended(
     turn: &TurnRecord,
     step: u64,
     call_id: &str,
@@ -146,7 +149,7 @@ pub fn action_input_appended(
 }
 
 /// The action object of a call, as in `actions.requested` and `input.requested`.
-pub fn action(call: &ToolCallRecord) -> Value {
+pub(crate) fn action(call: &ToolCallRecord) -> Value {
     if call.kind == "load-skill" {
         let name = call
             .input
@@ -161,7 +164,7 @@ pub fn action(call: &ToolCallRecord) -> Value {
 }
 
 /// `actions.requested`.
-pub fn actions_requested(turn: &TurnRecord, step: u64, calls: &[ToolCallRecord]) -> Value {
+pub(crate) fn actions_requested(turn: &TurnRecord, step: u64, calls: &[ToolCallRecord]) -> Value {
     let actions: Vec<Value> = calls.iter().map(action).collect();
     let mut presentation = serde_json::Map::new();
     for call in calls.iter().filter(|c| c.kind == "load-skill") {
@@ -183,7 +186,7 @@ pub fn actions_requested(turn: &TurnRecord, step: u64, calls: &[ToolCallRecord])
 }
 
 /// `sandbox.egress.refused`: the call, and the destination its egress proxy refused and why.
-pub fn egress_refused(
+pub(crate) fn egress_refused(
     turn: &TurnRecord,
     step: u64,
     call: &ToolCallRecord,
@@ -197,7 +200,7 @@ pub fn egress_refused(
 }
 
 /// `action.result`.
-pub fn action_result(turn: &TurnRecord, step: u64, call: &ToolCallRecord) -> Value {
+pub(crate) fn action_result(turn: &TurnRecord, step: u64, call: &ToolCallRecord) -> Value {
     let output = call.output.clone().unwrap_or(Value::Null);
     let mut extra = if call.kind == "load-skill" {
         let name = call
@@ -223,7 +226,12 @@ pub fn action_result(turn: &TurnRecord, step: u64, call: &ToolCallRecord) -> Val
 
 /// `action.partial`: progress of a running call, `label` as its presentation and its
 /// preliminary output.
-pub fn action_partial(turn: &TurnRecord, step: u64, call: &ToolCallRecord, label: &Value) -> Value {
+pub(crate) fn action_partial(
+    turn: &TurnRecord,
+    step: u64,
+    call: &ToolCallRecord,
+    label: &Value,
+) -> Value {
     with(
         step_fields(turn, step),
         json!({
@@ -235,7 +243,7 @@ pub fn action_partial(turn: &TurnRecord, step: u64, call: &ToolCallRecord, label
 }
 
 /// `message.completed`.
-pub fn message_completed(turn: &TurnRecord, step: u64, finish: &str, text: &str) -> Value {
+pub(crate) fn message_completed(turn: &TurnRecord, step: u64, finish: &str, text: &str) -> Value {
     with(
         step_fields(turn, step),
         json!({"finishReason": finish, "message": text}),
@@ -243,12 +251,12 @@ pub fn message_completed(turn: &TurnRecord, step: u64, finish: &str, text: &str)
 }
 
 /// `result.completed`: the value that satisfies the turn's `outputSchema`.
-pub fn result_completed(turn: &TurnRecord, step: u64, result: &Value) -> Value {
+pub(crate) fn result_completed(turn: &TurnRecord, step: u64, result: &Value) -> Value {
     with(step_fields(turn, step), json!({"result": result}))
 }
 
 /// Usage of one step, as in `step.completed`; `estimated: true` when the server reported none.
-pub fn step_usage(usage: &crate::model::Usage) -> Value {
+pub(crate) fn step_usage(usage: &crate::model::Usage) -> Value {
     let mut value = json!({
         "inputTokens": usage.input_tokens,
         "outputTokens": usage.output_tokens,
@@ -261,7 +269,7 @@ pub fn step_usage(usage: &crate::model::Usage) -> Value {
 }
 
 /// `step.completed`.
-pub fn step_completed(turn: &TurnRecord, step: u64, finish: &str, usage: Value) -> Value {
+pub(crate) fn step_completed(turn: &TurnRecord, step: u64, finish: &str, usage: Value) -> Value {
     with(
         step_fields(turn, step),
         json!({"finishReason": finish, "usage": usage}),
@@ -269,7 +277,7 @@ pub fn step_completed(turn: &TurnRecord, step: u64, finish: &str, usage: Value) 
 }
 
 /// The request object of `input.requested`.
-pub fn input_request(request: &InputRequestRecord) -> Value {
+pub(crate) fn input_request(request: &InputRequestRecord) -> Value {
     if request.kind == crate::features::questions::QUESTION_KIND {
         // A question keeps how it is asked beside its action; eve shows it on the request.
         let mut action = request.action.clone();
@@ -302,24 +310,28 @@ pub fn input_request(request: &InputRequestRecord) -> Value {
 }
 
 /// `input.requested`.
-pub fn input_requested(turn: &TurnRecord, step: u64, requests: &[InputRequestRecord]) -> Value {
+pub(crate) fn input_requested(
+    turn: &TurnRecord,
+    step: u64,
+    requests: &[InputRequestRecord],
+) -> Value {
     let requests: Vec<Value> = requests.iter().map(input_request).collect();
     with(step_fields(turn, step), json!({"requests": requests}))
 }
 
 /// `turn.waiting` on input a principal must give.
-pub fn turn_waiting(turn: &TurnRecord, usage: &UsageTotals) -> Value {
+pub(crate) fn turn_waiting(turn: &TurnRecord, usage: &UsageTotals) -> Value {
     turn_waiting_on(turn, usage, "input")
 }
 
 /// `turn.waiting`: `on` is `input` (a principal must act) or `tasks` (work the turn started is
 /// still running; the turn resumes on its own).
-pub fn turn_waiting_on(turn: &TurnRecord, usage: &UsageTotals, on: &str) -> Value {
+pub(crate) fn turn_waiting_on(turn: &TurnRecord, usage: &UsageTotals, on: &str) -> Value {
     with(turn_fields(turn), json!({"on": on, "usage": usage}))
 }
 
 /// `task.started`: a call started a task (`kind` is `agent` for a subagent, `tool` otherwise).
-pub fn task_started(
+pub(crate) fn task_started(
     turn: &TurnRecord,
     call_id: &str,
     task_id: &str,
@@ -331,7 +343,7 @@ pub fn task_started(
 }
 
 /// `agent.started`: a task's run opened a child session, followed at `streamPath`.
-pub fn agent_started(
+pub(crate) fn agent_started(
     turn: &TurnRecord,
     call_id: &str,
     task_id: &str,
@@ -346,7 +358,7 @@ pub fn agent_started(
 /// `task.settled`: `status` is `completed` (with `output`), `failed` (with `error.message`) or
 /// `cancelled` (with `cancel.reason`: `task_cancel`, `turn_cancelled` or `turn_ended`).
 #[allow(clippy::too_many_arguments)]
-pub fn task_settled(
+pub(crate) fn task_settled(
     turn_id: &str,
     call_id: &str,
     task_id: &str,
@@ -382,7 +394,7 @@ pub const LOCAL_PRINCIPAL: &str = "local";
 
 /// `approval.settled`.
 /// `memory.save_offered`: the step's fields, the context estimate and the window.
-pub fn memory_save_offered(turn: &TurnRecord, estimate: u64, window: u64) -> Value {
+pub(crate) fn memory_save_offered(turn: &TurnRecord, estimate: u64, window: u64) -> Value {
     with(
         step_fields(turn, turn.step_index),
         json!({"estimatedTokens": estimate, "contextWindow": window}),
@@ -390,11 +402,11 @@ pub fn memory_save_offered(turn: &TurnRecord, estimate: u64, window: u64) -> Val
 }
 
 /// `approval.reviewed`: the reviewer's verdict (`engine::review::event`) with the step's fields.
-pub fn approval_reviewed(turn: &TurnRecord, step: u64, verdict: Value) -> Value {
+pub(crate) fn approval_reviewed(turn: &TurnRecord, step: u64, verdict: Value) -> Value {
     with(step_fields(turn, step), verdict)
 }
 
-pub fn approval_settled(request: &InputRequestRecord, approved: bool) -> Value {
+pub(crate) fn approval_settled(request: &InputRequestRecord, approved: bool) -> Value {
     let mut data = json!({
         "outcome": if approved { "approved" } else { "denied" },
         "requestId": request.id,
@@ -410,7 +422,7 @@ pub fn approval_settled(request: &InputRequestRecord, approved: bool) -> Value {
 }
 
 /// `input.resolved` for the given answered requests.
-pub fn input_resolved(requests: &[InputRequestRecord]) -> Value {
+pub(crate) fn input_resolved(requests: &[InputRequestRecord]) -> Value {
     let first = requests.first();
     let resolutions: Vec<Value> = requests
         .iter()
@@ -468,13 +480,13 @@ fn question_resolution(r: &InputRequestRecord, answered: bool) -> Value {
 }
 
 /// `turn.completed`.
-pub fn turn_completed(turn: &TurnRecord) -> Value {
+pub(crate) fn turn_completed(turn: &TurnRecord) -> Value {
     // Beyond eve: what the turn's model calls used, cache reads included.
     with(turn_fields(turn), json!({"usage": turn.usage}))
 }
 
 /// `turn.failed`.
-pub fn turn_failed(
+pub(crate) fn turn_failed(
     turn: &TurnRecord,
     code: &str,
     message: &str,
@@ -488,17 +500,22 @@ pub fn turn_failed(
 }
 
 /// `turn.cancelled`.
-pub fn turn_cancelled(turn: &TurnRecord) -> Value {
+pub(crate) fn turn_cancelled(turn: &TurnRecord) -> Value {
     Value::Object(turn_fields(turn))
 }
 
 /// `session.waiting`.
-pub fn session_waiting(session_id: &str, usage: &UsageTotals) -> Value {
+pub(crate) fn session_waiting(session_id: &str, usage: &UsageTotals) -> Value {
     json!({"continuationToken": session_id, "usage": usage, "wait": "next-user-message"})
 }
 
 /// `compaction.completed`.
-pub fn compaction_completed(session_id: &str, turn_seq: u64, step: u64, model_id: &str) -> Value {
+pub(crate) fn compaction_completed(
+    session_id: &str,
+    turn_seq: u64,
+    step: u64,
+    model_id: &str,
+) -> Value {
     json!({
         "modelId": model_id,
         "sequence": turn_seq,
@@ -509,18 +526,18 @@ pub fn compaction_completed(session_id: &str, turn_seq: u64, step: u64, model_id
 }
 
 /// `context.cleared` (and `session.reset`).
-pub fn context_cleared(session_id: &str, turn_seq: u64) -> Value {
+pub(crate) fn context_cleared(session_id: &str, turn_seq: u64) -> Value {
     json!({"sequence": turn_seq, "sessionId": session_id, "turnId": format!("turn_{turn_seq}")})
 }
 
 /// The turn moved to another phase of `limits.phases` (`explore`, `execute`, `converge`).
-pub const PHASE_CHANGED: &str = "phase.changed";
+pub(crate) const PHASE_CHANGED: &str = "phase.changed";
 /// The hollow-answer check sent the model back once: its answer claimed work no tool call did.
-pub const HOLLOW_NUDGED: &str = "answer.hollow";
+pub(crate) const HOLLOW_NUDGED: &str = "answer.hollow";
 
 /// `phase.changed`: `from` is null at the turn's first step; `withdrawn` names the tools taken
 /// away in this phase.
-pub fn phase_changed(
+pub(crate) fn phase_changed(
     turn: &TurnRecord,
     step: u64,
     from: Option<&str>,
@@ -536,7 +553,12 @@ pub fn phase_changed(
 }
 
 /// `answer.hollow`: what the answer claimed and why no call of the turn backs it.
-pub fn hollow_nudged(turn: &TurnRecord, step: u64, claims: &[String], reason: &str) -> Value {
+pub(crate) fn hollow_nudged(
+    turn: &TurnRecord,
+    step: u64,
+    claims: &[String],
+    reason: &str,
+) -> Value {
     with(
         step_fields(turn, step),
         json!({"claims": claims, "reason": reason}),
@@ -544,26 +566,26 @@ pub fn hollow_nudged(turn: &TurnRecord, step: u64, claims: &[String], reason: &s
 }
 
 /// A `strategy: plan` turn's plan was accepted (its steps and their dependencies).
-pub const PLAN_CREATED: &str = "plan.created";
+pub(crate) const PLAN_CREATED: &str = "plan.created";
 /// A submitted plan was not a valid DAG; the model plans once more.
-pub const PLAN_REJECTED: &str = "plan.rejected";
+pub(crate) const PLAN_REJECTED: &str = "plan.rejected";
 /// A critic reviewed an answer (`strategy: reflect`).
-pub const REFLECT_ROUND: &str = "reflect.round";
+pub(crate) const REFLECT_ROUND: &str = "reflect.round";
 /// A `strategy: reflect` turn's answer is final.
-pub const REFLECT_COMPLETED: &str = "reflect.completed";
+pub(crate) const REFLECT_COMPLETED: &str = "reflect.completed";
 
 /// `plan.created`: the plan as journaled.
-pub fn plan_created(turn: &TurnRecord, step: u64, plan: &Value) -> Value {
+pub(crate) fn plan_created(turn: &TurnRecord, step: u64, plan: &Value) -> Value {
     with(step_fields(turn, step), json!({"plan": plan}))
 }
 
 /// `plan.rejected`: why the plan was not accepted.
-pub fn plan_rejected(turn: &TurnRecord, step: u64, error: &Value) -> Value {
+pub(crate) fn plan_rejected(turn: &TurnRecord, step: u64, error: &Value) -> Value {
     with(step_fields(turn, step), json!({"error": error}))
 }
 
 /// `reflect.round`: one review; `verdict` is `accept`, `revise` or `error`.
-pub fn reflect_round(
+pub(crate) fn reflect_round(
     turn: &TurnRecord,
     step: u64,
     round: u32,
@@ -578,7 +600,7 @@ pub fn reflect_round(
 
 /// `reflect.completed`: the final answer, how many reviews it took, and whether the last one
 /// accepted it (`false` when `max_rounds` ran out).
-pub fn reflect_completed(
+pub(crate) fn reflect_completed(
     turn: &TurnRecord,
     step: u64,
     rounds: u32,

@@ -1,4 +1,10 @@
 //! The eve runtime.
+//!
+//! The public API exists for two callers: the `eve` CLI (`eve-cli`: build, dev, serve, run, chat,
+//! sessions, store and release commands) and this crate's integration tests (`tests/`, examples).
+//! Everything else is `pub(crate)`: an item is `pub` only when one of those uses it, and
+//! `unreachable_pub` keeps items of private modules from claiming more.
+#![warn(unreachable_pub)]
 
 pub mod engine;
 pub mod env_vars;

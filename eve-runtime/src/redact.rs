@@ -39,7 +39,7 @@ use crate::env_vars;
 use crate::store::{Batch, Op, ReleaseOp};
 
 /// Shortest value that is redacted, in bytes.
-pub const MIN_LEN: usize = 6;
+pub(crate) const MIN_LEN: usize = 6;
 
 /// Characters percent-encoding leaves alone (RFC 3986 unreserved), as URL builders do.
 const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
@@ -78,7 +78,7 @@ impl std::fmt::Debug for Secrets {
 }
 
 /// Whether values of `name` are redacted (and kept out of command lines).
-pub fn is_secret_name(name: &str) -> bool {
+pub(crate) fn is_secret_name(name: &str) -> bool {
     !env_vars::NOT_SECRET.contains(&name)
 }
 
@@ -116,8 +116,9 @@ impl Secrets {
         Self::default()
     }
 
+    #[cfg(test)]
     /// Whether nothing is redacted.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.state
             .read()
             .map(|s| s.forms.is_empty())
@@ -126,7 +127,7 @@ impl Secrets {
 
     /// Learns that `value` is the secret `name` (ignored for names in
     /// [`env_vars::NOT_SECRET`] and values shorter than [`MIN_LEN`]).
-    pub fn learn(&self, name: &str, value: &str) {
+    pub(crate) fn learn(&self, name: &str, value: &str) {
         if !is_secret_name(name) || value.len() < MIN_LEN {
             return;
         }
@@ -156,7 +157,7 @@ impl Secrets {
     }
 
     /// Learns the value of `name`, looked up in `env`, if it is set.
-    pub fn learn_var(&self, name: &str, env: &dyn Fn(&str) -> Option<String>) {
+    pub(crate) fn learn_var(&self, name: &str, env: &dyn Fn(&str) -> Option<String>) {
         if is_secret_name(name)
             && let Some(value) = env(name)
         {
@@ -165,7 +166,7 @@ impl Secrets {
     }
 
     /// Learns every `${VAR}` that `text` references (looked up in `env`).
-    pub fn learn_references(&self, text: &str, env: &dyn Fn(&str) -> Option<String>) {
+    pub(crate) fn learn_references(&self, text: &str, env: &dyn Fn(&str) -> Option<String>) {
         for name in references(text) {
             self.learn_var(name, env);
         }
@@ -173,7 +174,7 @@ impl Secrets {
 
     /// Learns every secret a build's manifest can resolve: each `${VAR}` in any of its strings, and
     /// each name listed under an `env` allowlist (a list of names).
-    pub fn learn_manifest(&self, manifest: &Value, env: &dyn Fn(&str) -> Option<String>) {
+    pub(crate) fn learn_manifest(&self, manifest: &Value, env: &dyn Fn(&str) -> Option<String>) {
         match manifest {
             Value::String(text) => self.learn_references(text, env),
             Value::Array(items) => items.iter().for_each(|v| self.learn_manifest(v, env)),
@@ -194,7 +195,7 @@ impl Secrets {
     }
 
     /// Learns the model providers' keys ([`env_vars::MODEL_KEYS`]).
-    pub fn learn_model_keys(&self, env: &dyn Fn(&str) -> Option<String>) {
+    pub(crate) fn learn_model_keys(&self, env: &dyn Fn(&str) -> Option<String>) {
         for name in env_vars::MODEL_KEYS {
             self.learn_var(name, env);
         }
@@ -215,7 +216,7 @@ impl Secrets {
     /// `data` (any bytes: text or not) with every known secret replaced by `${NAME}`; the same
     /// vector when nothing matches. A binary file holding a secret changes length where the value
     /// was, which is the point: its stored copy must not hold the value.
-    pub fn redact_bytes(&self, data: Vec<u8>) -> Vec<u8> {
+    pub(crate) fn redact_bytes(&self, data: Vec<u8>) -> Vec<u8> {
         match self.matcher() {
             Some(m) if m.automaton.is_match(data.as_slice()) => {
                 m.automaton.replace_all_bytes(&data, &m.replacements)
@@ -225,7 +226,7 @@ impl Secrets {
     }
 
     /// Redacts every string (and object key) in `value`, in place.
-    pub fn redact_json(&self, value: &mut Value) {
+    pub(crate) fn redact_json(&self, value: &mut Value) {
         if let Some(m) = self.matcher() {
             redact_value(&m, value);
         }
@@ -234,7 +235,7 @@ impl Secrets {
     /// Redacts every payload of a batch the engine is about to commit: event data, messages,
     /// journaled model responses and tool calls, input requests, accepted messages, turn errors,
     /// dynamic tool definitions.
-    pub fn redact_batch(&self, batch: &mut Batch) {
+    pub(crate) fn redact_batch(&self, batch: &mut Batch) {
         let Some(m) = self.matcher() else {
             return;
         };

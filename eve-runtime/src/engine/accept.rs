@@ -294,15 +294,13 @@ impl Runtime {
         }))
     }
 
-    /// Makes sure the session `id` exists, creating it on the current build when it does not
-    /// (another process creating it first is fine).
-    pub async fn ensure_session(&self, id: &str) -> RuntimeResult<()> {
-        self.ensure_session_owned(id, None).await
-    }
-
     /// [`Runtime::ensure_session`], recording `owner` as the principal that started it when
     /// this creates it (a session that exists keeps its owner).
-    pub async fn ensure_session_owned(&self, id: &str, owner: Option<String>) -> RuntimeResult<()> {
+    pub(crate) async fn ensure_session_owned(
+        &self,
+        id: &str,
+        owner: Option<String>,
+    ) -> RuntimeResult<()> {
         if self.inner.store.session(id).await?.is_some() {
             return Ok(());
         }
@@ -332,7 +330,7 @@ impl Runtime {
 
     /// Records a schedule's state or fires that start no session (a changed cadence, a missed,
     /// skipped or queued fire). `false` when another process's claim came first.
-    pub async fn claim_schedule(&self, claim: ScheduleClaim) -> RuntimeResult<bool> {
+    pub(crate) async fn claim_schedule(&self, claim: ScheduleClaim) -> RuntimeResult<bool> {
         let committed = self
             .inner
             .store
@@ -349,7 +347,7 @@ impl Runtime {
     }
 
     /// Like [`Runtime::create_session`], recording the schedule that started it.
-    pub async fn create_session_with(
+    pub(crate) async fn create_session_with(
         &self,
         first_message: Option<String>,
         schedule: Option<String>,
@@ -372,7 +370,7 @@ impl Runtime {
     }
 
     /// [`Runtime::post_message`], recording who sent it (see [`Extra::Sender`]).
-    pub async fn post_message_from(
+    pub(crate) async fn post_message_from(
         &self,
         session: &str,
         text: &str,
@@ -384,7 +382,7 @@ impl Runtime {
 
     /// [`Self::post_message_from`] with files already staged in the session's workspace
     /// ([`Self::stage_uploads`]).
-    pub async fn post_content_from(
+    pub(crate) async fn post_content_from(
         &self,
         session: &str,
         text: &str,

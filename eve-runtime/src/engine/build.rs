@@ -26,35 +26,35 @@ pub struct LoadedBuild {
     /// Content hash.
     pub hash: String,
     /// `.eve/builds/<hash>`.
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// The manifest.
     pub manifest: Manifest,
     /// Every tool the model may call: the agent's, then the built-ins that are on (`default_tools`;
     /// `web_search` when `web.search` names a provider).
-    pub tools: Vec<Tool>,
+    pub(crate) tools: Vec<Tool>,
     /// Input validators of [`LoadedBuild::tools`], built once.
-    pub validators: Validators,
+    pub(crate) validators: Validators,
     /// Tool specs sent to the model (with `load_skill` when the agent has skills). Deferred tools
     /// are left out: the system prompt names them and `search_tools`/`call_tool` (added per turn
     /// run, with the MCP catalogue) reach them.
-    pub specs: Vec<ToolSpec>,
+    pub(crate) specs: Vec<ToolSpec>,
     /// The system prompt: instructions plus the skills and deferred tools blocks.
-    pub system_prompt: String,
+    pub(crate) system_prompt: String,
     /// Dynamic tool scripts (`dynamic:` set): run at session and turn start to define tools; not
     /// offered themselves.
-    pub providers: Vec<Tool>,
+    pub(crate) providers: Vec<Tool>,
     /// Whether this agent or one of its subagents has observe hooks.
-    pub observe_hooks: bool,
+    pub(crate) observe_hooks: bool,
     /// Whether the build's tools are many enough (`lean_context.max_inline_tools`) to be offered
     /// through the catalogue, with only the most used inline.
-    pub auto_catalogue: bool,
+    pub(crate) auto_catalogue: bool,
     /// What its build store knows of its builds' files (whether `files/` was verified).
     checks: Arc<FileChecks>,
 }
 
 impl LoadedBuild {
     /// Builds the runtime view of a manifest.
-    pub fn new(hash: String, dir: PathBuf, manifest: Manifest) -> Self {
+    pub(crate) fn new(hash: String, dir: PathBuf, manifest: Manifest) -> Self {
         let agent = &manifest.agent;
         let (providers, mut tools): (Vec<Tool>, Vec<Tool>) = agent
             .tools
@@ -176,7 +176,7 @@ impl LoadedBuild {
 
     /// The view of this build for the agent at `path` (`""`: the root; a subagent's manifest
     /// `path` otherwise): its instructions, tools, subagents, hooks and connections.
-    pub fn for_agent(&self, path: &str) -> Option<LoadedBuild> {
+    pub(crate) fn for_agent(&self, path: &str) -> Option<LoadedBuild> {
         fn find<'a>(agent: &'a Agent, path: &str) -> Option<&'a Agent> {
             if agent.path == path {
                 return Some(agent);
@@ -207,7 +207,7 @@ impl LoadedBuild {
 
     /// Whether a skill of this agent or of a subagent is packaged with other files, which tools
     /// read from the build's `files/` (so it is unpacked before a session's first turn).
-    pub fn has_skill_files(&self) -> bool {
+    pub(crate) fn has_skill_files(&self) -> bool {
         fn any(agent: &Agent) -> bool {
             agent.skills.iter().any(|s| !s.files.is_empty()) || agent.subagents.iter().any(any)
         }
@@ -215,7 +215,7 @@ impl LoadedBuild {
     }
 
     /// What `load_skill` returns: the skill's body, then where its other files are.
-    pub fn skill_text(&self, skill: &Skill) -> String {
+    pub(crate) fn skill_text(&self, skill: &Skill) -> String {
         match skill_files_note(skill, &self.files_path()) {
             Some(note) => format!("{}\n\n{note}", skill.body.trim_end()),
             None => skill.body.clone(),
@@ -223,14 +223,14 @@ impl LoadedBuild {
     }
 
     /// Absolute path of the build's `files/` (unpacked or not).
-    pub fn files_path(&self) -> PathBuf {
+    pub(crate) fn files_path(&self) -> PathBuf {
         let files = self.dir.join(eve_compile::pack::FILES);
         std::path::absolute(&files).unwrap_or(files)
     }
 
     /// Whether sessions of this agent start child sessions: it has subagents, or a plan runs
     /// its steps in children (`strategy: plan`, here or in a subagent).
-    pub fn has_children(&self) -> bool {
+    pub(crate) fn has_children(&self) -> bool {
         fn plans(agent: &Agent) -> bool {
             agent.config.strategy == eve_compile::Strategy::Plan
                 || agent.subagents.iter().any(plans)
@@ -239,13 +239,8 @@ impl LoadedBuild {
     }
 
     /// A tool by name.
-    pub fn tool(&self, name: &str) -> Option<&Tool> {
+    pub(crate) fn tool(&self, name: &str) -> Option<&Tool> {
         self.tools.iter().find(|t| t.name == name)
-    }
-
-    /// The deferred tools: callable, but not offered; `search_tools` and `call_tool` reach them.
-    pub fn deferred_tools(&self) -> impl Iterator<Item = &Tool> {
-        self.tools.iter().filter(|t| t.deferred)
     }
 }
 
@@ -270,7 +265,7 @@ const LISTED_SKILL_FILES: usize = 20;
 /// Where a packaged skill's other files are, for the model: `Files of this skill are in
 /// <files>/skills/review/: references/x.md, …` (up to [`LISTED_SKILL_FILES`], then "and N more").
 /// `None` for a skill without other files.
-pub fn skill_files_note(skill: &Skill, files: &Path) -> Option<String> {
+pub(crate) fn skill_files_note(skill: &Skill, files: &Path) -> Option<String> {
     if skill.files.is_empty() {
         return None;
     }
@@ -312,7 +307,7 @@ pub fn system_prompt(manifest: &Manifest) -> String {
 
 /// [`system_prompt`], with each packaged skill's folder under `files` (the build's absolute
 /// `files/`) and its files named.
-pub fn system_prompt_with_files(manifest: &Manifest, files: Option<&Path>) -> String {
+pub(crate) fn system_prompt_with_files(manifest: &Manifest, files: Option<&Path>) -> String {
     let agent = &manifest.agent;
     let mut prompt = agent.instructions.trim_end().to_owned();
     let listed: Vec<_> = agent.skills.iter().filter(|s| !s.deferred).collect();
@@ -402,14 +397,14 @@ impl BuildStore {
 
     /// Fetches a build that is not on disk from `store` (where `eve build --publish` and
     /// `eve serve` put theirs) before giving up on it.
-    pub fn with_source(mut self, store: Arc<dyn crate::store::Store>) -> Self {
+    pub(crate) fn with_source(mut self, store: Arc<dyn crate::store::Store>) -> Self {
         self.source = Some(store);
         self
     }
 
     /// Teaches `secrets` every `${VAR}` and `env:` name of each build as it is loaded, before
     /// anything of it runs.
-    pub fn with_secrets(
+    pub(crate) fn with_secrets(
         mut self,
         secrets: Arc<crate::redact::Secrets>,
         env: crate::tools::EnvLookup,
@@ -437,7 +432,7 @@ impl BuildStore {
     }
 
     /// Follows the active release's build (`None`: there is none; `.eve/current` decides).
-    pub fn set_active(&self, hash: Option<String>) {
+    pub(crate) fn set_active(&self, hash: Option<String>) {
         let linked = current_hash(&self.state_dir).ok();
         if let Ok(mut active) = self.active.lock() {
             *active = hash.map(|h| (h, linked));
@@ -518,7 +513,7 @@ impl BuildStore {
     }
 
     /// The view of build `hash` for the agent at `path` (`""` is the root agent).
-    pub fn agent(&self, hash: &str, path: &str) -> RuntimeResult<Arc<LoadedBuild>> {
+    pub(crate) fn agent(&self, hash: &str, path: &str) -> RuntimeResult<Arc<LoadedBuild>> {
         let root = self.get(hash)?;
         if path.is_empty() {
             return Ok(root);
@@ -567,14 +562,14 @@ impl BuildStore {
 
     /// Whether any build loaded so far has subagents (lets approval routing and the wait for
     /// children's requests skip their queries when none does).
-    pub fn subagents_seen(&self) -> bool {
+    pub(crate) fn subagents_seen(&self) -> bool {
         self.subagents_seen
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether any build loaded so far has observe hooks (lets event delivery skip all work when
     /// no agent uses them).
-    pub fn observe_hooks_seen(&self) -> bool {
+    pub(crate) fn observe_hooks_seen(&self) -> bool {
         self.hooks_seen.load(std::sync::atomic::Ordering::Relaxed)
     }
 

@@ -54,16 +54,16 @@ pub trait ModelProvider: Send + Sync {
 #[derive(Debug, Clone, Copy)]
 pub struct BreakerPolicy {
     /// Consecutive failures in one session that open the tool's breaker in that session.
-    pub threshold: u32,
+    pub(crate) threshold: u32,
     /// First open period.
-    pub base: Duration,
+    pub(crate) base: Duration,
     /// Longest open period.
-    pub max: Duration,
+    pub(crate) max: Duration,
     /// Distinct sessions whose breaker of one tool must open within [`Self::agent_window`] for
     /// the tool to be refused in every session.
-    pub agent_sessions: u32,
+    pub(crate) agent_sessions: u32,
     /// How far back the sessions of [`Self::agent_sessions`] are counted.
-    pub agent_window: Duration,
+    pub(crate) agent_window: Duration,
 }
 
 impl Default for BreakerPolicy {

@@ -24,17 +24,17 @@ const MARKER: &str = "\u{0}eve.content\u{0}";
 
 /// A user message: its text and the files sent with it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UserContent {
+pub(crate) struct UserContent {
     /// The text parts, joined by a newline.
-    pub text: String,
+    pub(crate) text: String,
     /// The staged files, in the order they were sent.
     #[serde(default)]
-    pub attachments: Vec<Attachment>,
+    pub(crate) attachments: Vec<Attachment>,
 }
 
 impl UserContent {
     /// A message of text only.
-    pub fn text(text: impl Into<String>) -> Self {
+    pub(crate) fn text(text: impl Into<String>) -> Self {
         Self {
             text: text.into(),
             attachments: Vec::new(),
@@ -43,7 +43,7 @@ impl UserContent {
 
     /// The inbox text of this message: the text itself when it has no files (and does not start
     /// like an envelope), else the envelope.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         if self.attachments.is_empty() && !self.text.starts_with(MARKER) {
             return self.text.clone();
         }
@@ -54,7 +54,7 @@ impl UserContent {
 
     /// Reads an inbox text back. A text that is not an envelope is the message's text; an
     /// envelope that does not parse (it cannot come from [`Self::encode`]) is kept as text too.
-    pub fn decode(stored: &str) -> Self {
+    pub(crate) fn decode(stored: &str) -> Self {
         match stored.strip_prefix(MARKER) {
             Some(json) => serde_json::from_str(json).unwrap_or_else(|_| Self::text(stored)),
             None => Self::text(stored),
@@ -62,7 +62,7 @@ impl UserContent {
     }
 
     /// The history message.
-    pub fn message(&self) -> Message {
+    pub(crate) fn message(&self) -> Message {
         Message::User {
             content: self.text.clone(),
             attachments: self.attachments.clone(),
@@ -71,7 +71,7 @@ impl UserContent {
 
     /// `parts` of `message.received`, in eve's shape: `{text, type: "text"}` and
     /// `{type: "file", mediaType, filename, size}` (no bytes, no workspace path).
-    pub fn parts(&self) -> Value {
+    pub(crate) fn parts(&self) -> Value {
         let mut parts = Vec::with_capacity(self.attachments.len() + 1);
         if !self.text.is_empty() || self.attachments.is_empty() {
             parts.push(json!({"text": self.text, "type": "text"}));
@@ -92,7 +92,7 @@ impl Runtime {
     /// Stages `uploads` in the workspace of `session` (prepared from the current build when it
     /// does not exist yet), race-free ([`crate::workspace::attachments`]); returns their
     /// references for [`super::Extra::Attachments`].
-    pub async fn stage_uploads(
+    pub(crate) async fn stage_uploads(
         &self,
         session: &str,
         uploads: Vec<Upload>,

@@ -79,15 +79,10 @@ impl EventFollower {
         }
     }
 
-    /// Index of the next event this follower returns.
-    pub fn position(&self) -> u64 {
-        self.next
-    }
-
     /// Reads the stored events from the follower's position now, so a read that fails (damaged
     /// storage) is reported before a caller has answered anything; [`Self::next`] returns what it
     /// read. Does nothing once the follower has read the store.
-    pub async fn prefetch(&mut self) -> RuntimeResult<()> {
+    pub(crate) async fn prefetch(&mut self) -> RuntimeResult<()> {
         if self.buffer.is_empty() && !self.caught_up {
             self.fill().await?;
             self.caught_up = self.buffer.is_empty();

@@ -21,7 +21,7 @@ pub(super) const LIVE_BUFFER: usize = 16;
 /// The events of one commit for one session, in index order. A session's live channel carries
 /// a commit's events in one send, so a follower that keeps up is woken once per commit (a step
 /// commits several events at once), not once per event.
-pub type LiveEvents = Arc<[StoredEvent]>;
+pub(crate) type LiveEvents = Arc<[StoredEvent]>;
 /// Events kept for a slow [`Runtime::subscribe_all`] reader before it misses some.
 pub(super) const ALL_EVENTS_BUFFER: usize = 1024;
 

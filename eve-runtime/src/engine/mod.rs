@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::features::breakers::{breaker_key, session_scoped as breaker_scope_is_session};
 pub use crate::features::hooks::delivery::{HookBacklog, PendingHookEvent};
-pub use crate::workspace::DEFAULT_MAX_BYTES as DEFAULT_WORKSPACE_MAX_BYTES;
+pub(crate) use crate::workspace::DEFAULT_MAX_BYTES as DEFAULT_WORKSPACE_MAX_BYTES;
 #[doc(hidden)]
 pub use crate::workspace::checkpoint_secrets_in_clear_for_tests;
 pub use accept::{Accept, Accepted, Extra, SessionRef};
@@ -51,7 +51,7 @@ pub use config::{BreakerPolicy, DEFAULT_LEASE_TTL, ModelProvider, ResolvedModel,
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::LOCAL_PRINCIPAL;
 pub use follow::EventFollower;
-pub use live::LiveEvents;
+pub(crate) use live::LiveEvents;
 pub use models::{FixedModelProvider, SettingsModelProvider};
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;
@@ -157,7 +157,7 @@ fn hostname() -> String {
 const WATCH_PAUSE: Duration = Duration::from_millis(250);
 
 /// A new session id: `wrun_<ULID>`.
-pub fn new_session_id() -> String {
+pub(crate) fn new_session_id() -> String {
     format!("wrun_{}", ulid::Ulid::new())
 }
 
@@ -599,7 +599,7 @@ impl Runtime {
     }
 
     /// The values this runtime shows as `${VAR}`.
-    pub fn secrets(&self) -> &Arc<crate::redact::Secrets> {
+    pub(crate) fn secrets(&self) -> &Arc<crate::redact::Secrets> {
         &self.inner.config.secrets
     }
 

@@ -113,13 +113,13 @@ impl ModelProvider for FixedModelProvider {
 /// provider): every call fails with the configuration error, so the turn that needed the model
 /// ends with `turn.failed` carrying the message that says what to set, instead of leaving the
 /// session `running` with nothing on its stream.
-pub struct UnavailableModel {
+pub(crate) struct UnavailableModel {
     message: String,
 }
 
 impl UnavailableModel {
     /// A resolved model for `agent` whose calls fail with `error`.
-    pub fn resolved(agent: &Agent, error: &ModelError) -> ResolvedModel {
+    pub(crate) fn resolved(agent: &Agent, error: &ModelError) -> ResolvedModel {
         let named = agent
             .config
             .model

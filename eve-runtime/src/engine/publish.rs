@@ -31,7 +31,7 @@ fn build_error(hash: &str, message: String) -> RuntimeError {
 }
 
 /// Reads `<state_dir>/builds/<hash>/` into the form the store keeps.
-pub fn read_build_dir(state_dir: &Path, hash: &str) -> RuntimeResult<StoredBuild> {
+pub(crate) fn read_build_dir(state_dir: &Path, hash: &str) -> RuntimeResult<StoredBuild> {
     let dir = state_dir.join("builds").join(hash);
     let read = |name: &str| -> RuntimeResult<Vec<u8>> {
         let path = dir.join(name);
@@ -109,7 +109,7 @@ pub fn write_build_dir(state_dir: &Path, build: &StoredBuild) -> RuntimeResult<P
 
 /// Fetches build `hash` from the store into `state_dir`; `Ok(None)` when the store does not
 /// hold it either.
-pub async fn fetch_build(
+pub(crate) async fn fetch_build(
     store: &dyn Store,
     state_dir: &Path,
     hash: &str,

@@ -60,25 +60,20 @@ impl Runtime {
         &self.inner.host
     }
 
-    /// Whether this runtime starts drivers itself when work is accepted.
-    pub fn autostart(&self) -> bool {
-        self.inner.config.autostart
-    }
-
     /// The session lease's TTL (`EVE_LEASE_TTL_MS`).
-    pub fn lease_ttl(&self) -> std::time::Duration {
+    pub(crate) fn lease_ttl(&self) -> std::time::Duration {
         self.inner.config.lease_ttl
     }
 
     /// How long a reply is held without renewal, in milliseconds: the session lease's TTL.
-    pub fn reply_ttl_ms(&self) -> i64 {
+    pub(crate) fn reply_ttl_ms(&self) -> i64 {
         i64::try_from(self.inner.config.lease_ttl.as_millis()).unwrap_or(i64::MAX)
     }
 
     /// Takes for this process the replies owed to platforms that this runtime does not follow
     /// and whose hold lapsed, or (unless `expired_only`: the periodic look of a running server)
     /// whose process is gone or is this one; returns them, each with its new token.
-    pub async fn claim_owed_replies(
+    pub(crate) async fn claim_owed_replies(
         &self,
         expired_only: bool,
     ) -> RuntimeResult<Vec<ChannelReplyRecord>> {
@@ -103,7 +98,7 @@ impl Runtime {
     }
 
     /// Renews the holds of the replies this runtime follows; returns how many were renewed.
-    pub async fn renew_followed_replies(&self) -> RuntimeResult<usize> {
+    pub(crate) async fn renew_followed_replies(&self) -> RuntimeResult<usize> {
         let held: Vec<ReplyHeld> = self
             .inner
             .following

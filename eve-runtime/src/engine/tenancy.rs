@@ -28,7 +28,7 @@ pub struct Caller {
 
 impl Caller {
     /// A principal that reaches only the sessions it started.
-    pub fn tenant(id: impl Into<String>) -> Self {
+    pub(crate) fn tenant(id: impl Into<String>) -> Self {
         Self {
             id: id.into(),
             operator: false,
@@ -36,7 +36,7 @@ impl Caller {
     }
 
     /// A principal that reaches every session.
-    pub fn operator(id: impl Into<String>) -> Self {
+    pub(crate) fn operator(id: impl Into<String>) -> Self {
         Self {
             id: id.into(),
             operator: true,
@@ -49,18 +49,18 @@ impl Caller {
     }
 
     /// The principal id, as recorded with what it does.
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.id
     }
 
     /// Whether it reaches every session.
-    pub fn is_operator(&self) -> bool {
+    pub(crate) fn is_operator(&self) -> bool {
         self.operator
     }
 
     /// Whether it reaches `session`: an operator reaches all; anyone else the sessions it
     /// started.
-    pub fn reaches(&self, session: &SessionRecord) -> bool {
+    pub(crate) fn reaches(&self, session: &SessionRecord) -> bool {
         self.operator || session.owner.as_deref() == Some(self.id.as_str())
     }
 }
@@ -68,7 +68,11 @@ impl Caller {
 impl Runtime {
     /// The session `id` as `caller` reaches it. A session it does not reach is
     /// [`RuntimeError::SessionNotFound`], the same error as an unknown id.
-    pub async fn session_for(&self, id: &str, caller: &Caller) -> RuntimeResult<SessionRecord> {
+    pub(crate) async fn session_for(
+        &self,
+        id: &str,
+        caller: &Caller,
+    ) -> RuntimeResult<SessionRecord> {
         match self.inner.store.session(id).await? {
             Some(record) if caller.reaches(&record) => Ok(record),
             _ => Err(RuntimeError::SessionNotFound(id.to_owned())),
@@ -76,7 +80,7 @@ impl Runtime {
     }
 
     /// The sessions `caller` reaches, newest first (`filter` narrows them further).
-    pub async fn sessions_for(
+    pub(crate) async fn sessions_for(
         &self,
         filter: &SessionFilter,
         caller: &Caller,
@@ -94,7 +98,7 @@ impl Runtime {
     /// Who asked what `session` waits for: the sender of the message its last turn took (a
     /// platform user, an API principal), else the principal that started the session. `None`
     /// when neither is known (then only operators may answer).
-    pub async fn asker(&self, session: &str) -> RuntimeResult<Option<String>> {
+    pub(crate) async fn asker(&self, session: &str) -> RuntimeResult<Option<String>> {
         let Some(record) = self.inner.store.session(session).await? else {
             return Ok(None);
         };
@@ -113,7 +117,7 @@ impl Runtime {
 
     /// Whether `caller` may answer what `session` waits for from a platform conversation:
     /// an operator, or the person who asked ([`Runtime::asker`]).
-    pub async fn may_answer(&self, session: &str, caller: &Caller) -> RuntimeResult<bool> {
+    pub(crate) async fn may_answer(&self, session: &str, caller: &Caller) -> RuntimeResult<bool> {
         if caller.is_operator() {
             return Ok(true);
         }

@@ -12,8 +12,9 @@ use std::time::Duration;
 pub struct DeadlineExceeded(pub Duration);
 
 impl DeadlineExceeded {
+    #[cfg(test)]
     /// The deadline in milliseconds, saturating.
-    pub fn millis(&self) -> u64 {
+    pub(crate) fn millis(&self) -> u64 {
         u64::try_from(self.0.as_millis()).unwrap_or(u64::MAX)
     }
 }

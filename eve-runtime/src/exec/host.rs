@@ -20,14 +20,10 @@ use super::{ExecError, Guard, Launch, Prepared, Sandbox};
 
 /// Runs processes unconfined.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct HostSandbox;
+pub(crate) struct HostSandbox;
 
 #[async_trait::async_trait]
 impl Sandbox for HostSandbox {
-    fn name(&self) -> &'static str {
-        "host"
-    }
-
     async fn prepare(&self, launch: &Launch<'_>) -> Result<Prepared, ExecError> {
         let mut command = tokio::process::Command::new(launch.program);
         command

@@ -42,7 +42,7 @@ const PROXY_PORT: u16 = 3128;
 
 /// Runs processes confined by `eve_sandbox::isolate`.
 #[derive(Debug)]
-pub struct IsolatedSandbox {
+pub(crate) struct IsolatedSandbox {
     config: ExecConfig,
     support: OnceCell<Result<Support, String>>,
     own_listeners: Mutex<Vec<SocketAddr>>,
@@ -114,7 +114,7 @@ impl WarmCall {
 impl IsolatedSandbox {
     /// A sandbox that runs its stages through `config.helper`, keeping `pool_size` warm boxes
     /// ready once isolation has been probed (0: none).
-    pub fn new(config: ExecConfig, pool_size: usize) -> Self {
+    pub(crate) fn new(config: ExecConfig, pool_size: usize) -> Self {
         Self {
             protected: protected(&config),
             fate: Fate::new(&config),
@@ -170,7 +170,7 @@ impl IsolatedSandbox {
 
     /// The `PATH` entries left out of the view `path_var` and `home` give, all of them, for the
     /// start-up report; the log does not repeat them afterwards.
-    pub fn view_left_out(&self, path_var: &str, home: Option<&Path>) -> Vec<LeftOut> {
+    pub(crate) fn view_left_out(&self, path_var: &str, home: Option<&Path>) -> Vec<LeftOut> {
         let left = isolate::path_view(path_var, home, &self.protected).left_out;
         self.first_time(&left);
         left
@@ -209,7 +209,7 @@ impl IsolatedSandbox {
     }
 
     /// What the kernel enforces here, or why isolation cannot run (probed once).
-    pub async fn support(&self) -> Result<Support, String> {
+    pub(crate) async fn support(&self) -> Result<Support, String> {
         self.support
             .get_or_init(|| async {
                 let helper = self.config.helper.clone();
@@ -224,7 +224,7 @@ impl IsolatedSandbox {
     }
 
     /// What is enforced for isolated calls with `limits`.
-    pub fn enforced(&self, limits: &eve_compile::SandboxLimits) -> Enforced {
+    pub(crate) fn enforced(&self, limits: &eve_compile::SandboxLimits) -> Enforced {
         self.fate.enforced(limits)
     }
 
@@ -234,7 +234,7 @@ impl IsolatedSandbox {
     }
 
     /// eve's own listening addresses, which no egress proxy connects to.
-    pub fn set_own_listeners(&self, addrs: Vec<SocketAddr>) {
+    pub(crate) fn set_own_listeners(&self, addrs: Vec<SocketAddr>) {
         *self
             .own_listeners
             .lock()
@@ -286,10 +286,6 @@ impl IsolatedSandbox {
 
 #[async_trait::async_trait]
 impl Sandbox for IsolatedSandbox {
-    fn name(&self) -> &'static str {
-        "isolated"
-    }
-
     async fn prepare(&self, launch: &Launch<'_>) -> Result<Prepared, ExecError> {
         let Confinement::Isolated(spec) = launch.confinement else {
             return Err(ExecError::Policy(

@@ -36,8 +36,8 @@ use eve_sandbox::egress::{EgressHandle, Refusal};
 
 pub use deadline::{DeadlineExceeded, with_deadline};
 pub use fate::{Enforced, enforced};
-pub use host::HostSandbox;
-pub use isolated::IsolatedSandbox;
+pub(crate) use host::HostSandbox;
+pub(crate) use isolated::IsolatedSandbox;
 
 /// How one process is confined.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,16 +52,16 @@ pub enum Confinement {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IsolatedSpec {
     /// Read-only paths besides the system ones: the build's files, `sandbox.yaml` `read:`.
-    pub read_only: Vec<PathBuf>,
+    pub(crate) read_only: Vec<PathBuf>,
     /// Writable paths: the session workspace, `sandbox.yaml` `write:`.
-    pub read_write: Vec<PathBuf>,
+    pub(crate) read_write: Vec<PathBuf>,
     /// `none`, `all` or an allowlist, enforced by the egress proxy.
-    pub network: Network,
+    pub(crate) network: Network,
     /// Resource limits.
-    pub limits: SandboxLimits,
+    pub(crate) limits: SandboxLimits,
     /// The session workspace (one of `read_write`), whose size each call may not grow past the
     /// runtime's quota.
-    pub workspace: Option<PathBuf>,
+    pub(crate) workspace: Option<PathBuf>,
 }
 
 /// One process to start.
@@ -113,7 +113,7 @@ impl Prepared {
     /// group kills it and everything it started), killed when the [`Process`] is dropped. An
     /// isolated launch takes a warm box of the pool when one is ready, else the cold path; both
     /// confine exactly alike.
-    pub async fn spawn_piped(&mut self, stdin: bool) -> std::io::Result<Process> {
+    pub(crate) async fn spawn_piped(&mut self, stdin: bool) -> std::io::Result<Process> {
         if !self.own_session {
             self.command.process_group(0);
         }
@@ -157,13 +157,13 @@ impl Prepared {
 /// for (the command itself, or the sandbox's outermost stage, which exits with the command's
 /// status).
 #[derive(Debug)]
-pub struct Process {
+pub(crate) struct Process {
     /// The write end of its stdin, when piped.
-    pub stdin: Option<tokio::process::ChildStdin>,
+    pub(crate) stdin: Option<tokio::process::ChildStdin>,
     /// The read end of its stdout.
-    pub stdout: Option<tokio::process::ChildStdout>,
+    pub(crate) stdout: Option<tokio::process::ChildStdout>,
     /// The read end of its stderr.
-    pub stderr: Option<tokio::process::ChildStderr>,
+    pub(crate) stderr: Option<tokio::process::ChildStderr>,
     child: Child,
 }
 
@@ -175,7 +175,7 @@ enum Child {
 
 impl Process {
     /// Its pid (also its process group id), until it has been waited for.
-    pub fn id(&self) -> Option<u32> {
+    pub(crate) fn id(&self) -> Option<u32> {
         match &self.child {
             Child::Cold(c) => c.id(),
             Child::Warm(w) => w.id(),
@@ -183,7 +183,7 @@ impl Process {
     }
 
     /// Waits until it has exited (for a warm sandbox: until every process of the call has).
-    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+    pub(crate) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
         match &mut self.child {
             Child::Cold(c) => c.wait().await,
             Child::Warm(w) => w.wait().await,
@@ -191,7 +191,7 @@ impl Process {
     }
 
     /// Sends it `SIGKILL`.
-    pub fn start_kill(&mut self) -> std::io::Result<()> {
+    pub(crate) fn start_kill(&mut self) -> std::io::Result<()> {
         match &mut self.child {
             Child::Cold(c) => c.start_kill(),
             Child::Warm(w) => w.start_kill(),
@@ -245,31 +245,23 @@ impl Pipes {
 /// uid lease and its cgroup (removed, after what is left in it is killed, when this is dropped).
 #[derive(Debug, Default)]
 pub struct Guard {
+    #[expect(
+        dead_code,
+        reason = "held for its drop: the proxy lives as long as the process"
+    )]
     egress: Option<EgressHandle>,
     refusals: Arc<Mutex<Vec<Refusal>>>,
+    #[expect(dead_code, reason = "held for its drop: the uid lease and cgroup")]
     fate: fate::BoxFate,
 }
 
 impl Guard {
     /// Destinations the egress proxy refused so far, in order.
-    pub fn refusals(&self) -> Vec<Refusal> {
+    pub(crate) fn refusals(&self) -> Vec<Refusal> {
         self.refusals
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-    }
-
-    /// Whether the process has a proxy (its network is not `none`).
-    pub fn has_egress(&self) -> bool {
-        self.egress.is_some()
-    }
-
-    /// The uid the process runs as, when it has one of its own.
-    pub fn uid(&self) -> Option<u32> {
-        self.fate
-            .uid
-            .as_ref()
-            .map(eve_sandbox::isolate::UidLease::uid)
     }
 }
 
@@ -293,10 +285,7 @@ pub enum ExecError {
 
 /// A way of running processes: [`HostSandbox`] or [`IsolatedSandbox`].
 #[async_trait::async_trait]
-pub trait Sandbox: Send + Sync + std::fmt::Debug {
-    /// `host` or `isolated`.
-    fn name(&self) -> &'static str;
-
+pub(crate) trait Sandbox: Send + Sync + std::fmt::Debug {
     /// The command that runs `launch` under this sandbox.
     async fn prepare(&self, launch: &Launch<'_>) -> Result<Prepared, ExecError>;
 }
@@ -311,27 +300,27 @@ pub fn pool_size_from_env() -> usize {
 }
 
 /// Warm boxes kept ready by default: two, so the parallel calls of one turn both find one.
-pub const DEFAULT_POOL: usize = 2;
+pub(crate) const DEFAULT_POOL: usize = 2;
 
 /// How a runtime's [`Executor`] is set up.
 #[derive(Debug, Clone)]
 pub struct ExecConfig {
     /// The binary that runs the sandbox stages: one whose `main` starts with
     /// `eve_sandbox::isolate::helper_main()` (the `eve` binary itself).
-    pub helper: PathBuf,
+    pub(crate) helper: PathBuf,
     /// Private folder for the egress proxies' sockets (`.eve/run`).
-    pub run_dir: PathBuf,
+    pub(crate) run_dir: PathBuf,
     /// The project's state folder (`.eve`): no `PATH` entry brings it, or the project holding it,
     /// into a box's view (see `eve_sandbox::isolate::path_view`).
-    pub state_dir: Option<PathBuf>,
+    pub(crate) state_dir: Option<PathBuf>,
     /// Largest size of a session workspace, enforced while each isolated call runs
     /// (`EVE_WORKSPACE_MAX_BYTES`); `None`: no quota.
-    pub workspace_quota: Option<u64>,
+    pub(crate) workspace_quota: Option<u64>,
     /// The uids boxes run as when eve is root, one per box (`EVE_SANDBOX_UIDS`), or why the
     /// setting cannot be used (then every box runs as 65534, and [`Executor::enforced`] says so).
-    pub uids: Result<eve_sandbox::isolate::UidRange, String>,
+    pub(crate) uids: Result<eve_sandbox::isolate::UidRange, String>,
     /// Where the time each spawn took is recorded (the runtime's metrics), if anywhere.
-    pub spawn_times: Option<crate::metrics::SpawnTimes>,
+    pub(crate) spawn_times: Option<crate::metrics::SpawnTimes>,
 }
 
 impl ExecConfig {
@@ -382,11 +371,6 @@ impl Executor {
         }
     }
 
-    /// How many warm boxes this executor keeps ready once isolation has been probed (0: none).
-    pub fn pool_size(&self) -> usize {
-        self.isolated.pool_size()
-    }
-
     /// The command that runs `launch` under its confinement.
     pub async fn prepare(&self, launch: &Launch<'_>) -> Result<Prepared, ExecError> {
         let (mut prepared, sandbox) = match launch.confinement {
@@ -405,13 +389,13 @@ impl Executor {
 
     /// Whether isolation works here: `Ok` with what the kernel enforces, or what it refused.
     /// Probed once per runtime (a trivial isolated command), then remembered.
-    pub async fn isolation(&self) -> Result<eve_sandbox::isolate::Support, String> {
+    pub(crate) async fn isolation(&self) -> Result<eve_sandbox::isolate::Support, String> {
         self.isolated.support().await
     }
 
     /// The `PATH` entries an isolated process would be given by `path_var` and `home` that are
     /// left out of its view, and why (each is then said once: the log does not repeat it).
-    pub fn view_left_out(
+    pub(crate) fn view_left_out(
         &self,
         path_var: &str,
         home: Option<&Path>,
@@ -441,7 +425,7 @@ impl Executor {
 
     /// eve's own listening addresses, as last set (the runtime's own requests for a tool refuse
     /// them too).
-    pub fn own_listeners(&self) -> Vec<SocketAddr> {
+    pub(crate) fn own_listeners(&self) -> Vec<SocketAddr> {
         self.isolated.own_listeners()
     }
 

@@ -21,7 +21,7 @@ use crate::workspace::attachments::load_base64;
 pub(crate) struct Attachments;
 
 /// Whether the model of `model_id` (`provider/model`) takes images and PDFs as native parts.
-pub fn takes_files(model_id: &str) -> bool {
+pub(crate) fn takes_files(model_id: &str) -> bool {
     let provider = model_id.split_once('/').map_or(model_id, |(p, _)| p);
     Provider::parse(provider).is_some_and(|p| p.protocol() != Protocol::Mock)
 }
@@ -43,7 +43,7 @@ fn note(a: &Attachment, why: Option<&str>) -> String {
 }
 
 /// Fills the bytes of every file the model takes natively and turns the others into notes.
-pub fn prepare(messages: &mut [Message], workspace: Option<&std::path::Path>, native: bool) {
+pub(crate) fn prepare(messages: &mut [Message], workspace: Option<&std::path::Path>, native: bool) {
     for message in messages {
         let (content, attachments) = match message {
             Message::User {

@@ -25,7 +25,7 @@ impl ClientContext {
 }
 
 /// How one context message reads to the model.
-pub fn render(text: &str) -> String {
+pub(crate) fn render(text: &str) -> String {
     format!("[Context from the client for this turn; not a message from the user]\n{text}")
 }
 

@@ -168,9 +168,9 @@ const CHINESE: &[(&str, Needs)] = &[
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Hollow {
     /// The claims as written (`sent`, `已创建`), or empty for an empty answer.
-    pub claims: Vec<String>,
+    pub(crate) claims: Vec<String>,
     /// Why no call backs them.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 impl Hollow {

@@ -21,10 +21,10 @@ use crate::model::ModelRequest;
 use crate::store::Batch;
 
 /// How many times one turn's answer may go back to the model for not matching its schema.
-pub const MAX_REPAIRS: usize = 2;
+pub(crate) const MAX_REPAIRS: usize = 2;
 
 /// The code of a turn whose answer never matched its schema.
-pub const NOT_FULFILLED: &str = "output_schema_not_fulfilled";
+pub(crate) const NOT_FULFILLED: &str = "output_schema_not_fulfilled";
 
 /// The structured-output feature of one turn.
 pub(crate) struct StructuredOutput {

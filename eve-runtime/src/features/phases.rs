@@ -100,13 +100,13 @@ impl TurnExtension for Phases {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct StepPhase {
     /// The step it was computed for.
-    pub step: u64,
+    pub(crate) step: u64,
     /// Its phase.
-    pub phase: Phase,
+    pub(crate) phase: Phase,
     /// The previous step's phase (`None` at the turn's first step).
-    pub previous: Option<Phase>,
+    pub(crate) previous: Option<Phase>,
     /// How far along the turn's budget is at this step (0..=1).
-    pub progress: f64,
+    pub(crate) progress: f64,
 }
 
 fn phases_config<'v>(view: &'v TurnView<'_>) -> Option<&'v PhasesConfig> {

@@ -91,17 +91,17 @@ async fn text(view: &TurnView<'_>, writes: &mut Batch) -> RuntimeResult<String> 
 }
 
 /// Event: the probe ran; `programs` found, `chars` of text.
-pub const SESSION_PROBED: &str = "session.probed";
+pub(crate) const SESSION_PROBED: &str = "session.probed";
 
 /// Entries of the workspace listing shown at most.
-pub const MAX_ENTRIES: usize = 100;
+pub(crate) const MAX_ENTRIES: usize = 100;
 /// Characters of the workspace listing shown at most.
-pub const MAX_LISTING_CHARS: usize = 2_000;
+pub(crate) const MAX_LISTING_CHARS: usize = 2_000;
 /// How long the probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Namespace of a session's probe text.
-pub fn namespace(session: &str) -> String {
+pub(crate) fn namespace(session: &str) -> String {
     format!("probe:{session}")
 }
 
@@ -159,15 +159,15 @@ fn tool(probe: &eve_compile::Probe) -> Tool {
 }
 
 /// What the probe found: the prompt text and the programs present.
-pub struct Found {
+pub(crate) struct Found {
     /// The block for the system prompt.
-    pub text: String,
+    pub(crate) text: String,
     /// Names of the programs found.
-    pub programs: Vec<String>,
+    pub(crate) programs: Vec<String>,
 }
 
 /// Runs the probe of `agent` in `ctx` (the `bash` tool's confinement) and formats its report.
-pub async fn run(agent: &Agent, probe: &eve_compile::Probe, ctx: &ToolContext) -> Found {
+pub(crate) async fn run(agent: &Agent, probe: &eve_compile::Probe, ctx: &ToolContext) -> Found {
     let result = run_tool(&tool(probe), &json!({}), ctx, CancellationToken::new()).await;
     let raw = match &result.output {
         Value::String(s) => s.clone(),

@@ -22,14 +22,14 @@ use crate::model::ToolSpec;
 use crate::store::{ApprovalState, Batch, CallStatus, ToolCallRecord};
 
 /// The built-in that asks the user a question.
-pub const ASK_QUESTION: &str = "ask_question";
+pub(crate) const ASK_QUESTION: &str = "ask_question";
 /// The built-in that ends the turn without a reply.
-pub const NO_REPLY: &str = "no_reply";
+pub(crate) const NO_REPLY: &str = "no_reply";
 /// The kind of input request a question parks on.
-pub const QUESTION_KIND: &str = "question";
+pub(crate) const QUESTION_KIND: &str = "question";
 
 /// The note eve adds to the description of a tool that ends the turn.
-pub const ENDS_TURN_NOTE: &str = "Calling this tool ends your turn once it succeeds: do not write \
+pub(crate) const ENDS_TURN_NOTE: &str = "Calling this tool ends your turn once it succeeds: do not write \
      a reply or call other tools in the same step. If it fails, you will see the error and can \
      continue.";
 
@@ -48,7 +48,7 @@ const NO_REPLY_DESCRIPTION: &str = "End your turn without sending a reply. Use t
      already took is the whole answer.";
 
 /// A tool's description as the model is offered it: with eve's note when it ends the turn.
-pub fn described(tool: &Tool) -> String {
+pub(crate) fn described(tool: &Tool) -> String {
     if tool.ends_turn {
         format!("{}\n\n{ENDS_TURN_NOTE}", tool.description)
             .trim_start()
@@ -113,7 +113,7 @@ fn offers(agent: &Agent, tools: &[Tool], name: &str) -> bool {
 }
 
 /// The specs of the built-ins `agent` opted in to (`tools`: the build's own, which replace them).
-pub fn specs(agent: &Agent, tools: &[Tool]) -> Vec<ToolSpec> {
+pub(crate) fn specs(agent: &Agent, tools: &[Tool]) -> Vec<ToolSpec> {
     let mut specs = Vec::new();
     if offers(agent, tools, ASK_QUESTION) {
         specs.push(ToolSpec {
@@ -162,7 +162,7 @@ pub(crate) fn enabled(agent: &Agent) -> bool {
 /// The question a call of `ask_question` asks, as stored with its request (`action.question`)
 /// and shown in `input.requested`: options whose id is their label (as eve's), free text always
 /// allowed.
-pub fn question_of(input: &Value) -> Value {
+pub(crate) fn question_of(input: &Value) -> Value {
     let options: Option<Vec<Value>> = input["options"].as_array().map(|options| {
         options
             .iter()

@@ -21,10 +21,10 @@ use crate::engine::{RuntimeError, RuntimeResult};
 use crate::store::{Batch, CallStatus, NoteOp, NoteRecord, Op, ToolCallRecord, now_ms};
 
 /// The most rules one session may have (eve's limit).
-pub const MAX_RULES: usize = 100;
+pub(crate) const MAX_RULES: usize = 100;
 
 /// The namespace of the stubs of the session tree rooted at `root`.
-pub fn namespace(root: &str) -> String {
+pub(crate) fn namespace(root: &str) -> String {
     format!("stubs:{root}")
 }
 
@@ -33,7 +33,7 @@ const RULES: &str = "rules";
 
 /// Checks `stubs` as a request body sends them (an array of eve's `ToolStub`): a clear message
 /// for the first thing wrong.
-pub fn check(stubs: &Value) -> Result<(), String> {
+pub(crate) fn check(stubs: &Value) -> Result<(), String> {
     let Some(rules) = stubs.as_array() else {
         return Err("`stubs` must be an array of tool stubs.".to_owned());
     };

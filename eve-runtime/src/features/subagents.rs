@@ -30,7 +30,7 @@ use crate::store::*;
 
 /// The path suffix of the root agent's copy that the built-in `agent` calls: its child sessions
 /// run `agent` at path `#copy`.
-pub const COPY_SUFFIX: &str = "#copy";
+pub(crate) const COPY_SUFFIX: &str = "#copy";
 
 /// Description of the built-in `agent` (eve's).
 const AGENT_DESCRIPTION: &str = "Delegate a focused subtask to a copy of yourself. Use it to \

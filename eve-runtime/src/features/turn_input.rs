@@ -36,12 +36,12 @@ pub struct TurnInput {
 }
 
 /// A body field that does not fit: its code and what to send instead.
-pub type InputError = (&'static str, String);
+pub(crate) type InputError = (&'static str, String);
 
 impl TurnInput {
     /// Reads `outputSchema`, `clientContext` and `turnPolicy` from a request body (`null` is
     /// absent). `None` when the body asks none of them.
-    pub fn from_body(body: &Map<String, Value>) -> Result<Option<Self>, InputError> {
+    pub(crate) fn from_body(body: &Map<String, Value>) -> Result<Option<Self>, InputError> {
         let get = |name: &str| body.get(name).filter(|v| !v.is_null());
         let mut input = Self::default();
         if let Some(schema) = get("outputSchema") {
@@ -66,7 +66,7 @@ impl TurnInput {
     }
 
     /// Whether it asks nothing.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.output_schema.is_none()
             && self.client_context.is_empty()
             && self.turn_policy.is_none()
@@ -75,12 +75,12 @@ impl TurnInput {
 
     /// Whether it asks anything of the turn itself (a schema or context), beyond how the message
     /// joins it.
-    pub fn shapes_turn(&self) -> bool {
+    pub(crate) fn shapes_turn(&self) -> bool {
         self.output_schema.is_some() || !self.client_context.is_empty()
     }
 
     /// As stored (the inbox row's `input`, a turn's note).
-    pub fn to_value(&self) -> Value {
+    pub(crate) fn to_value(&self) -> Value {
         let mut out = Map::new();
         if let Some(schema) = &self.output_schema {
             out.insert("outputSchema".into(), schema.clone());
@@ -102,7 +102,7 @@ impl TurnInput {
     }
 
     /// From what [`Self::to_value`] stored (a field that does not read is left out).
-    pub fn from_value(value: &Value) -> Self {
+    pub(crate) fn from_value(value: &Value) -> Self {
         let Some(map) = value.as_object() else {
             return Self::default();
         };
@@ -155,7 +155,7 @@ fn client_context(value: &Value) -> Result<Vec<String>, InputError> {
 }
 
 /// The namespace of the notes holding what the turns of `session` were asked.
-pub fn namespace(session: &str) -> String {
+pub(crate) fn namespace(session: &str) -> String {
     format!("turn-input:{session}")
 }
 
@@ -188,7 +188,7 @@ impl Runtime {
     /// Keeps `input` (an `outputSchema`, `clientContext` sent with answers to input requests)
     /// with the turn of `session` that waits on input, so the turn resumed by the answers runs
     /// under it (what it asks replaces what the turn was asked). Call before answering.
-    pub async fn set_waiting_turn_input(
+    pub(crate) async fn set_waiting_turn_input(
         &self,
         session: &str,
         input: &TurnInput,

@@ -29,15 +29,15 @@ use crate::tools::ToolResult;
 /// What every supervisor of a manager shares.
 pub(crate) struct Shared {
     /// `${VAR}` lookup.
-    pub env: EnvLookup,
+    pub(crate) env: EnvLookup,
     /// Working directory of stdio servers.
-    pub workdir: std::path::PathBuf,
+    pub(crate) workdir: std::path::PathBuf,
     /// Timeouts and restart limits.
-    pub supervision: Supervision,
+    pub(crate) supervision: Supervision,
     /// Starts stdio servers (the execution seam).
-    pub exec: Arc<crate::exec::Executor>,
+    pub(crate) exec: Arc<crate::exec::Executor>,
     /// How each stdio server is confined, by connection name (absent: `host`).
-    pub confinements: std::collections::HashMap<String, crate::exec::Confinement>,
+    pub(crate) confinements: std::collections::HashMap<String, crate::exec::Confinement>,
 }
 
 /// A started server instance.

@@ -44,9 +44,9 @@ pub const CALL_TOOL: &str = "call_tool";
 /// Above this many MCP tools, the engine should offer [`catalogue_tools`] instead of every schema.
 pub const CATALOGUE_THRESHOLD: usize = 40;
 /// Results of `search_tools` when the model gives no `limit`.
-pub const DEFAULT_SEARCH_LIMIT: usize = 10;
+pub(crate) const DEFAULT_SEARCH_LIMIT: usize = 10;
 /// Most results `search_tools` returns.
-pub const MAX_SEARCH_LIMIT: usize = 50;
+pub(crate) const MAX_SEARCH_LIMIT: usize = 50;
 
 /// Whether `mcp_tool_count` MCP tools are enough to offer the catalogue instead of their schemas.
 pub fn use_catalogue(mcp_tool_count: usize) -> bool {
@@ -71,12 +71,12 @@ pub struct McpTool {
     pub approval: Approval,
     /// The server marks the tool read-only (annotation `readOnlyHint`): the engine journals its
     /// calls with effect `read` (re-run after an interruption) instead of `write`.
-    pub read_only: bool,
+    pub(crate) read_only: bool,
 }
 
 impl McpTool {
     /// The tool as a model tool definition.
-    pub fn spec(&self) -> ToolSpec {
+    pub(crate) fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: self.name.clone(),
             description: self.description.clone(),
@@ -140,15 +140,15 @@ pub enum ConnectionState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConnectionStatus {
     /// Connection name.
-    pub name: String,
+    pub(crate) name: String,
     /// `stdio` or `http`.
-    pub transport: String,
+    pub(crate) transport: String,
     /// Where it stands.
     pub state: ConnectionState,
     /// Tools offered (after filters) when last listed.
     pub tools: Option<usize>,
     /// Process (group) id of a running stdio server.
-    pub pid: Option<u32>,
+    pub(crate) pid: Option<u32>,
     /// Restarts within the restart window.
     pub restarts: usize,
     /// The last start failure or exit, as a sentence.
@@ -259,16 +259,6 @@ impl McpManager {
         lists.into_iter().flatten().collect()
     }
 
-    /// The tool named `name` (`NAME__tool`), if a connection offers it (lists tools as needed).
-    pub async fn tool(&self, name: &str) -> Option<McpTool> {
-        let supervisor = self.supervisor_for(name)?;
-        supervisor
-            .tools()
-            .await
-            .into_iter()
-            .find(|t| t.name == name)
-    }
-
     /// Calls the MCP tool `name` (`NAME__tool`) with `input` (a JSON object). Never panics: every
     /// failure (unknown tool, start failure, open circuit, timeout, server error, `isError`) is a
     /// result with `ok: false` and a sentence saying why.
@@ -327,7 +317,7 @@ impl McpManager {
     }
 
     /// The catalogue entries of every connection's tools (see [`McpManager::tools`]).
-    pub async fn entries(&self) -> Vec<CatalogueEntry> {
+    pub(crate) async fn entries(&self) -> Vec<CatalogueEntry> {
         self.tools()
             .await
             .iter()
@@ -364,23 +354,23 @@ impl McpManager {
 
 /// A tool `search_tools` can find: a deferred tool of the agent or a catalogued MCP tool.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CatalogueEntry {
+pub(crate) struct CatalogueEntry {
     /// The name `call_tool` takes.
-    pub name: String,
+    pub(crate) name: String,
     /// Another name an exact query matches (an MCP tool's name on its server); empty when none.
-    pub alias: String,
+    pub(crate) alias: String,
     /// What the tool does.
-    pub description: String,
+    pub(crate) description: String,
     /// JSON Schema of the tool's input.
-    pub input_schema: Value,
+    pub(crate) input_schema: Value,
     /// A deferred skill, which the model loads with `load_skill` rather than calls.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub skill: bool,
+    pub(crate) skill: bool,
 }
 
 impl CatalogueEntry {
     /// A deferred skill: found by its name and description, loaded with `load_skill`.
-    pub fn skill(name: &str, description: &str) -> Self {
+    pub(crate) fn skill(name: &str, description: &str) -> Self {
         Self {
             name: name.to_owned(),
             alias: String::new(),
@@ -405,7 +395,7 @@ impl From<&McpTool> for CatalogueEntry {
 
 /// Runs `search_tools` over `entries`: `{query, limit?}` in, `{tools: [{name, description,
 /// input_schema}]}` out, best first (see [`McpManager::search`] for the ranking).
-pub fn search_catalogue(entries: Vec<CatalogueEntry>, input: &Value) -> ToolResult {
+pub(crate) fn search_catalogue(entries: Vec<CatalogueEntry>, input: &Value) -> ToolResult {
     let start = std::time::Instant::now();
     let Some(query) = input.get("query").and_then(Value::as_str) else {
         return ToolResult::failure(
@@ -443,16 +433,16 @@ pub fn search_catalogue(entries: Vec<CatalogueEntry>, input: &Value) -> ToolResu
 
 /// What `search_tools` searches, which the catalogue tools' descriptions say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Catalogued {
+pub(crate) struct Catalogued {
     /// The agent's deferred tools.
-    pub deferred: bool,
+    pub(crate) deferred: bool,
     /// The tools of its MCP connections.
-    pub mcp: bool,
+    pub(crate) mcp: bool,
     /// The agent's tools are many, and all of them are in the catalogue (`lean_context`): the
     /// system prompt does not list them.
-    pub all_tools: bool,
+    pub(crate) all_tools: bool,
     /// The agent's deferred skills (not listed in the system prompt, loaded with `load_skill`).
-    pub skills: bool,
+    pub(crate) skills: bool,
 }
 
 /// The two catalogue tools offered instead of every MCP schema when there are many.
@@ -466,7 +456,7 @@ pub fn catalogue_tools() -> Vec<ToolSpec> {
 }
 
 /// The two catalogue tools, described for what they reach: deferred tools, MCP tools or both.
-pub fn catalogue_tools_for(what: Catalogued) -> Vec<ToolSpec> {
+pub(crate) fn catalogue_tools_for(what: Catalogued) -> Vec<ToolSpec> {
     let (searched, name_hint) = match (what.deferred, what.mcp) {
         _ if what.all_tools => (
             if what.mcp {

@@ -43,13 +43,13 @@ const HTTP_RETRY_DELAY: Duration = Duration::from_millis(250);
 /// A started MCP client and what is needed to stop it for good.
 pub(crate) struct Started {
     /// The rmcp client.
-    pub service: RunningService<RoleClient, ClientConfig>,
+    pub(crate) service: RunningService<RoleClient, ClientConfig>,
     /// Process group of a stdio server (its leader's pid).
-    pub pgid: Option<u32>,
+    pub(crate) pgid: Option<u32>,
     /// The server's stderr tail (stdio only).
-    pub stderr: Option<Arc<StderrTail>>,
+    pub(crate) stderr: Option<Arc<StderrTail>>,
     /// Keeps an isolated server's egress proxy running as long as the server.
-    pub guard: crate::exec::Guard,
+    pub(crate) guard: crate::exec::Guard,
 }
 
 /// The last lines a stdio server wrote to stderr.

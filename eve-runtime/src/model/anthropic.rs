@@ -33,9 +33,9 @@ use super::{
 };
 
 /// The API version header value this client speaks.
-pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// Output cap sent when the request sets none (`max_tokens` is mandatory for this API).
-pub const DEFAULT_MAX_TOKENS: u32 = 8192;
+pub(crate) const DEFAULT_MAX_TOKENS: u32 = 8192;
 
 /// A client for the Anthropic Messages API.
 #[derive(Debug, Clone)]
@@ -55,7 +55,7 @@ impl AnthropicClient {
     }
 
     /// The endpoint: `{base}/v1/messages`, or `{base}/messages` when the base already ends in `/v1`.
-    pub fn messages_url(&self) -> String {
+    pub(crate) fn messages_url(&self) -> String {
         let base_url = &self.endpoint.base_url;
         if base_url.ends_with("/v1") {
             format!("{base_url}/messages")
@@ -552,7 +552,7 @@ impl Messages {
 }
 
 /// Maps an Anthropic `stop_reason`.
-pub fn map_stop_reason(reason: &str) -> FinishReason {
+pub(crate) fn map_stop_reason(reason: &str) -> FinishReason {
     match reason {
         "end_turn" | "stop_sequence" => FinishReason::Stop,
         "tool_use" => FinishReason::ToolCalls,

@@ -37,7 +37,7 @@ pub enum NativeKind {
 
 impl Attachment {
     /// Whether OpenAI's and Anthropic's APIs take this file as a native part, and as which.
-    pub fn native_kind(&self) -> Option<NativeKind> {
+    pub(crate) fn native_kind(&self) -> Option<NativeKind> {
         match self.media_type.to_ascii_lowercase().as_str() {
             "image/png" | "image/jpeg" | "image/jpg" | "image/gif" | "image/webp" => {
                 Some(NativeKind::Image)
@@ -48,14 +48,14 @@ impl Attachment {
     }
 
     /// `data:<media type>;base64,<data>`, when the bytes are loaded.
-    pub fn data_url(&self) -> Option<String> {
+    pub(crate) fn data_url(&self) -> Option<String> {
         self.data
             .as_ref()
             .map(|d| format!("data:{};base64,{d}", self.media_type))
     }
 
     /// The name to show: the filename, else the staged file's name.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         self.filename
             .as_deref()
             .unwrap_or_else(|| self.path.rsplit('/').next().unwrap_or(&self.path))

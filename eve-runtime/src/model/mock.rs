@@ -55,54 +55,54 @@ use super::{
 pub struct Step {
     /// Visible text.
     #[serde(default)]
-    pub text: Option<String>,
+    pub(crate) text: Option<String>,
     /// Reasoning text.
     #[serde(default)]
-    pub reasoning: Option<String>,
+    pub(crate) reasoning: Option<String>,
     /// Tool calls.
     #[serde(default)]
-    pub tool_calls: Vec<StepCall>,
+    pub(crate) tool_calls: Vec<StepCall>,
     /// Delay before each streamed event, in milliseconds.
     #[serde(default)]
-    pub delay_ms: Option<u64>,
+    pub(crate) delay_ms: Option<u64>,
     /// Reported usage (fields left out are estimated).
     #[serde(default)]
-    pub usage: Option<StepUsage>,
+    pub(crate) usage: Option<StepUsage>,
     /// Finish reason override (`stop`, `tool_calls`, `length`, `content_filter`, `other`).
     #[serde(default)]
-    pub finish: Option<String>,
+    pub(crate) finish: Option<String>,
     /// Fail the call with this message instead of answering.
     #[serde(default)]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// A scripted tool call.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct StepCall {
+pub(crate) struct StepCall {
     /// Tool name.
-    pub name: String,
+    pub(crate) name: String,
     /// Input (default `{}`); a string stands for raw, possibly invalid, argument text.
     #[serde(default = "empty_object")]
-    pub input: Value,
+    pub(crate) input: Value,
     /// Call id (default `mock_call_<step>_<position>`).
     #[serde(default)]
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
 }
 
 /// Scripted usage; missing fields are estimated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct StepUsage {
+pub(crate) struct StepUsage {
     /// Prompt tokens.
     #[serde(default, alias = "inputTokens")]
-    pub input_tokens: Option<u64>,
+    pub(crate) input_tokens: Option<u64>,
     /// Completion tokens.
     #[serde(default, alias = "outputTokens")]
-    pub output_tokens: Option<u64>,
+    pub(crate) output_tokens: Option<u64>,
     /// Cached prompt tokens.
     #[serde(default, alias = "cacheReadTokens")]
-    pub cache_read_tokens: Option<u64>,
+    pub(crate) cache_read_tokens: Option<u64>,
 }
 
 fn empty_object() -> Value {
@@ -231,7 +231,7 @@ impl MockClient {
     }
 
     /// The step the mock plays for `request`, as a pure function of its history.
-    pub fn step_for(&self, request: &ModelRequest) -> Step {
+    pub(crate) fn step_for(&self, request: &ModelRequest) -> Step {
         let mut step = self.pick_step(request);
         fill_task_ids(&mut step, &request.messages);
         step
@@ -258,7 +258,7 @@ impl MockClient {
 /// The placeholder a script writes where a subagent continuation token belongs:
 /// `{{last_task_id}}` (the latest tool result carrying a `task_id`, or a task's receipt) or `{{task_id:NAME}}` (the
 /// latest result of the tool `NAME` carrying one).
-pub const LAST_TASK_ID: &str = "{{last_task_id}}";
+pub(crate) const LAST_TASK_ID: &str = "{{last_task_id}}";
 
 /// Replaces task-id placeholders in the step's tool inputs with `task_id`s found in the history's
 /// tool results, so a script can continue a subagent whose token it cannot know in advance.

@@ -18,7 +18,7 @@ pub mod openai;
 pub mod prices;
 mod side;
 pub mod sse;
-pub use side::{SideError, side_call};
+pub(crate) use side::{SideError, side_call};
 mod stream;
 #[cfg(test)]
 mod testing;
@@ -199,7 +199,7 @@ pub enum ToolChoice {
 
 impl ToolChoice {
     /// Whether this is the default, which is not sent on the wire.
-    pub fn is_auto(&self) -> bool {
+    pub(crate) fn is_auto(&self) -> bool {
         *self == ToolChoice::Auto
     }
 
@@ -232,13 +232,13 @@ impl ToolChoice {
 
 /// Providers cache a prompt prefix only from about this many tokens on (Anthropic: 1024 for
 /// most models; OpenAI: 1024).
-pub const CACHEABLE_PREFIX_TOKENS: usize = 1024;
+pub(crate) const CACHEABLE_PREFIX_TOKENS: usize = 1024;
 
 /// A key naming the request's stable prefix (system prompt and tools), when that prefix is long
 /// enough to be worth caching: Anthropic's `cache_control` breakpoint goes on it and OpenAI gets
 /// it as `prompt_cache_key`, so calls sharing the prefix land on the same cache. `None` for a
 /// short prefix (characters / 4 under [`CACHEABLE_PREFIX_TOKENS`]), which no provider caches.
-pub fn prefix_cache_key(request: &ModelRequest) -> Option<String> {
+pub(crate) fn prefix_cache_key(request: &ModelRequest) -> Option<String> {
     use sha2::Digest;
     let mut hasher = sha2::Sha256::new();
     hasher.update(request.system.as_bytes());
@@ -478,7 +478,7 @@ pub enum Protocol {
 
 impl Provider {
     /// Every provider, in the order error messages list them.
-    pub const ALL: [Provider; 8] = [
+    pub(crate) const ALL: [Provider; 8] = [
         Provider::OpenAi,
         Provider::OpenAiCompatible,
         Provider::Anthropic,
@@ -507,7 +507,7 @@ impl Provider {
     }
 
     /// The canonical name.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Provider::OpenAi => "openai",
             Provider::OpenAiCompatible => "openai-compatible",
@@ -530,7 +530,7 @@ impl Provider {
     }
 
     /// The base URL used when none is configured.
-    pub fn default_base_url(self) -> Option<&'static str> {
+    pub(crate) fn default_base_url(self) -> Option<&'static str> {
         match self {
             Provider::OpenAi => Some("https://api.openai.com/v1"),
             Provider::Anthropic => Some("https://api.anthropic.com"),
@@ -543,7 +543,7 @@ impl Provider {
     }
 
     /// The provider's usual API-key variable, if it has one.
-    pub fn api_key_env(self) -> Option<&'static str> {
+    pub(crate) fn api_key_env(self) -> Option<&'static str> {
         match self {
             Provider::OpenAi => Some(env::OPENAI_API_KEY),
             Provider::Anthropic => Some(env::ANTHROPIC_API_KEY),
@@ -553,7 +553,7 @@ impl Provider {
     }
 
     /// The provider SDK's own base-URL variable, if it has one (`EVE_BASE_URL` wins over it).
-    pub fn base_url_env(self) -> Option<&'static str> {
+    pub(crate) fn base_url_env(self) -> Option<&'static str> {
         match self {
             Provider::OpenAi => Some(env::OPENAI_BASE_URL),
             Provider::Anthropic => Some(env::ANTHROPIC_BASE_URL),
@@ -562,7 +562,7 @@ impl Provider {
     }
 
     /// Whether its hosted API refuses calls without a key (local servers do not need one).
-    pub fn requires_api_key(self) -> bool {
+    pub(crate) fn requires_api_key(self) -> bool {
         matches!(
             self,
             Provider::OpenAi | Provider::Anthropic | Provider::DeepSeek
@@ -647,14 +647,14 @@ impl Default for ModelSettings {
 }
 
 /// Default total deadline of one model call (`limits.model_call_seconds`).
-pub const DEFAULT_MODEL_CALL: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_MODEL_CALL: Duration = Duration::from_secs(300);
 /// Default longest silence between content-bearing chunks (`limits.model_idle_seconds`).
-pub const DEFAULT_MODEL_IDLE: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_MODEL_IDLE: Duration = Duration::from_secs(60);
 /// Default largest model response body (`limits.model_response_bytes`): 8 MiB.
-pub const DEFAULT_MODEL_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const DEFAULT_MODEL_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
 
 /// The model used when neither `EVE_MODEL` nor `agent.yaml` names one.
-pub const DEFAULT_MODEL: &str = "mock/echo";
+pub(crate) const DEFAULT_MODEL: &str = "mock/echo";
 
 impl ModelSettings {
     /// Settings for `provider/model` with default timeouts and retries, no key, no base URL.

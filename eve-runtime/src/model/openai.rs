@@ -61,11 +61,6 @@ impl OpenAiClient {
         })
     }
 
-    /// The base URL requests go to (without the `/chat/completions` suffix).
-    pub fn base_url(&self) -> &str {
-        &self.endpoint.base_url
-    }
-
     fn auth_headers(&self) -> Vec<(&'static str, String)> {
         self.endpoint
             .settings
@@ -82,7 +77,7 @@ impl OpenAiClient {
 /// OpenAI itself gets `max_completion_tokens` (its reasoning models refuse `max_tokens`); other
 /// servers get the widely supported `max_tokens`. Reasoning goes back (as `reasoning_content`)
 /// only to DeepSeek, which requires it after tool calls.
-pub fn request_body(provider: Provider, request: &ModelRequest) -> Value {
+pub(crate) fn request_body(provider: Provider, request: &ModelRequest) -> Value {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if !request.system.is_empty() {
         messages.push(json!({"role": "system", "content": request.system}));
@@ -350,7 +345,7 @@ fn refuses_tool_choice(status: u16, message: &str) -> bool {
 
 /// Finds `model` in a `/models` listing and reads its context window: `max_model_len` (vLLM),
 /// `context_length` or `context_window` (others), on the entry or its `top_provider`.
-pub fn context_window_from_models(list: &Value, model: &str) -> Option<u64> {
+pub(crate) fn context_window_from_models(list: &Value, model: &str) -> Option<u64> {
     let entries = list
         .get("data")
         .or_else(|| list.get("models"))
@@ -507,7 +502,7 @@ fn on_tool_delta(call: &Value, answer: &mut Assembly, out: &mut Vec<ModelEvent>)
 }
 
 /// Maps a Chat Completions `finish_reason`.
-pub fn map_finish_reason(reason: &str) -> FinishReason {
+pub(crate) fn map_finish_reason(reason: &str) -> FinishReason {
     match reason {
         "stop" | "end_turn" | "eos" => FinishReason::Stop,
         "tool_calls" | "function_call" | "tool_use" => FinishReason::ToolCalls,

@@ -11,7 +11,7 @@ use super::{
 
 impl ModelRequest {
     /// A request without tools for a side call: `system`, then `messages`.
-    pub fn side(model: &str, system: String, messages: Vec<Message>) -> Self {
+    pub(crate) fn side(model: &str, system: String, messages: Vec<Message>) -> Self {
         Self {
             model: model.to_owned(),
             system,
@@ -28,7 +28,7 @@ impl ModelRequest {
 
 /// Why a side call gave no response.
 #[derive(Debug, thiserror::Error)]
-pub enum SideError {
+pub(crate) enum SideError {
     /// The provider failed.
     #[error("{0}")]
     Model(ModelError),
@@ -41,7 +41,7 @@ pub enum SideError {
 }
 
 /// Makes a side call; gives up when `cancel` fires or `deadline` passes.
-pub async fn side_call(
+pub(crate) async fn side_call(
     client: &dyn ModelClient,
     request: &ModelRequest,
     cancel: Option<&CancellationToken>,

@@ -49,7 +49,7 @@ impl SseParser {
     }
 
     /// How many events were dispatched so far.
-    pub fn dispatched(&self) -> usize {
+    pub(crate) fn dispatched(&self) -> usize {
         self.dispatched
     }
 

@@ -237,11 +237,6 @@ impl<W: Wire> SseDecoder<W> {
         result
     }
 
-    /// Whether the protocol's end was received.
-    pub fn is_done(&self) -> bool {
-        self.answer.done
-    }
-
     /// Ends the stream and assembles the response.
     pub fn finish(&mut self, out: &mut Vec<ModelEvent>) -> Result<ModelResponse, ModelError> {
         let mut pending = std::mem::take(&mut self.pending);

@@ -75,15 +75,15 @@ struct Call<'a> {
 /// One provider's server: the HTTP client, the settings, and the base URL requests go to.
 #[derive(Debug, Clone)]
 pub(crate) struct Endpoint {
-    pub http: reqwest::Client,
-    pub settings: ModelSettings,
+    pub(crate) http: reqwest::Client,
+    pub(crate) settings: ModelSettings,
     /// Without a trailing `/`.
-    pub base_url: String,
+    pub(crate) base_url: String,
 }
 
 impl Endpoint {
     /// The endpoint of `settings` at `base_url`.
-    pub fn new(settings: &ModelSettings, base_url: &str) -> Result<Self, ModelError> {
+    pub(crate) fn new(settings: &ModelSettings, base_url: &str) -> Result<Self, ModelError> {
         Ok(Self {
             http: http_client(settings)?,
             settings: settings.clone(),
@@ -93,7 +93,7 @@ impl Endpoint {
 
     /// POSTs `body` to `url` and streams the answer through a fresh decoder on each attempt
     /// ([`stream_with_retries`]).
-    pub async fn stream<D: Decoder>(
+    pub(crate) async fn stream<D: Decoder>(
         &self,
         url: String,
         headers: Vec<(&'static str, String)>,

@@ -25,7 +25,7 @@ pub struct Usage {
 impl Usage {
     /// An estimate of a call's usage from the bytes of its request and the characters of its
     /// answer, for servers that report none (llama.cpp, some proxies).
-    pub fn estimate(request_bytes: usize, response: &ModelResponse) -> Self {
+    pub(crate) fn estimate(request_bytes: usize, response: &ModelResponse) -> Self {
         let answer = response.content.len()
             + response.reasoning.as_ref().map_or(0, |r| r.text.len())
             + response
@@ -43,7 +43,7 @@ impl Usage {
     }
 
     /// Whether the server reported nothing at all.
-    pub fn is_missing(&self) -> bool {
+    pub(crate) fn is_missing(&self) -> bool {
         self.input_tokens == 0 && self.output_tokens == 0 && self.cache_read_tokens == 0
     }
 }

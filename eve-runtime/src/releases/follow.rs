@@ -134,9 +134,4 @@ impl ReleaseFollower {
             }
         }
     }
-
-    /// The index of the next event this follower returns.
-    pub fn position(&self) -> u64 {
-        self.next
-    }
 }

@@ -53,29 +53,29 @@ pub type Release = ReleaseRecord;
 /// Who does something: the principal id the runtime records (`local:<user>` for the CLI, an
 /// API principal such as `token:EVE_API_TOKEN` or `jwt:<sub>`, `runtime` for the runtime's own
 /// decisions such as an automatic rollback).
-pub type Principal = str;
+pub(crate) type Principal = str;
 
 /// The principal of the runtime's own decisions (automatic rollback, an upgrade's first release).
-pub const RUNTIME_PRINCIPAL: &str = "runtime";
+pub(crate) const RUNTIME_PRINCIPAL: &str = "runtime";
 
 /// `release.built`: a build was recorded as a release (any status).
-pub const RELEASE_BUILT: &str = "release.built";
+pub(crate) const RELEASE_BUILT: &str = "release.built";
 /// `release.activated`: a release became the active one.
-pub const RELEASE_ACTIVATED: &str = "release.activated";
+pub(crate) const RELEASE_ACTIVATED: &str = "release.activated";
 /// `release.rejected`: a release was refused (a failed gate).
-pub const RELEASE_REJECTED: &str = "release.rejected";
+pub(crate) const RELEASE_REJECTED: &str = "release.rejected";
 /// `release.rolled_back`: the active release was replaced by an earlier one.
-pub const RELEASE_ROLLED_BACK: &str = "release.rolled_back";
+pub(crate) const RELEASE_ROLLED_BACK: &str = "release.rolled_back";
 /// `release.rollback_held`: failures reached the `rollback:` threshold, but the runtime did not
 /// move: the active release was itself restored by an automatic rollback, or every earlier
 /// release was rolled back. An alert for a principal, never a silent ping-pong.
-pub const RELEASE_ROLLBACK_HELD: &str = "release.rollback_held";
+pub(crate) const RELEASE_ROLLBACK_HELD: &str = "release.rollback_held";
 /// `change.proposed`: the agent proposed a change to its own folder.
 pub const CHANGE_PROPOSED: &str = "change.proposed";
 /// `change.approved`: a principal approved a proposed change.
-pub const CHANGE_APPROVED: &str = "change.approved";
+pub(crate) const CHANGE_APPROVED: &str = "change.approved";
 /// `change.denied`: a principal denied a proposed change.
-pub const CHANGE_DENIED: &str = "change.denied";
+pub(crate) const CHANGE_DENIED: &str = "change.denied";
 
 /// Runs the gated evals (`gate: [tags]`) on a candidate build. The eval runner lives in the CLI,
 /// which installs one on the runtimes it builds ([`Runtime::set_gate_runner`]).
@@ -131,17 +131,17 @@ pub enum Verdict {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
     /// The build.
-    pub build_hash: String,
+    pub(crate) build_hash: String,
     /// The active release it is compared with (`None`: the first build).
     pub base: Option<Release>,
     /// The capability delta against the active release.
     pub delta: Delta,
     /// Diagnostics counts, and the gate's results when the policy has a gate.
-    pub checks: Checks,
+    pub(crate) checks: Checks,
     /// The activation policy that applies (the active release's).
-    pub activation: Activation,
+    pub(crate) activation: Activation,
     /// The gate tags that apply (the active release's).
-    pub gate: Vec<String>,
+    pub(crate) gate: Vec<String>,
     /// What [`Runtime::release_build`] would do with it.
     pub verdict: Verdict,
 }

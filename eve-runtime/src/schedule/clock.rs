@@ -45,7 +45,7 @@ pub struct ScaledClock {
 
 impl ScaledClock {
     /// A clock `speed` times faster than real time from `anchor_ms` (epoch milliseconds) on.
-    pub fn new(anchor_ms: i64, speed: f64) -> Result<Self, ScheduleError> {
+    pub(crate) fn new(anchor_ms: i64, speed: f64) -> Result<Self, ScheduleError> {
         if !(speed.is_finite() && speed > 0.0) {
             return Err(ScheduleError::Clock(format!(
                 "the speed must be a positive number, found {speed}"
@@ -104,13 +104,6 @@ impl ManualClock {
     pub fn set(&self, at: DateTime<Utc>) {
         if let Ok(mut now) = self.now.lock() {
             *now = at;
-        }
-    }
-
-    /// Moves the time forward.
-    pub fn advance(&self, by: Duration) {
-        if let Ok(mut now) = self.now.lock() {
-            *now += chrono::TimeDelta::from_std(by).unwrap_or(chrono::TimeDelta::zero());
         }
     }
 }

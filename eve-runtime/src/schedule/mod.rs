@@ -38,11 +38,11 @@ use crate::store::{
 };
 
 /// How late a fire may be claimed and still count as on time (a restart, a slow start).
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_GRACE: Duration = Duration::from_secs(60);
 /// Longest sleep between two looks at the schedules (a rebuild may have changed them).
-pub const DEFAULT_MAX_SLEEP: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_MAX_SLEEP: Duration = Duration::from_secs(1);
 /// Most fires waiting under `overlap: queue`; later ones are skipped.
-pub const DEFAULT_QUEUE_LIMIT: usize = 100;
+pub(crate) const DEFAULT_QUEUE_LIMIT: usize = 100;
 /// Stored next fire time of a schedule that never fires again.
 const NEVER: i64 = i64::MAX;
 /// Most occurrences counted when looking for the latest missed fire.
@@ -68,7 +68,7 @@ pub enum ScheduleError {
 }
 
 /// Result alias of schedules.
-pub type ScheduleResult<T> = Result<T, ScheduleError>;
+pub(crate) type ScheduleResult<T> = Result<T, ScheduleError>;
 
 /// How a [`Scheduler`] behaves.
 #[derive(Debug, Clone)]
@@ -97,7 +97,7 @@ pub struct TickReport {
     /// Fires written (started, skipped, missed, queued), in order.
     pub fires: Vec<ScheduleFire>,
     /// When to look again (real time).
-    pub wait: Duration,
+    pub(crate) wait: Duration,
 }
 
 struct Inner {
@@ -127,7 +127,7 @@ fn to_time(ms: i64) -> Option<DateTime<Utc>> {
 }
 
 /// What the stored next fire time of `schedule` was computed from.
-pub fn spec_of(schedule: &Schedule) -> String {
+pub(crate) fn spec_of(schedule: &Schedule) -> String {
     format!("{} {}", schedule.cron.trim(), schedule.timezone.trim())
 }
 
@@ -175,7 +175,7 @@ impl Scheduler {
     }
 
     /// The clock.
-    pub fn clock(&self) -> &Arc<dyn Clock> {
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
         &self.inner.clock
     }
 
@@ -465,7 +465,7 @@ impl Scheduler {
 
     /// Fires `name` once now, whatever its cadence and overlap policy (the dev route). Returns
     /// the fire with its session.
-    pub async fn fire_now(&self, name: &str) -> ScheduleResult<ScheduleFire> {
+    pub(crate) async fn fire_now(&self, name: &str) -> ScheduleResult<ScheduleFire> {
         let build = self.inner.runtime.builds().current()?;
         let schedule = build
             .manifest

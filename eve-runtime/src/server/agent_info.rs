@@ -26,7 +26,7 @@ const ROOT_NODE: &str = "agent";
 
 /// The agent-info document of `build`, served from a project at `app_root` (the folder holding
 /// `agent/`); `dev` for `eve dev` (mode `development`, dev routes on).
-pub fn document(build: &LoadedBuild, app_root: &Path, dev: bool) -> Value {
+pub(crate) fn document(build: &LoadedBuild, app_root: &Path, dev: bool) -> Value {
     let agent = &build.manifest.agent;
     let mut model = Map::new();
     if let Some(id) = agent.config.model.as_deref() {

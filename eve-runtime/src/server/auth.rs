@@ -34,7 +34,7 @@ pub enum Identity {
 impl Identity {
     /// The principal id recorded with what this identity does (answers to approvals):
     /// `anonymous`, `token:EVE_API_TOKEN` (or `token:2`), `basic:<user>`, `jwt:<sub>` or `jwt`.
-    pub fn principal_id(&self) -> String {
+    pub(crate) fn principal_id(&self) -> String {
         match self {
             Self::Anonymous => "anonymous".to_owned(),
             Self::Token(name) => name.clone(),
@@ -110,7 +110,7 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
 
 /// Replaces every `${VAR}` in `text` through `env`; an unset or empty variable is an error naming
 /// `file` and `field`.
-pub fn resolve_refs(
+pub(crate) fn resolve_refs(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
     file: &str,
@@ -150,7 +150,7 @@ pub fn resolve_refs(
 
 impl Authenticator {
     /// Resolves the `auth` of a channel defined in `file`.
-    pub fn resolve(
+    pub(crate) fn resolve(
         auth: &Auth,
         env: &dyn Fn(&str) -> Option<String>,
         file: &str,
@@ -200,7 +200,7 @@ impl Authenticator {
     }
 
     /// Whether requests must carry credentials.
-    pub fn is_required(&self) -> bool {
+    pub(crate) fn is_required(&self) -> bool {
         !matches!(self, Self::None)
     }
 
@@ -211,15 +211,9 @@ impl Authenticator {
         }
     }
 
-    /// Verifies the `Authorization` header of a request, at `now` (seconds since the epoch).
-    pub fn verify(&self, authorization: Option<&str>, now: i64) -> Result<Identity, ApiError> {
-        self.verify_claims(authorization, now)
-            .map(|(identity, _)| identity)
-    }
-
     /// [`Authenticator::verify`], with the claims of a verified JWT (what decides whether its
     /// holder is an operator).
-    pub fn verify_claims(
+    pub(crate) fn verify_claims(
         &self,
         authorization: Option<&str>,
         now: i64,

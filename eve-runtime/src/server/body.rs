@@ -19,18 +19,18 @@ use crate::features::turn_input::TurnInput;
 /// `approve` or `cancel`; a question's is one of its options, or `text` answers in words). The
 /// request it answers checks it (`Runtime::respond_input_by`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InputResponse {
+pub(crate) struct InputResponse {
     /// The request answered.
-    pub request_id: String,
+    pub(crate) request_id: String,
     /// The option chosen.
-    pub option_id: Option<String>,
+    pub(crate) option_id: Option<String>,
     /// Free text passed on with the answer, or the answer itself.
-    pub text: Option<String>,
+    pub(crate) text: Option<String>,
 }
 
 impl InputResponse {
     /// The answer, as the runtime takes it.
-    pub fn answer(&self) -> crate::engine::InputAnswer {
+    pub(crate) fn answer(&self) -> crate::engine::InputAnswer {
         crate::engine::InputAnswer {
             option_id: self.option_id.clone(),
             text: self.text.clone(),
@@ -40,7 +40,7 @@ impl InputResponse {
 
 /// What `POST /eve/v1/session/:id` asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SessionInput {
+pub(crate) enum SessionInput {
     /// A user message, with its files.
     Message(super::uploads::UserInput),
     /// Answers to pending input requests.
@@ -48,7 +48,7 @@ pub enum SessionInput {
 }
 
 /// The body bytes, or the right error for a body that could not be read (413 over the limit).
-pub fn bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
+pub(crate) fn bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
     // The server's own cap is the largest any route takes (a message with files); a route
     // that takes less says so here.
     if let Ok(b) = &body
@@ -74,7 +74,7 @@ pub fn bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes,
 /// A query string read into `T`. A query that does not fit (an unknown parameter, a number that
 /// is not one) is a 400 `invalid_query` in the API's JSON error shape, never axum's plain-text
 /// rejection.
-pub struct ApiQuery<T>(pub T);
+pub(crate) struct ApiQuery<T>(pub(crate) T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
@@ -97,7 +97,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
 }
 
 /// Parses a JSON object body; an empty body is `None`.
-pub fn object(bytes: &[u8]) -> Result<Option<Map<String, Value>>, ApiError> {
+pub(crate) fn object(bytes: &[u8]) -> Result<Option<Map<String, Value>>, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
@@ -136,7 +136,7 @@ fn field<'a>(map: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
 }
 
 /// `message`: a string, or a list of parts whose `text` parts are joined.
-pub fn message(value: &Value) -> Result<String, ApiError> {
+pub(crate) fn message(value: &Value) -> Result<String, ApiError> {
     match value {
         Value::String(s) => Ok(s.clone()),
         Value::Array(parts) => {
@@ -163,7 +163,7 @@ pub fn message(value: &Value) -> Result<String, ApiError> {
 }
 
 /// The optional first message of `POST /eve/v1/session`.
-pub fn create(bytes: &[u8]) -> Result<Option<super::uploads::UserInput>, ApiError> {
+pub(crate) fn create(bytes: &[u8]) -> Result<Option<super::uploads::UserInput>, ApiError> {
     let Some(map) = object(bytes)? else {
         return Ok(None);
     };
@@ -182,16 +182,16 @@ pub fn create(bytes: &[u8]) -> Result<Option<super::uploads::UserInput>, ApiErro
 /// `outputSchema`, `clientContext` and `turnPolicy` for the turn (see
 /// `features::turn_input`), and `stubs` (a new session's tool stubs, see `features::stubs`).
 #[derive(Debug, Default)]
-pub struct TurnOptions {
+pub(crate) struct TurnOptions {
     /// What the message asks of its turn.
-    pub input: Option<TurnInput>,
+    pub(crate) input: Option<TurnInput>,
     /// Tool stubs, checked.
-    pub stubs: Option<Value>,
+    pub(crate) stubs: Option<Value>,
 }
 
 /// Reads [`TurnOptions`] from a body (the message itself is read by [`create`] or
 /// [`session_input`]).
-pub fn turn_options(bytes: &[u8]) -> Result<TurnOptions, ApiError> {
+pub(crate) fn turn_options(bytes: &[u8]) -> Result<TurnOptions, ApiError> {
     let Some(map) = object(bytes)? else {
         return Ok(TurnOptions::default());
     };
@@ -208,7 +208,7 @@ pub fn turn_options(bytes: &[u8]) -> Result<TurnOptions, ApiError> {
 }
 
 /// The body of `POST /eve/v1/session/:id`: exactly one of `message` or `inputResponses`.
-pub fn session_input(bytes: &[u8]) -> Result<SessionInput, ApiError> {
+pub(crate) fn session_input(bytes: &[u8]) -> Result<SessionInput, ApiError> {
     let exactly_one = || {
         ApiError::bad_request(
             "invalid_body",
@@ -225,7 +225,7 @@ pub fn session_input(bytes: &[u8]) -> Result<SessionInput, ApiError> {
 }
 
 /// `inputResponses`: a non-empty list of answers, each request named once.
-pub fn input_responses(value: &Value) -> Result<Vec<InputResponse>, ApiError> {
+pub(crate) fn input_responses(value: &Value) -> Result<Vec<InputResponse>, ApiError> {
     let bad = |m: String| ApiError::bad_request("invalid_body", m);
     let Value::Array(items) = value else {
         return Err(bad(format!(
@@ -295,7 +295,7 @@ pub fn input_responses(value: &Value) -> Result<Vec<InputResponse>, ApiError> {
 }
 
 /// The optional `turnId` of a cancel body.
-pub fn cancel(bytes: &[u8]) -> Result<Option<String>, ApiError> {
+pub(crate) fn cancel(bytes: &[u8]) -> Result<Option<String>, ApiError> {
     let Some(map) = object(bytes)? else {
         return Ok(None);
     };
@@ -310,6 +310,6 @@ pub fn cancel(bytes: &[u8]) -> Result<Option<String>, ApiError> {
 }
 
 /// Checks that a control body (compact, clear, reset) is empty or a JSON object.
-pub fn control(bytes: &[u8]) -> Result<(), ApiError> {
+pub(crate) fn control(bytes: &[u8]) -> Result<(), ApiError> {
     object(bytes).map(|_| ())
 }

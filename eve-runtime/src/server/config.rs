@@ -124,7 +124,7 @@ impl ServerConfig {
 
     /// The largest body a message route reads: its files at the upload limit, base64, and the
     /// usual limit for the rest ([`Self::body_limit`] still caps everything but the files).
-    pub fn message_limit(&self) -> usize {
+    pub(crate) fn message_limit(&self) -> usize {
         self.uploads
             .body_limit(self.body_limit)
             .max(self.body_limit)
@@ -142,7 +142,7 @@ impl ServerConfig {
     }
 
     /// Whether a browser origin is in the CORS list.
-    pub fn origin_allowed(&self, origin: &str) -> bool {
+    pub(crate) fn origin_allowed(&self, origin: &str) -> bool {
         match &self.cors {
             Some(CorsOrigins::Any) => true,
             Some(CorsOrigins::List(list)) => list.iter().any(|o| o == origin),

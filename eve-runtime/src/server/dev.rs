@@ -16,7 +16,7 @@ use super::error::ApiError;
 use crate::schedule::ScheduleError;
 
 /// `POST /eve/v1/dev/schedules/:id`: `202 {ok, sessionId, status: "accepted", schedule}`.
-pub async fn fire_schedule(
+pub(crate) async fn fire_schedule(
     State(app): State<App>,
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {

@@ -23,9 +23,9 @@ pub struct DevBuild(Arc<Mutex<Option<FailedBuild>>>);
 #[derive(Debug, Clone, PartialEq)]
 pub struct FailedBuild {
     /// Every diagnostic of the failed build.
-    pub diagnostics: Vec<Diagnostic>,
+    pub(crate) diagnostics: Vec<Diagnostic>,
     /// When it was built, in milliseconds since the epoch.
-    pub at_ms: i64,
+    pub(crate) at_ms: i64,
 }
 
 impl DevBuild {
@@ -43,7 +43,7 @@ impl DevBuild {
     }
 
     /// The failure of the last rebuild, if it failed.
-    pub fn failure(&self) -> Option<FailedBuild> {
+    pub(crate) fn failure(&self) -> Option<FailedBuild> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -101,7 +101,7 @@ pub enum ApiError {
 
 impl ApiError {
     /// A 400 with `code` and `message`.
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::BadRequest {
             code,
             message: message.into(),
@@ -109,7 +109,7 @@ impl ApiError {
     }
 
     /// The HTTP status.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             Self::SessionNotFound
             | Self::RouteNotFound(_)
@@ -132,7 +132,7 @@ impl ApiError {
     }
 
     /// The machine-readable code.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             Self::SessionNotFound => "session_not_found",
             Self::SessionNotActive(_) => "session_not_active",
@@ -158,7 +158,7 @@ impl ApiError {
 
     /// The JSON body: `{"code", "error", "ok": false}`; an answer that came second also gets
     /// the one that won: `requestId`, `outcome`, `responderPrincipalId`, `answeredAt`.
-    pub fn body(&self) -> serde_json::Value {
+    pub(crate) fn body(&self) -> serde_json::Value {
         let mut body = json!({"code": self.code(), "error": self.to_string(), "ok": false});
         if let Self::Upload { violations, .. } = self {
             body["violations"] = json!(violations);

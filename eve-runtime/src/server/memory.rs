@@ -29,7 +29,7 @@ use crate::store::rfc3339;
 /// Query of `GET /eve/v1/memory` and the addressing fields of the POST bodies.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Target {
+pub(crate) struct Target {
     scope: Option<String>,
     session: Option<String>,
 }
@@ -106,7 +106,7 @@ async fn may_reach(app: &App, caller: &Caller, session: Option<&str>) -> Result<
 }
 
 /// `GET /eve/v1/memory?scope=&session=`: `{ok, notes: [{scope, id, text, createdAt, updatedAt}]}`.
-pub async fn show(
+pub(crate) async fn show(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
     Extension(caller): Extension<Caller>,
@@ -140,7 +140,7 @@ pub async fn show(
 
 /// `POST /eve/v1/memory` `{action: add|replace|remove, scope?, session?, id?, text?}`:
 /// `{ok, result}`.
-pub async fn write(
+pub(crate) async fn write(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
     Extension(caller): Extension<Caller>,
@@ -164,7 +164,7 @@ pub async fn write(
 }
 
 /// `POST /eve/v1/memory/clear` `{scope?, session?}`: `{ok, removed}`.
-pub async fn clear(
+pub(crate) async fn clear(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
     Extension(caller): Extension<Caller>,

@@ -46,7 +46,7 @@ fn may_change(identity: &Identity) -> Result<String, ApiError> {
 }
 
 /// `GET /eve/v1/releases`: `{ok, active, releases: [...]}` (oldest first).
-pub async fn list(State(app): State<App>) -> Result<Response, ApiError> {
+pub(crate) async fn list(State(app): State<App>) -> Result<Response, ApiError> {
     let all = app.runtime.releases_list().await.map_err(error)?;
     let active = all
         .iter()
@@ -57,7 +57,7 @@ pub async fn list(State(app): State<App>) -> Result<Response, ApiError> {
 }
 
 /// `GET /eve/v1/releases/{id}`: `{ok, release}`.
-pub async fn show(
+pub(crate) async fn show(
     State(app): State<App>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
@@ -100,7 +100,7 @@ fn parse<T: Default + for<'de> Deserialize<'de>>(bytes: &[u8], what: &str) -> Re
 }
 
 /// `POST /eve/v1/releases/{id}/activate` `{force?}`: `{ok, release}`.
-pub async fn activate(
+pub(crate) async fn activate(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
     id: Result<Path<String>, PathRejection>,
@@ -119,7 +119,7 @@ pub async fn activate(
 }
 
 /// `POST /eve/v1/rollback` `{to?, reason?}`: `{ok, release}` (the release now active).
-pub async fn rollback(
+pub(crate) async fn rollback(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
     body: Result<Bytes, BytesRejection>,
@@ -141,7 +141,7 @@ pub async fn rollback(
 /// Query of the releases' stream.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StreamQuery {
+pub(crate) struct StreamQuery {
     /// First event index.
     #[serde(default)]
     start_index: Option<u64>,
@@ -151,7 +151,7 @@ pub struct StreamQuery {
 }
 
 /// `GET /eve/v1/releases/stream`: the releases' audit events, stored then live.
-pub async fn stream(
+pub(crate) async fn stream(
     State(app): State<App>,
     body::ApiQuery(query): body::ApiQuery<StreamQuery>,
     headers: HeaderMap,

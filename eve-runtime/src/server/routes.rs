@@ -57,7 +57,7 @@ fn done(session: &str, status: &str) -> Response {
 
 /// The `:id` of a session route; an id that cannot name a session (not UTF-8 after decoding, empty,
 /// too long) is a 404 like any unknown id.
-pub struct SessionId(pub String);
+pub(crate) struct SessionId(pub(crate) String);
 
 impl<S: Send + Sync> FromRequestParts<S> for SessionId {
     type Rejection = ApiError;
@@ -77,7 +77,7 @@ impl<S: Send + Sync> FromRequestParts<S> for SessionId {
 /// address (the socket's, never a header's word: a forwarder on another address, or a packet
 /// routed to loopback from elsewhere, is refused), and protection of that loopback server from
 /// browsers: a `Host` that is not a loopback name (DNS rebinding) or a foreign `Origin` is refused.
-pub async fn guard(State(app): State<App>, mut request: Request, next: Next) -> Response {
+pub(crate) async fn guard(State(app): State<App>, mut request: Request, next: Next) -> Response {
     let headers = request.headers();
     if !app.config.auth.is_required() {
         let peer = request
@@ -136,7 +136,7 @@ pub async fn guard(State(app): State<App>, mut request: Request, next: Next) -> 
 }
 
 /// `GET /eve/v1/health`.
-pub async fn health(State(app): State<App>) -> Result<Response, ApiError> {
+pub(crate) async fn health(State(app): State<App>) -> Result<Response, ApiError> {
     let hash = app.runtime.builds().current_hash()?;
     if let Some(reason) = app.runtime.store().write_fault().await {
         let body = json!({"ok": false, "status": "degraded", "reason": reason, "workflowId": hash});
@@ -155,7 +155,7 @@ pub async fn metrics(State(app): State<App>) -> Response {
 }
 
 /// `GET /eve/v1/info`: eve's agent-info document (see `agent_info`).
-pub async fn info(State(app): State<App>) -> Result<Response, ApiError> {
+pub(crate) async fn info(State(app): State<App>) -> Result<Response, ApiError> {
     let build = app.runtime.builds().current()?;
     let state = app.runtime.state_dir();
     let root = state.parent().unwrap_or(state);
@@ -191,7 +191,7 @@ fn with_traceparent(mut options: body::TurnOptions, headers: &HeaderMap) -> body
 
 /// `POST /eve/v1/session`: a new session, with an optional first message. It belongs to the
 /// caller (see `engine::tenancy`).
-pub async fn create_session(
+pub(crate) async fn create_session(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
     Extension(caller): Extension<Caller>,
@@ -306,7 +306,7 @@ async fn answer(
 }
 
 /// `POST /eve/v1/session/:id`: a message or answers to input requests.
-pub async fn post_session(
+pub(crate) async fn post_session(
     State(app): State<App>,
     SessionId(id): SessionId,
     Extension(identity): Extension<Identity>,
@@ -382,7 +382,7 @@ pub async fn post_session(
 
 /// `POST /eve/v1/session/:id/cancel`: `202 accepted` when a turn is running or parked, else
 /// `200 no_active_turn`.
-pub async fn cancel(
+pub(crate) async fn cancel(
     State(app): State<App>,
     SessionId(id): SessionId,
     body: Result<Bytes, BytesRejection>,
@@ -420,7 +420,7 @@ pub async fn cancel(
 }
 
 /// `POST /eve/v1/session/:id/compact`.
-pub async fn compact(
+pub(crate) async fn compact(
     State(app): State<App>,
     SessionId(id): SessionId,
     body: Result<Bytes, BytesRejection>,
@@ -431,7 +431,7 @@ pub async fn compact(
 }
 
 /// `POST /eve/v1/session/:id/clear`.
-pub async fn clear(
+pub(crate) async fn clear(
     State(app): State<App>,
     SessionId(id): SessionId,
     body: Result<Bytes, BytesRejection>,
@@ -442,7 +442,7 @@ pub async fn clear(
 }
 
 /// `POST /eve/v1/session/:id/reset`.
-pub async fn reset(
+pub(crate) async fn reset(
     State(app): State<App>,
     SessionId(id): SessionId,
     body: Result<Bytes, BytesRejection>,
@@ -458,7 +458,7 @@ pub async fn reset(
 }
 
 /// `GET /eve/v1/session/:id/stream`.
-pub async fn stream(
+pub(crate) async fn stream(
     State(app): State<App>,
     SessionId(id): SessionId,
     RawQuery(query): RawQuery,
@@ -478,7 +478,7 @@ pub async fn stream(
 
 /// `POST /eve/v1/chat`: one turn as an AI SDK UI message stream. The chat id names a session of
 /// the caller's own (see [`ui::chat_session`]); a session it does not reach is a 404.
-pub async fn chat(
+pub(crate) async fn chat(
     State(app): State<App>,
     Extension(identity): Extension<Identity>,
     Extension(caller): Extension<Caller>,
@@ -545,11 +545,11 @@ pub async fn chat(
 }
 
 /// Unknown routes.
-pub async fn not_found(request: Request) -> ApiError {
+pub(crate) async fn not_found(request: Request) -> ApiError {
     ApiError::RouteNotFound(format!("{} {}", request.method(), request.uri().path()))
 }
 
 /// Known routes with another method.
-pub async fn method_not_allowed() -> ApiError {
+pub(crate) async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }

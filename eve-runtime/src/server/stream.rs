@@ -82,7 +82,7 @@ async fn rest_after(runtime: &Runtime, session: &str, index: u64) -> RuntimeResu
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamFailure {
     /// Machine-readable code (`store_damaged`, `internal_error`).
-    pub code: &'static str,
+    pub(crate) code: &'static str,
     /// What went wrong and what to do, as the client sees it.
     pub error: String,
 }
@@ -160,7 +160,7 @@ pub struct EventCursor {
 
 impl EventCursor {
     /// Stored events with indexes in `start..end`, then the end.
-    pub fn bounded(
+    pub(crate) fn bounded(
         runtime: Runtime,
         session: String,
         start: u64,
@@ -202,7 +202,7 @@ impl EventCursor {
 
     /// Makes the cursor's first read of the store now, so its failure can be the route's
     /// answer instead of an empty stream; the events read are the first [`Self::next`] returns.
-    pub async fn prefetch(&mut self) -> RuntimeResult<()> {
+    pub(crate) async fn prefetch(&mut self) -> RuntimeResult<()> {
         match &mut self.mode {
             Mode::Done => Ok(()),
             Mode::Bounded { next, end, buffer } => {
@@ -290,7 +290,7 @@ impl EventCursor {
 }
 
 /// How events are written on the wire.
-pub enum Format {
+pub(crate) enum Format {
     /// eve's NDJSON: a blank line, then one envelope per line.
     Ndjson,
     /// Server-Sent Events: `id: <index>` and `data: <envelope>` per event.
@@ -382,7 +382,7 @@ impl Format {
 /// answered it end. An event outside any turn (`session.waiting`, `context.cleared`, a
 /// compaction announced for the next turn) carries the ids of the latest turn before it, as eve
 /// does. Turns are looked up once per stream.
-pub struct Deliveries {
+pub(crate) struct Deliveries {
     runtime: Runtime,
     session: String,
     turns: std::collections::HashMap<u64, Option<TurnDeliveries>>,
@@ -405,7 +405,7 @@ const PRIME_PAGES: u64 = 8;
 
 impl Deliveries {
     /// For the stream of `session` whose first event has index `start`.
-    pub fn new(runtime: Runtime, session: String, start: u64) -> Self {
+    pub(crate) fn new(runtime: Runtime, session: String, start: u64) -> Self {
         Self {
             runtime,
             session,
@@ -502,7 +502,7 @@ impl Deliveries {
     }
 
     /// The delivery ids of `event` (`None`: it answers no accepted message).
-    pub async fn of(&mut self, event: &StoredEvent) -> Option<Vec<String>> {
+    pub(crate) async fn of(&mut self, event: &StoredEvent) -> Option<Vec<String>> {
         if let Some(start) = self.primed.take() {
             self.prime(start).await;
         }
@@ -543,7 +543,7 @@ struct BodyState {
 }
 
 /// The response body: the cursor's events in `format`.
-pub fn body_stream(
+pub(crate) fn body_stream(
     cursor: EventCursor,
     format: Format,
     heartbeat: Duration,
@@ -597,13 +597,13 @@ pub fn body_stream(
 
 /// Query parameters of the stream route.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StreamQuery {
+pub(crate) struct StreamQuery {
     /// `startIndex`: absolute (≥ 0) or from the end (< 0).
-    pub start_index: i64,
+    pub(crate) start_index: i64,
     /// `follow` (default `true`).
-    pub follow: bool,
+    pub(crate) follow: bool,
     /// `includeTailIndex`.
-    pub include_tail_index: bool,
+    pub(crate) include_tail_index: bool,
 }
 
 fn flag(name: &str, value: &str) -> Result<bool, ApiError> {
@@ -618,7 +618,7 @@ fn flag(name: &str, value: &str) -> Result<bool, ApiError> {
 }
 
 /// Parses the query string of the stream route.
-pub fn parse_query(query: Option<&str>) -> Result<StreamQuery, ApiError> {
+pub(crate) fn parse_query(query: Option<&str>) -> Result<StreamQuery, ApiError> {
     let mut out = StreamQuery {
         follow: true,
         ..StreamQuery::default()
@@ -649,7 +649,7 @@ pub fn parse_query(query: Option<&str>) -> Result<StreamQuery, ApiError> {
 }
 
 /// Whether the client asked for Server-Sent Events.
-pub fn wants_sse(headers: &HeaderMap) -> bool {
+pub(crate) fn wants_sse(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
         .iter()
@@ -658,7 +658,7 @@ pub fn wants_sse(headers: &HeaderMap) -> bool {
 }
 
 /// `Last-Event-ID`, when it is an event index.
-pub fn last_event_id(headers: &HeaderMap) -> Option<u64> {
+pub(crate) fn last_event_id(headers: &HeaderMap) -> Option<u64> {
     headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -666,7 +666,7 @@ pub fn last_event_id(headers: &HeaderMap) -> Option<u64> {
 }
 
 /// Serves the stream of `session`.
-pub async fn respond(
+pub(crate) async fn respond(
     runtime: Runtime,
     session: String,
     query: StreamQuery,

@@ -72,7 +72,11 @@ impl Operators {
     }
 
     /// The caller a verified request acts as.
-    pub fn caller(&self, identity: &Identity, claims: Option<&Map<String, Value>>) -> Caller {
+    pub(crate) fn caller(
+        &self,
+        identity: &Identity,
+        claims: Option<&Map<String, Value>>,
+    ) -> Caller {
         let id = identity.principal_id();
         let operator = match identity {
             // No authentication: the API answers loopback only, so the caller is the one local
@@ -92,7 +96,7 @@ impl Operators {
     }
 
     /// The caller a platform user (`slack:U…`, `discord:…`, `telegram:…`) acts as.
-    pub fn platform(&self, principal: &str) -> Caller {
+    pub(crate) fn platform(&self, principal: &str) -> Caller {
         if self.principals.contains(principal) {
             Caller::operator(principal)
         } else {

@@ -28,7 +28,7 @@ pub const UI_STREAM_VERSION: &str = "v1";
 
 /// What a chat request asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ChatInput {
+pub(crate) enum ChatInput {
     /// The last user message: its text and its file parts (`{type: "file", mediaType, url:
     /// "data:…", filename?}`, the AI SDK's `FileUIPart`).
     Message(super::uploads::UserInput),
@@ -38,15 +38,15 @@ pub enum ChatInput {
 
 /// A parsed chat request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChatRequest {
+pub(crate) struct ChatRequest {
     /// The chat id (`useChat`'s `id`).
-    pub chat_id: String,
+    pub(crate) chat_id: String,
     /// What to do.
-    pub input: ChatInput,
+    pub(crate) input: ChatInput,
 }
 
 /// Parses the body `useChat` posts.
-pub fn parse_chat(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
+pub(crate) fn parse_chat(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
     let bad = |m: &str| ApiError::bad_request("invalid_body", m.to_owned());
     let map = body::object(bytes)?.ok_or_else(|| bad("Send `{\"id\", \"messages\": [...]}`."))?;
     let chat_id = match map.get("id") {
@@ -135,7 +135,7 @@ pub fn chat_session_id(chat_id: &str) -> String {
 /// chat id (two callers' chats `42` are two sessions); a session id (`wrun_…`) addresses that
 /// session only if it exists and is the caller's, and is never created, so no caller can take
 /// an id another channel derives (a Telegram chat's, a Slack thread's) before its first message.
-pub fn chat_session(chat_id: &str, caller: &Caller) -> (String, bool) {
+pub(crate) fn chat_session(chat_id: &str, caller: &Caller) -> (String, bool) {
     let id = chat_session_id(chat_id);
     if caller.is_operator() {
         return (id, true);
@@ -157,7 +157,7 @@ fn sse(chunk: &Value) -> Bytes {
 
 /// Turns a session's events into UI message chunks.
 #[derive(Debug, Default)]
-pub struct UiStream {
+pub(crate) struct UiStream {
     message_id: String,
     text: Option<String>,
     reasoning: Option<String>,
@@ -169,7 +169,7 @@ pub struct UiStream {
 
 impl UiStream {
     /// A stream for one assistant message.
-    pub fn new(message_id: String) -> Self {
+    pub(crate) fn new(message_id: String) -> Self {
         Self {
             message_id,
             ..Self::default()
@@ -177,7 +177,7 @@ impl UiStream {
     }
 
     /// The `start` chunk.
-    pub fn start(&mut self, out: &mut VecDeque<Bytes>) {
+    pub(crate) fn start(&mut self, out: &mut VecDeque<Bytes>) {
         out.push_back(sse(&json!({"type": "start", "messageId": self.message_id})));
     }
 
@@ -220,7 +220,7 @@ impl UiStream {
     }
 
     /// The chunks of one event.
-    pub fn event(&mut self, event: &StoredEvent, out: &mut VecDeque<Bytes>) {
+    pub(crate) fn event(&mut self, event: &StoredEvent, out: &mut VecDeque<Bytes>) {
         let data = &event.data;
         let text = |key: &str| data.get(key).and_then(Value::as_str).unwrap_or_default();
         match event.kind.as_str() {
@@ -357,7 +357,7 @@ impl UiStream {
     }
 
     /// Closes what is open, then `finish` and `[DONE]`.
-    pub fn finish(&mut self, out: &mut VecDeque<Bytes>) {
+    pub(crate) fn finish(&mut self, out: &mut VecDeque<Bytes>) {
         self.close_parts(out);
         if self.step_open {
             out.push_back(sse(&json!({"type": "finish-step"})));

@@ -18,7 +18,7 @@ use super::error::ApiError;
 use crate::workspace::attachments::Upload;
 
 /// eve's default upload limit: 25 MB.
-pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 25 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_UPLOAD_BYTES: u64 = 25 * 1024 * 1024;
 
 /// What a channel accepts as files.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +99,7 @@ impl UploadPolicy {
 
     /// The largest request body a message with files may take: every file at the limit,
     /// base64 (4/3), with room for the rest of the body.
-    pub fn body_limit(&self, base: usize) -> usize {
+    pub(crate) fn body_limit(&self, base: usize) -> usize {
         let encoded = self.max_bytes.saturating_mul(4) / 3;
         usize::try_from(encoded)
             .unwrap_or(usize::MAX)
@@ -122,7 +122,7 @@ impl UploadPolicy {
 
     /// Every file of `files` the policy refuses, in eve's shape; `Err` answers the first (`415`
     /// for a media type, `413` for a size) with all of them listed.
-    pub fn check(&self, files: &[Upload]) -> Result<(), ApiError> {
+    pub(crate) fn check(&self, files: &[Upload]) -> Result<(), ApiError> {
         let mut violations = Vec::new();
         let mut first: Option<(u16, String)> = None;
         for f in files {
@@ -182,15 +182,15 @@ fn without_null(mut value: Value) -> Value {
 
 /// A message as a channel received it: its text and its files' bytes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UserInput {
+pub(crate) struct UserInput {
     /// The text parts, joined by a newline.
-    pub text: String,
+    pub(crate) text: String,
     /// The files, in order.
-    pub files: Vec<Upload>,
+    pub(crate) files: Vec<Upload>,
 }
 
 /// Reads `message`: a string, or a list of text, file and image parts.
-pub fn parse_message(value: &Value) -> Result<UserInput, ApiError> {
+pub(crate) fn parse_message(value: &Value) -> Result<UserInput, ApiError> {
     let bad = |m: String| ApiError::bad_request("invalid_body", m);
     let parts = match value {
         Value::String(s) => {
@@ -234,7 +234,7 @@ pub fn parse_message(value: &Value) -> Result<UserInput, ApiError> {
 
 /// One file or image part: its bytes from a `data:` URL or base64, its media type from
 /// `mediaType` (or the data URL).
-pub fn file_part(i: usize, part: &Value, data_key: &str) -> Result<Upload, ApiError> {
+pub(crate) fn file_part(i: usize, part: &Value, data_key: &str) -> Result<Upload, ApiError> {
     let bad = |m: String| ApiError::bad_request("invalid_body", m);
     let data = part
         .get(data_key)

@@ -28,7 +28,7 @@ pub struct BuildInfo {
     /// Content hash.
     pub hash: String,
     /// Bytes of manifest, diagnostics and pack together.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// When it was first published, ms since the epoch.
     pub created_at: i64,
 }

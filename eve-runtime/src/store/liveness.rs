@@ -13,14 +13,14 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessRef {
     /// Process id.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// Host name.
-    pub host: String,
+    pub(crate) host: String,
 }
 
 impl ProcessRef {
     /// This process, named as a runtime of this host names itself in the leases it takes.
-    pub fn this_process() -> Self {
+    pub(crate) fn this_process() -> Self {
         static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
         let host = HOST.get_or_init(|| {
             std::fs::read_to_string("/proc/sys/kernel/hostname")

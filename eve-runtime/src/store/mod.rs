@@ -134,7 +134,7 @@ impl StoreError {
     /// Whether this error means stored data cannot be read back as it was written (damaged
     /// pages, a value that is not its column's type, stored JSON that does not parse): the
     /// reader must say so, never treat it as "nothing there".
-    pub fn is_damage(&self) -> bool {
+    pub(crate) fn is_damage(&self) -> bool {
         match self {
             Self::Damaged(_) | Self::Json(_) | Self::Corrupt(_) => true,
             // A write that read a damaged page (the writer's error keeps SQLite's text).
@@ -146,7 +146,7 @@ impl StoreError {
     /// Whether this error means the storage cannot be written now (disk full, read-only file
     /// system, I/O errors) rather than a problem with the request: the caller should answer
     /// "unavailable, try later", never claim the write happened.
-    pub fn is_storage_fault(&self) -> bool {
+    pub(crate) fn is_storage_fault(&self) -> bool {
         match self {
             Self::Backend(m) | Self::Commit(m) => {
                 let m = m.to_ascii_lowercase();
@@ -169,7 +169,7 @@ impl StoreError {
 
 /// Tables whose rows belong to one session, by their session column (what pruning deletes,
 /// in both backends).
-pub const SESSION_TABLES: &[(&str, &str)] = &[
+pub(crate) const SESSION_TABLES: &[(&str, &str)] = &[
     ("inbox", "session_id"),
     ("messages", "session_id"),
     ("turns", "session_id"),
@@ -190,7 +190,7 @@ pub const SESSION_TABLES: &[(&str, &str)] = &[
 
 /// Namespaces of the notes a session owns (its probe, its senders, its session memory, what its
 /// turns were asked, its tool stubs, its turns' trace contexts).
-pub fn session_note_namespaces(session: &str) -> [String; 7] {
+pub(crate) fn session_note_namespaces(session: &str) -> [String; 7] {
     [
         format!("probe:{session}"),
         format!("sender:{session}"),

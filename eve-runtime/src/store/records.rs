@@ -110,7 +110,7 @@ string_enum! {
 
 impl CallStatus {
     /// Whether the call is settled (its result is in the context).
-    pub fn is_terminal(self) -> bool {
+    pub(crate) fn is_terminal(self) -> bool {
         !matches!(self, Self::Pending | Self::Running)
     }
 }
@@ -154,9 +154,9 @@ pub struct UsageTotals {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
     /// Prompt tokens served from cache.
-    pub cache_read_tokens: u64,
+    pub(crate) cache_read_tokens: u64,
     /// Prompt tokens written to cache.
-    pub cache_write_tokens: u64,
+    pub(crate) cache_write_tokens: u64,
     /// Prompt tokens.
     pub input_tokens: u64,
     /// Completion tokens.
@@ -294,7 +294,7 @@ pub struct TurnRecord {
 
 impl TurnRecord {
     /// `turn_<seq>`.
-    pub fn turn_id(&self) -> String {
+    pub(crate) fn turn_id(&self) -> String {
         format!("turn_{}", self.seq)
     }
 }
@@ -431,7 +431,7 @@ pub const MESSAGE_KIND_CHECKPOINT: &str = "checkpoint";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MessageRecord {
     /// Session.
-    pub session_id: String,
+    pub(crate) session_id: String,
     /// Sequence.
     pub seq: u64,
     /// Turn it belongs to.
@@ -493,7 +493,7 @@ pub struct LeaseClaim {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRecord {
     /// Session.
-    pub session_id: String,
+    pub(crate) session_id: String,
     /// Holder id (empty once released, where the backend keeps the row).
     pub holder: String,
     /// Its pid.
@@ -663,7 +663,7 @@ pub struct Batch {
     /// In order.
     pub ops: Vec<Op>,
     /// Sync to disk before returning (accepted messages and answers: what an API promised).
-    pub durable: bool,
+    pub(crate) durable: bool,
     /// Leases the writer holds: the batch is refused whole ([`super::StoreError::Fenced`]) if
     /// any of these sessions has a newer lease holder.
     pub fences: Vec<Fence>,
@@ -701,7 +701,7 @@ impl Batch {
     }
 
     /// Whether there is nothing to write.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
 }

@@ -32,7 +32,7 @@ pub enum ReleaseStatus {
 
 impl ReleaseStatus {
     /// The stored name.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Active => "active",
             Self::Superseded => "superseded",

@@ -19,7 +19,7 @@ pub enum FireTrigger {
 
 impl FireTrigger {
     /// The stored spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Cron => "cron",
             Self::Manual => "manual",
@@ -52,7 +52,7 @@ pub enum FireStatus {
 
 impl FireStatus {
     /// The stored spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Started => "started",
             Self::Skipped => "skipped",
@@ -90,7 +90,7 @@ pub struct ScheduleState {
     /// Next fire time, epoch milliseconds (`i64::MAX`: never).
     pub next_fire_at: i64,
     /// Last write, epoch milliseconds.
-    pub updated_at: i64,
+    pub(crate) updated_at: i64,
 }
 
 /// One fire of a schedule.

@@ -33,7 +33,7 @@ pub struct WorkspaceEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkspaceCheckpoint {
     /// Session.
-    pub session_id: String,
+    pub(crate) session_id: String,
     /// Grows by one with every checkpoint of the session (the first is 1).
     pub version: u64,
     /// Every file, sorted by path.
@@ -43,7 +43,7 @@ pub struct WorkspaceCheckpoint {
     /// Total size of the files.
     pub bytes: u64,
     /// When it was written, ms since the epoch.
-    pub updated_at: i64,
+    pub(crate) updated_at: i64,
 }
 
 /// A checkpoint to write: the tree, the blobs the store may not have yet, and the fencing token
@@ -65,7 +65,7 @@ pub struct WorkspacePut {
 
 impl WorkspacePut {
     /// Total size of the files.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.entries.iter().map(|e| e.size).sum()
     }
 }

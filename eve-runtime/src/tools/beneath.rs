@@ -66,7 +66,7 @@ const RETRIES: usize = 64;
 /// Whether `e` is the kernel refusing a path that leaves the handle: `EXDEV` (`..` above it, an
 /// absolute symlink, a symlink leading out) or `ELOOP` (a `/proc` magic link, a symlink loop, a
 /// symlink where a walk follows none).
-pub fn is_escape(e: &io::Error) -> bool {
+pub(crate) fn is_escape(e: &io::Error) -> bool {
     e.raw_os_error()
         .is_some_and(|n| n == Errno::XDEV.raw_os_error() || n == Errno::LOOP.raw_os_error())
 }
@@ -75,7 +75,7 @@ pub fn is_escape(e: &io::Error) -> bool {
 ///
 /// The kernel is probed once per process. `lookup` reads the runtime's environment:
 /// `EVE_TEST_NO_OPENAT2=1` acts as a kernel without `openat2` (for tests).
-pub fn refusal(lookup: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+pub(crate) fn refusal(lookup: &dyn Fn(&str) -> Option<String>) -> Option<String> {
     if lookup(EVE_TEST_NO_OPENAT2).is_some_and(|v| v.trim() == "1") {
         return Some(format!(
             "the kernel lacks `openat2` (as {EVE_TEST_NO_OPENAT2}=1 asks); eve needs it (Linux \
@@ -102,7 +102,7 @@ fn probe() -> Option<String> {
 
 /// What a name found in a folder is, not followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A regular file.
     File,
     /// A folder.
@@ -115,19 +115,19 @@ pub enum Kind {
 
 /// The metadata of one entry, as `lstat` gives it.
 #[derive(Debug, Clone, Copy)]
-pub struct Meta {
+pub(crate) struct Meta {
     /// What it is.
-    pub kind: Kind,
+    pub(crate) kind: Kind,
     /// Size in bytes.
-    pub size: u64,
+    pub(crate) size: u64,
     /// Modification time, in nanoseconds since the epoch.
-    pub mtime_ns: i128,
+    pub(crate) mtime_ns: i128,
     /// Status change time, in nanoseconds since the epoch.
-    pub ctime_ns: i128,
+    pub(crate) ctime_ns: i128,
     /// Inode number.
-    pub inode: u64,
+    pub(crate) inode: u64,
     /// Permission bits (with set-id and sticky bits).
-    pub mode: u32,
+    pub(crate) mode: u32,
 }
 
 impl Meta {
@@ -162,7 +162,7 @@ pub struct Beneath {
 
 impl Beneath {
     /// Opens the folder at `path` (not through a symlink: a runtime path, never a model's).
-    pub fn open(path: &Path) -> io::Result<Self> {
+    pub(crate) fn open(path: &Path) -> io::Result<Self> {
         let fd = rustix::fs::open(path, DIR, Mode::empty())?;
         let owner = if nix::unistd::geteuid().is_root() {
             rustix::fs::fstat(&fd)
@@ -183,11 +183,6 @@ impl Beneath {
     pub fn create(path: &Path) -> io::Result<Self> {
         std::fs::create_dir_all(path)?;
         Self::open(path)
-    }
-
-    /// The folder's path, for messages.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Resolves `rel` beneath the handle in one `openat2`.
@@ -220,13 +215,13 @@ impl Beneath {
 
     /// Opens the file at `rel` (relative, lexically inside) for reading, resolved beneath the
     /// handle. It may be any kind of file: check with `metadata()` on what is returned.
-    pub fn open_read(&self, rel: &Path) -> io::Result<File> {
+    pub(crate) fn open_read(&self, rel: &Path) -> io::Result<File> {
         self.beneath(rel, READ, Mode::empty()).map(File::from)
     }
 
     /// Creates the folder `rel` and its missing parents beneath the handle (`mkdir -p`); returns
     /// a handle of it.
-    pub fn create_dirs(&self, rel: &Path) -> io::Result<OwnedFd> {
+    pub(crate) fn create_dirs(&self, rel: &Path) -> io::Result<OwnedFd> {
         let mut held: Option<OwnedFd> = None;
         let mut prefix = PathBuf::new();
         for part in names(rel)? {
@@ -289,7 +284,7 @@ impl Beneath {
 
     /// The entries of this folder (`.` and `..` aside), each with its `lstat` metadata. An entry
     /// removed while it is listed is left out.
-    pub fn entries(&self) -> io::Result<Vec<(OsString, Meta)>> {
+    pub(crate) fn entries(&self) -> io::Result<Vec<(OsString, Meta)>> {
         let mut out = Vec::new();
         for entry in rustix::fs::Dir::read_from(&self.fd)? {
             let entry = entry?;
@@ -307,7 +302,7 @@ impl Beneath {
     }
 
     /// The folder `name` in this one, not through a symlink (`ELOOP` or `ENOTDIR` otherwise).
-    pub fn child(&self, name: &OsStr) -> io::Result<Beneath> {
+    pub(crate) fn child(&self, name: &OsStr) -> io::Result<Beneath> {
         let fd = rustix::fs::openat(&self.fd, one_name(name)?, DIR, Mode::empty())?;
         // Walks create nothing they would hand over: no owner to look up.
         Ok(Self {
@@ -319,7 +314,7 @@ impl Beneath {
 
     /// Opens the regular file at `parts` (names, one per level) for reading, following no
     /// symlink on the way or at the end. Anything but a regular file is `InvalidInput`.
-    pub fn open_plain<S: AsRef<OsStr>>(&self, parts: &[S]) -> io::Result<File> {
+    pub(crate) fn open_plain<S: AsRef<OsStr>>(&self, parts: &[S]) -> io::Result<File> {
         let (last, dirs) = parts
             .split_last()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "an empty path"))?;
@@ -344,7 +339,7 @@ impl Beneath {
 
     /// Creates the folders `parts` (names, one per level) as needed, following no symlink.
     /// Returns the innermost.
-    pub fn mkdirs_plain<S: AsRef<OsStr>>(&self, parts: &[S]) -> io::Result<Option<Beneath>> {
+    pub(crate) fn mkdirs_plain<S: AsRef<OsStr>>(&self, parts: &[S]) -> io::Result<Option<Beneath>> {
         let mut dir: Option<Beneath> = None;
         for part in parts {
             let name = one_name(part.as_ref())?;
@@ -361,7 +356,7 @@ impl Beneath {
 
     /// Creates the new file at `parts` (names, one per level) with permission bits `mode`,
     /// making its folders as needed and following no symlink; an existing name is an error.
-    pub fn create_plain<S: AsRef<OsStr>>(&self, parts: &[S], mode: u32) -> io::Result<File> {
+    pub(crate) fn create_plain<S: AsRef<OsStr>>(&self, parts: &[S], mode: u32) -> io::Result<File> {
         let (last, dirs) = parts
             .split_last()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "an empty path"))?;
@@ -381,7 +376,7 @@ impl Beneath {
 
     /// Removes the entry `name` of this folder (a file or a symlink itself, never what a symlink
     /// points to).
-    pub fn remove_plain(&self, name: &str) -> io::Result<()> {
+    pub(crate) fn remove_plain(&self, name: &str) -> io::Result<()> {
         let name = one_name(OsStr::new(name))?;
         rustix::fs::unlinkat(&self.fd, name, AtFlags::empty())?;
         Ok(())

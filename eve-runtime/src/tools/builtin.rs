@@ -28,11 +28,11 @@ use super::workspace::relative;
 use super::{BUILTIN_ARGV, ToolContext, ToolResult, effective_limit};
 
 /// Name of the shell tool.
-pub const BASH: &str = "bash";
+pub(crate) const BASH: &str = "bash";
 /// Name of the file reading tool.
-pub const READ_FILE: &str = "read_file";
+pub(crate) const READ_FILE: &str = "read_file";
 /// Name of the file writing tool.
-pub const WRITE_FILE: &str = "write_file";
+pub(crate) const WRITE_FILE: &str = "write_file";
 
 /// Longest timeout a `bash` call may ask for: 10 minutes.
 const MAX_BASH_TIMEOUT_MS: u64 = 600_000;

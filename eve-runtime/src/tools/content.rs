@@ -51,7 +51,7 @@ fn projection(output: &Value) -> Option<(&Value, &Value)> {
 /// `modelOutput`) in the workspace at `workspace`, replacing each `data` by the staged file's
 /// `path`, `size` and `sha256`. A part whose bytes cannot be read (not base64) or staged becomes
 /// a text part saying so. Returns how many files were staged.
-pub fn stage_files(output: &mut Value, workspace: &Path) -> usize {
+pub(crate) fn stage_files(output: &mut Value, workspace: &Path) -> usize {
     let target = if is_content(output) {
         output
     } else if projection(output).is_some() {
@@ -134,7 +134,7 @@ pub fn stage_files(output: &mut Value, workspace: &Path) -> usize {
 }
 
 /// What the model gets for a stored tool result: its text, and the staged files it returned.
-pub fn for_model(output: &Value) -> (String, Vec<Attachment>) {
+pub(crate) fn for_model(output: &Value) -> (String, Vec<Attachment>) {
     if is_content(output) {
         return content_for_model(output);
     }

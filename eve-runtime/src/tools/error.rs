@@ -157,7 +157,7 @@ pub enum ToolError {
 impl ToolError {
     /// Whether eve refused the call's input before running anything (the caller's mistake, not a
     /// failure of the tool): circuit breakers do not count these.
-    pub fn is_input_refusal(&self) -> bool {
+    pub(crate) fn is_input_refusal(&self) -> bool {
         use std::io::ErrorKind::*;
         match self {
             Self::AbsolutePath { .. }

@@ -77,7 +77,7 @@ impl std::fmt::Debug for HttpClient {
 
 impl HttpClient {
     /// A client with nothing built yet.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 

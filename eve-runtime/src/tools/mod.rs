@@ -167,7 +167,7 @@ impl ToolContext {
     }
 
     /// Looks a variable up: the `EVE_*` variables of this call first, then [`ToolContext::env`].
-    pub fn lookup(&self, name: &str) -> Option<String> {
+    pub(crate) fn lookup(&self, name: &str) -> Option<String> {
         match name {
             env_vars::EVE_SESSION_ID => Some(self.session_id.clone()),
             env_vars::EVE_CALL_ID => Some(self.call_id.clone()),
@@ -192,7 +192,7 @@ pub struct ToolResult {
     /// Exit code of a process tool that exited normally.
     pub exit_code: Option<i32>,
     /// Wall-clock duration of the call.
-    pub duration_ms: u64,
+    pub(crate) duration_ms: u64,
     /// Why the call failed, when `!ok`: exit code and stderr tail, HTTP status and body tail, timeout,
     /// cancellation, spawn failure, invalid input.
     pub error: Option<String>,
@@ -215,12 +215,12 @@ pub struct Refused {
     /// Port.
     pub port: u16,
     /// Why it was refused.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 impl ToolResult {
     /// A failed call that produced no output.
-    pub fn failure(error: impl Into<String>, duration: Duration) -> Self {
+    pub(crate) fn failure(error: impl Into<String>, duration: Duration) -> Self {
         Self {
             ok: false,
             output: serde_json::Value::Null,
@@ -234,7 +234,7 @@ impl ToolResult {
     }
 
     /// A successful call with the given output.
-    pub fn success(output: serde_json::Value, duration: Duration) -> Self {
+    pub(crate) fn success(output: serde_json::Value, duration: Duration) -> Self {
         Self {
             ok: true,
             output,
@@ -250,11 +250,11 @@ impl ToolResult {
 
 /// `argv` marking a tool definition from [`builtin_tools`]: [`run_tool`] hands such a tool to
 /// [`run_builtin`].
-pub const BUILTIN_ARGV: &str = "<builtin>";
+pub(crate) const BUILTIN_ARGV: &str = "<builtin>";
 
 /// Whether running `tool` needs the build's files on disk (a script or a command, which may use
 /// `_`-prefixed helpers); built-ins and HTTP tools do not.
-pub fn needs_files(tool: &Tool) -> bool {
+pub(crate) fn needs_files(tool: &Tool) -> bool {
     match &tool.runner {
         Runner::Command { argv } => !(is_builtin(&tool.name) && argv.as_slice() == [BUILTIN_ARGV]),
         Runner::Script { .. } => true,

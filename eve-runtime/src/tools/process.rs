@@ -56,23 +56,23 @@ pub(crate) enum OutputMode {
 #[derive(Debug)]
 pub(crate) struct ProcessSpec {
     /// Program and arguments.
-    pub argv: Vec<String>,
+    pub(crate) argv: Vec<String>,
     /// Bytes for stdin (then closed); `None` connects stdin to `/dev/null`.
-    pub stdin: Option<Vec<u8>>,
+    pub(crate) stdin: Option<Vec<u8>>,
     /// The complete environment.
-    pub env: Vec<(String, String)>,
+    pub(crate) env: Vec<(String, String)>,
     /// Working directory (created when missing).
-    pub cwd: PathBuf,
+    pub(crate) cwd: PathBuf,
     /// Wall-clock limit.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Cap on captured stdout, in bytes.
-    pub output_limit: usize,
+    pub(crate) output_limit: usize,
     /// How output is turned into a result.
-    pub mode: OutputMode,
+    pub(crate) mode: OutputMode,
     /// How the process and its descendants are confined.
-    pub confinement: Confinement,
+    pub(crate) confinement: Confinement,
     /// Where progress lines on stderr go (`super::progress`).
-    pub progress: Option<super::progress::ProgressSink>,
+    pub(crate) progress: Option<super::progress::ProgressSink>,
 }
 
 /// The environment of a tool process: the basic variables, the tool's allowlist, the `EVE_*` ones.

@@ -10,16 +10,16 @@
 use tokio::sync::mpsc;
 
 /// What starts a progress line on stderr.
-pub const PREFIX: &str = "eve:progress ";
+pub(crate) const PREFIX: &str = "eve:progress ";
 /// The longest label, in characters.
-pub const MAX_LABEL_CHARS: usize = 200;
+pub(crate) const MAX_LABEL_CHARS: usize = 200;
 /// Most progress reports of one call.
-pub const MAX_REPORTS: usize = 100;
+pub(crate) const MAX_REPORTS: usize = 100;
 /// The longest line looked at; a longer one is not a progress line.
 const MAX_LINE_BYTES: usize = 4096;
 
 /// Where a call's progress labels are sent.
-pub type ProgressSink = mpsc::Sender<String>;
+pub(crate) type ProgressSink = mpsc::Sender<String>;
 
 /// Finds progress lines in a stream of stderr chunks.
 #[derive(Debug)]
@@ -77,7 +77,7 @@ impl ProgressLines {
 }
 
 /// A progress text as a label: control characters dropped, trimmed, cut to [`MAX_LABEL_CHARS`].
-pub fn label(text: &str) -> String {
+pub(crate) fn label(text: &str) -> String {
     let clean: String = text.chars().filter(|c| !c.is_control()).collect();
     let clean = clean.trim();
     let mut out: String = clean.chars().take(MAX_LABEL_CHARS).collect();

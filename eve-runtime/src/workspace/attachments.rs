@@ -22,7 +22,7 @@ use crate::model::Attachment;
 use crate::tools::Beneath;
 
 /// The folder of staged files in a workspace.
-pub const ATTACHMENTS_DIR: &str = ".eve/attachments";
+pub(crate) const ATTACHMENTS_DIR: &str = ".eve/attachments";
 
 /// A file as a channel or a tool hands it over, before it is staged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +97,7 @@ pub fn load(workspace: &Path, attachment: &Attachment) -> std::io::Result<Vec<u8
 }
 
 /// [`load`], base64.
-pub fn load_base64(workspace: &Path, attachment: &Attachment) -> std::io::Result<String> {
+pub(crate) fn load_base64(workspace: &Path, attachment: &Attachment) -> std::io::Result<String> {
     load(workspace, attachment).map(|b| base64::engine::general_purpose::STANDARD.encode(b))
 }
 
@@ -117,7 +117,7 @@ fn hash_of(dir: &Beneath, name: &str) -> std::io::Result<String> {
 
 /// A file name that is one plain entry: letters, digits, `.`, `-` and `_` kept, anything else
 /// `_`, no leading dot, at most 100 bytes; `file.<ext>` when nothing usable was sent.
-pub fn safe_name(filename: Option<&str>, media_type: &str) -> String {
+pub(crate) fn safe_name(filename: Option<&str>, media_type: &str) -> String {
     let base = filename
         .map(|f| f.rsplit(['/', '\\']).next().unwrap_or(f))
         .unwrap_or("");

@@ -46,7 +46,7 @@ use crate::store::{Store, StoreError, WorkspaceEntry, WorkspacePut};
 use crate::tools::{Beneath, EnvLookup};
 
 /// The default of [`crate::env_vars::EVE_WORKSPACE_MAX_BYTES`]: 256 MiB.
-pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
 
 /// What this node knows of a file as of the last checkpoint or restore.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

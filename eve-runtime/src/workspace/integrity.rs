@@ -34,13 +34,13 @@ use serde_json::{Value, json};
 use crate::tools::ToolContext;
 
 /// A build file was found altered before it ran (`path`, `tool`, `reason`, `buildHash`).
-pub const BUILD_TAMPERED: &str = "build.tampered";
+pub(crate) const BUILD_TAMPERED: &str = "build.tampered";
 
 /// How recent a file's ctime may be for its verification not to be remembered.
-pub const RACY: Duration = Duration::from_secs(2);
+pub(crate) const RACY: Duration = Duration::from_secs(2);
 
 /// The `build.tampered` event's data.
-pub fn build_tampered(build_hash: &str, tool: &str, path: &str, reason: &str) -> Value {
+pub(crate) fn build_tampered(build_hash: &str, tool: &str, path: &str, reason: &str) -> Value {
     json!({"buildHash": build_hash, "tool": tool, "path": path, "reason": reason})
 }
 
@@ -49,11 +49,11 @@ pub fn build_tampered(build_hash: &str, tool: &str, path: &str, reason: &str) ->
 #[error(
     "the build file {path} was altered after `eve build` ({reason}): refusing to run it; run `eve build` again"
 )]
-pub struct Tampered {
+pub(crate) struct Tampered {
     /// Path relative to the agent folder (as in the manifest).
-    pub path: String,
+    pub(crate) path: String,
     /// What is wrong with it, in words.
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
 }
 
 /// What identifies one state of a file without reading it.
@@ -95,7 +95,7 @@ impl Stamp {
 
 /// Files verified against a digest, remembered by stamp so an unchanged file is not hashed again.
 #[derive(Debug)]
-pub struct DigestCache {
+pub(crate) struct DigestCache {
     verified: Mutex<HashMap<PathBuf, (Stamp, String)>>,
     racy: Duration,
     hashed: std::sync::atomic::AtomicU64,
@@ -103,7 +103,7 @@ pub struct DigestCache {
 
 impl DigestCache {
     /// A cache that does not remember files whose ctime is within `racy` of the check.
-    pub fn new(racy: Duration) -> Self {
+    pub(crate) fn new(racy: Duration) -> Self {
         Self {
             verified: Mutex::new(HashMap::new()),
             racy,
@@ -111,13 +111,14 @@ impl DigestCache {
         }
     }
 
+    #[cfg(test)]
     /// How many times a file was read and hashed (for tests and benchmarks).
-    pub fn hashed(&self) -> u64 {
+    pub(crate) fn hashed(&self) -> u64 {
         self.hashed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Checks the file at `path` (a symlink is never followed: it is an error) against `want`.
-    pub fn check(&self, path: &Path, rel: &str, want: &FileDigest) -> Result<(), Tampered> {
+    pub(crate) fn check(&self, path: &Path, rel: &str, want: &FileDigest) -> Result<(), Tampered> {
         let tampered = |reason| Tampered {
             path: rel.to_owned(),
             reason,
@@ -161,13 +162,13 @@ impl DigestCache {
 }
 
 /// A build's file digests, by path relative to the agent folder (as in the manifest).
-pub type Digests = Arc<BTreeMap<String, FileDigest>>;
+pub(crate) type Digests = Arc<BTreeMap<String, FileDigest>>;
 
 /// What one build store knows of its builds' files: the files verified against a digest (by
 /// stamp), the manifests read from disk, and the builds whose whole `files/` was verified.
 /// Created with the build store (so with the runtime): two runtimes never share one.
 #[derive(Debug)]
-pub struct FileChecks {
+pub(crate) struct FileChecks {
     digests: DigestCache,
     /// The digests of builds read from their `manifest.json`, by build folder.
     read: Mutex<HashMap<PathBuf, Digests>>,
@@ -183,7 +184,7 @@ impl Default for FileChecks {
 
 impl FileChecks {
     /// Nothing known yet; a file whose ctime is within [`RACY`] of its check is not remembered.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             digests: DigestCache::new(RACY),
             read: Mutex::new(HashMap::new()),

@@ -24,7 +24,7 @@ mod checkpoint_blobs;
 pub mod integrity;
 mod walk;
 
-pub use checkpoint::DEFAULT_MAX_BYTES;
+pub(crate) use checkpoint::DEFAULT_MAX_BYTES;
 pub(crate) use checkpoint::Workspaces;
 #[doc(hidden)]
 pub use checkpoint_blobs::checkpoint_secrets_in_clear_for_tests;

@@ -63,7 +63,7 @@ enum CallError {
 }
 
 /// The idempotency key of a call: stable across retries, derived from where the call lives.
-pub fn idempotency_key(session: &str, turn: u64, call_id: &str) -> String {
+pub(crate) fn idempotency_key(session: &str, turn: u64, call_id: &str) -> String {
     let digest = Sha256::digest(format!("{session}:{turn}:{call_id}").as_bytes());
     format!("idem_{}", &hex::encode(digest)[..32])
 }

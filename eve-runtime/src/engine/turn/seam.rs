@@ -49,25 +49,25 @@ pub(crate) use super::idempotency_key;
 /// What a feature sees of the running turn at one of its hooks.
 pub(crate) struct TurnView<'a> {
     /// The runtime: its store for reads, its configuration and services.
-    pub rt: &'a Runtime,
+    pub(crate) rt: &'a Runtime,
     /// The session as the turn holds it.
-    pub session: &'a SessionRecord,
+    pub(crate) session: &'a SessionRecord,
     /// The root session of this session's tree (its own id for a root session).
-    pub root: &'a str,
+    pub(crate) root: &'a str,
     /// The build the turn runs on.
-    pub build: &'a Arc<LoadedBuild>,
+    pub(crate) build: &'a Arc<LoadedBuild>,
     /// The model of the turn.
-    pub model: &'a ResolvedModel,
+    pub(crate) model: &'a ResolvedModel,
     /// The turn.
-    pub turn: &'a TurnRecord,
+    pub(crate) turn: &'a TurnRecord,
     /// The turn's cancellation.
-    pub cancel: &'a CancellationToken,
+    pub(crate) cancel: &'a CancellationToken,
     /// What a subagent's turn may spend, passed down by its parent.
-    pub budget: Option<Budget>,
+    pub(crate) budget: Option<Budget>,
     /// The context as stored (empty where a hook runs before it is loaded).
     pub context: &'a [Message],
     /// Tokens of the last model call (input and output), as the provider reported them.
-    pub last_tokens: u64,
+    pub(crate) last_tokens: u64,
     /// The turn's tools beyond the build's (MCP, catalogue, dynamic), once loaded: see
     /// [`Self::offered_specs`] and [`Self::validate_input`].
     pub(super) extra: Option<&'a super::tools::Extra>,
@@ -75,14 +75,14 @@ pub(crate) struct TurnView<'a> {
 
 impl TurnView<'_> {
     /// The session's id.
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.session.id
     }
 
     /// The key under which state shared between sessions (memory notes of the `agent` and
     /// `user` scopes, per-agent breakers) is kept for `name`: `name` itself, or `name@root` when
     /// every root session is a world of its own (`RuntimeConfig::isolated_roots`).
-    pub fn shared_key(&self, name: &str) -> String {
+    pub(crate) fn shared_key(&self, name: &str) -> String {
         if self.rt.inner.config.isolated_roots {
             format!("{name}@{}", self.root)
         } else {
@@ -92,19 +92,19 @@ impl TurnView<'_> {
 
     /// The model's context window: `agent.yaml` `context_window`, else the model client's (a
     /// provider's answer is asked once per runtime). `None` when nobody knows it.
-    pub async fn context_window(&self) -> Option<u64> {
+    pub(crate) async fn context_window(&self) -> Option<u64> {
         super::limits::context_window(self.rt, self.build, self.model).await
     }
 
     /// The session's workspace, prepared (seeded from the build) on first use.
-    pub fn workspace(&self) -> RuntimeResult<PathBuf> {
+    pub(crate) fn workspace(&self) -> RuntimeResult<PathBuf> {
         super::workspace_of(self.rt, self.build, &self.session.id)
     }
 
     /// The context of one process the runtime starts for the turn (a tool, a hook, a probe, a
     /// dynamic tool's provider): `sandbox` confines it, with `workspace` writable and
     /// `agent_dir` (the build's files) read-only.
-    pub fn tool_context(
+    pub(crate) fn tool_context(
         &self,
         call_id: String,
         idempotency_key: String,
@@ -129,13 +129,13 @@ impl TurnView<'_> {
 #[derive(Default)]
 pub(crate) struct StepStart {
     /// Committed before `step.started` (or with it, first).
-    pub before: Batch,
+    pub(crate) before: Batch,
     /// Committed with `step.started`, after it.
-    pub with: Batch,
+    pub(crate) with: Batch,
     /// The writes replace the context (a compaction): the core reads it and the session again.
-    pub context_replaced: bool,
+    pub(crate) context_replaced: bool,
     /// The writes change the turn's tools (dynamic tools resolved): the core loads them again.
-    pub tools_changed: bool,
+    pub(crate) tools_changed: bool,
 }
 
 /// What [`TurnExtension::shape_request`] decided.
@@ -182,16 +182,16 @@ pub(crate) enum Handled {
 /// An input request of a kind of its own (a proposed change shows the proposal).
 pub(crate) struct AskAs {
     /// The request's kind.
-    pub kind: String,
+    pub(crate) kind: String,
     /// What it shows.
-    pub action: Value,
+    pub(crate) action: Value,
     /// Writes committed with the request (its events).
-    pub writes: Batch,
+    pub(crate) writes: Batch,
 }
 
 impl Handled {
     /// Settled with no writes of its own.
-    pub fn settle(status: CallStatus, output: Value) -> Self {
+    pub(crate) fn settle(status: CallStatus, output: Value) -> Self {
         Self::Settle {
             status,
             output,
@@ -204,9 +204,9 @@ impl Handled {
 /// declared effect), when it has one.
 pub(crate) struct Builtin {
     /// The tool's name, as the model calls it.
-    pub name: String,
+    pub(crate) name: String,
     /// Its policy (effect and approval), when the journal or approvals need one.
-    pub policy: Option<Tool>,
+    pub(crate) policy: Option<Tool>,
 }
 
 /// Where in deciding a call [`TurnExtension::gate_call`] is asked.
@@ -229,11 +229,11 @@ pub(crate) enum InputVerdict {
 /// What [`TurnExtension::take_call`] did with a call it runs another way.
 pub(crate) struct Taken {
     /// The call's status.
-    pub status: CallStatus,
+    pub(crate) status: CallStatus,
     /// What the model is told.
-    pub output: Value,
+    pub(crate) output: Value,
     /// Writes committed with the result (before it).
-    pub writes: Batch,
+    pub(crate) writes: Batch,
 }
 
 /// What [`TurnExtension::hold`] said before a step.

@@ -52,12 +52,12 @@ pub(super) enum Target {
 #[derive(Clone)]
 pub(super) struct Resolved {
     /// Approval and effect (and name, description, schema) as the engine applies them.
-    pub policy: Tool,
+    pub(crate) policy: Tool,
     /// What runs.
-    pub target: Target,
+    pub(crate) target: Target,
     /// Called as `call_tool {name, input}`: the policy is the named tool's, whose input is
     /// `input.input`.
-    pub via_call_tool: bool,
+    pub(crate) via_call_tool: bool,
 }
 
 impl Resolved {
@@ -281,12 +281,12 @@ fn mcp_policy(tool: &McpTool) -> Tool {
 
 impl TurnView<'_> {
     /// Every tool spec offered to the model this step (before any feature shapes the request).
-    pub fn offered_specs(&self) -> Vec<ToolSpec> {
+    pub(crate) fn offered_specs(&self) -> Vec<ToolSpec> {
         offered(self.build, self.extra, Some(self.context))
     }
 
     /// Validates a call's input against the schema of whatever `name` stands for.
-    pub fn validate_input(&self, name: &str, input: &Value) -> Result<(), Vec<String>> {
+    pub(crate) fn validate_input(&self, name: &str, input: &Value) -> Result<(), Vec<String>> {
         validate(self.build, self.extra, name, input)
     }
 }

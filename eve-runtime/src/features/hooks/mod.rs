@@ -55,7 +55,7 @@ impl TurnExtension for ToolBefore {
 }
 
 /// The blocking event.
-pub const TOOL_BEFORE: &str = "tool.before";
+pub(crate) const TOOL_BEFORE: &str = "tool.before";
 
 pub(crate) fn is_observe(hook: &Hook) -> bool {
     hook.events.iter().any(|e| e != TOOL_BEFORE)

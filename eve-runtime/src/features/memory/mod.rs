@@ -27,23 +27,23 @@ use crate::model::ToolSpec;
 use crate::store::{Batch, NoteOp, NoteRecord, Op};
 
 /// The built-in tool's name.
-pub const MEMORY_TOOL: &str = "memory";
+pub(crate) const MEMORY_TOOL: &str = "memory";
 
 /// Event: a note was added, replaced or removed.
-pub const MEMORY_WRITTEN: &str = "memory.written";
+pub(crate) const MEMORY_WRITTEN: &str = "memory.written";
 /// Event: a scope was over its cap and its oldest notes were removed.
-pub const MEMORY_TRIMMED: &str = "memory.trimmed";
+pub(crate) const MEMORY_TRIMMED: &str = "memory.trimmed";
 /// Event: the context is near its window; this step asks the model to save what matters first.
-pub const MEMORY_SAVE_OFFERED: &str = "memory.save_offered";
+pub(crate) const MEMORY_SAVE_OFFERED: &str = "memory.save_offered";
 
 /// Namespace of the senders of a session's messages (key: the inbox id).
-pub fn sender_namespace(session: &str) -> String {
+pub(crate) fn sender_namespace(session: &str) -> String {
     format!("sender:{session}")
 }
 
 /// The namespace of `scope`'s notes for agent `agent` in `session`, sent by `user`; `None` for the
 /// user scope when the sender is not known.
-pub fn namespace(
+pub(crate) fn namespace(
     scope: MemoryScope,
     agent: &str,
     session: &str,
@@ -57,7 +57,7 @@ pub fn namespace(
 }
 
 /// The `memory` tool offered to the model.
-pub fn spec(memory: &Memory) -> ToolSpec {
+pub(crate) fn spec(memory: &Memory) -> ToolSpec {
     let scopes: Vec<&str> = memory.scopes.iter().map(|s| s.as_str()).collect();
     ToolSpec {
         name: MEMORY_TOOL.to_owned(),
@@ -93,7 +93,7 @@ pub fn spec(memory: &Memory) -> ToolSpec {
 }
 
 /// The pinned block: every note of each scope, in a marked block; empty when there is none.
-pub fn pinned_block(scopes: &[(MemoryScope, Vec<NoteRecord>)]) -> String {
+pub(crate) fn pinned_block(scopes: &[(MemoryScope, Vec<NoteRecord>)]) -> String {
     let mut out = String::new();
     for (scope, notes) in scopes.iter().filter(|(_, n)| !n.is_empty()) {
         out.push_str(&format!("## {} notes\n", scope.as_str()));
@@ -111,30 +111,30 @@ pub fn pinned_block(scopes: &[(MemoryScope, Vec<NoteRecord>)]) -> String {
 
 /// What one `memory` call does: its result for the model and the writes (notes and events)
 /// committed with it.
-pub struct Write {
+pub(crate) struct Write {
     /// Whether the call succeeded.
-    pub ok: bool,
+    pub(crate) ok: bool,
     /// What the model is told.
-    pub output: String,
+    pub(crate) output: String,
     /// Note operations and events, for the call's settle batch.
-    pub batch: Batch,
+    pub(crate) batch: Batch,
 }
 
 /// Where a write happens.
-pub struct Place<'a> {
+pub(crate) struct Place<'a> {
     /// The agent's settings.
-    pub memory: &'a Memory,
+    pub(crate) memory: &'a Memory,
     /// Agent name.
-    pub agent: &'a str,
+    pub(crate) agent: &'a str,
     /// Session id.
-    pub session: &'a str,
+    pub(crate) session: &'a str,
     /// The turn's sender, if known.
-    pub user: Option<&'a str>,
+    pub(crate) user: Option<&'a str>,
 }
 
 /// The scope a `memory` call with `input` addresses, and its namespace; or what the model is
 /// told when there is none.
-pub fn target(place: &Place<'_>, input: &Value) -> Result<(MemoryScope, String), String> {
+pub(crate) fn target(place: &Place<'_>, input: &Value) -> Result<(MemoryScope, String), String> {
     let scope_name = input
         .get("scope")
         .and_then(Value::as_str)
@@ -163,7 +163,7 @@ pub fn target(place: &Place<'_>, input: &Value) -> Result<(MemoryScope, String),
 }
 
 /// Carries out a `memory` call with `input` against `existing(namespace)`'s notes.
-pub fn write(
+pub(crate) fn write(
     place: &Place<'_>,
     input: &Value,
     existing: &dyn Fn(&str) -> Vec<NoteRecord>,

@@ -11,7 +11,7 @@ use super::{FileChange, MAX_COPY_BYTES, check_on_disk};
 
 /// Writes (or deletes) the checked `changes` under `root`, checking each on disk first. Every
 /// check runs before anything is written, so a refused change leaves `root` untouched.
-pub fn apply(root: &Path, changes: &[FileChange]) -> Result<(), String> {
+pub(crate) fn apply(root: &Path, changes: &[FileChange]) -> Result<(), String> {
     let problems: Vec<String> = changes
         .iter()
         .filter_map(|c| check_on_disk(root, c).err())
@@ -66,7 +66,7 @@ pub fn apply(root: &Path, changes: &[FileChange]) -> Result<(), String> {
 /// A fingerprint of a folder: every entry's path, kind, execute bit and content (a link's
 /// target), dot-entries left out (they are not part of the agent). Two folders with the same
 /// fingerprint build alike.
-pub fn fingerprint(root: &Path) -> Result<String, String> {
+pub(crate) fn fingerprint(root: &Path) -> Result<String, String> {
     let mut h = Sha256::new();
     let mut entries = Vec::new();
     walk(root, "", 0, &mut entries).map_err(|e| format!("cannot read {}: {e}", root.display()))?;

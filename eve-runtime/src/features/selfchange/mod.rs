@@ -62,40 +62,40 @@ use crate::model::ToolSpec;
 use crate::store::{ApprovalState, Batch, CallStatus, InputRequestRecord, ToolCallRecord};
 
 pub use self::check::{check_on_disk, check_path, check_protected, parse};
-pub use self::folder::{apply, fingerprint};
-pub use self::review::review;
+pub(crate) use self::folder::{apply, fingerprint};
+pub(crate) use self::review::review;
 pub use self::stage::render_text;
 pub(crate) use self::stage::{discard_staged, proposed_event, staged_request};
 
 /// The built-in tool's name.
-pub const PROPOSE_CHANGE: &str = "propose_change";
+pub(crate) const PROPOSE_CHANGE: &str = "propose_change";
 /// The kind of input request a proposal parks on.
 pub const REQUEST_KIND: &str = "change-approval";
 
-pub use crate::releases::{CHANGE_APPROVED, CHANGE_DENIED, CHANGE_PROPOSED};
+pub(crate) use crate::releases::{CHANGE_APPROVED, CHANGE_DENIED, CHANGE_PROPOSED};
 
 /// Most files one proposal may change.
-pub const MAX_FILES: usize = 32;
+pub(crate) const MAX_FILES: usize = 32;
 /// Largest content of one file, in bytes.
-pub const MAX_FILE_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_FILE_BYTES: usize = 256 * 1024;
 /// Largest total content of one proposal, in bytes.
-pub const MAX_TOTAL_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_TOTAL_BYTES: usize = 1024 * 1024;
 /// Longest path, in bytes.
 const MAX_PATH_BYTES: usize = 255;
 /// Longest summary and rationale, in characters.
 const MAX_SUMMARY_CHARS: usize = 500;
 const MAX_RATIONALE_CHARS: usize = 8000;
 /// Each changed file's diff a reviewer is shown is cut on its own after this many lines …
-pub const FILE_DIFF_MAX_LINES: usize = 300;
+pub(crate) const FILE_DIFF_MAX_LINES: usize = 300;
 /// … or this many bytes (one file's diff never takes another's room).
-pub const FILE_DIFF_MAX_BYTES: usize = 16 * 1024;
+pub(crate) const FILE_DIFF_MAX_BYTES: usize = 16 * 1024;
 /// Most diagnostics listed (the counts are complete).
 const LISTED_DIAGNOSTICS: usize = 20;
 /// A copy of `agent/` larger than this is refused (the staging folder is a full copy).
 const MAX_COPY_BYTES: u64 = 256 * 1024 * 1024;
 
 /// The `propose_change` tool offered to the model.
-pub fn spec() -> ToolSpec {
+pub(crate) fn spec() -> ToolSpec {
     ToolSpec {
         name: PROPOSE_CHANGE.to_owned(),
         description: format!(
@@ -167,7 +167,7 @@ pub enum FileChange {
 
 impl FileChange {
     /// The path changed.
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         match self {
             Self::Write { path, .. } | Self::Delete { path } => path,
         }
@@ -178,21 +178,21 @@ impl FileChange {
 #[derive(Debug, Clone)]
 pub struct Proposal {
     /// What it does.
-    pub summary: String,
+    pub(crate) summary: String,
     /// Why.
-    pub rationale: String,
+    pub(crate) rationale: String,
     /// The changes, in the order given.
-    pub changes: Vec<FileChange>,
+    pub(crate) changes: Vec<FileChange>,
 }
 
 /// The staging folder of proposal `id`.
-pub fn staging_dir(state_dir: &Path, id: &str) -> PathBuf {
+pub(crate) fn staging_dir(state_dir: &Path, id: &str) -> PathBuf {
     state_dir.join("staging").join(id)
 }
 
 /// The id of the proposal a call makes: stable for the call (its idempotency key), so staging
 /// again after a restart reuses the same folder.
-pub fn proposal_id(call: &ToolCallRecord) -> String {
+pub(crate) fn proposal_id(call: &ToolCallRecord) -> String {
     let digest = Sha256::digest(call.idempotency_key.as_bytes());
     format!("chg_{}", &hex::encode(digest)[..12])
 }
@@ -200,7 +200,7 @@ pub fn proposal_id(call: &ToolCallRecord) -> String {
 impl Runtime {
     /// The agent folder proposals change: set by the CLI from the project (`--agent`), else
     /// `agent/` beside the state folder.
-    pub fn agent_dir(&self) -> PathBuf {
+    pub(crate) fn agent_dir(&self) -> PathBuf {
         match self.inner.agent_dir.get() {
             Some(dir) => dir.clone(),
             None => self

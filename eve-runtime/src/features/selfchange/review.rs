@@ -76,7 +76,7 @@ struct Changed {
 /// bytesBefore, bytesAfter, diff, cut}`: `status` is `added`, `removed`, `modified`, `renamed`
 /// (`from` names the old path) or `mode` (only the permission bits changed); `cut` is `null`, or
 /// `{lines, bytes}` of this file's diff not shown.
-pub fn review(before: &Path, after: &Path) -> Result<Vec<Value>, String> {
+pub(crate) fn review(before: &Path, after: &Path) -> Result<Vec<Value>, String> {
     let (a, b) = (nodes(before)?, nodes(after)?);
     let mut removed: Vec<(String, Node)> = Vec::new();
     let mut added: Vec<(String, Node)> = Vec::new();
@@ -247,7 +247,7 @@ fn git_mode(n: &Node) -> String {
 
 /// `text` cut at [`FILE_DIFF_MAX_LINES`] lines or [`FILE_DIFF_MAX_BYTES`] bytes, ending with a
 /// line that says how much of this file's diff is not shown; the cut's `(lines, bytes)`.
-pub fn cap(text: &str) -> (String, Option<(usize, usize)>) {
+pub(crate) fn cap(text: &str) -> (String, Option<(usize, usize)>) {
     let lines = text.lines().count();
     if lines <= FILE_DIFF_MAX_LINES && text.len() <= FILE_DIFF_MAX_BYTES {
         return (text.to_owned(), None);
@@ -288,7 +288,7 @@ pub fn cap(text: &str) -> (String, Option<(usize, usize)>) {
 }
 
 /// `58 KiB`, `312 bytes`.
-pub fn size(bytes: usize) -> String {
+pub(crate) fn size(bytes: usize) -> String {
     if bytes < 1024 {
         format!("{bytes} bytes")
     } else {
@@ -297,7 +297,7 @@ pub fn size(bytes: usize) -> String {
 }
 
 /// The files' diffs one after the other (each already cut on its own), and whether any was cut.
-pub fn joined(files: &[Value]) -> (String, bool) {
+pub(crate) fn joined(files: &[Value]) -> (String, bool) {
     let mut out = String::new();
     let mut cut = false;
     for f in files {

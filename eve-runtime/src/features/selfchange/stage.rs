@@ -407,16 +407,16 @@ fn eval_summary(evals: &Value) -> String {
 /// A proposal's release candidate as shown: delta against the active release, gate evals.
 pub(super) struct CandidateView {
     /// The delta (JSON), `null` when none could be computed.
-    pub delta: Value,
+    pub(crate) delta: Value,
     /// Whether the delta widens anything.
-    pub widens: bool,
+    pub(crate) widens: bool,
     /// The delta rendered, one change a line.
-    pub delta_text: String,
+    pub(crate) delta_text: String,
     /// Gate evals: `{passed, failed, tags, cases: [{id, passed, reason}]}`, or `null` without a
     /// gate.
-    pub evals: Value,
+    pub(crate) evals: Value,
     /// The active build it is compared with.
-    pub active: Option<String>,
+    pub(crate) active: Option<String>,
 }
 
 impl CandidateView {

@@ -35,13 +35,13 @@ use crate::model::{
 use crate::store::*;
 
 /// The tool the planning step calls.
-pub const SUBMIT_PLAN: &str = "submit_plan";
+pub(crate) const SUBMIT_PLAN: &str = "submit_plan";
 /// The call that runs one step of a plan in a child session.
-pub const PLAN_STEP: &str = "plan_step";
+pub(crate) const PLAN_STEP: &str = "plan_step";
 /// Appended to an agent's manifest path for the child sessions that run plan steps.
-pub const WORKER_SUFFIX: &str = "#step";
+pub(crate) const WORKER_SUFFIX: &str = "#step";
 /// Appended to an agent's manifest path for its critic (which model it uses).
-pub const CRITIC_SUFFIX: &str = "#critic";
+pub(crate) const CRITIC_SUFFIX: &str = "#critic";
 /// The prefix of the message that sends an answer back to the model.
 pub(crate) const CRITIC_PREFIX: &str = "[eve critic]";
 /// Most steps a plan may have.
@@ -50,9 +50,9 @@ const MAX_PLAN_STEPS: usize = 12;
 /// One step of a validated plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PlanStep {
-    pub id: String,
-    pub description: String,
-    pub depends_on: Vec<String>,
+    pub(crate) id: String,
+    pub(crate) description: String,
+    pub(crate) depends_on: Vec<String>,
 }
 
 /// What the next model step of a `plan` turn is.

@@ -32,59 +32,59 @@ const IDLE_LISTED: usize = 10;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct TaskRecord {
     /// The task's id: the continuation token of its first call, `<session>:<callId>`.
-    pub id: String,
+    pub(crate) id: String,
     /// `agent` (a subagent's session) or `tool`.
-    pub kind: String,
+    pub(crate) kind: String,
     /// The tool whose call started it.
-    pub name: String,
+    pub(crate) name: String,
     /// The call of its current work.
-    pub call_id: String,
+    pub(crate) call_id: String,
     /// The turn of that call.
-    pub turn_seq: u64,
+    pub(crate) turn_seq: u64,
     /// The child session that does the work.
-    pub child_id: String,
+    pub(crate) child_id: String,
     /// The message of the current work in the child's inbox (the turn that takes it answers).
-    pub inbox_id: String,
+    pub(crate) inbox_id: String,
     /// Whether the current work is still going on.
-    pub working: bool,
+    pub(crate) working: bool,
     /// How it settled: `completed`, `failed`, `cancelled` or `timed_out`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
+    pub(crate) status: Option<String>,
     /// Its result (or the error) once settled.
     #[serde(default)]
-    pub output: Value,
+    pub(crate) output: Value,
     /// Whether its result reached the model (or never will: a cancelled task reports nothing).
     #[serde(default)]
-    pub delivered: bool,
+    pub(crate) delivered: bool,
     /// Why it was cancelled (`task_cancel`, `turn_cancelled`, `turn_ended`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cancel_reason: Option<String>,
+    pub(crate) cancel_reason: Option<String>,
     /// When its current work times out (epoch ms): a durable timer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deadline_ms: Option<i64>,
+    pub(crate) deadline_ms: Option<i64>,
     /// When its current work started.
-    pub started_at: i64,
+    pub(crate) started_at: i64,
 }
 
 impl TaskRecord {
     /// The `turn_<seq>` of the call of its current work.
-    pub fn turn_id(&self) -> String {
+    pub(crate) fn turn_id(&self) -> String {
         format!("turn_{}", self.turn_seq)
     }
 
     /// Whether it settled and its result still has to reach the model.
-    pub fn undelivered(&self) -> bool {
+    pub(crate) fn undelivered(&self) -> bool {
         !self.working && !self.delivered
     }
 
     /// Whether the model may send it more work (an agent keeps its session).
-    pub fn resumable(&self) -> bool {
+    pub(crate) fn resumable(&self) -> bool {
         self.kind == "agent"
     }
 
     /// `task.settled`'s status on the wire (eve knows `completed`, `failed`, `cancelled`; a
     /// timed-out task is a failure whose error says so).
-    pub fn wire_status(&self) -> &str {
+    pub(crate) fn wire_status(&self) -> &str {
         match self.status.as_deref() {
             Some("completed") => "completed",
             Some("cancelled") => "cancelled",
@@ -93,7 +93,7 @@ impl TaskRecord {
     }
 
     /// The `task.settled` event of its current work.
-    pub fn settled_event(&self) -> Value {
+    pub(crate) fn settled_event(&self) -> Value {
         let mut data = crate::engine::events::task_settled(
             &self.turn_id(),
             &self.call_id,

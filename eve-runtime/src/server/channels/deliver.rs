@@ -9,16 +9,16 @@ use super::session::{self, Accepted, Incoming, PlatformAnswer, Reply};
 /// A verified message for the agent.
 pub(super) struct Delivery<'a> {
     /// The conversation's session; `None` starts a new session.
-    pub session: Option<&'a str>,
+    pub(crate) session: Option<&'a str>,
     /// The message.
-    pub text: &'a str,
+    pub(crate) text: &'a str,
     /// The platform's id of the delivery: a delivery already accepted is not accepted again.
-    pub id: Option<&'a str>,
+    pub(crate) id: Option<&'a str>,
     /// Whether this process also remembers `id` while accepting it, for platforms that retry a
     /// delivery quickly (the store decides either way).
-    pub remember: bool,
+    pub(crate) remember: bool,
     /// Who sent it (`slack:U123`); an approval answer is taken only from a named sender.
-    pub sender: Option<&'a str>,
+    pub(crate) sender: Option<&'a str>,
 }
 
 /// What became of a delivery.

@@ -30,7 +30,7 @@ const DEFAULT_API: &str = "https://discord.com/api/v10";
 const MAX_TEXT: usize = 2_000;
 
 /// A resolved Discord channel.
-pub struct Discord {
+pub(crate) struct Discord {
     public_key: VerifyingKey,
     api_base_url: String,
 }

@@ -38,7 +38,7 @@ pub enum ChannelError {
 
 impl ChannelError {
     /// A 400 with `code` and `message`.
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::BadRequest {
             code,
             message: message.into(),
@@ -46,7 +46,7 @@ impl ChannelError {
     }
 
     /// A 401 saying why.
-    pub fn unauthorized(reason: impl Into<String>) -> Self {
+    pub(crate) fn unauthorized(reason: impl Into<String>) -> Self {
         Self::Unauthorized(reason.into())
     }
 }

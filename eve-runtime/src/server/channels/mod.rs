@@ -158,7 +158,7 @@ impl Channels {
     /// Resolves every platform channel of `manifest` (`slack`, `discord`, `telegram`, `webhook`),
     /// reading `${VAR}` references through `env`. An unset variable or an unusable setting is an
     /// error naming the file and the field.
-    pub fn resolve(
+    pub(crate) fn resolve(
         manifest: &Manifest,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ServerError> {
@@ -203,7 +203,7 @@ impl Channels {
     }
 
     /// Whether there is no platform channel.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_name.is_empty()
     }
 

@@ -17,30 +17,30 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 const TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A request to a platform API.
-pub struct Call {
+pub(crate) struct Call {
     /// Method.
-    pub method: Method,
+    pub(crate) method: Method,
     /// Full URL.
-    pub url: String,
+    pub(crate) url: String,
     /// `Authorization` header value, if any.
-    pub authorization: Option<String>,
+    pub(crate) authorization: Option<String>,
     /// Extra headers.
-    pub headers: Vec<(&'static str, String)>,
+    pub(crate) headers: Vec<(&'static str, String)>,
     /// JSON body, serialised (a signature may cover these exact bytes).
-    pub body: Vec<u8>,
+    pub(crate) body: Vec<u8>,
     /// What the call does, for logs (`slack chat.postMessage`).
-    pub what: &'static str,
+    pub(crate) what: &'static str,
 }
 
 /// The HTTP client of the platform replies.
 #[derive(Clone)]
-pub struct Outbound {
+pub(crate) struct Outbound {
     client: reqwest::Client,
 }
 
 impl Outbound {
     /// A client with eve's user agent and a per-attempt timeout.
-    pub fn new() -> Result<Self, reqwest::Error> {
+    pub(crate) fn new() -> Result<Self, reqwest::Error> {
         let client = reqwest::Client::builder()
             .user_agent(concat!("eve/", env!("CARGO_PKG_VERSION")))
             .timeout(TIMEOUT)
@@ -50,7 +50,7 @@ impl Outbound {
 
     /// Sends `call`, retrying transient failures; returns the response's JSON body (`Null` when
     /// it has none), or what went wrong.
-    pub async fn send(&self, call: &Call) -> Result<Value, String> {
+    pub(crate) async fn send(&self, call: &Call) -> Result<Value, String> {
         let mut last = String::new();
         for attempt in 1..=ATTEMPTS {
             let mut request = self
@@ -110,7 +110,7 @@ fn snippet(text: &str) -> String {
 }
 
 /// `text` cut to at most `max` characters, with a note when cut.
-pub fn truncate(text: &str, max: usize) -> String {
+pub(crate) fn truncate(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_owned();
     }
@@ -122,6 +122,6 @@ pub fn truncate(text: &str, max: usize) -> String {
 }
 
 /// `value` as JSON bytes.
-pub fn json_bytes(value: &Value) -> Vec<u8> {
+pub(crate) fn json_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }

@@ -55,19 +55,19 @@ pub fn session_id(kind: &str, channel: &str, key: &str) -> String {
 
 /// What an `approve` / `deny` sent on a platform did.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PlatformAnswer {
+pub(crate) struct PlatformAnswer {
     /// Requests this answer settled.
-    pub answered: usize,
+    pub(crate) answered: usize,
     /// Requests someone else answered first (their answer counts, with its principal).
-    pub already: Vec<InputRequestRecord>,
+    pub(crate) already: Vec<InputRequestRecord>,
     /// Why this sender may not answer (not the person who asked nor an operator, or a change
     /// to the agent only an operator approves); empty when nothing was refused.
-    pub refused: Vec<String>,
+    pub(crate) refused: Vec<String>,
 }
 
 impl PlatformAnswer {
     /// What the sender is told.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut lines = Vec::new();
         if self.answered > 0 {
             lines.push(format!("Answered {} approval request(s).", self.answered));
@@ -85,7 +85,7 @@ impl PlatformAnswer {
     }
 
     /// The JSON the platform's request is answered with.
-    pub fn json(&self, session: &str) -> Value {
+    pub(crate) fn json(&self, session: &str) -> Value {
         let already: Vec<Value> = self
             .already
             .iter()
@@ -110,7 +110,7 @@ impl PlatformAnswer {
 /// person who asked (the sender of the message whose turn waits) or an operator named in
 /// `channels/eve.yaml`: anyone else in the conversation is refused. `None` when the text is not
 /// an answer or nothing is pending (it is then an ordinary message).
-pub async fn answer_approval(
+pub(crate) async fn answer_approval(
     runtime: &Runtime,
     session: &str,
     text: &str,
@@ -182,7 +182,7 @@ pub async fn answer_approval(
 
 /// A message durably accepted into a session.
 #[derive(Debug, Clone)]
-pub struct Accepted {
+pub(crate) struct Accepted {
     /// Session id.
     pub session: String,
     /// Inbox id of the message.
@@ -190,26 +190,26 @@ pub struct Accepted {
     /// Event index of the session before the message was accepted.
     pub from: u64,
     /// The fencing token this process holds the reply with.
-    pub token: u64,
+    pub(crate) token: u64,
 }
 
 /// What a platform message brings besides its text.
 #[derive(Clone, Copy, Default)]
-pub struct Incoming<'a> {
+pub(crate) struct Incoming<'a> {
     /// The platform's id of the delivery (Slack `event_id`, Telegram `update_id`): a delivery
     /// already accepted is not accepted again.
-    pub delivery: Option<&'a str>,
+    pub(crate) delivery: Option<&'a str>,
     /// The reply owed for the message, when there is somewhere to send it.
-    pub reply: Option<&'a dyn Reply>,
+    pub(crate) reply: Option<&'a dyn Reply>,
     /// Who sent it on the platform (`slack:U123`), for the `user` memory scope.
-    pub sender: Option<&'a str>,
+    pub(crate) sender: Option<&'a str>,
 }
 
 /// Accepts `text`, arrived on `channel`, into the session `session`, creating it on the current
 /// build when it does not exist, or as the first message of a new session when `session` is
 /// `None`. The message, its delivery id and the reply owed for it are stored in one durable
 /// commit when this returns; `None` when the delivery was already accepted (nothing is written).
-pub async fn accept(
+pub(crate) async fn accept(
     runtime: &Runtime,
     channel: &str,
     session: Option<&str>,
@@ -264,21 +264,21 @@ pub async fn accept(
 
 /// A tool call waiting for approval.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Pending {
+pub(crate) struct Pending {
     /// Input request id.
-    pub request_id: String,
+    pub(crate) request_id: String,
     /// Tool asking.
-    pub tool: String,
+    pub(crate) tool: String,
     /// The request's prompt.
-    pub prompt: String,
+    pub(crate) prompt: String,
     /// What a reviewer needs to see besides the prompt: a self-change proposal's card
     /// (summary, checks, capability delta, diff); empty for a tool call.
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 /// What the platform is told about a turn.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outgoing {
+pub(crate) enum Outgoing {
     /// The turn waits for approval of these calls.
     Approval {
         /// Session id.
@@ -296,7 +296,7 @@ pub enum Outgoing {
 
 impl Outgoing {
     /// The message shown to the people in the conversation.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         match self {
             Self::Approval { session, pending } => {
                 let mut lines = Vec::with_capacity(pending.len() + 1);
@@ -324,14 +324,14 @@ impl Outgoing {
     }
 
     /// Whether this ends the turn.
-    pub fn is_final(&self) -> bool {
+    pub(crate) fn is_final(&self) -> bool {
         !matches!(self, Self::Approval { .. })
     }
 }
 
 /// Where a turn's news goes: one implementation per platform.
 #[async_trait::async_trait]
-pub trait Reply: Send + Sync + 'static {
+pub(crate) trait Reply: Send + Sync + 'static {
     /// Sends one message to the platform (failures are logged by the implementation, after the
     /// platform's retries).
     async fn send(&mut self, message: Outgoing);
@@ -349,7 +349,7 @@ pub trait Reply: Send + Sync + 'static {
 /// Follows the turn of `accepted` in the background and reports to `reply`, skipping the input
 /// requests in `announced` (announced before a restart). Stops at `shutdown` (after finishing a
 /// message being sent): the reply stays owed in the store, and the next start reports the turn.
-pub fn spawn_reply(
+pub(crate) fn spawn_reply(
     runtime: Runtime,
     accepted: Accepted,
     shutdown: CancellationToken,
@@ -376,7 +376,7 @@ pub fn spawn_reply(
 /// session and address, or says why it cannot (the channel file was removed: the reply is
 /// closed, with a warning). A reply whose final message was being sent when its owner stopped
 /// is closed as sent; approvals being announced count as announced.
-pub async fn resume(
+pub(crate) async fn resume(
     runtime: &Runtime,
     shutdown: &CancellationToken,
     expired_only: bool,

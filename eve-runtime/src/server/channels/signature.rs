@@ -18,7 +18,10 @@ use super::header;
 
 /// The header `name` that carries a request's signature (or secret): a 401 when it is missing or
 /// empty.
-pub fn signature_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<&'a str, ChannelError> {
+pub(crate) fn signature_header<'a>(
+    headers: &'a HeaderMap,
+    name: &str,
+) -> Result<&'a str, ChannelError> {
     header(headers, name)
         .filter(|s| !s.is_empty())
         .ok_or_else(|| ChannelError::unauthorized(format!("The `{name}` header is missing.")))
@@ -26,7 +29,7 @@ pub fn signature_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<&'a st
 
 /// Checks that `presented_hex` is the HMAC-SHA256 of `parts` with `key`: a 401 saying
 /// `mismatch` when it is not.
-pub fn check_hmac_hex(
+pub(crate) fn check_hmac_hex(
     key: &[u8],
     parts: &[&[u8]],
     presented_hex: &str,
@@ -40,7 +43,7 @@ pub fn check_hmac_hex(
 }
 
 /// HMAC-SHA256 of the concatenation of `parts` with `key`.
-pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+pub(crate) fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     match Hmac::<Sha256>::new_from_slice(key) {
         Ok(mut mac) => {
             for part in parts {
@@ -54,7 +57,7 @@ pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
 }
 
 /// Whether `presented_hex` is the HMAC-SHA256 of `parts` with `key`, compared in constant time.
-pub fn verify_hmac_hex(key: &[u8], parts: &[&[u8]], presented_hex: &str) -> bool {
+pub(crate) fn verify_hmac_hex(key: &[u8], parts: &[&[u8]], presented_hex: &str) -> bool {
     let Ok(presented) = hex::decode(presented_hex.trim()) else {
         return false;
     };
@@ -68,7 +71,7 @@ pub fn verify_hmac_hex(key: &[u8], parts: &[&[u8]], presented_hex: &str) -> bool
 }
 
 /// Whether two shared secrets are equal, in time independent of their content and length.
-pub fn same_secret(expected: &[u8], presented: &[u8]) -> bool {
+pub(crate) fn same_secret(expected: &[u8], presented: &[u8]) -> bool {
     let a: [u8; 32] = Sha256::digest(expected).into();
     let b: [u8; 32] = Sha256::digest(presented).into();
     a.ct_eq(&b).into()
@@ -76,7 +79,7 @@ pub fn same_secret(expected: &[u8], presented: &[u8]) -> bool {
 
 /// Checks a signed Unix timestamp (seconds) against `now`: a 401 when it is missing, not a number,
 /// or more than `window` seconds away.
-pub fn check_timestamp(
+pub(crate) fn check_timestamp(
     value: Option<&str>,
     now: i64,
     window: i64,
@@ -107,7 +110,7 @@ const SEEN_MAX: usize = 10_000;
 /// accepted. The store decides (it remembers every accepted delivery id with its message, across
 /// restarts); this only spares it the work.
 #[derive(Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     inner: Mutex<SeenInner>,
 }
 
@@ -119,7 +122,7 @@ struct SeenInner {
 
 impl Seen {
     /// Claims `id`: `true` the first time, `false` while it is remembered.
-    pub fn claim(&self, id: &str) -> bool {
+    pub(crate) fn claim(&self, id: &str) -> bool {
         let Ok(mut inner) = self.inner.lock() else {
             return true;
         };
@@ -140,7 +143,7 @@ impl Seen {
     }
 
     /// Forgets `id` (its delivery was not accepted after all, so a retry must be taken).
-    pub fn release(&self, id: &str) {
+    pub(crate) fn release(&self, id: &str) {
         if let Ok(mut inner) = self.inner.lock() {
             inner.ids.remove(id);
             inner.order.retain(|(_, i)| i != id);

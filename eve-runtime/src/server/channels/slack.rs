@@ -28,7 +28,7 @@ const DEFAULT_API: &str = "https://slack.com/api";
 const MAX_TEXT: usize = 39_000;
 
 /// A resolved Slack channel.
-pub struct Slack {
+pub(crate) struct Slack {
     signing_secret: String,
     bot_token: String,
     api_base_url: String,

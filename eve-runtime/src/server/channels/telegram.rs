@@ -27,7 +27,7 @@ const DEFAULT_API: &str = "https://api.telegram.org";
 const MAX_TEXT: usize = 4_096;
 
 /// A resolved Telegram channel.
-pub struct Telegram {
+pub(crate) struct Telegram {
     bot_token: String,
     secret_token: String,
     api_base_url: String,

@@ -35,7 +35,7 @@ use crate::server::body;
 const MAX_KEY: usize = 512;
 
 /// A resolved webhook channel.
-pub struct Webhook {
+pub(crate) struct Webhook {
     secret: String,
     replay_window: Option<i64>,
     reply_url: Option<String>,

@@ -34,11 +34,11 @@ const FIRST_MESSAGE_CHARS: usize = 120;
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct ListQuery {
     /// `idle`, `running`, `waiting` or `failed`.
-    pub status: Option<String>,
+    pub(crate) status: Option<String>,
     /// At most this many rows.
-    pub limit: usize,
+    pub(crate) limit: usize,
     /// Only ids starting with this (case-insensitive).
-    pub prefix: Option<String>,
+    pub(crate) prefix: Option<String>,
 }
 
 /// Percent-decodes a query value (`+` is a space).

@@ -135,12 +135,12 @@ async fn warm(client: &deadpool_postgres::ClientWrapper) {
 #[derive(Debug, Clone)]
 pub struct PgOptions {
     /// Pooled connections at most (besides the one that listens).
-    pub pool_size: usize,
+    pub(crate) pool_size: usize,
     /// Who counts as a dead lease holder: [`ExpiryOnly`] by default (nodes of a fleet cannot
     /// see each other's processes; only expiry frees a lease, and fencing stops a zombie).
-    pub liveness: Arc<dyn Liveness>,
+    pub(crate) liveness: Arc<dyn Liveness>,
     /// How long to wait for the server at open.
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
 }
 
 impl Default for PgOptions {
@@ -195,7 +195,7 @@ impl PgStore {
     }
 
     /// [`PgStore::connect`] with chosen options.
-    pub async fn connect_with(url: &str, options: PgOptions) -> StoreResult<Self> {
+    pub(crate) async fn connect_with(url: &str, options: PgOptions) -> StoreResult<Self> {
         let shown = redact_url(url);
         let unreachable = |cause: String| StoreError::Unreachable {
             url: shown.clone(),
@@ -322,11 +322,6 @@ impl PgStore {
                 listener,
             }),
         })
-    }
-
-    /// The URL, password redacted.
-    pub fn url(&self) -> &str {
-        &self.inner.shown
     }
 
     async fn client(&self) -> StoreResult<deadpool_postgres::Client> {

@@ -53,7 +53,7 @@ pub(super) async fn migrate(client: &mut Client) -> StoreResult<()> {
 }
 
 /// Migrations; index `i` upgrades from version `i` to `i + 1`.
-pub const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE sessions (
     id TEXT PRIMARY KEY,

@@ -179,11 +179,6 @@ impl SqliteStore {
         check::check_file(path.as_ref()).await
     }
 
-    /// Path of the database file.
-    pub fn path(&self) -> &Path {
-        &self.inner.path
-    }
-
     /// Runs `job` inside a transaction on the write connection: on this thread when the
     /// connection is free and the batch need not wait for the disk, else on the writer thread.
     async fn write<R, F>(&self, durable: bool, job: F) -> StoreResult<R>
@@ -269,7 +264,7 @@ impl SqliteStore {
     }
 
     /// Stops the writer after the queued requests are done.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         if let Ok(mut guard) = self.inner.writer.lock() {
             guard.take();
         }

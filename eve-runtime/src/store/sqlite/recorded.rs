@@ -68,7 +68,7 @@ impl SqliteStore {
     /// store has been there yet, without creating it: its next open applies them (see the module
     /// header). `false`, with nothing written: a store (or a recorded release) is there, so open
     /// it and commit them the ordinary way.
-    pub fn record_release(
+    pub(crate) fn record_release(
         db: &Path,
         release: &str,
         at: i64,
@@ -113,7 +113,7 @@ impl SqliteStore {
     /// Creates the store at `db` (taking its recorded release in) when it does not exist yet
     /// but a release is recorded beside it: what `eve store check` and `eve store migrate`
     /// read is then what the next command sees, not a missing file.
-    pub fn create_if_recorded(db: &Path) -> StoreResult<()> {
+    pub(crate) fn create_if_recorded(db: &Path) -> StoreResult<()> {
         if db.symlink_metadata().is_err() && recorded_path(db).symlink_metadata().is_ok() {
             Self::open(db)?.close_and_wait();
         }

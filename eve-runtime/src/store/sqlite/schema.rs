@@ -65,7 +65,7 @@ pub(super) fn migrate(conn: &mut Connection) -> StoreResult<()> {
 }
 
 /// Migrations; index `i` upgrades from version `i` to `i + 1`.
-pub const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE sessions (
     id TEXT PRIMARY KEY,

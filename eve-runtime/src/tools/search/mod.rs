@@ -32,14 +32,14 @@ use crate::env_vars::EVE_TEST_UNSAFE_WALK;
 pub(crate) use grep::{GrepInput, grep};
 
 /// Name of the file listing tool.
-pub const GLOB: &str = "glob";
+pub(crate) const GLOB: &str = "glob";
 /// Name of the content search tool.
-pub const GREP: &str = "grep";
+pub(crate) const GREP: &str = "grep";
 
 /// Most bytes of output a call returns (eve's cap); what did not fit is said.
-pub const MAX_OUTPUT_BYTES: usize = 51_200;
+pub(crate) const MAX_OUTPUT_BYTES: usize = 51_200;
 /// Longest line returned, in characters; a longer one is cut and marked ` [truncated]`.
-pub const MAX_LINE_CHARS: usize = 2000;
+pub(crate) const MAX_LINE_CHARS: usize = 2000;
 /// Results a call returns when it gives no `limit`.
 const DEFAULT_LIMIT: u64 = 100;
 /// Largest `limit` a call may give.
@@ -50,7 +50,7 @@ const WALK_TIME: Duration = Duration::from_secs(30);
 const NO_GIT: &str = "!.git/*";
 
 /// The input schema of `glob`, eve's.
-pub fn glob_schema() -> Value {
+pub(crate) fn glob_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
@@ -64,7 +64,7 @@ pub fn glob_schema() -> Value {
 }
 
 /// The input schema of `grep`, eve's.
-pub fn grep_schema() -> Value {
+pub(crate) fn grep_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
@@ -82,13 +82,13 @@ pub fn grep_schema() -> Value {
 }
 
 /// The description of `glob`.
-pub const GLOB_DESCRIPTION: &str = "Fast file pattern matching in the session workspace. Supports \
+pub(crate) const GLOB_DESCRIPTION: &str = "Fast file pattern matching in the session workspace. Supports \
      glob patterns like \"**/*.js\" or \"src/**/*.ts\" and returns matching file paths (relative \
      to the workspace, sorted), respecting .gitignore. Call it in parallel when you know there are \
      several patterns to search for.";
 
 /// The description of `grep`.
-pub const GREP_DESCRIPTION: &str = "Fast content search in the session workspace, powered by \
+pub(crate) const GREP_DESCRIPTION: &str = "Fast content search in the session workspace, powered by \
      ripgrep's engine. Searches file contents with regular expressions (e.g. \"log.*Error\", \
      \"function\\s+\\w+\"); filter files with the glob parameter (e.g. \"*.js\", \"*.{ts,tsx}\"). \
      Returns matching lines as path:line:text, respecting .gitignore and skipping binary files. \
@@ -107,16 +107,16 @@ pub(crate) struct GlobInput {
 /// What a search is run with besides its input.
 pub(crate) struct Env {
     /// The session workspace.
-    pub workspace: PathBuf,
+    pub(crate) workspace: PathBuf,
     /// Walk by path (`EVE_TEST_UNSAFE_WALK=1` in a debug build).
-    pub unsafe_paths: bool,
+    pub(crate) unsafe_paths: bool,
     /// Set when the call is cancelled.
-    pub cancelled: std::sync::Arc<AtomicBool>,
+    pub(crate) cancelled: std::sync::Arc<AtomicBool>,
 }
 
 impl Env {
     /// The environment of a call in `workspace`; `lookup` reads the runtime's environment.
-    pub fn new(workspace: PathBuf, lookup: &dyn Fn(&str) -> Option<String>) -> Self {
+    pub(crate) fn new(workspace: PathBuf, lookup: &dyn Fn(&str) -> Option<String>) -> Self {
         Self {
             workspace,
             unsafe_paths: cfg!(debug_assertions)

@@ -56,7 +56,7 @@ const MAX_THREADS: usize = 8;
 /// One regular file the walk found.
 pub(crate) struct Found {
     /// Its path relative to the workspace, `/`-separated.
-    pub rel: PathBuf,
+    pub(crate) rel: PathBuf,
     dir: Arc<Dir>,
     name: OsString,
 }
@@ -64,7 +64,7 @@ pub(crate) struct Found {
 impl Found {
     /// Opens the file from its folder's handle, never through a symlink; `None` when it is no
     /// longer a regular file (swapped, removed).
-    pub fn open(&self) -> Option<std::fs::File> {
+    pub(crate) fn open(&self) -> Option<std::fs::File> {
         let file = match &self.dir.fd {
             Some(fd) => {
                 std::fs::File::from(rustix::fs::openat(fd, &self.name, FILE, Mode::empty()).ok()?)
@@ -79,24 +79,24 @@ impl Found {
 /// What a walk is told.
 pub(crate) struct Walk<'a> {
     /// The workspace.
-    pub workspace: &'a Path,
+    pub(crate) workspace: &'a Path,
     /// The folder to walk, relative to the workspace, already checked lexically.
-    pub start: &'a Path,
+    pub(crate) start: &'a Path,
     /// The `--glob` overrides, matched against paths relative to `start`.
-    pub overrides: &'a Override,
+    pub(crate) overrides: &'a Override,
     /// Walk by path (tests only: the protection off).
-    pub unsafe_paths: bool,
+    pub(crate) unsafe_paths: bool,
     /// When to stop with what was found so far.
-    pub deadline: Instant,
+    pub(crate) deadline: Instant,
     /// Set when the call is cancelled.
-    pub cancelled: &'a AtomicBool,
+    pub(crate) cancelled: &'a AtomicBool,
 }
 
 /// How a walk ended, besides what it handed over.
 #[derive(Debug, Default)]
 pub(crate) struct Ended {
     /// The deadline or a cancellation cut it short.
-    pub stopped: bool,
+    pub(crate) stopped: bool,
 }
 
 /// Why a walk could not start.

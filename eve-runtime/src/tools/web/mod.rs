@@ -44,7 +44,7 @@ impl WebContext {
     }
 
     /// The settings.
-    pub fn config(&self) -> &Web {
+    pub(crate) fn config(&self) -> &Web {
         &self.config
     }
 

@@ -282,7 +282,7 @@ impl Runtime {
 
     /// [`Runtime::answer_input_as`] for `caller`: only an operator approves a proposed change
     /// to the agent (a tenant may deny it).
-    pub async fn answer_input_by(
+    pub(crate) async fn answer_input_by(
         &self,
         session: &str,
         request_id: Option<&str>,
@@ -497,7 +497,7 @@ impl Runtime {
 
     /// The request `id` of `session` or of a session below it, when it is no longer pending
     /// (answered, or withdrawn): what an answer to it that came too late is told.
-    pub async fn answered_request(
+    pub(crate) async fn answered_request(
         &self,
         session: &str,
         id: &str,
@@ -549,7 +549,7 @@ impl RuntimeError {
     /// The error for an answer to `stored`, a request no longer pending: answered first by
     /// someone else ([`RuntimeError::InputAlreadyAnswered`], with the answer that won), or
     /// withdrawn (its turn was cancelled).
-    pub fn from_settled(stored: InputRequestRecord) -> Self {
+    pub(crate) fn from_settled(stored: InputRequestRecord) -> Self {
         if stored.status == RequestStatus::Cancelled {
             return Self::NoSuchRequest(format!(
                 "input request `{}` was withdrawn (its turn was cancelled or reset)",

@@ -22,7 +22,7 @@ use crate::engine::ResolvedModel;
 use crate::model::{Message, ModelRequest, SideError, Usage, side_call};
 
 /// Seconds a reviewer may take when `limits.review_seconds` is not set.
-pub const DEFAULT_REVIEW_SECONDS: u64 = 30;
+pub(crate) const DEFAULT_REVIEW_SECONDS: u64 = 30;
 
 /// The largest part of a call's input shown to the reviewer; the rest is cut with a note (the
 /// reviewer then cannot call it safe on what it did not see, which the prompt says).
@@ -44,7 +44,7 @@ Answer with exactly one JSON object and nothing else: \
 
 /// What the reviewer decided.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Runs without asking.
     Safe(String),
     /// Asked as `always`, with this reason.
@@ -55,7 +55,7 @@ pub enum Verdict {
 
 impl Verdict {
     /// `safe`, `unsafe` or `failed`, as in `approval.reviewed`.
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             Verdict::Safe(_) => "safe",
             Verdict::Unsafe(_) => "unsafe",
@@ -64,14 +64,14 @@ impl Verdict {
     }
 
     /// The reviewer's reason, or why there is no verdict.
-    pub fn reason(&self) -> &str {
+    pub(crate) fn reason(&self) -> &str {
         match self {
             Verdict::Safe(r) | Verdict::Unsafe(r) | Verdict::Failed(r) => r,
         }
     }
 
     /// The approval prompt a principal sees when the call is asked about.
-    pub fn prompt(&self, tool: &str) -> String {
+    pub(crate) fn prompt(&self, tool: &str) -> String {
         match self {
             Verdict::Safe(_) => format!("Approve {tool}?"),
             Verdict::Unsafe(reason) => {
@@ -86,25 +86,29 @@ impl Verdict {
 
 /// One review: the verdict and what it cost.
 #[derive(Debug, Clone)]
-pub struct Review {
+pub(crate) struct Review {
     /// The decision.
-    pub verdict: Verdict,
+    pub(crate) verdict: Verdict,
     /// Tokens of the reviewer's call (zero when it failed before answering).
-    pub usage: Usage,
+    pub(crate) usage: Usage,
 }
 
 /// What the reviewer is told about the call.
-pub struct Subject<'a> {
+pub(crate) struct Subject<'a> {
     /// The tool as the policy sees it (for `call_tool`, the tool it names).
-    pub tool: &'a Tool,
+    pub(crate) tool: &'a Tool,
     /// The effective sandbox, described (`isolated, network: none`, `host`, `none (HTTP)`).
-    pub sandbox: String,
+    pub(crate) sandbox: String,
     /// The input the call runs with.
-    pub input: &'a Value,
+    pub(crate) input: &'a Value,
 }
 
 /// Asks `model` about `subject`, within `deadline`.
-pub async fn review(model: &ResolvedModel, subject: &Subject<'_>, deadline: Duration) -> Review {
+pub(crate) async fn review(
+    model: &ResolvedModel,
+    subject: &Subject<'_>,
+    deadline: Duration,
+) -> Review {
     let mut input = serde_json::to_string_pretty(subject.input).unwrap_or_default();
     if input.chars().count() > MAX_INPUT_CHARS {
         input = input.chars().take(MAX_INPUT_CHARS).collect::<String>()
@@ -149,7 +153,7 @@ pub async fn review(model: &ResolvedModel, subject: &Subject<'_>, deadline: Dura
 }
 
 /// Reads the reviewer's answer: the first JSON object in it with a boolean `safe`.
-pub fn parse(answer: &str) -> Verdict {
+pub(crate) fn parse(answer: &str) -> Verdict {
     let object = answer
         .find('{')
         .zip(answer.rfind('}'))
@@ -179,7 +183,7 @@ pub fn parse(answer: &str) -> Verdict {
 }
 
 /// `approval.reviewed` data.
-pub fn event(call_id: &str, tool: &str, review: &Review, reviewer: &str) -> Value {
+pub(crate) fn event(call_id: &str, tool: &str, review: &Review, reviewer: &str) -> Value {
     json!({
         "callId": call_id,
         "toolName": tool,
