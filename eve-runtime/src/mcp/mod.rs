@@ -18,7 +18,9 @@
 //! [`search_catalogue`] ranks both kinds with one set of rules.
 
 mod connection;
+pub mod direct;
 mod error;
+pub mod oauth;
 mod result;
 mod transport;
 
