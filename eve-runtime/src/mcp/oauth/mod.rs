@@ -352,6 +352,13 @@ pub(crate) fn challenge_in(error: &(dyn std::error::Error + 'static)) -> Option<
     use rmcp::transport::streamable_http_client::{AuthRequiredError, InsufficientScopeError};
     let mut current = Some(error);
     while let Some(e) = current {
+        // `initialize`'s error keeps the transport's error in a field that is not its source.
+        if let Some(rmcp::service::ClientInitializeError::TransportError { error, .. }) =
+            e.downcast_ref::<rmcp::service::ClientInitializeError>()
+        {
+            current = Some(error as &(dyn std::error::Error + 'static));
+            continue;
+        }
         if let Some(e) = e.downcast_ref::<AuthRequiredError>() {
             return Some(Challenge::Unauthorized(e.www_authenticate_header.clone()));
         }
