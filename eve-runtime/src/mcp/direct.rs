@@ -163,11 +163,8 @@ impl HttpSession {
     /// The server's tools (every page).
     pub async fn list_tools(&self) -> Result<Vec<ListedTool>, SessionError> {
         let tools = self
-            .service
-            .peer()
-            .list_all_tools()
-            .await
-            .map_err(|e| SessionError::Request(tidy(&e.to_string())))?;
+            .authorized(|| self.service.peer().list_all_tools())
+            .await?;
         Ok(tools
             .into_iter()
             .map(|t| ListedTool {
@@ -177,19 +174,35 @@ impl HttpSession {
             .collect())
     }
 
-    /// Calls a tool; the result as the server sent it (JSON). A 401 authorizes again once, a 403
-    /// `insufficient_scope` steps up (as often as the connection allows) and retries.
+    /// Calls a tool; the result as the server sent it (JSON).
     pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<Value, SessionError> {
+        let result = self
+            .authorized(|| {
+                let mut params = CallToolRequestParams::new(name.to_owned());
+                if let Value::Object(map) = &arguments {
+                    params = params.with_arguments(map.clone());
+                }
+                self.service.peer().call_tool(params)
+            })
+            .await?;
+        serde_json::to_value(&result).map_err(|e| SessionError::Request(e.to_string()))
+    }
+
+    /// Runs a request; a 401 authorizes again once, a 403 `insufficient_scope` steps up (as
+    /// often as the connection allows), and the request is sent again.
+    async fn authorized<T, F, Fut>(&self, request: F) -> Result<T, SessionError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+    {
         let mut reauthorized = false;
         loop {
-            let mut params = CallToolRequestParams::new(name.to_owned());
-            if let Value::Object(map) = &arguments {
-                params = params.with_arguments(map.clone());
-            }
-            match self.service.peer().call_tool(params).await {
-                Ok(result) => {
-                    return serde_json::to_value(&result)
-                        .map_err(|e| SessionError::Request(e.to_string()));
+            match request().await {
+                Ok(value) => {
+                    if let Some(auth) = &self.authorizer {
+                        auth.reset_step_ups().await;
+                    }
+                    return Ok(value);
                 }
                 Err(e) => match (&self.authorizer, challenge_in(&e)) {
                     (Some(auth), Some(Challenge::InsufficientScope(ch))) => {

@@ -61,7 +61,7 @@ pub struct OAuthConfig {
     /// `host:port` entries reachable on loopback or private addresses (besides the server's own
     /// origin): an authorization server the author runs next to the agent.
     pub allow: Vec<String>,
-    /// Most step-up authorizations on `insufficient_scope` before the call fails.
+    /// Most step-up authorizations on `insufficient_scope` for one request before it fails.
     pub max_step_up: u32,
 }
 
@@ -80,8 +80,9 @@ impl std::fmt::Debug for OAuthConfig {
     }
 }
 
-/// Default bound on step-up authorizations for one connection.
-pub const DEFAULT_MAX_STEP_UP: u32 = 3;
+/// Default bound on step-up authorizations for one request: with the first authorization, at
+/// most three authorization requests before the request fails.
+pub const DEFAULT_MAX_STEP_UP: u32 = 2;
 
 /// Why an authorization failed; the message names no token or secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -338,6 +339,15 @@ impl Authorizer {
             )
             .await?;
         Ok(())
+    }
+
+    /// Forgets the step-ups counted so far (a request succeeded with the scope it has).
+    pub async fn reset_step_ups(&self) {
+        let mut count = self.step_ups.lock().await;
+        if *count > 0 {
+            *count = 0;
+            self.manager.lock().await.reset_scope_upgrade_attempts().await;
+        }
     }
 
     /// Whether a token is held (it may have expired; the transport refreshes it).
