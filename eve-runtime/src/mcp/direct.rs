@@ -57,8 +57,7 @@ impl ClientHandler for Handler {
         let mut capabilities = ClientCapabilities::default();
         if self.elicitor.is_some() {
             capabilities.elicitation = Some(
-                ElicitationCapability::default()
-                    .with_form(FormElicitationCapability::default()),
+                ElicitationCapability::default().with_form(FormElicitationCapability::default()),
             );
         }
         ClientConfig::new(
@@ -73,11 +72,14 @@ impl ClientHandler for Handler {
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, rmcp::ErrorData> {
         let decline = ElicitResult::new(ElicitationAction::Decline);
-        let (Some(elicitor), ElicitRequestParams::FormElicitationParams {
-            message,
-            requested_schema,
-            ..
-        }) = (&self.elicitor, request)
+        let (
+            Some(elicitor),
+            ElicitRequestParams::FormElicitationParams {
+                message,
+                requested_schema,
+                ..
+            },
+        ) = (&self.elicitor, request)
         else {
             return Ok(decline);
         };

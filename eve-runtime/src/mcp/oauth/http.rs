@@ -68,7 +68,8 @@ impl GuardedOAuthHttp {
     ) -> Result<http::Response<Vec<u8>>, OAuthHttpClientError> {
         let url = request.url().clone();
         let egress = self.egress(&url);
-        guarded::check_url(&url, &egress).map_err(|refused| Box::new(refused) as OAuthHttpClientError)?;
+        guarded::check_url(&url, &egress)
+            .map_err(|refused| Box::new(refused) as OAuthHttpClientError)?;
         let port = url.port_or_known_default().unwrap_or(0);
         let client = if follow {
             guarded::HttpClient::new().client(&egress, port)
@@ -98,7 +99,9 @@ impl GuardedOAuthHttp {
             }
             body.extend_from_slice(&chunk);
         }
-        builder.body(body).map_err(|e| Box::new(e) as OAuthHttpClientError)
+        builder
+            .body(body)
+            .map_err(|e| Box::new(e) as OAuthHttpClientError)
     }
 }
 
@@ -110,8 +113,8 @@ impl OAuthHttpClient for GuardedOAuthHttp {
                 redirect_policy,
                 ..
             } = request;
-            let request =
-                reqwest::Request::try_from(request).map_err(|e| Box::new(e) as OAuthHttpClientError)?;
+            let request = reqwest::Request::try_from(request)
+                .map_err(|e| Box::new(e) as OAuthHttpClientError)?;
             let follow = matches!(redirect_policy, OAuthHttpRedirectPolicy::Follow);
             self.send(request, follow).await
         })

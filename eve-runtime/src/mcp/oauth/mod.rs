@@ -70,7 +70,10 @@ impl std::fmt::Debug for OAuthConfig {
         f.debug_struct("OAuthConfig")
             .field("grant", &self.grant)
             .field("client_id", &self.client_id)
-            .field("client_secret", &self.client_secret.as_ref().map(|_| "[redacted]"))
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "[redacted]"),
+            )
             .field("client_metadata_url", &self.client_metadata_url)
             .field("scopes", &self.scopes)
             .field("redirect_uri", &self.redirect_uri)
@@ -316,8 +319,8 @@ impl Authorizer {
             }
             *count += 1;
         }
-        let base = reqwest::Url::parse(&self.server_url)
-            .map_err(|e| OAuthError::Config(e.to_string()))?;
+        let base =
+            reqwest::Url::parse(&self.server_url).map_err(|e| OAuthError::Config(e.to_string()))?;
         let params = WWWAuthenticateParams::parse(challenge, &base);
         let Some(scope) = params.scope.filter(|s| !s.trim().is_empty()) else {
             return Err(OAuthError::Failed(
@@ -346,7 +349,11 @@ impl Authorizer {
         let mut count = self.step_ups.lock().await;
         if *count > 0 {
             *count = 0;
-            self.manager.lock().await.reset_scope_upgrade_attempts().await;
+            self.manager
+                .lock()
+                .await
+                .reset_scope_upgrade_attempts()
+                .await;
         }
     }
 
@@ -390,3 +397,6 @@ pub enum Challenge {
     /// 403 `insufficient_scope`. The `WWW-Authenticate` value.
     InsufficientScope(String),
 }
+
+#[cfg(test)]
+mod tests;
