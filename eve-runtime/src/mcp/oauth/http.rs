@@ -76,7 +76,7 @@ impl GuardedOAuthHttp {
         } else {
             guarded::no_redirect_client(&egress, port)
         }
-        .map_err(|reason| Box::<dyn std::error::Error + Send + Sync>::from(reason))?;
+        .map_err(Box::<dyn std::error::Error + Send + Sync>::from)?;
         let response = tokio::time::timeout(REQUEST_TIMEOUT, client.execute(request))
             .await
             .map_err(|_| format!("no answer from {url} within {REQUEST_TIMEOUT:?}"))?
