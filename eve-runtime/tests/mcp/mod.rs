@@ -62,6 +62,8 @@ fn connection(name: &str, transport: Transport) -> Connection {
         approval: Approval::Never,
         timeout_ms: 0,
         start_timeout_ms: None,
+        oauth: None,
+        credentials: Default::default(),
     }
 }
 
