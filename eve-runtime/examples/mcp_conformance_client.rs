@@ -86,6 +86,7 @@ async fn run() -> Result<(), String> {
             redirect_uri: REDIRECT_URI.to_owned(),
             allow: listed.clone(),
             max_step_up: DEFAULT_MAX_STEP_UP,
+            place: None,
         };
         let agent = Arc::new(HeadlessUserAgent::new(&url, &listed).map_err(|e| e.to_string())?);
         let authorizer = Authorizer::new(&url, config, Vec::new(), agent)

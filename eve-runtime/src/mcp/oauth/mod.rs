@@ -16,7 +16,9 @@
 //! - tokens live in the [`Authorizer`] and are added to requests by the transport; they never
 //!   appear in its `Debug` output, in errors or in tool results.
 
+pub mod connect;
 pub(crate) mod http;
+pub mod store;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,6 +65,8 @@ pub struct OAuthConfig {
     pub allow: Vec<String>,
     /// Most step-up authorizations on `insufficient_scope` for one request before it fails.
     pub max_step_up: u32,
+    /// Where tokens and pending authorizations are kept durably (`None`: in memory only).
+    pub place: Option<store::TokenPlace>,
 }
 
 impl std::fmt::Debug for OAuthConfig {
@@ -79,6 +83,7 @@ impl std::fmt::Debug for OAuthConfig {
             .field("redirect_uri", &self.redirect_uri)
             .field("allow", &self.allow)
             .field("max_step_up", &self.max_step_up)
+            .field("place", &self.place)
             .finish_non_exhaustive()
     }
 }
@@ -224,6 +229,10 @@ impl Authorizer {
         let mut upgrade = ScopeUpgradeConfig::default();
         upgrade.max_upgrade_attempts = config.max_step_up;
         manager.set_scope_upgrade_config(upgrade);
+        if let Some(place) = &config.place {
+            manager.set_credential_store(place.credentials());
+            manager.set_state_store(place.states());
+        }
         Ok(manager)
     }
 
@@ -355,6 +364,13 @@ impl Authorizer {
                 .reset_scope_upgrade_attempts()
                 .await;
         }
+    }
+
+    /// Loads the stored tokens, if any (the transport refreshes them when they have expired):
+    /// whether there were some.
+    pub async fn restore(&self) -> Result<bool, OAuthError> {
+        let mut manager = self.manager.lock().await;
+        Ok(manager.initialize_from_store().await?)
     }
 
     /// Whether a token is held (it may have expired; the transport refreshes it).
