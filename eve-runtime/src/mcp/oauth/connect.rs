@@ -105,8 +105,9 @@ pub(crate) async fn authorizer(
         .map_err(|e| unauthorized(e.to_string()))?;
     if !restored {
         if grant == Grant::ClientCredentials {
+            let challenge = probe_challenge(url, exec.own_listeners()).await;
             authorizer
-                .authorize(None)
+                .authorize(challenge.as_deref())
                 .await
                 .map_err(|e| unauthorized(e.to_string()))?;
         } else {
@@ -116,4 +117,36 @@ pub(crate) async fn authorizer(
         }
     }
     Ok(Arc::new(authorizer))
+}
+
+/// The `WWW-Authenticate` challenge the server at `url` answers an unauthenticated `initialize`
+/// with (the start of discovery), if it answers 401 with one.
+pub(crate) async fn probe_challenge(url: &str, own: Vec<std::net::SocketAddr>) -> Option<String> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    let client = crate::tools::guarded::origin_client(&parsed, own).ok()?;
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "eve", "version": env!("CARGO_PKG_VERSION")},
+        },
+    });
+    let response = client
+        .post(parsed)
+        .header("accept", "application/json, text/event-stream")
+        .json(&body)
+        .send()
+        .await
+        .ok()?;
+    if response.status() != reqwest::StatusCode::UNAUTHORIZED {
+        return None;
+    }
+    response
+        .headers()
+        .get("www-authenticate")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
 }

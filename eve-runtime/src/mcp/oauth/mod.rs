@@ -18,6 +18,7 @@
 
 pub mod connect;
 pub(crate) mod http;
+pub mod login;
 pub mod store;
 
 use std::net::SocketAddr;
