@@ -590,6 +590,7 @@ async fn an_mcp_server_over_http_reaches_its_own_origin_only() {
         std::env::temp_dir(),
         exec,
         Default::default(),
+        None,
     );
     assert!(mcp.tools().await.is_empty());
     let said = mcp.status().await[0].last_error.clone().unwrap_or_default();

@@ -17,6 +17,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
+mod oauth;
+mod oauth_server;
+
 /// The python with the `mcp` package.
 fn python() -> PathBuf {
     if let Some(path) = std::env::var_os("EVE_TEST_PYTHON") {
