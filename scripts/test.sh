@@ -58,6 +58,11 @@ otel_start=$SECONDS
 scripts/test-otel.sh
 printf 'otel test: %ss\n' "$((SECONDS - otel_start))" >&2
 
+step "MCP conformance suite, client mode, against eve's MCP client (scripts/mcp-conformance.sh)"
+conformance_start=$SECONDS
+scripts/mcp-conformance.sh
+printf 'MCP conformance: %ss\n' "$((SECONDS - conformance_start))" >&2
+
 step "HumanEval harness: canonical solutions 164/164, broken ones below (scripts/humaneval.sh)"
 humaneval_start=$SECONDS
 scripts/humaneval.sh

@@ -91,6 +91,10 @@ pub enum Command {
     /// Show, edit and clear the notes the agent keeps with its `memory` tool (without a
     /// subcommand: every note).
     Memory(MemoryArgs),
+    /// Authorize, list and log out of the OAuth MCP connections (`connections/NAME.yaml` with
+    /// `oauth:`).
+    #[command(subcommand)]
+    Connections(ConnectionsCommand),
     /// Run the eval cases in `evals/` against the current agent and report what passed.
     Eval(EvalArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
@@ -263,6 +267,33 @@ pub struct StoreMigrateArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConnectionsCommand {
+    /// Every connection with `oauth:` and its authorization (authorized, expires, scopes).
+    List(ConnectionsListArgs),
+    /// Run the authorization code flow for an app-scoped connection and store its token.
+    Login(ConnectionNameArgs),
+    /// Remove a connection's stored token.
+    Logout(ConnectionNameArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConnectionsListArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ConnectionNameArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// The connection (`connections/NAME.yaml`).
+    pub name: String,
 }
 
 /// `eve memory`: without a subcommand, `show` (its flags apply).

@@ -8,6 +8,7 @@ mod diagnostics;
 mod hash;
 mod hostile;
 mod mistakes;
+mod oauth;
 mod operators;
 mod prices;
 mod questions;

@@ -719,6 +719,8 @@ async fn a_call_to_a_connection_that_is_down_says_so() {
         approval: Approval::Never,
         timeout_ms: 5_000,
         start_timeout_ms: None,
+        oauth: None,
+        credentials: Default::default(),
     });
     p.write_build(&a, &[]);
     let models = PerAgent::default();
@@ -775,6 +777,8 @@ async fn an_mcp_tool_is_offered_and_called_through_a_full_turn() {
         approval: Approval::Never,
         timeout_ms: 20_000,
         start_timeout_ms: None,
+        oauth: None,
+        credentials: Default::default(),
     });
     p.write_build(&a, &[]);
     let models = PerAgent::default();

@@ -609,6 +609,8 @@ async fn an_isolated_mcp_server_is_confined_like_a_tool() {
             approval: Approval::Never,
             timeout_ms: 20_000,
             start_timeout_ms: None,
+            oauth: None,
+            credentials: Default::default(),
         });
         p.write_build(&a, &[]);
         let store = format!("{root}/.eve/eve.db");

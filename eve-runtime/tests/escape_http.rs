@@ -562,6 +562,8 @@ async fn an_mcp_server_over_http_reaches_its_own_origin_only() {
         approval: Approval::Never,
         timeout_ms: 0,
         start_timeout_ms: None,
+        oauth: None,
+        credentials: Default::default(),
     };
     let env: eve_runtime::tools::EnvLookup = Arc::new(|_: &str| None);
     let mcp = McpManager::new(
@@ -588,6 +590,7 @@ async fn an_mcp_server_over_http_reaches_its_own_origin_only() {
         std::env::temp_dir(),
         exec,
         Default::default(),
+        None,
     );
     assert!(mcp.tools().await.is_empty());
     let said = mcp.status().await[0].last_error.clone().unwrap_or_default();

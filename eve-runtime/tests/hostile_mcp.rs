@@ -29,6 +29,8 @@ fn hostile(timeout_ms: u64) -> Connection {
         approval: Approval::Never,
         timeout_ms,
         start_timeout_ms: Some(10_000),
+        oauth: None,
+        credentials: Default::default(),
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod build;
 mod chat;
+mod connections;
 mod dev;
 mod dev_lines;
 mod eval;
@@ -24,7 +25,7 @@ use eve_runtime::engine::{Runtime, SettingsModelProvider};
 use eve_runtime::env_vars::EVE_MODEL;
 use eve_runtime::tools::{EnvLookup, process_env};
 
-use crate::cli::{Cli, Command, MemoryCommand, SessionsCommand, StoreCommand};
+use crate::cli::{Cli, Command, ConnectionsCommand, MemoryCommand, SessionsCommand, StoreCommand};
 
 /// Runs a parsed command line.
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -58,6 +59,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Some(MemoryCommand::Edit(args)) => memory::edit(args),
             Some(MemoryCommand::Clear(args)) => memory::clear(args),
         },
+        Command::Connections(ConnectionsCommand::List(args)) => connections::list(args),
+        Command::Connections(ConnectionsCommand::Login(args)) => connections::login(args),
+        Command::Connections(ConnectionsCommand::Logout(args)) => connections::logout(args),
         Command::Store(StoreCommand::Migrate(args)) => store::migrate(args),
         Command::Store(StoreCommand::Check(args)) => store::check(args),
         Command::Logs(args) => logs::run(args),

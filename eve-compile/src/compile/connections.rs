@@ -33,6 +33,8 @@ impl Compiler {
                 "description",
                 "sandbox",
                 "network",
+                "oauth",
+                "credentials",
             ],
             "connection",
         );
@@ -97,6 +99,39 @@ impl Compiler {
                 "remove it: a server over HTTP runs elsewhere, not in eve's sandbox",
             );
         }
+        let credentials = f
+            .choice(
+                "credentials",
+                &[("app", Credentials::App), ("user", Credentials::User)],
+            )
+            .unwrap_or_default();
+        let oauth = if f.has("oauth") {
+            let is_http = matches!(transport, Transport::Http { .. });
+            if !is_http {
+                f.report(
+                    Code::InvalidConnection,
+                    "oauth",
+                    "`oauth` applies to MCP servers reached over `url:`".to_owned(),
+                    "a stdio server (`command:`) gets its credentials from `env:`",
+                );
+                ok = false;
+            }
+            let settings = self.oauth(c, &parsed.doc, credentials);
+            ok &= settings.is_some();
+            settings
+        } else {
+            if credentials == Credentials::User {
+                let mut f = Fields::new(&c.file.path, &parsed.doc, "", &mut self.diags);
+                f.report(
+                    Code::InvalidConnection,
+                    "credentials",
+                    "`credentials: user` needs an `oauth:` block".to_owned(),
+                    "per-user tokens come from OAuth: add `oauth:` (with `grant: authorization_code`)",
+                );
+                ok = false;
+            }
+            None
+        };
         let conn = ok.then(|| Connection {
             name: c.name.clone(),
             source: c.file.path.clone(),
@@ -105,7 +140,122 @@ impl Compiler {
             approval,
             timeout_ms,
             start_timeout_ms,
+            oauth,
+            credentials,
         })?;
         Some((conn, own_sandbox))
     }
+
+    /// Reads and checks the `oauth:` block; `None` (with diagnostics) when it is not usable.
+    fn oauth(
+        &mut self,
+        c: &Named,
+        doc: &crate::yaml::Doc,
+        who: Credentials,
+    ) -> Option<OAuthSettings> {
+        let mut o = Fields::new(&c.file.path, doc, "/oauth", &mut self.diags);
+        o.unknown_keys(
+            &["grant", "client_id", "client_secret", "scopes", "allow"],
+            "oauth",
+        );
+        let grant = o
+            .choice(
+                "grant",
+                &[
+                    ("authorization_code", OAuthGrant::AuthorizationCode),
+                    ("client_credentials", OAuthGrant::ClientCredentials),
+                ],
+            )
+            .unwrap_or_default();
+        let client_id = o.string("client_id");
+        let client_secret = o.string("client_secret");
+        let scopes = o.string_list("scopes").unwrap_or_default();
+        let allow = o.string_list("allow").unwrap_or_default();
+        let mut ok = true;
+        if let Some(secret) = &client_secret
+            && !is_reference(secret)
+        {
+            o.report(
+                Code::InvalidConnection,
+                "client_secret",
+                "`client_secret` is written in the file; it must be a `${VAR}` reference".to_owned(),
+                "put the secret in the environment (`.env`) and write `client_secret: ${MY_CLIENT_SECRET}`",
+            );
+            ok = false;
+        }
+        if client_secret.is_some() && client_id.is_none() {
+            o.report(
+                Code::InvalidConnection,
+                "client_secret",
+                "`client_secret` without `client_id`".to_owned(),
+                "a pre-registered client has both; without `client_id` eve registers itself",
+            );
+            ok = false;
+        }
+        if grant == OAuthGrant::ClientCredentials
+            && (client_id.is_none() || client_secret.is_none())
+        {
+            o.report(
+                Code::InvalidConnection,
+                "grant",
+                "`grant: client_credentials` needs `client_id` and `client_secret`".to_owned(),
+                "register the client with the authorization server and give both (the secret as `${VAR}`)",
+            );
+            ok = false;
+        }
+        for scope in &scopes {
+            if scope.is_empty() || scope.chars().any(|ch| ch.is_whitespace() || ch == '"') {
+                o.report(
+                    Code::InvalidConnection,
+                    "scopes",
+                    format!("scope `{scope}` is not a valid OAuth scope"),
+                    "a scope is one word without spaces or quotes; list each under `scopes:`",
+                );
+                ok = false;
+            }
+        }
+        for entry in &allow {
+            let valid = entry
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !valid {
+                o.report(
+                    Code::InvalidConnection,
+                    "allow",
+                    format!("`{entry}` in `oauth.allow` is not `host:port`"),
+                    "name an authorization server on a private address as `host:port`, e.g. `127.0.0.1:9000`",
+                );
+                ok = false;
+            }
+        }
+        if grant == OAuthGrant::ClientCredentials && who == Credentials::User {
+            let mut top = Fields::new(&c.file.path, doc, "", &mut self.diags);
+            top.report(
+                Code::InvalidConnection,
+                "credentials",
+                "`credentials: user` with `grant: client_credentials`".to_owned(),
+                "client credentials carry no user: use `credentials: app`, or `grant: authorization_code` for per-user tokens",
+            );
+            ok = false;
+        }
+        ok.then_some(OAuthSettings {
+            grant,
+            client_id,
+            client_secret,
+            scopes,
+            allow,
+        })
+    }
+}
+
+/// Whether `text` is exactly one `${VAR}` reference.
+fn is_reference(text: &str) -> bool {
+    text.strip_prefix("${")
+        .and_then(|rest| rest.strip_suffix('}'))
+        .is_some_and(|name| {
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+        })
 }

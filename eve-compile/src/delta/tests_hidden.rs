@@ -251,6 +251,8 @@ fn a_host_mcp_server_runs_the_files_its_command_line_names() {
         approval: Approval::Never,
         timeout_ms: 1000,
         start_timeout_ms: None,
+        oauth: None,
+        credentials: Default::default(),
     });
     a.files
         .insert("_mcp/server.py".to_owned(), digest("a1", 0o644));

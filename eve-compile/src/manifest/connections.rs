@@ -60,6 +60,62 @@ pub struct Connection {
     /// the runtime's default, 30 s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_timeout_ms: Option<u64>,
+    /// OAuth of a connection over `url:` (`None`: no authorization, or static `headers:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OAuthSettings>,
+    /// Whose tokens the connection uses: the app's (one, authorized by the operator with
+    /// `eve connections login`) or each user's.
+    #[serde(default, skip_serializing_if = "is_app")]
+    pub credentials: Credentials,
+}
+
+fn is_app(c: &Credentials) -> bool {
+    *c == Credentials::App
+}
+
+/// Whose tokens an OAuth connection uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Credentials {
+    /// One token for the app, obtained by the operator.
+    #[default]
+    App,
+    /// A token per user principal.
+    User,
+}
+
+/// How tokens are obtained.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OAuthGrant {
+    /// Authorization code with PKCE: someone approves in a browser.
+    #[default]
+    AuthorizationCode,
+    /// Client credentials: the client's own identity, no person involved.
+    ClientCredentials,
+}
+
+/// The `oauth:` block of a connection. Secrets stay `${VAR}` references here: they are resolved
+/// from the environment when the runtime connects, never written into the build.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthSettings {
+    /// Grant.
+    #[serde(default)]
+    pub grant: OAuthGrant,
+    /// A client registered beforehand (`None`: dynamic registration); may be a `${VAR}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// The pre-registered client's secret: always a `${VAR}` reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    /// Scopes to ask for (empty: what the server says it needs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// `host:port` of an authorization server on a loopback or private address that may be
+    /// reached (public addresses always may).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
 }
 
 /// Default MCP call timeout: 60 s.

@@ -287,6 +287,11 @@ impl Runtime {
         &self.inner.store
     }
 
+    /// The `${VAR}` lookup of connections and tools (the process environment and `.env`).
+    pub fn env(&self) -> crate::tools::EnvLookup {
+        self.inner.config.env.clone()
+    }
+
     /// The state folder.
     pub fn state_dir(&self) -> &Path {
         &self.inner.config.state_dir

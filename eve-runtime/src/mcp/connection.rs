@@ -38,6 +38,8 @@ pub(crate) struct Shared {
     pub(crate) exec: Arc<crate::exec::Executor>,
     /// How each stdio server is confined, by connection name (absent: `host`).
     pub(crate) confinements: std::collections::HashMap<String, crate::exec::Confinement>,
+    /// Where OAuth connections keep their tokens (`None`: they cannot start).
+    pub(crate) store: Option<Arc<dyn crate::store::Store>>,
 }
 
 /// A started server instance.
@@ -241,6 +243,7 @@ impl Supervisor {
                     .map_or(sup.start_timeout, Duration::from_millis),
                 &self.shared.exec,
                 &confinement,
+                self.shared.store.as_ref(),
             )
             .await;
             return match started {

@@ -27,6 +27,14 @@ pub enum McpError {
         /// What is wrong and what to do.
         reason: String,
     },
+    /// An OAuth connection holds no usable token, or its authorization failed.
+    #[error("oauth_unauthorized: connection `{connection}`: {reason}")]
+    Unauthorized {
+        /// Connection name.
+        connection: String,
+        /// Why, and what to do (never a token or secret).
+        reason: String,
+    },
     /// The server process could not be spawned.
     #[error("could not start the MCP server `{connection}` (`{program}`): {reason}")]
     Spawn {

@@ -18,7 +18,9 @@
 //! [`search_catalogue`] ranks both kinds with one set of rules.
 
 mod connection;
+pub mod direct;
 mod error;
+pub mod oauth;
 mod result;
 mod transport;
 
@@ -214,18 +216,21 @@ impl McpManager {
                 supervision,
                 exec: Arc::default(),
                 confinements: std::collections::HashMap::new(),
+                store: None,
             },
         )
     }
 
     /// A manager whose stdio servers are started by `exec`, each confined as `confinements`
-    /// says (by connection name; absent means `host`).
+    /// says (by connection name; absent means `host`); OAuth connections keep their tokens in
+    /// `store`.
     pub fn with_exec(
         connections: &[Connection],
         env: EnvLookup,
         workdir: PathBuf,
         exec: Arc<crate::exec::Executor>,
         confinements: std::collections::HashMap<String, crate::exec::Confinement>,
+        store: Option<Arc<dyn crate::store::Store>>,
     ) -> Self {
         Self::build(
             connections,
@@ -235,6 +240,7 @@ impl McpManager {
                 supervision: Supervision::default(),
                 exec,
                 confinements,
+                store,
             },
         )
     }

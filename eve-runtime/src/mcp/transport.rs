@@ -168,6 +168,7 @@ pub(crate) async fn start(
     start_timeout: Duration,
     exec: &crate::exec::Executor,
     confinement: &crate::exec::Confinement,
+    store: Option<&Arc<dyn crate::store::Store>>,
 ) -> Result<Started, McpError> {
     match &connection.transport {
         Transport::Stdio {
@@ -185,7 +186,15 @@ pub(crate) async fn start(
             start_stdio(connection, command, args, launch, start_timeout).await
         }
         Transport::Http { url, headers } => {
-            start_http(connection, url, headers, env, start_timeout, exec).await
+            let http = HttpStart {
+                url,
+                headers,
+                env,
+                start_timeout,
+                exec,
+                store,
+            };
+            start_http(connection, http).await
         }
     }
 }
@@ -316,15 +325,26 @@ fn resolve_program(program: &str, workdir: &Path) -> PathBuf {
     }
 }
 
-/// Connects to a Streamable HTTP server and runs the handshake; a failure is retried once.
-async fn start_http(
-    connection: &Connection,
-    url: &str,
-    headers: &std::collections::BTreeMap<String, String>,
-    env: &EnvLookup,
+/// Where and how a Streamable HTTP server is reached.
+struct HttpStart<'a> {
+    url: &'a str,
+    headers: &'a std::collections::BTreeMap<String, String>,
+    env: &'a EnvLookup,
     start_timeout: Duration,
-    exec: &crate::exec::Executor,
-) -> Result<Started, McpError> {
+    exec: &'a crate::exec::Executor,
+    store: Option<&'a Arc<dyn crate::store::Store>>,
+}
+
+/// Connects to a Streamable HTTP server and runs the handshake; a failure is retried once.
+async fn start_http(connection: &Connection, start: HttpStart<'_>) -> Result<Started, McpError> {
+    let HttpStart {
+        url,
+        headers,
+        env,
+        start_timeout,
+        exec,
+        store,
+    } = start;
     let name = connection.name.as_str();
     // Messages show `template` (as configured): the expanded URL may carry a secret.
     let template = url;
@@ -361,6 +381,12 @@ async fn start_http(
                 reason: format!("{reason} (url `{template}`)"),
             }
         })?;
+    let authorizer = match &connection.oauth {
+        Some(settings) => Some(
+            super::oauth::connect::authorizer(connection, settings, &url, env, exec, store).await?,
+        ),
+        None => None,
+    };
     let mut last = String::new();
     for attempt in 0..2 {
         if attempt > 0 {
@@ -368,8 +394,33 @@ async fn start_http(
         }
         let config =
             StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map.clone());
-        let transport = StreamableHttpClientTransport::with_client(client.clone(), config);
-        match tokio::time::timeout(start_timeout, client_config().serve(transport)).await {
+        let serving = match &authorizer {
+            Some(auth) => {
+                let client =
+                    auth.auth_client(client.clone())
+                        .await
+                        .map_err(|e| McpError::Unauthorized {
+                            connection: name.to_owned(),
+                            reason: e.to_string(),
+                        })?;
+                let transport = StreamableHttpClientTransport::with_client(client, config);
+                tokio::time::timeout(start_timeout, client_config().serve(transport)).await
+            }
+            None => {
+                let transport = StreamableHttpClientTransport::with_client(client.clone(), config);
+                tokio::time::timeout(start_timeout, client_config().serve(transport)).await
+            }
+        };
+        match serving {
+            Ok(Err(e)) if authorizer.is_some() && super::oauth::challenge_in(&e).is_some() => {
+                return Err(McpError::Unauthorized {
+                    connection: name.to_owned(),
+                    reason: format!(
+                        "the server refused the stored token ({}); authorize again with `eve connections login {name}`",
+                        tidy(&e.to_string())
+                    ),
+                });
+            }
             Ok(Ok(service)) => {
                 return Ok(Started {
                     service,

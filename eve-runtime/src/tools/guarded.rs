@@ -116,6 +116,17 @@ pub(crate) fn origin_client(url: &Url, own: Vec<SocketAddr>) -> Result<reqwest::
 }
 
 fn build(egress: &Egress, port: u16) -> Result<reqwest::Client, String> {
+    build_with(egress, port, true)
+}
+
+/// A client under `egress` for connections to `port` that follows no redirect at all (a 3xx
+/// comes back as the answer), for requests whose redirects carry meaning of their own (OAuth
+/// token and registration requests, the authorization redirect).
+pub(crate) fn no_redirect_client(egress: &Egress, port: u16) -> Result<reqwest::Client, String> {
+    build_with(egress, port, false)
+}
+
+fn build_with(egress: &Egress, port: u16, follow: bool) -> Result<reqwest::Client, String> {
     let rules = Arc::new(egress.clone());
     let hops = rules.clone();
     reqwest::Client::builder()
@@ -129,6 +140,7 @@ fn build(egress: &Egress, port: u16) -> Result<reqwest::Client, String> {
                     redirect: true,
                     ..refused
                 }),
+                Ok(()) if !follow => attempt.stop(),
                 Ok(()) => same_origin_redirects(attempt),
             },
         ))

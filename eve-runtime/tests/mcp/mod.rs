@@ -17,6 +17,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
+mod oauth;
+mod oauth_server;
+
 /// The python with the `mcp` package.
 fn python() -> PathBuf {
     if let Some(path) = std::env::var_os("EVE_TEST_PYTHON") {
@@ -62,6 +65,8 @@ fn connection(name: &str, transport: Transport) -> Connection {
         approval: Approval::Never,
         timeout_ms: 0,
         start_timeout_ms: None,
+        oauth: None,
+        credentials: Default::default(),
     }
 }
 

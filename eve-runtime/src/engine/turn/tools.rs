@@ -209,6 +209,7 @@ impl Runtime {
                         workdir.clone(),
                         self.inner.exec.clone(),
                         confinements,
+                        Some(self.inner.store.clone()),
                     )
                 })
                 .clone(),

