@@ -33,7 +33,7 @@ pub const MESSAGE_COMPLETED: &str = "message.completed";
 /// The turn's result, satisfying the `outputSchema` its message asked for.
 pub(crate) const RESULT_COMPLETED: &str = "result.completed";
 /// A step ended.
-pub(crate) const STEP_COMPLETED: &str = "step.completed";
+pub const STEP_COMPLETED: &str = "step.completed";
 /// Input (approval) is needed.
 pub const INPUT_REQUESTED: &str = "input.requested";
 /// A call started a task.

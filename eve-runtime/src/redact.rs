@@ -174,7 +174,7 @@ impl Secrets {
 
     /// Learns every secret a build's manifest can resolve: each `${VAR}` in any of its strings, and
     /// each name listed under an `env` allowlist (a list of names).
-    pub(crate) fn learn_manifest(&self, manifest: &Value, env: &dyn Fn(&str) -> Option<String>) {
+    pub fn learn_manifest(&self, manifest: &Value, env: &dyn Fn(&str) -> Option<String>) {
         match manifest {
             Value::String(text) => self.learn_references(text, env),
             Value::Array(items) => items.iter().for_each(|v| self.learn_manifest(v, env)),

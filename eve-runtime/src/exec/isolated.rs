@@ -176,11 +176,6 @@ impl IsolatedSandbox {
         left
     }
 
-    /// How many warm boxes this sandbox keeps ready.
-    pub fn pool_size(&self) -> usize {
-        self.pool_size
-    }
-
     /// Starts the pool of warm boxes, when isolation works here and it has not started yet.
     pub(super) async fn start_pool(&self) {
         if self.support().await.is_ok() {

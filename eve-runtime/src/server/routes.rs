@@ -146,7 +146,7 @@ pub(crate) async fn health(State(app): State<App>) -> Result<Response, ApiError>
 }
 
 /// `GET /metrics`: the runtime's Prometheus metrics (operators only, like the releases).
-pub async fn metrics(State(app): State<App>) -> Response {
+pub(crate) async fn metrics(State(app): State<App>) -> Response {
     (
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         app.runtime.metrics_text(),

@@ -110,7 +110,7 @@ string_enum! {
 
 impl CallStatus {
     /// Whether the call is settled (its result is in the context).
-    pub(crate) fn is_terminal(self) -> bool {
+    pub fn is_terminal(self) -> bool {
         !matches!(self, Self::Pending | Self::Running)
     }
 }

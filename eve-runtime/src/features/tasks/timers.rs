@@ -32,7 +32,7 @@ pub(crate) struct Timer {
 
 impl Timer {
     /// Whether it is due at `now` (epoch ms).
-    pub fn due(&self, now: i64) -> bool {
+    pub(crate) fn due(&self, now: i64) -> bool {
         now >= self.due_ms
     }
 }
