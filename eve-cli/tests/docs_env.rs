@@ -15,13 +15,17 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The `(name, value)` of every `pub const NAME: &str = "value";` in `env_vars.rs`.
+/// The `(name, value)` of every `pub const NAME: &str = "value";` in `env_vars.rs` (`pub(crate)`
+/// too: a variable only the runtime reads is still one eve reads).
 fn constants() -> Vec<(String, String)> {
     let path = root().join("eve-runtime/src/env_vars.rs");
     let source = std::fs::read_to_string(&path).unwrap();
     let mut out = Vec::new();
     for line in source.lines() {
-        let Some(rest) = line.strip_prefix("pub const ") else {
+        let Some(rest) = line
+            .strip_prefix("pub const ")
+            .or_else(|| line.strip_prefix("pub(crate) const "))
+        else {
             continue;
         };
         let (name, value) = rest
