@@ -247,7 +247,7 @@ async fn run_available(
             .link
             .as_ref()
             .map_or_else(|| session.to_owned(), |l| l.root_id.clone());
-        let (record, turn, budget, start, input) = match state.open_turn().cloned() {
+        let (record, turn, budget, mut start, input) = match state.open_turn().cloned() {
             Some(turn) => {
                 // What a resumed root turn's message asked is kept with the turn.
                 let input = if state.session.parent_id.is_none() {
@@ -307,6 +307,7 @@ async fn run_available(
                         turn.started_at,
                         input.traceparent.as_deref(),
                         parent_call.as_ref().map(|(p, c)| (p.as_str(), c.as_str())),
+                        start.as_mut().map(|s| &mut s.batch),
                     )
                     .await;
             }

@@ -294,7 +294,9 @@ impl Telemetry {
 
     /// The trace context of turn `seq` of `session`: kept with the turn, or made now (joining
     /// `caller`'s `traceparent` for a root turn, or the parent's subagent call for a child's)
-    /// and kept. Remembered in this process until the turn ends.
+    /// and kept: in `fresh`, the batch that starts the turn, when the turn starts now (no read,
+    /// no commit of its own), else in a commit of its own. Remembered in this process until the
+    /// turn ends.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn begin_turn(
         &self,
@@ -305,36 +307,49 @@ impl Telemetry {
         started_at: i64,
         caller: Option<&str>,
         parent_call: Option<(&str, &str)>,
+        fresh: Option<&mut crate::store::Batch>,
     ) -> Option<TurnTrace> {
         let key = (session.to_owned(), seq);
         if let Some(open) = self.open.lock().ok()?.turns.get(&key) {
             return Some(open.clone());
         }
         let ns = namespace(session);
-        let kept = match store.note(&ns, &seq.to_string()).await {
-            Ok(note) => {
-                note.and_then(|n| TurnTrace::from_note(&n.text, session, seq, agent, started_at))
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "reading a turn's trace context");
-                None
-            }
+        // A turn starting now has no kept context yet: nothing to read, and its note rides with
+        // the turn's start. A resumed turn reads the one its start kept.
+        let kept = match &fresh {
+            Some(_) => None,
+            None => match store.note(&ns, &seq.to_string()).await {
+                Ok(note) => note
+                    .and_then(|n| TurnTrace::from_note(&n.text, session, seq, agent, started_at)),
+                Err(e) => {
+                    tracing::debug!(error = %e, "reading a turn's trace context");
+                    None
+                }
+            },
         };
         let trace = match kept {
             Some(trace) => trace,
             None => {
                 let trace = self.new_turn(session, seq, agent, started_at, caller, parent_call);
                 let now = now_ms();
-                let mut batch = crate::store::Batch::new();
-                batch.push(Op::Note(NoteOp::Put(NoteRecord {
+                let op = Op::Note(NoteOp::Put(NoteRecord {
                     namespace: ns,
                     key: seq.to_string(),
                     text: trace.to_note(),
                     created_at: now,
                     updated_at: now,
-                })));
-                if let Err(e) = store.commit(batch).await {
-                    tracing::debug!(error = %e, "keeping a turn's trace context");
+                }));
+                match fresh {
+                    Some(batch) => {
+                        batch.push(op);
+                    }
+                    None => {
+                        let mut batch = crate::store::Batch::new();
+                        batch.push(op);
+                        if let Err(e) = store.commit(batch).await {
+                            tracing::debug!(error = %e, "keeping a turn's trace context");
+                        }
+                    }
                 }
                 trace
             }
