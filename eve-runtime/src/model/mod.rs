@@ -16,6 +16,7 @@ pub use attachment::{Attachment, NativeKind};
 pub mod mock;
 pub mod openai;
 pub mod prices;
+pub(crate) mod provider;
 mod side;
 pub mod sse;
 pub(crate) use side::{SideError, side_call};
