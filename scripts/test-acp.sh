@@ -93,7 +93,7 @@ echo \$\$ > "$PROJECT/wait.pid"
 exec sleep 120
 SH
 chmod +x "$PROJECT"/agent/tools/*
-(cd "$PROJECT" && env -u EVE_MODEL "$EVE" build >/dev/null)
+(cd "$PROJECT" && env -u EVE_MODEL "$EVE" build >/dev/null 2>&1)
 
 # A `strategy: plan` agent: its mock model plans two steps (with reasoning), the plan's workers
 # answer, and a last call sums up.
@@ -101,7 +101,7 @@ PLAN="$ROOT/plan-agent"
 mkdir -p "$PLAN/agent"
 printf 'You plan, then answer.\n' > "$PLAN/agent/instructions.md"
 printf 'strategy: plan\n' > "$PLAN/agent/agent.yaml"
-(cd "$PLAN" && env -u EVE_MODEL "$EVE" build >/dev/null)
+(cd "$PLAN" && env -u EVE_MODEL "$EVE" build >/dev/null 2>&1)
 PLAN_SCRIPT='{"*": [
   {"reasoning": "I will plan this.", "tool_calls": [{"name": "submit_plan", "input": {"steps": [
     {"id": "a", "description": "Find A"},
@@ -109,7 +109,16 @@ PLAN_SCRIPT='{"*": [
   {"text": "All done."}, {"text": "All done."}, {"text": "All done."}, {"text": "All done."}],
  "#step": [{"text": "Step done."}]}'
 
+# The agent of a server `eve acp --url` serves, behind a bearer token.
+REMOTE="$ROOT/remote-agent"
+mkdir -p "$REMOTE/agent/tools" "$REMOTE/agent/channels" "$REMOTE/agent/sandbox"
+printf 'You are a test agent.\n' > "$REMOTE/agent/instructions.md"
+printf 'provider: host\n' > "$REMOTE/agent/sandbox/sandbox.yaml"
+cp "$PROJECT/agent/tools/refund.sh" "$REMOTE/agent/tools/"
+printf 'auth:\n  type: bearer\n  tokens: ["${ACP_TEST_TOKEN}"]\n' > "$REMOTE/agent/channels/eve.yaml"
+(cd "$REMOTE" && env -u EVE_MODEL "$EVE" build >/dev/null 2>&1)
+
 cd "$REPO/$DIR"
-env -u EVE_MODEL -u EVE_URL -u EVE_MOCK_SCRIPT EVE_PLAN_SCRIPT="$PLAN_SCRIPT" \
-    "$NODE" acp-test.mjs "$EVE" "$PROJECT" "$PLAN"
+env -u EVE_MODEL -u EVE_URL -u EVE_TOKEN -u EVE_MOCK_SCRIPT EVE_PLAN_SCRIPT="$PLAN_SCRIPT" \
+    "$NODE" acp-test.mjs "$EVE" "$PROJECT" "$PLAN" "$REMOTE"
 printf 'acp client test: %ss\n' "$((SECONDS - start))" >&2

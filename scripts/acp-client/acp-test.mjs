@@ -9,7 +9,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
 
-const [eve, project, planProject] = process.argv.slice(2);
+const [eve, project, planProject, remoteProject] = process.argv.slice(2);
 const failures = [];
 const check = (cond, what) => {
   if (!cond) {
@@ -20,12 +20,12 @@ const check = (cond, what) => {
 
 /** One `eve acp` process and a client connected to it. */
 class Editor {
-  constructor(dir, env = {}) {
+  constructor(dir, env = {}, args = ["acp"]) {
     this.updates = []; // every session/update's params, in order
     this.permissions = []; // every permission request's params
     this.decide = () => ({ outcome: { outcome: "selected", optionId: "allow-once" } });
     this.stdout = [];
-    this.child = spawn(eve, ["acp"], {
+    this.child = spawn(eve, args, {
       cwd: dir,
       env: { ...process.env, ...env },
       stdio: ["pipe", "pipe", "pipe"],
@@ -273,6 +273,55 @@ await timed("strategy: plan and reasoning", async () => {
   check(text(u, "agent_thought_chunk").includes("plan this"), "reasoning streams as agent_thought_chunk");
   check(text(u).includes("All done"), "the synthesis streams");
   await planner.close();
+});
+
+await timed("--url: a server's agent, with a token from EVE_TOKEN", async () => {
+  const token = "acp-test-token";
+  const server = spawn(eve, ["serve", "--port", "0"], {
+    cwd: remoteProject,
+    env: { ...process.env, ACP_TEST_TOKEN: token },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let log = "";
+  const url = await new Promise((resolve, reject) => {
+    server.stderr.on("data", (d) => {
+      log += d;
+      const m = /on (http:\/\/127\.0\.0\.1:\d+)/.exec(log);
+      if (m) resolve(m[1]);
+    });
+    server.on("exit", (code) => reject(new Error(`eve serve exited (${code}): ${log}`)));
+  });
+  try {
+    // Run outside any project: the agent is the server's.
+    const outside = process.env.TMPDIR || "/tmp";
+    const remote = new Editor(outside, { EVE_TOKEN: token }, ["acp", "--url", url]);
+    await remote.initialize();
+    const id = await remote.newSession(outside);
+    remote.decide = () => ({ outcome: { outcome: "selected", optionId: "allow-once" } });
+    const r = await remote.prompt(id, '/tool refund {"amount": 3}');
+    check(r.stopReason === "end_turn", `remote turn ends (${r.stopReason})`);
+    check(remote.permissions.length === 1, "the server's approval is asked as a permission");
+    const [call] = calls(remote.of(id), "refund");
+    check(call && statuses(remote.of(id), call.toolCallId).join(",") === "pending,in_progress,completed", "the remote call runs once allowed");
+    check(text(remote.of(id)).includes("refund returned"), "the remote reply streams");
+    await remote.close();
+
+    const again = new Editor(outside, { EVE_TOKEN: token }, ["acp", "--url", url]);
+    await again.initialize();
+    await again.agent.request(acp.methods.agent.session.load, { sessionId: id, cwd: outside, mcpServers: [] });
+    check(text(again.of(id), "user_message_chunk").includes("refund"), "a remote session loads with its history");
+    await again.close();
+
+    const refused = spawn(eve, ["acp", "--url", url], { env: { ...process.env, EVE_TOKEN: "wrong" }, stdio: ["pipe", "pipe", "pipe"] });
+    let err = "";
+    let out = "";
+    refused.stderr.on("data", (d) => (err += d));
+    refused.stdout.on("data", (d) => (out += d));
+    const code = await new Promise((r) => refused.on("exit", r));
+    check(code === 2 && /401/.test(err) && out === "", `a refused token ends eve acp with exit 2 (${code}: ${err})`);
+  } finally {
+    server.kill("SIGTERM");
+  }
 });
 
 if (failures.length > 0) {

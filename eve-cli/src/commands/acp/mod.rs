@@ -40,6 +40,9 @@ use updates::{Mapper, Pending, unanswered};
 
 /// The ACP protocol version spoken.
 const PROTOCOL_VERSION: u64 = 1;
+/// How long after a step requested calls an approval request may still come before the calls
+/// are reported running (eve asks in the commit right after the step's).
+const ASK_WINDOW: Duration = Duration::from_millis(150);
 /// How long in-flight requests may finish after stdin closes.
 const DRAIN: Duration = Duration::from_secs(10);
 
@@ -463,13 +466,47 @@ impl Conn {
                     self.ask(session, mapper, &request, token).await?;
                 }
             }
-            let mut follow = self
+            let follow = self
                 .backend
                 .follow(&session.id, from)
                 .await
                 .map_err(internal)?;
+            // The follower reads on its own task, so the wait for an approval request below
+            // never cancels a read.
+            let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+            let pump = tokio::spawn(async move {
+                let mut follow = follow;
+                loop {
+                    let next = follow.next().await;
+                    let stop = !matches!(next, Ok(Some(_)));
+                    if tx.send(next).is_err() || stop {
+                        break;
+                    }
+                }
+            });
             let mut seen: Vec<Value> = Vec::new();
-            while let Some(event) = follow.next().await.map_err(internal)? {
+            loop {
+                let next = if mapper.unsure() {
+                    match tokio::time::timeout(ASK_WINDOW, events.recv()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            for update in mapper.running() {
+                                self.update(&session.id, update);
+                            }
+                            continue;
+                        }
+                    }
+                } else {
+                    events.recv().await
+                };
+                let event = match next {
+                    Some(Ok(Some(event))) => event,
+                    Some(Ok(None)) | None => break,
+                    Some(Err(e)) => {
+                        pump.abort();
+                        return Err(internal(format!("{e:#}")));
+                    }
+                };
                 if event.is_null() {
                     continue;
                 }

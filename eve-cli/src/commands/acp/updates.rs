@@ -77,13 +77,28 @@ impl Mapper {
         call
     }
 
+    /// Whether announced calls wait to be told apart (run now, or wait for an approval).
+    pub(crate) fn unsure(&self) -> bool {
+        !self.unconfirmed.is_empty()
+    }
+
+    /// No approval was asked for the announced calls in time: they are running.
+    pub(crate) fn running(&mut self) -> Vec<Value> {
+        std::mem::take(&mut self.unconfirmed)
+            .iter()
+            .map(|c| status(c, "in_progress"))
+            .collect()
+    }
+
     /// The updates `event` (`{type, data, meta}`) gives.
     pub(crate) fn map(&mut self, event: &Value) -> Vec<Value> {
         let kind = event["type"].as_str().unwrap_or_default();
         let data = &event["data"];
         let mut out = Vec::new();
-        // Calls announced by the previous event start now, unless this event asks about them.
-        if !self.unconfirmed.is_empty() {
+        // Calls announced by an earlier event start now, unless this event asks about them
+        // (eve asks right after the step that requested them completes).
+        let between = matches!(kind, ev::STEP_COMPLETED | ev::MESSAGE_COMPLETED);
+        if !self.unconfirmed.is_empty() && !between {
             let asked: HashSet<&str> = if kind == ev::INPUT_REQUESTED {
                 requests(data).map(|r| r.0).collect()
             } else {
@@ -441,6 +456,8 @@ mod tests {
         assert_eq!(asked[0]["kind"], "edit");
         assert_eq!(asked[0]["locations"], json!([{"path": "/ws/notes/a.txt"}]));
         assert_eq!(asked[1]["locations"], json!([{"path": "/abs/b.txt"}]));
+        assert!(m.map(&event(ev::STEP_COMPLETED, json!({}))).is_empty());
+        assert!(m.unsure());
         let next = m.map(&event(
             ev::INPUT_REQUESTED,
             json!({"requests": [{"requestId": "r1", "action": {"callId": "c1"}}]}),
