@@ -121,7 +121,10 @@ mod tests {
             json!([{"type": "text"}]),
         ] {
             let error = prompt_text(&prompt).err();
-            assert_eq!(error.map(|e| e.code), Some(super::super::rpc::INVALID_PARAMS));
+            assert_eq!(
+                error.map(|e| e.code),
+                Some(super::super::rpc::INVALID_PARAMS)
+            );
         }
     }
 }

@@ -290,7 +290,10 @@ impl Conn {
                 let conn = self.clone();
                 tokio::spawn(async move {
                     if let Err(e) = conn.backend.cancel(&session.id).await {
-                        errln!("eve acp: cannot cancel the turn: {}", Untrusted(format!("{e:#}")));
+                        errln!(
+                            "eve acp: cannot cancel the turn: {}",
+                            Untrusted(format!("{e:#}"))
+                        );
                     }
                 });
             }

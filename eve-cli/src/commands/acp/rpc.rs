@@ -97,8 +97,13 @@ fn malformed(id: Value, code: i64, message: impl Into<String>) -> Malformed {
 pub(crate) fn parse(line: &[u8]) -> Result<Frame, Malformed> {
     let text = std::str::from_utf8(line)
         .map_err(|_| malformed(Value::Null, PARSE_ERROR, "the frame is not UTF-8"))?;
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| malformed(Value::Null, PARSE_ERROR, format!("the frame is not JSON: {e}")))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        malformed(
+            Value::Null,
+            PARSE_ERROR,
+            format!("the frame is not JSON: {e}"),
+        )
+    })?;
     let Value::Object(object) = value else {
         let message = if value.is_array() {
             "batches are not supported: send one JSON-RPC message per line"
@@ -325,7 +330,13 @@ mod tests {
         assert_eq!(code("\u{1}"), (Some(Value::Null), PARSE_ERROR));
         assert!(matches!(
             parse(&[0xff, 0xfe]),
-            Err(Malformed { error: RpcError { code: PARSE_ERROR, .. }, .. })
+            Err(Malformed {
+                error: RpcError {
+                    code: PARSE_ERROR,
+                    ..
+                },
+                ..
+            })
         ));
     }
 

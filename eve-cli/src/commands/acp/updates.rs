@@ -349,7 +349,14 @@ fn title(name: &str, input: &Value) -> String {
         .iter()
         .chain(["command", "url", "query", "pattern", "step"].iter())
         .find_map(|f| input[*f].as_str())
-        .map(|d| d.lines().next().unwrap_or_default().chars().take(80).collect::<String>());
+        .map(|d| {
+            d.lines()
+                .next()
+                .unwrap_or_default()
+                .chars()
+                .take(80)
+                .collect::<String>()
+        });
     match detail {
         Some(d) if !d.is_empty() => format!("{name} {d}"),
         _ => name.to_owned(),
