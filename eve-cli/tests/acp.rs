@@ -152,7 +152,6 @@ fn a_prompt_with_content_it_does_not_take_is_invalid_params() {
         r#"{{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{{"sessionId":"{session}","prompt":"hi"}}}}"#
     ));
     assert_eq!(empty["error"]["code"], -32602, "{empty}");
-    drop(call);
     drop(stdin);
     // Stdin closed: the process ends by itself.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
