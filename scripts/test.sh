@@ -53,6 +53,11 @@ client_start=$SECONDS
 scripts/test-eve-client.sh
 printf 'eve client test: %ss\n' "$((SECONDS - client_start))" >&2
 
+step "eve acp driven by the official ACP client library (scripts/test-acp.sh)"
+acp_start=$SECONDS
+scripts/test-acp.sh
+printf 'acp client test: %ss\n' "$((SECONDS - acp_start))" >&2
+
 step "traces reach a real Arize Phoenix (scripts/test-otel.sh)"
 otel_start=$SECONDS
 scripts/test-otel.sh

@@ -113,6 +113,22 @@ pub enum Command {
     /// List the traces in the local trace store, or show one as a tree of its spans (without a
     /// subcommand: the list).
     Traces(TracesArgs),
+    /// Serve the agent over the Agent Client Protocol on stdio, for editors (in this process, or
+    /// with a server via `--url`).
+    Acp(AcpArgs),
+}
+
+/// `eve acp`: the agent over ACP (JSON-RPC 2.0 on stdin and stdout).
+#[derive(Debug, Args)]
+pub struct AcpArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Serve a running server's agent (`http://127.0.0.1:3000`) instead of running it here; the
+    /// bearer token, when the server wants one, is read from `EVE_TOKEN`.
+    #[arg(long, env = env_vars::EVE_URL)]
+    pub url: Option<String>,
 }
 
 #[derive(Debug, Args)]

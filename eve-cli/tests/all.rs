@@ -1,6 +1,7 @@
 //! Integration tests of the `eve` binary: one test binary, one module per area.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod acp;
 mod ai_sdk;
 mod big_output;
 mod build_cli;

@@ -25,7 +25,7 @@ use crate::render::{paint, stderr_color, stdout_color};
 use crate::sanitize::{Untrusted, errln, neutralise, own_styles};
 use crate::term::{Printer, Spinner, compact, is_yes};
 
-mod backend;
+pub(crate) mod backend;
 
 use backend::{Backend, Remote};
 

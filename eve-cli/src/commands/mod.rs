@@ -1,5 +1,6 @@
 //! One module per command. Each returns the process exit code.
 
+mod acp;
 mod build;
 mod chat;
 mod connections;
@@ -66,6 +67,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Store(StoreCommand::Check(args)) => store::check(args),
         Command::Logs(args) => logs::run(args),
         Command::Traces(args) => traces::run(args),
+        Command::Acp(args) => acp::run(args),
     }
 }
 
