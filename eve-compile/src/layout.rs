@@ -211,7 +211,9 @@ mod tests {
     /// folder, so they take a lock).
     fn locate_in(cwd: &Path, root: Option<&str>, agent: Option<&str>) -> Result<Project, String> {
         static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _g = LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _g = LOCK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let before = std::env::current_dir().unwrap();
         std::env::set_current_dir(cwd).unwrap();
         let found = locate(root.map(Path::new), agent.map(Path::new)).map_err(|e| e.to_string());
@@ -248,9 +250,15 @@ mod tests {
         );
         assert_eq!(members(&ws), ["alpha", "beta"]);
         let err = locate_in(&ws, None, None).unwrap_err();
-        assert!(err.contains("alpha, beta") && err.contains("--agent"), "{err}");
+        assert!(
+            err.contains("alpha, beta") && err.contains("--agent"),
+            "{err}"
+        );
         let p = locate_in(&ws, None, Some("alpha")).unwrap();
-        assert_eq!(rel(&p, &ws), ("agents/alpha".into(), "agents/alpha/agent".into()));
+        assert_eq!(
+            rel(&p, &ws),
+            ("agents/alpha".into(), "agents/alpha/agent".into())
+        );
         assert_eq!(p.name(), "alpha");
         let p = locate_in(&ws, None, Some("beta")).unwrap();
         assert_eq!(rel(&p, &ws), ("agents/beta".into(), "agents/beta".into()));
@@ -261,16 +269,29 @@ mod tests {
         let p = locate_in(t.path(), Some("ws"), Some("beta")).unwrap();
         assert_eq!(p.name(), "beta");
         let err = locate_in(&ws, None, Some("gamma")).unwrap_err();
-        assert!(err.contains("`gamma`") && err.contains("alpha, beta"), "{err}");
+        assert!(
+            err.contains("`gamma`") && err.contains("alpha, beta"),
+            "{err}"
+        );
 
         let flat = t.path().join("flat");
-        write(&flat, &["instructions.md", "tools/t.yaml", "subagents/h/instructions.md"]);
+        write(
+            &flat,
+            &[
+                "instructions.md",
+                "tools/t.yaml",
+                "subagents/h/instructions.md",
+            ],
+        );
         for cwd in [flat.clone(), flat.join("tools"), flat.join("subagents/h")] {
             let p = locate_in(&cwd, None, None).unwrap();
             assert_eq!(rel(&p, &flat), (String::new(), String::new()), "{cwd:?}");
         }
         let nested = t.path().join("nested");
-        write(&nested, &["agent/instructions.md", "agents/x/instructions.md"]);
+        write(
+            &nested,
+            &["agent/instructions.md", "agents/x/instructions.md"],
+        );
         let p = locate_in(&nested.join("agent"), None, None).unwrap();
         assert_eq!(rel(&p, &nested), (String::new(), "agent".into()));
         // `--agent DIR` keeps naming a folder.

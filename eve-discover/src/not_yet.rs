@@ -1,4 +1,4 @@
-//! eve's TypeScript modules that eve (Rust) does not evaluate yet (`defineTool`, `defineAgent`,
+//! eve's TypeScript modules that this version does not evaluate yet (`defineTool`, `defineAgent`,
 //! `defineInstructions`, `defineHook`, `defineSchedule`, skill modules): each is one E120 error
 //! that names what to write instead, so a module is never silently dropped or misread as a script
 //! without front matter.
@@ -28,7 +28,10 @@ fn string_field(text: &str, key: &str) -> Option<String> {
     let needle = format!("{key}:");
     let at = text.find(&needle)? + needle.len();
     let rest = text[at..].trim_start();
-    let quote = rest.chars().next().filter(|c| matches!(c, '"' | '\'' | '`'))?;
+    let quote = rest
+        .chars()
+        .next()
+        .filter(|c| matches!(c, '"' | '\'' | '`'))?;
     let body = &rest[1..];
     let end = body.find(quote)?;
     let value = &body[..end];

@@ -1,4 +1,4 @@
-//! What eve (Rust) does not take over from eve projects, each a coded diagnostic that says what
+//! What eve does not take over from eve projects, each a coded diagnostic that says what
 //! to write instead: TypeScript channels (E121), sandbox providers (E122), workflow tools (E123),
 //! extensions (E124) and eve's Vercel-specific helpers (E125).
 //!
@@ -21,14 +21,23 @@ pub(crate) fn is_module_file(name: &str) -> bool {
 const VERCEL: [(&str, &str); 10] = [
     ("eve/vercel", "the `eve/vercel` deployment integration"),
     ("eve/next", "the `eve/next` Next.js integration"),
-    ("eve/sandbox/vercel", "Vercel Sandbox (`eve/sandbox/vercel`)"),
+    (
+        "eve/sandbox/vercel",
+        "Vercel Sandbox (`eve/sandbox/vercel`)",
+    ),
     ("VercelSandbox", "Vercel Sandbox (`VercelSandbox`)"),
     ("withEve", "`withEve`"),
     ("vercelOidc", "Vercel OIDC auth (`vercelOidc`)"),
     ("vercelSubject", "Vercel OIDC auth (`vercelSubject`)"),
-    ("getVercelOidcToken", "Vercel OIDC auth (`getVercelOidcToken`)"),
+    (
+        "getVercelOidcToken",
+        "Vercel OIDC auth (`getVercelOidcToken`)",
+    ),
     ("vercelBlob", "Vercel Blob storage (`vercelBlob`)"),
-    ("defineWorkspaceAgent", "Vercel workspace peers (`defineWorkspaceAgent`)"),
+    (
+        "defineWorkspaceAgent",
+        "Vercel workspace peers (`defineWorkspaceAgent`)",
+    ),
 ];
 
 /// The 1-based line of the first occurrence of `needle` in `text`.
@@ -44,8 +53,8 @@ pub(crate) fn module(path: &str, text: &str) -> Option<Diagnostic> {
             Diagnostic::new(
                 Code::WorkflowTool,
                 path.to_owned(),
-                "`defineWorkflowTool` is not supported: eve's workflow tools run on its workflow \
-                 engine, which eve (Rust) does not have",
+                "`defineWorkflowTool` is not supported: workflow tools need the workflow engine of \
+                 eve 0.80.1, and here every tool call is already durable",
             )
             .at(line_of(text, "defineWorkflowTool"), 1)
             .help(
@@ -56,18 +65,18 @@ pub(crate) fn module(path: &str, text: &str) -> Option<Diagnostic> {
         );
     }
     if text.contains("defineSandbox") {
-        return Some(sandbox_provider(path, text, "defineSandbox"));
+        return Some(sandbox_provider(path, text, "defineSandbox("));
     }
     if let Some((needle, what)) = VERCEL.iter().find(|(n, _)| text.contains(n)) {
         return Some(
             Diagnostic::new(
                 Code::VercelHelper,
                 path.to_owned(),
-                format!("{what} is specific to Vercel's hosting, which eve (Rust) does not use"),
+                format!("{what} is specific to Vercel's hosting, which eve does not use"),
             )
             .at(line_of(text, needle), 1)
             .help(
-                "eve (Rust) is one binary: deploy with `eve serve` (docs/operations.md), authenticate \
+                "eve is one binary: deploy with `eve serve` (docs/operations.md), authenticate \
                  callers with `auth:` in `channels/eve.yaml` (docs/api.md), reach other agents with \
                  `connections/` or remote subagents, and keep the sandbox the built-in one \
                  (`sandbox/sandbox.yaml`)",
@@ -82,8 +91,8 @@ pub(crate) fn sandbox_provider(path: &str, text: &str, needle: &str) -> Diagnost
     let mut d = Diagnostic::new(
         Code::SandboxProvider,
         path.to_owned(),
-        "sandbox providers (`defineSandbox`, `sandbox.ts`) are not supported: eve (Rust) runs \
-         every tool in its own sandbox",
+        "sandbox providers (`defineSandbox`, `sandbox.ts`) are not supported: eve runs every \
+         tool in its own sandbox",
     )
     .help(
         "write `sandbox/sandbox.yaml` (network, paths, limits: docs/security.md) and seed files \
@@ -114,7 +123,7 @@ pub(crate) fn extensions(path: String) -> Diagnostic {
     Diagnostic::new(
         Code::Extension,
         path,
-        "extensions are not supported: eve (Rust) mounts no packages into an agent",
+        "extensions are not supported: eve mounts no packages into an agent",
     )
     .help(
         "copy the extension's tools, skills and hooks into this agent's `tools/`, `skills/` and \

@@ -291,7 +291,7 @@ impl Walker<'_> {
                     self.push(refused::sandbox_provider(
                         &path,
                         text.as_deref().unwrap_or_default(),
-                        "defineSandbox",
+                        "defineSandbox(",
                     ));
                 }
                 (EntryKind::Dir, "workspace") => {

@@ -194,7 +194,9 @@ impl Walker<'_> {
                     agent.instructions = self.read_text(path, e.executable);
                 }
                 (_, name) if self.flat && dir.is_empty() && is_project_entry(e.kind, name) => {}
-                (EntryKind::Dir, "instructions") => agent.instructions_dir = self.instructions_dir(&path),
+                (EntryKind::Dir, "instructions") => {
+                    agent.instructions_dir = self.instructions_dir(&path)
+                }
                 (EntryKind::Dir, "extensions") => self.push(refused::extensions(dir_label(&path))),
                 (EntryKind::File, name) if refused::is_module_file(name) => {
                     self.root_module(path, e.executable);
@@ -259,7 +261,11 @@ impl Walker<'_> {
             return;
         };
         if stem == "sandbox" {
-            self.push(refused::sandbox_provider(&path, &file.text, "defineSandbox"));
+            self.push(refused::sandbox_provider(
+                &path,
+                &file.text,
+                "defineSandbox(",
+            ));
         } else if let Some(d) = refused::module(&path, &file.text) {
             self.push(d);
         } else if stem == "agent" {
