@@ -16,7 +16,7 @@
 //! `--agent DIR` naming a folder (`--agent .`, `--agent path/to/agent`) keeps its older meaning:
 //! that folder is the agent, the current folder the project.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::project::{Project, ProjectError};
 
@@ -186,10 +186,10 @@ pub fn locate(root: Option<&Path>, agent: Option<&Path>) -> Result<Project, Proj
             .and_then(|n| n.to_str())
             .unwrap_or_default();
         let inner = name == "agent" || matches!(parent, "subagents" | "agents");
-        if !inner || dir.join("agent").is_dir() {
-            if let Some(found) = at_folder(dir, &cwd, None) {
-                return found;
-            }
+        if (!inner || dir.join("agent").is_dir())
+            && let Some(found) = at_folder(dir, &cwd, None)
+        {
+            return found;
         }
     }
     Err(ProjectError::NoAgent(cwd.join("agent")))
@@ -221,7 +221,7 @@ mod tests {
         found
     }
 
-    fn rel(p: &Project, base: &Path) -> (String, String) {
+    fn rel(p: &Project, base: &std::path::Path) -> (String, String) {
         let base = base.canonicalize().unwrap();
         let r = |x: &Path| {
             x.canonicalize()
