@@ -50,8 +50,8 @@ pub struct ProjectArgs {
         env = env_vars::EVE_PROJECT
     )]
     pub project: Option<PathBuf>,
-    /// Agent folder, if not `<project>/agent`.
-    #[arg(long, global = true, value_name = "DIR", env = env_vars::EVE_AGENT)]
+    /// A workspace member's name (`agents/NAME/`), or the agent folder if not `<project>/agent`.
+    #[arg(long, global = true, value_name = "NAME|DIR", env = env_vars::EVE_AGENT)]
     pub agent: Option<PathBuf>,
     /// Store: `postgres://user:password@host/db` (a fleet's shared PostgreSQL) or a SQLite file.
     /// Defaults to `<project>/.eve/eve.db`.

@@ -21,6 +21,7 @@ mod examples;
 mod fail_fast;
 mod fleet;
 mod hostile_build;
+mod layouts;
 mod limits;
 mod memory;
 mod model_exit;

@@ -83,7 +83,11 @@ pub fn check(project: &Project) -> Result<Output, BuildError> {
         path: project.agent_dir.clone(),
         source,
     })?;
-    let discovery = eve_discover::discover(&source);
+    let discovery = if project.is_flat() {
+        eve_discover::discover_flat(&source)
+    } else {
+        eve_discover::discover(&source)
+    };
     let prefix = project.display_prefix();
     let mut output = compile(
         &discovery,

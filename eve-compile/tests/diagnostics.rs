@@ -228,6 +228,35 @@ diagnostic_tests! {
         => minimal().file("sandbox/sandbox.yaml", "limits:\n  memory: 2 gigs\n").on_disk().check();
     e090_unknown_model_provider: UnknownProvider, "agent/agent.yaml", Some(1)
         => minimal().file("agent.yaml", "model: foo/bar\n").on_disk().check();
+    e120_agent_ts_module: ModuleNotYet, "agent/agent.ts", Some(1)
+        => minimal()
+            .file("agent.ts", "import { defineAgent } from \"eve\";\n\nexport default defineAgent({ model: \"openai/gpt-5\" });\n")
+            .on_disk()
+            .check();
+    e120_define_tool_module: ModuleNotYet, "agent/tools/get_weather.ts", Some(1)
+        => minimal()
+            .file("tools/get_weather.ts", "import { defineTool } from \"eve/tools\";\nimport { z } from \"zod\";\n\nexport default defineTool({\n  description: \"Get the weather\",\n  inputSchema: z.object({ city: z.string() }),\n  execute: async ({ city }) => ({ city }),\n});\n")
+            .on_disk()
+            .check();
+    e121_typescript_channel: TypeScriptChannel, "agent/channels/slack.ts", None
+        => minimal().file("channels/slack.ts", "export default {};\n").on_disk().check();
+    e122_sandbox_provider: SandboxProvider, "agent/sandbox/sandbox.ts", Some(3)
+        => minimal()
+            .file("sandbox/sandbox.ts", "import { DefaultSandbox, defineSandbox } from \"eve/sandbox\";\n\nexport default defineSandbox(() => DefaultSandbox.environment().open());\n")
+            .on_disk()
+            .check();
+    e123_workflow_tool: WorkflowTool, "agent/tools/sleep.ts", Some(1)
+        => minimal()
+            .file("tools/sleep.ts", "import { defineWorkflowTool } from \"eve/tools\";\nimport { sleep } from \"eve/tools/sleep\";\n\nexport default defineWorkflowTool({ ...sleep() });\n")
+            .on_disk()
+            .check();
+    e124_extensions_folder: Extension, "agent/extensions/", None
+        => minimal().file("extensions/crm/extension.ts", "export default {};\n").on_disk().check();
+    e125_vercel_helper: VercelHelper, "agent/tools/lookup.ts", Some(2)
+        => minimal()
+            .file("tools/lookup.ts", "import { defineTool } from \"eve/tools\";\nimport { vercelOidc } from \"eve/agents/auth\";\nexport default defineTool({ auth: vercelOidc() });\n")
+            .on_disk()
+            .check();
     w001_unknown_file: UnknownEntry, "agent/notes.txt", None
         => minimal().file("notes.txt", "todo\n").on_disk().check();
     w001_unknown_folder: UnknownEntry, "agent/widgets/", None

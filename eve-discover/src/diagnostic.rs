@@ -113,6 +113,20 @@ codes! {
     EvalDuplicateId = "E103", Error, "duplicate eval case id";
     /// An eval case's `mock` is not a mock-model script.
     EvalMock = "E104", Error, "invalid eval mock script";
+    /// One of eve's TypeScript modules (`defineTool`, `defineAgent`, …) that this version does not
+    /// evaluate; the help names the file to write instead.
+    ModuleNotYet = "E120", Error, "TypeScript module not read";
+    /// A channel written in TypeScript (`channels/*.ts`).
+    TypeScriptChannel = "E121", Error, "TypeScript channel";
+    /// A sandbox provider (`sandbox.ts`, `defineSandbox`).
+    SandboxProvider = "E122", Error, "sandbox provider";
+    /// A workflow tool (`defineWorkflowTool`).
+    WorkflowTool = "E123", Error, "workflow tool";
+    /// An `extensions/` folder.
+    Extension = "E124", Error, "extension";
+    /// One of eve's Vercel-specific helpers (`eve/vercel`, `eve/next`, `VercelSandbox`,
+    /// `vercelOidc`, `defineWorkspaceAgent`, …).
+    VercelHelper = "E125", Error, "Vercel-specific helper";
     /// A file or folder eve does not understand.
     UnknownEntry = "W001", Warning, "unknown file or folder";
     /// A field eve does not know (probably a typo).

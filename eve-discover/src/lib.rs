@@ -13,6 +13,8 @@
 mod diagnostic;
 pub mod evals;
 mod names;
+mod not_yet;
+mod refused;
 mod slots;
 mod source;
 mod walk;
@@ -96,6 +98,8 @@ pub struct AgentDir {
     pub config: Option<SourceFile>,
     /// `instructions.md`.
     pub instructions: Option<SourceFile>,
+    /// The `.md` files of `instructions/`, in file-name order (read after `instructions.md`).
+    pub instructions_dir: Vec<SourceFile>,
     /// `tools/**`.
     pub tools: Vec<ToolFile>,
     /// `skills/**`.
@@ -119,6 +123,7 @@ impl AgentDir {
     pub fn file_count(&self) -> usize {
         usize::from(self.config.is_some())
             + usize::from(self.instructions.is_some())
+            + self.instructions_dir.len()
             + self.tools.len()
             + self
                 .skills
@@ -152,7 +157,19 @@ pub struct Discovery {
 
 /// Walks the agent folder behind `source`.
 pub fn discover(source: &dyn Source) -> Discovery {
+    discover_in(source, false)
+}
+
+/// Walks an agent folder that is also its project's folder (the flat layout): the project's own
+/// files at its root (`package.json`, `node_modules/`, `evals/`, `README.md`, …) are not agent
+/// files and are passed over without a word.
+pub fn discover_flat(source: &dyn Source) -> Discovery {
+    discover_in(source, true)
+}
+
+fn discover_in(source: &dyn Source, flat: bool) -> Discovery {
     let mut walker = Walker::new(source);
+    walker.flat = flat;
     let agent = walker.agent("", 0);
     Discovery {
         agent,

@@ -7,6 +7,8 @@
 //! opened.
 
 use crate::names::{dir_label, join, split_ext};
+use crate::not_yet::{self, Slot};
+use crate::refused;
 use crate::walk::{TOO_DEEP_HELP, Walker};
 use crate::{
     Code, Diagnostic, DirEntry, EntryKind, MAX_DEPTH, Named, SandboxDir, SkillFile, Subagent,
@@ -63,6 +65,9 @@ impl Walker<'_> {
                 _ => {
                     let yaml = matches!(ext, Some("yaml" | "yml"));
                     if let Some(file) = self.next_text(&mut read, path, e.executable) {
+                        if self.module_refused(Slot::Tool, &e.name, &file) {
+                            continue;
+                        }
                         out.push(ToolFile {
                             name: format!("{prefix}{stem}"),
                             file,
@@ -152,6 +157,11 @@ impl Walker<'_> {
                             });
                         }
                     }
+                    _ if refused::is_module_file(&e.name) => {
+                        if let Some(file) = self.read_text(path, e.executable) {
+                            self.module_refused(Slot::Skill, "", &file);
+                        }
+                    }
                     _ => self.unknown(
                         path,
                         "not a skill",
@@ -182,6 +192,10 @@ impl Walker<'_> {
                     name: e.name,
                     agent,
                 });
+            } else if refused::is_module_file(&e.name) {
+                if let Some(file) = self.read_text(path, e.executable) {
+                    self.module_refused(Slot::Subagent, "", &file);
+                }
             } else {
                 self.unknown(
                     path,
@@ -209,6 +223,32 @@ impl Walker<'_> {
         for e in entries {
             let path = join(dir, &e.name);
             let stem = split_ext(&e.name).0;
+            let slot = match dir.rsplit('/').next() {
+                Some("hooks") => Some(Slot::Hook),
+                Some("schedules") => Some(Slot::Schedule),
+                _ => None,
+            };
+            if e.kind != EntryKind::Dir && refused::is_module_file(&e.name) {
+                if dir.rsplit('/').next() == Some("channels") {
+                    self.push(refused::channel(&path));
+                    continue;
+                }
+                if let Some(slot) = slot {
+                    let file = if ext_ok(&e) {
+                        self.next_text(&mut read, path, e.executable)
+                    } else {
+                        self.read_text(path, e.executable)
+                    };
+                    let Some(file) = file else { continue };
+                    if !self.module_refused(slot, if ext_ok(&e) { &e.name } else { "" }, &file) {
+                        out.push(Named {
+                            name: stem.to_owned(),
+                            file,
+                        });
+                    }
+                    continue;
+                }
+            }
             if e.kind == EntryKind::Dir || !ext_ok(&e) {
                 let what = if e.kind == EntryKind::Dir {
                     "unexpected folder"
@@ -246,6 +286,14 @@ impl Walker<'_> {
                 (EntryKind::File, "sandbox.yaml" | "sandbox.yml") => {
                     sandbox.config = self.read_text(path, false);
                 }
+                (EntryKind::File, name) if refused::is_module_file(name) => {
+                    let text = self.read_text(path.clone(), false).map(|f| f.text);
+                    self.push(refused::sandbox_provider(
+                        &path,
+                        text.as_deref().unwrap_or_default(),
+                        "defineSandbox(",
+                    ));
+                }
                 (EntryKind::Dir, "workspace") => {
                     let mut files = Vec::new();
                     self.files_under(&path, 0, &mut |p: &str| files.push(p.to_owned()));
@@ -263,5 +311,31 @@ impl Walker<'_> {
             }
         }
         sandbox
+    }
+
+    /// Reports a JavaScript or TypeScript module of `slot` that eve does not take over or does
+    /// not read yet; returns whether it did (the file is then not used). `script_name` is the
+    /// file's name when the slot also takes scripts with front matter (tools, hooks): such a
+    /// file is a module only when it has no front matter ([`not_yet::is_module`]); empty when
+    /// the slot takes no scripts.
+    pub(crate) fn module_refused(
+        &mut self,
+        slot: Slot,
+        script_name: &str,
+        file: &crate::SourceFile,
+    ) -> bool {
+        let name = file.path.rsplit('/').next().unwrap_or_default();
+        if !refused::is_module_file(name) {
+            return false;
+        }
+        if let Some(d) = refused::module(&file.path, &file.text) {
+            self.push(d);
+            return true;
+        }
+        if !script_name.is_empty() && !not_yet::is_module(&file.text) {
+            return false;
+        }
+        self.push(not_yet::module(slot, &file.path, &file.text));
+        true
     }
 }

@@ -197,8 +197,10 @@ impl Compiler {
         self.push(d);
     }
 
+    /// The system prompt: `instructions.md`, then the `.md` files of `instructions/` in
+    /// file-name order, separated by blank lines.
     fn instructions(&mut self, dir: &AgentDir) -> String {
-        let Some(file) = &dir.instructions else {
+        if dir.instructions.is_none() && dir.instructions_dir.is_empty() {
             let what = if dir.path.is_empty() {
                 "the agent"
             } else {
@@ -210,27 +212,33 @@ impl Compiler {
                     format!("{}instructions.md", prefix(&dir.path)),
                     format!("{what} has no instructions.md"),
                 )
-                .help("create instructions.md with the system prompt"),
+                .help("create instructions.md with the system prompt (or `.md` files in instructions/)"),
             );
             return String::new();
-        };
-        let Some(parsed) = self.markdown_file(file) else {
-            return String::new();
-        };
-        let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
-        f.unknown_keys(&["description", "title"], "instructions.md front matter");
-        let body = parsed.body.trim().to_owned();
-        if body.is_empty() {
-            self.push(
-                Diagnostic::new(
-                    Code::EmptyInstructions,
-                    file.path.clone(),
-                    "instructions.md is empty",
-                )
-                .help("write the system prompt: who the agent is and how it should work"),
-            );
         }
-        body
+        let mut parts = Vec::new();
+        for file in dir.instructions.iter().chain(&dir.instructions_dir) {
+            let Some(parsed) = self.markdown_file(file) else {
+                continue;
+            };
+            let name = file.path.rsplit('/').next().unwrap_or("instructions.md");
+            let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
+            f.unknown_keys(&["description", "title"], &format!("{name} front matter"));
+            let body = parsed.body.trim().to_owned();
+            if body.is_empty() {
+                self.push(
+                    Diagnostic::new(
+                        Code::EmptyInstructions,
+                        file.path.clone(),
+                        format!("{name} is empty"),
+                    )
+                    .help("write the system prompt: who the agent is and how it should work"),
+                );
+            } else {
+                parts.push(body);
+            }
+        }
+        parts.join("\n\n")
     }
 }
 
