@@ -23,6 +23,7 @@ mod hostile_build;
 mod limits;
 mod memory;
 mod model_exit;
+mod model_settings;
 mod observability;
 mod paths_start;
 mod plan;
