@@ -59,7 +59,7 @@ pub fn set_top_level(
     }
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
     if let Some(first) = lines.iter().map(|l| l.trim()).find(|l| {
-        !l.is_empty() && !l.starts_with('#') && *l != "---" && !l.starts_with("%")
+        !l.is_empty() && !l.starts_with('#') && *l != "---" && !l.starts_with('%')
     }) && (first.starts_with('{') || first.starts_with('['))
     {
         return Err(EditError(
