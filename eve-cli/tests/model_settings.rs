@@ -46,7 +46,7 @@ fn run(mut cmd: Command) -> (Option<i32>, String, String) {
 }
 
 fn yaml(project: &Project) -> String {
-    std::fs::read_to_string(project.path("agent.yaml")).unwrap()
+    std::fs::read_to_string(project.path("agent/agent.yaml")).unwrap()
 }
 
 #[test]
@@ -199,7 +199,9 @@ fn chat_project() -> Project {
 fn chat_model_switches_the_session_model_and_info_says_where_settings_came_from() {
     let project = chat_project();
     let script = project.path("switched.json");
-    std::fs::write(&script, r#"[{"text": "the switched model speaks"}]"#).unwrap();
+    // The script plays its steps by the model calls of the session so far: any of them speaks.
+    let step = r#"{"text": "the switched model speaks"}"#;
+    std::fs::write(&script, format!("[{step}, {step}, {step}]")).unwrap();
     let switched = format!("mock/script:{}", script.display());
     let input = format!(
         "/info\nhello\n/model\n/model openai/gpt-4.1\n/model {switched}\nagain\n/info\n/exit\n"

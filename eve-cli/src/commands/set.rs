@@ -21,9 +21,6 @@ use crate::yaml_edit;
 /// The model the runtime uses when nothing names one.
 pub(crate) const DEFAULT_MODEL: &str = "mock/echo";
 
-/// The reasoning levels `agent.yaml` takes.
-pub(crate) const REASONING: [&str; 3] = ["low", "medium", "high"];
-
 /// The models eve knows by name: the mock model and every model of the built-in price table,
 /// each with its context window when eve's table knows it.
 pub(crate) fn known_models() -> Vec<(&'static str, Option<u64>)> {

@@ -16,7 +16,7 @@ use anyhow::Context as _;
 
 use eve_compile::{Agent, Project};
 use eve_runtime::engine::{ModelProvider, ResolvedModel, SettingsModelProvider};
-use eve_runtime::model::{ModelClient as _, ModelError, windows};
+use eve_runtime::model::{ModelError, windows};
 use serde_json::Value;
 
 use super::super::model_env;
