@@ -22,7 +22,10 @@ impl std::error::Error for EditError {}
 pub fn plain_scalar(value: &str) -> bool {
     !value.is_empty()
         && value.len() <= 200
-        && value.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && value
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
         && value
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "._-/:@+".contains(c))
@@ -58,9 +61,11 @@ pub fn set_top_level(
         )));
     }
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
-    if let Some(first) = lines.iter().map(|l| l.trim()).find(|l| {
-        !l.is_empty() && !l.starts_with('#') && *l != "---" && !l.starts_with('%')
-    }) && (first.starts_with('{') || first.starts_with('['))
+    if let Some(first) = lines
+        .iter()
+        .map(|l| l.trim())
+        .find(|l| !l.is_empty() && !l.starts_with('#') && *l != "---" && !l.starts_with('%'))
+        && (first.starts_with('{') || first.starts_with('['))
     {
         return Err(EditError(
             "agent.yaml is written as one flow mapping (`{…}`); set the value by hand".to_owned(),
@@ -155,13 +160,9 @@ fn find_key<'a>(lines: &[&'a str], key: &str) -> Option<(usize, &'a str)> {
 
 /// The byte index of the `:` after `key` when `line` is a top-level mapping entry for it.
 fn colon_after_key(line: &str, key: &str) -> Option<usize> {
-    let after = [
-        key.to_owned(),
-        format!("\"{key}\""),
-        format!("'{key}'"),
-    ]
-    .into_iter()
-    .find_map(|k| line.strip_prefix(k.as_str()).map(|rest| (k.len(), rest)))?;
+    let after = [key.to_owned(), format!("\"{key}\""), format!("'{key}'")]
+        .into_iter()
+        .find_map(|k| line.strip_prefix(k.as_str()).map(|rest| (k.len(), rest)))?;
     let (offset, rest) = after;
     let spaces = rest.len() - rest.trim_start_matches([' ', '\t']).len();
     let rest = &rest[spaces..];
@@ -253,7 +254,10 @@ mod tests {
         assert_eq!(out, "\"model\": mock/echo # c\n");
         let out = set_top_level("model:   # none yet\n", "model", "mock/echo", None).unwrap();
         assert_eq!(out, "model: mock/echo # none yet\n");
-        assert_eq!(get_top_level("model: 'x/y' # c\n", "model").as_deref(), Some("x/y"));
+        assert_eq!(
+            get_top_level("model: 'x/y' # c\n", "model").as_deref(),
+            Some("x/y")
+        );
     }
 
     #[test]
@@ -262,7 +266,10 @@ mod tests {
         assert!(set_top_level("model: |\n  x/y\n", "model", "mock/echo", None).is_err());
         assert!(set_top_level("model: \"x/y\n", "model", "mock/echo", None).is_err());
         for bad in ["a b", "x\ny: z", "#x", "x #y", "{x}", "a: b", ""] {
-            assert!(set_top_level("model: x/y\n", "model", bad, None).is_err(), "{bad}");
+            assert!(
+                set_top_level("model: x/y\n", "model", bad, None).is_err(),
+                "{bad}"
+            );
         }
         // An indented `model:` belongs to another mapping.
         let out = set_top_level("critic:\n  model: x/y\n", "model", "mock/echo", None).unwrap();

@@ -79,7 +79,10 @@ fn set_model_edits_a_commented_agent_yaml_in_place_and_lists_models() {
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(
         yaml(&project),
-        COMMENTED.replace("# offline while we build\n", "# offline while we build\nreasoning: high\n")
+        COMMENTED.replace(
+            "# offline while we build\n",
+            "# offline while we build\nreasoning: high\n"
+        )
     );
     let (code, _, stderr) = run(eve(&project, &["set", "model", "--reasoning", "low"]));
     assert_eq!(code, Some(0), "{stderr}");
@@ -92,9 +95,14 @@ fn set_model_edits_a_commented_agent_yaml_in_place_and_lists_models() {
         stdout.starts_with("model: mock/echo (from agent.yaml), reasoning: low\n"),
         "{stdout}"
     );
-    assert!(stdout.lines().any(|l| l.starts_with("* mock/echo")), "{stdout}");
     assert!(
-        stdout.lines().any(|l| l.starts_with("  openai/gpt-4.1 ") && l.contains("1047K context")),
+        stdout.lines().any(|l| l.starts_with("* mock/echo")),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("  openai/gpt-4.1 ") && l.contains("1047K context")),
         "{stdout}"
     );
     // EVE_MODEL wins, and the listing says so.
@@ -118,9 +126,18 @@ fn set_model_edits_a_commented_agent_yaml_in_place_and_lists_models() {
     let before = yaml(&project);
     for (args, says) in [
         (vec!["set", "model", "gpt-4.1"], "expected `provider/name`"),
-        (vec!["set", "model", "openia/gpt-4.1"], "no model provider `openia`"),
-        (vec!["set", "model", "openai/x\nevil: true"], "can write to agent.yaml"),
-        (vec!["set", "model", "mock/echo", "--reasoning", "extreme"], "possible values"),
+        (
+            vec!["set", "model", "openia/gpt-4.1"],
+            "no model provider `openia`",
+        ),
+        (
+            vec!["set", "model", "openai/x\nevil: true"],
+            "can write to agent.yaml",
+        ),
+        (
+            vec!["set", "model", "mock/echo", "--reasoning", "extreme"],
+            "possible values",
+        ),
     ] {
         let (code, _, stderr) = run(eve(&project, &args));
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
@@ -247,7 +264,10 @@ fn chat_model_switches_the_session_model_and_info_says_where_settings_came_from(
         "/info\n/exit\n",
     );
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stderr.contains("model:     mock/echo (from --model)"), "{stderr}");
+    assert!(
+        stderr.contains("model:     mock/echo (from --model)"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -275,5 +295,8 @@ fn chat_info_over_http_describes_the_server_and_model_is_its_own() {
         .lines()
         .find(|l| l.starts_with("tools:"))
         .unwrap_or_default();
-    assert!(tools.contains("greet") && tools.contains("read_file"), "{stderr}");
+    assert!(
+        tools.contains("greet") && tools.contains("read_file"),
+        "{stderr}"
+    );
 }

@@ -81,8 +81,7 @@ pub fn model(args: SetModelArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or(&path)
         .display()
         .to_string();
-    let (current, source) =
-        model_source(None, yaml_edit::get_top_level(&text, "model").as_deref());
+    let (current, source) = model_source(None, yaml_edit::get_top_level(&text, "model").as_deref());
     let reasoning = yaml_edit::get_top_level(&text, "reasoning");
     if args.id.is_none() && args.reasoning.is_none() {
         return list(&current, &source, reasoning.as_deref(), args.json);
@@ -111,7 +110,10 @@ pub fn model(args: SetModelArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if let Some(level) = &args.reasoning {
-        errln!("{} reasoning: {level} in {shown}", paint(color, "1;32", "Set"));
+        errln!(
+            "{} reasoning: {level} in {shown}",
+            paint(color, "1;32", "Set")
+        );
     }
     if let Ok(env) = std::env::var(EVE_MODEL)
         && !env.trim().is_empty()
@@ -126,7 +128,11 @@ pub fn model(args: SetModelArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `text` with the model and reasoning set (each only when given).
-pub(crate) fn edit(text: &str, id: Option<&str>, reasoning: Option<&str>) -> anyhow::Result<String> {
+pub(crate) fn edit(
+    text: &str,
+    id: Option<&str>,
+    reasoning: Option<&str>,
+) -> anyhow::Result<String> {
     let mut out = text.to_owned();
     if let Some(id) = id {
         check_model_id(id)?;
@@ -139,7 +145,11 @@ pub(crate) fn edit(text: &str, id: Option<&str>, reasoning: Option<&str>) -> any
 }
 
 /// Sets the model settings of the `agent.yaml` at `path` (a freshly scaffolded project).
-pub(crate) fn edit_file(path: &Path, id: Option<&str>, reasoning: Option<&str>) -> anyhow::Result<()> {
+pub(crate) fn edit_file(
+    path: &Path,
+    id: Option<&str>,
+    reasoning: Option<&str>,
+) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let edited = edit(&text, id, reasoning)?;
     std::fs::write(path, edited).with_context(|| format!("cannot write {}", path.display()))

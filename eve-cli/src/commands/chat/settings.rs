@@ -79,12 +79,18 @@ impl ModelProvider for SessionModels {
 pub(crate) fn current_agent(project: &Project) -> anyhow::Result<Agent> {
     let hash = eve_compile::build::current_hash(&project.state_dir)
         .context("no build yet: run `eve build`")?;
-    Ok(eve_compile::build::load(&project.state_dir, &hash)?.manifest.agent)
+    Ok(eve_compile::build::load(&project.state_dir, &hash)?
+        .manifest
+        .agent)
 }
 
 /// `/model` without an id: the model in force for `session` and where it came from, then the
 /// catalogue.
-pub(crate) fn model_lines(models: &SessionModels, agent: &Agent, session: Option<&str>) -> Vec<String> {
+pub(crate) fn model_lines(
+    models: &SessionModels,
+    agent: &Agent,
+    session: Option<&str>,
+) -> Vec<String> {
     let (id, source) = in_force(models, agent, session);
     let mut lines = vec![format!("model: {id} (from {source})")];
     lines.extend(catalogue_lines(&id));
@@ -123,7 +129,10 @@ pub(crate) async fn local_info(
                 .map(|d| format!(" ({d})"))
                 .unwrap_or_default()
         ),
-        format!("session:   {}", session.unwrap_or("(none yet: it starts with your next message)")),
+        format!(
+            "session:   {}",
+            session.unwrap_or("(none yet: it starts with your next message)")
+        ),
         format!("model:     {id} (from {source})"),
     ];
     lines.push(match &agent.config.reasoning {
@@ -185,8 +194,14 @@ pub(crate) fn remote_info(info: &Value, base: &str, session: Option<&str>) -> Ve
     let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
     vec![
         format!("agent:     {} (served by {base})", text(&agent["name"])),
-        format!("session:   {}", session.unwrap_or("(none yet: it starts with your next message)")),
-        format!("model:     {} (from the server's agent/agent.yaml)", text(&model["id"])),
+        format!(
+            "session:   {}",
+            session.unwrap_or("(none yet: it starts with your next message)")
+        ),
+        format!(
+            "model:     {} (from the server's agent/agent.yaml)",
+            text(&model["id"])
+        ),
         format!(
             "reasoning: {}",
             model["reasoning"]
