@@ -505,7 +505,8 @@ impl Chat {
         };
         match &self.session {
             Some(session) => models.choose(session, id, &agent)?,
-            None => models.choose("", id, &agent)?,
+            // No session yet: checked now, chosen when the first message creates it.
+            None => models.check(id, &agent).map(drop)?,
         }
         self.chosen = Some(id.to_owned());
         self.note(&format!(

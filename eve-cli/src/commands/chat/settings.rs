@@ -41,17 +41,28 @@ impl SessionModels {
         }
     }
 
-    /// Checks that `id` can be used by `agent` (a known provider, its key present) and makes it
-    /// the model of the session tree rooted at `session`.
-    pub(crate) fn choose(&self, session: &str, id: &str, agent: &Agent) -> anyhow::Result<()> {
+    /// Checks that `id` can be used by `agent` (a known provider, its key present): its
+    /// provider, or why not.
+    pub(crate) fn check(
+        &self,
+        id: &str,
+        agent: &Agent,
+    ) -> anyhow::Result<Arc<SettingsModelProvider>> {
         check_model_id(id)?;
         let provider = SettingsModelProvider::new(model_env(Some(id)));
         provider
             .settings(agent)
             .and_then(|s| s.validate())
             .map_err(|e| anyhow::anyhow!("model `{id}` cannot be used: {e}"))?;
+        Ok(Arc::new(provider))
+    }
+
+    /// Checks `id` ([`SessionModels::check`]) and makes it the model of the session tree rooted
+    /// at `session`.
+    pub(crate) fn choose(&self, session: &str, id: &str, agent: &Agent) -> anyhow::Result<()> {
+        let provider = self.check(id, agent)?;
         if let Ok(mut chosen) = self.chosen.lock() {
-            chosen.insert(session.to_owned(), (id.to_owned(), Arc::new(provider)));
+            chosen.insert(session.to_owned(), (id.to_owned(), provider));
         }
         Ok(())
     }
