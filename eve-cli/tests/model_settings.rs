@@ -258,6 +258,15 @@ fn chat_model_switches_the_session_model_and_info_says_where_settings_came_from(
         .collect();
     assert_eq!(models, vec!["mock/echo".to_owned(), switched.clone()]);
 
+    // Chosen before the first message: checked at once, used from the session's first turn.
+    let (code, stdout, stderr) = chat(
+        eve(&project, &["chat"]),
+        &format!("/model {switched}\nfirst\n/exit\n"),
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("the switched model speaks"), "{stdout}");
+    assert!(!stdout.contains("You said: first"), "{stdout}");
+
     // `--model` is named as the source when it is the one in force.
     let (code, _, stderr) = chat(
         eve(&project, &["chat", "--model", "mock/echo"]),
