@@ -116,6 +116,31 @@ pub enum Command {
     /// Serve the agent over the Agent Client Protocol on stdio, for editors (in this process, or
     /// with a server via `--url`).
     Acp(AcpArgs),
+    /// Change the agent's settings in `agent.yaml`, keeping its comments and layout.
+    #[command(subcommand)]
+    Set(SetCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SetCommand {
+    /// Set the model (and its reasoning effort) in `agent.yaml`; without an ID, show the model in
+    /// force and list the models eve knows.
+    Model(SetModelArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SetModelArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// The model, `provider/name` (e.g. `openai/gpt-4.1`).
+    #[arg(value_name = "PROVIDER/NAME")]
+    pub id: Option<String>,
+    /// Reasoning effort for models that support it.
+    #[arg(long, value_name = "LEVEL", value_parser = ["low", "medium", "high"])]
+    pub reasoning: Option<String>,
+    /// Without an ID: print the model in force and the known models as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `eve acp`: the agent over ACP (JSON-RPC 2.0 on stdin and stdout).
@@ -436,6 +461,12 @@ pub struct InitArgs {
     /// With `--list`: print the templates as JSON (`[{name, description}]`).
     #[arg(long, requires = "list")]
     pub json: bool,
+    /// The agent's model, written to `agent/agent.yaml` (`provider/name`, e.g. `openai/gpt-4.1`).
+    #[arg(long, value_name = "PROVIDER/NAME", conflicts_with = "list")]
+    pub model: Option<String>,
+    /// The model's reasoning effort, written to `agent/agent.yaml`.
+    #[arg(long, value_name = "LEVEL", value_parser = ["low", "medium", "high"], conflicts_with = "list")]
+    pub reasoning: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -25,6 +25,7 @@ mod layouts;
 mod limits;
 mod memory;
 mod model_exit;
+mod model_settings;
 mod observability;
 mod paths_start;
 mod plan;

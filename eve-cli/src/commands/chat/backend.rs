@@ -28,6 +28,11 @@ impl Remote {
         Ok(Self { http, base, token })
     }
 
+    /// The server's URL as it may be shown (for `/info`).
+    pub(super) fn shown_base(&self) -> String {
+        self.shown_url()
+    }
+
     /// The server's URL as it may be shown: without a password it may carry.
     fn shown_url(&self) -> String {
         match reqwest::Url::parse(&self.base) {
@@ -74,7 +79,7 @@ impl Remote {
     }
 
     /// GETs `path`; the JSON answer, or the server's error as an error.
-    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+    pub(super) async fn get(&self, path: &str) -> anyhow::Result<Value> {
         let response = self
             .request(reqwest::Method::GET, path)
             .send()
