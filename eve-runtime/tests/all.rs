@@ -50,6 +50,7 @@ mod server_routes;
 mod server_stream;
 mod server_support;
 mod server_tenancy;
+mod server_traces;
 mod sleep;
 mod store_bench;
 mod store_contract;

@@ -184,6 +184,10 @@ fn table(dev: bool, console: bool) -> Vec<(Route, MethodRouter<App>)> {
             get(routes::stream),
         ),
         (r("GET", "/metrics", Operator), get(routes::metrics)),
+        (
+            r("GET", "/eve/v1/traces", Operator),
+            get(console::traces::list),
+        ),
         (r("GET", "/eve/v1/releases", Operator), get(releases::list)),
         (
             r("GET", "/eve/v1/releases/stream", Operator),
