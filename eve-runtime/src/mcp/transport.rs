@@ -28,6 +28,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::ChildStderr;
 
 use super::EnvLookup;
+use super::traceparent::Traced;
 use super::error::{McpError, stderr_suffix};
 use crate::env_vars::{HOME, LANG, PATH, TMPDIR, TZ, USER};
 
@@ -403,11 +404,13 @@ async fn start_http(connection: &Connection, start: HttpStart<'_>) -> Result<Sta
                             connection: name.to_owned(),
                             reason: e.to_string(),
                         })?;
-                let transport = StreamableHttpClientTransport::with_client(client, config);
+                let transport =
+                    StreamableHttpClientTransport::with_client(Traced(client), config);
                 tokio::time::timeout(start_timeout, client_config().serve(transport)).await
             }
             None => {
-                let transport = StreamableHttpClientTransport::with_client(client.clone(), config);
+                let transport =
+                    StreamableHttpClientTransport::with_client(Traced(client.clone()), config);
                 tokio::time::timeout(start_timeout, client_config().serve(transport)).await
             }
         };

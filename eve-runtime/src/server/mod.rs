@@ -19,6 +19,7 @@ mod dev_build;
 mod error;
 mod listener;
 mod memory;
+mod metrics_port;
 mod releases;
 mod reload;
 mod routes;
@@ -42,6 +43,7 @@ pub use config::{
     API_CHANNEL, CorsOrigins, DEFAULT_BODY_LIMIT, ServerConfig, authority_host, is_loopback_host,
 };
 pub use dev_build::{DevBuild, FailedBuild};
+pub use metrics_port::metrics_router;
 pub use error::{ApiError, ServerError};
 pub use listener::{
     DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ListenerLimits,

@@ -535,6 +535,47 @@ async fn streamable_http_server_lists_and_calls_with_a_header_from_env() {
     mcp.shutdown().await;
 }
 
+/// A traced call's `traceparent` (the call's span) reaches the Streamable HTTP server as a
+/// request header, per request: the fixture's `header` tool reads it from the request that
+/// carried the call. The twin: an untraced call, and one whose value is not a `traceparent`,
+/// carry none.
+#[tokio::test]
+async fn a_traced_call_carries_its_traceparent_header_to_the_http_server() {
+    const A: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const B: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let server = http_server().await;
+    let mcp = manager_with(&[http("web", &server.url, "${EVE_TEST_KEY}")], quick());
+    let asks = || json!({"name": "traceparent"});
+    let traced = |tp: Option<&'static str>| {
+        let mcp = mcp.clone();
+        async move {
+            mcp.call_traced("web__header", asks(), CancellationToken::new(), tp)
+                .await
+        }
+    };
+    let first = traced(Some(A)).await;
+    assert_eq!(first.output, json!({"result": A}), "{first:?}");
+    let second = traced(Some(B)).await;
+    assert_eq!(second.output, json!({"result": B}), "each request its own: {second:?}");
+    // Through the catalogue's `call_tool`, too.
+    let catalogued = mcp
+        .call_catalogue_traced(
+            CALL_TOOL,
+            json!({"name": "web__header", "input": asks()}),
+            CancellationToken::new(),
+            Some(A),
+        )
+        .await
+        .unwrap();
+    assert_eq!(catalogued.output, json!({"result": A}), "{catalogued:?}");
+    // The twins: nothing to carry, and a value that is no traceparent.
+    let untraced = call(&mcp, "web__header", asks()).await;
+    assert_eq!(untraced.output, json!({"result": "<missing>"}), "{untraced:?}");
+    let malformed = traced(Some("00-not-a-trace-01")).await;
+    assert_eq!(malformed.output, json!({"result": "<missing>"}), "{malformed:?}");
+    mcp.shutdown().await;
+}
+
 #[tokio::test]
 async fn catalogue_searches_and_calls_tools() {
     let mcp = manager(&[stdio("t")]);
