@@ -329,6 +329,7 @@ test("the console drives a session: streamed reply, approval by button, reload m
   const small = await phone.newPage();
   await small.goto(`${base}/#/s/${encodeURIComponent(id)}`);
   await small.waitForSelector("#chat .msg.assistant >> text=All done: refunded and waited.");
+  await small.waitForSelector("#traces details.trace[open] li.span-row");
   const overflow = await small.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   assert.ok(overflow <= 1, "no sideways scrolling at phone width (" + overflow + "px)");
   await shot(small, "phone");

@@ -28,8 +28,8 @@ use tokio::io::AsyncReadExt;
 use tokio::process::ChildStderr;
 
 use super::EnvLookup;
-use super::traceparent::Traced;
 use super::error::{McpError, stderr_suffix};
+use super::traceparent::Traced;
 use crate::env_vars::{HOME, LANG, PATH, TMPDIR, TZ, USER};
 
 /// Variables passed from the eve process to every stdio server (besides the connection's `env`).
@@ -404,8 +404,7 @@ async fn start_http(connection: &Connection, start: HttpStart<'_>) -> Result<Sta
                             connection: name.to_owned(),
                             reason: e.to_string(),
                         })?;
-                let transport =
-                    StreamableHttpClientTransport::with_client(Traced(client), config);
+                let transport = StreamableHttpClientTransport::with_client(Traced(client), config);
                 tokio::time::timeout(start_timeout, client_config().serve(transport)).await
             }
             None => {

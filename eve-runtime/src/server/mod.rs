@@ -43,12 +43,12 @@ pub use config::{
     API_CHANNEL, CorsOrigins, DEFAULT_BODY_LIMIT, ServerConfig, authority_host, is_loopback_host,
 };
 pub use dev_build::{DevBuild, FailedBuild};
-pub use metrics_port::metrics_router;
 pub use error::{ApiError, ServerError};
 pub use listener::{
     DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ListenerLimits,
     raise_fd_limit, serve_with,
 };
+pub use metrics_port::metrics_router;
 pub use reload::ReloadableRouter;
 pub use stream::{
     EventCursor, Next, STREAM_ERROR, STREAM_VERSION, StreamFailure, at_rest, is_rest_point,

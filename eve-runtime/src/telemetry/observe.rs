@@ -14,8 +14,8 @@ use opentelemetry::trace::SpanKind;
 use serde_json::Value;
 
 use super::emit::SpanSpec;
-use crate::engine::observe::{EventObserver, TurnWork};
 use super::{Telemetry, TurnTrace, at_ms};
+use crate::engine::observe::{EventObserver, TurnWork};
 use crate::events as ev;
 use crate::store::StoredEvent;
 

@@ -479,12 +479,24 @@ async fn http_server() -> HttpServer {
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(Duration::from_secs(15), lines.next_line())
+    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
         .await
         .expect("the HTTP MCP server did not print its port")
         .unwrap()
         .unwrap();
     let port = line.strip_prefix("PORT ").unwrap().trim().to_owned();
+    // The port is printed once bound; wait until the server also listens on it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(format!("127.0.0.1:{port}"))
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the HTTP MCP server never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     HttpServer {
         _child: child,
         url: format!("http://127.0.0.1:{port}/mcp"),
@@ -556,7 +568,11 @@ async fn a_traced_call_carries_its_traceparent_header_to_the_http_server() {
     let first = traced(Some(A)).await;
     assert_eq!(first.output, json!({"result": A}), "{first:?}");
     let second = traced(Some(B)).await;
-    assert_eq!(second.output, json!({"result": B}), "each request its own: {second:?}");
+    assert_eq!(
+        second.output,
+        json!({"result": B}),
+        "each request its own: {second:?}"
+    );
     // Through the catalogue's `call_tool`, too.
     let catalogued = mcp
         .call_catalogue_traced(
@@ -570,9 +586,17 @@ async fn a_traced_call_carries_its_traceparent_header_to_the_http_server() {
     assert_eq!(catalogued.output, json!({"result": A}), "{catalogued:?}");
     // The twins: nothing to carry, and a value that is no traceparent.
     let untraced = call(&mcp, "web__header", asks()).await;
-    assert_eq!(untraced.output, json!({"result": "<missing>"}), "{untraced:?}");
+    assert_eq!(
+        untraced.output,
+        json!({"result": "<missing>"}),
+        "{untraced:?}"
+    );
     let malformed = traced(Some("00-not-a-trace-01")).await;
-    assert_eq!(malformed.output, json!({"result": "<missing>"}), "{malformed:?}");
+    assert_eq!(
+        malformed.output,
+        json!({"result": "<missing>"}),
+        "{malformed:?}"
+    );
     mcp.shutdown().await;
 }
 

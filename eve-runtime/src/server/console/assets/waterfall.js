@@ -3,7 +3,7 @@
 // each turn is a trace whose root is the turn's span (`invoke_agent …`), with its steps, model
 // calls, tool calls and approval waits beneath. A row is one span: its name indented by its depth,
 // a bar placed at its start and as long as its duration within the turn, and the duration.
-// Spans reach the store shortly after they end (a turn's own span when the turn ends), so the view
+// A turn shows once it has ended (its own span is written when it ends, shortly after); the view
 // asks again, a few times, while the session has turns the store does not show yet.
 
 import { api, el, fill, ms } from "./lib.js";
@@ -64,7 +64,8 @@ function rows(trace) {
 // The pane, and `refresh(turns)`: reads the session's traces again (`turns`: how many turns the
 // session has run, to know whether the store is behind).
 export function traceView(id) {
-  const list = el("div", { class: "traces", id: "traces" }, el("p", { class: "muted", text: "No spans yet." }));
+  const none = () => el("p", { class: "muted", text: "No finished turn yet." });
+  const list = el("div", { class: "traces", id: "traces" }, none());
   const node = el("section", { class: "pane trace-pane", "aria-label": "Trace" },
     el("div", { class: "bar small" }, el("h2", { text: "Trace" })), list);
   const toggled = new Map(); // traceId -> open, as the person left it
@@ -75,7 +76,7 @@ export function traceView(id) {
 
   function render(traces) {
     if (!traces.length) {
-      fill(list, el("p", { class: "muted", text: "No spans yet." }));
+      fill(list, none());
       return;
     }
     fill(list, traces.map((t, i) => {
@@ -107,9 +108,10 @@ export function traceView(id) {
       fill(list, el("p", { class: "muted", text: "The local trace store is off (EVE_TRACES=off)." }));
       return;
     }
-    render(r.traces);
-    const ended = r.traces.filter((t) => (t.spans || []).some((s) => s.name.startsWith("invoke_agent") && s.sessionId === id)).length;
-    if (ended < turns && tries < RETRIES) {
+    // The traces of this session's ended turns (each has the turn's own span).
+    const ended = r.traces.filter((t) => (t.spans || []).some((s) => s.name.startsWith("invoke_agent") && s.sessionId === id));
+    render(ended);
+    if (ended.length < turns && tries < RETRIES) {
       tries += 1;
       clearTimeout(timer);
       timer = setTimeout(() => load(turns), 1000);
