@@ -159,6 +159,9 @@ pub const EVE_TRACES_MAX_TOTAL_BYTES: &str = "EVE_TRACES_MAX_TOTAL_BYTES";
 /// The newest local traces that always stay (default 20).
 pub const EVE_TRACES_RETAIN_COUNT: &str = "EVE_TRACES_RETAIN_COUNT";
 
+/// `host:port` where `eve serve` and `eve dev` also serve `GET /metrics`, without the API's auth.
+pub const EVE_METRICS_ADDR: &str = "EVE_METRICS_ADDR";
+
 /// The W3C trace context of a tool call's span, in the tool's environment when tracing is on.
 pub const TRACEPARENT: &str = "TRACEPARENT";
 /// A key stable across retries of the same call, for deduplicating side effects.

@@ -20,6 +20,7 @@ pub use crate::events;
 mod follow;
 mod live;
 pub use crate::builds::publish;
+pub mod observe;
 mod replies;
 mod run_tool;
 mod sandbox;
@@ -128,6 +129,9 @@ pub(crate) struct Inner {
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// Tracing, once it is set up ([`Runtime::set_telemetry`]).
     pub(crate) telemetry: std::sync::OnceLock<Arc<crate::telemetry::Telemetry>>,
+    /// What watches this runtime's commits and turns: the metrics, tracing once it is on
+    /// ([`observe::EventObserver`]).
+    pub(crate) observers: observe::Observers,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -212,17 +216,21 @@ impl Runtime {
                 unguarded_answers: std::sync::atomic::AtomicBool::new(false),
                 naive_prompts: std::sync::atomic::AtomicBool::new(false),
                 workspaces,
-                metrics,
+                metrics: metrics.clone(),
                 telemetry: std::sync::OnceLock::new(),
+                observers: observe::Observers::default(),
             }),
         };
+        rt.add_observer(metrics);
         rt.start_releases();
         rt
     }
 
     /// Turns tracing on for this runtime (once; a second call changes nothing).
     pub fn set_telemetry(&self, telemetry: Arc<crate::telemetry::Telemetry>) {
-        let _ = self.inner.telemetry.set(telemetry);
+        if self.inner.telemetry.set(telemetry.clone()).is_ok() {
+            self.add_observer(telemetry);
+        }
     }
 
     /// This runtime's tracing, when it is on.

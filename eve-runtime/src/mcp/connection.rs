@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use eve_compile::{Connection, ToolFilter, Transport};
 use rmcp::ServiceError;
-use rmcp::model::{CallToolRequestParams, ClientConfig, ClientRequest, PingRequest};
+use rmcp::model::{
+    CallToolRequestParams, ClientConfig, ClientRequest, PingRequest, RequestParamsMeta,
+};
 use rmcp::service::{RoleClient, RunningService};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -454,6 +456,7 @@ impl Supervisor {
         name: &str,
         input: Value,
         cancel: CancellationToken,
+        traceparent: Option<&str>,
     ) -> ToolResult {
         let start = Instant::now();
         let fail = |message: String| ToolResult::failure(message, start.elapsed());
@@ -480,6 +483,9 @@ impl Supervisor {
             };
             let mut params = CallToolRequestParams::new(tool.remote_name.clone());
             params.arguments = arguments.clone();
+            if let Some(traceparent) = traceparent {
+                params.set_traceparent(traceparent);
+            }
             let outcome = tokio::select! {
                 outcome = tokio::time::timeout(timeout, client.service.call_tool(params)) => outcome,
                 () = cancel.cancelled() => return fail(format!("`{name}` was cancelled")),

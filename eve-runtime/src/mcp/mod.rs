@@ -22,6 +22,7 @@ pub mod direct;
 mod error;
 pub mod oauth;
 mod result;
+mod traceparent;
 mod transport;
 
 use std::path::PathBuf;
@@ -269,8 +270,20 @@ impl McpManager {
     /// failure (unknown tool, start failure, open circuit, timeout, server error, `isError`) is a
     /// result with `ok: false` and a sentence saying why.
     pub async fn call(&self, name: &str, input: Value, cancel: CancellationToken) -> ToolResult {
+        self.call_traced(name, input, cancel, None).await
+    }
+
+    /// [`Self::call`] as part of a traced tool call: the request carries `traceparent` (the
+    /// call's span) in its `_meta` and, over Streamable HTTP, as a `traceparent` header.
+    pub async fn call_traced(
+        &self,
+        name: &str,
+        input: Value,
+        cancel: CancellationToken,
+        traceparent: Option<&str>,
+    ) -> ToolResult {
         match self.supervisor_for(name) {
-            Some(supervisor) => supervisor.call(name, input, cancel).await,
+            Some(supervisor) => supervisor.call(name, input, cancel, traceparent).await,
             None => ToolResult::failure(
                 format!(
                     "no MCP connection offers `{name}`: MCP tools are named `CONNECTION__tool`; connections: {}",
@@ -340,6 +353,17 @@ impl McpManager {
         input: Value,
         cancel: CancellationToken,
     ) -> Option<ToolResult> {
+        self.call_catalogue_traced(name, input, cancel, None).await
+    }
+
+    /// [`Self::call_catalogue`] as part of a traced tool call (see [`Self::call_traced`]).
+    pub async fn call_catalogue_traced(
+        &self,
+        name: &str,
+        input: Value,
+        cancel: CancellationToken,
+        traceparent: Option<&str>,
+    ) -> Option<ToolResult> {
         let start = std::time::Instant::now();
         match name {
             SEARCH_TOOLS => Some(search_catalogue(self.entries().await, &input)),
@@ -351,7 +375,7 @@ impl McpManager {
                     ));
                 };
                 let args = input.get("input").cloned().unwrap_or_else(|| json!({}));
-                Some(self.call(target, args, cancel).await)
+                Some(self.call_traced(target, args, cancel, traceparent).await)
             }
             _ => None,
         }

@@ -19,6 +19,7 @@ mod dev_build;
 mod error;
 mod listener;
 mod memory;
+mod metrics_port;
 mod releases;
 mod reload;
 mod routes;
@@ -47,6 +48,7 @@ pub use listener::{
     DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ListenerLimits,
     raise_fd_limit, serve_with,
 };
+pub use metrics_port::metrics_router;
 pub use reload::ReloadableRouter;
 pub use stream::{
     EventCursor, Next, STREAM_ERROR, STREAM_VERSION, StreamFailure, at_rest, is_rest_point,
@@ -184,6 +186,10 @@ fn table(dev: bool, console: bool) -> Vec<(Route, MethodRouter<App>)> {
             get(routes::stream),
         ),
         (r("GET", "/metrics", Operator), get(routes::metrics)),
+        (
+            r("GET", "/eve/v1/traces", Operator),
+            get(console::traces::list),
+        ),
         (r("GET", "/eve/v1/releases", Operator), get(releases::list)),
         (
             r("GET", "/eve/v1/releases/stream", Operator),

@@ -11,6 +11,7 @@ use super::{TurnDriver, TurnEnd, view};
 use crate::engine::RuntimeResult;
 use crate::engine::drive::{descendant_pending, pending_for_turn};
 use crate::engine::events as ev;
+use crate::engine::observe::TurnWork;
 use crate::model::Message;
 use crate::store::*;
 
@@ -629,11 +630,11 @@ impl TurnDriver<'_> {
         call.is_error = status != CallStatus::Completed;
         call.output = Some(output.clone());
         call.ended_at = Some(now_ms());
-        if let Some(telemetry) = self.rt.telemetry()
-            && let Some(trace) = telemetry.turn(&turn.session_id, turn.seq)
-        {
-            telemetry.tool(&trace, &call);
-        }
+        self.rt.observe_work(TurnWork::ToolSettled {
+            session: &turn.session_id,
+            seq: turn.seq,
+            call: &call,
+        });
         let (content, attachments) = crate::tools::content::for_model(&output);
         let message = Message::Tool {
             call_id: call.call_id.clone(),

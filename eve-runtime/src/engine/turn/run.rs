@@ -192,24 +192,30 @@ impl TurnDriver<'_> {
                     Box::pin(self.rt.run_tool(tool, &input, &ctx, token.clone()))
                 }
                 Target::Mcp(manager) => {
-                    let (manager, name, input, token) = (
+                    let (manager, name, input, token, traceparent) = (
                         manager.clone(),
                         call.name.clone(),
                         input.clone(),
                         token.clone(),
-                    );
-                    Box::pin(async move { manager.call(&name, input, token).await })
-                }
-                Target::Catalogue(manager) => {
-                    let (manager, name, input, token) = (
-                        manager.clone(),
-                        call.name.clone(),
-                        input.clone(),
-                        token.clone(),
+                        ctx.traceparent.clone(),
                     );
                     Box::pin(async move {
                         manager
-                            .call_catalogue(&name, input, token)
+                            .call_traced(&name, input, token, traceparent.as_deref())
+                            .await
+                    })
+                }
+                Target::Catalogue(manager) => {
+                    let (manager, name, input, token, traceparent) = (
+                        manager.clone(),
+                        call.name.clone(),
+                        input.clone(),
+                        token.clone(),
+                        ctx.traceparent.clone(),
+                    );
+                    Box::pin(async move {
+                        manager
+                            .call_catalogue(&name, input, token, traceparent.as_deref())
                             .await
                             .unwrap_or_else(|| {
                                 ToolResult::failure("not a catalogue tool", Duration::ZERO)

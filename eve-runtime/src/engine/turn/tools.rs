@@ -128,6 +128,7 @@ impl Catalogue {
         name: &str,
         input: Value,
         cancel: CancellationToken,
+        traceparent: Option<&str>,
     ) -> Option<ToolResult> {
         match name {
             SEARCH_TOOLS => {
@@ -141,7 +142,9 @@ impl Catalogue {
                 let named = input.get("name").and_then(Value::as_str).unwrap_or("");
                 match &self.mcp {
                     Some(manager) if named.contains("__") => {
-                        manager.call_catalogue(name, input, cancel).await
+                        manager
+                            .call_catalogue_traced(name, input, cancel, traceparent)
+                            .await
                     }
                     _ => Some(ToolResult::failure(
                         format!(
