@@ -35,6 +35,7 @@ mod openapi;
 mod questions;
 mod releases;
 mod releases_first;
+mod remote_agents;
 mod review;
 mod roundtrips;
 mod runtimes_apart;
