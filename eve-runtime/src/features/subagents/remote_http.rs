@@ -3,8 +3,9 @@
 //!
 //! The remote's URL is reached under the egress rules of the runtime's own requests: the
 //! internet, never loopback, link-local, metadata or private addresses, nor eve's own
-//! listeners; redirects stay within the origin. `EVE_TEST_REMOTE_LOOPBACK=1` (tests only)
-//! lists the URL's host and port by name, so a remote on this machine's loopback can be reached.
+//! listeners; redirects stay within the origin. `EVE_TEST_REMOTE_LOOPBACK=1` (tests only, debug
+//! builds only) lists the URL's host and port by name, so a remote on this machine's loopback can
+//! be reached.
 
 use std::time::Duration;
 
@@ -16,8 +17,7 @@ use serde_json::Value;
 use crate::engine::Runtime;
 use crate::tools::guarded::Egress;
 
-/// Tests only: a remote on loopback may be reached (its host and port are listed by name).
-pub(crate) const EVE_TEST_REMOTE_LOOPBACK: &str = "EVE_TEST_REMOTE_LOOPBACK";
+use crate::env_vars::EVE_TEST_REMOTE_LOOPBACK;
 /// How long one request (not a stream) may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -239,8 +239,9 @@ fn client(rt: &Runtime, base: &Url) -> Result<reqwest::Client, String> {
     let (Some(host), Some(port)) = (base.host_str(), base.port_or_known_default()) else {
         return Err("the URL has no host".to_owned());
     };
-    let loopback = (rt.inner.config.env)(EVE_TEST_REMOTE_LOOPBACK)
-        .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes"));
+    let loopback = cfg!(debug_assertions)
+        && (rt.inner.config.env)(EVE_TEST_REMOTE_LOOPBACK)
+            .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes"));
     let policy = if loopback {
         let rule = format!("{host}:{port}")
             .parse::<eve_sandbox::egress::Rule>()
