@@ -28,15 +28,25 @@ fn remote_project() -> tempfile::TempDir {
         "auth:\n  type: bearer\n  tokens: [\"${REMOTE_TOKEN}\"]\n",
     )
     .unwrap();
-    let path = agent.join("tools/refund_charge.sh");
-    std::fs::write(
-        &path,
-        "#!/bin/sh\n# ---\n# description: Refund a charge.\n# approval: always\n# env: [REFUND_LOG]\n# ---\n\
-         input=$(cat)\necho \"$input\" >> \"$REFUND_LOG\"\necho '{\"refunded\":true}'\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tools = [
+        (
+            "refund_charge",
+            "# description: Refund a charge.\n# approval: always\n# env: [REFUND_LOG]\n",
+            "input=$(cat)\necho \"$input\" >> \"$REFUND_LOG\"\necho '{\"refunded\":true}'\n",
+        ),
+        (
+            "gated",
+            "# description: Runs until the test opens the gate.\n# effect: read\n# env: [GATE_FILE]\n",
+            "cat >/dev/null\nn=0\nwhile [ ! -e \"$GATE_FILE\" ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done\n\
+             echo '{\"gated\":\"done\"}'\n",
+        ),
+    ];
+    for (name, front, body) in tools {
+        let path = agent.join("tools").join(format!("{name}.sh"));
+        std::fs::write(&path, format!("#!/bin/sh\n# ---\n{front}# ---\n{body}")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     dir
 }
 
@@ -68,12 +78,27 @@ fn free_port() -> u16 {
 fn start_remote(root: &Path, port: u16) -> Server {
     let port = port.to_string();
     let log = root.join("refunds.log");
+    let gate = root.join("gate");
     Server::start(
         root,
         &["serve", "--port", &port],
         &[
             ("REMOTE_TOKEN", REMOTE_TOKEN),
             ("REFUND_LOG", log.to_str().unwrap()),
+            ("GATE_FILE", gate.to_str().unwrap()),
+        ],
+    )
+}
+
+fn start_parent(root: &Path, remote_port: u16) -> Server {
+    let url = format!("http://127.0.0.1:{remote_port}");
+    Server::start(
+        root,
+        &["serve", "--port", "0"],
+        &[
+            ("HELPER_URL", &url),
+            ("HELPER_TOKEN", REMOTE_TOKEN),
+            ("EVE_TEST_REMOTE_LOOPBACK", "1"),
         ],
     )
 }
@@ -123,16 +148,7 @@ fn a_remote_child_asks_approval_on_the_parent_and_survives_a_kill_of_the_remote(
     let parent_dir = parent_project();
     let parent_root = parent_dir.path();
     build(parent_root);
-    let url = format!("http://127.0.0.1:{remote_port}");
-    let parent = Server::start(
-        parent_root,
-        &["serve", "--port", "0"],
-        &[
-            ("HELPER_URL", &url),
-            ("HELPER_TOKEN", REMOTE_TOKEN),
-            ("EVE_TEST_REMOTE_LOOPBACK", "1"),
-        ],
-    );
+    let parent = start_parent(parent_root, remote_port);
 
     let ask = json!({"message": "/tool refund_charge {\"chargeId\": \"ch_7\", \"amount\": 5}"});
     let (status, body) = post(
@@ -204,6 +220,76 @@ fn a_remote_child_asks_approval_on_the_parent_and_survives_a_kill_of_the_remote(
         child.iter().map(|e| e["type"].clone()).collect::<Vec<_>>()
     );
     drop(remote);
+}
+
+#[test]
+fn the_parent_killed_while_the_remote_works_resumes_its_stream_where_it_was() {
+    let remote_dir = remote_project();
+    let remote_root = remote_dir.path();
+    build(remote_root);
+    let remote_port = free_port();
+    let _remote = start_remote(remote_root, remote_port);
+    let parent_dir = parent_project();
+    let parent_root = parent_dir.path();
+    build(parent_root);
+    let parent = start_parent(parent_root, remote_port);
+
+    let ask = json!({"message": "/tool gated {}"});
+    let (status, body) = post(
+        parent.port,
+        "/eve/v1/session",
+        &json!({"message": format!("/tool helper {ask}")}),
+    );
+    assert_eq!(status, 202, "{body}");
+    let parent_id = body["sessionId"].as_str().unwrap().to_owned();
+    let seen = wait_for(parent.port, &parent_id, "the child", |events| {
+        events.iter().any(|e| e["type"] == "agent.started")
+    });
+    let started = seen.iter().find(|e| e["type"] == "agent.started").unwrap();
+    assert_eq!(
+        started["data"]["remote"]["url"], "${HELPER_URL}",
+        "{started}"
+    );
+    let child_id = started["data"]["sessionId"].as_str().unwrap().to_owned();
+    // The remote child's tool call is copied onto the local child's stream: the parent follows.
+    wait_for(parent.port, &child_id, "the remote's tool call", |events| {
+        events
+            .iter()
+            .any(|e| e["type"] == "actions.requested" && e["data"]["remote"] == true)
+    });
+
+    parent.sigkill();
+    std::fs::write(remote_root.join("gate"), "open").unwrap();
+    let parent = start_parent(parent_root, remote_port);
+
+    let done = wait_for(parent.port, &parent_id, "the task's result", |events| {
+        events.iter().any(|e| e["type"] == "task.settled")
+            && events.last().is_some_and(|e| e["type"] == "session.waiting")
+    });
+    let settled = done.iter().find(|e| e["type"] == "task.settled").unwrap();
+    assert_eq!(settled["data"]["status"], "completed", "{settled}");
+    // Each remote event reached the local child once, across the restart.
+    let child = events(parent.port, &child_id);
+    let copies = |kind: &str| {
+        child
+            .iter()
+            .filter(|e| e["type"] == kind && e["data"]["remote"] == true)
+            .count()
+    };
+    assert_eq!(copies("actions.requested"), 1);
+    assert_eq!(copies("action.result"), 1);
+    let last = child
+        .iter()
+        .filter(|e| e["type"] == "message.completed")
+        .last()
+        .unwrap();
+    assert!(
+        last["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("gated returned"),
+        "{last}"
+    );
 }
 
 #[test]
