@@ -176,7 +176,10 @@ fn a_remote_child_asks_approval_on_the_parent_and_survives_a_kill_of_the_remote(
     assert_eq!(request["action"]["toolName"], "refund_charge", "{request}");
     assert_eq!(request["action"]["input"]["chargeId"], "ch_7", "{request}");
     let request_id = request["requestId"].as_str().unwrap().to_owned();
-    assert!(!remote_root.join("refunds.log").exists(), "ran before approval");
+    assert!(
+        !remote_root.join("refunds.log").exists(),
+        "ran before approval"
+    );
 
     // The remote dies hard and comes back on the same address while the approval waits.
     remote.sigkill();
@@ -264,7 +267,9 @@ fn the_parent_killed_while_the_remote_works_resumes_its_stream_where_it_was() {
 
     let done = wait_for(parent.port, &parent_id, "the task's result", |events| {
         events.iter().any(|e| e["type"] == "task.settled")
-            && events.last().is_some_and(|e| e["type"] == "session.waiting")
+            && events
+                .last()
+                .is_some_and(|e| e["type"] == "session.waiting")
     });
     let settled = done.iter().find(|e| e["type"] == "task.settled").unwrap();
     assert_eq!(settled["data"]["status"], "completed", "{settled}");
@@ -304,8 +309,8 @@ fn a_remote_agent_with_a_bad_url_or_a_secret_in_the_file_does_not_build() {
     .unwrap();
     let out = eve(root, &["build"]).output().unwrap();
     assert!(!out.status.success());
-    let text = String::from_utf8_lossy(&out.stderr).to_string()
-        + &String::from_utf8_lossy(&out.stdout);
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("E041"), "{text}");
     assert!(text.contains("not http or https"), "{text}");
     assert!(text.contains("`auth.token` is a secret"), "{text}");

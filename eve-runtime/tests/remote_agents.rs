@@ -191,7 +191,134 @@ async fn a_principal_forwarded_by_an_untrusted_caller_is_refused() {
 async fn twin_a_deployment_that_trusts_every_caller_lets_the_forgery_through() {
     let server = receiving(true).await;
     let (post, read) = forge(&server).await;
-    assert_eq!(post, 202, "with the check off, Mallory drives Alice's session");
-    assert_eq!(read, 200, "with the check off, Mallory reads Alice's session");
+    assert_eq!(
+        post, 202,
+        "with the check off, Mallory drives Alice's session"
+    );
+    assert_eq!(
+        read, 200,
+        "with the check off, Mallory reads Alice's session"
+    );
     server.stop().await;
+}
+
+const USER: &str = "user-token-0123456789";
+
+/// A parent whose `helper` is the server at `url`, forwarding its caller's principal.
+async fn parent_of(url: &str) -> TestServer {
+    let agent = AgentDir::new();
+    agent
+        .file(
+            "subagents/helper.yaml",
+            "url: ${HELPER_URL}\ndescription: Answers questions.\nforward_principal: true\n\
+             auth:\n  type: bearer\n  token: ${HELPER_TOKEN}\n",
+        )
+        .file(
+            "channels/eve.yaml",
+            "auth:\n  type: bearer\n  tokens: [\"${USER_TOKEN}\"]\n",
+        );
+    let url = url.to_owned();
+    TestServer::start_full(
+        agent,
+        &[("USER_TOKEN", USER)],
+        |c| c,
+        move |config| {
+            config.env = std::sync::Arc::new(move |name: &str| match name {
+                "HELPER_URL" => Some(url.clone()),
+                "HELPER_TOKEN" => Some(ROUTER.to_owned()),
+                "EVE_TEST_REMOTE_LOOPBACK" => Some("1".to_owned()),
+                _ => None,
+            });
+        },
+        |_| eve_runtime::server::RouterOptions::default(),
+    )
+    .await
+}
+
+/// Asks the parent's `helper` `message` as the user; the parent's events once the task settled
+/// and the session rests.
+async fn ask_helper(parent: &TestServer, message: &str) -> Vec<Value> {
+    let auth = format!("Bearer {USER}");
+    let input = json!({"message": message});
+    let (status, body) = call(
+        parent,
+        USER,
+        "POST",
+        "/eve/v1/session",
+        Some(json!({"message": format!("/tool helper {input}")})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["sessionId"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let events = parent.stored_as(&auth, &id, 0).await;
+        if events.iter().any(|e| e["type"] == "task.settled")
+            && events
+                .last()
+                .is_some_and(|e| e["type"] == "session.waiting")
+        {
+            return events;
+        }
+        assert!(std::time::Instant::now() < deadline, "{events:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_remote_agent_forwards_its_callers_principal_to_a_deployment_that_trusts_it() {
+    let remote = receiving(false).await;
+    let parent = parent_of(&remote.base).await;
+    let events = ask_helper(&parent, "what is the balance?").await;
+    let settled = events.iter().find(|e| e["type"] == "task.settled").unwrap();
+    assert_eq!(settled["data"]["status"], "completed", "{settled}");
+    assert!(
+        settled
+            .to_string()
+            .contains("You said: what is the balance?"),
+        "{settled}"
+    );
+    // The remote session belongs to the parent's caller, not to the forwarder's token.
+    let owned = remote
+        .runtime
+        .sessions(&eve_runtime::store::SessionFilter {
+            owner: Some("token:USER_TOKEN".to_owned()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(owned.len(), 1, "{owned:?}");
+    parent.stop().await;
+    remote.stop().await;
+}
+
+#[tokio::test]
+async fn a_deployment_that_does_not_trust_the_caller_refuses_its_forwarded_principal() {
+    // The same remote, but its `trusted_forwarders` names someone else.
+    let agent = receiving_agent();
+    agent.file(
+        "channels/eve.yaml",
+        "auth:\n  type: bearer\n  tokens: [\"${ALICE_TOKEN}\", \"${ROUTER_TOKEN}\"]\n\
+         trusted_forwarders: [token:ALICE_TOKEN]\n",
+    );
+    let remote = TestServer::start_with(
+        agent,
+        &[("ALICE_TOKEN", ALICE), ("ROUTER_TOKEN", ROUTER)],
+        |c| c,
+    )
+    .await;
+    let parent = parent_of(&remote.base).await;
+    let events = ask_helper(&parent, "what is the balance?").await;
+    let settled = events.iter().find(|e| e["type"] == "task.settled").unwrap();
+    assert_eq!(settled["data"]["status"], "failed", "{settled}");
+    assert!(settled.to_string().contains("403"), "{settled}");
+    let all = remote
+        .runtime
+        .sessions(&eve_runtime::store::SessionFilter::default())
+        .await
+        .unwrap();
+    assert!(all.is_empty(), "a session was made: {all:?}");
+    parent.stop().await;
+    remote.stop().await;
 }

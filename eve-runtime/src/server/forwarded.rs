@@ -115,7 +115,11 @@ pub(crate) async fn apply(
         )));
     }
     let acting = app.config.operators.platform(principal);
-    tracing::debug!(forwarder = caller.id(), principal, "a forwarded principal was taken");
+    tracing::debug!(
+        forwarder = caller.id(),
+        principal,
+        "a forwarded principal was taken"
+    );
     request.extensions_mut().insert(acting);
     Ok(request)
 }

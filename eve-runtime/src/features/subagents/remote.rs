@@ -160,7 +160,10 @@ impl TurnExtension for RemoteTurn {
                 }
                 Ok(Shaped::Fail(
                     "turn_cancelled",
-                    format!("the turn was cancelled; the remote agent `{}` was told", remote.name),
+                    format!(
+                        "the turn was cancelled; the remote agent `{}` was told",
+                        remote.name
+                    ),
                 ))
             }
         }
@@ -220,7 +223,11 @@ impl TurnExtension for RemoteTurn {
                 let sent = retry(view, || remote.post(&path, &body)).await?;
                 let output = match sent {
                     Some(Ok((status, _))) if ok(status) || status == 409 => {
-                        json!(if approve { "Approved on the remote agent." } else { "Denied on the remote agent." })
+                        json!(if approve {
+                            "Approved on the remote agent."
+                        } else {
+                            "Denied on the remote agent."
+                        })
                     }
                     Some(Ok((status, body))) => {
                         let fault = status_fault(status, &body.to_string(), &remote.name);
@@ -405,7 +412,9 @@ async fn follow(
     state: &mut State,
 ) -> RuntimeResult<Result<Outcome, Fault>> {
     let Some(session) = state.session.clone() else {
-        return Ok(Err(Fault::Fatal("the remote session is unknown".to_owned())));
+        return Ok(Err(Fault::Fatal(
+            "the remote session is unknown".to_owned(),
+        )));
     };
     let started = std::time::Instant::now();
     let mut nap = Duration::from_millis(100);
@@ -527,7 +536,11 @@ fn seen(view: &TurnView<'_>, state: &mut State, event: &Value, batch: &mut Batch
                 .as_str()
                 .or_else(|| data["message"].as_str())
                 .or_else(|| data["reason"].as_str())
-                .unwrap_or(if kind == "turn.failed" { "failed" } else { "cancelled" });
+                .unwrap_or(if kind == "turn.failed" {
+                    "failed"
+                } else {
+                    "cancelled"
+                });
             return Seen::End(Shaped::Fail(
                 REMOTE_FAILED,
                 format!("the remote agent's turn ended ({kind}): {why}"),

@@ -227,8 +227,9 @@ fn insert(
 ) -> Result<(), String> {
     let name = reqwest::header::HeaderName::from_bytes(key.as_bytes())
         .map_err(|e| format!("remote agent `{agent}`: header name `{key}` is invalid: {e}"))?;
-    let mut value = reqwest::header::HeaderValue::from_str(value)
-        .map_err(|e| format!("remote agent `{agent}`: the value of header `{key}` is invalid: {e}"))?;
+    let mut value = reqwest::header::HeaderValue::from_str(value).map_err(|e| {
+        format!("remote agent `{agent}`: the value of header `{key}` is invalid: {e}")
+    })?;
     value.set_sensitive(true);
     headers.insert(name, value);
     Ok(())
