@@ -285,8 +285,8 @@ fn the_parent_killed_while_the_remote_works_resumes_its_stream_where_it_was() {
     assert_eq!(copies("action.result"), 1);
     let last = child
         .iter()
-        .filter(|e| e["type"] == "message.completed")
-        .last()
+        .rev()
+        .find(|e| e["type"] == "message.completed")
         .unwrap();
     assert!(
         last["data"]["message"]
