@@ -31,6 +31,7 @@ mod paths_start;
 mod plan;
 mod redaction;
 mod releases;
+mod remote;
 mod run_cli;
 mod run_hooks;
 mod schedules;

@@ -85,6 +85,9 @@ codes! {
     InvalidTimezone = "E031", Error, "unknown time zone";
     /// A subagent has no `description` in its `agent.yaml`.
     MissingDescription = "E040", Error, "subagent without description";
+    /// A remote agent (`subagents/NAME.yaml`) has a bad `url`, a secret written in the file, or
+    /// a malformed `${VAR}` reference.
+    InvalidRemoteAgent = "E041", Error, "invalid remote agent";
     /// A hook names an event eve does not emit.
     UnknownEvent = "E050", Error, "unknown hook event";
     /// A connection is none of stdio (`command`), HTTP (`url`) and OpenAPI (`openapi`), or more

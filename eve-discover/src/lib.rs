@@ -106,6 +106,8 @@ pub struct AgentDir {
     pub skills: Vec<SkillFile>,
     /// `subagents/*/`.
     pub subagents: Vec<Subagent>,
+    /// `subagents/*.yaml`: remote agents (other eve deployments).
+    pub remote_subagents: Vec<Named>,
     /// `schedules/*.md`.
     pub schedules: Vec<Named>,
     /// `hooks/*`.
@@ -134,6 +136,7 @@ impl AgentDir {
             + self.hooks.len()
             + self.connections.len()
             + self.channels.len()
+            + self.remote_subagents.len()
             + self
                 .sandbox
                 .as_ref()

@@ -172,7 +172,13 @@ impl Walker<'_> {
         }
     }
 
-    pub(crate) fn subagents(&mut self, dir: &str, depth: usize, out: &mut Vec<Subagent>) {
+    pub(crate) fn subagents(
+        &mut self,
+        dir: &str,
+        depth: usize,
+        out: &mut Vec<Subagent>,
+        remote: &mut Vec<Named>,
+    ) {
         if depth >= MAX_DEPTH {
             self.push(
                 Diagnostic::new(
@@ -196,11 +202,17 @@ impl Walker<'_> {
                 if let Some(file) = self.read_text(path, e.executable) {
                     self.module_refused(Slot::Subagent, "", &file);
                 }
+            } else if let (stem, Some("yaml" | "yml")) = split_ext(&e.name) {
+                // `subagents/NAME.yaml`: another eve deployment, called as a subagent.
+                let stem = stem.to_owned();
+                if let Some(file) = self.read_text(path, e.executable) {
+                    remote.push(Named { name: stem, file });
+                }
             } else {
                 self.unknown(
                     path,
                     "not a subagent",
-                    "a subagent is a folder `subagents/NAME/` holding a full agent",
+                    "a subagent is a folder `subagents/NAME/` holding a full agent, or `subagents/NAME.yaml` naming a remote agent",
                 );
             }
         }

@@ -203,7 +203,12 @@ impl Walker<'_> {
                 }
                 (EntryKind::Dir, "tools") => self.tools(&path, "", depth, &mut agent.tools),
                 (EntryKind::Dir, "skills") => self.skills(&path, &mut agent.skills),
-                (EntryKind::Dir, "subagents") => self.subagents(&path, depth, &mut agent.subagents),
+                (EntryKind::Dir, "subagents") => self.subagents(
+                    &path,
+                    depth,
+                    &mut agent.subagents,
+                    &mut agent.remote_subagents,
+                ),
                 (EntryKind::Dir, "schedules") => {
                     agent.schedules =
                         self.flat(&path, &["md"], "a schedule is `schedules/NAME.md`");

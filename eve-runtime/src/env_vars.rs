@@ -82,6 +82,10 @@ pub const EVE_TEST_NO_OPENAT2: &str = "EVE_TEST_NO_OPENAT2";
 /// by path, as a naive walker does (so a test can show a walk steered out of
 /// the workspace when nothing stops it). A release build ignores it.
 pub const EVE_TEST_UNSAFE_WALK: &str = "EVE_TEST_UNSAFE_WALK";
+/// Tests only, and honoured by debug builds only: `1` lets a remote agent's requests reach the
+/// host and port its `url` names even on loopback or a private address (two test servers on one
+/// machine). A release build ignores it: remote agents are reached on the internet only.
+pub(crate) const EVE_TEST_REMOTE_LOOPBACK: &str = "EVE_TEST_REMOTE_LOOPBACK";
 /// The port (`--port`) of `eve serve` and `eve dev`.
 pub const PORT: &str = "PORT";
 /// A server's base URL for `eve chat` (`--url`).

@@ -36,6 +36,7 @@ mod openapi;
 mod questions;
 mod releases;
 mod releases_first;
+mod remote_agents;
 mod review;
 mod roundtrips;
 mod runtimes_apart;

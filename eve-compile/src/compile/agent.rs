@@ -22,6 +22,13 @@ impl Compiler {
             self.check_name(&sub.name, &format!("{}/", sub.agent.path), "subagent");
             subagents.push(self.agent(&sub.agent, &sub.name, false));
         }
+        for named in &dir.remote_subagents {
+            self.check_name(&named.name, &named.file.path, "subagent");
+            if let Some(remote) = self.remote_agent(named, &dir.path) {
+                subagents.push(remote);
+            }
+        }
+        subagents.sort_by(|a, b| a.name.cmp(&b.name));
         let schedules = dir
             .schedules
             .iter()
@@ -90,6 +97,7 @@ impl Compiler {
             connections,
             channels,
             sandbox,
+            remote: None,
         };
         self.sandbox_warnings(&agent, dir);
         self.check_tool_choice(&agent, dir);

@@ -22,6 +22,7 @@ mod hooks;
 mod memory;
 mod openapi;
 mod release;
+mod remote;
 mod sandbox;
 mod schedules;
 mod skills;

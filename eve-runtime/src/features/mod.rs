@@ -56,6 +56,11 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
     let agent = &build.manifest.agent;
     let config = &agent.config;
     let mut features: Vec<Box<dyn TurnExtension>> = Vec::new();
+    if agent.remote.is_some() {
+        // A remote agent's turns run on the remote: nothing else of a local turn applies.
+        features.push(Box::new(subagents::remote::RemoteTurn));
+        return features;
+    }
     if !build.providers.is_empty() {
         features.push(Box::new(dynamic::DynamicTools));
     }

@@ -56,6 +56,12 @@ pub struct ServerConfig {
     /// test can show a stranger reaching another's session when the check is off.
     #[doc(hidden)]
     pub ownership_unchecked_for_tests: bool,
+    /// Who may forward a principal (`trusted_forwarders:` of `channels/eve.yaml`).
+    pub forwarders: super::forwarded::Forwarders,
+    /// Tests only: every caller may forward a principal, so a test can show a stranger taking
+    /// another's identity when the check is off.
+    #[doc(hidden)]
+    pub forwarders_unchecked_for_tests: bool,
 }
 
 impl Default for ServerConfig {
@@ -70,6 +76,8 @@ impl Default for ServerConfig {
             channels: Channels::default(),
             operators: Operators::default(),
             ownership_unchecked_for_tests: false,
+            forwarders: super::forwarded::Forwarders::default(),
+            forwarders_unchecked_for_tests: false,
         }
     }
 }
@@ -96,6 +104,12 @@ impl ServerConfig {
         let file = channel.source.as_str();
         config.auth = Authenticator::resolve(&channel.auth, env, file)?;
         config.operators = Operators::from_manifest(&channel.operators);
+        config.forwarders =
+            super::forwarded::Forwarders::from_setting(channel.settings.get("trusted_forwarders"))
+                .map_err(|message| ServerError::InvalidSetting {
+                    file: file.to_owned(),
+                    message,
+                })?;
         if let Some(cors) = channel.settings.get("cors") {
             config.cors = Some(parse_cors(cors, env, file)?);
         }

@@ -17,6 +17,7 @@ mod console;
 mod dev;
 mod dev_build;
 mod error;
+mod forwarded;
 mod listener;
 mod memory;
 mod metrics_port;
@@ -44,6 +45,7 @@ pub use config::{
 };
 pub use dev_build::{DevBuild, FailedBuild};
 pub use error::{ApiError, ServerError};
+pub use forwarded::Forwarders;
 pub use listener::{
     DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ListenerLimits,
     raise_fd_limit, serve_with,

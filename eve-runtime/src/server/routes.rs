@@ -128,8 +128,12 @@ pub(crate) async fn guard(State(app): State<App>, mut request: Request, next: Ne
         Ok((identity, claims)) => {
             let caller = app.config.operators.caller(&identity, claims.as_ref());
             request.extensions_mut().insert(identity);
-            request.extensions_mut().insert(caller);
-            next.run(request).await
+            request.extensions_mut().insert(caller.clone());
+            // A trusted forwarder's request acts as the principal it forwards.
+            match super::forwarded::apply(&app, request, &caller).await {
+                Ok(request) => next.run(request).await,
+                Err(e) => e.into_response(),
+            }
         }
         Err(e) => e.into_response(),
     }
@@ -202,7 +206,7 @@ pub(crate) async fn create_session(
     let input = body::create(&bytes)?;
     let options = with_traceparent(body::turn_options(&bytes)?, &headers);
     let mut extra: Vec<Extra> = sender(&identity).map(Extra::Sender).into_iter().collect();
-    extra.push(Extra::Owner(identity.principal_id()));
+    extra.push(Extra::Owner(caller.id().to_owned()));
     if let Some(stubs) = options.stubs {
         // A stub replaces what a tool does: the operator's decision, never a stranger's.
         if !super::tenancy::reach(&app, &caller).is_operator() {
