@@ -18,6 +18,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 mod oauth;
+mod oauth_user;
 mod oauth_server;
 
 /// The python with the `mcp` package.

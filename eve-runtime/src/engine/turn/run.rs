@@ -198,7 +198,13 @@ impl TurnDriver<'_> {
                         input.clone(),
                         token.clone(),
                     );
-                    Box::pin(async move { manager.call(&name, input, token).await })
+                    // A user-scoped connection acts with the token of the session's principal.
+                    let owner = self.session.owner.clone();
+                    Box::pin(async move {
+                        manager
+                            .call_as(&name, input, token, owner.as_deref())
+                            .await
+                    })
                 }
                 Target::Catalogue(manager) => {
                     let (manager, name, input, token) = (
