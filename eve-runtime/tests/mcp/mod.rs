@@ -18,8 +18,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 mod oauth;
-mod oauth_user;
 mod oauth_server;
+mod oauth_user;
 
 /// The python with the `mcp` package.
 fn python() -> PathBuf {

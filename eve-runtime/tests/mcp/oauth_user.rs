@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use eve_runtime::server::sign_hs256;
+use eve_runtime::telemetry::TelemetryConfig;
+use eve_runtime::telemetry::config::{LOCAL_FILE, Local, Sampling};
 use serde_json::{Value, json};
 
 use super::oauth::protected;
@@ -66,6 +68,24 @@ async fn serve(agent: AgentDir) -> TestServer {
     )
     .await;
     *public.lock().unwrap() = server.base.clone();
+    // The local trace store, with content captured: what a developer reads with `eve traces`.
+    let telemetry = eve_runtime::telemetry::Telemetry::new(
+        TelemetryConfig {
+            service_name: "oauth-user".into(),
+            otlp: None,
+            local: Some(Local {
+                path: server.agent.root().join(".eve").join(LOCAL_FILE),
+                max_age: Duration::from_secs(3600),
+                max_bytes: 1 << 30,
+                retain: 100,
+            }),
+            sampling: Sampling::AlwaysOn,
+            capture_content: true,
+        },
+        Arc::new(eve_runtime::redact::Secrets::new()),
+    )
+    .unwrap();
+    server.runtime.set_telemetry(telemetry);
     server
 }
 
@@ -83,7 +103,8 @@ async fn post_as(server: &TestServer, auth: &str, path: &str, body: Value) -> (u
 }
 
 async fn start_session(server: &TestServer, auth: &str, message: &str) -> String {
-    let (status, body) = post_as(server, auth, "/eve/v1/session", json!({"message": message})).await;
+    let (status, body) =
+        post_as(server, auth, "/eve/v1/session", json!({"message": message})).await;
     assert_eq!(status, 202, "{body}");
     body["sessionId"].as_str().unwrap().to_owned()
 }
@@ -165,7 +186,10 @@ async fn two_users_authorize_separately_and_a_restart_mid_flow_resumes_it() {
     let a = start_session(&server, &alice, "/tool docs__authorize {}").await;
     let events = server.until_rest_as(&alice, &a, 0).await;
     let url = required_url(&events, "jwt:alice");
-    assert!(results(&events).is_empty(), "nothing ran before the sign-in");
+    assert!(
+        results(&events).is_empty(),
+        "nothing ran before the sign-in"
+    );
 
     // A forged `state` is refused and changes nothing.
     let callback = sign_in(&url, &server.base).await;
@@ -173,7 +197,12 @@ async fn two_users_authorize_separately_and_a_restart_mid_flow_resumes_it() {
     let forged = format!("{}state=forged-by-an-attacker", &callback[..at]);
     let (status, body) = visit(&forged).await;
     assert_eq!(status, 400, "{body}");
-    assert!(server.stored_as(&alice, &a, events.len() as u64).await.is_empty());
+    assert!(
+        server
+            .stored_as(&alice, &a, events.len() as u64)
+            .await
+            .is_empty()
+    );
 
     // The twin: the callback as the authorization server sent it completes the sign-in.
     let (status, body) = visit(&callback).await;
@@ -191,7 +220,13 @@ async fn two_users_authorize_separately_and_a_restart_mid_flow_resumes_it() {
 
     // Alice's tools now run with her token.
     let from = server.count(&a).await;
-    say(&server, &alice, &a, "/tool docs__echo {\"text\": \"alice's secret notes\"}").await;
+    say(
+        &server,
+        &alice,
+        &a,
+        "/tool docs__echo {\"text\": \"alice's secret notes\"}",
+    )
+    .await;
     let events = server.until_rest_as(&alice, &a, from).await;
     let done = results(&events);
     assert_eq!(done.len(), 1, "{events:#?}");
@@ -207,7 +242,13 @@ async fn two_users_authorize_separately_and_a_restart_mid_flow_resumes_it() {
     let bob_url = required_url(&events, "jwt:bob");
     let parked_at = events.len() as u64;
     // Neither sees the other's session.
-    let (status, _) = post_as(&server, &bob, &format!("/eve/v1/session/{a}"), json!({"message": "hi"})).await;
+    let (status, _) = post_as(
+        &server,
+        &bob,
+        &format!("/eve/v1/session/{a}"),
+        json!({"message": "hi"}),
+    )
+    .await;
     assert_eq!(status, 404);
     let response = server
         .http
@@ -253,13 +294,26 @@ async fn two_users_authorize_separately_and_a_restart_mid_flow_resumes_it() {
     let tokens = p.auth.tokens.lock().unwrap().clone();
     assert!(tokens.len() >= 4, "{tokens:?}");
     let mut streams: HashMap<&str, String> = HashMap::new();
-    streams.insert("alice", json!(server.stored_as(&alice, &a, 0).await).to_string());
-    streams.insert("bob", json!(server.stored_as(&bob, &b, 0).await).to_string());
+    streams.insert(
+        "alice",
+        json!(server.stored_as(&alice, &a, 0).await).to_string(),
+    );
+    streams.insert(
+        "bob",
+        json!(server.stored_as(&bob, &b, 0).await).to_string(),
+    );
     for (who, text) in &streams {
         for token in &tokens {
-            assert!(!text.contains(token.as_str()), "{who}'s stream holds a token");
+            assert!(
+                !text.contains(token.as_str()),
+                "{who}'s stream holds a token"
+            );
         }
     }
+    assert!(
+        root.join(".eve").join(LOCAL_FILE).exists(),
+        "the trace store was written"
+    );
     let mut files = vec![root.join(".eve")];
     while let Some(dir) = files.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -278,7 +332,11 @@ async fn two_users_authorize_separately_and_a_restart_mid_flow_resumes_it() {
             let bytes = std::fs::read(&path).unwrap_or_default();
             let text = String::from_utf8_lossy(&bytes);
             for token in &tokens {
-                assert!(!text.contains(token.as_str()), "{} holds a token", path.display());
+                assert!(
+                    !text.contains(token.as_str()),
+                    "{} holds a token",
+                    path.display()
+                );
             }
         }
     }

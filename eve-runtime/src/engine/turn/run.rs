@@ -200,11 +200,9 @@ impl TurnDriver<'_> {
                     );
                     // A user-scoped connection acts with the token of the session's principal.
                     let owner = self.session.owner.clone();
-                    Box::pin(async move {
-                        manager
-                            .call_as(&name, input, token, owner.as_deref())
-                            .await
-                    })
+                    Box::pin(
+                        async move { manager.call_as(&name, input, token, owner.as_deref()).await },
+                    )
                 }
                 Target::Catalogue(manager) => {
                     let (manager, name, input, token) = (

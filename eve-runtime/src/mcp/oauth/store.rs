@@ -68,7 +68,11 @@ pub(crate) async fn put(
     store.commit(batch).await.map(|_| ()).map_err(store_error)
 }
 
-pub(crate) async fn delete(store: &dyn Store, namespace: String, key: String) -> Result<(), AuthError> {
+pub(crate) async fn delete(
+    store: &dyn Store,
+    namespace: String,
+    key: String,
+) -> Result<(), AuthError> {
     let mut batch = Batch::durable();
     batch.push(Op::Note(NoteOp::Delete { namespace, key }));
     store.commit(batch).await.map(|_| ()).map_err(store_error)

@@ -265,9 +265,13 @@ pub async fn complete(
         ));
     };
     // Single use: the flow goes before anything is exchanged.
-    delete(store.as_ref(), flows_namespace(&connection.name), state.to_owned())
-        .await
-        .map_err(|e| unauthorized(connection, OAuthError::from(e)))?;
+    delete(
+        store.as_ref(),
+        flows_namespace(&connection.name),
+        state.to_owned(),
+    )
+    .await
+    .map_err(|e| unauthorized(connection, OAuthError::from(e)))?;
     if now_ms() - flow.created_at > FLOW_TTL_MS {
         return Ok(Completion::Failed(
             flow,

@@ -454,9 +454,10 @@ impl Runtime {
         }
         // A question is answered, not approved: `input.resolved` alone says so, as eve's.
         if signing_in {
-            let outcome = answer
-                .authorization
-                .unwrap_or(if approve { "authorized" } else { "declined" });
+            let outcome =
+                answer
+                    .authorization
+                    .unwrap_or(if approve { "authorized" } else { "declined" });
             batch.event(
                 session,
                 ev::AUTHORIZATION_COMPLETED,
