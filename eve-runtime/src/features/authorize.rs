@@ -24,7 +24,7 @@ use crate::mcp::user::AUTHORIZE_TOOL;
 use crate::store::{ApprovalState, Batch, CallStatus, ToolCallRecord};
 
 /// The variable naming the URL the runtime is reached at from a browser (the callback's base).
-pub const EVE_PUBLIC_URL: &str = "EVE_PUBLIC_URL";
+pub use crate::env_vars::EVE_PUBLIC_URL;
 
 /// Whether `agent` has a connection whose tokens are kept per principal.
 pub(crate) fn enabled(agent: &eve_compile::Agent) -> bool {
