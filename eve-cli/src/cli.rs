@@ -317,7 +317,18 @@ pub enum ConnectionsCommand {
     /// Run the authorization code flow for an app-scoped connection and store its token.
     Login(ConnectionNameArgs),
     /// Remove a connection's stored token.
-    Logout(ConnectionNameArgs),
+    Logout(ConnectionLogoutArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConnectionLogoutArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// The connection (`connections/NAME.yaml`).
+    pub name: String,
+    /// For `credentials: user`: the principal whose token goes (`jwt:alice`).
+    #[arg(long)]
+    pub principal: Option<String>,
 }
 
 #[derive(Debug, Args)]

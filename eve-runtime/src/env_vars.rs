@@ -88,6 +88,9 @@ pub const EVE_TEST_UNSAFE_WALK: &str = "EVE_TEST_UNSAFE_WALK";
 pub(crate) const EVE_TEST_REMOTE_LOOPBACK: &str = "EVE_TEST_REMOTE_LOOPBACK";
 /// The port (`--port`) of `eve serve` and `eve dev`.
 pub const PORT: &str = "PORT";
+/// The URL browsers reach the runtime at: the base of the sign-in callback of
+/// `credentials: user` connections.
+pub const EVE_PUBLIC_URL: &str = "EVE_PUBLIC_URL";
 /// A server's base URL for `eve chat` (`--url`).
 pub const EVE_URL: &str = "EVE_URL";
 /// The bearer token `eve chat` sends with `--url` (`--token`).

@@ -248,6 +248,12 @@ async fn every_route_keeps_two_users_apart_and_lets_the_operator_reach_both() {
                     // Signed by the platform, never by the API's credentials; the platform
                     // users' side is `a_platform_user_answers_only_what_they_asked`.
                     assert_eq!((status, body["code"].clone()), (404, json!("not_found")));
+                } else if p == "/eve/v1/connections/{name}/callback" {
+                    // The `state` of a pending sign-in is its only key; without one, refused.
+                    assert_eq!(
+                        (status, body["code"].clone()),
+                        (400, json!("authorization_refused"))
+                    );
                 } else {
                     assert_eq!(status, 200, "{m} {p}: {body}");
                 }

@@ -22,11 +22,13 @@
 //! | [`tasks`] | subagent calls as background tasks: receipts, results at step boundaries, waits |
 //! | [`stubs`] | tool stubs of a session (operators, eval runs): fixed results for named tools |
 //! | [`output`] | a message's `outputSchema`: the turn's result satisfies it (`result.completed`) |
+//! | [`authorize`] | parks a call of a user-scoped connection until its user has signed in |
 //! | [`client_context`] | a message's `clientContext`, in every model call of its turn only |
 //!
 //! What a message asks of its turn ([`turn_input`]) adds the last two, by [`for_input`].
 
 pub mod attachments;
+pub mod authorize;
 pub mod breakers;
 pub mod client_context;
 pub mod compaction;
@@ -101,6 +103,9 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
         features.push(Box::new(subagents::Subagents));
     }
     features.push(Box::new(stubs::Stubs::default()));
+    if authorize::enabled(agent) {
+        features.push(Box::new(authorize::Authorize));
+    }
     // Last: the files' bytes go on the request as everything else has shaped it.
     features.push(Box::new(attachments::Attachments));
     features

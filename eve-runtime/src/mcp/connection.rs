@@ -650,7 +650,7 @@ fn glob(pattern: &str, text: &str) -> bool {
 }
 
 /// A server's tool name made safe for model APIs (`[A-Za-z0-9_-]`).
-fn sanitize(remote: &str) -> String {
+pub(crate) fn sanitize(remote: &str) -> String {
     let name: String = remote
         .chars()
         .map(|c| {
@@ -680,7 +680,7 @@ fn json_kind(value: &Value) -> &'static str {
 }
 
 /// `1.5 s`, `500 ms`.
-fn human(d: Duration) -> String {
+pub(crate) fn human(d: Duration) -> String {
     if d < Duration::from_secs(1) {
         format!("{} ms", d.as_millis())
     } else {

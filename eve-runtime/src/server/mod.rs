@@ -13,6 +13,7 @@ mod auth;
 mod body;
 mod channels;
 mod config;
+mod connections;
 mod console;
 mod dev;
 mod dev_build;
@@ -141,6 +142,10 @@ fn table(dev: bool, console: bool) -> Vec<(Route, MethodRouter<App>)> {
         (
             r("POST", "/eve/v1/channels/{name}", Public),
             post(channels::handle),
+        ),
+        (
+            r("GET", "/eve/v1/connections/{name}/callback", Public),
+            get(connections::callback),
         ),
         (r("GET", "/eve/v1/info", Caller), get(routes::info)),
         (r("GET", "/eve/v1/agent", Caller), get(console::api::agent)),

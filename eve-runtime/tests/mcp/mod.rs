@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 mod oauth;
 mod oauth_server;
+mod oauth_user;
 
 /// The python with the `mcp` package.
 fn python() -> PathBuf {

@@ -454,11 +454,17 @@ impl TurnDriver<'_> {
             // Parks on a principal's answer (`turn.waiting {on: "input"}`), or on a timer: the
             // call stays running on the stream, and no driver waits for it.
             batch.ops.extend(timer_writes.ops);
-            if !pending.is_empty() {
+            // A sign-in was announced by its own `authorization.required`.
+            let asked: Vec<InputRequestRecord> = pending
+                .iter()
+                .filter(|r| r.kind != crate::mcp::oauth::user::REQUEST_KIND)
+                .cloned()
+                .collect();
+            if !asked.is_empty() {
                 batch.event(
                     self.id(),
                     ev::INPUT_REQUESTED,
-                    ev::input_requested(turn, step, &pending),
+                    ev::input_requested(turn, step, &asked),
                 );
             }
             if was_tools {

@@ -199,9 +199,17 @@ impl TurnDriver<'_> {
                         token.clone(),
                         ctx.traceparent.clone(),
                     );
+                    // A user-scoped connection acts with the token of the session's principal.
+                    let owner = self.session.owner.clone();
                     Box::pin(async move {
                         manager
-                            .call_traced(&name, input, token, traceparent.as_deref())
+                            .call_as(
+                                &name,
+                                input,
+                                token,
+                                owner.as_deref(),
+                                traceparent.as_deref(),
+                            )
                             .await
                     })
                 }

@@ -431,7 +431,7 @@ impl TurnDriver<'_> {
         let deferred_skills = deferred.len() > skills_before;
         let mut catalogue_mcp = None;
         if let Some(manager) = self.rt.mcp_manager(&self.build) {
-            let tools = manager.tools().await;
+            let tools = manager.tools_for(self.session.owner.as_deref()).await;
             let catalogued = use_catalogue(tools.len());
             if catalogued {
                 catalogue_mcp = Some(manager.clone());
