@@ -22,6 +22,7 @@
 //! | [`tasks`] | subagent calls as background tasks: receipts, results at step boundaries, waits |
 //! | [`stubs`] | tool stubs of a session (operators, eval runs): fixed results for named tools |
 //! | [`output`] | a message's `outputSchema`: the turn's result satisfies it (`result.completed`) |
+//! | [`safety_id`] | a hash of the turn's sender, as the provider's safety identifier |
 //! | [`client_context`] | a message's `clientContext`, in every model call of its turn only |
 //!
 //! What a message asks of its turn ([`turn_input`]) adds the last two, by [`for_input`].
@@ -39,6 +40,7 @@ pub mod output;
 pub mod phases;
 pub mod probe;
 pub mod questions;
+pub mod safety_id;
 pub mod selfchange;
 pub mod sleep;
 pub mod strategy;
@@ -96,6 +98,7 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
         features.push(Box::new(subagents::Subagents));
     }
     features.push(Box::new(stubs::Stubs::default()));
+    features.push(Box::new(safety_id::SafetyId::default()));
     // Last: the files' bytes go on the request as everything else has shaped it.
     features.push(Box::new(attachments::Attachments));
     features

@@ -123,12 +123,19 @@ pub(crate) async fn guard(State(app): State<App>, mut request: Request, next: Ne
     match app
         .config
         .auth
-        .verify_claims(authorization, chrono::Utc::now().timestamp())
+        .verify(authorization, chrono::Utc::now().timestamp())
+        .await
     {
-        Ok((identity, claims)) => {
-            let caller = app.config.operators.caller(&identity, claims.as_ref());
-            request.extensions_mut().insert(identity);
+        Ok(verified) => {
+            let caller = app
+                .config
+                .operators
+                .caller(&verified.identity, verified.claims.as_ref());
+            request.extensions_mut().insert(verified.identity);
             request.extensions_mut().insert(caller);
+            request
+                .extensions_mut()
+                .insert(super::auth::Attributes(verified.attributes));
             next.run(request).await
         }
         Err(e) => e.into_response(),
@@ -471,6 +478,7 @@ pub(crate) async fn stream(
         query,
         &headers,
         app.config.heartbeat,
+        app.config.stream_lease,
         app.config.shutdown.clone(),
     )
     .await
@@ -526,6 +534,7 @@ pub(crate) async fn chat(
         cursor,
         format,
         app.config.heartbeat,
+        None,
     )));
     let h = response.headers_mut();
     h.insert(
