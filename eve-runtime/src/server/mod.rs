@@ -37,8 +37,8 @@ use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::routing::{MethodRouter, get, post};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-pub use auth::{Authenticator, Identity, Verified, sign_hs256, verify_hs256};
-pub use jwt::{JWKS_FETCHES_PER_MINUTE, JWKS_MAX_BYTES, JWKS_TTL};
+pub use auth::{Attributes, Authenticator, Identity, Verified, sign_hs256, verify_hs256};
+pub use jwt::{JWKS_FETCHES_PER_MINUTE, JWKS_MAX_BYTES, JWKS_TIMEOUT, JWKS_TTL};
 pub use channels::{ChannelError, Channels, REPLAY_WINDOW_SECS, session_id as channel_session_id};
 pub use config::{
     API_CHANNEL, CorsOrigins, DEFAULT_BODY_LIMIT, ServerConfig, authority_host, is_loopback_host,

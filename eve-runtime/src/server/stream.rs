@@ -40,9 +40,9 @@ use crate::store::{SessionStatus, StoredEvent};
 pub const STREAM_VERSION: &str = "26";
 /// Longest quiet interval of an NDJSON stream under stream control before a heartbeat line (eve's
 /// client gives up on a stream idle for 15 s).
-pub const CONTROL_HEARTBEAT: Duration = Duration::from_secs(10);
+pub(crate) const CONTROL_HEARTBEAT: Duration = Duration::from_secs(10);
 /// The control line that ends a stream's lease (`streamControlVersion=1`).
-pub const LEASE_ENDED: &str = "{\"$eve\":\"stream.lease-ended\",\"version\":1}\n";
+pub(crate) const LEASE_ENDED: &str = "{\"$eve\":\"stream.lease-ended\",\"version\":1}\n";
 /// Events read from the store at once by a bounded read.
 const PAGE: u64 = 256;
 
