@@ -77,8 +77,8 @@ impl Key {
 
     /// The public JWK, as a provider's key set lists it.
     fn jwk(&self) -> Value {
-        let mut jwk = serde_json::to_value(Jwk::from_encoding_key(&self.private, self.alg).unwrap())
-            .unwrap();
+        let mut jwk =
+            serde_json::to_value(Jwk::from_encoding_key(&self.private, self.alg).unwrap()).unwrap();
         jwk["kid"] = json!(self.kid);
         jwk["use"] = json!("sig");
         jwk
@@ -131,7 +131,8 @@ impl JwksServer {
     }
 
     fn serve(&self, keys: &[&Key]) {
-        *self.set.lock().unwrap() = json!({"keys": keys.iter().map(|k| k.jwk()).collect::<Vec<_>>()});
+        *self.set.lock().unwrap() =
+            json!({"keys": keys.iter().map(|k| k.jwk()).collect::<Vec<_>>()});
     }
 
     fn fetches(&self) -> usize {
@@ -298,7 +299,9 @@ async fn a_pem_public_key_verifies_its_own_family_only() {
     let other = Key::new(Algorithm::ES256, "ec");
     let rsa = Key::new(Algorithm::RS256, "rsa");
     let server = TestServer::start_with(
-        with_channel("auth:\n  type: jwt\n  public_key: ${JWT_PUBLIC_KEY}\n  algorithms: [ES256]\n"),
+        with_channel(
+            "auth:\n  type: jwt\n  public_key: ${JWT_PUBLIC_KEY}\n  algorithms: [ES256]\n",
+        ),
         &[("JWT_PUBLIC_KEY", ec.public_pem.as_str())],
         |c| c,
     )

@@ -67,7 +67,12 @@ async fn each_principal_has_its_own_stable_hashed_identifier() {
         "channels/eve.yaml",
         "auth:\n  type: bearer\n  tokens: [\"${TOKEN_A}\", \"${TOKEN_B}\"]\n",
     );
-    let server = serve(agent, &[("TOKEN_A", "alpha"), ("TOKEN_B", "beta")], &model.url).await;
+    let server = serve(
+        agent,
+        &[("TOKEN_A", "alpha"), ("TOKEN_B", "beta")],
+        &model.url,
+    )
+    .await;
     let name = server
         .runtime
         .builds()
@@ -78,7 +83,13 @@ async fn each_principal_has_its_own_stable_hashed_identifier() {
         .name
         .clone();
     let session = send(&server, "alpha", "/eve/v1/session", "first").await;
-    send(&server, "alpha", &format!("/eve/v1/session/{session}"), "second").await;
+    send(
+        &server,
+        "alpha",
+        &format!("/eve/v1/session/{session}"),
+        "second",
+    )
+    .await;
     send(&server, "beta", "/eve/v1/session", "third").await;
     let bodies: Vec<Value> = model.requests().into_iter().map(|r| r.body).collect();
     assert_eq!(bodies.len(), 3);
@@ -93,7 +104,10 @@ async fn each_principal_has_its_own_stable_hashed_identifier() {
     assert_eq!(ids[0].len(), 64);
     for body in &bodies {
         let text = body.to_string();
-        assert!(!text.contains("TOKEN_A") && !text.contains("token:"), "{text}");
+        assert!(
+            !text.contains("TOKEN_A") && !text.contains("token:"),
+            "{text}"
+        );
     }
     server.stop().await;
 

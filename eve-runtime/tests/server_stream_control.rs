@@ -44,9 +44,15 @@ async fn a_controlled_follow_beats_and_ends_its_lease_with_the_control_line() {
     let lines: Vec<&str> = text.split('\n').collect();
     assert_eq!(lines.last(), Some(&""), "{text:?}");
     assert_eq!(lines[lines.len() - 2], LEASE_ENDED, "{text:?}");
-    let blanks = lines[..lines.len() - 2].iter().filter(|l| l.is_empty()).count();
+    let blanks = lines[..lines.len() - 2]
+        .iter()
+        .filter(|l| l.is_empty())
+        .count();
     assert!(blanks >= 3, "the opening line and heartbeats: {text:?}");
-    assert!(lines[..lines.len() - 2].iter().all(|l| l.is_empty()), "{text:?}");
+    assert!(
+        lines[..lines.len() - 2].iter().all(|l| l.is_empty()),
+        "{text:?}"
+    );
 
     // The twin: the same follow without stream control stays open, silent after its first line.
     let response = server
@@ -75,10 +81,7 @@ async fn a_client_reconnecting_at_each_lease_end_reads_every_event_once() {
     })
     .await;
     let (status, body) = server
-        .post(
-            "/eve/v1/session",
-            json!({"message": "/tool slow {}"}),
-        )
+        .post("/eve/v1/session", json!({"message": "/tool slow {}"}))
         .await;
     assert_eq!(status, 202, "{body}");
     let id = body["sessionId"].as_str().unwrap().to_owned();

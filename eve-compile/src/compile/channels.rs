@@ -388,7 +388,9 @@ fn jwt_method(
     let s = a.string("secret");
     let jwks_url = a.string("jwks_url");
     let public_key = a.string("public_key");
-    let sources = usize::from(s.is_some()) + usize::from(jwks_url.is_some()) + usize::from(public_key.is_some());
+    let sources = usize::from(s.is_some())
+        + usize::from(jwks_url.is_some())
+        + usize::from(public_key.is_some());
     if sources != 1 {
         a.report(
             Code::MissingField,

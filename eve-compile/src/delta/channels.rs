@@ -59,7 +59,10 @@ fn auth_summary(a: &Auth) -> String {
         Auth::Bearer { tokens } => format!("bearer ({} token(s))", tokens.len()),
         Auth::Basic { username, .. } => format!("basic ({username})"),
         Auth::Jwt {
-            issuer, jwks_url, public_key, ..
+            issuer,
+            jwks_url,
+            public_key,
+            ..
         } => {
             let keys = if let Some(url) = jwks_url {
                 format!("keys {url}")

@@ -171,7 +171,11 @@ impl JwtMethod {
     }
 
     /// Verifies `token` at `now` (Unix seconds): its claims, or why not.
-    pub(crate) async fn verify(&self, token: &str, now: i64) -> Result<Map<String, Value>, Refusal> {
+    pub(crate) async fn verify(
+        &self,
+        token: &str,
+        now: i64,
+    ) -> Result<Map<String, Value>, Refusal> {
         let claims = match &self.keys {
             Keys::Secret(secret) => {
                 super::auth::hs256_claims(token, secret).ok_or(Refusal::NotVerified)?
@@ -200,8 +204,7 @@ impl JwtMethod {
     fn verify_with(&self, token: &str, key: &DecodingKey) -> Result<Map<String, Value>, Refusal> {
         // `alg: none` and unknown algorithms fail here: they are no `Algorithm`.
         let header = jsonwebtoken::decode_header(token).map_err(|_| Refusal::NotVerified)?;
-        if header.alg.family() == AlgorithmFamily::Hmac || !self.algorithms.contains(&header.alg)
-        {
+        if header.alg.family() == AlgorithmFamily::Hmac || !self.algorithms.contains(&header.alg) {
             return Err(Refusal::NotVerified);
         }
         if key.family() != header.alg.family() {
@@ -378,7 +381,11 @@ impl KeySet {
             .ok_or("no `keys` list")?;
         let mut keys = Vec::new();
         for item in items {
-            if item.get("use").and_then(Value::as_str).is_some_and(|u| u != "sig") {
+            if item
+                .get("use")
+                .and_then(Value::as_str)
+                .is_some_and(|u| u != "sig")
+            {
                 continue;
             }
             // A symmetric key published in a key set would let anyone sign.
@@ -414,9 +421,7 @@ impl KeySet {
 /// The key of `keys` for `kid` and `alg`: the one with that id (its own `alg`, if any, equal
 /// to the token's), or without an id the only key of the algorithm's family.
 fn find(keys: &[SetKey], kid: Option<&str>, alg: Algorithm) -> Option<DecodingKey> {
-    let fits = |k: &&SetKey| {
-        k.key.family() == alg.family() && k.alg.is_none_or(|own| own == alg)
-    };
+    let fits = |k: &&SetKey| k.key.family() == alg.family() && k.alg.is_none_or(|own| own == alg);
     match kid {
         Some(kid) => keys
             .iter()

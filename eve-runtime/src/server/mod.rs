@@ -10,7 +10,6 @@
 
 mod agent_info;
 mod auth;
-mod jwt;
 mod body;
 mod channels;
 mod config;
@@ -18,6 +17,7 @@ mod console;
 mod dev;
 mod dev_build;
 mod error;
+mod jwt;
 mod listener;
 mod memory;
 mod releases;
@@ -38,13 +38,13 @@ use axum::routing::{MethodRouter, get, post};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 pub use auth::{Attributes, Authenticator, Identity, Verified, sign_hs256, verify_hs256};
-pub use jwt::{JWKS_FETCHES_PER_MINUTE, JWKS_MAX_BYTES, JWKS_TIMEOUT, JWKS_TTL};
 pub use channels::{ChannelError, Channels, REPLAY_WINDOW_SECS, session_id as channel_session_id};
 pub use config::{
     API_CHANNEL, CorsOrigins, DEFAULT_BODY_LIMIT, ServerConfig, authority_host, is_loopback_host,
 };
 pub use dev_build::{DevBuild, FailedBuild};
 pub use error::{ApiError, ServerError};
+pub use jwt::{JWKS_FETCHES_PER_MINUTE, JWKS_MAX_BYTES, JWKS_TIMEOUT, JWKS_TTL};
 pub use listener::{
     DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ListenerLimits,
     raise_fd_limit, serve_with,
