@@ -23,6 +23,7 @@
 //! | [`stubs`] | tool stubs of a session (operators, eval runs): fixed results for named tools |
 //! | [`output`] | a message's `outputSchema`: the turn's result satisfies it (`result.completed`) |
 //! | [`authorize`] | parks a call of a user-scoped connection until its user has signed in |
+//! | [`safety_id`] | a hash of the turn's sender, as the provider's safety identifier |
 //! | [`client_context`] | a message's `clientContext`, in every model call of its turn only |
 //!
 //! What a message asks of its turn ([`turn_input`]) adds the last two, by [`for_input`].
@@ -41,6 +42,7 @@ pub mod output;
 pub mod phases;
 pub mod probe;
 pub mod questions;
+pub mod safety_id;
 pub mod selfchange;
 pub mod sleep;
 pub mod strategy;
@@ -106,6 +108,7 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
     if authorize::enabled(agent) {
         features.push(Box::new(authorize::Authorize));
     }
+    features.push(Box::new(safety_id::SafetyId::default()));
     // Last: the files' bytes go on the request as everything else has shaped it.
     features.push(Box::new(attachments::Attachments));
     features

@@ -46,6 +46,9 @@ pub struct ServerConfig {
     pub uploads: super::uploads::UploadPolicy,
     /// Interval of keep-alive comments on Server-Sent Event streams.
     pub heartbeat: Duration,
+    /// How long an NDJSON stream under eve's stream control (`?streamControlVersion=1`) stays
+    /// open before its lease-end line asks the client to reconnect (60 s, as eve).
+    pub stream_lease: Duration,
     /// Cancelled when the server shuts down: open streams end, new requests are refused.
     pub shutdown: CancellationToken,
     /// Platform channels (`slack`, `discord`, `telegram`, `webhook`), secrets resolved.
@@ -72,6 +75,7 @@ impl Default for ServerConfig {
             body_limit: DEFAULT_BODY_LIMIT,
             uploads: super::uploads::UploadPolicy::default(),
             heartbeat: Duration::from_secs(15),
+            stream_lease: Duration::from_secs(60),
             shutdown: CancellationToken::new(),
             channels: Channels::default(),
             operators: Operators::default(),
@@ -93,6 +97,10 @@ impl ServerConfig {
             channels: Channels::resolve(manifest, env)?,
             ..Self::default()
         };
+        // The lease of a controlled stream, shorter for tests that watch a client reconnect.
+        if let Some(ms) = env("EVE_STREAM_LEASE_MS").and_then(|v| v.trim().parse::<u64>().ok()) {
+            config.stream_lease = Duration::from_millis(ms.max(100));
+        }
         let Some(channel) = manifest
             .agent
             .channels

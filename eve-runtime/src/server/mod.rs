@@ -19,6 +19,7 @@ mod dev;
 mod dev_build;
 mod error;
 mod forwarded;
+mod jwt;
 mod listener;
 mod memory;
 mod metrics_port;
@@ -39,7 +40,7 @@ use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::routing::{MethodRouter, get, post};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-pub use auth::{Authenticator, Identity, sign_hs256, verify_hs256};
+pub use auth::{Attributes, Authenticator, Identity, Verified, sign_hs256, verify_hs256};
 pub use channels::{ChannelError, Channels, REPLAY_WINDOW_SECS, session_id as channel_session_id};
 pub use config::{
     API_CHANNEL, CorsOrigins, DEFAULT_BODY_LIMIT, ServerConfig, authority_host, is_loopback_host,
@@ -47,6 +48,7 @@ pub use config::{
 pub use dev_build::{DevBuild, FailedBuild};
 pub use error::{ApiError, ServerError};
 pub use forwarded::Forwarders;
+pub use jwt::{JWKS_FETCHES_PER_MINUTE, JWKS_MAX_BYTES, JWKS_TIMEOUT, JWKS_TTL};
 pub use listener::{
     DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ListenerLimits,
     raise_fd_limit, serve_with,

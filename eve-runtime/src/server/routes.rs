@@ -123,12 +123,19 @@ pub(crate) async fn guard(State(app): State<App>, mut request: Request, next: Ne
     match app
         .config
         .auth
-        .verify_claims(authorization, chrono::Utc::now().timestamp())
+        .verify(authorization, chrono::Utc::now().timestamp())
+        .await
     {
-        Ok((identity, claims)) => {
-            let caller = app.config.operators.caller(&identity, claims.as_ref());
-            request.extensions_mut().insert(identity);
+        Ok(verified) => {
+            let caller = app
+                .config
+                .operators
+                .caller(&verified.identity, verified.claims.as_ref());
+            request.extensions_mut().insert(verified.identity);
             request.extensions_mut().insert(caller.clone());
+            request
+                .extensions_mut()
+                .insert(super::auth::Attributes(verified.attributes));
             // A trusted forwarder's request acts as the principal it forwards.
             match super::forwarded::apply(&app, request, &caller).await {
                 Ok(request) => next.run(request).await,
@@ -475,6 +482,7 @@ pub(crate) async fn stream(
         query,
         &headers,
         app.config.heartbeat,
+        app.config.stream_lease,
         app.config.shutdown.clone(),
     )
     .await
@@ -530,6 +538,7 @@ pub(crate) async fn chat(
         cursor,
         format,
         app.config.heartbeat,
+        None,
     )));
     let h = response.headers_mut();
     h.insert(

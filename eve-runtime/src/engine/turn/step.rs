@@ -479,6 +479,7 @@ impl TurnDriver<'_> {
             tool_choice: ToolChoice::Auto,
             temperature: None,
             output_schema: None,
+            safety_identifier: None,
         };
         let mut writes = Batch::new();
         let mut shaped = Shaped::Call;
