@@ -42,7 +42,7 @@ fn agent(auth: &str) -> AgentDir {
     agent
 }
 
-const TOKENS: &str = "auth:\n  type: bearer\n  tokens: [${ALICE_TOKEN}, ${BOB_TOKEN}]\n";
+const TOKENS: &str = "auth:\n  type: bearer\n  tokens:\n    - ${ALICE_TOKEN}\n    - ${BOB_TOKEN}\n";
 
 async fn start(auth: &str, tweak: impl FnOnce(&mut eve_runtime::server::ServerConfig)) -> TestServer {
     TestServer::start_with(

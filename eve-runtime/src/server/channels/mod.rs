@@ -43,7 +43,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 pub use error::ChannelError;
-pub use mcp::{MCP_BODY_LIMIT, MCP_PATH, McpChannel};
+pub use mcp::{MCP_PATH, McpChannel};
 pub use session::session_id;
 
 use super::App;

@@ -41,7 +41,7 @@ use crate::engine::Caller;
 pub const MCP_PATH: &str = "/eve/v1/mcp";
 
 /// Largest MCP request body, as in eve.
-pub const MCP_BODY_LIMIT: usize = 1024 * 1024;
+const MCP_BODY_LIMIT: usize = 1024 * 1024;
 
 /// The MCP channel's settings, resolved when the server starts.
 #[derive(Debug, Clone)]
