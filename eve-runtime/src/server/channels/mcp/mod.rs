@@ -260,17 +260,63 @@ impl ToolError {
     }
 }
 
-/// A JSON-RPC error response outside any request (`id: null`).
+/// A JSON-RPC error response outside any request (`id: null`), code `-32000`.
 fn rpc_error(status: StatusCode, message: &str) -> Response {
+    rpc_error_coded(status, -32000, message)
+}
+
+fn rpc_error_coded(status: StatusCode, code: i64, message: &str) -> Response {
     (
         status,
-        axum::Json(json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": message}})),
+        axum::Json(json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}})),
     )
         .into_response()
 }
 
+/// A `POST` body read whole, at most [`MCP_BODY_LIMIT`] bytes (`413`), that is one JSON-RPC
+/// message: not JSON is a `-32700` parse error, JSON that is not a JSON-RPC 2.0 message (a
+/// batch, a bare value, no `jsonrpc: "2.0"`) a `-32600` invalid request, both `400`. The request
+/// is rebuilt with the bytes for the MCP server; other methods pass unchanged.
+async fn checked_body(request: Request) -> Result<Request, Response> {
+    if request.method() != axum::http::Method::POST {
+        return Ok(request);
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MCP_BODY_LIMIT).await else {
+        return Err(rpc_error_coded(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            -32600,
+            &format!("The request body is larger than {MCP_BODY_LIMIT} bytes."),
+        ));
+    };
+    let message: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            return Err(rpc_error_coded(
+                StatusCode::BAD_REQUEST,
+                -32700,
+                &format!("Parse error: {e}"),
+            ));
+        }
+    };
+    let is_message = message.as_object().is_some_and(|m| {
+        m.get("jsonrpc") == Some(&json!("2.0"))
+            && (m.get("method").is_some_and(Value::is_string)
+                || m.contains_key("result")
+                || m.contains_key("error"))
+    });
+    if !is_message {
+        return Err(rpc_error_coded(
+            StatusCode::BAD_REQUEST,
+            -32600,
+            "Invalid Request: the body must be one JSON-RPC 2.0 message.",
+        ));
+    }
+    Ok(Request::from_parts(parts, Body::from(bytes)))
+}
+
 /// `GET`, `POST` and `DELETE /eve/v1/mcp`.
-pub(crate) async fn handle(State(app): State<App>, mut request: Request) -> Response {
+pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response {
     let Some(channel) = app.config.mcp.clone() else {
         return ApiError::RouteNotFound(format!("{} {MCP_PATH}", request.method())).into_response();
     };
@@ -301,6 +347,11 @@ pub(crate) async fn handle(State(app): State<App>, mut request: Request) -> Resp
         Identity::Anonymous => None,
         other => Some(other.principal_id()),
     };
+    let request = match checked_body(request).await {
+        Ok(request) => request,
+        Err(response) => return response,
+    };
+    let mut request = request;
     request
         .extensions_mut()
         .insert(McpCaller { caller, sender });
