@@ -79,7 +79,7 @@ started=$(date +%s.%N)
 (cd "$OUT" && EVE_MODEL=mock/echo "$EVE" init conformance-agent >/dev/null 2>&1)
 mkdir -p "$OUT/conformance-agent/agent/channels"
 printf 'auth: none\n' >"$OUT/conformance-agent/agent/channels/mcp.yaml"
-(cd "$OUT/conformance-agent" && "$EVE" build >/dev/null)
+(cd "$OUT/conformance-agent" && "$EVE" build >"$OUT/build.log" 2>&1) || { cat "$OUT/build.log" >&2; exit 1; }
 (cd "$OUT/conformance-agent" && exec "$EVE" serve --port 0 --json >"$OUT/serve.json" 2>"$OUT/serve.log") &
 SERVE_PID=$!
 trap 'kill "$SERVE_PID" 2>/dev/null || true; rm -rf "$OUT"' EXIT

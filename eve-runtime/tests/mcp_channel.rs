@@ -21,7 +21,8 @@ fn python() -> std::path::PathBuf {
     if let Some(path) = std::env::var_os("EVE_TEST_PYTHON") {
         return path.into();
     }
-    let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv/bin/python");
+    let venv =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv/bin/python");
     assert!(
         venv.exists(),
         "the MCP channel test needs a Python venv with the `mcp` package at {}: run \
@@ -44,7 +45,10 @@ fn agent(auth: &str) -> AgentDir {
 
 const TOKENS: &str = "auth:\n  type: bearer\n  tokens:\n    - ${ALICE_TOKEN}\n    - ${BOB_TOKEN}\n";
 
-async fn start(auth: &str, tweak: impl FnOnce(&mut eve_runtime::server::ServerConfig)) -> TestServer {
+async fn start(
+    auth: &str,
+    tweak: impl FnOnce(&mut eve_runtime::server::ServerConfig),
+) -> TestServer {
     TestServer::start_with(
         agent(auth),
         &[("ALICE_TOKEN", ALICE), ("BOB_TOKEN", BOB)],
@@ -58,7 +62,11 @@ async fn start(auth: &str, tweak: impl FnOnce(&mut eve_runtime::server::ServerCo
 
 /// Sends one JSON-RPC message to the channel with extra `headers`; the status and the JSON
 /// body (the first `data:` of an event stream).
-async fn send(server: &TestServer, headers: &[(&str, &str)], body: impl Into<reqwest::Body>) -> (u16, Value) {
+async fn send(
+    server: &TestServer,
+    headers: &[(&str, &str)],
+    body: impl Into<reqwest::Body>,
+) -> (u16, Value) {
     let mut request = server
         .http
         .post(server.url("/eve/v1/mcp"))
@@ -81,7 +89,12 @@ async fn send(server: &TestServer, headers: &[(&str, &str)], body: impl Into<req
     (status, json)
 }
 
-async fn rpc(server: &TestServer, token: Option<&str>, method: &str, params: Value) -> (u16, Value) {
+async fn rpc(
+    server: &TestServer,
+    token: Option<&str>,
+    method: &str,
+    params: Value,
+) -> (u16, Value) {
     let auth = token.map(|t| format!("Bearer {t}"));
     let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
@@ -90,31 +103,50 @@ async fn rpc(server: &TestServer, token: Option<&str>, method: &str, params: Val
 
 /// `tools/call`; the result (`isError`, `structuredContent`).
 async fn tool(server: &TestServer, token: Option<&str>, name: &str, args: Value) -> Value {
-    let (status, body) = rpc(server, token, "tools/call", json!({"name": name, "arguments": args})).await;
+    let (status, body) = rpc(
+        server,
+        token,
+        "tools/call",
+        json!({"name": name, "arguments": args}),
+    )
+    .await;
     assert_eq!(status, 200, "{name}: {body}");
     body["result"].clone()
 }
 
 async fn sessions(server: &TestServer) -> usize {
-    server.runtime.sessions(&SessionFilter::default()).await.unwrap().len()
+    server
+        .runtime
+        .sessions(&SessionFilter::default())
+        .await
+        .unwrap()
+        .len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_python_mcp_client_drives_the_channel() {
     let server = start(TOKENS, |_| {}).await;
     let url = server.url("/eve/v1/mcp");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/channel_client.py");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/mcp/channel_client.py");
     let started = std::time::Instant::now();
     let output = tokio::time::timeout(
         Duration::from_secs(90),
-        tokio::process::Command::new(python()).arg(&script).arg(&url).arg(ALICE).output(),
+        tokio::process::Command::new(python())
+            .arg(&script)
+            .arg(&url)
+            .arg(ALICE)
+            .output(),
     )
     .await
     .expect("the Python client hung")
     .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "the Python client failed:\n{stdout}\n{stderr}");
+    assert!(
+        output.status.success(),
+        "the Python client failed:\n{stdout}\n{stderr}"
+    );
     eprintln!("python mcp client: {:.1}s", started.elapsed().as_secs_f64());
     let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
     assert_eq!(
@@ -129,16 +161,32 @@ async fn the_python_mcp_client_drives_the_channel() {
     let record = server.runtime.session(&id).await.unwrap().unwrap();
     assert_eq!(record.owner.as_deref(), Some("token:ALICE_TOKEN"));
     let request = summary["request"]["requestId"].as_str().unwrap();
-    let stored = server.runtime.store().input_request(request).await.unwrap().unwrap();
+    let stored = server
+        .runtime
+        .store()
+        .input_request(request)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored.status.to_string(), "approved");
     assert_eq!(stored.responder.as_deref(), Some("token:ALICE_TOKEN"));
 
     // Durable: after a restart the invocation reads the same.
     let agent = server.stop_keeping().await;
-    let server = TestServer::start_with(agent, &[("ALICE_TOKEN", ALICE), ("BOB_TOKEN", BOB)], |c| c).await;
-    let state = tool(&server, Some(ALICE), "agent_get", json!({"invocationId": id})).await;
+    let server =
+        TestServer::start_with(agent, &[("ALICE_TOKEN", ALICE), ("BOB_TOKEN", BOB)], |c| c).await;
+    let state = tool(
+        &server,
+        Some(ALICE),
+        "agent_get",
+        json!({"invocationId": id}),
+    )
+    .await;
     assert_eq!(state["structuredContent"]["status"], "completed", "{state}");
-    assert_eq!(state["structuredContent"]["result"], summary["approved"]["result"]);
+    assert_eq!(
+        state["structuredContent"]["result"],
+        summary["approved"]["result"]
+    );
 }
 
 /// Alice's invocation is hers: bob gets exactly the answer of an unknown id from every tool,
@@ -147,11 +195,26 @@ async fn the_python_mcp_client_drives_the_channel() {
 async fn a_stranger_reaches_no_invocation_of_another() {
     for unchecked in [false, true] {
         let server = start(TOKENS, |c| c.ownership_unchecked_for_tests = unchecked).await;
-        let started = tool(&server, Some(ALICE), "agent_start", json!({"message": "/tool refund_charge {\"chargeId\":\"c\"}"})).await;
-        let id = started["structuredContent"]["invocationId"].as_str().unwrap().to_owned();
+        let started = tool(
+            &server,
+            Some(ALICE),
+            "agent_start",
+            json!({"message": "/tool refund_charge {\"chargeId\":\"c\"}"}),
+        )
+        .await;
+        let id = started["structuredContent"]["invocationId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
         let mut waiting = Value::Null;
         for _ in 0..200 {
-            waiting = tool(&server, Some(ALICE), "agent_get", json!({"invocationId": id})).await;
+            waiting = tool(
+                &server,
+                Some(ALICE),
+                "agent_get",
+                json!({"invocationId": id}),
+            )
+            .await;
             if waiting["structuredContent"]["status"] == "input_required" {
                 break;
             }
@@ -159,30 +222,78 @@ async fn a_stranger_reaches_no_invocation_of_another() {
         }
         let state = &waiting["structuredContent"];
         assert_eq!(state["status"], "input_required", "{waiting}");
-        let request = state["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+        let request = state["inputRequests"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .next()
+            .unwrap()
+            .clone();
 
-        let unknown = tool(&server, Some(BOB), "agent_get", json!({"invocationId": "wrun_01NOPE"})).await;
+        let unknown = tool(
+            &server,
+            Some(BOB),
+            "agent_get",
+            json!({"invocationId": "wrun_01NOPE"}),
+        )
+        .await;
         let stolen = tool(&server, Some(BOB), "agent_get", json!({"invocationId": id})).await;
         if unchecked {
             // The twin: with the check off, bob reads alice's pending refund.
-            assert_eq!(stolen["structuredContent"]["status"], "input_required", "{stolen}");
+            assert_eq!(
+                stolen["structuredContent"]["status"], "input_required",
+                "{stolen}"
+            );
             server.stop().await;
             continue;
         }
-        assert_eq!(stolen, unknown, "bob must learn nothing, not even that it exists");
+        assert_eq!(
+            stolen, unknown,
+            "bob must learn nothing, not even that it exists"
+        );
         assert_eq!(stolen["isError"], true);
         assert_eq!(stolen["structuredContent"]["error"]["code"], "not_found");
         let answer = json!({"invocationId": id, "responses": [{"requestId": request, "optionId": "approve"}]});
         let approved = tool(&server, Some(BOB), "agent_update", answer).await;
-        assert_eq!(approved["structuredContent"]["error"]["code"], "not_found", "{approved}");
-        let followed = tool(&server, Some(BOB), "agent_update", json!({"invocationId": id, "message": "hi"})).await;
-        assert_eq!(followed["structuredContent"]["error"]["code"], "not_found", "{followed}");
-        let cancelled = tool(&server, Some(BOB), "agent_cancel", json!({"invocationId": id})).await;
-        assert_eq!(cancelled["structuredContent"]["error"]["code"], "not_found", "{cancelled}");
+        assert_eq!(
+            approved["structuredContent"]["error"]["code"], "not_found",
+            "{approved}"
+        );
+        let followed = tool(
+            &server,
+            Some(BOB),
+            "agent_update",
+            json!({"invocationId": id, "message": "hi"}),
+        )
+        .await;
+        assert_eq!(
+            followed["structuredContent"]["error"]["code"], "not_found",
+            "{followed}"
+        );
+        let cancelled = tool(
+            &server,
+            Some(BOB),
+            "agent_cancel",
+            json!({"invocationId": id}),
+        )
+        .await;
+        assert_eq!(
+            cancelled["structuredContent"]["error"]["code"], "not_found",
+            "{cancelled}"
+        );
 
         let still = server.runtime.pending_inputs(&id).await.unwrap();
-        assert!(still.iter().any(|r| r.id == request), "bob's answer counted");
-        let mine = tool(&server, Some(ALICE), "agent_get", json!({"invocationId": id})).await;
+        assert!(
+            still.iter().any(|r| r.id == request),
+            "bob's answer counted"
+        );
+        let mine = tool(
+            &server,
+            Some(ALICE),
+            "agent_get",
+            json!({"invocationId": id}),
+        )
+        .await;
         assert_eq!(mine["structuredContent"]["status"], "input_required");
         server.stop().await;
     }
@@ -208,7 +319,10 @@ async fn dns_rebinding_is_refused_before_anything_runs() {
         let host = server.base.trim_start_matches("http://").to_owned();
         let own_origin = format!("http://{host}");
         let attacks: [&[(&str, &str)]; 3] = [
-            &[("host", "evil.example.com"), ("origin", "http://evil.example.com")],
+            &[
+                ("host", "evil.example.com"),
+                ("origin", "http://evil.example.com"),
+            ],
             &[("host", "evil.example.com:80")],
             &[("host", &host), ("origin", "http://evil.example.com")],
         ];
@@ -224,9 +338,17 @@ async fn dns_rebinding_is_refused_before_anything_runs() {
         }
         assert_eq!(sessions(&server).await, if off { 3 } else { 0 });
         // The page's own address still works, with or without its same-origin `Origin`.
-        let (status, body) = send(&server, &[("host", &host), ("origin", &own_origin)], start_run.clone()).await;
+        let (status, body) = send(
+            &server,
+            &[("host", &host), ("origin", &own_origin)],
+            start_run.clone(),
+        )
+        .await;
         assert_eq!(status, 200, "{body}");
-        assert_eq!(body["result"]["structuredContent"]["status"], "working", "{body}");
+        assert_eq!(
+            body["result"]["structuredContent"]["status"], "working",
+            "{body}"
+        );
         server.stop().await;
     }
 }
@@ -257,15 +379,33 @@ async fn bodies_are_bounded_and_bad_json_rpc_gets_errors() {
     }
     let (_, body) = rpc(&server, Some(ALICE), "no/such/method", json!({})).await;
     assert_eq!(body["error"]["code"], -32601, "{body}");
-    let (_, body) = rpc(&server, Some(ALICE), "tools/call", json!({"name": "rm_rf", "arguments": {}})).await;
+    let (_, body) = rpc(
+        &server,
+        Some(ALICE),
+        "tools/call",
+        json!({"name": "rm_rf", "arguments": {}}),
+    )
+    .await;
     assert_eq!(body["error"]["code"], -32602, "{body}");
     // Fields are bounded before any work starts.
     let big = "y".repeat(64 * 1024 + 1);
     let rejected = tool(&server, Some(ALICE), "agent_start", json!({"message": big})).await;
     assert_eq!(rejected["isError"], true);
-    assert_eq!(rejected["structuredContent"]["error"]["code"], "invalid_input");
-    let rejected = tool(&server, Some(ALICE), "agent_start", json!({"message": "hi", "extra": 1})).await;
-    assert_eq!(rejected["structuredContent"]["error"]["code"], "invalid_input");
+    assert_eq!(
+        rejected["structuredContent"]["error"]["code"],
+        "invalid_input"
+    );
+    let rejected = tool(
+        &server,
+        Some(ALICE),
+        "agent_start",
+        json!({"message": "hi", "extra": 1}),
+    )
+    .await;
+    assert_eq!(
+        rejected["structuredContent"]["error"]["code"],
+        "invalid_input"
+    );
     assert_eq!(sessions(&server).await, 0);
     // Ping and the tools answer.
     let (status, body) = rpc(&server, Some(ALICE), "ping", json!({})).await;

@@ -326,7 +326,8 @@ fn request(p: &InputRequestRecord) -> Value {
     if p.kind == "tool-approval" {
         v["display"] = json!("confirmation");
         v["allowFreeform"] = json!(false);
-        v["options"] = json!([{"id": "approve", "label": "Approve"}, {"id": "cancel", "label": "Cancel"}]);
+        v["options"] =
+            json!([{"id": "approve", "label": "Approve"}, {"id": "cancel", "label": "Cancel"}]);
     }
     v
 }

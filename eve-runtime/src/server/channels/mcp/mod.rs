@@ -96,9 +96,9 @@ impl McpChannel {
                 Value::Array(items) => items
                     .iter()
                     .map(|v| {
-                        v.as_str().map(str::to_owned).ok_or_else(|| {
-                            invalid(format!("`{key}` must list strings, found {v}"))
-                        })
+                        v.as_str()
+                            .map(str::to_owned)
+                            .ok_or_else(|| invalid(format!("`{key}` must list strings, found {v}")))
                     })
                     .collect::<Result<_, _>>()?,
                 other => return Err(invalid(format!("`{key}` must be a list, found {other}"))),
@@ -181,7 +181,11 @@ impl McpChannel {
             ));
         }
         if let Some(origin) = headers.get(header::ORIGIN) {
-            let origin = origin.to_str().unwrap_or_default().trim().to_ascii_lowercase();
+            let origin = origin
+                .to_str()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase();
             let same = origin
                 .split_once("://")
                 .filter(|(scheme, _)| *scheme == "http" || *scheme == "https")
@@ -252,7 +256,8 @@ impl ToolError {
     }
 
     fn body(&self) -> Value {
-        let mut v = json!({"code": self.code, "message": self.message, "retryable": self.retryable});
+        let mut v =
+            json!({"code": self.code, "message": self.message, "retryable": self.retryable});
         if let Some(id) = &self.error_id {
             v["errorId"] = json!(id);
         }
@@ -268,7 +273,9 @@ fn rpc_error(status: StatusCode, message: &str) -> Response {
 fn rpc_error_coded(status: StatusCode, code: i64, message: &str) -> Response {
     (
         status,
-        axum::Json(json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}})),
+        axum::Json(
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}}),
+        ),
     )
         .into_response()
 }
@@ -335,9 +342,10 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
         Err(e) => {
             let mut response = rpc_error(StatusCode::UNAUTHORIZED, "Unauthorized.");
             if let ApiError::Unauthorized { challenge } = e {
-                response
-                    .headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(challenge),
+                );
             }
             return response;
         }

@@ -82,7 +82,9 @@ impl ServerHandler for AgentServer {
             .get::<axum::http::request::Parts>()
             .and_then(|p| p.extensions.get::<McpCaller>())
             .cloned()
-            .ok_or_else(|| ErrorData::internal_error("the call has no authenticated caller", None))?;
+            .ok_or_else(|| {
+                ErrorData::internal_error("the call has no authenticated caller", None)
+            })?;
         let reach = if self.ownership_unchecked {
             crate::engine::Caller::operator(caller.caller.id())
         } else {
@@ -109,9 +111,7 @@ impl ServerHandler for AgentServer {
                 Err(e) => Err(e),
             },
             "agent_update" => match update_args(&args) {
-                Ok((id, Update::Responses(responses))) => {
-                    invocations.answer(&id, &responses).await
-                }
+                Ok((id, Update::Responses(responses))) => invocations.answer(&id, &responses).await,
                 Ok((id, Update::Message(message))) => invocations.follow_up(&id, message).await,
                 Err(e) => Err(e),
             },
@@ -269,7 +269,12 @@ fn invocation_id_schema() -> Value {
     json!({"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS})
 }
 
-fn annotations(read_only: bool, destructive: bool, idempotent: bool, open: bool) -> ToolAnnotations {
+fn annotations(
+    read_only: bool,
+    destructive: bool,
+    idempotent: bool,
+    open: bool,
+) -> ToolAnnotations {
     let mut a = ToolAnnotations::new();
     a.read_only_hint = Some(read_only);
     a.destructive_hint = Some(destructive);
