@@ -412,3 +412,41 @@ async fn bodies_are_bounded_and_bad_json_rpc_gets_errors() {
     assert_eq!((status, body["result"].clone()), (200, json!({})), "{body}");
     server.stop().await;
 }
+
+/// `allowed_hosts` and `allowed_origins` let a deployment's public name and its browser app in,
+/// and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn listed_hosts_and_origins_are_served_and_only_those() {
+    let file = format!(
+        "{TOKENS}allowed_hosts: [agent.example.com]\nallowed_origins: [\"https://app.example.com\"]\n"
+    );
+    let server = start(&file, |_| {}).await;
+    let alice = format!("Bearer {ALICE}");
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let cases: [(&[(&str, &str)], u16); 5] = [
+        (&[("host", "agent.example.com")], 200),
+        (
+            &[
+                ("host", "agent.example.com"),
+                ("origin", "https://app.example.com"),
+            ],
+            200,
+        ),
+        (
+            &[
+                ("host", "agent.example.com"),
+                ("origin", "https://evil.example.com"),
+            ],
+            403,
+        ),
+        (&[("host", "agent.example.com.evil.example.com")], 403),
+        (&[("host", "other.example.com")], 403),
+    ];
+    for (headers, want) in cases {
+        let mut all = headers.to_vec();
+        all.push(("authorization", &alice));
+        let (status, body) = send(&server, &all, ping.clone()).await;
+        assert_eq!(status, want, "{headers:?}: {body}");
+    }
+    server.stop().await;
+}

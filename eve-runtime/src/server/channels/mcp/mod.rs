@@ -114,7 +114,7 @@ impl McpChannel {
                          `https://host[:port]`"
                     )));
                 }
-                if item.is_empty() || item.contains('/') && key == "allowed_hosts" {
+                if key == "allowed_hosts" && (item.is_empty() || item.contains('/')) {
                     return Err(invalid(format!(
                         "`allowed_hosts` entry `{item}` is not a host name: write it as \
                          `agent.example.com` or `agent.example.com:8443`"
@@ -355,11 +355,10 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
         Identity::Anonymous => None,
         other => Some(other.principal_id()),
     };
-    let request = match checked_body(request).await {
+    let mut request = match checked_body(request).await {
         Ok(request) => request,
         Err(response) => return response,
     };
-    let mut request = request;
     request
         .extensions_mut()
         .insert(McpCaller { caller, sender });
