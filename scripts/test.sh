@@ -63,7 +63,7 @@ otel_start=$SECONDS
 scripts/test-otel.sh
 printf 'otel test: %ss\n' "$((SECONDS - otel_start))" >&2
 
-step "MCP conformance suite, client mode, against eve's MCP client (scripts/mcp-conformance.sh)"
+step "MCP conformance suite: client mode against eve's MCP client, server mode against the MCP channel (scripts/mcp-conformance.sh)"
 conformance_start=$SECONDS
 scripts/mcp-conformance.sh
 printf 'MCP conformance: %ss\n' "$((SECONDS - conformance_start))" >&2

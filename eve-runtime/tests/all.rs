@@ -29,6 +29,7 @@ mod hostile_mcp;
 mod hostile_model;
 mod integrity;
 mod mcp;
+mod mcp_channel;
 mod mcp_traceparent;
 mod memory;
 mod model;

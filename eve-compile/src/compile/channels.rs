@@ -19,6 +19,8 @@ impl Compiler {
         let mut f = Fields::new(&c.file.path, &parsed.doc, "", &mut self.diags);
         let kind = if c.name == "eve" && !f.has("kind") {
             Some(ChannelKind::Http)
+        } else if c.name == "mcp" && !f.has("kind") {
+            Some(ChannelKind::Mcp)
         } else if !f.has("kind") {
             f.push(
                 Diagnostic::new(
@@ -27,7 +29,7 @@ impl Compiler {
                     "channel has no `kind`",
                 )
                 .at(1, 1)
-                .help("set `kind:` to http, slack, discord, telegram or webhook"),
+                .help("set `kind:` to http, slack, discord, telegram, webhook or mcp"),
             );
             None
         } else {
@@ -39,12 +41,13 @@ impl Compiler {
                     ("discord", ChannelKind::Discord),
                     ("telegram", ChannelKind::Telegram),
                     ("webhook", ChannelKind::Webhook),
+                    ("mcp", ChannelKind::Mcp),
                 ],
             )
         };
         let kind = kind?;
         let (required, secrets): (&[&str], &[&str]) = match kind {
-            ChannelKind::Http => (&[], &[]),
+            ChannelKind::Http | ChannelKind::Mcp => (&[], &[]),
             ChannelKind::Slack => (
                 &["signing_secret", "bot_token"],
                 &["signing_secret", "bot_token"],

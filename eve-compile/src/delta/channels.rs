@@ -15,7 +15,7 @@ use crate::manifest::*;
 /// The setting a platform channel checks each request's signature with, and how.
 fn signature(kind: ChannelKind) -> Option<(&'static str, &'static str)> {
     match kind {
-        ChannelKind::Http => None,
+        ChannelKind::Http | ChannelKind::Mcp => None,
         ChannelKind::Webhook => Some(("secret", "hmac-sha256")),
         ChannelKind::Slack => Some(("signing_secret", "slack signature")),
         ChannelKind::Discord => Some(("public_key", "ed25519 signature")),
@@ -34,7 +34,7 @@ fn channel_auth(c: &Channel) -> String {
             _ => format!("none ({key} not set)"),
         },
     };
-    if c.kind != ChannelKind::Http && c.auth != Auth::None {
+    if !matches!(c.kind, ChannelKind::Http | ChannelKind::Mcp) && c.auth != Auth::None {
         out.push_str(&format!(", auth {}", auth_summary(&c.auth)));
     }
     out

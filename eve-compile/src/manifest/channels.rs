@@ -64,6 +64,8 @@ pub enum ChannelKind {
     Telegram,
     /// Generic signed webhook.
     Webhook,
+    /// The agent as an MCP server (Streamable HTTP at `/eve/v1/mcp`).
+    Mcp,
 }
 
 /// Authentication of an HTTP channel.

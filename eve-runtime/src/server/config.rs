@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{Authenticator, resolve_refs};
-use super::channels::Channels;
+use super::channels::{Channels, McpChannel};
 use super::error::ServerError;
 use super::tenancy::Operators;
 
@@ -55,6 +55,8 @@ pub struct ServerConfig {
     pub channels: Channels,
     /// Who reaches every session (`operators:` of `channels/eve.yaml`).
     pub operators: Operators,
+    /// The MCP channel (`channels/mcp.yaml`), when the agent has one.
+    pub mcp: Option<std::sync::Arc<McpChannel>>,
     /// Tests only: every caller reaches every session, as before sessions had owners, so a
     /// test can show a stranger reaching another's session when the check is off.
     #[doc(hidden)]
@@ -79,6 +81,7 @@ impl Default for ServerConfig {
             shutdown: CancellationToken::new(),
             channels: Channels::default(),
             operators: Operators::default(),
+            mcp: None,
             ownership_unchecked_for_tests: false,
             forwarders: super::forwarded::Forwarders::default(),
             forwarders_unchecked_for_tests: false,
@@ -95,6 +98,7 @@ impl ServerConfig {
     ) -> Result<Self, ServerError> {
         let mut config = Self {
             channels: Channels::resolve(manifest, env)?,
+            mcp: McpChannel::resolve(manifest, env)?.map(std::sync::Arc::new),
             ..Self::default()
         };
         // The lease of a controlled stream, shorter for tests that watch a client reconnect.
@@ -154,6 +158,9 @@ impl ServerConfig {
 
     /// Refuses a host other machines can reach when the API has no authentication.
     pub fn check_host(&self, host: &str) -> Result<(), ServerError> {
+        if let Some(mcp) = &self.mcp {
+            mcp.check_host(host)?;
+        }
         if self.auth.is_required() || is_loopback_host(host) {
             Ok(())
         } else {

@@ -41,7 +41,10 @@ use axum::routing::{MethodRouter, get, post};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 pub use auth::{Attributes, Authenticator, Identity, Verified, sign_hs256, verify_hs256};
-pub use channels::{ChannelError, Channels, REPLAY_WINDOW_SECS, session_id as channel_session_id};
+pub use channels::{
+    ChannelError, Channels, MCP_PATH, McpChannel, REPLAY_WINDOW_SECS,
+    session_id as channel_session_id,
+};
 pub use config::{
     API_CHANNEL, CorsOrigins, DEFAULT_BODY_LIMIT, ServerConfig, authority_host, is_loopback_host,
 };
@@ -148,6 +151,13 @@ fn table(dev: bool, console: bool) -> Vec<(Route, MethodRouter<App>)> {
         (
             r("GET", "/eve/v1/connections/{name}/callback", Public),
             get(connections::callback),
+        ),
+        // The MCP channel checks its own `auth:` (and serves `GET` and `DELETE` too).
+        (
+            r("POST", channels::MCP_PATH, Public),
+            post(channels::mcp::handle)
+                .get(channels::mcp::handle)
+                .delete(channels::mcp::handle),
         ),
         (r("GET", "/eve/v1/info", Caller), get(routes::info)),
         (r("GET", "/eve/v1/agent", Caller), get(console::api::agent)),
