@@ -176,9 +176,8 @@ pub struct ModelRequest {
     /// provider's structured-output mode where it has one (OpenAI's `response_format`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<serde_json::Value>,
-    /// A one-way hash of the principal the call is made for (see
-    /// `features::safety_id`), sent to providers that take one: OpenAI's `safety_identifier`,
-    /// Anthropic's `metadata.user_id`.
+    /// A one-way hash of the call's principal (`features::safety_id`), sent to providers that
+    /// take one (OpenAI's `safety_identifier`, Anthropic's `metadata.user_id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub safety_identifier: Option<String>,
 }
