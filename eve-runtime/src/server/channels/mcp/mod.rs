@@ -336,9 +336,10 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
         .and_then(|v| v.to_str().ok());
     let (identity, claims) = match channel
         .auth
-        .verify_claims(authorization, chrono::Utc::now().timestamp())
+        .verify(authorization, chrono::Utc::now().timestamp())
+        .await
     {
-        Ok(verified) => verified,
+        Ok(verified) => (verified.identity, verified.claims),
         Err(e) => {
             let mut response = rpc_error(StatusCode::UNAUTHORIZED, "Unauthorized.");
             if let ApiError::Unauthorized { challenge } = e {
