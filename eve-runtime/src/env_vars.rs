@@ -91,6 +91,8 @@ pub const PORT: &str = "PORT";
 /// The URL browsers reach the runtime at: the base of the sign-in callback of
 /// `credentials: user` connections.
 pub const EVE_PUBLIC_URL: &str = "EVE_PUBLIC_URL";
+/// The lease of a controlled stream (`?streamControlVersion=1`) in milliseconds (default 60000).
+pub const EVE_STREAM_LEASE_MS: &str = "EVE_STREAM_LEASE_MS";
 /// A server's base URL for `eve chat` (`--url`).
 pub const EVE_URL: &str = "EVE_URL";
 /// The bearer token `eve chat` sends with `--url` (`--token`).

@@ -102,7 +102,9 @@ impl ServerConfig {
             ..Self::default()
         };
         // The lease of a controlled stream, shorter for tests that watch a client reconnect.
-        if let Some(ms) = env("EVE_STREAM_LEASE_MS").and_then(|v| v.trim().parse::<u64>().ok()) {
+        if let Some(ms) =
+            env(crate::env_vars::EVE_STREAM_LEASE_MS).and_then(|v| v.trim().parse::<u64>().ok())
+        {
             config.stream_lease = Duration::from_millis(ms.max(100));
         }
         let Some(channel) = manifest
