@@ -200,6 +200,8 @@ diagnostic_tests! {
         => minimal().file("schedules/daily.md", "---\ncron: \"0 9 * * *\"\ntimezone: Mars/Olympus\n---\nSummarise.\n").on_disk().check();
     e040_subagent_without_description: MissingDescription, "agent/subagents/helper/agent.yaml", None
         => minimal().file("subagents/helper/instructions.md", "Help.\n").on_disk().check();
+    e041_remote_agent_bad_url: InvalidRemoteAgent, "agent/subagents/billing.yaml", Some(2)
+        => minimal().file("subagents/billing.yaml", "description: Billing questions.\nurl: ftp://billing.example.com\n").on_disk().check();
     e050_unknown_hook_event: UnknownEvent, "agent/hooks/audit.sh", Some(3)
         => minimal().exec("hooks/audit.sh", "#!/bin/sh\n# ---\n# events: [turn.finished]\n# ---\ncat >/dev/null\n").on_disk().check();
     e060_connection_both_transports: InvalidConnection, "agent/connections/github.yaml", Some(1)
