@@ -113,10 +113,7 @@ pub(crate) fn turn_started(turn: &TurnRecord) -> Value {
 }
 
 /// `message.received`.
-pub(crate) fn message_received(
-    turn: &TurnRecord,
-    content: &crate::engine::content::UserContent,
-) -> Value {
+pub(crate) fn message_received(turn: &TurnRecord, content: &crate::content::UserContent) -> Value {
     with(
         turn_fields(turn),
         json!({"message": content.text, "parts": content.parts()}),

@@ -7,6 +7,7 @@
 #![warn(unreachable_pub)]
 
 pub mod builds;
+pub mod content;
 pub mod engine;
 pub mod env_vars;
 pub mod events;
@@ -15,6 +16,7 @@ pub mod features;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
+pub mod observe;
 pub mod redact;
 pub mod releases;
 pub mod schedule;

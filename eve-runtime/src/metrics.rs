@@ -1,6 +1,6 @@
 //! Prometheus metrics of one runtime: what `/metrics` serves (see `docs/observability.md`).
 //!
-//! The metrics are an [`crate::engine::observe::EventObserver`] of their runtime. Counters follow
+//! The metrics are an [`crate::observe::EventObserver`] of their runtime. Counters follow
 //! the events: [`Metrics::observe`] gets every commit's events once they are stored, so a turn,
 //! step, tool call or token counted here is one the event stream holds, and a commit that failed
 //! counts nothing. Latencies are measured where they happen: the model call (the turn core
@@ -382,13 +382,13 @@ impl Metrics {
     }
 }
 
-impl crate::engine::observe::EventObserver for Metrics {
+impl crate::observe::EventObserver for Metrics {
     fn committed(&self, events: &[StoredEvent]) {
         self.observe(events);
     }
 
-    fn turn_work(&self, work: &crate::engine::observe::TurnWork<'_>) {
-        if let crate::engine::observe::TurnWork::ModelCalled(call) = work
+    fn turn_work(&self, work: &crate::observe::TurnWork<'_>) {
+        if let crate::observe::TurnWork::ModelCalled(call) = work
             && let Some(took) = call.took
         {
             self.model_call(call.model_id, took);

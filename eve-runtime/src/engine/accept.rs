@@ -10,7 +10,9 @@
 use serde_json::Value;
 
 use super::{Runtime, RuntimeError, RuntimeResult, new_session_id};
+use crate::model::Attachment;
 use crate::store::*;
+use crate::workspace::attachments::{Upload, stage};
 
 /// Which session a message goes to.
 #[derive(Debug, Clone, PartialEq)]
@@ -178,7 +180,7 @@ impl Runtime {
             .flatten()
             .collect();
         let inbox_id = message.map(|text| {
-            let text = super::content::UserContent {
+            let text = crate::content::UserContent {
                 text,
                 attachments: attachments.clone(),
             }
@@ -398,5 +400,31 @@ impl Runtime {
         accepted
             .and_then(|a| a.inbox_id)
             .ok_or_else(|| RuntimeError::Other("the message was not stored".to_owned()))
+    }
+}
+
+impl Runtime {
+    /// Stages `uploads` in the workspace of `session` (prepared from the current build when it
+    /// does not exist yet), race-free ([`crate::workspace::attachments`]); returns their
+    /// references for [`crate::engine::Extra::Attachments`].
+    pub(crate) async fn stage_uploads(
+        &self,
+        session: &str,
+        uploads: Vec<Upload>,
+    ) -> RuntimeResult<Vec<Attachment>> {
+        if uploads.is_empty() {
+            return Ok(Vec::new());
+        }
+        let build = self.inner.builds.current()?;
+        let workspace = super::turn::workspace_of(self, &build, session)?;
+        tokio::task::spawn_blocking(move || {
+            uploads
+                .iter()
+                .map(|u| stage(&workspace, u))
+                .collect::<std::io::Result<Vec<_>>>()
+        })
+        .await
+        .map_err(|e| RuntimeError::Other(format!("staging files stopped: {e}")))?
+        .map_err(|e| RuntimeError::Other(format!("cannot stage the message's files: {e}")))
     }
 }

@@ -380,7 +380,7 @@ fn start_turn(
     record.turn_count += 1;
     record.status = SessionStatus::Running;
     record.build_hash = build.hash.clone();
-    let content = super::content::UserContent::decode(&message.text);
+    let content = crate::content::UserContent::decode(&message.text);
     let body = serde_json::to_value(content.message())?;
     let mut batch = Batch::new();
     if let Some(input) = message.input.as_ref().map(TurnInput::from_value)

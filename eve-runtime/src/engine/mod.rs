@@ -13,14 +13,12 @@ mod accept;
 mod active;
 pub(crate) mod claims;
 mod config;
-pub mod content;
 pub(crate) mod drive;
 mod error;
 pub use crate::events;
 mod follow;
 mod live;
 pub use crate::builds::publish;
-pub mod observe;
 mod replies;
 mod run_tool;
 mod sandbox;
@@ -130,8 +128,8 @@ pub(crate) struct Inner {
     /// Tracing, once it is set up ([`Runtime::set_telemetry`]).
     pub(crate) telemetry: std::sync::OnceLock<Arc<crate::telemetry::Telemetry>>,
     /// What watches this runtime's commits and turns: the metrics, tracing once it is on
-    /// ([`observe::EventObserver`]).
-    pub(crate) observers: observe::Observers,
+    /// ([`crate::observe::EventObserver`]).
+    pub(crate) observers: crate::observe::Observers,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -218,7 +216,7 @@ impl Runtime {
                 workspaces,
                 metrics: metrics.clone(),
                 telemetry: std::sync::OnceLock::new(),
-                observers: observe::Observers::default(),
+                observers: crate::observe::Observers::default(),
             }),
         };
         rt.add_observer(metrics);

@@ -15,8 +15,8 @@ use serde_json::Value;
 
 use super::emit::SpanSpec;
 use super::{Telemetry, TurnTrace, at_ms};
-use crate::engine::observe::{EventObserver, TurnWork};
 use crate::events as ev;
+use crate::observe::{EventObserver, TurnWork};
 use crate::store::StoredEvent;
 
 /// At most this many waits and step starts are remembered (older ones are forgotten: their

@@ -11,8 +11,8 @@ use super::{TurnDriver, TurnEnd, view};
 use crate::engine::RuntimeResult;
 use crate::engine::drive::{descendant_pending, pending_for_turn};
 use crate::engine::events as ev;
-use crate::engine::observe::TurnWork;
 use crate::model::Message;
+use crate::observe::TurnWork;
 use crate::store::*;
 
 /// What to do with one unsettled call.

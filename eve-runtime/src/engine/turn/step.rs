@@ -33,9 +33,9 @@ use super::{CallError, TurnDriver, TurnEnd, effect_str, finish_str, idempotency_
 use crate::builds::LOAD_SKILL;
 use crate::engine::RuntimeResult;
 use crate::engine::events as ev;
-use crate::engine::observe::{ModelCall, TurnWork};
 use crate::features::turn_input::{MessagePolicy, TurnInput};
 use crate::model::{Message, ModelEvent, ModelRequest, ModelResponse, ToolCall, ToolChoice};
+use crate::observe::{ModelCall, TurnWork};
 use crate::store::*;
 
 /// A final answer that does not end the turn: the message it goes back with (none when a
@@ -275,7 +275,7 @@ impl TurnDriver<'_> {
             self.build.manifest.agent.config.turn_policy == eve_compile::TurnPolicy::Steer;
         let mut batch = Batch::new();
         for message in &inbox {
-            let content = crate::engine::content::UserContent::decode(&message.text);
+            let content = crate::content::UserContent::decode(&message.text);
             let input = message
                 .input
                 .as_ref()

@@ -2,7 +2,7 @@
 //!
 //! A channel stages the files of a message in the session's workspace first
 //! ([`crate::workspace::attachments`]) and hands their references to [`Runtime::accept`] as
-//! [`Extra::Attachments`](super::Extra::Attachments). The inbox keeps one text per message, so a
+//! [`Extra::Attachments`](crate::engine::Extra::Attachments). The inbox keeps one text per message, so a
 //! message with files is stored there as an envelope: a marker no text starts with (a plain text
 //! that does is wrapped too, so nothing a sender types is ever read as an envelope) and the JSON of
 //! the text and the references. The turn that takes the message reads it back with
@@ -10,14 +10,12 @@
 //! `message.received` gets eve's file parts (media type, name, size: never the bytes, never the
 //! staged path). The bytes are read from the workspace only for the model call that sends them.
 //!
-//! [`Runtime::accept`]: super::Runtime::accept
+//! [`Runtime::accept`]: crate::engine::Runtime::accept
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::model::{Attachment, Message};
-use crate::workspace::attachments::{Upload, stage};
 
 /// What starts an envelope: a NUL, which no channel's text carries in practice, and a name.
 const MARKER: &str = "\u{0}eve.content\u{0}";
@@ -85,32 +83,6 @@ impl UserContent {
             }));
         }
         Value::Array(parts)
-    }
-}
-
-impl Runtime {
-    /// Stages `uploads` in the workspace of `session` (prepared from the current build when it
-    /// does not exist yet), race-free ([`crate::workspace::attachments`]); returns their
-    /// references for [`super::Extra::Attachments`].
-    pub(crate) async fn stage_uploads(
-        &self,
-        session: &str,
-        uploads: Vec<Upload>,
-    ) -> RuntimeResult<Vec<Attachment>> {
-        if uploads.is_empty() {
-            return Ok(Vec::new());
-        }
-        let build = self.inner.builds.current()?;
-        let workspace = super::turn::workspace_of(self, &build, session)?;
-        tokio::task::spawn_blocking(move || {
-            uploads
-                .iter()
-                .map(|u| stage(&workspace, u))
-                .collect::<std::io::Result<Vec<_>>>()
-        })
-        .await
-        .map_err(|e| RuntimeError::Other(format!("staging files stopped: {e}")))?
-        .map_err(|e| RuntimeError::Other(format!("cannot stage the message's files: {e}")))
     }
 }
 
