@@ -241,22 +241,38 @@ pub fn write_candidate(
     let builds = project.builds_dir();
     std::fs::create_dir_all(&builds).map_err(io("cannot create", &builds))?;
     let dir = builds.join(&hash);
-    let reused = dir.join("manifest.json").is_file();
+    let pack = (!data.is_empty())
+        .then(|| pack::encode(data.iter().map(|f| (f.rel, f.mode, f.bytes.as_slice()))));
+    let diagnostics = diagnostics_json(&output.diagnostics);
+    let mut files: Vec<(&str, &[u8])> = vec![
+        ("manifest.json", manifest_json.as_bytes()),
+        ("diagnostics.json", diagnostics.as_bytes()),
+    ];
+    if let Some(pack) = &pack {
+        files.push((pack::PACK, pack.as_slice()));
+    }
+    // The manifest and the pack make the build (its diagnostics may say more of a source the
+    // hash does not cover, such as a comment's line): an earlier build of this hash is reused
+    // when those two are whole.
+    let kept = &files[..1]
+        .iter()
+        .chain(files.get(2))
+        .copied()
+        .collect::<Vec<_>>();
+    let reused = is_whole(&dir, kept);
     if !reused {
         let tmp = builds.join(format!(".tmp-{hash}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp).map_err(io("cannot create", &tmp))?;
-        let pack = (!data.is_empty())
-            .then(|| pack::encode(data.iter().map(|f| (f.rel, f.mode, f.bytes.as_slice()))));
-        let diagnostics = diagnostics_json(&output.diagnostics);
-        let mut files = vec![
-            (tmp.join("manifest.json"), manifest_json.as_bytes()),
-            (tmp.join("diagnostics.json"), diagnostics.as_bytes()),
-        ];
-        if let Some(pack) = &pack {
-            files.push((tmp.join(pack::PACK), pack.as_slice()));
+        let paths: Vec<(PathBuf, &[u8])> = files
+            .iter()
+            .map(|(name, bytes)| (tmp.join(name), *bytes))
+            .collect();
+        write_files(&paths)?;
+        if dir.exists() && !is_whole(&dir, kept) {
+            // A torn build of this hash (a power cut while it was written): replace it.
+            let _ = std::fs::remove_dir_all(&dir);
         }
-        write_synced(&files)?;
         match std::fs::rename(&tmp, &dir) {
             Ok(()) => {}
             // Another process wrote the same build first: identical content, keep theirs.
@@ -340,19 +356,27 @@ pub fn runtime_files(agent_dir: &Path, compiled: &[String]) -> Vec<String> {
     files.into_iter().collect()
 }
 
-/// Writes each file, then syncs them one after the other: the first sync's journal commit
-/// usually carries the others' too, so the later ones have little left to wait for. None is
-/// left unsynced before the build folder is moved into place.
-fn write_synced(files: &[(PathBuf, &[u8])]) -> Result<(), BuildError> {
-    let mut written = Vec::with_capacity(files.len());
+/// Writes each file. A build is derived from the agent folder and written whole into a temporary
+/// folder that is then renamed into place, so a killed process never leaves half a build; it is not
+/// synced to the disk (as compilers and git leave their outputs), since a power cut that tears one
+/// is found by the next build ([`is_whole`]) and by the digests checked when its files are
+/// unpacked, and the build is written again.
+fn write_files(files: &[(PathBuf, &[u8])]) -> Result<(), BuildError> {
     for (path, bytes) in files {
         let mut f = std::fs::File::create(path).map_err(io("cannot create", path))?;
         f.write_all(bytes).map_err(io("cannot write", path))?;
-        written.push((path, f));
     }
-    written
-        .iter()
-        .try_for_each(|(path, f)| f.sync_all().map_err(io("cannot sync", path)))
+    Ok(())
+}
+
+/// Whether the build folder `dir` holds exactly `files` (names relative to it): a build of the
+/// same hash written earlier, whole.
+fn is_whole(dir: &Path, files: &[(&str, &[u8])]) -> bool {
+    files.iter().all(|(name, bytes)| {
+        let path = dir.join(name);
+        std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64)
+            && std::fs::read(&path).is_ok_and(|on_disk| on_disk == *bytes)
+    })
 }
 
 /// Atomically points `.eve/current` at `builds/<hash>`.

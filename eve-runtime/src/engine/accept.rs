@@ -167,10 +167,20 @@ impl Runtime {
                 self.require_session(&id).await?.event_count
             }
         };
-        let input = extra.iter().find_map(|e| match e {
-            Extra::Input(input) if !input.is_empty() => Some(input.to_value()),
+        // What the message asks of its turn, with who sent it (the turn reads both from the
+        // inbox row, so it needs no read of the sender note).
+        let mut input = extra
+            .iter()
+            .find_map(|e| match e {
+                Extra::Input(input) => Some(input.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        input.sender = extra.iter().find_map(|e| match e {
+            Extra::Sender(sender) => Some(sender.clone()),
             _ => None,
         });
+        let input = (!input.is_empty()).then(|| input.to_value());
         let attachments: Vec<crate::model::Attachment> = extra
             .iter()
             .filter_map(|e| match e {

@@ -384,7 +384,7 @@ fn start_turn(
     let body = serde_json::to_value(content.message())?;
     let mut batch = Batch::new();
     if let Some(input) = message.input.as_ref().map(TurnInput::from_value)
-        && input.shapes_turn()
+        && input.kept_with_turn()
     {
         batch.push(turn_input::keep_with_turn(&record.id, turn.seq, &input));
     }

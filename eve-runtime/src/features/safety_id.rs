@@ -9,7 +9,6 @@ use sha2::{Digest, Sha256};
 
 use crate::engine::RuntimeResult;
 use crate::engine::turn::seam::{Shaped, TurnExtension, TurnView};
-use crate::features::memory::sender_namespace;
 use crate::model::ModelRequest;
 use crate::store::Batch;
 
@@ -26,10 +25,7 @@ pub fn safety_identifier(agent: &str, principal: &str) -> String {
 
 /// Sets the request's safety identifier from the turn's sender.
 #[derive(Default)]
-pub(crate) struct SafetyId {
-    /// The identifier, once read (`Some(None)`: the turn has no sender).
-    id: Option<Option<String>>,
-}
+pub(crate) struct SafetyId;
 
 #[async_trait]
 impl TurnExtension for SafetyId {
@@ -43,25 +39,8 @@ impl TurnExtension for SafetyId {
         request: &mut ModelRequest,
         _writes: &mut Batch,
     ) -> RuntimeResult<Shaped> {
-        // The offline `mock` model sends nothing anywhere: no read for it.
-        if view.model.model_id.starts_with("mock/") {
-            return Ok(Shaped::Call);
-        }
-        if self.id.is_none() {
-            let sender = match &view.turn.inbox_id {
-                Some(inbox) => view
-                    .rt
-                    .inner
-                    .store
-                    .note(&sender_namespace(view.id()), inbox)
-                    .await?
-                    .map(|n| n.text),
-                None => None,
-            };
-            let agent = &view.build.manifest.agent.name;
-            self.id = Some(sender.map(|p| safety_identifier(agent, &p)));
-        }
-        request.safety_identifier = self.id.clone().flatten();
+        let agent = &view.build.manifest.agent.name;
+        request.safety_identifier = view.sender.map(|p| safety_identifier(agent, p));
         Ok(Shaped::Call)
     }
 }

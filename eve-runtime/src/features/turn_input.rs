@@ -33,6 +33,10 @@ pub struct TurnInput {
     pub turn_policy: Option<MessagePolicy>,
     /// The caller's W3C `traceparent` (the request's header): the turn's trace joins it.
     pub traceparent: Option<String>,
+    /// Who sent the message (a principal or a channel identity), as the accepting channel said:
+    /// kept with the message and the turn so a turn knows it without a read (memory's `user`
+    /// scope, the provider's safety identifier). Never read from a request body.
+    pub sender: Option<String>,
 }
 
 /// A body field that does not fit: its code and what to send instead.
@@ -71,6 +75,7 @@ impl TurnInput {
             && self.client_context.is_empty()
             && self.turn_policy.is_none()
             && self.traceparent.is_none()
+            && self.sender.is_none()
     }
 
     /// Whether it asks anything of the turn itself (a schema or context), beyond how the message
@@ -98,6 +103,9 @@ impl TurnInput {
         if let Some(traceparent) = &self.traceparent {
             out.insert("traceparent".into(), json!(traceparent));
         }
+        if let Some(sender) = &self.sender {
+            out.insert("sender".into(), json!(sender));
+        }
         Value::Object(out)
     }
 
@@ -111,7 +119,14 @@ impl TurnInput {
             .get("traceparent")
             .and_then(Value::as_str)
             .map(str::to_owned);
+        input.sender = map.get("sender").and_then(Value::as_str).map(str::to_owned);
         input
+    }
+
+    /// Whether the turn that takes the message keeps it (what it asks of the turn, or who sent
+    /// it), so a resumed turn runs as it started.
+    pub(crate) fn kept_with_turn(&self) -> bool {
+        self.shapes_turn() || self.sender.is_some()
     }
 }
 
@@ -202,8 +217,13 @@ impl Runtime {
                 "session {session} has no turn waiting for input"
             )));
         };
+        // The answers' input replaces what the turn was asked; who sent the turn's message stays.
+        let mut input = input.clone();
+        if input.sender.is_none() {
+            input.sender = of_turn(self, session, turn.seq).await?.sender;
+        }
         let mut batch = Batch::durable();
-        batch.push(keep_with_turn(session, turn.seq, input));
+        batch.push(keep_with_turn(session, turn.seq, &input));
         self.commit(batch).await?;
         Ok(())
     }
@@ -252,7 +272,20 @@ mod tests {
             client_context: vec!["ctx".into()],
             turn_policy: Some(MessagePolicy::Queue),
             traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            sender: Some("jwt:alice".into()),
         };
         assert_eq!(TurnInput::from_value(&input.to_value()), input);
+    }
+
+    #[test]
+    fn a_request_body_never_names_the_sender() {
+        let asked = TurnInput::from_body(&body(json!({"sender": "jwt:bob", "clientContext": "c"})))
+            .unwrap()
+            .unwrap();
+        assert_eq!(asked.sender, None);
+        assert_eq!(
+            TurnInput::from_body(&body(json!({"sender": "jwt:bob"}))),
+            Ok(None)
+        );
     }
 }

@@ -145,6 +145,7 @@ macro_rules! view {
             turn: $turn,
             cancel: &$d.cancel,
             budget: $d.budget,
+            sender: $d.input.sender.as_deref(),
             context: $d.context.as_deref().unwrap_or(&[]),
             last_tokens: $d.last_tokens,
             extra: $d.extra.as_ref(),

@@ -64,6 +64,9 @@ pub(crate) struct TurnView<'a> {
     pub(crate) cancel: &'a CancellationToken,
     /// What a subagent's turn may spend, passed down by its parent.
     pub(crate) budget: Option<Budget>,
+    /// Who sent the turn's message (a principal or a channel identity), if the channel said:
+    /// kept with the message and the turn, so reading it costs nothing.
+    pub(crate) sender: Option<&'a str>,
     /// The context as stored (empty where a hook runs before it is loaded).
     pub context: &'a [Message],
     /// Tokens of the last model call (input and output), as the provider reported them.

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::{MEMORY_TOOL, Place, namespace, pinned_block, sender_namespace, target, write};
+use super::{MEMORY_TOOL, Place, namespace, pinned_block, target, write};
 use crate::engine::RuntimeResult;
 use crate::engine::turn::seam::{Builtin, Handled, Shaped, TurnExtension, TurnView};
 use crate::model::ModelRequest;
@@ -16,8 +16,6 @@ use crate::store::{Batch, CallStatus, ToolCallRecord, now_ms};
 pub(crate) struct MemoryFeature {
     /// The memory block (loaded on first need; cleared when the agent writes a note).
     block: Option<String>,
-    /// The sender of the turn's message (the `user` scope), once read.
-    sender: Option<Option<String>>,
 }
 
 #[async_trait]
@@ -79,7 +77,7 @@ impl MemoryFeature {
         let Some(config) = view.build.manifest.agent.config.memory.clone() else {
             return Ok(String::new());
         };
-        let user = self.sender(view).await?;
+        let user = view.sender.map(str::to_owned);
         let mut scopes = Vec::new();
         for scope in config.scopes {
             let Some(ns) = namespace(
@@ -95,25 +93,6 @@ impl MemoryFeature {
         Ok(pinned_block(&scopes))
     }
 
-    /// Who sent the turn's message (a principal or a channel identity), if anyone said.
-    async fn sender(&mut self, view: &TurnView<'_>) -> RuntimeResult<Option<String>> {
-        if let Some(sender) = &self.sender {
-            return Ok(sender.clone());
-        }
-        let sender = match &view.turn.inbox_id {
-            Some(inbox) => view
-                .rt
-                .inner
-                .store
-                .note(&sender_namespace(view.id()), inbox)
-                .await?
-                .map(|n| n.text),
-            None => None,
-        };
-        self.sender = Some(sender.clone());
-        Ok(sender)
-    }
-
     /// Carries out a `memory` call: `(ok, what the model is told, the writes to commit with it)`.
     async fn call(
         &mut self,
@@ -127,7 +106,7 @@ impl MemoryFeature {
                 Batch::new(),
             ));
         };
-        let user = self.sender(view).await?;
+        let user = view.sender.map(str::to_owned);
         let agent = view.shared_key(&view.build.manifest.agent.name);
         let place = Place {
             memory: &config,
