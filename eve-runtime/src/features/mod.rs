@@ -108,7 +108,7 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
     if authorize::enabled(agent) {
         features.push(Box::new(authorize::Authorize));
     }
-    features.push(Box::new(safety_id::SafetyId::default()));
+    features.push(Box::new(safety_id::SafetyId));
     // Last: the files' bytes go on the request as everything else has shaped it.
     features.push(Box::new(attachments::Attachments));
     features
