@@ -3,6 +3,9 @@
 
 mod agent_tool;
 mod answer_race;
+mod attacks_flood;
+mod attacks_oauth;
+mod attacks_remote;
 mod attachments;
 mod behaviours;
 mod channels;
