@@ -3,10 +3,10 @@
 
 mod agent_tool;
 mod answer_race;
+mod attachments;
 mod attacks_flood;
 mod attacks_oauth;
 mod attacks_remote;
-mod attachments;
 mod behaviours;
 mod channels;
 mod compaction;

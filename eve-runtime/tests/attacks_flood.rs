@@ -192,14 +192,28 @@ async fn flood(server: &TestServer) -> Flood {
     }
     // Alice, a stranger to Bob, starts one invocation and polls it to the end.
     let began = Instant::now();
-    let mine = tool(&http, &base, ALICE, "agent_start", json!({"message": "hello"})).await;
+    let mine = tool(
+        &http,
+        &base,
+        ALICE,
+        "agent_start",
+        json!({"message": "hello"}),
+    )
+    .await;
     assert_ne!(mine["isError"], true, "Alice was refused: {mine}");
     let id = mine["structuredContent"]["invocationId"]
         .as_str()
         .unwrap()
         .to_owned();
     loop {
-        let state = tool(&http, &base, ALICE, "agent_get", json!({"invocationId": id})).await;
+        let state = tool(
+            &http,
+            &base,
+            ALICE,
+            "agent_get",
+            json!({"invocationId": id}),
+        )
+        .await;
         match state["structuredContent"]["status"].as_str() {
             Some("completed") => break,
             Some("working") => {}

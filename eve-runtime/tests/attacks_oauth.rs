@@ -20,17 +20,18 @@ use serde_json::{Value, json};
 async fn listener(router: Router) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     let hits = Arc::new(AtomicUsize::new(0));
     let counted = hits.clone();
-    let router = router
-        .fallback(|| async { StatusCode::NOT_FOUND })
-        .layer(axum::middleware::from_fn(
-            move |request: axum::extract::Request, next: axum::middleware::Next| {
-                let counted = counted.clone();
-                async move {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    next.run(request).await
-                }
-            },
-        ));
+    let router =
+        router
+            .fallback(|| async { StatusCode::NOT_FOUND })
+            .layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let counted = counted.clone();
+                    async move {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        next.run(request).await
+                    }
+                },
+            ));
     let socket = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = socket.local_addr().unwrap();
     tokio::spawn(async move {
@@ -133,14 +134,27 @@ async fn a_resource_metadata_url_on_loopback_is_never_fetched_in_any_spelling() 
         spellings.len(),
         hits.load(Ordering::SeqCst)
     );
-    assert_eq!(hits.load(Ordering::SeqCst), 0, "the loopback target was fetched");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "the loopback target was fetched"
+    );
 
     // Twin: listed, the same URL is fetched.
     let url = format!("http://127.0.0.1:{p}/prm");
     let challenge = format!("Bearer resource_metadata=\"{url}\"");
     let mcp = hostile_resource(challenge.clone(), vec![]).await;
-    let _ = authorize(mcp, &challenge, &[victim.to_string()], Grant::AuthorizationCode).await;
-    assert!(hits.load(Ordering::SeqCst) > 0, "the listed target was not fetched");
+    let _ = authorize(
+        mcp,
+        &challenge,
+        &[victim.to_string()],
+        Grant::AuthorizationCode,
+    )
+    .await;
+    assert!(
+        hits.load(Ordering::SeqCst) > 0,
+        "the listed target was not fetched"
+    );
 }
 
 /// An authorization server on 127.0.0.1 whose metadata points every endpoint at `endpoints`.
@@ -170,7 +184,10 @@ async fn authorization_server(endpoints: Option<String>, extra: Router) -> std::
         }
     };
     let router = Router::new()
-        .route("/.well-known/oauth-authorization-server", get(metadata.clone()))
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(metadata.clone()),
+        )
         .route("/.well-known/openid-configuration", get(metadata))
         .merge(extra);
     let (addr, _) = listener(router).await;
@@ -204,7 +221,11 @@ async fn token_registration_and_authorization_endpoints_on_loopback_are_never_re
         "hostile endpoint sets tried: {tried}, requests that reached the target: {}",
         hits.load(Ordering::SeqCst)
     );
-    assert_eq!(hits.load(Ordering::SeqCst), 0, "a loopback endpoint was reached");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "a loopback endpoint was reached"
+    );
 
     // Twin: with the endpoints' host listed too, the token and registration requests arrive.
     let server = hostile_authorization_server(format!("http://127.0.0.1:{p}")).await;
@@ -236,8 +257,13 @@ async fn a_registration_redirect_to_loopback_is_refused_at_the_hop() {
         );
         let server = authorization_server(None, extra).await;
         let mcp = hostile_resource("Bearer".to_owned(), vec![format!("http://{server}")]).await;
-        let outcome =
-            authorize(mcp, "Bearer", &[server.to_string()], Grant::AuthorizationCode).await;
+        let outcome = authorize(
+            mcp,
+            "Bearer",
+            &[server.to_string()],
+            Grant::AuthorizationCode,
+        )
+        .await;
         assert!(outcome.is_err(), "{outcome:?}");
         refused += 1;
     }
@@ -258,7 +284,13 @@ async fn a_registration_redirect_to_loopback_is_refused_at_the_hop() {
         );
     let server = authorization_server(None, extra).await;
     let mcp = hostile_resource("Bearer".to_owned(), vec![format!("http://{server}")]).await;
-    let outcome = authorize(mcp, "Bearer", &[server.to_string()], Grant::AuthorizationCode).await;
+    let outcome = authorize(
+        mcp,
+        "Bearer",
+        &[server.to_string()],
+        Grant::AuthorizationCode,
+    )
+    .await;
     assert!(outcome.is_err(), "{outcome:?}");
     println!(
         "registration redirects refused: {refused}; requests that reached the loopback target: \
@@ -266,7 +298,11 @@ async fn a_registration_redirect_to_loopback_is_refused_at_the_hop() {
         hits.load(Ordering::SeqCst),
         within.load(Ordering::SeqCst)
     );
-    assert_eq!(hits.load(Ordering::SeqCst), 0, "a redirect reached the loopback target");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "a redirect reached the loopback target"
+    );
     assert!(
         within.load(Ordering::SeqCst) > 0,
         "the same-origin redirect was not followed"
@@ -280,27 +316,34 @@ async fn a_metadata_redirect_to_loopback_is_refused_at_the_hop() {
         "http://127.0.0.1:{}/.well-known/oauth-authorization-server",
         victim.port()
     );
+    let router = Router::new().route(
+        "/.well-known/oauth-authorization-server",
+        get(move || {
+            let away = away.clone();
+            async move { (StatusCode::FOUND, [("location", away)]) }
+        }),
+    );
+    let (server, _) = listener(router).await;
+    let mcp = hostile_resource("Bearer".to_owned(), vec![format!("http://{server}")]).await;
+    let outcome = authorize(
+        mcp,
+        "Bearer",
+        &[server.to_string()],
+        Grant::ClientCredentials,
+    )
+    .await;
+    assert!(outcome.is_err(), "{outcome:?}");
+
+    // Twin: a hop within the origin is checked and followed.
     let within = Arc::new(AtomicUsize::new(0));
     let landed = within.clone();
     let router = Router::new()
         .route(
             "/.well-known/oauth-authorization-server",
-            get(move || {
-                let away = away.clone();
-                async move { (StatusCode::FOUND, [("location", away)]) }
-            }),
+            get(|| async { (StatusCode::FOUND, [("location", "/landed/metadata")]) }),
         )
         .route(
-            "/.well-known/openid-configuration",
-            get(|| async {
-                (
-                    StatusCode::FOUND,
-                    [("location", "/landed/openid-configuration")],
-                )
-            }),
-        )
-        .route(
-            "/landed/openid-configuration",
+            "/landed/metadata",
             get(move || {
                 landed.fetch_add(1, Ordering::SeqCst);
                 async { StatusCode::NOT_FOUND }
@@ -308,15 +351,23 @@ async fn a_metadata_redirect_to_loopback_is_refused_at_the_hop() {
         );
     let (server, _) = listener(router).await;
     let mcp = hostile_resource("Bearer".to_owned(), vec![format!("http://{server}")]).await;
-    let outcome = authorize(mcp, "Bearer", &[server.to_string()], Grant::ClientCredentials).await;
-    assert!(outcome.is_err(), "{outcome:?}");
+    let _ = authorize(
+        mcp,
+        "Bearer",
+        &[server.to_string()],
+        Grant::ClientCredentials,
+    )
+    .await;
     println!(
         "redirected metadata requests: the loopback target got {}, the same-origin hop {}",
         hits.load(Ordering::SeqCst),
         within.load(Ordering::SeqCst)
     );
-    assert_eq!(hits.load(Ordering::SeqCst), 0, "the redirect was followed off the origin");
-    // Twin: a hop within the origin is checked and followed.
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "the redirect was followed off the origin"
+    );
     assert!(
         within.load(Ordering::SeqCst) > 0,
         "the same-origin redirect was not followed"

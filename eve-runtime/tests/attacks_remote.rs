@@ -22,17 +22,18 @@ use super::server_support::{AgentDir, TestServer};
 async fn listener(router: Router) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     let hits = Arc::new(AtomicUsize::new(0));
     let counted = hits.clone();
-    let router = router
-        .fallback(|| async { StatusCode::NOT_FOUND })
-        .layer(axum::middleware::from_fn(
-            move |request: axum::extract::Request, next: axum::middleware::Next| {
-                let counted = counted.clone();
-                async move {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    next.run(request).await
-                }
-            },
-        ));
+    let router =
+        router
+            .fallback(|| async { StatusCode::NOT_FOUND })
+            .layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let counted = counted.clone();
+                    async move {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        next.run(request).await
+                    }
+                },
+            ));
     let socket = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = socket.local_addr().unwrap();
     tokio::spawn(async move {
@@ -117,8 +118,15 @@ async fn a_remote_agent_on_loopback_or_metadata_is_refused_in_every_spelling() {
         );
         refused += 1;
     }
-    println!("remote agent urls tried: {}, refused: {refused}", urls.len());
-    assert_eq!(hits.load(Ordering::SeqCst), 0, "a refused remote was reached");
+    println!(
+        "remote agent urls tried: {}, refused: {refused}",
+        urls.len()
+    );
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "a refused remote was reached"
+    );
     server.stop().await;
 
     // Twin: the same listener, with the URL's host listed by name, is reached.
@@ -222,7 +230,8 @@ async fn a_hostile_remotes_endless_answers_and_climbing_session_ids_are_faults()
         "/eve/v1/session",
         axum::routing::post(|| async {
             let chunk = bytes::Bytes::from(vec![b'x'; 1024 * 1024]);
-            let stream = futures::stream::iter((0..64).map(move |_| Ok::<_, std::io::Error>(chunk.clone())));
+            let stream =
+                futures::stream::iter((0..64).map(move |_| Ok::<_, std::io::Error>(chunk.clone())));
             (StatusCode::OK, Body::from_stream(stream))
         }),
     );

@@ -230,7 +230,9 @@ fn limits(value: &Value) -> Result<quota::Bounds, String> {
             .as_u64()
             .filter(|n| *n >= 1)
             .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| format!("`limits.{key}` must be a whole number of at least 1, found {v}"))?;
+            .ok_or_else(|| {
+                format!("`limits.{key}` must be a whole number of at least 1, found {v}")
+            })?;
         match key.as_str() {
             "in_flight" => bounds.in_flight = n,
             "queued" => bounds.queued = n,
