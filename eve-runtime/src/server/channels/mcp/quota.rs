@@ -45,12 +45,15 @@ impl Default for Bounds {
     }
 }
 
+/// One principal's invocations last seen in flight, behind the lock that takes its admissions
+/// one at a time.
+type Slot = Arc<tokio::sync::Mutex<Vec<String>>>;
+
 /// The admissions of every principal of one channel. Cheap to clone; clones share the state.
 #[derive(Clone, Default)]
 pub(crate) struct Quota {
-    /// Per principal: the invocations it was last seen with in flight, behind the lock that
-    /// takes its admissions one at a time.
-    held: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<Vec<String>>>>>>,
+    /// Per principal, its slot.
+    held: Arc<Mutex<HashMap<String, Slot>>>,
 }
 
 impl std::fmt::Debug for Quota {
@@ -78,7 +81,7 @@ impl Admission {
 const MAX_PRINCIPALS: usize = 4096;
 
 impl Quota {
-    fn slot(&self, principal: &str) -> Arc<tokio::sync::Mutex<Vec<String>>> {
+    fn slot(&self, principal: &str) -> Slot {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         if held.len() >= MAX_PRINCIPALS && !held.contains_key(principal) {
             // A slot nobody holds and that tracks nothing can go; its state is in the store.
