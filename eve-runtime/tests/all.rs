@@ -4,6 +4,9 @@
 mod agent_tool;
 mod answer_race;
 mod attachments;
+mod attacks_flood;
+mod attacks_oauth;
+mod attacks_remote;
 mod behaviours;
 mod channels;
 mod compaction;

@@ -25,6 +25,9 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 /// Time to resolve a name; the call's own timeout bounds the rest.
 const RESOLVE_LIMIT: Duration = Duration::from_secs(10);
+/// Time to connect to one address (a request's own timeout bounds the rest; a stream that
+/// follows a live turn has none, so a black-holed address must not hold it for minutes).
+const CONNECT_LIMIT: Duration = Duration::from_secs(10);
 /// Clients kept at most; the cache starts over beyond it.
 const MAX_CLIENTS: usize = 64;
 
@@ -145,6 +148,7 @@ fn build_with(egress: &Egress, port: u16, follow: bool) -> Result<reqwest::Clien
             },
         ))
         .referer(false)
+        .connect_timeout(CONNECT_LIMIT)
         .no_proxy()
         .dns_resolver(Arc::new(CheckedResolver::new(rules, port)))
         .build()

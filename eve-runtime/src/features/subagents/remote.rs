@@ -33,7 +33,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::remote_http::{Fault, Remote, ok, segment, status_fault};
+use super::remote_http::{Fault, MAX_LINE, Remote, ok, segment, status_fault};
 use crate::engine::turn::seam::{AskAs, Handled, Shaped, TurnExtension, TurnView};
 use crate::engine::{Runtime, RuntimeResult};
 use crate::model::{FinishReason, Message, ModelRequest, ModelResponse, ToolCall, Usage};
@@ -352,9 +352,11 @@ async fn exchange(
                     return Ok(Err(status_fault(status, &answer.to_string(), &remote.name)));
                 }
             };
-            let Some(id) = created["sessionId"].as_str() else {
+            let Some(id) = created["sessionId"].as_str().filter(|id| usable_id(id)) else {
+                let mut shown = created.to_string();
+                shown.truncate(300);
                 return Ok(Err(Fault::Fatal(format!(
-                    "remote agent `{}` created no session: {created}",
+                    "remote agent `{}` created no usable session: {shown}",
                     remote.name
                 ))));
             };
@@ -439,6 +441,12 @@ async fn follow(
                 break;
             };
             partial.extend_from_slice(&chunk);
+            if partial.len() > MAX_LINE && !partial.contains(&b'\n') {
+                return Ok(Err(Fault::Fatal(format!(
+                    "remote agent `{}` sent a stream line longer than {MAX_LINE} bytes",
+                    remote.name
+                ))));
+            }
             let mut batch = Batch::new();
             let mut outcome = None;
             while let Some(at) = partial.iter().position(|b| *b == b'\n') {
@@ -584,4 +592,11 @@ fn asks(state: &State) -> ModelResponse {
         usage: Usage::default(),
         finish_reason: FinishReason::ToolCalls,
     }
+}
+
+/// Whether a session id the remote answered can be placed in a URL path as one segment: not
+/// empty, not `.` or `..` (which a URL resolves as steps up the path, even percent-encoded),
+/// and of a sane length.
+fn usable_id(id: &str) -> bool {
+    !id.is_empty() && id != "." && id != ".." && id.len() <= 256
 }

@@ -20,6 +20,10 @@ use crate::tools::guarded::Egress;
 use crate::env_vars::EVE_TEST_REMOTE_LOOPBACK;
 /// How long one request (not a stream) may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest answer to a request (not a stream) read from the remote; a longer one is a fault.
+pub(crate) const MAX_ANSWER: usize = 1024 * 1024;
+/// Longest line of the remote's event stream; a longer one (or an endless one) is a fault.
+pub(crate) const MAX_LINE: usize = 4 * 1024 * 1024;
 
 /// Why a request to the remote did not answer as hoped.
 #[derive(Debug)]
@@ -140,10 +144,7 @@ impl Remote {
             .await
             .map_err(|e| self.request_fault(&e))?;
         let status = response.status();
-        let text = response
-            .text()
-            .await
-            .map_err(|e| Fault::Transient(e.to_string()))?;
+        let text = self.capped(response).await?;
         let json = serde_json::from_str(&text).unwrap_or(Value::String(text));
         Ok((status.as_u16(), json))
     }
@@ -170,8 +171,31 @@ impl Remote {
         if status.is_success() {
             return Ok(response);
         }
-        let body = response.text().await.unwrap_or_default();
+        let body = match self.capped(response).await {
+            Ok(body) => body,
+            Err(fault) => return Err(fault),
+        };
         Err(status_fault(status.as_u16(), &body, &self.name))
+    }
+
+    /// The body of an answer, at most [`MAX_ANSWER`] bytes (a hostile remote's endless answer
+    /// is a fault, never held whole in memory).
+    async fn capped(&self, mut response: reqwest::Response) -> Result<String, Fault> {
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| Fault::Transient(e.to_string()))?
+        {
+            if body.len() + chunk.len() > MAX_ANSWER {
+                return Err(Fault::Fatal(format!(
+                    "remote agent `{}` answered more than {MAX_ANSWER} bytes",
+                    self.name
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(String::from_utf8_lossy(&body).into_owned())
     }
 
     fn request_fault(&self, error: &reqwest::Error) -> Fault {

@@ -10,6 +10,7 @@
 use serde_json::{Map, Value, json};
 
 use super::ToolError;
+use super::quota::{Admission, Bounds, Quota};
 use crate::engine::{Accept, Caller, Extra, InputAnswer, Runtime, RuntimeError, SessionRef};
 use crate::store::{InputRequestRecord, RequestStatus, SessionRecord, SessionStatus};
 
@@ -39,11 +40,14 @@ pub(super) struct Invocations<'a> {
     pub(super) sender: Option<String>,
     /// The principal recorded as the session's owner.
     pub(super) owner: String,
+    /// Per-principal admissions and their bounds (`None`: unbounded, tests only).
+    pub(super) quota: Option<(Quota, Bounds)>,
 }
 
 impl Invocations<'_> {
     /// `agent_start`: a new session owned by the caller, with `message` durably in its inbox.
     pub(super) async fn start(&self, message: String) -> Result<Value, ToolError> {
+        let admission = self.admit(None).await?;
         let mut extra: Vec<Extra> = self.sender.clone().map(Extra::Sender).into_iter().collect();
         extra.push(Extra::Owner(self.owner.clone()));
         let accepted = self
@@ -56,6 +60,9 @@ impl Invocations<'_> {
             .await
             .map_err(internal)?
             .ok_or_else(|| ToolError::internal("the new session was not stored"))?;
+        if let Some(admission) = admission {
+            admission.record(&accepted.session);
+        }
         let record = self
             .runtime
             .session(&accepted.session)
@@ -148,9 +155,13 @@ impl Invocations<'_> {
                 "Invocation is waiting for input: answer its inputRequests with `responses`.",
             ));
         }
+        let admission = self.admit(Some(id)).await?;
         let mut accept = Accept::message(SessionRef::Existing(id.to_owned()), message);
         accept.extra.extend(self.sender.clone().map(Extra::Sender));
         self.runtime.accept(accept).await.map_err(internal)?;
+        if let Some(admission) = admission {
+            admission.record(id);
+        }
         let record = self.record(id).await?;
         let mut state = base(&record);
         state.insert("pollAfterMs".into(), json!(POLL_AFTER_MS));
@@ -174,6 +185,18 @@ impl Invocations<'_> {
         }
         let record = self.record(id).await?;
         self.project(&record).await
+    }
+
+    /// Admits one more message of the caller's principal under its bounds (`None` when
+    /// unbounded); the refusal otherwise.
+    async fn admit(&self, target: Option<&str>) -> Result<Option<Admission>, ToolError> {
+        match &self.quota {
+            None => Ok(None),
+            Some((quota, bounds)) => quota
+                .admit(self.runtime, &self.owner, target, *bounds)
+                .await
+                .map(Some),
+        }
     }
 
     /// The session `id` as the caller reaches it; else `not_found`, whether it exists or not.

@@ -11,13 +11,16 @@
 //!    principals as the session API's (`token:NAME`, `basic:user`, `jwt:sub`); operators are the
 //!    ones `channels/eve.yaml` names. Sessions belong to the principal that starts them (§15): any
 //!    other caller is told an invocation does not exist.
-//! 3. **Bounds**: the body is at most 1 MiB (`413`), fields are bounded by the tools.
+//! 3. **Bounds**: the body is at most 1 MiB (`413`), fields are bounded by the tools, and each
+//!    principal has its own bounds on invocations in flight and messages queued ([`quota`]), so
+//!    one caller flooding starts or follow-ups cannot starve another's turns.
 //!
 //! The MCP protocol itself (JSON-RPC, `initialize`, `ping`, `tools/*`, errors for bad JSON-RPC)
 //! is rmcp's Streamable HTTP server, stateless: no MCP transport session is kept, every request
 //! stands alone and invocations are durable eve sessions.
 
 mod invocation;
+mod quota;
 mod tools;
 
 use std::sync::Arc;
@@ -52,6 +55,14 @@ pub struct McpChannel {
     allowed_hosts: Vec<String>,
     /// Browser origins besides the request's own that may call the channel.
     allowed_origins: Vec<String>,
+    /// Each principal's bounds on invocations in flight and messages queued.
+    bounds: quota::Bounds,
+    /// The admissions of every principal, shared by the requests of this channel.
+    quota: quota::Quota,
+    /// Tests only: no per-principal bounds, so a test can show a flooder starving another
+    /// principal when they are off.
+    #[doc(hidden)]
+    pub limits_off_for_tests: bool,
     /// Tests only: no `Host`/`Origin` check, so a test can show a rebinding page reaching the
     /// channel when the check is off.
     #[doc(hidden)]
@@ -80,14 +91,19 @@ impl McpChannel {
         };
         let mut allowed_hosts = Vec::new();
         let mut allowed_origins = Vec::new();
+        let mut bounds = quota::Bounds::default();
         for (key, value) in &channel.settings {
             let list = match key.as_str() {
                 "allowed_hosts" => &mut allowed_hosts,
                 "allowed_origins" => &mut allowed_origins,
+                "limits" => {
+                    bounds = limits(value).map_err(invalid)?;
+                    continue;
+                }
                 other => {
                     return Err(invalid(format!(
                         "`{other}` is not a setting of the MCP channel (it takes `auth`, \
-                         `allowed_hosts` and `allowed_origins`)"
+                         `allowed_hosts`, `allowed_origins` and `limits`)"
                     )));
                 }
             };
@@ -127,6 +143,9 @@ impl McpChannel {
             auth: Authenticator::resolve(&channel.auth, env, file)?,
             allowed_hosts,
             allowed_origins,
+            bounds,
+            quota: quota::Quota::default(),
+            limits_off_for_tests: false,
             host_check_off_for_tests: false,
         }))
     }
@@ -198,6 +217,36 @@ impl McpChannel {
     }
 }
 
+/// `limits: {in_flight: N, queued: N}` (per principal; each at least 1).
+fn limits(value: &Value) -> Result<quota::Bounds, String> {
+    let Some(map) = value.as_object() else {
+        return Err(format!(
+            "`limits` must be a map such as `{{in_flight: 8, queued: 32}}`, found {value}"
+        ));
+    };
+    let mut bounds = quota::Bounds::default();
+    for (key, v) in map {
+        let n = v
+            .as_u64()
+            .filter(|n| *n >= 1)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| {
+                format!("`limits.{key}` must be a whole number of at least 1, found {v}")
+            })?;
+        match key.as_str() {
+            "in_flight" => bounds.in_flight = n,
+            "queued" => bounds.queued = n,
+            other => {
+                return Err(format!(
+                    "`limits.{other}` is not a limit of the MCP channel (it takes `in_flight` \
+                     and `queued`, per principal)"
+                ));
+            }
+        }
+    }
+    Ok(bounds)
+}
+
 /// Who a call acts as: the authenticated caller, and the sender its messages carry.
 #[derive(Debug, Clone)]
 pub(crate) struct McpCaller {
@@ -230,6 +279,16 @@ impl ToolError {
             message: "Invocation not found. It may have expired or belong to another caller."
                 .to_owned(),
             retryable: false,
+            error_id: None,
+        }
+    }
+
+    /// The caller has too much work in flight: eve's `conflict`, retryable once some finishes.
+    fn busy(message: String) -> Self {
+        Self {
+            code: "conflict",
+            message,
+            retryable: true,
             error_id: None,
         }
     }
@@ -368,6 +427,7 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
         name: String::new(),
         description: None,
         ownership_unchecked: app.config.ownership_unchecked_for_tests,
+        quota: (!channel.limits_off_for_tests).then(|| (channel.quota.clone(), channel.bounds)),
     };
     let server = match app.runtime.builds().current() {
         Ok(build) => tools::AgentServer {

@@ -50,6 +50,8 @@ pub(super) struct AgentServer {
     pub(super) description: Option<String>,
     /// Tests only: every caller reaches every invocation.
     pub(super) ownership_unchecked: bool,
+    /// Per-principal admissions and their bounds (`None`: unbounded, tests only).
+    pub(super) quota: Option<(super::quota::Quota, super::quota::Bounds)>,
 }
 
 impl ServerHandler for AgentServer {
@@ -95,6 +97,7 @@ impl ServerHandler for AgentServer {
             reach,
             sender: caller.sender.clone(),
             owner: caller.caller.id().to_owned(),
+            quota: self.quota.clone(),
         };
         let args = request.arguments.unwrap_or_default();
         let outcome = match request.name.as_ref() {
