@@ -98,6 +98,18 @@ cat >/dev/null
 sleep 1.5
 echo '{"refunded": 5, "currency": "USD"}'
 SH
+# Quiet for longer than the binding's idle timeout (15 s): only heartbeats keep its stream open.
+cat > "$PROJECT/agent/tools/quiet.sh" <<'SH'
+#!/bin/sh
+# ---
+# description: Works quietly for a while.
+# effect: read
+# timeout: 60s
+# ---
+cat >/dev/null
+sleep 17
+echo '{"quiet": true}'
+SH
 chmod +x "$PROJECT"/agent/tools/*.sh
 (cd "$PROJECT" && EVE_BROWSER_ORIGIN=http://127.0.0.1 env -u EVE_MODEL "$EVE" build >/dev/null)
 # The story streams word by word for longer than several leases; then a refund asks for approval.

@@ -16,7 +16,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { cpSync, readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
@@ -31,11 +31,15 @@ const DEADLINE_MS = 30_000;
 const SCRIPT = JSON.parse(readFileSync(process.env.EVE_MOCK_SCRIPT, "utf8"));
 const STORY = SCRIPT[0].text;
 
+// Longer than the binding's idle timeout (15 s), shorter than its heartbeat interval twice over.
+const QUIET_TOOL_S = 17;
+
 let site; // the page's origin
-let eve; // eve serve's origin
+let eve; // eve serve's origin (the short lease, the mock script)
+let quietEve; // a second eve serve: the default lease, the echo mock (its `/tool NAME` command)
 let server;
+let quietServer;
 let browser;
-let serverLog = "";
 
 // Serves index.html and page.js from SITE on 127.0.0.1:0: the page's own origin, not eve's.
 function startSite() {
@@ -55,19 +59,13 @@ function startSite() {
   return new Promise((resolve) => http.listen(0, "127.0.0.1", () => resolve(http)));
 }
 
-// Starts `eve serve --port 0` with the short lease and the page's origin for `cors.origins`.
-function startEve(origin) {
-  const child = spawn(EVE, ["serve", "--port", "0"], {
-    cwd: PROJECT,
-    env: {
-      ...process.env,
-      NO_COLOR: "1",
-      EVE_MODEL: "mock/echo",
-      EVE_STREAM_LEASE_MS: String(LEASE_MS),
-      EVE_BROWSER_ORIGIN: origin,
-    },
-    stdio: ["ignore", "ignore", "pipe"],
-  });
+// Starts `eve serve --port 0` in `cwd` with the page's origin for `cors.origins` and `extraEnv`
+// (a variable set to undefined is removed).
+function startEve(cwd, origin, extraEnv) {
+  const env = { ...process.env, NO_COLOR: "1", EVE_MODEL: "mock/echo", EVE_BROWSER_ORIGIN: origin, ...extraEnv };
+  for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
+  const child = spawn(EVE, ["serve", "--port", "0"], { cwd, env, stdio: ["ignore", "ignore", "pipe"] });
+  let serverLog = "";
   const url = new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("eve serve printed no serving line:\n" + serverLog)), DEADLINE_MS);
     child.stderr.on("data", (chunk) => {
@@ -88,20 +86,25 @@ before(async () => {
   assert.ok(EVE && PROJECT && CHROMIUM && SITE, "EVE, EVE_PROJECT_DIR, CHROMIUM and SITE must be set");
   http = await startSite();
   site = `http://127.0.0.1:${http.address().port}`;
-  server = startEve(site);
-  eve = await server.url;
+  // The quiet server's own copy of the agent (its own store), made before either server runs.
+  const quietProject = PROJECT + "-quiet";
+  cpSync(PROJECT, quietProject, { recursive: true });
+  server = startEve(PROJECT, site, { EVE_STREAM_LEASE_MS: String(LEASE_MS) });
+  quietServer = startEve(quietProject, site, { EVE_MOCK_SCRIPT: undefined, EVE_STREAM_LEASE_MS: undefined });
+  [eve, quietEve] = await Promise.all([server.url, quietServer.url]);
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
 });
 
 after(async () => {
   await browser?.close();
   server?.child.kill("SIGTERM");
+  quietServer?.child.kill("SIGTERM");
   http?.close();
 });
 
 // A fresh page (its own browser context, so its own session), with the page's console errors
 // and failed requests collected.
-async function openPage(t, twin = "") {
+async function openPage(t, twin = "", host = eve) {
   const context = await browser.newContext();
   t.after(() => context.close());
   const page = await context.newPage();
@@ -117,7 +120,7 @@ async function openPage(t, twin = "") {
       errors.push(`request failed: ${r.method()} ${r.url()}: ${r.failure()?.errorText}`);
     }
   });
-  const query = new URLSearchParams({ eve });
+  const query = new URLSearchParams({ eve: host });
   if (twin) query.set("twin", twin);
   await page.goto(`${site}/?${query}`);
   await page.waitForSelector("#status[data-status=ready]");
@@ -151,8 +154,12 @@ async function send(page, text) {
 }
 
 // Waits until the binding is back to `ready` with the session's last stored event applied.
-async function settle(page) {
-  await page.waitForFunction(() => window.__eve?.status === "ready" && window.__eve.events.at(-1)?.type === "session.waiting");
+async function settle(page, timeout = DEADLINE_MS) {
+  await page.waitForFunction(
+    () => window.__eve?.status === "ready" && window.__eve.events.at(-1)?.type === "session.waiting",
+    null,
+    { timeout },
+  );
 }
 
 // The problems of one turn, by name (an empty list when it passed): `before` is what the page had
@@ -298,4 +305,36 @@ test("twin: reconnects one event past the cursor lose events, and the checks say
   t.diagnostic(summary(before, after) + "; found: " + found.join(" / "));
   const names = found.map((p) => p.split(":")[0]);
   assert.ok(names.includes("events") && names.includes("cursor"), found.join("\n"));
+});
+
+// A turn quiet for longer than the binding's idle timeout (a tool that runs 17 s), on a server with
+// eve's default 60 s lease: the problems of the page's streams during it.
+async function quietTurn(t, twin) {
+  const { page, errors } = await openPage(t, twin, quietEve);
+  const before = await observe(page);
+  await send(page, "/tool quiet {}");
+  await settle(page, (QUIET_TOOL_S + 30) * 1000);
+  const after = await observe(page);
+  const found = [];
+  const streams = after.streams.slice(before.streams.length);
+  const text = await page.locator("#messages li[data-role=assistant] p.text").last().innerText();
+  if (!/^quiet returned: /.test(text)) found.push(`text: ${JSON.stringify(text)}`);
+  const beats = streams.reduce((n, s) => n + s.heartbeats, 0);
+  if (beats < 1) found.push("heartbeats: none arrived while the tool ran");
+  // A stream that never reached its end, other than the one still open, was given up by the
+  // binding (its idle timeout) and opened again.
+  const cut = streams.slice(0, -1).filter((s) => s.closedAt === null);
+  if (cut.length > 0) found.push(`idle: the binding gave up ${cut.length} quiet stream(s) and reconnected`);
+  if (errors.length > 0) found.push(`console: ${JSON.stringify(errors)}`);
+  t.diagnostic(`${twin || "quiet"}: ${summary(before, after)}, ${beats} heartbeats`);
+  return found;
+}
+
+test("heartbeats hold a quiet stream open past the binding's idle timeout; twin: without control it gives up and reconnects", async (t) => {
+  // The page and its twin run side by side (each waits on the 17 s tool).
+  const [quiet, twin] = await Promise.all([quietTurn(t, ""), quietTurn(t, "no-control")]);
+  assert.deepEqual(quiet, [], "the quiet turn's checks:\n" + quiet.join("\n"));
+  const names = twin.map((p) => p.split(":")[0]);
+  assert.ok(names.includes("heartbeats") && names.includes("idle"), twin.join("\n"));
+  assert.ok(!names.includes("text"), twin.join("\n"));
 });
