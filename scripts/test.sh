@@ -76,10 +76,21 @@ printf 'HumanEval harness: %ss\n' "$((SECONDS - humaneval_start))" >&2
 step "eve eval throughput: 200 mock cases (bench/evals.sh)"
 bench/evals.sh
 
-step "the web console in headless Chromium (scripts/test-console.sh)"
-console_start=$SECONDS
-scripts/test-console.sh
-printf 'console test: %ss\n' "$((SECONDS - console_start))" >&2
+# The browser tests run headless Chromium (Debian's chromium). EVE_SKIP_BROWSER=1 skips both,
+# loudly.
+if [ "${EVE_SKIP_BROWSER:-}" = "1" ]; then
+    step "SKIPPED: browser tests, the web console and eve's React binding (EVE_SKIP_BROWSER=1)"
+else
+    step "the web console in headless Chromium (scripts/test-console.sh)"
+    console_start=$SECONDS
+    scripts/test-console.sh
+    printf 'console test: %ss\n' "$((SECONDS - console_start))" >&2
+
+    step "eve's React binding (useEveAgent) in headless Chromium against eve serve (scripts/test-browser.sh)"
+    browser_start=$SECONDS
+    scripts/test-browser.sh
+    printf 'browser test: %ss\n' "$((SECONDS - browser_start))" >&2
+fi
 
 step "the eve binary links only against the C library (scripts/check-binary.sh)"
 scripts/check-binary.sh target/debug/eve

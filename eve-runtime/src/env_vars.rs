@@ -75,6 +75,9 @@ pub(crate) const EVE_TEST_NO_HOOK_CLAIM: &str = "EVE_TEST_NO_HOOK_CLAIM";
 /// Tests only: `1` skips the PostgreSQL tests, each saying SKIPPED (without it and without a
 /// server URL they fail).
 pub const EVE_SKIP_POSTGRES: &str = "EVE_SKIP_POSTGRES";
+/// Tests only: `1` makes `scripts/test.sh` skip the browser tests (the web console and eve's React
+/// binding in Chromium), saying SKIPPED.
+pub const EVE_SKIP_BROWSER: &str = "EVE_SKIP_BROWSER";
 /// Tests only: `1` makes eve act as on a kernel without `openat2`: `read_file`, `write_file`,
 /// `glob` and `grep` refuse to run, and `eve serve` says so at start.
 pub const EVE_TEST_NO_OPENAT2: &str = "EVE_TEST_NO_OPENAT2";
