@@ -33,4 +33,4 @@ for _ in $(seq 1 600); do
   curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break
   sleep 0.5
 done
-python3 bench/otel.py --eve "$bin" --endpoint "http://127.0.0.1:$PORT" "$@"
+python3 bench/otel.py --eve "$bin" --endpoint "http://127.0.0.1:$PORT" --collector-pid "$PHOENIX" "$@"
