@@ -550,4 +550,6 @@ mod tests {
 }
 
 #[cfg(test)]
+mod attribute_doc_tests;
+#[cfg(test)]
 mod shape_tests;
