@@ -83,16 +83,19 @@ def drain(collector_pid):
         S.settle(collector_pid, window=0.5, share=0.05, limit=60.0)
 
 
-def round_(a, collector_pid):
-    """One round: a fresh pair of servers, warmed up, then `a.sessions` turns on each,
-    alternately. Returns (off, on) as dicts of median latency, RSS, CPU per turn, and the
-    collector's CPU per turn."""
-    off = Server(a.eve, a.endpoint, False)
+def round_(a, collector_pid, on_first):
+    """One round: a fresh pair of servers (the traced one started first when `on_first`),
+    warmed up, then `a.sessions` turns on each, alternately. Returns (off, on) as dicts of
+    latencies, RSS and CPU per turn, the collector's CPU per turn, and the paired differences."""
+    made = []
     try:
-        on = Server(a.eve, a.endpoint, not a.aa, a.export)
+        for traced in (True, False) if on_first else (False, True):
+            made.append(Server(a.eve, a.endpoint, traced and not a.aa, a.export))
     except BaseException:
-        off.close()
+        for server in made:
+            server.close()
         raise
+    off, on = made[::-1] if on_first else made
     try:
         for i in range(a.warmup):
             off.turn(f"warm {i}")
@@ -116,8 +119,10 @@ def round_(a, collector_pid):
                 "rss": server.rss(),
                 "cpu": per_turn[k],
             })
+        for k, server in enumerate((off, on)):
+            out[k]["lat"] = list(server.lat)
         diffs = [b - x for x, b in zip(off.lat, on.lat)]
-        return out[0], out[1], per_turn[2], statistics.median(diffs)
+        return out[0], out[1], per_turn[2], diffs
     finally:
         off.close()
         on.close()
@@ -142,8 +147,9 @@ def main():
     second = "off (A/A)" if a.aa else "on"
     rows = []
     for r in range(a.rounds):
-        off, on, collector, diff = round_(a, a.collector_pid)
-        rows.append((off, on, collector, diff))
+        off, on, collector, diffs = round_(a, a.collector_pid, r % 2 == 1)
+        rows.append((off, on, collector, diffs))
+        diff = statistics.median(diffs)
         S.log(f"round {r + 1}: median turn off {off['median'] * 1000:.2f} ms, {second} "
               f"{on['median'] * 1000:.2f} ms (p90 {off['p90'] * 1000:.2f} / "
               f"{on['p90'] * 1000:.2f}; median paired difference {diff * 1000:+.3f} ms); RSS "
@@ -151,16 +157,19 @@ def main():
               f"sessions; CPU per turn: eve {off['cpu'] * 1000:.2f} / {on['cpu'] * 1000:.2f} ms, "
               f"collector {collector * 1000:.2f} ms")
     med = statistics.median
-    off = med(r[0]["median"] for r in rows)
-    on = med(r[1]["median"] for r in rows)
+    # Every round's turns together: each turn's pair ran under the same load.
+    off = med(x for r in rows for x in r[0]["lat"])
+    on = med(x for r in rows for x in r[1]["lat"])
+    diff = med(d for r in rows for d in r[3])
     added = (on - off) / off * 100
     rss_added = (med(r[1]["rss"] for r in rows) - med(r[0]["rss"] for r in rows)) / 2**20
     cpu_off = med(r[0]["cpu"] for r in rows) * 1000
     cpu_on = med(r[1]["cpu"] for r in rows) * 1000
     collector = med(r[2] for r in rows) * 1000
-    print(f"turn latency, tracing off: {off * 1000:.2f} ms; {second}: {on * 1000:.2f} ms; "
-          f"ratio {on / off:.3f}, added: {added:+.1f} % (target < 5 %) "
-          f"{'ok' if added < 5 else 'OVER'}")
+    print(f"turn latency (median of {len(rows) * a.sessions} turns each), tracing off: "
+          f"{off * 1000:.2f} ms; {second}: {on * 1000:.2f} ms; ratio {on / off:.3f}, added: "
+          f"{added:+.1f} % (target < 5 %) {'ok' if added < 5 else 'OVER'}; median paired "
+          f"difference {diff * 1000:+.3f} ms ({diff / off * 100:+.1f} %)")
     print(f"RSS at {a.sessions} sessions, added by tracing: {rss_added:+.1f} MiB "
           f"(target < 10 MiB) {'ok' if rss_added < 10 else 'OVER'}")
     print(f"CPU per turn: eve off {cpu_off:.2f} ms, {second} {cpu_on:.2f} ms "
