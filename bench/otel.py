@@ -1,11 +1,10 @@
 """What tracing costs a server: two `eve serve` processes side by side, one with tracing off
 (`OTEL_SDK_DISABLED=true`) and one with it on (OTLP export to a running collector, plus the local
 trace store), and the same turns against each, alternately: turn i runs on one server then on the
-other (the order swapped every pair, and which server starts first swapped every round), so
-both see the same machine load. Prints the median turn
-latency of each and what tracing adds (target < 5 %), the RSS each holds once N sessions exist
-and what tracing adds (target < 10 MiB at 1,000 sessions), and the CPU per turn of each server and
-of the collector.
+other (the order swapped every pair, and which server starts first swapped every round), so both
+see the same machine load. Prints the median turn latency of each, the median paired difference
+(what tracing adds, target < 5 %), the RSS each holds once N sessions exist and what tracing adds
+(target < 10 MiB at 1,000 sessions), and the CPU per turn of each server and of the collector.
 
 Why pairs: on a shared, loaded machine the latency of the same server swings by a factor of
 several from one minute to the next, so two runs one after the other compare the load, not the
