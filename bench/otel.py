@@ -1,7 +1,19 @@
-"""What tracing costs a server: `eve serve` with tracing off (`OTEL_SDK_DISABLED=true`) and on
-(OTLP export to a running collector, plus the local trace store), the same turns against each:
-the median turn latency over N sessions (one turn each) and the RSS once N sessions exist.
-Prints the added latency (target < 5 %) and the added RSS (target < 10 MiB at 1,000 sessions).
+"""What tracing costs a server: two `eve serve` processes side by side, one with tracing off
+(`OTEL_SDK_DISABLED=true`) and one with it on (OTLP export to a running collector, plus the local
+trace store), and the same turns against each, alternately: turn i runs on one server then on the
+other (the order swapped every pair, and which server starts first swapped every round), so both
+see the same machine load. Prints the median turn latency of each, the median paired difference
+(what tracing adds, target < 5 %), the RSS each holds once N sessions exist and what tracing adds
+(target < 10 MiB at 1,000 sessions), and the CPU per turn of each server and of the collector.
+
+Why pairs: on a shared, loaded machine the latency of the same server swings by a factor of
+several from one minute to the next, so two runs one after the other compare the load, not the
+servers. And the collector (a Python process) spends several times eve's whole turn in CPU to
+ingest a turn's spans; on the same cores that is the collector's cost, which a deployment pays on
+its own host: it falls on both servers alike here, and is printed on its own line.
+
+`--aa` runs both servers with tracing off: what the method reads when there is no difference
+(its noise floor).
 
 Run by bench/otel.sh, which starts the collector (a real Arize Phoenix) and builds the binary."""
 
@@ -16,66 +28,157 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serve as S  # noqa: E402  (the server bench's helpers)
 
+HZ = os.sysconf("SC_CLK_TCK")
+EXPORT_WAIT = 6.0
 
-def run(eve, endpoint, traced, sessions, warmup):
-    root = tempfile.mkdtemp(prefix="eve-otel-bench.")
-    S.make_project(root)
-    env = S.env()
-    for k in list(env):
-        if k.startswith("OTEL_") or k.startswith("EVE_TRACES"):
-            env.pop(k)
-    if traced:
-        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
-        env["OTEL_SERVICE_NAME"] = "eve-bench"
-    else:
-        env["OTEL_SDK_DISABLED"] = "true"
-    subprocess.run([eve, "build"], cwd=root, env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    port = S.free_port()
-    proc = subprocess.Popen([eve, "serve", "--host", "127.0.0.1", "--port", str(port)], cwd=root,
-                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+
+class Server:
+    """One `eve serve` in a project of its own, traced or not."""
+
+    def __init__(self, eve, endpoint, traced, export="both"):
+        self.traced = traced
+        self.root = tempfile.mkdtemp(prefix="eve-otel-bench.")
+        S.make_project(self.root)
+        env = S.env()
+        for k in list(env):
+            if k.startswith("OTEL_") or k.startswith("EVE_TRACES"):
+                env.pop(k)
+        if traced:
+            if export != "local":
+                env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+            if export == "otlp":
+                env["EVE_TRACES"] = "off"
+            env["OTEL_SERVICE_NAME"] = "eve-bench"
+        else:
+            env["OTEL_SDK_DISABLED"] = "true"
+        subprocess.run([eve, "build"], cwd=self.root, env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.port = S.free_port()
+        self.proc = subprocess.Popen(
+            [eve, "serve", "--host", "127.0.0.1", "--port", str(self.port)], cwd=self.root,
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        S.wait_healthy(self.port, self.proc)
+        self.lat = []
+
+    def turn(self, message):
+        self.lat.append(S.turn_blocking(self.port, message))
+
+    def cpu(self):
+        return S.cpu_ticks(self.proc.pid)
+
+    def rss(self):
+        return S.proc_kib(self.proc.pid, "VmRSS")
+
+    def close(self):
+        S.stop_server(self.proc)
+        subprocess.run(["rm", "-rf", self.root], check=False)
+
+
+def drain(collector_pid):
+    """Waits for the OTLP batch exporter's round (every 5 s; the local store's every 0.5 s),
+    then for the collector to finish ingesting it."""
+    time.sleep(EXPORT_WAIT)
+    if collector_pid:
+        S.settle(collector_pid, window=0.5, share=0.05, limit=60.0)
+
+
+def round_(a, collector_pid, on_first):
+    """One round: a fresh pair of servers (the traced one started first when `on_first`),
+    warmed up, then `a.sessions` turns on each, alternately. Returns (off, on) as dicts of
+    latencies, RSS and CPU per turn, the collector's CPU per turn, and the paired differences."""
+    made = []
     try:
-        S.wait_healthy(port, proc)
-        for i in range(warmup):
-            S.turn_blocking(port, f"warm {i}")
-        lat = [S.turn_blocking(port, f"turn {i}") for i in range(sessions)]
-        time.sleep(1.0)  # the batch exporter's last round
-        rss = S.proc_kib(proc.pid, "VmRSS")
-        peak = S.proc_kib(proc.pid, "VmHWM")
+        for traced in (True, False) if on_first else (False, True):
+            made.append(Server(a.eve, a.endpoint, traced and not a.aa, a.export))
+    except BaseException:
+        for server in made:
+            server.close()
+        raise
+    off, on = made[::-1] if on_first else made
+    try:
+        for i in range(a.warmup):
+            off.turn(f"warm {i}")
+            on.turn(f"warm {i}")
+        off.lat.clear()
+        on.lat.clear()
+        drain(collector_pid)
+        cpu0 = (off.cpu(), on.cpu(), S.cpu_ticks(collector_pid) if collector_pid else 0)
+        for i in range(a.sessions):
+            pair = (off, on) if i % 2 == 0 else (on, off)
+            for server in pair:
+                server.turn(f"turn {i}")
+        drain(collector_pid)
+        cpu1 = (off.cpu(), on.cpu(), S.cpu_ticks(collector_pid) if collector_pid else 0)
+        per_turn = [(b - x) / HZ / a.sessions for x, b in zip(cpu0, cpu1)]
+        out = []
+        for k, server in enumerate((off, on)):
+            out.append({
+                "median": statistics.median(server.lat),
+                "p90": S.p(server.lat, 0.9),
+                "rss": server.rss(),
+                "cpu": per_turn[k],
+            })
+        for k, server in enumerate((off, on)):
+            out[k]["lat"] = list(server.lat)
+        diffs = [b - x for x, b in zip(off.lat, on.lat)]
+        return out[0], out[1], per_turn[2], diffs
     finally:
-        S.stop_server(proc)
-        subprocess.run(["rm", "-rf", root], check=False)
-    return lat, rss, peak
+        off.close()
+        on.close()
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--eve", required=True)
     ap.add_argument("--endpoint", required=True, help="the collector's OTLP HTTP base URL")
+    ap.add_argument("--collector-pid", type=int, default=0,
+                    help="the collector's process (for its CPU per turn)")
     ap.add_argument("--sessions", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=2, help="off/on pairs (interleaved)")
+    ap.add_argument("--rounds", type=int, default=2, help="fresh pairs of servers")
+    ap.add_argument("--export", choices=("both", "otlp", "local"), default="both",
+                    help="where the traced server's spans go: the collector and the local trace "
+                         "store (the default, as `eve serve` does), or only one of them")
+    ap.add_argument("--aa", action="store_true",
+                    help="both servers with tracing off (the method's noise floor)")
     a = ap.parse_args()
     a.eve = os.path.abspath(a.eve)
-    off_lat, on_lat, off_rss, on_rss = [], [], [], []
+    second = "off (A/A)" if a.aa else "on"
+    rows = []
     for r in range(a.rounds):
-        for traced in (False, True):
-            lat, rss, peak = run(a.eve, a.endpoint, traced, a.sessions, a.warmup)
-            med = statistics.median(lat)
-            S.log(f"round {r + 1} tracing {'on ' if traced else 'off'}: median turn "
-                  f"{med * 1000:.2f} ms, RSS {rss / 2**20:.1f} MiB (peak {peak / 2**20:.1f} MiB) "
-                  f"after {a.sessions} sessions")
-            (on_lat if traced else off_lat).append(med)
-            (on_rss if traced else off_rss).append(rss)
-    off, on = statistics.median(off_lat), statistics.median(on_lat)
+        off, on, collector, diffs = round_(a, a.collector_pid, r % 2 == 1)
+        rows.append((off, on, collector, diffs))
+        diff = statistics.median(diffs)
+        S.log(f"round {r + 1}: median turn off {off['median'] * 1000:.2f} ms, {second} "
+              f"{on['median'] * 1000:.2f} ms (p90 {off['p90'] * 1000:.2f} / "
+              f"{on['p90'] * 1000:.2f}; median paired difference {diff * 1000:+.3f} ms); RSS "
+              f"{off['rss'] / 2**20:.1f} / {on['rss'] / 2**20:.1f} MiB after {a.sessions} "
+              f"sessions; CPU per turn: eve {off['cpu'] * 1000:.2f} / {on['cpu'] * 1000:.2f} ms, "
+              f"collector {collector * 1000:.2f} ms")
+    med = statistics.median
+    # Every round's turns together: each turn's pair ran under the same load.
+    off = med(x for r in rows for x in r[0]["lat"])
+    on = med(x for r in rows for x in r[1]["lat"])
+    diff = med(d for r in rows for d in r[3])
     added = (on - off) / off * 100
-    rss_added = (statistics.median(on_rss) - statistics.median(off_rss)) / 2**20
-    print(f"turn latency, tracing off: {off * 1000:.2f} ms; on: {on * 1000:.2f} ms; "
-          f"ratio on/off {on / off:.3f}, added: {added:+.1f} % (target < 5 %) "
-          f"{'ok' if added < 5 else 'OVER'}")
+    rss_added = (med(r[1]["rss"] for r in rows) - med(r[0]["rss"] for r in rows)) / 2**20
+    cpu_off = med(r[0]["cpu"] for r in rows) * 1000
+    cpu_on = med(r[1]["cpu"] for r in rows) * 1000
+    collector = med(r[2] for r in rows) * 1000
+    # The verdict reads the paired differences: the pooled medians mix rounds whose load
+    # differed (their medians can sit between two modes); each pair ran under one load.
+    paired = diff / off * 100
+    print(f"turn latency (median of {len(rows) * a.sessions} turns each), tracing off: "
+          f"{off * 1000:.2f} ms; {second}: {on * 1000:.2f} ms (ratio {on / off:.3f}, "
+          f"{added:+.1f} %); median paired difference {diff * 1000:+.3f} ms: added "
+          f"{paired:+.1f} % (target < 5 %) {'ok' if paired < 5 else 'OVER'}")
     print(f"RSS at {a.sessions} sessions, added by tracing: {rss_added:+.1f} MiB "
           f"(target < 10 MiB) {'ok' if rss_added < 10 else 'OVER'}")
+    print(f"CPU per turn: eve off {cpu_off:.2f} ms, {second} {cpu_on:.2f} ms "
+          f"({cpu_on - cpu_off:+.2f} ms); the collector {collector:.2f} ms")
+    print(f"load average at the end: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+          f"{os.getloadavg()[2]:.2f} ({os.cpu_count()} CPUs)")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # What tracing adds to `eve serve` (release build): turn latency and RSS at 1,000 sessions with
 # tracing off, and on exporting over OTLP to a real collector (Arize Phoenix, installed into
 # target/phoenix-venv as scripts/test-otel.sh does). Prints both against their targets
-# (< 5 % latency, < 10 MiB RSS): the latency ratio on/off and the RSS added.
+# (< 5 % latency, < 10 MiB RSS), the two servers side by side with their turns alternated (see
+# bench/otel.py): the median paired latency difference, the RSS added, CPU per turn.
 #
 #   bench/otel.sh                                  # --sessions 1000 --rounds 2
 #   bench/otel.sh --sessions 200 --rounds 1        # quicker
@@ -33,4 +34,4 @@ for _ in $(seq 1 600); do
   curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break
   sleep 0.5
 done
-python3 bench/otel.py --eve "$bin" --endpoint "http://127.0.0.1:$PORT" "$@"
+python3 bench/otel.py --eve "$bin" --endpoint "http://127.0.0.1:$PORT" --collector-pid "$PHOENIX" "$@"

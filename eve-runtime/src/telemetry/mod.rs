@@ -57,6 +57,26 @@ struct Open {
     approvals: HashMap<String, ((String, u64), SystemTime, String)>,
 }
 
+/// At most this many turns are remembered open in this process. A turn that parks here and is
+/// ended by another process (a fleet's other node took the answer) is never seen to end here:
+/// past the bound the older half is forgotten. Forgetting is safe: a turn that runs here again
+/// reads its kept context back (`begin_turn`).
+const MAX_OPEN_TURNS: usize = 10_000;
+
+impl Open {
+    /// Remembers `trace` as open, within [`MAX_OPEN_TURNS`].
+    fn remember_turn(&mut self, key: (String, u64), trace: TurnTrace) {
+        if self.turns.len() >= MAX_OPEN_TURNS && !self.turns.contains_key(&key) {
+            let mut starts: Vec<i64> = self.turns.values().map(|t| t.started_at).collect();
+            let middle = starts.len() / 2;
+            let (_, cut, _) = starts.select_nth_unstable(middle);
+            let cut = *cut;
+            self.turns.retain(|_, t| t.started_at > cut);
+        }
+        self.turns.insert(key, trace);
+    }
+}
+
 /// The trace context of one turn.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnTrace {
@@ -379,7 +399,7 @@ impl Telemetry {
             }
         };
         if let Ok(mut open) = self.open.lock() {
-            open.turns.insert(key, trace.clone());
+            open.remember_turn(key, trace.clone());
         }
         Some(trace)
     }
@@ -439,6 +459,9 @@ impl Telemetry {
     /// A step of an open turn starts now.
     pub(crate) fn step_began(&self, session: &str, seq: u64, step: u64) {
         if let Ok(mut open) = self.open.lock() {
+            if open.steps.len() >= observe::MAX_OPEN {
+                open.steps.clear();
+            }
             open.steps
                 .entry((session.to_owned(), seq, step))
                 .or_insert_with(SystemTime::now);
@@ -485,6 +508,37 @@ mod tests {
     }
 
     #[test]
+    fn open_turns_stay_bounded_and_keep_the_newest() {
+        let mut open = Open::default();
+        let total = MAX_OPEN_TURNS as u64 * 3;
+        for seq in 0..total {
+            let trace = TurnTrace {
+                session: format!("ses_{}", seq % 7),
+                seq,
+                agent: "a".into(),
+                trace_id: trace_id(&["trace", "s", &seq.to_string()]),
+                span_id: span_id(&["turn", "s", &seq.to_string()]),
+                parent: None,
+                sampled: true,
+                started_at: seq as i64,
+                parent_session: None,
+            };
+            open.remember_turn((trace.session.clone(), seq), trace);
+            assert!(
+                open.turns.len() <= MAX_OPEN_TURNS,
+                "{} open",
+                open.turns.len()
+            );
+        }
+        let newest = total - 1;
+        assert!(
+            open.turns
+                .contains_key(&(format!("ses_{}", newest % 7), newest))
+        );
+        assert!(!open.turns.contains_key(&("ses_0".to_owned(), 0)));
+    }
+
+    #[test]
     fn derived_ids_are_stable_and_distinct() {
         assert_eq!(span_id(&["step", "s", "1"]), span_id(&["step", "s", "1"]));
         assert_ne!(span_id(&["step", "s", "1"]), span_id(&["step", "s1", ""]));
@@ -495,5 +549,7 @@ mod tests {
     }
 }
 
+#[cfg(test)]
+mod attribute_doc_tests;
 #[cfg(test)]
 mod shape_tests;

@@ -21,7 +21,7 @@ use crate::store::StoredEvent;
 
 /// At most this many waits and step starts are remembered (older ones are forgotten: their
 /// spans then start when they end).
-const MAX_OPEN: usize = 100_000;
+pub(super) const MAX_OPEN: usize = 100_000;
 
 fn seq_of(data: &Value) -> Option<u64> {
     data["sequence"].as_u64().or_else(|| {
