@@ -246,6 +246,11 @@ pub(crate) enum Hold {
     /// The turn can only go on once a principal answers these requests (a child's approval):
     /// it parks on them (`input.requested`, `turn.waiting {on: "input"}`).
     Park(Vec<crate::store::InputRequestRecord>),
+    /// As [`Hold::Park`], on requests of the turn's own that are new: `writes` (their rows) go
+    /// out with the park and its `input.requested` (a session over budget asks to go on).
+    Ask(Vec<crate::store::InputRequestRecord>, Batch),
+    /// The turn cannot go on: it fails with this code and message (`turn.failed`).
+    Fail(&'static str, String),
 }
 
 /// What [`TurnExtension::final_answer`] said of a final answer.
