@@ -343,3 +343,61 @@ async fn retention_prunes_exactly_the_expired_sessions_once_across_two_runtimes(
     assert!(other.prune_expired(every).await.unwrap().is_none());
     server.stop().await;
 }
+
+/// Two nodes of a fleet on one PostgreSQL store: the expired session is pruned, by one of them,
+/// and the live one is kept (the same promise as on SQLite above, through the other backend).
+#[tokio::test]
+async fn retention_prunes_once_across_a_fleet_on_postgres() {
+    use crate::engine_support::{TestProject, agent as engine_agent, run_prompt};
+    use eve_runtime::engine::{
+        BreakerPolicy, FixedModelProvider, ResolvedModel, Runtime, RuntimeConfig,
+    };
+    use eve_runtime::model::mock::MockClient;
+    use eve_runtime::store::{PgStore, Store};
+
+    let Some(base) = crate::store_postgres::server_url() else {
+        return;
+    };
+    let url = crate::store_postgres::fresh_schema(&base).await;
+    let p = TestProject::new();
+    let mut a = engine_agent();
+    a.config.limits.session_timeout_ms = Some(1_000);
+    a.config.retention_ms = Some(0);
+    p.write_build(&a, &[]);
+    let node = |store: Arc<dyn Store>| {
+        let model = ResolvedModel {
+            client: Arc::new(MockClient::new("echo", None).unwrap()),
+            model: "echo".to_owned(),
+            model_id: "mock/echo".to_owned(),
+            context_window: None,
+            price_per_million: None,
+        };
+        Runtime::new(RuntimeConfig {
+            state_dir: p.state_dir.clone(),
+            store,
+            models: Arc::new(FixedModelProvider(model)),
+            env: Arc::new(|name: &str| std::env::var(name).ok()),
+            autostart: false,
+            lease_ttl: Duration::from_secs(5),
+            breaker: BreakerPolicy::default(),
+            sandbox_helper: std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox")),
+            secrets: Default::default(),
+            isolated_roots: false,
+        })
+    };
+    let one = node(Arc::new(PgStore::connect(&url).await.unwrap()));
+    let two = node(Arc::new(PgStore::connect(&url).await.unwrap()));
+    let (old, _) = run_prompt(&one, "hello").await;
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let (live, _) = run_prompt(&two, "hello").await;
+    let every = Duration::from_secs(3_600);
+    let (a, b) = tokio::join!(one.prune_expired(every), two.prune_expired(every));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(a.is_some() ^ b.is_some(), "exactly one node prunes: {a:?} {b:?}");
+    assert_eq!(a.or(b).unwrap().sessions, vec![old.clone()]);
+    assert!(two.session(&old).await.unwrap().is_none());
+    assert!(one.events(&old, 0, 0).await.unwrap().is_empty());
+    assert!(one.session(&live).await.unwrap().is_some());
+    assert!(one.prune_expired(every).await.unwrap().is_none());
+    assert!(two.prune_expired(every).await.unwrap().is_none());
+}
