@@ -307,10 +307,14 @@ mod tests {
             limit_usd: 1.5,
             used_usd: 1.75,
         };
-        assert_eq!(hit.request_id("wrun_1", 2), "wrun_1:2:limit:token-cost:1.75");
-        assert!(hit.prompt().starts_with(
-            "This session has hit the $1.5 model token-cost limit per session."
-        ));
+        assert_eq!(
+            hit.request_id("wrun_1", 2),
+            "wrun_1:2:limit:token-cost:1.75"
+        );
+        assert!(
+            hit.prompt()
+                .starts_with("This session has hit the $1.5 model token-cost limit per session.")
+        );
         let hit = Violation::Tokens {
             limit: 200_000,
             used: 200_100,
