@@ -134,7 +134,7 @@ async fn stop_cancels_the_turn_after_a_restart_and_the_next_message_asks_again()
     let (status, body) = server
         .post(
             &format!("/eve/v1/session/{id}"),
-            json!({"inputResponses": [{"requestId": request_id, "optionId": "approve"}]}),
+            json!({"inputResponses": [{"requestId": request_id, "optionId": "later"}]}),
         )
         .await;
     assert_eq!(status, 400, "{body}");

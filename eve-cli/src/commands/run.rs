@@ -319,11 +319,21 @@ async fn answer_requests(
     }
     let yes = yes && !change;
     if !yes && !interactive {
-        errln!(
-            "{} {} waiting for approval:",
-            paint(color, "1;33", "paused:"),
-            plural(requests.len(), "tool call")
-        );
+        let budget = requests
+            .iter()
+            .all(|r| r.kind == eve_runtime::engine::session_limit::REQUEST_KIND);
+        if budget {
+            errln!(
+                "{} the session reached its budget; it goes on when a principal answers:",
+                paint(color, "1;33", "paused:")
+            );
+        } else {
+            errln!(
+                "{} {} waiting for approval:",
+                paint(color, "1;33", "paused:"),
+                plural(requests.len(), "tool call")
+            );
+        }
         for r in requests {
             if r.kind == eve_runtime::engine::session_limit::REQUEST_KIND {
                 let key = if r.action["input"]["kind"] == "token-cost" {

@@ -83,8 +83,9 @@ pub(crate) fn interpret(
         .filter(|t| !t.is_empty());
     if request.kind == SESSION_LIMIT {
         return match answer.option_id.as_deref() {
-            Some(CONTINUE) => Ok((true, None)),
-            Some(STOP) => Ok((false, None)),
+            // eve's options; an approval's ids too, for clients that answer every request as one.
+            Some(CONTINUE | "approve") => Ok((true, None)),
+            Some(STOP | "cancel") => Ok((false, None)),
             _ => Err(RuntimeError::InvalidAnswer(format!(
                 "request `{}` asks whether the session may spend a fresh budget: answer it with \
                  `optionId` \"continue\" or \"stop\"",
