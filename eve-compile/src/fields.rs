@@ -310,7 +310,8 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// A duration in milliseconds: a number of seconds, or a string such as `500ms`, `30s`, `2m`, `1h`.
+    /// A duration in milliseconds: a number of seconds, or a string such as `500ms`, `30s`, `2m`,
+    /// `1h`, `30d`.
     pub fn duration_ms(&mut self, key: &str) -> Option<u64> {
         let raw = self.raw(key)?.clone();
         let parsed = match &raw {
@@ -326,14 +327,14 @@ impl<'a> Fields<'a> {
                 Code::InvalidField,
                 key,
                 format!("`{key}` is not a positive duration: {raw}"),
-                "write seconds as a number (30) or a string with a unit (500ms, 30s, 2m, 1h)",
+                "write seconds as a number (30) or a string with a unit (500ms, 30s, 2m, 1h, 30d)",
             );
         }
         parsed
     }
 }
 
-/// Parses `500ms`, `30s`, `2m`, `1h`, or a bare number of seconds.
+/// Parses `500ms`, `30s`, `2m`, `1h`, `30d`, or a bare number of seconds.
 pub fn parse_duration_ms(s: &str) -> Option<u64> {
     let s = s.trim();
     let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
@@ -347,6 +348,7 @@ pub fn parse_duration_ms(s: &str) -> Option<u64> {
         "s" | "sec" => 1000.0,
         "m" | "min" => 60_000.0,
         "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
         _ => return None,
     };
     let ms = n * factor;
@@ -377,6 +379,7 @@ mod tests {
         assert_eq!(parse_duration_ms("30s"), Some(30_000));
         assert_eq!(parse_duration_ms("2m"), Some(120_000));
         assert_eq!(parse_duration_ms("1.5h"), Some(5_400_000));
+        assert_eq!(parse_duration_ms("30d"), Some(2_592_000_000));
         assert_eq!(parse_duration_ms("soon"), None);
         assert_eq!(parse_duration_ms("45"), Some(45_000));
         assert_eq!(parse_duration_ms("10 parsecs"), None);

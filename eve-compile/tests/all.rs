@@ -17,5 +17,6 @@ mod release_policy;
 mod sandbox;
 mod schema;
 mod self_change;
+mod session_limits;
 mod support;
 mod web;

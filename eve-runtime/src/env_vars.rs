@@ -96,6 +96,10 @@ pub const PORT: &str = "PORT";
 pub const EVE_PUBLIC_URL: &str = "EVE_PUBLIC_URL";
 /// The lease of a controlled stream (`?streamControlVersion=1`) in milliseconds (default 60000).
 pub const EVE_STREAM_LEASE_MS: &str = "EVE_STREAM_LEASE_MS";
+/// How often a server looks for expired sessions to prune (`retention:` in `agent.yaml`), in
+/// milliseconds (default 3600000, an hour). Across a fleet on one store, one server prunes per
+/// interval.
+pub const EVE_RETENTION_INTERVAL_MS: &str = "EVE_RETENTION_INTERVAL_MS";
 /// A server's base URL for `eve chat` (`--url`).
 pub const EVE_URL: &str = "EVE_URL";
 /// The bearer token `eve chat` sends with `--url` (`--token`).

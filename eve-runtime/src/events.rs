@@ -279,6 +279,9 @@ pub(crate) fn step_completed(turn: &TurnRecord, step: u64, finish: &str, usage: 
 
 /// The request object of `input.requested`.
 pub(crate) fn input_request(request: &InputRequestRecord) -> Value {
+    if request.kind == crate::features::session_limit::REQUEST_KIND {
+        return crate::features::session_limit::shown(request);
+    }
     if request.kind == crate::features::questions::QUESTION_KIND {
         // A question keeps how it is asked beside its action; eve shows it on the request.
         let mut action = request.action.clone();
@@ -474,6 +477,18 @@ pub(crate) fn input_resolved(requests: &[InputRequestRecord]) -> Value {
             let approved = r.status == crate::store::RequestStatus::Approved;
             if r.kind == crate::features::questions::QUESTION_KIND {
                 return question_resolution(r, approved);
+            }
+            if r.kind == crate::features::session_limit::REQUEST_KIND {
+                // Continue or Stop: answered, as eve's.
+                use crate::features::session_limit::{CONTINUE, STOP};
+                return json!({
+                    "kind": r.kind,
+                    "outcome": "answered",
+                    "requestId": r.id,
+                    "responderPrincipalId": r.responder.as_deref().unwrap_or(LOCAL_PRINCIPAL),
+                    "response": {"optionId": if approved { CONTINUE } else { STOP },
+                                 "requestId": r.id},
+                });
             }
             let mut response = json!({
                 "optionId": if approved { "approve" } else { "cancel" },

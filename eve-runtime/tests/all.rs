@@ -60,6 +60,7 @@ mod server_stream_control;
 mod server_support;
 mod server_tenancy;
 mod server_traces;
+mod session_limits;
 mod sleep;
 mod store_bench;
 mod store_contract;

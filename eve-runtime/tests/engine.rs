@@ -358,7 +358,7 @@ async fn the_step_limit_stops_the_turn_with_a_stop_reason() {
 }
 
 #[tokio::test]
-async fn the_token_limit_stops_the_next_turn() {
+async fn the_token_limit_holds_the_next_turn_until_a_principal_answers() {
     let p = TestProject::new();
     let mut a = agent();
     a.config.limits.max_tokens = Some(100);
@@ -371,8 +371,10 @@ async fn the_token_limit_stops_the_next_turn() {
     assert_eq!(outcome, DriveOutcome::Idle);
     rt.post_message(&id, "again").await.unwrap();
     let outcome = rt.drive(&id).await.unwrap();
+    // A root session over its budget asks before its next model call (eve's session limit).
     assert!(
-        matches!(&outcome, DriveOutcome::Failed { code, .. } if code == "max_tokens"),
+        matches!(&outcome, DriveOutcome::WaitingInput(r)
+            if r.len() == 1 && r[0].kind == "session-limit"),
         "{outcome:?}"
     );
 }

@@ -306,23 +306,44 @@ async fn answer_requests(
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     // `--yes` approves tool calls, never a change to the agent itself: that is asked on a
     // terminal, or left parked for `eve sessions approve`.
-    let change = requests
-        .iter()
-        .any(|r| r.kind == eve_runtime::engine::selfchange::REQUEST_KIND);
+    // Nor a fresh budget for a session that spent its own (`limits.max_tokens`, `max_cost_usd`).
+    let change = requests.iter().any(|r| {
+        r.kind == eve_runtime::engine::selfchange::REQUEST_KIND
+            || r.kind == eve_runtime::engine::session_limit::REQUEST_KIND
+    });
     if change && yes && !interactive {
         errln!(
-            "{} `--yes` does not approve a proposed change to the agent",
+            "{} `--yes` does not approve a proposed change to the agent or grant a fresh session budget",
             paint(color, "1;33", "note:")
         );
     }
     let yes = yes && !change;
     if !yes && !interactive {
-        errln!(
-            "{} {} waiting for approval:",
-            paint(color, "1;33", "paused:"),
-            plural(requests.len(), "tool call")
-        );
+        let budget = requests
+            .iter()
+            .all(|r| r.kind == eve_runtime::engine::session_limit::REQUEST_KIND);
+        if budget {
+            errln!(
+                "{} the session reached its budget; it goes on when a principal answers:",
+                paint(color, "1;33", "paused:")
+            );
+        } else {
+            errln!(
+                "{} {} waiting for approval:",
+                paint(color, "1;33", "paused:"),
+                plural(requests.len(), "tool call")
+            );
+        }
         for r in requests {
+            if r.kind == eve_runtime::engine::session_limit::REQUEST_KIND {
+                let key = if r.action["input"]["kind"] == "token-cost" {
+                    "limits.max_cost_usd"
+                } else {
+                    "limits.max_tokens"
+                };
+                errln!("  {}  {} ({key})", r.id, Untrusted(&r.prompt));
+                continue;
+            }
             errln!(
                 "  {}  {} {}",
                 r.id,

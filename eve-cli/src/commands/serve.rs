@@ -76,6 +76,9 @@ async fn serve(
     watch_signals(shutdown.clone())?;
     runtime.watch_store(shutdown.clone());
     tokio::spawn(Scheduler::new(runtime.clone(), clock).run(shutdown.clone()));
+    // `retention:`: expired sessions pruned, by one server of the fleet per interval.
+    let every = eve_runtime::engine::retention_interval(&|name| std::env::var(name).ok());
+    tokio::spawn(runtime.clone().retention_loop(every, shutdown.clone()));
     let console = args.console;
     let options = server::RouterOptions {
         console,

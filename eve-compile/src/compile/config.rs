@@ -55,7 +55,9 @@ impl Compiler {
             ask_question: false,
             no_reply: false,
             web: Web::default(),
+            retention_ms: None,
         };
+        config.limits.session_timeout_ms = Some(DEFAULT_SESSION_TIMEOUT_MS);
         let mut description = None;
         let config_path = format!("{}agent.yaml", prefix(&dir.path));
         if let Some(file) = &dir.config
@@ -90,6 +92,7 @@ impl Compiler {
                     "ask_question",
                     "no_reply",
                     "web",
+                    "retention",
                 ],
                 "agent.yaml",
             );
@@ -118,6 +121,13 @@ impl Compiler {
                 .unwrap_or_default();
             description = f.string("description");
             config.hollow_check = f.bool("hollow_check").unwrap_or(false);
+            // `retention: default` keeps expired sessions; `0` prunes them when they expire.
+            match f.raw("retention").cloned() {
+                None => {}
+                Some(Value::String(s)) if s == "default" => {}
+                Some(Value::Number(n)) if n.as_f64() == Some(0.0) => config.retention_ms = Some(0),
+                Some(_) => config.retention_ms = f.duration_ms("retention"),
+            }
             config.self_change = f.bool("self_change").unwrap_or(false);
             config.ask_question = f.bool("ask_question").unwrap_or(false);
             config.no_reply = f.bool("no_reply").unwrap_or(false);
@@ -243,6 +253,7 @@ impl Compiler {
                         "model_response_bytes",
                         "review_seconds",
                         "max_sleep_seconds",
+                        "session_timeout",
                         "phases",
                     ],
                     "limits",
@@ -259,6 +270,15 @@ impl Compiler {
                     l.u64("model_response_bytes").map(|n| n.max(1024));
                 config.limits.review_seconds = l.u64("review_seconds").map(|n| n.max(1));
                 config.limits.max_sleep_seconds = l.u64("max_sleep_seconds").map(|n| n.max(1));
+                match l.raw("session_timeout") {
+                    None => {}
+                    Some(serde_json::Value::Bool(false)) => config.limits.session_timeout_ms = None,
+                    Some(_) => {
+                        if let Some(ms) = l.duration_ms("session_timeout") {
+                            config.limits.session_timeout_ms = Some(ms);
+                        }
+                    }
+                }
                 if parsed.doc.value.pointer("/limits/phases").is_some() {
                     config.limits.phases = self.phases(&file.path, &parsed.doc);
                 }

@@ -100,6 +100,11 @@ pub struct AgentConfig {
     /// `web:`: where the built-in `web_fetch` may go, its caps, and `web_search`'s provider.
     #[serde(default, skip_serializing_if = "Web::is_default")]
     pub web: Web,
+    /// `retention:`: how long a session is kept after it expired (`limits.session_timeout`), in
+    /// milliseconds, before a server prunes it with its workspace, blobs and notes; `0` prunes it
+    /// as soon as it expires. Absent (`retention: default`): expired sessions are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_ms: Option<u64>,
 }
 
 /// How a new build becomes the active release (`activation:`).

@@ -62,7 +62,15 @@ pub struct Limits {
     /// [`DEFAULT_MAX_SLEEP_SECONDS`]); a longer one is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_sleep_seconds: Option<u64>,
+    /// `session_timeout`: milliseconds a session may stay idle before it expires (answers
+    /// `410 session_expired`). `eve build` fills in the default, [`DEFAULT_SESSION_TIMEOUT_MS`];
+    /// absent (`session_timeout: false`): sessions never expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_timeout_ms: Option<u64>,
 }
+
+/// `limits.session_timeout` when `agent.yaml` sets none: 30 days, as eve's.
+pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 30 * 24 * 3_600_000;
 
 /// The longest `sleep` when `limits.max_sleep_seconds` is absent: one hour.
 pub const DEFAULT_MAX_SLEEP_SECONDS: u64 = 3_600;
@@ -104,6 +112,7 @@ impl Default for Limits {
             model_response_bytes: None,
             review_seconds: None,
             max_sleep_seconds: None,
+            session_timeout_ms: None,
             phases: None,
         }
     }

@@ -18,6 +18,9 @@ pub enum RuntimeError {
     /// No session with this id.
     #[error("session `{0}` not found")]
     SessionNotFound(String),
+    /// The session stayed idle past `limits.session_timeout`: it can no longer be addressed.
+    #[error("session `{0}` expired (idle longer than limits.session_timeout)")]
+    SessionExpired(String),
     /// The session cannot do this now (for example a clear while a turn runs).
     #[error("session `{id}` is {status}: {what} needs an idle session")]
     SessionNotActive {

@@ -67,14 +67,20 @@ impl Caller {
 
 impl Runtime {
     /// The session `id` as `caller` reaches it. A session it does not reach is
-    /// [`RuntimeError::SessionNotFound`], the same error as an unknown id.
+    /// [`RuntimeError::SessionNotFound`], the same error as an unknown id; one it reaches that
+    /// stayed idle past `limits.session_timeout` is [`RuntimeError::SessionExpired`].
     pub(crate) async fn session_for(
         &self,
         id: &str,
         caller: &Caller,
     ) -> RuntimeResult<SessionRecord> {
         match self.inner.store.session(id).await? {
-            Some(record) if caller.reaches(&record) => Ok(record),
+            Some(record) if caller.reaches(&record) => {
+                if self.expired(&record) {
+                    return Err(RuntimeError::SessionExpired(id.to_owned()));
+                }
+                Ok(record)
+            }
             _ => Err(RuntimeError::SessionNotFound(id.to_owned())),
         }
     }

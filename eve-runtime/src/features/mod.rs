@@ -25,6 +25,7 @@
 //! | [`authorize`] | parks a call of a user-scoped connection until its user has signed in |
 //! | [`safety_id`] | a hash of the turn's sender, as the provider's safety identifier |
 //! | [`client_context`] | a message's `clientContext`, in every model call of its turn only |
+//! | [`session_limit`] | a root session over its token or cost budget asks to go on (Continue/Stop) |
 //!
 //! What a message asks of its turn ([`turn_input`]) adds the last two, by [`for_input`].
 
@@ -44,6 +45,7 @@ pub mod probe;
 pub mod questions;
 pub mod safety_id;
 pub mod selfchange;
+pub mod session_limit;
 pub mod sleep;
 pub mod strategy;
 pub mod stubs;
@@ -64,6 +66,10 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
         // A remote agent's turns run on the remote: nothing else of a local turn applies.
         features.push(Box::new(subagents::remote::RemoteTurn));
         return features;
+    }
+    if session_limit::enabled(agent) {
+        // First: a session over budget holds before anything else prepares a step.
+        features.push(Box::new(session_limit::SessionLimit));
     }
     if !build.providers.is_empty() {
         features.push(Box::new(dynamic::DynamicTools));

@@ -18,6 +18,9 @@ pub enum ApiError {
     /// No session with this id (eve: `{"error":"Session not found.","ok":false}`).
     #[error("Session not found.")]
     SessionNotFound,
+    /// The session expired (`limits.session_timeout`): eve's `410 session_expired`.
+    #[error("Session history is no longer available.")]
+    SessionExpired,
     /// The session cannot do this in its current state.
     #[error("{0}")]
     SessionNotActive(String),
@@ -115,6 +118,7 @@ impl ApiError {
             | Self::RouteNotFound(_)
             | Self::ScheduleNotFound(_)
             | Self::ReleaseNotFound(_) => StatusCode::NOT_FOUND,
+            Self::SessionExpired => StatusCode::GONE,
             Self::SessionNotActive(_)
             | Self::RequestNotPending(_)
             | Self::InputAlreadyAnswered(_)
@@ -135,6 +139,7 @@ impl ApiError {
     pub(crate) fn code(&self) -> &'static str {
         match self {
             Self::SessionNotFound => "session_not_found",
+            Self::SessionExpired => "session_expired",
             Self::SessionNotActive(_) => "session_not_active",
             Self::RequestNotPending(_) => "request_not_pending",
             Self::InputAlreadyAnswered(_) => "input_already_answered",
@@ -187,6 +192,11 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         let mut response = (self.status(), axum::Json(self.body())).into_response();
+        if let Self::SessionExpired = &self {
+            response
+                .headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        }
         if let Self::Unauthorized { challenge } = &self {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -201,6 +211,7 @@ impl From<RuntimeError> for ApiError {
     fn from(e: RuntimeError) -> Self {
         match e {
             RuntimeError::SessionNotFound(_) => Self::SessionNotFound,
+            RuntimeError::SessionExpired(_) => Self::SessionExpired,
             RuntimeError::SessionNotActive { .. } => Self::SessionNotActive(format!("{e}.")),
             RuntimeError::NoSuchRequest(m) => Self::RequestNotPending(format!("{m}.")),
             RuntimeError::InputAlreadyAnswered(won) => Self::InputAlreadyAnswered(won),

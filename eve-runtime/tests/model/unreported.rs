@@ -42,19 +42,19 @@ async fn usage_a_server_does_not_report_is_estimated_and_limits_apply() {
     assert!(usage["inputTokens"].as_u64().unwrap() > 0, "{usage}");
     assert!(usage["outputTokens"].as_u64().unwrap() >= 140, "{usage}");
 
-    // The estimate counts against `limits.max_tokens`: the next turn stops before its model call.
+    // The estimate counts against `limits.max_tokens`: the next turn asks before its model call.
     rt.post_message(&id, "and now?").await.unwrap();
     rt.drive(&id).await.unwrap();
     let events = all_events(&rt, &id).await;
-    let failed = events
+    let asked = events
         .iter()
         .rev()
-        .find(|e| e.kind == "turn.failed")
+        .find(|e| e.kind == "input.requested")
         .unwrap_or_else(|| panic!("the limit applied: {:?}", kinds(&events)));
-    assert!(
-        failed.data.to_string().contains("max_tokens"),
+    assert_eq!(
+        asked.data["requests"][0]["kind"], "session-limit",
         "{}",
-        failed.data
+        asked.data
     );
     assert_eq!(server.requests().len(), 1, "no model call past the limit");
 }

@@ -803,6 +803,14 @@ pub async fn prune_sessions(backend: &impl Backend) {
             created_at: 1,
             updated_at: 1,
         })))
+        // The budget a Continue granted (a session over its `limits.max_tokens`).
+        .push(Op::Note(NoteOp::Put(NoteRecord {
+            namespace: "limits:wrun_old".into(),
+            key: "granted".into(),
+            text: "{\"tokens\":220}".into(),
+            created_at: 1,
+            updated_at: 1,
+        })))
         .push(Op::InsertSession(session("wrun_waiting_msg")))
         .push(Op::InsertInbox(InboxRecord::new(
             "wrun_waiting_msg",
@@ -837,6 +845,7 @@ pub async fn prune_sessions(backend: &impl Backend) {
     }
     assert!(store.subagent_link("wrun_old_kid").await.unwrap().is_none());
     assert!(store.notes("probe:wrun_old").await.unwrap().is_empty());
+    assert!(store.notes("limits:wrun_old").await.unwrap().is_empty());
     for kept in [
         "wrun_waiting_msg",
         "wrun_leased",

@@ -23,7 +23,11 @@ impl TurnDriver<'_> {
                 ),
             ));
         }
+        // A root session's budgets ask a principal before they stop it
+        // (`crate::features::session_limit`); a subagent's stop it here.
+        let child = self.session.parent_id.is_some();
         if let Some(max) = limits.max_tokens
+            && child
             && self.session.usage.total() >= max
         {
             return Some((
@@ -35,6 +39,7 @@ impl TurnDriver<'_> {
             ));
         }
         if let Some(max) = limits.max_cost_usd
+            && child
             && self.session.cost_usd >= max
         {
             return Some((
@@ -87,13 +92,12 @@ impl TurnDriver<'_> {
         context_window(self.rt, &self.build, &self.model).await
     }
 
-    /// A budget or limit that counts what descendants spent, or an inherited budget, is used up.
+    /// An inherited budget (a subagent's, with what its own descendants spent) is used up. A root
+    /// session's own budgets are `crate::features::session_limit`'s.
     pub(super) async fn budget_hit(&self) -> RuntimeResult<Option<(&'static str, String)>> {
         let limits = &self.build.manifest.agent.config.limits;
         let own = self.budget.unwrap_or_default();
-        let inherited = self.budget.is_some();
-        let has_children = self.build.has_children();
-        if !inherited && !has_children {
+        if self.budget.is_none() {
             return Ok(None);
         }
         let cap_tokens = min_opt(limits.max_tokens, own.max_tokens);

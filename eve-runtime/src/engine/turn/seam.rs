@@ -20,7 +20,7 @@
 //! | [`TurnExtension::call_ran`] | after a call ran | writes that go with its result (breaker rows) |
 //! | [`TurnExtension::take_call`] | a call is about to run | run it another way (as a task: a child started in the background) and settle it now |
 //! | [`TurnExtension::parked_until`] | a parked turn is driven again | keep it parked until a timer is due (a `sleep`) |
-//! | [`TurnExtension::hold`] | before a step starts | hold the turn open (work it started is still running), or park it on input |
+//! | [`TurnExtension::hold`] | before a step starts | hold the turn open (work it started is still running), park it on input (new requests of its own with `Ask`), or fail it |
 //! | [`TurnExtension::final_answer`] | the model answered without calls | send it back with a message, hold the turn open, add events to the turn's end, or fail the turn |
 //! | [`TurnExtension::turn_ended`] | a turn stops early | let go of what its unsettled calls hold, with writes that go with the turn's end |
 //!
@@ -249,6 +249,11 @@ pub(crate) enum Hold {
     /// The turn can only go on once a principal answers these requests (a child's approval):
     /// it parks on them (`input.requested`, `turn.waiting {on: "input"}`).
     Park(Vec<crate::store::InputRequestRecord>),
+    /// As [`Hold::Park`], on requests of the turn's own that are new: `writes` (their rows) go
+    /// out with the park and its `input.requested` (a session over budget asks to go on).
+    Ask(Vec<crate::store::InputRequestRecord>, Batch),
+    /// The turn cannot go on: it fails with this code and message (`turn.failed`).
+    Fail(&'static str, String),
 }
 
 /// What [`TurnExtension::final_answer`] said of a final answer.

@@ -186,32 +186,15 @@ impl TurnDriver<'_> {
                     return Ok(None);
                 }
                 Hold::Wait(writes) => writes,
-                Hold::Park(pending) => {
-                    if turn.status == TurnStatus::Waiting && self.held.is_none() {
-                        // Parked already (a driver looked again): nothing changed.
-                        return Ok(Some(TurnEnd::Parked(pending)));
-                    }
-                    let mut batch = Batch::new();
-                    if turn.status != TurnStatus::Waiting {
-                        batch.event(
-                            self.id(),
-                            ev::INPUT_REQUESTED,
-                            ev::input_requested(turn, turn.step_index, &pending),
-                        );
-                        batch.event(
-                            self.id(),
-                            ev::TURN_WAITING,
-                            ev::turn_waiting(turn, &self.session.usage),
-                        );
-                    }
-                    turn.status = TurnStatus::Waiting;
-                    self.session.status = SessionStatus::Waiting;
-                    batch
-                        .push(Op::PutTurn(turn.clone()))
-                        .push(Op::UpdateSession(self.session.clone()));
-                    let batch = self.with_held(batch);
-                    self.rt.commit(batch).await?;
-                    return Ok(Some(TurnEnd::Parked(pending)));
+                Hold::Fail(code, message) => {
+                    return self
+                        .end_failed(turn.clone(), code, &message, None)
+                        .await
+                        .map(Some);
+                }
+                Hold::Park(pending) => return self.park_on(turn, pending, None).await,
+                Hold::Ask(pending, writes) => {
+                    return self.park_on(turn, pending, Some(writes)).await;
                 }
             };
             if !writes.is_empty() {
@@ -230,6 +213,44 @@ impl TurnDriver<'_> {
                 return self.end_cancelled(turn.clone()).await.map(Some);
             }
         }
+    }
+
+    /// Parks the turn on `pending`: `input.requested` and `turn.waiting` when it was not parked
+    /// yet, or when `fresh` holds new requests of its own (their rows, which go out with it).
+    async fn park_on(
+        &mut self,
+        turn: &mut TurnRecord,
+        pending: Vec<InputRequestRecord>,
+        fresh: Option<Batch>,
+    ) -> RuntimeResult<Option<TurnEnd>> {
+        if turn.status == TurnStatus::Waiting && self.held.is_none() && fresh.is_none() {
+            // Parked already (a driver looked again): nothing changed.
+            return Ok(Some(TurnEnd::Parked(pending)));
+        }
+        let asks = fresh.is_some();
+        let mut batch = fresh.unwrap_or_default();
+        if turn.status != TurnStatus::Waiting || asks {
+            batch.event(
+                self.id(),
+                ev::INPUT_REQUESTED,
+                ev::input_requested(turn, turn.step_index, &pending),
+            );
+        }
+        if turn.status != TurnStatus::Waiting {
+            batch.event(
+                self.id(),
+                ev::TURN_WAITING,
+                ev::turn_waiting(turn, &self.session.usage),
+            );
+        }
+        turn.status = TurnStatus::Waiting;
+        self.session.status = SessionStatus::Waiting;
+        batch
+            .push(Op::PutTurn(turn.clone()))
+            .push(Op::UpdateSession(self.session.clone()));
+        let batch = self.with_held(batch);
+        self.rt.commit(batch).await?;
+        Ok(Some(TurnEnd::Parked(pending)))
     }
 
     /// Whether this step may hold writes back: nothing between `step.started` and the journal

@@ -452,7 +452,8 @@ impl Runtime {
             };
             batch.push(Op::PutToolCall(call));
         }
-        // A question is answered, not approved: `input.resolved` alone says so, as eve's.
+        // A question (or a session's budget) is answered, not approved: `input.resolved` alone
+        // says so, as eve's.
         if signing_in {
             let outcome =
                 answer
@@ -463,7 +464,9 @@ impl Runtime {
                 ev::AUTHORIZATION_COMPLETED,
                 ev::authorization_completed(&request, outcome),
             );
-        } else if request.kind != crate::features::questions::QUESTION_KIND {
+        } else if request.kind != crate::features::questions::QUESTION_KIND
+            && request.kind != crate::features::session_limit::REQUEST_KIND
+        {
             batch.event(
                 session,
                 ev::APPROVAL_SETTLED,

@@ -9,6 +9,7 @@
 use super::Answer;
 use crate::engine::{Caller, Runtime, RuntimeError, RuntimeResult};
 use crate::features::questions::QUESTION_KIND;
+use crate::features::session_limit::{CONTINUE, REQUEST_KIND as SESSION_LIMIT, STOP};
 use crate::store::InputRequestRecord;
 
 /// The kind of a tool's approval request.
@@ -48,6 +49,16 @@ fn choices(request: &InputRequestRecord) -> (Vec<Choice>, bool) {
         let free = question["allowFreeform"].as_bool().unwrap_or(true) || options.is_empty();
         return (options, free);
     }
+    if request.kind == SESSION_LIMIT {
+        let options = [(CONTINUE, "Approve"), (STOP, "Stop")]
+            .into_iter()
+            .map(|(id, label)| Choice {
+                id: id.to_owned(),
+                label: label.to_owned(),
+            })
+            .collect();
+        return (options, false);
+    }
     let options = [("approve", "Approve"), ("cancel", "Cancel")]
         .into_iter()
         .map(|(id, label)| Choice {
@@ -70,6 +81,18 @@ pub(crate) fn interpret(
         .as_deref()
         .map(str::trim)
         .filter(|t| !t.is_empty());
+    if request.kind == SESSION_LIMIT {
+        return match answer.option_id.as_deref() {
+            // eve's options; an approval's ids too, for clients that answer every request as one.
+            Some(CONTINUE | "approve") => Ok((true, None)),
+            Some(STOP | "cancel") => Ok((false, None)),
+            _ => Err(RuntimeError::InvalidAnswer(format!(
+                "request `{}` asks whether the session may spend a fresh budget: answer it with \
+                 `optionId` \"continue\" or \"stop\"",
+                request.id
+            ))),
+        };
+    }
     if request.kind != QUESTION_KIND {
         return match answer.option_id.as_deref() {
             Some("approve") => Ok((true, text.map(str::to_owned))),
@@ -146,10 +169,10 @@ pub fn resolve_text(text: &str, request: &InputRequestRecord) -> Option<InputAns
     })
 }
 
-/// Whether a plain message may answer a request of `kind`: approvals of tools and questions (a
-/// proposed change to the agent is answered explicitly).
+/// Whether a plain message may answer a request of `kind`: approvals of tools, questions and a
+/// session's budget (a proposed change to the agent is answered explicitly).
 fn answerable_by_text(kind: &str) -> bool {
-    kind == TOOL_APPROVAL || kind == QUESTION_KIND
+    kind == TOOL_APPROVAL || kind == QUESTION_KIND || kind == SESSION_LIMIT
 }
 
 impl Runtime {

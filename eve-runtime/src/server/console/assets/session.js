@@ -157,7 +157,8 @@ export function sessionView(id) {
     });
     const answer = async (approve) => {
       for (const b of c.approval.querySelectorAll("button")) b.disabled = true;
-      const response = { requestId: req.requestId, optionId: approve ? "approve" : "cancel" };
+      const [yes, no] = req.kind === "session-limit" ? ["continue", "stop"] : ["approve", "cancel"];
+      const response = { requestId: req.requestId, optionId: approve ? yes : no };
       if (reason.value.trim()) response.text = reason.value.trim();
       try {
         await api("/eve/v1/session/" + encodeURIComponent(id), { method: "POST", body: { inputResponses: [response] } });
