@@ -19,6 +19,7 @@ pub mod model;
 pub mod observe;
 pub mod redact;
 pub mod releases;
+pub mod retention;
 pub mod schedule;
 pub mod server;
 pub mod store;

@@ -20,7 +20,6 @@ mod follow;
 mod live;
 pub use crate::builds::publish;
 mod replies;
-mod retention;
 mod run_tool;
 mod sandbox;
 mod tenancy;
@@ -28,7 +27,7 @@ pub(crate) mod turn;
 
 /// The features of a turn (`crate::features`), where callers of the engine found them before.
 pub use crate::features::{memory, selfchange, session_limit};
-pub use retention::{DEFAULT_RETENTION_INTERVAL, Pruned, retention_interval};
+pub use crate::retention::{DEFAULT_RETENTION_INTERVAL, Pruned, retention_interval};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! references any more).
 //!
 //! Pruning runs on every server of a fleet, and happens once: a run takes the store's claim
-//! `retention:prune` (a lease row, as every claim: `super::claims`) and skips when another
+//! `retention:prune` (a lease row, as every claim: `crate::engine::claims`) and skips when another
 //! process holds it, or when the last run (the note `retention`/`last`) is more recent than the
 //! interval. What is deleted is the store's `prune_sessions`, the same rows on both backends.
 
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Runtime, RuntimeResult};
+use crate::engine::{Runtime, RuntimeResult};
 use crate::store::{Batch, NoteOp, NoteRecord, Op, SessionRecord, SessionStatus, now_ms};
 
 /// The claim a pruning run holds.
