@@ -164,6 +164,7 @@ pub fn agent() -> Agent {
             ask_question: false,
             no_reply: false,
             web: Default::default(),
+            state: Default::default(),
         },
         tools: Vec::new(),
         skills: Vec::new(),

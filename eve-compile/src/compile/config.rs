@@ -55,6 +55,7 @@ impl Compiler {
             ask_question: false,
             no_reply: false,
             web: Web::default(),
+            state: BTreeMap::new(),
         };
         let mut description = None;
         let config_path = format!("{}agent.yaml", prefix(&dir.path));
@@ -90,6 +91,7 @@ impl Compiler {
                     "ask_question",
                     "no_reply",
                     "web",
+                    "state",
                 ],
                 "agent.yaml",
             );
@@ -184,6 +186,7 @@ impl Compiler {
             config.memory = self.memory_config(file, &parsed.doc);
             config.probe = self.probe_config(file, &parsed.doc);
             config.web = self.web_config(file, &parsed.doc, root);
+            config.state = self.state_config(file, &parsed.doc);
             if config.web.search.is_none()
                 && super::builtins::turned_on(parsed.doc.value.get("default_tools"), WEB_SEARCH)
             {
