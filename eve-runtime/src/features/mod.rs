@@ -25,6 +25,7 @@
 //! | [`authorize`] | parks a call of a user-scoped connection until its user has signed in |
 //! | [`safety_id`] | a hash of the turn's sender, as the provider's safety identifier |
 //! | [`client_context`] | a message's `clientContext`, in every model call of its turn only |
+//! | [`state`] | `state:` slots: a session's durable tool state, given to and updated by its tools |
 //!
 //! What a message asks of its turn ([`turn_input`]) adds the last two, by [`for_input`].
 
@@ -45,6 +46,7 @@ pub mod questions;
 pub mod safety_id;
 pub mod selfchange;
 pub mod sleep;
+pub mod state;
 pub mod strategy;
 pub mod stubs;
 pub mod subagents;
@@ -92,6 +94,9 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
         features.push(Box::new(hooks::ToolBefore));
     }
     features.push(Box::new(breakers::Breakers));
+    if state::enabled(agent) {
+        features.push(Box::new(state::ToolState::default()));
+    }
     if questions::enabled(agent) {
         features.push(Box::new(questions::Questions));
     }

@@ -189,8 +189,8 @@ pub(crate) const SESSION_TABLES: &[(&str, &str)] = &[
 ];
 
 /// Namespaces of the notes a session owns (its probe, its senders, its session memory, what its
-/// turns were asked, its tool stubs, its turns' trace contexts).
-pub(crate) fn session_note_namespaces(session: &str) -> [String; 7] {
+/// turns were asked, its tool stubs, its turns' trace contexts, its tools' state).
+pub(crate) fn session_note_namespaces(session: &str) -> [String; 8] {
     [
         format!("probe:{session}"),
         format!("sender:{session}"),
@@ -199,6 +199,7 @@ pub(crate) fn session_note_namespaces(session: &str) -> [String; 7] {
         crate::features::turn_input::namespace(session),
         crate::features::stubs::namespace(session),
         crate::telemetry::namespace(session),
+        crate::features::state::namespace_of(session),
     ]
 }
 
