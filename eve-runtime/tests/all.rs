@@ -63,5 +63,6 @@ mod store_contract;
 mod store_postgres;
 mod store_sqlite;
 mod tasks;
+mod tool_state;
 mod tools;
 mod turn_output;
