@@ -44,6 +44,7 @@ mod runtimes_apart;
 mod schedule;
 mod selfchange;
 mod selfchange_review;
+mod server_attributes;
 mod server_auth;
 mod server_jwks;
 mod server_limits;
