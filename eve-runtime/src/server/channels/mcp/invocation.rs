@@ -39,6 +39,8 @@ pub(super) struct Invocations<'a> {
     pub(super) sender: Option<String>,
     /// The principal recorded as the session's owner.
     pub(super) owner: String,
+    /// Its attributes, recorded with the session.
+    pub(super) owner_attributes: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Invocations<'_> {
@@ -46,6 +48,7 @@ impl Invocations<'_> {
     pub(super) async fn start(&self, message: String) -> Result<Value, ToolError> {
         let mut extra: Vec<Extra> = self.sender.clone().map(Extra::Sender).into_iter().collect();
         extra.push(Extra::Owner(self.owner.clone()));
+        extra.push(Extra::OwnerAttributes(self.owner_attributes.clone()));
         let accepted = self
             .runtime
             .accept(Accept {

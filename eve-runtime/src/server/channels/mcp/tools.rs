@@ -95,6 +95,7 @@ impl ServerHandler for AgentServer {
             reach,
             sender: caller.sender.clone(),
             owner: caller.caller.id().to_owned(),
+            owner_attributes: caller.caller.attributes().clone(),
         };
         let args = request.arguments.unwrap_or_default();
         let outcome = match request.name.as_ref() {
