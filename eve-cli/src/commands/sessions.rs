@@ -354,18 +354,15 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
         session.turn_count,
         session.usage.total()
     );
-    if let Some(owner) = &session.owner {
-        let attributes = if owner_attributes.is_empty() {
-            String::new()
-        } else {
-            format!(" {}", Value::Object(owner_attributes.clone()))
-        };
+    // A principal with attributes (claims its JWT method names) started it: who, and under what.
+    if let Some(owner) = session.owner.as_ref().filter(|_| !owner_attributes.is_empty()) {
+        let attributes = Value::Object(owner_attributes.clone()).to_string();
         outln!(
             "{}",
             paint(
                 color,
                 "2",
-                &format!("owner {}{}", Untrusted(owner), Untrusted(&attributes))
+                &format!("owner {} {}", Untrusted(owner), Untrusted(&attributes))
             )
         );
     }
