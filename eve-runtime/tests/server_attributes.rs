@@ -75,7 +75,14 @@ async fn stream(server: &TestServer, auth: &str, id: &str, from: u64) -> (u16, V
         .unwrap();
     let status = response.status().as_u16();
     let text = response.text().await.unwrap();
-    (status, if status == 200 { parse_ndjson(&text) } else { Vec::new() })
+    (
+        status,
+        if status == 200 {
+            parse_ndjson(&text)
+        } else {
+            Vec::new()
+        },
+    )
 }
 
 /// Starts a refund (approval: always) as `auth`; the session id and the pending request's id.
@@ -132,10 +139,20 @@ async fn the_attributes_go_with_the_session_the_approval_and_user_memory() {
         "only the claims the file names: {settled}"
     );
 
-    let (status, shown) = call(&server, &alice, "GET", &format!("/eve/v1/sessions/{id}"), None).await;
+    let (status, shown) = call(
+        &server,
+        &alice,
+        "GET",
+        &format!("/eve/v1/sessions/{id}"),
+        None,
+    )
+    .await;
     assert_eq!(status, 200, "{shown}");
     assert_eq!(shown["session"]["owner"], "jwt:alice");
-    assert_eq!(shown["session"]["ownerAttributes"], json!({"org_id": "acme"}));
+    assert_eq!(
+        shown["session"]["ownerAttributes"],
+        json!({"org_id": "acme"})
+    );
     let answered = &shown["inputRequests"][0];
     assert_eq!(answered["responder"], "jwt:alice");
     assert_eq!(answered["responderAttributes"], json!({"org_id": "acme"}));
@@ -181,7 +198,14 @@ async fn other_tenant(by_id_only: bool) -> Attempt {
     let (id, request) = refund(&server, &acme).await;
     // The same subject, signed by the same provider, in another organisation.
     let globex = token("alice", "globex");
-    let (show, _) = call(&server, &globex, "GET", &format!("/eve/v1/sessions/{id}"), None).await;
+    let (show, _) = call(
+        &server,
+        &globex,
+        "GET",
+        &format!("/eve/v1/sessions/{id}"),
+        None,
+    )
+    .await;
     let (stream_status, _) = stream(&server, &globex, &id, 0).await;
     let (send, _) = call(
         &server,
@@ -202,7 +226,14 @@ async fn other_tenant(by_id_only: bool) -> Attempt {
     let (_, list) = call(&server, &globex, "GET", "/eve/v1/sessions", None).await;
     let listed = list.to_string().contains(&id);
     // Its owner still reaches it.
-    let (status, _) = call(&server, &acme, "GET", &format!("/eve/v1/sessions/{id}"), None).await;
+    let (status, _) = call(
+        &server,
+        &acme,
+        "GET",
+        &format!("/eve/v1/sessions/{id}"),
+        None,
+    )
+    .await;
     assert_eq!(status, 200);
     let (_, list) = call(&server, &acme, "GET", "/eve/v1/sessions", None).await;
     assert!(list.to_string().contains(&id), "{list}");
@@ -212,9 +243,9 @@ async fn other_tenant(by_id_only: bool) -> Attempt {
         .input_requests(&id, false)
         .await
         .unwrap();
-    let refunded = requests.iter().any(|r| {
-        r.id == request && r.status == eve_runtime::store::RequestStatus::Approved
-    });
+    let refunded = requests
+        .iter()
+        .any(|r| r.id == request && r.status == eve_runtime::store::RequestStatus::Approved);
     Attempt {
         show,
         stream: stream_status,

@@ -120,26 +120,29 @@ async fn an_update_over_the_cap_or_of_an_undeclared_slot_fails_the_call_and_chan
     a.tools.push(tool);
     p.write_build(&a, &[file]);
     let long = "x".repeat(100);
+    // One update that fits, then three that fail (which opens the tool's breaker: three in a row).
     let script = json!([
-        call("remember", "c1", json!({"update": {"demo.note": long}})),
-        call("remember", "c2", json!({"update": {"other.slot": 1}})),
-        call("remember", "c3", json!({"update": ["not", "an", "object"]})),
-        call("remember", "c4", json!({"update": {"demo.note": "fits"}})),
+        call("remember", "c1", json!({"update": {"demo.note": "fits"}})),
+        call("remember", "c2", json!({"update": {"demo.note": long, "demo.count": {"n": 9}}})),
+        call("remember", "c3", json!({"update": {"other.slot": 1}})),
+        call("remember", "c4", json!({"update": ["not", "an", "object"]})),
         {"text": "done"}
     ]);
     let rt = p.runtime(script);
     let (id, _) = run_prompt(&rt, "remember").await;
     let calls = rt.store().tool_calls(&id, 0).await.unwrap();
     let text = |i: usize| calls[i].output.as_ref().unwrap().to_string();
-    assert_eq!(calls[0].status, CallStatus::Failed, "{calls:?}");
-    assert!(text(0).contains("state_too_large"), "{}", text(0));
-    assert!(text(0).contains("cap of 64 bytes"), "{}", text(0));
-    assert_eq!(calls[1].status, CallStatus::Failed);
-    assert!(text(1).contains("does not declare"), "{}", text(1));
+    assert_eq!(calls[0].status, CallStatus::Completed, "{calls:?}");
+    assert_eq!(calls[1].status, CallStatus::Failed, "{calls:?}");
+    assert!(text(1).contains("state_too_large"), "{}", text(1));
+    assert!(text(1).contains("cap of 64 bytes"), "{}", text(1));
     assert_eq!(calls[2].status, CallStatus::Failed);
-    assert!(text(2).contains("must be an object"), "{}", text(2));
-    assert_eq!(calls[3].status, CallStatus::Completed, "{calls:?}");
+    assert!(text(2).contains("does not declare"), "{}", text(2));
+    assert_eq!(calls[3].status, CallStatus::Failed);
+    assert!(text(3).contains("must be an object"), "{}", text(3));
+    // Nothing of a refused update was applied, not even its slots that fit.
     assert_eq!(stored(&rt, &id, "demo.note").await, Some(json!("fits")));
+    assert_eq!(stored(&rt, &id, "demo.count").await, None);
     assert_eq!(stored(&rt, &id, "other.slot").await, None);
 }
 
@@ -167,13 +170,20 @@ async fn a_call_killed_before_it_settled_reruns_on_the_state_it_saw_and_applies_
     let rt = p.runtime(script.clone());
     let id = rt.create_session(Some("count".into())).await.unwrap();
     // Killed after the tool ran (it logged what it saw), before its result was committed.
-    drive_and_abort(&rt, &id, || p.side_lines().iter().any(|l| l.starts_with("ran"))).await;
+    drive_and_abort(&rt, &id, || {
+        p.side_lines().iter().any(|l| l.starts_with("ran"))
+    })
+    .await;
     drop(rt);
     assert_eq!(seen(&p, &id), vec![0]);
     let rt = p.runtime(script);
     assert_eq!(rt.drive(&id).await.unwrap(), DriveOutcome::Idle);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(seen(&p, &id), vec![0, 0], "the re-run saw the state the first run saw");
+    assert_eq!(
+        seen(&p, &id),
+        vec![0, 0],
+        "the re-run saw the state the first run saw"
+    );
     assert_eq!(stored(&rt, &id, "demo.count").await, Some(json!({"n": 1})));
 }
 
@@ -240,7 +250,11 @@ async fn a_subagent_has_its_own_state() {
     let kid = children(&rt, &id).await.pop().expect("a child session");
     eventually_async_state(&rt, &kid).await;
     assert_eq!(seen(&p, &id), vec![0]);
-    assert_eq!(seen(&p, &kid), vec![0, 1], "the child starts from `initial`");
+    assert_eq!(
+        seen(&p, &kid),
+        vec![0, 1],
+        "the child starts from `initial`"
+    );
     assert_eq!(stored(&rt, &id, "demo.count").await, Some(json!({"n": 1})));
     assert_eq!(stored(&rt, &kid, "demo.count").await, Some(json!({"n": 2})));
 }
@@ -302,7 +316,10 @@ async fn another_sessions_state(shared: bool) -> String {
 async fn another_session_never_sees_a_sessions_state() {
     let given = another_sessions_state(false).await;
     assert!(!given.contains("A-SECRET-7731"), "{given}");
-    assert!(given.contains(r#""demo.note":"""#), "B sees its own initial value: {given}");
+    assert!(
+        given.contains(r#""demo.note":"""#),
+        "B sees its own initial value: {given}"
+    );
 }
 
 #[tokio::test]

@@ -355,7 +355,11 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
         session.usage.total()
     );
     // A principal with attributes (claims its JWT method names) started it: who, and under what.
-    if let Some(owner) = session.owner.as_ref().filter(|_| !owner_attributes.is_empty()) {
+    if let Some(owner) = session
+        .owner
+        .as_ref()
+        .filter(|_| !owner_attributes.is_empty())
+    {
         let attributes = Value::Object(owner_attributes.clone()).to_string();
         outln!(
             "{}",

@@ -18,8 +18,8 @@ use eve_discover::{Code, Diagnostic};
 
 use super::Compiler;
 use crate::fields::Fields;
-use crate::yaml::escape_pointer;
 use crate::manifest::*;
+use crate::yaml::escape_pointer;
 
 /// Name prefixes eve keeps for its own context keys (as `defineState` refuses them).
 const RESERVED_PREFIXES: &[&str] = &["eve.", "eve:mount."];

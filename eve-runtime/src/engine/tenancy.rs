@@ -51,7 +51,10 @@ pub(crate) fn principal_key(id: &str, attributes: &Map<String, Value>) -> String
 const OWNER_KEY: &str = "owner";
 
 /// The write that records `attributes` as those of `session`'s owner (none when empty).
-pub(crate) fn record_owner_attributes(session: &str, attributes: &Map<String, Value>) -> Option<Op> {
+pub(crate) fn record_owner_attributes(
+    session: &str,
+    attributes: &Map<String, Value>,
+) -> Option<Op> {
     if attributes.is_empty() {
         return None;
     }
@@ -327,7 +330,10 @@ mod tests {
         let ops = Caller::operator("token:OPS");
         assert!(alice.reaches(&owned_by(Some("jwt:alice")), &none));
         assert!(!alice.reaches(&owned_by(Some("jwt:bob")), &none));
-        assert!(!alice.reaches(&owned_by(None), &none), "no owner: operators only");
+        assert!(
+            !alice.reaches(&owned_by(None), &none),
+            "no owner: operators only"
+        );
         assert!(!Caller::tenant("jwt").reaches(&owned_by(Some("jwt:alice")), &none));
         for s in [Some("jwt:alice"), Some("jwt:bob"), None] {
             assert!(ops.reaches(&owned_by(s), &none));

@@ -165,7 +165,10 @@ pub(crate) async fn write(
     let input: Value = json!({"action": request.action, "id": request.id, "text": request.text});
     let result = app
         .runtime
-        .memory_write(&selector(&identity, &caller, Some(scope), request.session), &input)
+        .memory_write(
+            &selector(&identity, &caller, Some(scope), request.session),
+            &input,
+        )
         .await
         .map_err(error)?;
     tracing::info!(principal = %identity.principal_id(), scope = scope.as_str(), %result, "memory written over the API");

@@ -219,7 +219,10 @@ pub(crate) async fn create_session(
     let bytes = body::bytes(body, app.config.message_limit())?;
     let input = body::create(&bytes)?;
     let options = with_traceparent(body::turn_options(&bytes)?, &headers);
-    let mut extra: Vec<Extra> = sender(&identity, &caller).map(Extra::Sender).into_iter().collect();
+    let mut extra: Vec<Extra> = sender(&identity, &caller)
+        .map(Extra::Sender)
+        .into_iter()
+        .collect();
     extra.push(Extra::Owner(caller.id().to_owned()));
     extra.push(Extra::OwnerAttributes(caller.attributes().clone()));
     if let Some(stubs) = options.stubs {
@@ -370,7 +373,9 @@ pub(crate) async fn post_session(
             }
             let (text, attachments) = staged(&app, &id, bytes.len(), input).await?;
             let mut accept = Accept::message(SessionRef::Existing(id.clone()), text);
-            accept.extra.extend(sender(&identity, &caller).map(Extra::Sender));
+            accept
+                .extra
+                .extend(sender(&identity, &caller).map(Extra::Sender));
             if !attachments.is_empty() {
                 accept.extra.push(Extra::Attachments(attachments));
             }
