@@ -19,9 +19,9 @@ fn counter(pause: &str) -> (&'static str, String) {
         format!(
             "#!/bin/sh\n# ---\n# description: Count.\n# effect: idempotent\n# env: [SIDE_FILE]\n\
              # ---\ninput=$(cat)\n\
-             n=$(printf '%s' \"$input\" | sed -n 's/.*\"demo.count\":{{\"n\":\\([0-9]*\\)}}.*/\\1/p')\n\
+             n=$(printf '%s' \"$input\" | sed -n 's/.*\"demo.count\":{{\"count\":\\([0-9]*\\)}}.*/\\1/p')\n\
              echo \"ran $n\" >> \"$SIDE_FILE\"\n{pause}\n\
-             printf '{{\"seen\": %s, \"$state\": {{\"demo.count\": {{\"n\": %s}}}}}}' \"$n\" \"$((n + 1))\"\n"
+             printf '{{\"seen\": %s, \"$state\": {{\"demo.count\": {{\"count\": %s}}}}}}' \"$n\" \"$((n + 1))\"\n"
         ),
     )
 }
@@ -34,7 +34,7 @@ fn project(pause: &str) -> RunProject {
     );
     p.agent.file(
         "agent.yaml",
-        "default_tools: false\nstate:\n  demo.count:\n    initial: {n: 0}\n",
+        "default_tools: false\nstate:\n  demo.count:\n    initial: {count: 0}\n",
     );
     p
 }
@@ -56,7 +56,7 @@ fn kill_and_restart(p: &RunProject, kill_when: impl Fn(&RunProject, &[String]) -
         .iter()
         .map(|t| serde_json::from_str(t).unwrap())
         .collect();
-    assert_eq!(stored, [json!({"n": 1})], "applied exactly once");
+    assert_eq!(stored, [json!({"count": 1})], "applied exactly once");
     let lines = p.side_lines();
     assert!(!lines.is_empty());
     assert!(
