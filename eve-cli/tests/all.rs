@@ -9,6 +9,7 @@ mod channels;
 mod chat;
 mod chat_tty;
 mod crash;
+mod crash_state;
 mod dev;
 mod dev_lines;
 mod docs;

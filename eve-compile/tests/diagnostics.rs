@@ -259,6 +259,15 @@ diagnostic_tests! {
             .file("tools/lookup.ts", "import { defineTool } from \"eve/tools\";\nimport { vercelOidc } from \"eve/agents/auth\";\nexport default defineTool({ auth: vercelOidc() });\n")
             .on_disk()
             .check();
+    e130_state_reserved_prefix: InvalidState, "agent/agent.yaml", Some(2)
+        => minimal().file("agent.yaml", "state:\n  eve.budget:\n    initial: {count: 0}\n").on_disk().check();
+    e130_state_initial_over_cap: InvalidState, "agent/agent.yaml", Some(3)
+        => minimal().file("agent.yaml", "state:\n  my-agent.notes:\n    initial: \"far too long for the cap\"\n    max_bytes: 8\n").on_disk().check();
+    e130_tool_input_takes_state_key: InvalidState, "agent/tools/count.yaml", None
+        => minimal()
+            .file("agent.yaml", "state:\n  my-agent.count:\n    initial: 0\n")
+            .file("tools/count.yaml", "description: Count.\ninput:\n  type: object\n  properties:\n    $state: {type: object}\nrun: [cat]\n")
+            .on_disk().check();
     w001_unknown_file: UnknownEntry, "agent/notes.txt", None
         => minimal().file("notes.txt", "todo\n").on_disk().check();
     w001_unknown_folder: UnknownEntry, "agent/widgets/", None

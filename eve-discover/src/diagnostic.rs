@@ -130,6 +130,9 @@ codes! {
     /// One of eve's Vercel-specific helpers (`eve/vercel`, `eve/next`, `VercelSandbox`,
     /// `vercelOidc`, `defineWorkspaceAgent`, …).
     VercelHelper = "E125", Error, "Vercel-specific helper";
+    /// A `state:` slot of `agent.yaml` is malformed (a reserved or invalid name, an `initial`
+    /// value over its cap, an unknown field), or a tool's input takes the reserved `$state` key.
+    InvalidState = "E130", Error, "invalid state declaration";
     /// A file or folder eve does not understand.
     UnknownEntry = "W001", Warning, "unknown file or folder";
     /// A field eve does not know (probably a typo).

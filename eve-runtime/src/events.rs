@@ -453,7 +453,13 @@ pub(crate) fn authorization_completed(request: &InputRequestRecord, outcome: &st
     data
 }
 
-pub(crate) fn approval_settled(request: &InputRequestRecord, approved: bool) -> Value {
+/// `approval.settled`, with `responderAttributes` when the responder's principal has attributes
+/// (claims its JWT method names).
+pub(crate) fn approval_settled(
+    request: &InputRequestRecord,
+    approved: bool,
+    attributes: Option<&serde_json::Map<String, Value>>,
+) -> Value {
     let mut data = json!({
         "outcome": if approved { "approved" } else { "denied" },
         "requestId": request.id,
@@ -462,6 +468,9 @@ pub(crate) fn approval_settled(request: &InputRequestRecord, approved: bool) -> 
         "stepIndex": request.step_index,
         "turnId": format!("turn_{}", request.turn_seq),
     });
+    if let Some(attributes) = attributes.filter(|a| !a.is_empty()) {
+        data["responderAttributes"] = Value::Object(attributes.clone());
+    }
     if let Some(reason) = &request.reason {
         data["reason"] = json!(reason);
     }

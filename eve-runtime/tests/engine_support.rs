@@ -165,6 +165,7 @@ pub fn agent() -> Agent {
             no_reply: false,
             web: Default::default(),
             retention_ms: None,
+            state: Default::default(),
         },
         tools: Vec::new(),
         skills: Vec::new(),

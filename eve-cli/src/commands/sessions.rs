@@ -265,6 +265,8 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
             turns.extend(store.turn(&id, turn).await?);
         }
         let requests = store.input_requests(&id, false).await?;
+        let owner_attributes = runtime.owner_attributes(&id).await?;
+        let answered_by = runtime.responder_attributes(&id).await?;
         let status = runtime.shown_status(&session).await.0;
         let failures: Vec<(u64, Value)> = runtime
             .events(&id, 0, 0)
@@ -277,18 +279,38 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
             })
             .collect();
         Ok(Some((
-            session, messages, calls, requests, status, failures, turns,
+            session,
+            messages,
+            calls,
+            requests,
+            status,
+            failures,
+            turns,
+            (owner_attributes, answered_by),
         )))
     })??;
-    let Some((session, messages, calls, requests, status, failures, turns)) = loaded else {
+    let Some((
+        session,
+        messages,
+        calls,
+        requests,
+        status,
+        failures,
+        turns,
+        (owner_attributes, answered_by),
+    )) = loaded
+    else {
         anyhow::bail!(
             "the session disappeared from {} while it was read",
             project.db_path().display()
         );
     };
     if args.json {
+        let mut shown = session_json(&session, status);
+        shown["owner"] = json!(session.owner);
+        shown["ownerAttributes"] = Value::Object(owner_attributes.clone());
         let report = json!({
-            "session": session_json(&session, status),
+            "session": shown,
             "messages": messages.iter().map(|m| json!({
                 "seq": m.seq, "turn": m.turn_seq, "kind": m.kind, "body": m.body,
                 "at": rfc3339(m.at),
@@ -310,7 +332,8 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
             "inputRequests": requests.iter().map(|r| json!({
                 "requestId": r.id, "turn": r.turn_seq, "callId": r.call_id, "tool": r.tool_name,
                 "kind": r.kind, "prompt": r.prompt, "status": r.status.as_str(), "reason": r.reason,
-                "responder": r.responder, "action": r.action,
+                "responder": r.responder, "responderAttributes": answered_by.get(&r.id),
+                "action": r.action,
             })).collect::<Vec<_>>(),
         });
         outln!("{}", json_pretty(&report));
@@ -331,6 +354,22 @@ pub fn show(args: SessionsShowArgs) -> anyhow::Result<ExitCode> {
         session.turn_count,
         session.usage.total()
     );
+    // A principal with attributes (claims its JWT method names) started it: who, and under what.
+    if let Some(owner) = session
+        .owner
+        .as_ref()
+        .filter(|_| !owner_attributes.is_empty())
+    {
+        let attributes = Value::Object(owner_attributes.clone()).to_string();
+        outln!(
+            "{}",
+            paint(
+                color,
+                "2",
+                &format!("owner {} {}", Untrusted(owner), Untrusted(&attributes))
+            )
+        );
+    }
     // Each turn's tokens and cost, where its model's price is known.
     for t in turns.iter().filter(|t| t.usage.cost_usd.is_some()) {
         let usage = serde_json::to_value(t.usage).unwrap_or_default();

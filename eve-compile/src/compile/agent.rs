@@ -103,6 +103,7 @@ impl Compiler {
         self.check_tool_choice(&agent, dir);
         self.check_self_change_name(&agent);
         self.check_builtins(&agent);
+        self.check_state_key(&agent);
         agent
     }
 

@@ -56,6 +56,7 @@ impl Compiler {
             no_reply: false,
             web: Web::default(),
             retention_ms: None,
+            state: BTreeMap::new(),
         };
         config.limits.session_timeout_ms = Some(DEFAULT_SESSION_TIMEOUT_MS);
         let mut description = None;
@@ -93,6 +94,7 @@ impl Compiler {
                     "no_reply",
                     "web",
                     "retention",
+                    "state",
                 ],
                 "agent.yaml",
             );
@@ -194,6 +196,7 @@ impl Compiler {
             config.memory = self.memory_config(file, &parsed.doc);
             config.probe = self.probe_config(file, &parsed.doc);
             config.web = self.web_config(file, &parsed.doc, root);
+            config.state = self.state_config(file, &parsed.doc);
             if config.web.search.is_none()
                 && super::builtins::turned_on(parsed.doc.value.get("default_tools"), WEB_SEARCH)
             {

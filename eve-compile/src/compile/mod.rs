@@ -26,6 +26,7 @@ mod remote;
 mod sandbox;
 mod schedules;
 mod skills;
+mod state;
 mod tools;
 mod web;
 

@@ -105,7 +105,28 @@ pub struct AgentConfig {
     /// as soon as it expires. Absent (`retention: default`): expired sessions are kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention_ms: Option<u64>,
+    /// `state:`: durable per-session state slots by name (eve's `defineState`): every script
+    /// and `run:` tool of the agent reads them on stdin and updates them in its result.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub state: BTreeMap<String, StateSlot>,
 }
+
+/// One durable state slot of a session (`state: {NAME: {initial, max_bytes}}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StateSlot {
+    /// The value a session starts with (eve's `initial()`).
+    pub initial: serde_json::Value,
+    /// The largest the slot's JSON may be, in bytes: an update over it fails the call.
+    pub max_bytes: u64,
+}
+
+/// The cap of a state slot's JSON unless `max_bytes` says otherwise (64 KiB).
+pub const DEFAULT_STATE_MAX_BYTES: u64 = 64 * 1024;
+/// The largest `max_bytes` a state slot may have (1 MiB).
+pub const STATE_MAX_BYTES_LIMIT: u64 = 1024 * 1024;
+/// The key of a script tool's stdin and result that carries state (see docs/tools.md).
+pub const STATE_KEY: &str = "$state";
 
 /// How a new build becomes the active release (`activation:`).
 #[derive(

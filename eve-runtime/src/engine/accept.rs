@@ -76,6 +76,9 @@ pub enum Extra {
     /// The principal that starts the session, when this creates it (see
     /// [`SessionRecord::owner`]); ignored for a session that exists already.
     Owner(String),
+    /// The attributes of that principal (the claims its JWT method names), recorded with the
+    /// session it creates (see `engine::tenancy`); ignored for a session that exists already.
+    OwnerAttributes(serde_json::Map<String, Value>),
     /// Files sent with the message, already staged in the session's workspace
     /// ([`crate::workspace::attachments::stage`]); kept with the message in the inbox (see
     /// [`super::content`]).
@@ -145,10 +148,20 @@ impl Runtime {
             Extra::Owner(owner) => Some(owner.clone()),
             _ => None,
         });
+        let owner_attributes = extra
+            .iter()
+            .find_map(|e| match e {
+                Extra::OwnerAttributes(a) => Some(a.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
         let creates = matches!(session, SessionRef::New { .. });
         let from = match session {
             SessionRef::New { id, schedule } => {
                 let build = self.inner.builds.current()?;
+                if let Some(op) = super::tenancy::record_owner_attributes(&id, &owner_attributes) {
+                    batch.push(op);
+                }
                 batch.push(Op::InsertSession(SessionRecord {
                     owner,
                     ..SessionRecord::new(
@@ -163,7 +176,8 @@ impl Runtime {
             }
             SessionRef::Existing(id) => self.require_session(&id).await?.event_count,
             SessionRef::Ensure(id) => {
-                self.ensure_session_owned(&id, owner).await?;
+                self.ensure_session_owned(&id, owner, &owner_attributes)
+                    .await?;
                 self.require_session(&id).await?.event_count
             }
         };
@@ -252,7 +266,10 @@ impl Runtime {
                     });
                 }
                 Extra::ScheduleFire(claim) => schedule = Some(claim),
-                Extra::Owner(_) | Extra::Input(_) | Extra::Attachments(_) => {}
+                Extra::Owner(_)
+                | Extra::OwnerAttributes(_)
+                | Extra::Input(_)
+                | Extra::Attachments(_) => {}
                 Extra::Stubs(stubs) => {
                     if !creates {
                         return Err(RuntimeError::Other(
@@ -306,12 +323,13 @@ impl Runtime {
         }))
     }
 
-    /// [`Runtime::ensure_session`], recording `owner` as the principal that started it when
-    /// this creates it (a session that exists keeps its owner).
+    /// [`Runtime::ensure_session`], recording `owner` (with its `attributes`) as the principal
+    /// that started it when this creates it (a session that exists keeps its owner).
     pub(crate) async fn ensure_session_owned(
         &self,
         id: &str,
         owner: Option<String>,
+        attributes: &serde_json::Map<String, Value>,
     ) -> RuntimeResult<()> {
         if self.inner.store.session(id).await?.is_some() {
             return Ok(());
@@ -328,6 +346,9 @@ impl Runtime {
             )
         };
         let mut batch = Batch::durable();
+        if let Some(op) = super::tenancy::record_owner_attributes(id, attributes) {
+            batch.push(op);
+        }
         batch.push(Op::InsertSession(record));
         if let Err(e) = self.inner.store.commit(batch).await {
             // Another request may have created it first; that is fine.

@@ -22,7 +22,7 @@ pub use crate::builds::publish;
 mod replies;
 mod run_tool;
 mod sandbox;
-mod tenancy;
+pub(crate) mod tenancy;
 pub(crate) mod turn;
 
 /// The features of a turn (`crate::features`), where callers of the engine found them before.
@@ -54,6 +54,8 @@ pub(crate) use live::LiveEvents;
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;
 pub use tenancy::Caller;
+#[doc(hidden)]
+pub use tenancy::owners_by_id_only_for_tests;
 pub use turn::{InputAnswer, option_ids, resolve_text};
 
 use crate::store::*;

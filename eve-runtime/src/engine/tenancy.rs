@@ -9,21 +9,113 @@
 //! not reach is told the session does not exist ([`RuntimeError::SessionNotFound`]), exactly as
 //! for an id that was never used, so existence does not leak.
 //!
+//! A principal is its id and its attributes (the claims a JWT method of `channels/eve.yaml`
+//! names under `attributes:`, a tenant id for one). A session records both when it is created
+//! (the attributes as the note [`owner_namespace`] of the session, in the commit that creates
+//! it), and a tenant reaches it only with the same id *and* the same attributes: a session
+//! started under tenant A is not found for a principal of tenant B, even when the identity
+//! providers of A and B issue the same subject. This is eve's advice for multi-tenant agents
+//! ("enforce tenant ownership for session create, continue, and stream routes") made the rule.
+//!
 //! On a platform channel many people share one conversation (a Slack thread, a Telegram group),
 //! so answering an approval there follows who asked: the sender of the message whose turn waits
 //! ([`Runtime::asker`]), or an operator.
 
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use serde_json::{Map, Value};
+
 use super::events::LOCAL_PRINCIPAL;
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::features::memory::sender_namespace;
-use crate::store::{SessionFilter, SessionRecord};
+use crate::store::{NoteOp, NoteRecord, Op, SessionFilter, SessionRecord};
+
+/// The notes namespace that holds the attributes of the principal that started `session` (key
+/// [`OWNER_KEY`], canonical JSON); absent when it had none.
+pub(crate) fn owner_namespace(session: &str) -> String {
+    format!("principal:{session}")
+}
+
+/// A principal as one string: its id, followed by its attributes as JSON when it has some
+/// (`jwt:alice{"tenant":"acme"}`). What `user`-scoped memory is kept under.
+pub(crate) fn principal_key(id: &str, attributes: &Map<String, Value>) -> String {
+    if attributes.is_empty() {
+        id.to_owned()
+    } else {
+        format!("{id}{}", Value::Object(attributes.clone()))
+    }
+}
+
+/// The key of the owner's attributes in [`owner_namespace`].
+const OWNER_KEY: &str = "owner";
+
+/// The write that records `attributes` as those of `session`'s owner (none when empty).
+pub(crate) fn record_owner_attributes(
+    session: &str,
+    attributes: &Map<String, Value>,
+) -> Option<Op> {
+    if attributes.is_empty() {
+        return None;
+    }
+    let now = crate::store::now_ms();
+    Some(Op::Note(NoteOp::Put(NoteRecord {
+        namespace: owner_namespace(session),
+        key: OWNER_KEY.to_owned(),
+        text: Value::Object(attributes.clone()).to_string(),
+        created_at: now,
+        updated_at: now,
+    })))
+}
+
+/// The key of the attributes of who answered `request` in [`owner_namespace`].
+fn responder_key(request: &str) -> String {
+    format!("responder:{request}")
+}
+
+/// The write that records `attributes` as those of the principal that answered `request` (none
+/// when empty), in the commit that settles it.
+pub(crate) fn record_responder_attributes(
+    request: &crate::store::InputRequestRecord,
+    attributes: &Map<String, Value>,
+) -> Option<Op> {
+    if attributes.is_empty() {
+        return None;
+    }
+    let now = crate::store::now_ms();
+    Some(Op::Note(NoteOp::Put(NoteRecord {
+        namespace: owner_namespace(&request.session_id),
+        key: responder_key(&request.id),
+        text: Value::Object(attributes.clone()).to_string(),
+        created_at: now,
+        updated_at: now,
+    })))
+}
+
+/// Tests only: the state folders whose runtimes match a session's owner by id alone (the
+/// attributes not compared), as before principals had attributes.
+static BY_ID_ONLY: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Tests only: runtimes on `state_dir` match a session's owner by principal id alone, so a test
+/// can show a principal of another tenant with a colliding id reaching a session when the
+/// attributes are not compared. Nothing else calls this; no setting reaches it.
+#[doc(hidden)]
+pub fn owners_by_id_only_for_tests(state_dir: &Path) {
+    let dir = std::path::absolute(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
+    BY_ID_ONLY
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(dir);
+}
 
 /// Who acts on sessions, as the caller was authenticated: its principal id (`jwt:<sub>`,
-/// `token:NAME`, `basic:user`, `slack:U…`, `anonymous`, `local`) and whether it is an operator.
+/// `token:NAME`, `basic:user`, `slack:U…`, `anonymous`, `local`), its attributes (claims its JWT
+/// method carries) and whether it is an operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     id: String,
     operator: bool,
+    attributes: Map<String, Value>,
 }
 
 impl Caller {
@@ -32,6 +124,7 @@ impl Caller {
         Self {
             id: id.into(),
             operator: false,
+            attributes: Map::new(),
         }
     }
 
@@ -40,7 +133,19 @@ impl Caller {
         Self {
             id: id.into(),
             operator: true,
+            attributes: Map::new(),
         }
+    }
+
+    /// The same principal, with these attributes.
+    pub(crate) fn with_attributes(mut self, attributes: Map<String, Value>) -> Self {
+        self.attributes = attributes;
+        self
+    }
+
+    /// Its attributes (the claims its JWT method names; empty for other principals).
+    pub(crate) fn attributes(&self) -> &Map<String, Value> {
+        &self.attributes
     }
 
     /// The terminal (`eve run`, `eve chat`, `eve sessions`): [`LOCAL_PRINCIPAL`], an operator.
@@ -58,10 +163,17 @@ impl Caller {
         self.operator
     }
 
-    /// Whether it reaches `session`: an operator reaches all; anyone else the sessions it
-    /// started.
-    pub(crate) fn reaches(&self, session: &SessionRecord) -> bool {
-        self.operator || session.owner.as_deref() == Some(self.id.as_str())
+    /// Whether it reaches `session`, started by a principal with `owner_attributes`: an
+    /// operator reaches all; anyone else the sessions it started, as the same principal (the same
+    /// id and the same attributes).
+    pub(crate) fn reaches(
+        &self,
+        session: &SessionRecord,
+        owner_attributes: &Map<String, Value>,
+    ) -> bool {
+        self.operator
+            || (session.owner.as_deref() == Some(self.id.as_str())
+                && *owner_attributes == self.attributes)
     }
 }
 
@@ -74,15 +186,77 @@ impl Runtime {
         id: &str,
         caller: &Caller,
     ) -> RuntimeResult<SessionRecord> {
-        match self.inner.store.session(id).await? {
-            Some(record) if caller.reaches(&record) => {
-                if self.expired(&record) {
-                    return Err(RuntimeError::SessionExpired(id.to_owned()));
-                }
-                Ok(record)
-            }
-            _ => Err(RuntimeError::SessionNotFound(id.to_owned())),
+        let Some(record) = self.inner.store.session(id).await? else {
+            return Err(RuntimeError::SessionNotFound(id.to_owned()));
+        };
+        let reached = caller.is_operator()
+            || (record.owner.as_deref() == Some(caller.id()) && {
+                let attributes = self.compared_attributes(id, caller).await?;
+                caller.reaches(&record, &attributes)
+            });
+        if !reached {
+            return Err(RuntimeError::SessionNotFound(id.to_owned()));
         }
+        if self.expired(&record) {
+            return Err(RuntimeError::SessionExpired(id.to_owned()));
+        }
+        Ok(record)
+    }
+
+    /// The attributes of the principal that started `session` (empty when it had none, or when
+    /// no session has that id).
+    pub async fn owner_attributes(&self, session: &str) -> RuntimeResult<Map<String, Value>> {
+        match self
+            .inner
+            .store
+            .note(&owner_namespace(session), OWNER_KEY)
+            .await?
+        {
+            // A stored value that does not parse is a damaged read: an error, never "none".
+            Some(note) => match serde_json::from_str(&note.text)? {
+                Value::Object(map) => Ok(map),
+                other => Err(RuntimeError::Other(format!(
+                    "the owner attributes of session {session} are not an object: {other}"
+                ))),
+            },
+            None => Ok(Map::new()),
+        }
+    }
+
+    /// The attributes of who answered each request of `session` that was answered by a
+    /// principal with attributes, by request id.
+    pub async fn responder_attributes(
+        &self,
+        session: &str,
+    ) -> RuntimeResult<std::collections::BTreeMap<String, Value>> {
+        let mut found = std::collections::BTreeMap::new();
+        for note in self.inner.store.notes(&owner_namespace(session)).await? {
+            if let Some(request) = note.key.strip_prefix("responder:") {
+                found.insert(request.to_owned(), serde_json::from_str(&note.text)?);
+            }
+        }
+        Ok(found)
+    }
+
+    /// The owner attributes `caller`'s are compared with for `session`: the recorded ones, or
+    /// the caller's own under the test switch that matches owners by id alone.
+    async fn compared_attributes(
+        &self,
+        session: &str,
+        caller: &Caller,
+    ) -> RuntimeResult<Map<String, Value>> {
+        let by_id_only = {
+            let dirs = BY_ID_ONLY.lock().unwrap_or_else(PoisonError::into_inner);
+            !dirs.is_empty() && {
+                let dir = self.state_dir();
+                let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+                dirs.contains(&dir)
+            }
+        };
+        if by_id_only {
+            return Ok(caller.attributes().clone());
+        }
+        self.owner_attributes(session).await
     }
 
     /// The sessions `caller` reaches, newest first (`filter` narrows them further).
@@ -98,7 +272,15 @@ impl Runtime {
             owner: Some(caller.id().to_owned()),
             ..filter.clone()
         };
-        Ok(self.inner.store.sessions(&own).await?)
+        // The same id is not yet the same principal: the attributes must match too.
+        let mut reached = Vec::new();
+        for record in self.inner.store.sessions(&own).await? {
+            let attributes = self.compared_attributes(&record.id, caller).await?;
+            if caller.reaches(&record, &attributes) {
+                reached.push(record);
+            }
+        }
+        Ok(reached)
     }
 
     /// Who asked what `session` waits for: the sender of the message its last turn took (a
@@ -144,15 +326,35 @@ mod tests {
 
     #[test]
     fn a_tenant_reaches_only_what_it_started_and_an_operator_everything() {
+        let none = Map::new();
         let alice = Caller::tenant("jwt:alice");
         let ops = Caller::operator("token:OPS");
-        assert!(alice.reaches(&owned_by(Some("jwt:alice"))));
-        assert!(!alice.reaches(&owned_by(Some("jwt:bob"))));
-        assert!(!alice.reaches(&owned_by(None)), "no owner: operators only");
-        assert!(!Caller::tenant("jwt").reaches(&owned_by(Some("jwt:alice"))));
+        assert!(alice.reaches(&owned_by(Some("jwt:alice")), &none));
+        assert!(!alice.reaches(&owned_by(Some("jwt:bob")), &none));
+        assert!(
+            !alice.reaches(&owned_by(None), &none),
+            "no owner: operators only"
+        );
+        assert!(!Caller::tenant("jwt").reaches(&owned_by(Some("jwt:alice")), &none));
         for s in [Some("jwt:alice"), Some("jwt:bob"), None] {
-            assert!(ops.reaches(&owned_by(s)));
-            assert!(Caller::local().reaches(&owned_by(s)));
+            assert!(ops.reaches(&owned_by(s), &none));
+            assert!(Caller::local().reaches(&owned_by(s), &none));
         }
+    }
+
+    #[test]
+    fn the_same_id_under_another_tenant_is_another_principal() {
+        let tenant = |t: &str| {
+            let mut m = Map::new();
+            m.insert("tenant".into(), Value::String(t.into()));
+            m
+        };
+        let alice_a = Caller::tenant("jwt:alice").with_attributes(tenant("a"));
+        let alice_b = Caller::tenant("jwt:alice").with_attributes(tenant("b"));
+        let session = owned_by(Some("jwt:alice"));
+        assert!(alice_a.reaches(&session, &tenant("a")));
+        assert!(!alice_b.reaches(&session, &tenant("a")));
+        assert!(!Caller::tenant("jwt:alice").reaches(&session, &tenant("a")));
+        assert!(!alice_a.reaches(&session, &Map::new()));
     }
 }

@@ -240,6 +240,7 @@ impl Runtime {
             principal: &flow.principal,
             may_activate: false,
             authorization: Some(outcome),
+            attributes: None,
         };
         self.answer_input_with(&flow.session, Some(&request.id), answer)
             .await?;

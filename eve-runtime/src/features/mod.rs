@@ -26,6 +26,7 @@
 //! | [`safety_id`] | a hash of the turn's sender, as the provider's safety identifier |
 //! | [`client_context`] | a message's `clientContext`, in every model call of its turn only |
 //! | [`session_limit`] | a root session over its token or cost budget asks to go on (Continue/Stop) |
+//! | [`state`] | `state:` slots: a session's durable tool state, given to and updated by its tools |
 //!
 //! What a message asks of its turn ([`turn_input`]) adds the last two, by [`for_input`].
 
@@ -47,6 +48,7 @@ pub mod safety_id;
 pub mod selfchange;
 pub mod session_limit;
 pub mod sleep;
+pub mod state;
 pub mod strategy;
 pub mod stubs;
 pub mod subagents;
@@ -98,6 +100,9 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
         features.push(Box::new(hooks::ToolBefore));
     }
     features.push(Box::new(breakers::Breakers));
+    if state::enabled(agent) {
+        features.push(Box::new(state::ToolState::default()));
+    }
     if questions::enabled(agent) {
         features.push(Box::new(questions::Questions));
     }

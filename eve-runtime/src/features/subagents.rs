@@ -238,7 +238,7 @@ impl Runtime {
         batch.event(
             session,
             ev::APPROVAL_SETTLED,
-            ev::approval_settled(&answered, answer.approve),
+            ev::approval_settled(&answered, answer.approve, answer.attributes),
         );
         if !still {
             batch.event(
@@ -471,6 +471,11 @@ pub(crate) async fn start_child(
                 created_at: now,
             };
             let task_id = link.task_id();
+            // ... with its attributes: the child is reached as its root is.
+            let attributes = view.rt.owner_attributes(view.id()).await?;
+            if let Some(op) = crate::engine::tenancy::record_owner_attributes(&child, &attributes) {
+                batch.push(op);
+            }
             batch
                 .push(Op::InsertSession(SessionRecord {
                     parent_id: Some(view.id().to_owned()),

@@ -57,18 +57,27 @@ fn scope(name: Option<&str>) -> Result<Option<MemoryScope>, ApiError> {
     }
 }
 
-/// The caller's own user, for the `user` scope.
-fn own_user(identity: &Identity) -> Option<String> {
+/// The caller's own user, for the `user` scope: its principal, with its attributes (the same
+/// key a turn's sender has: the same subject under another tenant is another user).
+fn own_user(identity: &Identity, caller: &Caller) -> Option<String> {
     match identity {
         Identity::Anonymous => None,
-        other => Some(other.principal_id()),
+        other => Some(crate::engine::tenancy::principal_key(
+            &other.principal_id(),
+            caller.attributes(),
+        )),
     }
 }
 
-fn selector(identity: &Identity, scope: Option<MemoryScope>, session: Option<String>) -> Selector {
+fn selector(
+    identity: &Identity,
+    caller: &Caller,
+    scope: Option<MemoryScope>,
+    session: Option<String>,
+) -> Selector {
     Selector {
         scope,
-        user: own_user(identity),
+        user: own_user(identity, caller),
         session,
     }
 }
@@ -114,7 +123,7 @@ pub(crate) async fn show(
 ) -> Result<Response, ApiError> {
     let scope = scope(target.scope.as_deref())?;
     may_reach(&app, &caller, target.session.as_deref()).await?;
-    let mut selector = selector(&identity, scope, target.session);
+    let mut selector = selector(&identity, &caller, scope, target.session);
     let scopes = match scope {
         Some(s) => vec![s],
         None => vec![MemoryScope::Agent, MemoryScope::User, MemoryScope::Session],
@@ -156,7 +165,10 @@ pub(crate) async fn write(
     let input: Value = json!({"action": request.action, "id": request.id, "text": request.text});
     let result = app
         .runtime
-        .memory_write(&selector(&identity, Some(scope), request.session), &input)
+        .memory_write(
+            &selector(&identity, &caller, Some(scope), request.session),
+            &input,
+        )
         .await
         .map_err(error)?;
     tracing::info!(principal = %identity.principal_id(), scope = scope.as_str(), %result, "memory written over the API");
@@ -183,7 +195,7 @@ pub(crate) async fn clear(
     may_reach(&app, &caller, target.session.as_deref()).await?;
     let removed = app
         .runtime
-        .memory_clear(&selector(&identity, Some(scope), target.session))
+        .memory_clear(&selector(&identity, &caller, Some(scope), target.session))
         .await
         .map_err(error)?;
     tracing::info!(principal = %identity.principal_id(), scope = scope.as_str(), removed, "memory cleared over the API");

@@ -127,10 +127,12 @@ pub(crate) async fn guard(State(app): State<App>, mut request: Request, next: Ne
         .await
     {
         Ok(verified) => {
+            // The caller is its principal with the attributes its method carries.
             let caller = app
                 .config
                 .operators
-                .caller(&verified.identity, verified.claims.as_ref());
+                .caller(&verified.identity, verified.claims.as_ref())
+                .with_attributes(verified.attributes.clone());
             request.extensions_mut().insert(verified.identity);
             request.extensions_mut().insert(caller.clone());
             request
@@ -175,12 +177,17 @@ pub(crate) async fn info(State(app): State<App>) -> Result<Response, ApiError> {
     Ok(Json(super::agent_info::document(&build, &root, dev)).into_response())
 }
 
-/// Who sent a message, for the `user` memory scope: the authenticated principal; nobody for an
-/// API without authentication (anonymous callers must not share one user's memory).
-fn sender(identity: &Identity) -> Option<String> {
+/// Who sent a message, for the `user` memory scope: the authenticated principal, with its
+/// attributes when it has some (`jwt:alice{"tenant":"acme"}`: the same subject under another
+/// tenant is another user); nobody for an API without authentication (anonymous callers must
+/// not share one user's memory).
+fn sender(identity: &Identity, caller: &Caller) -> Option<String> {
     match identity {
         Identity::Anonymous => None,
-        other => Some(other.principal_id()),
+        other => Some(crate::engine::tenancy::principal_key(
+            &other.principal_id(),
+            caller.attributes(),
+        )),
     }
 }
 
@@ -212,8 +219,12 @@ pub(crate) async fn create_session(
     let bytes = body::bytes(body, app.config.message_limit())?;
     let input = body::create(&bytes)?;
     let options = with_traceparent(body::turn_options(&bytes)?, &headers);
-    let mut extra: Vec<Extra> = sender(&identity).map(Extra::Sender).into_iter().collect();
+    let mut extra: Vec<Extra> = sender(&identity, &caller)
+        .map(Extra::Sender)
+        .into_iter()
+        .collect();
     extra.push(Extra::Owner(caller.id().to_owned()));
+    extra.push(Extra::OwnerAttributes(caller.attributes().clone()));
     if let Some(stubs) = options.stubs {
         // A stub replaces what a tool does: the operator's decision, never a stranger's.
         if !super::tenancy::reach(&app, &caller).is_operator() {
@@ -362,7 +373,9 @@ pub(crate) async fn post_session(
             }
             let (text, attachments) = staged(&app, &id, bytes.len(), input).await?;
             let mut accept = Accept::message(SessionRef::Existing(id.clone()), text);
-            accept.extra.extend(sender(&identity).map(Extra::Sender));
+            accept
+                .extra
+                .extend(sender(&identity, &caller).map(Extra::Sender));
             if !attachments.is_empty() {
                 accept.extra.push(Extra::Attachments(attachments));
             }
@@ -509,7 +522,7 @@ pub(crate) async fn chat(
         }
         if may_create {
             app.runtime
-                .ensure_session_owned(&id, Some(caller.id().to_owned()))
+                .ensure_session_owned(&id, Some(caller.id().to_owned()), caller.attributes())
                 .await?;
         }
     }
@@ -519,7 +532,7 @@ pub(crate) async fn chat(
         ChatInput::Message(input) => {
             let (text, attachments) = staged(&app, &id, bytes.len(), input).await?;
             app.runtime
-                .post_content_from(&id, &text, attachments, sender(&identity))
+                .post_content_from(&id, &text, attachments, sender(&identity, &caller))
                 .await?;
         }
         ChatInput::InputResponses(responses) => {

@@ -189,8 +189,9 @@ pub(crate) const SESSION_TABLES: &[(&str, &str)] = &[
 ];
 
 /// Namespaces of the notes a session owns (its probe, its senders, its session memory, what its
-/// turns were asked, its tool stubs, its turns' trace contexts, its granted budgets).
-pub(crate) fn session_note_namespaces(session: &str) -> [String; 8] {
+/// turns were asked, its tool stubs, its turns' trace contexts, its granted budgets, its tools'
+/// state, its owner's attributes).
+pub(crate) fn session_note_namespaces(session: &str) -> [String; 10] {
     [
         format!("probe:{session}"),
         format!("sender:{session}"),
@@ -200,6 +201,8 @@ pub(crate) fn session_note_namespaces(session: &str) -> [String; 8] {
         crate::features::stubs::namespace(session),
         crate::telemetry::namespace(session),
         crate::features::session_limit::namespace(session),
+        crate::features::state::namespace_of(session),
+        crate::engine::tenancy::owner_namespace(session),
     ]
 }
 

@@ -119,6 +119,21 @@ impl TurnDriver<'_> {
         if let Target::Subagent(sub) = &resolved.target {
             return self.run_subagent(turn, step, call, sub).await;
         }
+        // What the call is given; features add to it (its state) and may hold something (the
+        // lock over that state) until the call is settled, before it is marked running.
+        let mut input = resolved.run_input(&call.input);
+        let mut held = Vec::new();
+        if let Target::Build(build_tool) = &resolved.target {
+            let view = view!(self, turn);
+            for feature in &self.features {
+                if let Some(kept) = feature
+                    .before_run(&view, &call, build_tool, &mut input)
+                    .await?
+                {
+                    held.push(kept);
+                }
+            }
+        }
         call.status = CallStatus::Running;
         call.attempts = call.attempts.saturating_add(1);
         call.started_at = Some(now_ms());
@@ -185,7 +200,6 @@ impl TurnDriver<'_> {
             drop(progress);
         }
         let token = self.cancel.child_token();
-        let input = resolved.run_input(&call.input);
         let run: std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send + '_>> =
             match &resolved.target {
                 Target::Build(tool) => {
@@ -274,6 +288,31 @@ impl TurnDriver<'_> {
                 .await
                 .map(Some);
         }
+        // What a feature takes out of a successful result (state updates) goes with it, or fails
+        // the call.
+        let mut taken = Batch::new();
+        let mut refused = None;
+        let mut result = result;
+        if result.ok
+            && let Target::Build(build_tool) = &resolved.target
+        {
+            let view = view!(self, turn);
+            for feature in &self.features {
+                let verdict = feature
+                    .after_run(&view, &call, build_tool, &mut result.output, &mut taken)
+                    .await?;
+                if let Err(why) = verdict {
+                    refused = Some(why);
+                    break;
+                }
+            }
+        }
+        if let Some(why) = refused {
+            taken = Batch::new();
+            result.ok = false;
+            result.error = Some(why);
+            result.output = Value::Null;
+        }
         let (status, output) = if result.ok {
             (CallStatus::Completed, result.output.clone())
         } else {
@@ -299,7 +338,7 @@ impl TurnDriver<'_> {
         self.rt.secrets().redact_json(&mut output);
         let output = self.fit_output(&call, output, &ctx).await;
         // A refused input is the caller's mistake, not a failure of the tool.
-        let mut batch = Batch::new();
+        let mut batch = taken;
         // Progress reported just before the end goes out with the result, before it.
         while let Ok(label) = reports.try_recv() {
             batch.event(
@@ -324,9 +363,13 @@ impl TurnDriver<'_> {
                 ev::egress_refused(turn, step, &call, refused),
             );
         }
-        self.settle_with(batch, turn, step, call, status, output, None)
+        let settled = self
+            .settle_with(batch, turn, step, call, status, output, None)
             .await
-            .map(Some)
+            .map(Some);
+        // The call's result is committed: what the features held for it is let go.
+        drop(held);
+        settled
     }
 
     /// The data of one `action.partial` of `call`: its progress `label`, redacted.

@@ -17,6 +17,8 @@
 //! | [`TurnExtension::answer_call`] | before any call is decided | answer it instead (a tool stub) |
 //! | [`TurnExtension::gate_call`] | before a call is approved or run | refuse it |
 //! | [`TurnExtension::check_input`] | before a call is reviewed, asked about or run | deny it or rewrite its input (`tool.before` hooks) |
+//! | [`TurnExtension::before_run`] | a build tool's call is about to run | add to what it is given (its state), and hold something until it is settled |
+//! | [`TurnExtension::after_run`] | a build tool's call succeeded | take what is the feature's out of its result, with writes that go with it, or fail it |
 //! | [`TurnExtension::call_ran`] | after a call ran | writes that go with its result (breaker rows) |
 //! | [`TurnExtension::take_call`] | a call is about to run | run it another way (as a task: a child started in the background) and settle it now |
 //! | [`TurnExtension::parked_until`] | a parked turn is driven again | keep it parked until a timer is due (a `sleep`) |
@@ -239,6 +241,10 @@ pub(crate) struct Taken {
     pub(crate) writes: Batch,
 }
 
+/// What a feature holds from [`TurnExtension::before_run`] until the call is settled (a lock);
+/// dropped once the result is committed.
+pub(crate) type Held = Box<dyn std::any::Any + Send + Sync>;
+
 /// What [`TurnExtension::hold`] said before a step.
 pub(crate) enum Hold {
     /// Nothing holds the turn: the step starts.
@@ -388,6 +394,33 @@ pub(crate) trait TurnExtension: Send + Sync {
         _workspace: &std::path::Path,
     ) -> InputVerdict {
         InputVerdict::Allow(input)
+    }
+
+    /// Before a call of the build tool `tool` runs (before it is marked running), with the JSON
+    /// it is given (a process's stdin): a feature may add to it. What it returns is held until
+    /// the call's result is committed (a lock ordering the calls that share what it adds).
+    async fn before_run(
+        &self,
+        _view: &TurnView<'_>,
+        _call: &ToolCallRecord,
+        _tool: &Tool,
+        _input: &mut Value,
+    ) -> RuntimeResult<Option<Held>> {
+        Ok(None)
+    }
+
+    /// A call of the build tool `tool` succeeded with `output`, before anything keeps it: a
+    /// feature may take what is its own out of it and add `writes` that go with the result
+    /// (the commit that settles the call); `Err(why)` fails the call with `why` instead.
+    async fn after_run(
+        &self,
+        _view: &TurnView<'_>,
+        _call: &ToolCallRecord,
+        _tool: &Tool,
+        _output: &mut Value,
+        _writes: &mut Batch,
+    ) -> RuntimeResult<Result<(), String>> {
+        Ok(Ok(()))
     }
 
     /// After a call of `tool` ran (`ok`: it succeeded; calls whose input eve refused before

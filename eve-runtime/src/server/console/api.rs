@@ -225,6 +225,7 @@ pub(crate) async fn show(
             }));
         }
     }
+    let answered_by = runtime.responder_attributes(&id).await?;
     let requests: Vec<Value> = store
         .input_requests(&id, false)
         .await
@@ -234,6 +235,7 @@ pub(crate) async fn show(
             json!({
                 "requestId": r.id, "turn": r.turn_seq, "callId": r.call_id, "tool": r.tool_name,
                 "prompt": r.prompt, "status": r.status.as_str(), "reason": r.reason,
+                "responder": r.responder, "responderAttributes": answered_by.get(&r.id),
             })
         })
         .collect();
@@ -247,6 +249,9 @@ pub(crate) async fn show(
     let mut row = session_json(&session, status);
     row["failure"] = json!(failure);
     row["firstMessage"] = json!(first_message(runtime, &id).await);
+    // Who started it: the principal and its attributes (claims its JWT method names).
+    row["owner"] = json!(session.owner);
+    row["ownerAttributes"] = Value::Object(runtime.owner_attributes(&id).await?);
     Ok(Json(json!({
         "ok": true,
         "session": row,

@@ -277,6 +277,7 @@ impl Runtime {
             principal,
             may_activate: !principal.starts_with("jwt:"),
             authorization: None,
+            attributes: None,
         };
         self.answer_input_with(session, request_id, answer).await
     }
@@ -297,6 +298,7 @@ impl Runtime {
             principal: caller.id(),
             may_activate: caller.is_operator(),
             authorization: None,
+            attributes: Some(caller.attributes()),
         };
         self.answer_input_with(session, request_id, answer).await
     }
@@ -470,8 +472,14 @@ impl Runtime {
             batch.event(
                 session,
                 ev::APPROVAL_SETTLED,
-                ev::approval_settled(&request, approve),
+                ev::approval_settled(&request, approve, answer.attributes),
             );
+            if let Some(op) = answer
+                .attributes
+                .and_then(|a| crate::engine::tenancy::record_responder_attributes(&request, a))
+            {
+                batch.push(op);
+            }
         }
         if !still_pending {
             // Resolutions of this wait: answered requests whose calls have not run yet.
@@ -572,6 +580,9 @@ pub(crate) struct Answer<'a> {
     /// The outcome of a completed sign-in (`authorized`, `declined`, `failed`): only the
     /// callback route settles an authorization request as authorized.
     pub(crate) authorization: Option<&'a str>,
+    /// The attributes of who answered (the claims its JWT method names), recorded with the
+    /// answer (`approval.settled` `responderAttributes`, and the session's principal notes).
+    pub(crate) attributes: Option<&'a serde_json::Map<String, Value>>,
 }
 
 /// Retries of an answer whose turn's other requests were answered meanwhile.

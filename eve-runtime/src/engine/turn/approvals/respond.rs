@@ -202,6 +202,7 @@ impl Runtime {
             principal: caller.id(),
             may_activate: caller.is_operator(),
             authorization: None,
+            attributes: Some(caller.attributes()),
         };
         self.answer_input_with(session, Some(request_id), answer)
             .await

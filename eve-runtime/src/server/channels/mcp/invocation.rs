@@ -42,6 +42,8 @@ pub(super) struct Invocations<'a> {
     pub(super) owner: String,
     /// Per-principal admissions and their bounds (`None`: unbounded, tests only).
     pub(super) quota: Option<(Quota, Bounds)>,
+    /// Its attributes, recorded with the session.
+    pub(super) owner_attributes: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Invocations<'_> {
@@ -50,6 +52,7 @@ impl Invocations<'_> {
         let admission = self.admit(None).await?;
         let mut extra: Vec<Extra> = self.sender.clone().map(Extra::Sender).into_iter().collect();
         extra.push(Extra::Owner(self.owner.clone()));
+        extra.push(Extra::OwnerAttributes(self.owner_attributes.clone()));
         let accepted = self
             .runtime
             .accept(Accept {

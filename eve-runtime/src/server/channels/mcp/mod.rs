@@ -393,12 +393,12 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let (identity, claims) = match channel
+    let (identity, claims, attributes) = match channel
         .auth
         .verify(authorization, chrono::Utc::now().timestamp())
         .await
     {
-        Ok(verified) => (verified.identity, verified.claims),
+        Ok(verified) => (verified.identity, verified.claims, verified.attributes),
         Err(e) => {
             let mut response = rpc_error(StatusCode::UNAUTHORIZED, "Unauthorized.");
             if let ApiError::Unauthorized { challenge } = e {
@@ -410,10 +410,18 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
             return response;
         }
     };
-    let caller = app.config.operators.caller(&identity, claims.as_ref());
+    // The same principal as on the session API: its id with its attributes.
+    let caller = app
+        .config
+        .operators
+        .caller(&identity, claims.as_ref())
+        .with_attributes(attributes);
     let sender = match &identity {
         Identity::Anonymous => None,
-        other => Some(other.principal_id()),
+        other => Some(crate::engine::tenancy::principal_key(
+            &other.principal_id(),
+            caller.attributes(),
+        )),
     };
     let mut request = match checked_body(request).await {
         Ok(request) => request,

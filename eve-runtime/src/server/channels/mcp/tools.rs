@@ -98,6 +98,7 @@ impl ServerHandler for AgentServer {
             sender: caller.sender.clone(),
             owner: caller.caller.id().to_owned(),
             quota: self.quota.clone(),
+            owner_attributes: caller.caller.attributes().clone(),
         };
         let args = request.arguments.unwrap_or_default();
         let outcome = match request.name.as_ref() {
