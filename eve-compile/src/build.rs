@@ -139,7 +139,7 @@ fn read_files<'a>(agent_dir: &Path, files: &'a [String]) -> Result<Vec<FileData<
     files
         .iter()
         .map(|rel| {
-            let path = agent_dir.join(rel);
+            let path = source_of(agent_dir, rel);
             let mut file = std::fs::File::open(&path).map_err(io("cannot read", &path))?;
             let meta = file.metadata().map_err(io("cannot read", &path))?;
             let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
@@ -263,6 +263,20 @@ pub fn write_candidate(
         }
     }
     Ok((hash, dir, reused))
+}
+
+/// Where a runtime file is read from: the agent folder, except a `node_modules/` file the agent
+/// folder does not hold, which is the project's beside it (the packages TypeScript and JavaScript
+/// modules import, carried into the build's `files/node_modules/`).
+fn source_of(agent_dir: &Path, rel: &str) -> PathBuf {
+    let path = agent_dir.join(rel);
+    if rel.starts_with("node_modules/")
+        && !path.exists()
+        && let Some(project) = agent_dir.parent()
+    {
+        return project.join(rel);
+    }
+    path
 }
 
 /// The runtime files (`files`) of a checked output, its manifest JSON (with their digests recorded in

@@ -97,7 +97,7 @@ fn collect(agent: &Agent, needed: &mut BTreeMap<Vec<String>, String>) {
 }
 
 /// `program` as `PATH` finds it (a path with a `/` is taken as it is).
-fn lookup(program: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+pub(crate) fn lookup(program: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let executable = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -112,7 +112,7 @@ fn lookup(program: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
 }
 
 /// `node --version` as (major, minor); `None` when it does not answer in time or readably.
-fn node_version(node: &Path) -> Option<(u64, u64)> {
+pub(crate) fn node_version(node: &Path) -> Option<(u64, u64)> {
     let mut child = Command::new(node)
         .arg("--version")
         .stdin(Stdio::null())

@@ -22,6 +22,7 @@ mod escape_http;
 mod escape_paths;
 mod escape_store;
 mod escape_view;
+mod escape_typescript;
 mod escape_web;
 mod hook_claims;
 mod hostile_http;

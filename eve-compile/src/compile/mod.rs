@@ -20,6 +20,7 @@ mod config;
 mod connections;
 mod hooks;
 mod memory;
+pub mod modules;
 mod openapi;
 mod release;
 mod sandbox;
@@ -66,6 +67,9 @@ pub struct Output {
     /// Files the runtime needs at run time (scripts, skill files, workspace seeds), relative to the
     /// root agent folder, sorted.
     pub files: Vec<String>,
+    /// The Node that evaluated the folder's TypeScript and JavaScript modules (path and version),
+    /// when it has any.
+    pub node: Option<String>,
 }
 
 impl Output {
@@ -84,6 +88,7 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
         protected: options.protected_dirs.clone(),
         agent_dir: options.agent_dir.clone(),
         documents: Vec::new(),
+        node: None,
     };
     let agent = c.agent(&discovery.agent, &options.name, true);
     let mut diagnostics = discovery.diagnostics.clone();
@@ -121,6 +126,7 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
         },
         diagnostics,
         files: c.files.into_iter().collect(),
+        node: c.node,
     }
 }
 
@@ -156,6 +162,8 @@ struct Compiler {
     agent_dir: Option<std::path::PathBuf>,
     /// Documents of OpenAPI connections, relative to the root agent folder.
     documents: Vec<String>,
+    /// The Node that evaluated modules ([`Output::node`]).
+    node: Option<String>,
 }
 
 /// A parsed YAML document or front matter, with its body.
@@ -319,6 +327,7 @@ impl Compiler {
                     protected: protected.clone(),
                     agent_dir: None,
                     documents: Vec::new(),
+                    node: None,
                 };
                 let out: Vec<R> = batch.iter().filter_map(|t| f(&mut c, t)).collect();
                 done.push((i, out, c));

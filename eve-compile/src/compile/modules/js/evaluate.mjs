@@ -1,0 +1,137 @@
+// `eve build`'s one Node process over a project's modules: imports each module named on stdin
+// (`{modules: [{kind, path}]}`), reads its default export and writes, as one JSON line on stdout,
+// what each defines (descriptions, JSON Schemas as the module's own schema library converts them,
+// approval policies, events) or why it cannot be read (with the line to point at), and every file
+// Node loaded. Execution is never started here.
+import { readFileSync } from "node:fs";
+import { pathToFileURL } from "node:url";
+
+const KIND = Symbol.for("eve.definition");
+const SITE = Symbol.for("eve.site");
+const APPROVAL = Symbol.for("eve.approval");
+
+let raw = "";
+for await (const chunk of process.stdin) raw += chunk;
+const request = JSON.parse(raw);
+
+function where(err, url) {
+  const stack = String((err && err.stack) || "");
+  for (const line of stack.split("\n")) {
+    const i = line.indexOf(url);
+    if (i >= 0) {
+      const m = /^:(\d+):(\d+)/.exec(line.slice(i + url.length));
+      if (m) return { line: Number(m[1]), column: Number(m[2]) };
+    }
+  }
+  // A syntax error names the file and line on the stack's first lines.
+  const m = new RegExp(url.replace(/[.*+?^${}()|[\]\\]/g, "\\$&") + ":(\\d+)").exec(stack);
+  if (m) return { line: Number(m[1]), column: 1 };
+  return { line: 1, column: 1 };
+}
+
+function exportLine(path) {
+  try {
+    const lines = readFileSync(path, "utf8").split("\n");
+    const i = lines.findIndex((l) => /^\s*export\s+default\b/.test(l));
+    if (i >= 0) return { line: i + 1, column: lines[i].indexOf("export") + 1 };
+  } catch {}
+  return { line: 1, column: 1 };
+}
+
+function siteOf(def, url, path) {
+  const s = def && def[SITE];
+  if (s && s.url === url) return { line: s.line, column: s.column };
+  return exportLine(path);
+}
+
+async function schemaOf(schema, io) {
+  if (schema === null || typeof schema !== "object") return { error: "is not a schema" };
+  const std = schema["~standard"];
+  if (std && typeof std === "object") {
+    const convert = std.jsonSchema && std.jsonSchema[io];
+    if (typeof convert !== "function") {
+      return {
+        error: `is a ${std.vendor || "Standard Schema"} schema that cannot give its JSON Schema (zod 4.2 or later can)`,
+      };
+    }
+    const out = await convert({ target: "draft-2020-12" });
+    return { schema: out };
+  }
+  return { schema: structuredClone(schema) };
+}
+
+function describe(value) {
+  if (value === null) return "null";
+  if (value === undefined) return "nothing (no default export)";
+  if (typeof value === "function") return "a function";
+  if (typeof value === "object") return value[KIND] ? `a ${value[KIND]} definition` : "an object that no define… helper made";
+  return `a ${typeof value}`;
+}
+
+const HELPER = { tool: "defineTool", agent: "defineAgent", instructions: "defineInstructions", skill: "defineSkill", schedule: "defineSchedule", hook: "defineHook" };
+
+async function readTool(def, url, path) {
+  const out = { description: typeof def.description === "string" ? def.description : "" };
+  const site = siteOf(def, url, path);
+  const problems = [];
+  if (def.inputSchema === undefined) {
+    problems.push({ code: "no-input-schema", ...site, message: "tool has no `inputSchema`" });
+  } else {
+    const s = await schemaOf(def.inputSchema, "input");
+    if (s.error) problems.push({ code: "unfit", ...site, message: `\`inputSchema\` ${s.error}` });
+    else out.input = s.schema;
+  }
+  if (typeof def.execute !== "function") {
+    problems.push({ code: "unfit", ...site, message: "tool has no `execute` function" });
+  }
+  if (def.approval !== undefined) {
+    const name = def.approval && def.approval[APPROVAL];
+    if (name) out.approval = name;
+    else problems.push({ code: "unfit", ...site, message: "`approval` is a custom policy; eve (Rust) takes never(), once(), always() and auto() from eve/tools/approval" });
+  }
+  if (def.endsTurn !== undefined) {
+    if (typeof def.endsTurn === "boolean") out.endsTurn = def.endsTurn;
+    else problems.push({ code: "unfit", ...site, message: "`endsTurn` is a function; eve (Rust) takes `endsTurn: true` or `false`" });
+  }
+  if (def.deferred !== undefined) out.deferred = !!def.deferred;
+  if (def.outputSchema !== undefined) {
+    const s = await schemaOf(def.outputSchema, "output");
+    if (!s.error) out.output = s.schema;
+  }
+  return { out, problems };
+}
+
+const results = [];
+for (const m of request.modules) {
+  const url = pathToFileURL(m.path).href;
+  let mod;
+  try {
+    mod = await import(url);
+  } catch (err) {
+    results.push({ path: m.path, problems: [{ code: "throws", ...where(err, url), message: `importing the module threw: ${String((err && err.message) || err).split("\n")[0]}` }] });
+    continue;
+  }
+  const def = mod.default;
+  const kind = def && def[KIND];
+  if (m.kind === "tool" && kind === "disabled-tool") {
+    results.push({ path: m.path, kind, problems: [] });
+    continue;
+  }
+  if (kind !== m.kind) {
+    results.push({ path: m.path, problems: [{ code: "not-definition", ...exportLine(m.path), message: `the default export is ${describe(def)}, not a ${m.kind} definition (write \`export default ${HELPER[m.kind]}({…})\`)` }] });
+    continue;
+  }
+  try {
+    if (kind === "tool") {
+      const { out, problems } = await readTool(def, url, m.path);
+      results.push({ path: m.path, kind, tool: out, problems });
+    } else {
+      results.push({ path: m.path, kind, problems: [] });
+    }
+  } catch (err) {
+    results.push({ path: m.path, problems: [{ code: "throws", ...siteOf(def, url, m.path), message: `reading the definition threw: ${String((err && err.message) || err).split("\n")[0]}` }] });
+  }
+}
+const loaded = [...(globalThis[Symbol.for("eve.loaded")] || [])];
+process.stdout.write(JSON.stringify({ node: process.version, results, loaded }) + "\n");
+process.exit(0);

@@ -1,0 +1,348 @@
+//! The build's side of module tools: one Node process reads every module tool of an agent folder
+//! (`js/evaluate.mjs`), and its answer becomes manifest tools, diagnostics with file:line, and the
+//! `node_modules` files the build carries.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use eve_discover::{Code, Diagnostic, ToolFile};
+
+use super::super::Compiler;
+use super::{NODE_RUNNER, evaluate_args, find_node};
+use crate::hash::json_hash;
+use crate::manifest::*;
+
+/// Longest the evaluation of an agent folder's modules may take.
+const EVALUATE_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Deserialize)]
+struct Answer {
+    node: String,
+    results: Vec<ModuleResult>,
+    #[serde(default)]
+    loaded: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ModuleResult {
+    path: String,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    tool: Option<ToolRead>,
+    #[serde(default)]
+    problems: Vec<Problem>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolRead {
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default)]
+    approval: Option<String>,
+    #[serde(default)]
+    ends_turn: Option<bool>,
+    #[serde(default)]
+    deferred: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Problem {
+    code: String,
+    line: u32,
+    column: u32,
+    message: String,
+}
+
+impl Compiler {
+    /// Reads the module tools `files` (paths relative to the root agent folder) with Node.
+    pub(in crate::compile) fn module_tools(
+        &mut self,
+        files: &[&ToolFile],
+        sandbox: &Sandbox,
+    ) -> Vec<(Tool, SandboxOverride)> {
+        let Some(first) = files.first() else {
+            return Vec::new();
+        };
+        let Some(agent_dir) = self.agent_dir.clone() else {
+            self.push(
+                Diagnostic::new(
+                    Code::NodeUnfit,
+                    first.file.path.clone(),
+                    "modules are evaluated with Node from the agent folder on disk, and this build has none",
+                )
+                .help("build the agent from its folder (`eve build`)"),
+            );
+            return Vec::new();
+        };
+        let node = match find_node() {
+            Ok(node) => node,
+            Err(why) => {
+                self.push(
+                    Diagnostic::new(Code::NodeUnfit, first.file.path.clone(), why).help(
+                        "install Node 24 (eve's own requirement; 22.6 is the least that strips types) \
+                         and put it on PATH, or point EVE_NODE at it",
+                    ),
+                );
+                return Vec::new();
+            }
+        };
+        let request = serde_json::json!({
+            "modules": files.iter().map(|t| serde_json::json!({
+                "kind": "tool",
+                "path": agent_dir.join(&t.file.path),
+            })).collect::<Vec<_>>(),
+        });
+        let answer = match evaluate(&node.path, &agent_dir, &request) {
+            Ok(answer) => answer,
+            Err(why) => {
+                self.push(
+                    Diagnostic::new(Code::ModuleThrows, first.file.path.clone(), why)
+                        .help("run the module with `node` to see the whole error"),
+                );
+                return Vec::new();
+            }
+        };
+        self.node = Some(format!("{} ({})", node.path.display(), answer.node));
+        self.carry_loaded(&agent_dir, &answer.loaded);
+        let mut out = Vec::new();
+        for (t, result) in files.iter().zip(answer.results) {
+            debug_assert_eq!(Path::new(&result.path), agent_dir.join(&t.file.path));
+            self.files.insert(t.file.path.clone());
+            let path = &t.file.path;
+            let mut failed = false;
+            for p in &result.problems {
+                let code = match p.code.as_str() {
+                    "throws" => Code::ModuleThrows,
+                    "no-input-schema" => Code::ModuleNoInputSchema,
+                    "not-definition" => Code::ModuleNotDefinition,
+                    _ => Code::ModuleUnfit,
+                };
+                let help = match code {
+                    Code::ModuleThrows => "fix the module so that importing it does not throw (execute is not run at build)",
+                    Code::ModuleNoInputSchema => "add `inputSchema: z.object({…})` (or a JSON Schema object; `z.object({})` for no input)",
+                    Code::ModuleNotDefinition => "a module in tools/ default-exports `defineTool({…})` from `eve/tools`, or `disableTool()`",
+                    _ => "see docs/typescript.md for what eve (Rust) takes from a definition",
+                };
+                self.push(
+                    Diagnostic::new(code, path.clone(), p.message.clone())
+                        .at(p.line.max(1), p.column.max(1))
+                        .help(help),
+                );
+                failed = true;
+            }
+            if failed || result.kind.as_deref() != Some("tool") {
+                continue;
+            }
+            let Some(read) = result.tool else { continue };
+            let Some(mut input_schema) = read.input else {
+                continue;
+            };
+            if let Value::Object(map) = &mut input_schema {
+                map.remove("$schema");
+            }
+            if !self.module_schema(path, &input_schema) || !self.check_name(&t.name, path, "tool") {
+                continue;
+            }
+            if read.description.trim().is_empty() {
+                self.push(
+                    Diagnostic::new(
+                        Code::MissingToolDescription,
+                        path.clone(),
+                        format!("tool `{}` has no description", t.name),
+                    )
+                    .help("add `description:` so the model knows when to call it"),
+                );
+            }
+            let approval = match read.approval.as_deref() {
+                Some("once") => Approval::Once,
+                Some("always") => Approval::Always,
+                Some("auto") => Approval::Auto,
+                _ => Approval::Never,
+            };
+            let tool = Tool {
+                name: t.name.clone(),
+                source: path.clone(),
+                description: read.description,
+                schema_hash: json_hash(&input_schema),
+                input_schema,
+                approval,
+                effect: Effect::Write,
+                timeout_ms: sandbox.timeout_ms,
+                output_limit: sandbox.output_limit,
+                deferred: read.deferred.unwrap_or(false),
+                env: Vec::new(),
+                dynamic: Vec::new(),
+                phase: None,
+                runner: Runner::Script {
+                    path: path.clone(),
+                    interpreter: vec![
+                        node.program.clone(),
+                        "--experimental-strip-types".to_owned(),
+                        "--no-warnings".to_owned(),
+                        NODE_RUNNER.to_owned(),
+                    ],
+                },
+                ends_turn: read.ends_turn.unwrap_or(false),
+                approval_prompt: None,
+            };
+            out.push((tool, SandboxOverride::default()));
+        }
+        out
+    }
+
+    /// Whether a module's input schema is an object schema that is valid JSON Schema (E020).
+    fn module_schema(&mut self, path: &str, schema: &Value) -> bool {
+        let problem = if let Err(e) = jsonschema::validator_for(schema) {
+            Some(format!("`inputSchema` is not valid JSON Schema: {e}"))
+        } else if schema.get("type").and_then(Value::as_str) != Some("object") {
+            Some("`inputSchema` is not an object schema: tool input is always an object".to_owned())
+        } else {
+            None
+        };
+        match problem {
+            Some(msg) => {
+                self.push(
+                    Diagnostic::new(Code::InvalidSchema, path.to_owned(), msg)
+                        .help("use `z.object({…})`, or a JSON Schema with `type: \"object\"`"),
+                );
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// Adds the files Node loaded from `node_modules` (the agent folder's or the project's beside
+    /// it) and from the agent folder to the build, with each package's `package.json`.
+    fn carry_loaded(&mut self, agent_dir: &Path, loaded: &[String]) {
+        let roots: Vec<PathBuf> = [Some(agent_dir.to_path_buf()), agent_dir.parent().map(Path::to_path_buf)]
+            .into_iter()
+            .flatten()
+            .collect();
+        for url in loaded {
+            let Some(path) = url.strip_prefix("file://").map(percent_decode) else {
+                continue;
+            };
+            let path = PathBuf::from(path);
+            if let Ok(rel) = path.strip_prefix(agent_dir)
+                && !rel.starts_with("node_modules")
+            {
+                if let Some(rel) = rel.to_str() {
+                    self.files.insert(rel.to_owned());
+                }
+                continue;
+            }
+            let Some(rel) = roots
+                .iter()
+                .filter_map(|root| path.strip_prefix(root.join("node_modules")).ok())
+                .next()
+            else {
+                continue;
+            };
+            let Some(rel) = rel.to_str() else { continue };
+            self.files.insert(format!("node_modules/{rel}"));
+            let parts: Vec<&str> = rel.split('/').collect();
+            let package = if parts.first().is_some_and(|p| p.starts_with('@')) && parts.len() > 2 {
+                format!("{}/{}", parts[0], parts[1])
+            } else {
+                parts.first().map(|p| (*p).to_owned()).unwrap_or_default()
+            };
+            // Every package.json between the file and its package root (nested `exports`).
+            let mut dir = Path::new(rel).parent();
+            while let Some(d) = dir {
+                if d.as_os_str().is_empty() || !d.starts_with(&package) {
+                    break;
+                }
+                let candidate = format!("node_modules/{}/package.json", d.display());
+                if roots.iter().any(|r| r.join(&candidate).is_file()) {
+                    self.files.insert(candidate);
+                }
+                dir = d.parent();
+            }
+        }
+    }
+}
+
+/// `%xx` escapes of a file URL's path decoded.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(hex) = s.get(i + 1..i + 3)
+            && let Ok(b) = u8::from_str_radix(hex, 16)
+        {
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Runs the evaluation and parses its answer.
+fn evaluate(node: &Path, agent_dir: &Path, request: &Value) -> Result<Answer, String> {
+    let mut child = Command::new(node)
+        .args(evaluate_args())
+        .current_dir(agent_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start `{}`: {e}", node.display()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(request.to_string().as_bytes());
+    }
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let out = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(s) = stdout.as_mut() {
+            let _ = s.read_to_end(&mut buf);
+        }
+        buf
+    });
+    let err = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(s) = stderr.as_mut() {
+            let _ = s.read_to_end(&mut buf);
+        }
+        buf
+    });
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if started.elapsed() < EVALUATE_TIMEOUT => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "evaluating the modules took longer than {}s (a module that never finishes importing?)",
+                    EVALUATE_TIMEOUT.as_secs()
+                ));
+            }
+        }
+    }
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    let line = String::from_utf8_lossy(&stdout);
+    serde_json::from_str::<Answer>(line.trim()).map_err(|_| {
+        let why = String::from_utf8_lossy(&stderr);
+        let why = why.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no answer");
+        format!("Node could not evaluate the modules: {why}")
+    })
+}

