@@ -48,7 +48,7 @@ project() {
 same_schemas() {
     local dir=$1
     local manifest
-    manifest="$dir/.eve/builds/$(cat "$dir/.eve/current")/manifest.json"
+    manifest="$dir/.eve/current/manifest.json"
     (cd "$dir" && node --no-warnings --input-type=module -e '
 import { readFileSync } from "node:fs";
 import { z } from "zod";
@@ -62,7 +62,9 @@ for (const tool of manifest.agent.tools) {
   const schema = new Function("z", "return " + m[1])(z);
   const want = z.toJSONSchema(schema, { io: "input", target: "draft-2020-12" });
   delete want.$schema;
-  const got = JSON.stringify(tool.input_schema), exp = JSON.stringify(want);
+  const canon = (v) => Array.isArray(v) ? v.map(canon) : v && typeof v === "object"
+    ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, canon(v[k])])) : v;
+  const got = JSON.stringify(canon(tool.input_schema)), exp = JSON.stringify(canon(want));
   if (got !== exp) { console.error(`${tool.name}: manifest ${got}\n  zod ${exp}`); process.exit(1); }
   n++;
 }
@@ -98,7 +100,7 @@ printf 'tool calls of docs-tools: %sms\n' "$(($(ms) - t))" >&2
 dir=$(project docs-reference)
 (cd "$dir" && "$EVE" build)
 same_schemas "$dir"
-grep -q '"approval": "auto"' "$dir/.eve/builds/$(cat "$dir/.eve/current")/manifest.json" ||
+grep -q '"approval": "auto"' "$dir/.eve/current/manifest.json" ||
     fail "auto() did not become approval: auto"
 run_tool "$dir" 'get_weather {"city": "Oslo"}' 'get_weather returned: {"city":"Oslo","condition":"Sunny"}'
 
