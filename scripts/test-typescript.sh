@@ -49,27 +49,7 @@ same_schemas() {
     local dir=$1
     local manifest
     manifest="$dir/.eve/current/manifest.json"
-    (cd "$dir" && node --no-warnings --input-type=module -e '
-import { readFileSync } from "node:fs";
-import { z } from "zod";
-const manifest = JSON.parse(readFileSync(process.argv[1], "utf8"));
-let n = 0;
-for (const tool of manifest.agent.tools) {
-  // The module itself is not imported (it imports eve); its schema is rebuilt from its source.
-  const src = readFileSync("agent/" + tool.source, "utf8");
-  const m = /inputSchema:\s*(z\.[\s\S]*?\)),\n/.exec(src);
-  if (!m) continue;
-  const schema = new Function("z", "return " + m[1])(z);
-  const want = z.toJSONSchema(schema, { io: "input", target: "draft-2020-12" });
-  delete want.$schema;
-  const canon = (v) => Array.isArray(v) ? v.map(canon) : v && typeof v === "object"
-    ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, canon(v[k])])) : v;
-  const got = JSON.stringify(canon(tool.input_schema)), exp = JSON.stringify(canon(want));
-  if (got !== exp) { console.error(`${tool.name}: manifest ${got}\n  zod ${exp}`); process.exit(1); }
-  n++;
-}
-console.log(`${n} input schemas equal to zod's`);
-' "$manifest")
+    (cd "$dir" && node --no-warnings "$REPO/$FIXTURE/same-schemas.mjs" "$manifest")
 }
 
 run_tool() {
@@ -88,6 +68,17 @@ t=$(ms)
 grep -q 'modules evaluated with Node' "$ROOT/build.log" || fail "the build does not name its Node"
 printf 'build of docs-tools: %sms\n' "$(($(ms) - t))" >&2
 same_schemas "$dir"
+python3 - "$dir/.eve/current/manifest.json" <<'PY' || fail "hooks and schedules of docs-tools"
+import json, sys
+agent = json.load(open(sys.argv[1]))["agent"]
+schedules = {s["name"]: s for s in agent["schedules"]}
+hooks = {h["name"]: h for h in agent["hooks"]}
+assert schedules["heartbeat"]["cron"] == "*/5 * * * *", schedules
+assert schedules["heartbeat"]["prompt"].startswith("Pull open Linear issues"), schedules
+assert hooks["audit"]["events"] == ["session.started", "message.completed"], hooks
+assert hooks["mark"]["events"] == ["turn.completed"], hooks
+print("schedule and hooks read from their modules")
+PY
 t=$(ms)
 run_tool "$dir" 'get_weather {"city": "Paris"}' 'get_weather returned: {"city":"Paris","condition":"Sunny","temperatureF":72}'
 run_tool "$dir" 'get_weather {"city": ""}' 'get_weather: error'
@@ -96,10 +87,23 @@ run_tool "$dir" 'web_search {"q": "eve"}' 'web_search returned: {"results":[],"q
 run_tool "$dir" 'who_called_me {}' '"sessionId":"wrun_'
 run_tool "$dir" 'refund_charge {"chargeId": "ch_1", "amount": 5}' 'approval'
 printf 'tool calls of docs-tools: %sms\n' "$(($(ms) - t))" >&2
+# The hook module ran in the box, in the session's workspace, on turn.completed.
+ls "$dir"/.eve/sandboxes/*/hook-ran.txt >/dev/null 2>&1 || fail "the hook module did not run"
+grep -q '^turn.completed wrun_' "$dir"/.eve/sandboxes/*/hook-ran.txt || fail "the hook saw no event"
+printf '  hook module ran on turn.completed: ok\n'
 
 dir=$(project docs-reference)
 (cd "$dir" && "$EVE" build)
 same_schemas "$dir"
+python3 - "$dir/.eve/current/manifest.json" <<'PY' || fail "agent.ts and instructions.ts of docs-reference"
+import json, sys
+agent = json.load(open(sys.argv[1]))["agent"]
+assert agent["config"]["model"] == "anthropic/claude-opus-5.5", agent["config"]
+assert agent["instructions"] == "You answer questions with your tools.", agent["instructions"]
+print("agent.ts and instructions.ts read from their modules")
+PY
+# agent.ts names a real model; the calls below run on the mock.
+export EVE_MODEL=mock/echo
 grep -q '"approval": "auto"' "$dir/.eve/current/manifest.json" ||
     fail "auto() did not become approval: auto"
 run_tool "$dir" 'get_weather {"city": "Oslo"}' 'get_weather returned: {"city":"Oslo","condition":"Sunny"}'

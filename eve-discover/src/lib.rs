@@ -112,6 +112,9 @@ pub struct AgentDir {
     pub channels: Vec<Named>,
     /// `sandbox/`.
     pub sandbox: Option<SandboxDir>,
+    /// `agent.ts` and `instructions.ts` (or `.mts`, `.js`, `.mjs`): modules as eve writes them
+    /// (`defineAgent`, `defineInstructions`), read by Node at build.
+    pub modules: Vec<SourceFile>,
 }
 
 impl AgentDir {

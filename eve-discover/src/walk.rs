@@ -185,6 +185,15 @@ impl Walker<'_> {
                         agent.config = self.read_text(path, e.executable);
                     }
                 }
+                (
+                    EntryKind::File,
+                    "agent.ts" | "agent.mts" | "agent.js" | "agent.mjs" | "instructions.ts"
+                    | "instructions.mts" | "instructions.js" | "instructions.mjs",
+                ) => {
+                    if let Some(file) = self.read_text(path, e.executable) {
+                        agent.modules.push(file);
+                    }
+                }
                 (EntryKind::File, "instructions.md") => {
                     agent.instructions = self.read_text(path, e.executable);
                 }
@@ -192,8 +201,11 @@ impl Walker<'_> {
                 (EntryKind::Dir, "skills") => self.skills(&path, &mut agent.skills),
                 (EntryKind::Dir, "subagents") => self.subagents(&path, depth, &mut agent.subagents),
                 (EntryKind::Dir, "schedules") => {
-                    agent.schedules =
-                        self.flat(&path, &["md"], "a schedule is `schedules/NAME.md`");
+                    agent.schedules = self.flat(
+                        &path,
+                        &["md", "ts", "mts", "js", "mjs"],
+                        "a schedule is `schedules/NAME.md` (or a `defineSchedule` module)",
+                    );
                 }
                 (EntryKind::Dir, "hooks") => agent.hooks = self.flat(&path, &[], ""),
                 (EntryKind::Dir, "connections") => {

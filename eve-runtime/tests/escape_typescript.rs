@@ -216,8 +216,13 @@ async fn a_typescript_tool_cannot_escape_its_box() {
     }
     // The twin: the same module, unconfined, gets through (the process environment is the
     // tool's own in both, so `env` has no twin).
-    for name in ["shadow", "shell", "environ", "agent", "other", "write", "network"] {
+    for name in [
+        "shadow", "shell", "environ", "agent", "other", "write", "network",
+    ] {
         let got = host.get(name).and_then(Value::as_str).unwrap_or("");
-        assert!(got.starts_with("GOT"), "host: `{name}` was refused: {host:?}");
+        assert!(
+            got.starts_with("GOT"),
+            "host: `{name}` was refused: {host:?}"
+        );
     }
 }

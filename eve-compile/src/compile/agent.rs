@@ -11,8 +11,14 @@ use crate::manifest::*;
 
 impl Compiler {
     pub(super) fn agent(&mut self, dir: &AgentDir, name: &str, root: bool) -> Agent {
-        let (config, description) = self.config(dir, root);
-        let instructions = self.instructions(dir);
+        // TypeScript and JavaScript modules are read by one Node process, before the parts.
+        self.evaluate_modules(dir);
+        let (mut config, description) = self.config(dir, root);
+        self.module_agent(dir, &mut config);
+        let instructions = match self.module_instructions(dir) {
+            Some(text) if dir.instructions.is_none() => text,
+            _ => self.instructions(dir),
+        };
         let mut sandbox = self.sandbox(dir);
         let (tools, overrides) = self.tools(dir, &sandbox);
         sandbox.tools = overrides;

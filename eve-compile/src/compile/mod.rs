@@ -89,6 +89,7 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
         agent_dir: options.agent_dir.clone(),
         documents: Vec::new(),
         node: None,
+        modules: Default::default(),
     };
     let agent = c.agent(&discovery.agent, &options.name, true);
     let mut diagnostics = discovery.diagnostics.clone();
@@ -164,6 +165,8 @@ struct Compiler {
     documents: Vec<String>,
     /// The Node that evaluated modules ([`Output::node`]).
     node: Option<String>,
+    /// What Node read from the folder's modules, by path.
+    modules: modules::Evaluated,
 }
 
 /// A parsed YAML document or front matter, with its body.
@@ -328,6 +331,7 @@ impl Compiler {
                     agent_dir: None,
                     documents: Vec::new(),
                     node: None,
+                    modules: Default::default(),
                 };
                 let out: Vec<R> = batch.iter().filter_map(|t| f(&mut c, t)).collect();
                 done.push((i, out, c));

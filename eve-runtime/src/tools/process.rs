@@ -209,8 +209,8 @@ fn tool_argv(tool: &Tool, ctx: &ToolContext) -> Result<(Vec<String>, Vec<String>
                 .iter()
                 .map(|arg| {
                     // A TypeScript or JavaScript module tool: Node runs eve's own call runner.
-                    if arg == eve_compile::compile::modules::NODE_RUNNER {
-                        return Ok(eve_compile::compile::modules::runner_import().to_owned());
+                    if let Some(runner) = eve_compile::compile::modules::runner_for(arg) {
+                        return Ok(runner.to_owned());
                     }
                     expand_argv(arg, &lookup, "interpreter")
                 })

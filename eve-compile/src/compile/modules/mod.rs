@@ -10,6 +10,9 @@
 //! (`js/setup.mjs`), so no npm `eve` is needed. Every file Node loaded from the project's
 //! `node_modules` is carried in the build, so the module finds zod in the box at run time.
 //!
+//! `hooks/*` and `schedules/*` modules (`defineHook({events})`, `defineSchedule({cron,
+//! markdown})`) are read the same way; a hook runs like a tool, through `js/hook.mjs`.
+//!
 //! At run time a module tool is a script tool whose interpreter is Node with [`NODE_RUNNER`]: the
 //! runtime replaces that marker with [`runner_import`], the shipped runner (`js/tool.mjs`), which
 //! validates the input with the tool's own schema and calls `execute(input, ctx)`, one process per
@@ -23,14 +26,18 @@ use std::sync::OnceLock;
 use eve_discover::{AgentDir, SourceFile, ToolFile};
 
 pub use node::{NODE_MIN, NodeFound, find_node};
+pub(super) use read::Evaluated;
 
 /// The interpreter argument the runtime replaces with [`runner_import`].
 pub const NODE_RUNNER: &str = "eve:node-runner";
+/// The interpreter argument the runtime replaces with [`hook_runner_import`].
+pub const NODE_HOOK_RUNNER: &str = "eve:node-hook-runner";
 
 const SHIM: &str = include_str!("js/eve.mjs");
 const SETUP: &str = include_str!("js/setup.mjs");
 const EVALUATE: &str = include_str!("js/evaluate.mjs");
 const TOOL: &str = include_str!("js/tool.mjs");
+const HOOK: &str = include_str!("js/hook.mjs");
 
 /// The extensions a module tool may have.
 pub const MODULE_EXTENSIONS: &[&str] = &["ts", "mts", "js", "mjs"];
@@ -71,7 +78,34 @@ fn setup_source() -> &'static str {
 /// of [`NODE_RUNNER`] in a module tool's interpreter.
 pub fn runner_import() -> &'static str {
     static RUNNER: OnceLock<String> = OnceLock::new();
-    RUNNER.get_or_init(|| format!("--import={}", data_url(&format!("{}\n{TOOL}", setup_source()))))
+    RUNNER.get_or_init(|| {
+        format!(
+            "--import={}",
+            data_url(&format!("{}\n{TOOL}", setup_source()))
+        )
+    })
+}
+
+/// The `--import=…` argument that makes Node deliver one event to a `defineHook` module: what the
+/// runtime puts in place of [`NODE_HOOK_RUNNER`] in a module hook's interpreter.
+pub fn hook_runner_import() -> &'static str {
+    static RUNNER: OnceLock<String> = OnceLock::new();
+    RUNNER.get_or_init(|| {
+        format!(
+            "--import={}",
+            data_url(&format!("{}\n{HOOK}", setup_source()))
+        )
+    })
+}
+
+/// What the runtime puts in place of an interpreter argument: a runner's `--import=…` for the
+/// markers of module tools and hooks, `None` for any other argument.
+pub fn runner_for(arg: &str) -> Option<&'static str> {
+    match arg {
+        NODE_RUNNER => Some(runner_import()),
+        NODE_HOOK_RUNNER => Some(hook_runner_import()),
+        _ => None,
+    }
 }
 
 /// The argv (after the program) of the build's evaluation.

@@ -36,7 +36,10 @@ pub fn find_node() -> Result<NodeFound, String> {
         });
     };
     let Some(version) = node_version(&path) else {
-        return Err(format!("`{}` does not answer `--version` as Node does", path.display()));
+        return Err(format!(
+            "`{}` does not answer `--version` as Node does",
+            path.display()
+        ));
     };
     if version < NODE_MIN {
         return Err(format!(

@@ -2,6 +2,7 @@
 //! (`js/evaluate.mjs`), and its answer becomes manifest tools, diagnostics with file:line, and the
 //! `node_modules` files the build carries.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -10,10 +11,10 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::Value;
 
-use eve_discover::{Code, Diagnostic, ToolFile};
+use eve_discover::{AgentDir, Code, Diagnostic, Named, ToolFile};
 
 use super::super::Compiler;
-use super::{NODE_RUNNER, evaluate_args, find_node};
+use super::{NODE_HOOK_RUNNER, NODE_RUNNER, evaluate_args, find_node, is_module, split_tools};
 use crate::hash::json_hash;
 use crate::manifest::*;
 
@@ -36,7 +37,53 @@ struct ModuleResult {
     #[serde(default)]
     tool: Option<ToolRead>,
     #[serde(default)]
+    hook: Option<HookRead>,
+    #[serde(default)]
+    schedule: Option<ScheduleRead>,
+    #[serde(default)]
+    agent: Option<AgentRead>,
+    #[serde(default)]
+    instructions: Option<String>,
+    #[serde(default)]
     problems: Vec<Problem>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AgentRead {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    context_window: Option<u64>,
+    #[serde(default)]
+    compaction_threshold: Option<f64>,
+    #[serde(default)]
+    ignored: Vec<String>,
+    #[serde(default)]
+    line: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct HookRead {
+    events: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ScheduleRead {
+    cron: String,
+    markdown: String,
+    #[serde(default)]
+    timezone: Option<String>,
+}
+
+/// What Node read from an agent folder's modules: each module read without a problem, by path
+/// (relative to the root agent folder), and the program module tools and hooks run with.
+#[derive(Debug, Default)]
+pub(in crate::compile) struct Evaluated {
+    by_path: BTreeMap<String, ModuleResult>,
+    program: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -63,61 +110,88 @@ struct Problem {
 }
 
 impl Compiler {
-    /// Reads the module tools `files` (paths relative to the root agent folder) with Node.
-    pub(in crate::compile) fn module_tools(
-        &mut self,
-        files: &[&ToolFile],
-        sandbox: &Sandbox,
-    ) -> Vec<(Tool, SandboxOverride)> {
-        let Some(first) = files.first() else {
-            return Vec::new();
+    /// Reads every module of `dir` (its tools, hooks and schedules that are modules) with one
+    /// Node process; what each defines is kept for the parts that compile them, and every
+    /// problem is a diagnostic, all at once.
+    pub(in crate::compile) fn evaluate_modules(&mut self, dir: &AgentDir) {
+        let mut wanted: Vec<(&'static str, String)> = Vec::new();
+        wanted.extend(
+            split_tools(dir)
+                .0
+                .iter()
+                .map(|t| ("tool", t.file.path.clone())),
+        );
+        wanted.extend(
+            dir.hooks
+                .iter()
+                .filter(|h| is_module(&h.file))
+                .map(|h| ("hook", h.file.path.clone())),
+        );
+        wanted.extend(
+            dir.schedules
+                .iter()
+                .filter(|s| is_module(&s.file))
+                .map(|s| ("schedule", s.file.path.clone())),
+        );
+        for m in &dir.modules {
+            let stem = m.path.rsplit('/').next().unwrap_or(&m.path);
+            let kind = if stem.starts_with("agent.") {
+                "agent"
+            } else {
+                "instructions"
+            };
+            wanted.push((kind, m.path.clone()));
+        }
+        let Some((_, first)) = wanted.first().cloned() else {
+            return;
         };
+        for (_, path) in &wanted {
+            self.files.insert(path.clone());
+        }
         let Some(agent_dir) = self.agent_dir.clone() else {
             self.push(
                 Diagnostic::new(
                     Code::NodeUnfit,
-                    first.file.path.clone(),
+                    first,
                     "modules are evaluated with Node from the agent folder on disk, and this build has none",
                 )
                 .help("build the agent from its folder (`eve build`)"),
             );
-            return Vec::new();
+            return;
         };
         let node = match find_node() {
             Ok(node) => node,
             Err(why) => {
-                self.push(
-                    Diagnostic::new(Code::NodeUnfit, first.file.path.clone(), why).help(
-                        "install Node 24 (eve's own requirement; 22.6 is the least that strips types) \
+                self.push(Diagnostic::new(Code::NodeUnfit, first, why).help(
+                    "install Node 24 (eve's own requirement; 22.6 is the least that strips types) \
                          and put it on PATH, or point EVE_NODE at it",
-                    ),
-                );
-                return Vec::new();
+                ));
+                return;
             }
         };
         let request = serde_json::json!({
-            "modules": files.iter().map(|t| serde_json::json!({
-                "kind": "tool",
-                "path": agent_dir.join(&t.file.path),
+            "modules": wanted.iter().map(|(kind, path)| serde_json::json!({
+                "kind": kind,
+                "path": agent_dir.join(path),
             })).collect::<Vec<_>>(),
         });
         let answer = match evaluate(&node.path, &agent_dir, &request) {
             Ok(answer) => answer,
             Err(why) => {
                 self.push(
-                    Diagnostic::new(Code::ModuleThrows, first.file.path.clone(), why)
+                    Diagnostic::new(Code::ModuleThrows, first, why)
                         .help("run the module with `node` to see the whole error"),
                 );
-                return Vec::new();
+                return;
             }
         };
         self.node = Some(format!("{} ({})", node.path.display(), answer.node));
+        self.modules.program = node.program;
         self.carry_loaded(&agent_dir, &answer.loaded);
-        let mut out = Vec::new();
-        for (t, result) in files.iter().zip(answer.results) {
-            debug_assert_eq!(Path::new(&result.path), agent_dir.join(&t.file.path));
-            self.files.insert(t.file.path.clone());
-            let path = &t.file.path;
+        for ((_, path), result) in wanted.into_iter().zip(answer.results) {
+            if Path::new(&result.path) != agent_dir.join(&path) {
+                continue;
+            }
             let mut failed = false;
             for p in &result.problems {
                 let code = match p.code.as_str() {
@@ -127,9 +201,15 @@ impl Compiler {
                     _ => Code::ModuleUnfit,
                 };
                 let help = match code {
-                    Code::ModuleThrows => "fix the module so that importing it does not throw (execute is not run at build)",
-                    Code::ModuleNoInputSchema => "add `inputSchema: z.object({…})` (or a JSON Schema object; `z.object({})` for no input)",
-                    Code::ModuleNotDefinition => "a module in tools/ default-exports `defineTool({…})` from `eve/tools`, or `disableTool()`",
+                    Code::ModuleThrows => {
+                        "fix the module so that importing it does not throw (execute is not run at build)"
+                    }
+                    Code::ModuleNoInputSchema => {
+                        "add `inputSchema: z.object({…})` (or a JSON Schema object; `z.object({})` for no input)"
+                    }
+                    Code::ModuleNotDefinition => {
+                        "a module default-exports its folder's definition: `defineTool({…})` (or `disableTool()`) in tools/, `defineHook` in hooks/, `defineSchedule` in schedules/"
+                    }
                     _ => "see docs/typescript.md for what eve (Rust) takes from a definition",
                 };
                 self.push(
@@ -139,7 +219,25 @@ impl Compiler {
                 );
                 failed = true;
             }
-            if failed || result.kind.as_deref() != Some("tool") {
+            if !failed {
+                self.modules.by_path.insert(path, result);
+            }
+        }
+    }
+
+    /// The module tools `files`, from what [`Compiler::evaluate_modules`] read.
+    pub(in crate::compile) fn module_tools(
+        &mut self,
+        files: &[&ToolFile],
+        sandbox: &Sandbox,
+    ) -> Vec<(Tool, SandboxOverride)> {
+        let mut out = Vec::new();
+        for t in files {
+            let path = &t.file.path;
+            let Some(result) = self.modules.by_path.remove(path) else {
+                continue;
+            };
+            if result.kind.as_deref() != Some("tool") {
                 continue;
             }
             let Some(read) = result.tool else { continue };
@@ -185,7 +283,7 @@ impl Compiler {
                 runner: Runner::Script {
                     path: path.clone(),
                     interpreter: vec![
-                        node.program.clone(),
+                        self.modules.program.clone(),
                         "--experimental-strip-types".to_owned(),
                         "--no-warnings".to_owned(),
                         NODE_RUNNER.to_owned(),
@@ -197,6 +295,145 @@ impl Compiler {
             out.push((tool, SandboxOverride::default()));
         }
         out
+    }
+
+    /// Settings of an `agent.ts` module (`defineAgent`): the model, reasoning, context window and
+    /// compaction threshold, where `agent.yaml` does not set them; the rest is warned about.
+    pub(in crate::compile) fn module_agent(&mut self, dir: &AgentDir, config: &mut AgentConfig) {
+        let Some(file) = dir.modules.iter().find(|m| {
+            m.path
+                .rsplit('/')
+                .next()
+                .is_some_and(|n| n.starts_with("agent."))
+        }) else {
+            return;
+        };
+        let Some(read) = self
+            .modules
+            .by_path
+            .remove(&file.path)
+            .and_then(|r| r.agent)
+        else {
+            return;
+        };
+        if config.model.is_none() {
+            config.model = read.model;
+        }
+        if config.reasoning.is_none() {
+            config.reasoning = read.reasoning;
+        }
+        if config.context_window.is_none() {
+            config.context_window = read.context_window;
+        }
+        if let Some(threshold) = read.compaction_threshold {
+            config.compaction.threshold = threshold;
+        }
+        for field in read.ignored {
+            self.push(
+                Diagnostic::new(
+                    Code::UnknownField,
+                    file.path.clone(),
+                    format!("`{field}` of defineAgent is not taken over by eve (Rust)"),
+                )
+                .at(read.line.max(1), 1)
+                .help("set it in agent.yaml (see docs/typescript.md, \"Migrating\")"),
+            );
+        }
+    }
+
+    /// The text of an `instructions.ts` module (`defineInstructions({content})`).
+    pub(in crate::compile) fn module_instructions(&mut self, dir: &AgentDir) -> Option<String> {
+        let file = dir.modules.iter().find(|m| {
+            m.path
+                .rsplit('/')
+                .next()
+                .is_some_and(|n| n.starts_with("instructions."))
+        })?;
+        self.modules.by_path.remove(&file.path)?.instructions
+    }
+
+    /// A `defineHook` module, from what [`Compiler::evaluate_modules`] read.
+    pub(in crate::compile) fn module_hook(&mut self, h: &Named) -> Option<(Hook, SandboxOverride)> {
+        let read = self.modules.by_path.remove(&h.file.path)?.hook?;
+        let name_ok = self.check_name(&h.name, &h.file.path, "hook");
+        let mut ok = true;
+        for ev in &read.events {
+            if !HOOK_EVENTS.contains(&ev.as_str()) {
+                let suggestion = crate::fields::closest(ev, HOOK_EVENTS)
+                    .map(|s| format!("did you mean `{s}`? "))
+                    .unwrap_or_default();
+                self.push(
+                    Diagnostic::new(
+                        Code::UnknownEvent,
+                        h.file.path.clone(),
+                        format!("unknown event `{ev}`"),
+                    )
+                    .help(format!(
+                        "{suggestion}events are: {}",
+                        HOOK_EVENTS.join(", ")
+                    )),
+                );
+                ok = false;
+            }
+        }
+        let hook = Hook {
+            name: h.name.clone(),
+            source: h.file.path.clone(),
+            events: read.events,
+            timeout_ms: 10_000,
+            env: Vec::new(),
+            runner: Runner::Script {
+                path: h.file.path.clone(),
+                interpreter: vec![
+                    self.modules.program.clone(),
+                    "--experimental-strip-types".to_owned(),
+                    "--no-warnings".to_owned(),
+                    NODE_HOOK_RUNNER.to_owned(),
+                ],
+            },
+        };
+        (ok && name_ok).then_some((hook, SandboxOverride::default()))
+    }
+
+    /// A `defineSchedule` module (with `markdown`), from what [`Compiler::evaluate_modules`] read.
+    pub(in crate::compile) fn module_schedule(&mut self, s: &Named) -> Option<Schedule> {
+        let read = self.modules.by_path.remove(&s.file.path)?.schedule?;
+        let name_ok = self.check_name(&s.name, &s.file.path, "schedule");
+        let mut ok = true;
+        if let Err(why) = crate::cron::check_cron(&read.cron)
+            .and_then(|c| super::super::schedules::fires_at_all(&c))
+        {
+            self.push(
+                Diagnostic::new(
+                    Code::InvalidCron,
+                    s.file.path.clone(),
+                    format!("invalid cron expression \"{}\": {why}", read.cron),
+                )
+                .help("use five fields: minute hour day-of-month month day-of-week, e.g. \"*/15 * * * *\""),
+            );
+            ok = false;
+        }
+        let timezone = read.timezone.unwrap_or_else(|| "UTC".to_owned());
+        if timezone.parse::<chrono_tz::Tz>().is_err() {
+            self.push(
+                Diagnostic::new(
+                    Code::InvalidTimezone,
+                    s.file.path.clone(),
+                    format!("unknown time zone \"{timezone}\""),
+                )
+                .help("use an IANA name such as `Europe/Paris` or `UTC`"),
+            );
+            ok = false;
+        }
+        (ok && name_ok).then(|| Schedule {
+            name: s.name.clone(),
+            source: s.file.path.clone(),
+            cron: read.cron,
+            timezone,
+            overlap: Overlap::default(),
+            catch_up: CatchUp::default(),
+            prompt: read.markdown.trim().to_owned(),
+        })
     }
 
     /// Whether a module's input schema is an object schema that is valid JSON Schema (E020).
@@ -223,10 +460,13 @@ impl Compiler {
     /// Adds the files Node loaded from `node_modules` (the agent folder's or the project's beside
     /// it) and from the agent folder to the build, with each package's `package.json`.
     fn carry_loaded(&mut self, agent_dir: &Path, loaded: &[String]) {
-        let roots: Vec<PathBuf> = [Some(agent_dir.to_path_buf()), agent_dir.parent().map(Path::to_path_buf)]
-            .into_iter()
-            .flatten()
-            .collect();
+        let roots: Vec<PathBuf> = [
+            Some(agent_dir.to_path_buf()),
+            agent_dir.parent().map(Path::to_path_buf),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         for url in loaded {
             let Some(path) = url.strip_prefix("file://").map(percent_decode) else {
                 continue;
@@ -342,7 +582,11 @@ fn evaluate(node: &Path, agent_dir: &Path, request: &Value) -> Result<Answer, St
     let line = String::from_utf8_lossy(&stdout);
     serde_json::from_str::<Answer>(line.trim()).map_err(|_| {
         let why = String::from_utf8_lossy(&stderr);
-        let why = why.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no answer");
+        let why = why
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no answer");
         format!("Node could not evaluate the modules: {why}")
     })
 }

