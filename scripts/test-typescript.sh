@@ -81,7 +81,7 @@ print("schedule and hooks read from their modules")
 PY
 t=$(ms)
 run_tool "$dir" 'get_weather {"city": "Paris"}' 'get_weather returned: {"city":"Paris","condition":"Sunny","temperatureF":72}'
-run_tool "$dir" 'get_weather {"city": ""}' 'get_weather: error'
+run_tool "$dir" 'get_weather {"city": ""}' 'is shorter than 1 character'
 run_tool "$dir" 'plan {"items": [{"status": "pending", "title": "Ship"}]}' 'plan returned: {"updated":true}'
 run_tool "$dir" 'web_search {"q": "eve"}' 'web_search returned: {"results":[],"query":{"q":"eve"}}'
 run_tool "$dir" 'who_called_me {}' '"sessionId":"wrun_'
