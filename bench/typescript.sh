@@ -66,6 +66,30 @@ py=$(cat "$ROOT/greet_py.ms"); ts=$(cat "$ROOT/greet_ts.ms")
 printf 'eve run with one tool call (median of %s): Python script tool %s ms, TypeScript module tool %s ms (+%s ms)\n' \
     "$RUNS" "$py" "$ts" "$((${ts%.*} - ${py%.*}))"
 
+# 1b. The process alone, outside the box: Node with eve's runner (composed from the same sources
+# the binary ships, eve-compile/src/compile/modules/js/) against python3, one input each.
+JS="$REPO/eve-compile/src/compile/modules/js"
+RUNNER=$(node --input-type=module -e '
+import { readFileSync } from "node:fs";
+const js = process.argv[1];
+const url = (s) => "data:text/javascript," + encodeURIComponent(s);
+const setup = readFileSync(js + "/setup.mjs", "utf8").replace("__EVE_SHIM_URL__", JSON.stringify(url(readFileSync(js + "/eve.mjs", "utf8"))));
+console.log("--import=" + url(setup + "\n" + readFileSync(js + "/tool.mjs", "utf8")));
+' "$JS")
+for tool in py ts; do
+    for _ in $(seq "$RUNS"); do
+        t=$(ms)
+        if [ "$tool" = py ]; then
+            echo '{"name": "Ada"}' | python3 "$P/agent/tools/greet_py.py" >/dev/null
+        else
+            echo '{"name": "Ada"}' | (cd "$P" && node --experimental-strip-types --no-warnings "$RUNNER" agent/tools/greet_ts.ts) >/dev/null
+        fi
+        echo $(($(ms) - t))
+    done | median > "$ROOT/proc_$tool.ms"
+done
+printf 'the process alone (median of %s): python3 script %s ms, node + eve runner + zod %s ms\n' \
+    "$RUNS" "$(cat "$ROOT/proc_py.ms")" "$(cat "$ROOT/proc_ts.ms")"
+
 # 2. A build of 20 TypeScript tools.
 B="$ROOT/twenty"
 mkdir -p "$B/agent/tools" "$B/node_modules"
@@ -80,7 +104,7 @@ export default defineTool({
   description: "Tool number $i: look a record up.",
   inputSchema: z.object({ id: z.string().min(1), limit: z.number().int().max(100).optional() }),
   async execute({ id, limit }) {
-    return { id, limit: limit ?? 10, tool: $i };
+    return { id, limit: limit ?? 10, tool: "$i" };
   },
 });
 TS

@@ -66,7 +66,6 @@ impl Compiler {
             .filter_map(|c| self.channel(c))
             .collect();
         self.collisions(dir, &subagents, &connections);
-        let mut config = config;
         if config.strategy == Strategy::Reflect && config.critic.is_none() {
             // A `critic` subagent folder is the critic: its instructions and model.
             config.critic = Some(match subagents.iter().find(|s| s.name == "critic") {
