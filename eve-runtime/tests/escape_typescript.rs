@@ -145,6 +145,11 @@ fn runtime(p: &TestProject, node: &Path, steps: Value) -> Runtime {
 async fn attempts(provider: Provider, node: &Path) -> serde_json::Map<String, Value> {
     let p = TestProject::new();
     let root = p.state_dir.parent().unwrap().to_path_buf();
+    // The store first, as in a project that ran: a workspace planted beside no store would
+    // (rightly) make the store's start refuse to create one.
+    SqliteStore::open(p.state_dir.join("eve.db"))
+        .unwrap()
+        .close_and_wait();
     std::fs::create_dir_all(root.join("agent")).unwrap();
     std::fs::write(root.join("agent/instructions.md"), "SECRET-AGENT").unwrap();
     std::fs::create_dir_all(root.join(".eve/sandboxes/wrun_other")).unwrap();
