@@ -1,4 +1,10 @@
-//! A TypeScript tool as eve writes it (`export default defineTool({…})`, run by Node through eve's
+//! A TypeScript tool as eve writes it (`// The box may show an empty /etc/shadow: only its contents count as a leak.
+function secret(text: string): string {
+  if (!text.includes("root:")) throw new Error("no password entries");
+  return text;
+}
+
+export default defineTool({…})`, run by Node through eve's
 //! shipped runner) tries the classic escapes from inside its box: the server's secrets, another
 //! session's files, the store, the agent folder, writing outside its workspace, a socket to the
 //! host. Under the default `isolated` provider every attempt is refused; under `provider: host`
@@ -46,8 +52,8 @@ export default defineTool({
   },
   async execute({ root, port }: { root: string; port: number }) {
     return {
-      shadow: await attempt(() => readFileSync("/etc/shadow", "utf8")),
-      shell: await attempt(() => execSync("cat /etc/shadow", { stdio: ["ignore", "pipe", "ignore"] }).toString()),
+      shadow: await attempt(() => secret(readFileSync("/etc/shadow", "utf8"))),
+      shell: await attempt(() => secret(execSync("cat /etc/shadow", { stdio: ["ignore", "pipe", "ignore"] }).toString())),
       environ: await attempt(() => {
         let seen = 0;
         for (const pid of readdirSync("/proc")) {
