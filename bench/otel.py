@@ -72,7 +72,8 @@ def main():
     added = (on - off) / off * 100
     rss_added = (statistics.median(on_rss) - statistics.median(off_rss)) / 2**20
     print(f"turn latency, tracing off: {off * 1000:.2f} ms; on: {on * 1000:.2f} ms; "
-          f"added: {added:+.1f} % (target < 5 %) {'ok' if added < 5 else 'OVER'}")
+          f"ratio on/off {on / off:.3f}, added: {added:+.1f} % (target < 5 %) "
+          f"{'ok' if added < 5 else 'OVER'}")
     print(f"RSS at {a.sessions} sessions, added by tracing: {rss_added:+.1f} MiB "
           f"(target < 10 MiB) {'ok' if rss_added < 10 else 'OVER'}")
 

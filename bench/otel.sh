@@ -2,11 +2,12 @@
 # What tracing adds to `eve serve` (release build): turn latency and RSS at 1,000 sessions with
 # tracing off, and on exporting over OTLP to a real collector (Arize Phoenix, installed into
 # target/phoenix-venv as scripts/test-otel.sh does). Prints both against their targets
-# (< 5 % latency, < 10 MiB RSS).
+# (< 5 % latency, < 10 MiB RSS): the latency ratio on/off and the RSS added.
 #
 #   bench/otel.sh                                  # --sessions 1000 --rounds 2
 #   bench/otel.sh --sessions 200 --rounds 1        # quicker
-#   EVE_BENCH_BIN=target/debug/eve bench/otel.sh   # measure this binary instead of building one
+#   EVE_BENCH_BIN=target/release/eve bench/otel.sh # measure this binary instead of building one
+#   EVE_BENCH_BIN=target/debug/eve bench/otel.sh --sessions 20 --rounds 1 --warmup 2  # a smoke run
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [ -n "${EVE_BENCH_BIN:-}" ]; then

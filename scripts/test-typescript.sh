@@ -6,6 +6,8 @@
 # - builds the fixtures copied from eve's own documentation (scripts/typescript/SOURCES.md), checks
 #   that each tool's input schema in the manifest is what zod itself produces, and runs each
 #   runnable tool in the box through the mock model (`eve run '/tool NAME {…}'`);
+# - serves docs-tools (tools, a skill, hooks, a schedule) with `eve serve` and drives it with eve's
+#   own npm client (scripts/eve-client/typescript-test.mjs);
 # - builds scripts/typescript/errors and checks the coded diagnostics E110-E113 with file:line;
 # - builds with a Node older than 22.6 (the system's, when it is one) and checks E114.
 # Prints how long each part took. Exits non-zero when any check fails. `./scripts/test.sh` runs it.
@@ -62,6 +64,9 @@ $out"
 }
 
 start=$(ms)
+DOCS="target/eve-client/node_modules/eve/docs"
+[ -d "$DOCS" ] || fail "eve's docs are not installed: run scripts/test-eve-client.sh once"
+python3 "$FIXTURE/as-printed.py" "$FIXTURE/SOURCES.md" "$FIXTURE" "$DOCS" || fail "a fixture is not as printed"
 dir=$(project docs-tools)
 t=$(ms)
 (cd "$dir" && "$EVE" build) 2>&1 | tee "$ROOT/build.log"
@@ -92,6 +97,39 @@ ls "$dir"/.eve/sandboxes/*/hook-ran.txt >/dev/null 2>&1 || fail "the hook module
 grep -q '^turn.completed wrun_' "$dir"/.eve/sandboxes/*/hook-ran.txt || fail "the hook saw no event"
 printf '  hook module ran on turn.completed: ok\n'
 
+# The same project through `eve serve` and eve's own npm client (eve@0.80.1, installed by
+# scripts/test-eve-client.sh under target/eve-client).
+CLIENT="target/eve-client"
+if [ -f "$CLIENT/node_modules/eve/package.json" ]; then
+    cp scripts/eve-client/typescript-test.mjs "$CLIENT/"
+    t=$(ms)
+    node "$REPO/$CLIENT/typescript-test.mjs" "$EVE" "$dir" || fail "eve's client against the TypeScript project"
+    printf 'eve client against docs-tools: %sms\n' "$(($(ms) - t))" >&2
+else
+    fail "eve's npm client is not installed: run scripts/test-eve-client.sh once"
+fi
+
+# eve's built-in tools re-exported (`export { default } from "eve/tools/bash"`) with
+# `defaultTools: false`, and a `defineSkill` module.
+dir=$(project docs-builtins)
+(cd "$dir" && "$EVE" build) 2>&1 | tee "$ROOT/build.log"
+grep -q 'files` of defineSkill' "$ROOT/build.log" || fail "the skill's files are not warned about"
+python3 - "$dir/.eve/current/manifest.json" <<'PY' || fail "built-ins and skill of docs-builtins"
+import json, sys
+agent = json.load(open(sys.argv[1]))["agent"]
+assert agent["config"]["default_tools"] is False, agent["config"]
+assert agent["config"]["builtins"] == ["bash", "read_file", "write_file", "web_fetch", "sleep"], agent["config"]
+assert agent["tools"] == [], agent["tools"]
+skill = {s["name"]: s for s in agent["skills"]}["research"]
+assert skill["description"].startswith("Research unfamiliar topics"), skill
+assert skill["body"].startswith("When the task is novel"), skill
+print("built-ins re-exported and the defineSkill skill read")
+PY
+export EVE_MODEL=mock/echo
+run_tool "$dir" 'bash {"command": "echo from-bash"}' 'from-bash'
+run_tool "$dir" 'write_file {"path": "a.txt", "content": "written"}' 'write_file returned'
+unset EVE_MODEL
+
 dir=$(project docs-reference)
 (cd "$dir" && "$EVE" build)
 same_schemas "$dir"
@@ -100,6 +138,8 @@ import json, sys
 agent = json.load(open(sys.argv[1]))["agent"]
 assert agent["config"]["model"] == "anthropic/claude-opus-5.5", agent["config"]
 assert agent["instructions"] == "You answer questions with your tools.", agent["instructions"]
+# tools/bash.ts is `export default disableTool()`: the built-in bash is off.
+assert "bash" not in agent["config"].get("builtins", ["bash"]), agent["config"]
 print("agent.ts and instructions.ts read from their modules")
 PY
 # agent.ts names a real model; the calls below run on the mock.

@@ -58,12 +58,17 @@ client_start=$SECONDS
 scripts/test-eve-client.sh
 printf 'eve client test: %ss\n' "$((SECONDS - client_start))" >&2
 
+step "eve acp driven by the official ACP client library (scripts/test-acp.sh)"
+acp_start=$SECONDS
+scripts/test-acp.sh
+printf 'acp client test: %ss\n' "$((SECONDS - acp_start))" >&2
+
 step "traces reach a real Arize Phoenix (scripts/test-otel.sh)"
 otel_start=$SECONDS
 scripts/test-otel.sh
 printf 'otel test: %ss\n' "$((SECONDS - otel_start))" >&2
 
-step "MCP conformance suite, client mode, against eve's MCP client (scripts/mcp-conformance.sh)"
+step "MCP conformance suite: client mode against eve's MCP client, server mode against the MCP channel (scripts/mcp-conformance.sh)"
 conformance_start=$SECONDS
 scripts/mcp-conformance.sh
 printf 'MCP conformance: %ss\n' "$((SECONDS - conformance_start))" >&2

@@ -50,8 +50,8 @@ pub struct ProjectArgs {
         env = env_vars::EVE_PROJECT
     )]
     pub project: Option<PathBuf>,
-    /// Agent folder, if not `<project>/agent`.
-    #[arg(long, global = true, value_name = "DIR", env = env_vars::EVE_AGENT)]
+    /// A workspace member's name (`agents/NAME/`), or the agent folder if not `<project>/agent`.
+    #[arg(long, global = true, value_name = "NAME|DIR", env = env_vars::EVE_AGENT)]
     pub agent: Option<PathBuf>,
     /// Store: `postgres://user:password@host/db` (a fleet's shared PostgreSQL) or a SQLite file.
     /// Defaults to `<project>/.eve/eve.db`.
@@ -113,6 +113,47 @@ pub enum Command {
     /// List the traces in the local trace store, or show one as a tree of its spans (without a
     /// subcommand: the list).
     Traces(TracesArgs),
+    /// Serve the agent over the Agent Client Protocol on stdio, for editors (in this process, or
+    /// with a server via `--url`).
+    Acp(AcpArgs),
+    /// Change the agent's settings in `agent.yaml`, keeping its comments and layout.
+    #[command(subcommand)]
+    Set(SetCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SetCommand {
+    /// Set the model (and its reasoning effort) in `agent.yaml`; without an ID, show the model in
+    /// force and list the models eve knows.
+    Model(SetModelArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SetModelArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// The model, `provider/name` (e.g. `openai/gpt-4.1`).
+    #[arg(value_name = "PROVIDER/NAME")]
+    pub id: Option<String>,
+    /// Reasoning effort for models that support it.
+    #[arg(long, value_name = "LEVEL", value_parser = ["low", "medium", "high"])]
+    pub reasoning: Option<String>,
+    /// Without an ID: print the model in force and the known models as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `eve acp`: the agent over ACP (JSON-RPC 2.0 on stdin and stdout).
+#[derive(Debug, Args)]
+pub struct AcpArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Serve a running server's agent (`http://127.0.0.1:3000`) instead of running it here; the
+    /// bearer token, when the server wants one, is read from `EVE_TOKEN`.
+    #[arg(long, env = env_vars::EVE_URL)]
+    pub url: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -276,7 +317,18 @@ pub enum ConnectionsCommand {
     /// Run the authorization code flow for an app-scoped connection and store its token.
     Login(ConnectionNameArgs),
     /// Remove a connection's stored token.
-    Logout(ConnectionNameArgs),
+    Logout(ConnectionLogoutArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConnectionLogoutArgs {
+    #[command(flatten)]
+    pub project: ProjectArgs,
+    /// The connection (`connections/NAME.yaml`).
+    pub name: String,
+    /// For `credentials: user`: the principal whose token goes (`jwt:alice`).
+    #[arg(long)]
+    pub principal: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -420,6 +472,12 @@ pub struct InitArgs {
     /// With `--list`: print the templates as JSON (`[{name, description}]`).
     #[arg(long, requires = "list")]
     pub json: bool,
+    /// The agent's model, written to `agent/agent.yaml` (`provider/name`, e.g. `openai/gpt-4.1`).
+    #[arg(long, value_name = "PROVIDER/NAME", conflicts_with = "list")]
+    pub model: Option<String>,
+    /// The model's reasoning effort, written to `agent/agent.yaml`.
+    #[arg(long, value_name = "LEVEL", value_parser = ["low", "medium", "high"], conflicts_with = "list")]
+    pub reasoning: Option<String>,
 }
 
 #[derive(Debug, Args)]

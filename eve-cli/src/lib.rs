@@ -11,6 +11,7 @@ mod project;
 mod render;
 mod sanitize;
 mod term;
+mod yaml_edit;
 
 use std::process::ExitCode;
 

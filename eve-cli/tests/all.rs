@@ -1,6 +1,7 @@
 //! Integration tests of the `eve` binary: one test binary, one module per area.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod acp;
 mod ai_sdk;
 mod big_output;
 mod build_cli;
@@ -20,14 +21,17 @@ mod examples;
 mod fail_fast;
 mod fleet;
 mod hostile_build;
+mod layouts;
 mod limits;
 mod memory;
 mod model_exit;
+mod model_settings;
 mod observability;
 mod paths_start;
 mod plan;
 mod redaction;
 mod releases;
+mod remote;
 mod run_cli;
 mod run_hooks;
 mod schedules;

@@ -2,7 +2,8 @@
 //! server that reports usage (and one that reports none) prints the usage line with the cost
 //! from `agent.yaml` `prices:`; `eve sessions show` gives the turn's and the session's cost;
 //! `eve dev` with `EVE_LOG_FORMAT=json` logs JSON lines whose turn lines carry the session, and
-//! `eve logs --session` (and `--follow`) reads them back from `.eve/logs/dev.log`.
+//! `eve logs --session` (and `--follow`) reads them back from `.eve/logs/dev.log`; `eve serve`
+//! with `EVE_METRICS_ADDR` serves `/metrics` on that address too, without the API's auth.
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support_dev::{Project, Server, eventually};
+use crate::support_dev::{Project, Server, eventually, http};
 use crate::support_model::{ModelServer, text_stream};
 use crate::support_run::{Output, wait_output};
 
@@ -211,4 +212,57 @@ fn json_logs_carry_the_session_and_eve_logs_reads_one_sessions_lines() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `EVE_METRICS_ADDR`: `eve serve` answers `GET /metrics` on an address of its own, where a
+/// scraper needs no token, and only that there; the API's `/metrics` still wants an operator.
+#[test]
+fn metrics_on_their_own_address() {
+    let p = Project::new();
+    p.file(
+        "channels/eve.yaml",
+        "auth:\n  type: bearer\n  tokens: [\"${OPS_TOKEN}\"]\n\
+         operators:\n  principals: [\"token:OPS_TOKEN\"]\n",
+    );
+    p.build();
+    let mut cmd = p.eve(&["serve", "--port", "0"]);
+    cmd.env("OPS_TOKEN", "ops-0123456789")
+        .env("EVE_METRICS_ADDR", "127.0.0.1:0");
+    let mut serve = Server::start(cmd);
+    let line = serve.wait_line(Duration::from_secs(10), |l| {
+        l.starts_with("eve metrics on http://")
+    });
+    let port: u16 = line
+        .trim_end_matches("/metrics")
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_ne!(port, serve.port);
+
+    let (status, body) = http(
+        serve.port,
+        "POST",
+        "/eve/v1/session",
+        Some(&json!({"message": "hello"})),
+        Some("ops-0123456789"),
+    );
+    assert_eq!(status, 202, "{body}");
+    eventually(Duration::from_secs(20), "the turn counted", || {
+        let (status, text) = http(port, "GET", "/metrics", None, None);
+        assert_eq!(status, 200, "{text}");
+        text.contains("eve_turns_completed_total 1").then_some(())
+    });
+    // Only /metrics is there: not the API.
+    let (status, _) = http(port, "GET", "/eve/v1/health", None, None);
+    assert_eq!(status, 404);
+    let (status, _) = http(port, "POST", "/eve/v1/session", Some(&json!({})), None);
+    assert!(status == 404 || status == 405, "{status}");
+    // The API's own /metrics keeps its auth.
+    let (status, _) = http(serve.port, "GET", "/metrics", None, None);
+    assert_eq!(status, 401);
+    let (status, text) = http(serve.port, "GET", "/metrics", None, Some("ops-0123456789"));
+    assert_eq!(status, 200, "{text}");
+    serve.kill();
 }

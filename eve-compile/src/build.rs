@@ -83,7 +83,11 @@ pub fn check(project: &Project) -> Result<Output, BuildError> {
         path: project.agent_dir.clone(),
         source,
     })?;
-    let discovery = eve_discover::discover(&source);
+    let discovery = if project.is_flat() {
+        eve_discover::discover_flat(&source)
+    } else {
+        eve_discover::discover(&source)
+    };
     let prefix = project.display_prefix();
     let mut output = compile(
         &discovery,
@@ -92,6 +96,7 @@ pub fn check(project: &Project) -> Result<Output, BuildError> {
             file_prefix: prefix.clone(),
             protected_dirs: vec![project.state_dir.clone(), project.agent_dir.clone()],
             agent_dir: Some(project.agent_dir.clone()),
+            cache_dir: Some(project.state_dir.clone()),
         },
     );
     // The interpreters the scripts will run with, where eve runs (the one check that starts a
@@ -266,15 +271,19 @@ pub fn write_candidate(
 }
 
 /// Where a runtime file is read from: the agent folder, except a `node_modules/` file the agent
-/// folder does not hold, which is the project's beside it (the packages TypeScript and JavaScript
-/// modules import, carried into the build's `files/node_modules/`).
+/// folder does not hold, which is the nearest folder above's that does, as Node resolves it (the
+/// packages TypeScript and JavaScript modules import, carried into the build's
+/// `files/node_modules/`; in `agents/NAME/agent/` or the flat layouts they sit at the project
+/// root).
 fn source_of(agent_dir: &Path, rel: &str) -> PathBuf {
     let path = agent_dir.join(rel);
-    if rel.starts_with("node_modules/")
-        && !path.exists()
-        && let Some(project) = agent_dir.parent()
-    {
-        return project.join(rel);
+    if rel.starts_with("node_modules/") && !path.exists() {
+        for above in agent_dir.ancestors().skip(1) {
+            let candidate = above.join(rel);
+            if candidate.exists() {
+                return candidate;
+            }
+        }
     }
     path
 }

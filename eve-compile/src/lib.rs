@@ -12,6 +12,7 @@ mod fields;
 pub mod frontmatter;
 pub mod hash;
 pub mod interpreters;
+pub mod layout;
 pub mod manifest;
 pub mod pack;
 pub mod project;

@@ -1,7 +1,9 @@
 //! Where a project's pieces live: the agent folder, `.eve/`, builds, the store.
 //!
 //! A project is a folder holding `agent/` (the agent) and `.eve/` (builds, the SQLite store,
-//! session workspaces). Every command resolves its paths here once, so they agree.
+//! session workspaces); a workspace member `agents/<name>/` is a project of its own, and in the
+//! flat layout the agent folder is the project folder (`layout.rs` finds which). Every command
+//! resolves its paths here once, so they agree.
 
 use std::path::{Path, PathBuf};
 
@@ -9,8 +11,50 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum ProjectError {
     /// No agent folder.
-    #[error("no agent folder at {0}: run `eve init` to create one, or pass `--agent DIR`")]
+    #[error(
+        "no agent folder at {0}: run `eve init` to create one, or pass `--agent DIR` \
+         (a project holds `agent/`, `agents/<name>/` or, flat, `instructions.md` at its root)"
+    )]
     NoAgent(PathBuf),
+    /// A workspace of several agents, and none selected.
+    #[error(
+        "{} is a workspace of several agents ({names}): pass `--agent NAME` to pick one, or run \
+         the command from inside `agents/NAME/`; each agent is served by its own `eve serve` or \
+         `eve dev` process",
+        root.display()
+    )]
+    ChooseAgent {
+        /// The workspace.
+        root: PathBuf,
+        /// Its members, comma-separated.
+        names: String,
+    },
+    /// `--agent NAME` names no member of the workspace.
+    #[error(
+        "no agent `{name}` in the workspace {}: its agents are {names} (a member is a folder \
+         `agents/NAME/` holding `agent/` or agent files, without a `package.json` of its own)",
+        root.display()
+    )]
+    UnknownAgent {
+        /// The name given.
+        name: String,
+        /// The workspace.
+        root: PathBuf,
+        /// Its members, comma-separated.
+        names: String,
+    },
+    /// `--agent NAME` outside any workspace, and no folder of that name.
+    #[error(
+        "--agent {name}: {} is not a workspace (no `agents/<name>/` folders with agent files) and \
+         has no folder `{name}`; give a member's name in a workspace or the agent folder's path",
+        root.display()
+    )]
+    NotWorkspace {
+        /// The name given.
+        name: String,
+        /// Where eve looked.
+        root: PathBuf,
+    },
     /// The working directory is unusable.
     #[error("cannot read the current folder: {0}")]
     Cwd(#[from] std::io::Error),
@@ -31,26 +75,11 @@ pub struct Project {
 }
 
 impl Project {
-    /// Resolves a project. Without `root`, the current folder and its ancestors are searched for an
-    /// `agent/` folder (as cargo searches for `Cargo.toml`).
+    /// Resolves a project from `--project` and `--agent`: the nested (`agent/`), workspace
+    /// (`agents/<name>/`) and flat layouts, searched from the current folder upwards (as cargo
+    /// searches for `Cargo.toml`). See [`crate::layout`].
     pub fn locate(root: Option<&Path>, agent: Option<&Path>) -> Result<Self, ProjectError> {
-        let cwd = std::env::current_dir()?;
-        let root = match (root, agent) {
-            (Some(r), _) => cwd.join(r),
-            (None, Some(_)) => cwd.clone(),
-            (None, None) => cwd
-                .ancestors()
-                .find(|p| p.join("agent").is_dir())
-                .map_or_else(|| cwd.clone(), Path::to_path_buf),
-        };
-        let agent_dir = match agent {
-            Some(a) => cwd.join(a),
-            None => root.join("agent"),
-        };
-        if !agent_dir.is_dir() {
-            return Err(ProjectError::NoAgent(agent_dir));
-        }
-        Ok(Self::at(root, agent_dir))
+        crate::layout::locate(root, agent)
     }
 
     /// A project with explicit paths (no checks).
@@ -64,7 +93,16 @@ impl Project {
         }
     }
 
-    /// The root agent's name: the project folder's name.
+    /// Whether the agent files sit at the project's root (the flat layout, or `--agent .`).
+    pub fn is_flat(&self) -> bool {
+        self.agent_dir == self.root
+            || matches!(
+                (self.agent_dir.canonicalize(), self.root.canonicalize()),
+                (Ok(a), Ok(r)) if a == r
+            )
+    }
+
+    /// The root agent's name: the project folder's name (a workspace member's folder name).
     pub fn name(&self) -> String {
         self.root
             .canonicalize()

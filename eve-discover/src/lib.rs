@@ -13,6 +13,7 @@
 mod diagnostic;
 pub mod evals;
 mod names;
+mod refused;
 mod slots;
 mod source;
 mod walk;
@@ -96,12 +97,16 @@ pub struct AgentDir {
     pub config: Option<SourceFile>,
     /// `instructions.md`.
     pub instructions: Option<SourceFile>,
+    /// The `.md` files of `instructions/`, in file-name order (read after `instructions.md`).
+    pub instructions_dir: Vec<SourceFile>,
     /// `tools/**`.
     pub tools: Vec<ToolFile>,
     /// `skills/**`.
     pub skills: Vec<SkillFile>,
     /// `subagents/*/`.
     pub subagents: Vec<Subagent>,
+    /// `subagents/*.yaml`: remote agents (other eve deployments).
+    pub remote_subagents: Vec<Named>,
     /// `schedules/*.md`.
     pub schedules: Vec<Named>,
     /// `hooks/*`.
@@ -122,6 +127,7 @@ impl AgentDir {
     pub fn file_count(&self) -> usize {
         usize::from(self.config.is_some())
             + usize::from(self.instructions.is_some())
+            + self.instructions_dir.len()
             + self.tools.len()
             + self
                 .skills
@@ -132,6 +138,7 @@ impl AgentDir {
             + self.hooks.len()
             + self.connections.len()
             + self.channels.len()
+            + self.remote_subagents.len()
             + self
                 .sandbox
                 .as_ref()
@@ -155,7 +162,19 @@ pub struct Discovery {
 
 /// Walks the agent folder behind `source`.
 pub fn discover(source: &dyn Source) -> Discovery {
+    discover_in(source, false)
+}
+
+/// Walks an agent folder that is also its project's folder (the flat layout): the project's own
+/// files at its root (`package.json`, `node_modules/`, `evals/`, `README.md`, …) are not agent
+/// files and are passed over without a word.
+pub fn discover_flat(source: &dyn Source) -> Discovery {
+    discover_in(source, true)
+}
+
+fn discover_in(source: &dyn Source, flat: bool) -> Discovery {
     let mut walker = Walker::new(source);
+    walker.flat = flat;
     let agent = walker.agent("", 0);
     Discovery {
         agent,

@@ -36,7 +36,8 @@ pub(crate) fn dir_label(dir: &str) -> String {
 }
 
 /// The slot folders of an agent folder, for "did you mean" on a misnamed one.
-pub(crate) const SLOT_FOLDERS: [&str; 8] = [
+pub(crate) const SLOT_FOLDERS: [&str; 9] = [
+    "instructions",
     "tools",
     "skills",
     "subagents",

@@ -7,6 +7,7 @@
 //! opened.
 
 use crate::names::{dir_label, join, split_ext};
+use crate::refused;
 use crate::walk::{TOO_DEEP_HELP, Walker};
 use crate::{
     Code, Diagnostic, DirEntry, EntryKind, MAX_DEPTH, Named, SandboxDir, SkillFile, Subagent,
@@ -63,6 +64,9 @@ impl Walker<'_> {
                 _ => {
                     let yaml = matches!(ext, Some("yaml" | "yml"));
                     if let Some(file) = self.next_text(&mut read, path, e.executable) {
+                        if self.module_refused(&file) {
+                            continue;
+                        }
                         out.push(ToolFile {
                             name: format!("{prefix}{stem}"),
                             file,
@@ -152,6 +156,19 @@ impl Walker<'_> {
                             });
                         }
                     }
+                    (stem, Some("ts" | "mts" | "js" | "mjs")) => {
+                        // A `defineSkill` module, evaluated by the build.
+                        let stem = stem.to_owned();
+                        if let Some(file) = self.read_text(path, e.executable)
+                            && !self.module_refused(&file)
+                        {
+                            out.push(SkillFile {
+                                name: stem,
+                                file,
+                                assets: Vec::new(),
+                            });
+                        }
+                    }
                     _ => self.unknown(
                         path,
                         "not a skill",
@@ -162,7 +179,13 @@ impl Walker<'_> {
         }
     }
 
-    pub(crate) fn subagents(&mut self, dir: &str, depth: usize, out: &mut Vec<Subagent>) {
+    pub(crate) fn subagents(
+        &mut self,
+        dir: &str,
+        depth: usize,
+        out: &mut Vec<Subagent>,
+        remote: &mut Vec<Named>,
+    ) {
         if depth >= MAX_DEPTH {
             self.push(
                 Diagnostic::new(
@@ -182,11 +205,35 @@ impl Walker<'_> {
                     name: e.name,
                     agent,
                 });
+            } else if refused::is_module_file(&e.name) {
+                if let Some(file) = self.read_text(path, e.executable)
+                    && !self.module_refused(&file)
+                {
+                    self.push(
+                        Diagnostic::new(
+                            Code::ModuleNotDefinition,
+                            file.path,
+                            "a subagent module (`subagents/NAME.ts`) is not read: eve's declared \
+                             peers and remote agents are deployment wiring eve does not take over",
+                        )
+                        .help(
+                            "a subagent is a folder `subagents/NAME/` holding a full agent (its \
+                             `agent.ts` or `agent.yaml` with `description:`), or \
+                             `subagents/NAME.yaml` naming a remote eve agent (docs/subagents.md)",
+                        ),
+                    );
+                }
+            } else if let (stem, Some("yaml" | "yml")) = split_ext(&e.name) {
+                // `subagents/NAME.yaml`: another eve deployment, called as a subagent.
+                let stem = stem.to_owned();
+                if let Some(file) = self.read_text(path, e.executable) {
+                    remote.push(Named { name: stem, file });
+                }
             } else {
                 self.unknown(
                     path,
                     "not a subagent",
-                    "a subagent is a folder `subagents/NAME/` holding a full agent",
+                    "a subagent is a folder `subagents/NAME/` holding a full agent, or `subagents/NAME.yaml` naming a remote agent",
                 );
             }
         }
@@ -209,6 +256,25 @@ impl Walker<'_> {
         for e in entries {
             let path = join(dir, &e.name);
             let stem = split_ext(&e.name).0;
+            let slot = matches!(dir.rsplit('/').next(), Some("hooks" | "schedules"));
+            if e.kind != EntryKind::Dir && refused::is_module_file(&e.name) {
+                if dir.rsplit('/').next() == Some("channels") {
+                    self.push(refused::channel(&path));
+                    continue;
+                }
+                if slot && ext_ok(&e) {
+                    let Some(file) = self.next_text(&mut read, path, e.executable) else {
+                        continue;
+                    };
+                    if !self.module_refused(&file) {
+                        out.push(Named {
+                            name: stem.to_owned(),
+                            file,
+                        });
+                    }
+                    continue;
+                }
+            }
             if e.kind == EntryKind::Dir || !ext_ok(&e) {
                 let what = if e.kind == EntryKind::Dir {
                     "unexpected folder"
@@ -246,6 +312,14 @@ impl Walker<'_> {
                 (EntryKind::File, "sandbox.yaml" | "sandbox.yml") => {
                     sandbox.config = self.read_text(path, false);
                 }
+                (EntryKind::File, name) if refused::is_module_file(name) => {
+                    let text = self.read_text(path.clone(), false).map(|f| f.text);
+                    self.push(refused::sandbox_provider(
+                        &path,
+                        text.as_deref().unwrap_or_default(),
+                        "defineSandbox(",
+                    ));
+                }
                 (EntryKind::Dir, "workspace") => {
                     let mut files = Vec::new();
                     self.files_under(&path, 0, &mut |p: &str| files.push(p.to_owned()));
@@ -263,5 +337,22 @@ impl Walker<'_> {
             }
         }
         sandbox
+    }
+
+    /// Reports a JavaScript or TypeScript module that uses what eve does not take over
+    /// ([`refused::module`]); returns whether it did (the file is then not used). Other modules
+    /// are kept: the build evaluates them.
+    pub(crate) fn module_refused(&mut self, file: &crate::SourceFile) -> bool {
+        let name = file.path.rsplit('/').next().unwrap_or_default();
+        if !refused::is_module_file(name) {
+            return false;
+        }
+        match refused::module(&file.path, &file.text) {
+            Some(d) => {
+                self.push(d);
+                true
+            }
+            None => false,
+        }
     }
 }

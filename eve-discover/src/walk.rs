@@ -6,7 +6,8 @@
 //! symlinks and entries that are neither file nor folder is said here, once, for every slot and
 //! for `evals/` alike.
 
-use crate::names::{SLOT_FOLDERS, closest, dir_label, is_ignored, join};
+use crate::names::{SLOT_FOLDERS, closest, dir_label, is_ignored, join, split_ext};
+use crate::refused;
 use crate::{AgentDir, Code, Diagnostic, DirEntry, EntryKind, MAX_DEPTH, Source, SourceFile};
 
 /// The help of every "nests too deep" diagnostic.
@@ -17,6 +18,8 @@ pub(crate) const TOO_DEEP_HELP: &str =
 pub(crate) struct Walker<'a> {
     pub(crate) source: &'a dyn Source,
     pub(crate) diagnostics: Vec<Diagnostic>,
+    /// The root agent folder is the project's folder (the flat layout).
+    pub(crate) flat: bool,
 }
 
 impl<'a> Walker<'a> {
@@ -25,6 +28,7 @@ impl<'a> Walker<'a> {
         Self {
             source,
             diagnostics: Vec::new(),
+            flat: false,
         }
     }
 }
@@ -185,21 +189,27 @@ impl Walker<'_> {
                         agent.config = self.read_text(path, e.executable);
                     }
                 }
-                (
-                    EntryKind::File,
-                    "agent.ts" | "agent.mts" | "agent.js" | "agent.mjs" | "instructions.ts"
-                    | "instructions.mts" | "instructions.js" | "instructions.mjs",
-                ) => {
-                    if let Some(file) = self.read_text(path, e.executable) {
-                        agent.modules.push(file);
-                    }
-                }
                 (EntryKind::File, "instructions.md") => {
                     agent.instructions = self.read_text(path, e.executable);
                 }
+                (_, name) if self.flat && dir.is_empty() && is_project_entry(e.kind, name) => {}
+                (EntryKind::Dir, "instructions") => {
+                    agent.instructions_dir = self.instructions_dir(&path)
+                }
+                (EntryKind::Dir, "extensions") => self.push(refused::extensions(dir_label(&path))),
+                (EntryKind::File, name) if refused::is_module_file(name) => {
+                    if let Some(module) = self.root_module(path, e.executable) {
+                        agent.modules.push(module);
+                    }
+                }
                 (EntryKind::Dir, "tools") => self.tools(&path, "", depth, &mut agent.tools),
                 (EntryKind::Dir, "skills") => self.skills(&path, &mut agent.skills),
-                (EntryKind::Dir, "subagents") => self.subagents(&path, depth, &mut agent.subagents),
+                (EntryKind::Dir, "subagents") => self.subagents(
+                    &path,
+                    depth,
+                    &mut agent.subagents,
+                    &mut agent.remote_subagents,
+                ),
                 (EntryKind::Dir, "schedules") => {
                     agent.schedules = self.flat(
                         &path,
@@ -236,8 +246,8 @@ impl Walker<'_> {
                         dir_label(&path),
                         "unknown folder",
                         &format!(
-                            "{guess}agent folders are tools/, skills/, subagents/, schedules/, \
-                             hooks/, connections/, channels/ and sandbox/"
+                            "{guess}agent folders are instructions/, tools/, skills/, subagents/, \
+                             schedules/, hooks/, connections/, channels/ and sandbox/"
                         ),
                     )
                 }
@@ -249,6 +259,71 @@ impl Walker<'_> {
             }
         }
         agent
+    }
+
+    /// A JavaScript or TypeScript module at an agent folder's root: eve's `agent.ts` or
+    /// `instructions.ts` (returned, for the build to evaluate), `sandbox.ts` (refused), or
+    /// something else.
+    fn root_module(&mut self, path: String, executable: bool) -> Option<SourceFile> {
+        let name = path.rsplit('/').next().unwrap_or_default();
+        let (stem, ext) = split_ext(name);
+        let stem = stem.to_owned();
+        let evaluated = matches!(ext, Some("ts" | "mts" | "js" | "mjs"));
+        let file = self.read_text(path.clone(), executable)?;
+        if stem == "sandbox" {
+            self.push(refused::sandbox_provider(
+                &path,
+                &file.text,
+                "defineSandbox(",
+            ));
+        } else if let Some(d) = refused::module(&path, &file.text) {
+            self.push(d);
+        } else if evaluated && (stem == "agent" || stem == "instructions") {
+            return Some(file);
+        } else {
+            self.unknown(
+                path,
+                "unknown file",
+                "an agent folder holds agent.yaml (or agent.ts), instructions.md (or \
+                 instructions.ts) and the slot folders",
+            );
+        }
+        None
+    }
+
+    /// `instructions/`: its `.md` files, in file-name order (not recursive).
+    fn instructions_dir(&mut self, dir: &str) -> Vec<SourceFile> {
+        let mut entries = self.list(dir);
+        entries.sort_by(|a, b| {
+            (a.name.to_lowercase(), &a.name).cmp(&(b.name.to_lowercase(), &b.name))
+        });
+        let mut out = Vec::new();
+        for e in entries {
+            let path = join(dir, &e.name);
+            match (e.kind, split_ext(&e.name).1) {
+                (EntryKind::File, Some("md")) => out.extend(self.read_text(path, e.executable)),
+                (EntryKind::File, Some("ts" | "mts" | "js" | "mjs")) => {
+                    if let Some(file) = self.read_text(path.clone(), e.executable) {
+                        match refused::module(&path, &file.text) {
+                            Some(d) => self.push(d),
+                            // A `defineInstructions` module, evaluated by the build.
+                            None => out.push(file),
+                        }
+                    }
+                }
+                (EntryKind::Dir, _) => self.unknown(
+                    dir_label(&path),
+                    "unexpected folder",
+                    "`instructions/` is read without its subfolders: put the `.md` files directly in it",
+                ),
+                _ => self.unknown(
+                    path,
+                    "unexpected file",
+                    "`instructions/` holds `.md` files and `defineInstructions` modules, read after `instructions.md` in file-name order",
+                ),
+            }
+        }
+        out
     }
 
     /// Calls `f` with every file path under `dir` (recursively).
@@ -271,6 +346,36 @@ impl Walker<'_> {
             } else {
                 f(&path);
             }
+        }
+    }
+}
+
+/// Whether a root entry of a flat-layout project is the project's rather than the agent's.
+fn is_project_entry(kind: EntryKind, name: &str) -> bool {
+    match kind {
+        EntryKind::Dir => matches!(
+            name,
+            "node_modules" | "evals" | "lib" | "app" | "apps" | "dist" | "public" | "scripts"
+        ),
+        _ => {
+            matches!(
+                name,
+                "package.json"
+                    | "package-lock.json"
+                    | "npm-shrinkwrap.json"
+                    | "pnpm-lock.yaml"
+                    | "pnpm-workspace.yaml"
+                    | "yarn.lock"
+                    | "bun.lock"
+                    | "bun.lockb"
+                    | "tsconfig.json"
+                    | "deno.json"
+                    | "README.md"
+                    | "LICENSE"
+                    | "CHANGELOG.md"
+                    | "Dockerfile"
+            ) || (refused::is_module_file(name)
+                && !matches!(split_ext(name).0, "agent" | "instructions" | "sandbox"))
         }
     }
 }

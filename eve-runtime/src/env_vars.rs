@@ -82,8 +82,17 @@ pub const EVE_TEST_NO_OPENAT2: &str = "EVE_TEST_NO_OPENAT2";
 /// by path, as a naive walker does (so a test can show a walk steered out of
 /// the workspace when nothing stops it). A release build ignores it.
 pub const EVE_TEST_UNSAFE_WALK: &str = "EVE_TEST_UNSAFE_WALK";
+/// Tests only, and honoured by debug builds only: `1` lets a remote agent's requests reach the
+/// host and port its `url` names even on loopback or a private address (two test servers on one
+/// machine). A release build ignores it: remote agents are reached on the internet only.
+pub(crate) const EVE_TEST_REMOTE_LOOPBACK: &str = "EVE_TEST_REMOTE_LOOPBACK";
 /// The port (`--port`) of `eve serve` and `eve dev`.
 pub const PORT: &str = "PORT";
+/// The URL browsers reach the runtime at: the base of the sign-in callback of
+/// `credentials: user` connections.
+pub const EVE_PUBLIC_URL: &str = "EVE_PUBLIC_URL";
+/// The lease of a controlled stream (`?streamControlVersion=1`) in milliseconds (default 60000).
+pub const EVE_STREAM_LEASE_MS: &str = "EVE_STREAM_LEASE_MS";
 /// A server's base URL for `eve chat` (`--url`).
 pub const EVE_URL: &str = "EVE_URL";
 /// The bearer token `eve chat` sends with `--url` (`--token`).
@@ -160,6 +169,9 @@ pub const EVE_TRACES_MAX_AGE_MS: &str = "EVE_TRACES_MAX_AGE_MS";
 pub const EVE_TRACES_MAX_TOTAL_BYTES: &str = "EVE_TRACES_MAX_TOTAL_BYTES";
 /// The newest local traces that always stay (default 20).
 pub const EVE_TRACES_RETAIN_COUNT: &str = "EVE_TRACES_RETAIN_COUNT";
+
+/// `host:port` where `eve serve` and `eve dev` also serve `GET /metrics`, without the API's auth.
+pub const EVE_METRICS_ADDR: &str = "EVE_METRICS_ADDR";
 
 /// The W3C trace context of a tool call's span, in the tool's environment when tracing is on.
 pub const TRACEPARENT: &str = "TRACEPARENT";

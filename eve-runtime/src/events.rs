@@ -66,6 +66,10 @@ pub const CONTEXT_CLEARED: &str = "context.cleared";
 pub(crate) const SESSION_RESET: &str = "session.reset";
 /// An isolated call's egress proxy refused a destination.
 pub(crate) const EGRESS_REFUSED: &str = "sandbox.egress.refused";
+/// A call needs the session's principal to authorize a user-scoped connection (eve's event).
+pub const AUTHORIZATION_REQUIRED: &str = "authorization.required";
+/// The authorization a call waited on completed (`outcome`: `authorized`, `declined`, `failed`).
+pub const AUTHORIZATION_COMPLETED: &str = "authorization.completed";
 /// The reviewer of an `approval: auto` call decided (`verdict`: `safe`, `unsafe`, `failed`).
 pub(crate) const APPROVAL_REVIEWED: &str = "approval.reviewed";
 
@@ -404,6 +408,49 @@ pub(crate) fn memory_save_offered(turn: &TurnRecord, estimate: u64, window: u64)
 /// `approval.reviewed`: the reviewer's verdict (`engine::review::event`) with the step's fields.
 pub(crate) fn approval_reviewed(turn: &TurnRecord, step: u64, verdict: Value) -> Value {
     with(step_fields(turn, step), verdict)
+}
+
+/// `authorization.required`: the principal `principal` must visit `url` to authorize the
+/// connection `name` for the call `call_id` (its `attemptId`).
+pub(crate) fn authorization_required(
+    turn: &TurnRecord,
+    step: u64,
+    name: &str,
+    url: &str,
+    principal: &str,
+    call_id: &str,
+) -> Value {
+    with(
+        step_fields(turn, step),
+        json!({
+            "attemptId": call_id,
+            "authorization": {"url": url, "displayName": name},
+            "description": format!("Sign in to {name} to let the agent use it on your behalf."),
+            "name": name,
+            "principalId": principal,
+        }),
+    )
+}
+
+/// `authorization.completed` for the authorization request `request` (its call is the
+/// `attemptId`): `outcome` is `authorized`, `declined` or `failed`.
+pub(crate) fn authorization_completed(request: &InputRequestRecord, outcome: &str) -> Value {
+    let mut data = json!({
+        "attemptId": request.call_id,
+        "name": request.action["connection"],
+        "outcome": outcome,
+        "principalId": request.action["principal"],
+        "sequence": request.turn_seq,
+        "stepIndex": request.step_index,
+        "turnId": format!("turn_{}", request.turn_seq),
+    });
+    if let Some(url) = request.action["url"].as_str() {
+        data["authorization"] = json!({"url": url, "displayName": request.action["connection"]});
+    }
+    if let Some(reason) = &request.reason {
+        data["reason"] = json!(reason);
+    }
+    data
 }
 
 pub(crate) fn approval_settled(request: &InputRequestRecord, approved: bool) -> Value {

@@ -6,6 +6,7 @@
 //! `unreachable_pub` keeps items of private modules from claiming more.
 #![warn(unreachable_pub)]
 
+pub mod builds;
 pub mod engine;
 pub mod env_vars;
 pub mod events;

@@ -1,10 +1,11 @@
 //! Prometheus metrics of one runtime: what `/metrics` serves (see `docs/observability.md`).
 //!
-//! Counters follow the events: [`Metrics::observe`] is called with every commit's events once
-//! they are stored (`Runtime::announce`), so a turn, step, tool call or token counted here is one
-//! the event stream holds, and a commit that failed counts nothing. Latencies are measured where
-//! they happen: the model call (`engine/turn/step.rs`), the store commit (`Runtime::commit*`)
-//! and the spawn of a sandboxed process (`exec`). Gauges are this process's view: input
+//! The metrics are an [`crate::engine::observe::EventObserver`] of their runtime. Counters follow
+//! the events: [`Metrics::observe`] gets every commit's events once they are stored, so a turn,
+//! step, tool call or token counted here is one the event stream holds, and a commit that failed
+//! counts nothing. Latencies are measured where they happen: the model call (the turn core
+//! reports how long the provider took), the store commit (`Runtime::commit*`) and the spawn of a
+//! sandboxed process (`exec`). Gauges are this process's view: input
 //! requests asked and not yet answered, tasks started and not yet settled (both from the
 //! events), and sessions with a driver in this process (read when scraped).
 //!
@@ -378,6 +379,20 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+impl crate::engine::observe::EventObserver for Metrics {
+    fn committed(&self, events: &[StoredEvent]) {
+        self.observe(events);
+    }
+
+    fn turn_work(&self, work: &crate::engine::observe::TurnWork<'_>) {
+        if let crate::engine::observe::TurnWork::ModelCalled(call) = work
+            && let Some(took) = call.took
+        {
+            self.model_call(call.model_id, took);
+        }
     }
 }
 

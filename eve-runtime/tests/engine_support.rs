@@ -178,6 +178,7 @@ pub fn agent() -> Agent {
             provider: eve_compile::Provider::Host,
             ..Sandbox::default()
         },
+        remote: None,
     }
 }
 

@@ -1,10 +1,4 @@
-//! A TypeScript tool as eve writes it (`// The box may show an empty /etc/shadow: only its contents count as a leak.
-function secret(text: string): string {
-  if (!text.includes("root:")) throw new Error("no password entries");
-  return text;
-}
-
-export default defineTool({…})`, run by Node through eve's
+//! A TypeScript tool as eve writes it (`export default defineTool({…})`, run by Node through eve's
 //! shipped runner) tries the classic escapes from inside its box: the server's secrets, another
 //! session's files, the store, the agent folder, writing outside its workspace, a socket to the
 //! host. Under the default `isolated` provider every attempt is refused; under `provider: host`
@@ -41,6 +35,12 @@ async function attempt(f: () => unknown): Promise<string> {
   } catch {
     return "refused";
   }
+}
+
+// The box may show an empty /etc/shadow: only its contents count as a leak.
+function secret(text: string): string {
+  if (!text.includes("root:")) throw new Error("no password entries");
+  return text;
 }
 
 export default defineTool({

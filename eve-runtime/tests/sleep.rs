@@ -212,3 +212,66 @@ async fn a_steering_message_ends_the_sleep_early() {
     );
     assert_eq!(timers(&rt, &id).await, 0);
 }
+
+/// A server's store watch leaves a turn it will wake itself alone until its timer is due:
+/// looking every fifth of the lease's time would drive the session (a lease taken and given back)
+/// only to park it again.
+#[tokio::test]
+async fn the_store_watch_leaves_a_sleeping_turn_alone_until_its_timer() {
+    use eve_runtime::engine::{BreakerPolicy, FixedModelProvider, ResolvedModel, RuntimeConfig};
+    use eve_runtime::model::mock::{MockClient, load_script};
+    use eve_runtime::store::{SqliteStore, Store};
+    use std::sync::Arc;
+
+    let p = TestProject::new();
+    p.write_build(&sleeper(), &[]);
+    let store = SqliteStore::open(p.state_dir.join("eve.db")).unwrap();
+    let counting = crate::counting_store::CountingStore::new(Arc::new(store));
+    let steps = load_script(&sleep_then(3.0, "rested").to_string()).unwrap();
+    let rt = Runtime::new(RuntimeConfig {
+        state_dir: p.state_dir.clone(),
+        store: counting.clone() as Arc<dyn Store>,
+        models: Arc::new(FixedModelProvider(ResolvedModel {
+            client: Arc::new(MockClient::from_steps(steps)),
+            model: "script".to_owned(),
+            model_id: "mock/script".to_owned(),
+            context_window: None,
+            price_per_million: None,
+        })),
+        env: Arc::new(|_: &str| None),
+        autostart: true,
+        // The watch looks every 200 ms.
+        lease_ttl: Duration::from_secs(1),
+        breaker: BreakerPolicy::default(),
+        sandbox_helper: std::path::PathBuf::from(env!("CARGO_BIN_EXE_eve-runtime-sandbox")),
+        secrets: Default::default(),
+        isolated_roots: false,
+    });
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let watch = rt.watch_store(shutdown.clone());
+    let id = rt.create_session(Some("wait a bit".into())).await.unwrap();
+    rt.drive(&id).await.unwrap();
+    assert_eq!(timers(&rt, &id).await, 1, "the turn is parked on its timer");
+    let leases = || {
+        counting
+            .calls()
+            .iter()
+            .filter(|c| matches!(**c, "take_lease" | "acquire_lease"))
+            .count()
+    };
+    let before = leases();
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let taken = leases() - before;
+    println!("leases taken while the turn slept 2 s (the watch looks every 200 ms): {taken}");
+    assert!(
+        taken <= 1,
+        "the watch drove the sleeping session {taken} times before its timer was due"
+    );
+    // It still wakes on time, by its own timer.
+    until("the turn completes after its sleep", || async {
+        last_turn_status(&rt, &id).await == TurnStatus::Completed
+    })
+    .await;
+    shutdown.cancel();
+    let _ = watch.await;
+}

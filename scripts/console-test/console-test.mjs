@@ -6,7 +6,8 @@
 // screenshots go) and DOCS_SHOTS (docs/console: the screenshots the docs show). It starts
 // `eve dev` on 127.0.0.1:0, opens the console, starts a session, sends a message, watches the
 // reply stream, approves the tool by its button, sees its output card, reloads the page while a
-// tool runs, and checks the timeline continues with every event index once, from 0, with no gap.
+// tool runs, and checks the timeline continues with every event index once, from 0, with no gap,
+// and that the finished turn shows as a waterfall of its spans in the Trace pane.
 //
 // At each screenshot it checks the page shows no stray `null`, `undefined`, `NaN` or
 // `[object Object]` outside code, and compares the view's structure (every element shown, by
@@ -264,6 +265,39 @@ test("the console drives a session: streamed reply, approval by button, reload m
   await page.waitForFunction(() => /· \$\d+\.\d{2,4} ·/.test(document.querySelector("#session-meta").textContent));
   // And the turn's usage and cost under its answer.
   assert.match(await page.locator("#chat li.msg.assistant [data-usage]").last().textContent(), /^usage: [\d,]+ in · [\d,]+ out · \$\d+\.\d+$/);
+  // The turn as a waterfall of its spans (from the local trace store, operators only): the
+  // turn, its steps, the model calls, the approval wait and both tool calls, each beneath its
+  // parent, with its duration and a bar within the turn.
+  await page.waitForSelector("#traces details.trace[open] li.span-row[data-name='invoke_agent console-agent']");
+  const waterfall = await page.$$eval("#traces details.trace[open] li.span-row", (items) => items.map((li) => ({
+    name: li.dataset.name,
+    depth: Number(li.dataset.depth),
+    duration: li.querySelector(".span-dur").textContent,
+    width: li.querySelector(".span-bar").getBoundingClientRect().width,
+    track: li.querySelector(".span-track").getBoundingClientRect().width,
+  })));
+  const row = (name) => {
+    const found = waterfall.find((r) => r.name === name || (name.endsWith("*") && r.name.startsWith(name.slice(0, -1))));
+    assert.ok(found, `the waterfall has a row ${name}: ` + JSON.stringify(waterfall));
+    return found;
+  };
+  const millis = (text) => {
+    const m = /^(<1 ms|(\d+(?:\.\d+)?) (ms|s))$/.exec(text);
+    assert.ok(m, "a duration: " + text);
+    return m[1] === "<1 ms" ? 0.5 : Number(m[2]) * (m[3] === "s" ? 1000 : 1);
+  };
+  assert.equal(waterfall[0].name, "invoke_agent console-agent", "the turn's span comes first");
+  assert.equal(waterfall[0].depth, 0);
+  assert.ok(Math.abs(waterfall[0].width - waterfall[0].track) <= 1, "the turn's bar spans the track");
+  assert.equal(row("agent.step").depth, 1);
+  assert.equal(row("chat *").depth, 2, "a model call sits under its step");
+  assert.equal(row("execute_tool refund").depth, 2, "a tool call sits under its step");
+  assert.ok(row("await_approval refund").depth >= 1, "the approval wait sits in the turn");
+  const slowCall = row("execute_tool slow");
+  assert.ok(millis(slowCall.duration) >= 50, "the slow call took as long as its gate stayed shut: " + slowCall.duration);
+  assert.ok(slowCall.width > 0 && slowCall.width < waterfall[0].width, "its bar is part of the turn's");
+  for (const r of waterfall) millis(r.duration);
+  assert.ok(millis(waterfall[0].duration) >= millis(slowCall.duration), "the turn lasts at least as long as its calls");
   await shot(page, "session");
 
   // The sessions list shows it with its first message; the id prefix finds it.
@@ -295,6 +329,7 @@ test("the console drives a session: streamed reply, approval by button, reload m
   const small = await phone.newPage();
   await small.goto(`${base}/#/s/${encodeURIComponent(id)}`);
   await small.waitForSelector("#chat .msg.assistant >> text=All done: refunded and waited.");
+  await small.waitForSelector("#traces details.trace[open] li.span-row");
   const overflow = await small.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   assert.ok(overflow <= 1, "no sideways scrolling at phone width (" + overflow + "px)");
   await shot(small, "phone");

@@ -4,12 +4,14 @@
 //! with `--url` it talks to a running `eve serve`/`eve dev` over the session API (`--token` for
 //! bearer auth). Either way the reply streams to stdout, reasoning is dimmed, each tool call is one
 //! line on stderr, and an approval is a y/n question. Lines starting with a slash command
-//! (`/new`, `/compact`, `/clear`, `/cancel`, `/exit`, `/help`) act on the session; any other line,
+//! (`/new`, `/compact`, `/clear`, `/cancel`, `/model`, `/info`, `/exit`, `/help`) act on the
+//! session or the chat (`settings`: the model per session, the agent summary); any other line,
 //! `/tool …` included, is a message. Ctrl-C cancels the running turn; at the prompt, a second
 //! Ctrl-C exits. Without a terminal, lines are read from stdin as they come (scripts, tests).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 
@@ -25,15 +27,19 @@ use crate::render::{paint, stderr_color, stdout_color};
 use crate::sanitize::{Untrusted, errln, neutralise, own_styles};
 use crate::term::{Printer, Spinner, compact, is_yes};
 
-mod backend;
+pub(crate) mod backend;
+mod settings;
 
 use backend::{Backend, Remote};
+use settings::SessionModels;
 
 const HELP: &str = "\
 /new      start a new session
 /compact  compact the session's context now
 /clear    empty the session's context (its history stays in the store)
 /cancel   cancel the running or parked turn
+/model    show the model and the known models; /model PROVIDER/NAME switches this session's model
+/info     the agent, its model, context window, reasoning and tools, and where each came from
 /exit     leave (also /quit, Ctrl-D, or Ctrl-C twice at the prompt)
 /help     this list
 Anything else is sent to the agent (an unknown /word is not: start the line with // to send
@@ -69,10 +75,12 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
                     .map(|p| p.state_dir.join(HISTORY_FILE)),
             };
             let local_project = local.clone();
+            let mut models = None;
             let (backend, resume) = match local {
                 Some(project) => {
-                    let rt =
-                        super::open_runtime(&project, args.model.model.as_deref(), true).await?;
+                    let chosen = Arc::new(SessionModels::new(args.model.model.as_deref()));
+                    models = Some(chosen.clone());
+                    let rt = super::open_runtime_with(&project, chosen, true).await?;
                     super::serve::report_view(&rt);
                     let resume = match wanted {
                         Some(w) => Some(super::sessions::resolve(&rt, &project, w).await?),
@@ -93,7 +101,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<ExitCode> {
                     (Backend::Remote(remote), resume)
                 }
             };
-            let mut chat = Chat::new(backend, history, local_project);
+            let mut chat = Chat::new(backend, history, local_project, models);
             if usage {
                 chat.printer.always_usage();
             }
@@ -226,8 +234,8 @@ const HISTORY_FILE: &str = "chat_history";
 const HISTORY_SIZE: usize = 1000;
 
 /// The first word of lines `eve chat` acts on itself.
-const COMMANDS: [&str; 7] = [
-    "/new", "/compact", "/clear", "/cancel", "/exit", "/quit", "/help",
+const COMMANDS: [&str; 9] = [
+    "/new", "/compact", "/clear", "/cancel", "/model", "/info", "/exit", "/quit", "/help",
 ];
 
 /// What a typed line is: one of [`COMMANDS`], a message, or a slash word nobody knows (caught
@@ -270,6 +278,10 @@ struct Chat {
     /// The project of a local chat, and the MCP connections already said to be down.
     project: Option<eve_compile::Project>,
     warned: std::collections::HashSet<String>,
+    /// The model provider of an in-process chat, and the model `/model` chose (for the current
+    /// session and the ones `/new` starts).
+    models: Option<Arc<SessionModels>>,
+    chosen: Option<String>,
 }
 
 impl Chat {
@@ -277,6 +289,7 @@ impl Chat {
         backend: Backend,
         history: Option<std::path::PathBuf>,
         project: Option<eve_compile::Project>,
+        models: Option<Arc<SessionModels>>,
     ) -> Self {
         let interactive = std::io::stdin().is_terminal();
         let reader = if interactive {
@@ -309,6 +322,8 @@ impl Chat {
             interrupts,
             project,
             warned: std::collections::HashSet::new(),
+            models,
+            chosen: None,
         }
     }
 
@@ -419,6 +434,20 @@ impl Chat {
             };
             match command {
                 "/exit" | "/quit" => break,
+                "/model" => {
+                    let arg = text.split_whitespace().nth(1).map(str::to_owned);
+                    if let Err(e) = self.switch_model(arg.as_deref()) {
+                        self.error(&e);
+                    }
+                }
+                "/info" => match self.info().await {
+                    Ok(lines) => {
+                        for line in lines {
+                            errln!("{}", Untrusted(line));
+                        }
+                    }
+                    Err(e) => self.error(&e),
+                },
                 "/help" => errln!("{HELP}"),
                 "/new" => {
                     self.session = None;
@@ -457,6 +486,54 @@ impl Chat {
         Ok(self.leave())
     }
 
+    /// `/model [ID]`: without an id, the model in force and the known models; with one, that
+    /// model for this session from its next turn (checked first: an unusable model changes
+    /// nothing).
+    fn switch_model(&mut self, id: Option<&str>) -> anyhow::Result<()> {
+        let (Some(models), Some(project)) = (self.models.clone(), self.project.as_ref()) else {
+            anyhow::bail!(
+                "with --url the server's model answers: set it where the server runs \
+                 (`eve set model`, EVE_MODEL); /info shows it"
+            );
+        };
+        let agent = settings::current_agent(project)?;
+        let Some(id) = id else {
+            for line in settings::model_lines(&models, &agent, self.session.as_deref()) {
+                errln!("{line}");
+            }
+            return Ok(());
+        };
+        match &self.session {
+            Some(session) => models.choose(session, id, &agent)?,
+            // No session yet: checked now, chosen when the first message creates it.
+            None => models.check(id, &agent).map(drop)?,
+        }
+        self.chosen = Some(id.to_owned());
+        self.note(&format!(
+            "(model: {id} for this session, from its next turn)"
+        ));
+        Ok(())
+    }
+
+    /// `/info`: the agent, its model, window, reasoning and tools.
+    async fn info(&self) -> anyhow::Result<Vec<String>> {
+        match (&self.backend, &self.models, &self.project) {
+            (Backend::Remote(remote), ..) => {
+                let info = remote.get("/eve/v1/info").await?;
+                Ok(settings::remote_info(
+                    &info,
+                    &remote.shown_base(),
+                    self.session.as_deref(),
+                ))
+            }
+            (Backend::Local(_), Some(models), Some(project)) => {
+                let agent = settings::current_agent(project)?;
+                Ok(settings::local_info(models, &agent, self.session.as_deref()).await)
+            }
+            _ => anyhow::bail!("no agent to describe"),
+        }
+    }
+
     /// Says how to come back; the exit code.
     fn leave(&mut self) -> ExitCode {
         self.printer.finish_line();
@@ -477,6 +554,11 @@ impl Chat {
                 let id = self.backend.create().await?;
                 self.note(&format!("session {id}"));
                 self.session = Some(id.clone());
+                if let (Some(models), Some(chosen), Some(project)) =
+                    (&self.models, &self.chosen, &self.project)
+                {
+                    models.choose(&id, chosen, &settings::current_agent(project)?)?;
+                }
                 id
             }
         };

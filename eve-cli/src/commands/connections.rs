@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::block_on;
 use super::run::open_runtime;
-use crate::cli::{ConnectionNameArgs, ConnectionsListArgs};
+use crate::cli::{ConnectionLogoutArgs, ConnectionNameArgs, ConnectionsListArgs};
 use crate::project::locate;
 use crate::sanitize::{Untrusted, errln, json_pretty, outln};
 
@@ -86,13 +86,26 @@ pub fn list(args: ConnectionsListArgs) -> anyhow::Result<ExitCode> {
                 _ => None,
             };
             let scopes: Vec<String> = stored.map(|s| s.granted_scopes).unwrap_or_default();
-            rows.push(json!({
+            let mut row = json!({
                 "name": c.name,
                 "credentials": if c.credentials == Credentials::User { "user" } else { "app" },
                 "authorized": authorized,
                 "expires": expires,
                 "scopes": scopes,
-            }));
+            });
+            if c.credentials == Credentials::User {
+                // How many principals hold a token: never who holds which token.
+                let users = runtime
+                    .store()
+                    .notes(&eve_runtime::mcp::oauth::store::tokens_namespace(&c.name))
+                    .await?
+                    .into_iter()
+                    .filter(|n| n.key != APP_PRINCIPAL)
+                    .count();
+                row["users"] = json!(users);
+                row["authorized"] = json!(users > 0);
+            }
+            rows.push(row);
         }
         anyhow::Ok(rows)
     })??;
@@ -157,16 +170,30 @@ pub fn login(args: ConnectionNameArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn logout(args: ConnectionNameArgs) -> anyhow::Result<ExitCode> {
+pub fn logout(args: ConnectionLogoutArgs) -> anyhow::Result<ExitCode> {
     let project = locate(&args.project)?;
     block_on(async {
         let runtime = open_runtime(&project).await?;
         let connection = find(oauth_connections(&runtime)?, &args.name)?;
-        place(&runtime, &connection.name)
-            .remove()
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        errln!("removed the token of connection `{}`", args.name);
+        let mut place = place(&runtime, &connection.name);
+        if let Some(principal) = &args.principal {
+            if connection.credentials != Credentials::User {
+                anyhow::bail!(
+                    "connection `{}` has app credentials: it has no per-user tokens",
+                    args.name
+                );
+            }
+            place.principal = principal.clone();
+        }
+        place.remove().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        match &args.principal {
+            Some(p) => errln!(
+                "removed the token of connection `{}` for {}",
+                args.name,
+                Untrusted(p)
+            ),
+            None => errln!("removed the token of connection `{}`", args.name),
+        }
         anyhow::Ok(())
     })??;
     Ok(ExitCode::SUCCESS)

@@ -329,6 +329,7 @@ async fn dev(project: Project, args: DevArgs) -> anyhow::Result<ExitCode> {
     let agent = build::load(&project.state_dir, &serving)
         .map(|l| l.manifest.agent.name)
         .unwrap_or_default();
+    super::serve::serve_metrics(&runtime, local, &shutdown).await?;
     errln!("eve serving {agent} (build {serving}) on http://{local}");
     super::serve::ready_line(args.json, local, &agent, &serving, true);
     errln!(

@@ -46,6 +46,10 @@ pub fn run(args: InitArgs, base: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if let Some(id) = &args.model {
+        // Checked before anything is written.
+        super::set::check_model_id(id)?;
+    }
     let Some(template) = TEMPLATES.get_dir(&args.template) else {
         let names: Vec<&str> = templates().into_iter().map(|(n, _)| n).collect();
         anyhow::bail!(
@@ -88,6 +92,11 @@ pub fn run(args: InitArgs, base: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         &mut written,
         &mut kept,
     )?;
+    if args.model.is_some() || args.reasoning.is_some() {
+        let config = dir.join("agent").join("agent.yaml");
+        super::set::edit_file(&config, args.model.as_deref(), args.reasoning.as_deref())
+            .with_context(|| format!("cannot set the model in {}", config.display()))?;
+    }
     let color = stderr_color();
     for k in &kept {
         errln!("  kept existing {}", k.display());

@@ -1,5 +1,6 @@
 //! One module per command. Each returns the process exit code.
 
+mod acp;
 mod build;
 mod chat;
 mod connections;
@@ -14,6 +15,7 @@ mod releases;
 mod run;
 mod serve;
 mod sessions;
+mod set;
 mod store;
 mod traces;
 
@@ -25,7 +27,9 @@ use eve_runtime::engine::{Runtime, SettingsModelProvider};
 use eve_runtime::env_vars::EVE_MODEL;
 use eve_runtime::tools::{EnvLookup, process_env};
 
-use crate::cli::{Cli, Command, ConnectionsCommand, MemoryCommand, SessionsCommand, StoreCommand};
+use crate::cli::{
+    Cli, Command, ConnectionsCommand, MemoryCommand, SessionsCommand, SetCommand, StoreCommand,
+};
 
 /// Runs a parsed command line.
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -66,6 +70,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Store(StoreCommand::Check(args)) => store::check(args),
         Command::Logs(args) => logs::run(args),
         Command::Traces(args) => traces::run(args),
+        Command::Acp(args) => acp::run(args),
+        Command::Set(SetCommand::Model(args)) => set::model(args),
     }
 }
 
@@ -133,6 +139,15 @@ pub(crate) async fn open_runtime(
     autostart: bool,
 ) -> anyhow::Result<Runtime> {
     let models = Arc::new(SettingsModelProvider::new(model_env(model)));
+    open_runtime_with(project, models, autostart).await
+}
+
+/// [`open_runtime`] with the model provider given (chat's, which switches models per session).
+pub(crate) async fn open_runtime_with(
+    project: &Project,
+    models: Arc<dyn eve_runtime::engine::ModelProvider>,
+    autostart: bool,
+) -> anyhow::Result<Runtime> {
     let mut config = crate::project::runtime_config(project, models).await?;
     config.env = process_env();
     config.secrets = crate::logs::secrets();

@@ -82,6 +82,7 @@ async fn serve(
         ..Default::default()
     };
     let router = server::router_with(runtime.clone(), config, options);
+    serve_metrics(&runtime, local, &shutdown).await?;
     errln!("eve serving {agent} (build {hash}) on http://{local}");
     ready_line(args.json, local, &agent, &hash, console);
     if console {
@@ -136,6 +137,42 @@ pub(crate) async fn start(
     runtime.warm_up().await;
     report_sandbox(&runtime).await;
     Ok((runtime, listener, local))
+}
+
+/// Serves `GET /metrics` on `EVE_METRICS_ADDR` too, when it is set (without the API's auth, see
+/// `eve_runtime::server::metrics_router`), until `shutdown`; returns the bound address. Tools may
+/// not reach it, as they may not reach the API's.
+pub(crate) async fn serve_metrics(
+    runtime: &Runtime,
+    api: std::net::SocketAddr,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    let Some(addr) = std::env::var(eve_runtime::env_vars::EVE_METRICS_ADDR)
+        .ok()
+        .map(|a| a.trim().to_owned())
+        .filter(|a| !a.is_empty())
+    else {
+        return Ok(None);
+    };
+    let listener = listen(&addr).await.with_context(|| {
+        format!(
+            "cannot listen on {addr} for metrics ({})",
+            eve_runtime::env_vars::EVE_METRICS_ADDR
+        )
+    })?;
+    let local = listener
+        .local_addr()
+        .context("cannot read the metrics address")?;
+    runtime.executor().set_own_listeners(vec![api, local]);
+    let router = server::metrics_router(runtime.clone());
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        if let Err(e) = server::serve(listener, router, shutdown).await {
+            tracing::warn!(error = %e, "the metrics listener stopped");
+        }
+    });
+    errln!("eve metrics on http://{local}/metrics");
+    Ok(Some(local))
 }
 
 /// Pending connections the kernel may queue before `accept` (capped by `net.core.somaxconn`).

@@ -15,12 +15,10 @@ impl Compiler {
         self.evaluate_modules(dir);
         let (mut config, description) = self.config(dir, root);
         self.module_agent(dir, &mut config);
-        let instructions = match self.module_instructions(dir) {
-            Some(text) if dir.instructions.is_none() => text,
-            _ => self.instructions(dir),
-        };
+        let instructions = self.instructions(dir);
         let mut sandbox = self.sandbox(dir);
         let (tools, overrides) = self.tools(dir, &sandbox);
+        self.module_builtins(&mut config);
         sandbox.tools = overrides;
         let skills = self.skills(&dir.skills);
         let mut subagents = Vec::new();
@@ -28,6 +26,13 @@ impl Compiler {
             self.check_name(&sub.name, &format!("{}/", sub.agent.path), "subagent");
             subagents.push(self.agent(&sub.agent, &sub.name, false));
         }
+        for named in &dir.remote_subagents {
+            self.check_name(&named.name, &named.file.path, "subagent");
+            if let Some(remote) = self.remote_agent(named, &dir.path) {
+                subagents.push(remote);
+            }
+        }
+        subagents.sort_by(|a, b| a.name.cmp(&b.name));
         let schedules = dir
             .schedules
             .iter()
@@ -95,6 +100,7 @@ impl Compiler {
             connections,
             channels,
             sandbox,
+            remote: None,
         };
         self.sandbox_warnings(&agent, dir);
         self.check_tool_choice(&agent, dir);
@@ -202,8 +208,22 @@ impl Compiler {
         self.push(d);
     }
 
+    /// The system prompt: `instructions.md` (or an `instructions.ts` module), then the entries of
+    /// `instructions/` (`.md` files and `defineInstructions` modules) in file-name order,
+    /// separated by blank lines.
     fn instructions(&mut self, dir: &AgentDir) -> String {
-        let Some(file) = &dir.instructions else {
+        let root_module = Self::instructions_module(dir).cloned();
+        if let (Some(md), Some(module)) = (&dir.instructions, &root_module) {
+            self.push(
+                Diagnostic::new(
+                    Code::NameCollision,
+                    module.path.clone(),
+                    format!("both {} and {} exist", md.path, module.path),
+                )
+                .help("keep one of them: the root instructions are one file"),
+            );
+        }
+        if dir.instructions.is_none() && dir.instructions_dir.is_empty() && root_module.is_none() {
             let what = if dir.path.is_empty() {
                 "the agent"
             } else {
@@ -215,27 +235,51 @@ impl Compiler {
                     format!("{}instructions.md", prefix(&dir.path)),
                     format!("{what} has no instructions.md"),
                 )
-                .help("create instructions.md with the system prompt"),
+                .help("create instructions.md with the system prompt (or `.md` files in instructions/)"),
             );
             return String::new();
-        };
-        let Some(parsed) = self.markdown_file(file) else {
-            return String::new();
-        };
-        let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
-        f.unknown_keys(&["description", "title"], "instructions.md front matter");
-        let body = parsed.body.trim().to_owned();
-        if body.is_empty() {
-            self.push(
-                Diagnostic::new(
-                    Code::EmptyInstructions,
-                    file.path.clone(),
-                    "instructions.md is empty",
-                )
-                .help("write the system prompt: who the agent is and how it should work"),
-            );
         }
-        body
+        let mut parts = Vec::new();
+        let root = dir.instructions.as_ref().or(root_module.as_ref());
+        for file in root.into_iter().chain(&dir.instructions_dir) {
+            if super::modules::is_module(file) {
+                if let Some(text) = self.module_instructions(file) {
+                    if text.trim().is_empty() {
+                        self.push(
+                            Diagnostic::new(
+                                Code::EmptyInstructions,
+                                file.path.clone(),
+                                "the instructions module's `content` is empty",
+                            )
+                            .help("write the system prompt in `content`"),
+                        );
+                    } else {
+                        parts.push(text.trim().to_owned());
+                    }
+                }
+                continue;
+            }
+            let Some(parsed) = self.markdown_file(file) else {
+                continue;
+            };
+            let name = file.path.rsplit('/').next().unwrap_or("instructions.md");
+            let mut f = Fields::new(&file.path, &parsed.doc, "", &mut self.diags);
+            f.unknown_keys(&["description", "title"], &format!("{name} front matter"));
+            let body = parsed.body.trim().to_owned();
+            if body.is_empty() {
+                self.push(
+                    Diagnostic::new(
+                        Code::EmptyInstructions,
+                        file.path.clone(),
+                        format!("{name} is empty"),
+                    )
+                    .help("write the system prompt: who the agent is and how it should work"),
+                );
+            } else {
+                parts.push(body);
+            }
+        }
+        parts.join("\n\n")
     }
 }
 

@@ -19,6 +19,8 @@ impl Compiler {
         let mut f = Fields::new(&c.file.path, &parsed.doc, "", &mut self.diags);
         let kind = if c.name == "eve" && !f.has("kind") {
             Some(ChannelKind::Http)
+        } else if c.name == "mcp" && !f.has("kind") {
+            Some(ChannelKind::Mcp)
         } else if !f.has("kind") {
             f.push(
                 Diagnostic::new(
@@ -27,7 +29,7 @@ impl Compiler {
                     "channel has no `kind`",
                 )
                 .at(1, 1)
-                .help("set `kind:` to http, slack, discord, telegram or webhook"),
+                .help("set `kind:` to http, slack, discord, telegram, webhook or mcp"),
             );
             None
         } else {
@@ -39,12 +41,13 @@ impl Compiler {
                     ("discord", ChannelKind::Discord),
                     ("telegram", ChannelKind::Telegram),
                     ("webhook", ChannelKind::Webhook),
+                    ("mcp", ChannelKind::Mcp),
                 ],
             )
         };
         let kind = kind?;
         let (required, secrets): (&[&str], &[&str]) = match kind {
-            ChannelKind::Http => (&[], &[]),
+            ChannelKind::Http | ChannelKind::Mcp => (&[], &[]),
             ChannelKind::Slack => (
                 &["signing_secret", "bot_token"],
                 &["signing_secret", "bot_token"],
@@ -199,7 +202,7 @@ impl Compiler {
         }
         for (claim, value) in &claims {
             let pointer = format!("/operators/claims/{claim}");
-            if !matches!(auth, Some(Auth::Jwt { .. })) {
+            if !auth.is_some_and(|a| a.methods().iter().any(|m| matches!(m, Auth::Jwt { .. }))) {
                 o.report_at(
                     Code::InvalidOperators,
                     &pointer,
@@ -230,92 +233,62 @@ impl Compiler {
 
     fn auth(&mut self, file: &SourceFile, doc: &Doc) -> Option<Auth> {
         let raw = doc.value.get("auth").cloned();
-        let mut f = Fields::new(&file.path, doc, "", &mut self.diags);
-        let secret = |f: &mut Fields<'_>, key: &str, value: Option<String>| -> Option<String> {
-            let v = value?;
-            if is_env_ref(&Value::String(v.clone())) {
-                Some(v)
-            } else {
-                f.report_at(
-                    Code::InvalidField,
-                    &format!("/auth/{key}"),
-                    format!("`auth.{key}` is a secret written in the file"),
-                    "reference it as `${ENV_VAR}`: secrets are resolved at run time and never stored in builds",
-                );
-                None
-            }
-        };
         match raw {
             None | Some(Value::Null) => Some(Auth::None),
             Some(Value::String(s)) if s == "none" => Some(Auth::None),
-            Some(Value::Object(_)) => {
-                let mut a = Fields::new(&file.path, doc, "/auth", &mut self.diags);
-                let kind = a.choice(
-                    "type",
-                    &[("none", 0), ("bearer", 1), ("basic", 2), ("jwt", 3)],
-                );
-                match kind {
-                    Some(0) => Some(Auth::None),
-                    Some(1) => {
-                        a.unknown_keys(&["type", "tokens", "token"], "auth");
-                        let mut tokens = a.string_list("tokens").unwrap_or_default();
-                        tokens.extend(a.string("token"));
-                        if tokens.is_empty() {
-                            a.report(
-                                Code::MissingField,
-                                "type",
-                                "bearer auth has no `tokens`".to_owned(),
-                                "add `tokens: [${API_TOKEN}]`",
-                            );
-                            return None;
-                        }
-                        let mut ok = Vec::new();
-                        for t in tokens {
-                            ok.push(secret(&mut a, "tokens", Some(t))?);
-                        }
-                        Some(Auth::Bearer { tokens: ok })
-                    }
-                    Some(2) => {
-                        a.unknown_keys(&["type", "username", "password"], "auth");
-                        let username = a.required_string("username", "add `username:`")?;
-                        let password =
-                            a.required_string("password", "add `password: ${PASSWORD_VAR}`");
-                        let password = secret(&mut a, "password", password)?;
-                        Some(Auth::Basic { username, password })
-                    }
-                    Some(3) => {
-                        a.unknown_keys(
-                            &["type", "secret", "issuer", "audience", "require_exp"],
-                            "auth",
+            Some(Value::Object(_)) => self.auth_method(file, doc, "/auth"),
+            Some(Value::Array(items)) => {
+                let mut methods = Vec::new();
+                let mut ok = !items.is_empty();
+                for (i, item) in items.iter().enumerate() {
+                    let pointer = format!("/auth/{i}");
+                    let mut f = Fields::new(&file.path, doc, "", &mut self.diags);
+                    if !item.is_object() {
+                        f.report_at(
+                            Code::InvalidField,
+                            &pointer,
+                            format!(
+                                "each method of `auth` is a mapping with `type:`, found {}",
+                                crate::fields::kind(item)
+                            ),
+                            "write `- type: jwt` (or bearer, basic) with its fields",
                         );
-                        let s = a.required_string("secret", "add `secret: ${JWT_SECRET}`");
-                        let secret_v = secret(&mut a, "secret", s)?;
-                        Some(Auth::Jwt {
-                            secret: secret_v,
-                            issuer: a.string("issuer"),
-                            audience: a.string("audience"),
-                            require_exp: a.bool("require_exp").unwrap_or(true),
-                        })
+                        ok = false;
+                        continue;
                     }
-                    _ => {
-                        if !a.has("type") {
-                            a.report_at(
-                                Code::MissingField,
-                                "/auth",
-                                "`auth` has no `type`".to_owned(),
-                                "set `type:` to none, bearer, basic or jwt",
+                    match self.auth_method(file, doc, &pointer) {
+                        Some(Auth::None) => {
+                            let mut f = Fields::new(&file.path, doc, "", &mut self.diags);
+                            f.report_at(
+                                Code::InvalidField,
+                                &pointer,
+                                "`type: none` in a list of methods would let anyone in".to_owned(),
+                                "leave it out: a request no method accepts is refused",
                             );
+                            ok = false;
                         }
-                        None
+                        Some(method) => methods.push(method),
+                        None => ok = false,
                     }
                 }
+                if items.is_empty() {
+                    let mut f = Fields::new(&file.path, doc, "", &mut self.diags);
+                    f.report(
+                        Code::InvalidField,
+                        "auth",
+                        "`auth` is an empty list".to_owned(),
+                        "list the methods to try in order, or write `auth: none`",
+                    );
+                }
+                ok.then_some(Auth::Chain { methods })
             }
             Some(other) => {
+                let mut f = Fields::new(&file.path, doc, "", &mut self.diags);
                 f.report(
                     Code::InvalidField,
                     "auth",
                     format!(
-                        "`auth` must be `none` or a mapping with `type:`, found {}",
+                        "`auth` must be `none`, a mapping with `type:` or a list of them, found {}",
                         crate::fields::kind(&other)
                     ),
                     "write `auth: none`, or `auth:` with `type: bearer` and `tokens: [${API_TOKEN}]`",
@@ -324,6 +297,187 @@ impl Compiler {
             }
         }
     }
+
+    /// One method of `auth` (the mapping at `base`).
+    fn auth_method(&mut self, file: &SourceFile, doc: &Doc, base: &str) -> Option<Auth> {
+        let secret = |f: &mut Fields<'_>, key: &str, value: Option<String>| -> Option<String> {
+            let v = value?;
+            if is_env_ref(&Value::String(v.clone())) {
+                Some(v)
+            } else {
+                f.report(
+                    Code::InvalidField,
+                    key,
+                    format!("`auth.{key}` is a secret written in the file"),
+                    "reference it as `${ENV_VAR}`: secrets are resolved at run time and never stored in builds",
+                );
+                None
+            }
+        };
+        let mut a = Fields::new(&file.path, doc, base, &mut self.diags);
+        let kind = a.choice(
+            "type",
+            &[("none", 0), ("bearer", 1), ("basic", 2), ("jwt", 3)],
+        );
+        match kind {
+            Some(0) => Some(Auth::None),
+            Some(1) => {
+                a.unknown_keys(&["type", "tokens", "token"], "auth");
+                let mut tokens = a.string_list("tokens").unwrap_or_default();
+                tokens.extend(a.string("token"));
+                if tokens.is_empty() {
+                    a.report(
+                        Code::MissingField,
+                        "type",
+                        "bearer auth has no `tokens`".to_owned(),
+                        "add `tokens: [${API_TOKEN}]`",
+                    );
+                    return None;
+                }
+                let mut ok = Vec::new();
+                for t in tokens {
+                    ok.push(secret(&mut a, "tokens", Some(t))?);
+                }
+                Some(Auth::Bearer { tokens: ok })
+            }
+            Some(2) => {
+                a.unknown_keys(&["type", "username", "password"], "auth");
+                let username = a.required_string("username", "add `username:`")?;
+                let password = a.required_string("password", "add `password: ${PASSWORD_VAR}`");
+                let password = secret(&mut a, "password", password)?;
+                Some(Auth::Basic { username, password })
+            }
+            Some(3) => jwt_method(&mut a, secret),
+            _ => {
+                if !a.has("type") {
+                    a.report_at(
+                        Code::MissingField,
+                        base,
+                        "`auth` has no `type`".to_owned(),
+                        "set `type:` to none, bearer, basic or jwt",
+                    );
+                }
+                None
+            }
+        }
+    }
+}
+
+/// Algorithms a JWT method with an asymmetric key accepts.
+pub const ASYMMETRIC_ALGORITHMS: &[&str] = &[
+    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
+];
+
+/// `type: jwt`: exactly one source of keys, the algorithms it may use, and the checks.
+fn jwt_method(
+    a: &mut Fields<'_>,
+    secret: impl Fn(&mut Fields<'_>, &str, Option<String>) -> Option<String>,
+) -> Option<Auth> {
+    a.unknown_keys(
+        &[
+            "type",
+            "secret",
+            "jwks_url",
+            "public_key",
+            "algorithms",
+            "issuer",
+            "audience",
+            "require_exp",
+            "leeway",
+            "attributes",
+        ],
+        "auth",
+    );
+    let s = a.string("secret");
+    let jwks_url = a.string("jwks_url");
+    let public_key = a.string("public_key");
+    let sources = usize::from(s.is_some())
+        + usize::from(jwks_url.is_some())
+        + usize::from(public_key.is_some());
+    if sources != 1 {
+        a.report(
+            Code::MissingField,
+            "type",
+            format!("jwt auth needs exactly one of `secret`, `jwks_url` and `public_key`, found {sources}"),
+            "HS256 tokens: `secret: ${JWT_SECRET}`; an identity provider's tokens: `jwks_url:` \
+             (its `/.well-known/jwks.json`) or `public_key:` (a PEM)",
+        );
+        return None;
+    }
+    let secret_v = match s {
+        Some(v) => Some(secret(a, "secret", Some(v))?),
+        None => None,
+    };
+    if let Some(url) = &jwks_url
+        && !is_env_ref(&Value::String(url.clone()))
+        && !(url.starts_with("https://") || url.starts_with("http://"))
+    {
+        a.report(
+            Code::InvalidField,
+            "jwks_url",
+            format!("`auth.jwks_url` must be an http(s) URL, found `{url}`"),
+            "write the provider's key set URL, such as https://example.auth0.com/.well-known/jwks.json",
+        );
+        return None;
+    }
+    if let Some(pem) = &public_key
+        && !is_env_ref(&Value::String(pem.clone()))
+        && !pem.contains("-----BEGIN ")
+    {
+        a.report(
+            Code::InvalidField,
+            "public_key",
+            "`auth.public_key` is not a PEM public key".to_owned(),
+            "paste the key with its `-----BEGIN PUBLIC KEY-----` line, or reference it as `${JWT_PUBLIC_KEY}`",
+        );
+        return None;
+    }
+    let algorithms = a.string_list("algorithms").unwrap_or_default();
+    for alg in &algorithms {
+        let allowed = if secret_v.is_some() {
+            alg == "HS256"
+        } else {
+            ASYMMETRIC_ALGORITHMS.contains(&alg.as_str())
+        };
+        if !allowed {
+            let help = if secret_v.is_some() {
+                "a `secret` verifies HS256 only".to_owned()
+            } else {
+                format!(
+                    "a public key verifies {} (never an HMAC algorithm or `none`)",
+                    ASYMMETRIC_ALGORITHMS.join(", ")
+                )
+            };
+            a.report(
+                Code::InvalidField,
+                "algorithms",
+                format!("`{alg}` is not an algorithm this key can verify"),
+                &help,
+            );
+            return None;
+        }
+    }
+    let leeway = a.u64("leeway").unwrap_or(DEFAULT_JWT_LEEWAY);
+    if leeway > 600 {
+        a.report(
+            Code::InvalidField,
+            "leeway",
+            format!("`auth.leeway` of {leeway} seconds would accept tokens long expired"),
+            "allow a minute or two of clock skew (the default is 60)",
+        );
+        return None;
+    }
+    Some(Auth::Jwt {
+        secret: secret_v,
+        jwks_url,
+        public_key,
+        algorithms,
+        issuer: a.string("issuer"),
+        audience: a.string("audience"),
+        require_exp: a.bool("require_exp").unwrap_or(true),
+        leeway,
+        attributes: a.string_list("attributes").unwrap_or_default(),
+    })
 }
 
 /// Kinds of principal an operator is named by (the prefix of what `approval.settled` shows).
@@ -332,6 +486,19 @@ const PRINCIPAL_KINDS: &[&str] = &["token", "basic", "jwt", "slack", "discord", 
 /// Checks that `principal` (`kind:name`) can be an authenticated caller of this agent under
 /// `auth`; the message and help of a diagnostic when it cannot.
 fn operator_principal(principal: &str, auth: Option<&Auth>) -> Result<(), (String, String)> {
+    // A chain: some method of it authenticates the principal.
+    if let Some(Auth::Chain { methods }) = auth {
+        let mut first = None;
+        for method in methods {
+            match operator_principal(principal, Some(method)) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        return first.map_or(Ok(()), Err);
+    }
     let Some((kind, name)) = principal.split_once(':') else {
         let help = match principal {
             "local" => "the terminal is always an operator; leave it out".to_owned(),

@@ -23,6 +23,7 @@ mod memory;
 pub mod modules;
 mod openapi;
 mod release;
+mod remote;
 mod sandbox;
 mod schedules;
 mod skills;
@@ -55,6 +56,9 @@ pub struct Options {
     /// The agent folder on disk, where files a build reads besides the discovered ones (an OpenAPI
     /// connection's document) are found; `None` when there is no folder to read.
     pub agent_dir: Option<std::path::PathBuf>,
+    /// Where the build may keep caches (the project's `.eve/`): the evaluations of TypeScript and
+    /// JavaScript modules; `None` caches nothing.
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 /// The result of compiling.
@@ -87,6 +91,7 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
         shown_prefix: options.file_prefix.clone(),
         protected: options.protected_dirs.clone(),
         agent_dir: options.agent_dir.clone(),
+        cache_dir: options.cache_dir.clone(),
         documents: Vec::new(),
         node: None,
         modules: Default::default(),
@@ -161,6 +166,8 @@ struct Compiler {
     protected: Vec<std::path::PathBuf>,
     /// [`Options::agent_dir`].
     agent_dir: Option<std::path::PathBuf>,
+    /// [`Options::cache_dir`].
+    cache_dir: Option<std::path::PathBuf>,
     /// Documents of OpenAPI connections, relative to the root agent folder.
     documents: Vec<String>,
     /// The Node that evaluated modules ([`Output::node`]).
@@ -329,6 +336,7 @@ impl Compiler {
                     shown_prefix: prefix.clone(),
                     protected: protected.clone(),
                     agent_dir: None,
+                    cache_dir: None,
                     documents: Vec::new(),
                     node: None,
                     modules: Default::default(),

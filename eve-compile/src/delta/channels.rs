@@ -15,7 +15,7 @@ use crate::manifest::*;
 /// The setting a platform channel checks each request's signature with, and how.
 fn signature(kind: ChannelKind) -> Option<(&'static str, &'static str)> {
     match kind {
-        ChannelKind::Http => None,
+        ChannelKind::Http | ChannelKind::Mcp => None,
         ChannelKind::Webhook => Some(("secret", "hmac-sha256")),
         ChannelKind::Slack => Some(("signing_secret", "slack signature")),
         ChannelKind::Discord => Some(("public_key", "ed25519 signature")),
@@ -34,7 +34,7 @@ fn channel_auth(c: &Channel) -> String {
             _ => format!("none ({key} not set)"),
         },
     };
-    if c.kind != ChannelKind::Http && c.auth != Auth::None {
+    if !matches!(c.kind, ChannelKind::Http | ChannelKind::Mcp) && c.auth != Auth::None {
         out.push_str(&format!(", auth {}", auth_summary(&c.auth)));
     }
     out
@@ -58,10 +58,28 @@ fn auth_summary(a: &Auth) -> String {
         Auth::None => "none".to_owned(),
         Auth::Bearer { tokens } => format!("bearer ({} token(s))", tokens.len()),
         Auth::Basic { username, .. } => format!("basic ({username})"),
-        Auth::Jwt { issuer, .. } => match issuer {
-            Some(iss) => format!("jwt (issuer {iss})"),
-            None => "jwt".to_owned(),
-        },
+        Auth::Jwt {
+            issuer,
+            jwks_url,
+            public_key,
+            ..
+        } => {
+            let keys = if let Some(url) = jwks_url {
+                format!("keys {url}")
+            } else if public_key.is_some() {
+                "public key".to_owned()
+            } else {
+                "secret".to_owned()
+            };
+            match issuer {
+                Some(iss) => format!("jwt ({keys}, issuer {iss})"),
+                None => format!("jwt ({keys})"),
+            }
+        }
+        Auth::Chain { methods } => {
+            let each: Vec<String> = methods.iter().map(auth_summary).collect();
+            format!("first of [{}]", each.join(", "))
+        }
     }
 }
 
@@ -69,31 +87,52 @@ fn auth_summary(a: &Auth) -> String {
 fn auth_widens(prev: &Auth, next: &Auth) -> bool {
     match (prev, next) {
         (_, Auth::None) => !matches!(prev, Auth::None),
+        (Auth::None, _) => false,
+        // A chain accepts what any of its methods accepts: it widens when some method of the
+        // new one widens every method of the old one.
+        (_, Auth::Chain { .. }) | (Auth::Chain { .. }, _) => next
+            .methods()
+            .iter()
+            .any(|n| prev.methods().iter().all(|p| auth_widens(p, n))),
         (Auth::Bearer { tokens: a }, Auth::Bearer { tokens: b }) => {
             b.iter().any(|t| !a.contains(t))
         }
         (
             Auth::Jwt {
                 secret: s1,
+                jwks_url: j1,
+                public_key: k1,
+                algorithms: g1,
                 issuer: i1,
                 audience: a1,
                 require_exp: e1,
+                leeway: l1,
+                attributes: _,
             },
             Auth::Jwt {
                 secret: s2,
+                jwks_url: j2,
+                public_key: k2,
+                algorithms: g2,
                 issuer: i2,
                 audience: a2,
                 require_exp: e2,
+                leeway: l2,
+                attributes: _,
             },
         ) => {
             s1 != s2
+                || j1 != j2
+                || k1 != k2
+                || (!g2.is_empty() && g2.iter().any(|g| !g1.contains(g)))
+                || (!g1.is_empty() && g2.is_empty())
+                || l2 > l1
                 || (i1.is_some() && i2.is_none())
                 || (a1.is_some() && a2.is_none())
                 || (*e1 && !*e2)
                 || (i1.is_some() && i1 != i2)
                 || (a1.is_some() && a1 != a2)
         }
-        (Auth::None, _) => false,
         // Another kind of credential, or another user or password: someone new may get in.
         _ => prev != next,
     }

@@ -64,6 +64,8 @@ pub enum ChannelKind {
     Telegram,
     /// Generic signed webhook.
     Webhook,
+    /// The agent as an MCP server (Streamable HTTP at `/eve/v1/mcp`).
+    Mcp,
 }
 
 /// Authentication of an HTTP channel.
@@ -85,10 +87,22 @@ pub enum Auth {
         /// Password (a `${VAR}` reference).
         password: String,
     },
-    /// JWT signed with HMAC (HS256).
+    /// A JWT, verified with exactly one of: an HMAC `secret` (HS256), the keys of a JWKS URL
+    /// (`jwks_url`, as Auth0, Clerk, Okta, Google and Keycloak publish them) or a PEM public key
+    /// (`public_key`). The token's `alg` never chooses the kind of key.
     Jwt {
-        /// Secret (a `${VAR}` reference).
-        secret: String,
+        /// HMAC secret for HS256 (a `${VAR}` reference).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secret: Option<String>,
+        /// URL of a JSON Web Key Set (fetched, cached and refetched on rotation).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        jwks_url: Option<String>,
+        /// A PEM public key (RSA, P-256/P-384 or Ed25519), or a `${VAR}` holding one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        public_key: Option<String>,
+        /// Accepted algorithms of an asymmetric key (empty: every one its key allows).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        algorithms: Vec<String>,
         /// Required `iss`, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         issuer: Option<String>,
@@ -99,7 +113,36 @@ pub enum Auth {
         /// forever).
         #[serde(default = "yes")]
         require_exp: bool,
+        /// Seconds of clock skew allowed on `exp` and `nbf` (default 60).
+        #[serde(default = "default_leeway")]
+        leeway: u64,
+        /// Claims carried as the principal's attributes (a tenant id, an email).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        attributes: Vec<String>,
     },
+    /// Several methods tried in order (`auth:` as a list, eve's auth walk): the first that
+    /// accepts the request wins.
+    Chain {
+        /// The methods, in order (none of them `none` or another chain).
+        methods: Vec<Auth>,
+    },
+}
+
+impl Auth {
+    /// The methods tried: a chain's, else this one.
+    pub fn methods(&self) -> Vec<&Auth> {
+        match self {
+            Self::Chain { methods } => methods.iter().collect(),
+            other => vec![other],
+        }
+    }
+}
+
+/// Default clock leeway of JWT times, in seconds.
+pub const DEFAULT_JWT_LEEWAY: u64 = 60;
+
+fn default_leeway() -> u64 {
+    DEFAULT_JWT_LEEWAY
 }
 
 fn yes() -> bool {

@@ -24,6 +24,7 @@ mod connections;
 mod hooks;
 mod limits;
 mod openapi;
+mod remote;
 mod sandbox;
 mod schedules;
 mod skills;
@@ -36,6 +37,7 @@ pub use connections::*;
 pub use hooks::*;
 pub use limits::*;
 pub use openapi::*;
+pub use remote::*;
 pub use sandbox::*;
 pub use schedules::*;
 pub use skills::*;
@@ -102,6 +104,9 @@ pub struct Agent {
     pub channels: Vec<Channel>,
     /// Sandbox settings and seed files.
     pub sandbox: Sandbox,
+    /// For a remote agent (`subagents/NAME.yaml`): the deployment it is; its turns run there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteAgent>,
 }
 
 impl Agent {

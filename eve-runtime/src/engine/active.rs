@@ -72,6 +72,9 @@ impl Runtime {
     /// turn again, and it parks again until its timer is due. Held weakly: a runtime dropped
     /// meanwhile wakes nothing.
     pub(crate) fn wake_at(&self, session: &str, at_ms: i64) {
+        if let Ok(mut wakes) = self.inner.wakes.lock() {
+            wakes.insert(session.to_owned(), at_ms);
+        }
         let inner = std::sync::Arc::downgrade(&self.inner);
         let session = session.to_owned();
         let left = u64::try_from(at_ms.saturating_sub(crate::store::now_ms())).unwrap_or(0);
@@ -80,6 +83,11 @@ impl Runtime {
             tokio::time::sleep(std::time::Duration::from_millis(left.saturating_add(5))).await;
             if let Some(inner) = inner.upgrade() {
                 let rt = Runtime { inner };
+                if let Ok(mut wakes) = rt.inner.wakes.lock()
+                    && wakes.get(&session) == Some(&at_ms)
+                {
+                    wakes.remove(&session);
+                }
                 if rt.mark_dirty(&session) {
                     return;
                 }
@@ -88,6 +96,15 @@ impl Runtime {
                 }
             }
         });
+    }
+
+    /// Whether this process will wake the session's parked turn itself, later than now.
+    pub(super) fn wakes_later(&self, session: &str) -> bool {
+        let now = crate::store::now_ms();
+        self.inner
+            .wakes
+            .lock()
+            .is_ok_and(|w| w.get(session).is_some_and(|at| *at > now))
     }
 
     pub(super) fn spawn_driver(&self, session: &str) {

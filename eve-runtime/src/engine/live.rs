@@ -51,12 +51,9 @@ impl Runtime {
 
     /// Tells live followers and observe hooks about what a commit stored.
     pub(crate) fn announce(&self, committed: &Committed) {
-        self.inner.metrics.observe(&committed.events);
+        self.observe_committed(&committed.events);
         self.publish(&committed.events);
         self.notify_hooks(&committed.events);
-        if let Some(telemetry) = self.inner.telemetry.get() {
-            telemetry.observe(&committed.events);
-        }
     }
 
     pub(super) fn publish(&self, events: &[StoredEvent]) {

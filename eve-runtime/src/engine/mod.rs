@@ -11,7 +11,6 @@
 
 mod accept;
 mod active;
-mod build;
 pub(crate) mod claims;
 mod config;
 pub mod content;
@@ -20,8 +19,8 @@ mod error;
 pub use crate::events;
 mod follow;
 mod live;
-mod models;
-pub mod publish;
+pub use crate::builds::publish;
+pub mod observe;
 mod replies;
 mod run_tool;
 mod sandbox;
@@ -40,19 +39,19 @@ use eve_compile::Agent;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::builds::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_prompt};
 pub use crate::features::breakers::{breaker_key, session_scoped as breaker_scope_is_session};
 pub use crate::features::hooks::delivery::{HookBacklog, PendingHookEvent};
+pub use crate::model::provider::{FixedModelProvider, SettingsModelProvider};
 pub(crate) use crate::workspace::DEFAULT_MAX_BYTES as DEFAULT_WORKSPACE_MAX_BYTES;
 #[doc(hidden)]
 pub use crate::workspace::checkpoint_secrets_in_clear_for_tests;
 pub use accept::{Accept, Accepted, Extra, SessionRef};
-pub use build::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_prompt};
 pub use config::{BreakerPolicy, DEFAULT_LEASE_TTL, ModelProvider, ResolvedModel, RuntimeConfig};
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::LOCAL_PRINCIPAL;
 pub use follow::EventFollower;
 pub(crate) use live::LiveEvents;
-pub use models::{FixedModelProvider, SettingsModelProvider};
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;
 pub use tenancy::Caller;
@@ -95,6 +94,9 @@ pub(crate) struct Inner {
     /// Every event this process commits, of any session (the dev console's lines).
     all_events: broadcast::Sender<StoredEvent>,
     active: Mutex<HashMap<String, Active>>,
+    /// Parked turns this process will wake itself, by session: when (epoch ms). The store
+    /// watch's periodic look leaves them alone until then (see [`Runtime::wake_at`]).
+    wakes: Mutex<HashMap<String, i64>>,
     /// Fencing tokens of the leases this runtime holds, by session: every commit that writes
     /// one of these sessions carries its token, so it is refused once another node took over.
     pub(crate) fences: Mutex<HashMap<String, u64>>,
@@ -127,6 +129,9 @@ pub(crate) struct Inner {
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// Tracing, once it is set up ([`Runtime::set_telemetry`]).
     pub(crate) telemetry: std::sync::OnceLock<Arc<crate::telemetry::Telemetry>>,
+    /// What watches this runtime's commits and turns: the metrics, tracing once it is on
+    /// ([`observe::EventObserver`]).
+    pub(crate) observers: observe::Observers,
 }
 
 /// Handle on the session engine. Cheap to clone; every clone drives the same sessions.
@@ -196,6 +201,7 @@ impl Runtime {
                 channels: Mutex::new(HashMap::new()),
                 all_events: broadcast::channel(ALL_EVENTS_BUFFER).0,
                 active: Mutex::new(HashMap::new()),
+                wakes: Mutex::new(HashMap::new()),
                 fences: Mutex::new(HashMap::new()),
                 breakers: tokio::sync::Mutex::new(HashMap::new()),
                 breaker_trips: Mutex::new(crate::features::breakers::Trips::default()),
@@ -210,17 +216,21 @@ impl Runtime {
                 unguarded_answers: std::sync::atomic::AtomicBool::new(false),
                 naive_prompts: std::sync::atomic::AtomicBool::new(false),
                 workspaces,
-                metrics,
+                metrics: metrics.clone(),
                 telemetry: std::sync::OnceLock::new(),
+                observers: observe::Observers::default(),
             }),
         };
+        rt.add_observer(metrics);
         rt.start_releases();
         rt
     }
 
     /// Turns tracing on for this runtime (once; a second call changes nothing).
     pub fn set_telemetry(&self, telemetry: Arc<crate::telemetry::Telemetry>) {
-        let _ = self.inner.telemetry.set(telemetry);
+        if self.inner.telemetry.set(telemetry.clone()).is_ok() {
+            self.add_observer(telemetry);
+        }
     }
 
     /// This runtime's tracing, when it is on.
@@ -480,14 +490,18 @@ impl Runtime {
                         None => std::future::pending::<()>().await,
                     }
                 };
-                tokio::select! {
+                // Another process's commit may be new work for any session; the periodic look
+                // is for dead holders, and a turn this process will wake itself has none.
+                let committed = tokio::select! {
                     () = shutdown.cancelled() => return,
-                    () = changed => {}
-                    () = tokio::time::sleep(every) => {}
-                }
+                    () = changed => true,
+                    () = tokio::time::sleep(every) => false,
+                };
+                let notified = foreign.is_some();
                 match rt.inner.store.sessions_with_work().await {
                     Ok(ids) => {
-                        for id in ids.iter().filter(|id| !rt.is_active(id)) {
+                        let due = |id: &String| committed || !notified || !rt.wakes_later(id);
+                        for id in ids.iter().filter(|id| !rt.is_active(id) && due(id)) {
                             rt.spawn_driver(id);
                         }
                     }

@@ -22,11 +22,14 @@
 //! | [`tasks`] | subagent calls as background tasks: receipts, results at step boundaries, waits |
 //! | [`stubs`] | tool stubs of a session (operators, eval runs): fixed results for named tools |
 //! | [`output`] | a message's `outputSchema`: the turn's result satisfies it (`result.completed`) |
+//! | [`authorize`] | parks a call of a user-scoped connection until its user has signed in |
+//! | [`safety_id`] | a hash of the turn's sender, as the provider's safety identifier |
 //! | [`client_context`] | a message's `clientContext`, in every model call of its turn only |
 //!
 //! What a message asks of its turn ([`turn_input`]) adds the last two, by [`for_input`].
 
 pub mod attachments;
+pub mod authorize;
 pub mod breakers;
 pub mod client_context;
 pub mod compaction;
@@ -39,6 +42,7 @@ pub mod output;
 pub mod phases;
 pub mod probe;
 pub mod questions;
+pub mod safety_id;
 pub mod selfchange;
 pub mod sleep;
 pub mod strategy;
@@ -56,6 +60,11 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
     let agent = &build.manifest.agent;
     let config = &agent.config;
     let mut features: Vec<Box<dyn TurnExtension>> = Vec::new();
+    if agent.remote.is_some() {
+        // A remote agent's turns run on the remote: nothing else of a local turn applies.
+        features.push(Box::new(subagents::remote::RemoteTurn));
+        return features;
+    }
     if !build.providers.is_empty() {
         features.push(Box::new(dynamic::DynamicTools));
     }
@@ -96,6 +105,10 @@ pub(crate) fn for_turn(build: &LoadedBuild) -> Vec<Box<dyn TurnExtension>> {
         features.push(Box::new(subagents::Subagents));
     }
     features.push(Box::new(stubs::Stubs::default()));
+    if authorize::enabled(agent) {
+        features.push(Box::new(authorize::Authorize));
+    }
+    features.push(Box::new(safety_id::SafetyId::default()));
     // Last: the files' bytes go on the request as everything else has shaped it.
     features.push(Box::new(attachments::Attachments));
     features

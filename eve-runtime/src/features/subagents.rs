@@ -14,6 +14,9 @@
 //! clock) pass down as what remains of the parent's, never renewed: what children spend counts
 //! against their parent.
 
+pub(crate) mod remote;
+mod remote_http;
+
 use std::time::Duration;
 
 use eve_compile::{Agent, Approval, Effect, Runner, Tool};

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use eve_compile::{Connection, ToolFilter, Transport};
 use rmcp::ServiceError;
-use rmcp::model::{CallToolRequestParams, ClientConfig, ClientRequest, PingRequest};
+use rmcp::model::{
+    CallToolRequestParams, ClientConfig, ClientRequest, PingRequest, RequestParamsMeta,
+};
 use rmcp::service::{RoleClient, RunningService};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -454,6 +456,7 @@ impl Supervisor {
         name: &str,
         input: Value,
         cancel: CancellationToken,
+        traceparent: Option<&str>,
     ) -> ToolResult {
         let start = Instant::now();
         let fail = |message: String| ToolResult::failure(message, start.elapsed());
@@ -480,6 +483,9 @@ impl Supervisor {
             };
             let mut params = CallToolRequestParams::new(tool.remote_name.clone());
             params.arguments = arguments.clone();
+            if let Some(traceparent) = traceparent {
+                params.set_traceparent(traceparent);
+            }
             let outcome = tokio::select! {
                 outcome = tokio::time::timeout(timeout, client.service.call_tool(params)) => outcome,
                 () = cancel.cancelled() => return fail(format!("`{name}` was cancelled")),
@@ -644,7 +650,7 @@ fn glob(pattern: &str, text: &str) -> bool {
 }
 
 /// A server's tool name made safe for model APIs (`[A-Za-z0-9_-]`).
-fn sanitize(remote: &str) -> String {
+pub(crate) fn sanitize(remote: &str) -> String {
     let name: String = remote
         .chars()
         .map(|c| {
@@ -674,7 +680,7 @@ fn json_kind(value: &Value) -> &'static str {
 }
 
 /// `1.5 s`, `500 ms`.
-fn human(d: Duration) -> String {
+pub(crate) fn human(d: Duration) -> String {
     if d < Duration::from_secs(1) {
         format!("{} ms", d.as_millis())
     } else {

@@ -98,6 +98,10 @@ pub struct ListedTool {
     pub name: String,
     /// JSON Schema of the input.
     pub input_schema: Value,
+    /// Description (empty when the server gave none).
+    pub description: String,
+    /// The server marks it read-only (`readOnlyHint`).
+    pub read_only: bool,
 }
 
 /// A connected session.
@@ -172,6 +176,12 @@ impl HttpSession {
             .map(|t| ListedTool {
                 name: t.name.to_string(),
                 input_schema: Value::Object((*t.input_schema).clone()),
+                description: t.description.map(|d| d.to_string()).unwrap_or_default(),
+                read_only: t
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.read_only_hint)
+                    .unwrap_or(false),
             })
             .collect())
     }

@@ -22,7 +22,9 @@ pub mod direct;
 mod error;
 pub mod oauth;
 mod result;
+mod traceparent;
 mod transport;
+pub mod user;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -167,6 +169,8 @@ pub struct McpManager {
 
 struct Inner {
     supervisors: Vec<Arc<Supervisor>>,
+    /// Connections with `credentials: user`: a session per principal.
+    users: Vec<Arc<user::UserConnection>>,
 }
 
 impl Drop for Inner {
@@ -247,12 +251,18 @@ impl McpManager {
 
     fn build(connections: &[Connection], shared: Shared) -> Self {
         let shared = Arc::new(shared);
-        let supervisors = connections
-            .iter()
+        let (users, supervised): (Vec<&Connection>, Vec<&Connection>) =
+            connections.iter().partition(|c| user::is_user_scoped(c));
+        let supervisors = supervised
+            .into_iter()
             .map(|c| Arc::new(Supervisor::new(c.clone(), shared.clone())))
             .collect();
+        let users = users
+            .into_iter()
+            .map(|c| Arc::new(user::UserConnection::new(c.clone(), shared.clone())))
+            .collect();
         Self {
-            inner: Arc::new(Inner { supervisors }),
+            inner: Arc::new(Inner { supervisors, users }),
         }
     }
 
@@ -260,17 +270,53 @@ impl McpManager {
     /// needed, concurrently. A server that fails to start contributes no tools (its error is in
     /// [`McpManager::status`]); one that is restarting contributes the tools it last listed.
     pub async fn tools(&self) -> Vec<McpTool> {
+        self.tools_for(None).await
+    }
+
+    /// [`McpManager::tools`] as `principal` sees them: a user-scoped connection's tools are
+    /// listed with that principal's token (its stand-in `NAME__authorize` while it has none).
+    pub async fn tools_for(&self, principal: Option<&str>) -> Vec<McpTool> {
         let lists =
             futures::future::join_all(self.inner.supervisors.iter().map(|s| s.tools())).await;
-        lists.into_iter().flatten().collect()
+        let users =
+            futures::future::join_all(self.inner.users.iter().map(|u| u.tools(principal))).await;
+        lists.into_iter().chain(users).flatten().collect()
     }
 
     /// Calls the MCP tool `name` (`NAME__tool`) with `input` (a JSON object). Never panics: every
     /// failure (unknown tool, start failure, open circuit, timeout, server error, `isError`) is a
     /// result with `ok: false` and a sentence saying why.
     pub async fn call(&self, name: &str, input: Value, cancel: CancellationToken) -> ToolResult {
+        self.call_as(name, input, cancel, None, None).await
+    }
+
+    /// [`Self::call`] as part of a traced tool call: the request carries `traceparent` (the
+    /// call's span) in its `_meta` and, over Streamable HTTP, as a `traceparent` header.
+    pub async fn call_traced(
+        &self,
+        name: &str,
+        input: Value,
+        cancel: CancellationToken,
+        traceparent: Option<&str>,
+    ) -> ToolResult {
+        self.call_as(name, input, cancel, None, traceparent).await
+    }
+
+    /// [`McpManager::call_traced`] for `principal`: a user-scoped connection's tool runs with
+    /// that principal's token, and with no other.
+    pub async fn call_as(
+        &self,
+        name: &str,
+        input: Value,
+        cancel: CancellationToken,
+        principal: Option<&str>,
+        traceparent: Option<&str>,
+    ) -> ToolResult {
+        if let Some(connection) = self.user_connection_for(name) {
+            return connection.call(name, input, cancel, principal).await;
+        }
         match self.supervisor_for(name) {
-            Some(supervisor) => supervisor.call(name, input, cancel).await,
+            Some(supervisor) => supervisor.call(name, input, cancel, traceparent).await,
             None => ToolResult::failure(
                 format!(
                     "no MCP connection offers `{name}`: MCP tools are named `CONNECTION__tool`; connections: {}",
@@ -279,6 +325,26 @@ impl McpManager {
                 Duration::ZERO,
             ),
         }
+    }
+
+    /// The user-scoped connection owning the `NAME__` prefix of `name`, when it is one.
+    fn user_connection_for(&self, name: &str) -> Option<&Arc<user::UserConnection>> {
+        let owner = |n: &str| {
+            name.strip_prefix(n)
+                .is_some_and(|rest| rest.starts_with("__") && rest.len() > 2)
+        };
+        let user = self
+            .inner
+            .users
+            .iter()
+            .filter(|u| owner(u.name()))
+            .max_by_key(|u| u.name().len())?;
+        let longer_supervised = self
+            .inner
+            .supervisors
+            .iter()
+            .any(|s| owner(s.name()) && s.name().len() > user.name().len());
+        (!longer_supervised).then_some(user)
     }
 
     /// The connection owning the `NAME__` prefix of `name` (the longest match wins).
@@ -294,13 +360,15 @@ impl McpManager {
     }
 
     fn connection_names(&self) -> String {
-        if self.inner.supervisors.is_empty() {
+        if self.inner.supervisors.is_empty() && self.inner.users.is_empty() {
             return "(none)".to_owned();
         }
         self.inner
             .supervisors
             .iter()
-            .map(|s| format!("`{}`", s.name()))
+            .map(|s| s.name())
+            .chain(self.inner.users.iter().map(|u| u.name()))
+            .map(|name| format!("`{name}`"))
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -313,6 +381,7 @@ impl McpManager {
     /// Stops every server (a stdio server's whole process group is killed). Later calls fail.
     pub async fn shutdown(&self) {
         futures::future::join_all(self.inner.supervisors.iter().map(|s| s.shutdown())).await;
+        futures::future::join_all(self.inner.users.iter().map(|u| u.shutdown())).await;
     }
 
     /// MCP tools matching `query`, best first, at most `limit`: each word of the query is looked for
@@ -340,6 +409,17 @@ impl McpManager {
         input: Value,
         cancel: CancellationToken,
     ) -> Option<ToolResult> {
+        self.call_catalogue_traced(name, input, cancel, None).await
+    }
+
+    /// [`Self::call_catalogue`] as part of a traced tool call (see [`Self::call_traced`]).
+    pub async fn call_catalogue_traced(
+        &self,
+        name: &str,
+        input: Value,
+        cancel: CancellationToken,
+        traceparent: Option<&str>,
+    ) -> Option<ToolResult> {
         let start = std::time::Instant::now();
         match name {
             SEARCH_TOOLS => Some(search_catalogue(self.entries().await, &input)),
@@ -351,7 +431,7 @@ impl McpManager {
                     ));
                 };
                 let args = input.get("input").cloned().unwrap_or_else(|| json!({}));
-                Some(self.call(target, args, cancel).await)
+                Some(self.call_traced(target, args, cancel, traceparent).await)
             }
             _ => None,
         }

@@ -29,6 +29,7 @@ use tokio::process::ChildStderr;
 
 use super::EnvLookup;
 use super::error::{McpError, stderr_suffix};
+use super::traceparent::Traced;
 use crate::env_vars::{HOME, LANG, PATH, TMPDIR, TZ, USER};
 
 /// Variables passed from the eve process to every stdio server (besides the connection's `env`).
@@ -403,11 +404,12 @@ async fn start_http(connection: &Connection, start: HttpStart<'_>) -> Result<Sta
                             connection: name.to_owned(),
                             reason: e.to_string(),
                         })?;
-                let transport = StreamableHttpClientTransport::with_client(client, config);
+                let transport = StreamableHttpClientTransport::with_client(Traced(client), config);
                 tokio::time::timeout(start_timeout, client_config().serve(transport)).await
             }
             None => {
-                let transport = StreamableHttpClientTransport::with_client(client.clone(), config);
+                let transport =
+                    StreamableHttpClientTransport::with_client(Traced(client.clone()), config);
                 tokio::time::timeout(start_timeout, client_config().serve(transport)).await
             }
         };

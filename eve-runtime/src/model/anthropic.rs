@@ -130,6 +130,10 @@ pub fn request_body(request: &ModelRequest) -> Value {
             body["tool_choice"] = choice;
         }
     }
+    // Anthropic's abuse detection tells users apart by this hash (never the principal itself).
+    if let Some(id) = &request.safety_identifier {
+        body["metadata"] = json!({"user_id": id});
+    }
     // A cache breakpoint at the end of the stable prefix (tools, then system): later calls of
     // the session read it from the cache instead of paying for it again.
     if super::prefix_cache_key(request).is_some() {

@@ -16,6 +16,7 @@ pub use attachment::{Attachment, NativeKind};
 pub mod mock;
 pub mod openai;
 pub mod prices;
+pub(crate) mod provider;
 mod side;
 pub mod sse;
 pub(crate) use side::{SideError, side_call};
@@ -175,6 +176,10 @@ pub struct ModelRequest {
     /// provider's structured-output mode where it has one (OpenAI's `response_format`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<serde_json::Value>,
+    /// A one-way hash of the call's principal (`features::safety_id`), sent to providers that
+    /// take one (OpenAI's `safety_identifier`, Anthropic's `metadata.user_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub safety_identifier: Option<String>,
 }
 
 /// Whether the model may, must, or must not call a tool in one call.

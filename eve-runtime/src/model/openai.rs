@@ -157,6 +157,12 @@ pub(crate) fn request_body(provider: Provider, request: &ModelRequest) -> Value 
         };
         body[key] = json!(max);
     }
+    // OpenAI's abuse detection tells users apart by this hash (never the principal itself).
+    if provider == Provider::OpenAi
+        && let Some(id) = &request.safety_identifier
+    {
+        body["safety_identifier"] = json!(id);
+    }
     // OpenAI routes calls with the same key to the same prompt cache.
     if provider == Provider::OpenAi
         && let Some(key) = super::prefix_cache_key(request)

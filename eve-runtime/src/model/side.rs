@@ -22,6 +22,7 @@ impl ModelRequest {
             tool_choice: ToolChoice::Auto,
             temperature: None,
             output_schema: None,
+            safety_identifier: None,
         }
     }
 }

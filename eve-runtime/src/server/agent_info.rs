@@ -105,10 +105,12 @@ pub(crate) fn document(build: &LoadedBuild, app_root: &Path, dev: bool) -> Value
             let mut v = entry(&c.source, &c.name, app_root);
             v.insert("adapterKind".into(), json!(channel_kind(c.kind)));
             v.insert("method".into(), json!("POST"));
-            v.insert(
-                "urlPath".into(),
-                json!(format!("/eve/v1/channels/{}", c.name)),
-            );
+            let path = if c.kind == ChannelKind::Mcp {
+                super::channels::MCP_PATH.to_owned()
+            } else {
+                format!("/eve/v1/channels/{}", c.name)
+            };
+            v.insert("urlPath".into(), json!(path));
             Value::Object(v)
         })
         .collect();
@@ -347,5 +349,6 @@ fn channel_kind(kind: ChannelKind) -> &'static str {
         ChannelKind::Discord => "discord",
         ChannelKind::Telegram => "telegram",
         ChannelKind::Webhook => "webhook",
+        ChannelKind::Mcp => "mcp",
     }
 }

@@ -2,10 +2,12 @@
 //!
 //! The manifest keeps secrets as `${VAR}` references; they are resolved once, when the server
 //! starts, into an [`Authenticator`]. Every comparison of a secret is constant-time (tokens and
-//! passwords are compared as SHA-256 digests, so not even their length leaks), and JWTs are
-//! HS256 only: the `alg` of the token never chooses the algorithm. Missing or wrong credentials
-//! are a 401; a verified identity that this API does not accept (a JWT for another issuer or
-//! audience) is a 403.
+//! passwords are compared as SHA-256 digests, so not even their length leaks). JWTs are HS256
+//! with a secret, or an identity provider's asymmetric keys (see `jwt`): the `alg` of the token
+//! never chooses the kind of key. `auth:` as a list is eve's auth walk: the methods are tried in
+//! order and the first that accepts the request wins. Missing or wrong credentials are a 401; a
+//! verified identity that this API does not accept (a JWT for another issuer or audience) is a
+//! 403, and ends the walk.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
@@ -16,6 +18,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::error::{ApiError, ServerError};
+use super::jwt::{JwtMethod, JwtSettings, Refusal};
 
 /// Who made a request, once verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,17 +79,37 @@ pub enum Authenticator {
         /// Digest of the password.
         password_digest: [u8; 32],
     },
-    /// JWT signed with HS256.
-    Jwt {
-        /// The HMAC key.
-        secret: Vec<u8>,
-        /// Required `iss`.
-        issuer: Option<String>,
-        /// Required `aud` (the token's `aud` may be a string or a list holding it).
-        audience: Option<String>,
-        /// Whether a token without `exp` is refused (`require_exp`, default true).
-        require_exp: bool,
-    },
+    /// A JWT: HS256 with a secret, or asymmetric keys from a PEM or a JWKS URL.
+    Jwt(std::sync::Arc<JwtMethod>),
+    /// Several methods, tried in order: the first that accepts the request wins.
+    Chain(Vec<Authenticator>),
+}
+
+/// The attributes of the request's principal (claims its JWT method names), a request
+/// extension beside its [`Identity`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Attributes(pub serde_json::Map<String, Value>);
+
+/// A verified caller: who, the claims of its JWT (what decides whether it is an operator), and
+/// the attributes its method carries from them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verified {
+    /// Who.
+    pub identity: Identity,
+    /// The claims of a verified JWT.
+    pub claims: Option<serde_json::Map<String, Value>>,
+    /// The claims `attributes:` of the method names, as the token carries them.
+    pub attributes: serde_json::Map<String, Value>,
+}
+
+impl Verified {
+    fn plain(identity: Identity) -> Self {
+        Self {
+            identity,
+            claims: None,
+            attributes: serde_json::Map::new(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -95,7 +118,8 @@ impl std::fmt::Debug for Authenticator {
             Self::None => "Authenticator::None",
             Self::Bearer(_) => "Authenticator::Bearer(<redacted>)",
             Self::Basic { .. } => "Authenticator::Basic(<redacted>)",
-            Self::Jwt { .. } => "Authenticator::Jwt(<redacted>)",
+            Self::Jwt(_) => "Authenticator::Jwt(<redacted>)",
+            Self::Chain(_) => "Authenticator::Chain(<redacted>)",
         })
     }
 }
@@ -176,26 +200,40 @@ impl Authenticator {
             }
             Auth::Jwt {
                 secret,
+                jwks_url,
+                public_key,
+                algorithms,
                 issuer,
                 audience,
                 require_exp,
+                leeway,
+                attributes,
             } => {
-                let secret = resolve_refs(secret, env, file, "auth.secret")?;
-                let issuer = issuer
-                    .as_deref()
-                    .map(|i| resolve_refs(i, env, file, "auth.issuer"))
-                    .transpose()?;
-                let audience = audience
-                    .as_deref()
-                    .map(|a| resolve_refs(a, env, file, "auth.audience"))
-                    .transpose()?;
-                Self::Jwt {
-                    secret: secret.into_bytes(),
-                    issuer,
-                    audience,
+                let field = |value: &Option<String>, name: &str| {
+                    value
+                        .as_deref()
+                        .map(|v| resolve_refs(v, env, file, name))
+                        .transpose()
+                };
+                let settings = JwtSettings {
+                    secret: field(secret, "auth.secret")?,
+                    jwks_url: field(jwks_url, "auth.jwks_url")?,
+                    public_key: field(public_key, "auth.public_key")?,
+                    algorithms: algorithms.clone(),
+                    issuer: field(issuer, "auth.issuer")?,
+                    audience: field(audience, "auth.audience")?,
                     require_exp: *require_exp,
-                }
+                    leeway: *leeway,
+                    attributes: attributes.clone(),
+                };
+                Self::Jwt(std::sync::Arc::new(JwtMethod::new(settings, file)?))
             }
+            Auth::Chain { methods } => Self::Chain(
+                methods
+                    .iter()
+                    .map(|m| Self::resolve(m, env, file))
+                    .collect::<Result<_, _>>()?,
+            ),
         })
     }
 
@@ -207,31 +245,62 @@ impl Authenticator {
     fn challenge(&self) -> &'static str {
         match self {
             Self::Basic { .. } => "Basic realm=\"eve\"",
+            Self::Chain(methods) => {
+                let basic = methods.iter().any(|m| matches!(m, Self::Basic { .. }));
+                let bearer = methods
+                    .iter()
+                    .any(|m| matches!(m, Self::Bearer(_) | Self::Jwt(_)));
+                match (basic, bearer) {
+                    (true, true) => "Basic realm=\"eve\", Bearer",
+                    (true, false) => "Basic realm=\"eve\"",
+                    _ => "Bearer",
+                }
+            }
             _ => "Bearer",
         }
     }
 
-    /// [`Authenticator::verify`], with the claims of a verified JWT (what decides whether its
-    /// holder is an operator).
-    pub(crate) fn verify_claims(
+    /// Verifies the `Authorization` header at `now` (Unix seconds).
+    pub(crate) async fn verify(
         &self,
         authorization: Option<&str>,
         now: i64,
-    ) -> Result<(Identity, Option<serde_json::Map<String, Value>>), ApiError> {
+    ) -> Result<Verified, ApiError> {
         let unauthorized = || ApiError::Unauthorized {
             challenge: self.challenge(),
         };
         if let Self::None = self {
-            return Ok((Identity::Anonymous, None));
+            return Ok(Verified::plain(Identity::Anonymous));
         }
         let header = authorization.map(str::trim).ok_or_else(unauthorized)?;
         let (scheme, credentials) = header.split_once(' ').ok_or_else(unauthorized)?;
         let credentials = credentials.trim();
+        let methods: &[Self] = match self {
+            Self::Chain(methods) => methods,
+            one => std::slice::from_ref(one),
+        };
+        for method in methods {
+            match method.try_one(scheme, credentials, now).await {
+                Ok(verified) => return Ok(verified),
+                Err(Refusal::Forbidden(message)) => return Err(ApiError::Forbidden(message)),
+                Err(Refusal::NotVerified) => {}
+            }
+        }
+        Err(unauthorized())
+    }
+
+    /// One method of the walk: the caller, or why not.
+    async fn try_one(
+        &self,
+        scheme: &str,
+        credentials: &str,
+        now: i64,
+    ) -> Result<Verified, Refusal> {
         match self {
-            Self::None => Ok((Identity::Anonymous, None)),
+            Self::None | Self::Chain(_) => Err(Refusal::NotVerified),
             Self::Bearer(digests) => {
                 if !scheme.eq_ignore_ascii_case("bearer") || credentials.is_empty() {
-                    return Err(unauthorized());
+                    return Err(Refusal::NotVerified);
                 }
                 let presented = digest(credentials.as_bytes());
                 // Compare with every token, so timing does not tell which one (or none) matched.
@@ -242,8 +311,8 @@ impl Authenticator {
                     }
                 }
                 found
-                    .map(|name| (Identity::Token(name.clone()), None))
-                    .ok_or_else(unauthorized)
+                    .map(|name| Verified::plain(Identity::Token(name.clone())))
+                    .ok_or(Refusal::NotVerified)
             }
             Self::Basic {
                 username,
@@ -251,56 +320,42 @@ impl Authenticator {
                 password_digest,
             } => {
                 if !scheme.eq_ignore_ascii_case("basic") {
-                    return Err(unauthorized());
+                    return Err(Refusal::NotVerified);
                 }
-                let decoded = STANDARD.decode(credentials).map_err(|_| unauthorized())?;
-                let text = String::from_utf8(decoded).map_err(|_| unauthorized())?;
-                let (user, password) = text.split_once(':').ok_or_else(unauthorized)?;
+                let decoded = STANDARD
+                    .decode(credentials)
+                    .map_err(|_| Refusal::NotVerified)?;
+                let text = String::from_utf8(decoded).map_err(|_| Refusal::NotVerified)?;
+                let (user, password) = text.split_once(':').ok_or(Refusal::NotVerified)?;
                 let user_ok = same(user_digest, &digest(user.as_bytes()));
                 let password_ok = same(password_digest, &digest(password.as_bytes()));
                 if user_ok & password_ok {
-                    Ok((Identity::User(username.clone()), None))
+                    Ok(Verified::plain(Identity::User(username.clone())))
                 } else {
-                    Err(unauthorized())
+                    Err(Refusal::NotVerified)
                 }
             }
-            Self::Jwt {
-                secret,
-                issuer,
-                audience,
-                require_exp,
-            } => {
+            Self::Jwt(method) => {
                 if !scheme.eq_ignore_ascii_case("bearer") {
-                    return Err(unauthorized());
+                    return Err(Refusal::NotVerified);
                 }
-                let claims = verify_hs256(credentials, secret, now).ok_or_else(unauthorized)?;
-                // A token without `exp` would be valid forever.
-                if *require_exp && claims.get("exp").is_none_or(Value::is_null) {
-                    return Err(unauthorized());
-                }
-                if let Some(want) = issuer
-                    && claims.get("iss").and_then(Value::as_str) != Some(want.as_str())
-                {
-                    return Err(ApiError::Forbidden(
-                        "This token's issuer is not accepted by this API.".to_owned(),
-                    ));
-                }
-                if let Some(want) = audience {
-                    let ok = match claims.get("aud") {
-                        Some(Value::String(a)) => a == want,
-                        Some(Value::Array(list)) => {
-                            list.iter().any(|a| a.as_str() == Some(want.as_str()))
-                        }
-                        _ => false,
-                    };
-                    if !ok {
-                        return Err(ApiError::Forbidden(
-                            "This token's audience does not include this API.".to_owned(),
-                        ));
-                    }
-                }
+                let claims = method.verify(credentials, now).await?;
                 let sub = claims.get("sub").and_then(Value::as_str).map(str::to_owned);
-                Ok((Identity::Jwt(sub), Some(claims)))
+                let attributes = method
+                    .attributes
+                    .iter()
+                    .filter_map(|name| {
+                        claims
+                            .get(name)
+                            .filter(|v| !v.is_null())
+                            .map(|v| (name.clone(), v.clone()))
+                    })
+                    .collect();
+                Ok(Verified {
+                    identity: Identity::Jwt(sub),
+                    claims: Some(claims),
+                    attributes,
+                })
             }
         }
     }
@@ -317,6 +372,27 @@ pub fn verify_hs256(
     secret: &[u8],
     now: i64,
 ) -> Option<serde_json::Map<String, Value>> {
+    let claims = hs256_claims(token, secret)?;
+    let time = |name: &str| -> Result<Option<i64>, ()> {
+        match claims.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .or_else(|| v.as_f64().map(|f| f as i64))
+                .map(Some)
+                .ok_or(()),
+        }
+    };
+    let exp = time("exp").ok()?;
+    let nbf = time("nbf").ok()?;
+    if exp.is_some_and(|exp| now >= exp) || nbf.is_some_and(|nbf| now < nbf) {
+        return None;
+    }
+    Some(claims)
+}
+
+/// The claims of an HS256 JWT whose signature matches `secret` (its times unchecked).
+pub(crate) fn hs256_claims(token: &str, secret: &[u8]) -> Option<serde_json::Map<String, Value>> {
     let mut parts = token.split('.');
     let (header_b64, payload_b64, signature_b64) = (parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() {
@@ -336,21 +412,6 @@ pub fn verify_hs256(
     let Value::Object(claims) = claims else {
         return None;
     };
-    let time = |name: &str| -> Result<Option<i64>, ()> {
-        match claims.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_i64()
-                .or_else(|| v.as_f64().map(|f| f as i64))
-                .map(Some)
-                .ok_or(()),
-        }
-    };
-    let exp = time("exp").ok()?;
-    let nbf = time("nbf").ok()?;
-    if exp.is_some_and(|exp| now >= exp) || nbf.is_some_and(|nbf| now < nbf) {
-        return None;
-    }
     Some(claims)
 }
 

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{Authenticator, resolve_refs};
-use super::channels::Channels;
+use super::channels::{Channels, McpChannel};
 use super::error::ServerError;
 use super::tenancy::Operators;
 
@@ -46,16 +46,27 @@ pub struct ServerConfig {
     pub uploads: super::uploads::UploadPolicy,
     /// Interval of keep-alive comments on Server-Sent Event streams.
     pub heartbeat: Duration,
+    /// How long an NDJSON stream under eve's stream control (`?streamControlVersion=1`) stays
+    /// open before its lease-end line asks the client to reconnect (60 s, as eve).
+    pub stream_lease: Duration,
     /// Cancelled when the server shuts down: open streams end, new requests are refused.
     pub shutdown: CancellationToken,
     /// Platform channels (`slack`, `discord`, `telegram`, `webhook`), secrets resolved.
     pub channels: Channels,
     /// Who reaches every session (`operators:` of `channels/eve.yaml`).
     pub operators: Operators,
+    /// The MCP channel (`channels/mcp.yaml`), when the agent has one.
+    pub mcp: Option<std::sync::Arc<McpChannel>>,
     /// Tests only: every caller reaches every session, as before sessions had owners, so a
     /// test can show a stranger reaching another's session when the check is off.
     #[doc(hidden)]
     pub ownership_unchecked_for_tests: bool,
+    /// Who may forward a principal (`trusted_forwarders:` of `channels/eve.yaml`).
+    pub forwarders: super::forwarded::Forwarders,
+    /// Tests only: every caller may forward a principal, so a test can show a stranger taking
+    /// another's identity when the check is off.
+    #[doc(hidden)]
+    pub forwarders_unchecked_for_tests: bool,
 }
 
 impl Default for ServerConfig {
@@ -66,10 +77,14 @@ impl Default for ServerConfig {
             body_limit: DEFAULT_BODY_LIMIT,
             uploads: super::uploads::UploadPolicy::default(),
             heartbeat: Duration::from_secs(15),
+            stream_lease: Duration::from_secs(60),
             shutdown: CancellationToken::new(),
             channels: Channels::default(),
             operators: Operators::default(),
+            mcp: None,
             ownership_unchecked_for_tests: false,
+            forwarders: super::forwarded::Forwarders::default(),
+            forwarders_unchecked_for_tests: false,
         }
     }
 }
@@ -83,8 +98,15 @@ impl ServerConfig {
     ) -> Result<Self, ServerError> {
         let mut config = Self {
             channels: Channels::resolve(manifest, env)?,
+            mcp: McpChannel::resolve(manifest, env)?.map(std::sync::Arc::new),
             ..Self::default()
         };
+        // The lease of a controlled stream, shorter for tests that watch a client reconnect.
+        if let Some(ms) =
+            env(crate::env_vars::EVE_STREAM_LEASE_MS).and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            config.stream_lease = Duration::from_millis(ms.max(100));
+        }
         let Some(channel) = manifest
             .agent
             .channels
@@ -96,6 +118,12 @@ impl ServerConfig {
         let file = channel.source.as_str();
         config.auth = Authenticator::resolve(&channel.auth, env, file)?;
         config.operators = Operators::from_manifest(&channel.operators);
+        config.forwarders =
+            super::forwarded::Forwarders::from_setting(channel.settings.get("trusted_forwarders"))
+                .map_err(|message| ServerError::InvalidSetting {
+                    file: file.to_owned(),
+                    message,
+                })?;
         if let Some(cors) = channel.settings.get("cors") {
             config.cors = Some(parse_cors(cors, env, file)?);
         }
@@ -132,6 +160,9 @@ impl ServerConfig {
 
     /// Refuses a host other machines can reach when the API has no authentication.
     pub fn check_host(&self, host: &str) -> Result<(), ServerError> {
+        if let Some(mcp) = &self.mcp {
+            mcp.check_host(host)?;
+        }
         if self.auth.is_required() || is_loopback_host(host) {
             Ok(())
         } else {

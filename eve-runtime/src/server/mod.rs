@@ -13,12 +13,16 @@ mod auth;
 mod body;
 mod channels;
 mod config;
+mod connections;
 mod console;
 mod dev;
 mod dev_build;
 mod error;
+mod forwarded;
+mod jwt;
 mod listener;
 mod memory;
+mod metrics_port;
 mod releases;
 mod reload;
 mod routes;
@@ -36,17 +40,23 @@ use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::routing::{MethodRouter, get, post};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-pub use auth::{Authenticator, Identity, sign_hs256, verify_hs256};
-pub use channels::{ChannelError, Channels, REPLAY_WINDOW_SECS, session_id as channel_session_id};
+pub use auth::{Attributes, Authenticator, Identity, Verified, sign_hs256, verify_hs256};
+pub use channels::{
+    ChannelError, Channels, MCP_PATH, McpChannel, REPLAY_WINDOW_SECS,
+    session_id as channel_session_id,
+};
 pub use config::{
     API_CHANNEL, CorsOrigins, DEFAULT_BODY_LIMIT, ServerConfig, authority_host, is_loopback_host,
 };
 pub use dev_build::{DevBuild, FailedBuild};
 pub use error::{ApiError, ServerError};
+pub use forwarded::Forwarders;
+pub use jwt::{JWKS_FETCHES_PER_MINUTE, JWKS_MAX_BYTES, JWKS_TIMEOUT, JWKS_TTL};
 pub use listener::{
     DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ListenerLimits,
     raise_fd_limit, serve_with,
 };
+pub use metrics_port::metrics_router;
 pub use reload::ReloadableRouter;
 pub use stream::{
     EventCursor, Next, STREAM_ERROR, STREAM_VERSION, StreamFailure, at_rest, is_rest_point,
@@ -138,6 +148,17 @@ fn table(dev: bool, console: bool) -> Vec<(Route, MethodRouter<App>)> {
             r("POST", "/eve/v1/channels/{name}", Public),
             post(channels::handle),
         ),
+        (
+            r("GET", "/eve/v1/connections/{name}/callback", Public),
+            get(connections::callback),
+        ),
+        // The MCP channel checks its own `auth:` (and serves `GET` and `DELETE` too).
+        (
+            r("POST", channels::MCP_PATH, Public),
+            post(channels::mcp::handle)
+                .get(channels::mcp::handle)
+                .delete(channels::mcp::handle),
+        ),
         (r("GET", "/eve/v1/info", Caller), get(routes::info)),
         (r("GET", "/eve/v1/agent", Caller), get(console::api::agent)),
         (r("GET", "/eve/v1/memory", Caller), get(memory::show)),
@@ -184,6 +205,10 @@ fn table(dev: bool, console: bool) -> Vec<(Route, MethodRouter<App>)> {
             get(routes::stream),
         ),
         (r("GET", "/metrics", Operator), get(routes::metrics)),
+        (
+            r("GET", "/eve/v1/traces", Operator),
+            get(console::traces::list),
+        ),
         (r("GET", "/eve/v1/releases", Operator), get(releases::list)),
         (
             r("GET", "/eve/v1/releases/stream", Operator),

@@ -123,13 +123,24 @@ pub(crate) async fn guard(State(app): State<App>, mut request: Request, next: Ne
     match app
         .config
         .auth
-        .verify_claims(authorization, chrono::Utc::now().timestamp())
+        .verify(authorization, chrono::Utc::now().timestamp())
+        .await
     {
-        Ok((identity, claims)) => {
-            let caller = app.config.operators.caller(&identity, claims.as_ref());
-            request.extensions_mut().insert(identity);
-            request.extensions_mut().insert(caller);
-            next.run(request).await
+        Ok(verified) => {
+            let caller = app
+                .config
+                .operators
+                .caller(&verified.identity, verified.claims.as_ref());
+            request.extensions_mut().insert(verified.identity);
+            request.extensions_mut().insert(caller.clone());
+            request
+                .extensions_mut()
+                .insert(super::auth::Attributes(verified.attributes));
+            // A trusted forwarder's request acts as the principal it forwards.
+            match super::forwarded::apply(&app, request, &caller).await {
+                Ok(request) => next.run(request).await,
+                Err(e) => e.into_response(),
+            }
         }
         Err(e) => e.into_response(),
     }
@@ -202,7 +213,7 @@ pub(crate) async fn create_session(
     let input = body::create(&bytes)?;
     let options = with_traceparent(body::turn_options(&bytes)?, &headers);
     let mut extra: Vec<Extra> = sender(&identity).map(Extra::Sender).into_iter().collect();
-    extra.push(Extra::Owner(identity.principal_id()));
+    extra.push(Extra::Owner(caller.id().to_owned()));
     if let Some(stubs) = options.stubs {
         // A stub replaces what a tool does: the operator's decision, never a stranger's.
         if !super::tenancy::reach(&app, &caller).is_operator() {
@@ -471,6 +482,7 @@ pub(crate) async fn stream(
         query,
         &headers,
         app.config.heartbeat,
+        app.config.stream_lease,
         app.config.shutdown.clone(),
     )
     .await
@@ -526,6 +538,7 @@ pub(crate) async fn chat(
         cursor,
         format,
         app.config.heartbeat,
+        None,
     )));
     let h = response.headers_mut();
     h.insert(

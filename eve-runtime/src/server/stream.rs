@@ -9,6 +9,12 @@
 //! answered input, no running turn). A follow that starts at rest waits for the next turn, so a
 //! reconnecting client never spins. Every open stream ends when the server shuts down.
 //!
+//! With `?streamControlVersion=1` (eve's stream control, which its client asks for whenever it
+//! reconnects by itself) an NDJSON follow also sends a heartbeat (an empty line) after a quiet
+//! interval, and ends after its lease (60 s) with the control line
+//! `{"$eve":"stream.lease-ended","version":1}`: the client reconnects from its cursor, so no
+//! reader is held open forever by a host that does not report a closed connection.
+//!
 //! A read that fails (a damaged page, a stored value that does not decode) is never an empty
 //! stream: before the response starts, the first read is made and its failure is the route's
 //! error (`500 store_damaged`); once events were sent, the stream ends with a `stream.error`
@@ -32,6 +38,11 @@ use crate::store::{SessionStatus, StoredEvent};
 
 /// eve's stream format version, sent as `x-eve-stream-version`.
 pub const STREAM_VERSION: &str = "26";
+/// Longest quiet interval of an NDJSON stream under stream control before a heartbeat line (eve's
+/// client gives up on a stream idle for 15 s).
+pub(crate) const CONTROL_HEARTBEAT: Duration = Duration::from_secs(10);
+/// The control line that ends a stream's lease (`streamControlVersion=1`).
+pub(crate) const LEASE_ENDED: &str = "{\"$eve\":\"stream.lease-ended\",\"version\":1}\n";
 /// Events read from the store at once by a bounded read.
 const PAGE: u64 = 256;
 
@@ -291,8 +302,12 @@ impl EventCursor {
 
 /// How events are written on the wire.
 pub(crate) enum Format {
-    /// eve's NDJSON: a blank line, then one envelope per line.
-    Ndjson,
+    /// eve's NDJSON: a blank line, then one envelope per line; with stream control, a blank
+    /// line after each quiet interval too.
+    Ndjson {
+        /// `streamControlVersion=1`.
+        control: bool,
+    },
     /// Server-Sent Events: `id: <index>` and `data: <envelope>` per event.
     Sse,
     /// The AI SDK UI message stream.
@@ -302,7 +317,7 @@ pub(crate) enum Format {
 impl Format {
     fn prelude(&mut self, out: &mut VecDeque<Bytes>) {
         match self {
-            Self::Ndjson => out.push_back(Bytes::from_static(b"\n")),
+            Self::Ndjson { .. } => out.push_back(Bytes::from_static(b"\n")),
             Self::Sse => out.push_back(Bytes::from_static(b"retry: 1000\n\n")),
             Self::Ui(ui) => ui.start(out),
         }
@@ -322,7 +337,7 @@ impl Format {
             wire
         };
         match self {
-            Self::Ndjson => {
+            Self::Ndjson { .. } => {
                 let mut line = wire().to_string();
                 line.push('\n');
                 out.push_back(Bytes::from(line));
@@ -341,8 +356,10 @@ impl Format {
     }
 
     fn tick(&mut self, out: &mut VecDeque<Bytes>) {
-        if !matches!(self, Self::Ndjson) {
-            out.push_back(Bytes::from_static(b": keep-alive\n\n"));
+        match self {
+            Self::Ndjson { control: true } => out.push_back(Bytes::from_static(b"\n")),
+            Self::Ndjson { control: false } => {}
+            Self::Sse | Self::Ui(_) => out.push_back(Bytes::from_static(b": keep-alive\n\n")),
         }
     }
 
@@ -356,7 +373,7 @@ impl Format {
     /// stream's `error` chunk before its end.
     fn fail(&mut self, failure: &StreamFailure, out: &mut VecDeque<Bytes>) {
         match self {
-            Self::Ndjson => out.push_back(failure.bytes(false)),
+            Self::Ndjson { .. } => out.push_back(failure.bytes(false)),
             Self::Sse => out.push_back(failure.bytes(true)),
             Self::Ui(ui) => {
                 let chunk = serde_json::json!({"type": "error", "errorText": failure.error});
@@ -368,7 +385,8 @@ impl Format {
 
     fn heartbeat(&self, interval: Duration) -> Option<Duration> {
         match self {
-            Self::Ndjson => None,
+            Self::Ndjson { control: false } => None,
+            Self::Ndjson { control: true } => Some(interval.min(CONTROL_HEARTBEAT)),
             Self::Sse | Self::Ui(_) => Some(interval),
         }
     }
@@ -537,16 +555,20 @@ struct BodyState {
     cursor: EventCursor,
     format: Format,
     heartbeat: Option<Duration>,
+    /// When the lease of a stream under stream control ends.
+    lease: Option<tokio::time::Instant>,
     out: VecDeque<Bytes>,
     started: bool,
     finished: bool,
 }
 
-/// The response body: the cursor's events in `format`.
+/// The response body: the cursor's events in `format`; a stream under stream control ends with
+/// [`LEASE_ENDED`] after `lease`.
 pub(crate) fn body_stream(
     cursor: EventCursor,
     format: Format,
     heartbeat: Duration,
+    lease: Option<Duration>,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
     let deliveries = format
         .wants_deliveries()
@@ -554,6 +576,7 @@ pub(crate) fn body_stream(
     let state = BodyState {
         deliveries,
         heartbeat: format.heartbeat(heartbeat),
+        lease: lease.map(|l| tokio::time::Instant::now() + l),
         cursor,
         format,
         out: VecDeque::new(),
@@ -573,7 +596,24 @@ pub(crate) fn body_stream(
                 st.format.prelude(&mut st.out);
                 continue;
             }
-            match st.cursor.next(st.heartbeat).await {
+            let next = match st.lease {
+                Some(deadline) => {
+                    let within = tokio::select! {
+                        next = st.cursor.next(st.heartbeat) => Some(next),
+                        () = tokio::time::sleep_until(deadline) => None,
+                    };
+                    match within {
+                        Some(next) => next,
+                        None => {
+                            st.out.push_back(Bytes::from_static(LEASE_ENDED.as_bytes()));
+                            st.finished = true;
+                            continue;
+                        }
+                    }
+                }
+                None => st.cursor.next(st.heartbeat).await,
+            };
+            match next {
                 Next::Event(event) => {
                     let ids = match &mut st.deliveries {
                         Some(d) => d.of(&event).await,
@@ -604,6 +644,9 @@ pub(crate) struct StreamQuery {
     pub(crate) follow: bool,
     /// `includeTailIndex`.
     pub(crate) include_tail_index: bool,
+    /// `streamControlVersion=1`: heartbeats and a lease on an NDJSON follow (another version is
+    /// ignored, as eve does).
+    pub(crate) stream_control: bool,
 }
 
 fn flag(name: &str, value: &str) -> Result<bool, ApiError> {
@@ -642,6 +685,7 @@ pub(crate) fn parse_query(query: Option<&str>) -> Result<StreamQuery, ApiError> 
             }
             "follow" => out.follow = flag(key, &value)?,
             "includeTailIndex" => out.include_tail_index = flag(key, &value)?,
+            "streamControlVersion" => out.stream_control = value.trim() == "1",
             _ => {}
         }
     }
@@ -672,6 +716,7 @@ pub(crate) async fn respond(
     query: StreamQuery,
     headers: &HeaderMap,
     heartbeat: Duration,
+    lease: Duration,
     shutdown: CancellationToken,
 ) -> Result<Response, ApiError> {
     let record = runtime
@@ -696,8 +741,17 @@ pub(crate) async fn respond(
     };
     // A first read that fails is the answer (logged as an error), never a 200 with no events.
     cursor.prefetch().await?;
-    let format = if sse { Format::Sse } else { Format::Ndjson };
-    let mut response = Response::new(Body::from_stream(body_stream(cursor, format, heartbeat)));
+    // A lease bounds a follow only: a bounded read ends by itself.
+    let control = !sse && query.stream_control && query.follow;
+    let format = if sse {
+        Format::Sse
+    } else {
+        Format::Ndjson { control }
+    };
+    let lease = control.then_some(lease);
+    let mut response = Response::new(Body::from_stream(body_stream(
+        cursor, format, heartbeat, lease,
+    )));
     *response.status_mut() = StatusCode::OK;
     let h = response.headers_mut();
     h.insert(

@@ -5,7 +5,7 @@
 //! runtime files), so the store keeps one row per hash and writing the same build twice is a
 //! no-op. The row holds exactly what `.eve/builds/<hash>/` holds on disk: the manifest, the
 //! diagnostics and the pack of runtime files. `eve build --publish` and `eve serve` (at start)
-//! write it; a node that lacks a build on disk fetches it from here (`engine/build.rs`).
+//! write it; a node that lacks a build on disk fetches it from here (`builds/mod.rs`).
 
 /// One build as the store keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]

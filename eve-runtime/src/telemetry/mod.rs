@@ -41,6 +41,8 @@ pub struct Telemetry {
     config: TelemetryConfig,
     secrets: Arc<Secrets>,
     open: Mutex<Open>,
+    /// The local trace store, when it is on and opened.
+    local: Option<Arc<local::TraceStore>>,
 }
 
 /// What this process remembers of the spans still open (their starts): a restart forgets it,
@@ -228,6 +230,9 @@ impl IdGenerator for Ids {
     }
 }
 
+/// How often spans are written to the local trace store.
+const LOCAL_DELAY: Duration = Duration::from_millis(500);
+
 /// Epoch milliseconds as a time.
 pub(crate) fn at_ms(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
@@ -256,11 +261,24 @@ impl Telemetry {
                 .map_err(|e| format!("OTLP exporter: {e}"))?;
             builder = builder.with_batch_exporter(exporter);
         }
+        let mut kept = None;
         if let Some(local) = &config.local {
             // The local store is a convenience: a command runs on without it.
             match local::TraceStore::open(local.clone()) {
                 Ok(store) => {
-                    builder = builder.with_batch_exporter(local::Exporter::new(Arc::new(store)));
+                    let store = Arc::new(store);
+                    // Written every [`LOCAL_DELAY`]: the console shows a turn's spans soon
+                    // after it ends, whatever the OTLP exporter's schedule.
+                    let config = opentelemetry_sdk::trace::BatchConfigBuilder::default()
+                        .with_scheduled_delay(LOCAL_DELAY)
+                        .build();
+                    let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(
+                        local::Exporter::new(store.clone()),
+                    )
+                    .with_batch_config(config)
+                    .build();
+                    builder = builder.with_span_processor(processor);
+                    kept = Some(store);
                 }
                 Err(e) => tracing::warn!(
                     path = %local.path.display(),
@@ -277,12 +295,18 @@ impl Telemetry {
             config,
             secrets,
             open: Mutex::new(Open::default()),
+            local: kept,
         }))
     }
 
     /// What tracing is set up with.
     pub fn config(&self) -> &TelemetryConfig {
         &self.config
+    }
+
+    /// The local trace store this runtime writes, when it is on (what the console reads).
+    pub fn local_store(&self) -> Option<&Arc<local::TraceStore>> {
+        self.local.as_ref()
     }
 
     /// Sends what is buffered (before a one-shot command exits).

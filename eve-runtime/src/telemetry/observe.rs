@@ -1,5 +1,6 @@
-//! Spans read from the events a commit stored (called by `Runtime::announce` with every commit's
-//! events, after they are stored): a step (`agent.step`, from `step.started` to
+//! Tracing as an [`EventObserver`] of its runtime: the model and tool calls the turn core reports
+//! (`chat {model}`, `execute_tool {tool}`, see `emit`), and spans read from the events a commit
+//! stored (every commit's, once stored): a step (`agent.step`, from `step.started` to
 //! `step.completed`), an approval wait (`await_approval {tool}`, from `input.requested` to
 //! `approval.settled`), a compaction, a task a call started (`task {name}`, from `task.started`
 //! to `task.settled`) and the turn itself (`invoke_agent {agent}`, from the turn's start to its
@@ -14,6 +15,7 @@ use serde_json::Value;
 
 use super::emit::SpanSpec;
 use super::{Telemetry, TurnTrace, at_ms};
+use crate::engine::observe::{EventObserver, TurnWork};
 use crate::events as ev;
 use crate::store::StoredEvent;
 
@@ -28,6 +30,40 @@ fn seq_of(data: &Value) -> Option<u64> {
             .and_then(|t| t.strip_prefix("turn_"))
             .and_then(|n| n.parse().ok())
     })
+}
+
+impl EventObserver for Telemetry {
+    fn committed(&self, events: &[StoredEvent]) {
+        self.observe(events);
+    }
+
+    fn turn_work(&self, work: &TurnWork<'_>) {
+        match work {
+            TurnWork::StepBegan { session, seq, step } => self.step_began(session, *seq, *step),
+            TurnWork::ModelCalled(call) => {
+                if let Some(trace) = self.turn(call.session, call.seq) {
+                    self.chat(
+                        &trace,
+                        call.step,
+                        call.model_id,
+                        call.model,
+                        call.started,
+                        call.request,
+                        call.outcome,
+                    );
+                }
+            }
+            TurnWork::ToolSettled { session, seq, call } => {
+                if let Some(trace) = self.turn(session, *seq) {
+                    self.tool(&trace, call);
+                }
+            }
+        }
+    }
+
+    fn wants_requests(&self) -> bool {
+        self.config.capture_content
+    }
 }
 
 impl Telemetry {

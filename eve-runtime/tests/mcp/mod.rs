@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 mod oauth;
 mod oauth_server;
+mod oauth_user;
 
 /// The python with the `mcp` package.
 fn python() -> PathBuf {
@@ -479,12 +480,24 @@ async fn http_server() -> HttpServer {
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(Duration::from_secs(15), lines.next_line())
+    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
         .await
         .expect("the HTTP MCP server did not print its port")
         .unwrap()
         .unwrap();
     let port = line.strip_prefix("PORT ").unwrap().trim().to_owned();
+    // The port is printed once bound; wait until the server also listens on it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(format!("127.0.0.1:{port}"))
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the HTTP MCP server never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     HttpServer {
         _child: child,
         url: format!("http://127.0.0.1:{port}/mcp"),
@@ -532,6 +545,59 @@ async fn streamable_http_server_lists_and_calls_with_a_header_from_env() {
     assert!(error(&failed).contains("nope"));
     let slow = call(&mcp, "web__sleep", json!({"seconds": 30})).await;
     assert!(error(&slow).contains("timed out after 2.0 s"), "{slow:?}");
+    mcp.shutdown().await;
+}
+
+/// A traced call's `traceparent` (the call's span) reaches the Streamable HTTP server as a
+/// request header, per request: the fixture's `header` tool reads it from the request that
+/// carried the call. The twin: an untraced call, and one whose value is not a `traceparent`,
+/// carry none.
+#[tokio::test]
+async fn a_traced_call_carries_its_traceparent_header_to_the_http_server() {
+    const A: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const B: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let server = http_server().await;
+    let mcp = manager_with(&[http("web", &server.url, "${EVE_TEST_KEY}")], quick());
+    let asks = || json!({"name": "traceparent"});
+    let traced = |tp: Option<&'static str>| {
+        let mcp = mcp.clone();
+        async move {
+            mcp.call_traced("web__header", asks(), CancellationToken::new(), tp)
+                .await
+        }
+    };
+    let first = traced(Some(A)).await;
+    assert_eq!(first.output, json!({"result": A}), "{first:?}");
+    let second = traced(Some(B)).await;
+    assert_eq!(
+        second.output,
+        json!({"result": B}),
+        "each request its own: {second:?}"
+    );
+    // Through the catalogue's `call_tool`, too.
+    let catalogued = mcp
+        .call_catalogue_traced(
+            CALL_TOOL,
+            json!({"name": "web__header", "input": asks()}),
+            CancellationToken::new(),
+            Some(A),
+        )
+        .await
+        .unwrap();
+    assert_eq!(catalogued.output, json!({"result": A}), "{catalogued:?}");
+    // The twins: nothing to carry, and a value that is no traceparent.
+    let untraced = call(&mcp, "web__header", asks()).await;
+    assert_eq!(
+        untraced.output,
+        json!({"result": "<missing>"}),
+        "{untraced:?}"
+    );
+    let malformed = traced(Some("00-not-a-trace-01")).await;
+    assert_eq!(
+        malformed.output,
+        json!({"result": "<missing>"}),
+        "{malformed:?}"
+    );
     mcp.shutdown().await;
 }
 

@@ -21,13 +21,13 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use super::oauth_server::{self, AuthServer};
 use super::{call, connection, env, error, python, server_script};
 
-struct Protected {
-    auth: AuthServer,
-    url: String,
+pub(super) struct Protected {
+    pub(super) auth: AuthServer,
+    pub(super) url: String,
     _child: tokio::process::Child,
 }
 
-async fn protected(lifetime: Duration) -> Protected {
+pub(super) async fn protected(lifetime: Duration) -> Protected {
     let auth = oauth_server::start(lifetime).await;
     let mut child = tokio::process::Command::new(python())
         .args([server_script().as_str(), "oauth", auth.base.as_str()])

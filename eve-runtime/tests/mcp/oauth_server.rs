@@ -42,7 +42,7 @@ pub struct AuthServer {
     pub issued: Arc<Mutex<Issued>>,
     /// Refresh grants served.
     pub refreshes: Arc<AtomicUsize>,
-    /// Every access token ever issued.
+    /// Every access and refresh token ever issued.
     pub tokens: Arc<Mutex<Vec<String>>>,
 }
 
@@ -221,6 +221,7 @@ fn grant(issued: &mut Issued, tokens: &Mutex<Vec<String>>) -> Response {
         .insert(access.clone(), Instant::now() + issued.lifetime);
     issued.refresh.insert(refresh.clone(), ());
     tokens.lock().unwrap().push(access.clone());
+    tokens.lock().unwrap().push(refresh.clone());
     axum::Json(json!({
         "access_token": access,
         "token_type": "Bearer",

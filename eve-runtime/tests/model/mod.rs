@@ -61,6 +61,7 @@ pub fn simple_request(text: &str) -> ModelRequest {
         tool_choice: ToolChoice::Auto,
         temperature: None,
         output_schema: None,
+        safety_identifier: None,
     }
 }
 

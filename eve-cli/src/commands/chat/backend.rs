@@ -10,14 +10,14 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 /// A client of the session API.
-pub(super) struct Remote {
+pub(crate) struct Remote {
     http: reqwest::Client,
     base: String,
     token: Option<String>,
 }
 
 impl Remote {
-    pub(super) fn new(url: &str, token: Option<String>) -> anyhow::Result<Self> {
+    pub(crate) fn new(url: &str, token: Option<String>) -> anyhow::Result<Self> {
         let base = url.trim().trim_end_matches('/').to_owned();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             anyhow::bail!("--url must start with http:// or https://, found `{url}`");
@@ -26,6 +26,11 @@ impl Remote {
             .build()
             .context("cannot set up the HTTP client")?;
         Ok(Self { http, base, token })
+    }
+
+    /// The server's URL as it may be shown (for `/info`).
+    pub(super) fn shown_base(&self) -> String {
+        self.shown_url()
     }
 
     /// The server's URL as it may be shown: without a password it may carry.
@@ -74,7 +79,7 @@ impl Remote {
     }
 
     /// GETs `path`; the JSON answer, or the server's error as an error.
-    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+    pub(super) async fn get(&self, path: &str) -> anyhow::Result<Value> {
         let response = self
             .request(reqwest::Method::GET, path)
             .send()
@@ -89,12 +94,12 @@ impl Remote {
     }
 
     /// Whether the server answers and takes our credentials, before the first prompt.
-    pub(super) async fn check(&self) -> anyhow::Result<()> {
+    pub(crate) async fn check(&self) -> anyhow::Result<()> {
         self.get("/eve/v1/info").await.map(|_| ())
     }
 
     /// The session an id, a prefix or `--last` (`None`) names on the server.
-    pub(super) async fn resolve(&self, wanted: Option<&str>) -> anyhow::Result<String> {
+    pub(crate) async fn resolve(&self, wanted: Option<&str>) -> anyhow::Result<String> {
         if let Some(id) = wanted
             && self.get(&format!("/eve/v1/sessions/{id}")).await.is_ok()
         {
@@ -151,13 +156,13 @@ impl Remote {
 }
 
 /// Where the session lives.
-pub(super) enum Backend {
+pub(crate) enum Backend {
     Local(Runtime),
     Remote(Remote),
 }
 
 /// A stream of wire events (`{type, data, meta}`) that ends when the session is at rest.
-pub(super) enum Follow {
+pub(crate) enum Follow {
     Local(Box<EventCursor>),
     Remote {
         body: futures::stream::BoxStream<'static, reqwest::Result<Vec<u8>>>,
@@ -167,7 +172,7 @@ pub(super) enum Follow {
 }
 
 impl Follow {
-    pub(super) async fn next(&mut self) -> anyhow::Result<Option<Value>> {
+    pub(crate) async fn next(&mut self) -> anyhow::Result<Option<Value>> {
         match self {
             Self::Local(cursor) => match cursor.next(None).await {
                 Next::Event(event) => Ok(Some(event.to_wire())),
@@ -211,7 +216,7 @@ impl Follow {
 }
 
 impl Backend {
-    pub(super) async fn create(&self) -> anyhow::Result<String> {
+    pub(crate) async fn create(&self) -> anyhow::Result<String> {
         match self {
             Self::Local(rt) => Ok(rt.create_session(None).await?),
             Self::Remote(r) => {
@@ -225,7 +230,7 @@ impl Backend {
     }
 
     /// Every stored event of a session.
-    pub(super) async fn history(&self, session: &str) -> anyhow::Result<Vec<Value>> {
+    pub(crate) async fn history(&self, session: &str) -> anyhow::Result<Vec<Value>> {
         match self {
             Self::Local(rt) => {
                 if rt.session(session).await?.is_none() {
@@ -251,7 +256,7 @@ impl Backend {
     }
 
     /// Index of the session's next event.
-    pub(super) async fn tail(&self, session: &str) -> anyhow::Result<u64> {
+    pub(crate) async fn tail(&self, session: &str) -> anyhow::Result<u64> {
         match self {
             Self::Local(rt) => Ok(rt
                 .session(session)
@@ -271,7 +276,7 @@ impl Backend {
         }
     }
 
-    pub(super) async fn follow(&self, session: &str, from: u64) -> anyhow::Result<Follow> {
+    pub(crate) async fn follow(&self, session: &str, from: u64) -> anyhow::Result<Follow> {
         match self {
             Self::Local(rt) => Ok(Follow::Local(Box::new(EventCursor::follow(
                 rt.clone(),
@@ -294,7 +299,7 @@ impl Backend {
         }
     }
 
-    pub(super) async fn send(&self, session: &str, text: &str) -> anyhow::Result<()> {
+    pub(crate) async fn send(&self, session: &str, text: &str) -> anyhow::Result<()> {
         match self {
             Self::Local(rt) => {
                 rt.post_message(session, text).await?;
@@ -312,7 +317,7 @@ impl Backend {
 
     /// Answers `request`; `Some(note)` when someone else answered it first (a console, a
     /// platform user, `eve sessions approve`): their answer counts, and the note says whose.
-    pub(super) async fn answer(
+    pub(crate) async fn answer(
         &self,
         session: &str,
         request: &str,
@@ -372,7 +377,7 @@ impl Backend {
     }
 
     /// Cancels the turn; `false` when there was none.
-    pub(super) async fn cancel(&self, session: &str) -> anyhow::Result<bool> {
+    pub(crate) async fn cancel(&self, session: &str) -> anyhow::Result<bool> {
         match self {
             Self::Local(rt) => {
                 let idle = rt.session(session).await?.is_none_or(|s| {
@@ -393,7 +398,7 @@ impl Backend {
         }
     }
 
-    pub(super) async fn control(&self, session: &str, what: &str) -> anyhow::Result<()> {
+    pub(crate) async fn control(&self, session: &str, what: &str) -> anyhow::Result<()> {
         match self {
             Self::Local(rt) => match what {
                 "compact" => rt.compact(session).await?,
@@ -409,7 +414,7 @@ impl Backend {
 
     /// The command that continues `session` later: with `--url` the same server (and a
     /// `--token` placeholder when the token was given as a flag; never the token itself).
-    pub(super) fn continue_command(&self, session: &str) -> String {
+    pub(crate) fn continue_command(&self, session: &str) -> String {
         match self {
             Self::Local(_) => format!("eve chat --session {session}"),
             Self::Remote(r) => {
@@ -428,7 +433,7 @@ impl Backend {
     }
 
     /// Waits for in-process drivers to finish (local only).
-    pub(super) async fn settle(&self, session: &str) {
+    pub(crate) async fn settle(&self, session: &str) {
         if let Self::Local(rt) = self {
             rt.settled(session).await;
         }

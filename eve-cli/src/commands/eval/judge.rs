@@ -89,6 +89,7 @@ pub async fn grade(
         // A grader should grade the same transcript the same way.
         temperature: Some(0.0),
         output_schema: None,
+        safety_identifier: None,
     };
     let response = client
         .stream(&request, &mut |_: eve_runtime::model::ModelEvent| {})

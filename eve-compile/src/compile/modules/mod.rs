@@ -18,6 +18,7 @@
 //! validates the input with the tool's own schema and calls `execute(input, ctx)`, one process per
 //! call, in the box like every tool.
 
+mod cache;
 mod node;
 mod read;
 
@@ -25,7 +26,7 @@ use std::sync::OnceLock;
 
 use eve_discover::{AgentDir, SourceFile, ToolFile};
 
-pub use node::{NODE_MIN, NodeFound, find_node};
+pub use node::{NODE_MIN, NodeFound, find_node, use_node};
 pub(super) use read::Evaluated;
 
 /// The interpreter argument the runtime replaces with [`runner_import`].

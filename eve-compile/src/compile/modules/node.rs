@@ -3,6 +3,7 @@
 //! (TypeScript runs on Node's type stripping; eve itself asks for 24).
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use crate::interpreters::{lookup, node_version};
 
@@ -20,12 +21,54 @@ pub struct NodeFound {
     pub version: (u64, u64),
 }
 
+/// A Node chosen by the embedding program for every build of this process, over `EVE_NODE` and
+/// `PATH` (tests, which cannot change their process's environment safely).
+static CHOSEN: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes every build of this process evaluate modules with `node`, as `EVE_NODE` would; the
+/// first call wins.
+pub fn use_node(node: PathBuf) {
+    let _ = CHOSEN.set(node);
+}
+
+/// `EVE_NODE`, or the Node chosen with [`use_node`].
+fn chosen() -> Option<String> {
+    if let Some(path) = CHOSEN.get() {
+        return Some(path.to_string_lossy().into_owned());
+    }
+    std::env::var("EVE_NODE").ok().filter(|p| !p.trim().is_empty())
+}
+
+/// Where the Node a build uses is (`EVE_NODE`, else `node` on `PATH`), without starting it: its
+/// path and what a module tool's interpreter names. The error is a sentence with its fix.
+pub(super) fn locate_node() -> Result<(PathBuf, String), String> {
+    let path_var = std::env::var_os("PATH");
+    let (program, from_env) = match chosen() {
+        Some(p) => (p, true),
+        None => ("node".to_owned(), false),
+    };
+    let path = lookup(&program, path_var.as_deref()).ok_or_else(|| {
+        if from_env {
+            format!("`EVE_NODE` is `{program}`, which is not an executable Node")
+        } else {
+            "TypeScript and JavaScript modules are evaluated with Node, and `node` is not on PATH"
+                .to_owned()
+        }
+    })?;
+    let program = if from_env {
+        path.to_string_lossy().into_owned()
+    } else {
+        "node".to_owned()
+    };
+    Ok((path, program))
+}
+
 /// Finds and checks Node; the error is a sentence with its fix.
 pub fn find_node() -> Result<NodeFound, String> {
     let path_var = std::env::var_os("PATH");
-    let (program, from_env) = match std::env::var("EVE_NODE") {
-        Ok(p) if !p.trim().is_empty() => (p, true),
-        _ => ("node".to_owned(), false),
+    let (program, from_env) = match chosen() {
+        Some(p) => (p, true),
+        None => ("node".to_owned(), false),
     };
     let Some(path) = lookup(&program, path_var.as_deref()) else {
         return Err(if from_env {

@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::Value;
 
-use eve_discover::{AgentDir, Code, Diagnostic, Named, ToolFile};
+use eve_discover::{AgentDir, Code, Diagnostic, Named, SkillFile, SourceFile, ToolFile};
 
 use super::super::Compiler;
+use super::cache::Cache;
+use super::node::locate_node;
 use super::{NODE_HOOK_RUNNER, NODE_RUNNER, evaluate_args, find_node, is_module, split_tools};
 use crate::hash::json_hash;
 use crate::manifest::*;
@@ -45,6 +47,10 @@ struct ModuleResult {
     #[serde(default)]
     instructions: Option<String>,
     #[serde(default)]
+    skill: Option<SkillRead>,
+    #[serde(default)]
+    builtin: Option<String>,
+    #[serde(default)]
     problems: Vec<Problem>,
 }
 
@@ -58,11 +64,28 @@ struct AgentRead {
     #[serde(default)]
     context_window: Option<u64>,
     #[serde(default)]
+    default_tools: Option<bool>,
+    #[serde(default)]
     compaction_threshold: Option<f64>,
     #[serde(default)]
     ignored: Vec<String>,
     #[serde(default)]
     line: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct SkillRead {
+    #[serde(default)]
+    description: String,
+    markdown: String,
+    #[serde(default)]
+    deferred: bool,
+    #[serde(default)]
+    license: Option<String>,
+    #[serde(default)]
+    metadata: Option<Value>,
+    #[serde(default)]
+    files: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -84,6 +107,9 @@ struct ScheduleRead {
 pub(in crate::compile) struct Evaluated {
     by_path: BTreeMap<String, ModuleResult>,
     program: String,
+    /// Built-in tools a `tools/` module turns on (`export { default } from "eve/tools/bash"`,
+    /// `true`) or off (`disableTool()`, `false`), by name.
+    builtins: Vec<(String, bool)>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -133,6 +159,18 @@ impl Compiler {
                 .filter(|s| is_module(&s.file))
                 .map(|s| ("schedule", s.file.path.clone())),
         );
+        wanted.extend(
+            dir.skills
+                .iter()
+                .filter(|s| is_module(&s.file))
+                .map(|s| ("skill", s.file.path.clone())),
+        );
+        wanted.extend(
+            dir.instructions_dir
+                .iter()
+                .filter(|f| is_module(f))
+                .map(|f| ("instructions", f.path.clone())),
+        );
         for m in &dir.modules {
             let stem = m.path.rsplit('/').next().unwrap_or(&m.path);
             let kind = if stem.starts_with("agent.") {
@@ -159,13 +197,16 @@ impl Compiler {
             );
             return;
         };
-        let node = match find_node() {
-            Ok(node) => node,
+        let unfit = |why: String| {
+            Diagnostic::new(Code::NodeUnfit, first.clone(), why).help(
+                "install Node 24 (eve's own requirement; 22.6 is the least that strips types) \
+                 and put it on PATH, or point EVE_NODE at it",
+            )
+        };
+        let (node_path, program) = match locate_node() {
+            Ok(found) => found,
             Err(why) => {
-                self.push(Diagnostic::new(Code::NodeUnfit, first, why).help(
-                    "install Node 24 (eve's own requirement; 22.6 is the least that strips types) \
-                         and put it on PATH, or point EVE_NODE at it",
-                ));
+                self.push(unfit(why));
                 return;
             }
         };
@@ -175,18 +216,55 @@ impl Compiler {
                 "path": agent_dir.join(path),
             })).collect::<Vec<_>>(),
         });
-        let answer = match evaluate(&node.path, &agent_dir, &request) {
-            Ok(answer) => answer,
-            Err(why) => {
-                self.push(
-                    Diagnostic::new(Code::ModuleThrows, first, why)
-                        .help("run the module with `node` to see the whole error"),
-                );
-                return;
+        let texts: Vec<&str> = wanted
+            .iter()
+            .filter_map(|(_, path)| module_text(dir, path))
+            .collect();
+        let cache = self
+            .cache_dir
+            .as_deref()
+            .map(|d| Cache::new(d, &dir.path, &node_path, &request, &texts));
+        // A rebuild whose modules and their imports did not change: Node's earlier answer.
+        let cached = cache.as_ref().and_then(Cache::get).and_then(|entry| {
+            crate::interpreters::remember_node_version(&node_path, entry.version);
+            serde_json::from_value::<Answer>(entry.answer).ok()
+        });
+        let answer = match cached {
+            Some(answer) => answer,
+            None => {
+                let node = match find_node() {
+                    Ok(node) => node,
+                    Err(why) => {
+                        self.push(unfit(why));
+                        return;
+                    }
+                };
+                let compile_cache = self.cache_dir.as_ref().map(|d| d.join("cache/node"));
+                let raw = match evaluate(&node.path, &agent_dir, &request, compile_cache) {
+                    Ok(raw) => raw,
+                    Err(why) => {
+                        self.push(
+                            Diagnostic::new(Code::ModuleThrows, first, why)
+                                .help("run the module with `node` to see the whole error"),
+                        );
+                        return;
+                    }
+                };
+                let Ok(answer) = serde_json::from_value::<Answer>(raw.clone()) else {
+                    self.push(
+                        Diagnostic::new(Code::ModuleThrows, first, "Node's answer was not readable")
+                            .help("run the module with `node` to see the whole error"),
+                    );
+                    return;
+                };
+                if let Some(cache) = &cache {
+                    cache.put(&agent_dir, node.version, &raw);
+                }
+                answer
             }
         };
-        self.node = Some(format!("{} ({})", node.path.display(), answer.node));
-        self.modules.program = node.program;
+        self.node = Some(format!("{} ({})", node_path.display(), answer.node));
+        self.modules.program = program;
         self.carry_loaded(&agent_dir, &answer.loaded);
         for ((_, path), result) in wanted.into_iter().zip(answer.results) {
             if Path::new(&result.path) != agent_dir.join(&path) {
@@ -237,8 +315,19 @@ impl Compiler {
             let Some(result) = self.modules.by_path.remove(path) else {
                 continue;
             };
-            if result.kind.as_deref() != Some("tool") {
-                continue;
+            match result.kind.as_deref() {
+                Some("builtin-tool") => {
+                    if let Some(name) = result.builtin {
+                        self.modules.builtins.push((name, true));
+                    }
+                    continue;
+                }
+                Some("disabled-tool") => {
+                    self.modules.builtins.push((t.name.clone(), false));
+                    continue;
+                }
+                Some("tool") => {}
+                _ => continue,
             }
             let Some(read) = result.tool else { continue };
             let Some(mut input_schema) = read.input else {
@@ -325,6 +414,11 @@ impl Compiler {
         if config.context_window.is_none() {
             config.context_window = read.context_window;
         }
+        if let Some(on) = read.default_tools
+            && dir.config.is_none()
+        {
+            config.default_tools = on;
+        }
         if let Some(threshold) = read.compaction_threshold {
             config.compaction.threshold = threshold;
         }
@@ -341,15 +435,93 @@ impl Compiler {
         }
     }
 
-    /// The text of an `instructions.ts` module (`defineInstructions({content})`).
-    pub(in crate::compile) fn module_instructions(&mut self, dir: &AgentDir) -> Option<String> {
-        let file = dir.modules.iter().find(|m| {
+    /// Turns on the built-in tools `tools/` modules re-export from `eve/tools/<name>` and off
+    /// those they disable (`disableTool()`), as eve does.
+    pub(in crate::compile) fn module_builtins(&mut self, config: &mut AgentConfig) {
+        let changes = std::mem::take(&mut self.modules.builtins);
+        if changes.is_empty() {
+            return;
+        }
+        let mut on: Vec<String> = config.builtins_on().iter().map(|s| (*s).to_owned()).collect();
+        for (name, enable) in changes {
+            if !crate::DEFAULT_TOOL_EFFECTS.iter().any(|(n, _)| *n == name) {
+                continue;
+            }
+            on.retain(|n| *n != name);
+            if enable {
+                on.push(name);
+            }
+        }
+        config.builtins = Some(on);
+    }
+
+    /// The root `instructions.ts` module of `dir` (`defineInstructions`), if it has one.
+    pub(in crate::compile) fn instructions_module(dir: &AgentDir) -> Option<&SourceFile> {
+        dir.modules.iter().find(|m| {
             m.path
                 .rsplit('/')
                 .next()
                 .is_some_and(|n| n.starts_with("instructions."))
-        })?;
+        })
+    }
+
+    /// The text of an instructions module (`defineInstructions({content})`), once read; `None`
+    /// when Node could not read it (its diagnostic is already out).
+    pub(in crate::compile) fn module_instructions(&mut self, file: &SourceFile) -> Option<String> {
         self.modules.by_path.remove(&file.path)?.instructions
+    }
+
+    /// A `defineSkill` module, once read: `None` when Node could not read it.
+    pub(in crate::compile) fn module_skill(&mut self, s: &SkillFile) -> Option<Skill> {
+        let read = self.modules.by_path.remove(&s.file.path)?.skill?;
+        let description = if read.description.trim().is_empty() {
+            read.markdown
+                .lines()
+                .map(|l| l.trim().trim_start_matches('#').trim())
+                .find(|l| !l.is_empty())
+                .unwrap_or_default()
+                .to_owned()
+        } else {
+            read.description
+        };
+        if description.trim().is_empty() {
+            self.push(
+                Diagnostic::new(
+                    Code::MissingToolDescription,
+                    s.file.path.clone(),
+                    format!("skill `{}` has no description", s.name),
+                )
+                .help("add `description:` saying when the skill applies"),
+            );
+            return None;
+        }
+        if let Some(first) = read.files.keys().next() {
+            self.push(
+                Diagnostic::new(
+                    Code::UnknownField,
+                    s.file.path.clone(),
+                    format!(
+                        "skill `{}`: the `files` of defineSkill (`{first}`, …) are not carried \
+                         into the box by this version; the skill's markdown is",
+                        s.name
+                    ),
+                )
+                .help(
+                    "make it a packaged skill: `skills/NAME/SKILL.md` with the files beside it \
+                     (docs/typescript.md)",
+                ),
+            );
+        }
+        Some(Skill {
+            name: s.name.clone(),
+            source: s.file.path.clone(),
+            description,
+            body: read.markdown.trim().to_owned(),
+            deferred: read.deferred,
+            license: read.license,
+            metadata: read.metadata,
+            files: Vec::new(),
+        })
     }
 
     /// A `defineHook` module, from what [`Compiler::evaluate_modules`] read.
@@ -457,16 +629,12 @@ impl Compiler {
         }
     }
 
-    /// Adds the files Node loaded from `node_modules` (the agent folder's or the project's beside
-    /// it) and from the agent folder to the build, with each package's `package.json`.
+    /// Adds the files Node loaded from `node_modules` (the agent folder's or the nearest one above
+    /// it, as Node resolves them) and from the agent folder to the build, with each package's
+    /// `package.json`.
     fn carry_loaded(&mut self, agent_dir: &Path, loaded: &[String]) {
-        let roots: Vec<PathBuf> = [
-            Some(agent_dir.to_path_buf()),
-            agent_dir.parent().map(Path::to_path_buf),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        // The agent folder and every folder above it: Node looks for `node_modules` in each.
+        let roots: Vec<PathBuf> = agent_dir.ancestors().map(Path::to_path_buf).collect();
         for url in loaded {
             let Some(path) = url.strip_prefix("file://").map(percent_decode) else {
                 continue;
@@ -512,7 +680,7 @@ impl Compiler {
 }
 
 /// `%xx` escapes of a file URL's path decoded.
-fn percent_decode(s: &str) -> String {
+pub(super) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -531,9 +699,37 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Runs the evaluation and parses its answer.
-fn evaluate(node: &Path, agent_dir: &Path, request: &Value) -> Result<Answer, String> {
-    let mut child = Command::new(node)
+/// The text of the module at `path` in `dir` (a tool, hook, schedule, skill, instructions or
+/// root module), for the cache's key.
+fn module_text<'a>(dir: &'a AgentDir, path: &str) -> Option<&'a str> {
+    let files = dir
+        .tools
+        .iter()
+        .map(|t| &t.file)
+        .chain(dir.hooks.iter().map(|h| &h.file))
+        .chain(dir.schedules.iter().map(|s| &s.file))
+        .chain(dir.skills.iter().map(|s| &s.file))
+        .chain(&dir.instructions_dir)
+        .chain(&dir.modules);
+    files
+        .into_iter()
+        .find(|f| f.path == path)
+        .map(|f| f.text.as_str())
+}
+
+/// Runs the evaluation and reads its answer (one JSON line). With `compile_cache`, Node keeps the
+/// code it compiled there (`NODE_COMPILE_CACHE`: zod and the modules compile once, not per build).
+fn evaluate(
+    node: &Path,
+    agent_dir: &Path,
+    request: &Value,
+    compile_cache: Option<PathBuf>,
+) -> Result<Value, String> {
+    let mut command = Command::new(node);
+    if let Some(dir) = compile_cache {
+        command.env("NODE_COMPILE_CACHE", dir);
+    }
+    let mut child = command
         .args(evaluate_args())
         .current_dir(agent_dir)
         .stdin(Stdio::piped())
@@ -580,7 +776,7 @@ fn evaluate(node: &Path, agent_dir: &Path, request: &Value) -> Result<Answer, St
     let stdout = out.join().unwrap_or_default();
     let stderr = err.join().unwrap_or_default();
     let line = String::from_utf8_lossy(&stdout);
-    serde_json::from_str::<Answer>(line.trim()).map_err(|_| {
+    serde_json::from_str::<Value>(line.trim()).map_err(|_| {
         let why = String::from_utf8_lossy(&stderr);
         let why = why
             .lines()

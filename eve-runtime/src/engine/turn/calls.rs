@@ -11,6 +11,7 @@ use super::{TurnDriver, TurnEnd, view};
 use crate::engine::RuntimeResult;
 use crate::engine::drive::{descendant_pending, pending_for_turn};
 use crate::engine::events as ev;
+use crate::engine::observe::TurnWork;
 use crate::model::Message;
 use crate::store::*;
 
@@ -453,11 +454,17 @@ impl TurnDriver<'_> {
             // Parks on a principal's answer (`turn.waiting {on: "input"}`), or on a timer: the
             // call stays running on the stream, and no driver waits for it.
             batch.ops.extend(timer_writes.ops);
-            if !pending.is_empty() {
+            // A sign-in was announced by its own `authorization.required`.
+            let asked: Vec<InputRequestRecord> = pending
+                .iter()
+                .filter(|r| r.kind != crate::mcp::oauth::user::REQUEST_KIND)
+                .cloned()
+                .collect();
+            if !asked.is_empty() {
                 batch.event(
                     self.id(),
                     ev::INPUT_REQUESTED,
-                    ev::input_requested(turn, step, &pending),
+                    ev::input_requested(turn, step, &asked),
                 );
             }
             if was_tools {
@@ -629,11 +636,11 @@ impl TurnDriver<'_> {
         call.is_error = status != CallStatus::Completed;
         call.output = Some(output.clone());
         call.ended_at = Some(now_ms());
-        if let Some(telemetry) = self.rt.telemetry()
-            && let Some(trace) = telemetry.turn(&turn.session_id, turn.seq)
-        {
-            telemetry.tool(&trace, &call);
-        }
+        self.rt.observe_work(TurnWork::ToolSettled {
+            session: &turn.session_id,
+            seq: turn.seq,
+            call: &call,
+        });
         let (content, attachments) = crate::tools::content::for_model(&output);
         let message = Message::Tool {
             call_id: call.call_id.clone(),

@@ -36,10 +36,10 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use self::seam::TurnExtension;
-use super::build::LoadedBuild;
 use super::drive::pending_for_turn;
 use super::events as ev;
 use super::{ResolvedModel, Runtime, RuntimeError, RuntimeResult};
+use crate::builds::LoadedBuild;
 use crate::features::turn_input::TurnInput;
 use crate::model::{Message, ModelResponse};
 use crate::store::*;
@@ -240,7 +240,7 @@ impl<'a> TurnDriver<'a> {
             .models
             .resolve_in(&build.manifest.agent, &root)
             .unwrap_or_else(|e| {
-                crate::engine::models::UnavailableModel::resolved(&build.manifest.agent, &e)
+                crate::model::provider::UnavailableModel::resolved(&build.manifest.agent, &e)
             });
         let features = crate::features::for_turn(&build);
         tracing::debug!(

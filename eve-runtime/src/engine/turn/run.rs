@@ -192,24 +192,38 @@ impl TurnDriver<'_> {
                     Box::pin(self.rt.run_tool(tool, &input, &ctx, token.clone()))
                 }
                 Target::Mcp(manager) => {
-                    let (manager, name, input, token) = (
+                    let (manager, name, input, token, traceparent) = (
                         manager.clone(),
                         call.name.clone(),
                         input.clone(),
                         token.clone(),
+                        ctx.traceparent.clone(),
                     );
-                    Box::pin(async move { manager.call(&name, input, token).await })
+                    // A user-scoped connection acts with the token of the session's principal.
+                    let owner = self.session.owner.clone();
+                    Box::pin(async move {
+                        manager
+                            .call_as(
+                                &name,
+                                input,
+                                token,
+                                owner.as_deref(),
+                                traceparent.as_deref(),
+                            )
+                            .await
+                    })
                 }
                 Target::Catalogue(manager) => {
-                    let (manager, name, input, token) = (
+                    let (manager, name, input, token, traceparent) = (
                         manager.clone(),
                         call.name.clone(),
                         input.clone(),
                         token.clone(),
+                        ctx.traceparent.clone(),
                     );
                     Box::pin(async move {
                         manager
-                            .call_catalogue(&name, input, token)
+                            .call_catalogue(&name, input, token, traceparent.as_deref())
                             .await
                             .unwrap_or_else(|| {
                                 ToolResult::failure("not a catalogue tool", Duration::ZERO)

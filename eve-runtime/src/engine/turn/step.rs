@@ -30,9 +30,10 @@ use tokio::sync::mpsc;
 use super::limits::sleep_until_opt;
 use super::seam::{AnswerVerdict, Hold, Shaped, StepStart, to_message};
 use super::{CallError, TurnDriver, TurnEnd, effect_str, finish_str, idempotency_key, view};
+use crate::builds::LOAD_SKILL;
 use crate::engine::RuntimeResult;
-use crate::engine::build::LOAD_SKILL;
 use crate::engine::events as ev;
+use crate::engine::observe::{ModelCall, TurnWork};
 use crate::features::turn_input::{MessagePolicy, TurnInput};
 use crate::model::{Message, ModelEvent, ModelRequest, ModelResponse, ToolCall, ToolChoice};
 use crate::store::*;
@@ -49,9 +50,11 @@ impl TurnDriver<'_> {
     ) -> RuntimeResult<Option<TurnEnd>> {
         // A new turn's start, held back by the drive loop, goes out with `step.started`.
         let starting = turn.step_index == 0 && self.held.is_some();
-        if let Some(telemetry) = self.rt.telemetry() {
-            telemetry.step_began(&turn.session_id, turn.seq, turn.step_index);
-        }
+        self.rt.observe_work(TurnWork::StepBegan {
+            session: &turn.session_id,
+            seq: turn.seq,
+            step: turn.step_index,
+        });
         let flag = match self.next_cancel.take() {
             Some(flag) => flag,
             None => self
@@ -338,23 +341,18 @@ impl TurnDriver<'_> {
             }
             Err(e) => return Err(CallError::Model(e.to_string())),
         };
-        // What the model call's span needs (the request itself only when content is captured).
-        let traced = self.rt.telemetry().cloned().map(|telemetry| {
-            let request = telemetry.config().capture_content.then(|| request.clone());
-            (telemetry, request, std::time::SystemTime::now())
-        });
+        // What the observers are told of the call (the request itself only when one asks).
+        let copy = self.rt.observers_want_requests().then(|| request.clone());
+        let started = std::time::SystemTime::now();
         let (tx, mut rx) = mpsc::unbounded_channel::<ModelEvent>();
         let client = self.model.client.clone();
-        let metrics = self.rt.inner.metrics.clone();
-        let model_id = self.model.model_id.clone();
         let call = async move {
             let mut on_event = move |event: ModelEvent| {
                 let _ = tx.send(event);
             };
-            let started = std::time::Instant::now();
+            let clock = std::time::Instant::now();
             let response = client.stream(&request, &mut on_event).await;
-            metrics.model_call(&model_id, started.elapsed());
-            response
+            (response, clock.elapsed())
         };
         let rt = self.rt;
         let session = self.session.id.clone();
@@ -426,31 +424,31 @@ impl TurnDriver<'_> {
         let both = async { tokio::join!(call, consume).0 };
         let deadline = self.deadline(turn);
         let cancel = self.cancel.clone();
-        let result = tokio::select! {
+        let timed = tokio::select! {
             r = both => Ok(r),
             () = cancel.cancelled() => Err(CallError::Cancelled),
             () = sleep_until_opt(deadline) => Err(CallError::TimedOut),
         };
         self.held = held.into_inner().ok().flatten();
-        if let Some((telemetry, request, start)) = traced
-            && let Some(trace) = telemetry.turn(&turn.session_id, turn.seq)
-        {
-            let outcome = match &result {
-                Ok(Ok(response)) => Ok(response),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(CallError::Cancelled) => Err("cancelled".to_owned()),
-                Err(_) => Err("the turn ran out of wall-clock time".to_owned()),
-            };
-            telemetry.chat(
-                &trace,
-                step,
-                &self.model.model_id,
-                &self.model.model,
-                start,
-                request.as_ref(),
-                outcome.as_ref().map(|r| *r).map_err(String::as_str),
-            );
-        }
+        let took = timed.as_ref().ok().map(|(_, took)| *took);
+        let result = timed.map(|(response, _)| response);
+        let outcome = match &result {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(CallError::Cancelled) => Err("cancelled".to_owned()),
+            Err(_) => Err("the turn ran out of wall-clock time".to_owned()),
+        };
+        self.rt.observe_work(TurnWork::ModelCalled(ModelCall {
+            session: &turn.session_id,
+            seq: turn.seq,
+            step,
+            model_id: &self.model.model_id,
+            model: &self.model.model,
+            started,
+            took,
+            request: copy.as_ref(),
+            outcome: outcome.as_ref().map(|r| *r).map_err(String::as_str),
+        }));
         result?.map_err(|e| {
             if e.is_context_overflow() {
                 CallError::ContextTooLong(e.to_string())
@@ -481,6 +479,7 @@ impl TurnDriver<'_> {
             tool_choice: ToolChoice::Auto,
             temperature: None,
             output_schema: None,
+            safety_identifier: None,
         };
         let mut writes = Batch::new();
         let mut shaped = Shaped::Call;

@@ -128,6 +128,7 @@ impl Catalogue {
         name: &str,
         input: Value,
         cancel: CancellationToken,
+        traceparent: Option<&str>,
     ) -> Option<ToolResult> {
         match name {
             SEARCH_TOOLS => {
@@ -141,7 +142,9 @@ impl Catalogue {
                 let named = input.get("name").and_then(Value::as_str).unwrap_or("");
                 match &self.mcp {
                     Some(manager) if named.contains("__") => {
-                        manager.call_catalogue(name, input, cancel).await
+                        manager
+                            .call_catalogue_traced(name, input, cancel, traceparent)
+                            .await
                     }
                     _ => Some(ToolResult::failure(
                         format!(
@@ -428,7 +431,7 @@ impl TurnDriver<'_> {
         let deferred_skills = deferred.len() > skills_before;
         let mut catalogue_mcp = None;
         if let Some(manager) = self.rt.mcp_manager(&self.build) {
-            let tools = manager.tools().await;
+            let tools = manager.tools_for(self.session.owner.as_deref()).await;
             let catalogued = use_catalogue(tools.len());
             if catalogued {
                 catalogue_mcp = Some(manager.clone());

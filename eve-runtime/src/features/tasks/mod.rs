@@ -663,17 +663,18 @@ async fn start(
         ev::task_started(view.turn, &call.call_id, &task.id, &task.kind, &task.name),
     );
     if asked.is_none() {
-        writes.event(
-            view.id(),
-            ev::AGENT_STARTED,
-            ev::agent_started(
-                view.turn,
-                &call.call_id,
-                &task.id,
-                &task.name,
-                &task.child_id,
-            ),
+        let mut data = ev::agent_started(
+            view.turn,
+            &call.call_id,
+            &task.id,
+            &task.name,
+            &task.child_id,
         );
+        // eve's `agent.started.data.remote.url`: a remote child's target, as configured.
+        if let Some(remote) = &sub.remote {
+            data["remote"] = json!({"url": remote.url});
+        }
+        writes.event(view.id(), ev::AGENT_STARTED, data);
     }
     let text = if was_working {
         table::sent_receipt(&task.id)

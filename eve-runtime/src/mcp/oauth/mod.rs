@@ -20,6 +20,7 @@ pub mod connect;
 pub(crate) mod http;
 pub mod login;
 pub mod store;
+pub mod user;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

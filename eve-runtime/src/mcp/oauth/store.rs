@@ -46,11 +46,11 @@ fn states_namespace(connection: &str) -> String {
     format!("oauth-state:{connection}")
 }
 
-fn store_error(e: impl std::fmt::Display) -> AuthError {
+pub(crate) fn store_error(e: impl std::fmt::Display) -> AuthError {
     AuthError::CredentialStoreError(e.to_string())
 }
 
-async fn put(
+pub(crate) async fn put(
     store: &dyn Store,
     namespace: String,
     key: String,
@@ -68,7 +68,11 @@ async fn put(
     store.commit(batch).await.map(|_| ()).map_err(store_error)
 }
 
-async fn delete(store: &dyn Store, namespace: String, key: String) -> Result<(), AuthError> {
+pub(crate) async fn delete(
+    store: &dyn Store,
+    namespace: String,
+    key: String,
+) -> Result<(), AuthError> {
     let mut batch = Batch::durable();
     batch.push(Op::Note(NoteOp::Delete { namespace, key }));
     store.commit(batch).await.map(|_| ()).map_err(store_error)

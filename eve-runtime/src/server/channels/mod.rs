@@ -20,6 +20,7 @@
 mod deliver;
 mod discord;
 mod error;
+pub(crate) mod mcp;
 mod outbound;
 mod session;
 mod signature;
@@ -42,6 +43,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 pub use error::ChannelError;
+pub use mcp::{MCP_PATH, McpChannel};
 pub use session::session_id;
 
 use super::App;
@@ -166,7 +168,7 @@ impl Channels {
         for channel in &manifest.agent.channels {
             let settings = Settings { channel, env };
             let platform = match channel.kind {
-                ChannelKind::Http => continue,
+                ChannelKind::Http | ChannelKind::Mcp => continue,
                 ChannelKind::Slack => Platform::Slack(slack::Slack::resolve(&settings)?),
                 ChannelKind::Discord => Platform::Discord(discord::Discord::resolve(&settings)?),
                 ChannelKind::Telegram => {

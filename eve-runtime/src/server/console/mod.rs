@@ -12,6 +12,7 @@
 //! credentials) before it reads anything.
 
 pub(crate) mod api;
+pub(crate) mod traces;
 
 use axum::extract::Path;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -21,11 +22,12 @@ const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_CSS: &str = include_str!("assets/app.css");
 
 /// The page's JavaScript modules by file name: `app.js` (routing) and those it imports.
-const SCRIPTS: [(&str, &str); 6] = [
+const SCRIPTS: [(&str, &str); 7] = [
     ("app.js", include_str!("assets/app.js")),
     ("lib.js", include_str!("assets/lib.js")),
     ("sessions.js", include_str!("assets/sessions.js")),
     ("session.js", include_str!("assets/session.js")),
+    ("waterfall.js", include_str!("assets/waterfall.js")),
     ("agent.js", include_str!("assets/agent.js")),
     ("releases.js", include_str!("assets/releases.js")),
 ];

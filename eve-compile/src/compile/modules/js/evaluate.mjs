@@ -129,7 +129,7 @@ function readSchedule(def, url, path) {
   return { out, problems };
 }
 
-const AGENT_FIELDS = new Set(["model", "reasoning", "modelContextWindowTokens", "compaction"]);
+const AGENT_FIELDS = new Set(["model", "reasoning", "modelContextWindowTokens", "compaction", "defaultTools"]);
 
 function readAgent(def, url, path) {
   const site = siteOf(def, url, path);
@@ -140,6 +140,8 @@ function readAgent(def, url, path) {
     else problems.push({ code: "unfit", ...site, message: "`model` is not a model id string; eve (Rust) takes `model: \"provider/model\"` (or `model:` in agent.yaml)" });
   }
   if (typeof def.reasoning === "string") out.reasoning = def.reasoning;
+  if (typeof def.defaultTools === "boolean") out.defaultTools = def.defaultTools;
+  else if (def.defaultTools !== undefined) problems.push({ code: "unfit", ...site, message: "`defaultTools` is not a boolean; eve (Rust) takes `defaultTools: false` (or `default_tools:` in agent.yaml)" });
   if (typeof def.modelContextWindowTokens === "number") out.contextWindow = def.modelContextWindowTokens;
   if (def.compaction && typeof def.compaction.thresholdPercent === "number") out.compactionThreshold = def.compaction.thresholdPercent;
   for (const key of Object.keys(def)) if (!AGENT_FIELDS.has(key)) out.ignored.push(key);
@@ -157,6 +159,31 @@ function readInstructions(def, url, path) {
   return { out: def.content, problems: [] };
 }
 
+function readSkill(def, url, path) {
+  const site = siteOf(def, url, path);
+  const problems = [];
+  if (typeof def.markdown !== "string" || def.markdown.trim() === "") {
+    problems.push({ code: "unfit", ...site, message: "skill has no `markdown`" });
+  }
+  if (def.description !== undefined && typeof def.description !== "string") {
+    problems.push({ code: "unfit", ...site, message: "`description` is not a string" });
+  }
+  const out = { description: def.description || "", markdown: def.markdown, deferred: def.deferred === true };
+  if (typeof def.license === "string") out.license = def.license;
+  if (def.metadata && typeof def.metadata === "object") out.metadata = def.metadata;
+  if (def.files && typeof def.files === "object") {
+    out.files = {};
+    for (const [name, content] of Object.entries(def.files)) {
+      if (typeof content !== "string") {
+        problems.push({ code: "unfit", ...site, message: `skill file \`${name}\` is not a string` });
+      } else {
+        out.files[name] = content;
+      }
+    }
+  }
+  return { out, problems };
+}
+
 const results = [];
 for (const m of request.modules) {
   const url = pathToFileURL(m.path).href;
@@ -169,8 +196,8 @@ for (const m of request.modules) {
   }
   const def = mod.default;
   const kind = def && def[KIND];
-  if (m.kind === "tool" && kind === "disabled-tool") {
-    results.push({ path: m.path, kind, problems: [] });
+  if (m.kind === "tool" && (kind === "disabled-tool" || kind === "builtin-tool")) {
+    results.push({ path: m.path, kind, builtin: kind === "builtin-tool" ? def.name : undefined, problems: [] });
     continue;
   }
   if (kind !== m.kind) {
@@ -190,6 +217,9 @@ for (const m of request.modules) {
     } else if (kind === "hook") {
       const { out, problems } = readHook(def, url, m.path);
       results.push({ path: m.path, kind, hook: out, problems });
+    } else if (kind === "skill") {
+      const { out, problems } = readSkill(def, url, m.path);
+      results.push({ path: m.path, kind, skill: out, problems });
     } else if (kind === "schedule") {
       const { out, problems } = readSchedule(def, url, m.path);
       results.push({ path: m.path, kind, schedule: out, problems });

@@ -31,6 +31,9 @@ export const defineSkill = (def) => mark("skill", def);
 export const defineSchedule = (def) => mark("schedule", def);
 export const defineHook = (def) => mark("hook", def);
 export const disableTool = () => mark("disabled-tool", {});
+// One of eve's built-in tools, re-exported from `tools/<name>.ts` (`export { default } from
+// "eve/tools/bash"`): the build turns the built-in on.
+export const builtinTool = (name) => mark("builtin-tool", { name });
 export const isDisabledToolSentinel = (v) => !!v && v[KIND] === "disabled-tool";
 
 function policy(name) {

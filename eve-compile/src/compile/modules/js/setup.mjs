@@ -8,7 +8,21 @@ const SHIM = __EVE_SHIM_URL__;
 const loaded = new Set();
 globalThis[Symbol.for("eve.loaded")] = loaded;
 
+// eve's built-in tools, as `eve/tools/<name>` modules: their default export (and the factory
+// `sleep()`) names the built-in, which the build turns on.
+const BUILTINS = ["bash", "read_file", "write_file", "glob", "grep", "web_fetch", "sleep", "agent"];
+const builtinUrl = (name) =>
+  "data:text/javascript," +
+  encodeURIComponent(
+    `import { builtinTool } from ${JSON.stringify(SHIM)};\n` +
+      `export default builtinTool(${JSON.stringify(name)});\n` +
+      (name === "sleep" ? `export const sleep = () => builtinTool("sleep");\n` : ""),
+  );
+
 function resolve(specifier, context, next) {
+  if (specifier.startsWith("eve/tools/") && BUILTINS.includes(specifier.slice(10))) {
+    return { url: builtinUrl(specifier.slice(10)), format: "module", shortCircuit: true };
+  }
   if (specifier === "eve" || specifier.startsWith("eve/")) {
     return { url: SHIM, format: "module", shortCircuit: true };
   }

@@ -276,6 +276,7 @@ impl Runtime {
             reason,
             principal,
             may_activate: !principal.starts_with("jwt:"),
+            authorization: None,
         };
         self.answer_input_with(session, request_id, answer).await
     }
@@ -295,6 +296,7 @@ impl Runtime {
             reason,
             principal: caller.id(),
             may_activate: caller.is_operator(),
+            authorization: None,
         };
         self.answer_input_with(session, request_id, answer).await
     }
@@ -392,6 +394,17 @@ impl Runtime {
                     .unwrap_or(&request.id)
             )));
         }
+        // An authorization is granted by signing in, never by an answer: only the callback
+        // route (which exchanged the code) settles one as authorized; a person may decline it.
+        let signing_in = request.kind == crate::mcp::oauth::user::REQUEST_KIND;
+        if signing_in && approve && answer.authorization != Some("authorized") {
+            return Err(RuntimeError::InvalidAnswer(format!(
+                "input request `{}` asks the user to sign in to `{}`: it is completed by signing \
+                 in at the URL it shows, not by an answer (it may be declined)",
+                request.id,
+                request.action["connection"].as_str().unwrap_or_default()
+            )));
+        }
         request.status = if approve {
             RequestStatus::Approved
         } else {
@@ -431,15 +444,26 @@ impl Runtime {
             .find(|c| c.call_id == request.call_id)
             .cloned()
         {
-            call.approval = if approve {
-                ApprovalState::Approved
-            } else {
-                ApprovalState::Denied
+            call.approval = match (approve, signing_in) {
+                // Signed in: the call is decided again, its own approval included.
+                (true, true) => ApprovalState::None,
+                (true, false) => ApprovalState::Approved,
+                (false, _) => ApprovalState::Denied,
             };
             batch.push(Op::PutToolCall(call));
         }
         // A question is answered, not approved: `input.resolved` alone says so, as eve's.
-        if request.kind != crate::features::questions::QUESTION_KIND {
+        if signing_in {
+            let outcome =
+                answer
+                    .authorization
+                    .unwrap_or(if approve { "authorized" } else { "declined" });
+            batch.event(
+                session,
+                ev::AUTHORIZATION_COMPLETED,
+                ev::authorization_completed(&request, outcome),
+            );
+        } else if request.kind != crate::features::questions::QUESTION_KIND {
             batch.event(
                 session,
                 ev::APPROVAL_SETTLED,
@@ -467,7 +491,11 @@ impl Runtime {
                 }
             }
             answered.push(request.clone());
-            batch.event(session, ev::INPUT_RESOLVED, ev::input_resolved(&answered));
+            // A sign-in is announced by `authorization.completed` alone, as eve's.
+            answered.retain(|r| r.kind != crate::mcp::oauth::user::REQUEST_KIND);
+            if !answered.is_empty() {
+                batch.event(session, ev::INPUT_RESOLVED, ev::input_resolved(&answered));
+            }
         }
         self.commit(batch).await?;
         if !still_pending {
@@ -538,6 +566,9 @@ pub(crate) struct Answer<'a> {
     pub(crate) principal: &'a str,
     /// Whether it may approve a proposed change to the agent (an operator's act).
     pub(crate) may_activate: bool,
+    /// The outcome of a completed sign-in (`authorized`, `declined`, `failed`): only the
+    /// callback route settles an authorization request as authorized.
+    pub(crate) authorization: Option<&'a str>,
 }
 
 /// Retries of an answer whose turn's other requests were answered meanwhile.

@@ -178,6 +178,7 @@ impl Runtime {
             reason,
             principal: caller.id(),
             may_activate: caller.is_operator(),
+            authorization: None,
         };
         self.answer_input_with(session, Some(request_id), answer)
             .await

@@ -4,11 +4,13 @@
 // index seen): when the stream ends (the session came to rest) or breaks, it asks again from
 // cursor + 1, and a reloaded page reads from 0. Events are keyed by index, so nothing is shown
 // twice and a gap would be visible in the timeline's numbering. Tool calls are cards; a call that
-// needs approval has Approve and Deny, and a self-change proposal its delta and diff.
+// needs approval has Approve and Deny, and a self-change proposal its delta and diff. Beneath the
+// events, the Trace pane shows each turn as a waterfall of its spans (waterfall.js).
 
 import {
   agentInfo, api, askToken, ago, badge, deltaView, el, fill, headers, json, main, ms, plural, readSse, say, sessionLink,
 } from "./lib.js";
+import { traceView } from "./waterfall.js";
 
 export function sessionView(id) {
   const abort = new AbortController();
@@ -40,6 +42,7 @@ export function sessionView(id) {
   const chat = el("ol", { class: "chat", id: "chat", "aria-label": "Conversation", "aria-live": "polite" });
   const timeline = el("ol", { class: "timeline", id: "timeline", "aria-label": "Event timeline" });
   const follow = el("input", { type: "checkbox", id: "follow", checked: true });
+  const trace = traceView(id);
   const box = el("textarea", {
     id: "message", rows: 2, placeholder: "Message the agent (Enter sends, Shift+Enter new line)",
     "aria-label": "Message",
@@ -76,10 +79,12 @@ export function sessionView(id) {
     meta,
     el("div", { class: "split" },
       el("section", { class: "pane chat-pane", "aria-label": "Chat" }, chat, form),
-      el("section", { class: "pane timeline-pane", "aria-label": "Events" },
-        el("div", { class: "bar small" }, el("h2", { text: "Events" }),
-          el("label", {}, follow, " follow")),
-        timeline)));
+      el("div", { class: "side" },
+        el("section", { class: "pane timeline-pane", "aria-label": "Events" },
+          el("div", { class: "bar small" }, el("h2", { text: "Events" }),
+            el("label", {}, follow, " follow")),
+          timeline),
+        trace.node)));
 
   function scroll(list) {
     if (list === timeline && !follow.checked) return;
@@ -315,6 +320,7 @@ export function sessionView(id) {
         r.children.length ? el("span", {}, " · children ", r.children.map((c) => sessionLink(c.id))) : null,
         s.failure ? el("span", { class: "error", text: " · last turn failed: " + (s.failure.reason || "error") }) : null,
       );
+      trace.refresh(s.turns);
       const agent = await agentInfo().catch(() => null);
       for (const call of r.toolCalls) {
         const c = cards.get(call.callId);
@@ -358,5 +364,5 @@ export function sessionView(id) {
   loadDetail();
   stream();
   box.focus();
-  return () => { stopped = true; abort.abort(); clearTimeout(detailTimer); };
+  return () => { stopped = true; abort.abort(); clearTimeout(detailTimer); trace.stop(); };
 }

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use eve_compile::Agent;
 
-use super::{ModelProvider, ResolvedModel};
+use crate::engine::{ModelProvider, ResolvedModel};
 use crate::model::{ModelError, ModelSettings, client};
 use crate::tools::EnvLookup;
 

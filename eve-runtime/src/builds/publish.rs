@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::error::{RuntimeError, RuntimeResult};
+use crate::engine::{RuntimeError, RuntimeResult};
 use crate::store::{Store, StoredBuild, now_ms};
 
 const MANIFEST: &str = "manifest.json";

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use eve_compile::{Agent, Manifest, Skill, Tool};
 
-use super::error::{RuntimeError, RuntimeResult};
+use crate::engine::{RuntimeError, RuntimeResult};
+
+pub mod publish;
 use crate::mcp::{CALL_TOOL, SEARCH_TOOLS};
 use crate::model::ToolSpec;
 use crate::tools::{Validators, builtin_tools, web_tools};
@@ -459,7 +461,7 @@ impl BuildStore {
                             .join("manifest.json")
                             .is_file() =>
                 {
-                    match super::publish::fetch_build_blocking(store, &self.state_dir, hash)? {
+                    match publish::fetch_build_blocking(store, &self.state_dir, hash)? {
                         Some(_) => load_build(&self.state_dir, Some(hash))?,
                         None => {
                             return Err(RuntimeError::Build {
