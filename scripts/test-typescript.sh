@@ -118,7 +118,7 @@ python3 - "$dir/.eve/current/manifest.json" <<'PY' || fail "built-ins and skill 
 import json, sys
 agent = json.load(open(sys.argv[1]))["agent"]
 assert agent["config"]["default_tools"] is False, agent["config"]
-assert agent["config"]["builtins"] == ["bash", "read_file", "write_file", "web_fetch", "sleep"], agent["config"]
+assert sorted(agent["config"]["builtins"]) == ["bash", "read_file", "sleep", "web_fetch", "write_file"], agent["config"]
 assert agent["tools"] == [], agent["tools"]
 skill = {s["name"]: s for s in agent["skills"]}["research"]
 assert skill["description"].startswith("Research unfamiliar topics"), skill

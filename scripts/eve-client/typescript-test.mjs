@@ -102,17 +102,25 @@ await step('always() parks the turn; respond() lets the module run', async () =>
 });
 
 await step('the hook module ran on turn.completed', async () => {
+  // Observe hooks run after the turn's end is streamed: wait for the mark a little.
   const boxes = join(project, '.eve', 'sandboxes');
-  const marks = readdirSync(boxes)
-    .map((d) => {
-      try {
-        return readFileSync(join(boxes, d, 'hook-ran.txt'), 'utf8');
-      } catch {
-        return '';
-      }
-    })
-    .join('');
-  check(marks.includes(`turn.completed ${session.state.sessionId}`), 'the mark', marks);
+  const read = () =>
+    readdirSync(boxes)
+      .map((d) => {
+        try {
+          return readFileSync(join(boxes, d, 'hook-ran.txt'), 'utf8');
+        } catch {
+          return '';
+        }
+      })
+      .join('');
+  const want = `turn.completed ${session.state.sessionId}`;
+  let marks = read();
+  for (let i = 0; i < 100 && !marks.includes(want); i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    marks = read();
+  }
+  check(marks.includes(want), 'the mark', marks);
 });
 
 server.kill('SIGTERM');
