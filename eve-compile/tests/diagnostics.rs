@@ -252,7 +252,7 @@ diagnostic_tests! {
     e113_approval_policy_function: ModuleUnfit, "agent/tools/refund.ts", Some(3)
         => with_node().file("tools/refund.ts", "import { defineTool } from \"eve/tools\";\n\nexport default defineTool({\n  description: \"Refund.\",\n  inputSchema: { type: \"object\" },\n  approval: () => \"user-approval\",\n  execute: () => ({}),\n});\n").on_disk().check();
     e114_modules_without_a_folder_on_disk: NodeUnfit, "agent/tools/hi.ts", None
-        => minimal().file("tools/hi.ts", "import { defineTool } from \"eve/tools\";\n\nexport default defineTool({ description: \"Hi.\", inputSchema: { type: \"object\" }, execute: () => 1 });\n").check();
+        => minimal().file("tools/hi.ts", "import { defineTool } from \"eve/tools\";\n\nexport default defineTool({ description: \"Hi.\", inputSchema: { type: \"object\" }, execute: () => 1 });\n").check_mem();
     e121_typescript_channel: TypeScriptChannel, "agent/channels/slack.ts", None
         => minimal().file("channels/slack.ts", "export default {};\n").on_disk().check();
     e122_sandbox_provider: SandboxProvider, "agent/sandbox/sandbox.ts", Some(3)
