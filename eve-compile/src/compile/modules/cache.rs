@@ -74,7 +74,9 @@ impl Cache {
         let key = hex::encode(h.finalize());
         let name = hex::encode(Sha256::digest(agent_path.as_bytes()));
         Self {
-            file: cache_dir.join("cache").join(format!("modules-{}.json", &name[..16])),
+            file: cache_dir
+                .join("cache")
+                .join(format!("modules-{}.json", &name[..16])),
             key,
         }
     }
@@ -123,7 +125,9 @@ impl Cache {
             && std::fs::create_dir_all(dir).is_ok()
         {
             // Written aside, then renamed: a build that stops half-way leaves no torn entry.
-            let tmp = self.file.with_extension(format!("tmp{}", std::process::id()));
+            let tmp = self
+                .file
+                .with_extension(format!("tmp{}", std::process::id()));
             if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, &self.file).is_err() {
                 let _ = std::fs::remove_file(&tmp);
             }

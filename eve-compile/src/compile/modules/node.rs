@@ -36,7 +36,9 @@ fn chosen() -> Option<String> {
     if let Some(path) = CHOSEN.get() {
         return Some(path.to_string_lossy().into_owned());
     }
-    std::env::var("EVE_NODE").ok().filter(|p| !p.trim().is_empty())
+    std::env::var("EVE_NODE")
+        .ok()
+        .filter(|p| !p.trim().is_empty())
 }
 
 /// Where the Node a build uses is (`EVE_NODE`, else `node` on `PATH`), without starting it: its

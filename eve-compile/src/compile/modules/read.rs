@@ -252,8 +252,12 @@ impl Compiler {
                 };
                 let Ok(answer) = serde_json::from_value::<Answer>(raw.clone()) else {
                     self.push(
-                        Diagnostic::new(Code::ModuleThrows, first, "Node's answer was not readable")
-                            .help("run the module with `node` to see the whole error"),
+                        Diagnostic::new(
+                            Code::ModuleThrows,
+                            first,
+                            "Node's answer was not readable",
+                        )
+                        .help("run the module with `node` to see the whole error"),
                     );
                     return;
                 };
@@ -442,7 +446,11 @@ impl Compiler {
         if changes.is_empty() {
             return;
         }
-        let mut on: Vec<String> = config.builtins_on().iter().map(|s| (*s).to_owned()).collect();
+        let mut on: Vec<String> = config
+            .builtins_on()
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
         for (name, enable) in changes {
             if !crate::DEFAULT_TOOL_EFFECTS.iter().any(|(n, _)| *n == name) {
                 continue;
