@@ -75,16 +75,22 @@ def main():
         if ref_modules:
             p = os.path.join(scratch, "ref")
             os.makedirs(p)
-            agents.write_ref(p, "small", {})
+            agents.write_ref(p, "small", {"eve": "0.80.1", "zod": "4.5.4",
+                                          "@ai-sdk/openai-compatible": "3.0.92"})
             os.symlink(ref_modules, os.path.join(p, "node_modules"))
             env_ref = dict(os.environ, PATH=path, BENCH_MODEL_BASE_URL=base_url,
                            EVE_TELEMETRY_DISABLED="1", NO_COLOR="1", CI="1")
             ref_eve = [os.path.join(node_bin, "node"), "node_modules/eve/bin/eve.js"]
-            subprocess.run(ref_eve + ["build", "--skip-sandbox-prewarm"], cwd=p, env=env_ref,
-                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            sides.append(("eve 0.80.1, the same module, in its own process", p, env_ref,
-                          lambda port: ref_eve + ["start", "--host", "127.0.0.1", "--port",
-                                                  str(port)]))
+            with open(os.path.join(scratch, "ref-build.log"), "ab") as log:
+                built = subprocess.run(ref_eve + ["build", "--skip-sandbox-prewarm"], cwd=p,
+                                       env=env_ref, stdout=log, stderr=log)
+            if built.returncode != 0:
+                tail = open(os.path.join(scratch, "ref-build.log")).read().strip()[-300:]
+                print(f"eve 0.80.1: its build failed, no figure: {tail}")
+            else:
+                sides.append(("eve 0.80.1, the same module, in its own process", p, env_ref,
+                              lambda port: ref_eve + ["start", "--host", "127.0.0.1", "--port",
+                                                      str(port)]))
         for label, p, env, cmd in sides:
             port = harness.free_port()
             r = harness.serve_once(cmd(port), p, env, port, os.path.join(scratch, "serve.log"),
