@@ -157,7 +157,9 @@ if [ -n "$REF_MODULES" ]; then
     cp -r "$B" "$R"
     rm -rf "$R/.eve" "$R/node_modules"
     ln -s "$REF_MODULES" "$R/node_modules"
-    printf '{"name":"twenty","private":true,"type":"module"}\n' > "$R/package.json"
+    printf '{"name":"twenty","private":true,"type":"module","dependencies":{"eve":"0.80.1","zod":"4.5.4","@ai-sdk/openai-compatible":"3.0.92"}}\n' > "$R/package.json"
+    # eve 0.80.1 needs a model it can describe offline and an open channel: bench/compare's.
+    (cd "$REPO/bench/compare" && python3 -c "import agents, os, sys; r = sys.argv[1]; open(r + '/agent/agent.ts', 'w').write(agents.REF_AGENT_TS); os.makedirs(r + '/agent/channels', exist_ok=True); open(r + '/agent/channels/eve.ts', 'w').write(agents.REF_CHANNEL_TS)" "$R")
     for _ in 1 2 3; do
         rm -rf "$R/.eve" "$R/.output" "$R/.vercel"
         t=$(ms)
