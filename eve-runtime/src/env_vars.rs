@@ -140,6 +140,9 @@ pub(crate) const EVE_SESSION_ID: &str = "EVE_SESSION_ID";
 pub(crate) const EVE_CALL_ID: &str = "EVE_CALL_ID";
 /// The name of the tool called (a TypeScript tool's `ctx.toolName`).
 pub(crate) const EVE_TOOL_NAME: &str = "EVE_TOOL_NAME";
+/// The Node that evaluates and runs TypeScript and JavaScript modules (read by `eve build`, in
+/// eve-compile, which sits below this crate).
+pub const EVE_NODE: &str = "EVE_NODE";
 // Tracing (docs/observability.md).
 
 /// `true` turns tracing off.
