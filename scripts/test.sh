@@ -48,6 +48,11 @@ if [ "${EVE_SKIP_POSTGRES:-}" != "1" ]; then
     printf 'fleet chaos test: %ss\n' "$((SECONDS - fleet_start))" >&2
 fi
 
+step "TypeScript modules from eve's docs: build, schemas, calls, diagnostics (scripts/test-typescript.sh)"
+ts_start=$SECONDS
+scripts/test-typescript.sh
+printf 'typescript test: %ss\n' "$((SECONDS - ts_start))" >&2
+
 step "eve's npm client against eve serve (scripts/test-eve-client.sh)"
 client_start=$SECONDS
 scripts/test-eve-client.sh

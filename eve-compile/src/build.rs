@@ -96,6 +96,7 @@ pub fn check(project: &Project) -> Result<Output, BuildError> {
             file_prefix: prefix.clone(),
             protected_dirs: vec![project.state_dir.clone(), project.agent_dir.clone()],
             agent_dir: Some(project.agent_dir.clone()),
+            cache_dir: Some(project.state_dir.clone()),
         },
     );
     // The interpreters the scripts will run with, where eve runs (the one check that starts a
@@ -143,7 +144,7 @@ fn read_files<'a>(agent_dir: &Path, files: &'a [String]) -> Result<Vec<FileData<
     files
         .iter()
         .map(|rel| {
-            let path = agent_dir.join(rel);
+            let path = source_of(agent_dir, rel);
             let mut file = std::fs::File::open(&path).map_err(io("cannot read", &path))?;
             let meta = file.metadata().map_err(io("cannot read", &path))?;
             let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
@@ -283,6 +284,24 @@ pub fn write_candidate(
         }
     }
     Ok((hash, dir, reused))
+}
+
+/// Where a runtime file is read from: the agent folder, except a `node_modules/` file the agent
+/// folder does not hold, which is the nearest folder above's that does, as Node resolves it (the
+/// packages TypeScript and JavaScript modules import, carried into the build's
+/// `files/node_modules/`; in `agents/NAME/agent/` or the flat layouts they sit at the project
+/// root).
+fn source_of(agent_dir: &Path, rel: &str) -> PathBuf {
+    let path = agent_dir.join(rel);
+    if rel.starts_with("node_modules/") && !path.exists() {
+        for above in agent_dir.ancestors().skip(1) {
+            let candidate = above.join(rel);
+            if candidate.exists() {
+                return candidate;
+            }
+        }
+    }
+    path
 }
 
 /// The runtime files (`files`) of a checked output, its manifest JSON (with their digests recorded in

@@ -97,7 +97,7 @@ fn collect(agent: &Agent, needed: &mut BTreeMap<Vec<String>, String>) {
 }
 
 /// `program` as `PATH` finds it (a path with a `/` is taken as it is).
-fn lookup(program: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+pub(crate) fn lookup(program: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let executable = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -111,8 +111,41 @@ fn lookup(program: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
         .find(|p| executable(p))
 }
 
+/// What `node --version` answered, by the binary's path, size and modification time: a build asks
+/// once (finding Node for the modules, then checking interpreters), and a build whose module
+/// evaluation is cached ([`remember_node_version`]) not at all.
+type VersionKey = (PathBuf, u64, Option<std::time::SystemTime>);
+static NODE_VERSIONS: std::sync::Mutex<BTreeMap<VersionKey, (u64, u64)>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+fn version_key(node: &Path) -> Option<VersionKey> {
+    let meta = std::fs::metadata(node).ok()?;
+    Some((node.to_path_buf(), meta.len(), meta.modified().ok()))
+}
+
+/// Records `node`'s version, known from a cache, so that no process is started to ask it.
+pub(crate) fn remember_node_version(node: &Path, version: (u64, u64)) {
+    if let (Some(key), Ok(mut known)) = (version_key(node), NODE_VERSIONS.lock()) {
+        known.insert(key, version);
+    }
+}
+
 /// `node --version` as (major, minor); `None` when it does not answer in time or readably.
-fn node_version(node: &Path) -> Option<(u64, u64)> {
+pub(crate) fn node_version(node: &Path) -> Option<(u64, u64)> {
+    let key = version_key(node);
+    if let (Some(key), Ok(known)) = (&key, NODE_VERSIONS.lock())
+        && let Some(v) = known.get(key)
+    {
+        return Some(*v);
+    }
+    let version = ask_node_version(node)?;
+    if let (Some(key), Ok(mut known)) = (key, NODE_VERSIONS.lock()) {
+        known.insert(key, version);
+    }
+    Some(version)
+}
+
+fn ask_node_version(node: &Path) -> Option<(u64, u64)> {
     let mut child = Command::new(node)
         .arg("--version")
         .stdin(Stdio::null())

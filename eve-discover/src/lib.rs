@@ -13,7 +13,6 @@
 mod diagnostic;
 pub mod evals;
 mod names;
-mod not_yet;
 mod refused;
 mod slots;
 mod source;
@@ -118,6 +117,9 @@ pub struct AgentDir {
     pub channels: Vec<Named>,
     /// `sandbox/`.
     pub sandbox: Option<SandboxDir>,
+    /// `agent.ts` and `instructions.ts` (or `.mts`, `.js`, `.mjs`): modules as eve writes them
+    /// (`defineAgent`, `defineInstructions`), read by Node at build.
+    pub modules: Vec<SourceFile>,
 }
 
 impl AgentDir {

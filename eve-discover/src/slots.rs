@@ -7,7 +7,6 @@
 //! opened.
 
 use crate::names::{dir_label, join, split_ext};
-use crate::not_yet::{self, Slot};
 use crate::refused;
 use crate::walk::{TOO_DEEP_HELP, Walker};
 use crate::{
@@ -65,7 +64,7 @@ impl Walker<'_> {
                 _ => {
                     let yaml = matches!(ext, Some("yaml" | "yml"));
                     if let Some(file) = self.next_text(&mut read, path, e.executable) {
-                        if self.module_refused(Slot::Tool, &e.name, &file) {
+                        if self.module_refused(&file) {
                             continue;
                         }
                         out.push(ToolFile {
@@ -157,9 +156,17 @@ impl Walker<'_> {
                             });
                         }
                     }
-                    _ if refused::is_module_file(&e.name) => {
-                        if let Some(file) = self.read_text(path, e.executable) {
-                            self.module_refused(Slot::Skill, "", &file);
+                    (stem, Some("ts" | "mts" | "js" | "mjs")) => {
+                        // A `defineSkill` module, evaluated by the build.
+                        let stem = stem.to_owned();
+                        if let Some(file) = self.read_text(path, e.executable)
+                            && !self.module_refused(&file)
+                        {
+                            out.push(SkillFile {
+                                name: stem,
+                                file,
+                                assets: Vec::new(),
+                            });
                         }
                     }
                     _ => self.unknown(
@@ -199,8 +206,22 @@ impl Walker<'_> {
                     agent,
                 });
             } else if refused::is_module_file(&e.name) {
-                if let Some(file) = self.read_text(path, e.executable) {
-                    self.module_refused(Slot::Subagent, "", &file);
+                if let Some(file) = self.read_text(path, e.executable)
+                    && !self.module_refused(&file)
+                {
+                    self.push(
+                        Diagnostic::new(
+                            Code::ModuleNotDefinition,
+                            file.path,
+                            "a subagent module (`subagents/NAME.ts`) is not read: eve's declared \
+                             peers and remote agents are deployment wiring eve does not take over",
+                        )
+                        .help(
+                            "a subagent is a folder `subagents/NAME/` holding a full agent (its \
+                             `agent.ts` or `agent.yaml` with `description:`), or \
+                             `subagents/NAME.yaml` naming a remote eve agent (docs/subagents.md)",
+                        ),
+                    );
                 }
             } else if let (stem, Some("yaml" | "yml")) = split_ext(&e.name) {
                 // `subagents/NAME.yaml`: another eve deployment, called as a subagent.
@@ -235,24 +256,17 @@ impl Walker<'_> {
         for e in entries {
             let path = join(dir, &e.name);
             let stem = split_ext(&e.name).0;
-            let slot = match dir.rsplit('/').next() {
-                Some("hooks") => Some(Slot::Hook),
-                Some("schedules") => Some(Slot::Schedule),
-                _ => None,
-            };
+            let slot = matches!(dir.rsplit('/').next(), Some("hooks" | "schedules"));
             if e.kind != EntryKind::Dir && refused::is_module_file(&e.name) {
                 if dir.rsplit('/').next() == Some("channels") {
                     self.push(refused::channel(&path));
                     continue;
                 }
-                if let Some(slot) = slot {
-                    let file = if ext_ok(&e) {
-                        self.next_text(&mut read, path, e.executable)
-                    } else {
-                        self.read_text(path, e.executable)
+                if slot && ext_ok(&e) {
+                    let Some(file) = self.next_text(&mut read, path, e.executable) else {
+                        continue;
                     };
-                    let Some(file) = file else { continue };
-                    if !self.module_refused(slot, if ext_ok(&e) { &e.name } else { "" }, &file) {
+                    if !self.module_refused(&file) {
                         out.push(Named {
                             name: stem.to_owned(),
                             file,
@@ -325,29 +339,20 @@ impl Walker<'_> {
         sandbox
     }
 
-    /// Reports a JavaScript or TypeScript module of `slot` that eve does not take over or does
-    /// not read yet; returns whether it did (the file is then not used). `script_name` is the
-    /// file's name when the slot also takes scripts with front matter (tools, hooks): such a
-    /// file is a module only when it has no front matter ([`not_yet::is_module`]); empty when
-    /// the slot takes no scripts.
-    pub(crate) fn module_refused(
-        &mut self,
-        slot: Slot,
-        script_name: &str,
-        file: &crate::SourceFile,
-    ) -> bool {
+    /// Reports a JavaScript or TypeScript module that uses what eve does not take over
+    /// ([`refused::module`]); returns whether it did (the file is then not used). Other modules
+    /// are kept: the build evaluates them.
+    pub(crate) fn module_refused(&mut self, file: &crate::SourceFile) -> bool {
         let name = file.path.rsplit('/').next().unwrap_or_default();
         if !refused::is_module_file(name) {
             return false;
         }
-        if let Some(d) = refused::module(&file.path, &file.text) {
-            self.push(d);
-            return true;
+        match refused::module(&file.path, &file.text) {
+            Some(d) => {
+                self.push(d);
+                true
+            }
+            None => false,
         }
-        if !script_name.is_empty() && !not_yet::is_module(&file.text) {
-            return false;
-        }
-        self.push(not_yet::module(slot, &file.path, &file.text));
-        true
     }
 }

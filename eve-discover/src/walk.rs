@@ -7,7 +7,6 @@
 //! for `evals/` alike.
 
 use crate::names::{SLOT_FOLDERS, closest, dir_label, is_ignored, join, split_ext};
-use crate::not_yet::{self, Slot};
 use crate::refused;
 use crate::{AgentDir, Code, Diagnostic, DirEntry, EntryKind, MAX_DEPTH, Source, SourceFile};
 
@@ -199,7 +198,9 @@ impl Walker<'_> {
                 }
                 (EntryKind::Dir, "extensions") => self.push(refused::extensions(dir_label(&path))),
                 (EntryKind::File, name) if refused::is_module_file(name) => {
-                    self.root_module(path, e.executable);
+                    if let Some(module) = self.root_module(path, e.executable) {
+                        agent.modules.push(module);
+                    }
                 }
                 (EntryKind::Dir, "tools") => self.tools(&path, "", depth, &mut agent.tools),
                 (EntryKind::Dir, "skills") => self.skills(&path, &mut agent.skills),
@@ -210,8 +211,11 @@ impl Walker<'_> {
                     &mut agent.remote_subagents,
                 ),
                 (EntryKind::Dir, "schedules") => {
-                    agent.schedules =
-                        self.flat(&path, &["md"], "a schedule is `schedules/NAME.md`");
+                    agent.schedules = self.flat(
+                        &path,
+                        &["md", "ts", "mts", "js", "mjs"],
+                        "a schedule is `schedules/NAME.md` (or a `defineSchedule` module)",
+                    );
                 }
                 (EntryKind::Dir, "hooks") => agent.hooks = self.flat(&path, &[], ""),
                 (EntryKind::Dir, "connections") => {
@@ -257,14 +261,15 @@ impl Walker<'_> {
         agent
     }
 
-    /// A JavaScript or TypeScript module at an agent folder's root: eve's `agent.ts`,
-    /// `instructions.ts`, `sandbox.ts`, or something else.
-    fn root_module(&mut self, path: String, executable: bool) {
+    /// A JavaScript or TypeScript module at an agent folder's root: eve's `agent.ts` or
+    /// `instructions.ts` (returned, for the build to evaluate), `sandbox.ts` (refused), or
+    /// something else.
+    fn root_module(&mut self, path: String, executable: bool) -> Option<SourceFile> {
         let name = path.rsplit('/').next().unwrap_or_default();
-        let stem = split_ext(name).0.to_owned();
-        let Some(file) = self.read_text(path.clone(), executable) else {
-            return;
-        };
+        let (stem, ext) = split_ext(name);
+        let stem = stem.to_owned();
+        let evaluated = matches!(ext, Some("ts" | "mts" | "js" | "mjs"));
+        let file = self.read_text(path.clone(), executable)?;
         if stem == "sandbox" {
             self.push(refused::sandbox_provider(
                 &path,
@@ -273,17 +278,17 @@ impl Walker<'_> {
             ));
         } else if let Some(d) = refused::module(&path, &file.text) {
             self.push(d);
-        } else if stem == "agent" {
-            self.push(not_yet::module(Slot::Agent, &path, &file.text));
-        } else if stem == "instructions" {
-            self.push(not_yet::module(Slot::Instructions, &path, &file.text));
+        } else if evaluated && (stem == "agent" || stem == "instructions") {
+            return Some(file);
         } else {
             self.unknown(
                 path,
                 "unknown file",
-                "an agent folder holds agent.yaml, instructions.md and the slot folders",
+                "an agent folder holds agent.yaml (or agent.ts), instructions.md (or \
+                 instructions.ts) and the slot folders",
             );
         }
+        None
     }
 
     /// `instructions/`: its `.md` files, in file-name order (not recursive).
@@ -297,12 +302,13 @@ impl Walker<'_> {
             let path = join(dir, &e.name);
             match (e.kind, split_ext(&e.name).1) {
                 (EntryKind::File, Some("md")) => out.extend(self.read_text(path, e.executable)),
-                (EntryKind::File, _) if refused::is_module_file(&e.name) => {
+                (EntryKind::File, Some("ts" | "mts" | "js" | "mjs")) => {
                     if let Some(file) = self.read_text(path.clone(), e.executable) {
-                        let d = refused::module(&path, &file.text).unwrap_or_else(|| {
-                            not_yet::module(Slot::Instructions, &path, &file.text)
-                        });
-                        self.push(d);
+                        match refused::module(&path, &file.text) {
+                            Some(d) => self.push(d),
+                            // A `defineInstructions` module, evaluated by the build.
+                            None => out.push(file),
+                        }
                     }
                 }
                 (EntryKind::Dir, _) => self.unknown(
@@ -313,7 +319,7 @@ impl Walker<'_> {
                 _ => self.unknown(
                     path,
                     "unexpected file",
-                    "`instructions/` holds `.md` files, read after `instructions.md` in file-name order",
+                    "`instructions/` holds `.md` files and `defineInstructions` modules, read after `instructions.md` in file-name order",
                 ),
             }
         }

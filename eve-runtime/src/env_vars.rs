@@ -145,6 +145,11 @@ pub(crate) const EVE_SANDBOX_UIDS: &str = "EVE_SANDBOX_UIDS";
 pub(crate) const EVE_SESSION_ID: &str = "EVE_SESSION_ID";
 /// The model's id of the call.
 pub(crate) const EVE_CALL_ID: &str = "EVE_CALL_ID";
+/// The name of the tool called (a TypeScript tool's `ctx.toolName`).
+pub(crate) const EVE_TOOL_NAME: &str = "EVE_TOOL_NAME";
+/// The Node that evaluates and runs TypeScript and JavaScript modules (read by `eve build`, in
+/// eve-compile, which sits below this crate).
+pub const EVE_NODE: &str = "EVE_NODE";
 // Tracing (docs/observability.md).
 
 /// `true` turns tracing off.
@@ -221,6 +226,7 @@ pub(crate) static MODEL_KEYS: &[&str] = &[
 pub(crate) static NOT_SECRET: &[&str] = &[
     EVE_SESSION_ID,
     EVE_CALL_ID,
+    EVE_TOOL_NAME,
     EVE_IDEMPOTENCY_KEY,
     EVE_WORKSPACE,
     EVE_AGENT_DIR,

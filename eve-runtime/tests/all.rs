@@ -24,6 +24,7 @@ mod escape_fate;
 mod escape_http;
 mod escape_paths;
 mod escape_store;
+mod escape_typescript;
 mod escape_view;
 mod escape_web;
 mod hook_claims;

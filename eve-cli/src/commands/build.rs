@@ -49,6 +49,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
             "errors": errors,
             "warnings": warnings,
             "diagnostics": out.diagnostics,
+            "node": out.node,
             "release": outcome.as_ref().map(super::releases::outcome_json),
         });
         outln!("{}", crate::sanitize::json_pretty(&report));
@@ -59,6 +60,12 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let color = stderr_color();
+    if let Some(node) = &out.node {
+        errln!(
+            "{}",
+            crate::render::paint(color, "2", &format!("modules evaluated with Node {node}"))
+        );
+    }
     if !out.diagnostics.is_empty() {
         errln!(
             "{}",

@@ -11,10 +11,14 @@ use crate::manifest::*;
 
 impl Compiler {
     pub(super) fn agent(&mut self, dir: &AgentDir, name: &str, root: bool) -> Agent {
-        let (config, description) = self.config(dir, root);
+        // TypeScript and JavaScript modules are read by one Node process, before the parts.
+        self.evaluate_modules(dir);
+        let (mut config, description) = self.config(dir, root);
+        self.module_agent(dir, &mut config);
         let instructions = self.instructions(dir);
         let mut sandbox = self.sandbox(dir);
         let (tools, overrides) = self.tools(dir, &sandbox);
+        self.module_builtins(&mut config);
         sandbox.tools = overrides;
         let skills = self.skills(&dir.skills);
         let mut subagents = Vec::new();
@@ -67,7 +71,6 @@ impl Compiler {
             .filter_map(|c| self.channel(c))
             .collect();
         self.collisions(dir, &subagents, &connections);
-        let mut config = config;
         if config.strategy == Strategy::Reflect && config.critic.is_none() {
             // A `critic` subagent folder is the critic: its instructions and model.
             config.critic = Some(match subagents.iter().find(|s| s.name == "critic") {
@@ -206,10 +209,22 @@ impl Compiler {
         self.push(d);
     }
 
-    /// The system prompt: `instructions.md`, then the `.md` files of `instructions/` in
-    /// file-name order, separated by blank lines.
+    /// The system prompt: `instructions.md` (or an `instructions.ts` module), then the entries of
+    /// `instructions/` (`.md` files and `defineInstructions` modules) in file-name order,
+    /// separated by blank lines.
     fn instructions(&mut self, dir: &AgentDir) -> String {
-        if dir.instructions.is_none() && dir.instructions_dir.is_empty() {
+        let root_module = Self::instructions_module(dir).cloned();
+        if let (Some(md), Some(module)) = (&dir.instructions, &root_module) {
+            self.push(
+                Diagnostic::new(
+                    Code::NameCollision,
+                    module.path.clone(),
+                    format!("both {} and {} exist", md.path, module.path),
+                )
+                .help("keep one of them: the root instructions are one file"),
+            );
+        }
+        if dir.instructions.is_none() && dir.instructions_dir.is_empty() && root_module.is_none() {
             let what = if dir.path.is_empty() {
                 "the agent"
             } else {
@@ -226,7 +241,25 @@ impl Compiler {
             return String::new();
         }
         let mut parts = Vec::new();
-        for file in dir.instructions.iter().chain(&dir.instructions_dir) {
+        let root = dir.instructions.as_ref().or(root_module.as_ref());
+        for file in root.into_iter().chain(&dir.instructions_dir) {
+            if super::modules::is_module(file) {
+                if let Some(text) = self.module_instructions(file) {
+                    if text.trim().is_empty() {
+                        self.push(
+                            Diagnostic::new(
+                                Code::EmptyInstructions,
+                                file.path.clone(),
+                                "the instructions module's `content` is empty",
+                            )
+                            .help("write the system prompt in `content`"),
+                        );
+                    } else {
+                        parts.push(text.trim().to_owned());
+                    }
+                }
+                continue;
+            }
             let Some(parsed) = self.markdown_file(file) else {
                 continue;
             };

@@ -10,6 +10,9 @@ use crate::manifest::*;
 
 impl Compiler {
     pub(super) fn hook(&mut self, h: &Named) -> Option<(Hook, SandboxOverride)> {
+        if super::modules::is_module(&h.file) {
+            return self.module_hook(h);
+        }
         let name_ok = self.check_name(&h.name, &h.file.path, "hook");
         let parsed = self.script_file(
             &h.file,

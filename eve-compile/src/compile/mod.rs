@@ -20,6 +20,7 @@ mod config;
 mod connections;
 mod hooks;
 mod memory;
+pub mod modules;
 mod openapi;
 mod release;
 mod remote;
@@ -56,6 +57,9 @@ pub struct Options {
     /// The agent folder on disk, where files a build reads besides the discovered ones (an OpenAPI
     /// connection's document) are found; `None` when there is no folder to read.
     pub agent_dir: Option<std::path::PathBuf>,
+    /// Where the build may keep caches (the project's `.eve/`): the evaluations of TypeScript and
+    /// JavaScript modules; `None` caches nothing.
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 /// The result of compiling.
@@ -68,6 +72,9 @@ pub struct Output {
     /// Files the runtime needs at run time (scripts, skill files, workspace seeds), relative to the
     /// root agent folder, sorted.
     pub files: Vec<String>,
+    /// The Node that evaluated the folder's TypeScript and JavaScript modules (path and version),
+    /// when it has any.
+    pub node: Option<String>,
 }
 
 impl Output {
@@ -85,7 +92,10 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
         shown_prefix: options.file_prefix.clone(),
         protected: options.protected_dirs.clone(),
         agent_dir: options.agent_dir.clone(),
+        cache_dir: options.cache_dir.clone(),
         documents: Vec::new(),
+        node: None,
+        modules: Default::default(),
     };
     let agent = c.agent(&discovery.agent, &options.name, true);
     let mut diagnostics = discovery.diagnostics.clone();
@@ -123,6 +133,7 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
         },
         diagnostics,
         files: c.files.into_iter().collect(),
+        node: c.node,
     }
 }
 
@@ -156,8 +167,14 @@ struct Compiler {
     protected: Vec<std::path::PathBuf>,
     /// [`Options::agent_dir`].
     agent_dir: Option<std::path::PathBuf>,
+    /// [`Options::cache_dir`].
+    cache_dir: Option<std::path::PathBuf>,
     /// Documents of OpenAPI connections, relative to the root agent folder.
     documents: Vec<String>,
+    /// The Node that evaluated modules ([`Output::node`]).
+    node: Option<String>,
+    /// What Node read from the folder's modules, by path.
+    modules: modules::Evaluated,
 }
 
 /// A parsed YAML document or front matter, with its body.
@@ -320,7 +337,10 @@ impl Compiler {
                     shown_prefix: prefix.clone(),
                     protected: protected.clone(),
                     agent_dir: None,
+                    cache_dir: None,
                     documents: Vec::new(),
+                    node: None,
+                    modules: Default::default(),
                 };
                 let out: Vec<R> = batch.iter().filter_map(|t| f(&mut c, t)).collect();
                 done.push((i, out, c));

@@ -10,6 +10,9 @@ use crate::manifest::*;
 
 impl Compiler {
     pub(super) fn schedule(&mut self, s: &Named) -> Option<Schedule> {
+        if super::modules::is_module(&s.file) {
+            return self.module_schedule(s);
+        }
         let name_ok = self.check_name(&s.name, &s.file.path, "schedule");
         let parsed = self.markdown_file(&s.file)?;
         let mut f = Fields::new(&s.file.path, &parsed.doc, "", &mut self.diags);
@@ -82,7 +85,7 @@ impl Compiler {
 /// Whether a parsed expression names any time at all: `0 0 31 2 *` (February 31st) parses but
 /// never fires, which a user would only find out by waiting. Searched from a fixed date, so the
 /// build is the same whenever it runs.
-fn fires_at_all(cron: &croner::Cron) -> Result<(), String> {
+pub(super) fn fires_at_all(cron: &croner::Cron) -> Result<(), String> {
     let from = chrono::DateTime::<chrono::Utc>::from_timestamp(946_684_800, 0) // 2000-01-01
         .unwrap_or_default();
     match cron.find_next_occurrence(&from, false) {

@@ -32,6 +32,10 @@ impl Compiler {
                 );
                 continue;
             }
+            if super::modules::is_module(&s.file) {
+                out.extend(self.module_skill(s));
+                continue;
+            }
             if s.file.text.len() > MAX_SKILL_BYTES {
                 self.push(
                     Diagnostic::new(

@@ -106,7 +106,9 @@ impl Compiler {
         dir: &AgentDir,
         sandbox: &Sandbox,
     ) -> (Vec<Tool>, BTreeMap<String, SandboxOverride>) {
-        let mut both = self.parallel(&dir.tools, |c, t| c.tool(t, sandbox));
+        let (modules, scripts) = super::modules::split_tools(dir);
+        let mut both = self.parallel(&scripts, |c, t| c.tool(t, sandbox));
+        both.extend(self.module_tools(&modules, sandbox));
         both.sort_by(|a, b| a.0.name.cmp(&b.0.name));
         let mut overrides = BTreeMap::new();
         let tools = both

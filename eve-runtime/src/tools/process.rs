@@ -136,6 +136,7 @@ pub(crate) async fn run_process_tool(
         Err(e) => return ToolResult::failure(e.to_string(), start.elapsed()),
     };
     let mut env = tool_env(ctx, &tool.env);
+    env.push((env_vars::EVE_TOOL_NAME.to_owned(), tool.name.clone()));
     for name in shell_secrets {
         if !env.iter().any(|(n, _)| *n == name)
             && let Some(value) = ctx.lookup(&name)
@@ -206,7 +207,13 @@ fn tool_argv(tool: &Tool, ctx: &ToolContext) -> Result<(Vec<String>, Vec<String>
         Runner::Script { path, interpreter } => {
             let mut argv = interpreter
                 .iter()
-                .map(|arg| expand_argv(arg, &lookup, "interpreter"))
+                .map(|arg| {
+                    // A TypeScript or JavaScript module tool: Node runs eve's own call runner.
+                    if let Some(runner) = eve_compile::compile::modules::runner_for(arg) {
+                        return Ok(runner.to_owned());
+                    }
+                    expand_argv(arg, &lookup, "interpreter")
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             argv.push(ctx.agent_dir.join(path).to_string_lossy().into_owned());
             argv

@@ -25,6 +25,7 @@ fn build(files: &[(&str, &str)]) -> (Vec<Tool>, Vec<Diagnostic>) {
             file_prefix: String::new(),
             protected_dirs: Vec::new(),
             agent_dir: Some(agent),
+            cache_dir: None,
         },
     );
     (out.manifest.agent.tools, out.diagnostics)

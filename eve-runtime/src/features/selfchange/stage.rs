@@ -91,6 +91,7 @@ impl Runtime {
                 file_prefix: real.display_prefix(),
                 protected_dirs: vec![project.state_dir.clone(), real.agent_dir.clone()],
                 agent_dir: Some(project.agent_dir.clone()),
+                cache_dir: None,
             },
         );
         if output.error_count() > 0 {

@@ -1,0 +1,3 @@
+import { sleep } from "eve/tools/sleep";
+
+export default sleep();

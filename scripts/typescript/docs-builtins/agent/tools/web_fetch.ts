@@ -1,0 +1,1 @@
+export { default } from "eve/tools/web_fetch";

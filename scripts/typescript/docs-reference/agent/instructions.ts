@@ -1,0 +1,5 @@
+import { defineInstructions } from "eve/instructions";
+
+export default defineInstructions({
+  content: "You answer questions with your tools.",
+});

@@ -1,0 +1,3 @@
+import { disableTool } from "eve/tools";
+
+export default disableTool();
