@@ -24,6 +24,7 @@ pub mod schedule;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub(crate) mod tenancy;
 pub mod tools;
 pub mod wire;
 pub mod workspace;

@@ -159,7 +159,7 @@ impl Runtime {
         let from = match session {
             SessionRef::New { id, schedule } => {
                 let build = self.inner.builds.current()?;
-                if let Some(op) = super::tenancy::record_owner_attributes(&id, &owner_attributes) {
+                if let Some(op) = crate::tenancy::record_owner_attributes(&id, &owner_attributes) {
                     batch.push(op);
                 }
                 batch.push(Op::InsertSession(SessionRecord {
@@ -346,7 +346,7 @@ impl Runtime {
             )
         };
         let mut batch = Batch::durable();
-        if let Some(op) = super::tenancy::record_owner_attributes(id, attributes) {
+        if let Some(op) = crate::tenancy::record_owner_attributes(id, attributes) {
             batch.push(op);
         }
         batch.push(Op::InsertSession(record));

@@ -22,7 +22,7 @@ pub use crate::builds::publish;
 mod replies;
 mod run_tool;
 mod sandbox;
-pub(crate) mod tenancy;
+
 pub(crate) mod turn;
 
 /// The features of a turn (`crate::features`), where callers of the engine found them before.
@@ -42,6 +42,9 @@ pub use crate::builds::{BuildStore, LOAD_SKILL, LoadedBuild, load_build, system_
 pub use crate::features::breakers::{breaker_key, session_scoped as breaker_scope_is_session};
 pub use crate::features::hooks::delivery::{HookBacklog, PendingHookEvent};
 pub use crate::model::provider::{FixedModelProvider, SettingsModelProvider};
+pub use crate::tenancy::Caller;
+#[doc(hidden)]
+pub use crate::tenancy::owners_by_id_only_for_tests;
 pub(crate) use crate::workspace::DEFAULT_MAX_BYTES as DEFAULT_WORKSPACE_MAX_BYTES;
 #[doc(hidden)]
 pub use crate::workspace::checkpoint_secrets_in_clear_for_tests;
@@ -53,9 +56,6 @@ pub use follow::EventFollower;
 pub(crate) use live::LiveEvents;
 pub use replies::ReplyFollower;
 pub use sandbox::SandboxReport;
-pub use tenancy::Caller;
-#[doc(hidden)]
-pub use tenancy::owners_by_id_only_for_tests;
 pub use turn::{InputAnswer, option_ids, resolve_text};
 
 use crate::store::*;

@@ -473,7 +473,7 @@ pub(crate) async fn start_child(
             let task_id = link.task_id();
             // ... with its attributes: the child is reached as its root is.
             let attributes = view.rt.owner_attributes(view.id()).await?;
-            if let Some(op) = crate::engine::tenancy::record_owner_attributes(&child, &attributes) {
+            if let Some(op) = crate::tenancy::record_owner_attributes(&child, &attributes) {
                 batch.push(op);
             }
             batch

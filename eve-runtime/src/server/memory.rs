@@ -62,7 +62,7 @@ fn scope(name: Option<&str>) -> Result<Option<MemoryScope>, ApiError> {
 fn own_user(identity: &Identity, caller: &Caller) -> Option<String> {
     match identity {
         Identity::Anonymous => None,
-        other => Some(crate::engine::tenancy::principal_key(
+        other => Some(crate::tenancy::principal_key(
             &other.principal_id(),
             caller.attributes(),
         )),

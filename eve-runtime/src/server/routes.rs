@@ -184,7 +184,7 @@ pub(crate) async fn info(State(app): State<App>) -> Result<Response, ApiError> {
 fn sender(identity: &Identity, caller: &Caller) -> Option<String> {
     match identity {
         Identity::Anonymous => None,
-        other => Some(crate::engine::tenancy::principal_key(
+        other => Some(crate::tenancy::principal_key(
             &other.principal_id(),
             caller.attributes(),
         )),

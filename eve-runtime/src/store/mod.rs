@@ -202,7 +202,7 @@ pub(crate) fn session_note_namespaces(session: &str) -> [String; 10] {
         crate::telemetry::namespace(session),
         crate::features::session_limit::namespace(session),
         crate::features::state::namespace_of(session),
-        crate::engine::tenancy::owner_namespace(session),
+        crate::tenancy::owner_namespace(session),
     ]
 }
 

@@ -476,7 +476,7 @@ impl Runtime {
             );
             if let Some(op) = answer
                 .attributes
-                .and_then(|a| crate::engine::tenancy::record_responder_attributes(&request, a))
+                .and_then(|a| crate::tenancy::record_responder_attributes(&request, a))
             {
                 batch.push(op);
             }

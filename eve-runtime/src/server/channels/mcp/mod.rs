@@ -418,7 +418,7 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
         .with_attributes(attributes);
     let sender = match &identity {
         Identity::Anonymous => None,
-        other => Some(crate::engine::tenancy::principal_key(
+        other => Some(crate::tenancy::principal_key(
             &other.principal_id(),
             caller.attributes(),
         )),

@@ -26,8 +26,8 @@ use std::sync::{Mutex, PoisonError};
 
 use serde_json::{Map, Value};
 
-use super::events::LOCAL_PRINCIPAL;
-use super::{Runtime, RuntimeError, RuntimeResult};
+use crate::engine::events::LOCAL_PRINCIPAL;
+use crate::engine::{Runtime, RuntimeError, RuntimeResult};
 use crate::features::memory::sender_namespace;
 use crate::store::{NoteOp, NoteRecord, Op, SessionFilter, SessionRecord};
 
