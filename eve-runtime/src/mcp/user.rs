@@ -246,8 +246,9 @@ impl UserConnection {
         name: &str,
         input: Value,
         cancel: CancellationToken,
-        principal: Option<&str>,
+        scope: super::CallScope<'_>,
     ) -> ToolResult {
+        let principal = scope.principal;
         let start = Instant::now();
         let fail = |message: String| ToolResult::failure(message, start.elapsed());
         let Some(principal) = principal else {
@@ -283,7 +284,7 @@ impl UserConnection {
         };
         let timeout = self.call_timeout();
         let outcome = tokio::select! {
-            outcome = tokio::time::timeout(timeout, open.session.call_tool(&tool.remote_name, input)) => outcome,
+            outcome = tokio::time::timeout(timeout, open.session.call_tool_traced(&tool.remote_name, input, scope.traceparent)) => outcome,
             () = cancel.cancelled() => return fail(format!("`{name}` was cancelled")),
         };
         match outcome {

@@ -128,13 +128,13 @@ impl Catalogue {
         name: &str,
         input: Value,
         cancel: CancellationToken,
-        traceparent: Option<&str>,
+        scope: crate::mcp::CallScope<'_>,
     ) -> Option<ToolResult> {
         match name {
             SEARCH_TOOLS => {
                 let mut entries = self.deferred.as_ref().clone();
                 if let Some(manager) = &self.mcp {
-                    entries.extend(manager.entries().await);
+                    entries.extend(manager.entries_for(scope.principal).await);
                 }
                 Some(search_catalogue(entries, &input))
             }
@@ -143,7 +143,7 @@ impl Catalogue {
                 match &self.mcp {
                     Some(manager) if named.contains("__") => {
                         manager
-                            .call_catalogue_traced(name, input, cancel, traceparent)
+                            .call_catalogue(name, input, cancel, scope)
                             .await
                     }
                     _ => Some(ToolResult::failure(
