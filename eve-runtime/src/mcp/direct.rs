@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
-    RequestParamsMeta,
     ElicitationAction, ElicitationCapability, FormElicitationCapability, Implementation,
+    RequestParamsMeta,
 };
 use rmcp::service::{RequestContext, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;

@@ -310,7 +310,11 @@ impl McpManager {
             return connection.call(name, input, cancel, scope).await;
         }
         match self.supervisor_for(name) {
-            Some(supervisor) => supervisor.call(name, input, cancel, scope.traceparent).await,
+            Some(supervisor) => {
+                supervisor
+                    .call(name, input, cancel, scope.traceparent)
+                    .await
+            }
             None => ToolResult::failure(
                 format!(
                     "no MCP connection offers `{name}`: MCP tools are named `CONNECTION__tool`; connections: {}",

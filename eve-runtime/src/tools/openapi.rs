@@ -8,11 +8,11 @@
 //! header values are checked by the HTTP library (no line breaks) and may not name the headers
 //! the request itself controls. The connection's auth (bearer, header, basic) is read from the
 //! environment at each call and marked sensitive; an `oauth:` connection's token comes from the
-//! runtime's store (`crate::mcp::oauth::api`), is marked sensitive, and is cut from the answer. The request may reach the origin of the
-//! connection's `base_url` only, through the same guarded client as `http:` tools (names
-//! resolved once, every address checked, redirects kept to that origin); the answer is read up
-//! to the tool's output limit while it streams, and a non-2xx status is a failed result with the
-//! status and the tail of the body.
+//! runtime's store (`crate::mcp::oauth::api`), is marked sensitive, and is cut from the answer.
+//! The request may reach the origin of the connection's `base_url` only, through the same
+//! guarded client as `http:` tools (names resolved once, every address checked, redirects kept
+//! to that origin); the answer is read up to the tool's output limit while it streams, and a
+//! non-2xx status is a failed result with the status and the tail of the body.
 
 use std::time::Instant;
 

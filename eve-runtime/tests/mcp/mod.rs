@@ -680,7 +680,7 @@ async fn catalogue_searches_and_calls_tools() {
             CallScope::default()
         )
         .await
-            .is_none()
+        .is_none()
     );
     let specs = mcp::catalogue_tools();
     assert_eq!(specs[0].input_schema["required"], json!(["query"]));

@@ -168,7 +168,11 @@ async fn client_credentials_reach_an_openapi_api_behind_oauth() {
         tool.input_schema
     );
     // No secret in the build.
-    assert!(!serde_json::to_string(&tools).unwrap().contains(CONFIDENTIAL_SECRET));
+    assert!(
+        !serde_json::to_string(&tools)
+            .unwrap()
+            .contains(CONFIDENTIAL_SECRET)
+    );
 
     // The twin first: without a token the API refuses.
     let plain = tools(&shop, dir.path(), "").await;
@@ -180,7 +184,11 @@ async fn client_credentials_reach_an_openapi_api_behind_oauth() {
     );
 
     // A wrong client secret gets no token, and says so without the secret.
-    let wrong = context(dir.path(), &store, &[("SHOP_CLIENT_SECRET", "not-the-secret")]);
+    let wrong = context(
+        dir.path(),
+        &store,
+        &[("SHOP_CLIENT_SECRET", "not-the-secret")],
+    );
     let r = apple(tool, &wrong).await;
     assert!(!r.ok, "{r:?}");
     assert!(issued(&auth).is_empty());
@@ -275,8 +283,7 @@ async fn a_confidential_client_refreshes_after_a_restart() {
     // The token expires; a runtime that never saw the login refreshes it with the secret.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let before = auth.refreshes.load(Ordering::SeqCst);
-    let reopened: Arc<dyn Store> =
-        Arc::new(SqliteStore::open(dir.path().join("eve.db")).unwrap());
+    let reopened: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("eve.db")).unwrap());
     let restarted = context(dir.path(), &reopened, &vars);
     let r = apple(tool, &restarted).await;
     assert!(r.ok, "{r:?}");
@@ -325,7 +332,10 @@ async fn a_user_scoped_openapi_connection_parks_the_turn_until_the_user_signs_in
     let a = start_session(&server, &alice, ask).await;
     let events = server.until_rest_as(&alice, &a, 0).await;
     let url = required(&events, "jwt:alice");
-    assert!(results(&events).is_empty(), "nothing ran before the sign-in");
+    assert!(
+        results(&events).is_empty(),
+        "nothing ran before the sign-in"
+    );
     assert!(issued(&auth).is_empty());
 
     let callback = sign_in(&url, &server.base).await;

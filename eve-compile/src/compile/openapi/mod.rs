@@ -7,7 +7,9 @@
 //! build the request: so approvals, effects, timeouts, output caps and the lean catalogue apply
 //! to these tools exactly as to any other. An operation without `operationId` is named
 //! `<method>_<path>` (`GET /items/{id}` → `get_items_id`); any name is reduced to the tool-name
-//! rules (`[A-Za-z0-9_-]`, 64 characters, a hash suffix when cut).
+//! rules (`[A-Za-z0-9_-]`, 64 characters, a hash suffix when cut). Credentials are `auth:` (a
+//! static secret) or `oauth:` with `credentials:` (checked as an MCP connection's; the runtime
+//! obtains the tokens), never both.
 
 mod document;
 
@@ -267,7 +269,8 @@ impl Compiler {
                 continue;
             }
             let own = overrides.get(&suffix);
-            let (input_schema, mut call) = build_call(&c.name, &rel, &base_url, op, auth.clone(), oauth.is_some());
+            let (input_schema, mut call) =
+                build_call(&c.name, &rel, &base_url, op, auth.clone(), oauth.is_some());
             call.oauth = oauth.clone();
             call.credentials = credentials;
             if let Err(e) = jsonschema::validator_for(&input_schema) {

@@ -142,9 +142,7 @@ impl Catalogue {
                 let named = input.get("name").and_then(Value::as_str).unwrap_or("");
                 match &self.mcp {
                     Some(manager) if named.contains("__") => {
-                        manager
-                            .call_catalogue(name, input, cancel, scope)
-                            .await
+                        manager.call_catalogue(name, input, cancel, scope).await
                     }
                     _ => Some(ToolResult::failure(
                         format!(

@@ -98,7 +98,9 @@ fn fresh_token(stored: &StoredCredentials) -> Option<String> {
     let response = serde_json::to_value(stored.token_response.as_ref()?).ok()?;
     let token = response.get("access_token")?.as_str()?.to_owned();
     let fresh = match (
-        response.get("expires_in").and_then(serde_json::Value::as_u64),
+        response
+            .get("expires_in")
+            .and_then(serde_json::Value::as_u64),
         stored.token_received_at,
     ) {
         (Some(lifetime), Some(at)) => {
@@ -124,20 +126,34 @@ pub(crate) async fn bearer(call: &OpenApiCall, ctx: &ToolContext) -> Result<Stri
     let user = call.credentials == Credentials::User;
     if stored.is_none() && settings.grant == OAuthGrant::AuthorizationCode {
         return Err(if user {
-            format!("`{name}` is not authorized for this user yet: call the tool again to ask them to sign in")
+            format!(
+                "`{name}` is not authorized for this user yet: call the tool again to ask them to sign in"
+            )
         } else {
-            format!("`{name}` is not authorized yet: run `eve connections login {name}` and approve in the browser")
+            format!(
+                "`{name}` is not authorized yet: run `eve connections login {name}` and approve in the browser"
+            )
         });
     }
     let env = ctx.env.clone();
     let url = expand_env(&call.base_url, &env, name, "base_url").map_err(|e| e.to_string())?;
-    let settings = config(&connection, settings, &env, RUNTIME_REDIRECT, Some(place.clone()))
-        .map_err(|e| e.to_string())?;
+    let settings = config(
+        &connection,
+        settings,
+        &env,
+        RUNTIME_REDIRECT,
+        Some(place.clone()),
+    )
+    .map_err(|e| e.to_string())?;
     let grant = settings.grant;
     let agent = Arc::new(NobodyApproves(if user {
-        format!("the sign-in of this user to `{name}` is no longer accepted: call the tool again to sign in again")
+        format!(
+            "the sign-in of this user to `{name}` is no longer accepted: call the tool again to sign in again"
+        )
     } else {
-        format!("the runtime cannot approve an authorization itself: run `eve connections login {name}`")
+        format!(
+            "the runtime cannot approve an authorization itself: run `eve connections login {name}`"
+        )
     }));
     let authorizer = Authorizer::new(&url, settings, ctx.exec.own_listeners(), agent)
         .await
