@@ -367,18 +367,54 @@ async fn a_user_scoped_openapi_connection_parks_the_turn_until_the_user_signs_in
     server.stop().await;
 }
 
+/// The OAuth fixture MCP server with `extra` filler tools; killed when dropped.
+async fn many_tools(auth: &AuthServer, extra: usize) -> (String, tokio::process::Child) {
+    use tokio::io::AsyncBufReadExt;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/server.py");
+    let mut child = tokio::process::Command::new(python())
+        .arg(script)
+        .args(["oauth", auth.base.as_str()])
+        .env("MCP_EXTRA_TOOLS", extra.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(15), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let port = line.strip_prefix("PORT ").unwrap().trim().to_owned();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    auth.issued.lock().unwrap().resource = url.clone();
+    (url, child)
+}
+
+/// Through the lean catalogue: `call_tool` naming a tool of a user-scoped MCP connection parks
+/// the turn for the user's sign-in like a direct call, and then runs with the user's token (the
+/// catalogue's door carries the principal).
 #[tokio::test]
 async fn a_catalogue_call_of_a_user_scoped_mcp_tool_parks_for_authorization() {
-    let p = super::oauth::protected(Duration::from_secs(600)).await;
-    let server = serve(super::oauth_user::agent(&p.url, &p.auth.host)).await;
-    let alice = bearer("alice");
+    let auth = oauth_server::start(Duration::from_secs(600)).await;
+    let (url, _server) = many_tools(&auth, eve_runtime::mcp::CATALOGUE_THRESHOLD + 5).await;
+    let agent = super::oauth_user::agent(&url, &auth.host);
+    // A deferred tool: the catalogue is offered even before the user's tools can be listed.
+    agent.file(
+        "tools/note.yaml",
+        "description: Keep a note.\nrun: cat\ndeferred: true\n",
+    );
+    let server = serve(agent).await;
+    let bob = bearer("bob");
     let a = start_session(
         &server,
-        &alice,
+        &bob,
         "/tool call_tool {\"name\": \"docs__echo\", \"input\": {\"text\": \"via the catalogue\"}}",
     )
     .await;
-    let events = server.until_rest_as(&alice, &a, 0).await;
+    let events = server.until_rest_as(&bob, &a, 0).await;
     let required = of_type(&events, "authorization.required");
     assert_eq!(required.len(), 1, "{events:#?}");
     let url = required[0]["data"]["authorization"]["url"]
@@ -389,13 +425,13 @@ async fn a_catalogue_call_of_a_user_scoped_mcp_tool_parks_for_authorization() {
     let callback = sign_in(&url, &server.base).await;
     let (status, body) = visit(&callback).await;
     assert_eq!(status, 200, "{body}");
-    let events = server.until_rest_as(&alice, &a, events.len() as u64).await;
+    let events = server.until_rest_as(&bob, &a, events.len() as u64).await;
     assert_eq!(completed(&events), ["authorized"]);
     let done = results(&events);
     assert_eq!(done.len(), 1, "{events:#?}");
     assert!(
         done[0].to_string().contains("via the catalogue"),
-        "the catalogue call ran with Alice's token: {done:?}"
+        "the catalogue call ran with Bob's token: {done:?}"
     );
     server.stop().await;
 }
