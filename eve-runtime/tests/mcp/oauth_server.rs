@@ -288,9 +288,8 @@ async fn token(
             }
             issued.counter += 1;
             let access = format!("cc-{}-{}", issued.counter, unguessable(issued.counter));
-            issued
-                .access
-                .insert(access.clone(), Instant::now() + issued.lifetime);
+            let until = Instant::now() + issued.lifetime;
+            issued.access.insert(access.clone(), until);
             tokens.lock().unwrap().push(access.clone());
             axum::Json(json!({
                 "access_token": access,

@@ -155,8 +155,8 @@ async fn client_credentials_reach_an_openapi_api_behind_oauth() {
          ${{SHOP_CLIENT_SECRET}}\n  scopes: [docs.read]\n  allow: [\"{}\"]\n",
         auth.host
     );
-    let tools = tools(&shop, dir.path(), &oauth).await;
-    let tool = get_item(&tools);
+    let built = tools(&shop, dir.path(), &oauth).await;
+    let tool = get_item(&built);
     let Runner::OpenApi(call) = &tool.runner else {
         panic!("not an OpenAPI tool")
     };
@@ -169,7 +169,7 @@ async fn client_credentials_reach_an_openapi_api_behind_oauth() {
     );
     // No secret in the build.
     assert!(
-        !serde_json::to_string(&tools)
+        !serde_json::to_string(&built)
             .unwrap()
             .contains(CONFIDENTIAL_SECRET)
     );
@@ -232,8 +232,8 @@ async fn a_confidential_client_refreshes_after_a_restart() {
          scopes: [docs.read]\n  allow: [\"{}\"]\n",
         auth.host
     );
-    let tools = tools(&shop, dir.path(), &oauth).await;
-    let tool = get_item(&tools);
+    let built = tools(&shop, dir.path(), &oauth).await;
+    let tool = get_item(&built);
     let Runner::OpenApi(call) = &tool.runner else {
         panic!("not an OpenAPI tool")
     };
