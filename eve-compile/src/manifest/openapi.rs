@@ -99,7 +99,7 @@ pub struct OpenApiCall {
     pub auth: Option<ConnectionAuth>,
     /// OAuth of the API (instead of `auth`): its token is sent as `Authorization: Bearer`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub oauth: Option<super::OAuthSettings>,
+    pub oauth: Option<Box<super::OAuthSettings>>,
     /// Whose OAuth tokens the calls use: the app's or the session's principal's.
     #[serde(default, skip_serializing_if = "is_app")]
     pub credentials: super::Credentials,

@@ -271,7 +271,7 @@ impl Compiler {
             let own = overrides.get(&suffix);
             let (input_schema, mut call) =
                 build_call(&c.name, &rel, &base_url, op, auth.clone(), oauth.is_some());
-            call.oauth = oauth.clone();
+            call.oauth = oauth.clone().map(Box::new);
             call.credentials = credentials;
             if let Err(e) = jsonschema::validator_for(&input_schema) {
                 self.document_error(

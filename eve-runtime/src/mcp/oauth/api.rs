@@ -49,7 +49,7 @@ pub fn connection_of(call: &OpenApiCall) -> Option<Connection> {
         approval: Approval::Never,
         timeout_ms: 0,
         start_timeout_ms: None,
-        oauth: Some(oauth),
+        oauth: Some(*oauth),
         credentials: call.credentials,
     })
 }
