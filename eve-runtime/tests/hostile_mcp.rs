@@ -49,8 +49,13 @@ fn manager(timeout_ms: u64) -> McpManager {
 }
 
 async fn call(mcp: &McpManager, tool: &str, input: Value) -> ToolResult {
-    mcp.call(&format!("h__{tool}"), input, CancellationToken::new())
-        .await
+    mcp.call(
+        &format!("h__{tool}"),
+        input,
+        CancellationToken::new(),
+        eve_runtime::mcp::CallScope::default(),
+    )
+    .await
 }
 
 fn text(result: &ToolResult) -> String {

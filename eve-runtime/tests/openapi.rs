@@ -297,6 +297,8 @@ fn the_auth_secret_is_not_in_the_build_and_is_redacted() {
             username: "bot".into(),
             password: "${SHOP_KEY}".into(),
         }),
+        oauth: None,
+        credentials: eve_compile::Credentials::App,
     };
     let manifest = serde_json::to_value(Runner::OpenApi(call)).unwrap();
     assert!(!manifest.to_string().contains(KEY));

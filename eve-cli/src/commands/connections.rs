@@ -1,4 +1,4 @@
-//! `eve connections`: the OAuth MCP connections of the current build. `login NAME` runs the
+//! `eve connections`: the OAuth connections (MCP and OpenAPI) of the current build. `login NAME` runs the
 //! authorization code flow for an app-scoped connection (the URL is printed; the browser comes
 //! back to a loopback port; the token is stored), `list` shows each one's authorization (never a
 //! token), `logout NAME` removes the stored token.
@@ -24,14 +24,23 @@ fn oauth_connections(runtime: &eve_runtime::engine::Runtime) -> anyhow::Result<V
         .builds()
         .current()
         .context("no current build: run `eve build` first")?;
-    Ok(build
-        .manifest
-        .agent
+    let agent = &build.manifest.agent;
+    let mut connections: Vec<Connection> = agent
         .connections
         .iter()
         .filter(|c| c.oauth.is_some())
         .cloned()
-        .collect())
+        .collect();
+    // OpenAPI connections with `oauth:`: one entry per connection (each operation is a tool).
+    for tool in &agent.tools {
+        if let eve_compile::Runner::OpenApi(call) = &tool.runner
+            && !connections.iter().any(|c| c.name == call.connection)
+            && let Some(connection) = eve_runtime::mcp::oauth::api::connection_of(call)
+        {
+            connections.push(connection);
+        }
+    }
+    Ok(connections)
 }
 
 fn place(runtime: &eve_runtime::engine::Runtime, name: &str) -> TokenPlace {

@@ -147,7 +147,7 @@ impl Compiler {
     }
 
     /// Reads and checks the `oauth:` block; `None` (with diagnostics) when it is not usable.
-    fn oauth(
+    pub(super) fn oauth(
         &mut self,
         c: &Named,
         doc: &crate::yaml::Doc,

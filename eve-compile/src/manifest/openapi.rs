@@ -97,4 +97,14 @@ pub struct OpenApiCall {
     /// Auth added to every request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<ConnectionAuth>,
+    /// OAuth of the API (instead of `auth`): its token is sent as `Authorization: Bearer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<Box<super::OAuthSettings>>,
+    /// Whose OAuth tokens the calls use: the app's or the session's principal's.
+    #[serde(default, skip_serializing_if = "is_app")]
+    pub credentials: super::Credentials,
+}
+
+fn is_app(c: &super::Credentials) -> bool {
+    *c == super::Credentials::App
 }

@@ -291,6 +291,7 @@ impl Runtime {
             .with_web(crate::tools::WebContext::new(
                 build.manifest.agent.config.web.clone(),
             ))
+            .with_principal(self.inner.store.clone(), None)
     }
 
     /// The store.

@@ -32,10 +32,32 @@ pub(crate) fn enabled(agent: &eve_compile::Agent) -> bool {
         .connections
         .iter()
         .any(crate::mcp::user::is_user_scoped)
+        || agent.tools.iter().any(|t| user_scoped_api(t).is_some())
 }
 
-/// The user-scoped connection owning the `NAME__` prefix of `tool`.
-fn owner<'a>(agent: &'a eve_compile::Agent, tool: &str) -> Option<&'a Connection> {
+/// The OpenAPI operation `tool` calls, when its connection keeps a token per principal.
+fn user_scoped_api(tool: &eve_compile::Tool) -> Option<&eve_compile::OpenApiCall> {
+    match &tool.runner {
+        eve_compile::Runner::OpenApi(call)
+            if call.oauth.is_some() && call.credentials == eve_compile::Credentials::User =>
+        {
+            Some(call)
+        }
+        _ => None,
+    }
+}
+
+/// The user-scoped connection owning the `NAME__` prefix of `tool` (an MCP connection), or
+/// offering `tool` (an OpenAPI connection, in the shape of an MCP one).
+fn owner(agent: &eve_compile::Agent, tool: &str) -> Option<Connection> {
+    if let Some(call) = agent
+        .tools
+        .iter()
+        .find(|t| t.name == tool)
+        .and_then(user_scoped_api)
+    {
+        return crate::mcp::oauth::api::connection_of(call);
+    }
     agent
         .connections
         .iter()
@@ -45,6 +67,34 @@ fn owner<'a>(agent: &'a eve_compile::Agent, tool: &str) -> Option<&'a Connection
         })
         .max_by_key(|c| c.name.len())
         .filter(|c| crate::mcp::user::is_user_scoped(c))
+        .cloned()
+}
+
+/// The user-scoped connection called `name`: an MCP connection, or an OpenAPI one.
+fn named(agent: &eve_compile::Agent, name: &str) -> Option<Connection> {
+    agent
+        .connections
+        .iter()
+        .find(|c| c.name == name && crate::mcp::user::is_user_scoped(c))
+        .cloned()
+        .or_else(|| {
+            agent
+                .tools
+                .iter()
+                .filter_map(user_scoped_api)
+                .find(|call| call.connection == name)
+                .and_then(crate::mcp::oauth::api::connection_of)
+        })
+}
+
+/// The tool a call runs: its own name, or for the catalogue's `call_tool`, the tool it names.
+fn target(call: &ToolCallRecord) -> &str {
+    if call.name == crate::mcp::CALL_TOOL
+        && let Some(name) = call.input.get("name").and_then(serde_json::Value::as_str)
+    {
+        return name;
+    }
+    &call.name
 }
 
 /// The redirect URI of `connection`'s callback: under `EVE_PUBLIC_URL`, else under the runtime's
@@ -82,9 +132,10 @@ impl TurnExtension for Authorize {
         view: &TurnView<'_>,
         call: &ToolCallRecord,
     ) -> RuntimeResult<Option<Handled>> {
-        let Some(connection) = owner(&view.build.manifest.agent, &call.name) else {
+        let Some(connection) = owner(&view.build.manifest.agent, target(call)) else {
             return Ok(None);
         };
+        let connection = &connection;
         // Asked already (it waits), or declined (it settles denied with the reason).
         if call.approval != ApprovalState::None {
             return Ok(None);
@@ -106,7 +157,7 @@ impl TurnExtension for Authorize {
         let stand_in = format!("{}__{AUTHORIZE_TOOL}", connection.name);
         match user::has_token(&store, &connection.name, principal).await {
             // The stand-in's work is done once the principal holds a token.
-            Ok(true) if call.name == stand_in => {
+            Ok(true) if target(call) == stand_in => {
                 return Ok(Some(Handled::settle(
                     CallStatus::Completed,
                     json!({"connected": connection.name,
@@ -201,14 +252,7 @@ impl Runtime {
             .await?
             .ok_or_else(|| RuntimeError::SessionNotFound(flow.session.clone()))?;
         let build = self.inner.builds.get(&session.build_hash)?;
-        let Some(config) = build
-            .manifest
-            .agent
-            .connections
-            .iter()
-            .find(|c| c.name == connection && crate::mcp::user::is_user_scoped(c))
-            .cloned()
-        else {
+        let Some(config) = named(&build.manifest.agent, connection) else {
             return Err(refused("no user-scoped connection has this name"));
         };
         let completion = user::complete(

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
     ElicitationAction, ElicitationCapability, FormElicitationCapability, Implementation,
+    RequestParamsMeta,
 };
 use rmcp::service::{RequestContext, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -131,13 +132,16 @@ pub async fn connect_http(
         let outcome = match &authorizer {
             Some(auth) => {
                 let transport = StreamableHttpClientTransport::with_client(
-                    auth.auth_client(client.clone()).await?,
+                    super::traceparent::Traced(auth.auth_client(client.clone()).await?),
                     config,
                 );
                 handler.serve(transport).await
             }
             None => {
-                let transport = StreamableHttpClientTransport::with_client(client.clone(), config);
+                let transport = StreamableHttpClientTransport::with_client(
+                    super::traceparent::Traced(client.clone()),
+                    config,
+                );
                 handler.serve(transport).await
             }
         };
@@ -188,11 +192,25 @@ impl HttpSession {
 
     /// Calls a tool; the result as the server sent it (JSON).
     pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<Value, SessionError> {
+        self.call_tool_traced(name, arguments, None).await
+    }
+
+    /// [`Self::call_tool`] as part of a traced tool call: `traceparent` rides in the request's
+    /// `_meta` and as its `traceparent` header.
+    pub async fn call_tool_traced(
+        &self,
+        name: &str,
+        arguments: Value,
+        traceparent: Option<&str>,
+    ) -> Result<Value, SessionError> {
         let result = self
             .authorized(|| {
                 let mut params = CallToolRequestParams::new(name.to_owned());
                 if let Value::Object(map) = &arguments {
                     params = params.with_arguments(map.clone());
+                }
+                if let Some(traceparent) = traceparent {
+                    params.set_traceparent(traceparent);
                 }
                 self.service.peer().call_tool(params)
             })

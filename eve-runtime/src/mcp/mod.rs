@@ -89,6 +89,16 @@ impl McpTool {
     }
 }
 
+/// On whose behalf, and within which trace, an MCP tool is called.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallScope<'a> {
+    /// The session's principal: a user-scoped connection (`credentials: user`) uses its token
+    /// (`None`: such a connection's tools fail, saying why).
+    pub principal: Option<&'a str>,
+    /// The W3C `traceparent` of the call's span, when the turn is traced.
+    pub traceparent: Option<&'a str>,
+}
+
 /// Timeouts and restart limits of supervised servers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Supervision {
@@ -283,40 +293,28 @@ impl McpManager {
         lists.into_iter().chain(users).flatten().collect()
     }
 
-    /// Calls the MCP tool `name` (`NAME__tool`) with `input` (a JSON object). Never panics: every
-    /// failure (unknown tool, start failure, open circuit, timeout, server error, `isError`) is a
-    /// result with `ok: false` and a sentence saying why.
-    pub async fn call(&self, name: &str, input: Value, cancel: CancellationToken) -> ToolResult {
-        self.call_as(name, input, cancel, None, None).await
-    }
-
-    /// [`Self::call`] as part of a traced tool call: the request carries `traceparent` (the
-    /// call's span) in its `_meta` and, over Streamable HTTP, as a `traceparent` header.
-    pub async fn call_traced(
+    /// Calls the MCP tool `name` (`NAME__tool`) with `input` (a JSON object), within `scope`: a
+    /// user-scoped connection's tool runs with the token of `scope.principal` and with no other;
+    /// the request of a traced call carries `scope.traceparent` (the call's span) in its `_meta`
+    /// and, over Streamable HTTP, as a `traceparent` header. Never panics: every failure (unknown
+    /// tool, start failure, open circuit, timeout, server error, `isError`) is a result with
+    /// `ok: false` and a sentence saying why.
+    pub async fn call(
         &self,
         name: &str,
         input: Value,
         cancel: CancellationToken,
-        traceparent: Option<&str>,
-    ) -> ToolResult {
-        self.call_as(name, input, cancel, None, traceparent).await
-    }
-
-    /// [`McpManager::call_traced`] for `principal`: a user-scoped connection's tool runs with
-    /// that principal's token, and with no other.
-    pub async fn call_as(
-        &self,
-        name: &str,
-        input: Value,
-        cancel: CancellationToken,
-        principal: Option<&str>,
-        traceparent: Option<&str>,
+        scope: CallScope<'_>,
     ) -> ToolResult {
         if let Some(connection) = self.user_connection_for(name) {
-            return connection.call(name, input, cancel, principal).await;
+            return connection.call(name, input, cancel, scope).await;
         }
         match self.supervisor_for(name) {
-            Some(supervisor) => supervisor.call(name, input, cancel, traceparent).await,
+            Some(supervisor) => {
+                supervisor
+                    .call(name, input, cancel, scope.traceparent)
+                    .await
+            }
             None => ToolResult::failure(
                 format!(
                     "no MCP connection offers `{name}`: MCP tools are named `CONNECTION__tool`; connections: {}",
@@ -391,38 +389,33 @@ impl McpManager {
         rank(tools, query, limit)
     }
 
-    /// The catalogue entries of every connection's tools (see [`McpManager::tools`]).
-    pub(crate) async fn entries(&self) -> Vec<CatalogueEntry> {
-        self.tools()
+    /// The catalogue entries of every connection's tools, as `principal` sees them (see
+    /// [`McpManager::tools_for`]).
+    pub(crate) async fn entries_for(&self, principal: Option<&str>) -> Vec<CatalogueEntry> {
+        self.tools_for(principal)
             .await
             .iter()
             .map(CatalogueEntry::from)
             .collect()
     }
 
-    /// Runs a catalogue tool ([`SEARCH_TOOLS`] or [`CALL_TOOL`]); `None` when `name` is neither.
-    /// `call_tool` runs the named MCP tool as [`McpManager::call`] does: the engine applies that
-    /// tool's approval (see [`McpManager::tool`]) before calling this.
+    /// Runs a catalogue tool ([`SEARCH_TOOLS`] or [`CALL_TOOL`]) within `scope`; `None` when
+    /// `name` is neither. `call_tool` runs the named MCP tool as [`McpManager::call`] does: the
+    /// engine applies that tool's approval (see [`McpManager::tool`]) and, for a user-scoped
+    /// connection, the principal's authorization before calling this.
     pub async fn call_catalogue(
         &self,
         name: &str,
         input: Value,
         cancel: CancellationToken,
-    ) -> Option<ToolResult> {
-        self.call_catalogue_traced(name, input, cancel, None).await
-    }
-
-    /// [`Self::call_catalogue`] as part of a traced tool call (see [`Self::call_traced`]).
-    pub async fn call_catalogue_traced(
-        &self,
-        name: &str,
-        input: Value,
-        cancel: CancellationToken,
-        traceparent: Option<&str>,
+        scope: CallScope<'_>,
     ) -> Option<ToolResult> {
         let start = std::time::Instant::now();
         match name {
-            SEARCH_TOOLS => Some(search_catalogue(self.entries().await, &input)),
+            SEARCH_TOOLS => Some(search_catalogue(
+                self.entries_for(scope.principal).await,
+                &input,
+            )),
             CALL_TOOL => {
                 let Some(target) = input.get("name").and_then(Value::as_str) else {
                     return Some(ToolResult::failure(
@@ -431,7 +424,7 @@ impl McpManager {
                     ));
                 };
                 let args = input.get("input").cloned().unwrap_or_else(|| json!({}));
-                Some(self.call_traced(target, args, cancel, traceparent).await)
+                Some(self.call(target, args, cancel, scope).await)
             }
             _ => None,
         }

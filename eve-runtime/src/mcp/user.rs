@@ -55,6 +55,25 @@ impl UserAgent for AskThePrincipal {
     }
 }
 
+/// Most principals with an open session of one connection at once: past it, the least recently
+/// used session is closed (and opened again, from the stored token, on that principal's next
+/// call), so a runtime serving many users keeps a bounded number of sessions.
+pub(crate) const MAX_OPEN_SESSIONS: usize = 256;
+
+/// An open session and when it was last used (a tick of the connection's clock).
+struct Used {
+    open: Arc<Open>,
+    tick: u64,
+}
+
+/// The principals to close so that the sessions (principal, last use) have room for one more
+/// within `limit`: the least recently used first.
+fn to_evict(mut sessions: Vec<(String, u64)>, limit: usize) -> Vec<String> {
+    let excess = (sessions.len() + 1).saturating_sub(limit.max(1));
+    sessions.sort_by_key(|(_, tick)| *tick);
+    sessions.into_iter().take(excess).map(|(k, _)| k).collect()
+}
+
 /// One principal's open session.
 struct Open {
     session: HttpSession,
@@ -65,7 +84,8 @@ struct Open {
 pub(crate) struct UserConnection {
     config: Connection,
     shared: Arc<Shared>,
-    open: tokio::sync::Mutex<HashMap<String, Arc<Open>>>,
+    open: tokio::sync::Mutex<HashMap<String, Used>>,
+    clock: std::sync::atomic::AtomicU64,
 }
 
 impl UserConnection {
@@ -74,6 +94,7 @@ impl UserConnection {
             config,
             shared,
             open: tokio::sync::Mutex::new(HashMap::new()),
+            clock: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -117,8 +138,12 @@ impl UserConnection {
     /// `principal`'s session, opened with its stored token; `None` when it has no token.
     async fn session(&self, principal: &str) -> Result<Option<Arc<Open>>, McpError> {
         let mut open = self.open.lock().await;
-        if let Some(existing) = open.get(principal) {
-            return Ok(Some(existing.clone()));
+        let tick = self
+            .clock
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(existing) = open.get_mut(principal) {
+            existing.tick = tick;
+            return Ok(Some(existing.open.clone()));
         }
         let name = self.config.name.as_str();
         let unauthorized = |reason: String| McpError::Unauthorized {
@@ -175,7 +200,21 @@ impl UserConnection {
             .map_err(|e| self.session_error(principal, e))?;
         let tools = self.convert(listed);
         let entry = Arc::new(Open { session, tools });
-        open.insert(principal.to_owned(), entry.clone());
+        let ticks = open.iter().map(|(k, u)| (k.clone(), u.tick)).collect();
+        for old in to_evict(ticks, MAX_OPEN_SESSIONS) {
+            if let Some(used) = open.remove(&old)
+                && let Ok(closing) = Arc::try_unwrap(used.open)
+            {
+                tokio::spawn(async move { closing.session.close().await });
+            }
+        }
+        open.insert(
+            principal.to_owned(),
+            Used {
+                open: entry.clone(),
+                tick,
+            },
+        );
         Ok(Some(entry))
     }
 
@@ -246,8 +285,9 @@ impl UserConnection {
         name: &str,
         input: Value,
         cancel: CancellationToken,
-        principal: Option<&str>,
+        scope: super::CallScope<'_>,
     ) -> ToolResult {
+        let principal = scope.principal;
         let start = Instant::now();
         let fail = |message: String| ToolResult::failure(message, start.elapsed());
         let Some(principal) = principal else {
@@ -283,7 +323,7 @@ impl UserConnection {
         };
         let timeout = self.call_timeout();
         let outcome = tokio::select! {
-            outcome = tokio::time::timeout(timeout, open.session.call_tool(&tool.remote_name, input)) => outcome,
+            outcome = tokio::time::timeout(timeout, open.session.call_tool_traced(&tool.remote_name, input, scope.traceparent)) => outcome,
             () = cancel.cancelled() => return fail(format!("`{name}` was cancelled")),
         };
         match outcome {
@@ -305,11 +345,43 @@ impl UserConnection {
 
     /// Closes every principal's session.
     pub(crate) async fn shutdown(&self) {
-        let open: Vec<Arc<Open>> = self.open.lock().await.drain().map(|(_, v)| v).collect();
+        let open: Vec<Arc<Open>> = self
+            .open
+            .lock()
+            .await
+            .drain()
+            .map(|(_, v)| v.open)
+            .collect();
         for entry in open {
             if let Ok(entry) = Arc::try_unwrap(entry) {
                 entry.session.close().await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_least_recently_used_sessions_make_room() {
+        let ticks = |pairs: &[(&str, u64)]| -> Vec<(String, u64)> {
+            pairs.iter().map(|(k, t)| ((*k).to_owned(), *t)).collect()
+        };
+        assert!(to_evict(ticks(&[("a", 1), ("b", 2)]), 3).is_empty());
+        assert_eq!(to_evict(ticks(&[("a", 5), ("b", 2), ("c", 9)]), 3), ["b"]);
+        assert_eq!(
+            to_evict(ticks(&[("a", 5), ("b", 2), ("c", 9)]), 2),
+            ["b", "a"]
+        );
+        assert!(to_evict(Vec::new(), MAX_OPEN_SESSIONS).is_empty());
+        let full: Vec<(String, u64)> = (0..MAX_OPEN_SESSIONS as u64)
+            .map(|i| (format!("p{i}"), 1000 - i))
+            .collect();
+        assert_eq!(
+            to_evict(full, MAX_OPEN_SESSIONS),
+            [format!("p{}", MAX_OPEN_SESSIONS - 1)]
+        );
     }
 }

@@ -88,6 +88,10 @@ pub struct ToolContext {
     /// The W3C `traceparent` of the call's span, when tracing is on: the process gets it as
     /// `TRACEPARENT`, and the runtime's requests for the call carry it.
     pub traceparent: Option<String>,
+    /// The runtime's store, where OAuth connections keep their tokens (`None`: none here).
+    pub store: Option<Arc<dyn crate::store::Store>>,
+    /// The session's principal: whose tokens a `credentials: user` connection uses.
+    pub principal: Option<String>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -132,7 +136,20 @@ impl ToolContext {
             progress: None,
             web: WebContext::default(),
             traceparent: None,
+            store: None,
+            principal: None,
         }
+    }
+
+    /// With the store OAuth tokens are kept in, acting for `principal`.
+    pub fn with_principal(
+        mut self,
+        store: Arc<dyn crate::store::Store>,
+        principal: Option<String>,
+    ) -> Self {
+        self.store = Some(store);
+        self.principal = principal;
+        self
     }
 
     /// With this idempotency key.

@@ -7,11 +7,12 @@
 //! follow their style (`form` exploded or not, `spaceDelimited`, `pipeDelimited`, `deepObject`);
 //! header values are checked by the HTTP library (no line breaks) and may not name the headers
 //! the request itself controls. The connection's auth (bearer, header, basic) is read from the
-//! environment at each call and marked sensitive. The request may reach the origin of the
-//! connection's `base_url` only, through the same guarded client as `http:` tools (names
-//! resolved once, every address checked, redirects kept to that origin); the answer is read up
-//! to the tool's output limit while it streams, and a non-2xx status is a failed result with the
-//! status and the tail of the body.
+//! environment at each call and marked sensitive; an `oauth:` connection's token comes from the
+//! runtime's store (`crate::mcp::oauth::api`), is marked sensitive, and is cut from the answer.
+//! The request may reach the origin of the connection's `base_url` only, through the same
+//! guarded client as `http:` tools (names resolved once, every address checked, redirects kept
+//! to that origin); the answer is read up to the tool's output limit while it streams, and a
+//! non-2xx status is a failed result with the status and the tail of the body.
 
 use std::time::Instant;
 
@@ -64,12 +65,36 @@ pub(crate) async fn run_openapi_tool(
     let start = Instant::now();
     let timeout = effective_timeout(tool.timeout_ms);
     let limit = effective_limit(tool.output_limit);
-    let planned = prepare(call, input, ctx).and_then(|prepared| {
+    let bearer = match &call.oauth {
+        Some(_) => match crate::mcp::oauth::api::bearer(call, ctx).await {
+            Ok(token) => Some(token),
+            Err(e) => return ToolResult::failure(e, start.elapsed()),
+        },
+        None => None,
+    };
+    let planned = prepare(call, input, ctx, bearer.as_deref()).and_then(|prepared| {
         let egress = egress(&prepared.0, ctx)?;
         Ok((prepared.1, egress))
     });
     match planned {
-        Ok((prepared, egress)) => send(prepared, egress, ctx, limit, timeout, cancel, start).await,
+        Ok((prepared, egress)) => {
+            let mut result = send(prepared, egress, ctx, limit, timeout, cancel, start).await;
+            if let Some(token) = &bearer {
+                if result
+                    .error
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("HTTP 401"))
+                {
+                    crate::mcp::oauth::api::refused(call, ctx).await;
+                }
+                // An API that echoes the token does not hand it to the model.
+                hide(&mut result.output, token);
+                if let Some(error) = &mut result.error {
+                    *error = error.replace(token.as_str(), "[redacted]");
+                }
+            }
+            result
+        }
         Err(e) => {
             let mut result = ToolResult::failure(e.to_string(), start.elapsed());
             result.input_refused = matches!(
@@ -103,6 +128,7 @@ fn prepare(
     call: &OpenApiCall,
     input: &Value,
     ctx: &ToolContext,
+    bearer: Option<&str>,
 ) -> Result<(Url, Prepared), ToolError> {
     let lookup = |name: &str| ctx.lookup(name);
     let method = Method::from_bytes(call.method.as_bytes())
@@ -240,6 +266,16 @@ fn prepare(
         value.set_sensitive(true);
         headers.insert(name, value);
     }
+    if let Some(token) = bearer {
+        let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|e| {
+            ToolError::InvalidHeader {
+                name: "authorization".to_owned(),
+                reason: e.to_string(),
+            }
+        })?;
+        value.set_sensitive(true);
+        headers.insert(AUTHORIZATION, value);
+    }
     if matches!(
         method,
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
@@ -256,6 +292,16 @@ fn prepare(
             body,
         },
     ))
+}
+
+/// Replaces `secret` wherever it appears in the strings of `value`.
+fn hide(value: &mut Value, secret: &str) {
+    match value {
+        Value::String(s) if s.contains(secret) => *s = s.replace(secret, "[redacted]"),
+        Value::Array(items) => items.iter_mut().for_each(|v| hide(v, secret)),
+        Value::Object(map) => map.values_mut().for_each(|v| hide(v, secret)),
+        _ => {}
+    }
 }
 
 /// One path segment for a value, by the parameter's style (`simple`, `label`, `matrix`), every

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eve_compile::{Approval, Connection, ToolFilter, Transport};
-use eve_runtime::mcp::{self, CALL_TOOL, ConnectionState, McpManager, SEARCH_TOOLS, Supervision};
+use eve_runtime::mcp::{
+    self, CALL_TOOL, CallScope, ConnectionState, McpManager, SEARCH_TOOLS, Supervision,
+};
 use eve_runtime::tools::{EnvLookup, ToolResult};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -20,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 mod oauth;
 mod oauth_server;
 mod oauth_user;
+mod openapi_oauth;
 
 /// The python with the `mcp` package.
 fn python() -> PathBuf {
@@ -106,7 +109,8 @@ fn quick() -> Supervision {
 }
 
 async fn call(mcp: &McpManager, name: &str, input: Value) -> ToolResult {
-    mcp.call(name, input, CancellationToken::new()).await
+    mcp.call(name, input, CancellationToken::new(), CallScope::default())
+        .await
 }
 
 fn error(result: &ToolResult) -> String {
@@ -378,7 +382,14 @@ async fn timeouts_cancel_the_call_and_restart_a_server_that_stopped_responding()
         canceller.cancel();
     });
     let started = Instant::now();
-    let cancelled = mcp.call("t__sleep", json!({"seconds": 30}), cancel).await;
+    let cancelled = mcp
+        .call(
+            "t__sleep",
+            json!({"seconds": 30}),
+            cancel,
+            CallScope::default(),
+        )
+        .await;
     assert!(error(&cancelled).contains("was cancelled"));
     assert!(
         started.elapsed() < Duration::from_secs(10),
@@ -562,7 +573,11 @@ async fn a_traced_call_carries_its_traceparent_header_to_the_http_server() {
     let traced = |tp: Option<&'static str>| {
         let mcp = mcp.clone();
         async move {
-            mcp.call_traced("web__header", asks(), CancellationToken::new(), tp)
+            let scope = CallScope {
+                principal: None,
+                traceparent: tp,
+            };
+            mcp.call("web__header", asks(), CancellationToken::new(), scope)
                 .await
         }
     };
@@ -576,11 +591,14 @@ async fn a_traced_call_carries_its_traceparent_header_to_the_http_server() {
     );
     // Through the catalogue's `call_tool`, too.
     let catalogued = mcp
-        .call_catalogue_traced(
+        .call_catalogue(
             CALL_TOOL,
             json!({"name": "web__header", "input": asks()}),
             CancellationToken::new(),
-            Some(A),
+            CallScope {
+                principal: None,
+                traceparent: Some(A),
+            },
         )
         .await
         .unwrap();
@@ -614,6 +632,7 @@ async fn catalogue_searches_and_calls_tools() {
             SEARCH_TOOLS,
             json!({"query": "echo"}),
             CancellationToken::new(),
+            CallScope::default(),
         )
         .await
         .unwrap();
@@ -632,6 +651,7 @@ async fn catalogue_searches_and_calls_tools() {
                 "t__echo",
                 json!({"text": "from a task"}),
                 CancellationToken::new(),
+                CallScope::default(),
             )
             .await
     });
@@ -646,15 +666,21 @@ async fn catalogue_searches_and_calls_tools() {
             CALL_TOOL,
             json!({"name": "t__add", "input": {"a": 2, "b": 3}}),
             CancellationToken::new(),
+            CallScope::default(),
         )
         .await
         .unwrap();
     assert_eq!(result.output, json!({"result": 5}));
 
     assert!(
-        mcp.call_catalogue("t__add", json!({}), CancellationToken::new())
-            .await
-            .is_none()
+        mcp.call_catalogue(
+            "t__add",
+            json!({}),
+            CancellationToken::new(),
+            CallScope::default()
+        )
+        .await
+        .is_none()
     );
     let specs = mcp::catalogue_tools();
     assert_eq!(specs[0].input_schema["required"], json!(["query"]));

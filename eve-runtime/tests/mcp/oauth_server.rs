@@ -1,7 +1,10 @@
 //! A small OAuth 2.1 authorization server for the MCP OAuth tests, on 127.0.0.1: RFC 9728
 //! protected-resource metadata (for the fixture MCP server), RFC 8414 metadata, RFC 7591
 //! registration, the authorization code grant with PKCE S256 (approving at once, redirecting
-//! with `code` and `state`), refresh, and `/introspect` for the resource server.
+//! with `code` and `state`), refresh, the client credentials grant, and `/introspect` for the
+//! resource server. One confidential client is registered beforehand ([`CONFIDENTIAL_ID`]): every
+//! token request naming it must authenticate with its secret (HTTP Basic or the request body),
+//! refreshes included.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,12 +13,17 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{RawQuery, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine;
 use serde_json::json;
 use sha2::Digest;
+
+/// The pre-registered confidential client.
+pub const CONFIDENTIAL_ID: &str = "eve-confidential";
+/// Its secret.
+pub const CONFIDENTIAL_SECRET: &str = "confidential-secret-0123456789";
 
 /// What the server has issued; shared with the test.
 #[derive(Default)]
@@ -149,9 +157,9 @@ async fn server_metadata(State((issued, ..)): State<Shared>) -> Response {
         "token_endpoint": format!("{base}/token"),
         "registration_endpoint": format!("{base}/register"),
         "response_types_supported": ["code"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "grant_types_supported": ["authorization_code", "refresh_token", "client_credentials"],
         "code_challenge_methods_supported": ["S256"],
-        "token_endpoint_auth_methods_supported": ["none"],
+        "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
         "scopes_supported": ["docs.read"],
     }))
     .into_response()
@@ -212,6 +220,36 @@ fn urlencode(text: &str) -> String {
         .collect()
 }
 
+/// The client a token request authenticates as, and whether it gave the confidential client's
+/// secret: HTTP Basic first, then `client_id`/`client_secret` in the body.
+fn client_of(headers: &HeaderMap, f: &HashMap<String, String>) -> (Option<String>, bool) {
+    if let Some(basic) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic "))
+        && let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(basic.trim())
+    {
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if let Some((id, secret)) = text.split_once(':') {
+            let (id, secret) = (decode(id), decode(secret));
+            let ok = id == CONFIDENTIAL_ID && secret == CONFIDENTIAL_SECRET;
+            return (Some(id), ok);
+        }
+    }
+    let id = f.get("client_id").cloned();
+    let ok = id.as_deref() == Some(CONFIDENTIAL_ID)
+        && f.get("client_secret").map(String::as_str) == Some(CONFIDENTIAL_SECRET);
+    (id, ok)
+}
+
+fn unauthorized_client() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        axum::Json(json!({"error": "invalid_client"})),
+    )
+        .into_response()
+}
+
 fn grant(issued: &mut Issued, tokens: &Mutex<Vec<String>>) -> Response {
     issued.counter += 1;
     let access = format!("at-{}-{}", issued.counter, unguessable(issued.counter));
@@ -232,10 +270,35 @@ fn grant(issued: &mut Issued, tokens: &Mutex<Vec<String>>) -> Response {
     .into_response()
 }
 
-async fn token(State((issued, refreshes, tokens)): State<Shared>, body: String) -> Response {
+async fn token(
+    State((issued, refreshes, tokens)): State<Shared>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
     let f = form(&body);
     let mut issued = issued.lock().unwrap();
+    let (client, authenticated) = client_of(&headers, &f);
+    if client.as_deref() == Some(CONFIDENTIAL_ID) && !authenticated {
+        return unauthorized_client();
+    }
     match f.get("grant_type").map(String::as_str) {
+        Some("client_credentials") => {
+            if !authenticated {
+                return unauthorized_client();
+            }
+            issued.counter += 1;
+            let access = format!("cc-{}-{}", issued.counter, unguessable(issued.counter));
+            let until = Instant::now() + issued.lifetime;
+            issued.access.insert(access.clone(), until);
+            tokens.lock().unwrap().push(access.clone());
+            axum::Json(json!({
+                "access_token": access,
+                "token_type": "Bearer",
+                "expires_in": issued.lifetime.as_secs(),
+                "scope": "docs.read",
+            }))
+            .into_response()
+        }
         Some("authorization_code") => {
             let (Some(code), Some(verifier)) = (f.get("code"), f.get("code_verifier")) else {
                 return bad("invalid_request");

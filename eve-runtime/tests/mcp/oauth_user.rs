@@ -24,7 +24,7 @@ use crate::server_support::{AgentDir, TestServer};
 
 const SECRET: &str = "oauth-user-jwt-secret-0123456789";
 
-fn agent(mcp_url: &str, auth_host: &str) -> AgentDir {
+pub(super) fn agent(mcp_url: &str, auth_host: &str) -> AgentDir {
     let agent = AgentDir::new();
     agent
         .file(
@@ -41,7 +41,7 @@ fn agent(mcp_url: &str, auth_host: &str) -> AgentDir {
     agent
 }
 
-fn bearer(sub: &str) -> String {
+pub(super) fn bearer(sub: &str) -> String {
     let now = chrono::Utc::now().timestamp();
     format!(
         "Bearer {}",
@@ -51,7 +51,7 @@ fn bearer(sub: &str) -> String {
 
 /// Serves `agent` with the JWT secret, and `EVE_PUBLIC_URL` set to the server's own address
 /// once it listens (what an operator sets to the URL browsers reach the runtime at).
-async fn serve(agent: AgentDir) -> TestServer {
+pub(super) async fn serve(agent: AgentDir) -> TestServer {
     let public: Arc<Mutex<String>> = Arc::default();
     let seen = public.clone();
     let server = TestServer::start_full(
@@ -102,7 +102,7 @@ async fn post_as(server: &TestServer, auth: &str, path: &str, body: Value) -> (u
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-async fn start_session(server: &TestServer, auth: &str, message: &str) -> String {
+pub(super) async fn start_session(server: &TestServer, auth: &str, message: &str) -> String {
     let (status, body) =
         post_as(server, auth, "/eve/v1/session", json!({"message": message})).await;
     assert_eq!(status, 202, "{body}");
@@ -120,13 +120,13 @@ async fn say(server: &TestServer, auth: &str, session: &str, message: &str) {
     assert_eq!(status, 202, "{body}");
 }
 
-fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+pub(super) fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == kind).collect()
 }
 
 /// The browser: asks the authorization server (which approves at once) and returns the
 /// callback URL it redirects to, on `base` (the runtime's public URL now).
-async fn sign_in(authorization_url: &str, base: &str) -> String {
+pub(super) async fn sign_in(authorization_url: &str, base: &str) -> String {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -137,7 +137,7 @@ async fn sign_in(authorization_url: &str, base: &str) -> String {
     format!("{base}{path}")
 }
 
-async fn visit(url: &str) -> (u16, String) {
+pub(super) async fn visit(url: &str) -> (u16, String) {
     let response = reqwest::get(url).await.unwrap();
     (
         response.status().as_u16(),
@@ -162,14 +162,14 @@ fn required_url(events: &[Value], principal: &str) -> String {
     data["authorization"]["url"].as_str().unwrap().to_owned()
 }
 
-fn completed(events: &[Value]) -> Vec<String> {
+pub(super) fn completed(events: &[Value]) -> Vec<String> {
     of_type(events, "authorization.completed")
         .iter()
         .map(|e| e["data"]["outcome"].as_str().unwrap_or_default().to_owned())
         .collect()
 }
 
-fn results(events: &[Value]) -> Vec<Value> {
+pub(super) fn results(events: &[Value]) -> Vec<Value> {
     of_type(events, "action.result")
         .iter()
         .map(|e| e["data"].clone())

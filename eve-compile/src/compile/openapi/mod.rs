@@ -7,7 +7,9 @@
 //! build the request: so approvals, effects, timeouts, output caps and the lean catalogue apply
 //! to these tools exactly as to any other. An operation without `operationId` is named
 //! `<method>_<path>` (`GET /items/{id}` → `get_items_id`); any name is reduced to the tool-name
-//! rules (`[A-Za-z0-9_-]`, 64 characters, a hash suffix when cut).
+//! rules (`[A-Za-z0-9_-]`, 64 characters, a hash suffix when cut). Credentials are `auth:` (a
+//! static secret) or `oauth:` with `credentials:` (checked as an MCP connection's; the runtime
+//! obtains the tokens), never both.
 
 mod document;
 
@@ -139,6 +141,8 @@ impl Compiler {
                 "timeout",
                 "output_limit",
                 "description",
+                "oauth",
+                "credentials",
             ],
             "OpenAPI connection",
         );
@@ -159,6 +163,9 @@ impl Compiler {
         let timeout_ms = f.duration_ms("timeout").unwrap_or(sandbox.timeout_ms);
         let output_limit = f.u64("output_limit").unwrap_or(sandbox.output_limit);
         let auth = self.connection_auth(&file, doc);
+        let (oauth, credentials) = self.openapi_oauth(c, doc, auth.is_some());
+        ok &= oauth.is_ok();
+        let oauth = oauth.unwrap_or_default();
         let (allow, block, overrides) = self.operation_settings(&file, doc);
 
         // The document: a file of the agent folder, beside the agent that holds the connection.
@@ -262,7 +269,10 @@ impl Compiler {
                 continue;
             }
             let own = overrides.get(&suffix);
-            let (input_schema, call) = build_call(&c.name, &rel, &base_url, op, auth.clone());
+            let (input_schema, mut call) =
+                build_call(&c.name, &rel, &base_url, op, auth.clone(), oauth.is_some());
+            call.oauth = oauth.clone().map(Box::new);
+            call.credentials = credentials;
             if let Err(e) = jsonschema::validator_for(&input_schema) {
                 self.document_error(
                     &rel,
@@ -472,6 +482,48 @@ impl Compiler {
         }
     }
 
+    /// `oauth:` and `credentials:` of an OpenAPI connection (checked as an MCP connection's are);
+    /// `Err` (with diagnostics) when they cannot be used, or when `auth:` is given as well.
+    fn openapi_oauth(
+        &mut self,
+        c: &Named,
+        doc: &yaml::Doc,
+        has_auth: bool,
+    ) -> (Result<Option<OAuthSettings>, ()>, Credentials) {
+        let mut f = Fields::new(&c.file.path, doc, "", &mut self.diags);
+        let credentials = f
+            .choice(
+                "credentials",
+                &[("app", Credentials::App), ("user", Credentials::User)],
+            )
+            .unwrap_or_default();
+        if !f.has("oauth") {
+            if credentials == Credentials::User {
+                f.report(
+                    Code::InvalidConnection,
+                    "credentials",
+                    "`credentials: user` needs an `oauth:` block".to_owned(),
+                    "per-user tokens come from OAuth: add `oauth:` (with `grant: authorization_code`)",
+                );
+                return (Err(()), credentials);
+            }
+            return (Ok(None), credentials);
+        }
+        if has_auth {
+            f.report(
+                Code::InvalidConnection,
+                "oauth",
+                "the connection has both `auth` and `oauth`".to_owned(),
+                "an API is reached with one kind of credentials: keep `oauth:` (tokens from its authorization server) or `auth:` (a static secret)",
+            );
+            return (Err(()), credentials);
+        }
+        match self.oauth(c, doc, credentials) {
+            Some(settings) => (Ok(Some(settings)), credentials),
+            None => (Err(()), credentials),
+        }
+    }
+
     /// `operations: {allow, block, override: {NAME: {approval, effect}}}`.
     fn operation_settings(
         &mut self,
@@ -524,6 +576,7 @@ fn build_call(
     base_url: &str,
     op: &document::Operation,
     auth: Option<ConnectionAuth>,
+    oauth: bool,
 ) -> (Value, OpenApiCall) {
     let mut properties = Map::new();
     let mut required = Vec::new();
@@ -534,6 +587,7 @@ fn build_call(
         Some(ConnectionAuth::Bearer { .. } | ConnectionAuth::Basic { .. }) => {
             Some("authorization".to_owned())
         }
+        None if oauth => Some("authorization".to_owned()),
         None => None,
     };
     for p in op.parameters.iter().filter(|p| {
@@ -605,6 +659,8 @@ fn build_call(
         parameters,
         body,
         auth,
+        oauth: None,
+        credentials: Credentials::App,
     };
     (schema, call)
 }

@@ -184,6 +184,7 @@ impl TurnDriver<'_> {
             .rt
             .telemetry()
             .and_then(|t| t.traceparent_for_call(&turn.session_id, turn.seq, &call.call_id));
+        ctx.principal = self.session.owner.clone();
         ctx.network = match &resolved.target {
             Target::Build(tool) => agent
                 .sandbox
@@ -216,15 +217,11 @@ impl TurnDriver<'_> {
                     // A user-scoped connection acts with the token of the session's principal.
                     let owner = self.session.owner.clone();
                     Box::pin(async move {
-                        manager
-                            .call_as(
-                                &name,
-                                input,
-                                token,
-                                owner.as_deref(),
-                                traceparent.as_deref(),
-                            )
-                            .await
+                        let scope = crate::mcp::CallScope {
+                            principal: owner.as_deref(),
+                            traceparent: traceparent.as_deref(),
+                        };
+                        manager.call(&name, input, token, scope).await
                     })
                 }
                 Target::Catalogue(manager) => {
@@ -235,9 +232,14 @@ impl TurnDriver<'_> {
                         token.clone(),
                         ctx.traceparent.clone(),
                     );
+                    let owner = self.session.owner.clone();
                     Box::pin(async move {
+                        let scope = crate::mcp::CallScope {
+                            principal: owner.as_deref(),
+                            traceparent: traceparent.as_deref(),
+                        };
                         manager
-                            .call_catalogue(&name, input, token, traceparent.as_deref())
+                            .call_catalogue(&name, input, token, scope)
                             .await
                             .unwrap_or_else(|| {
                                 ToolResult::failure("not a catalogue tool", Duration::ZERO)

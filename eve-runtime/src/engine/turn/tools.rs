@@ -128,13 +128,13 @@ impl Catalogue {
         name: &str,
         input: Value,
         cancel: CancellationToken,
-        traceparent: Option<&str>,
+        scope: crate::mcp::CallScope<'_>,
     ) -> Option<ToolResult> {
         match name {
             SEARCH_TOOLS => {
                 let mut entries = self.deferred.as_ref().clone();
                 if let Some(manager) = &self.mcp {
-                    entries.extend(manager.entries().await);
+                    entries.extend(manager.entries_for(scope.principal).await);
                 }
                 Some(search_catalogue(entries, &input))
             }
@@ -142,9 +142,7 @@ impl Catalogue {
                 let named = input.get("name").and_then(Value::as_str).unwrap_or("");
                 match &self.mcp {
                     Some(manager) if named.contains("__") => {
-                        manager
-                            .call_catalogue_traced(name, input, cancel, traceparent)
-                            .await
+                        manager.call_catalogue(name, input, cancel, scope).await
                     }
                     _ => Some(ToolResult::failure(
                         format!(

@@ -16,6 +16,7 @@
 //! - tokens live in the [`Authorizer`] and are added to requests by the transport; they never
 //!   appear in its `Debug` output, in errors or in tool results.
 
+pub mod api;
 pub mod connect;
 pub(crate) mod http;
 pub mod login;
@@ -372,7 +373,31 @@ impl Authorizer {
     /// whether there were some.
     pub async fn restore(&self) -> Result<bool, OAuthError> {
         let mut manager = self.manager.lock().await;
-        Ok(manager.initialize_from_store().await?)
+        let restored = manager.initialize_from_store().await?;
+        // The store keeps the client's id only: a confidential client gets its secret back, or
+        // its refresh after a restart would go unauthenticated (and be refused).
+        if restored
+            && let (Some(id), Some(secret)) = (&self.config.client_id, &self.config.client_secret)
+            && manager
+                .get_credentials()
+                .await
+                .is_ok_and(|(stored, _)| &stored == id)
+        {
+            let client = rmcp::transport::auth::OAuthClientConfig::new(
+                id.clone(),
+                self.config.redirect_uri.clone(),
+            )
+            .with_client_secret(secret.clone())
+            .with_scopes(self.config.scopes.clone());
+            manager.configure_client(client)?;
+        }
+        Ok(restored)
+    }
+
+    /// The access token to send: the held one, refreshed first when it has expired.
+    pub async fn access_token(&self) -> Result<String, OAuthError> {
+        let manager = self.manager.lock().await;
+        Ok(manager.get_access_token().await?)
     }
 
     /// Whether a token is held (it may have expired; the transport refreshes it).
