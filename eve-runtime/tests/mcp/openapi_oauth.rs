@@ -108,6 +108,7 @@ async fn tools(shop: &Shop, dir: &Path, yaml: &str) -> Vec<Tool> {
             file_prefix: "agent/".into(),
             protected_dirs: Vec::new(),
             agent_dir: Some(agent.clone()),
+            cache_dir: None,
         },
     );
     assert_eq!(output.error_count(), 0, "{:#?}", output.diagnostics);
