@@ -5,6 +5,7 @@ mod agent_tool;
 mod answer_race;
 mod attachments;
 mod attacks_flood;
+mod attacks_flood_api;
 mod attacks_oauth;
 mod attacks_remote;
 mod behaviours;

@@ -67,6 +67,11 @@ pub struct ServerConfig {
     /// another's identity when the check is off.
     #[doc(hidden)]
     pub forwarders_unchecked_for_tests: bool,
+    /// Per-principal bounds on the API's sessions in flight and messages queued (`limits:` of
+    /// `channels/eve.yaml`); `None`: unbounded. Operators are never bounded.
+    pub limits: Option<super::quota::Bounds>,
+    /// What the bounds count (clones share it).
+    pub quota: super::quota::Quota,
 }
 
 impl Default for ServerConfig {
@@ -85,6 +90,8 @@ impl Default for ServerConfig {
             ownership_unchecked_for_tests: false,
             forwarders: super::forwarded::Forwarders::default(),
             forwarders_unchecked_for_tests: false,
+            limits: None,
+            quota: super::quota::Quota::default(),
         }
     }
 }
@@ -124,6 +131,14 @@ impl ServerConfig {
                     file: file.to_owned(),
                     message,
                 })?;
+        if let Some(limits) = channel.settings.get("limits") {
+            config.limits = Some(super::quota::limits(limits, "HTTP API channel").map_err(
+                |message| ServerError::InvalidSetting {
+                    file: file.to_owned(),
+                    message,
+                },
+            )?);
+        }
         if let Some(cors) = channel.settings.get("cors") {
             config.cors = Some(parse_cors(cors, env, file)?);
         }

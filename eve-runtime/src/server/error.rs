@@ -92,6 +92,10 @@ pub enum ApiError {
     /// The agent cannot serve sessions now (no loadable build).
     #[error("{0}")]
     Unavailable(String),
+    /// The caller is past its bounds on sessions in flight or messages queued (`limits:` of
+    /// `channels/eve.yaml`): retry later.
+    #[error("{0}")]
+    TooManyInFlight(String),
     /// A read hit damaged storage (the cause, as the store said it); logged as an error too.
     #[error(
         "A read hit damaged storage ({0}); run `eve store check` and restore the store from a backup (docs/operations.md)."
@@ -131,6 +135,7 @@ impl ApiError {
             Self::Upload { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::TooManyInFlight(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal(_) | Self::StoreDamaged(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -156,6 +161,7 @@ impl ApiError {
             Self::ReleaseNotFound(_) => "release_not_found",
             Self::ReleaseRefused(_) => "release_refused",
             Self::Unavailable(_) => "unavailable",
+            Self::TooManyInFlight(_) => "too_many_in_flight",
             Self::Internal(_) => "internal_error",
             Self::StoreDamaged(_) => "store_damaged",
         }
@@ -196,6 +202,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        }
+        if let Self::TooManyInFlight(_) = &self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if let Self::Unauthorized { challenge } = &self {
             response.headers_mut().insert(

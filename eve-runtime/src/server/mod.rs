@@ -23,6 +23,7 @@ mod jwt;
 mod listener;
 mod memory;
 mod metrics_port;
+pub mod quota;
 mod releases;
 mod reload;
 mod routes;

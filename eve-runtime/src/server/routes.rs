@@ -207,6 +207,30 @@ fn with_traceparent(mut options: body::TurnOptions, headers: &HeaderMap) -> body
     options
 }
 
+/// Admits one more message of `caller` under the API's `limits:` (a new session when `target`
+/// is `None`); `None` when nothing bounds it (no `limits:`, an operator).
+async fn admit(
+    app: &App,
+    caller: &Caller,
+    target: Option<&str>,
+) -> Result<Option<super::quota::Admission>, ApiError> {
+    let Some(bounds) = app.config.limits else {
+        return Ok(None);
+    };
+    if super::tenancy::reach(app, caller).is_operator() {
+        return Ok(None);
+    }
+    app.config
+        .quota
+        .admit(&app.runtime, caller.id(), target, bounds)
+        .await
+        .map(Some)
+        .map_err(|refused| match refused {
+            super::quota::Refused::Busy(message) => ApiError::TooManyInFlight(message),
+            super::quota::Refused::Internal(detail) => ApiError::Internal(detail),
+        })
+}
+
 /// `POST /eve/v1/session`: a new session, with an optional first message. It belongs to the
 /// caller (see `engine::tenancy`).
 pub(crate) async fn create_session(
@@ -235,6 +259,11 @@ pub(crate) async fn create_session(
         extra.push(Extra::Stubs(stubs));
     }
     let session = SessionRef::new_session(None);
+    // Counted before the files are staged, so a refused message leaves nothing behind.
+    let admission = match &input {
+        Some(_) => admit(&app, &caller, None).await?,
+        None => None,
+    };
     let mut message = None;
     if let Some(input) = input {
         let SessionRef::New { id, .. } = &session else {
@@ -262,6 +291,9 @@ pub(crate) async fn create_session(
         })
         .await?
         .ok_or_else(|| ApiError::Internal("the new session was not stored".to_owned()))?;
+    if let Some(admission) = admission {
+        admission.record(&accepted.session);
+    }
     Ok(accepted_delivery(
         &accepted.session,
         accepted.inbox_id.as_deref(),
@@ -371,6 +403,7 @@ pub(crate) async fn post_session(
             if app.runtime.session(&id).await?.is_none() {
                 return Err(ApiError::SessionNotFound);
             }
+            let admission = admit(&app, &caller, Some(&id)).await?;
             let (text, attachments) = staged(&app, &id, bytes.len(), input).await?;
             let mut accept = Accept::message(SessionRef::Existing(id.clone()), text);
             accept
@@ -386,6 +419,9 @@ pub(crate) async fn post_session(
                 .await?
                 .and_then(|a| a.inbox_id)
                 .ok_or_else(|| ApiError::Internal("the message was not stored".to_owned()))?;
+            if let Some(admission) = admission {
+                admission.record(&id);
+            }
             return Ok(accepted_delivery(&id, Some(&delivery)));
         }
         SessionInput::InputResponses(responses) => {

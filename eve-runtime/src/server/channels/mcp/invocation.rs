@@ -10,8 +10,8 @@
 use serde_json::{Map, Value, json};
 
 use super::ToolError;
-use super::quota::{Admission, Bounds, Quota};
 use crate::engine::{Accept, Caller, Extra, InputAnswer, Runtime, RuntimeError, SessionRef};
+use crate::server::quota::{Admission, Bounds, Quota, Refused};
 use crate::store::{InputRequestRecord, RequestStatus, SessionRecord, SessionStatus};
 
 /// How long a client waits before polling a working invocation again, in milliseconds.
@@ -198,7 +198,11 @@ impl Invocations<'_> {
             Some((quota, bounds)) => quota
                 .admit(self.runtime, &self.owner, target, *bounds)
                 .await
-                .map(Some),
+                .map(Some)
+                .map_err(|refused| match refused {
+                    Refused::Busy(message) => ToolError::busy(message),
+                    Refused::Internal(detail) => ToolError::internal(&detail),
+                }),
         }
     }
 

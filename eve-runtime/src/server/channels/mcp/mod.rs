@@ -20,7 +20,7 @@
 //! stands alone and invocations are durable eve sessions.
 
 mod invocation;
-mod quota;
+use crate::server::quota;
 mod tools;
 
 use std::sync::Arc;
@@ -97,7 +97,7 @@ impl McpChannel {
                 "allowed_hosts" => &mut allowed_hosts,
                 "allowed_origins" => &mut allowed_origins,
                 "limits" => {
-                    bounds = limits(value).map_err(invalid)?;
+                    bounds = quota::limits(value, "MCP channel").map_err(invalid)?;
                     continue;
                 }
                 other => {
@@ -215,36 +215,6 @@ impl McpChannel {
         }
         None
     }
-}
-
-/// `limits: {in_flight: N, queued: N}` (per principal; each at least 1).
-fn limits(value: &Value) -> Result<quota::Bounds, String> {
-    let Some(map) = value.as_object() else {
-        return Err(format!(
-            "`limits` must be a map such as `{{in_flight: 8, queued: 32}}`, found {value}"
-        ));
-    };
-    let mut bounds = quota::Bounds::default();
-    for (key, v) in map {
-        let n = v
-            .as_u64()
-            .filter(|n| *n >= 1)
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| {
-                format!("`limits.{key}` must be a whole number of at least 1, found {v}")
-            })?;
-        match key.as_str() {
-            "in_flight" => bounds.in_flight = n,
-            "queued" => bounds.queued = n,
-            other => {
-                return Err(format!(
-                    "`limits.{other}` is not a limit of the MCP channel (it takes `in_flight` \
-                     and `queued`, per principal)"
-                ));
-            }
-        }
-    }
-    Ok(bounds)
 }
 
 /// Who a call acts as: the authenticated caller, and the sender its messages carry.

@@ -51,7 +51,7 @@ pub(super) struct AgentServer {
     /// Tests only: every caller reaches every invocation.
     pub(super) ownership_unchecked: bool,
     /// Per-principal admissions and their bounds (`None`: unbounded, tests only).
-    pub(super) quota: Option<(super::quota::Quota, super::quota::Bounds)>,
+    pub(super) quota: Option<(crate::server::quota::Quota, crate::server::quota::Bounds)>,
 }
 
 impl ServerHandler for AgentServer {

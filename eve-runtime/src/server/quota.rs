@@ -1,12 +1,13 @@
-//! Per-principal bounds of the MCP channel, so that strangers sharing one server cannot starve
-//! each other: one principal flooding `agent_start` or `agent_update` follow-ups must not hold
-//! every turn slot or the model while another principal's turn waits.
+//! Per-principal bounds of a channel, so that strangers sharing one server cannot starve each
+//! other: one principal flooding new sessions or follow-up messages must not hold every turn slot
+//! or the model while another principal's turn waits.
 //!
-//! Two bounds per principal (`channels/mcp.yaml` `limits:`): invocations in flight (a session
-//! of the principal with a turn running or a message queued) and messages queued across them.
-//! A call that would pass either is refused with eve's `conflict` error code, `retryable: true`,
-//! and a message saying which bound and what to do; reads (`agent_get`), answers to pending
-//! input and cancellation are never refused, so the flooder can still wind its own work down.
+//! Two bounds per principal (`limits:` of `channels/mcp.yaml` and `channels/eve.yaml`): sessions
+//! in flight (a session of the principal with a turn running or a message queued) and messages
+//! queued across them. A message that would pass either is refused, saying which bound and what
+//! to do (the MCP channel: eve's `conflict` code, `retryable: true`; the HTTP API: `429
+//! too_many_in_flight` with `Retry-After`); reads, answers to pending input and cancellation are
+//! never refused, so the flooder can still wind its own work down.
 //!
 //! What is in flight is read from the store (the principal's running sessions and their queued
 //! messages), so it holds across a restart and across servers sharing one store; admissions of
@@ -18,22 +19,21 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::OwnedMutexGuard;
 
-use super::ToolError;
 use crate::engine::Runtime;
 use crate::store::{SessionFilter, SessionStatus};
 
 /// Default bound on a principal's invocations in flight.
-pub(crate) const DEFAULT_IN_FLIGHT: usize = 8;
+pub const DEFAULT_IN_FLIGHT: usize = 8;
 /// Default bound on the messages queued across a principal's invocations.
-pub(crate) const DEFAULT_QUEUED: usize = 32;
+pub const DEFAULT_QUEUED: usize = 32;
 
 /// The bounds of one principal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Bounds {
+pub struct Bounds {
     /// Invocations with a turn running or a message queued.
-    pub(crate) in_flight: usize,
+    pub in_flight: usize,
     /// Messages accepted and not yet taken by a turn, across the principal's invocations.
-    pub(crate) queued: usize,
+    pub queued: usize,
 }
 
 impl Default for Bounds {
@@ -51,7 +51,7 @@ type Slot = Arc<tokio::sync::Mutex<Vec<String>>>;
 
 /// The admissions of every principal of one channel. Cheap to clone; clones share the state.
 #[derive(Clone, Default)]
-pub(crate) struct Quota {
+pub struct Quota {
     /// Per principal, its slot.
     held: Arc<Mutex<HashMap<String, Slot>>>,
 }
@@ -60,6 +60,15 @@ impl std::fmt::Debug for Quota {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Quota").finish_non_exhaustive()
     }
+}
+
+/// Why a message was not admitted.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// Past a bound: what to tell the caller.
+    Busy(String),
+    /// The store could not be read.
+    Internal(String),
 }
 
 /// An admission in progress: the principal's lock, held until the new work is recorded (or
@@ -100,7 +109,7 @@ impl Quota {
         principal: &str,
         target: Option<&str>,
         bounds: Bounds,
-    ) -> Result<Admission, ToolError> {
+    ) -> Result<Admission, Refused> {
         let mut tracked = self.slot(principal).lock_owned().await;
         let mut candidates: Vec<String> = std::mem::take(&mut *tracked);
         let running = runtime
@@ -111,7 +120,7 @@ impl Quota {
                 ..SessionFilter::default()
             })
             .await
-            .map_err(|e| ToolError::internal(&e.to_string()))?;
+            .map_err(|e| Refused::Internal(e.to_string()))?;
         for record in running {
             if !candidates.contains(&record.id) {
                 candidates.push(record.id);
@@ -124,13 +133,13 @@ impl Quota {
                 .store()
                 .pending_inbox(&id)
                 .await
-                .map_err(|e| ToolError::internal(&e.to_string()))?
+                .map_err(|e| Refused::Internal(e.to_string()))?
                 .len();
             let running = waiting > 0
                 || runtime
                     .session(&id)
                     .await
-                    .map_err(|e| ToolError::internal(&e.to_string()))?
+                    .map_err(|e| Refused::Internal(e.to_string()))?
                     .is_some_and(|r| r.status == SessionStatus::Running);
             if running {
                 queued += waiting;
@@ -141,7 +150,7 @@ impl Quota {
         let refusal = if !joins_busy && busy.len() >= bounds.in_flight {
             Some(format!(
                 "Too many invocations in flight for this caller ({} working; the limit is {}). \
-                 Wait for one to finish (poll it with agent_get) or cancel one, then retry.",
+                 Wait for one to finish or cancel one, then retry.",
                 busy.len(),
                 bounds.in_flight
             ))
@@ -156,8 +165,38 @@ impl Quota {
         };
         *tracked = busy;
         match refusal {
-            Some(message) => Err(ToolError::busy(message)),
+            Some(message) => Err(Refused::Busy(message)),
             None => Ok(Admission { tracked }),
         }
     }
+}
+
+/// `limits: {in_flight: N, queued: N}` of `channel` (per principal; each at least 1).
+pub(crate) fn limits(value: &serde_json::Value, channel: &str) -> Result<Bounds, String> {
+    let Some(map) = value.as_object() else {
+        return Err(format!(
+            "`limits` must be a map such as `{{in_flight: 8, queued: 32}}`, found {value}"
+        ));
+    };
+    let mut bounds = Bounds::default();
+    for (key, v) in map {
+        let n = v
+            .as_u64()
+            .filter(|n| *n >= 1)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| {
+                format!("`limits.{key}` must be a whole number of at least 1, found {v}")
+            })?;
+        match key.as_str() {
+            "in_flight" => bounds.in_flight = n,
+            "queued" => bounds.queued = n,
+            other => {
+                return Err(format!(
+                    "`limits.{other}` is not a limit of the {channel} (it takes `in_flight` \
+                     and `queued`, per principal)"
+                ));
+            }
+        }
+    }
+    Ok(bounds)
 }
