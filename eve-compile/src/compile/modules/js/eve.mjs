@@ -73,5 +73,6 @@ export const defineChannel = refused("defineChannel", "write channels/NAME.yaml"
 export const defineExtension = refused("defineExtension", "copy the tools and skills you need into the agent folder");
 export const defineRemoteAgent = refused("defineRemoteAgent", "declare the remote agent in agent.yaml");
 export const defineWorkspaceAgent = refused("defineWorkspaceAgent", "use the agents/<name>/ layout");
+export const defineState = refused("defineState", "declare the slot under `state:` in agent.yaml; script and `run:` tools read it as `$state` on stdin and update it with `$state` in their result (docs/tools.md, State)");
 export const defineDurableSchema = (schema) => schema;
 export const defineDurableCallback = refused("defineDurableCallback", "use never(), once(), always() or auto()");
