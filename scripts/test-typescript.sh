@@ -64,8 +64,10 @@ $out"
 }
 
 start=$(ms)
-DOCS="target/eve-client/node_modules/eve/docs"
-[ -d "$DOCS" ] || fail "eve's docs are not installed: run scripts/test-eve-client.sh once"
+# eve's docs, which the fixtures are checked against, come with its npm package.
+CLIENT=$(scripts/eve-client-install.sh)
+DOCS="$CLIENT/node_modules/eve/docs"
+[ -d "$DOCS" ] || fail "eve's docs are not in $CLIENT/node_modules/eve (scripts/eve-client-install.sh)"
 python3 "$FIXTURE/as-printed.py" "$FIXTURE/SOURCES.md" "$FIXTURE" "$DOCS" || fail "a fixture is not as printed"
 dir=$(project docs-tools)
 t=$(ms)
@@ -97,16 +99,15 @@ ls "$dir"/.eve/sandboxes/*/hook-ran.txt >/dev/null 2>&1 || fail "the hook module
 grep -q '^turn.completed wrun_' "$dir"/.eve/sandboxes/*/hook-ran.txt || fail "the hook saw no event"
 printf '  hook module ran on turn.completed: ok\n'
 
-# The same project through `eve serve` and eve's own npm client (eve@0.80.1, installed by
-# scripts/test-eve-client.sh under target/eve-client).
-CLIENT="target/eve-client"
+# The same project through `eve serve` and eve's own npm client (eve@0.80.1, installed above by
+# scripts/eve-client-install.sh).
 if [ -f "$CLIENT/node_modules/eve/package.json" ]; then
     cp scripts/eve-client/typescript-test.mjs "$CLIENT/"
     t=$(ms)
     node "$REPO/$CLIENT/typescript-test.mjs" "$EVE" "$dir" || fail "eve's client against the TypeScript project"
     printf 'eve client against docs-tools: %sms\n' "$(($(ms) - t))" >&2
 else
-    fail "eve's npm client is not installed: run scripts/test-eve-client.sh once"
+    fail "eve's npm client is not installed in $CLIENT (scripts/eve-client-install.sh)"
 fi
 
 # eve's built-in tools re-exported (`export { default } from "eve/tools/bash"`) with
