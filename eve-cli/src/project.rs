@@ -28,6 +28,8 @@ pub fn locate(args: &ProjectArgs) -> anyhow::Result<Project> {
     let _ = STORE.set(args.store.clone().filter(|s| !s.trim().is_empty()));
     let mut project = Project::locate(args.project.as_deref(), args.agent.as_deref())?;
     project.interpreter_path = std::env::var_os(env_vars::PATH);
+    // OpenAPI documents named by URL are fetched when a person builds.
+    project.fetch = Some(eve_runtime::tools::openapi_document::document_fetcher());
     Ok(project)
 }
 

@@ -97,6 +97,7 @@ pub fn check(project: &Project) -> Result<Output, BuildError> {
             protected_dirs: vec![project.state_dir.clone(), project.agent_dir.clone()],
             agent_dir: Some(project.agent_dir.clone()),
             cache_dir: Some(project.state_dir.clone()),
+            fetch: project.fetch.clone(),
         },
     );
     // The interpreters the scripts will run with, where eve runs (the one check that starts a

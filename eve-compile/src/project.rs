@@ -72,6 +72,9 @@ pub struct Project {
     /// The `PATH` the scripts' interpreters are looked up in at build (W012, see
     /// [`crate::interpreters`]); `None` (the default) skips that check. The CLI sets it.
     pub interpreter_path: Option<std::ffi::OsString>,
+    /// Fetches the documents OpenAPI connections name by URL (`openapi: https://…`); `None` (the
+    /// default) fetches nothing and uses the copies an earlier build cached. The CLI sets it.
+    pub fetch: Option<crate::compile::openapi::Fetcher>,
 }
 
 impl Project {
@@ -90,6 +93,7 @@ impl Project {
             agent_dir,
             state_dir,
             interpreter_path: None,
+            fetch: None,
         }
     }
 

@@ -313,6 +313,15 @@ diagnostic_tests! {
         => minimal().file("tools/search.yaml", "description: Search.\ninput:\n  type: object\nrun: [echo]\nnetwork: all\n").on_disk().check();
     w012_interpreter_not_on_path: InterpreterUnfit, "agent/tools/shout.sh", None
         => minimal().file("tools/shout.sh", "# ---\n# description: Shout.\n# input: {type: object}\n# interpreter: [no-such-interpreter-for-eve]\n# ---\necho HI\n").on_disk().check();
+    w013_openapi_document_not_fetched: OpenApiStale, "agent/connections/shop.yaml", Some(1)
+        => minimal()
+            .file("connections/shop.yaml", "openapi: http://127.0.0.1:9/openapi.json\n")
+            .on_disk()
+            .fetched_then_failing(
+                "{\"openapi\": \"3.1.0\", \"info\": {\"title\": \"shop\", \"version\": \"1\"}, \"servers\": [{\"url\": \"http://127.0.0.1:9\"}], \"paths\": {}}",
+                "connection refused",
+            )
+            .check();
     w003_empty_instructions: EmptyInstructions, "agent/instructions.md", None
         => TestAgent::new().file("instructions.md", "  \n").on_disk().check();
     w004_tool_without_description: MissingToolDescription, "agent/tools/search.yaml", None

@@ -191,6 +191,31 @@ impl OnDisk {
         build::build(&self.project).unwrap()
     }
 
+    /// Builds once with every OpenAPI document named by URL answered by `document` (so the
+    /// build's cache keeps it), then makes every later fetch fail with `why`: what a build sees
+    /// when the API it fetched from before is down.
+    pub fn fetched_then_failing(mut self, document: &str, why: &str) -> Self {
+        struct Once {
+            document: std::sync::Mutex<Option<String>>,
+            why: String,
+        }
+        impl eve_compile::compile::openapi::Fetch for Once {
+            fn fetch(&self, _url: &str) -> Result<Vec<u8>, String> {
+                match self.document.lock().unwrap().take() {
+                    Some(document) => Ok(document.into_bytes()),
+                    None => Err(self.why.clone()),
+                }
+            }
+        }
+        self.project.fetch = Some(eve_compile::compile::openapi::Fetcher::new(Once {
+            document: std::sync::Mutex::new(Some(document.to_owned())),
+            why: why.to_owned(),
+        }));
+        let first = build::check(&self.project).unwrap();
+        assert!(first.diagnostics.is_empty(), "{:#?}", first.diagnostics);
+        self
+    }
+
     /// Discovery + compile, plus the rendered diagnostics.
     pub fn check(&self) -> Checked {
         let output = build::check(&self.project).unwrap();
@@ -266,6 +291,7 @@ pub fn checked_from_source(src: &dyn Source, lookup: &dyn Fn(&str) -> Option<Str
             protected_dirs: Vec::new(),
             agent_dir: None,
             cache_dir: None,
+            fetch: None,
         },
     );
     let rendered = render_plain(&output.diagnostics, lookup);
@@ -306,6 +332,7 @@ pub fn insta_settings() -> insta::Settings {
     let mut s = insta::Settings::clone_current();
     s.add_filter(r"/tmp/\.tmp[A-Za-z0-9]+", "[TMP]");
     s.add_filter(r"/tmp/[A-Za-z0-9._-]+", "[TMP]");
+    s.add_filter(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "[TIME]");
     s
 }
 
@@ -325,6 +352,7 @@ pub fn checked_evals(files: &[(&str, &str)]) -> Checked {
             protected_dirs: Vec::new(),
             agent_dir: None,
             cache_dir: None,
+            fetch: None,
         },
     );
     output.diagnostics = suite.diagnostics;

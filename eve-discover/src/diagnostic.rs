@@ -155,6 +155,9 @@ codes! {
     NetworkWidened = "W011", Warning, "network wider than the agent's";
     /// A script's interpreter is not on `PATH`, or too old for the script (Node for `.ts`).
     InterpreterUnfit = "W012", Warning, "interpreter missing or too old";
+    /// An OpenAPI connection's document named by URL could not be fetched: the copy an earlier
+    /// build fetched is used.
+    OpenApiStale = "W013", Warning, "OpenAPI document not fetched";
     /// An authored tool takes the name of a built-in tool the agent is offered, and replaces it.
     BuiltinReplaced = "N001", Note, "built-in tool replaced";
     /// `default_tools` turns on a built-in that its settings leave off (`web_search` without a

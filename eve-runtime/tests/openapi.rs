@@ -100,6 +100,7 @@ async fn tools(shop: &Shop, dir: &Path, extra: &str) -> Vec<Tool> {
             protected_dirs: Vec::new(),
             agent_dir: Some(agent.clone()),
             cache_dir: None,
+            fetch: None,
         },
     );
     assert_eq!(output.error_count(), 0, "{:#?}", output.diagnostics);
@@ -288,6 +289,7 @@ fn the_auth_secret_is_not_in_the_build_and_is_redacted() {
     let call = eve_compile::OpenApiCall {
         connection: "shop".into(),
         document: "specs/shop.json".into(),
+        document_sha256: None,
         method: "GET".into(),
         base_url: "http://127.0.0.1:9".into(),
         path: "/items".into(),
@@ -313,4 +315,94 @@ fn the_auth_secret_is_not_in_the_build_and_is_redacted() {
     let shown = secrets.redact(&echoed);
     assert!(!shown.contains(KEY), "{shown}");
     assert!(shown.contains("${SHOP_KEY}"), "{shown}");
+}
+
+/// `openapi:` naming the app's own URL, built as `eve build` builds (with the guarded fetcher the
+/// CLI gives the compiler): the document is fetched through a redirect within the origin and
+/// pinned by its SHA-256; with the app gone the next build uses the cached copy and says so
+/// (W013); a redirect to another origin is not followed, and a document over 16 MiB is refused.
+#[tokio::test]
+async fn a_document_named_by_url_is_fetched_from_the_app_and_pinned() {
+    let Some(mut shop) = shop() else { return };
+    let port = shop.port;
+    let document = reqwest::get(format!("http://127.0.0.1:{port}/openapi.json"))
+        .await
+        .expect("fetch /openapi.json")
+        .bytes()
+        .await
+        .expect("document");
+    let sha256 = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&document))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent");
+    std::fs::create_dir_all(agent.join("connections")).unwrap();
+    std::fs::write(agent.join("instructions.md"), "Shop.\n").unwrap();
+    let mut project = eve_compile::Project::at(dir.path().to_path_buf(), agent.clone());
+    project.fetch = Some(eve_runtime::tools::openapi_document::document_fetcher());
+    let build = |path: &str| {
+        std::fs::write(
+            agent.join("connections/shop.yaml"),
+            format!(
+                "openapi: http://127.0.0.1:{port}{path}\nbase_url: http://127.0.0.1:{port}\nauth:\n  type: header\n  name: X-API-Key\n  value: ${{SHOP_KEY}}\n"
+            ),
+        )
+        .unwrap();
+        eve_compile::build::check(&project).expect("check")
+    };
+
+    let out = build("/spec/moved");
+    assert_eq!(out.error_count(), 0, "{:#?}", out.diagnostics);
+    assert!(out.diagnostics.is_empty(), "{:#?}", out.diagnostics);
+    let get = find(&out.manifest.agent.tools, "shop__get_item");
+    let Runner::OpenApi(call) = &get.runner else {
+        panic!("{:?}", get.runner)
+    };
+    assert_eq!(call.document, format!("http://127.0.0.1:{port}/spec/moved"));
+    assert_eq!(call.document_sha256.as_deref(), Some(sha256.as_str()));
+    assert!(
+        !out.files.iter().any(|f| f.contains("openapi")),
+        "{:?}",
+        out.files
+    );
+    // The tool built from the fetched document calls the app.
+    let ctx = ctx(dir.path(), &[("SHOP_KEY", KEY)]);
+    let result = call_tool_named(&out.manifest.agent.tools, "shop__get_item", &ctx).await;
+    assert!(result.contains("apple"), "{result}");
+
+    // Another origin: the redirect is refused, never followed.
+    let out = build("/spec/elsewhere");
+    assert_eq!(out.error_count(), 1, "{:#?}", out.diagnostics);
+    let message = &out.diagnostics[0].message;
+    assert!(
+        message.contains("refused a redirect to localhost"),
+        "{message}"
+    );
+    // Larger than a build takes: refused while it streams.
+    let out = build("/spec/huge");
+    assert!(
+        out.diagnostics[0].message.contains("larger than 16 MiB"),
+        "{:#?}",
+        out.diagnostics
+    );
+
+    // The app is gone: the copy cached by the first build, with a W013 that says so.
+    let _ = shop.child.kill();
+    let _ = shop.child.wait();
+    let out = build("/spec/moved");
+    assert_eq!(out.error_count(), 0, "{:#?}", out.diagnostics);
+    assert_eq!(out.diagnostics.len(), 1, "{:#?}", out.diagnostics);
+    assert_eq!(out.diagnostics[0].code, eve_discover::Code::OpenApiStale);
+    let get = find(&out.manifest.agent.tools, "shop__get_item");
+    let Runner::OpenApi(call) = &get.runner else {
+        panic!("{:?}", get.runner)
+    };
+    assert_eq!(call.document_sha256.as_deref(), Some(sha256.as_str()));
+}
+
+/// Runs `name` with `{"item_id": "apple"}`; its text.
+async fn call_tool_named(tools: &[Tool], name: &str, ctx: &ToolContext) -> String {
+    let result = call(find(tools, name), json!({"item_id": "apple"}), ctx).await;
+    serde_json::to_string(&result.output).unwrap()
 }

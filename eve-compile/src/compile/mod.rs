@@ -21,7 +21,7 @@ mod connections;
 mod hooks;
 mod memory;
 pub mod modules;
-mod openapi;
+pub mod openapi;
 mod release;
 mod remote;
 mod sandbox;
@@ -60,6 +60,9 @@ pub struct Options {
     /// Where the build may keep caches (the project's `.eve/`): the evaluations of TypeScript and
     /// JavaScript modules; `None` caches nothing.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Fetches the documents an OpenAPI connection names by URL; `None` fetches nothing (the
+    /// copies an earlier build cached in `cache_dir` are used).
+    pub fetch: Option<openapi::Fetcher>,
 }
 
 /// The result of compiling.
@@ -93,6 +96,7 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
         protected: options.protected_dirs.clone(),
         agent_dir: options.agent_dir.clone(),
         cache_dir: options.cache_dir.clone(),
+        fetch: options.fetch.clone(),
         documents: Vec::new(),
         node: None,
         modules: Default::default(),
@@ -116,7 +120,8 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
             })
     });
     for d in &mut diagnostics {
-        if let Some(f) = &d.file {
+        // A document fetched from a URL is shown by its URL.
+        if let Some(f) = d.file.as_ref().filter(|f| !f.contains("://")) {
             d.file = Some(format!("{}{f}", options.file_prefix));
         }
     }
@@ -169,6 +174,8 @@ struct Compiler {
     agent_dir: Option<std::path::PathBuf>,
     /// [`Options::cache_dir`].
     cache_dir: Option<std::path::PathBuf>,
+    /// [`Options::fetch`].
+    fetch: Option<openapi::Fetcher>,
     /// Documents of OpenAPI connections, relative to the root agent folder.
     documents: Vec<String>,
     /// The Node that evaluated modules ([`Output::node`]).
@@ -338,6 +345,7 @@ impl Compiler {
                     protected: protected.clone(),
                     agent_dir: None,
                     cache_dir: None,
+                    fetch: None,
                     documents: Vec::new(),
                     node: None,
                     modules: Default::default(),

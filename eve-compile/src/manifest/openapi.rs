@@ -81,8 +81,13 @@ pub struct OpenApiBody {
 pub struct OpenApiCall {
     /// Connection name (the tool prefix `NAME__`).
     pub connection: String,
-    /// The pinned document, relative to the root agent folder (also under `files/` in the build).
+    /// The pinned document: a path relative to the root agent folder (also under `files/` in the
+    /// build), or the URL it was fetched from.
     pub document: String,
+    /// SHA-256 (hex) of the document fetched from the URL `document` when the build ran: the
+    /// build is pinned to those bytes. `None` for a document of the agent folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub document_sha256: Option<String>,
     /// HTTP method, upper case.
     pub method: String,
     /// Base URL every request goes to (`${VAR}`s allowed); the only origin the tool may reach.

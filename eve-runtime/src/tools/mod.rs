@@ -18,6 +18,7 @@ mod error;
 pub(crate) mod guarded;
 mod http;
 pub mod openapi;
+pub mod openapi_document;
 mod process;
 pub mod progress;
 pub mod search;

@@ -109,6 +109,7 @@ async fn tools(shop: &Shop, dir: &Path, yaml: &str) -> Vec<Tool> {
             protected_dirs: Vec::new(),
             agent_dir: Some(agent.clone()),
             cache_dir: None,
+            fetch: None,
         },
     );
     assert_eq!(output.error_count(), 0, "{:#?}", output.diagnostics);

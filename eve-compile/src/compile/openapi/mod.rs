@@ -11,7 +11,14 @@
 //! static secret) or `oauth:` with `credentials:` (checked as an MCP connection's; the runtime
 //! obtains the tokens), never both.
 
+#[cfg(test)]
+mod build_tests;
 mod document;
+mod fetched;
+#[cfg(test)]
+mod fetched_tests;
+
+pub use fetched::{Fetch, Fetcher, MAX_DOCUMENT_BYTES};
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -134,6 +141,7 @@ impl Compiler {
         f.unknown_keys(
             &[
                 "openapi",
+                "openapi_sha256",
                 "base_url",
                 "auth",
                 "operations",
@@ -158,6 +166,7 @@ impl Compiler {
             }
         }
         let location = f.string("openapi")?;
+        let pin = f.string("openapi_sha256");
         let base_url = f.string("base_url");
         let approval = f.choice("approval", APPROVALS).unwrap_or_default();
         let timeout_ms = f.duration_ms("timeout").unwrap_or(sandbox.timeout_ms);
@@ -168,15 +177,32 @@ impl Compiler {
         let oauth = oauth.unwrap_or_default();
         let (allow, block, overrides) = self.operation_settings(&file, doc);
 
-        // The document: a file of the agent folder, beside the agent that holds the connection.
-        let rel = self.document_path(&file, doc, &location)?;
-        let rel = if agent_path.is_empty() {
-            rel
+        // The document: fetched from its URL, or a file of the agent folder beside the agent
+        // that holds the connection.
+        let (rel, text, sha256) = if fetched::is_url(&location) {
+            let fetched = self.fetch_document(&file, doc, &location, pin.as_deref())?;
+            (location.clone(), fetched.text, Some(fetched.sha256))
         } else {
-            format!("{agent_path}/{rel}")
+            if pin.is_some() {
+                let mut f = Fields::new(&file, doc, "", &mut self.diags);
+                f.report(
+                    Code::InvalidConnection,
+                    "openapi_sha256",
+                    "`openapi_sha256` pins a document fetched from a URL; this one is a file of the agent folder".to_owned(),
+                    "remove `openapi_sha256`: the file's bytes are already part of the build",
+                );
+                ok = false;
+            }
+            let rel = self.document_path(&file, doc, &location)?;
+            let rel = if agent_path.is_empty() {
+                rel
+            } else {
+                format!("{agent_path}/{rel}")
+            };
+            self.documents.push(rel.clone());
+            let text = self.read_document(&file, doc, &rel)?;
+            (rel, text, None)
         };
-        self.documents.push(rel.clone());
-        let text = self.read_document(&file, doc, &rel)?;
         let spec = match yaml::parse(&text, 0, 0) {
             Ok(spec) => spec,
             Err(e) => {
@@ -227,7 +253,9 @@ impl Compiler {
                 return None;
             }
         };
-        self.files.insert(rel.clone());
+        if sha256.is_none() {
+            self.files.insert(rel.clone());
+        }
 
         let mut tools: Vec<Tool> = Vec::new();
         let mut seen: BTreeMap<String, String> = BTreeMap::new();
@@ -272,6 +300,7 @@ impl Compiler {
             let (input_schema, mut call) =
                 build_call(&c.name, &rel, &base_url, op, auth.clone(), oauth.is_some());
             call.oauth = oauth.clone().map(Box::new);
+            call.document_sha256.clone_from(&sha256);
             call.credentials = credentials;
             if let Err(e) = jsonschema::validator_for(&input_schema) {
                 self.document_error(
@@ -341,18 +370,9 @@ impl Compiler {
         (ok && auth_ok).then_some(tools)
     }
 
-    /// `openapi:` as a path of the agent folder: relative, without `..`; a URL is not fetched.
+    /// `openapi:` as a path of the agent folder: relative, without `..`.
     fn document_path(&mut self, file: &str, doc: &yaml::Doc, location: &str) -> Option<String> {
         let mut f = Fields::new(file, doc, "", &mut self.diags);
-        if location.starts_with("http://") || location.starts_with("https://") {
-            f.report(
-                Code::InvalidConnection,
-                "openapi",
-                format!("`openapi: {location}`: eve does not fetch documents at build time yet"),
-                "download the document into the agent folder and name its path (`openapi: specs/api.json`)",
-            );
-            return None;
-        }
         let path = std::path::Path::new(location);
         if location.is_empty()
             || path.is_absolute()
@@ -369,6 +389,56 @@ impl Compiler {
             return None;
         }
         Some(location.to_owned())
+    }
+
+    /// The document named by URL (see [`fetched`]), checked against `openapi_sha256` when the
+    /// file pins one. A stale copy is a W013; no document at all, or another than the pinned
+    /// one, an E061 at `openapi:`.
+    fn fetch_document(
+        &mut self,
+        file: &str,
+        doc: &yaml::Doc,
+        url: &str,
+        pin: Option<&str>,
+    ) -> Option<fetched::Document> {
+        let got = fetched::document(url, self.fetch.as_ref(), self.cache_dir.as_deref());
+        let mut f = Fields::new(file, doc, "", &mut self.diags);
+        let document = match got {
+            Ok(document) => document,
+            Err(e) => {
+                f.report(
+                    Code::InvalidOpenApi,
+                    "openapi",
+                    format!("cannot fetch the OpenAPI document {url}: {e}"),
+                    "check that the URL answers with the document, or download it into the agent folder and name its path (`openapi: specs/api.json`)",
+                );
+                return None;
+            }
+        };
+        if let Some((why, at)) = &document.stale {
+            f.report(
+                Code::OpenApiStale,
+                "openapi",
+                format!(
+                    "cannot fetch the OpenAPI document {url} ({why}): using the copy fetched at {}",
+                    fetched::shown_time(*at)
+                ),
+                "the build's tools are those of that copy; build again when the URL answers",
+            );
+        }
+        if let Some(pin) = pin.filter(|p| !p.eq_ignore_ascii_case(&document.sha256)) {
+            f.report(
+                Code::InvalidOpenApi,
+                "openapi_sha256",
+                format!(
+                    "the document at {url} is not the pinned one: its SHA-256 is {}, the file pins {pin}",
+                    document.sha256
+                ),
+                "read what changed in the document; when it is what you want, set `openapi_sha256` to the new value",
+            );
+            return None;
+        }
+        Some(document)
     }
 
     /// The document's text, from the agent folder only (no link may lead outside it).
@@ -653,6 +723,7 @@ fn build_call(
     let call = OpenApiCall {
         connection: connection.to_owned(),
         document: document.to_owned(),
+        document_sha256: None,
         method: op.method.clone(),
         base_url: base_url.to_owned(),
         path: op.path.clone(),
@@ -695,7 +766,3 @@ mod tests {
         assert_eq!(method_effect("PATCH"), Effect::Write);
     }
 }
-
-#[cfg(test)]
-#[path = "tests.rs"]
-mod build_tests;

@@ -61,6 +61,9 @@ impl Runtime {
             agent_dir,
             state_dir,
             interpreter_path: None,
+            // An agent never makes the server fetch a URL of its choosing: an OpenAPI document
+            // named by URL comes from the copy `eve build` cached.
+            fetch: None,
         }
     }
 
@@ -91,7 +94,10 @@ impl Runtime {
                 file_prefix: real.display_prefix(),
                 protected_dirs: vec![project.state_dir.clone(), real.agent_dir.clone()],
                 agent_dir: Some(project.agent_dir.clone()),
-                cache_dir: None,
+                // The caches of `eve build`: module evaluations, and the OpenAPI documents it
+                // fetched (a proposal's build fetches nothing).
+                cache_dir: Some(real.state_dir.clone()),
+                fetch: None,
             },
         );
         if output.error_count() > 0 {

@@ -26,6 +26,7 @@ fn build(files: &[(&str, &str)]) -> (Vec<Tool>, Vec<Diagnostic>) {
             protected_dirs: Vec::new(),
             agent_dir: Some(agent),
             cache_dir: None,
+            fetch: None,
         },
     );
     (out.manifest.agent.tools, out.diagnostics)
@@ -219,7 +220,7 @@ fn connection_files_that_are_wrong_are_coded() {
     let cases: &[(&str, &str)] = &[
         (
             "openapi: https://example.com/openapi.json\n",
-            "does not fetch",
+            "cannot fetch the OpenAPI document",
         ),
         (
             "openapi: ../outside.json\nbase_url: https://x.example\n",
