@@ -180,10 +180,16 @@ impl Source for FsSource {
     /// their open/read/close calls are most of discovery's time.
     fn read_many(&self, rels: &[String]) -> Vec<io::Result<Vec<u8>>> {
         const MIN_PER_THREAD: usize = 32;
-        let threads = std::thread::available_parallelism()
-            .map_or(1, std::num::NonZero::get)
-            .min(rels.len() / MIN_PER_THREAD)
-            .clamp(1, 4);
+        // The thread count is asked only when there is work for two (asking reads cgroup files).
+        let wanted = rels.len() / MIN_PER_THREAD;
+        let threads = if wanted < 2 {
+            1
+        } else {
+            std::thread::available_parallelism()
+                .map_or(1, std::num::NonZero::get)
+                .min(wanted)
+                .clamp(1, 4)
+        };
         if threads == 1 {
             return rels.iter().map(|rel| self.read(rel)).collect();
         }

@@ -21,8 +21,7 @@
 //! so answering an approval there follows who asked: the sender of the message whose turn waits
 //! ([`Runtime::asker`]), or an operator.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::Ordering;
 
 use serde_json::{Map, Value};
 
@@ -90,22 +89,6 @@ pub(crate) fn record_responder_attributes(
         created_at: now,
         updated_at: now,
     })))
-}
-
-/// Tests only: the state folders whose runtimes match a session's owner by id alone (the
-/// attributes not compared), as before principals had attributes.
-static BY_ID_ONLY: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-
-/// Tests only: runtimes on `state_dir` match a session's owner by principal id alone, so a test
-/// can show a principal of another tenant with a colliding id reaching a session when the
-/// attributes are not compared. Nothing else calls this; no setting reaches it.
-#[doc(hidden)]
-pub fn owners_by_id_only_for_tests(state_dir: &Path) {
-    let dir = std::path::absolute(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
-    BY_ID_ONLY
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(dir);
 }
 
 /// Who acts on sessions, as the caller was authenticated: its principal id (`jwt:<sub>`,
@@ -178,6 +161,14 @@ impl Caller {
 }
 
 impl Runtime {
+    /// Tests only: this runtime matches a session's owner by principal id alone (the attributes
+    /// not compared, as before principals had attributes), so a test can show a principal of
+    /// another tenant with a colliding id reaching a session. No setting reaches it.
+    #[doc(hidden)]
+    pub fn set_owners_by_id_only_for_tests(&self, on: bool) {
+        self.inner.owners_by_id_only.store(on, Ordering::Relaxed);
+    }
+
     /// The session `id` as `caller` reaches it. A session it does not reach is
     /// [`RuntimeError::SessionNotFound`], the same error as an unknown id; one it reaches that
     /// stayed idle past `limits.session_timeout` is [`RuntimeError::SessionExpired`].
@@ -245,15 +236,7 @@ impl Runtime {
         session: &str,
         caller: &Caller,
     ) -> RuntimeResult<Map<String, Value>> {
-        let by_id_only = {
-            let dirs = BY_ID_ONLY.lock().unwrap_or_else(PoisonError::into_inner);
-            !dirs.is_empty() && {
-                let dir = self.state_dir();
-                let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-                dirs.contains(&dir)
-            }
-        };
-        if by_id_only {
+        if self.inner.owners_by_id_only.load(Ordering::Relaxed) {
             return Ok(caller.attributes().clone());
         }
         self.owner_attributes(session).await

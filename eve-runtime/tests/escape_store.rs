@@ -13,7 +13,6 @@ use base64::Engine;
 use eve_compile::{Approval, Effect};
 use eve_runtime::engine::{
     BreakerPolicy, FixedModelProvider, ResolvedModel, Runtime, RuntimeConfig,
-    checkpoint_secrets_in_clear_for_tests,
 };
 use eve_runtime::model::mock::{MockClient, load_script};
 use eve_runtime::store::{Batch, CheckStatus, SqliteStore, Store};
@@ -112,8 +111,10 @@ fn encoded_pair() -> String {
 
 /// Runs the leaking tool in a session; returns the runtime, the session and its stored blobs
 /// by workspace path.
-async fn leak(p: &TestProject) -> (Runtime, String, Vec<(String, Vec<u8>)>) {
+/// `in_clear`: the runtime's checkpoints skip the redaction (the protection off, for the twin).
+async fn leak(p: &TestProject, in_clear: bool) -> (Runtime, String, Vec<(String, Vec<u8>)>) {
     let rt = runtime_with_secret(p, json!([call("leak"), {"text": "done"}]));
+    rt.set_checkpoint_secrets_in_clear_for_tests(in_clear);
     let (id, _) = run_prompt(&rt, "write your config").await;
     let local = p.state_dir.join("sandboxes").join(&id);
     let written = std::fs::read_to_string(local.join("config.env")).unwrap();
@@ -136,7 +137,7 @@ async fn leak(p: &TestProject) -> (Runtime, String, Vec<(String, Vec<u8>)>) {
 #[tokio::test]
 async fn a_secret_a_tool_writes_into_its_workspace_is_never_stored_in_clear() {
     let p = leaky_project();
-    let (rt, id, blobs) = leak(&p).await;
+    let (rt, id, blobs) = leak(&p, false).await;
     for (path, data) in &blobs {
         assert!(
             !holds(data, SECRET),
@@ -189,8 +190,7 @@ async fn a_secret_a_tool_writes_into_its_workspace_is_never_stored_in_clear() {
 #[tokio::test]
 async fn without_the_redaction_the_secret_reaches_the_store() {
     let p = leaky_project();
-    checkpoint_secrets_in_clear_for_tests(&p.state_dir);
-    let (rt, _, blobs) = leak(&p).await;
+    let (rt, _, blobs) = leak(&p, true).await;
     let config = blobs.iter().find(|(path, _)| path == "config.env").unwrap();
     assert_eq!(config.1, format!("token={SECRET}\n").into_bytes());
     let auth = blobs.iter().find(|(path, _)| path == "auth.b64").unwrap();
@@ -365,7 +365,7 @@ async fn a_read_that_hits_damage_is_an_error_never_an_empty_stream() {
 #[tokio::test]
 async fn the_full_check_passes_a_healthy_store() {
     let p = leaky_project();
-    let (rt, _, _) = leak(&p).await;
+    let (rt, _, _) = leak(&p, false).await;
     rt.shutdown().await;
     let report = SqliteStore::check_file(p.state_dir.join("eve.db")).await;
     assert!(report.ok(), "{report:#?}");

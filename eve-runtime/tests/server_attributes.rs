@@ -192,7 +192,7 @@ struct Attempt {
 async fn other_tenant(by_id_only: bool) -> Attempt {
     let server = start().await;
     if by_id_only {
-        eve_runtime::engine::owners_by_id_only_for_tests(server.runtime.state_dir());
+        server.runtime.set_owners_by_id_only_for_tests(true);
     }
     let acme = token("alice", "acme");
     let (id, request) = refund(&server, &acme).await;

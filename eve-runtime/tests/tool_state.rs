@@ -274,9 +274,6 @@ async fn eventually_async_state(rt: &Runtime, kid: &str) {
 /// Returns what B's `recall` was given on stdin.
 async fn another_sessions_state(shared: bool) -> String {
     let p = TestProject::new();
-    if shared {
-        eve_runtime::features::state::tool_state_shared_for_tests(&p.state_dir);
-    }
     let mut a = stateful();
     let (remember_tool, remember_file) = remember();
     let (recall_tool, recall_file) = recall();
@@ -287,6 +284,7 @@ async fn another_sessions_state(shared: bool) -> String {
         call("remember", "c1", json!({"update": {"demo.note": "A-SECRET-7731"}})),
         {"text": "noted"}
     ]));
+    rt.set_tool_state_shared_for_tests(shared);
     let (first, _) = run_prompt(&rt, "remember this").await;
     let kept = if shared {
         None
@@ -301,6 +299,7 @@ async fn another_sessions_state(shared: bool) -> String {
         call("remember", "c2", json!({"update": {format!("../{first}/demo.note"): "x"}})),
         {"text": "done"}
     ]));
+    rt.set_tool_state_shared_for_tests(shared);
     let (second, _) = run_prompt(&rt, "what did the other user say?").await;
     let calls = rt.store().tool_calls(&second, 0).await.unwrap();
     assert_eq!(calls[1].status, CallStatus::Failed, "{calls:?}");

@@ -43,11 +43,8 @@ pub use crate::features::breakers::{breaker_key, session_scoped as breaker_scope
 pub use crate::features::hooks::delivery::{HookBacklog, PendingHookEvent};
 pub use crate::model::provider::{FixedModelProvider, SettingsModelProvider};
 pub use crate::tenancy::Caller;
-#[doc(hidden)]
-pub use crate::tenancy::owners_by_id_only_for_tests;
 pub(crate) use crate::workspace::DEFAULT_MAX_BYTES as DEFAULT_WORKSPACE_MAX_BYTES;
 #[doc(hidden)]
-pub use crate::workspace::checkpoint_secrets_in_clear_for_tests;
 pub use accept::{Accept, Accepted, Extra, SessionRef};
 pub use config::{BreakerPolicy, DEFAULT_LEASE_TTL, ModelProvider, ResolvedModel, RuntimeConfig};
 pub use error::{RuntimeError, RuntimeResult};
@@ -124,6 +121,10 @@ pub(crate) struct Inner {
     pub(crate) unguarded_answers: std::sync::atomic::AtomicBool,
     /// Tests only: see [`Runtime::set_naive_prompts_for_tests`].
     pub(crate) naive_prompts: std::sync::atomic::AtomicBool,
+    /// Tests only: see [`Runtime::set_owners_by_id_only_for_tests`].
+    pub(crate) owners_by_id_only: std::sync::atomic::AtomicBool,
+    /// Tests only: see [`Runtime::set_tool_state_shared_for_tests`].
+    pub(crate) tool_state_shared: std::sync::atomic::AtomicBool,
     /// This runtime's session workspaces: their checkpoints and what this node knows of them.
     pub(crate) workspaces: crate::workspace::Workspaces,
     /// This runtime's Prometheus metrics (`/metrics`), counted from what it commits.
@@ -216,6 +217,8 @@ impl Runtime {
                 agent_dir: std::sync::OnceLock::new(),
                 unguarded_answers: std::sync::atomic::AtomicBool::new(false),
                 naive_prompts: std::sync::atomic::AtomicBool::new(false),
+                owners_by_id_only: std::sync::atomic::AtomicBool::new(false),
+                tool_state_shared: std::sync::atomic::AtomicBool::new(false),
                 workspaces,
                 metrics: metrics.clone(),
                 telemetry: std::sync::OnceLock::new(),

@@ -17,8 +17,7 @@
 //! names the session it reads: the runtime does.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use eve_compile::{Runner, STATE_KEY, StateSlot, Tool};
@@ -33,30 +32,27 @@ pub(crate) fn enabled(agent: &eve_compile::Agent) -> bool {
     !agent.config.state.is_empty()
 }
 
-/// Tests only: the state folders whose runtimes keep tool state per agent instead of per
-/// session (the protection off), so a test can show one session reading another's state.
-static SHARED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-
-/// Tests only: tool state of runtimes on `state_dir` is shared by every session of an agent, as
-/// if the store were not keyed by session. Nothing else calls this; no setting reaches it.
-#[doc(hidden)]
-pub fn tool_state_shared_for_tests(state_dir: &Path) {
-    let dir = std::path::absolute(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
-    SHARED
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(dir);
+impl crate::engine::Runtime {
+    /// Tests only: this runtime keeps tool state per agent, shared by every session of it, as if
+    /// the store were not keyed by session (the protection off), so a test can show one session
+    /// reading another's state. No setting reaches it.
+    #[doc(hidden)]
+    pub fn set_tool_state_shared_for_tests(&self, on: bool) {
+        self.inner
+            .tool_state_shared
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The notes namespace that holds the state of `view`'s session.
 fn namespace(view: &TurnView<'_>) -> String {
-    let shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-    if !shared.is_empty() {
-        let dir = view.rt.state_dir();
-        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-        if shared.contains(&dir) {
-            return format!("state:agent:{}", view.session.agent_name);
-        }
+    if view
+        .rt
+        .inner
+        .tool_state_shared
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return format!("state:agent:{}", view.session.agent_name);
     }
     namespace_of(&view.session.id)
 }

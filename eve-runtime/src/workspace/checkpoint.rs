@@ -102,6 +102,9 @@ pub(crate) struct Workspaces {
     store: Arc<dyn Store>,
     env: EnvLookup,
     secrets: Arc<Secrets>,
+    /// Tests only: checkpoints store files unredacted (see
+    /// `Runtime::set_checkpoint_secrets_in_clear_for_tests`).
+    pub(super) in_clear: std::sync::atomic::AtomicBool,
     /// Indexes read or written by this runtime, by index file.
     indexes: Mutex<HashMap<PathBuf, Index>>,
     /// The fencing token under which each session's workspace was last compared with the store.
@@ -122,6 +125,7 @@ impl Workspaces {
             store,
             env,
             secrets,
+            in_clear: std::sync::atomic::AtomicBool::new(false),
             indexes: Mutex::new(HashMap::new()),
             checked: Mutex::new(HashMap::new()),
         }
@@ -275,7 +279,10 @@ impl Workspaces {
             },
         };
         let cap = self.max_bytes();
-        let secrets = super::checkpoint_blobs::redactor(&self.state_dir, &self.secrets);
+        let secrets = super::checkpoint_blobs::redactor(
+            self.in_clear.load(std::sync::atomic::Ordering::Relaxed),
+            &self.secrets,
+        );
         let scanned = {
             let dir = dir.clone();
             let index = index.clone();

@@ -13,38 +13,24 @@
 //! beside the store, and a lost key would lose the workspaces; the runtime already holds the
 //! values, and a tool that needs one gets it from its environment, not from a file.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::redact::Secrets;
 
-/// State folders whose checkpoints store files as they are (the behaviour before checkpoints
-/// were redacted); set only by the test that shows the redaction is what keeps secrets out.
-static IN_CLEAR: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-
-/// Tests only: the checkpoints of the project whose state folder is `state_dir` store workspace
-/// files unredacted, as before, so a test can show a secret reaching the store without the
-/// redaction. Nothing else calls this; no setting reaches it.
-#[doc(hidden)]
-pub fn checkpoint_secrets_in_clear_for_tests(state_dir: &Path) {
-    let dir = std::path::absolute(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
-    IN_CLEAR
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(dir);
+impl crate::engine::Runtime {
+    /// Tests only: this runtime's checkpoints store workspace files unredacted, as before, so a
+    /// test can show a secret reaching the store without the redaction. No setting reaches it.
+    #[doc(hidden)]
+    pub fn set_checkpoint_secrets_in_clear_for_tests(&self, on: bool) {
+        self.inner.workspaces.in_clear.store(on, Ordering::Relaxed);
+    }
 }
 
-/// The secrets a checkpoint of the workspaces under `state_dir` redacts from their files: the
-/// runtime's `secrets` (`None`: the test switch above).
-pub(super) fn redactor(state_dir: &Path, secrets: &Arc<Secrets>) -> Option<Arc<Secrets>> {
-    let clear = IN_CLEAR.lock().unwrap_or_else(PoisonError::into_inner);
-    if !clear.is_empty() {
-        let dir = std::path::absolute(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
-        if clear.contains(&dir) {
-            return None;
-        }
-    }
-    Some(secrets.clone())
+/// The secrets a checkpoint redacts from workspace files: the runtime's `secrets` (`None`: the
+/// test switch above, `in_clear`).
+pub(super) fn redactor(in_clear: bool, secrets: &Arc<Secrets>) -> Option<Arc<Secrets>> {
+    (!in_clear).then(|| secrets.clone())
 }
 
 /// The blob a file's `contents` are stored as.

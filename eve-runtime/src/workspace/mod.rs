@@ -26,5 +26,3 @@ mod walk;
 
 pub(crate) use checkpoint::DEFAULT_MAX_BYTES;
 pub(crate) use checkpoint::Workspaces;
-#[doc(hidden)]
-pub use checkpoint_blobs::checkpoint_secrets_in_clear_for_tests;
