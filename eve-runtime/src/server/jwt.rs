@@ -357,7 +357,7 @@ impl KeySet {
     /// Fetches and parses the set; keys it cannot use (encryption keys, symmetric keys, unknown
     /// kinds) are left out.
     async fn fetch(&self) -> Result<Vec<SetKey>, String> {
-        let mut response = self
+        let response = self
             .http
             .get(&self.url)
             .header("accept", "application/json")
@@ -367,13 +367,14 @@ impl KeySet {
         if !response.status().is_success() {
             return Err(format!("HTTP {}", response.status()));
         }
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
-            if body.len() + chunk.len() > JWKS_MAX_BYTES {
-                return Err(format!("the key set is larger than {JWKS_MAX_BYTES} bytes"));
-            }
-            body.extend_from_slice(&chunk);
-        }
+        let body = crate::tools::guarded::read_capped(response, JWKS_MAX_BYTES)
+            .await
+            .map_err(|e| match e {
+                crate::tools::guarded::CappedRead::TooLarge => {
+                    format!("the key set is larger than {JWKS_MAX_BYTES} bytes")
+                }
+                crate::tools::guarded::CappedRead::Failed(e) => e.to_string(),
+            })?;
         let doc: Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
         let items = doc
             .get("keys")

@@ -280,3 +280,31 @@ fn same_origin_redirects(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::re
         attempt.follow()
     }
 }
+
+/// Why [`read_capped`] returned no body.
+#[derive(Debug)]
+pub(crate) enum CappedRead {
+    /// The answer was longer than the cap (reading stopped there).
+    TooLarge,
+    /// The connection failed while the body streamed.
+    Failed(reqwest::Error),
+}
+
+/// The body of `response`, at most `max` bytes: a longer answer is refused while it streams,
+/// never held whole in memory (a hostile or broken server's endless answer).
+pub(crate) async fn read_capped(
+    mut response: reqwest::Response,
+    max: usize,
+) -> Result<Vec<u8>, CappedRead> {
+    if response.content_length().is_some_and(|n| n > max as u64) {
+        return Err(CappedRead::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(CappedRead::Failed)? {
+        if body.len() + chunk.len() > max {
+            return Err(CappedRead::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}

@@ -50,7 +50,7 @@ impl Fetch for Guarded {
 async fn fetch(url: &str) -> Result<Vec<u8>, String> {
     let parsed = reqwest::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
     let client = super::guarded::origin_client(&parsed, Vec::new())?;
-    let mut response = client
+    let response = client
         .get(parsed)
         .header(
             reqwest::header::ACCEPT,
@@ -63,27 +63,15 @@ async fn fetch(url: &str) -> Result<Vec<u8>, String> {
     if !status.is_success() {
         return Err(format!("the server answered {status}"));
     }
-    if response
-        .content_length()
-        .is_some_and(|n| n > MAX_DOCUMENT_BYTES as u64)
-    {
-        return Err(too_large());
-    }
-    let mut bytes = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| describe(&e))? {
-        if bytes.len() + chunk.len() > MAX_DOCUMENT_BYTES {
-            return Err(too_large());
-        }
-        bytes.extend_from_slice(&chunk);
-    }
-    Ok(bytes)
-}
-
-fn too_large() -> String {
-    format!(
-        "the document is larger than {} MiB",
-        MAX_DOCUMENT_BYTES / (1024 * 1024)
-    )
+    super::guarded::read_capped(response, MAX_DOCUMENT_BYTES)
+        .await
+        .map_err(|e| match e {
+            super::guarded::CappedRead::TooLarge => format!(
+                "the document is larger than {} MiB",
+                MAX_DOCUMENT_BYTES / (1024 * 1024)
+            ),
+            super::guarded::CappedRead::Failed(e) => describe(&e),
+        })
 }
 
 /// A request error in words, with the guard's refusal when it is one.

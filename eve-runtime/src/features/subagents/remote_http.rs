@@ -180,22 +180,16 @@ impl Remote {
 
     /// The body of an answer, at most [`MAX_ANSWER`] bytes (a hostile remote's endless answer
     /// is a fault, never held whole in memory).
-    async fn capped(&self, mut response: reqwest::Response) -> Result<String, Fault> {
-        let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| Fault::Transient(e.to_string()))?
-        {
-            if body.len() + chunk.len() > MAX_ANSWER {
-                return Err(Fault::Fatal(format!(
-                    "remote agent `{}` answered more than {MAX_ANSWER} bytes",
-                    self.name
-                )));
-            }
-            body.extend_from_slice(&chunk);
+    async fn capped(&self, response: reqwest::Response) -> Result<String, Fault> {
+        use crate::tools::guarded::{CappedRead, read_capped};
+        match read_capped(response, MAX_ANSWER).await {
+            Ok(body) => Ok(String::from_utf8_lossy(&body).into_owned()),
+            Err(CappedRead::TooLarge) => Err(Fault::Fatal(format!(
+                "remote agent `{}` answered more than {MAX_ANSWER} bytes",
+                self.name
+            ))),
+            Err(CappedRead::Failed(e)) => Err(Fault::Transient(e.to_string())),
         }
-        Ok(String::from_utf8_lossy(&body).into_owned())
     }
 
     fn request_fault(&self, error: &reqwest::Error) -> Fault {

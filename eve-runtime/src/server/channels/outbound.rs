@@ -15,6 +15,8 @@ const ATTEMPTS: u32 = 3;
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Timeout of one attempt.
 const TIMEOUT: Duration = Duration::from_secs(15);
+/// The most of a platform's answer read (its JSON is a few kilobytes).
+const MAX_ANSWER: usize = 1024 * 1024;
 
 /// A request to a platform API.
 pub(crate) struct Call {
@@ -74,7 +76,18 @@ impl Outbound {
                         .and_then(|v| v.trim().parse::<f64>().ok())
                         .filter(|s| s.is_finite() && *s >= 0.0)
                         .map(Duration::from_secs_f64);
-                    let text = response.text().await.unwrap_or_default();
+                    // A platform's answer is small JSON; a longer one is read no further.
+                    let text = crate::tools::guarded::read_capped(response, MAX_ANSWER)
+                        .await
+                        .map_or_else(
+                            |e| match e {
+                                crate::tools::guarded::CappedRead::TooLarge => {
+                                    format!("(the answer is longer than {MAX_ANSWER} bytes)")
+                                }
+                                crate::tools::guarded::CappedRead::Failed(_) => String::new(),
+                            },
+                            |body| String::from_utf8_lossy(&body).into_owned(),
+                        );
                     if status.is_success() {
                         return Ok(serde_json::from_str(&text).unwrap_or(Value::Null));
                     }
@@ -124,4 +137,59 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
 /// `value` as JSON bytes.
 pub(crate) fn json_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A platform (or something posing as one at the operator's `api_base_url`) answering a reply
+    /// with an endless body: the reply is read up to the cap and no further, so the server could
+    /// write only a little more than the cap before the connection closed.
+    #[tokio::test]
+    async fn an_endless_answer_is_read_no_further_than_the_cap() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let written = Arc::new(AtomicUsize::new(0));
+        let counter = written.clone();
+        std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut request = [0u8; 4096];
+            let _ = conn.read(&mut request);
+            let _ = conn.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{\"ok\":true,\"pad\":\"",
+            );
+            let chunk = vec![b'x'; 64 * 1024];
+            // 256 MiB at most; the client's closing the connection ends it much sooner.
+            for _ in 0..4096 {
+                if conn.write_all(&chunk).is_err() {
+                    break;
+                }
+                counter.fetch_add(chunk.len(), Ordering::Relaxed);
+            }
+        });
+        let outbound = Outbound::new().unwrap();
+        let call = Call {
+            method: Method::POST,
+            url: format!("http://127.0.0.1:{port}/chat.postMessage"),
+            authorization: None,
+            headers: Vec::new(),
+            body: b"{}".to_vec(),
+            what: "test reply",
+        };
+        let answer = outbound.send(&call).await;
+        assert_eq!(answer, Ok(Value::Null), "an unreadable answer is no JSON");
+        // The socket buffers let the server get ahead of the reader by a few MiB at most; a
+        // reader without the cap takes all 256 MiB.
+        std::thread::sleep(Duration::from_millis(200));
+        let sent = written.load(Ordering::Relaxed);
+        assert!(
+            sent < 32 * 1024 * 1024,
+            "the client read on: {sent} bytes were sent"
+        );
+        eprintln!("bytes the server could send before the reply stopped reading: {sent}");
+    }
 }
