@@ -8,7 +8,9 @@
 #   runnable tool in the box through the mock model (`eve run '/tool NAME {…}'`);
 # - serves docs-tools (tools, a skill, hooks, a schedule) with `eve serve` and drives it with eve's
 #   own npm client (scripts/eve-client/typescript-test.mjs);
-# - builds scripts/typescript/errors and checks the coded diagnostics E110-E113 with file:line;
+# - builds docs-state (eve's `defineState` example) and runs its tools in one session and another;
+# - builds scripts/typescript/errors and checks the coded diagnostics E110-E113 and E130 with
+#   file:line;
 # - builds with a Node older than 22.6 (the system's, when it is one) and checks E114.
 # Prints how long each part took. Exits non-zero when any check fails. `./scripts/test.sh` runs it.
 set -euo pipefail
@@ -149,15 +151,40 @@ grep -q '"approval": "auto"' "$dir/.eve/current/manifest.json" ||
     fail "auto() did not become approval: auto"
 run_tool "$dir" 'get_weather {"city": "Oslo"}' 'get_weather returned: {"city":"Oslo","condition":"Sunny"}'
 
+# `defineState` as eve's docs write it (concepts/state.md: lib/budget.ts, tools/spend.ts, imported
+# without an extension): the build declares the slot from the module, each call of a session sees
+# the update of the one before, and another session starts from `initial()`.
+dir=$(project docs-state)
+(cd "$dir" && "$EVE" build) 2>&1 | tee "$ROOT/build.log"
+grep -q 'W001' "$ROOT/build.log" && fail "lib/, which the tools import, is reported as unknown"
+python3 - "$dir/.eve/current/manifest.json" <<'PY' || fail "the state slot of docs-state"
+import json, sys
+state = json.load(open(sys.argv[1]))["agent"]["config"]["state"]
+assert state == {"my-agent.budget": {"initial": {"count": 0, "cap": 25}, "max_bytes": 65536}}, state
+print("defineState declared my-agent.budget with its initial value")
+PY
+in_session() {
+    local flag=$1 call=$2 want=$3 out
+    out=$(cd "$dir" && "$EVE" run $flag "/tool $call" 2>&1) || true
+    grep -qF -- "$want" <<<"$out" || fail "$call: expected '$want' in:
+$out"
+    printf '  %s %s → ok\n' "${flag:-(new session)}" "$call"
+}
+in_session "" 'spend {"sql": "select 1"}' 'spend returned: {"rows":[[1]],"sql":"select 1"}'
+in_session -c 'spend {"sql": "select 2"}' 'spend returned: {"rows":[[1]],"sql":"select 2"}'
+in_session -c 'budget_left {}' 'budget_left returned: {"count":2,"cap":25}'
+in_session "" 'budget_left {}' 'budget_left returned: {"count":0,"cap":25}'
+
 # The diagnostics: every module's problem at once, each with file:line.
 dir=$(project errors)
 out=$(cd "$dir" && "$EVE" build 2>&1) && fail "the errors fixture built"
 for want in 'E110' 'agent/tools/throws.ts:5' 'E111' 'agent/tools/no_schema.ts:3' \
-    'E112' 'agent/tools/not_a_tool.mjs:2' 'E113' 'agent/tools/policy.ts:'; do
+    'E112' 'agent/tools/not_a_tool.mjs:2' 'E113' 'agent/tools/policy.ts:' \
+    'E130' 'agent/tools/reserved_state.ts:4'; do
     grep -qF -- "$want" <<<"$out" || fail "expected '$want' in:
 $out"
 done
-printf 'diagnostics E110-E113 with file:line: ok\n'
+printf 'diagnostics E110-E113 and E130 with file:line: ok\n'
 
 # A Node without type stripping is refused, with the fix.
 old=$(command -v node 2>/dev/null || true)

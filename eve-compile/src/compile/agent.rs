@@ -15,6 +15,7 @@ impl Compiler {
         self.evaluate_modules(dir);
         let (mut config, description) = self.config(dir, root);
         self.module_agent(dir, &mut config);
+        self.module_states(&mut config);
         let instructions = self.instructions(dir);
         let mut sandbox = self.sandbox(dir);
         let (tools, overrides) = self.tools(dir, &sandbox);

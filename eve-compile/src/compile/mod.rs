@@ -110,13 +110,14 @@ pub fn compile(discovery: &Discovery, options: &Options) -> Output {
             && discovery.diagnostics.iter().any(|seen| seen.file == d.file)
     };
     diagnostics.extend(c.diags.into_iter().filter(|d| !unread(d)));
-    // A file or folder an OpenAPI connection reads as its document is not unknown.
+    // A file or folder an OpenAPI connection reads as its document, or that holds modules the
+    // agent's modules import (`lib/`), is not unknown.
+    let used = |f: &str, path: &String| path == f || (f.ends_with('/') && path.starts_with(f));
     diagnostics.retain(|d| {
         d.code != Code::UnknownEntry
             || !d.file.as_deref().is_some_and(|f| {
-                c.documents
-                    .iter()
-                    .any(|doc| doc == f || (f.ends_with('/') && doc.starts_with(f)))
+                c.documents.iter().any(|doc| used(f, doc))
+                    || (c.node.is_some() && c.files.iter().any(|file| used(f, file)))
             })
     });
     for d in &mut diagnostics {

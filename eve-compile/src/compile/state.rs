@@ -33,6 +33,24 @@ fn valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c))
 }
 
+/// What is wrong with `name` as a state slot's name (a reserved prefix, a character eve does not
+/// take), with what to do; `None` when it is fine.
+pub(in crate::compile) fn name_problem(name: &str) -> Option<(String, &'static str)> {
+    if let Some(prefix) = RESERVED_PREFIXES.iter().find(|p| name.starts_with(**p)) {
+        return Some((
+            format!("state slot `{name}` uses the reserved `{prefix}` prefix"),
+            "use a name of your own namespace, such as `my-agent.budget`",
+        ));
+    }
+    (!valid_name(name)).then(|| {
+        (
+            format!("`{name}` is not a state slot name"),
+            "use 1 to 128 letters, digits, `.`, `:`, `_` or `-`, starting with a letter or digit, \
+             such as `my-agent.budget`",
+        )
+    })
+}
+
 impl Compiler {
     /// `state: {NAME: {initial, max_bytes}}`; every mistake is an `E130` at its line.
     pub(super) fn state_config(
@@ -68,20 +86,8 @@ impl Compiler {
                     None => d,
                 }
             };
-            if let Some(prefix) = RESERVED_PREFIXES.iter().find(|p| name.starts_with(**p)) {
-                let d = at_key(
-                    format!("state slot `{name}` uses the reserved `{prefix}` prefix"),
-                    "use a name of your own namespace, such as `my-agent.budget`",
-                );
-                self.push(d);
-                continue;
-            }
-            if !valid_name(&name) {
-                let d = at_key(
-                    format!("`{name}` is not a state slot name"),
-                    "use 1 to 128 letters, digits, `.`, `:`, `_` or `-`, starting with a letter \
-                     or digit, such as `my-agent.budget`",
-                );
+            if let Some((message, help)) = name_problem(&name) {
+                let d = at_key(message, help);
                 self.push(d);
                 continue;
             }

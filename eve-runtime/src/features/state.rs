@@ -62,6 +62,9 @@ pub(crate) fn namespace_of(session: &str) -> String {
     format!("state:{session}")
 }
 
+/// The key of a result that carries `$state` beside a value that is not an object.
+const RESULT_KEY: &str = "$result";
+
 /// Whether `tool` runs as a process that reads stdin (a script or a `run:` command).
 fn is_process(tool: &Tool) -> bool {
     matches!(tool.runner, Runner::Script { .. } | Runner::Command { .. })
@@ -174,6 +177,14 @@ impl TurnExtension for ToolState {
         let Some(carried) = output.as_object_mut().and_then(|o| o.remove(STATE_KEY)) else {
             return Ok(Ok(()));
         };
+        // `{"$result": VALUE, "$state": …}`: a result that is not an object, with state.
+        if let Some(result) = output
+            .as_object_mut()
+            .filter(|o| o.len() == 1)
+            .and_then(|o| o.remove(RESULT_KEY))
+        {
+            *output = result;
+        }
         match updates(&namespace(view), slots, carried) {
             Ok(ops) => {
                 for op in ops {

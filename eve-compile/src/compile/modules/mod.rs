@@ -21,6 +21,7 @@
 mod cache;
 mod node;
 mod read;
+mod state;
 
 use std::sync::OnceLock;
 

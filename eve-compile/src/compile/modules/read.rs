@@ -29,6 +29,8 @@ struct Answer {
     results: Vec<ModuleResult>,
     #[serde(default)]
     loaded: Vec<String>,
+    #[serde(default)]
+    states: Vec<super::state::StateRead>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -110,6 +112,10 @@ pub(in crate::compile) struct Evaluated {
     /// Built-in tools a `tools/` module turns on (`export { default } from "eve/tools/bash"`,
     /// `true`) or off (`disableTool()`, `false`), by name.
     builtins: Vec<(String, bool)>,
+    /// The `defineState` slots the modules define (see `state.rs`).
+    pub(super) states: Vec<super::state::StateRead>,
+    /// The agent folder on disk the modules were read from.
+    pub(super) agent_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -270,6 +276,8 @@ impl Compiler {
         self.node = Some(format!("{} ({})", node_path.display(), answer.node));
         self.modules.program = program;
         self.carry_loaded(&agent_dir, &answer.loaded);
+        self.modules.states = answer.states;
+        self.modules.agent_dir = Some(agent_dir.clone());
         for ((_, path), result) in wanted.into_iter().zip(answer.results) {
             if Path::new(&result.path) != agent_dir.join(&path) {
                 continue;

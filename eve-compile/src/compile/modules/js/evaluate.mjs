@@ -230,6 +230,20 @@ for (const m of request.modules) {
     results.push({ path: m.path, problems: [{ code: "throws", ...siteOf(def, url, m.path), message: `reading the definition threw: ${String((err && err.message) || err).split("\n")[0]}` }] });
   }
 }
+// The state slots the modules (and what they import) define with `defineState`: each slot's
+// initial value, from its `initial()` once, and where it was defined.
+const states = [];
+for (const [name, { initial, site }] of globalThis[Symbol.for("eve.states")] || []) {
+  const at = site ? { file: site.url, line: site.line, column: site.column } : {};
+  try {
+    const value = initial();
+    const json = JSON.stringify(value === undefined ? null : value);
+    if (json === undefined) throw new Error("it is not JSON");
+    states.push({ name, initial: JSON.parse(json), ...at });
+  } catch (err) {
+    states.push({ name, error: `its initial value cannot be stored: ${String((err && err.message) || err).split("\n")[0]}`, ...at });
+  }
+}
 const loaded = [...(globalThis[Symbol.for("eve.loaded")] || [])];
-process.stdout.write(JSON.stringify({ node: process.version, results, loaded }) + "\n");
+process.stdout.write(JSON.stringify({ node: process.version, results, loaded, states }) + "\n");
 process.exit(0);

@@ -73,6 +73,43 @@ export const defineChannel = refused("defineChannel", "write channels/NAME.yaml"
 export const defineExtension = refused("defineExtension", "copy the tools and skills you need into the agent folder");
 export const defineRemoteAgent = refused("defineRemoteAgent", "declare the remote agent in agent.yaml");
 export const defineWorkspaceAgent = refused("defineWorkspaceAgent", "use the agents/<name>/ layout");
-export const defineState = refused("defineState", "declare the slot under `state:` in agent.yaml; script and `run:` tools read it as `$state` on stdin and update it with `$state` in their result (docs/tools.md, State)");
+// `defineState(name, initial)`: a durable per-session slot (docs/typescript.md, State). At build,
+// every slot a module defines is recorded (`eve build` calls `initial()` once for the value a
+// session starts with, and declares the slot as `state:` in agent.yaml would); in a tool's call,
+// the runner (tool.mjs) hands the session's values over `$state` and takes back what `update`
+// changed. Outside a tool's `execute` there is no session to read: `get` and `update` throw.
+const STATES = Symbol.for("eve.states");
+const VALUES = Symbol.for("eve.state.values");
+export function defineState(name, initial) {
+  if (typeof name !== "string" || name === "") {
+    throw new TypeError("defineState: the first argument is the slot's name, a non-empty string");
+  }
+  if (typeof initial !== "function") {
+    throw new TypeError(`defineState(${JSON.stringify(name)}): the second argument is a function giving the initial value`);
+  }
+  const registry = (globalThis[STATES] ??= new Map());
+  if (!registry.has(name)) registry.set(name, { initial, site: site() });
+  const active = (what) => {
+    const call = globalThis[VALUES];
+    if (!call) {
+      throw new Error(`state ${JSON.stringify(name)}: ${what}() works inside a tool's execute (eve (Rust) gives state to tools only)`);
+    }
+    return call;
+  };
+  return {
+    name,
+    get() {
+      const call = active("get");
+      if (!Object.hasOwn(call.values, name)) call.values[name] = initial();
+      return call.values[name];
+    },
+    update(fn) {
+      const call = active("update");
+      const next = fn(this.get());
+      call.values[name] = next;
+      call.changed[name] = next;
+    },
+  };
+}
 export const defineDurableSchema = (schema) => schema;
 export const defineDurableCallback = refused("defineDurableCallback", "use never(), once(), always() or auto()");

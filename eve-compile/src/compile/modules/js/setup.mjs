@@ -26,8 +26,23 @@ function resolve(specifier, context, next) {
   if (specifier === "eve" || specifier.startsWith("eve/")) {
     return { url: SHIM, format: "module", shortCircuit: true };
   }
-  return next(specifier, context);
+  try {
+    return next(specifier, context);
+  } catch (err) {
+    // eve's projects import their own files without an extension (`../lib/budget`), as a
+    // bundler resolves them; Node's ESM resolver wants the file's name. Try what a bundler does.
+    if (!extensionless(specifier) || !err || err.code !== "ERR_MODULE_NOT_FOUND") throw err;
+    for (const suffix of SUFFIXES) {
+      try {
+        return next(specifier + suffix, context);
+      } catch {}
+    }
+    throw err;
+  }
 }
+// A relative specifier whose last part names no extension (`./lib/budget`, `../lib`).
+const extensionless = (s) => /^\.{1,2}\//.test(s) && !/\.[A-Za-z0-9]+$/.test(s.slice(s.lastIndexOf("/") + 1));
+const SUFFIXES = [".ts", ".mts", ".js", ".mjs", "/index.ts", "/index.js"];
 function load(url, context, next) {
   if (url.startsWith("file:")) loaded.add(url);
   return next(url, context);

@@ -16,6 +16,14 @@ async function main() {
   let raw = "";
   for await (const chunk of process.stdin) raw += chunk;
   let input = raw.trim() === "" ? {} : JSON.parse(raw);
+  // The session's state (`defineState`), when the agent has any: what `get` reads and `update`
+  // changes; the changes go back with the result.
+  let state = null;
+  if (input && typeof input === "object" && Object.hasOwn(input, "$state")) {
+    state = { values: { ...input["$state"] }, changed: {} };
+    delete input["$state"];
+    globalThis[Symbol.for("eve.state.values")] = state;
+  }
   const path = process.argv[1];
   const mod = await import(pathToFileURL(path).href);
   const def = mod.default;
@@ -74,7 +82,12 @@ async function main() {
     if (shaped && shaped.type === "text") result = String(shaped.value);
     else if (shaped && shaped.type === "json") result = shaped.value;
   }
-  const text = typeof result === "string" ? result : JSON.stringify(result ?? null);
+  const changed = state && Object.keys(state.changed).length > 0;
+  const text = changed
+    ? JSON.stringify({ $result: result ?? null, $state: state.changed })
+    : typeof result === "string"
+      ? result
+      : JSON.stringify(result ?? null);
   await new Promise((done) => process.stdout.write(text, done));
 }
 
