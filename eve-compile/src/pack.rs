@@ -394,16 +394,7 @@ pub(crate) fn write_entries(
         out.write_all(&e.bytes).map_err(io("cannot write", &path))?;
         set_mode(&out, e.mode).map_err(io("cannot set permissions of", &path))
     };
-    // The thread count is asked only when there is work for two (asking reads cgroup files).
-    let wanted = entries.len() / 64;
-    let threads = if wanted < 2 {
-        1
-    } else {
-        std::thread::available_parallelism()
-            .map_or(1, std::num::NonZero::get)
-            .min(wanted)
-            .clamp(1, 4)
-    };
+    let threads = eve_discover::threads_for(entries.len(), 64, 4);
     if threads == 1 {
         return entries.iter().try_for_each(write_one);
     }

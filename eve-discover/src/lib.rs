@@ -21,7 +21,7 @@ mod walk;
 pub use diagnostic::{Code, Diagnostic, Severity, error_count};
 pub use evals::{EvalDiscovery, EvalFile, discover_evals};
 pub use names::{closest, is_ignored, split_ext};
-pub use source::{DirEntry, EntryKind, FsSource, MemSource, Source};
+pub use source::{DirEntry, EntryKind, FsSource, MemSource, Source, threads_for};
 
 use walk::Walker;
 

@@ -180,16 +180,7 @@ impl Source for FsSource {
     /// their open/read/close calls are most of discovery's time.
     fn read_many(&self, rels: &[String]) -> Vec<io::Result<Vec<u8>>> {
         const MIN_PER_THREAD: usize = 32;
-        // The thread count is asked only when there is work for two (asking reads cgroup files).
-        let wanted = rels.len() / MIN_PER_THREAD;
-        let threads = if wanted < 2 {
-            1
-        } else {
-            std::thread::available_parallelism()
-                .map_or(1, std::num::NonZero::get)
-                .min(wanted)
-                .clamp(1, 4)
-        };
+        let threads = threads_for(rels.len(), MIN_PER_THREAD, 4);
         if threads == 1 {
             return rels.iter().map(|rel| self.read(rel)).collect();
         }
@@ -207,6 +198,20 @@ impl Source for FsSource {
                 .collect()
         })
     }
+}
+
+/// How many threads to share `items` items among, each taking at least `per_thread`, at most
+/// `max` and no more than the machine's cores: 1 when there is not work for two (then the core
+/// count, which costs reading cgroup files, is not asked).
+pub fn threads_for(items: usize, per_thread: usize, max: usize) -> usize {
+    let wanted = items / per_thread.max(1);
+    if wanted < 2 {
+        return 1;
+    }
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(wanted)
+        .clamp(1, max.max(1))
 }
 
 /// An in-memory tree: paths map to file contents; directories are implied by the paths.

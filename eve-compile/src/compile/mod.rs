@@ -321,16 +321,7 @@ impl Compiler {
     ) -> Vec<R> {
         const MIN_PER_THREAD: usize = 64;
         const BATCH: usize = 16;
-        // The thread count is asked only when there is work for two (asking reads cgroup files).
-        let wanted = items.len() / MIN_PER_THREAD;
-        let threads = if wanted < 2 {
-            1
-        } else {
-            std::thread::available_parallelism()
-                .map_or(1, std::num::NonZero::get)
-                .min(wanted)
-                .clamp(1, 8)
-        };
+        let threads = eve_discover::threads_for(items.len(), MIN_PER_THREAD, 8);
         if threads == 1 {
             return items.iter().filter_map(|t| f(self, t)).collect();
         }
