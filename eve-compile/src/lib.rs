@@ -19,6 +19,7 @@ pub mod project;
 pub mod prompt_template;
 pub mod render;
 pub mod schema;
+pub mod tz;
 pub mod yaml;
 
 pub use compile::{Options, Output, compile};

@@ -37,7 +37,7 @@ impl Compiler {
             ok = false;
         }
         let timezone = f.string("timezone").unwrap_or_else(|| "UTC".to_owned());
-        if timezone.parse::<chrono_tz::Tz>().is_err() {
+        if crate::tz::zone(&timezone).is_none() {
             f.report(
                 Code::InvalidTimezone,
                 "timezone",

@@ -602,7 +602,7 @@ impl Compiler {
             ok = false;
         }
         let timezone = read.timezone.unwrap_or_else(|| "UTC".to_owned());
-        if timezone.parse::<chrono_tz::Tz>().is_err() {
+        if crate::tz::zone(&timezone).is_none() {
             self.push(
                 Diagnostic::new(
                     Code::InvalidTimezone,
