@@ -102,7 +102,7 @@ impl Cache {
             .flatten()
             .filter_map(Value::as_str)
             .filter_map(|url| url.strip_prefix("file://"))
-            .map(|p| PathBuf::from(super::read::percent_decode(p)))
+            .map(|p| PathBuf::from(super::loaded::percent_decode(p)))
             .collect();
         paths.extend(agent_dir.ancestors().map(|d| d.join("package.json")));
         let stamps = paths

@@ -19,6 +19,7 @@
 //! call, in the box like every tool.
 
 mod cache;
+mod loaded;
 mod node;
 mod read;
 mod state;

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::super::Compiler;
-use super::read::percent_decode;
+use super::loaded::percent_decode;
 use crate::manifest::{AgentConfig, DEFAULT_STATE_MAX_BYTES, StateSlot};
 
 /// One `defineState` slot as Node reported it.
