@@ -15,7 +15,9 @@ import platform
 import re
 import signal
 import socket
+import shutil
 import statistics
+import tempfile
 import subprocess
 import sys
 import threading
@@ -193,32 +195,44 @@ TIME_BIN = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
 def run_measured(cmd, cwd, env, log_path, timeout=600, sample=False):
     """Runs cmd to completion; returns (wall seconds, peak RSS bytes).
 
-    Without `sample`, nothing runs beside the command (the wall time is clean) and the peak is
-    GNU time's %M when /usr/bin/time exists (the exact peak of the largest single process;
-    a process forked straight from this Python would inherit Python's RSS in its ru_maxrss,
-    so a small launcher is needed), else None. With `sample`, a thread also sums the RSS of the
-    whole process tree from /proc every few ms and keeps the largest per-process VmHWM; that
-    perturbs the wall time on a small machine, so sampled runs are not timed runs."""
+    Without `sample`, nothing runs beside the command, not even GNU time (its own fork, exec
+    and wait were a millisecond and more of a 10 ms build): the wall time is clean and the peak
+    is None. With `sample` (an untimed run), the peak is GNU time's %M when /usr/bin/time exists
+    (the exact peak of the largest single process; a process forked straight from this Python
+    would inherit Python's RSS in its ru_maxrss, so a small launcher is needed), and a thread
+    also sums the RSS of the whole process tree from /proc every few ms and keeps the largest
+    per-process VmHWM."""
     with open(log_path, "ab") as out:
         out.write(("\n$ " + " ".join(cmd) + "\n").encode())
         out.flush()
         time_file = log_path + ".maxrss"
-        full = [TIME_BIN, "-f", "%M", "-o", time_file, *cmd] if TIME_BIN else cmd
+        timed_rss = TIME_BIN if sample else None
+        full = [timed_rss, "-f", "%M", "-o", time_file, *cmd] if timed_rss else cmd
         t0 = time.perf_counter()
         proc = subprocess.Popen(full, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        sampler = Sampler(proc.pid, interval=0.005, skip_root=bool(TIME_BIN)) if sample else None
+        sampler = Sampler(proc.pid, interval=0.005, skip_root=bool(timed_rss)) if sample else None
         if sampler:
             sampler.start()
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        # A blocking wait, with a timer for the timeout: `wait(timeout=…)` polls with sleeps
+        # that double from 0.5 ms, which read every build between 7.5 and 15.5 ms as 15.5 ms.
+        expired = threading.Event()
+
+        def expire():
+            expired.set()
             kill_tree(proc)
-            raise Unavailable(f"timed out after {timeout}s")
+
+        timer = threading.Timer(timeout, expire)
+        timer.start()
+        try:
+            proc.wait()
         finally:
             wall = time.perf_counter() - t0
+            timer.cancel()
             peak = sampler.stop() if sampler else None
-    if TIME_BIN:
+        if expired.is_set():
+            raise Unavailable(f"timed out after {timeout}s")
+    if timed_rss:
         try:
             with open(time_file) as f:
                 last = f.read().strip().splitlines()[-1]
@@ -540,6 +554,24 @@ def main():
             except Unavailable as e:
                 R["ours"][key_t] = R["ours"][key_m] = e
                 log(f"ours build {size}: {e}")
+            if size == "small" and "build" in cmds:
+                # The same project where `eve init` leaves one, outside any git repository: the
+                # projects above sit inside eve's own checkout, so each build also waits for the
+                # `git status` its release records (the source revision).
+                bare = tempfile.mkdtemp(prefix="eve-bench-nogit-")
+                p_bare = os.path.join(bare, "ours-small")
+                shutil.copytree(p_ours, p_bare, ignore=shutil.ignore_patterns(".eve"))
+                try:
+                    wall, _, _ = measure_builds(
+                        [a.eve, "build"], p_bare, env_ours,
+                        os.path.join(logs, "ours-build-small-nogit.log"), a.runs_ours,
+                        lambda: clean(p_bare, [".eve"]))
+                    R["ours"]["build_small_nogit_time"] = wall
+                    log(f"ours build small outside git: median {fmt_time(wall)}")
+                except Unavailable as e:
+                    R["ours"]["build_small_nogit_time"] = e
+                finally:
+                    shutil.rmtree(bare, ignore_errors=True)
             if a.skip_ref:
                 continue
             try:
@@ -661,6 +693,8 @@ ROWS = [
     # key, label, kind, target ratio (None = no ratio target), absolute target for ours
     ("build_small_time", "build, scaffold agent: wall time (median)", "time", 100, None),
     ("build_small_rss", "build, scaffold agent: peak RSS", "mem", 10, None),
+    ("build_small_nogit_time", "… the same, outside any git repository (as `eve init` leaves it)",
+     "time", None, 0.010),
     ("build_large_time", "build, 200 tools + 50 skills: wall time (median)", "time", 100, None),
     ("build_large_rss", "build, 200 tools + 50 skills: peak RSS", "mem", 10, None),
     ("serve_ready", "serve cold start → healthy `/health` (median)", "time", 20, None),
@@ -774,7 +808,8 @@ Written by `bench/compare-eve` (see `bench/README.md`, "Reference setup"). Do no
 - RSS: summed over the whole process tree, sampled from /proc (builds: every 5 ms in the
   warm-up run, which is not timed; servers: every 50 ms, plus a reading when healthy and one
   after the turns); a build's peak is never below the largest single process's kernel
-  high-water mark (`VmHWM`, GNU time `%M` in every timed run)
+  high-water mark (`VmHWM`, GNU time `%M` in the warm-up run); timed runs are the command
+  alone, waited for without polling
 - model: one scripted OpenAI-compatible server on loopback (streaming SSE, usage chunk): first
   call `get_weather`, then a text reply. A turn = POST `/eve/v1/session` with a message →
   the NDJSON stream shows `session.waiting`.
