@@ -54,13 +54,18 @@ pub(crate) fn record_owner_attributes(
     session: &str,
     attributes: &Map<String, Value>,
 ) -> Option<Op> {
+    attributes_note(session, OWNER_KEY.to_owned(), attributes)
+}
+
+/// The note of `session`'s attributes under `key` (none when there are none).
+fn attributes_note(session: &str, key: String, attributes: &Map<String, Value>) -> Option<Op> {
     if attributes.is_empty() {
         return None;
     }
     let now = crate::store::now_ms();
     Some(Op::Note(NoteOp::Put(NoteRecord {
         namespace: owner_namespace(session),
-        key: OWNER_KEY.to_owned(),
+        key,
         text: Value::Object(attributes.clone()).to_string(),
         created_at: now,
         updated_at: now,
@@ -78,17 +83,7 @@ pub(crate) fn record_responder_attributes(
     request: &crate::store::InputRequestRecord,
     attributes: &Map<String, Value>,
 ) -> Option<Op> {
-    if attributes.is_empty() {
-        return None;
-    }
-    let now = crate::store::now_ms();
-    Some(Op::Note(NoteOp::Put(NoteRecord {
-        namespace: owner_namespace(&request.session_id),
-        key: responder_key(&request.id),
-        text: Value::Object(attributes.clone()).to_string(),
-        created_at: now,
-        updated_at: now,
-    })))
+    attributes_note(&request.session_id, responder_key(&request.id), attributes)
 }
 
 /// Who acts on sessions, as the caller was authenticated: its principal id (`jwt:<sub>`,

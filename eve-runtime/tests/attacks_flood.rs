@@ -18,11 +18,11 @@ use serde_json::{Value, json};
 
 use super::server_support::{AgentDir, TestServer};
 
-const ALICE: &str = "alice-token-0123456789";
-const BOB: &str = "bob-token-0123456789";
+pub(crate) const ALICE: &str = "alice-token-0123456789";
+pub(crate) const BOB: &str = "bob-token-0123456789";
 
 /// Time the model takes per call.
-const CALL: Duration = Duration::from_millis(500);
+pub(crate) const CALL: Duration = Duration::from_millis(500);
 /// Invocations Bob tries to start, and follow-ups he tries to send.
 const STARTS: usize = 24;
 const FOLLOW_UPS: usize = 12;
@@ -53,6 +53,21 @@ impl ModelClient for OneSlot {
     }
 }
 
+/// Gives a test server's runtime the [`OneSlot`] model, so a flood queues behind one slot.
+pub(crate) fn one_slot_model(config: &mut eve_runtime::engine::RuntimeConfig) {
+    let model = ResolvedModel {
+        client: Arc::new(OneSlot {
+            mock: MockClient::new("echo", None).unwrap(),
+            slot: tokio::sync::Mutex::new(()),
+        }),
+        model: "echo".to_owned(),
+        model_id: "mock/echo".to_owned(),
+        context_window: None,
+        price_per_million: None,
+    };
+    config.models = Arc::new(FixedModelProvider(model));
+}
+
 async fn start(limits_off: bool) -> TestServer {
     let agent = AgentDir::standard();
     agent.file(
@@ -71,19 +86,7 @@ async fn start(limits_off: bool) -> TestServer {
             }
             c
         },
-        |config| {
-            let model = ResolvedModel {
-                client: Arc::new(OneSlot {
-                    mock: MockClient::new("echo", None).unwrap(),
-                    slot: tokio::sync::Mutex::new(()),
-                }),
-                model: "echo".to_owned(),
-                model_id: "mock/echo".to_owned(),
-                context_window: None,
-                price_per_million: None,
-            };
-            config.models = Arc::new(FixedModelProvider(model));
-        },
+        one_slot_model,
         |_| eve_runtime::server::RouterOptions::default(),
     )
     .await
@@ -108,13 +111,13 @@ async fn tool(http: &reqwest::Client, base: &str, token: &str, name: &str, args:
     json["result"].clone()
 }
 
-/// What one flood looked like, and how long Alice's invocation took.
-struct Flood {
-    started: usize,
-    refused: usize,
-    followed: usize,
-    refused_follow_ups: usize,
-    alice: Duration,
+/// What one flood looked like, and how long Alice's invocation (or turn) took.
+pub(crate) struct Flood {
+    pub(crate) started: usize,
+    pub(crate) refused: usize,
+    pub(crate) followed: usize,
+    pub(crate) refused_follow_ups: usize,
+    pub(crate) alice: Duration,
 }
 
 async fn flood(server: &TestServer) -> Flood {

@@ -8,50 +8,19 @@
 //! the same server without `limits:`, lets every flood message through, and Alice's turn waits
 //! behind Bob's well past that bound.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eve_runtime::engine::{FixedModelProvider, ResolvedModel};
-use eve_runtime::model::mock::MockClient;
-use eve_runtime::model::{ModelClient, ModelError, ModelEvent, ModelRequest, ModelResponse};
 use serde_json::{Value, json};
 
+use super::attacks_flood::{ALICE, BOB, Flood, one_slot_model};
 use super::server_support::{AgentDir, TestServer};
 
-const ALICE: &str = "alice-token-0123456789";
-const BOB: &str = "bob-token-0123456789";
-
-/// Time the model takes per call.
-const CALL: Duration = Duration::from_millis(500);
 /// Sessions Bob tries to start, and follow-ups he tries to send.
 const STARTS: usize = 16;
 const FOLLOW_UPS: usize = 8;
 /// How long Alice's turn may take with the limits on (Bob holds at most two sessions and four
 /// queued messages, each a call ahead of hers).
 const BOUND: Duration = Duration::from_secs(5);
-
-/// The echo model behind one slot: each call waits its turn, then takes [`CALL`].
-struct OneSlot {
-    mock: MockClient,
-    slot: tokio::sync::Mutex<()>,
-}
-
-#[async_trait::async_trait]
-impl ModelClient for OneSlot {
-    async fn stream(
-        &self,
-        request: &ModelRequest,
-        on_event: &mut (dyn FnMut(ModelEvent) + Send),
-    ) -> Result<ModelResponse, ModelError> {
-        let _held = self.slot.lock().await;
-        tokio::time::sleep(CALL).await;
-        self.mock.stream(request, on_event).await
-    }
-
-    async fn context_window(&self, model: &str) -> Option<u64> {
-        self.mock.context_window(model).await
-    }
-}
 
 async fn start(limits: bool) -> TestServer {
     let agent = AgentDir::standard();
@@ -65,19 +34,7 @@ async fn start(limits: bool) -> TestServer {
         agent,
         &[("ALICE_TOKEN", ALICE), ("BOB_TOKEN", BOB)],
         |c| c,
-        |config| {
-            let model = ResolvedModel {
-                client: Arc::new(OneSlot {
-                    mock: MockClient::new("echo", None).unwrap(),
-                    slot: tokio::sync::Mutex::new(()),
-                }),
-                model: "echo".to_owned(),
-                model_id: "mock/echo".to_owned(),
-                context_window: None,
-                price_per_million: None,
-            };
-            config.models = Arc::new(FixedModelProvider(model));
-        },
+        one_slot_model,
         |_| eve_runtime::server::RouterOptions::default(),
     )
     .await
@@ -121,15 +78,6 @@ fn refused(answer: &(u16, Option<String>, Value)) -> bool {
         "{body}"
     );
     true
-}
-
-/// What one flood looked like, and how long Alice's turn took.
-struct Flood {
-    started: usize,
-    refused: usize,
-    followed: usize,
-    refused_follow_ups: usize,
-    alice: Duration,
 }
 
 async fn flood(server: &TestServer) -> Flood {

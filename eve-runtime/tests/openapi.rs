@@ -78,17 +78,22 @@ async fn tools(shop: &Shop, dir: &Path, extra: &str) -> Vec<Tool> {
         .text()
         .await
         .expect("document");
+    let yaml = format!("auth:\n  type: header\n  name: X-API-Key\n  value: ${{SHOP_KEY}}\n{extra}");
+    shop_tools(dir, &doc, shop.port, &yaml)
+}
+
+/// The tools of an agent folder in `dir` holding `document` as `specs/shop.json` and
+/// `connections/shop.yaml` (`openapi:`, `base_url:` on `port`, then `yaml`), compiled as a build
+/// would; the build must have no error and carry the document.
+pub(crate) fn shop_tools(dir: &Path, document: &str, port: u16, yaml: &str) -> Vec<Tool> {
     let agent = dir.join("agent");
     std::fs::create_dir_all(agent.join("connections")).unwrap();
     std::fs::create_dir_all(agent.join("specs")).unwrap();
     std::fs::write(agent.join("instructions.md"), "Shop.\n").unwrap();
-    std::fs::write(agent.join("specs/shop.json"), doc).unwrap();
+    std::fs::write(agent.join("specs/shop.json"), document).unwrap();
     std::fs::write(
         agent.join("connections/shop.yaml"),
-        format!(
-            "openapi: specs/shop.json\nbase_url: http://127.0.0.1:{}\nauth:\n  type: header\n  name: X-API-Key\n  value: ${{SHOP_KEY}}\n{extra}",
-            shop.port
-        ),
+        format!("openapi: specs/shop.json\nbase_url: http://127.0.0.1:{port}\n{yaml}"),
     )
     .unwrap();
     let source = eve_discover::FsSource::new(&agent).unwrap();

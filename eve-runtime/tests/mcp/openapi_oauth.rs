@@ -87,33 +87,7 @@ async fn document(shop: &Shop) -> String {
 
 /// The tools of `connections/shop.yaml` (`yaml` after `openapi:` and `base_url:`), compiled.
 async fn tools(shop: &Shop, dir: &Path, yaml: &str) -> Vec<Tool> {
-    let agent = dir.join("agent");
-    std::fs::create_dir_all(agent.join("connections")).unwrap();
-    std::fs::create_dir_all(agent.join("specs")).unwrap();
-    std::fs::write(agent.join("instructions.md"), "Shop.\n").unwrap();
-    std::fs::write(agent.join("specs/shop.json"), document(shop).await).unwrap();
-    std::fs::write(
-        agent.join("connections/shop.yaml"),
-        format!(
-            "openapi: specs/shop.json\nbase_url: http://127.0.0.1:{}\n{yaml}",
-            shop.port
-        ),
-    )
-    .unwrap();
-    let source = eve_discover::FsSource::new(&agent).unwrap();
-    let output = eve_compile::compile(
-        &eve_discover::discover(&source),
-        &eve_compile::Options {
-            name: "shop".into(),
-            file_prefix: "agent/".into(),
-            protected_dirs: Vec::new(),
-            agent_dir: Some(agent.clone()),
-            cache_dir: None,
-            fetch: None,
-        },
-    );
-    assert_eq!(output.error_count(), 0, "{:#?}", output.diagnostics);
-    output.manifest.agent.tools
+    crate::openapi::shop_tools(dir, &document(shop).await, shop.port, yaml)
 }
 
 fn get_item(tools: &[Tool]) -> &Tool {
