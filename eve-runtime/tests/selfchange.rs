@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
@@ -733,4 +734,56 @@ async fn the_agent_cannot_approve_its_own_proposal() {
         applied,
         "unconfined, the forged approval goes through: {shown:#?}"
     );
+}
+
+/// A listener on loopback that counts the connections it gets (and answers none).
+fn counting_listener() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = hits.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    (port, hits)
+}
+
+/// An injected agent proposes an OpenAPI connection whose document is a URL of its choosing (here
+/// a loopback listener standing in for a metadata service). Returns the listener's hits and what
+/// the model was told.
+async fn a_proposed_openapi_url(fetching: bool) -> (usize, String) {
+    let server = TestServer::start(changing_agent()).await;
+    server.runtime.set_proposals_fetch_for_tests(fetching);
+    let (port, hits) = counting_listener();
+    let session = server
+        .create(&propose(json!([
+            {"path": "connections/meta.yaml",
+             "content": format!("openapi: http://127.0.0.1:{port}/latest/meta-data\n")},
+        ])))
+        .await;
+    let events = server.until_rest(&session, 0).await;
+    let result = results(&events, "propose_change");
+    assert_eq!(result[0]["status"], "failed", "{result:#?}");
+    let told = result[0]["result"]["output"].as_str().unwrap().to_owned();
+    server.stop().await;
+    (hits.load(std::sync::atomic::Ordering::SeqCst), told)
+}
+
+#[tokio::test]
+async fn a_proposal_never_makes_the_server_fetch_an_openapi_url() {
+    let (hits, told) = a_proposed_openapi_url(false).await;
+    assert_eq!(hits, 0, "the server reached the agent's URL");
+    assert!(
+        told.contains("does not build") && told.contains("fetched by `eve build`"),
+        "{told}"
+    );
+}
+
+#[tokio::test]
+async fn twin_a_proposal_build_that_fetches_reaches_the_agents_url() {
+    let (hits, told) = a_proposed_openapi_url(true).await;
+    assert!(hits >= 1, "the twin did not reach the listener: {told}");
 }

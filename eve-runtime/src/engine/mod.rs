@@ -125,6 +125,8 @@ pub(crate) struct Inner {
     pub(crate) owners_by_id_only: std::sync::atomic::AtomicBool,
     /// Tests only: see [`Runtime::set_tool_state_shared_for_tests`].
     pub(crate) tool_state_shared: std::sync::atomic::AtomicBool,
+    /// Tests only: see [`Runtime::set_proposals_fetch_for_tests`].
+    pub(crate) proposals_fetch: std::sync::atomic::AtomicBool,
     /// This runtime's session workspaces: their checkpoints and what this node knows of them.
     pub(crate) workspaces: crate::workspace::Workspaces,
     /// This runtime's Prometheus metrics (`/metrics`), counted from what it commits.
@@ -219,6 +221,7 @@ impl Runtime {
                 naive_prompts: std::sync::atomic::AtomicBool::new(false),
                 owners_by_id_only: std::sync::atomic::AtomicBool::new(false),
                 tool_state_shared: std::sync::atomic::AtomicBool::new(false),
+                proposals_fetch: std::sync::atomic::AtomicBool::new(false),
                 workspaces,
                 metrics: metrics.clone(),
                 telemetry: std::sync::OnceLock::new(),

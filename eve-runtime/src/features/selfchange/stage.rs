@@ -77,6 +77,24 @@ impl Runtime {
     /// Compiles `agent_dir` as the project's agent (named as `eve build` names it, diagnostics
     /// under `agent/`) and writes the build without activating it. `Err` holds the diagnostics
     /// lines when the build has errors.
+    /// Tests only: proposals' builds fetch the OpenAPI documents their connections name by URL,
+    /// as `eve build` does (the protection off), so a test can show an agent making the server
+    /// fetch a URL of its choosing. No setting reaches it.
+    #[doc(hidden)]
+    pub fn set_proposals_fetch_for_tests(&self, on: bool) {
+        self.inner
+            .proposals_fetch
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The fetcher of a proposal's build: none (the switch above aside).
+    fn proposals_fetch(&self) -> Option<eve_compile::compile::openapi::Fetcher> {
+        self.inner
+            .proposals_fetch
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(crate::tools::openapi_document::document_fetcher)
+    }
+
     pub(super) fn build_unpointed(
         &self,
         agent_dir: PathBuf,
@@ -97,7 +115,7 @@ impl Runtime {
                 // The caches of `eve build`: module evaluations, and the OpenAPI documents it
                 // fetched (a proposal's build fetches nothing).
                 cache_dir: Some(real.state_dir.clone()),
-                fetch: None,
+                fetch: self.proposals_fetch(),
             },
         );
         if output.error_count() > 0 {
