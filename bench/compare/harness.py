@@ -356,8 +356,15 @@ def one_turn(port, message, timeout=60):
         conn.close()
 
 
-def serve_once(cmd, cwd, env, port, log_path, turns=0, ready_timeout=180):
-    """Starts a server, waits for a healthy /health, optionally runs turns, stops it.
+TOOL_MESSAGES = ("What is the weather in Paris?", "And in Rome?")
+# The scripted model answers a message saying "(no tools)" with text, tools offered or not.
+TEXT_MESSAGES = ("Say hello (no tools)", "And once more (no tools)")
+
+
+def serve_once(cmd, cwd, env, port, log_path, turns=0, ready_timeout=180, text=False):
+    """Starts a server, waits for a healthy /health, optionally runs turns, stops it. The turns
+    call the agent's tool (a model call, the tool call, a model call) or, with `text`, are one
+    model call answered with text.
 
     Returns dict: ready_s, rss_ready, peak_start, turn_first, turn_next (list), rss_after."""
     res = {}
@@ -387,12 +394,12 @@ def serve_once(cmd, cwd, env, port, log_path, turns=0, ready_timeout=180):
             res["peak_start"] = max(sampler.peak, res["rss_ready"])
             if turns:
                 try:
-                    res["turn_first"], res["events"], span = one_turn(
-                        port, "What is the weather in Paris?")
+                    first, later = TEXT_MESSAGES if text else TOOL_MESSAGES
+                    res["turn_first"], res["events"], span = one_turn(port, first)
                     res["tool_spans"] = [span]
                     res["turn_next"] = []
                     for _ in range(turns - 1):
-                        t, _, span = one_turn(port, "And in Rome?")
+                        t, _, span = one_turn(port, later)
                         res["turn_next"].append(t)
                         res["tool_spans"].append(span)
                 except Unavailable as e:
@@ -592,20 +599,23 @@ def main():
 
         def server_rows(prefix, side, runs, make_cmd, cwd, env, prepare, before_each=None):
             out = R[side]
-            ready, rss_ready, peak, first, nxt, after, errs = [], [], [], [], [], [], []
-            spans = []
+            ready, rss_ready, peak, after = [], [], [], []
+            # per kind of turn: first turns, later turns, tool spans, errors
+            turns = {kind: ([], [], [], []) for kind in ("tool", "text")}
             try:
                 prepare()
-                for i in range(runs):
+                # `runs` servers whose turns call the tool, then `runs` whose turns are text
+                for i, kind in enumerate(["tool"] * runs + ["text"] * runs):
                     if before_each:
                         before_each()
                     port = free_port()
                     cmd = make_cmd(port)
                     lp = os.path.join(logs, f"{side}-{prefix}.log")
-                    r = serve_once(cmd, cwd, env, port, lp, turns=a.turns)
+                    r = serve_once(cmd, cwd, env, port, lp, turns=a.turns, text=kind == "text")
                     ready.append(r["ready_s"])
                     rss_ready.append(r["rss_ready"])
                     peak.append(r["peak_start"])
+                    first, nxt, spans, errs = turns[kind]
                     if "turn_error" in r:
                         errs.append(r["turn_error"])
                     else:
@@ -614,22 +624,26 @@ def main():
                         spans.extend(x for x in r["tool_spans"] if x is not None)
                     after.append(r["rss_after"])
                     log(f"  {side} {prefix} run {i + 1}: healthy in {fmt_time(r['ready_s'])}, "
-                        f"RSS {fmt_mem(r['rss_ready'])}; first turn "
+                        f"RSS {fmt_mem(r['rss_ready'])}; first {kind} turn "
                         f"{fmt_time(r.get('turn_first')) if 'turn_first' in r else r.get('turn_error')}")
                 out[f"{prefix}_ready"] = median(ready)
                 out[f"{prefix}_rss"] = median(rss_ready)
                 out[f"{prefix}_peak"] = max(peak)
                 out[f"{prefix}_rss_after"] = median(after)
-                if first:
-                    out[f"{prefix}_turn_first"] = median(first)
-                    out[f"{prefix}_turn_next"] = median(nxt) if nxt else None
-                    out[f"{prefix}_tool_span"] = median(spans) if spans else None
-                else:
-                    out[f"{prefix}_turn_first"] = out[f"{prefix}_turn_next"] = \
-                        out[f"{prefix}_tool_span"] = Unavailable(f"n/a: {errs[0]}")
+                for kind, (first, nxt, spans, errs) in turns.items():
+                    keys = [f"{prefix}_{kind}_first", f"{prefix}_{kind}_next"]
+                    if kind == "tool":
+                        keys = [f"{prefix}_turn_first", f"{prefix}_turn_next",
+                                f"{prefix}_tool_span"]
+                    if first:
+                        values = [median(first), median(nxt) if nxt else None,
+                                  median(spans) if spans else None]
+                    else:
+                        values = [Unavailable(f"n/a: {errs[0]}")] * 3
+                    out.update(zip(keys, values))
             except Unavailable as e:
                 for k in ("ready", "rss", "peak", "rss_after", "turn_first", "turn_next",
-                          "tool_span"):
+                          "tool_span", "text_first", "text_next"):
                     out[f"{prefix}_{k}"] = e
                 log(f"  {side} {prefix}: {e}")
 
@@ -706,6 +720,10 @@ ROWS = [
      0.005),
     ("serve_tool_span", "… of which the tool call (`actions.requested` → `action.result`)",
      "time", None, None),
+    ("serve_text_first", "first turn answered with text, no tool call (first session)", "time",
+     None, 0.008),
+    ("serve_text_next", "turn answered with text, no tool call (later sessions, median)", "time",
+     None, 0.005),
     ("dev_ready", "dev cold start → healthy `/health` (median)", "time", 20, None),
     ("dev_rss", "dev RSS when healthy", "mem", 10, None),
     ("dev_peak", "dev peak RSS during start", "mem", 10, None),
@@ -804,7 +822,8 @@ Written by `bench/compare-eve` (see `bench/README.md`, "Reference setup"). Do no
 - eve 0.80.1 (npm): Node {node_v}, `eve build --skip-sandbox-prewarm`, `eve start`, `eve dev --no-ui`
 - runs: builds median of {a.runs_ours} (ours) / {a.runs_ref} (eve 0.80.1) clean builds (`.eve/`,
   `.output/` removed) after one warm-up; servers median of {a.server_runs} cold starts, each
-  followed by {a.turns} sessions one after the other
+  followed by {a.turns} sessions one after the other whose turns call the tool, then
+  {a.server_runs} more whose turns are answered with text (the message says "(no tools)")
 - RSS: summed over the whole process tree, sampled from /proc (builds: every 5 ms in the
   warm-up run, which is not timed; servers: every 50 ms, plus a reading when healthy and one
   after the turns); a build's peak is never below the largest single process's kernel

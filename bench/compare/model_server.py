@@ -47,13 +47,21 @@ def choose_tool(tools):
     return None, None
 
 
+def asks_for_text(message):
+    """A user message with "(no tools)" in it gets a text reply even when tools are offered."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return isinstance(content, str) and "(no tools)" in content
+
+
 def plan(body):
     """Return ("tool", name, args) or ("text", reply)."""
     msgs = body.get("messages") or []
     last_user = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=-1)
     tool_after = any(m.get("role") == "tool" for m in msgs[last_user + 1:])
     tools = body.get("tools") or []
-    if not tool_after:
+    if not tool_after and not asks_for_text(msgs[last_user] if last_user >= 0 else {}):
         name, args = choose_tool(tools)
         if name:
             return ("tool", name, args)

@@ -105,8 +105,9 @@ pub(crate) struct Inner {
     pub(crate) mcp: Mutex<HashMap<String, crate::mcp::McpManager>>,
     /// Delivery of events to observe hooks.
     pub(crate) hooks: crate::features::hooks::delivery::HookState,
-    /// Context windows the providers reported, by model id and client: asked once per runtime.
-    pub(crate) windows: Mutex<HashMap<String, u64>>,
+    /// Context windows the providers reported, by model id and client: asked once per runtime
+    /// (`None`: the provider did not say at that instant; asked again a minute later).
+    pub(crate) windows: Mutex<HashMap<String, (Option<u64>, std::time::Instant)>>,
     /// Channel replies followed by this runtime.
     pub(crate) following: replies::Following,
     /// The HTTP client of this runtime's HTTP tools.
@@ -322,8 +323,10 @@ impl Runtime {
 
     /// Does the work a first turn would otherwise pay for: loads the current build (tool table,
     /// compiled validators, system prompt), builds the model client of its root agent and starts
-    /// unpacking the build's files in the background. Servers call it before they answer
-    /// `/health`. Failures are left for the first turn to report.
+    /// unpacking the build's files in the background; when neither the agent nor the model
+    /// settings give the context window, asks the provider for it in the background (which also
+    /// opens the connection the first model call then reuses). Servers call it before they
+    /// answer `/health`. Failures are left for the first turn to report.
     pub async fn warm_up(&self) {
         let Ok(build) = self.inner.builds.current() else {
             return;
@@ -336,10 +339,17 @@ impl Runtime {
                 tracing::warn!(error = %e, "cannot unpack the build's files");
             }
         });
-        let _ = tokio::task::spawn_blocking(move || {
-            let _ = models.resolve(&build.manifest.agent);
-        })
-        .await;
+        let configured = build.manifest.agent.config.context_window;
+        let resolved =
+            tokio::task::spawn_blocking(move || models.resolve(&build.manifest.agent)).await;
+        if let Ok(Ok(model)) = resolved
+            && configured.or(model.context_window).is_none()
+        {
+            let rt = self.clone();
+            tokio::spawn(async move {
+                turn::provider_window(&rt, &model).await;
+            });
+        }
     }
 
     /// Cancels the running or parked turn. Accepted messages stay in the inbox.

@@ -161,19 +161,26 @@ pub(super) async fn context_window(
 }
 
 /// The context window the provider reports for `model`, asked once per runtime and client (the
-/// cache is the runtime's `windows`, so two runtimes in one process never share an answer).
-async fn provider_window(rt: &Runtime, model: &ResolvedModel) -> Option<u64> {
+/// cache is the runtime's `windows`, so two runtimes in one process never share an answer). A
+/// provider that does not say is asked again after [`UNKNOWN_WINDOW_KEPT`], not at every step.
+pub(in crate::engine) async fn provider_window(rt: &Runtime, model: &ResolvedModel) -> Option<u64> {
     let key = format!("{}@{:p}", model.model_id, Arc::as_ptr(&model.client));
     let cache = &rt.inner.windows;
-    if let Some(w) = cache.lock().ok().and_then(|c| c.get(&key).copied()) {
-        return Some(w);
+    let known = cache.lock().ok().and_then(|c| c.get(&key).copied());
+    if let Some((window, at)) = known
+        && (window.is_some() || at.elapsed() < UNKNOWN_WINDOW_KEPT)
+    {
+        return window;
     }
-    let window = model.client.context_window(&model.model).await?;
+    let window = model.client.context_window(&model.model).await;
     if let Ok(mut c) = cache.lock() {
-        c.insert(key, window);
+        c.insert(key, (window, std::time::Instant::now()));
     }
-    Some(window)
+    window
 }
+
+/// How long "the provider does not say" stands before the provider is asked again.
+const UNKNOWN_WINDOW_KEPT: std::time::Duration = std::time::Duration::from_secs(60);
 
 pub(super) async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
     match deadline {

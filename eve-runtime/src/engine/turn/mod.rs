@@ -21,6 +21,7 @@ pub use approvals::{InputAnswer, option_ids, resolve_text};
 mod calls;
 mod fit;
 mod limits;
+pub(super) use limits::provider_window;
 mod pin;
 mod run;
 pub(crate) mod seam;

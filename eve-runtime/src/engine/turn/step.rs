@@ -38,6 +38,10 @@ use crate::model::{Message, ModelEvent, ModelRequest, ModelResponse, ToolCall, T
 use crate::observe::{ModelCall, TurnWork};
 use crate::store::*;
 
+/// How long streamed deltas gather after a commit of the stream's events before the next one
+/// (the first commit is at once): a commit per delta of a fast model is most of a turn's writes.
+const STREAM_LINGER: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// A final answer that does not end the turn: the message it goes back with (none when a
 /// feature holds the turn), and the events of the step's end.
 type SendBack = (Option<String>, Vec<(&'static str, Value)>);
@@ -382,11 +386,21 @@ impl TurnDriver<'_> {
         let held = std::sync::Mutex::new(self.held.take());
         let consume = async {
             let mut names: Vec<(String, String)> = Vec::new();
+            let mut committed_at: Option<tokio::time::Instant> = None;
             while let Some(first) = rx.recv().await {
-                // Whatever else is already queued goes into the same commit.
+                // Whatever else is already queued goes into the same commit, and after the
+                // first commit what arrives within [`STREAM_LINGER`] of the last one: a fast
+                // model's burst of deltas is a few commits, not one each. The stream's end
+                // flushes at once, and a delta arriving later than that is committed at once.
                 let mut queued = vec![first];
                 while let Ok(more) = rx.try_recv() {
                     queued.push(more);
+                }
+                if let Some(at) = committed_at {
+                    let until = at + STREAM_LINGER;
+                    while let Ok(Some(more)) = tokio::time::timeout_at(until, rx.recv()).await {
+                        queued.push(more);
+                    }
                 }
                 let mut batch = Batch::new();
                 for event in queued {
@@ -433,7 +447,9 @@ impl TurnDriver<'_> {
                     }
                     None => batch,
                 };
-                if let Err(e) = rt.commit(batch).await {
+                let result = rt.commit(batch).await;
+                committed_at = Some(tokio::time::Instant::now());
+                if let Err(e) = result {
                     tracing::warn!(error = %e, "cannot store a stream event");
                     // `step.started` is not lost with them: it goes with the next commit.
                     if let (Some(start), Ok(mut h)) = (first, held.lock()) {

@@ -238,6 +238,29 @@ impl SqliteStore {
             .map_err(|_| StoreError::Corrupt("writer returned an unexpected type".to_owned()))
     }
 
+    /// Runs `job`, a read of a few rows by key, on this thread when a pooled read connection is
+    /// free (the read takes microseconds, a hop to the blocking pool and back costs more and
+    /// wakes two threads), else as [`Self::read`]. Reads whose size grows with a session (its
+    /// events, messages, context) or with the store go through [`Self::read`]: they must not
+    /// hold an async thread that other sessions' turns are waiting for.
+    async fn read_here<R, F>(&self, job: F) -> StoreResult<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
+    {
+        let pooled = self.inner.readers.lock().ok().and_then(|mut v| v.pop());
+        let Some(conn) = pooled else {
+            return self.read(job).await;
+        };
+        let result = job(&conn);
+        if let Ok(mut readers) = self.inner.readers.lock()
+            && readers.len() < READERS_KEPT
+        {
+            readers.push(conn);
+        }
+        result
+    }
+
     /// Runs `job` on a pooled read connection, off the async threads.
     async fn read<R, F>(&self, job: F) -> StoreResult<R>
     where
@@ -313,7 +336,7 @@ impl Store for SqliteStore {
 
     async fn session(&self, id: &str) -> StoreResult<Option<SessionRecord>> {
         let id = id.to_owned();
-        self.read(move |c| reads::session(c, &id)).await
+        self.read_here(move |c| reads::session(c, &id)).await
     }
 
     async fn sessions(&self, filter: &SessionFilter) -> StoreResult<Vec<SessionRecord>> {
@@ -323,12 +346,12 @@ impl Store for SqliteStore {
 
     async fn turn(&self, session: &str, seq: u64) -> StoreResult<Option<TurnRecord>> {
         let session = session.to_owned();
-        self.read(move |c| reads::turn(c, &session, seq)).await
+        self.read_here(move |c| reads::turn(c, &session, seq)).await
     }
 
     async fn last_turn(&self, session: &str) -> StoreResult<Option<TurnRecord>> {
         let session = session.to_owned();
-        self.read(move |c| reads::last_turn(c, &session)).await
+        self.read_here(move |c| reads::last_turn(c, &session)).await
     }
 
     async fn steps(&self, session: &str, turn: u64) -> StoreResult<Vec<StepRecord>> {
@@ -348,18 +371,19 @@ impl Store for SqliteStore {
         pending_only: bool,
     ) -> StoreResult<Vec<InputRequestRecord>> {
         let session = session.to_owned();
-        self.read(move |c| reads::input_requests(c, &session, pending_only))
+        self.read_here(move |c| reads::input_requests(c, &session, pending_only))
             .await
     }
 
     async fn input_request(&self, id: &str) -> StoreResult<Option<InputRequestRecord>> {
         let id = id.to_owned();
-        self.read(move |c| reads::input_request(c, &id)).await
+        self.read_here(move |c| reads::input_request(c, &id)).await
     }
 
     async fn pending_inbox(&self, session: &str) -> StoreResult<Vec<InboxRecord>> {
         let session = session.to_owned();
-        self.read(move |c| reads::pending_inbox(c, &session)).await
+        self.read_here(move |c| reads::pending_inbox(c, &session))
+            .await
     }
 
     async fn context(&self, session: &str) -> StoreResult<Vec<MessageRecord>> {
@@ -391,7 +415,7 @@ impl Store for SqliteStore {
 
     async fn breaker(&self, tool: &str) -> StoreResult<Option<BreakerRecord>> {
         let tool = tool.to_owned();
-        self.read(move |c| reads::breaker(c, &tool)).await
+        self.read_here(move |c| reads::breaker(c, &tool)).await
     }
 
     fn foreign_commits(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
@@ -433,7 +457,8 @@ impl Store for SqliteStore {
 
     async fn drive_state(&self, session: &str) -> StoreResult<Option<DriveState>> {
         let session = session.to_owned();
-        self.read(move |c| reads::drive_state(c, &session)).await
+        self.read_here(move |c| reads::drive_state(c, &session))
+            .await
     }
 
     async fn turn_view(&self, session: &str) -> StoreResult<TurnView> {
@@ -473,7 +498,8 @@ impl Store for SqliteStore {
 
     async fn lease(&self, session: &str) -> StoreResult<Option<LeaseRecord>> {
         let session = session.to_owned();
-        self.read(move |conn| leases::lease(conn, &session)).await
+        self.read_here(move |conn| leases::lease(conn, &session))
+            .await
     }
 
     async fn schedule_states(&self) -> StoreResult<Vec<ScheduleState>> {
@@ -502,7 +528,7 @@ impl Store for SqliteStore {
 
     async fn subagent_link(&self, session: &str) -> StoreResult<Option<SubagentLink>> {
         let session = session.to_owned();
-        self.read(move |conn| composition::link(conn, &session))
+        self.read_here(move |conn| composition::link(conn, &session))
             .await
     }
 
@@ -512,7 +538,7 @@ impl Store for SqliteStore {
         call_id: &str,
     ) -> StoreResult<Option<SubagentLink>> {
         let (parent, call_id) = (parent.to_owned(), call_id.to_owned());
-        self.read(move |conn| composition::link_by_token(conn, &parent, &call_id))
+        self.read_here(move |conn| composition::link_by_token(conn, &parent, &call_id))
             .await
     }
 
@@ -523,25 +549,25 @@ impl Store for SqliteStore {
         call_id: &str,
     ) -> StoreResult<Option<SubagentCall>> {
         let (parent, call_id) = (parent.to_owned(), call_id.to_owned());
-        self.read(move |conn| composition::subagent_call(conn, &parent, turn, &call_id))
+        self.read_here(move |conn| composition::subagent_call(conn, &parent, turn, &call_id))
             .await
     }
 
     async fn subagent_call_by_inbox(&self, inbox_id: &str) -> StoreResult<Option<SubagentCall>> {
         let inbox_id = inbox_id.to_owned();
-        self.read(move |conn| composition::subagent_call_by_inbox(conn, &inbox_id))
+        self.read_here(move |conn| composition::subagent_call_by_inbox(conn, &inbox_id))
             .await
     }
 
     async fn turn_inbox(&self, session: &str, seq: u64) -> StoreResult<Vec<String>> {
         let session = session.to_owned();
-        self.read(move |conn| composition::turn_inbox(conn, &session, seq))
+        self.read_here(move |conn| composition::turn_inbox(conn, &session, seq))
             .await
     }
 
     async fn inbox_turn(&self, inbox_id: &str) -> StoreResult<Option<Option<u64>>> {
         let inbox_id = inbox_id.to_owned();
-        self.read(move |conn| composition::inbox_turn(conn, &inbox_id))
+        self.read_here(move |conn| composition::inbox_turn(conn, &inbox_id))
             .await
     }
 
@@ -559,19 +585,19 @@ impl Store for SqliteStore {
 
     async fn dynamic_tools(&self, session: &str) -> StoreResult<Vec<DynamicToolRecord>> {
         let session = session.to_owned();
-        self.read(move |conn| composition::dynamic_tools(conn, &session))
+        self.read_here(move |conn| composition::dynamic_tools(conn, &session))
             .await
     }
 
     async fn dynamic_resolved(&self, session: &str, turn: u64) -> StoreResult<bool> {
         let session = session.to_owned();
-        self.read(move |conn| composition::dynamic_resolved(conn, &session, turn))
+        self.read_here(move |conn| composition::dynamic_resolved(conn, &session, turn))
             .await
     }
 
     async fn hook_cursors(&self, session: &str) -> StoreResult<Vec<(String, u64)>> {
         let session = session.to_owned();
-        self.read(move |conn| composition::hook_cursors(conn, &session))
+        self.read_here(move |conn| composition::hook_cursors(conn, &session))
             .await
     }
 
@@ -587,7 +613,7 @@ impl Store for SqliteStore {
 
     async fn note(&self, namespace: &str, key: &str) -> StoreResult<Option<NoteRecord>> {
         let (namespace, key) = (namespace.to_owned(), key.to_owned());
-        self.read(move |conn| notes::note(conn, &namespace, &key))
+        self.read_here(move |conn| notes::note(conn, &namespace, &key))
             .await
     }
 
@@ -703,7 +729,7 @@ impl Store for SqliteStore {
 
     async fn workspace(&self, session: &str) -> StoreResult<Option<WorkspaceCheckpoint>> {
         let session = session.to_owned();
-        self.read(move |conn| builds::workspace(conn, &session))
+        self.read_here(move |conn| builds::workspace(conn, &session))
             .await
     }
 
