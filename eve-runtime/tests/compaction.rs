@@ -59,3 +59,56 @@ async fn the_usage_the_provider_last_reported_counts_from_the_next_turn_on() {
     rt.drive(&id).await.unwrap();
     assert_eq!(compacted_turns(&rt, &id).await, ["turn_1"]);
 }
+
+/// A model client whose provider does not say its context window, counting how often it is asked.
+struct Unsaid {
+    mock: eve_runtime::model::mock::MockClient,
+    asked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl eve_runtime::model::ModelClient for Unsaid {
+    async fn stream(
+        &self,
+        request: &eve_runtime::model::ModelRequest,
+        on_event: &mut (dyn FnMut(eve_runtime::model::ModelEvent) + Send),
+    ) -> Result<eve_runtime::model::ModelResponse, eve_runtime::model::ModelError> {
+        self.mock.stream(request, on_event).await
+    }
+
+    async fn context_window(&self, _model: &str) -> Option<u64> {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        None
+    }
+}
+
+#[tokio::test]
+async fn a_provider_that_does_not_say_its_window_is_not_asked_at_every_step() {
+    let p = TestProject::new();
+    let mut a = agent();
+    a.tools
+        .push(script_tool("lookup", Effect::Read, Approval::Never));
+    p.write_build(&a, &[]);
+    let call = json!({"tool_calls": [{"name": "lookup", "input": {}}]});
+    let steps = json!([call, call, {"text": "one"}, call, {"text": "two"}]);
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let client = Unsaid {
+        mock: eve_runtime::model::mock::MockClient::from_steps(
+            eve_runtime::model::mock::load_script(&steps.to_string()).unwrap(),
+        ),
+        asked: asked.clone(),
+    };
+    let rt = p.runtime_on(std::sync::Arc::new(client), None);
+    let (id, _) = run_prompt(&rt, "first").await;
+    rt.post_message(&id, "second").await.unwrap();
+    rt.drive(&id).await.unwrap();
+    let requests = all_events(&rt, &id)
+        .await
+        .iter()
+        .filter(|e| e.kind == "step.started")
+        .count();
+    let asked = asked.load(std::sync::atomic::Ordering::SeqCst);
+    println!("{requests} steps asked the provider for its window {asked} time(s)");
+    assert_eq!(requests, 5, "the script's five model calls");
+    assert_eq!(asked, 1, "asked once in {requests} steps");
+}
