@@ -83,14 +83,14 @@ impl eve_runtime::model::ModelClient for Unsaid {
 }
 
 #[tokio::test]
-async fn a_provider_that_does_not_say_its_window_is_not_asked_at_every_step() {
+async fn a_provider_that_does_not_say_its_window_is_not_asked_at_every_turn() {
     let p = TestProject::new();
     let mut a = agent();
     a.tools
         .push(script_tool("lookup", Effect::Read, Approval::Never));
     p.write_build(&a, &[]);
     let call = json!({"tool_calls": [{"name": "lookup", "input": {}}]});
-    let steps = json!([call, call, {"text": "one"}, call, {"text": "two"}]);
+    let steps = json!([call, call, {"text": "one"}, call, {"text": "two"}, {"text": "three"}]);
     let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let client = Unsaid {
         mock: eve_runtime::model::mock::MockClient::from_steps(
@@ -100,15 +100,17 @@ async fn a_provider_that_does_not_say_its_window_is_not_asked_at_every_step() {
     };
     let rt = p.runtime_on(std::sync::Arc::new(client), None);
     let (id, _) = run_prompt(&rt, "first").await;
-    rt.post_message(&id, "second").await.unwrap();
-    rt.drive(&id).await.unwrap();
+    for message in ["second", "third"] {
+        rt.post_message(&id, message).await.unwrap();
+        rt.drive(&id).await.unwrap();
+    }
     let requests = all_events(&rt, &id)
         .await
         .iter()
         .filter(|e| e.kind == "step.started")
         .count();
     let asked = asked.load(std::sync::atomic::Ordering::SeqCst);
-    println!("{requests} steps asked the provider for its window {asked} time(s)");
-    assert_eq!(requests, 5, "the script's five model calls");
-    assert_eq!(asked, 1, "asked once in {requests} steps");
+    println!("three turns of {requests} steps asked the provider for its window {asked} time(s)");
+    assert_eq!(requests, 6, "the script's six model calls");
+    assert_eq!(asked, 1, "asked once in three turns");
 }

@@ -162,7 +162,7 @@ pub(super) async fn context_window(
 
 /// The context window the provider reports for `model`, asked once per runtime and client (the
 /// cache is the runtime's `windows`, so two runtimes in one process never share an answer). A
-/// provider that does not say is asked again after [`UNKNOWN_WINDOW_KEPT`], not at every step.
+/// provider that does not say is asked again after [`UNKNOWN_WINDOW_KEPT`], not at every turn.
 pub(in crate::engine) async fn provider_window(rt: &Runtime, model: &ResolvedModel) -> Option<u64> {
     let key = format!("{}@{:p}", model.model_id, Arc::as_ptr(&model.client));
     let cache = &rt.inner.windows;
