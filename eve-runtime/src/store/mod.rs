@@ -298,6 +298,11 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Opens now what a server's first reads would otherwise open on the way (read connections,
+    /// with the schema parsed). Servers call it at start; a store with nothing to open does
+    /// nothing.
+    async fn warm(&self) {}
+
     /// Takes the lease of a session for `claim.holder`, if it is free, expired, already ours, or
     /// held by a process the store's [`Liveness`] policy calls dead. At most one holder at a time.
     async fn acquire_lease(&self, claim: &LeaseClaim) -> StoreResult<LeaseOutcome>;

@@ -48,6 +48,9 @@ use super::*;
 
 /// Reader connections kept open.
 const READERS_KEPT: usize = 8;
+/// Read connections a server opens at start ([`Store::warm`]): a turn's reads and a client's
+/// stream at the same time.
+const READERS_WARMED: usize = 2;
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
@@ -420,6 +423,31 @@ impl Store for SqliteStore {
 
     fn foreign_commits(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         Some(self.inner.foreign.subscribe())
+    }
+
+    async fn warm(&self) {
+        let inner = self.inner.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for _ in 0..READERS_WARMED {
+                // The first statement reads and parses the schema: done here, not in a turn.
+                let Ok(conn) = open_connection(&inner.path) else {
+                    return;
+                };
+                if conn
+                    .query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+                        r.get::<_, i64>(0)
+                    })
+                    .is_err()
+                {
+                    return;
+                }
+                match inner.readers.lock() {
+                    Ok(mut readers) if readers.len() < READERS_KEPT => readers.push(conn),
+                    _ => return,
+                }
+            }
+        })
+        .await;
     }
 
     async fn write_fault(&self) -> Option<String> {
