@@ -74,9 +74,6 @@ impl Runtime {
         vec![project.state_dir.clone(), project.root.join("evals")]
     }
 
-    /// Compiles `agent_dir` as the project's agent (named as `eve build` names it, diagnostics
-    /// under `agent/`) and writes the build without activating it. `Err` holds the diagnostics
-    /// lines when the build has errors.
     /// Tests only: proposals' builds fetch the OpenAPI documents their connections name by URL,
     /// as `eve build` does (the protection off), so a test can show an agent making the server
     /// fetch a URL of its choosing. No setting reaches it.
@@ -95,6 +92,9 @@ impl Runtime {
             .then(crate::tools::openapi_document::document_fetcher)
     }
 
+    /// Compiles `agent_dir` as the project's agent (named as `eve build` names it, diagnostics
+    /// under `agent/`) and writes the build without activating it. `Err` holds the diagnostics
+    /// lines when the build has errors.
     pub(super) fn build_unpointed(
         &self,
         agent_dir: PathBuf,
