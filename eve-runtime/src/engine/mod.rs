@@ -322,11 +322,12 @@ impl Runtime {
     }
 
     /// Does the work a first turn would otherwise pay for: loads the current build (tool table,
-    /// compiled validators, system prompt), builds the model client of its root agent, and in
-    /// the background unpacks the build's files, opens the store's read connections and, when
-    /// neither the agent nor the model settings give the context window, asks the provider for
-    /// it (which also opens the connection the first model call then reuses). Servers call it
-    /// before they answer `/health`. Failures are left for the first turn to report.
+    /// compiled validators, system prompt), builds the model client of its root agent, warms the
+    /// store ([`crate::store::Store::warm`]: its first durable write, a turn's statements
+    /// prepared), and in the background unpacks the build's files and, when neither the agent
+    /// nor the model settings give the context window, asks the provider for it (which also
+    /// opens the connection the first model call then reuses). Servers call it before they
+    /// answer `/health`. Failures are left for the first turn to report.
     pub async fn warm_up(&self) {
         let Ok(build) = self.inner.builds.current() else {
             return;
@@ -339,8 +340,9 @@ impl Runtime {
                 tracing::warn!(error = %e, "cannot unpack the build's files");
             }
         });
-        let store = self.inner.store.clone();
-        tokio::spawn(async move { store.warm().await });
+        // Awaited, not spawned: a server reports healthy once its store is warm (a few
+        // milliseconds), so a first turn sent at once does not share the CPU with warming it.
+        self.inner.store.warm().await;
         let configured = build.manifest.agent.config.context_window;
         let resolved =
             tokio::task::spawn_blocking(move || models.resolve(&build.manifest.agent)).await;

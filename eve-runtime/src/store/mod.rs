@@ -298,9 +298,10 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
-    /// Opens now what a server's first reads would otherwise open on the way (read connections,
-    /// with the schema parsed). Servers call it at start; a store with nothing to open does
-    /// nothing.
+    /// Does now what a server's first turn would otherwise do on the way: opens read
+    /// connections, makes the first durable write, prepares the statements a turn runs (SQLite:
+    /// see `sqlite/warm.rs`; nothing is left written but the readiness probe's row). Servers
+    /// call it before they answer `/health`; a store with nothing to warm does nothing.
     async fn warm(&self) {}
 
     /// Takes the lease of a session for `claim.holder`, if it is free, expired, already ours, or

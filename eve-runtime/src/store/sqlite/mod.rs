@@ -31,6 +31,7 @@ mod releases;
 mod rows;
 mod schedules;
 mod schema;
+mod warm;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
@@ -104,7 +105,17 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
+/// The probe's write: one row, replaced.
+const PROBE: &str = "CREATE TABLE IF NOT EXISTS health_probe (id INTEGER PRIMARY KEY, at INTEGER);
+     INSERT OR REPLACE INTO health_probe (id, at) VALUES (1, unixepoch('subsec') * 1000);";
+
 impl SqliteStore {
+    /// One small durable write (the `health_probe` row): readiness's check that the storage
+    /// takes writes again, and the start-up write of [`Store::warm`].
+    async fn probe_write(&self) -> StoreResult<()> {
+        self.write(true, |c| Ok(c.execute_batch(PROBE)?)).await
+    }
+
     /// Opens (creating and migrating as needed) the database at `path`, shared by processes of
     /// this host ([`LocalHost`] liveness).
     pub fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
@@ -426,6 +437,23 @@ impl Store for SqliteStore {
     }
 
     async fn warm(&self) {
+        // A durable write now: the first commit after opening the file restarts the WAL (its
+        // header written and synced) and syncs the folder once, three syncs a client's first
+        // message would otherwise wait for. A store that cannot be written is also known now.
+        // The same transaction rehearses a turn's writes on the write connection (rolled back), so
+        // their statements are prepared before the first turn needs them.
+        let wrote = self
+            .write(true, |c| {
+                c.execute_batch(PROBE)?;
+                if let Err(e) = warm::rehearse_writes(c) {
+                    tracing::debug!(error = %e, "a turn's statements were not prepared at start");
+                }
+                Ok(())
+            })
+            .await;
+        if let Err(e) = wrote {
+            tracing::warn!(error = %e, "the store did not take a write at start");
+        }
         let inner = self.inner.clone();
         let _ = tokio::task::spawn_blocking(move || {
             for _ in 0..READERS_WARMED {
@@ -441,6 +469,9 @@ impl Store for SqliteStore {
                 {
                     return;
                 }
+                if let Err(e) = warm::rehearse_reads(&conn) {
+                    tracing::debug!(error = %e, "a turn's reads were not prepared at start");
+                }
                 match inner.readers.lock() {
                     Ok(mut readers) if readers.len() < READERS_KEPT => readers.push(conn),
                     _ => return,
@@ -455,16 +486,7 @@ impl Store for SqliteStore {
         known.as_ref()?;
         // Faulted: try a small write, so readiness sees the storage come back without waiting
         // for the next real write.
-        let probe = self
-            .write(true, |c| {
-                c.execute_batch(
-                    "CREATE TABLE IF NOT EXISTS health_probe (id INTEGER PRIMARY KEY, at INTEGER);
-                     INSERT OR REPLACE INTO health_probe (id, at) VALUES (1, unixepoch('subsec') * 1000);",
-                )?;
-                Ok(())
-            })
-            .await;
-        match probe {
+        match self.probe_write().await {
             Ok(()) => None,
             Err(e) => Some(
                 self.inner
