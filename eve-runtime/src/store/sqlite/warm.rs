@@ -128,24 +128,35 @@ mod tests {
     use super::super::schema::{migrate, open_connection};
     use super::*;
 
+    /// The tables a turn writes.
+    const TABLES: [&str; 6] = ["sessions", "inbox", "events", "turns", "steps", "messages"];
+
     fn rows(conn: &Connection, table: &str) -> i64 {
         conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
             .unwrap()
+    }
+
+    /// A new store whose first transaction ran `job` and committed.
+    fn store_after(job: impl FnOnce(&Connection)) -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_connection(&dir.path().join("eve.db")).unwrap();
+        migrate(&mut conn).unwrap();
+        let tx = conn.transaction().unwrap();
+        job(&tx);
+        tx.commit().unwrap();
+        (dir, conn)
     }
 
     /// The rehearsal runs every write of its batch (it would report the first that failed) and
     /// leaves no row behind, in the transaction it ran in nor after it commits.
     #[test]
     fn a_rehearsed_turn_leaves_nothing_behind() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut conn = open_connection(&dir.path().join("eve.db")).unwrap();
-        migrate(&mut conn).unwrap();
-        let tx = conn.transaction().unwrap();
-        rehearse_writes(&tx).unwrap();
-        tx.execute_batch(PROBE_FOR_TESTS).unwrap();
-        tx.commit().unwrap();
+        let (_dir, conn) = store_after(|tx| {
+            rehearse_writes(tx).unwrap();
+            tx.execute_batch(super::super::PROBE).unwrap();
+        });
         rehearse_reads(&conn).unwrap();
-        for table in ["sessions", "inbox", "events", "turns", "steps", "messages"] {
+        for table in TABLES {
             assert_eq!(
                 rows(&conn, table),
                 0,
@@ -163,17 +174,12 @@ mod tests {
     /// events: what the test above checks is not there is what the rehearsal writes.
     #[test]
     fn the_batch_without_its_rollback_writes_a_turn() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut conn = open_connection(&dir.path().join("eve.db")).unwrap();
-        migrate(&mut conn).unwrap();
-        let tx = conn.transaction().unwrap();
-        apply::apply(&tx, turn_batch()).unwrap();
-        tx.commit().unwrap();
-        for table in ["sessions", "inbox", "events", "turns", "steps", "messages"] {
+        let (_dir, conn) = store_after(|tx| {
+            apply::apply(tx, turn_batch()).unwrap();
+        });
+        for table in TABLES {
             assert!(rows(&conn, table) > 0, "{table} is empty");
         }
         assert!(reads::session(&conn, NO_SESSION).unwrap().is_some());
     }
-
-    const PROBE_FOR_TESTS: &str = super::super::PROBE;
 }
