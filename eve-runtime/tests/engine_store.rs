@@ -187,3 +187,23 @@ async fn commits_of_other_processes_are_noticed() {
         .expect("another connection's commit is noticed")
         .unwrap();
 }
+
+/// A server's start waits for its store to warm, but not behind another process's write lock:
+/// with the file's write lock held elsewhere for longer than a write waits for it (10 s), the
+/// start goes on after its bound (with the bound at a minute, this waits the 10 s and fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_does_not_wait_behind_another_writer_to_warm_its_store() {
+    let p = crate::engine_support::TestProject::new();
+    p.write_build(&crate::engine_support::agent(), &[]);
+    let rt = p.runtime(json!([]));
+    let other = rusqlite::Connection::open(p.state_dir.join("eve.db")).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = std::time::Instant::now();
+    rt.warm_up().await;
+    let waited = started.elapsed();
+    other.execute_batch("COMMIT").unwrap();
+    assert!(
+        waited < std::time::Duration::from_secs(5),
+        "the start waited {waited:?} behind another writer"
+    );
+}

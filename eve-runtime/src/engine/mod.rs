@@ -166,6 +166,10 @@ fn hostname() -> String {
 /// Shortest pause between two looks of [`Runtime::watch_store`].
 const WATCH_PAUSE: Duration = Duration::from_millis(250);
 
+/// How long a server's start waits for its store to warm ([`Runtime::warm_up`]); it takes a few
+/// milliseconds unless another process holds the store's write lock.
+const WARM_WAIT: Duration = Duration::from_millis(500);
+
 /// A new session id: `wrun_<ULID>`.
 pub(crate) fn new_session_id() -> String {
     format!("wrun_{}", ulid::Ulid::new())
@@ -340,9 +344,12 @@ impl Runtime {
                 tracing::warn!(error = %e, "cannot unpack the build's files");
             }
         });
-        // Awaited, not spawned: a server reports healthy once its store is warm (a few
-        // milliseconds), so a first turn sent at once does not share the CPU with warming it.
-        self.inner.store.warm().await;
+        // Awaited: a server reports healthy once its store is warm (a few milliseconds), so a
+        // first turn sent at once does not share the CPU with warming it. Not for longer than
+        // `WARM_WAIT` (another process holding the file's write lock): the rest goes on behind.
+        let store = self.inner.store.clone();
+        let warming = tokio::spawn(async move { store.warm().await });
+        let _ = tokio::time::timeout(WARM_WAIT, warming).await;
         let configured = build.manifest.agent.config.context_window;
         let resolved =
             tokio::task::spawn_blocking(move || models.resolve(&build.manifest.agent)).await;
