@@ -97,6 +97,19 @@ struct Inner {
     fault: WriteFault,
 }
 
+impl Inner {
+    /// Puts a read connection back in the pool unless the pool is full; whether it went back.
+    fn give_back(&self, conn: Connection) -> bool {
+        match self.readers.lock() {
+            Ok(mut readers) if readers.len() < READERS_KEPT => {
+                readers.push(conn);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteStore")
@@ -267,11 +280,7 @@ impl SqliteStore {
             return self.read(job).await;
         };
         let result = job(&conn);
-        if let Ok(mut readers) = self.inner.readers.lock()
-            && readers.len() < READERS_KEPT
-        {
-            readers.push(conn);
-        }
+        self.inner.give_back(conn);
         result
     }
 
@@ -289,11 +298,7 @@ impl SqliteStore {
                 None => open_connection(&inner.path)?,
             };
             let result = job(&conn);
-            if let Ok(mut readers) = inner.readers.lock()
-                && readers.len() < READERS_KEPT
-            {
-                readers.push(conn);
-            }
+            inner.give_back(conn);
             result
         })
         .await
@@ -455,30 +460,7 @@ impl Store for SqliteStore {
             tracing::warn!(error = %e, "the store did not take a write at start");
         }
         let inner = self.inner.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            for _ in 0..READERS_WARMED {
-                // The first statement reads and parses the schema: done here, not in a turn.
-                let Ok(conn) = open_connection(&inner.path) else {
-                    return;
-                };
-                if conn
-                    .query_row("SELECT count(*) FROM sqlite_master", [], |r| {
-                        r.get::<_, i64>(0)
-                    })
-                    .is_err()
-                {
-                    return;
-                }
-                if let Err(e) = warm::rehearse_reads(&conn) {
-                    tracing::debug!(error = %e, "a turn's reads were not prepared at start");
-                }
-                match inner.readers.lock() {
-                    Ok(mut readers) if readers.len() < READERS_KEPT => readers.push(conn),
-                    _ => return,
-                }
-            }
-        })
-        .await;
+        let _ = tokio::task::spawn_blocking(move || warm::open_readers(&inner)).await;
     }
 
     async fn write_fault(&self) -> Option<String> {

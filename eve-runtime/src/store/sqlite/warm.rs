@@ -12,7 +12,8 @@
 use rusqlite::Connection;
 use serde_json::json;
 
-use super::{apply, composition, leases, reads};
+use super::schema::open_connection;
+use super::{Inner, READERS_WARMED, apply, composition, leases, reads};
 use crate::store::{
     Batch, InboxRecord, Op, SessionRecord, StepRecord, StoreResult, TurnPhase, TurnRecord,
     TurnStatus, UsageTotals, now_ms,
@@ -56,6 +57,31 @@ pub(super) fn rehearse_reads(conn: &Connection) -> StoreResult<()> {
     composition::hook_cursors(conn, NO_SESSION)?;
     composition::has_children(conn, NO_SESSION)?;
     Ok(())
+}
+
+/// Opens `READERS_WARMED` read connections into the pool, each with the schema parsed and a
+/// turn's reads prepared; stops at the first that fails or once the pool is full.
+pub(super) fn open_readers(inner: &Inner) {
+    for _ in 0..READERS_WARMED {
+        // The first statement reads and parses the schema: done here, not in a turn.
+        let Ok(conn) = open_connection(&inner.path) else {
+            return;
+        };
+        if conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .is_err()
+        {
+            return;
+        }
+        if let Err(e) = rehearse_reads(&conn) {
+            tracing::debug!(error = %e, "a turn's reads were not prepared at start");
+        }
+        if !inner.give_back(conn) {
+            return;
+        }
+    }
 }
 
 /// What accepting a message and a one-step turn write, in one batch.
