@@ -19,8 +19,9 @@ use crate::store::{
     TurnStatus, UsageTotals, now_ms,
 };
 
-/// The id the rehearsal writes under and the reads look for: not one a session can have (ids
-/// are `wrun_…` or given by a client, and a client's cannot hold a NUL).
+/// The id the rehearsal writes under and the reads look for: not one eve makes (`wrun_…`). Were
+/// a session of that id ever there, the rehearsal's insert would fail and be rolled back, and the
+/// reads would only read it: nothing of it is changed.
 const NO_SESSION: &str = "\u{0}warm";
 
 /// Runs a turn's writes inside a savepoint and rolls them back, on the write connection (inside
