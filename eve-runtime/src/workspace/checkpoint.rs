@@ -361,6 +361,11 @@ fn prepare(
 ) -> RuntimeResult<Prepared> {
     let ws = Beneath::open(dir).map_err(|e| other(&dir.display().to_string(), e))?;
     let (found, dirs) = scan(&ws).map_err(|e| other(&dir.display().to_string(), e))?;
+    // Never checkpointed and still empty: an empty folder is what a session without a checkpoint
+    // restores to, so there is nothing to store (most sessions' tools write no file).
+    if index.version == 0 && found.is_empty() && dirs.is_empty() {
+        return Ok(Prepared::Unchanged);
+    }
     let unchanged = index.version > 0
         && found.len() == index.files.len()
         && dirs == index.dirs
@@ -632,6 +637,32 @@ mod tests {
         assert!(matches!(
             prepare(dir.path(), &Index::default(), 2, None).unwrap(),
             Prepared::TooLarge(3)
+        ));
+    }
+
+    #[test]
+    fn an_empty_workspace_never_checkpointed_stores_nothing_and_one_with_a_folder_does() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(
+            matches!(
+                prepare(dir.path(), &Index::default(), 100, None).unwrap(),
+                Prepared::Unchanged
+            ),
+            "nothing in it and nothing stored: no checkpoint"
+        );
+        std::fs::create_dir(dir.path().join("out")).unwrap();
+        let Prepared::Changed(first) = prepare(dir.path(), &Index::default(), 100, None).unwrap()
+        else {
+            panic!("an empty folder is kept: a checkpoint");
+        };
+        assert_eq!(first.dirs, vec!["out".to_owned()]);
+        // Emptied after a checkpoint: the empty state is stored (the files are gone there too).
+        std::fs::remove_dir(dir.path().join("out")).unwrap();
+        let mut index = first.next;
+        index.version = 1;
+        assert!(matches!(
+            prepare(dir.path(), &index, 100, None).unwrap(),
+            Prepared::Changed(_)
         ));
     }
 
