@@ -215,3 +215,43 @@ async fn resume_all_restarts_every_session_with_work() {
     }
     assert!(rt.store().sessions_with_work().await.unwrap().is_empty());
 }
+
+/// A clear sent the moment `session.waiting` shows (as `eve chat` sends `/clear` or `/compact`
+/// right after a turn) is not refused while the driver that sent it reads for more work and
+/// gives back its lease: it waits for that driver to stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clear_sent_as_a_turn_ends_waits_for_its_driver_to_stop() {
+    const TURNS: usize = 200;
+    let p = TestProject::new();
+    p.write_build(&agent(), &[]);
+    let steps: Vec<serde_json::Value> = (0..TURNS)
+        .map(|i| json!({"text": format!("reply {i}")}))
+        .collect();
+    let rt = p.runtime(json!(steps));
+    let id = rt.create_session(None).await.unwrap();
+    let mut refused = Vec::new();
+    for i in 0..TURNS {
+        let mut live = rt.subscribe(&id);
+        rt.post_message(&id, &format!("message {i}")).await.unwrap();
+        let driver = {
+            let (rt, id) = (rt.clone(), id.clone());
+            tokio::spawn(async move { rt.drive(&id).await })
+        };
+        loop {
+            match live.recv().await {
+                Ok(events) if events.iter().any(|e| e.kind == "session.waiting") => break,
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(e) => panic!("the live events ended: {e}"),
+            }
+        }
+        if let Err(e) = rt.clear(&id).await {
+            refused.push(e.to_string());
+        }
+        assert_eq!(driver.await.unwrap().unwrap(), DriveOutcome::Idle);
+    }
+    println!(
+        "{TURNS} clears sent as their turn's session.waiting showed: {} refused",
+        refused.len()
+    );
+    assert!(refused.is_empty(), "{refused:?}");
+}

@@ -170,6 +170,10 @@ const WATCH_PAUSE: Duration = Duration::from_millis(250);
 /// milliseconds unless another process holds the store's write lock.
 const WARM_WAIT: Duration = Duration::from_millis(500);
 
+/// How long a clear or a compaction waits for this process's driver of an idle session to stop
+/// (see [`Runtime::require_idle`]); a turn still running after it is refused.
+const SETTLE_WAIT: Duration = Duration::from_secs(2);
+
 /// A new session id: `wrun_<ULID>`.
 pub(crate) fn new_session_id() -> String {
     format!("wrun_{}", ulid::Ulid::new())
@@ -659,16 +663,30 @@ impl Runtime {
             .ok_or_else(|| RuntimeError::SessionNotFound(session.to_owned()))
     }
 
+    /// The record of `session` when it is idle and no driver of this process works on it, for
+    /// `what` (a clear, a compaction). A driver whose turn is over in the store (the session
+    /// idle, `session.waiting` sent) still reads for more work and gives back its lease before it
+    /// stops: a client that asks the moment it sees `session.waiting` waits for that, at most
+    /// [`SETTLE_WAIT`], instead of being refused.
     pub(crate) async fn require_idle(
         &self,
         session: &str,
         what: &str,
     ) -> RuntimeResult<SessionRecord> {
-        let record = self.require_session(session).await?;
-        if record.status != SessionStatus::Idle || self.is_active(session) {
+        let mut record = self.require_session(session).await?;
+        if record.status == SessionStatus::Idle && self.is_active(session) {
+            let _ = tokio::time::timeout(SETTLE_WAIT, self.settled(session)).await;
+            record = self.require_session(session).await?;
+        }
+        let driven = self.is_active(session);
+        if record.status != SessionStatus::Idle || driven {
             return Err(RuntimeError::SessionNotActive {
                 id: session.to_owned(),
-                status: record.status.to_string(),
+                status: if driven && record.status == SessionStatus::Idle {
+                    "running".to_owned()
+                } else {
+                    record.status.to_string()
+                },
                 what: what.to_owned(),
             });
         }
