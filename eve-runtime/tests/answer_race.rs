@@ -100,6 +100,9 @@ async fn race(server: &Arc<TestServer>, alice: &str, ops: &str, guarded: bool) -
         match status {
             202 => accepted += 1,
             409 => conflicts.push(body),
+            // Without the compare-and-set, an answer may also trip over the one that overwrote
+            // it (the store refusing its write): the protection's absence, not a finding here.
+            500 if !guarded => {}
             other => panic!("an answer got {other}: {body}"),
         }
     }

@@ -799,20 +799,32 @@ async fn a_cursor_dropped_midway_loses_no_event() {
     let rt = p.runtime(json!([{"text": "done"}]));
     let (id, _) = run_prompt(&rt, "hi").await;
     let last = all_events(&rt, &id).await.len() as u64 - 1;
-    // Give up after more and more time, so that some attempts stop inside the rest check that
-    // follows reading the event.
+    // Give up after more and more polls, so that some attempts stop inside the read of the event
+    // and some inside the rest check that follows it. Counted in polls, not time: a timer fires
+    // on a millisecond tick, after which a fast machine has finished the whole call.
     let mut interrupted = 0;
     for attempt in 0..400u64 {
         let mut cursor =
             EventCursor::follow(rt.clone(), id.clone(), last, CancellationToken::new());
-        let early = Duration::from_micros(attempt * 5);
-        match tokio::time::timeout(early, cursor.next(None)).await {
-            Ok(Next::Event(e)) => {
+        let outcome = {
+            let mut next = std::pin::pin!(cursor.next(None));
+            let mut outcome = None;
+            for _ in 0..=attempt % 100 {
+                if let std::task::Poll::Ready(n) = futures::poll!(next.as_mut()) {
+                    outcome = Some(n);
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            outcome
+        };
+        match outcome {
+            Some(Next::Event(e)) => {
                 assert_eq!(e.index, last);
                 continue;
             }
-            Ok(_) => panic!("the cursor ended before the last event"),
-            Err(_) => interrupted += 1,
+            Some(_) => panic!("the cursor ended before the last event"),
+            None => interrupted += 1,
         }
         match tokio::time::timeout(Duration::from_secs(5), cursor.next(None)).await {
             Ok(Next::Event(e)) => assert_eq!(e.index, last, "attempt {attempt}"),
@@ -824,6 +836,7 @@ async fn a_cursor_dropped_midway_loses_no_event() {
             "the rest point ends the stream"
         );
     }
+    println!("{interrupted} of 400 attempts cut short");
     assert!(interrupted > 0, "no attempt was cut short");
 }
 
